@@ -1,0 +1,835 @@
+package ir
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Run interprets kernel of m (after Verify(m)) with args, keyed by param
+// name, and returns its status. It is the reference semantics of the kernel
+// IR, as the LLVM backend executes it:
+//   - a buffer arg is a []float32 (f32), []float64 (f64), []int32 (i32),
+//     []int64 (i64), []uint16 (i16, f16, bf16 bit patterns; []int16 also for
+//     i16), []byte (u8), []bool (bool) or nil; stores write through to it;
+//   - a scalar arg is an int32 (any Go integer for integer params, float32 or
+//     float64 for float params, bool for bool);
+//   - integers wrap; Div and Rem truncate toward zero and fail on division by
+//     zero or overflow; shifts fail on an amount outside [0, width); u8 and
+//     bool are unsigned (udiv, lshr, unsigned compares), the rest signed;
+//   - f32 arithmetic rounds to float32 after every op, f64 in float64;
+//     f16/bf16 values compute in f32 and round back (nearest even); math
+//     functions compute in float64 and round to the operand type;
+//   - min(x, y) = x < y ? x : y, max(x, y) = x > y ? x : y; float compares
+//     are ordered except != (true with NaN); neg and abs only touch the sign;
+//   - Convert float→int truncates toward zero (NaN or out of range is an
+//     error), int→float rounds to nearest even, u8/bool zero-extend, narrowing
+//     truncates, →bool is != 0 (true for NaN); Bitcast keeps the bits;
+//   - And/Or and Select evaluate all operands; For evaluates Lo and Hi once;
+//     Parallel and Vector loops run serially in order; Continue ends the
+//     iteration of the innermost For; Alloc and Malloc give zeroed arrays;
+//     a kernel that falls off its end returns 0; CallStmt recurses;
+//   - an out-of-bounds Load or Store, a null buffer, a use after Free or a
+//     high-level Call (legalize first) is an error naming the buffer.
+//
+// Run never panics.
+func Run(m *Module, kernel string, args map[string]any) (status int32, err error) {
+	defer catch(&err)
+	if err := Verify(m); err != nil {
+		return 0, err
+	}
+	k := m.Kernel(kernel)
+	if k == nil {
+		return 0, fmt.Errorf("run: no kernel %s", kernel)
+	}
+	f := &frame{m: m, k: k, env: map[string]*binding{}}
+	for _, p := range k.Params {
+		a, ok := args[p.Name]
+		if !ok {
+			return 0, fmt.Errorf("run %s: missing arg %s", kernel, p.Name)
+		}
+		if p.Buffer {
+			b, err := newBuffer(p.Name, p.Elem, a)
+			if err != nil {
+				return 0, fmt.Errorf("run %s: %v", kernel, err)
+			}
+			f.env[p.Name] = &binding{buf: b}
+			continue
+		}
+		v, err := anyToVal(a, p.Elem)
+		if err != nil {
+			return 0, fmt.Errorf("run %s: arg %s: %v", kernel, p.Name, err)
+		}
+		f.env[p.Name] = &binding{v: v}
+	}
+	for name := range args {
+		if k.Param(name) == nil {
+			return 0, fmt.Errorf("run %s: unknown arg %s", kernel, name)
+		}
+	}
+	_, status = f.block(k.Body)
+	return status, nil
+}
+
+// EvalExpr evaluates e with the values of its names in env: int32 (i32),
+// int64 (i64), float32 (f32), float64 (f64), bool, uint8 (u8), uint16 (i16,
+// f16 and bf16 bit patterns), or a slice as in Run for buffers that e loads
+// from. The result has the Go type that stands for e.Type() in that list.
+func EvalExpr(e Expr, env map[string]any) (res any, err error) {
+	defer catch(&err)
+	var msg string
+	VisitExpr(e, func(n Expr) {
+		if m := nodeRule(n); m != "" && msg == "" {
+			msg = m
+		}
+	})
+	if msg != "" {
+		return nil, errors.New(msg)
+	}
+	f := &frame{env: map[string]*binding{}}
+	for name, x := range env {
+		if b, err := newBuffer(name, Void, x); err == nil {
+			f.env[name] = &binding{buf: b}
+		} else {
+			f.env[name] = &binding{raw: x}
+		}
+	}
+	return valToAny(e.Type(), f.eval(e)), nil
+}
+
+// val is a value in canonical form: integers sign-extended to 64 bits (u8
+// and bool zero-extended), floats as their IEEE bits (f16/bf16 in the low 16).
+type val uint64
+
+type interpError struct{ err error }
+
+func catch(err *error) {
+	if r := recover(); r != nil {
+		if ie, ok := r.(interpError); ok {
+			*err = ie.err
+			return
+		}
+		*err = fmt.Errorf("BUG: interp: %v", r)
+	}
+}
+
+type buffer struct {
+	name  string
+	data  any // typed slice of a param, or []val for alloc/malloc
+	freed bool
+}
+
+func newBuffer(name string, t Type, x any) (*buffer, error) {
+	b := &buffer{name: name, data: x}
+	var ok bool
+	switch x.(type) {
+	case nil:
+		return b, nil
+	case []float32:
+		ok = t == F32
+	case []float64:
+		ok = t == F64
+	case []int32:
+		ok = t == I32
+	case []int64:
+		ok = t == I64
+	case []uint16:
+		ok = t == I16 || t == F16 || t == BF16
+	case []int16:
+		ok = t == I16
+	case []byte:
+		ok = t == U8
+	case []bool:
+		ok = t == Bool
+	default:
+		return nil, fmt.Errorf("arg %s: %T is not a buffer", name, x)
+	}
+	if !ok && t != Void {
+		return nil, fmt.Errorf("arg %s: %T cannot hold %s elements", name, x, t)
+	}
+	return b, nil
+}
+
+func (b *buffer) len() int64 {
+	switch s := b.data.(type) {
+	case []val:
+		return int64(len(s))
+	case []float32:
+		return int64(len(s))
+	case []float64:
+		return int64(len(s))
+	case []int32:
+		return int64(len(s))
+	case []int64:
+		return int64(len(s))
+	case []uint16:
+		return int64(len(s))
+	case []int16:
+		return int64(len(s))
+	case []byte:
+		return int64(len(s))
+	case []bool:
+		return int64(len(s))
+	}
+	return 0
+}
+
+func (f *frame) check(b *buffer, what string, i int64) {
+	switch {
+	case b.freed:
+		f.fail("%s %s[%d]: buffer used after free", what, b.name, i)
+	case b.data == nil:
+		f.fail("%s %s[%d]: null buffer", what, b.name, i)
+	case i < 0 || i >= b.len():
+		f.fail("%s %s[%d]: index out of range (len %d)", what, b.name, i, b.len())
+	}
+}
+
+func (f *frame) load(b *buffer, i int64, t Type) val {
+	f.check(b, "load", i)
+	switch s := b.data.(type) {
+	case []val:
+		return s[i]
+	case []float32:
+		return val(math.Float32bits(s[i]))
+	case []float64:
+		return val(math.Float64bits(s[i]))
+	case []int32:
+		return val(int64(s[i]))
+	case []int64:
+		return val(s[i])
+	case []uint16:
+		if t == I16 {
+			return val(int64(int16(s[i])))
+		}
+		return val(s[i])
+	case []int16:
+		return val(int64(s[i]))
+	case []byte:
+		return val(s[i])
+	case []bool:
+		return b2v(s[i])
+	}
+	return 0
+}
+
+func (f *frame) store(b *buffer, i int64, v val) {
+	f.check(b, "store", i)
+	switch s := b.data.(type) {
+	case []val:
+		s[i] = v
+	case []float32:
+		s[i] = math.Float32frombits(uint32(v))
+	case []float64:
+		s[i] = math.Float64frombits(uint64(v))
+	case []int32:
+		s[i] = int32(v)
+	case []int64:
+		s[i] = int64(v)
+	case []uint16:
+		s[i] = uint16(v)
+	case []int16:
+		s[i] = int16(v)
+	case []byte:
+		s[i] = byte(v)
+	case []bool:
+		s[i] = v != 0
+	}
+}
+
+type binding struct {
+	v   val
+	buf *buffer
+	raw any // EvalExpr: a Go value converted at each use
+}
+
+type frame struct {
+	m     *Module
+	k     *Kernel // nil in EvalExpr
+	env   map[string]*binding
+	depth int
+}
+
+func (f *frame) fail(format string, args ...any) {
+	err := fmt.Errorf(format, args...)
+	if f.k != nil {
+		err = fmt.Errorf("kernel %s: %w", f.k.Name, err)
+	}
+	panic(interpError{err})
+}
+
+type flow uint8
+
+const (
+	flowNext flow = iota
+	flowContinue
+	flowReturn
+)
+
+type undo struct {
+	name string
+	prev *binding
+}
+
+func (f *frame) bind(u *[]undo, name string, b *binding) {
+	*u = append(*u, undo{name, f.env[name]})
+	f.env[name] = b
+}
+
+func (f *frame) restore(u []undo) {
+	for i := len(u) - 1; i >= 0; i-- {
+		if u[i].prev == nil {
+			delete(f.env, u[i].name)
+		} else {
+			f.env[u[i].name] = u[i].prev
+		}
+	}
+}
+
+func (f *frame) block(b *Block) (flow, int32) {
+	var u []undo
+	for _, s := range b.Stmts {
+		if fl, r := f.stmt(s, &u); fl != flowNext {
+			f.restore(u)
+			return fl, r
+		}
+	}
+	f.restore(u)
+	return flowNext, 0
+}
+
+func (f *frame) lookup(name string) *binding {
+	b := f.env[name]
+	if b == nil {
+		f.fail("unknown name %s", name)
+	}
+	return b
+}
+
+func (f *frame) buffer(name string) *buffer {
+	b := f.lookup(name)
+	if b.buf == nil {
+		f.fail("%s is not a buffer", name)
+	}
+	return b.buf
+}
+
+func (f *frame) index(e Expr) int64 { return int64(f.eval(e)) }
+
+func (f *frame) stmt(s Stmt, u *[]undo) (flow, int32) {
+	switch s := s.(type) {
+	case *Block:
+		return f.block(s)
+	case *Let:
+		f.bind(u, s.Name, &binding{v: f.eval(s.Value)})
+	case *Var:
+		f.bind(u, s.Name, &binding{v: f.eval(s.Init)})
+	case *Assign:
+		v := f.eval(s.Value)
+		f.lookup(s.Name).v = v
+	case *Alloc:
+		f.bind(u, s.Name, &binding{buf: &buffer{name: s.Name, data: make([]val, s.Size)}})
+	case *Malloc:
+		n := int64(f.eval(s.Size))
+		if n < 0 || n > 1<<28 {
+			f.fail("malloc %s: bad size %d", s.Name, n)
+		}
+		f.bind(u, s.Name, &binding{buf: &buffer{name: s.Name, data: make([]val, n)}})
+	case *Free:
+		b := f.buffer(s.Name)
+		if b.freed {
+			f.fail("free %s: double free", s.Name)
+		}
+		b.freed = true
+	case *Store:
+		b := f.buffer(s.Buf)
+		i := f.index(s.Index)
+		f.store(b, i, f.eval(s.Value))
+	case *For:
+		lo, hi := int64(f.eval(s.Lo)), int64(f.eval(s.Hi))
+		iv := &binding{}
+		var lu []undo
+		f.bind(&lu, s.Var, iv)
+		for i := lo; i < hi; i++ {
+			iv.v = val(i)
+			if fl, r := f.block(s.Body); fl == flowReturn {
+				f.restore(lu)
+				return fl, r
+			}
+		}
+		f.restore(lu)
+	case *If:
+		if f.eval(s.Cond) != 0 {
+			return f.block(s.Then)
+		} else if s.Else != nil {
+			return f.block(s.Else)
+		}
+	case *Return:
+		return flowReturn, int32(f.eval(s.Value))
+	case *Continue:
+		return flowContinue, 0
+	case *CallStmt:
+		r := f.call(s)
+		if s.Result != "" {
+			f.bind(u, s.Result, &binding{v: val(int64(r))})
+		}
+	default:
+		f.fail("unknown statement %T", s)
+	}
+	return flowNext, 0
+}
+
+func (f *frame) call(s *CallStmt) int32 {
+	if s.Fn == "rt.num_threads" {
+		return InterpThreads
+	}
+	k := f.m.Kernel(s.Fn)
+	if f.depth >= 200 {
+		f.fail("call %s: recursion too deep", s.Fn)
+	}
+	g := &frame{m: f.m, k: k, env: map[string]*binding{}, depth: f.depth + 1}
+	for i, p := range k.Params {
+		if p.Buffer {
+			g.env[p.Name] = &binding{buf: f.buffer(s.Args[i].(*Ref).Name)}
+		} else {
+			g.env[p.Name] = &binding{v: f.eval(s.Args[i])}
+		}
+	}
+	_, r := g.block(k.Body)
+	return r
+}
+
+// InterpThreads is what rt.num_threads returns in the interpreter.
+var InterpThreads int32 = 1
+
+func b2v(b bool) val {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (f *frame) eval(e Expr) val {
+	switch e := e.(type) {
+	case *Const:
+		switch {
+		case e.T == Bool:
+			return b2v(e.Int != 0)
+		case e.T.IsInt():
+			return wrap(e.T, e.Int)
+		}
+		return fromF64(e.T, e.Float)
+	case *Ref:
+		b := f.lookup(e.Name)
+		switch {
+		case b.buf != nil:
+			f.fail("buffer %s used as a value", e.Name)
+		case b.raw != nil:
+			v, err := anyToVal(b.raw, e.T)
+			if err != nil {
+				f.fail("%s: %v", e.Name, err)
+			}
+			return v
+		}
+		return b.v
+	case *Binary:
+		return f.binary(e.Op, e.X.Type(), f.eval(e.X), f.eval(e.Y))
+	case *Unary:
+		return f.unary(e.Op, e.X.Type(), f.eval(e.X))
+	case *Select:
+		c, x, y := f.eval(e.Cond), f.eval(e.X), f.eval(e.Y)
+		if c != 0 {
+			return x
+		}
+		return y
+	case *Convert:
+		return f.convert(e.To, e.X.Type(), f.eval(e.X))
+	case *Bitcast:
+		bits := uint64(f.eval(e.X))
+		if w := e.To.Bits(); w < 64 {
+			bits &= 1<<w - 1
+		}
+		if e.To.IsFloat() {
+			return val(bits)
+		}
+		return wrap(e.To, int64(bits))
+	case *Load:
+		b := f.buffer(e.Buf)
+		return f.load(b, f.index(e.Index), e.T)
+	case *Call:
+		f.fail("call @%s cannot be interpreted (legalize it first)", e.Fn)
+	}
+	f.fail("unknown expression %T", e)
+	return 0
+}
+
+// wrap truncates x to t's width in canonical form.
+func wrap(t Type, x int64) val {
+	switch t {
+	case Bool:
+		return val(x & 1)
+	case U8:
+		return val(uint8(x))
+	case I16:
+		return val(int64(int16(x)))
+	case I32:
+		return val(int64(int32(x)))
+	}
+	return val(x)
+}
+
+// smallFloat gives the exponent and mantissa widths of f16 or bf16.
+func smallFloat(t Type) (ebits, mbits int) {
+	if t == BF16 {
+		return 8, 7
+	}
+	return 5, 10
+}
+
+// toF64 returns the float value of canonical v of float type t (exact).
+func toF64(t Type, v val) float64 {
+	switch t {
+	case F32:
+		return float64(math.Float32frombits(uint32(v)))
+	case F64:
+		return math.Float64frombits(uint64(v))
+	}
+	eb, mb := smallFloat(t)
+	h := uint64(v)
+	sign := h >> (eb + mb) & 1
+	e := int(h >> mb & (1<<eb - 1))
+	m := h & (1<<mb - 1)
+	bias := 1<<(eb-1) - 1
+	var x float64
+	switch {
+	case e == 1<<eb-1 && m == 0:
+		x = math.Inf(1)
+	case e == 1<<eb-1:
+		return math.Float64frombits(sign<<63 | 0x7FF<<52 | 1<<51 | m<<(52-mb))
+	case e == 0:
+		x = math.Ldexp(float64(m), 1-bias-mb)
+	default:
+		x = math.Ldexp(float64(m|1<<mb), e-bias-mb)
+	}
+	if sign != 0 {
+		x = -x
+	}
+	return x
+}
+
+// fromF64 rounds x to float type t (nearest even) in canonical form.
+func fromF64(t Type, x float64) val {
+	switch t {
+	case F32:
+		return val(math.Float32bits(float32(x)))
+	case F64:
+		return val(math.Float64bits(x))
+	}
+	eb, mb := smallFloat(t)
+	bits := math.Float64bits(x)
+	sign := bits >> 63 << (eb + mb)
+	inf := sign | (1<<eb-1)<<mb
+	switch {
+	case math.IsNaN(x):
+		return val(inf | 1<<(mb-1) | bits&(1<<52-1)>>(52-mb))
+	case math.IsInf(x, 0):
+		return val(inf)
+	case x == 0:
+		return val(sign)
+	}
+	a := math.Abs(x)
+	bias := 1<<(eb-1) - 1
+	_, exp := math.Frexp(a)
+	e := max(exp-1, 1-bias)
+	n := uint64(math.RoundToEven(math.Ldexp(a, mb-e))) // < 2^(mb+1) + 1
+	if n >= 1<<(mb+1) {
+		n >>= 1
+		e++
+	}
+	switch {
+	case e > bias:
+		return val(inf)
+	case n < 1<<mb:
+		return val(sign | n)
+	}
+	return val(sign | uint64(e+bias)<<mb | (n - 1<<mb))
+}
+
+func farith[F float32 | float64](op BinOp, x, y F) (F, bool) {
+	switch op {
+	case Add:
+		return x + y, true
+	case Sub:
+		return x - y, true
+	case Mul:
+		return x * y, true
+	case Div:
+		return x / y, true
+	case Rem:
+		return F(math.Mod(float64(x), float64(y))), true
+	case Min:
+		if x < y {
+			return x, true
+		}
+		return y, true
+	case Max:
+		if x > y {
+			return x, true
+		}
+		return y, true
+	}
+	return 0, false
+}
+
+func fcmp[F float32 | float64](op BinOp, x, y F) (bool, bool) {
+	switch op {
+	case Lt:
+		return x < y, true
+	case Le:
+		return x <= y, true
+	case Gt:
+		return x > y, true
+	case Ge:
+		return x >= y, true
+	case Eq:
+		return x == y, true
+	case Ne:
+		return x != y, true
+	}
+	return false, false
+}
+
+func (f *frame) binary(op BinOp, t Type, a, b val) val {
+	if t.IsFloat() {
+		var r val
+		ok := true
+		if op.IsCompare() {
+			var c bool
+			if t == F64 {
+				c, ok = fcmp(op, toF64(t, a), toF64(t, b))
+			} else {
+				c, ok = fcmp(op, float32(toF64(t, a)), float32(toF64(t, b)))
+			}
+			r = b2v(c)
+		} else if t == F64 {
+			var z float64
+			z, ok = farith(op, toF64(t, a), toF64(t, b))
+			r = fromF64(t, z)
+		} else {
+			var z float32
+			z, ok = farith(op, float32(toF64(t, a)), float32(toF64(t, b)))
+			r = fromF64(t, float64(z))
+		}
+		if !ok {
+			f.fail("operator %s does not apply to %s", op, t)
+		}
+		return r
+	}
+	x, y := int64(a), int64(b)
+	switch op {
+	case Add:
+		return wrap(t, x+y)
+	case Sub:
+		return wrap(t, x-y)
+	case Mul:
+		return wrap(t, x*y)
+	case Div, Rem:
+		if y == 0 {
+			f.fail("integer division by zero (%s)", t)
+		}
+		if lo, _ := intRange(t); y == -1 && x == lo {
+			f.fail("integer division overflow (%d %s -1)", x, op)
+		}
+		if op == Div {
+			return wrap(t, x/y)
+		}
+		return wrap(t, x%y)
+	case Min:
+		if x < y {
+			return a
+		}
+		return b
+	case Max:
+		if x > y {
+			return a
+		}
+		return b
+	case Shl, Shr:
+		if y < 0 || y >= int64(t.Bits()) {
+			f.fail("shift amount %d out of range for %s", y, t)
+		}
+		if op == Shl {
+			return wrap(t, x<<y)
+		}
+		return wrap(t, x>>y) // u8 is zero-extended: a logical shift
+	case And:
+		return wrap(t, x&y)
+	case Or:
+		return wrap(t, x|y)
+	case Xor:
+		return wrap(t, x^y)
+	case Lt:
+		return b2v(x < y)
+	case Le:
+		return b2v(x <= y)
+	case Gt:
+		return b2v(x > y)
+	case Ge:
+		return b2v(x >= y)
+	case Eq:
+		return b2v(x == y)
+	case Ne:
+		return b2v(x != y)
+	}
+	f.fail("unknown operator %d", op)
+	return 0
+}
+
+var mathFns = map[UnOp]func(float64) float64{
+	Exp: math.Exp, Log: math.Log, Tanh: math.Tanh, Sqrt: math.Sqrt,
+	Floor: math.Floor, Exp2: math.Exp2, Sin: math.Sin, Cos: math.Cos,
+}
+
+func (f *frame) unary(op UnOp, t Type, a val) val {
+	if t.IsFloat() {
+		sign := val(1) << (t.Bits() - 1)
+		switch op {
+		case Neg:
+			return a ^ sign
+		case Abs:
+			return a &^ sign
+		}
+		fn := mathFns[op]
+		if fn == nil {
+			f.fail("%s does not apply to %s", op, t)
+		}
+		x := fn(toF64(t, a))
+		if t != F64 {
+			x = float64(float32(x))
+		}
+		return fromF64(t, x)
+	}
+	x := int64(a)
+	switch op {
+	case Neg:
+		return wrap(t, -x)
+	case Abs:
+		if x < 0 {
+			return wrap(t, -x)
+		}
+		return a
+	case Not:
+		if t == Bool {
+			return a ^ 1
+		}
+		return wrap(t, ^x)
+	}
+	f.fail("%s does not apply to %s", op, t)
+	return 0
+}
+
+func (f *frame) convert(to, from Type, a val) val {
+	isInt := func(t Type) bool { return t.IsInt() || t == Bool }
+	switch {
+	case to == from:
+		return a
+	case to == Bool && from.IsFloat():
+		return b2v(toF64(from, a) != 0)
+	case to == Bool:
+		return b2v(a != 0)
+	case isInt(from) && isInt(to):
+		return wrap(to, int64(a))
+	case isInt(from):
+		x := int64(a)
+		switch to {
+		case F32:
+			return val(math.Float32bits(float32(x)))
+		case F64:
+			return val(math.Float64bits(float64(x)))
+		}
+		return fromF64(to, float64(x))
+	case to.IsInt():
+		x := toF64(from, a)
+		if math.IsNaN(x) {
+			f.fail("convert nan to %s", to)
+		}
+		tr := math.Trunc(x)
+		lo, hi := intRange(to)
+		if tr < float64(lo) || tr >= float64(hi)+1 {
+			f.fail("convert %g to %s: out of range", x, to)
+		}
+		return wrap(to, int64(tr))
+	}
+	return fromF64(to, toF64(from, a))
+}
+
+// anyToVal converts a Go value to canonical form for type t.
+func anyToVal(x any, t Type) (val, error) {
+	var i int64
+	switch v := x.(type) {
+	case bool:
+		if t == Bool {
+			return b2v(v), nil
+		}
+	case float32:
+		if t == F32 {
+			return val(math.Float32bits(v)), nil
+		}
+		if t.IsFloat() {
+			return fromF64(t, float64(v)), nil
+		}
+	case float64:
+		if t.IsFloat() {
+			return fromF64(t, v), nil
+		}
+	case uint16:
+		switch t {
+		case F16, BF16:
+			return val(v), nil
+		case I16:
+			return val(int64(int16(v))), nil
+		}
+		i = int64(v)
+	case int:
+		i = int64(v)
+	case int64:
+		i = v
+	case int32:
+		i = int64(v)
+	case int16:
+		i = int64(v)
+	case uint8:
+		i = int64(v)
+	}
+	switch x.(type) {
+	case int, int64, int32, int16, uint8, uint16:
+		if t.IsInt() {
+			if lo, hi := intRange(t); i < lo || i > hi {
+				return 0, fmt.Errorf("%d out of range for %s", i, t)
+			}
+			return val(i), nil
+		}
+	}
+	return 0, fmt.Errorf("cannot use %T as %s", x, t)
+}
+
+// valToAny converts canonical v of type t to its Go value.
+func valToAny(t Type, v val) any {
+	switch t {
+	case Bool:
+		return v != 0
+	case U8:
+		return uint8(v)
+	case I16, F16, BF16:
+		return uint16(v)
+	case I32:
+		return int32(v)
+	case I64:
+		return int64(v)
+	case F32:
+		return math.Float32frombits(uint32(v))
+	case F64:
+		return math.Float64frombits(uint64(v))
+	}
+	return nil
+}

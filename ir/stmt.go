@@ -1,0 +1,217 @@
+package ir
+
+// Stmt is a kernel-IR statement.
+type Stmt interface{ isStmt() }
+
+// Block is a sequence of statements with its own scope.
+type Block struct {
+	Stmts []Stmt
+}
+
+// Let binds an immutable value.
+type Let struct {
+	Name  string
+	Value Expr
+}
+
+// Var declares a mutable scalar initialised to Init.
+type Var struct {
+	Name string
+	Init Expr
+}
+
+// Assign sets a Var.
+type Assign struct {
+	Name  string
+	Value Expr
+}
+
+// Alloc declares a local array of Size elements of type T. Its contents are
+// undefined until stored. Each iteration of an enclosing parallel loop owns
+// its own copy.
+type Alloc struct {
+	Name string
+	T    Type
+	Size int
+}
+
+// Store writes Value to element Index of buffer or local array Buf.
+type Store struct {
+	Buf   string
+	Index Expr
+	Value Expr
+}
+
+// LoopKind says how a For's iterations may execute.
+type LoopKind uint8
+
+const (
+	// Serial loops run in order.
+	Serial LoopKind = iota
+	// Parallel loops' iterations are independent work items (thread pool on
+	// CPU, grid on GPU). Their bodies may not assign outer vars or return.
+	Parallel
+	// Vector loops are innermost loops that the backend should vectorize.
+	Vector
+)
+
+var loopKindNames = [...]string{"serial", "parallel", "vector"}
+
+func (k LoopKind) String() string { return loopKindNames[k] }
+
+// Range names the bounds [Lo, Hi] (inclusive) that a position variable
+// takes inside a tile loop. Passes such as classify-tiles read them.
+type Range struct {
+	Var    string
+	Lo, Hi Expr
+}
+
+// For runs Body for Var in [Lo, Hi) (i32). Tag names the loop's role for
+// passes ("kv_tile", "q_row", ...); Ranges describe position variables that
+// the body derives from the loop.
+type For struct {
+	Var    string
+	Lo, Hi Expr
+	Kind   LoopKind
+	Tag    string
+	Ranges []Range
+	Body   *Block
+}
+
+// If runs Then when Cond holds, else Else (which may be nil). Tag marks
+// statements that passes look for ("mask").
+type If struct {
+	Cond Expr
+	Then *Block
+	Else *Block
+	Tag  string
+}
+
+// Return leaves the kernel with an i32 status.
+type Return struct {
+	Value Expr
+}
+
+// Continue skips to the next iteration of the innermost For; in a parallel
+// loop's own body it ends the work item.
+type Continue struct{}
+
+// RuntimeRoutines are the routines a CallStmt may name besides the module's
+// kernels, with their argument counts; each returns an i32.
+//
+//	rt.num_threads()  the worker threads the next parallel loop may use
+var RuntimeRoutines = map[string]int{"rt.num_threads": 0}
+
+// CallStmt calls another kernel of the same module with Args matching its
+// params (buffers by name as Refs, scalars as i32 expressions). When Result is
+// not empty the returned i32 status is bound to it like a Let.
+type CallStmt struct {
+	Result string
+	Fn     string
+	Args   []Expr
+}
+
+// Malloc allocates Size elements of T on the heap (CPU) into buffer Name;
+// the kernel returns ErrNoMemory when that fails. Free releases it.
+type Malloc struct {
+	Name string
+	T    Type
+	Size Expr
+}
+
+// Free releases a Malloc'd buffer.
+type Free struct {
+	Name string
+}
+
+func (*Malloc) isStmt()   {}
+func (*Free) isStmt()     {}
+func (*Block) isStmt()    {}
+func (*Let) isStmt()      {}
+func (*Var) isStmt()      {}
+func (*Assign) isStmt()   {}
+func (*Alloc) isStmt()    {}
+func (*Store) isStmt()    {}
+func (*For) isStmt()      {}
+func (*If) isStmt()       {}
+func (*Return) isStmt()   {}
+func (*Continue) isStmt() {}
+func (*CallStmt) isStmt() {}
+
+// Param is a kernel argument: a buffer (pointer to elements of Elem, shape
+// symbolic, for the manifest) or a scalar of type Elem.
+type Param struct {
+	Name   string
+	Buffer bool
+	Elem   Type
+	Shape  []string // symbolic dims, e.g. {"total_q", "32", "128"}
+	Output bool     // the kernel writes this buffer
+	Null   bool     // the caller may pass NULL (e.g. lse)
+}
+
+// Kernel is one function of a module. Every kernel returns an i32 status.
+type Kernel struct {
+	Name   string
+	Role   Role
+	Entry  bool // the public dispatch entry for its role
+	Params []*Param
+	Body   *Block
+}
+
+// Module is the unit a backend prints: the kernels of one variant plus the
+// error table used by <Prefix>_strerror and the named expression functions
+// (Defs) that calls such as @mask.bool(...) refer to until inline-defs
+// expands them.
+type Module struct {
+	Name    string
+	Prefix  string
+	Defs    []*Def
+	Kernels []*Kernel
+	Errors  []ErrorCode
+}
+
+// Def is a named pure expression function: `def NAME(a: i32, ...): T = body`.
+// Lowering states a variant's mask, score transform and dispatch rules as
+// Defs; the registry evaluates the same Defs in Go.
+type Def struct {
+	Name   string
+	Params []*Param // scalars only
+	Body   Expr
+}
+
+// Def finds a def by name.
+func (m *Module) Def(name string) *Def {
+	for _, d := range m.Defs {
+		if d.Name == name {
+			return d
+		}
+	}
+	return nil
+}
+
+// ErrorCode is a status a kernel may return.
+type ErrorCode struct {
+	Code int
+	Name string
+	Msg  string
+}
+
+// Kernel finds a kernel by name.
+func (m *Module) Kernel(name string) *Kernel {
+	for _, k := range m.Kernels {
+		if k.Name == name {
+			return k
+		}
+	}
+	return nil
+}
+
+// Param finds a parameter by name.
+func (k *Kernel) Param(name string) *Param {
+	for _, p := range k.Params {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}

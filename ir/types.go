@@ -1,0 +1,54 @@
+package ir
+
+// Type is a scalar type of the kernel IR.
+type Type uint8
+
+const (
+	Void Type = iota
+	Bool
+	I16
+	I32
+	I64
+	U8
+	F16
+	BF16
+	F32
+	F64
+)
+
+var typeNames = [...]string{"void", "bool", "i16", "i32", "i64", "u8", "f16", "bf16", "f32", "f64"}
+
+func (t Type) String() string { return typeNames[t] }
+
+// IsFloat reports whether t is a floating-point type (f16 and bf16 included).
+func (t Type) IsFloat() bool { return t == F16 || t == BF16 || t == F32 || t == F64 }
+
+// IsInt reports whether t is an integer type (bool excluded).
+func (t Type) IsInt() bool { return t == I16 || t == I32 || t == I64 || t == U8 }
+
+// Bits is the storage width of t.
+func (t Type) Bits() int {
+	switch t {
+	case Bool:
+		return 1
+	case U8:
+		return 8
+	case I16, F16, BF16:
+		return 16
+	case I32, F32:
+		return 32
+	case I64, F64:
+		return 64
+	}
+	return 0
+}
+
+// TypeByName maps a type's text form back to the type.
+func TypeByName(s string) (Type, bool) {
+	for i, n := range typeNames {
+		if n == s {
+			return Type(i), true
+		}
+	}
+	return Void, false
+}

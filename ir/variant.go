@@ -1,0 +1,207 @@
+package ir
+
+import "fmt"
+
+// Pos is a source position in a .attn file.
+type Pos struct {
+	File string
+	Line int
+	Col  int
+}
+
+// String renders p as file:line:col.
+func (p Pos) String() string { return fmt.Sprintf("%s:%d:%d", p.File, p.Line, p.Col) }
+
+// PosError is an error located in a spec: it prints as "file:line:col: msg".
+type PosError struct {
+	Pos Pos
+	Msg string
+}
+
+func (e *PosError) Error() string { return e.Pos.String() + ": " + e.Msg }
+
+// Errorf builds a PosError.
+func Errorf(p Pos, format string, args ...any) error {
+	return &PosError{Pos: p, Msg: fmt.Sprintf(format, args...)}
+}
+
+// DType is a storage element type of the KV cache, queries and outputs.
+type DType int
+
+const (
+	DTF32 DType = iota
+	DTF16
+	DTBF16
+)
+
+// Type is the kernel-IR type that stores values of d.
+func (d DType) Type() Type {
+	switch d {
+	case DTF16:
+		return F16
+	case DTBF16:
+		return BF16
+	}
+	return F32
+}
+
+func (d DType) String() string { return d.Type().String() }
+
+// Layout is the order of a page's axes.
+type Layout int
+
+const (
+	// HND pages are [kv_heads, page_size, d].
+	HND Layout = iota
+	// NHD pages are [page_size, kv_heads, d].
+	NHD
+)
+
+func (l Layout) String() string {
+	if l == NHD {
+		return "NHD"
+	}
+	return "HND"
+}
+
+// Table is the page-table encoding.
+type Table int
+
+const (
+	// CSR is FlashInfer's kv_indptr / kv_indices / kv_last_page_len.
+	CSR Table = iota
+	// BlockTable is vLLM's block_table / max_blocks / kv_lens.
+	BlockTable
+)
+
+func (t Table) String() string {
+	if t == BlockTable {
+		return "block_table"
+	}
+	return "csr"
+}
+
+// MaskKind is one clause of a mask line.
+type MaskKind int
+
+const (
+	MaskCausal MaskKind = iota
+	MaskNone
+	MaskWindow
+	MaskExpr
+	MaskTree
+	MaskCustom
+)
+
+var maskKindNames = [...]string{"causal", "none", "window", "expr", "tree", "custom"}
+
+func (k MaskKind) String() string { return maskKindNames[k] }
+
+// MaskClause is one clause of `mask ...`; a position is visible when every
+// clause allows it.
+type MaskClause struct {
+	Kind MaskKind
+	Left int  // window(left = W)
+	Expr Expr // expr(...): Bool over q_pos, kv_pos, head, batch
+	Pos  Pos
+}
+
+// SinkKind says what `sinks` adds.
+type SinkKind int
+
+const (
+	SinkTokens SinkKind = iota
+	SinkLearned
+)
+
+// Sinks is the `sinks` line.
+type Sinks struct {
+	Kind   SinkKind
+	Tokens int
+	Pos    Pos
+}
+
+// RopeStyle is the frequency schedule of inline RoPE.
+type RopeStyle int
+
+const (
+	RopeNormal RopeStyle = iota
+	RopeLlama3
+	RopeYarn
+)
+
+// Rope is `rope inline(...)`.
+type Rope struct {
+	Theta  float64
+	Style  RopeStyle
+	Params map[string]float64 // factor, low_freq, high_freq, original_max, ...
+	Pos    Pos
+}
+
+// MLA is `mla(heads, kv_lora_rank, rope_dim)`.
+type MLA struct {
+	Heads      int
+	KVLoraRank int
+	RopeDim    int
+	Pos        Pos
+}
+
+// Role is what a kernel does.
+type Role string
+
+const (
+	RolePrefill    Role = "prefill"
+	RoleDecode     Role = "decode"
+	RoleMergeState Role = "merge_state"
+	RoleAppend     Role = "append"
+	RoleCopyPage   Role = "copy_page"
+)
+
+// KernelRef is one name on the `kernels` line.
+type KernelRef struct {
+	Role Role
+	Pos  Pos
+}
+
+// Variant is a validated attention variant: everything a spec says, with
+// defaults filled in.
+type Variant struct {
+	Name string
+	Pos  Pos
+
+	QOHeads, KVHeads    int
+	HeadDimQK, HeadDimV int
+	DType               DType
+	PageSize            int
+	Layout              Layout
+	Table               Table
+	Masks               []MaskClause
+	Sinks               *Sinks
+	Score               Expr // Float over score, q_pos, kv_pos, head; nil = identity
+	ScorePos            Pos
+	Scale               float64 // always set: explicit or 1/sqrt(HeadDimQK)
+	ScaleExplicit       bool
+	Rope                *Rope
+	MLA                 *MLA
+	Kernels             []KernelRef
+	CachePos, HeadsPos  Pos
+}
+
+// GroupSize is qo heads per kv head.
+func (v *Variant) GroupSize() int { return v.QOHeads / v.KVHeads }
+
+// HasRole reports whether the variant lists role r.
+func (v *Variant) HasRole(r Role) bool {
+	for _, k := range v.Kernels {
+		if k.Role == r {
+			return true
+		}
+	}
+	return false
+}
+
+// ValidPageSizes lists every page size a kernel accepts.
+var ValidPageSizes = []int{1, 2, 4, 8, 16, 32, 64, 128, 256}
+
+// ValidPageSize reports whether n is a power of two in 1..256.
+func ValidPageSize(n int) bool { return n >= 1 && n <= 256 && n&(n-1) == 0 }

@@ -1,0 +1,528 @@
+package ir
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Verify checks the invariants of every kernel of m (see VerifyKernel) and
+// that kernel names are unique. It returns the first violation.
+func Verify(m *Module) error {
+	if m == nil {
+		return errors.New("nil module")
+	}
+	seen := map[string]bool{}
+	for _, k := range m.Kernels {
+		if k != nil {
+			if seen[k.Name] {
+				return fmt.Errorf("kernel %s: duplicate kernel name", k.Name)
+			}
+			seen[k.Name] = true
+		}
+		if err := VerifyKernel(k, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// MustVerify panics with "BUG: <pass>: <error>" when m breaks an invariant.
+func MustVerify(pass string, m *Module) {
+	if err := Verify(m); err != nil {
+		panic("BUG: " + pass + ": " + err.Error())
+	}
+}
+
+// VerifyKernel checks k's invariants and returns the first violation as
+// "kernel NAME: message in `statement`":
+//   - params have unique names and non-void types;
+//   - every Ref, Load, Store, Assign and Free names a declaration in scope
+//     (params, let, var, loop vars, alloc, malloc, call results; blocks nest
+//     scopes) whose type matches Ref.T / Load.T / the stored value; a Ref to
+//     a buffer has the buffer's element type;
+//   - no declaration redeclares a visible name (sibling blocks may reuse one);
+//   - expressions are well typed (see nodeRule): equal operand types,
+//     bool conditions, indices i32 or i64, bitcasts keep the width, ...;
+//   - For bounds are i32, If conditions bool, Return values i32;
+//   - Assign targets a Var; Free a Malloc; Alloc sizes are > 0;
+//   - a Parallel For body holds no Return and no Parallel For and assigns
+//     no var declared outside it; Continue appears only inside a For (it
+//     targets the innermost one; in a parallel body it ends the work item);
+//   - CallStmt names a kernel of m with as many params as args, scalar args
+//     have the param's type and buffer args are Refs to buffers of the same
+//     element type (m == nil skips these call checks).
+//
+// Range vars need no declaration; Range bounds are checked as expressions in
+// the scope of the loop body's header (the loop var included).
+func VerifyKernel(k *Kernel, m *Module) (err error) {
+	if k == nil {
+		return errors.New("nil kernel")
+	}
+	v := &verifier{m: m, k: k}
+	defer func() {
+		if r := recover(); r != nil {
+			ve, ok := r.(verifyError)
+			if !ok {
+				panic(r)
+			}
+			err = errors.New(ve.msg)
+		}
+	}()
+	v.kernel()
+	return nil
+}
+
+type declKind uint8
+
+const (
+	dParam  declKind = iota // scalar param
+	dBuffer                 // buffer param
+	dLet
+	dVar
+	dLoop
+	dAlloc
+	dMalloc
+	dResult // CallStmt result
+	dAny    // ParseExpr scope entry: scalar or buffer
+)
+
+// decl is what a name in scope stands for.
+type decl struct {
+	kind declKind
+	t    Type // value type, or element type of a buffer
+	par  int  // enclosing parallel loops at the declaration
+}
+
+func (d decl) isBuffer() bool {
+	return d.kind == dBuffer || d.kind == dAlloc || d.kind == dMalloc || d.kind == dAny
+}
+
+func intRange(t Type) (lo, hi int64) {
+	switch t {
+	case I16:
+		return -1 << 15, 1<<15 - 1
+	case I32:
+		return -1 << 31, 1<<31 - 1
+	case U8:
+		return 0, 255
+	}
+	return -1 << 63, 1<<63 - 1
+}
+
+// nodeRule checks the typing rule of e's own node (its children are assumed
+// checked) and returns a description of the violation, or "".
+func nodeRule(e Expr) string {
+	switch e := e.(type) {
+	case nil:
+		return "missing expression"
+	case *Const:
+		switch {
+		case e.T == Void:
+			return "constant of type void"
+		case e.T == Bool && e.Int != 0 && e.Int != 1:
+			return fmt.Sprintf("bool constant %d, want 0 or 1", e.Int)
+		case e.T.IsInt():
+			if lo, hi := intRange(e.T); e.Int < lo || e.Int > hi {
+				return fmt.Sprintf("constant %d out of range for %s", e.Int, e.T)
+			}
+		}
+	case *Binary:
+		if e.X == nil || e.Y == nil {
+			return fmt.Sprintf("operator %s: missing operand", e.Op)
+		}
+		x, y := e.X.Type(), e.Y.Type()
+		if x != y {
+			return fmt.Sprintf("type mismatch: %s %s %s", x, e.Op, y)
+		}
+		var ok bool
+		switch {
+		case e.Op <= Max:
+			ok = x.IsInt() || x.IsFloat()
+		case e.Op == Shl || e.Op == Shr:
+			ok = x.IsInt()
+		case e.Op <= Xor: // And, Or, Xor
+			ok = x == Bool || x.IsInt()
+		case e.Op == Eq || e.Op == Ne:
+			ok = x == Bool || x.IsInt() || x.IsFloat()
+		default: // ordered comparisons
+			ok = x.IsInt() || x.IsFloat()
+		}
+		if !ok {
+			return fmt.Sprintf("operator %s does not apply to %s", e.Op, x)
+		}
+	case *Unary:
+		if e.X == nil {
+			return fmt.Sprintf("%s: missing operand", e.Op)
+		}
+		x := e.X.Type()
+		var ok bool
+		switch e.Op {
+		case Neg, Abs:
+			ok = x.IsInt() || x.IsFloat()
+		case Not:
+			ok = x == Bool || x.IsInt()
+		default:
+			ok = x.IsFloat()
+		}
+		if !ok {
+			return fmt.Sprintf("%s does not apply to %s", e.Op, x)
+		}
+	case *Select:
+		if e.Cond == nil || e.X == nil || e.Y == nil {
+			return "select: missing operand"
+		}
+		if c := e.Cond.Type(); c != Bool {
+			return fmt.Sprintf("select condition is %s, want bool", c)
+		}
+		if x, y := e.X.Type(), e.Y.Type(); x != y || x == Void {
+			return fmt.Sprintf("select arms have types %s and %s, want equal", x, y)
+		}
+	case *Convert:
+		if e.X == nil {
+			return "convert: missing operand"
+		}
+		if e.To == Void || e.X.Type() == Void {
+			return fmt.Sprintf("convert from %s to %s", e.X.Type(), e.To)
+		}
+	case *Bitcast:
+		if e.X == nil {
+			return "bitcast: missing operand"
+		}
+		if x := e.X.Type(); x.Bits() != e.To.Bits() || x == Void {
+			return fmt.Sprintf("bitcast from %s to %s changes width (%d to %d bits)", x, e.To, x.Bits(), e.To.Bits())
+		}
+	case *Load:
+		if e.Index == nil {
+			return fmt.Sprintf("load %s: missing index", e.Buf)
+		}
+		if t := e.Index.Type(); t != I32 && t != I64 {
+			return fmt.Sprintf("index of %s is %s, want i32 or i64", e.Buf, t)
+		}
+	case *Call:
+		if e.Fn == "" {
+			return "call without a function name"
+		}
+		if e.T == Void {
+			return fmt.Sprintf("call @%s has type void", e.Fn)
+		}
+		for _, a := range e.Args {
+			if a == nil {
+				return fmt.Sprintf("call @%s: missing argument", e.Fn)
+			}
+		}
+	}
+	return ""
+}
+
+type verifyError struct{ msg string }
+
+type verifier struct {
+	m      *Module
+	k      *Kernel
+	scopes []map[string]decl
+	loops  int  // enclosing For statements
+	par    int  // enclosing Parallel For statements
+	cur    Stmt // statement being checked, for messages
+}
+
+func (v *verifier) fail(format string, args ...any) {
+	msg := fmt.Sprintf("kernel %s: ", v.k.Name) + fmt.Sprintf(format, args...)
+	if v.cur != nil {
+		if s := stmtHead(v.cur); s != "" {
+			msg += " in `" + s + "`"
+		}
+	}
+	panic(verifyError{msg})
+}
+
+// stmtHead is the first line of s's text form ("" if s cannot be printed).
+func stmtHead(s Stmt) (head string) {
+	defer func() {
+		if recover() != nil {
+			head = ""
+		}
+	}()
+	head, _, _ = strings.Cut(StmtString(s), "\n")
+	return strings.TrimSpace(head)
+}
+
+func (v *verifier) lookup(name string) (decl, bool) {
+	for i := len(v.scopes) - 1; i >= 0; i-- {
+		if d, ok := v.scopes[i][name]; ok {
+			return d, true
+		}
+	}
+	return decl{}, false
+}
+
+func (v *verifier) declare(name string, kind declKind, t Type) {
+	if name == "" {
+		v.fail("declaration without a name")
+	}
+	if d, ok := v.lookup(name); ok {
+		v.fail("redeclaration of %s (already a %s in scope)", name, declKindNames[d.kind])
+	}
+	if t == Void {
+		v.fail("%s %s has type void", declKindNames[kind], name)
+	}
+	v.scopes[len(v.scopes)-1][name] = decl{kind: kind, t: t, par: v.par}
+}
+
+func (v *verifier) kernel() {
+	ps := map[string]decl{}
+	v.scopes = []map[string]decl{ps}
+	for _, p := range v.k.Params {
+		switch {
+		case p == nil:
+			v.fail("nil param")
+		case p.Name == "":
+			v.fail("param without a name")
+		case p.Elem == Void:
+			v.fail("param %s has type void", p.Name)
+		}
+		if _, dup := ps[p.Name]; dup {
+			v.fail("duplicate param %s", p.Name)
+		}
+		kind := dParam
+		if p.Buffer {
+			kind = dBuffer
+		}
+		ps[p.Name] = decl{kind: kind, t: p.Elem}
+	}
+	if v.k.Body == nil {
+		v.fail("missing body")
+	}
+	v.block(v.k.Body)
+}
+
+func (v *verifier) block(b *Block) {
+	v.scopes = append(v.scopes, map[string]decl{})
+	for _, s := range b.Stmts {
+		v.stmt(s)
+	}
+	v.scopes = v.scopes[:len(v.scopes)-1]
+}
+
+func (v *verifier) buffer(name, what string) decl {
+	d, ok := v.lookup(name)
+	if !ok {
+		v.fail("%s unknown buffer %s", what, name)
+	}
+	if !d.isBuffer() {
+		v.fail("%s %s, which is a %s, not a buffer", what, name, declKindNames[d.kind])
+	}
+	return d
+}
+
+func (v *verifier) stmt(s Stmt) {
+	v.cur = s
+	switch s := s.(type) {
+	case *Block:
+		if s == nil {
+			v.fail("nil block")
+		}
+		v.block(s)
+	case *Let:
+		v.expr(s.Value)
+		v.declare(s.Name, dLet, s.Value.Type())
+	case *Var:
+		v.expr(s.Init)
+		v.declare(s.Name, dVar, s.Init.Type())
+	case *Assign:
+		d, ok := v.lookup(s.Name)
+		if !ok {
+			v.fail("assign to undeclared %s", s.Name)
+		}
+		if d.kind != dVar {
+			v.fail("assign to %s %s, want a var", declKindNames[d.kind], s.Name)
+		}
+		if d.par < v.par {
+			v.fail("parallel loop body assigns var %s declared outside it", s.Name)
+		}
+		v.expr(s.Value)
+		if t := s.Value.Type(); t != d.t {
+			v.fail("assign %s to %s var %s: type mismatch", t, d.t, s.Name)
+		}
+	case *Alloc:
+		if s.Size <= 0 {
+			v.fail("alloc %s: size %d, want > 0", s.Name, s.Size)
+		}
+		v.declare(s.Name, dAlloc, s.T)
+	case *Malloc:
+		v.expr(s.Size)
+		if t := s.Size.Type(); t != I32 && t != I64 {
+			v.fail("malloc %s: size is %s, want i32 or i64", s.Name, t)
+		}
+		v.declare(s.Name, dMalloc, s.T)
+	case *Free:
+		d, ok := v.lookup(s.Name)
+		if !ok {
+			v.fail("free of unknown buffer %s", s.Name)
+		}
+		if d.kind != dMalloc {
+			v.fail("free of %s %s, want a malloc", declKindNames[d.kind], s.Name)
+		}
+	case *Store:
+		d := v.buffer(s.Buf, "store to")
+		v.expr(s.Index)
+		if t := s.Index.Type(); t != I32 && t != I64 {
+			v.fail("index of %s is %s, want i32 or i64", s.Buf, t)
+		}
+		v.expr(s.Value)
+		if t := s.Value.Type(); t != d.t {
+			v.fail("store %s into %s buffer %s: type mismatch", t, d.t, s.Buf)
+		}
+	case *For:
+		v.forStmt(s)
+	case *If:
+		v.expr(s.Cond)
+		if t := s.Cond.Type(); t != Bool {
+			v.fail("if condition is %s, want bool", t)
+		}
+		if s.Then == nil {
+			v.fail("if without a then block")
+		}
+		v.block(s.Then)
+		if s.Else != nil {
+			v.cur = s
+			v.block(s.Else)
+		}
+	case *Return:
+		if v.par > 0 {
+			v.fail("return inside a parallel loop")
+		}
+		v.expr(s.Value)
+		if t := s.Value.Type(); t != I32 {
+			v.fail("return value is %s, want i32", t)
+		}
+	case *Continue:
+		if v.loops == 0 {
+			v.fail("continue outside a for loop")
+		}
+	case *CallStmt:
+		v.call(s)
+	case nil:
+		v.fail("nil statement")
+	default:
+		v.fail("unknown statement %T", s)
+	}
+}
+
+func (v *verifier) forStmt(s *For) {
+	v.expr(s.Lo)
+	v.expr(s.Hi)
+	if t := s.Lo.Type(); t != I32 {
+		v.fail("for %s: lo is %s, want i32", s.Var, t)
+	}
+	if t := s.Hi.Type(); t != I32 {
+		v.fail("for %s: hi is %s, want i32", s.Var, t)
+	}
+	if s.Kind > Vector {
+		v.fail("for %s: unknown loop kind %d", s.Var, s.Kind)
+	}
+	if s.Kind == Parallel && v.par > 0 {
+		v.fail("nested parallel loop %s", s.Var)
+	}
+	if s.Body == nil {
+		v.fail("for %s without a body", s.Var)
+	}
+	v.loops++
+	if s.Kind == Parallel {
+		v.par++
+	}
+	v.scopes = append(v.scopes, map[string]decl{})
+	v.declare(s.Var, dLoop, I32)
+	for _, r := range s.Ranges {
+		v.expr(r.Lo)
+		v.expr(r.Hi)
+	}
+	v.block(s.Body)
+	v.scopes = v.scopes[:len(v.scopes)-1]
+	v.loops--
+	if s.Kind == Parallel {
+		v.par--
+	}
+}
+
+func (v *verifier) call(s *CallStmt) {
+	for _, a := range s.Args {
+		v.expr(a)
+	}
+	if n, ok := RuntimeRoutines[s.Fn]; ok {
+		if len(s.Args) != n {
+			v.fail("call %s: %d args, routine takes %d", s.Fn, len(s.Args), n)
+		}
+		if s.Result != "" {
+			v.declare(s.Result, dResult, I32)
+		}
+		return
+	}
+	if v.m != nil {
+		callee := v.m.Kernel(s.Fn)
+		if callee == nil {
+			v.fail("call to unknown kernel %s", s.Fn)
+		}
+		if len(s.Args) != len(callee.Params) {
+			v.fail("call %s: %d args, kernel takes %d params", s.Fn, len(s.Args), len(callee.Params))
+		}
+		for i, p := range callee.Params {
+			a := s.Args[i]
+			if p.Buffer {
+				r, ok := a.(*Ref)
+				if ok {
+					d, _ := v.lookup(r.Name)
+					ok = d.isBuffer()
+				}
+				if !ok {
+					v.fail("call %s: arg %d for buffer param %s is not a buffer name", s.Fn, i, p.Name)
+				}
+			}
+			if t := a.Type(); t != p.Elem {
+				v.fail("call %s: arg %d for param %s is %s, want %s", s.Fn, i, p.Name, t, p.Elem)
+			}
+		}
+	}
+	if s.Result != "" {
+		v.declare(s.Result, dResult, I32)
+	}
+}
+
+func (v *verifier) expr(e Expr) {
+	switch e := e.(type) {
+	case *Ref:
+		d, ok := v.lookup(e.Name)
+		if !ok {
+			v.fail("unknown name %s", e.Name)
+		}
+		if d.t != e.T {
+			v.fail("ref %s has type %s, declared %s", e.Name, e.T, d.t)
+		}
+	case *Load:
+		d := v.buffer(e.Buf, "load from")
+		if d.t != e.T {
+			v.fail("load %s has type %s, buffer element is %s", e.Buf, e.T, d.t)
+		}
+		v.expr(e.Index)
+	case *Binary:
+		v.expr(e.X)
+		v.expr(e.Y)
+	case *Unary:
+		v.expr(e.X)
+	case *Select:
+		v.expr(e.Cond)
+		v.expr(e.X)
+		v.expr(e.Y)
+	case *Convert:
+		v.expr(e.X)
+	case *Bitcast:
+		v.expr(e.X)
+	case *Call:
+		for _, a := range e.Args {
+			v.expr(a)
+		}
+	}
+	if msg := nodeRule(e); msg != "" {
+		v.fail("%s", msg)
+	}
+}
