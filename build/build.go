@@ -1,0 +1,154 @@
+package build
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	llvmgen "github.com/attnc/attnc/codegen/llvm"
+	"github.com/attnc/attnc/frontend"
+	"github.com/attnc/attnc/ir"
+	"github.com/attnc/attnc/lower"
+	"github.com/attnc/attnc/passes"
+	"github.com/attnc/attnc/registry"
+)
+
+// Targets are the code generators Build knows.
+var Targets = []string{"cpu"}
+
+// Options configures Build.
+type Options struct {
+	Targets []string // default: cpu
+	Passes  passes.Options
+}
+
+// Artifact is one generated file.
+type Artifact struct {
+	Name string
+	Data []byte
+}
+
+// Output is what a build produced, in a fixed order.
+type Output struct {
+	Artifacts []Artifact
+	Manifest  *registry.Manifest
+	Variants  []*ir.Variant
+	Lowered   map[string]*ir.Module // by variant name, before passes
+}
+
+// Variant is one compiled variant.
+type Variant struct {
+	V       *ir.Variant
+	Lowered *ir.Module // before passes: the manifest's argument dtypes
+	Final   *ir.Module // after the pipeline
+}
+
+// ParseSpecs reads every spec file and returns its variants in order,
+// rejecting duplicate variant names across files.
+func ParseSpecs(paths []string) ([]*ir.Variant, error) {
+	var all []*ir.Variant
+	seen := map[string]ir.Pos{}
+	for _, p := range paths {
+		vs, err := frontend.ParseFile(p)
+		if err != nil {
+			return nil, err
+		}
+		for _, v := range vs {
+			if first, ok := seen[v.Name]; ok {
+				return nil, ir.Errorf(v.Pos, "variant %s already defined at %s", v.Name, first)
+			}
+			seen[v.Name] = v.Pos
+			all = append(all, v)
+		}
+	}
+	return all, nil
+}
+
+// Compile lowers v and runs the pass pipeline.
+func Compile(v *ir.Variant, po passes.Options) (*Variant, error) {
+	m, err := lower.Lower(v)
+	if err != nil {
+		return nil, err
+	}
+	final, err := passes.Run(m, po)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %s: %w", v.Pos, v.Name, err)
+	}
+	return &Variant{V: v, Lowered: m, Final: final}, nil
+}
+
+// Build compiles the variants for the targets and returns the artifacts.
+func Build(vs []*ir.Variant, opt Options) (*Output, error) {
+	targets := opt.Targets
+	if len(targets) == 0 {
+		targets = []string{"cpu"}
+	}
+	for _, t := range targets {
+		if !contains(Targets, t) {
+			return nil, fmt.Errorf("unknown target %q (known: %s)", t, strings.Join(Targets, ", "))
+		}
+	}
+	out := &Output{Manifest: &registry.Manifest{ABI: registry.ABI, LSEBase: "e"}, Variants: vs, Lowered: map[string]*ir.Module{}}
+	for _, v := range vs {
+		cv, err := Compile(v, opt.Passes)
+		if err != nil {
+			return nil, err
+		}
+		out.Lowered[v.Name] = cv.Lowered
+		out.Manifest.Variants = append(out.Manifest.Variants, registry.VariantEntry(v, cv.Lowered))
+		for _, t := range targets {
+			switch t {
+			case "cpu":
+				ll, err := llvmgen.Emit(cv.Final)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %s: llvm: %w", v.Pos, v.Name, err)
+				}
+				out.Artifacts = append(out.Artifacts, Artifact{Name: v.Name + ".ll", Data: []byte(ll)})
+				for _, k := range cv.Lowered.Kernels {
+					out.Manifest.Kernels = append(out.Manifest.Kernels, registry.KernelManifest{
+						Variant: v.Name, Role: string(k.Role), Symbol: k.Name, Entry: k.Entry, Target: "cpu",
+						File: v.Name + ".ll", Args: registry.Args(k), Returns: "i32 status",
+						Constraints: registry.Constraints(v),
+					})
+				}
+			}
+		}
+		out.Artifacts = append(out.Artifacts, Artifact{Name: v.Name + ".h", Data: []byte(Header(v, cv.Lowered))})
+	}
+	mj, err := out.Manifest.Marshal()
+	if err != nil {
+		return nil, err
+	}
+	out.Artifacts = append(out.Artifacts, Artifact{Name: "manifest.json", Data: mj})
+	sort.SliceStable(out.Artifacts, func(i, j int) bool { return out.Artifacts[i].Name < out.Artifacts[j].Name })
+	return out, nil
+}
+
+// Write stores the artifacts in dir.
+func (o *Output) Write(dir string, log io.Writer) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, a := range o.Artifacts {
+		p := filepath.Join(dir, a.Name)
+		if err := os.WriteFile(p, a.Data, 0o644); err != nil {
+			return err
+		}
+		if log != nil {
+			fmt.Fprintf(log, "wrote %s\n", p)
+		}
+	}
+	return nil
+}
+
+func contains(xs []string, s string) bool {
+	for _, x := range xs {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

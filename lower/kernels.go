@@ -1,0 +1,256 @@
+package lower
+
+import "github.com/attnc/attnc/ir"
+
+// MaskDef states the variant's visibility rule as one boolean expression
+// over q_pos, kv_pos, head and batch: every mask clause must allow a
+// position, then `sinks tokens(N)` adds the first N (causal) positions back.
+func MaskDef(v *ir.Variant) *ir.Def {
+	qPos, kvPos := ir.R("q_pos", ir.I32), ir.R("kv_pos", ir.I32)
+	var vis ir.Expr = ir.BoolConst(true)
+	conj := func(e ir.Expr) {
+		if ir.IsTrue(vis) {
+			vis = e
+		} else {
+			vis = and(vis, e)
+		}
+	}
+	for _, c := range v.Masks {
+		switch c.Kind {
+		case ir.MaskCausal:
+			conj(le(kvPos, qPos))
+		case ir.MaskNone:
+		case ir.MaskWindow:
+			conj(and(le(kvPos, qPos), le(sub(qPos, kvPos), i32(c.Left))))
+		case ir.MaskExpr:
+			conj(c.Expr)
+		}
+	}
+	if v.Sinks != nil && v.Sinks.Kind == ir.SinkTokens {
+		vis = or(vis, and(lt(kvPos, i32(v.Sinks.Tokens)), le(kvPos, qPos)))
+	}
+	return &ir.Def{Name: "mask", Params: []*ir.Param{scalar("q_pos"), scalar("kv_pos"), scalar("head"), scalar("batch")}, Body: vis}
+}
+
+// ScoreDef states the score transform over score (already scaled), q_pos,
+// kv_pos and head; the identity when the variant has none.
+func ScoreDef(v *ir.Variant) *ir.Def {
+	var body ir.Expr = ir.R("score", ir.F32)
+	if v.Score != nil {
+		body = ir.Cvt(ir.F32, v.Score)
+	}
+	return &ir.Def{Name: "score", Params: []*ir.Param{{Name: "score", Elem: ir.F32}, scalar("q_pos"), scalar("kv_pos"), scalar("head")}, Body: body}
+}
+
+// PlanSplitsDef is the split-KV rule shared by the registry (evaluated in Go)
+// and the generated decode entry: with fewer (sequence, kv head) items than
+// threads, split each sequence's KV tiles into enough chunks to give every
+// thread work, never more chunks than tiles.
+func PlanSplitsDef() *ir.Def {
+	items, threads, tiles := ir.R("items", ir.I32), ir.R("threads", ir.I32), ir.R("max_tiles", ir.I32)
+	want := div(add(threads, sub(maxE(items, i32(1)), i32(1))), maxE(items, i32(1)))
+	body := sel(ge(items, threads), i32(1), maxE(i32(1), minE(want, tiles)))
+	return &ir.Def{Name: "plan_splits", Params: []*ir.Param{scalar("items"), scalar("threads"), scalar("max_tiles")}, Body: body}
+}
+
+func (l *lowering) name(role string) string { return l.p + "_" + role }
+
+// prefill is the ragged-query entry. When every sequence has exactly one
+// query token laid out as in decode, it dispatches to the decode kernel
+// (which may split KV); otherwise it runs (sequence, kv head, query tile)
+// work items over the thread pool.
+func (l *lowering) prefill(decodeIsEntry bool) *ir.Kernel {
+	QT := QTile(l.G)
+	params := append([]*ir.Param{
+		buf("q", l.dt, false, "total_q", itoa(l.H), itoa(l.D)),
+		buf("qo_indptr", ir.I32, false, "batch_size+1"),
+	}, l.cacheParams()...)
+	params = append(params, l.outParams("total_q")...)
+	var b blk
+	b.vr("max_qt", i32(0))
+	b.vr("single", ir.BoolConst(true))
+	b.when(gt(ir.R("batch_size", ir.I32), i32(0)), func(t *blk) {
+		t.fail(lt(ldi("qo_indptr", i32(0)), i32(0)), ErrBadQOIndptr)
+	})
+	l.validateCache(&b, func(t *blk, vb *ir.Ref) ir.Expr {
+		qBeg := t.let("v_q_beg", ldi("qo_indptr", vb))
+		qLen := t.let("v_q_len", sub(ldi("qo_indptr", add(vb, i32(1))), qBeg))
+		t.fail(lt(qLen, i32(0)), ErrBadQOIndptr)
+		t.set("single", and(ir.R("single", ir.Bool), and(eq(qLen, i32(1)), eq(qBeg, vb))))
+		return qLen
+	}, func(t *blk, vb *ir.Ref, qLen, kvLen ir.Expr) {
+		t.set("max_qt", maxE(ir.R("max_qt", ir.I32), ceilDiv(qLen, QT)))
+	})
+	bs := ir.R("batch_size", ir.I32)
+	b.when(and(ir.R("single", ir.Bool), gt(bs, i32(0))), func(t *blk) {
+		var args []ir.Expr
+		for _, p := range l.decodeParams() {
+			args = append(args, ir.R(p.Name, p.Elem))
+		}
+		t.add(&ir.CallStmt{Result: "st", Fn: l.name("decode"), Args: args})
+		t.add(&ir.Return{Value: ir.R("st", ir.I32)})
+	})
+	maxQT := ir.R("max_qt", ir.I32)
+	nItems := b.let("n_items", mul(mul(bs, i32(l.KVH)), maxQT))
+	item := ir.R("item", ir.I32)
+	b.loop("item", i32(0), nItems, ir.Parallel, "work", func(t *blk) {
+		qt := t.let("qt", rem(item, maxQT))
+		rest := t.let("rest", div(item, maxQT))
+		kvh := t.let("kvh", rem(rest, i32(l.KVH)))
+		sb := t.let("b", div(rest, i32(l.KVH)))
+		qBeg := t.let("q_beg", ldi("qo_indptr", sb))
+		qLen := t.let("q_len", sub(ldi("qo_indptr", add(sb, i32(1))), qBeg))
+		qLo := t.let("q_lo", mul(qt, i32(QT)))
+		t.when(ge(qLo, qLen), func(u *blk) { u.add(&ir.Continue{}) })
+		rows := t.let("rows", minE(i32(QT), sub(qLen, qLo)))
+		kvBeg := t.let("kv_beg", ldi("kv_indptr", sb))
+		np := t.let("np", sub(ldi("kv_indptr", add(sb, i32(1))), kvBeg))
+		kvLen := t.let("kv_len", l.kvLen(np, sb))
+		l.attend(t, tileWork{qt: QT, b: sb, kvh: kvh, qRow0: add(qBeg, qLo), rows: rows,
+			qPos0: t.let("q_pos0", add(sub(kvLen, qLen), qLo)), kvBeg: kvBeg, kvLen: kvLen,
+			tileLo: i32(0), tileHi: ceilDiv(kvLen, KVTile), store: l.storeOut})
+	})
+	b.add(&ir.Return{Value: i32(0)})
+	return &ir.Kernel{Name: l.name("prefill"), Role: ir.RolePrefill, Entry: true, Params: params, Body: b.block()}
+}
+
+func (l *lowering) decodeParams() []*ir.Param {
+	params := append([]*ir.Param{buf("q", l.dt, false, "batch_size", itoa(l.H), itoa(l.D))}, l.cacheParams()...)
+	return append(params, l.outParams("batch_size")...)
+}
+
+// decode is the one-token-per-sequence entry. It validates, asks
+// @plan_splits how many KV chunks each (sequence, kv head) item gets, and
+// either runs the items directly or runs the chunks into f32 scratch and
+// merges them with the merge_state formula.
+func (l *lowering) decode(entry bool) *ir.Kernel {
+	params := l.decodeParams()
+	var b blk
+	b.vr("max_tiles", i32(0))
+	l.validateCache(&b, func(t *blk, vb *ir.Ref) ir.Expr { return i32(1) },
+		func(t *blk, vb *ir.Ref, qLen, kvLen ir.Expr) {
+			t.set("max_tiles", maxE(ir.R("max_tiles", ir.I32), ceilDiv(kvLen, KVTile)))
+		})
+	bs := ir.R("batch_size", ir.I32)
+	b.add(&ir.CallStmt{Result: "threads", Fn: "rt.num_threads"})
+	items := b.let("items", mul(bs, i32(l.KVH)))
+	splits := b.let("splits", &ir.Call{Fn: "plan_splits", Args: []ir.Expr{items, ir.R("threads", ir.I32), ir.R("max_tiles", ir.I32)}, T: ir.I32})
+	// seq binds the per-sequence lets of a work item.
+	seq := func(t *blk, sb ir.Expr) (kvBeg, kvLen ir.Expr) {
+		kvBeg = t.let("kv_beg", ldi("kv_indptr", sb))
+		np := t.let("np", sub(ldi("kv_indptr", add(sb, i32(1))), kvBeg))
+		return kvBeg, t.let("kv_len", l.kvLen(np, sb))
+	}
+	item := ir.R("item", ir.I32)
+	b.when(le(splits, i32(1)), func(t *blk) {
+		t.loop("item", i32(0), items, ir.Parallel, "work", func(u *blk) {
+			kvh := u.let("kvh", rem(item, i32(l.KVH)))
+			sb := u.let("b", div(item, i32(l.KVH)))
+			kvBeg, kvLen := seq(u, sb)
+			l.attend(u, tileWork{qt: 1, b: sb, kvh: kvh, qRow0: sb, rows: i32(1), qPos0: sub(kvLen, i32(1)),
+				kvBeg: kvBeg, kvLen: kvLen, tileLo: i32(0), tileHi: ceilDiv(kvLen, KVTile), store: l.storeOut})
+		})
+		t.add(&ir.Return{Value: i32(0)})
+	})
+	// Split-KV: chunk sp of sequence b covers tiles [sp*per, min((sp+1)*per, n)).
+	rowsPerSplit := mul(bs, i32(l.H))
+	b.add(&ir.Malloc{Name: "part_o", T: ir.F32, Size: mul(mul(splits, rowsPerSplit), i32(l.DV))})
+	b.add(&ir.Malloc{Name: "part_lse", T: ir.F32, Size: mul(splits, rowsPerSplit)})
+	b.loop("item", i32(0), mul(items, splits), ir.Parallel, "work", func(u *blk) {
+		sp := u.let("sp", rem(item, splits))
+		rest := u.let("rest", div(item, splits))
+		kvh := u.let("kvh", rem(rest, i32(l.KVH)))
+		sb := u.let("b", div(rest, i32(l.KVH)))
+		kvBeg, kvLen := seq(u, sb)
+		nt := u.let("n_tiles", ceilDiv(kvLen, KVTile))
+		per := u.let("per", div(add(nt, sub(splits, i32(1))), splits))
+		tLo := u.let("t_lo", minE(mul(sp, per), nt))
+		l.attend(u, tileWork{qt: 1, b: sb, kvh: kvh, qRow0: sb, rows: i32(1), qPos0: sub(kvLen, i32(1)),
+			kvBeg: kvBeg, kvLen: kvLen, tileLo: tLo, tileHi: minE(add(tLo, per), nt),
+			store: func(x *blk, qrow, head ir.Expr, acc func(ir.Expr) ir.Expr, inv, lse ir.Expr) {
+				flat := x.let("pflat", add(mul(add(mul(sp, bs), qrow), i32(l.H)), head))
+				d := ir.R("d", ir.I32)
+				x.loop("d", i32(0), i32(l.DV), ir.Vector, "", func(y *blk) {
+					y.store("part_o", add(mul(flat, i32(l.DV)), d), mul(acc(d), inv))
+				})
+				x.store("part_lse", flat, lse)
+			}})
+	})
+	// Merge the chunks of each (sequence, qo head) row, folding with the
+	// pairwise merge_state update.
+	row := ir.R("mrow", ir.I32)
+	b.loop("mrow", i32(0), rowsPerSplit, ir.Parallel, "merge", func(u *blk) {
+		u.alloc("macc", ir.F32, l.DV)
+		u.vr("mlse", negInf())
+		d := ir.R("d", ir.I32)
+		u.loop("d", i32(0), i32(l.DV), ir.Vector, "", func(x *blk) { x.store("macc", d, f32(0)) })
+		u.loop("sp", i32(0), splits, ir.Serial, "", func(x *blk) {
+			pflat := x.let("pflat", add(mul(ir.R("sp", ir.I32), rowsPerSplit), row))
+			l.pairMerge(x, ir.R("mlse", ir.F32), ld("part_lse", ir.F32, pflat),
+				func(dv ir.Expr) ir.Expr { return ld("macc", ir.F32, dv) },
+				func(dv ir.Expr) ir.Expr { return ld("part_o", ir.F32, add(mul(pflat, i32(l.DV)), dv)) },
+				func(y *blk, dv, val ir.Expr) { y.store("macc", dv, val) },
+				func(y *blk, val ir.Expr) { y.set("mlse", val) })
+		})
+		u.loop("d", i32(0), i32(l.DV), ir.Vector, "", func(x *blk) {
+			x.store("o", add(mul(i64(row), ir.IntT(ir.I64, int64(l.DV))), i64(d)), ir.Cvt(l.dt, ld("macc", ir.F32, d)))
+		})
+		u.when(&ir.NotNull{Buf: "lse"}, func(x *blk) { x.store("lse", row, ir.R("mlse", ir.F32)) })
+	})
+	b.add(&ir.Free{Name: "part_o"}, &ir.Free{Name: "part_lse"})
+	b.add(&ir.Return{Value: i32(0)})
+	return &ir.Kernel{Name: l.name("decode"), Role: ir.RoleDecode, Entry: entry, Params: params, Body: b.block()}
+}
+
+// pairMerge appends the merge_state update of state a = (la, va) with
+// b = (lb, vb): weights exp(l - max) that are exactly 0 for an empty side
+// (whose values are never read into the sum), o = weighted mean, lse = max +
+// log(sum of weights); two empty sides give o = 0, lse = -inf.
+func (l *lowering) pairMerge(b *blk, la, lb ir.Expr, va, vb func(ir.Expr) ir.Expr, setV func(*blk, ir.Expr, ir.Expr), setL func(*blk, ir.Expr)) {
+	lA := b.let("la", la)
+	lB := b.let("lb", lb)
+	m := b.let("mm", maxE(lA, lB))
+	wa := b.let("wa", sel(gt(lA, negInf()), ir.Un(ir.Exp, sub(lA, m)), f32(0)))
+	wb := b.let("wb", sel(gt(lB, negInf()), ir.Un(ir.Exp, sub(lB, m)), f32(0)))
+	ws := b.let("ws", add(wa, wb))
+	inv := b.let("winv", sel(gt(ws, f32(0)), ir.Bin(ir.Div, f32(1), ws), f32(0)))
+	d := ir.R("d", ir.I32)
+	b.loop("d", i32(0), i32(l.DV), ir.Vector, "", func(t *blk) {
+		ta := sel(gt(wa, f32(0)), mul(wa, va(d)), f32(0))
+		tb := sel(gt(wb, f32(0)), mul(wb, vb(d)), f32(0))
+		setV(t, d, mul(add(ta, tb), inv))
+	})
+	setL(b, sel(gt(ws, f32(0)), add(m, ir.Un(ir.Log, ws)), negInf()))
+}
+
+// mergeState is the merge_state entry: merges (v_other, s_other) into (v, s)
+// in place, row by row, with the same pairwise update as split-KV decode.
+func (l *lowering) mergeState() *ir.Kernel {
+	H, DV := l.H, l.DV
+	params := []*ir.Param{
+		buf("v", l.dt, true, "n", itoa(H), itoa(DV)),
+		buf("s", ir.F32, true, "n", itoa(H)),
+		buf("v_other", l.dt, false, "n", itoa(H), itoa(DV)),
+		buf("s_other", ir.F32, false, "n", itoa(H)),
+		scalar("n"),
+	}
+	var b blk
+	n := ir.R("n", ir.I32)
+	b.fail(lt(n, i32(0)), ErrBadArgument)
+	row := ir.R("row", ir.I32)
+	b.loop("row", i32(0), mul(n, i32(H)), ir.Parallel, "work", func(t *blk) {
+		base := t.let("base", mul(i64(row), ir.IntT(ir.I64, int64(DV))))
+		t.alloc("mv", ir.F32, DV)
+		l.pairMerge(t, ld("s", ir.F32, row), ld("s_other", ir.F32, row),
+			func(dv ir.Expr) ir.Expr { return tof32(ld("v", l.dt, add(base, i64(dv)))) },
+			func(dv ir.Expr) ir.Expr { return tof32(ld("v_other", l.dt, add(base, i64(dv)))) },
+			func(y *blk, dv, val ir.Expr) { y.store("mv", dv, val) },
+			func(y *blk, val ir.Expr) { y.store("s", row, val) })
+		d := ir.R("d", ir.I32)
+		t.loop("d", i32(0), i32(DV), ir.Vector, "", func(x *blk) {
+			x.store("v", add(base, i64(d)), ir.Cvt(l.dt, ld("mv", ir.F32, d)))
+		})
+	})
+	b.add(&ir.Return{Value: i32(0)})
+	return &ir.Kernel{Name: l.name("merge_state"), Role: ir.RoleMergeState, Entry: true, Params: params, Body: b.block()}
+}

@@ -1,0 +1,353 @@
+package lower
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+
+	"github.com/attnc/attnc/ir"
+)
+
+var negInfV = math.Inf(-1)
+
+// Status codes every generated module returns (DESIGN §4: 0 ok, negative bad input).
+const (
+	ErrBadArgument = -1 - iota
+	ErrBadQOIndptr
+	ErrBadKVIndptr
+	ErrBadLastPageLen
+	ErrBadPageID
+	ErrQLenExceedsKVLen
+	ErrNoMemory
+)
+
+// Errors is the status table of every module.
+var Errors = []ir.ErrorCode{
+	{Code: ErrBadArgument, Name: "bad_argument", Msg: "a size argument (batch_size, num_pages or n) is negative"},
+	{Code: ErrBadQOIndptr, Name: "bad_qo_indptr", Msg: "qo_indptr must start at or above 0 and be non-decreasing"},
+	{Code: ErrBadKVIndptr, Name: "bad_kv_indptr", Msg: "kv_indptr must start at or above 0 and be non-decreasing"},
+	{Code: ErrBadLastPageLen, Name: "bad_last_page_len", Msg: "kv_last_page_len must be in 1..page_size for a sequence with pages"},
+	{Code: ErrBadPageID, Name: "bad_page_id", Msg: "a page id in kv_indices is outside 0..num_pages-1"},
+	{Code: ErrQLenExceedsKVLen, Name: "q_len_exceeds_kv_len", Msg: "a sequence has more query tokens than cached tokens (q_len > kv_len)"},
+	{Code: ErrNoMemory, Name: "no_memory", Msg: "scratch memory allocation failed"},
+}
+
+// KVTile is the number of KV positions a tile covers, whatever the page size:
+// a tile may span many small pages or part of a large one.
+const KVTile = 64
+
+// QTile is the number of query rows per work item for group size g, chosen so
+// that a work item holds about 64 (row, head) pairs.
+func QTile(g int) int {
+	if g >= 64 {
+		return 1
+	}
+	return 64 / g
+}
+
+// Unsupported reports the first feature of v that this version cannot
+// generate kernels for, as file:line:col: not supported yet: <feature>.
+func Unsupported(v *ir.Variant) error {
+	if v.MLA != nil {
+		return ir.Errorf(v.MLA.Pos, "not supported yet: mla")
+	}
+	if v.Rope != nil {
+		return ir.Errorf(v.Rope.Pos, "not supported yet: rope inline")
+	}
+	if v.Sinks != nil && v.Sinks.Kind == ir.SinkLearned {
+		return ir.Errorf(v.Sinks.Pos, "not supported yet: sinks learned")
+	}
+	for _, c := range v.Masks {
+		if c.Kind == ir.MaskTree || c.Kind == ir.MaskCustom {
+			return ir.Errorf(c.Pos, "not supported yet: mask %s", c.Kind)
+		}
+	}
+	if v.Table == ir.BlockTable {
+		return ir.Errorf(v.CachePos, "not supported yet: table = block_table")
+	}
+	for _, k := range v.Kernels {
+		switch k.Role {
+		case ir.RolePrefill, ir.RoleDecode, ir.RoleMergeState:
+		default:
+			return ir.Errorf(k.Pos, "not supported yet: kernel %s", k.Role)
+		}
+	}
+	if !ir.ValidPageSize(v.PageSize) {
+		return ir.Errorf(v.CachePos, "page_size %d is not valid: use a power of two from 1 to 256", v.PageSize)
+	}
+	return nil
+}
+
+// Lower builds the kernel-IR module of v: one entry kernel per listed role
+// (plus the decode kernel prefill dispatches to), the mask/score/dispatch
+// Defs and the status table.
+func Lower(v *ir.Variant) (*ir.Module, error) {
+	if err := Unsupported(v); err != nil {
+		return nil, err
+	}
+	l := &lowering{v: v, dt: v.DType.Type(), H: v.QOHeads, KVH: v.KVHeads, G: v.GroupSize(),
+		D: v.HeadDimQK, DV: v.HeadDimV, PS: v.PageSize, p: v.Name}
+	m := &ir.Module{Name: v.Name, Prefix: v.Name, Errors: Errors}
+	m.Defs = []*ir.Def{MaskDef(v), ScoreDef(v), PlanSplitsDef()}
+	needDecode := v.HasRole(ir.RoleDecode) || v.HasRole(ir.RolePrefill)
+	if v.HasRole(ir.RolePrefill) {
+		m.Kernels = append(m.Kernels, l.prefill(v.HasRole(ir.RoleDecode)))
+	}
+	if needDecode {
+		m.Kernels = append(m.Kernels, l.decode(v.HasRole(ir.RoleDecode)))
+	}
+	if v.HasRole(ir.RoleMergeState) {
+		m.Kernels = append(m.Kernels, l.mergeState())
+	}
+	return m, nil
+}
+
+type lowering struct {
+	v                *ir.Variant
+	dt               ir.Type
+	H, KVH, G, D, DV int
+	PS               int
+	p                string
+}
+
+func scalar(name string) *ir.Param { return &ir.Param{Name: name, Elem: ir.I32} }
+
+func buf(name string, t ir.Type, out bool, shape ...string) *ir.Param {
+	return &ir.Param{Name: name, Buffer: true, Elem: t, Shape: shape, Output: out}
+}
+
+func itoa(n int) string { return fmt.Sprint(n) }
+
+func (l *lowering) pageShape(d int) []string {
+	if l.v.Layout == ir.NHD {
+		return []string{"num_pages", itoa(l.PS), itoa(l.KVH), itoa(d)}
+	}
+	return []string{"num_pages", itoa(l.KVH), itoa(l.PS), itoa(d)}
+}
+
+// cacheParams are the paged-cache arguments shared by prefill and decode.
+func (l *lowering) cacheParams() []*ir.Param {
+	return []*ir.Param{
+		buf("k_pages", l.dt, false, l.pageShape(l.D)...),
+		buf("v_pages", l.dt, false, l.pageShape(l.DV)...),
+		scalar("num_pages"),
+		buf("kv_indptr", ir.I32, false, "batch_size+1"),
+		buf("kv_indices", ir.I32, false, "nnz_pages"),
+		buf("kv_last_page_len", ir.I32, false, "batch_size"),
+		scalar("batch_size"),
+	}
+}
+
+func (l *lowering) outParams(rows string) []*ir.Param {
+	lse := buf("lse", ir.F32, true, rows, itoa(l.H))
+	lse.Null = true
+	return []*ir.Param{buf("o", l.dt, true, rows, itoa(l.H), itoa(l.DV)), lse}
+}
+
+// kvLen is the cached length of sequence b from the CSR table, given the
+// page count np (a Ref).
+func (l *lowering) kvLen(np ir.Expr, b ir.Expr) ir.Expr {
+	return sel(gt(np, i32(0)), add(mul(sub(np, i32(1)), i32(l.PS)), ldi("kv_last_page_len", b)), i32(0))
+}
+
+// validateCache checks the size arguments and the page table of every
+// sequence; qLen gives sequence b's query count, and per-sequence extra
+// checks and reductions go in each.
+func (l *lowering) validateCache(b *blk, qCheck func(*blk, *ir.Ref) (qLen ir.Expr), each func(*blk, *ir.Ref, ir.Expr, ir.Expr)) {
+	bs := ir.R("batch_size", ir.I32)
+	b.fail(lt(bs, i32(0)), ErrBadArgument)
+	b.fail(lt(ir.R("num_pages", ir.I32), i32(0)), ErrBadArgument)
+	b.when(gt(bs, i32(0)), func(t *blk) {
+		t.fail(lt(ldi("kv_indptr", i32(0)), i32(0)), ErrBadKVIndptr)
+	})
+	b.loop("vs", i32(0), bs, ir.Serial, "validate", func(t *blk) {
+		vb := ir.R("vs", ir.I32)
+		qLen := qCheck(t, vb)
+		kvBeg := t.let("v_kv_beg", ldi("kv_indptr", vb))
+		np := t.let("v_np", sub(ldi("kv_indptr", add(vb, i32(1))), kvBeg))
+		t.fail(lt(np, i32(0)), ErrBadKVIndptr)
+		t.when(gt(np, i32(0)), func(u *blk) {
+			last := u.let("v_last", ldi("kv_last_page_len", vb))
+			u.fail(or(lt(last, i32(1)), gt(last, i32(l.PS))), ErrBadLastPageLen)
+		})
+		kvLen := t.let("v_kv_len", l.kvLen(np, vb))
+		t.fail(gt(qLen, kvLen), ErrQLenExceedsKVLen)
+		t.loop("vj", kvBeg, add(kvBeg, np), ir.Serial, "", func(u *blk) {
+			pg := u.let("v_page", ldi("kv_indices", ir.R("vj", ir.I32)))
+			u.fail(or(lt(pg, i32(0)), ge(pg, ir.R("num_pages", ir.I32))), ErrBadPageID)
+		})
+		each(t, vb, qLen, kvLen)
+	})
+}
+
+// rowIndex is the element offset of (page, kv head, slot) in a page pool of
+// head dim d, as i64.
+func (l *lowering) rowIndex(page, kvh, slot ir.Expr, d int) ir.Expr {
+	var r ir.Expr
+	if l.v.Layout == ir.NHD {
+		r = add(mul(add(mul(i64(page), ir.IntT(ir.I64, int64(l.PS))), i64(slot)), ir.IntT(ir.I64, int64(l.KVH))), i64(kvh))
+	} else {
+		r = add(mul(add(mul(i64(page), ir.IntT(ir.I64, int64(l.KVH))), i64(kvh)), ir.IntT(ir.I64, int64(l.PS))), i64(slot))
+	}
+	return mul(r, ir.IntT(ir.I64, int64(d)))
+}
+
+// tileWork describes one work item of the online-softmax skeleton: which
+// sequence and kv head, which query rows, which KV tiles, and where the
+// normalized result goes.
+type tileWork struct {
+	qt           int     // query rows per item (compile-time bound)
+	b, kvh       ir.Expr // sequence, kv head
+	qRow0        ir.Expr // first query row (index into q / o rows)
+	rows         ir.Expr // rows in this item (<= qt)
+	qPos0        ir.Expr // position of the first row
+	kvBeg, kvLen ir.Expr // CSR page offset and cached length
+	tileLo       ir.Expr // first KV tile
+	tileHi       ir.Expr // end KV tile (exclusive)
+	store        func(b *blk, row, head ir.Expr, acc func(dv ir.Expr) ir.Expr, inv, lse ir.Expr)
+}
+
+// attend appends the shared online-softmax skeleton for one work item: load
+// the group's query rows, walk KV tiles (each K/V tile loaded once for all
+// qo heads of the group), score, transform, mask, update the running max,
+// sum and accumulator, then normalize and store.
+func (l *lowering) attend(b *blk, w tileWork) {
+	G, QT, D, DV, KT := l.G, w.qt, l.D, l.DV, KVTile
+	b.alloc("qs", ir.F32, G*QT*D)
+	b.alloc("acc", ir.F32, G*QT*DV)
+	b.alloc("mx", ir.F32, G*QT)
+	b.alloc("den", ir.F32, G*QT)
+	b.alloc("kb", ir.F32, KT*D)
+	b.alloc("vb", ir.F32, KT*DV)
+	b.alloc("sc", ir.F32, KT)
+	g, r, d, j := ir.R("g", ir.I32), ir.R("r", ir.I32), ir.R("d", ir.I32), ir.R("j", ir.I32)
+	rowOf := func() ir.Expr { return add(mul(g, i32(QT)), r) }
+	// Load and convert the group's query rows; reset the running state.
+	b.loop("g", i32(0), i32(G), ir.Serial, "", func(t *blk) {
+		t.loop("r", i32(0), w.rows, ir.Serial, "", func(u *blk) {
+			row := u.let("row", rowOf())
+			qrow := u.let("qrow", mul(i64(add(mul(add(w.qRow0, r), i32(l.H)), add(mul(w.kvh, i32(G)), g))), ir.IntT(ir.I64, int64(D))))
+			u.loop("d", i32(0), i32(D), ir.Vector, "", func(x *blk) {
+				x.store("qs", add(mul(row, i32(D)), d), tof32(ld("q", l.dt, add(qrow, i64(d)))))
+			})
+			u.store("mx", row, negInf())
+			u.store("den", row, f32(0))
+			u.loop("d", i32(0), i32(DV), ir.Vector, "", func(x *blk) {
+				x.store("acc", add(mul(row, i32(DV)), d), f32(0))
+			})
+		})
+	})
+	kt := ir.R("kt", ir.I32)
+	tile := b.loop("kt", w.tileLo, w.tileHi, ir.Serial, "kv_tile", func(t *blk) {
+		kvLo := t.let("kv_lo", mul(kt, i32(KT)))
+		kvN := t.let("kv_n", minE(i32(KT), sub(w.kvLen, kvLo)))
+		// Page-table walk: each position finds its page, so a tile may
+		// span pages of any power-of-two size.
+		t.loop("j", i32(0), kvN, ir.Serial, "kv_load", func(u *blk) {
+			pos := u.let("kv_at", add(kvLo, j))
+			page := u.let("page", ldi("kv_indices", add(w.kvBeg, ir.Bin(ir.Shr, pos, i32(bits.TrailingZeros(uint(l.PS)))))))
+			slot := u.let("slot", ir.Bin(ir.And, pos, i32(l.PS-1)))
+			krow := u.let("krow", l.rowIndex(page, w.kvh, slot, D))
+			vrow := u.let("vrow", l.rowIndex(page, w.kvh, slot, DV))
+			u.loop("d", i32(0), i32(D), ir.Vector, "", func(x *blk) {
+				x.store("kb", add(mul(j, i32(D)), d), tof32(ld("k_pages", l.dt, add(krow, i64(d)))))
+			})
+			u.loop("d", i32(0), i32(DV), ir.Vector, "", func(x *blk) {
+				x.store("vb", add(mul(j, i32(DV)), d), tof32(ld("v_pages", l.dt, add(vrow, i64(d)))))
+			})
+		})
+		t.loop("g", i32(0), i32(G), ir.Serial, "", func(u *blk) {
+			u.loop("r", i32(0), w.rows, ir.Serial, "q_row", func(x *blk) {
+				head := x.let("head", add(mul(w.kvh, i32(G)), g))
+				qPos := x.let("q_pos", add(w.qPos0, r))
+				row := x.let("row", rowOf())
+				x.loop("j", i32(0), kvN, ir.Serial, "score", func(y *blk) {
+					kvPos := y.let("kv_pos", add(kvLo, j))
+					y.vr("dot", f32(0))
+					y.loop("d", i32(0), i32(D), ir.Vector, "", func(z *blk) {
+						z.set("dot", add(ir.R("dot", ir.F32), mul(ld("qs", ir.F32, add(mul(row, i32(D)), d)), ld("kb", ir.F32, add(mul(j, i32(D)), d)))))
+					})
+					scaled := mul(ir.R("dot", ir.F32), f32(float64(float32(l.v.Scale))))
+					y.vr("s", &ir.Call{Fn: "score", Args: []ir.Expr{scaled, qPos, kvPos, head}, T: ir.F32})
+					y.add(&ir.If{Tag: "mask", Cond: not(&ir.Call{Fn: "mask", Args: []ir.Expr{qPos, kvPos, head, w.b}, T: ir.Bool}),
+						Then: &ir.Block{Stmts: []ir.Stmt{&ir.Assign{Name: "s", Value: negInf()}}}})
+					y.store("sc", j, ir.R("s", ir.F32))
+				})
+				l.softmaxUpdate(x, row, kvN)
+			})
+		})
+	})
+	// The position ranges of this tile, for classify-tiles.
+	tile.Ranges = []ir.Range{
+		{Var: "kv_pos", Lo: mul(kt, i32(KT)), Hi: sub(minE(add(mul(kt, i32(KT)), i32(KT)), w.kvLen), i32(1))},
+		{Var: "q_pos", Lo: w.qPos0, Hi: sub(add(w.qPos0, w.rows), i32(1))},
+		{Var: "head", Lo: mul(w.kvh, i32(G)), Hi: add(mul(w.kvh, i32(G)), i32(G-1))},
+		{Var: refName(w.b), Lo: w.b, Hi: w.b},
+	}
+	// Normalize and store.
+	b.loop("g", i32(0), i32(G), ir.Serial, "", func(t *blk) {
+		t.loop("r", i32(0), w.rows, ir.Serial, "", func(u *blk) {
+			row := u.let("row", rowOf())
+			lv := u.let("lv", ld("den", ir.F32, row))
+			inv := u.let("inv", sel(gt(lv, f32(0)), ir.Bin(ir.Div, f32(1), lv), f32(0)))
+			lse := u.let("lse_v", sel(gt(lv, f32(0)), add(ld("mx", ir.F32, row), ir.Un(ir.Log, lv)), negInf()))
+			head := u.let("head", add(mul(w.kvh, i32(G)), g))
+			w.store(u, add(w.qRow0, r), head, func(dv ir.Expr) ir.Expr {
+				return ld("acc", ir.F32, add(mul(row, i32(DV)), dv))
+			}, inv, lse)
+		})
+	})
+}
+
+func refName(e ir.Expr) string {
+	if r, ok := e.(*ir.Ref); ok {
+		return r.Name
+	}
+	return "batch"
+}
+
+// softmaxUpdate folds the tile's scores sc[0..kvN) into row's running max,
+// denominator and accumulator (online softmax). A row whose scores are all
+// -inf so far keeps max -inf and adds nothing.
+func (l *lowering) softmaxUpdate(b *blk, row, kvN ir.Expr) {
+	DV := l.DV
+	j, d := ir.R("j", ir.I32), ir.R("d", ir.I32)
+	mOld := b.let("m_old", ld("mx", ir.F32, row))
+	b.vr("m_new", mOld)
+	mNew := ir.R("m_new", ir.F32)
+	b.loop("j", i32(0), kvN, ir.Serial, "", func(t *blk) {
+		t.set("m_new", maxE(mNew, ld("sc", ir.F32, j)))
+	})
+	b.when(gt(mNew, negInf()), func(t *blk) {
+		alpha := t.let("alpha", ir.Un(ir.Exp, sub(mOld, mNew)))
+		t.vr("psum", f32(0))
+		t.loop("j", i32(0), kvN, ir.Serial, "", func(u *blk) {
+			p := u.let("p", ir.Un(ir.Exp, sub(ld("sc", ir.F32, j), mNew)))
+			u.store("sc", j, p)
+			u.set("psum", add(ir.R("psum", ir.F32), p))
+		})
+		t.store("den", row, add(mul(ld("den", ir.F32, row), alpha), ir.R("psum", ir.F32)))
+		t.store("mx", row, mNew)
+		t.loop("d", i32(0), i32(DV), ir.Vector, "", func(u *blk) {
+			i := add(mul(row, i32(DV)), d)
+			u.store("acc", i, mul(ld("acc", ir.F32, i), alpha))
+		})
+		t.loop("j", i32(0), kvN, ir.Serial, "", func(u *blk) {
+			p := u.let("p", ld("sc", ir.F32, j))
+			u.loop("d", i32(0), i32(DV), ir.Vector, "", func(x *blk) {
+				i := add(mul(row, i32(DV)), d)
+				x.store("acc", i, add(ld("acc", ir.F32, i), mul(p, ld("vb", ir.F32, add(mul(j, i32(DV)), d)))))
+			})
+		})
+	})
+}
+
+// storeOut writes a normalized row to o (storage dtype) and lse (when not NULL).
+func (l *lowering) storeOut(b *blk, qrow, head ir.Expr, acc func(ir.Expr) ir.Expr, inv, lse ir.Expr) {
+	d := ir.R("d", ir.I32)
+	flat := b.let("oflat", add(mul(qrow, i32(l.H)), head))
+	b.loop("d", i32(0), i32(l.DV), ir.Vector, "", func(t *blk) {
+		t.store("o", add(mul(i64(flat), ir.IntT(ir.I64, int64(l.DV))), i64(d)), ir.Cvt(l.dt, mul(acc(d), inv)))
+	})
+	b.when(&ir.NotNull{Buf: "lse"}, func(t *blk) { t.store("lse", flat, lse) })
+}

@@ -1,0 +1,160 @@
+package registry
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/attnc/attnc/ir"
+)
+
+// ABI is the artifact ABI version (DESIGN §4).
+const ABI = 1
+
+// Manifest is manifest.json.
+type Manifest struct {
+	ABI      int               `json:"abi"`
+	LSEBase  string            `json:"lse_base"`
+	Variants []VariantManifest `json:"variants"`
+	Kernels  []KernelManifest  `json:"kernels"`
+}
+
+// VariantManifest records a variant's shape constraints and dispatch rules.
+type VariantManifest struct {
+	Name        string            `json:"name"`
+	Constraints map[string]any    `json:"constraints"`
+	Rules       map[string]string `json:"rules"`
+	Errors      []ir.ErrorCode    `json:"errors"`
+}
+
+// KernelManifest is one generated function.
+type KernelManifest struct {
+	Variant     string         `json:"variant"`
+	Role        string         `json:"role"`
+	Symbol      string         `json:"symbol"`
+	Entry       bool           `json:"entry"`
+	Target      string         `json:"target"`
+	File        string         `json:"file"`
+	Args        []Arg          `json:"args"`
+	Returns     string         `json:"returns"`
+	Constraints map[string]any `json:"constraints"`
+	Launch      map[string]any `json:"launch,omitempty"`
+}
+
+// Arg is one argument in call order.
+type Arg struct {
+	Name     string   `json:"name"`
+	Kind     string   `json:"kind"` // buffer | scalar
+	DType    string   `json:"dtype"`
+	Shape    []string `json:"shape,omitempty"`
+	Output   bool     `json:"output,omitempty"`
+	Nullable bool     `json:"nullable,omitempty"`
+}
+
+// Args converts kernel params (of the lowered, pre-legalization module,
+// whose dtypes are the storage types) to manifest args.
+func Args(k *ir.Kernel) []Arg {
+	var out []Arg
+	for _, p := range k.Params {
+		a := Arg{Name: p.Name, Kind: "scalar", DType: p.Elem.String()}
+		if p.Buffer {
+			a.Kind = "buffer"
+			a.Shape = p.Shape
+			a.Output = p.Output
+			a.Nullable = p.Null
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// Constraints are the fixed shape facts a variant's kernels assume.
+func Constraints(v *ir.Variant) map[string]any {
+	return map[string]any{
+		"qo_heads":    v.QOHeads,
+		"kv_heads":    v.KVHeads,
+		"head_dim_qk": v.HeadDimQK,
+		"head_dim_v":  v.HeadDimV,
+		"dtype":       v.DType.String(),
+		"page_size":   v.PageSize,
+		"layout":      v.Layout.String(),
+		"table":       v.Table.String(),
+		"scale":       float64(float32(v.Scale)),
+	}
+}
+
+// VariantEntry builds the variant part of the manifest from the lowered
+// module: its constraints and, in text form, the rules its entries follow.
+func VariantEntry(v *ir.Variant, m *ir.Module) VariantManifest {
+	rules := map[string]string{
+		"prefill":      "every sequence one query token at q[b] (qo_indptr[b] == b) -> decode entry; otherwise (sequence, kv head, query tile) work items",
+		"query_tile":   fmt.Sprint(queryTile(v)),
+		"kv_tile":      fmt.Sprint(KVTile),
+		"decode_split": "splits = plan_splits(items = batch_size * kv_heads, threads, max_tiles = max ceil(kv_len / kv_tile)); splits > 1 -> split-KV decode into f32 scratch, then merge_state of the chunks",
+	}
+	for _, d := range m.Defs {
+		rules["def "+d.Name] = ir.ExprString(d.Body)
+	}
+	return VariantManifest{Name: v.Name, Constraints: Constraints(v), Rules: rules, Errors: m.Errors}
+}
+
+// Marshal renders the manifest deterministically (sorted map keys, stable
+// kernel order) with a trailing newline.
+func (m *Manifest) Marshal() ([]byte, error) {
+	sort.SliceStable(m.Kernels, func(i, j int) bool {
+		a, b := m.Kernels[i], m.Kernels[j]
+		if a.Variant != b.Variant {
+			return a.Variant < b.Variant
+		}
+		if a.Target != b.Target {
+			return a.Target < b.Target
+		}
+		return a.Symbol < b.Symbol
+	})
+	sort.SliceStable(m.Variants, func(i, j int) bool { return m.Variants[i].Name < m.Variants[j].Name })
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// Explain renders a manifest's variant for a person.
+func Explain(vm VariantManifest, ks []KernelManifest) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "variant %s\n", vm.Name)
+	var keys []string
+	for k := range vm.Constraints {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&sb, "  %-12s %v\n", k, vm.Constraints[k])
+	}
+	sb.WriteString("kernels:\n")
+	for _, k := range ks {
+		if k.Variant != vm.Name {
+			continue
+		}
+		entry := ""
+		if k.Entry {
+			entry = " (entry)"
+		}
+		var args []string
+		for _, a := range k.Args {
+			args = append(args, a.Name)
+		}
+		fmt.Fprintf(&sb, "  %-4s %-12s %s%s\n       (%s)\n", k.Target, k.Role, k.Symbol, entry, strings.Join(args, ", "))
+	}
+	sb.WriteString("dispatch rules:\n")
+	keys = keys[:0]
+	for k := range vm.Rules {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&sb, "  %s: %s\n", k, vm.Rules[k])
+	}
+	return sb.String()
+}
