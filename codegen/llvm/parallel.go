@@ -1,0 +1,230 @@
+package llvm
+
+import (
+	"fmt"
+
+	"github.com/attnc/attnc/ir"
+	lir "github.com/llir/llvm/ir"
+	"github.com/llir/llvm/ir/constant"
+	"github.com/llir/llvm/ir/enum"
+	"github.com/llir/llvm/ir/types"
+	"github.com/llir/llvm/ir/value"
+)
+
+// parallel outlines the body of a parallel For into
+// `void @<kernel>.par<N>(i8* ctx, i32 idx)` and calls the runtime's
+// parallel_for with n = hi - lo. The free variables of the body are read at
+// loop start and passed through a context struct {lo, captures...} that lives
+// in the caller's frame.
+func (f *fnState) parallel(s *ir.For, lo, hi value.Value) {
+	if f.par {
+		f.fail("parallel loop %s nested inside a parallel loop", s.Var)
+	}
+	kf := f.kf
+	name := fmt.Sprintf("%s.par%d", kf.k.Name, len(kf.outlined))
+	f.e.reserve(name)
+
+	// Captures: lo first, then the free variables of the body. Constants
+	// are not passed through the context but rebound as constants, so the
+	// body still sees e.g. constant trip counts.
+	type capture struct {
+		name  string
+		b     *binding // nil for lo
+		v     value.Value
+		field int // index in the context struct; -1 for a constant
+	}
+	caps := []*capture{{name: s.Var + ".lo", v: lo}}
+	for _, n := range freeVars(s) {
+		b := f.lookup(n)
+		if b == nil {
+			f.fail("parallel loop %s: undefined name %q", s.Var, n)
+		}
+		v := b.v
+		if b.kind == bindVar {
+			v = f.cur.NewLoad(f.e.valueType(b.t, n), b.v)
+		}
+		caps = append(caps, &capture{name: n, b: b, v: v})
+	}
+	var fields []types.Type
+	for _, c := range caps {
+		c.field = -1
+		if _, ok := c.v.(constant.Constant); !ok {
+			c.field = len(fields)
+			fields = append(fields, c.v.Type())
+		}
+	}
+	st := types.NewStruct(fields...)
+	var ctxp value.Value = constant.NewNull(i8p)
+	if len(fields) > 0 {
+		ctx := f.alloca(st, nil, name+".ctx")
+		for _, c := range caps {
+			if c.field >= 0 {
+				p := f.cur.NewGetElementPtr(st, ctx, constant.NewInt(types.I32, 0), constant.NewInt(types.I32, int64(c.field)))
+				f.cur.NewStore(c.v, p)
+			}
+		}
+		ctxp = f.cur.NewBitCast(ctx, i8p)
+	}
+	n := f.cur.NewSub(hi, lo)
+
+	pctx := lir.NewParam("ctx", i8p)
+	pidx := lir.NewParam("idx", types.I32)
+	fn := lir.NewFunc(name, types.Void, pctx, pidx)
+	fn.Parent = f.e.mod
+	fn.Linkage = enum.LinkageInternal
+	fn.FuncAttrs = append(fn.FuncAttrs, enum.FuncAttrNoUnwind)
+	kf.outlined = append(kf.outlined, fn)
+	f.cur.NewCall(f.e.parallelFor, n, fn, ctxp)
+
+	g := newFnState(f.e, kf, fn, fmt.Sprintf("%s: parallel loop %s", f.what, s.Var))
+	g.par = true
+	g.fast = f.fast
+	g.names["ctx"] = true
+	g.names["idx"] = true
+	g.start()
+	var sp value.Value
+	if len(fields) > 0 {
+		sp = g.cur.NewBitCast(pctx, types.NewPointer(st))
+	}
+	scope := g.push()
+	var glo value.Value
+	for _, c := range caps {
+		v := c.v
+		if c.field >= 0 {
+			p := g.cur.NewGetElementPtr(st, sp, constant.NewInt(types.I32, 0), constant.NewInt(types.I32, int64(c.field)))
+			ld := g.cur.NewLoad(fields[c.field], p)
+			ld.SetName(g.fresh(c.name))
+			v = ld
+		}
+		if c.b == nil {
+			glo = v
+			continue
+		}
+		b := &binding{kind: bindValue, t: c.b.t, v: v, outer: true}
+		if c.b.kind == bindBuf {
+			b.kind = bindBuf
+			b.param = c.b.param
+		}
+		scope[c.name] = b
+	}
+	iv := g.cur.NewAdd(glo, pidx)
+	iv.SetName(g.fresh(s.Var))
+	g.bind(s.Var, &binding{kind: bindValue, t: ir.I32, v: iv})
+	g.loops = []*loopCtx{{}}
+	g.fast = f.fast
+	g.block(s.Body, false)
+	if g.cur != nil {
+		g.cur.NewRet(nil)
+	}
+}
+
+// freeVars lists, in order of first use, the names the body of a parallel
+// loop reads or writes that it does not declare itself.
+func freeVars(s *ir.For) []string {
+	w := &fvWalker{seen: map[string]bool{}}
+	w.scopes = []map[string]bool{{s.Var: true}}
+	w.stmts(s.Body)
+	return w.out
+}
+
+type fvWalker struct {
+	scopes []map[string]bool
+	seen   map[string]bool
+	out    []string
+}
+
+func (w *fvWalker) declared(n string) bool {
+	for i := len(w.scopes) - 1; i >= 0; i-- {
+		if w.scopes[i][n] {
+			return true
+		}
+	}
+	return false
+}
+
+func (w *fvWalker) use(n string) {
+	if !w.declared(n) && !w.seen[n] {
+		w.seen[n] = true
+		w.out = append(w.out, n)
+	}
+}
+
+func (w *fvWalker) declare(n string) { w.scopes[len(w.scopes)-1][n] = true }
+
+func (w *fvWalker) expr(e ir.Expr) {
+	if e == nil {
+		return
+	}
+	ir.VisitExpr(e, func(x ir.Expr) {
+		switch x := x.(type) {
+		case *ir.Ref:
+			w.use(x.Name)
+		case *ir.Load:
+			w.use(x.Buf)
+		case *ir.NotNull:
+			w.use(x.Buf)
+		}
+	})
+}
+
+func (w *fvWalker) stmts(b *ir.Block) {
+	if b == nil {
+		return
+	}
+	for _, s := range b.Stmts {
+		w.stmt(s)
+	}
+}
+
+func (w *fvWalker) scoped(b *ir.Block, decl string) {
+	w.scopes = append(w.scopes, map[string]bool{})
+	if decl != "" {
+		w.declare(decl)
+	}
+	w.stmts(b)
+	w.scopes = w.scopes[:len(w.scopes)-1]
+}
+
+func (w *fvWalker) stmt(s ir.Stmt) {
+	switch s := s.(type) {
+	case *ir.Block:
+		w.scoped(s, "")
+	case *ir.Let:
+		w.expr(s.Value)
+		w.declare(s.Name)
+	case *ir.Var:
+		w.expr(s.Init)
+		w.declare(s.Name)
+	case *ir.Assign:
+		w.use(s.Name)
+		w.expr(s.Value)
+	case *ir.Alloc:
+		w.declare(s.Name)
+	case *ir.Malloc:
+		w.expr(s.Size)
+		w.declare(s.Name)
+	case *ir.Free:
+		w.use(s.Name)
+	case *ir.Store:
+		w.use(s.Buf)
+		w.expr(s.Index)
+		w.expr(s.Value)
+	case *ir.For:
+		w.expr(s.Lo)
+		w.expr(s.Hi)
+		w.scoped(s.Body, s.Var)
+	case *ir.If:
+		w.expr(s.Cond)
+		w.scoped(s.Then, "")
+		w.scoped(s.Else, "")
+	case *ir.Return:
+		w.expr(s.Value)
+	case *ir.CallStmt:
+		for _, a := range s.Args {
+			w.expr(a)
+		}
+		if s.Result != "" {
+			w.declare(s.Result)
+		}
+	}
+}

@@ -1,0 +1,380 @@
+package conformance
+
+import (
+	"fmt"
+	"math"
+	"math/rand"
+	"os"
+	"path/filepath"
+
+	llvmgen "github.com/attnc/attnc/codegen/llvm"
+	"github.com/attnc/attnc/cpurt"
+	"github.com/attnc/attnc/ir"
+	"github.com/attnc/attnc/lower"
+	"github.com/attnc/attnc/passes"
+	"github.com/attnc/attnc/reference"
+)
+
+// Tolerance is the allowed error on outputs of magnitude <= 1 for storage
+// type dt (the reference runs on inputs already cast to dt).
+func Tolerance(dt ir.DType) float64 {
+	switch dt {
+	case ir.DTF16:
+		return 2e-3
+	case ir.DTBF16:
+		return 1e-2
+	}
+	return 1e-5
+}
+
+// Result is one kernel run checked against the reference.
+type Result struct {
+	Variant, Kernel, Case string
+	Threads               int
+	MaxErr, LSEErr        float64
+	Tol                   float64
+	Pass                  bool
+	Note                  string
+}
+
+func (r Result) String() string {
+	status := "PASS"
+	if !r.Pass {
+		status = "FAIL"
+	}
+	s := fmt.Sprintf("%s %-28s %-34s threads=%-2d max_err=%.2e lse_err=%.2e tol=%.0e", status, r.Kernel, r.Case, r.Threads, r.MaxErr, r.LSEErr, r.Tol)
+	if r.Note != "" {
+		s += "  " + r.Note
+	}
+	return s
+}
+
+// Suite holds one variant's built CPU library.
+type Suite struct {
+	V   *ir.Variant
+	M   *ir.Module // lowered module: argument order and names
+	Lib *cpurt.Lib
+}
+
+// Build compiles v for the CPU into dir, links a shared library with the
+// LLVM tools and loads it.
+func Build(v *ir.Variant, dir string) (*Suite, error) {
+	m, err := lower.Lower(v)
+	if err != nil {
+		return nil, err
+	}
+	final, err := passes.Run(m, passes.Options{VerifyEach: true})
+	if err != nil {
+		return nil, err
+	}
+	ll, err := llvmgen.Emit(final)
+	if err != nil {
+		return nil, err
+	}
+	llPath := filepath.Join(dir, v.Name+".ll")
+	if err := os.WriteFile(llPath, []byte(ll), 0o644); err != nil {
+		return nil, err
+	}
+	so := filepath.Join(dir, v.Name+".so")
+	if err := cpurt.BuildShared(llPath, so); err != nil {
+		return nil, err
+	}
+	lib, err := cpurt.Open(so)
+	if err != nil {
+		return nil, err
+	}
+	return &Suite{V: v, M: m, Lib: lib}, nil
+}
+
+// args binds a kernel's parameters by name, in the kernel's order.
+func (s *Suite) call(kernel string, vals map[string]int64) (int32, error) {
+	k := s.M.Kernel(kernel)
+	if k == nil {
+		return 0, fmt.Errorf("no kernel %s", kernel)
+	}
+	args := make([]int64, len(k.Params))
+	for i, p := range k.Params {
+		v, ok := vals[p.Name]
+		if !ok {
+			return 0, fmt.Errorf("%s: no value for argument %s", kernel, p.Name)
+		}
+		args[i] = v
+	}
+	return s.Lib.Call(kernel, args...)
+}
+
+// SetThreads sets the library's worker count.
+func (s *Suite) SetThreads(n int) error {
+	return s.Lib.CallVoid(s.M.Prefix+"_set_num_threads", int64(n))
+}
+
+func (s *Suite) enc(xs []float32) *cpurt.Buffer {
+	b := reference.Encode(s.V.DType, xs)
+	buf := cpurt.NewBuffer(len(b))
+	copy(buf.U8(), b)
+	return buf
+}
+
+func (s *Suite) dec(b *cpurt.Buffer) []float32 { return reference.Decode(s.V.DType, b.U8()) }
+
+// caseBuffers holds a case's inputs in C memory.
+type caseBuffers struct {
+	vals   map[string]int64
+	bufs   []*cpurt.Buffer
+	byName map[string]*cpurt.Buffer
+	o      *cpurt.Buffer
+	lse    *cpurt.Buffer
+}
+
+func (cb *caseBuffers) add(name string, b *cpurt.Buffer) *cpurt.Buffer {
+	cb.bufs = append(cb.bufs, b)
+	cb.vals[name] = b.Ptr()
+	if cb.byName == nil {
+		cb.byName = map[string]*cpurt.Buffer{}
+	}
+	cb.byName[name] = b
+	return b
+}
+
+func (cb *caseBuffers) free() {
+	for _, b := range cb.bufs {
+		b.Free()
+	}
+}
+
+// poisonF32 fills xs with NaN so that an output the kernel forgets to write
+// fails the comparison.
+func poisonF32(xs []float32) {
+	for i := range xs {
+		xs[i] = float32(math.NaN())
+	}
+}
+
+func (s *Suite) buffers(c *reference.Case) *caseBuffers {
+	v := s.V
+	cb := &caseBuffers{vals: map[string]int64{}}
+	indptr, indices, last := c.CSR(v.PageSize)
+	cb.add("q", s.enc(c.Q))
+	cb.add("qo_indptr", cpurt.I32Buffer(c.QOIndptr()))
+	cb.add("k_pages", s.enc(c.KPages))
+	cb.add("v_pages", s.enc(c.VPages))
+	cb.vals["num_pages"] = int64(c.NumPages)
+	cb.add("kv_indptr", cpurt.I32Buffer(indptr))
+	cb.add("kv_indices", cpurt.I32Buffer(indices))
+	cb.add("kv_last_page_len", cpurt.I32Buffer(last))
+	cb.vals["batch_size"] = int64(c.Batch)
+	nOut := c.TotalQ() * v.QOHeads * v.HeadDimV
+	cb.o = cb.add("o", s.enc(nanSlice(nOut)))
+	cb.lse = cb.add("lse", cpurt.F32Buffer(nanSlice(c.TotalQ()*v.QOHeads)))
+	return cb
+}
+
+func nanSlice(n int) []float32 {
+	xs := make([]float32, n)
+	poisonF32(xs)
+	return xs
+}
+
+// RunAttention runs kernel (prefill or decode entry) on a random case and
+// compares o and lse with the reference.
+func (s *Suite) RunAttention(kernel string, spec reference.CaseSpec, seed int64, threads int) Result {
+	r := Result{Variant: s.V.Name, Kernel: kernel, Case: spec.Name, Threads: threads, Tol: Tolerance(s.V.DType)}
+	c := reference.NewCase(s.V, rand.New(rand.NewSource(seed)), spec)
+	wantO, wantL := reference.Attention(s.V, c)
+	cb := s.buffers(c)
+	defer cb.free()
+	if err := s.SetThreads(threads); err != nil {
+		r.Note = err.Error()
+		return r
+	}
+	st, err := s.call(kernel, cb.vals)
+	if err != nil || st != 0 {
+		r.Note = fmt.Sprintf("status %d %v", st, err)
+		if err == nil {
+			r.Note += ": " + s.Lib.CallStr(s.M.Prefix+"_strerror", st)
+		}
+		return r
+	}
+	var okO, okL bool
+	var idx int
+	r.MaxErr, idx, okO = reference.Compare(s.dec(cb.o), wantO, r.Tol)
+	if !okO {
+		r.Note = fmt.Sprintf("o[%d] = %v, want %v", idx, s.dec(cb.o)[max(idx, 0)], wantO[max(idx, 0)])
+	}
+	r.LSEErr, idx, okL = reference.Compare(cb.lse.F32(), wantL, r.Tol)
+	if !okL && okO {
+		r.Note = fmt.Sprintf("lse[%d] = %v, want %v", idx, cb.lse.F32()[max(idx, 0)], wantL[max(idx, 0)])
+	}
+	r.Pass = okO && okL
+	return r
+}
+
+// RunMergeState merges two random partial states (some rows empty on one
+// or both sides, the empty side's values poisoned with NaN) and compares
+// with the reference merge.
+func (s *Suite) RunMergeState(n int, seed int64, threads int) Result {
+	v := s.V
+	kernel := s.M.Prefix + "_merge_state"
+	r := Result{Variant: v.Name, Kernel: kernel, Case: fmt.Sprintf("random n=%d", n), Threads: threads, Tol: Tolerance(v.DType)}
+	rng := rand.New(rand.NewSource(seed))
+	rows, d := n*v.QOHeads, v.HeadDimV
+	va, vb := make([]float32, rows*d), make([]float32, rows*d)
+	sa, sb := make([]float32, rows), make([]float32, rows)
+	for i := range va {
+		va[i] = reference.Round(v.DType, rng.Float32()*2-1)
+		vb[i] = reference.Round(v.DType, rng.Float32()*2-1)
+	}
+	for i := range sa {
+		sa[i], sb[i] = rng.Float32()*8-4, rng.Float32()*8-4
+		switch i % 5 {
+		case 1:
+			sa[i] = float32(math.Inf(-1))
+		case 2:
+			sb[i] = float32(math.Inf(-1))
+		case 3:
+			sa[i], sb[i] = float32(math.Inf(-1)), float32(math.Inf(-1))
+		}
+	}
+	f64 := func(xs []float32) []float64 {
+		o := make([]float64, len(xs))
+		for i, x := range xs {
+			o[i] = float64(x)
+		}
+		return o
+	}
+	wantV, wantS := reference.MergeState(f64(va), f64(sa), f64(vb), f64(sb))
+	// An empty side's values may be garbage: poison them after computing the reference.
+	for i := range sa {
+		for j := 0; j < d; j++ {
+			if math.IsInf(float64(sa[i]), -1) {
+				va[i*d+j] = float32(math.NaN())
+			}
+			if math.IsInf(float64(sb[i]), -1) {
+				vb[i*d+j] = float32(math.NaN())
+			}
+		}
+	}
+	cb := &caseBuffers{vals: map[string]int64{}}
+	defer cb.free()
+	bv := cb.add("v", s.enc(va))
+	bs := cb.add("s", cpurt.F32Buffer(sa))
+	cb.add("v_other", s.enc(vb))
+	cb.add("s_other", cpurt.F32Buffer(sb))
+	cb.vals["n"] = int64(n)
+	if err := s.SetThreads(threads); err != nil {
+		r.Note = err.Error()
+		return r
+	}
+	st, err := s.call(kernel, cb.vals)
+	if err != nil || st != 0 {
+		r.Note = fmt.Sprintf("status %d %v", st, err)
+		return r
+	}
+	var okV, okS bool
+	r.MaxErr, _, okV = reference.Compare(s.dec(bv), wantV, r.Tol)
+	r.LSEErr, _, okS = reference.Compare(bs.F32(), wantS, 1e-5)
+	r.Pass = okV && okS
+	return r
+}
+
+// BadInput is a corruption of a valid case and the status it must produce.
+type BadInput struct {
+	Name   string
+	Status int32
+	Break  func(ps int, vals map[string]int64, cb *caseBuffers)
+}
+
+// BadInputs lists the input errors every attention entry must reject.
+var BadInputs = []BadInput{
+	{"page id >= num_pages", lower.ErrBadPageID, func(ps int, v map[string]int64, cb *caseBuffers) { v["num_pages"] = 1 }},
+	{"negative page id", lower.ErrBadPageID, func(ps int, v map[string]int64, cb *caseBuffers) { cb.byName["kv_indices"].I32()[0] = -3 }},
+	{"decreasing kv_indptr", lower.ErrBadKVIndptr, func(ps int, v map[string]int64, cb *caseBuffers) { cb.byName["kv_indptr"].I32()[1] = -1 }},
+	{"decreasing qo_indptr", lower.ErrBadQOIndptr, func(ps int, v map[string]int64, cb *caseBuffers) { cb.byName["qo_indptr"].I32()[1] = -1 }},
+	{"last_page_len 0", lower.ErrBadLastPageLen, func(ps int, v map[string]int64, cb *caseBuffers) { cb.byName["kv_last_page_len"].I32()[0] = 0 }},
+	{"last_page_len > page_size", lower.ErrBadLastPageLen, func(ps int, v map[string]int64, cb *caseBuffers) { cb.byName["kv_last_page_len"].I32()[0] = 1 << 20 }},
+	{"q_len > kv_len", lower.ErrQLenExceedsKVLen, func(ps int, v map[string]int64, cb *caseBuffers) {
+		// Sequence 0 (kv_len = 2*page_size+1) gets one query more than it caches.
+		qo := cb.byName["qo_indptr"].I32()
+		qo[1], qo[2] = int32(2*ps+2), int32(2*ps+2)
+	}},
+	{"negative batch_size", lower.ErrBadArgument, func(ps int, v map[string]int64, cb *caseBuffers) { v["batch_size"] = -1 }},
+}
+
+// RunBadInputs checks that the prefill entry returns each bad input's
+// status and leaves the outputs untouched.
+func (s *Suite) RunBadInputs(seed int64) []Result {
+	v := s.V
+	kernel := s.M.Prefix + "_prefill"
+	var out []Result
+	for _, bad := range BadInputs {
+		r := Result{Variant: v.Name, Kernel: kernel, Case: "bad input: " + bad.Name, Threads: 1}
+		// Two sequences: 3 queries over 3 pages, then 2 queries over 2 pages.
+		ps := v.PageSize
+		spec := reference.CaseSpec{Name: bad.Name, QLens: []int{3, 2}, KVLens: []int{2*ps + 1, ps + 1}}
+		c := reference.NewCase(v, rand.New(rand.NewSource(seed)), spec)
+		cb := s.buffers(c)
+		bad.Break(ps, cb.vals, cb)
+		before := append([]byte(nil), cb.o.U8()...)
+		st, err := s.call(kernel, cb.vals)
+		msg := s.Lib.CallStr(s.M.Prefix+"_strerror", st)
+		r.Pass = err == nil && st == bad.Status && string(before) == string(cb.o.U8())
+		r.Note = fmt.Sprintf("status %d (%s), want %d", st, msg, bad.Status)
+		if err != nil {
+			r.Note = err.Error()
+		}
+		cb.free()
+		out = append(out, r)
+	}
+	return out
+}
+
+// Matrix is the case list for a variant, scaled to its page size: decode
+// batches, ragged prefill with empty sequences, shared prefixes, query
+// chunks spanning several pages and tiles, kv_len not a multiple of the
+// page size, with NaN/Inf poisoned tails and unused pages throughout.
+func Matrix(v *ir.Variant) []reference.CaseSpec {
+	ps := v.PageSize
+	return []reference.CaseSpec{
+		{Name: "decode batch", QLens: []int{1, 1, 1, 1}, KVLens: []int{1, ps, 3*ps + 1, 70}, ExtraPages: 2, NaNFill: true},
+		{Name: "ragged prefill, empty seq", QLens: []int{5, 0, 17, 1}, KVLens: []int{5 + ps, 0, 17 + 2*ps + 3, 9}, ExtraPages: 1, NaNFill: true},
+		{Name: "shared prefix", QLens: []int{3, 4, 2}, KVLens: []int{2*ps + 3, 2*ps + 7, 3 * ps}, SharePrefix: true, ExtraPages: 1, NaNFill: true},
+		{Name: "chunk over pages", QLens: []int{70}, KVLens: []int{70 + 2*ps + 5}, NaNFill: true},
+		{Name: "prefill from empty cache", QLens: []int{37}, KVLens: []int{37}, NaNFill: true},
+	}
+}
+
+// DecodeMatrix is the case list for the decode entry (one query per
+// sequence); small batches make the entry split KV over threads.
+func DecodeMatrix(v *ir.Variant) []reference.CaseSpec {
+	ps := v.PageSize
+	return []reference.CaseSpec{
+		{Name: "decode batch", QLens: []int{1, 1, 1}, KVLens: []int{1, 2*ps + 1, 200}, ExtraPages: 1, NaNFill: true},
+		{Name: "decode long single", QLens: []int{1}, KVLens: []int{300 + ps}, NaNFill: true},
+	}
+}
+
+// RunAll runs the whole matrix for every entry of the suite's variant at
+// the given thread counts.
+func (s *Suite) RunAll(threads []int, seed int64) []Result {
+	var out []Result
+	for _, k := range s.M.Kernels {
+		for _, t := range threads {
+			switch k.Role {
+			case ir.RolePrefill:
+				for i, spec := range Matrix(s.V) {
+					out = append(out, s.RunAttention(k.Name, spec, seed+int64(i), t))
+				}
+			case ir.RoleDecode:
+				for i, spec := range DecodeMatrix(s.V) {
+					out = append(out, s.RunAttention(k.Name, spec, seed+int64(i), t))
+				}
+			case ir.RoleMergeState:
+				out = append(out, s.RunMergeState(7, seed, t))
+			}
+		}
+	}
+	if s.M.Kernel(s.M.Prefix+"_prefill") != nil {
+		out = append(out, s.RunBadInputs(seed)...)
+	}
+	return out
+}

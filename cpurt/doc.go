@@ -1,0 +1,12 @@
+// Package cpurt builds generated .ll files into shared libraries with the
+// LLVM 14 tools and loads them through a small cgo dlopen shim, for tests and
+// `attnc verify`. It imports ir only.
+//
+// A kernel is called through a trampoline that passes 24 int64 arguments
+// (unused ones 0). On x86-64 SysV this is correct for every function whose
+// parameters are all pointers or 32-bit integers, which holds for all attnc
+// CPU entry points: an i32 parameter reads the low half of its register or
+// stack slot. Buffers come from mmap and end exactly at a PROT_NONE guard page,
+// so a kernel that reads past the end of an argument crashes instead of
+// passing silently.
+package cpurt

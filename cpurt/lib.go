@@ -1,0 +1,156 @@
+package cpurt
+
+/*
+#cgo LDFLAGS: -ldl
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+typedef int32_t (*fn24)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+	int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+	int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+	int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);
+
+static int32_t call24(void *f, const int64_t *a) {
+	return ((fn24)f)(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7],
+		a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15],
+		a[16], a[17], a[18], a[19], a[20], a[21], a[22], a[23]);
+}
+
+static void callvoid24(void *f, const int64_t *a) {
+	typedef void (*vfn24)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+		int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+		int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+		int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);
+	((vfn24)f)(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7],
+		a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15],
+		a[16], a[17], a[18], a[19], a[20], a[21], a[22], a[23]);
+}
+
+static const char *callstr(void *f, int32_t code) {
+	return ((const char *(*)(int32_t))f)(code);
+}
+
+static const char *lasterr(void) { return dlerror(); }
+*/
+import "C"
+
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+)
+
+// MaxArgs is the most arguments Call passes.
+const MaxArgs = 24
+
+// Lib is a shared library opened with dlopen.
+type Lib struct {
+	path   string
+	mu     sync.Mutex
+	handle unsafe.Pointer
+	syms   map[string]unsafe.Pointer
+}
+
+// Open loads the shared library soPath (RTLD_NOW | RTLD_LOCAL). dlopen
+// returns the already loaded copy when the same path is open, so rebuild into
+// a fresh path rather than over an open library.
+func Open(soPath string) (*Lib, error) {
+	cs := C.CString(soPath)
+	defer C.free(unsafe.Pointer(cs))
+	h := C.dlopen(cs, C.RTLD_NOW|C.RTLD_LOCAL)
+	if h == nil {
+		return nil, fmt.Errorf("cpurt: dlopen %s: %s", soPath, C.GoString(C.lasterr()))
+	}
+	return &Lib{path: soPath, handle: h, syms: map[string]unsafe.Pointer{}}, nil
+}
+
+// Sym returns the address of the symbol name.
+func (l *Lib) Sym(name string) (unsafe.Pointer, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.handle == nil {
+		return nil, fmt.Errorf("cpurt: %s: library is closed", l.path)
+	}
+	if p, ok := l.syms[name]; ok {
+		return p, nil
+	}
+	cs := C.CString(name)
+	defer C.free(unsafe.Pointer(cs))
+	C.lasterr() // clear
+	p := C.dlsym(l.handle, cs)
+	if p == nil {
+		return nil, fmt.Errorf("cpurt: %s: symbol %s: %s", l.path, name, C.GoString(C.lasterr()))
+	}
+	l.syms[name] = p
+	return p, nil
+}
+
+func packArgs(sym string, args []int64) (*[MaxArgs]C.int64_t, error) {
+	if len(args) > MaxArgs {
+		return nil, fmt.Errorf("cpurt: %s: %d arguments, at most %d", sym, len(args), MaxArgs)
+	}
+	var a [MaxArgs]C.int64_t
+	for i, v := range args {
+		a[i] = C.int64_t(v)
+	}
+	return &a, nil
+}
+
+// Call calls the int32_t-returning function sym with args (pointers as
+// addresses, 32-bit integers as their values); unused arguments are 0.
+func (l *Lib) Call(sym string, args ...int64) (int32, error) {
+	f, err := l.Sym(sym)
+	if err != nil {
+		return 0, err
+	}
+	a, err := packArgs(sym, args)
+	if err != nil {
+		return 0, err
+	}
+	return int32(C.call24(f, &a[0])), nil
+}
+
+// CallVoid calls the void function sym (such as <prefix>_set_num_threads).
+func (l *Lib) CallVoid(sym string, args ...int64) error {
+	f, err := l.Sym(sym)
+	if err != nil {
+		return err
+	}
+	a, err := packArgs(sym, args)
+	if err != nil {
+		return err
+	}
+	C.callvoid24(f, &a[0])
+	return nil
+}
+
+// CallStr calls `const char *sym(int32_t code)` (such as <prefix>_strerror)
+// and returns the string; a missing symbol or a NULL result is described in
+// the returned text.
+func (l *Lib) CallStr(sym string, code int32) string {
+	f, err := l.Sym(sym)
+	if err != nil {
+		return err.Error()
+	}
+	s := C.callstr(f, C.int32_t(code))
+	if s == nil {
+		return fmt.Sprintf("<%s(%d) returned NULL>", sym, code)
+	}
+	return C.GoString(s)
+}
+
+// Close unloads the library. Closing twice is harmless.
+func (l *Lib) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.handle == nil {
+		return nil
+	}
+	h := l.handle
+	l.handle, l.syms = nil, nil
+	if C.dlclose(h) != 0 {
+		return fmt.Errorf("cpurt: dlclose %s: %s", l.path, C.GoString(C.lasterr()))
+	}
+	return nil
+}

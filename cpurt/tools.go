@@ -1,0 +1,161 @@
+package cpurt
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+)
+
+// llvmDirs are searched, in order, for LLVM 14's opt and llc before PATH.
+var llvmDirs = []string{"/usr/lib/llvm-14/bin", "/usr/bin"}
+
+var versionCache sync.Map // tool path -> error (nil when LLVM 14)
+
+// findLLVM returns the path of an LLVM 14 build of tool (opt or llc).
+func findLLVM(tool string) (string, error) {
+	var cands []string
+	for _, d := range llvmDirs {
+		cands = append(cands, filepath.Join(d, tool))
+	}
+	for _, n := range []string{tool + "-14", tool} {
+		if p, err := exec.LookPath(n); err == nil {
+			cands = append(cands, p)
+		}
+	}
+	var tried []string
+	for _, p := range cands {
+		if st, err := os.Stat(p); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			continue
+		}
+		if err := checkVersion(p); err != nil {
+			tried = append(tried, err.Error())
+			continue
+		}
+		return p, nil
+	}
+	msg := fmt.Sprintf("%s (LLVM 14) not found in %s or PATH; install llvm-14", tool, strings.Join(llvmDirs, ", "))
+	if len(tried) > 0 {
+		msg += " (" + strings.Join(tried, "; ") + ")"
+	}
+	return "", fmt.Errorf("%s", msg)
+}
+
+func checkVersion(p string) error {
+	if v, ok := versionCache.Load(p); ok {
+		err, _ := v.(error)
+		return err
+	}
+	out, err := exec.Command(p, "--version").CombinedOutput()
+	if err == nil && !bytes.Contains(out, []byte("LLVM version 14.")) {
+		first, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.Contains(l, "LLVM version") {
+				first = strings.TrimSpace(l)
+			}
+		}
+		err = fmt.Errorf("%s is not LLVM 14: %s", p, first)
+	} else if err != nil {
+		err = fmt.Errorf("%s --version: %v", p, err)
+	}
+	versionCache.Store(p, err)
+	return err
+}
+
+// Tools checks that opt and llc (LLVM 14) and gcc are installed. The error
+// names every missing tool.
+func Tools() error {
+	var missing []string
+	for _, t := range []string{"opt", "llc"} {
+		if _, err := findLLVM(t); err != nil {
+			missing = append(missing, err.Error())
+		}
+	}
+	if _, err := exec.LookPath("gcc"); err != nil {
+		missing = append(missing, "gcc not found in PATH")
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("cpurt: missing tools: %s", strings.Join(missing, "; "))
+	}
+	return nil
+}
+
+var (
+	cpuOnce  sync.Once
+	cpuFlags []string
+)
+
+// CPUFlags is the -mcpu flag given to opt and llc: x86-64-v3 when
+// /proc/cpuinfo lists avx2, fma and f16c, else the portable x86-64. The
+// environment variable ATTNC_MCPU overrides the choice.
+func CPUFlags() []string {
+	if m := os.Getenv("ATTNC_MCPU"); m != "" {
+		return []string{"-mcpu=" + m}
+	}
+	cpuOnce.Do(func() {
+		cpuFlags = []string{"-mcpu=x86-64"}
+		b, err := os.ReadFile("/proc/cpuinfo")
+		if err != nil {
+			return
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			k, v, ok := strings.Cut(line, ":")
+			if !ok || strings.TrimSpace(k) != "flags" {
+				continue
+			}
+			has := map[string]bool{}
+			for _, f := range strings.Fields(v) {
+				has[f] = true
+			}
+			if has["avx2"] && has["fma"] && has["f16c"] {
+				cpuFlags = []string{"-mcpu=x86-64-v3"}
+			}
+			return
+		}
+	})
+	return append([]string(nil), cpuFlags...)
+}
+
+// BuildShared compiles the LLVM IR file llPath into the shared library
+// soPath: opt -O3, llc -O3 -relocation-model=pic, gcc -shared -lm -lpthread.
+// Intermediate files live in a temporary directory. Errors carry the failing
+// tool's stderr.
+func BuildShared(llPath, soPath string) error {
+	opt, err := findLLVM("opt")
+	if err != nil {
+		return err
+	}
+	llc, err := findLLVM("llc")
+	if err != nil {
+		return err
+	}
+	gcc, err := exec.LookPath("gcc")
+	if err != nil {
+		return fmt.Errorf("cpurt: gcc not found in PATH")
+	}
+	tmp, err := os.MkdirTemp("", "attnc-build-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	bc, obj := filepath.Join(tmp, "k.bc"), filepath.Join(tmp, "k.o")
+	mcpu := CPUFlags()
+	steps := [][]string{
+		append(append([]string{opt, "-O3"}, mcpu...), llPath, "-o", bc),
+		append(append([]string{llc, "-O3"}, mcpu...), "-relocation-model=pic", "-filetype=obj", bc, "-o", obj),
+		{gcc, "-shared", "-o", soPath, obj, "-lm", "-lpthread"},
+	}
+	for _, s := range steps {
+		cmd := exec.Command(s[0], s[1:]...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		cmd.Stdout = &stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("cpurt: %s failed on %s: %v\n%s", filepath.Base(s[0]), llPath, err, strings.TrimSpace(stderr.String()))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,308 @@
+package reference
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/attnc/attnc/ir"
+)
+
+// Case is one test input: a batch of ragged query segments over a paged KV
+// cache. Data is already rounded to the storage dtype and kept as float32.
+type Case struct {
+	Name   string
+	Batch  int
+	QLens  []int // per sequence
+	KVLens []int // per sequence
+	// Pages lists, per sequence, its page ids in order; len(Pages[b]) is
+	// ceil(KVLens[b]/page_size). Sequences may share page ids.
+	Pages    [][]int
+	NumPages int
+	// Q is [total_q, qo_heads, d_qk].
+	Q []float32
+	// KPages and VPages are [num_pages, kv_heads, page_size, d] (HND) or
+	// [num_pages, page_size, kv_heads, d] (NHD).
+	KPages, VPages []float32
+	// Sinks holds learned sink logits, [qo_heads], for `sinks learned`.
+	Sinks []float32
+}
+
+// TotalQ is the number of query tokens over all sequences.
+func (c *Case) TotalQ() int {
+	n := 0
+	for _, q := range c.QLens {
+		n += q
+	}
+	return n
+}
+
+// QOIndptr is the query segment offsets, [batch+1].
+func (c *Case) QOIndptr() []int32 {
+	p := make([]int32, c.Batch+1)
+	for b, q := range c.QLens {
+		p[b+1] = p[b] + int32(q)
+	}
+	return p
+}
+
+// CSR is the FlashInfer page table: kv_indptr [batch+1], kv_indices [nnz] and
+// kv_last_page_len [batch] (0 for a sequence without pages).
+func (c *Case) CSR(pageSize int) (indptr, indices, lastLen []int32) {
+	indptr = make([]int32, c.Batch+1)
+	lastLen = make([]int32, c.Batch)
+	for b, pages := range c.Pages {
+		indptr[b+1] = indptr[b] + int32(len(pages))
+		for _, p := range pages {
+			indices = append(indices, int32(p))
+		}
+		if n := len(pages); n > 0 {
+			lastLen[b] = int32(c.KVLens[b] - (n-1)*pageSize)
+		}
+	}
+	return indptr, indices, lastLen
+}
+
+// BlockTable is the vLLM page table: table [batch, maxBlocks] (entries past a
+// sequence's pages are -1), maxBlocks (at least 1) and kv_lens [batch].
+func (c *Case) BlockTable() (table []int32, maxBlocks int, kvLens []int32) {
+	maxBlocks = 1
+	for _, p := range c.Pages {
+		maxBlocks = max(maxBlocks, len(p))
+	}
+	table = make([]int32, c.Batch*maxBlocks)
+	kvLens = make([]int32, c.Batch)
+	for b, pages := range c.Pages {
+		for j := range maxBlocks {
+			table[b*maxBlocks+j] = -1
+			if j < len(pages) {
+				table[b*maxBlocks+j] = int32(pages[j])
+			}
+		}
+		kvLens[b] = int32(c.KVLens[b])
+	}
+	return table, maxBlocks, kvLens
+}
+
+// PageIndex is the element offset of dimension dim of kv head h at slot
+// `slot` of page `page` in a K (d = HeadDimQK) or V (d = HeadDimV) pool.
+func PageIndex(v *ir.Variant, page, h, slot, dim, d int) int {
+	if v.Layout == ir.NHD {
+		return ((page*v.PageSize+slot)*v.KVHeads+h)*d + dim
+	}
+	return ((page*v.KVHeads+h)*v.PageSize+slot)*d + dim
+}
+
+func unsupported(v *ir.Variant) {
+	if v.MLA != nil {
+		panic("reference: mla not supported by reference")
+	}
+	if v.Rope != nil {
+		panic("reference: rope not supported by reference")
+	}
+	for _, m := range v.Masks {
+		if m.Kind == ir.MaskTree || m.Kind == ir.MaskCustom {
+			panic(fmt.Sprintf("reference: mask %s not supported by reference", m.Kind))
+		}
+	}
+}
+
+// check panics when c does not fit v.
+func check(v *ir.Variant, c *Case) {
+	if len(c.QLens) != c.Batch || len(c.KVLens) != c.Batch || len(c.Pages) != c.Batch {
+		panic(fmt.Sprintf("reference: case %s: batch %d with %d q lens, %d kv lens, %d page lists", c.Name, c.Batch, len(c.QLens), len(c.KVLens), len(c.Pages)))
+	}
+	for b := range c.Batch {
+		if c.QLens[b] > c.KVLens[b] || c.QLens[b] < 0 {
+			panic(fmt.Sprintf("reference: case %s: sequence %d has q_len %d > kv_len %d", c.Name, b, c.QLens[b], c.KVLens[b]))
+		}
+		if want := (c.KVLens[b] + v.PageSize - 1) / v.PageSize; len(c.Pages[b]) != want {
+			panic(fmt.Sprintf("reference: case %s: sequence %d has %d pages, want %d", c.Name, b, len(c.Pages[b]), want))
+		}
+		for _, p := range c.Pages[b] {
+			if p < 0 || p >= c.NumPages {
+				panic(fmt.Sprintf("reference: case %s: page id %d out of range [0, %d)", c.Name, p, c.NumPages))
+			}
+		}
+	}
+	if len(c.Q) != c.TotalQ()*v.QOHeads*v.HeadDimQK {
+		panic(fmt.Sprintf("reference: case %s: len(Q) = %d, want %d", c.Name, len(c.Q), c.TotalQ()*v.QOHeads*v.HeadDimQK))
+	}
+	pool := c.NumPages * v.KVHeads * v.PageSize
+	if len(c.KPages) != pool*v.HeadDimQK || len(c.VPages) != pool*v.HeadDimV {
+		panic(fmt.Sprintf("reference: case %s: K/V pools have %d/%d elements, want %d/%d", c.Name, len(c.KPages), len(c.VPages), pool*v.HeadDimQK, pool*v.HeadDimV))
+	}
+	if learned(v) && len(c.Sinks) != v.QOHeads {
+		panic(fmt.Sprintf("reference: case %s: %d learned sinks, want %d", c.Name, len(c.Sinks), v.QOHeads))
+	}
+}
+
+func learned(v *ir.Variant) bool { return v.Sinks != nil && v.Sinks.Kind == ir.SinkLearned }
+
+// Visible reports whether kv position kv is visible to the query at q for qo
+// head h of sequence b: every mask clause must allow it, then `sinks
+// tokens(N)` makes kv < N visible again (still causal).
+func Visible(v *ir.Variant, b, h, q, kv int) bool {
+	ok := true
+	for _, m := range v.Masks {
+		switch m.Kind {
+		case ir.MaskCausal:
+			ok = kv <= q
+		case ir.MaskNone:
+		case ir.MaskWindow:
+			ok = kv <= q && q-kv <= m.Left
+		case ir.MaskExpr:
+			ok = EvalBool(m.Expr, &Env{QPos: int64(q), KVPos: int64(kv), Head: int64(h), Batch: int64(b), QOHeads: v.QOHeads})
+		default:
+			panic(fmt.Sprintf("reference: mask %s not supported by reference", m.Kind))
+		}
+		if !ok {
+			break
+		}
+	}
+	if !ok && v.Sinks != nil && v.Sinks.Kind == ir.SinkTokens {
+		ok = kv < v.Sinks.Tokens && kv <= q
+	}
+	return ok
+}
+
+// Attention computes, in float64, o [total_q, qo_heads, d_v] and the natural
+// log-sum-exp lse [total_q, qo_heads] of the scaled (and transformed) scores,
+// learned sink included. A row with nothing visible gives o = 0 and
+// lse = -Inf. It panics on inputs it does not support (tree and custom masks,
+// rope, mla) or that do not fit v.
+func Attention(v *ir.Variant, c *Case) (o []float64, lse []float64) {
+	unsupported(v)
+	check(v, c)
+	qo, dqk, dv, group := v.QOHeads, v.HeadDimQK, v.HeadDimV, v.GroupSize()
+	totalQ := c.TotalQ()
+	o = make([]float64, totalQ*qo*dv)
+	lse = make([]float64, totalQ*qo)
+	row := 0
+	for b := range c.Batch {
+		qLen, kvLen := c.QLens[b], c.KVLens[b]
+		for i := range qLen {
+			qPos := kvLen - qLen + i
+			for h := range qo {
+				kh := h / group
+				q := c.Q[((row+i)*qo+h)*dqk:][:dqk]
+				var pos []int
+				var s []float64
+				for kv := range kvLen {
+					if !Visible(v, b, h, qPos, kv) {
+						continue
+					}
+					page, slot := c.Pages[b][kv/v.PageSize], kv%v.PageSize
+					dot := 0.0
+					for d := range dqk {
+						dot += float64(q[d]) * float64(c.KPages[PageIndex(v, page, kh, slot, d, dqk)])
+					}
+					x := v.Scale * dot
+					if v.Score != nil {
+						x = EvalFloat(v.Score, &Env{Score: x, QPos: int64(qPos), KVPos: int64(kv), Head: int64(h), Batch: int64(b), QOHeads: qo})
+					}
+					pos = append(pos, kv)
+					s = append(s, x)
+				}
+				m := math.Inf(-1)
+				for _, x := range s {
+					m = math.Max(m, x)
+				}
+				if learned(v) {
+					m = math.Max(m, float64(c.Sinks[h]))
+				}
+				out := o[((row+i)*qo+h)*dv:][:dv]
+				if math.IsInf(m, -1) {
+					lse[(row+i)*qo+h] = m
+					continue
+				}
+				sum := 0.0
+				if learned(v) {
+					sum = math.Exp(float64(c.Sinks[h]) - m)
+				}
+				for j, kv := range pos {
+					w := math.Exp(s[j] - m)
+					sum += w
+					page, slot := c.Pages[b][kv/v.PageSize], kv%v.PageSize
+					for d := range dv {
+						out[d] += w * float64(c.VPages[PageIndex(v, page, kh, slot, d, dv)])
+					}
+				}
+				for d := range out {
+					out[d] /= sum
+				}
+				lse[(row+i)*qo+h] = m + math.Log(sum)
+			}
+		}
+		row += qLen
+	}
+	return o, lse
+}
+
+// MergeState merges two partial attention states over disjoint key sets:
+// va, vb are [rows, d] and sa, sb their log-sum-exps [rows]. Each v is
+// weighted by exp(s - max); when both sides are -Inf the row is v = 0,
+// s = -Inf.
+func MergeState(va, sa, vb, sb []float64) (v, s []float64) {
+	if len(sa) != len(sb) || len(va) != len(vb) || len(sa) == 0 && len(va) != 0 || len(sa) != 0 && len(va)%len(sa) != 0 {
+		panic(fmt.Sprintf("reference: MergeState of v %d/%d, s %d/%d", len(va), len(vb), len(sa), len(sb)))
+	}
+	v = make([]float64, len(va))
+	s = make([]float64, len(sa))
+	if len(sa) == 0 {
+		return v, s
+	}
+	d := len(va) / len(sa)
+	for r := range sa {
+		m := math.Max(sa[r], sb[r])
+		if math.IsInf(m, -1) {
+			s[r] = m
+			continue
+		}
+		wa, wb := math.Exp(sa[r]-m), math.Exp(sb[r]-m)
+		for k := r * d; k < (r+1)*d; k++ {
+			if wa != 0 {
+				v[k] += wa * va[k]
+			}
+			if wb != 0 {
+				v[k] += wb * vb[k]
+			}
+			v[k] /= wa + wb
+		}
+		s[r] = m + math.Log(wa+wb)
+	}
+	return v, s
+}
+
+// Compare checks got against want element-wise with error
+// |got - want| / max(1, |want|) (absolute near zero, relative for large
+// values). NaN in got always fails, and an infinite want (the lse of an empty
+// row) must be matched exactly. It returns the largest error, its index (the
+// first failing one when errors are infinite; -1 on a length mismatch) and
+// whether every error is within tol.
+func Compare(got []float32, want []float64, tol float64) (maxErr float64, idx int, ok bool) {
+	if len(got) != len(want) {
+		return math.Inf(1), -1, false
+	}
+	idx = -1
+	for i, w := range want {
+		g := float64(got[i])
+		var e float64
+		switch {
+		case math.IsNaN(g) || math.IsNaN(w):
+			e = math.Inf(1)
+		case math.IsInf(w, 0) || math.IsInf(g, 0):
+			if g != w {
+				e = math.Inf(1)
+			}
+		default:
+			e = math.Abs(g-w) / math.Max(1, math.Abs(w))
+		}
+		if e > maxErr || idx < 0 {
+			maxErr, idx = e, i
+		}
+	}
+	if idx < 0 {
+		idx = 0
+	}
+	return maxErr, idx, maxErr <= tol
+}

@@ -1,0 +1,133 @@
+package reference
+
+import (
+	"fmt"
+	"math"
+	"math/rand"
+
+	"github.com/attnc/attnc/ir"
+)
+
+// CaseSpec describes a random case for NewCase.
+type CaseSpec struct {
+	Name          string
+	QLens, KVLens []int
+	// SharePrefix makes sequences 1.. reuse sequence 0's leading pages (same
+	// ids, so the same K/V) as far as both sequences fill them completely.
+	SharePrefix bool
+	// ExtraPages is the number of pool pages no sequence uses.
+	ExtraPages int
+	// NaNFill poisons every slot past kv_len in a last page and every unused
+	// page with NaN (and some ±Inf).
+	NaNFill bool
+	// Scale is the data magnitude: values are uniform in [-Scale, Scale]
+	// (default 1).
+	Scale float32
+}
+
+// poison is the filler of slots no kernel may read: mostly NaN, some ±Inf.
+func poison(i int) float32 {
+	switch i % 7 {
+	case 2:
+		return float32(math.Inf(1))
+	case 5:
+		return float32(math.Inf(-1))
+	}
+	return float32(math.NaN())
+}
+
+// NewCase generates a random case for v: page ids are a random permutation of
+// the pool, Q/K/V are uniform in [-Scale, Scale] rounded to v.DType, and
+// learned sinks (when v has them) are uniform in [-2, 2].
+func NewCase(v *ir.Variant, rng *rand.Rand, spec CaseSpec) *Case {
+	if len(spec.QLens) != len(spec.KVLens) {
+		panic(fmt.Sprintf("reference: case %s: %d q lens, %d kv lens", spec.Name, len(spec.QLens), len(spec.KVLens)))
+	}
+	scale := spec.Scale
+	if scale == 0 {
+		scale = 1
+	}
+	ps := v.PageSize
+	batch := len(spec.QLens)
+	c := &Case{
+		Name:   spec.Name,
+		Batch:  batch,
+		QLens:  append([]int(nil), spec.QLens...),
+		KVLens: append([]int(nil), spec.KVLens...),
+		Pages:  make([][]int, batch),
+	}
+	need := make([]int, batch)
+	shared := make([]int, batch)
+	distinct := spec.ExtraPages
+	for b := range batch {
+		if c.QLens[b] > c.KVLens[b] || c.QLens[b] < 0 {
+			panic(fmt.Sprintf("reference: case %s: sequence %d has q_len %d > kv_len %d", spec.Name, b, c.QLens[b], c.KVLens[b]))
+		}
+		need[b] = (c.KVLens[b] + ps - 1) / ps
+		if spec.SharePrefix && b > 0 {
+			shared[b] = min(c.KVLens[0]/ps, c.KVLens[b]/ps)
+		}
+		distinct += need[b] - shared[b]
+	}
+	c.NumPages = distinct
+	perm := rng.Perm(distinct)
+	next := 0
+	used := make([]bool, distinct)
+	for b := range batch {
+		c.Pages[b] = make([]int, need[b])
+		for j := range need[b] {
+			if j < shared[b] {
+				c.Pages[b][j] = c.Pages[0][j]
+			} else {
+				c.Pages[b][j] = perm[next]
+				next++
+			}
+			used[c.Pages[b][j]] = true
+		}
+	}
+
+	uniform := func(n int) []float32 {
+		xs := make([]float32, n)
+		for i := range xs {
+			xs[i] = Round(v.DType, (2*rng.Float32()-1)*scale)
+		}
+		return xs
+	}
+	c.Q = uniform(c.TotalQ() * v.QOHeads * v.HeadDimQK)
+	slots := c.NumPages * v.KVHeads * ps
+	c.KPages = uniform(slots * v.HeadDimQK)
+	c.VPages = uniform(slots * v.HeadDimV)
+	if learned(v) {
+		c.Sinks = make([]float32, v.QOHeads)
+		for h := range c.Sinks {
+			c.Sinks[h] = 4*rng.Float32() - 2
+		}
+	}
+	if spec.NaNFill {
+		fill := func(page, from int) {
+			for h := range v.KVHeads {
+				for s := from; s < ps; s++ {
+					for d := range v.HeadDimQK {
+						i := PageIndex(v, page, h, s, d, v.HeadDimQK)
+						c.KPages[i] = poison(i)
+					}
+					for d := range v.HeadDimV {
+						i := PageIndex(v, page, h, s, d, v.HeadDimV)
+						c.VPages[i] = poison(i + 3)
+					}
+				}
+			}
+		}
+		for p, u := range used {
+			if !u {
+				fill(p, 0)
+			}
+		}
+		for b, pages := range c.Pages {
+			if n := len(pages); n > 0 {
+				fill(pages[n-1], c.KVLens[b]-(n-1)*ps)
+			}
+		}
+	}
+	return c
+}
