@@ -47,6 +47,13 @@ func LegalizeDType(m *ir.Module) (*ir.Module, error) {
 		})
 		if err == nil {
 			nk.Body = ir.MapStmtExprs(nk.Body, func(e ir.Expr) ir.Expr { return legalExpr(e, &err) })
+			// Buffers passed on to other kernels are i16 now too.
+			nk.Body = ir.MapExprs(nk.Body, func(e ir.Expr) ir.Expr {
+				if r, ok := e.(*ir.Ref); ok && half[r.Name] != 0 && r.T == half[r.Name] {
+					return ir.R(r.Name, ir.I16)
+				}
+				return e
+			})
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", k.Name, err)
@@ -73,30 +80,30 @@ func narrowTo(t ir.Type, v ir.Expr) (ir.Expr, error) {
 	return F32ToF16(c.X), nil
 }
 
-// legalExpr rewrites widening conversions of half loads.
+// legalExpr rewrites widening conversions of half loads; a half load used
+// any other way is an error.
 func legalExpr(e ir.Expr, err *error) ir.Expr {
-	return ir.MapExpr(e, func(n ir.Expr) ir.Expr {
-		switch x := n.(type) {
-		case *ir.Convert:
-			if l, ok := x.X.(*ir.Load); ok && (l.T == ir.F16 || l.T == ir.BF16) {
-				bits := &ir.Load{Buf: l.Buf, Index: l.Index, T: ir.I16}
-				var f ir.Expr
-				if l.T == ir.BF16 {
-					f = BF16ToF32(bits)
-				} else {
-					f = F16ToF32(bits)
-				}
-				return ir.Cvt(x.To, f)
-			}
-		case *ir.Load:
-			if x.T == ir.F16 || x.T == ir.BF16 {
-				if *err == nil {
-					*err = fmt.Errorf("%s load of %s used without widening", x.T, x.Buf)
-				}
-			}
+	out := ir.MapExpr(e, func(n ir.Expr) ir.Expr {
+		x, ok := n.(*ir.Convert)
+		if !ok {
+			return n
 		}
-		return n
+		l, ok := x.X.(*ir.Load)
+		if !ok || (l.T != ir.F16 && l.T != ir.BF16) {
+			return n
+		}
+		bits := &ir.Load{Buf: l.Buf, Index: l.Index, T: ir.I16}
+		if l.T == ir.BF16 {
+			return ir.Cvt(x.To, BF16ToF32(bits))
+		}
+		return ir.Cvt(x.To, F16ToF32(bits))
 	})
+	ir.VisitExpr(out, func(n ir.Expr) {
+		if l, ok := n.(*ir.Load); ok && (l.T == ir.F16 || l.T == ir.BF16) && *err == nil {
+			*err = fmt.Errorf("%s load of %s used without widening", l.T, l.Buf)
+		}
+	})
+	return out
 }
 
 func c32(v int64) ir.Expr { return ir.Int(v) }

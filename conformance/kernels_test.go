@@ -1,0 +1,280 @@
+package conformance
+
+import (
+	"fmt"
+	"math"
+	"math/rand"
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/attnc/attnc/cpurt"
+	"github.com/attnc/attnc/frontend"
+	"github.com/attnc/attnc/ir"
+	"github.com/attnc/attnc/reference"
+)
+
+// needTools skips locally, and fails in CI, when the LLVM tools are missing.
+func needTools(t *testing.T) {
+	t.Helper()
+	if err := cpurt.Tools(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI needs the LLVM 14 tools and gcc: %v", err)
+		}
+		t.Skipf("skipping kernel tests: %v", err)
+	}
+}
+
+// spec parses a one-variant spec.
+func spec(t *testing.T, src string) *ir.Variant {
+	t.Helper()
+	vs, err := frontend.Parse("matrix.attn", []byte(src))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, src)
+	}
+	return vs[0]
+}
+
+// matrixSpecs covers page sizes 1, 2, 4, 8, 16, 32, 64, 128, 256; GQA group
+// sizes 1, 2, 4, 8; head dims 64, 128, 256 and (192, 128); f32, f16, bf16;
+// HND and NHD; masks causal, none, window (smaller than a page), expr with
+// fully masked rows; sinks tokens; softcap and alibi scores.
+var matrixSpecs = []string{
+	`variant ps1_mha { heads qo = 4, kv = 4
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 1, layout = HND)
+	  mask causal }`,
+	`variant ps16_gqa4 { heads qo = 8, kv = 2
+	  head_dim 128
+	  dtype f16
+	  cache paged(page_size = 16, layout = NHD)
+	  mask causal }`,
+	`variant ps256_gqa8 { heads qo = 8, kv = 1
+	  head_dim 64
+	  dtype bf16
+	  cache paged(page_size = 256, layout = HND)
+	  mask causal }`,
+	`variant ps8_window { heads qo = 4, kv = 2
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 8, layout = NHD)
+	  mask window(left = 3) }`,
+	`variant ps16_d256 { heads qo = 2, kv = 1
+	  head_dim 256
+	  dtype bf16
+	  cache paged(page_size = 16)
+	  mask causal
+	  score softcap(score, 5.0) }`,
+	`variant ps32_d192 { heads qo = 4, kv = 4
+	  head_dim qk = 192, v = 128
+	  dtype f16
+	  cache paged(page_size = 32, layout = NHD)
+	  mask causal }`,
+	`variant ps2_none { heads qo = 4, kv = 1
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 2)
+	  mask none }`,
+	`variant ps64_alibi { heads qo = 6, kv = 6
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 64)
+	  mask expr(kv_pos <= q_pos && q_pos / 32 == kv_pos / 32)
+	  score score - alibi_slope(head) * (q_pos - kv_pos) }`,
+	`variant ps4_masked_rows { heads qo = 4, kv = 2
+	  head_dim 64
+	  dtype f16
+	  cache paged(page_size = 4, layout = HND)
+	  mask expr(q_pos >= 40 && kv_pos <= q_pos) }`,
+	`variant ps4_window_sinks { heads qo = 4, kv = 2
+	  head_dim 64
+	  dtype bf16
+	  cache paged(page_size = 4, layout = NHD)
+	  mask window(left = 5)
+	  sinks tokens(2) }`,
+	`variant ps128_gqa4 { heads qo = 16, kv = 4
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 128, layout = NHD)
+	  mask causal
+	  scale 0.2 }`,
+}
+
+// maxErr records the largest error per dtype for the closing report.
+var maxErr = struct {
+	sync.Mutex
+	o, lse map[string]float64
+	cases  int
+}{o: map[string]float64{}, lse: map[string]float64{}}
+
+func TestKernelMatrix(t *testing.T) {
+	needTools(t)
+	for _, src := range matrixSpecs {
+		v := spec(t, src)
+		t.Run(v.Name, func(t *testing.T) {
+			t.Parallel()
+			s, err := Build(v, t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Lib.Close()
+			for _, r := range s.RunAll([]int{1, 3}, 7) {
+				if !r.Pass {
+					t.Errorf("%s", r)
+				}
+				maxErr.Lock()
+				dt := v.DType.String()
+				maxErr.o[dt] = math.Max(maxErr.o[dt], r.MaxErr)
+				maxErr.lse[dt] = math.Max(maxErr.lse[dt], r.LSEErr)
+				maxErr.cases++
+				maxErr.Unlock()
+			}
+		})
+	}
+	t.Cleanup(func() {
+		t.Logf("%d kernel runs; max errors: o %v, lse %v", maxErr.cases, maxErr.o, maxErr.lse)
+	})
+}
+
+// TestMergeHalvesEqualsWhole splits every sequence's cache into two halves,
+// runs the prefill entry on each half and merges the results with the
+// merge_state entry: the merge must equal one prefill over the whole cache.
+func TestMergeHalvesEqualsWhole(t *testing.T) {
+	needTools(t)
+	v := spec(t, `variant halves { heads qo = 4, kv = 2
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 8)
+	  mask none }`)
+	s, err := Build(v, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Lib.Close()
+	rng := rand.New(rand.NewSource(3))
+	whole := reference.NewCase(v, rng, reference.CaseSpec{Name: "whole", QLens: []int{3, 5}, KVLens: []int{40, 29}})
+	// Halves at page boundaries: the first 3 pages, then the rest.
+	half := func(first bool) *reference.Case {
+		c := *whole
+		c.Pages = make([][]int, c.Batch)
+		c.KVLens = make([]int, c.Batch)
+		for b := range c.Batch {
+			n := 3 * v.PageSize
+			if first {
+				c.Pages[b], c.KVLens[b] = whole.Pages[b][:3], n
+			} else {
+				c.Pages[b], c.KVLens[b] = whole.Pages[b][3:], whole.KVLens[b]-n
+			}
+		}
+		return &c
+	}
+	run := func(c *reference.Case) ([]float32, []float32) {
+		cb := s.buffers(c)
+		defer cb.free()
+		if st, err := s.call("halves_prefill", cb.vals); err != nil || st != 0 {
+			t.Fatalf("prefill: status %d, %v", st, err)
+		}
+		return append([]float32(nil), s.dec(cb.o)...), append([]float32(nil), cb.lse.F32()...)
+	}
+	oW, lW := run(whole)
+	oA, lA := run(half(true))
+	oB, lB := run(half(false))
+	cb := &caseBuffers{vals: map[string]int64{}}
+	defer cb.free()
+	bv := cb.add("v", s.enc(oA))
+	bs := cb.add("s", cpurt.F32Buffer(lA))
+	cb.add("v_other", s.enc(oB))
+	cb.add("s_other", cpurt.F32Buffer(lB))
+	cb.vals["n"] = int64(whole.TotalQ())
+	if st, err := s.call("halves_merge_state", cb.vals); err != nil || st != 0 {
+		t.Fatalf("merge_state: status %d, %v", st, err)
+	}
+	want := func(xs []float32) []float64 {
+		o := make([]float64, len(xs))
+		for i, x := range xs {
+			o[i] = float64(x)
+		}
+		return o
+	}
+	if e, i, ok := reference.Compare(s.dec(bv), want(oW), 1e-5); !ok {
+		t.Errorf("merged o differs from whole at %d: err %g", i, e)
+	}
+	if e, i, ok := reference.Compare(bs.F32(), want(lW), 1e-5); !ok {
+		t.Errorf("merged lse differs from whole at %d: err %g", i, e)
+	}
+}
+
+// TestFullyMaskedRow checks o = 0 exactly and lse = -inf for rows that see
+// nothing, with NaN everywhere a kernel must not read.
+func TestFullyMaskedRow(t *testing.T) {
+	needTools(t)
+	v := spec(t, `variant hidden { heads qo = 2, kv = 1
+	  head_dim 64
+	  dtype f16
+	  cache paged(page_size = 16)
+	  mask expr(q_pos >= 20 && kv_pos <= q_pos) }`)
+	s, err := Build(v, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Lib.Close()
+	c := reference.NewCase(v, rand.New(rand.NewSource(1)), reference.CaseSpec{QLens: []int{30}, KVLens: []int{30}, NaNFill: true, ExtraPages: 2})
+	cb := s.buffers(c)
+	defer cb.free()
+	if st, err := s.call("hidden_prefill", cb.vals); err != nil || st != 0 {
+		t.Fatalf("status %d, %v", st, err)
+	}
+	o, lse := s.dec(cb.o), cb.lse.F32()
+	for i := 0; i < 20*v.QOHeads; i++ {
+		if !math.IsInf(float64(lse[i]), -1) {
+			t.Fatalf("lse[%d] = %v, want -inf", i, lse[i])
+		}
+		for d := 0; d < v.HeadDimV; d++ {
+			if x := o[i*v.HeadDimV+d]; x != 0 {
+				t.Fatalf("o[%d][%d] = %v, want 0", i, d, x)
+			}
+		}
+	}
+	for i := 20 * v.QOHeads; i < len(lse); i++ {
+		if math.IsInf(float64(lse[i]), 0) || math.IsNaN(float64(lse[i])) {
+			t.Fatalf("visible row %d has lse %v", i, lse[i])
+		}
+	}
+}
+
+// TestNullLSE checks that lse may be NULL.
+func TestNullLSE(t *testing.T) {
+	needTools(t)
+	v := spec(t, `variant nolse { heads qo = 2, kv = 2
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 4) }`)
+	s, err := Build(v, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Lib.Close()
+	for _, q := range [][]int{{1, 1}, {3, 2}} {
+		c := reference.NewCase(v, rand.New(rand.NewSource(1)), reference.CaseSpec{QLens: q, KVLens: []int{9, 5}})
+		want, _ := reference.Attention(v, c)
+		cb := s.buffers(c)
+		cb.vals["lse"] = 0
+		if st, err := s.call("nolse_prefill", cb.vals); err != nil || st != 0 {
+			t.Fatalf("status %d, %v", st, err)
+		}
+		if e, i, ok := reference.Compare(s.dec(cb.o), want, 1e-5); !ok {
+			t.Errorf("q lens %v: o[%d] err %g", q, i, e)
+		}
+		cb.free()
+	}
+}
+
+func TestTolerances(t *testing.T) {
+	for dt, want := range map[ir.DType]float64{ir.DTF32: 1e-5, ir.DTF16: 2e-3, ir.DTBF16: 1e-2} {
+		if got := Tolerance(dt); got != want {
+			t.Errorf("%s: %g, want %g", dt, got, want)
+		}
+	}
+	_ = fmt.Sprint
+}
