@@ -456,6 +456,8 @@ func (f *frame) eval(e Expr) val {
 	case *Load:
 		b := f.buffer(e.Buf)
 		return f.load(b, f.index(e.Index), e.T)
+	case *NotNull:
+		return b2v(f.buffer(e.Buf).data != nil)
 	case *Call:
 		f.fail("call @%s cannot be interpreted (legalize it first)", e.Fn)
 	}

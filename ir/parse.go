@@ -341,10 +341,38 @@ func (p *parser) module() *Module {
 		}
 		m.Errors = append(m.Errors, ErrorCode{Code: int(code), Name: name, Msg: t.text})
 	}
+	for p.isKw("def") {
+		m.Defs = append(m.Defs, p.def())
+	}
 	for p.isKw("kernel") {
 		m.Kernels = append(m.Kernels, p.kernel())
 	}
 	return m
+}
+
+// def reads `def NAME(a: i32, ...): T = expr`.
+func (p *parser) def() *Def {
+	p.expect("def")
+	d := &Def{Name: p.ident().text}
+	p.expect("(")
+	p.scopes = []map[string]decl{{}}
+	for !p.isPunct(")") {
+		if len(d.Params) > 0 {
+			p.expect(",")
+		}
+		d.Params = append(d.Params, p.param())
+	}
+	p.expect(")")
+	p.expect(":")
+	tt := p.peek()
+	t := p.typ()
+	p.expect("=")
+	d.Body = p.expr()
+	if d.Body.Type() != t {
+		p.failAt(tt, "def %s declared %s, body has type %s", d.Name, t, d.Body.Type())
+	}
+	p.scopes = nil
+	return d
 }
 
 func (p *parser) kernel() *Kernel {
@@ -545,6 +573,9 @@ func (p *parser) stmt() Stmt {
 			p.next()
 		}
 		s.Fn = p.ident().text
+		for p.accept(".") { // runtime routines: rt.num_threads
+			s.Fn += "." + p.ident().text
+		}
 		s.Args = p.args()
 		if s.Result != "" {
 			p.declare(s.Result, decl{kind: dResult, t: I32})
@@ -700,6 +731,12 @@ func (p *parser) identExpr(t token) Expr {
 		return BoolConst(t.text == "true")
 	case (t.text == "inf" || t.text == "nan") && nt.is(tPunct, ":"):
 		return p.number(t, false)
+	case t.text == "nonnull" && nt.is(tPunct, "("):
+		p.next()
+		bt := p.ident()
+		p.bufferDecl(bt)
+		p.expect(")")
+		return &NotNull{Buf: bt.text}
 	case t.text == "bitcast" && nt.is(tPunct, "."):
 		p.next()
 		to := p.typ()

@@ -42,8 +42,12 @@ func MustVerify(pass string, m *Module) {
 //     scopes) whose type matches Ref.T / Load.T / the stored value; a Ref to
 //     a buffer has the buffer's element type;
 //   - no declaration redeclares a visible name (sibling blocks may reuse one);
-//   - expressions are well typed (see nodeRule): equal operand types,
-//     bool conditions, indices i32 or i64, bitcasts keep the width, ...;
+//   - expressions are well typed: binary operands have equal types; the
+//     operators + - * / % min max and ordered compares take ints or floats, << >> ints,
+//     & | ^ bools or ints, == != also bools; neg and abs take ints or floats,
+//     not bools or ints, the math functions floats; Select has a bool
+//     condition and equal arms; Bitcast keeps the width; Load indices are
+//     i32 or i64; integer constants fit their type;
 //   - For bounds are i32, If conditions bool, Return values i32;
 //   - Assign targets a Var; Free a Malloc; Alloc sizes are > 0;
 //   - a Parallel For body holds no Return and no Parallel For and assigns
@@ -498,6 +502,8 @@ func (v *verifier) expr(e Expr) {
 		if d.t != e.T {
 			v.fail("ref %s has type %s, declared %s", e.Name, e.T, d.t)
 		}
+	case *NotNull:
+		v.buffer(e.Buf, "nonnull of")
 	case *Load:
 		d := v.buffer(e.Buf, "load from")
 		if d.t != e.T {

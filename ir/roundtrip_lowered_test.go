@@ -1,0 +1,43 @@
+package ir_test
+
+import (
+	"testing"
+
+	"github.com/attnc/attnc/ir"
+	"github.com/attnc/attnc/lower"
+	"github.com/attnc/attnc/passes"
+)
+
+// TestLoweredRoundTrip prints, parses and reprints real lowered modules,
+// before and after every pass, and verifies each.
+func TestLoweredRoundTrip(t *testing.T) {
+	v := &ir.Variant{Name: "rt", QOHeads: 8, KVHeads: 2, HeadDimQK: 64, HeadDimV: 64, DType: ir.DTBF16,
+		PageSize: 16, Scale: 0.125, Masks: []ir.MaskClause{{Kind: ir.MaskWindow, Left: 20}},
+		Sinks:   &ir.Sinks{Kind: ir.SinkTokens, Tokens: 4},
+		Score:   &ir.Call{Fn: "softcap", Args: []ir.Expr{ir.R("score", ir.F32), ir.Float(30)}, T: ir.F32},
+		Kernels: []ir.KernelRef{{Role: ir.RolePrefill}, {Role: ir.RoleDecode}, {Role: ir.RoleMergeState}}}
+	m, err := lower.Lower(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(stage string, m *ir.Module) {
+		if err := ir.Verify(m); err != nil {
+			t.Fatalf("%s: verify: %v", stage, err)
+		}
+		text := m.String()
+		back, err := ir.Parse(text)
+		if err != nil {
+			t.Fatalf("%s: parse: %v", stage, err)
+		}
+		if got := back.String(); got != text {
+			t.Fatalf("%s: round trip differs:\n%s", stage, got)
+		}
+	}
+	check("lower", m)
+	for _, p := range passes.Table {
+		if m, err = p.Run(m); err != nil {
+			t.Fatalf("%s: %v", p.Name, err)
+		}
+		check(p.Name, m)
+	}
+}
