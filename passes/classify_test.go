@@ -1,0 +1,149 @@
+package passes
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/attnc/attnc/ir"
+)
+
+// tileKernel is a miniature attention tile walk: out[q][kv] = 1 where the
+// mask shows kv to q, count[0] = tiles whose body ran.
+const tileKernel = `module t prefix t
+def mask(q_pos: i32, kv_pos: i32, head: i32, batch: i32): bool = %s
+
+kernel t_k role prefill (out: i32* [n], count: i32* [1], nq: i32, nk: i32) {
+  for qt in 0 .. ((nq + 3) / 4) serial {
+    let q_lo = (qt * 4)
+    let q_hi = (min((q_lo + 4), nq) - 1)
+    for kt in 0 .. ((nk + 3) / 4) serial @kv_tile [kv_pos = (kt * 4) .. (min(((kt * 4) + 4), nk) - 1), q_pos = q_lo .. q_hi, head = 0 .. 0, b = 0 .. 0] {
+      store count[0] = (count[0] + 1)
+      for qi in q_lo .. (q_hi + 1) serial {
+        for kj in (kt * 4) .. min(((kt * 4) + 4), nk) serial {
+          let q_pos = qi
+          let kv_pos = kj
+          var s = 1
+          if not(@mask.bool(q_pos, kv_pos, 0, 0)) @mask {
+            s = 0
+          }
+          store out[((qi * nk) + kj)] = s
+        }
+      }
+    }
+  }
+  return 0
+}
+`
+
+// TestClassifyTilesPreservesResults runs the tile walk in the interpreter
+// before and after classify-tiles for several masks and shapes: results
+// must be identical, and masks with hidden regions must skip tiles.
+func TestClassifyTilesPreservesResults(t *testing.T) {
+	cases := []struct {
+		name, mask string
+		skips      bool
+	}{
+		{"causal", "(kv_pos <= q_pos)", true},
+		{"window", "((kv_pos <= q_pos) & ((q_pos - kv_pos) <= 5))", true},
+		{"none", "true", false},
+		{"chunked", "((kv_pos <= q_pos) & ((q_pos / 8) == (kv_pos / 8)))", true},
+		{"abs-min-max", "((abs((q_pos - kv_pos)) <= 6) & (min(q_pos, 9) >= max(kv_pos, 2)))", true},
+		{"neq", "((q_pos != kv_pos) | (kv_pos < 3))", false},
+		{"unbounded", "((kv_pos * kv_pos) <= q_pos)", false},
+	}
+	for _, c := range cases {
+		m, err := ir.Parse(fmt.Sprintf(tileKernel, c.mask))
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		base, _ := InlineDefs(m)
+		base, _ = Simplify(base)
+		opt, err := ClassifyTiles(base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opt, _ = Simplify(opt)
+		ir.MustVerify("classify-tiles", opt)
+		for _, shape := range [][2]int{{13, 21}, {4, 4}, {1, 9}, {17, 17}} {
+			nq, nk := shape[0], shape[1]
+			run := func(m *ir.Module) ([]int32, int32) {
+				out, count := make([]int32, nq*nk), make([]int32, 1)
+				if _, err := ir.Run(m, "t_k", map[string]any{"out": out, "count": count, "nq": int32(nq), "nk": int32(nk)}); err != nil {
+					t.Fatalf("%s: %v", c.name, err)
+				}
+				return out, count[0]
+			}
+			want, tilesBefore := run(base)
+			got, tilesAfter := run(opt)
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("%s %v: out[%d] = %d after classify-tiles, %d before", c.name, shape, i, got[i], want[i])
+				}
+			}
+			if tilesAfter > tilesBefore {
+				t.Fatalf("%s %v: %d tiles ran after, %d before", c.name, shape, tilesAfter, tilesBefore)
+			}
+			if shape == [2]int{13, 21} && c.skips != (tilesAfter < tilesBefore) {
+				t.Errorf("%s: tiles %d -> %d, want skipping = %v", c.name, tilesBefore, tilesAfter, c.skips)
+			}
+		}
+	}
+}
+
+// TestIntervalSoundness checks the interval rules against brute force:
+// for random small ranges, `must` holding implies the mask holds at every
+// point and `may` failing implies it holds at none.
+func TestIntervalSoundness(t *testing.T) {
+	masks := []string{
+		"(kv_pos <= q_pos)", "((q_pos - kv_pos) < 3)", "((q_pos / 4) == (kv_pos / 4))",
+		"((q_pos % 4) == 0)", "(abs((q_pos - kv_pos)) > 2)", "(not((kv_pos >= 5)) | (q_pos == 7))",
+		"((((q_pos * 2) - kv_pos) >= (0 - 3)) & (max(q_pos, kv_pos) <= 9))", "((kv_pos * -2) < (q_pos - 4))",
+	}
+	scope := map[string]ir.Type{"q_pos": ir.I32, "kv_pos": ir.I32}
+	analysed := 0
+	defer func() {
+		if analysed < 7 {
+			t.Errorf("only %d of %d masks were analysable", analysed, len(masks))
+		}
+	}()
+	for _, src := range masks {
+		e, err := ir.ParseExpr(src, scope)
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		env := map[string]ival{
+			"q_pos":  {ir.R("qa", ir.I32), ir.R("qb", ir.I32)},
+			"kv_pos": {ir.R("ka", ir.I32), ir.R("kb", ir.I32)},
+		}
+		bv, ok := boolInterval(e, env)
+		if !ok {
+			continue // not analysable: ClassifyTiles leaves such loops alone
+		}
+		analysed++
+		for qa := -3; qa <= 9; qa += 2 {
+			for qb := qa; qb <= qa+4; qb++ {
+				for ka := -2; ka <= 10; ka += 3 {
+					for kb := ka; kb <= ka+3; kb++ {
+						vals := map[string]any{"qa": int32(qa), "qb": int32(qb), "ka": int32(ka), "kb": int32(kb)}
+						may, _ := ir.EvalExpr(bv.may, vals)
+						must, _ := ir.EvalExpr(bv.must, vals)
+						anyTrue, all := false, true
+						for q := qa; q <= qb; q++ {
+							for k := ka; k <= kb; k++ {
+								r, err := ir.EvalExpr(e, map[string]any{"q_pos": int32(q), "kv_pos": int32(k)})
+								if err != nil {
+									t.Fatal(err)
+								}
+								anyTrue = anyTrue || r.(bool)
+								all = all && r.(bool)
+							}
+						}
+						if must.(bool) && !all || !may.(bool) && anyTrue {
+							t.Fatalf("%s on q[%d,%d] kv[%d,%d]: may=%v must=%v, truth any=%v all=%v", src, qa, qb, ka, kb, may, must, anyTrue, all)
+						}
+					}
+				}
+			}
+		}
+	}
+}
