@@ -1,0 +1,86 @@
+package registry
+
+import (
+	"testing"
+
+	"github.com/attnc/attnc/ir"
+	"github.com/attnc/attnc/lower"
+)
+
+func variant() *ir.Variant {
+	return &ir.Variant{Name: "r", QOHeads: 32, KVHeads: 8, HeadDimQK: 128, HeadDimV: 128, DType: ir.DTF16,
+		PageSize: 16, Scale: 0.088, Masks: []ir.MaskClause{{Kind: ir.MaskCausal}},
+		Kernels: []ir.KernelRef{{Role: ir.RolePrefill}, {Role: ir.RoleDecode}, {Role: ir.RoleMergeState}}}
+}
+
+func TestSelect(t *testing.T) {
+	v := variant()
+	m, err := lower.Lower(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name   string
+		shape  Shape
+		role   ir.Role
+		splits int
+	}{
+		{"prefill chunk", Shape{QLens: []int{100}, KVLens: []int{100}, Threads: 8}, ir.RolePrefill, 1},
+		{"mixed", Shape{QLens: []int{1, 7}, KVLens: []int{10, 9}, Threads: 8}, ir.RolePrefill, 1},
+		// 1 sequence x 8 kv heads = 8 items >= 8 threads: no split.
+		{"decode enough items", Shape{QLens: []int{1}, KVLens: []int{4096}, Threads: 8}, ir.RoleDecode, 1},
+		// 8 items, 32 threads: 4 chunks each.
+		{"decode split", Shape{QLens: []int{1}, KVLens: []int{4096}, Threads: 32}, ir.RoleDecode, 4},
+		// Never more chunks than 64-position tiles: 100 positions = 2 tiles.
+		{"decode split capped by tiles", Shape{QLens: []int{1}, KVLens: []int{100}, Threads: 64}, ir.RoleDecode, 2},
+		{"decode one thread", Shape{QLens: []int{1, 1}, KVLens: []int{5000, 3}, Threads: 1}, ir.RoleDecode, 1},
+	}
+	for _, c := range cases {
+		s, err := Select(v, m, c.shape)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if s.Role != c.role || s.Splits != c.splits || s.Merge != (c.splits > 1) {
+			t.Errorf("%s: got %+v, want role %s splits %d", c.name, s, c.role, c.splits)
+		}
+	}
+	if _, err := Select(v, m, Shape{QLens: []int{5}, KVLens: []int{4}}); err == nil {
+		t.Error("q_len > kv_len must be rejected")
+	}
+}
+
+// TestSplitRuleIsTheCompiledRule checks that Select's split count comes
+// from the module's plan_splits Def, the expression the decode entry
+// inlines: changing the Def changes Select.
+func TestSplitRuleIsTheCompiledRule(t *testing.T) {
+	v := variant()
+	m, _ := lower.Lower(v)
+	m.Def("plan_splits").Body = ir.Int(3)
+	s, err := Select(v, m, Shape{QLens: []int{1}, KVLens: []int{64}, Threads: 1})
+	if err != nil || s.Splits != 3 {
+		t.Fatalf("got %+v, %v; want the Def's 3 splits", s, err)
+	}
+}
+
+func TestManifestDeterministic(t *testing.T) {
+	v := variant()
+	m, _ := lower.Lower(v)
+	mk := func() []byte {
+		man := &Manifest{ABI: ABI, LSEBase: "e", Variants: []VariantManifest{VariantEntry(v, m)}}
+		for _, k := range m.Kernels {
+			man.Kernels = append(man.Kernels, KernelManifest{Variant: v.Name, Role: string(k.Role), Symbol: k.Name, Entry: k.Entry, Target: "cpu", Args: Args(k), Constraints: Constraints(v)})
+		}
+		b, err := man.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	if string(mk()) != string(mk()) {
+		t.Fatal("manifest not deterministic")
+	}
+	args := Args(m.Kernel("r_prefill"))
+	if args[0].Name != "q" || args[0].DType != "f16" || args[0].Kind != "buffer" || args[1].Name != "qo_indptr" {
+		t.Errorf("prefill args start %+v", args[:2])
+	}
+}
