@@ -1,0 +1,141 @@
+package build
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/attnc/attnc/cpurt"
+)
+
+func needTools(t *testing.T) {
+	t.Helper()
+	if err := cpurt.Tools(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI needs the LLVM 14 tools and gcc: %v", err)
+		}
+		t.Skipf("skipping: %v", err)
+	}
+}
+
+func buildExample(t *testing.T, name string) *Output {
+	t.Helper()
+	vs, err := ParseSpecs([]string{filepath.Join("..", "examples", name+".attn")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := Build(vs, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func artifact(o *Output, name string) []byte {
+	for _, a := range o.Artifacts {
+		if a.Name == name {
+			return a.Data
+		}
+	}
+	return nil
+}
+
+func TestDeterministic(t *testing.T) {
+	a, b := buildExample(t, "llama3_8b"), buildExample(t, "llama3_8b")
+	if len(a.Artifacts) != 3 {
+		t.Fatalf("artifacts: %d", len(a.Artifacts))
+	}
+	for i := range a.Artifacts {
+		if a.Artifacts[i].Name != b.Artifacts[i].Name || !bytes.Equal(a.Artifacts[i].Data, b.Artifacts[i].Data) {
+			t.Errorf("%s differs between two builds", a.Artifacts[i].Name)
+		}
+	}
+}
+
+// TestVectorized checks that opt -O3 vectorizes the generated kernels'
+// inner loops (dot products, accumulator updates, conversions), on the
+// AVX2 path and on the portable SSE path.
+func TestVectorized(t *testing.T) {
+	needTools(t)
+	dir := t.TempDir()
+	for _, ex := range []string{"llama3_8b", "mha_softcap"} {
+		ll := filepath.Join(dir, ex+".ll")
+		if err := os.WriteFile(ll, artifact(buildExample(t, ex), ex+".ll"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for mcpu, width := range map[string]string{"x86-64-v3": "<8 x float>", "x86-64": "<4 x float>"} {
+			cmd := exec.Command("opt", "-O3", "-mcpu="+mcpu, "-pass-remarks=loop-vectorize", "-S", ll, "-o", filepath.Join(dir, ex+"."+mcpu+".ll"))
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("opt: %v\n%s", err, stderr.String())
+			}
+			n := len(regexp.MustCompile(`remark: .*vectorized loop`).FindAllString(stderr.String(), -1))
+			if n < 5 {
+				t.Errorf("%s -mcpu=%s: %d loops vectorized, want >= 5\n%s", ex, mcpu, n, stderr.String())
+			}
+			opt, _ := os.ReadFile(filepath.Join(dir, ex+"."+mcpu+".ll"))
+			if !strings.Contains(string(opt), "fmul reassoc contract "+width) {
+				t.Errorf("%s -mcpu=%s: no %s multiply in the optimized kernels", ex, mcpu, width)
+			}
+			t.Logf("%s -mcpu=%s: %d loops vectorized", ex, mcpu, n)
+		}
+	}
+}
+
+// TestLinksIntoC compiles a C program against the generated header and
+// links the .ll with only -lm -lpthread, then calls the decode and prefill
+// entries on a one-token cache: with a single visible position, o equals
+// that position's V row and lse its scaled score.
+func TestLinksIntoC(t *testing.T) {
+	needTools(t)
+	dir := t.TempDir()
+	o := buildExample(t, "mha_softcap")
+	if err := o.Write(dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	prog := `#include "mha_softcap.h"
+#include <stdio.h>
+#include <math.h>
+int main(void) {
+  /* one sequence, one cached token, NHD page [16][8][64] */
+  static float q[8*64], k[16*8*64], v[16*8*64], o[8*64], lse[8];
+  for (int i = 0; i < 8*64; i++) { q[i] = 0.01f * (i % 7); k[i] = 0.02f * (i % 5); v[i] = (float)(i % 64) / 64.0f; }
+  int qo_indptr[2] = {0, 1}, kv_indptr[2] = {0, 1}, kv_indices[1] = {0}, last[1] = {1};
+  mha_softcap_set_num_threads(2);
+  int st = mha_softcap_prefill(q, qo_indptr, k, v, 1, kv_indptr, kv_indices, last, 1, o, lse);
+  if (st != MHA_SOFTCAP_OK) { printf("status %d %s\n", st, mha_softcap_strerror(st)); return 1; }
+  for (int h = 0; h < 8; h++) for (int d = 0; d < 64; d++)
+    if (fabsf(o[h*64+d] - v[h*64+d]) > 1e-6f) { printf("o[%d][%d]=%g\n", h, d, o[h*64+d]); return 1; }
+  float s = 0; for (int d = 0; d < 64; d++) s += q[d] * k[d];
+  s = 30.0f * tanhf(s * 0.125f / 30.0f);
+  if (fabsf(lse[0] - s) > 1e-5f) { printf("lse %g want %g\n", lse[0], s); return 1; }
+  st = mha_softcap_prefill(q, qo_indptr, k, v, 0, kv_indptr, kv_indices, last, 1, o, lse);
+  if (st != MHA_SOFTCAP_BAD_PAGE_ID) { printf("bad page accepted: %d\n", st); return 1; }
+  printf("ok %s\n", mha_softcap_strerror(st));
+  return 0;
+}
+`
+	if err := os.WriteFile(filepath.Join(dir, "main.c"), []byte(prog), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(name string, args ...string) string {
+		cmd := exec.Command(name, args...)
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+		}
+		return string(out)
+	}
+	run("opt", "-O3", "mha_softcap.ll", "-o", "k.bc")
+	run("llc", "-O3", "-relocation-model=pic", "-filetype=obj", "k.bc", "-o", "k.o")
+	run("gcc", "-Wall", "-Werror", "-std=c11", "main.c", "k.o", "-o", "main", "-lm", "-lpthread")
+	if out := run("./main"); !strings.HasPrefix(out, "ok ") {
+		t.Fatal(out)
+	}
+}
