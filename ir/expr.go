@@ -123,6 +123,16 @@ type Call struct {
 	T    Type
 }
 
+// Shuffle reads X from the lane whose index is this lane's XOR Mask within
+// the warp (GPU butterfly shuffle). Every lane of the warp must execute it.
+type Shuffle struct {
+	X    Expr
+	Mask int
+}
+
+func (s *Shuffle) Type() Type { return s.X.Type() }
+func (*Shuffle) isExpr()      {}
+
 // NotNull is true when the buffer parameter Buf was passed as a non-NULL
 // pointer (for optional outputs such as lse).
 type NotNull struct {

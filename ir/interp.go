@@ -458,6 +458,8 @@ func (f *frame) eval(e Expr) val {
 		return f.load(b, f.index(e.Index), e.T)
 	case *NotNull:
 		return b2v(f.buffer(e.Buf).data != nil)
+	case *Shuffle:
+		f.fail("shfl_xor is a GPU construct the interpreter does not run")
 	case *Call:
 		f.fail("call @%s cannot be interpreted (legalize it first)", e.Fn)
 	}

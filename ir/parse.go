@@ -505,6 +505,10 @@ func (p *parser) stmt() Stmt {
 		p.declare(name, decl{kind: dVar, t: v.Type()})
 		return &Var{Name: name, Init: v}
 	case "alloc":
+		shared := p.isKw("shared") && p.peekN(1).kind == tIdent
+		if shared {
+			p.next()
+		}
 		name := p.ident().text
 		p.expect(":")
 		ty := p.typ()
@@ -512,7 +516,18 @@ func (p *parser) stmt() Stmt {
 		n := p.intLit(false)
 		p.expect("]")
 		p.declare(name, decl{kind: dAlloc, t: ty})
-		return &Alloc{Name: name, T: ty, Size: int(n)}
+		return &Alloc{Name: name, T: ty, Size: int(n), Shared: shared}
+	case "barrier":
+		return &Barrier{}
+	case "mma":
+		p.expect(".")
+		in := p.typ()
+		s := &MMA{In: in, D: p.ident().text}
+		p.expect(",")
+		s.A = p.ident().text
+		p.expect(",")
+		s.B = p.ident().text
+		return s
 	case "malloc":
 		name := p.ident().text
 		p.expect(":")
@@ -608,8 +623,10 @@ func (p *parser) forStmt() *For {
 		s.Kind = Parallel
 	case "vector":
 		s.Kind = Vector
+	case "threads":
+		s.Kind = Threads
 	default:
-		p.failAt(kt, "unknown loop kind %s (want serial, parallel or vector)", kt.text)
+		p.failAt(kt, "unknown loop kind %s (want serial, parallel, vector or threads)", kt.text)
 	}
 	if p.peek().kind == tAt {
 		s.Tag = p.next().text
@@ -731,6 +748,13 @@ func (p *parser) identExpr(t token) Expr {
 		return BoolConst(t.text == "true")
 	case (t.text == "inf" || t.text == "nan") && nt.is(tPunct, ":"):
 		return p.number(t, false)
+	case t.text == "shfl_xor" && nt.is(tPunct, "("):
+		p.next()
+		x := p.expr()
+		p.expect(",")
+		m := p.intLit(false)
+		p.expect(")")
+		return &Shuffle{X: x, Mask: int(m)}
 	case t.text == "nonnull" && nt.is(tPunct, "("):
 		p.next()
 		bt := p.ident()

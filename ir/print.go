@@ -147,7 +147,15 @@ func (p *printer) stmt(s Stmt) {
 	case *Assign:
 		p.line("%s = %s", s.Name, ExprString(s.Value))
 	case *Alloc:
-		p.line("alloc %s: %s[%d]", s.Name, s.T, s.Size)
+		shared := ""
+		if s.Shared {
+			shared = "shared "
+		}
+		p.line("alloc %s%s: %s[%d]", shared, s.Name, s.T, s.Size)
+	case *Barrier:
+		p.line("barrier")
+	case *MMA:
+		p.line("mma.%s %s, %s, %s", s.In, s.D, s.A, s.B)
 	case *Malloc:
 		p.line("malloc %s: %s[%s]", s.Name, s.T, ExprString(s.Size))
 	case *Free:
@@ -245,6 +253,10 @@ func writeExpr(sb *strings.Builder, e Expr) {
 		sb.WriteString(e.Name)
 	case *NotNull:
 		sb.WriteString("nonnull(" + e.Buf + ")")
+	case *Shuffle:
+		sb.WriteString("shfl_xor(")
+		writeExpr(sb, e.X)
+		sb.WriteString(", " + strconv.Itoa(e.Mask) + ")")
 	case *Binary:
 		if e.Op.IsCall() {
 			sb.WriteString(e.Op.String() + "(")

@@ -28,12 +28,30 @@ type Assign struct {
 
 // Alloc declares a local array of Size elements of type T. Its contents are
 // undefined until stored. Each iteration of an enclosing parallel loop owns
-// its own copy.
+// its own copy. A Shared array (GPU) is one copy per block, visible to every
+// thread of the block's Threads loop; it is declared outside that loop.
 type Alloc struct {
-	Name string
-	T    Type
-	Size int
+	Name   string
+	T      Type
+	Size   int
+	Shared bool
 }
+
+// Barrier waits until every thread of the block reached it and makes their
+// shared-memory writes visible (GPU __syncthreads).
+type Barrier struct{}
+
+// MMA is one warp-wide tensor-core multiply-accumulate m16n8k16 (PTX
+// mma.sync ... .row.col.f32.<In>.<In>.f32): D (f32[4] per lane) += A (16x16,
+// i32[4] per lane, two In values each) x B (16x8, i32[2] per lane), with
+// PTX's fragment layout. In is F16 or BF16. All 32 lanes must execute it.
+type MMA struct {
+	D, A, B string
+	In      Type
+}
+
+func (*Barrier) isStmt() {}
+func (*MMA) isStmt()     {}
 
 // Store writes Value to element Index of buffer or local array Buf.
 type Store struct {
@@ -53,9 +71,15 @@ const (
 	Parallel
 	// Vector loops are innermost loops that the backend should vectorize.
 	Vector
+	// Threads loops are GPU SPMD regions: the body runs once per thread of
+	// the block with the loop variable bound to the thread index. Lo is 0,
+	// Hi the constant block size; they sit directly inside a Parallel loop
+	// (one block per iteration) and may hold Barriers and Shuffles, which
+	// every thread must reach uniformly. Only GPU backends accept them.
+	Threads
 )
 
-var loopKindNames = [...]string{"serial", "parallel", "vector"}
+var loopKindNames = [...]string{"serial", "parallel", "vector", "threads"}
 
 func (k LoopKind) String() string { return loopKindNames[k] }
 

@@ -227,6 +227,7 @@ type verifier struct {
 	scopes []map[string]decl
 	loops  int  // enclosing For statements
 	par    int  // enclosing Parallel For statements
+	thr    int  // enclosing Threads For statements
 	cur    Stmt // statement being checked, for messages
 }
 
@@ -352,7 +353,29 @@ func (v *verifier) stmt(s Stmt) {
 		if s.Size <= 0 {
 			v.fail("alloc %s: size %d, want > 0", s.Name, s.Size)
 		}
+		if s.Shared && (v.par != 1 || v.thr != 0) {
+			v.fail("shared alloc %s must be in a parallel loop, outside its threads loop", s.Name)
+		}
 		v.declare(s.Name, dAlloc, s.T)
+	case *Barrier:
+		if v.thr == 0 {
+			v.fail("barrier outside a threads loop")
+		}
+	case *MMA:
+		if v.thr == 0 {
+			v.fail("mma outside a threads loop")
+		}
+		if s.In != F16 && s.In != BF16 {
+			v.fail("mma input type %s, want f16 or bf16", s.In)
+		}
+		for _, x := range []struct {
+			name string
+			t    Type
+		}{{s.D, F32}, {s.A, I32}, {s.B, I32}} {
+			if d := v.buffer(x.name, "mma operand"); d.t != x.t {
+				v.fail("mma operand %s has %s elements, want %s", x.name, d.t, x.t)
+			}
+		}
 	case *Malloc:
 		v.expr(s.Size)
 		if t := s.Size.Type(); t != I32 && t != I64 {
@@ -422,8 +445,19 @@ func (v *verifier) forStmt(s *For) {
 	if t := s.Hi.Type(); t != I32 {
 		v.fail("for %s: hi is %s, want i32", s.Var, t)
 	}
-	if s.Kind > Vector {
+	if s.Kind > Threads {
 		v.fail("for %s: unknown loop kind %d", s.Var, s.Kind)
+	}
+	if s.Kind == Threads {
+		if c, ok := s.Lo.(*Const); !ok || c.Int != 0 {
+			v.fail("threads loop %s must start at 0", s.Var)
+		}
+		if c, ok := s.Hi.(*Const); !ok || c.Int <= 0 || c.Int%32 != 0 {
+			v.fail("threads loop %s must run to a constant multiple of 32 (the block size)", s.Var)
+		}
+		if v.par != 1 || v.thr != 0 {
+			v.fail("threads loop %s must sit inside one parallel loop and no other threads loop", s.Var)
+		}
 	}
 	if s.Kind == Parallel && v.par > 0 {
 		v.fail("nested parallel loop %s", s.Var)
@@ -434,6 +468,9 @@ func (v *verifier) forStmt(s *For) {
 	v.loops++
 	if s.Kind == Parallel {
 		v.par++
+	}
+	if s.Kind == Threads {
+		v.thr++
 	}
 	v.scopes = append(v.scopes, map[string]decl{})
 	v.declare(s.Var, dLoop, I32)
@@ -446,6 +483,9 @@ func (v *verifier) forStmt(s *For) {
 	v.loops--
 	if s.Kind == Parallel {
 		v.par--
+	}
+	if s.Kind == Threads {
+		v.thr--
 	}
 }
 
@@ -504,6 +544,14 @@ func (v *verifier) expr(e Expr) {
 		}
 	case *NotNull:
 		v.buffer(e.Buf, "nonnull of")
+	case *Shuffle:
+		v.expr(e.X)
+		if v.thr == 0 {
+			v.fail("shfl_xor outside a threads loop")
+		}
+		if e.Mask <= 0 || e.Mask >= 32 {
+			v.fail("shfl_xor mask %d, want 1..31", e.Mask)
+		}
 	case *Load:
 		d := v.buffer(e.Buf, "load from")
 		if d.t != e.T {

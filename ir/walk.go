@@ -22,6 +22,8 @@ func MapExpr(e Expr, f func(Expr) Expr) Expr {
 			args[i] = MapExpr(a, f)
 		}
 		e = &Call{Fn: x.Fn, Args: args, T: x.T}
+	case *Shuffle:
+		e = &Shuffle{X: MapExpr(x.X, f), Mask: x.Mask}
 	case *Const:
 		c := *x
 		e = &c
@@ -51,6 +53,8 @@ func VisitExpr(e Expr, f func(Expr)) {
 		VisitExpr(x.X, f)
 	case *Load:
 		VisitExpr(x.Index, f)
+	case *Shuffle:
+		VisitExpr(x.X, f)
 	case *Call:
 		for _, a := range x.Args {
 			VisitExpr(a, f)
