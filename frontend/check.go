@@ -1,0 +1,667 @@
+package frontend
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/alecthomas/participle/v2/lexer"
+
+	"github.com/attnc/attnc/ir"
+)
+
+// checker validates a syntax tree into variants. It records every error and
+// keeps the first in source order, so the result does not depend on the
+// order in which checks run.
+type checker struct {
+	file string
+	err  *ir.PosError
+}
+
+// errorf records an error at p.
+func (c *checker) errorf(p lexer.Position, format string, args ...any) {
+	e := &ir.PosError{Pos: c.pos(p), Msg: fmt.Sprintf(format, args...)}
+	if c.err == nil || e.Pos.Line < c.err.Pos.Line || e.Pos.Line == c.err.Pos.Line && e.Pos.Col < c.err.Pos.Col {
+		c.err = e
+	}
+}
+
+// pos converts p to an ir.Pos in the checked file.
+func (c *checker) pos(p lexer.Position) ir.Pos { return position(c.file, p) }
+
+// settings lists the keywords that may start a line of a variant.
+var settings = []string{"heads", "head_dim", "dtype", "cache", "mask", "sinks", "score", "scale", "rope", "mla", "kernels"}
+
+// checkFile checks every variant of f and rejects duplicate names.
+func (c *checker) checkFile(f *fileAST) []*ir.Variant {
+	var out []*ir.Variant
+	first := map[string]lexer.Position{}
+	for _, va := range f.Variants {
+		if va == nil || va.Name == nil {
+			continue
+		}
+		if p, dup := first[va.Name.Name]; dup {
+			c.errorf(va.Name.Pos, "duplicate variant %s (first at %s)", va.Name.Name, c.pos(p))
+		} else {
+			first[va.Name.Name] = va.Name.Pos
+		}
+		out = append(out, c.variant(va))
+	}
+	return out
+}
+
+// lines holds a variant's settings, one per keyword.
+type lines struct {
+	heads, headDim *argsStmt
+	mla            *mlaStmt
+	dtype          *wordStmt
+	cache, rope    *callStmt
+	sinks          *callStmt
+	mask           *maskStmt
+	score          *scoreStmt
+	scale          *scaleStmt
+	kernels        *kernelsStmt
+}
+
+// keyword returns the word that starts s and its position.
+func (s *stmtAST) keyword() (string, lexer.Position) {
+	switch {
+	case s.Args != nil:
+		return s.Args.Kw, s.Args.Pos
+	case s.MLA != nil:
+		return s.MLA.Kw, s.MLA.Pos
+	case s.Word != nil:
+		return s.Word.Kw, s.Word.Pos
+	case s.Call != nil:
+		return s.Call.Kw, s.Call.Pos
+	case s.Mask != nil:
+		return s.Mask.Kw, s.Mask.Pos
+	case s.Score != nil:
+		return s.Score.Kw, s.Score.Pos
+	case s.Scale != nil:
+		return s.Scale.Kw, s.Scale.Pos
+	case s.Kernels != nil:
+		return s.Kernels.Kw, s.Kernels.Pos
+	case s.Unknown != nil:
+		return s.Unknown.Word, s.Unknown.Pos
+	}
+	return "", lexer.Position{}
+}
+
+// collect sorts a variant's lines by keyword, rejecting unknown, duplicate
+// and run-on lines.
+func (c *checker) collect(va *variantAST) *lines {
+	l := &lines{}
+	first := map[string]lexer.Position{}
+	prevStmt := false
+	for _, it := range va.Items {
+		if it == nil || it.Stmt == nil {
+			prevStmt = false
+			continue
+		}
+		s := it.Stmt
+		kw, pos := s.keyword()
+		if prevStmt {
+			c.errorf(pos, "unexpected %q: each setting must start on a new line", kw)
+		}
+		prevStmt = true
+		if s.Unknown != nil {
+			c.errorf(pos, "unknown setting %q (known: %s)", kw, strings.Join(settings, ", "))
+			continue
+		}
+		if p, dup := first[kw]; dup {
+			c.errorf(pos, "duplicate %s (first at %s)", kw, c.pos(p))
+			continue
+		}
+		first[kw] = pos
+		switch kw {
+		case "heads":
+			l.heads = s.Args
+		case "head_dim":
+			l.headDim = s.Args
+		case "mla":
+			l.mla = s.MLA
+		case "dtype":
+			l.dtype = s.Word
+		case "cache":
+			l.cache = s.Call
+		case "rope":
+			l.rope = s.Call
+		case "sinks":
+			l.sinks = s.Call
+		case "mask":
+			l.mask = s.Mask
+		case "score":
+			l.score = s.Score
+		case "scale":
+			l.scale = s.Scale
+		case "kernels":
+			l.kernels = s.Kernels
+		}
+	}
+	return l
+}
+
+// variant checks one variant and fills in its defaults.
+func (c *checker) variant(va *variantAST) *ir.Variant {
+	v := &ir.Variant{
+		Name:     va.Name.Name,
+		Pos:      c.pos(va.Pos),
+		DType:    ir.DTF16,
+		PageSize: 16,
+		Layout:   ir.HND,
+		Table:    ir.CSR,
+		CachePos: c.pos(va.Pos),
+		HeadsPos: c.pos(va.Pos),
+	}
+	l := c.collect(va)
+	if l.mla != nil {
+		c.mla(v, l.mla)
+		if l.heads != nil {
+			c.errorf(l.heads.Pos, "heads cannot be combined with mla (mla sets the heads)")
+		}
+		if l.headDim != nil {
+			c.errorf(l.headDim.Pos, "head_dim cannot be combined with mla (mla sets head_dim qk = kv_lora_rank + rope_dim, v = kv_lora_rank)")
+		}
+		if l.scale == nil {
+			c.errorf(l.mla.Pos, "mla requires an explicit scale")
+		}
+	} else {
+		if l.heads == nil {
+			c.errorf(va.Name.Pos, "missing heads line (heads qo = N, kv = M)")
+		} else {
+			c.heads(v, l.heads)
+		}
+		if l.headDim == nil {
+			c.errorf(va.Name.Pos, "missing head_dim line (head_dim N, or head_dim qk = N, v = M)")
+		} else {
+			c.headDim(v, l.headDim)
+		}
+	}
+	if l.dtype != nil {
+		c.dtype(v, l.dtype)
+	}
+	if l.cache != nil {
+		c.cache(v, l.cache)
+	}
+	v.Masks = []ir.MaskClause{{Kind: ir.MaskCausal, Pos: v.Pos}}
+	if l.mask != nil {
+		v.Masks = c.mask(l.mask)
+	}
+	if l.sinks != nil {
+		v.Sinks = c.sinks(l.sinks)
+	}
+	if l.rope != nil {
+		v.Rope = c.rope(l.rope)
+		if v.HeadDimQK%2 != 0 {
+			c.errorf(l.rope.Pos, "rope inline needs an even head_dim qk, got %d", v.HeadDimQK)
+		}
+	}
+	if l.score != nil {
+		v.ScorePos = c.pos(l.score.Pos)
+		v.Score = c.scoreExpr(l.score.Expr, v.QOHeads)
+	}
+	if l.scale != nil {
+		if f, ok := c.floatVal(l.scale.Val, "scale"); ok {
+			if f <= 0 {
+				c.errorf(l.scale.Val.Pos, "scale must be positive, got %s", l.scale.Val.text())
+			}
+			v.Scale, v.ScaleExplicit = f, true
+		}
+	} else if v.HeadDimQK > 0 {
+		v.Scale = 1 / math.Sqrt(float64(v.HeadDimQK))
+	}
+	v.Kernels = []ir.KernelRef{{Role: ir.RolePrefill, Pos: v.Pos}, {Role: ir.RoleDecode, Pos: v.Pos}, {Role: ir.RoleMergeState, Pos: v.Pos}}
+	if l.kernels != nil {
+		v.Kernels = c.kernels(l.kernels)
+	}
+	return v
+}
+
+// heads checks `heads qo = N, kv = M`.
+func (c *checker) heads(v *ir.Variant, s *argsStmt) {
+	v.HeadsPos = c.pos(s.Pos)
+	args, ok := c.kwargs("heads", s.Args, "qo", "kv")
+	qoArg := args["qo"]
+	if qoArg == nil {
+		if ok {
+			c.errorf(s.Pos, "heads needs qo = N")
+		}
+		return
+	}
+	qo, ok := c.posInt(qoArg.Val, "qo heads")
+	kv, kvOK := qo, ok
+	if kvArg := args["kv"]; kvArg != nil {
+		kv, kvOK = c.posInt(kvArg.Val, "kv heads")
+		if ok && kvOK && qo%kv != 0 {
+			c.errorf(kvArg.Val.Pos, "kv heads (%d) must divide qo heads (%d)", kv, qo)
+		}
+	}
+	if ok && kvOK {
+		v.QOHeads, v.KVHeads = qo, kv
+	}
+}
+
+// headDim checks `head_dim N` and `head_dim qk = N, v = M`.
+func (c *checker) headDim(v *ir.Variant, s *argsStmt) {
+	if len(s.Args) == 1 && s.Args[0] != nil && s.Args[0].Key == nil {
+		if n, ok := c.posInt(s.Args[0].Val, "head_dim"); ok {
+			v.HeadDimQK, v.HeadDimV = n, n
+		}
+		return
+	}
+	args, ok := c.kwargs("head_dim", s.Args, "qk", "v")
+	qkArg := args["qk"]
+	if qkArg == nil {
+		if ok {
+			c.errorf(s.Pos, "head_dim needs a size (head_dim N, or head_dim qk = N, v = M)")
+		}
+		return
+	}
+	qk, ok := c.posInt(qkArg.Val, "head_dim qk")
+	dv, vOK := qk, ok
+	if vArg := args["v"]; vArg != nil {
+		dv, vOK = c.posInt(vArg.Val, "head_dim v")
+	}
+	if ok && vOK {
+		v.HeadDimQK, v.HeadDimV = qk, dv
+	}
+}
+
+// mla checks `mla(heads = H, kv_lora_rank = R, rope_dim = D)` and sets the
+// shapes it implies.
+func (c *checker) mla(v *ir.Variant, s *mlaStmt) {
+	v.HeadsPos = c.pos(s.Pos)
+	names := []string{"heads", "kv_lora_rank", "rope_dim"}
+	args, argsOK := c.kwargs("mla(...)", s.Args.list(), names...)
+	vals := make([]int, len(names))
+	ok := true
+	for i, n := range names {
+		a := args[n]
+		if a == nil {
+			if argsOK {
+				c.errorf(s.Pos, "mla needs %s = N", n)
+			}
+			ok = false
+			continue
+		}
+		var good bool
+		vals[i], good = c.posInt(a.Val, "mla "+n)
+		ok = ok && good
+	}
+	if !ok {
+		return
+	}
+	v.MLA = &ir.MLA{Heads: vals[0], KVLoraRank: vals[1], RopeDim: vals[2], Pos: c.pos(s.Pos)}
+	v.QOHeads, v.KVHeads = vals[0], 1
+	v.HeadDimQK, v.HeadDimV = vals[1]+vals[2], vals[1]
+}
+
+// dtype checks `dtype f32|f16|bf16`.
+func (c *checker) dtype(v *ir.Variant, s *wordStmt) {
+	switch s.Word.Name {
+	case "f32":
+		v.DType = ir.DTF32
+	case "f16":
+		v.DType = ir.DTF16
+	case "bf16":
+		v.DType = ir.DTBF16
+	default:
+		c.errorf(s.Word.Pos, "unknown dtype %q (known: f32, f16, bf16)", s.Word.Name)
+	}
+}
+
+// cache checks `cache paged(page_size = N, layout = L, table = T)`.
+func (c *checker) cache(v *ir.Variant, s *callStmt) {
+	v.CachePos = c.pos(s.Pos)
+	if s.Name.Name != "paged" {
+		c.errorf(s.Name.Pos, "unknown cache %q (known: paged)", s.Name.Name)
+		return
+	}
+	args, _ := c.kwargs("paged(...)", s.Args.list(), "page_size", "layout", "table")
+	if a := args["page_size"]; a != nil {
+		if n, ok := c.intVal(a.Val, "page_size"); ok {
+			if !ir.ValidPageSize(n) {
+				c.errorf(a.Val.Pos, "page_size %d is not valid: use a power of two from 1 to 256 (1, 2, 4, ..., 256)", n)
+			}
+			v.PageSize = n
+		}
+	}
+	if a := args["layout"]; a != nil {
+		if w, ok := c.wordVal(a.Val, "layout"); ok {
+			switch w {
+			case "HND":
+				v.Layout = ir.HND
+			case "NHD":
+				v.Layout = ir.NHD
+			default:
+				c.errorf(a.Val.Pos, "unknown layout %q (known: HND, NHD)", w)
+			}
+		}
+	}
+	if a := args["table"]; a != nil {
+		if w, ok := c.wordVal(a.Val, "table"); ok {
+			switch w {
+			case "csr":
+				v.Table = ir.CSR
+			case "block_table":
+				v.Table = ir.BlockTable
+			default:
+				c.errorf(a.Val.Pos, "unknown table %q (known: csr, block_table)", w)
+			}
+		}
+	}
+}
+
+// maskKinds maps the names of argument-free mask clauses to their kinds.
+var maskKinds = map[string]ir.MaskKind{"causal": ir.MaskCausal, "none": ir.MaskNone, "tree": ir.MaskTree, "custom": ir.MaskCustom}
+
+// mask checks the clauses of a mask line.
+func (c *checker) mask(s *maskStmt) []ir.MaskClause {
+	var out []ir.MaskClause
+	for _, cl := range s.Clauses {
+		if cl == nil {
+			continue
+		}
+		mc := ir.MaskClause{Pos: c.pos(cl.Pos)}
+		if k, ok := maskKinds[cl.Name]; ok {
+			mc.Kind = k
+			if cl.Args != nil {
+				c.errorf(cl.Args.Pos, "mask %s takes no arguments", cl.Name)
+			}
+		} else if cl.Expr != nil {
+			mc.Kind, mc.Expr = ir.MaskExpr, c.maskExpr(cl.Expr)
+		} else if cl.Name == "window" {
+			mc.Kind = ir.MaskWindow
+			args, ok := c.kwargs("window(...)", cl.Args.list(), "left")
+			a := args["left"]
+			if a == nil && ok {
+				c.errorf(cl.Pos, "window needs left = W")
+			} else if a != nil {
+				if n, ok := c.intVal(a.Val, "window left"); ok {
+					if n < 0 {
+						c.errorf(a.Val.Pos, "window left must be >= 0, got %d", n)
+					}
+					mc.Left = n
+				}
+			}
+		} else {
+			c.errorf(cl.Pos, "unknown mask %q (known: causal, none, window, tree, custom, expr)", cl.Name)
+		}
+		out = append(out, mc)
+	}
+	return out
+}
+
+// sinks checks `sinks tokens(N)` and `sinks learned`.
+func (c *checker) sinks(s *callStmt) *ir.Sinks {
+	out := &ir.Sinks{Pos: c.pos(s.Pos)}
+	switch s.Name.Name {
+	case "tokens":
+		args := s.Args.list()
+		if len(args) != 1 || args[0] == nil || args[0].Key != nil {
+			c.errorf(s.Name.Pos, "sinks tokens needs a count, e.g. tokens(4)")
+			return out
+		}
+		if n, ok := c.intVal(args[0].Val, "sinks tokens"); ok {
+			if n < 1 {
+				c.errorf(args[0].Val.Pos, "sinks tokens must be at least 1, got %d", n)
+			}
+			out.Kind, out.Tokens = ir.SinkTokens, n
+		}
+	case "learned":
+		out.Kind = ir.SinkLearned
+		if s.Args != nil {
+			c.errorf(s.Args.Pos, "sinks learned takes no arguments")
+		}
+	default:
+		c.errorf(s.Name.Pos, "unknown sinks %q (known: tokens, learned)", s.Name.Name)
+	}
+	return out
+}
+
+// ropeStyles names the RoPE styles.
+var ropeStyles = map[string]ir.RopeStyle{"normal": ir.RopeNormal, "llama3": ir.RopeLlama3, "yarn": ir.RopeYarn}
+
+// ropeArgs lists the arguments each style accepts, in message order.
+var ropeArgs = map[ir.RopeStyle][]string{
+	ir.RopeNormal: {"theta", "style"},
+	ir.RopeLlama3: {"theta", "style", "factor", "low_freq", "high_freq", "original_max"},
+	ir.RopeYarn:   {"theta", "style", "factor", "original_max", "beta_fast", "beta_slow", "attn_factor", "mscale", "mscale_all_dim"},
+}
+
+// ropeDefaults are filled in when a spec leaves an argument out; a style's
+// arguments in neither ropeDefaults nor ropeRequired stay absent.
+var ropeDefaults = map[ir.RopeStyle]map[string]float64{
+	ir.RopeNormal: {"theta": 10000},
+	ir.RopeLlama3: {"theta": 10000, "factor": 8, "low_freq": 1, "high_freq": 4, "original_max": 8192},
+	ir.RopeYarn:   {"theta": 10000, "beta_fast": 32, "beta_slow": 1},
+}
+
+// ropeRequired lists the arguments a style cannot do without.
+var ropeRequired = map[ir.RopeStyle][]string{ir.RopeYarn: {"factor", "original_max"}}
+
+// ropeNonNegative lists the arguments that may be zero; all others must be
+// positive.
+var ropeNonNegative = map[string]bool{"mscale": true, "mscale_all_dim": true}
+
+// rope checks `rope inline(theta = T, style = S, ...)`.
+func (c *checker) rope(s *callStmt) *ir.Rope {
+	out := &ir.Rope{Style: ir.RopeNormal, Params: map[string]float64{}, Pos: c.pos(s.Pos)}
+	if s.Name.Name != "inline" {
+		c.errorf(s.Name.Pos, "unknown rope %q (known: inline)", s.Name.Name)
+		return out
+	}
+	for _, a := range s.Args.list() {
+		if a != nil && a.Key != nil && *a.Key == "style" {
+			if w, ok := c.wordVal(a.Val, "style"); ok {
+				st, known := ropeStyles[w]
+				if !known {
+					c.errorf(a.Val.Pos, "unknown rope style %q (known: normal, llama3, yarn)", w)
+				}
+				out.Style = st
+			}
+			break
+		}
+	}
+	args, argsOK := c.kwargs("rope inline(...) with style "+styleName(out.Style), s.Args.list(), ropeArgs[out.Style]...)
+	for k, d := range ropeDefaults[out.Style] {
+		out.Params[k] = d
+	}
+	for k, a := range args {
+		if k == "style" {
+			continue
+		}
+		f, ok := c.floatVal(a.Val, k)
+		if !ok {
+			continue
+		}
+		if f < 0 || f == 0 && !ropeNonNegative[k] {
+			c.errorf(a.Val.Pos, "rope %s must be positive, got %s", k, a.Val.text())
+		}
+		out.Params[k] = f
+	}
+	for _, k := range ropeRequired[out.Style] {
+		if args[k] == nil && argsOK {
+			c.errorf(s.Name.Pos, "rope style %s needs %s = N", styleName(out.Style), k)
+		}
+	}
+	if out.Style == ir.RopeLlama3 && out.Params["high_freq"] <= out.Params["low_freq"] {
+		p := s.Name.Pos
+		if a := args["high_freq"]; a != nil {
+			p = a.Val.Pos
+		}
+		c.errorf(p, "rope high_freq (%g) must be greater than low_freq (%g)", out.Params["high_freq"], out.Params["low_freq"])
+	}
+	out.Theta = out.Params["theta"]
+	return out
+}
+
+// styleName is the spec spelling of st.
+func styleName(st ir.RopeStyle) string {
+	for n, s := range ropeStyles {
+		if s == st {
+			return n
+		}
+	}
+	return "normal"
+}
+
+// roles lists the kernel names, in message order.
+var roles = []ir.Role{ir.RolePrefill, ir.RoleDecode, ir.RoleMergeState, ir.RoleAppend, ir.RoleCopyPage}
+
+// kernels checks `kernels a, b, ...`.
+func (c *checker) kernels(s *kernelsStmt) []ir.KernelRef {
+	var out []ir.KernelRef
+	first := map[ir.Role]lexer.Position{}
+	for _, n := range s.Names {
+		if n == nil {
+			continue
+		}
+		r := ir.Role(n.Name)
+		known := false
+		for _, k := range roles {
+			known = known || k == r
+		}
+		switch p, dup := first[r]; {
+		case !known:
+			c.errorf(n.Pos, "unknown kernel %q (known: prefill, decode, merge_state, append, copy_page)", n.Name)
+		case dup:
+			c.errorf(n.Pos, "duplicate kernel %s (first at %s)", n.Name, c.pos(p))
+		default:
+			first[r] = n.Pos
+			out = append(out, ir.KernelRef{Role: r, Pos: c.pos(n.Pos)})
+		}
+	}
+	return out
+}
+
+// list returns the arguments of l; a missing list has none.
+func (l *argList) list() []*argAST {
+	if l == nil {
+		return nil
+	}
+	return l.Args
+}
+
+// kwargs checks that args are name = value pairs with names from known and
+// no name twice, and returns them by name. When it reports an error it
+// returns ok = false, and callers skip their "missing argument" errors.
+func (c *checker) kwargs(what string, args []*argAST, known ...string) (out map[string]*argAST, ok bool) {
+	out, ok = map[string]*argAST{}, true
+	first := map[string]lexer.Position{}
+	for _, a := range args {
+		if a == nil || a.Val == nil {
+			continue
+		}
+		if a.Key == nil {
+			c.errorf(a.Pos, "%s expects named arguments (%s)", what, strings.Join(known, ", "))
+			ok = false
+			continue
+		}
+		k := *a.Key
+		isKnown := false
+		for _, n := range known {
+			isKnown = isKnown || n == k
+		}
+		if !isKnown {
+			c.errorf(a.Pos, "unknown argument %q in %s (known: %s)", k, what, strings.Join(known, ", "))
+			ok = false
+			continue
+		}
+		if p, dup := first[k]; dup {
+			c.errorf(a.Pos, "duplicate argument %s (first at %s)", k, c.pos(p))
+			ok = false
+			continue
+		}
+		first[k] = a.Pos
+		out[k] = a
+	}
+	return out, ok
+}
+
+// text is the source spelling of x.
+func (x *valueAST) text() string {
+	s := ""
+	if x.Neg {
+		s = "-"
+	}
+	switch {
+	case x.Int != nil:
+		return s + *x.Int
+	case x.Float != nil:
+		return s + *x.Float
+	case x.Word != nil:
+		return *x.Word
+	}
+	return s
+}
+
+// intVal returns x as an integer; what names the value in errors.
+func (c *checker) intVal(x *valueAST, what string) (int, bool) {
+	if x.Int == nil {
+		c.errorf(x.Pos, "%s must be an integer, got %s", what, x.text())
+		return 0, false
+	}
+	n, ok := c.parseInt(x.Pos, x.text())
+	return int(n), ok
+}
+
+// posInt is intVal for values that must be positive.
+func (c *checker) posInt(x *valueAST, what string) (int, bool) {
+	n, ok := c.intVal(x, what)
+	if ok && n <= 0 {
+		c.errorf(x.Pos, "%s must be positive, got %d", what, n)
+		return 0, false
+	}
+	return n, ok
+}
+
+// floatVal returns x, an integer or a float, as a float.
+func (c *checker) floatVal(x *valueAST, what string) (float64, bool) {
+	var f float64
+	var ok bool
+	switch {
+	case x.Int != nil:
+		var n int64
+		n, ok = c.parseInt(x.Pos, x.text())
+		f = float64(n)
+	case x.Float != nil:
+		f, ok = c.parseFloat(x.Pos, x.text())
+	default:
+		c.errorf(x.Pos, "%s must be a number, got %s", what, x.text())
+	}
+	return f, ok
+}
+
+// wordVal returns x, which must be a name.
+func (c *checker) wordVal(x *valueAST, what string) (string, bool) {
+	if x.Word == nil {
+		c.errorf(x.Pos, "%s must be a name, got %s", what, x.text())
+		return "", false
+	}
+	return *x.Word, true
+}
+
+// parseInt parses an integer literal with an optional minus sign, which
+// must fit in an i32.
+func (c *checker) parseInt(p lexer.Position, s string) (int64, bool) {
+	n, err := strconv.ParseInt(s, 10, 32)
+	if err != nil {
+		c.errorf(p, "integer %s is out of range for i32", s)
+		return 0, false
+	}
+	return n, true
+}
+
+// parseFloat parses a float literal with an optional minus sign, which must
+// fit in an f32.
+func (c *checker) parseFloat(p lexer.Position, s string) (float64, bool) {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.Abs(f) > math.MaxFloat32 {
+		c.errorf(p, "number %s is out of range for f32", s)
+		return 0, false
+	}
+	return f, true
+}

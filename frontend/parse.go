@@ -1,0 +1,160 @@
+package frontend
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/alecthomas/participle/v2"
+	"github.com/alecthomas/participle/v2/lexer"
+
+	"github.com/attnc/attnc/ir"
+)
+
+// maxNesting bounds parenthesis nesting and runs of prefix operators, so
+// that no input can exhaust the stack of the recursive-descent parser.
+const maxNesting = 100
+
+// maxSize bounds the length of a spec (about 800 variants). Parsing takes
+// about 10µs a byte, so this keeps any input to a few seconds.
+const maxSize = 256 << 10
+
+// Parse parses and validates the .attn spec src and returns its variants in
+// source order. filename only labels positions. The error, if any, is an
+// *ir.PosError: the syntax error, or else the first semantic error in
+// source order.
+func Parse(filename string, src []byte) ([]*ir.Variant, error) {
+	if len(src) > maxSize {
+		return nil, &ir.PosError{Pos: ir.Pos{File: filename, Line: 1, Col: 1}, Msg: fmt.Sprintf("spec is too large (%d bytes; the limit is %d)", len(src), maxSize)}
+	}
+	if err := checkNesting(filename, src); err != nil {
+		return nil, err
+	}
+	ast, err := specParser.ParseBytes(filename, src)
+	if err != nil {
+		return nil, syntaxError(filename, src, err)
+	}
+	c := &checker{file: filename}
+	vs := c.checkFile(ast)
+	if c.err != nil {
+		return nil, c.err
+	}
+	return vs, nil
+}
+
+// ParseFile reads and parses the spec at path; positions carry path.
+func ParseFile(path string) ([]*ir.Variant, error) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(path, src)
+}
+
+// checkNesting rejects inputs nested deeper than maxNesting before the
+// recursive parser sees them.
+func checkNesting(filename string, src []byte) error {
+	toks, err := specParser.Lex(filename, bytes.NewReader(src))
+	if err != nil {
+		return syntaxError(filename, src, err)
+	}
+	depth, run := 0, 0
+	for _, t := range toks {
+		switch t.Value {
+		case "(":
+			depth++
+		case ")":
+			depth = max(depth-1, 0)
+		}
+		if t.Value == "-" || t.Value == "!" {
+			run++
+		} else if strings.TrimSpace(t.Value) != "" {
+			run = 0
+		}
+		if depth > maxNesting || run > maxNesting {
+			return &ir.PosError{Pos: position(filename, t.Pos), Msg: fmt.Sprintf("expression nested too deeply (more than %d levels)", maxNesting)}
+		}
+	}
+	return nil
+}
+
+// position converts a participle position to an ir.Pos in file.
+func position(file string, p lexer.Position) ir.Pos {
+	return ir.Pos{File: file, Line: max(p.Line, 1), Col: max(p.Column, 1)}
+}
+
+// syntaxError turns a participle or lexer error into an *ir.PosError with a
+// readable message.
+func syntaxError(file string, src []byte, err error) error {
+	var lerr *lexer.Error
+	if errors.As(err, &lerr) {
+		msg := "invalid character"
+		if off := lerr.Pos.Offset; off >= 0 && off < len(src) {
+			r, n := utf8.DecodeRune(src[off:])
+			if r == utf8.RuneError && n <= 1 {
+				msg = fmt.Sprintf("invalid byte %#02x", src[off])
+			} else {
+				msg = fmt.Sprintf("invalid character %q", r)
+			}
+		}
+		return &ir.PosError{Pos: position(file, lerr.Pos), Msg: msg}
+	}
+	var uerr *participle.UnexpectedTokenError
+	if errors.As(err, &uerr) {
+		msg := "unexpected " + describeToken(uerr.Unexpected)
+		if exp := expected(uerr.Message()); exp != "" {
+			msg += ", expected " + exp
+		} else {
+			msg += `, expected "variant"`
+		}
+		return &ir.PosError{Pos: position(file, uerr.Unexpected.Pos), Msg: msg}
+	}
+	var perr participle.Error
+	if errors.As(err, &perr) {
+		return &ir.PosError{Pos: position(file, perr.Position()), Msg: perr.Message()}
+	}
+	return &ir.PosError{Pos: ir.Pos{File: file, Line: 1, Col: 1}, Msg: err.Error()}
+}
+
+// describeToken names a token for an error message.
+func describeToken(t lexer.Token) string {
+	switch {
+	case t.EOF():
+		return "end of file"
+	case t.Value == "\n":
+		return "end of line"
+	}
+	return fmt.Sprintf("%q", t.Value)
+}
+
+// expected extracts participle's "(expected X)" from msg and rewords X.
+func expected(msg string) string {
+	i := strings.Index(msg, " (expected ")
+	if i < 0 {
+		return ""
+	}
+	exp := strings.TrimSuffix(msg[i+len(" (expected "):], ")")
+	if strings.Contains(exp, "<float>") || strings.Contains(exp, "<int>") {
+		return "a value"
+	}
+	first, _, _ := strings.Cut(exp, " ")
+	first = strings.TrimRight(first, "?*+")
+	switch {
+	case first == "NameAST" || first == "<ident>":
+		return "a name"
+	case first == "ClauseAST":
+		return "a mask clause"
+	case first == "ArgList" || first == "ArgExprs":
+		return `"("`
+	case first == "<nl>" || first == `"\n"`:
+		return "end of line"
+	case strings.HasSuffix(first, "Expr") || first == "Primary":
+		return "an expression"
+	case strings.HasSuffix(first, "AST") || strings.HasSuffix(first, "Stmt"):
+		return "a value"
+	}
+	return first
+}
