@@ -1,0 +1,149 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/attnc/attnc/build"
+	"github.com/attnc/attnc/cpurt"
+	"github.com/attnc/attnc/passes"
+	"github.com/spf13/cobra"
+)
+
+func newBuildCmd() *cobra.Command {
+	var (
+		targets    []string
+		outDir     string
+		shared     bool
+		verifyEach bool
+		printAfter string
+		dumpDir    string
+	)
+	c := &cobra.Command{
+		Use:   "build SPEC... -o DIR",
+		Short: "Compile specs into kernels, headers and manifest.json",
+		Long: `Compile every variant of the given .attn spec files and write, into DIR:
+
+  <variant>.ll    LLVM 14 IR of the CPU kernels (target cpu)
+  <variant>.cu    CUDA C++ kernels and host launchers (target cuda)
+  <variant>.h     C prototypes of every entry point, status codes and
+                  <variant>_set_num_threads/_get_num_threads/_strerror
+  manifest.json   ABI version, every kernel's symbol, argument order,
+                  shapes and constraints, and the dispatch rules
+
+The files are byte-identical on every run and machine, so they can be
+checked in or cached. Variant names must be unique across all SPEC files.
+
+--target takes a comma list of code generators (default cpu; the flag's
+description below lists the known ones). --shared also links
+DIR/<variant>.so from each .ll with opt -O3, llc and gcc (LLVM 14 tools
+required), ready for dlopen or linking.
+
+To see what the compiler does, --print-after=all (or a pass name from
+'attnc passes') prints the kernel IR after each pass to stderr,
+--dump-dir=DIR writes it to DIR/<variant>.NN-<pass>.ir files, and
+--verify-each runs the IR verifier after every pass.
+
+Errors in a spec are printed as file:line:col: message; attnc exits with
+status 1 on any error.`,
+		Example: `  attnc build examples/llama3_8b.attn -o out
+  attnc build a.attn b.attn --target cpu -o out --shared
+  attnc build examples/llama3_8b.attn -o out --print-after=classify-tiles 2>ir.txt
+  go run ./cmd/attnc build examples/llama3_8b.attn --target cpu -o out`,
+		Args: specArgs,
+		RunE: func(c *cobra.Command, args []string) error {
+			if outDir == "" {
+				return fmt.Errorf("attnc build: -o DIR is required")
+			}
+			ts, err := parseTargets(targets)
+			if err != nil {
+				return err
+			}
+			if shared && !slices.Contains(ts, "cpu") {
+				return fmt.Errorf("attnc build: --shared links the cpu target's .ll files; add cpu to --target")
+			}
+			if err := checkPassName(printAfter); err != nil {
+				return err
+			}
+			if shared {
+				if err := cpurt.Tools(); err != nil {
+					return fmt.Errorf("attnc build --shared: %w", err)
+				}
+			}
+			vs, err := build.ParseSpecs(args)
+			if err != nil {
+				return err
+			}
+			out, err := build.Build(vs, build.Options{
+				Targets: ts,
+				Passes: passes.Options{
+					VerifyEach: verifyEach,
+					PrintAfter: printAfter,
+					Out:        c.ErrOrStderr(),
+					DumpDir:    dumpDir,
+				},
+			})
+			if err != nil {
+				return err
+			}
+			if err := out.Write(outDir, c.OutOrStdout()); err != nil {
+				return err
+			}
+			if shared {
+				for _, a := range out.Artifacts {
+					name, ok := strings.CutSuffix(a.Name, ".ll")
+					if !ok {
+						continue
+					}
+					so := filepath.Join(outDir, name+".so")
+					if err := cpurt.BuildShared(filepath.Join(outDir, a.Name), so); err != nil {
+						return err
+					}
+					fmt.Fprintf(c.OutOrStdout(), "wrote %s\n", so)
+				}
+			}
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringSliceVar(&targets, "target", []string{"cpu"}, "comma list of targets to generate (known: "+strings.Join(build.Targets, ", ")+")")
+	f.StringVarP(&outDir, "out", "o", "", "output directory (created if missing)")
+	f.BoolVar(&shared, "shared", false, "also link DIR/<variant>.so from each .ll (needs LLVM 14 opt/llc and gcc)")
+	f.BoolVar(&verifyEach, "verify-each", false, "run the kernel-IR verifier after every pass")
+	f.StringVar(&printAfter, "print-after", "", "print the kernel IR to stderr after every pass (all) or after the named pass")
+	f.StringVar(&dumpDir, "dump-dir", "", "write the kernel IR after lowering and after every pass into this directory")
+	return c
+}
+
+// parseTargets validates a --target list against build.Targets, dropping
+// duplicates and keeping the order given.
+func parseTargets(vals []string) ([]string, error) {
+	var ts []string
+	for _, t := range splitList(vals) {
+		if !slices.Contains(build.Targets, t) {
+			return nil, fmt.Errorf("attnc build: unknown target %q (known: %s)", t, strings.Join(build.Targets, ", "))
+		}
+		if !slices.Contains(ts, t) {
+			ts = append(ts, t)
+		}
+	}
+	if len(ts) == 0 {
+		return nil, fmt.Errorf("attnc build: --target is empty (known: %s)", strings.Join(build.Targets, ", "))
+	}
+	return ts, nil
+}
+
+// checkPassName rejects a --print-after value that names no pass before
+// any work is done.
+func checkPassName(name string) error {
+	if name == "" || name == "all" || passes.Find(passes.Table, name) != nil {
+		return nil
+	}
+	var names []string
+	for _, p := range passes.Table {
+		names = append(names, p.Name)
+	}
+	return fmt.Errorf("attnc build: --print-after: no pass named %q (use all or one of: %s)", name, strings.Join(names, ", "))
+}

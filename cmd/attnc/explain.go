@@ -1,0 +1,224 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"runtime"
+	"strings"
+
+	"github.com/attnc/attnc/build"
+	"github.com/attnc/attnc/ir"
+	"github.com/attnc/attnc/lower"
+	"github.com/attnc/attnc/registry"
+	"github.com/spf13/cobra"
+)
+
+// shapeFlags are explain's call-shape flags.
+type shapeFlags struct {
+	batch, qLen, kvLen, threads []int
+}
+
+func (s *shapeFlags) given(c *cobra.Command) bool {
+	for _, n := range []string{"batch", "q-len", "kv-len", "threads"} {
+		if c.Flags().Changed(n) {
+			return true
+		}
+	}
+	return false
+}
+
+func newExplainCmd() *cobra.Command {
+	var sf shapeFlags
+	c := &cobra.Command{
+		Use:   "explain SPEC... [--batch N] [--q-len L] [--kv-len L] [--threads T]",
+		Short: "Show each variant's kernels, arguments, constraints and dispatch rules",
+		Long: `Compile every variant in memory (cpu target) and print what
+'attnc build' would record in manifest.json, in readable form: the fixed
+shape constraints, every kernel with its symbol and argument order (the
+entry point per role is marked), and the dispatch rules the entry points
+follow (query/KV tile sizes, when prefill hands over to decode, how decode
+splits the KV range over threads).
+
+Given a call shape, explain also prints which kernel serves that call and
+how the work is split, computed by the same rule the generated code
+compiles in:
+
+  --batch N      number of sequences (default: the length of the longest
+                 --q-len/--kv-len list)
+  --q-len L      query tokens per sequence (default 1, i.e. decode)
+  --kv-len L     cached tokens per sequence, the new ones included (required
+                 with any shape flag)
+  --threads T    worker threads (default: this machine's CPUs)
+
+Each flag takes an int or a comma list. --q-len and --kv-len give one value
+for every sequence or one per sequence; --batch and --threads lists print
+one decision per combination.`,
+		Example: `  attnc explain examples/llama3_8b.attn
+  attnc explain examples/llama3_8b.attn --batch 1,64 --kv-len 4096 --threads 1,16
+  attnc explain examples/llama3_8b.attn --q-len 5,17 --kv-len 100,300`,
+		Args: specArgs,
+		RunE: func(c *cobra.Command, args []string) error {
+			vs, err := build.ParseSpecs(args)
+			if err != nil {
+				return err
+			}
+			withShape := sf.given(c)
+			var shapes []registry.Shape
+			if withShape {
+				if shapes, err = sf.shapes(); err != nil {
+					return err
+				}
+			}
+			out := c.OutOrStdout()
+			failed := false
+			for i, v := range vs {
+				if i > 0 {
+					fmt.Fprintln(out)
+				}
+				if err := explainVariant(out, v, shapes); err != nil {
+					fmt.Fprintln(c.ErrOrStderr(), err)
+					failed = true
+				}
+			}
+			if failed {
+				return errReported
+			}
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.IntSliceVar(&sf.batch, "batch", nil, "number of sequences (int or comma list)")
+	f.IntSliceVar(&sf.qLen, "q-len", nil, "query tokens per sequence (int or comma list; default 1)")
+	f.IntSliceVar(&sf.kvLen, "kv-len", nil, "cached tokens per sequence (int or comma list)")
+	f.IntSliceVar(&sf.threads, "threads", nil, "worker threads (int or comma list; default: number of CPUs)")
+	return c
+}
+
+// shapes expands the flags into one registry.Shape per (batch, threads).
+func (s *shapeFlags) shapes() ([]registry.Shape, error) {
+	if len(s.kvLen) == 0 {
+		return nil, fmt.Errorf("attnc explain: --kv-len is required to select a kernel for a call shape")
+	}
+	qLen := s.qLen
+	if len(qLen) == 0 {
+		qLen = []int{1}
+	}
+	batches := s.batch
+	if len(batches) == 0 {
+		batches = []int{max(len(qLen), len(s.kvLen))}
+	}
+	threads := s.threads
+	if len(threads) == 0 {
+		threads = []int{runtime.NumCPU()}
+	}
+	for _, xs := range [][]int{batches, qLen, s.kvLen} {
+		for _, x := range xs {
+			if x < 0 {
+				return nil, fmt.Errorf("attnc explain: shape values must not be negative (got %d)", x)
+			}
+		}
+	}
+	for _, t := range threads {
+		if t < 1 {
+			return nil, fmt.Errorf("attnc explain: --threads must be at least 1 (got %d)", t)
+		}
+	}
+	var out []registry.Shape
+	for _, b := range batches {
+		ql, err := perSequence("--q-len", qLen, b)
+		if err != nil {
+			return nil, err
+		}
+		kl, err := perSequence("--kv-len", s.kvLen, b)
+		if err != nil {
+			return nil, err
+		}
+		single := true
+		for _, q := range ql {
+			single = single && q == 1
+		}
+		for _, t := range threads {
+			out = append(out, registry.Shape{QLens: ql, KVLens: kl, Threads: t, DecodeLayout: single})
+		}
+	}
+	return out, nil
+}
+
+// perSequence broadcasts a one-value list to n sequences, or checks that
+// the list has n values.
+func perSequence(flag string, xs []int, n int) ([]int, error) {
+	if len(xs) == 1 {
+		out := make([]int, n)
+		for i := range out {
+			out[i] = xs[0]
+		}
+		return out, nil
+	}
+	if len(xs) != n {
+		return nil, fmt.Errorf("attnc explain: %s has %d values but the batch has %d sequences (give one value or one per sequence)", flag, len(xs), n)
+	}
+	return xs, nil
+}
+
+func explainVariant(w io.Writer, v *ir.Variant, shapes []registry.Shape) error {
+	if err := lower.Unsupported(v); err != nil {
+		return err
+	}
+	out, err := build.Build([]*ir.Variant{v}, build.Options{Targets: []string{"cpu"}})
+	if err != nil {
+		return err
+	}
+	var vm *registry.VariantManifest
+	for i := range out.Manifest.Variants {
+		if out.Manifest.Variants[i].Name == v.Name {
+			vm = &out.Manifest.Variants[i]
+		}
+	}
+	if vm == nil {
+		return fmt.Errorf("%s: attnc explain: the manifest has no entry for variant %s", v.Pos, v.Name)
+	}
+	fmt.Fprint(w, registry.Explain(*vm, out.Manifest.Kernels))
+	if len(shapes) == 0 {
+		return nil
+	}
+	if !v.HasRole(ir.RolePrefill) && !v.HasRole(ir.RoleDecode) {
+		fmt.Fprintf(w, "selection: variant %s has no prefill or decode kernel\n", v.Name)
+		return nil
+	}
+	fmt.Fprintln(w, "selection:")
+	for _, s := range shapes {
+		sel, err := registry.Select(v, out.Lowered[v.Name], s)
+		if err != nil {
+			return fmt.Errorf("attnc explain: %s: %w", v.Name, err)
+		}
+		how := fmt.Sprintf("%s via %s, %d work items", sel.Role, sel.Symbol, sel.Items)
+		if sel.Splits > 1 {
+			how += fmt.Sprintf(", KV split in %d chunks", sel.Splits)
+		}
+		if sel.Merge {
+			how += ", merged with merge_state"
+		}
+		fmt.Fprintf(w, "  batch=%d q_len=%s kv_len=%s threads=%d -> %s\n",
+			len(s.QLens), compactInts(s.QLens), compactInts(s.KVLens), s.Threads, how)
+	}
+	return nil
+}
+
+// compactInts prints a list as one value when all are equal, else comma separated.
+func compactInts(xs []int) string {
+	if len(xs) == 0 {
+		return "-"
+	}
+	same := true
+	for _, x := range xs {
+		same = same && x == xs[0]
+	}
+	if same {
+		return fmt.Sprint(xs[0])
+	}
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprint(x)
+	}
+	return strings.Join(parts, ",")
+}

@@ -1,0 +1,390 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/attnc/attnc/build"
+	"github.com/attnc/attnc/cpurt"
+	"github.com/attnc/attnc/passes"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
+
+const (
+	llama3   = "../../examples/llama3_8b.attn"
+	deepseek = "../../examples/deepseek_v3_mla.attn"
+)
+
+// attnc runs the command line in-process and returns its output and exit status.
+func attnc(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var o, e bytes.Buffer
+	code = run(args, &o, &e)
+	return o.String(), e.String(), code
+}
+
+// mustRun runs args and fails the test unless the exit status is 0.
+func mustRun(t *testing.T, args ...string) (stdout, stderr string) {
+	t.Helper()
+	o, e, code := attnc(t, args...)
+	if code != 0 {
+		t.Fatalf("attnc %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, o, e)
+	}
+	return o, e
+}
+
+// readDir returns every file in dir by name.
+func readDir(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{}
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[e.Name()] = b
+	}
+	return files
+}
+
+func writeSpec(t *testing.T, name, src string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// needTools skips a test that needs LLVM 14 and gcc (and, with cgo, the
+// ability to load generated kernels) when they are missing, except in CI
+// (CI=true), where a missing tool is a failure.
+func needTools(t *testing.T, cgo bool) {
+	t.Helper()
+	err := cpurt.Tools()
+	if err == nil && cgo && !cgoEnabled {
+		err = errors.New("this test binary was built with CGO_ENABLED=0")
+	}
+	if err == nil {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI=true but the kernel tools are unavailable: %v", err)
+	}
+	t.Skipf("skipping: needs LLVM 14 opt/llc and gcc (apt-get install llvm-14 gcc): %v", err)
+}
+
+func TestBuildIsDeterministic(t *testing.T) {
+	d1, d2 := t.TempDir(), filepath.Join(t.TempDir(), "other")
+	mustRun(t, "build", llama3, "--target", "cpu", "-o", d1)
+	mustRun(t, "build", llama3, "-o", d2)
+	f1, f2 := readDir(t, d1), readDir(t, d2)
+	for _, name := range []string{"llama3_8b.ll", "llama3_8b.h", "manifest.json"} {
+		if _, ok := f1[name]; !ok {
+			t.Errorf("build wrote no %s (wrote %v)", name, keys(f1))
+		}
+	}
+	if !slices.Equal(keys(f1), keys(f2)) {
+		t.Fatalf("the two builds wrote different files: %v vs %v", keys(f1), keys(f2))
+	}
+	for name, b := range f1 {
+		if !bytes.Equal(b, f2[name]) {
+			t.Errorf("%s differs between two builds", name)
+		}
+	}
+
+	var m struct {
+		ABI     *int    `json:"abi"`
+		LSEBase *string `json:"lse_base"`
+		Kernels []struct {
+			Role   string `json:"role"`
+			Symbol string `json:"symbol"`
+			Entry  bool   `json:"entry"`
+			Target string `json:"target"`
+			Args   []struct {
+				Name string `json:"name"`
+				Kind string `json:"kind"`
+			} `json:"args"`
+		} `json:"kernels"`
+	}
+	if err := json.Unmarshal(f1["manifest.json"], &m); err != nil {
+		t.Fatalf("manifest.json: %v", err)
+	}
+	if m.ABI == nil || *m.ABI != 1 {
+		t.Errorf(`manifest "abi" = %v, want 1`, m.ABI)
+	}
+	if m.LSEBase == nil || *m.LSEBase != "e" {
+		t.Errorf(`manifest "lse_base" = %v, want "e"`, m.LSEBase)
+	}
+	found := false
+	for _, k := range m.Kernels {
+		if k.Role != "prefill" || !k.Entry {
+			continue
+		}
+		found = true
+		if len(k.Args) < 2 || k.Args[0].Name != "q" || k.Args[1].Name != "qo_indptr" {
+			t.Errorf("prefill entry %s args start %v, want q, qo_indptr", k.Symbol, k.Args)
+		}
+		if !strings.Contains(string(f1["llama3_8b.h"]), "int32_t "+k.Symbol+"(") {
+			t.Errorf("llama3_8b.h does not declare %s", k.Symbol)
+		}
+	}
+	if !found {
+		t.Errorf("manifest has no prefill entry: %s", f1["manifest.json"])
+	}
+}
+
+func keys(m map[string][]byte) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+func TestCheck(t *testing.T) {
+	o, _ := mustRun(t, "check", llama3)
+	if o != "ok llama3_8b\n" {
+		t.Errorf("check %s printed %q, want %q", llama3, o, "ok llama3_8b\n")
+	}
+	o, e, code := attnc(t, "check", deepseek)
+	if code != 1 {
+		t.Errorf("check %s: exit %d, want 1", deepseek, code)
+	}
+	want := regexp.MustCompile(`^` + regexp.QuoteMeta(deepseek) + `:\d+:\d+: not supported yet`)
+	if !want.MatchString(e) {
+		t.Errorf("check %s: stderr %q does not match %s", deepseek, e, want)
+	}
+	if strings.Contains(o, "ok deepseek") {
+		t.Errorf("check printed ok for an unsupported variant: %q", o)
+	}
+
+	// Every variant is checked: the supported one still reports ok.
+	_, e, code = attnc(t, "check", deepseek, llama3)
+	if code != 1 || !strings.Contains(e, "not supported yet") {
+		t.Errorf("check of both specs: exit %d, stderr %q", code, e)
+	}
+}
+
+func TestBadSpecErrorsHavePositions(t *testing.T) {
+	cases := map[string]string{
+		"semantic.attn": "variant bad {\n  heads qo = 4, kv = 2\n  head_dim 64\n  dtype f64\n}\n",
+		"syntax.attn":   "variant bad {\n  heads qo = 4, kv = 2\n  head_dim = = 64\n}\n",
+		"pagesize.attn": "variant bad {\n  heads qo = 4, kv = 2\n  head_dim 64\n  cache paged(page_size = 3)\n}\n",
+	}
+	for name, src := range cases {
+		p := writeSpec(t, name, src)
+		want := regexp.MustCompile(`^` + regexp.QuoteMeta(p) + `:\d+:\d+: \S`)
+		for _, args := range [][]string{{"check", p}, {"build", p, "-o", t.TempDir()}} {
+			o, e, code := attnc(t, args...)
+			if code != 1 {
+				t.Errorf("%s %s: exit %d, want 1 (stdout %q)", args[0], name, code, o)
+			}
+			if !want.MatchString(e) {
+				t.Errorf("%s %s: stderr %q is not file:line:col: message", args[0], name, e)
+			}
+		}
+	}
+}
+
+func TestBuildErrors(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"build", llama3, "--target", "cpu,nosuch", "-o", dir}, `unknown target "nosuch" (known: cpu`},
+		{[]string{"build", llama3}, "-o DIR is required"},
+		{[]string{"build", "-o", dir}, "no spec file given"},
+		{[]string{"build", llama3, "-o", dir, "--print-after", "nosuch"}, `no pass named "nosuch"`},
+		{[]string{"build", filepath.Join(dir, "missing.attn"), "-o", dir}, "missing.attn"},
+		{[]string{"build", "--nosuch"}, "unknown flag"},
+	} {
+		_, e, code := attnc(t, tc.args...)
+		if code != 1 || !strings.Contains(e, tc.want) {
+			t.Errorf("attnc %s: exit %d, stderr %q; want exit 1 and %q", strings.Join(tc.args, " "), code, e, tc.want)
+		}
+	}
+}
+
+func TestBuildPrintAfterAndDumpDir(t *testing.T) {
+	out, dump := t.TempDir(), t.TempDir()
+	_, e := mustRun(t, "build", llama3, "-o", out, "--verify-each", "--print-after=all", "--dump-dir", dump)
+	for _, p := range passes.Table {
+		if !strings.Contains(e, "// --- after "+p.Name+" ---") {
+			t.Errorf("--print-after=all: stderr lacks the IR after %s", p.Name)
+		}
+	}
+	dumped := readDir(t, dump)
+	if len(dumped) < len(passes.Table) {
+		t.Errorf("--dump-dir wrote %d files, want at least %d: %v", len(dumped), len(passes.Table), keys(dumped))
+	}
+	_, e = mustRun(t, "build", llama3, "-o", out, "--print-after", passes.Table[0].Name)
+	if n := strings.Count(e, "// --- after "); n != 1 {
+		t.Errorf("--print-after=%s printed %d modules, want 1", passes.Table[0].Name, n)
+	}
+}
+
+func TestPasses(t *testing.T) {
+	o, _ := mustRun(t, "passes")
+	lines := strings.Split(o, "\n")
+	if len(lines) < 2 || !strings.Contains(lines[1], "inline-defs") {
+		t.Fatalf("passes does not list inline-defs first:\n%s", o)
+	}
+	last := -1
+	for _, p := range passes.Table {
+		i := strings.Index(o, " "+p.Name+" ")
+		if i < 0 || i < last {
+			t.Errorf("pass %s missing or out of order:\n%s", p.Name, o)
+		}
+		last = i
+		kind := "optional"
+		if p.Required {
+			kind = "required"
+		}
+		if !regexp.MustCompile(regexp.QuoteMeta(p.Name) + `\s+` + kind).MatchString(o) {
+			t.Errorf("pass %s is not shown as %s", p.Name, kind)
+		}
+	}
+	for _, c := range passes.Constraints {
+		if !strings.Contains(o, c.Before+" before "+c.After+": "+c.Why) {
+			t.Errorf("constraint %s before %s is not listed with its reason", c.Before, c.After)
+		}
+	}
+}
+
+func TestExplain(t *testing.T) {
+	o, _ := mustRun(t, "explain", llama3)
+	for _, want := range []string{"variant llama3_8b", "llama3_8b_prefill", "dispatch rules:"} {
+		if !strings.Contains(o, want) {
+			t.Errorf("explain output lacks %q:\n%s", want, o)
+		}
+	}
+	o, _ = mustRun(t, "explain", llama3, "--batch", "1", "--kv-len", "4096", "--threads", "1,16")
+	if n := len(regexp.MustCompile(`(?m)^  batch=1 q_len=1 kv_len=4096 threads=\d+ -> decode `).FindAllString(o, -1)); n != 2 {
+		t.Errorf("explain with a decode shape and two thread counts gave %d decode decisions:\n%s", n, o)
+	}
+	o, _ = mustRun(t, "explain", llama3, "--q-len", "5,17", "--kv-len", "100,300", "--threads", "4")
+	if !strings.Contains(o, "batch=2 q_len=5,17 kv_len=100,300 threads=4 -> prefill") {
+		t.Errorf("explain with a prefill shape:\n%s", o)
+	}
+	_, e, code := attnc(t, "explain", llama3, "--q-len", "5,17", "--kv-len", "100,300,4")
+	if code != 1 || !strings.Contains(e, "--q-len has 2 values") {
+		t.Errorf("explain with mismatched lists: exit %d, stderr %q", code, e)
+	}
+	_, e, code = attnc(t, "explain", deepseek)
+	if code != 1 || !strings.Contains(e, "not supported yet") {
+		t.Errorf("explain %s: exit %d, stderr %q", deepseek, code, e)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	o, _ := mustRun(t, "version")
+	if !strings.HasPrefix(o, "attnc ") || !strings.Contains(o, "ABI 1") {
+		t.Errorf("version printed %q", o)
+	}
+}
+
+const smallSpec = `variant small {
+  heads qo = 4, kv = 2
+  head_dim 64
+  dtype f32
+  cache paged(page_size = 4)
+  mask causal
+}
+`
+
+func TestVerifySmall(t *testing.T) {
+	needTools(t, true)
+	p := writeSpec(t, "small.attn", smallSpec)
+	o, e, code := attnc(t, "verify", p, "--threads", "1,4", "--seed", "3")
+	if code != 0 {
+		t.Fatalf("verify: exit %d\nstdout:\n%s\nstderr:\n%s", code, o, e)
+	}
+	if !regexp.MustCompile(`(?m)^[1-9]\d* passed, 0 failed$`).MatchString(o) {
+		t.Errorf("verify summary missing or wrong:\n%s", o)
+	}
+	for _, k := range []string{"small_prefill", "small_decode", "small_merge_state"} {
+		if !strings.Contains(o, "PASS "+k) {
+			t.Errorf("verify ran no passing case of %s:\n%s", k, o)
+		}
+	}
+}
+
+func TestVerifySkipsUnsupported(t *testing.T) {
+	needTools(t, true)
+	o, e, code := attnc(t, "verify", deepseek)
+	if code != 0 {
+		t.Fatalf("verify of an unsupported variant: exit %d\nstdout:\n%s\nstderr:\n%s", code, o, e)
+	}
+	if !strings.Contains(o, "skip deepseek_v3_mla: ") || !strings.Contains(o, "0 passed, 0 failed") {
+		t.Errorf("verify %s printed:\n%s", deepseek, o)
+	}
+}
+
+func TestBuildShared(t *testing.T) {
+	needTools(t, false)
+	p := writeSpec(t, "small.attn", smallSpec)
+	dir := t.TempDir()
+	o, _ := mustRun(t, "build", p, "-o", dir, "--shared")
+	if !strings.Contains(o, filepath.Join(dir, "small.so")) {
+		t.Errorf("build --shared did not report small.so:\n%s", o)
+	}
+	if st, err := os.Stat(filepath.Join(dir, "small.so")); err != nil || st.Size() == 0 {
+		t.Errorf("build --shared: %v", err)
+	}
+}
+
+// golden compares got with testdata/name, or rewrites the file with -update.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./cmd/attnc -update)", err)
+	}
+	if got != string(want) {
+		t.Errorf("output differs from %s (run go test ./cmd/attnc -update and review the diff):\n%s", path, got)
+	}
+}
+
+// TestGolden pins the pass listing and the help texts a user reads.
+func TestGolden(t *testing.T) {
+	o, _ := mustRun(t, "passes")
+	golden(t, "passes.golden", o)
+	var help strings.Builder
+	for _, cmd := range []string{"", "build", "check", "explain", "passes", "verify", "version"} {
+		args := []string{"--help"}
+		if cmd != "" {
+			args = []string{cmd, "--help"}
+		}
+		o, _ := mustRun(t, args...)
+		help.WriteString("$ attnc " + strings.Join(args, " ") + "\n" + o + "\n")
+	}
+	// The target list grows with the backends; keep it out of the golden file.
+	known := "(known: " + strings.Join(build.Targets, ", ") + ")"
+	golden(t, "help.golden", strings.ReplaceAll(help.String(), known, "(known: TARGETS)"))
+}
