@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/attnc/attnc/codegen/cuda"
 	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/frontend"
 	"github.com/attnc/attnc/ir"
@@ -17,7 +18,7 @@ import (
 )
 
 // Targets are the code generators Build knows.
-var Targets = []string{"cpu"}
+var Targets = []string{"cpu", "cuda"}
 
 // Options configures Build.
 type Options struct {
@@ -80,6 +81,52 @@ func Compile(v *ir.Variant, po passes.Options) (*Variant, error) {
 	return &Variant{V: v, Lowered: m, Final: final}, nil
 }
 
+// CompileGPU lowers v with the CUDA schedule and runs the pass pipeline
+// over its device kernels.
+func CompileGPU(v *ir.Variant, po passes.Options) (*lower.GPUModule, error) {
+	gm, err := lower.LowerGPU(v)
+	if err != nil {
+		return nil, err
+	}
+	final, err := passes.Run(gm.Module, po)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %s (cuda): %w", v.Pos, v.Name, err)
+	}
+	return &lower.GPUModule{Module: final, Launchers: gm.Launchers}, nil
+}
+
+// cudaManifest lists a variant's CUDA launchers (entries) and device
+// kernels with their launch rules.
+func cudaManifest(v *ir.Variant, gm *lower.GPUModule) []registry.KernelManifest {
+	var out []registry.KernelManifest
+	for _, l := range gm.Launchers {
+		args := registry.ArgsOf(l.Params)
+		args = append(args, registry.Arg{Name: "stream", Kind: "scalar", DType: "cudaStream_t"})
+		var steps []map[string]any
+		for _, ln := range l.Direct {
+			steps = append(steps, map[string]any{"kernel": ln.Kernel, "grid": ln.Grid, "block": ln.Block, "smem": ln.Smem})
+		}
+		launch := map[string]any{"direct": steps}
+		if len(l.Split) > 0 {
+			var split []map[string]any
+			for _, ln := range l.Split {
+				split = append(split, map[string]any{"kernel": ln.Kernel, "grid": ln.Grid, "block": ln.Block, "smem": ln.Smem})
+			}
+			launch["split"] = split
+			launch["splits"] = "plan_splits(items = " + l.Direct[0].Grid + ", threads = 2 * SMs, max_tiles = 1 << 20); > 1 -> split launches with f32 scratch"
+		}
+		out = append(out, registry.KernelManifest{Variant: v.Name, Role: string(l.Role), Symbol: l.Name, Entry: true,
+			Target: "cuda", File: v.Name + ".cu", Args: args, Returns: "i32 status", Constraints: registry.Constraints(v), Launch: launch})
+	}
+	for _, k := range gm.Module.Kernels {
+		out = append(out, registry.KernelManifest{Variant: v.Name, Role: string(k.Role), Symbol: k.Name, Entry: false,
+			Target: "cuda", File: v.Name + ".cu", Args: registry.ArgsOf(k.Params), Returns: "void (__global__)",
+			Constraints: registry.Constraints(v),
+			Launch:      map[string]any{"block": cuda.BlockSize(k), "smem": cuda.SharedBytes(k)}})
+	}
+	return out
+}
+
 // Build compiles the variants for the targets and returns the artifacts.
 func Build(vs []*ir.Variant, opt Options) (*Output, error) {
 	targets := opt.Targets
@@ -99,6 +146,7 @@ func Build(vs []*ir.Variant, opt Options) (*Output, error) {
 		}
 		out.Lowered[v.Name] = cv.Lowered
 		out.Manifest.Variants = append(out.Manifest.Variants, registry.VariantEntry(v, cv.Lowered))
+		var launchers []ir.Launcher
 		for _, t := range targets {
 			switch t {
 			case "cpu":
@@ -114,9 +162,21 @@ func Build(vs []*ir.Variant, opt Options) (*Output, error) {
 						Constraints: registry.Constraints(v),
 					})
 				}
+			case "cuda":
+				gm, err := CompileGPU(v, opt.Passes)
+				if err != nil {
+					return nil, err
+				}
+				cu, err := cuda.Emit(gm.Module, gm.Launchers)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %s: %w", v.Pos, v.Name, err)
+				}
+				out.Artifacts = append(out.Artifacts, Artifact{Name: v.Name + ".cu", Data: []byte(cu)})
+				out.Manifest.Kernels = append(out.Manifest.Kernels, cudaManifest(v, gm)...)
+				launchers = gm.Launchers
 			}
 		}
-		out.Artifacts = append(out.Artifacts, Artifact{Name: v.Name + ".h", Data: []byte(Header(v, cv.Lowered))})
+		out.Artifacts = append(out.Artifacts, Artifact{Name: v.Name + ".h", Data: []byte(Header(v, cv.Lowered, launchers))})
 	}
 	mj, err := out.Manifest.Marshal()
 	if err != nil {

@@ -26,7 +26,7 @@ func cType(t ir.Type) string {
 
 // Header renders <variant>.h for the lowered module m: status codes, the
 // runtime controls and every kernel with its argument shapes.
-func Header(v *ir.Variant, m *ir.Module) string {
+func Header(v *ir.Variant, m *ir.Module, launchers []ir.Launcher) string {
 	var sb strings.Builder
 	guard := "ATTNC_" + strings.ToUpper(m.Prefix) + "_H"
 	up := strings.ToUpper(m.Prefix)
@@ -67,6 +67,21 @@ func Header(v *ir.Variant, m *ir.Module) string {
 			}
 		}
 		sb.WriteString(");\n")
+	}
+	for _, l := range launchers {
+		fmt.Fprintf(&sb, "\n/* %s on CUDA (device pointers; stream is a cudaStream_t). */\nint32_t %s(", l.Role, l.Name)
+		for _, p := range l.Params {
+			cst := "const "
+			if p.Output {
+				cst = ""
+			}
+			if p.Buffer {
+				fmt.Fprintf(&sb, "\n    %s%s *%s, /* %s[%s] */", cst, cType(p.Elem), p.Name, p.Elem, strings.Join(p.Shape, ", "))
+			} else {
+				fmt.Fprintf(&sb, "\n    %s %s,", cType(p.Elem), p.Name)
+			}
+		}
+		sb.WriteString("\n    void *stream);\n")
 	}
 	sb.WriteString("\n#ifdef __cplusplus\n}\n#endif\n\n#endif\n")
 	return sb.String()

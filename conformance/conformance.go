@@ -49,11 +49,33 @@ func (r Result) String() string {
 	return s
 }
 
-// Suite holds one variant's built CPU library.
+// Suite holds one variant's built library: CPU kernels, or CUDA launchers
+// compiled for the emulator (or a GPU).
 type Suite struct {
-	V   *ir.Variant
-	M   *ir.Module // lowered module: argument order and names
-	Lib *cpurt.Lib
+	V       *ir.Variant
+	Target  string // cpu or cuda
+	Prefix  string
+	Lib     *cpurt.Lib
+	Entries map[ir.Role]Entry
+}
+
+// Entry is a public entry point and its parameters in call order; CUDA
+// launchers take a trailing stream (passed as 0, the default stream).
+type Entry struct {
+	Symbol string
+	Params []*ir.Param
+	Stream bool
+}
+
+// cpuEntries lists the entry kernels of a lowered CPU module.
+func cpuEntries(m *ir.Module) map[ir.Role]Entry {
+	es := map[ir.Role]Entry{}
+	for _, k := range m.Kernels {
+		if k.Entry {
+			es[k.Role] = Entry{Symbol: k.Name, Params: k.Params}
+		}
+	}
+	return es
 }
 
 // Build compiles v for the CPU into dir, links a shared library with the
@@ -83,29 +105,42 @@ func Build(v *ir.Variant, dir string) (*Suite, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Suite{V: v, M: m, Lib: lib}, nil
+	return &Suite{V: v, Target: "cpu", Prefix: m.Prefix, Lib: lib, Entries: cpuEntries(m)}, nil
 }
 
-// args binds a kernel's parameters by name, in the kernel's order.
-func (s *Suite) call(kernel string, vals map[string]int64) (int32, error) {
-	k := s.M.Kernel(kernel)
-	if k == nil {
-		return 0, fmt.Errorf("no kernel %s", kernel)
+// call binds an entry's parameters by name, in the entry's order.
+func (s *Suite) call(role ir.Role, vals map[string]int64) (int32, error) {
+	e, ok := s.Entries[role]
+	if !ok {
+		return 0, fmt.Errorf("%s: no %s entry", s.V.Name, role)
 	}
-	args := make([]int64, len(k.Params))
-	for i, p := range k.Params {
+	args := make([]int64, 0, len(e.Params)+1)
+	for _, p := range e.Params {
 		v, ok := vals[p.Name]
 		if !ok {
-			return 0, fmt.Errorf("%s: no value for argument %s", kernel, p.Name)
+			return 0, fmt.Errorf("%s: no value for argument %s", e.Symbol, p.Name)
 		}
-		args[i] = v
+		args = append(args, v)
 	}
-	return s.Lib.Call(kernel, args...)
+	if e.Stream {
+		args = append(args, 0)
+	}
+	return s.Lib.Call(e.Symbol, args...)
 }
 
-// SetThreads sets the library's worker count.
+// SetThreads sets the CPU library's worker count (CUDA: no effect).
 func (s *Suite) SetThreads(n int) error {
-	return s.Lib.CallVoid(s.M.Prefix+"_set_num_threads", int64(n))
+	if s.Target != "cpu" {
+		return nil
+	}
+	return s.Lib.CallVoid(s.Prefix+"_set_num_threads", int64(n))
+}
+
+func (s *Suite) strerror(code int32) string {
+	if s.Target != "cpu" {
+		return fmt.Sprintf("status %d", code)
+	}
+	return s.Lib.CallStr(s.Prefix+"_strerror", code)
 }
 
 func (s *Suite) enc(xs []float32) *cpurt.Buffer {
@@ -177,8 +212,8 @@ func nanSlice(n int) []float32 {
 
 // RunAttention runs kernel (prefill or decode entry) on a random case and
 // compares o and lse with the reference.
-func (s *Suite) RunAttention(kernel string, spec reference.CaseSpec, seed int64, threads int) Result {
-	r := Result{Variant: s.V.Name, Kernel: kernel, Case: spec.Name, Threads: threads, Tol: Tolerance(s.V.DType)}
+func (s *Suite) RunAttention(role ir.Role, spec reference.CaseSpec, seed int64, threads int) Result {
+	r := Result{Variant: s.V.Name, Kernel: s.Entries[role].Symbol, Case: spec.Name, Threads: threads, Tol: Tolerance(s.V.DType)}
 	c := reference.NewCase(s.V, rand.New(rand.NewSource(seed)), spec)
 	wantO, wantL := reference.Attention(s.V, c)
 	cb := s.buffers(c)
@@ -187,11 +222,11 @@ func (s *Suite) RunAttention(kernel string, spec reference.CaseSpec, seed int64,
 		r.Note = err.Error()
 		return r
 	}
-	st, err := s.call(kernel, cb.vals)
+	st, err := s.call(role, cb.vals)
 	if err != nil || st != 0 {
 		r.Note = fmt.Sprintf("status %d %v", st, err)
 		if err == nil {
-			r.Note += ": " + s.Lib.CallStr(s.M.Prefix+"_strerror", st)
+			r.Note += ": " + s.strerror(st)
 		}
 		return r
 	}
@@ -214,8 +249,7 @@ func (s *Suite) RunAttention(kernel string, spec reference.CaseSpec, seed int64,
 // with the reference merge.
 func (s *Suite) RunMergeState(n int, seed int64, threads int) Result {
 	v := s.V
-	kernel := s.M.Prefix + "_merge_state"
-	r := Result{Variant: v.Name, Kernel: kernel, Case: fmt.Sprintf("random n=%d", n), Threads: threads, Tol: Tolerance(v.DType)}
+	r := Result{Variant: v.Name, Kernel: s.Entries[ir.RoleMergeState].Symbol, Case: fmt.Sprintf("random n=%d", n), Threads: threads, Tol: Tolerance(v.DType)}
 	rng := rand.New(rand.NewSource(seed))
 	rows, d := n*v.QOHeads, v.HeadDimV
 	va, vb := make([]float32, rows*d), make([]float32, rows*d)
@@ -265,7 +299,7 @@ func (s *Suite) RunMergeState(n int, seed int64, threads int) Result {
 		r.Note = err.Error()
 		return r
 	}
-	st, err := s.call(kernel, cb.vals)
+	st, err := s.call(ir.RoleMergeState, cb.vals)
 	if err != nil || st != 0 {
 		r.Note = fmt.Sprintf("status %d %v", st, err)
 		return r
@@ -304,10 +338,9 @@ var BadInputs = []BadInput{
 // status and leaves the outputs untouched.
 func (s *Suite) RunBadInputs(seed int64) []Result {
 	v := s.V
-	kernel := s.M.Prefix + "_prefill"
 	var out []Result
 	for _, bad := range BadInputs {
-		r := Result{Variant: v.Name, Kernel: kernel, Case: "bad input: " + bad.Name, Threads: 1}
+		r := Result{Variant: v.Name, Kernel: s.Entries[ir.RolePrefill].Symbol, Case: "bad input: " + bad.Name, Threads: 1}
 		// Two sequences: 3 queries over 3 pages, then 2 queries over 2 pages.
 		ps := v.PageSize
 		spec := reference.CaseSpec{Name: bad.Name, QLens: []int{3, 2}, KVLens: []int{2*ps + 1, ps + 1}}
@@ -315,8 +348,8 @@ func (s *Suite) RunBadInputs(seed int64) []Result {
 		cb := s.buffers(c)
 		bad.Break(ps, cb.vals, cb)
 		before := append([]byte(nil), cb.o.U8()...)
-		st, err := s.call(kernel, cb.vals)
-		msg := s.Lib.CallStr(s.M.Prefix+"_strerror", st)
+		st, err := s.call(ir.RolePrefill, cb.vals)
+		msg := s.strerror(st)
 		r.Pass = err == nil && st == bad.Status && string(before) == string(cb.o.U8())
 		r.Note = fmt.Sprintf("status %d (%s), want %d", st, msg, bad.Status)
 		if err != nil {
@@ -357,23 +390,26 @@ func DecodeMatrix(v *ir.Variant) []reference.CaseSpec {
 // the given thread counts.
 func (s *Suite) RunAll(threads []int, seed int64) []Result {
 	var out []Result
-	for _, k := range s.M.Kernels {
+	for _, role := range []ir.Role{ir.RolePrefill, ir.RoleDecode, ir.RoleMergeState} {
+		if _, ok := s.Entries[role]; !ok {
+			continue
+		}
 		for _, t := range threads {
-			switch k.Role {
+			switch role {
 			case ir.RolePrefill:
 				for i, spec := range Matrix(s.V) {
-					out = append(out, s.RunAttention(k.Name, spec, seed+int64(i), t))
+					out = append(out, s.RunAttention(role, spec, seed+int64(i), t))
 				}
 			case ir.RoleDecode:
 				for i, spec := range DecodeMatrix(s.V) {
-					out = append(out, s.RunAttention(k.Name, spec, seed+int64(i), t))
+					out = append(out, s.RunAttention(role, spec, seed+int64(i), t))
 				}
 			case ir.RoleMergeState:
 				out = append(out, s.RunMergeState(7, seed, t))
 			}
 		}
 	}
-	if s.M.Kernel(s.M.Prefix+"_prefill") != nil {
+	if _, ok := s.Entries[ir.RolePrefill]; ok && s.Target == "cpu" {
 		out = append(out, s.RunBadInputs(seed)...)
 	}
 	return out

@@ -172,7 +172,7 @@ func TestMergeHalvesEqualsWhole(t *testing.T) {
 	run := func(c *reference.Case) ([]float32, []float32) {
 		cb := s.buffers(c)
 		defer cb.free()
-		if st, err := s.call("halves_prefill", cb.vals); err != nil || st != 0 {
+		if st, err := s.call(ir.RolePrefill, cb.vals); err != nil || st != 0 {
 			t.Fatalf("prefill: status %d, %v", st, err)
 		}
 		return append([]float32(nil), s.dec(cb.o)...), append([]float32(nil), cb.lse.F32()...)
@@ -187,7 +187,7 @@ func TestMergeHalvesEqualsWhole(t *testing.T) {
 	cb.add("v_other", s.enc(oB))
 	cb.add("s_other", cpurt.F32Buffer(lB))
 	cb.vals["n"] = int64(whole.TotalQ())
-	if st, err := s.call("halves_merge_state", cb.vals); err != nil || st != 0 {
+	if st, err := s.call(ir.RoleMergeState, cb.vals); err != nil || st != 0 {
 		t.Fatalf("merge_state: status %d, %v", st, err)
 	}
 	want := func(xs []float32) []float64 {
@@ -222,7 +222,7 @@ func TestFullyMaskedRow(t *testing.T) {
 	c := reference.NewCase(v, rand.New(rand.NewSource(1)), reference.CaseSpec{QLens: []int{30}, KVLens: []int{30}, NaNFill: true, ExtraPages: 2})
 	cb := s.buffers(c)
 	defer cb.free()
-	if st, err := s.call("hidden_prefill", cb.vals); err != nil || st != 0 {
+	if st, err := s.call(ir.RolePrefill, cb.vals); err != nil || st != 0 {
 		t.Fatalf("status %d, %v", st, err)
 	}
 	o, lse := s.dec(cb.o), cb.lse.F32()
@@ -260,7 +260,7 @@ func TestNullLSE(t *testing.T) {
 		want, _ := reference.Attention(v, c)
 		cb := s.buffers(c)
 		cb.vals["lse"] = 0
-		if st, err := s.call("nolse_prefill", cb.vals); err != nil || st != 0 {
+		if st, err := s.call(ir.RolePrefill, cb.vals); err != nil || st != 0 {
 			t.Fatalf("status %d, %v", st, err)
 		}
 		if e, i, ok := reference.Compare(s.dec(cb.o), want, 1e-5); !ok {

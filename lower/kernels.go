@@ -202,11 +202,23 @@ func (l *lowering) decode(entry bool) *ir.Kernel {
 	return &ir.Kernel{Name: l.name("decode"), Role: ir.RoleDecode, Entry: entry, Params: params, Body: b.block()}
 }
 
-// pairMerge appends the merge_state update of state a = (la, va) with
+// dimsLoop runs body over the head dims d of a row; k indexes where the
+// running thread keeps element d (the CPU keeps all: k = d; a GPU thread
+// keeps its share).
+type dimsLoop func(b *blk, body func(b *blk, k, d ir.Expr))
+
+// cpuDims is a vectorizable loop over all head dims.
+func (l *lowering) cpuDims(b *blk, body func(b *blk, k, d ir.Expr)) {
+	d := ir.R("d", ir.I32)
+	b.loop("d", i32(0), i32(l.DV), ir.Vector, "", func(t *blk) { body(t, d, d) })
+}
+
+// pairMergeBy appends the merge_state update of state a = (la, va) with
 // b = (lb, vb): weights exp(l - max) that are exactly 0 for an empty side
 // (whose values are never read into the sum), o = weighted mean, lse = max +
-// log(sum of weights); two empty sides give o = 0, lse = -inf.
-func (l *lowering) pairMerge(b *blk, la, lb ir.Expr, va, vb func(ir.Expr) ir.Expr, setV func(*blk, ir.Expr, ir.Expr), setL func(*blk, ir.Expr)) {
+// log(sum of weights); two empty sides give o = 0, lse = -inf. CPU and GPU
+// kernels share it and differ only in how dims maps the head dims.
+func (l *lowering) pairMergeBy(b *blk, la, lb ir.Expr, va, vb func(k, d ir.Expr) ir.Expr, setV func(b *blk, k, d, val ir.Expr), setL func(*blk, ir.Expr), dims dimsLoop) {
 	lA := b.let("la", la)
 	lB := b.let("lb", lb)
 	m := b.let("mm", maxE(lA, lB))
@@ -214,13 +226,19 @@ func (l *lowering) pairMerge(b *blk, la, lb ir.Expr, va, vb func(ir.Expr) ir.Exp
 	wb := b.let("wb", sel(gt(lB, negInf()), ir.Un(ir.Exp, sub(lB, m)), f32(0)))
 	ws := b.let("ws", add(wa, wb))
 	inv := b.let("winv", sel(gt(ws, f32(0)), ir.Bin(ir.Div, f32(1), ws), f32(0)))
-	d := ir.R("d", ir.I32)
-	b.loop("d", i32(0), i32(l.DV), ir.Vector, "", func(t *blk) {
-		ta := sel(gt(wa, f32(0)), mul(wa, va(d)), f32(0))
-		tb := sel(gt(wb, f32(0)), mul(wb, vb(d)), f32(0))
-		setV(t, d, mul(add(ta, tb), inv))
+	dims(b, func(t *blk, k, d ir.Expr) {
+		ta := sel(gt(wa, f32(0)), mul(wa, va(k, d)), f32(0))
+		tb := sel(gt(wb, f32(0)), mul(wb, vb(k, d)), f32(0))
+		setV(t, k, d, mul(add(ta, tb), inv))
 	})
 	setL(b, sel(gt(ws, f32(0)), add(m, ir.Un(ir.Log, ws)), negInf()))
+}
+
+// pairMerge is pairMergeBy over all head dims.
+func (l *lowering) pairMerge(b *blk, la, lb ir.Expr, va, vb func(ir.Expr) ir.Expr, setV func(*blk, ir.Expr, ir.Expr), setL func(*blk, ir.Expr)) {
+	l.pairMergeBy(b, la, lb,
+		func(k, d ir.Expr) ir.Expr { return va(d) }, func(k, d ir.Expr) ir.Expr { return vb(d) },
+		func(t *blk, k, d, val ir.Expr) { setV(t, d, val) }, setL, l.cpuDims)
 }
 
 // mergeState is the merge_state entry: merges (v_other, s_other) into (v, s)

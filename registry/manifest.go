@@ -54,9 +54,12 @@ type Arg struct {
 
 // Args converts kernel params (of the lowered, pre-legalization module,
 // whose dtypes are the storage types) to manifest args.
-func Args(k *ir.Kernel) []Arg {
+func Args(k *ir.Kernel) []Arg { return ArgsOf(k.Params) }
+
+// ArgsOf converts a parameter list to manifest args.
+func ArgsOf(params []*ir.Param) []Arg {
 	var out []Arg
-	for _, p := range k.Params {
+	for _, p := range params {
 		a := Arg{Name: p.Name, Kind: "scalar", DType: p.Elem.String()}
 		if p.Buffer {
 			a.Kind = "buffer"

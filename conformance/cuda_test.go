@@ -1,0 +1,89 @@
+package conformance
+
+import (
+	"math"
+	"os"
+	"testing"
+
+	"github.com/attnc/attnc/codegen/cuda"
+)
+
+// needEmu skips locally, and fails in CI, without g++ for the emulator.
+func needEmu(t *testing.T) {
+	t.Helper()
+	if _, err := cuda.GXX(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI needs g++ for the CUDA emulator: %v", err)
+		}
+		t.Skipf("skipping emulated CUDA tests: %v", err)
+	}
+}
+
+// cudaMatrix is the emulated CUDA conformance matrix: the tensor-core path
+// (f16 / bf16 with <= 16 rows per block) and the SIMT path (f32, and wide
+// GQA groups), every layout, page sizes 1 to 256, all mask kinds.
+var cudaMatrix = []string{
+	`variant cu_ps1_f32 { heads qo = 4, kv = 2
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 1, layout = HND)
+	  mask causal }`,
+	`variant cu_ps16_f16 { heads qo = 8, kv = 2
+	  head_dim 128
+	  dtype f16
+	  cache paged(page_size = 16, layout = NHD)
+	  mask causal }`,
+	`variant cu_ps256_bf16 { heads qo = 8, kv = 1
+	  head_dim 64
+	  dtype bf16
+	  cache paged(page_size = 256)
+	  mask window(left = 20)
+	  sinks tokens(2) }`,
+	`variant cu_ps4_masked { heads qo = 4, kv = 2
+	  head_dim 64
+	  dtype f16
+	  cache paged(page_size = 4)
+	  mask expr(q_pos >= 40 && kv_pos <= q_pos)
+	  score softcap(score, 5.0) }`,
+	`variant cu_ps8_none_d192 { heads qo = 2, kv = 2
+	  head_dim qk = 192, v = 128
+	  dtype bf16
+	  cache paged(page_size = 8, layout = NHD)
+	  mask none }`,
+	`variant cu_ps32_alibi { heads qo = 6, kv = 6
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 32)
+	  mask expr(kv_pos <= q_pos && q_pos / 32 == kv_pos / 32)
+	  score score - alibi_slope(head) * (q_pos - kv_pos) }`,
+	`variant cu_gqa32_simt { heads qo = 32, kv = 1
+	  head_dim 64
+	  dtype f16
+	  cache paged(page_size = 16) }`,
+}
+
+func TestCUDAEmulatedMatrix(t *testing.T) {
+	needEmu(t)
+	for _, src := range cudaMatrix {
+		v := spec(t, src)
+		t.Run(v.Name, func(t *testing.T) {
+			t.Parallel()
+			s, err := BuildCUDA(v, t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Lib.Close()
+			for _, r := range s.RunAll([]int{1}, 11) {
+				if !r.Pass {
+					t.Errorf("%s", r)
+				}
+				maxErr.Lock()
+				dt := "cuda " + v.DType.String()
+				maxErr.o[dt] = math.Max(maxErr.o[dt], r.MaxErr)
+				maxErr.lse[dt] = math.Max(maxErr.lse[dt], r.LSEErr)
+				maxErr.cases++
+				maxErr.Unlock()
+			}
+		})
+	}
+}
