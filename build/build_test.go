@@ -8,7 +8,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/attnc/attnc/codegen/cuda"
 	"github.com/attnc/attnc/cpurt"
 )
 
@@ -137,5 +139,56 @@ int main(void) {
 	run("gcc", "-Wall", "-Werror", "-std=c11", "main.c", "k.o", "-o", "main", "-lm", "-lpthread")
 	if out := run("./main"); !strings.HasPrefix(out, "ok ") {
 		t.Fatal(out)
+	}
+}
+
+// inScope are the examples whose features generate kernels today.
+var inScope = []string{"llama3_8b", "gemma2_local", "chunked_alibi", "mha_softcap"}
+
+// TestCUDAToPTX compiles every generated CUDA kernel of every in-scope
+// example to PTX for sm_80 and sm_90 with clang-19 (no CUDA headers): the
+// f16/bf16 variants must use tensor cores, all must use warp shuffles.
+func TestCUDAToPTX(t *testing.T) {
+	if _, err := cuda.ClangCUDA(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI needs clang-19: %v", err)
+		}
+		t.Skipf("skipping PTX compile: %v", err)
+	}
+	dir := t.TempDir()
+	for _, ex := range inScope {
+		vs, err := ParseSpecs([]string{filepath.Join("..", "examples", ex+".attn")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := Build(vs, Options{Targets: []string{"cuda"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cu := filepath.Join(dir, ex+".cu")
+		if err := os.WriteFile(cu, artifact(out, ex+".cu"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for _, arch := range []string{"sm_80", "sm_90"} {
+			ptx := filepath.Join(dir, ex+"."+arch+".ptx")
+			start := time.Now()
+			if err := cuda.CompilePTX(cu, ptx, arch); err != nil {
+				t.Fatalf("%s %s: %v", ex, arch, err)
+			}
+			t.Logf("%s %s: PTX in %v", ex, arch, time.Since(start).Round(time.Millisecond))
+			text, _ := os.ReadFile(ptx)
+			for _, k := range []string{"_prefill_gpu", "_decode_gpu", "_decode_split_gpu", "_decode_merge_gpu", "_merge_state_gpu"} {
+				if !strings.Contains(string(text), ".entry "+ex+k) {
+					t.Errorf("%s %s: no kernel %s%s in the PTX", ex, arch, ex, k)
+				}
+			}
+			if !strings.Contains(string(text), "shfl.sync.bfly") {
+				t.Errorf("%s %s: no warp shuffle", ex, arch)
+			}
+			half := vs[0].DType.String() != "f32"
+			if half != strings.Contains(string(text), "mma.sync.aligned.m16n8k16") {
+				t.Errorf("%s %s (%s): tensor-core mma present = %v", ex, arch, vs[0].DType, !half)
+			}
+		}
 	}
 }
