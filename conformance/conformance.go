@@ -57,6 +57,13 @@ type Suite struct {
 	Prefix  string
 	Lib     *cpurt.Lib
 	Entries map[ir.Role]Entry
+	// Dev, when set, is the memory the launchers work on: RunAttention and
+	// RunMergeState copy every buffer to it, call the launcher with device
+	// pointers, Sync and copy the outputs back (BuildCUDADevice sets it to
+	// the GPU). Nil: the entries get host pointers (CPU, emulator).
+	Dev Device
+
+	keepLoaded bool // Close leaves Lib loaded (nvcc builds)
 }
 
 // Entry is a public entry point and its parameters in call order; CUDA
@@ -188,15 +195,22 @@ func poisonF32(xs []float32) {
 func (s *Suite) buffers(c *reference.Case) *caseBuffers {
 	v := s.V
 	cb := &caseBuffers{vals: map[string]int64{}}
-	indptr, indices, last := c.CSR(v.PageSize)
 	cb.add("q", s.enc(c.Q))
 	cb.add("qo_indptr", cpurt.I32Buffer(c.QOIndptr()))
 	cb.add("k_pages", s.enc(c.KPages))
 	cb.add("v_pages", s.enc(c.VPages))
 	cb.vals["num_pages"] = int64(c.NumPages)
-	cb.add("kv_indptr", cpurt.I32Buffer(indptr))
-	cb.add("kv_indices", cpurt.I32Buffer(indices))
-	cb.add("kv_last_page_len", cpurt.I32Buffer(last))
+	if v.Table == ir.BlockTable {
+		table, maxBlocks, kvLens := c.BlockTable()
+		cb.add("block_table", cpurt.I32Buffer(table))
+		cb.vals["max_blocks"] = int64(maxBlocks)
+		cb.add("kv_lens", cpurt.I32Buffer(kvLens))
+	} else {
+		indptr, indices, last := c.CSR(v.PageSize)
+		cb.add("kv_indptr", cpurt.I32Buffer(indptr))
+		cb.add("kv_indices", cpurt.I32Buffer(indices))
+		cb.add("kv_last_page_len", cpurt.I32Buffer(last))
+	}
 	cb.vals["batch_size"] = int64(c.Batch)
 	nOut := c.TotalQ() * v.QOHeads * v.HeadDimV
 	cb.o = cb.add("o", s.enc(nanSlice(nOut)))
@@ -222,7 +236,7 @@ func (s *Suite) RunAttention(role ir.Role, spec reference.CaseSpec, seed int64, 
 		r.Note = err.Error()
 		return r
 	}
-	st, err := s.call(role, cb.vals)
+	st, err := s.run(role, cb)
 	if err != nil || st != 0 {
 		r.Note = fmt.Sprintf("status %d %v", st, err)
 		if err == nil {
@@ -299,7 +313,7 @@ func (s *Suite) RunMergeState(n int, seed int64, threads int) Result {
 		r.Note = err.Error()
 		return r
 	}
-	st, err := s.call(ir.RoleMergeState, cb.vals)
+	st, err := s.run(ir.RoleMergeState, cb)
 	if err != nil || st != 0 {
 		r.Note = fmt.Sprintf("status %d %v", st, err)
 		return r
@@ -318,8 +332,31 @@ type BadInput struct {
 	Break  func(ps int, vals map[string]int64, cb *caseBuffers)
 }
 
-// BadInputs lists the input errors every attention entry must reject.
-var BadInputs = []BadInput{
+// BadInputs lists the input errors every attention entry must reject, for
+// the variant's page table.
+func BadInputs(v *ir.Variant) []BadInput {
+	if v.Table == ir.BlockTable {
+		return blockTableBadInputs
+	}
+	return csrBadInputs
+}
+
+var blockTableBadInputs = []BadInput{
+	{"page id >= num_pages", lower.ErrBadPageID, func(ps int, v map[string]int64, cb *caseBuffers) { v["num_pages"] = 1 }},
+	{"page id below -1", lower.ErrBadPageID, func(ps int, v map[string]int64, cb *caseBuffers) { cb.byName["block_table"].I32()[0] = -2 }},
+	{"kv_len beyond the table", lower.ErrBadKVLen, func(ps int, v map[string]int64, cb *caseBuffers) {
+		cb.byName["kv_lens"].I32()[1] = int32(int(v["max_blocks"])*ps + 1)
+	}},
+	{"negative kv_len", lower.ErrBadKVLen, func(ps int, v map[string]int64, cb *caseBuffers) { cb.byName["kv_lens"].I32()[0] = -1 }},
+	{"negative max_blocks", lower.ErrBadArgument, func(ps int, v map[string]int64, cb *caseBuffers) { v["max_blocks"] = -1 }},
+	{"q_len > kv_len", lower.ErrQLenExceedsKVLen, func(ps int, v map[string]int64, cb *caseBuffers) {
+		qo := cb.byName["qo_indptr"].I32()
+		qo[1], qo[2] = int32(2*ps+2), int32(2*ps+2)
+	}},
+	{"negative batch_size", lower.ErrBadArgument, func(ps int, v map[string]int64, cb *caseBuffers) { v["batch_size"] = -1 }},
+}
+
+var csrBadInputs = []BadInput{
 	{"page id >= num_pages", lower.ErrBadPageID, func(ps int, v map[string]int64, cb *caseBuffers) { v["num_pages"] = 1 }},
 	{"negative page id", lower.ErrBadPageID, func(ps int, v map[string]int64, cb *caseBuffers) { cb.byName["kv_indices"].I32()[0] = -3 }},
 	{"decreasing kv_indptr", lower.ErrBadKVIndptr, func(ps int, v map[string]int64, cb *caseBuffers) { cb.byName["kv_indptr"].I32()[1] = -1 }},
@@ -339,7 +376,7 @@ var BadInputs = []BadInput{
 func (s *Suite) RunBadInputs(seed int64) []Result {
 	v := s.V
 	var out []Result
-	for _, bad := range BadInputs {
+	for _, bad := range BadInputs(v) {
 		r := Result{Variant: v.Name, Kernel: s.Entries[ir.RolePrefill].Symbol, Case: "bad input: " + bad.Name, Threads: 1}
 		// Two sequences: 3 queries over 3 pages, then 2 queries over 2 pages.
 		ps := v.PageSize
@@ -348,7 +385,7 @@ func (s *Suite) RunBadInputs(seed int64) []Result {
 		cb := s.buffers(c)
 		bad.Break(ps, cb.vals, cb)
 		before := append([]byte(nil), cb.o.U8()...)
-		st, err := s.call(ir.RolePrefill, cb.vals)
+		st, err := s.run(ir.RolePrefill, cb)
 		msg := s.strerror(st)
 		r.Pass = err == nil && st == bad.Status && string(before) == string(cb.o.U8())
 		r.Note = fmt.Sprintf("status %d (%s), want %d", st, msg, bad.Status)
@@ -367,23 +404,31 @@ func (s *Suite) RunBadInputs(seed int64) []Result {
 // page size, with NaN/Inf poisoned tails and unused pages throughout.
 func Matrix(v *ir.Variant) []reference.CaseSpec {
 	ps := v.PageSize
-	return []reference.CaseSpec{
+	cases := []reference.CaseSpec{
 		{Name: "decode batch", QLens: []int{1, 1, 1, 1}, KVLens: []int{1, ps, 3*ps + 1, 70}, ExtraPages: 2, NaNFill: true},
 		{Name: "ragged prefill, empty seq", QLens: []int{5, 0, 17, 1}, KVLens: []int{5 + ps, 0, 17 + 2*ps + 3, 9}, ExtraPages: 1, NaNFill: true},
 		{Name: "shared prefix", QLens: []int{3, 4, 2}, KVLens: []int{2*ps + 3, 2*ps + 7, 3 * ps}, SharePrefix: true, ExtraPages: 1, NaNFill: true},
 		{Name: "chunk over pages", QLens: []int{70}, KVLens: []int{70 + 2*ps + 5}, NaNFill: true},
 		{Name: "prefill from empty cache", QLens: []int{37}, KVLens: []int{37}, NaNFill: true},
 	}
+	if v.Table == ir.BlockTable {
+		cases = append(cases, reference.CaseSpec{Name: "hidden block", QLens: []int{9, 2}, KVLens: []int{3*ps + 9, 4*ps + 1}, ExtraPages: 1, NaNFill: true, HideBlock: 1})
+	}
+	return cases
 }
 
 // DecodeMatrix is the case list for the decode entry (one query per
 // sequence); small batches make the entry split KV over threads.
 func DecodeMatrix(v *ir.Variant) []reference.CaseSpec {
 	ps := v.PageSize
-	return []reference.CaseSpec{
+	cases := []reference.CaseSpec{
 		{Name: "decode batch", QLens: []int{1, 1, 1}, KVLens: []int{1, 2*ps + 1, 200}, ExtraPages: 1, NaNFill: true},
 		{Name: "decode long single", QLens: []int{1}, KVLens: []int{300 + ps}, NaNFill: true},
 	}
+	if v.Table == ir.BlockTable {
+		cases = append(cases, reference.CaseSpec{Name: "decode hidden block", QLens: []int{1, 1}, KVLens: []int{2*ps + 3, 3*ps + 5}, NaNFill: true, HideBlock: 1})
+	}
+	return cases
 }
 
 // RunAll runs the whole matrix for every entry of the suite's variant at

@@ -56,6 +56,16 @@ var cudaMatrix = []string{
 	  cache paged(page_size = 32)
 	  mask expr(kv_pos <= q_pos && q_pos / 32 == kv_pos / 32)
 	  score score - alibi_slope(head) * (q_pos - kv_pos) }`,
+	`variant cu_block_table { heads qo = 8, kv = 2
+	  head_dim 64
+	  dtype f16
+	  cache paged(page_size = 4, layout = NHD, table = block_table)
+	  mask window(left = 9)
+	  sinks tokens(3) }`,
+	`variant cu_block_table_f32 { heads qo = 2, kv = 1
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 8, table = block_table) }`,
 	`variant cu_gqa32_simt { heads qo = 32, kv = 1
 	  head_dim 64
 	  dtype f16

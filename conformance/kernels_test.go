@@ -93,6 +93,17 @@ var matrixSpecs = []string{
 	  cache paged(page_size = 4, layout = NHD)
 	  mask window(left = 5)
 	  sinks tokens(2) }`,
+	`variant ps32_block_table_sinks { heads qo = 8, kv = 2
+	  head_dim 64
+	  dtype bf16
+	  cache paged(page_size = 32, layout = NHD, table = block_table)
+	  mask window(left = 40)
+	  sinks tokens(4) }`,
+	`variant ps2_block_table_f32 { heads qo = 4, kv = 4
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 2, table = block_table)
+	  mask causal }`,
 	`variant ps128_gqa4 { heads qo = 16, kv = 4
 	  head_dim 64
 	  dtype f32

@@ -62,7 +62,7 @@ func LowerGPU(v *ir.Variant) (*GPUModule, error) {
 	}
 	if v.HasRole(ir.RoleDecode) {
 		direct := l.gpuAttention(l.name("decode_gpu"), attnParams(true), true, false)
-		split := l.gpuAttention(l.name("decode_split_gpu"), append(attnParams(true)[:8],
+		split := l.gpuAttention(l.name("decode_split_gpu"), append(attnParams(true)[:len(l.cacheParams())+1],
 			buf("part_o", ir.F32, true, "splits", "batch_size", itoa(l.H), itoa(l.DV)),
 			buf("part_lse", ir.F32, true, "splits", "batch_size", itoa(l.H)), scalar("splits")), true, true)
 		merge := l.gpuMergeSplits()

@@ -1,8 +1,6 @@
 package lower
 
 import (
-	"math/bits"
-
 	"github.com/attnc/attnc/ir"
 )
 
@@ -110,10 +108,7 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 			qLen = w.let("q_len", sub(ldi("qo_indptr", add(sb, i32(1))), qBeg))
 			qLo = w.let("q_lo", mul(qt, i32(QT)))
 		}
-		kvBeg := w.let("kv_beg", ldi("kv_indptr", sb))
-		np := w.let("np", maxE(sub(ldi("kv_indptr", add(sb, i32(1))), kvBeg), i32(0)))
-		last := w.let("last", minE(maxE(ldi("kv_last_page_len", sb), i32(1)), i32(l.PS)))
-		kvLen := w.let("kv_len", sel(gt(np, i32(0)), add(mul(sub(np, i32(1)), i32(l.PS)), last), i32(0)))
+		kvBeg, kvLen := l.seqPages(w, sb, "", true)
 		rows := w.let("rows", maxE(minE(i32(QT), sub(qLen, qLo)), i32(0)))
 		qPos0 := w.let("q_pos0", add(sub(kvLen, qLen), qLo))
 		nt := w.let("n_tiles", ceilDiv(kvLen, KT))
@@ -186,7 +181,7 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 						z.store(buf, e, zero)
 						z.when(lt(j, kvN), func(u *blk) {
 							pos := u.let("kv_at", add(kvLo, j))
-							page := u.let("page", ldi("kv_indices", add(kvBeg, ir.Bin(ir.Shr, pos, i32(bits.TrailingZeros(uint(l.PS)))))))
+							page := u.let("page", l.pageAt(kvBeg, pos))
 							slot := u.let("slot", ir.Bin(ir.And, pos, i32(l.PS-1)))
 							u.when(and(ge(page, i32(0)), lt(page, ir.R("num_pages", ir.I32))), func(x2 *blk) {
 								x2.store(buf, e, stageVal(ld(pages, l.dt, add(l.rowIndex(page, kvh, slot, d), i64(dd)))))
@@ -210,6 +205,9 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 						u.set("s", &ir.Call{Fn: "score", Args: []ir.Expr{scaled, qPos, kvPos, head}, T: ir.F32})
 						u.add(&ir.If{Tag: "mask", Cond: not(&ir.Call{Fn: "mask", Args: []ir.Expr{qPos, kvPos, head, sb}, T: ir.Bool}),
 							Then: &ir.Block{Stmts: []ir.Stmt{&ir.Assign{Name: "s", Value: negInf()}}}})
+						if l.hidesBlocks() { // a -1 block hides its positions
+							u.when(lt(l.pageAt(kvBeg, kvPos), i32(0)), func(x2 *blk) { x2.set("s", negInf()) })
+						}
 					})
 					z.store("sc", add(mul(row, i32(KT)), j), ir.R("s", ir.F32))
 				}

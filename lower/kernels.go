@@ -103,9 +103,7 @@ func (l *lowering) prefill(decodeIsEntry bool) *ir.Kernel {
 		qLo := t.let("q_lo", mul(qt, i32(QT)))
 		t.when(ge(qLo, qLen), func(u *blk) { u.add(&ir.Continue{}) })
 		rows := t.let("rows", minE(i32(QT), sub(qLen, qLo)))
-		kvBeg := t.let("kv_beg", ldi("kv_indptr", sb))
-		np := t.let("np", sub(ldi("kv_indptr", add(sb, i32(1))), kvBeg))
-		kvLen := t.let("kv_len", l.kvLen(np, sb))
+		kvBeg, kvLen := l.seqPages(t, sb, "", false)
 		l.attend(t, tileWork{qt: QT, b: sb, kvh: kvh, qRow0: add(qBeg, qLo), rows: rows,
 			qPos0: t.let("q_pos0", add(sub(kvLen, qLen), qLo)), kvBeg: kvBeg, kvLen: kvLen,
 			tileLo: i32(0), tileHi: ceilDiv(kvLen, KVTile), store: l.storeOut})
@@ -137,9 +135,7 @@ func (l *lowering) decode(entry bool) *ir.Kernel {
 	splits := b.let("splits", &ir.Call{Fn: "plan_splits", Args: []ir.Expr{items, ir.R("threads", ir.I32), ir.R("max_tiles", ir.I32)}, T: ir.I32})
 	// seq binds the per-sequence lets of a work item.
 	seq := func(t *blk, sb ir.Expr) (kvBeg, kvLen ir.Expr) {
-		kvBeg = t.let("kv_beg", ldi("kv_indptr", sb))
-		np := t.let("np", sub(ldi("kv_indptr", add(sb, i32(1))), kvBeg))
-		return kvBeg, t.let("kv_len", l.kvLen(np, sb))
+		return l.seqPages(t, sb, "", false)
 	}
 	item := ir.R("item", ir.I32)
 	b.when(le(splits, i32(1)), func(t *blk) {

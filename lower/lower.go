@@ -3,7 +3,6 @@ package lower
 import (
 	"fmt"
 	"math"
-	"math/bits"
 
 	"github.com/attnc/attnc/ir"
 )
@@ -27,9 +26,10 @@ var Errors = []ir.ErrorCode{
 	{Code: ErrBadQOIndptr, Name: "bad_qo_indptr", Msg: "qo_indptr must start at or above 0 and be non-decreasing"},
 	{Code: ErrBadKVIndptr, Name: "bad_kv_indptr", Msg: "kv_indptr must start at or above 0 and be non-decreasing"},
 	{Code: ErrBadLastPageLen, Name: "bad_last_page_len", Msg: "kv_last_page_len must be in 1..page_size for a sequence with pages"},
-	{Code: ErrBadPageID, Name: "bad_page_id", Msg: "a page id in kv_indices is outside 0..num_pages-1"},
+	{Code: ErrBadPageID, Name: "bad_page_id", Msg: "a page id is outside 0..num_pages-1 (block tables: or -1)"},
 	{Code: ErrQLenExceedsKVLen, Name: "q_len_exceeds_kv_len", Msg: "a sequence has more query tokens than cached tokens (q_len > kv_len)"},
 	{Code: ErrNoMemory, Name: "no_memory", Msg: "scratch memory allocation failed"},
+	{Code: ErrBadKVLen, Name: "bad_kv_len", Msg: "kv_lens must be in 0..max_blocks*page_size"},
 }
 
 // KVTile is the number of KV positions a tile covers, whatever the page size:
@@ -61,9 +61,6 @@ func Unsupported(v *ir.Variant) error {
 		if c.Kind == ir.MaskTree || c.Kind == ir.MaskCustom {
 			return ir.Errorf(c.Pos, "not supported yet: mask %s", c.Kind)
 		}
-	}
-	if v.Table == ir.BlockTable {
-		return ir.Errorf(v.CachePos, "not supported yet: table = block_table")
 	}
 	for _, k := range v.Kernels {
 		switch k.Role {
@@ -127,27 +124,17 @@ func (l *lowering) pageShape(d int) []string {
 
 // cacheParams are the paged-cache arguments shared by prefill and decode.
 func (l *lowering) cacheParams() []*ir.Param {
-	return []*ir.Param{
+	return append([]*ir.Param{
 		buf("k_pages", l.dt, false, l.pageShape(l.D)...),
 		buf("v_pages", l.dt, false, l.pageShape(l.DV)...),
 		scalar("num_pages"),
-		buf("kv_indptr", ir.I32, false, "batch_size+1"),
-		buf("kv_indices", ir.I32, false, "nnz_pages"),
-		buf("kv_last_page_len", ir.I32, false, "batch_size"),
-		scalar("batch_size"),
-	}
+	}, append(l.tableParams(), scalar("batch_size"))...)
 }
 
 func (l *lowering) outParams(rows string) []*ir.Param {
 	lse := buf("lse", ir.F32, true, rows, itoa(l.H))
 	lse.Null = true
 	return []*ir.Param{buf("o", l.dt, true, rows, itoa(l.H), itoa(l.DV)), lse}
-}
-
-// kvLen is the cached length of sequence b from the CSR table, given the
-// page count np (a Ref).
-func (l *lowering) kvLen(np ir.Expr, b ir.Expr) ir.Expr {
-	return sel(gt(np, i32(0)), add(mul(sub(np, i32(1)), i32(l.PS)), ldi("kv_last_page_len", b)), i32(0))
 }
 
 // validateCache checks the size arguments and the page table of every
@@ -157,25 +144,12 @@ func (l *lowering) validateCache(b *blk, qCheck func(*blk, *ir.Ref) (qLen ir.Exp
 	bs := ir.R("batch_size", ir.I32)
 	b.fail(lt(bs, i32(0)), ErrBadArgument)
 	b.fail(lt(ir.R("num_pages", ir.I32), i32(0)), ErrBadArgument)
-	b.when(gt(bs, i32(0)), func(t *blk) {
-		t.fail(lt(ldi("kv_indptr", i32(0)), i32(0)), ErrBadKVIndptr)
-	})
+	l.validateTableScalars(b)
 	b.loop("vs", i32(0), bs, ir.Serial, "validate", func(t *blk) {
 		vb := ir.R("vs", ir.I32)
 		qLen := qCheck(t, vb)
-		kvBeg := t.let("v_kv_beg", ldi("kv_indptr", vb))
-		np := t.let("v_np", sub(ldi("kv_indptr", add(vb, i32(1))), kvBeg))
-		t.fail(lt(np, i32(0)), ErrBadKVIndptr)
-		t.when(gt(np, i32(0)), func(u *blk) {
-			last := u.let("v_last", ldi("kv_last_page_len", vb))
-			u.fail(or(lt(last, i32(1)), gt(last, i32(l.PS))), ErrBadLastPageLen)
-		})
-		kvLen := t.let("v_kv_len", l.kvLen(np, vb))
+		kvLen := l.validateTable(t, vb)
 		t.fail(gt(qLen, kvLen), ErrQLenExceedsKVLen)
-		t.loop("vj", kvBeg, add(kvBeg, np), ir.Serial, "", func(u *blk) {
-			pg := u.let("v_page", ldi("kv_indices", ir.R("vj", ir.I32)))
-			u.fail(or(lt(pg, i32(0)), ge(pg, ir.R("num_pages", ir.I32))), ErrBadPageID)
-		})
 		each(t, vb, qLen, kvLen)
 	})
 }
@@ -220,6 +194,9 @@ func (l *lowering) attend(b *blk, w tileWork) {
 	b.alloc("kb", ir.F32, KT*D)
 	b.alloc("vb", ir.F32, KT*DV)
 	b.alloc("sc", ir.F32, KT)
+	if l.hidesBlocks() {
+		b.alloc("kvis", ir.I32, KT)
+	}
 	g, r, d, j := ir.R("g", ir.I32), ir.R("r", ir.I32), ir.R("d", ir.I32), ir.R("j", ir.I32)
 	rowOf := func() ir.Expr { return add(mul(g, i32(QT)), r) }
 	// Load and convert the group's query rows; reset the running state.
@@ -245,16 +222,35 @@ func (l *lowering) attend(b *blk, w tileWork) {
 		// span pages of any power-of-two size.
 		t.loop("j", i32(0), kvN, ir.Serial, "kv_load", func(u *blk) {
 			pos := u.let("kv_at", add(kvLo, j))
-			page := u.let("page", ldi("kv_indices", add(w.kvBeg, ir.Bin(ir.Shr, pos, i32(bits.TrailingZeros(uint(l.PS)))))))
+			page := u.let("page", l.pageAt(w.kvBeg, pos))
 			slot := u.let("slot", ir.Bin(ir.And, pos, i32(l.PS-1)))
-			krow := u.let("krow", l.rowIndex(page, w.kvh, slot, D))
-			vrow := u.let("vrow", l.rowIndex(page, w.kvh, slot, DV))
-			u.loop("d", i32(0), i32(D), ir.Vector, "", func(x *blk) {
-				x.store("kb", add(mul(j, i32(D)), d), tof32(ld("k_pages", l.dt, add(krow, i64(d)))))
-			})
-			u.loop("d", i32(0), i32(DV), ir.Vector, "", func(x *blk) {
-				x.store("vb", add(mul(j, i32(DV)), d), tof32(ld("v_pages", l.dt, add(vrow, i64(d)))))
-			})
+			load := func(x *blk) {
+				krow := x.let("krow", l.rowIndex(page, w.kvh, slot, D))
+				vrow := x.let("vrow", l.rowIndex(page, w.kvh, slot, DV))
+				x.loop("d", i32(0), i32(D), ir.Vector, "", func(y *blk) {
+					y.store("kb", add(mul(j, i32(D)), d), tof32(ld("k_pages", l.dt, add(krow, i64(d)))))
+				})
+				x.loop("d", i32(0), i32(DV), ir.Vector, "", func(y *blk) {
+					y.store("vb", add(mul(j, i32(DV)), d), tof32(ld("v_pages", l.dt, add(vrow, i64(d)))))
+				})
+			}
+			if !l.hidesBlocks() {
+				load(u)
+				return
+			}
+			// A -1 block is never read: zeros, and its positions masked.
+			hidden := lt(page, i32(0))
+			u.store("kvis", j, sel(hidden, i32(0), i32(1)))
+			u.add(&ir.If{Cond: hidden, Then: func() *ir.Block {
+				var x blk
+				x.loop("d", i32(0), i32(D), ir.Vector, "", func(y *blk) { y.store("kb", add(mul(j, i32(D)), d), f32(0)) })
+				x.loop("d", i32(0), i32(DV), ir.Vector, "", func(y *blk) { y.store("vb", add(mul(j, i32(DV)), d), f32(0)) })
+				return x.block()
+			}(), Else: func() *ir.Block {
+				var x blk
+				load(&x)
+				return x.block()
+			}()})
 		})
 		t.loop("g", i32(0), i32(G), ir.Serial, "", func(u *blk) {
 			u.loop("r", i32(0), w.rows, ir.Serial, "q_row", func(x *blk) {
@@ -271,6 +267,9 @@ func (l *lowering) attend(b *blk, w tileWork) {
 					y.vr("s", &ir.Call{Fn: "score", Args: []ir.Expr{scaled, qPos, kvPos, head}, T: ir.F32})
 					y.add(&ir.If{Tag: "mask", Cond: not(&ir.Call{Fn: "mask", Args: []ir.Expr{qPos, kvPos, head, w.b}, T: ir.Bool}),
 						Then: &ir.Block{Stmts: []ir.Stmt{&ir.Assign{Name: "s", Value: negInf()}}}})
+					if l.hidesBlocks() {
+						y.when(eq(ld("kvis", ir.I32, j), i32(0)), func(z *blk) { z.set("s", negInf()) })
+					}
 					y.store("sc", j, ir.R("s", ir.F32))
 				})
 				l.softmaxUpdate(x, row, kvN)

@@ -119,6 +119,9 @@ func check(v *ir.Variant, c *Case) {
 			panic(fmt.Sprintf("reference: case %s: sequence %d has %d pages, want %d", c.Name, b, len(c.Pages[b]), want))
 		}
 		for _, p := range c.Pages[b] {
+			if p == -1 && v.Table == ir.BlockTable {
+				continue // a hidden block
+			}
 			if p < 0 || p >= c.NumPages {
 				panic(fmt.Sprintf("reference: case %s: page id %d out of range [0, %d)", c.Name, p, c.NumPages))
 			}
@@ -188,10 +191,10 @@ func Attention(v *ir.Variant, c *Case) (o []float64, lse []float64) {
 				var pos []int
 				var s []float64
 				for kv := range kvLen {
-					if !Visible(v, b, h, qPos, kv) {
+					page, slot := c.Pages[b][kv/v.PageSize], kv%v.PageSize
+					if !Visible(v, b, h, qPos, kv) || page < 0 { // -1: a block table hides the block
 						continue
 					}
-					page, slot := c.Pages[b][kv/v.PageSize], kv%v.PageSize
 					dot := 0.0
 					for d := range dqk {
 						dot += float64(q[d]) * float64(c.KPages[PageIndex(v, page, kh, slot, d, dqk)])

@@ -23,6 +23,10 @@ type CaseSpec struct {
 	// Scale is the data magnitude: values are uniform in [-Scale, Scale]
 	// (default 1).
 	Scale float32
+	// HideBlock, when > 0, replaces block HideBlock of every sequence that
+	// has more blocks than that with -1 (block tables only): its positions
+	// are hidden and its page is never read.
+	HideBlock int
 }
 
 // poison is the filler of slots no kernel may read: mostly NaN, some ±Inf.
@@ -101,6 +105,23 @@ func NewCase(v *ir.Variant, rng *rand.Rand, spec CaseSpec) *Case {
 		c.Sinks = make([]float32, v.QOHeads)
 		for h := range c.Sinks {
 			c.Sinks[h] = 4*rng.Float32() - 2
+		}
+	}
+	if spec.HideBlock > 0 {
+		for _, pages := range c.Pages {
+			if len(pages) > spec.HideBlock+1 {
+				pages[spec.HideBlock] = -1
+			}
+		}
+		for p := range used {
+			used[p] = false
+		}
+		for _, pages := range c.Pages {
+			for _, p := range pages {
+				if p >= 0 {
+					used[p] = true
+				}
+			}
 		}
 	}
 	if spec.NaNFill {
