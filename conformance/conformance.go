@@ -212,6 +212,9 @@ func (s *Suite) buffers(c *reference.Case) *caseBuffers {
 		cb.add("kv_last_page_len", cpurt.I32Buffer(last))
 	}
 	cb.vals["batch_size"] = int64(c.Batch)
+	if len(c.Sinks) > 0 {
+		cb.add("sinks", cpurt.F32Buffer(c.Sinks))
+	}
 	nOut := c.TotalQ() * v.QOHeads * v.HeadDimV
 	cb.o = cb.add("o", s.enc(nanSlice(nOut)))
 	cb.lse = cb.add("lse", cpurt.F32Buffer(nanSlice(c.TotalQ()*v.QOHeads)))

@@ -66,6 +66,17 @@ var cudaMatrix = []string{
 	  head_dim 64
 	  dtype f32
 	  cache paged(page_size = 8, table = block_table) }`,
+	`variant cu_learned_sinks { heads qo = 4, kv = 1
+	  head_dim 64
+	  dtype bf16
+	  cache paged(page_size = 8)
+	  mask expr(kv_pos <= q_pos && q_pos >= 20)
+	  sinks learned }`,
+	`variant cu_learned_sinks_f32 { heads qo = 2, kv = 2
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 16)
+	  sinks learned }`,
 	`variant cu_gqa32_simt { heads qo = 32, kv = 1
 	  head_dim 64
 	  dtype f16

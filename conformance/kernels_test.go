@@ -104,6 +104,12 @@ var matrixSpecs = []string{
 	  dtype f32
 	  cache paged(page_size = 2, table = block_table)
 	  mask causal }`,
+	`variant ps16_learned_sinks { heads qo = 8, kv = 2
+	  head_dim 64
+	  dtype f16
+	  cache paged(page_size = 16)
+	  mask window(left = 30)
+	  sinks learned }`,
 	`variant ps128_gqa4 { heads qo = 16, kv = 4
 	  head_dim 64
 	  dtype f32

@@ -177,17 +177,14 @@ func (l *lowering) gpuMergeSplits() *ir.Kernel {
 		buf("part_o", ir.F32, false, "splits", "batch_size", itoa(l.H), itoa(DV)),
 		buf("part_lse", ir.F32, false, "splits", "batch_size", itoa(l.H)),
 		scalar("splits"), scalar("batch_size"),
-		buf("o", l.dt, true, "batch_size", itoa(l.H), itoa(DV)),
 	}
-	lse := buf("lse", ir.F32, true, "batch_size", itoa(l.H))
-	lse.Null = true
-	params = append(params, lse)
+	params = append(params, l.outParams("batch_size")...)
 	var b blk
 	row := ir.R("mrow", ir.I32)
 	rowsPerSplit := mul(ir.R("batch_size", ir.I32), i32(l.H))
 	b.loop("mrow", i32(0), rowsPerSplit, ir.Parallel, "work", func(w *blk) {
 		w.loop("t", i32(0), i32(GPUThreads), ir.Threads, "", func(x *blk) {
-			x.vr("mlse", negInf())
+			x.vr("mlse", l.mergeStart(row))
 			x.alloc("macc", ir.F32, (DV+GPUThreads-1)/GPUThreads)
 			l.gpuDims(x, func(y *blk, k, d ir.Expr) { y.store("macc", k, f32(0)) })
 			x.loop("sp", i32(0), ir.R("splits", ir.I32), ir.Serial, "", func(y *blk) {

@@ -261,8 +261,8 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 			storeOut := func(z *blk, ak, row, dv ir.Expr) {
 				g, r, ok := rowParts(z, row)
 				z.when(ok, func(u *blk) {
-					lv := u.let("lv", ld("den", ir.F32, row))
-					inv := u.let("inv", sel(gt(lv, f32(0)), ir.Bin(ir.Div, f32(1), lv), f32(0)))
+					head := u.let("head", add(mul(kvh, i32(G)), g))
+					inv, _ := l.finish(u, u.let("lv", ld("den", ir.F32, row)), ld("mx", ir.F32, row), head, !split)
 					val := mul(ld("acc", ir.F32, ak), inv)
 					if split {
 						flat := u.let("pflat", add(mul(add(mul(sp, bs), sb), i32(l.H)), add(mul(kvh, i32(G)), g)))
@@ -286,9 +286,9 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 			}
 			strided(x, "el", R, func(y *blk, e ir.Expr) {
 				g, r, ok := rowParts(y, e)
-				lv := y.let("lv", ld("den", ir.F32, e))
-				lse := y.let("lse_v", sel(gt(lv, f32(0)), add(ld("mx", ir.F32, e), ir.Un(ir.Log, lv)), negInf()))
 				y.when(ok, func(z *blk) {
+					head := z.let("head", add(mul(kvh, i32(G)), g))
+					_, lse := l.finish(z, z.let("lv", ld("den", ir.F32, e)), ld("mx", ir.F32, e), head, !split)
 					if split {
 						z.store("part_lse", add(mul(add(mul(sp, bs), sb), i32(l.H)), add(mul(kvh, i32(G)), g)), lse)
 						return

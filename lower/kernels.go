@@ -162,7 +162,7 @@ func (l *lowering) decode(entry bool) *ir.Kernel {
 		per := u.let("per", div(add(nt, sub(splits, i32(1))), splits))
 		tLo := u.let("t_lo", minE(mul(sp, per), nt))
 		l.attend(u, tileWork{qt: 1, b: sb, kvh: kvh, qRow0: sb, rows: i32(1), qPos0: sub(kvLen, i32(1)),
-			kvBeg: kvBeg, kvLen: kvLen, tileLo: tLo, tileHi: minE(add(tLo, per), nt),
+			kvBeg: kvBeg, kvLen: kvLen, tileLo: tLo, tileHi: minE(add(tLo, per), nt), partial: true,
 			store: func(x *blk, qrow, head ir.Expr, acc func(ir.Expr) ir.Expr, inv, lse ir.Expr) {
 				flat := x.let("pflat", add(mul(add(mul(sp, bs), qrow), i32(l.H)), head))
 				d := ir.R("d", ir.I32)
@@ -177,7 +177,7 @@ func (l *lowering) decode(entry bool) *ir.Kernel {
 	row := ir.R("mrow", ir.I32)
 	b.loop("mrow", i32(0), rowsPerSplit, ir.Parallel, "merge", func(u *blk) {
 		u.alloc("macc", ir.F32, l.DV)
-		u.vr("mlse", negInf())
+		u.vr("mlse", l.mergeStart(row))
 		d := ir.R("d", ir.I32)
 		u.loop("d", i32(0), i32(l.DV), ir.Vector, "", func(x *blk) { x.store("macc", d, f32(0)) })
 		u.loop("sp", i32(0), splits, ir.Serial, "", func(x *blk) {
@@ -207,6 +207,15 @@ type dimsLoop func(b *blk, body func(b *blk, k, d ir.Expr))
 func (l *lowering) cpuDims(b *blk, body func(b *blk, k, d ir.Expr)) {
 	d := ir.R("d", ir.I32)
 	b.loop("d", i32(0), i32(l.DV), ir.Vector, "", func(t *blk) { body(t, d, d) })
+}
+
+// mergeStart is the state a split-KV merge folds the chunks into: empty,
+// or the row's learned sink (a logit without a value).
+func (l *lowering) mergeStart(row ir.Expr) ir.Expr {
+	if l.learnedSinks() {
+		return ld("sinks", ir.F32, rem(row, i32(l.H)))
+	}
+	return negInf()
 }
 
 // pairMergeBy appends the merge_state update of state a = (la, va) with

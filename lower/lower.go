@@ -54,9 +54,6 @@ func Unsupported(v *ir.Variant) error {
 	if v.Rope != nil {
 		return ir.Errorf(v.Rope.Pos, "not supported yet: rope inline")
 	}
-	if v.Sinks != nil && v.Sinks.Kind == ir.SinkLearned {
-		return ir.Errorf(v.Sinks.Pos, "not supported yet: sinks learned")
-	}
 	for _, c := range v.Masks {
 		if c.Kind == ir.MaskTree || c.Kind == ir.MaskCustom {
 			return ir.Errorf(c.Pos, "not supported yet: mask %s", c.Kind)
@@ -131,10 +128,35 @@ func (l *lowering) cacheParams() []*ir.Param {
 	}, append(l.tableParams(), scalar("batch_size"))...)
 }
 
+// outParams are the learned sinks (when the variant has them) and the
+// outputs.
 func (l *lowering) outParams(rows string) []*ir.Param {
 	lse := buf("lse", ir.F32, true, rows, itoa(l.H))
 	lse.Null = true
-	return []*ir.Param{buf("o", l.dt, true, rows, itoa(l.H), itoa(l.DV)), lse}
+	out := []*ir.Param{buf("o", l.dt, true, rows, itoa(l.H), itoa(l.DV)), lse}
+	if l.learnedSinks() {
+		out = append([]*ir.Param{buf("sinks", ir.F32, false, itoa(l.H))}, out...)
+	}
+	return out
+}
+
+func (l *lowering) learnedSinks() bool { return l.v.Sinks != nil && l.v.Sinks.Kind == ir.SinkLearned }
+
+// finish turns a row's running denominator lv and max m into the factor
+// that normalizes its accumulator and its lse. A learned sink (per head,
+// sink = true) joins the denominator without a value: lse = log(sum +
+// exp(sink)); a row with nothing visible then has o = 0 and lse = sink.
+func (l *lowering) finish(b *blk, lv, m, head ir.Expr, sink bool) (inv, lse ir.Expr) {
+	live := gt(lv, f32(0))
+	if !sink || !l.learnedSinks() {
+		return b.let("inv", sel(live, ir.Bin(ir.Div, f32(1), lv), f32(0))),
+			b.let("lse_v", sel(live, add(m, ir.Un(ir.Log, lv)), negInf()))
+	}
+	sk := b.let("sink", ld("sinks", ir.F32, head))
+	mf := b.let("m_fin", sel(live, maxE(m, sk), sk))
+	e1 := b.let("e_row", sel(live, ir.Un(ir.Exp, sub(m, mf)), f32(0)))
+	dn := b.let("den_fin", add(mul(lv, e1), ir.Un(ir.Exp, sub(sk, mf))))
+	return b.let("inv", ir.Bin(ir.Div, e1, dn)), b.let("lse_v", add(mf, ir.Un(ir.Log, dn)))
 }
 
 // validateCache checks the size arguments and the page table of every
@@ -175,10 +197,11 @@ type tileWork struct {
 	qRow0        ir.Expr // first query row (index into q / o rows)
 	rows         ir.Expr // rows in this item (<= qt)
 	qPos0        ir.Expr // position of the first row
-	kvBeg, kvLen ir.Expr // CSR page offset and cached length
+	kvBeg, kvLen ir.Expr // page-table offset and cached length
 	tileLo       ir.Expr // first KV tile
 	tileHi       ir.Expr // end KV tile (exclusive)
 	store        func(b *blk, row, head ir.Expr, acc func(dv ir.Expr) ir.Expr, inv, lse ir.Expr)
+	partial      bool // a split-KV chunk: learned sinks join at the merge
 }
 
 // attend appends the shared online-softmax skeleton for one work item: load
@@ -287,10 +310,8 @@ func (l *lowering) attend(b *blk, w tileWork) {
 	b.loop("g", i32(0), i32(G), ir.Serial, "", func(t *blk) {
 		t.loop("r", i32(0), w.rows, ir.Serial, "", func(u *blk) {
 			row := u.let("row", rowOf())
-			lv := u.let("lv", ld("den", ir.F32, row))
-			inv := u.let("inv", sel(gt(lv, f32(0)), ir.Bin(ir.Div, f32(1), lv), f32(0)))
-			lse := u.let("lse_v", sel(gt(lv, f32(0)), add(ld("mx", ir.F32, row), ir.Un(ir.Log, lv)), negInf()))
 			head := u.let("head", add(mul(w.kvh, i32(G)), g))
+			inv, lse := l.finish(u, u.let("lv", ld("den", ir.F32, row)), ld("mx", ir.F32, row), head, !w.partial)
 			w.store(u, add(w.qRow0, r), head, func(dv ir.Expr) ir.Expr {
 				return ld("acc", ir.F32, add(mul(row, i32(DV)), dv))
 			}, inv, lse)

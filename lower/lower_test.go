@@ -140,7 +140,6 @@ func TestUnsupported(t *testing.T) {
 		"s.attn:3:5: not supported yet: mla":           func(v *ir.Variant) { v.MLA = &ir.MLA{Pos: p} },
 		"s.attn:3:5: not supported yet: mask tree":     func(v *ir.Variant) { v.Masks = []ir.MaskClause{{Kind: ir.MaskTree, Pos: p}} },
 		"s.attn:3:5: not supported yet: rope inline":   func(v *ir.Variant) { v.Rope = &ir.Rope{Pos: p} },
-		"s.attn:3:5: not supported yet: sinks learned": func(v *ir.Variant) { v.Sinks = &ir.Sinks{Kind: ir.SinkLearned, Pos: p} },
 		"s.attn:3:5: not supported yet: kernel append": func(v *ir.Variant) { v.Kernels = []ir.KernelRef{{Role: ir.RoleAppend, Pos: p}} },
 		"s.attn:3:5: not supported yet: mask custom":   func(v *ir.Variant) { v.Masks = []ir.MaskClause{{Kind: ir.MaskCustom, Pos: p}} },
 	}
