@@ -115,8 +115,8 @@ func Build(v *ir.Variant, dir string) (*Suite, error) {
 	return &Suite{V: v, Target: "cpu", Prefix: m.Prefix, Lib: lib, Entries: cpuEntries(m)}, nil
 }
 
-// call binds an entry's parameters by name, in the entry's order.
-func (s *Suite) call(role ir.Role, vals map[string]int64) (int32, error) {
+// callEntry binds an entry's parameters by name, in the entry's order.
+func (s *Suite) callEntry(role ir.Role, vals map[string]int64) (int32, error) {
 	e, ok := s.Entries[role]
 	if !ok {
 		return 0, fmt.Errorf("%s: no %s entry", s.V.Name, role)
@@ -460,5 +460,6 @@ func (s *Suite) RunAll(threads []int, seed int64) []Result {
 	if _, ok := s.Entries[ir.RolePrefill]; ok && s.Target == "cpu" {
 		out = append(out, s.RunBadInputs(seed)...)
 	}
+	out = append(out, s.RunPageKernels(seed)...)
 	return out
 }

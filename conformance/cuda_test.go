@@ -49,7 +49,8 @@ var cudaMatrix = []string{
 	  head_dim qk = 192, v = 128
 	  dtype bf16
 	  cache paged(page_size = 8, layout = NHD)
-	  mask none }`,
+	  mask none
+	  kernels prefill, decode, merge_state, append, copy_page }`,
 	`variant cu_ps32_alibi { heads qo = 6, kv = 6
 	  head_dim 64
 	  dtype f32
@@ -65,7 +66,8 @@ var cudaMatrix = []string{
 	`variant cu_block_table_f32 { heads qo = 2, kv = 1
 	  head_dim 64
 	  dtype f32
-	  cache paged(page_size = 8, table = block_table) }`,
+	  cache paged(page_size = 8, table = block_table)
+	  kernels prefill, decode, merge_state, append, copy_page }`,
 	`variant cu_learned_sinks { heads qo = 4, kv = 1
 	  head_dim 64
 	  dtype bf16

@@ -103,7 +103,8 @@ var matrixSpecs = []string{
 	  head_dim 64
 	  dtype f32
 	  cache paged(page_size = 2, table = block_table)
-	  mask causal }`,
+	  mask causal
+	  kernels prefill, decode, merge_state, append, copy_page }`,
 	`variant ps16_learned_sinks { heads qo = 8, kv = 2
 	  head_dim 64
 	  dtype f16

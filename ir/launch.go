@@ -18,6 +18,14 @@ type Launcher struct {
 	Name   string
 	Role   Role
 	Params []*Param
+	Checks []Check // cheap scalar checks, in order
+	Skip   Expr    // nothing to do: return 0 without launching
 	Direct []Launch
 	Split  []Launch
+}
+
+// Check returns Code when Fail (a bool over scalar params) holds.
+type Check struct {
+	Fail Expr
+	Code int
 }

@@ -52,13 +52,19 @@ func LowerGPU(v *ir.Variant) (*GPUModule, error) {
 		}, l.cacheParams()...)
 		return append(params, l.outParams("total_q")...)
 	}
+	bs, np := ir.R("batch_size", ir.I32), ir.R("num_pages", ir.I32)
+	attnChecks := []ir.Check{{Fail: lt(bs, i32(0)), Code: ErrBadArgument}, {Fail: lt(np, i32(0)), Code: ErrBadArgument}}
+	if v.Table == ir.BlockTable {
+		attnChecks = append(attnChecks, ir.Check{Fail: lt(ir.R("max_blocks", ir.I32), i32(0)), Code: ErrBadArgument})
+	}
+	noSeqs := eq(bs, i32(0))
 	smem := l.gpuPlanFor(false, false).smem
 	dsmem := l.gpuPlanFor(true, false).smem
 	if v.HasRole(ir.RolePrefill) {
 		k := l.gpuAttention(l.name("prefill_gpu"), attnParams(false), false, false)
 		m.Kernels = append(m.Kernels, k)
 		gm.Launchers = append(gm.Launchers, ir.Launcher{Name: l.name("prefill_launch"), Role: ir.RolePrefill,
-			Params: attnParams(false), Direct: []ir.Launch{{Kernel: k.Name, Grid: "4 * attnc_num_sms()", Block: GPUThreads, Smem: smem}}})
+			Params: attnParams(false), Checks: attnChecks, Skip: noSeqs, Direct: []ir.Launch{{Kernel: k.Name, Grid: "4 * attnc_num_sms()", Block: GPUThreads, Smem: smem}}})
 	}
 	if v.HasRole(ir.RoleDecode) {
 		direct := l.gpuAttention(l.name("decode_gpu"), attnParams(true), true, false)
@@ -68,7 +74,7 @@ func LowerGPU(v *ir.Variant) (*GPUModule, error) {
 		merge := l.gpuMergeSplits()
 		m.Kernels = append(m.Kernels, direct, split, merge)
 		gm.Launchers = append(gm.Launchers, ir.Launcher{Name: l.name("decode_launch"), Role: ir.RoleDecode,
-			Params: attnParams(true),
+			Params: attnParams(true), Checks: attnChecks, Skip: noSeqs,
 			Direct: []ir.Launch{{Kernel: direct.Name, Grid: "batch_size * " + itoa(l.KVH), Block: GPUThreads, Smem: dsmem}},
 			Split: []ir.Launch{{Kernel: split.Name, Grid: "batch_size * " + itoa(l.KVH) + " * splits", Block: GPUThreads, Smem: dsmem},
 				{Kernel: merge.Name, Grid: "batch_size * " + itoa(l.H), Block: GPUThreads}}})
@@ -77,7 +83,22 @@ func LowerGPU(v *ir.Variant) (*GPUModule, error) {
 		k := l.gpuMergeState()
 		m.Kernels = append(m.Kernels, k)
 		gm.Launchers = append(gm.Launchers, ir.Launcher{Name: l.name("merge_state_launch"), Role: ir.RoleMergeState,
-			Params: k.Params, Direct: []ir.Launch{{Kernel: k.Name, Grid: "n * " + itoa(l.H), Block: GPUThreads}}})
+			Params: k.Params, Checks: []ir.Check{{Fail: lt(ir.R("n", ir.I32), i32(0)), Code: ErrBadArgument}},
+			Skip: eq(ir.R("n", ir.I32), i32(0)), Direct: []ir.Launch{{Kernel: k.Name, Grid: "n * " + itoa(l.H), Block: GPUThreads}}})
+	}
+	if v.HasRole(ir.RoleAppend) {
+		k := l.appendKernel(l.name("append_gpu"), true)
+		m.Kernels = append(m.Kernels, k)
+		gm.Launchers = append(gm.Launchers, ir.Launcher{Name: l.name("append_launch"), Role: ir.RoleAppend,
+			Params: k.Params, Checks: []ir.Check{{Fail: or(lt(ir.R("n", ir.I32), i32(0)), lt(np, i32(0))), Code: ErrBadArgument}},
+			Skip: eq(ir.R("n", ir.I32), i32(0)), Direct: []ir.Launch{{Kernel: k.Name, Grid: "n * " + itoa(l.KVH), Block: GPUThreads}}})
+	}
+	if v.HasRole(ir.RoleCopyPage) {
+		k := l.copyPageKernel(l.name("copy_page_gpu"), true)
+		m.Kernels = append(m.Kernels, k)
+		gm.Launchers = append(gm.Launchers, ir.Launcher{Name: l.name("copy_page_launch"), Role: ir.RoleCopyPage,
+			Params: k.Params, Checks: l.copyPageChecks(), Skip: eq(ir.R("length", ir.I32), i32(0)),
+			Direct: []ir.Launch{{Kernel: k.Name, Grid: "length * " + itoa(l.KVH), Block: GPUThreads}}})
 	}
 	return gm, nil
 }

@@ -30,6 +30,8 @@ var Errors = []ir.ErrorCode{
 	{Code: ErrQLenExceedsKVLen, Name: "q_len_exceeds_kv_len", Msg: "a sequence has more query tokens than cached tokens (q_len > kv_len)"},
 	{Code: ErrNoMemory, Name: "no_memory", Msg: "scratch memory allocation failed"},
 	{Code: ErrBadKVLen, Name: "bad_kv_len", Msg: "kv_lens must be in 0..max_blocks*page_size"},
+	{Code: ErrBadSlot, Name: "bad_slot", Msg: "a position_map slot is outside 0..num_pages*page_size-1 and not -1"},
+	{Code: ErrBadLength, Name: "bad_length", Msg: "copy_page length must be in 0..page_size"},
 }
 
 // KVTile is the number of KV positions a tile covers, whatever the page size:
@@ -61,7 +63,7 @@ func Unsupported(v *ir.Variant) error {
 	}
 	for _, k := range v.Kernels {
 		switch k.Role {
-		case ir.RolePrefill, ir.RoleDecode, ir.RoleMergeState:
+		case ir.RolePrefill, ir.RoleDecode, ir.RoleMergeState, ir.RoleAppend, ir.RoleCopyPage:
 		default:
 			return ir.Errorf(k.Pos, "not supported yet: kernel %s", k.Role)
 		}
@@ -92,6 +94,12 @@ func Lower(v *ir.Variant) (*ir.Module, error) {
 	}
 	if v.HasRole(ir.RoleMergeState) {
 		m.Kernels = append(m.Kernels, l.mergeState())
+	}
+	if v.HasRole(ir.RoleAppend) {
+		m.Kernels = append(m.Kernels, l.appendKernel(l.name("append"), false))
+	}
+	if v.HasRole(ir.RoleCopyPage) {
+		m.Kernels = append(m.Kernels, l.copyPageKernel(l.name("copy_page"), false))
 	}
 	return m, nil
 }

@@ -332,21 +332,17 @@ func constText(c *ir.Const) string {
 // launches (through the split rule for decode), then the runtime's status.
 func launcher(sb *strings.Builder, m *ir.Module, l ir.Launcher) {
 	var ps []string
-	names := map[string]bool{}
 	for _, pr := range l.Params {
 		ps = append(ps, paramDecl(pr))
-		names[pr.Name] = true
 	}
 	fmt.Fprintf(sb, "\n// %s: the %s entry point.\nextern \"C\" int32_t %s(%s, attnc_stream_t stream) {\n", l.Name, l.Role, l.Name, strings.Join(ps, ", "))
-	count := "batch_size"
-	if names["n"] {
-		count = "n"
+	hp := &printer{m: m, host: true}
+	for _, c := range l.Checks {
+		fmt.Fprintf(sb, "  if (%s) return %d;\n", hp.expr(c.Fail), c.Code)
 	}
-	fmt.Fprintf(sb, "  if (%s < 0) return -1;\n", count)
-	if names["num_pages"] {
-		sb.WriteString("  if (num_pages < 0) return -1;\n")
+	if l.Skip != nil {
+		fmt.Fprintf(sb, "  if (%s) return 0;\n", hp.expr(l.Skip))
 	}
-	fmt.Fprintf(sb, "  if (%s == 0) return 0;\n", count)
 	launches := func(ls []ir.Launch, indent string) {
 		for _, ln := range ls {
 			k := m.Kernel(ln.Kernel)

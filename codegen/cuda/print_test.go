@@ -83,7 +83,9 @@ kernel g_k role decode (x: f32* [n] out, n: i32) {
 		t.Fatal(err)
 	}
 	ir.MustVerify("test", m)
+	n := ir.R("n", ir.I32)
 	got, err := Emit(m, []ir.Launcher{{Name: "g_k_launch", Role: ir.RoleDecode, Params: m.Kernels[0].Params,
+		Checks: []ir.Check{{Fail: ir.Bin(ir.Lt, n, ir.Int(0)), Code: -1}}, Skip: ir.Bin(ir.Eq, n, ir.Int(0)),
 		Direct: []ir.Launch{{Kernel: "g_k", Grid: "n", Block: 128, Smem: SharedBytes(m.Kernels[0])}}}})
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,143 @@
+package conformance
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand"
+
+	"github.com/attnc/attnc/cpurt"
+	"github.com/attnc/attnc/ir"
+	"github.com/attnc/attnc/lower"
+	"github.com/attnc/attnc/reference"
+)
+
+// pagePool is a random K/V pool in storage bytes.
+type pagePool struct {
+	numPages int
+	k, v     []byte
+}
+
+func (s *Suite) randomPool(rng *rand.Rand, numPages int) pagePool {
+	v := s.V
+	slots := numPages * v.KVHeads * v.PageSize
+	gen := func(n int) []byte {
+		xs := make([]float32, n)
+		for i := range xs {
+			xs[i] = reference.Round(v.DType, rng.Float32()*2-1)
+		}
+		return reference.Encode(v.DType, xs)
+	}
+	return pagePool{numPages: numPages, k: gen(slots * v.HeadDimQK), v: gen(slots * v.HeadDimV)}
+}
+
+// rowSpan is the byte range of the d-element row (page, h, slot) in a pool.
+func (s *Suite) rowSpan(page, h, slot, d int) (int, int) {
+	size := reference.Size(s.V.DType)
+	i := reference.PageIndex(s.V, page, h, slot, 0, d) * size
+	return i, i + d*size
+}
+
+// RunPageKernels checks append and copy_page (whichever the suite has)
+// against a byte-exact model, and, on the CPU, their bad-input statuses
+// (which must leave the pool untouched).
+func (s *Suite) RunPageKernels(seed int64) []Result {
+	var out []Result
+	v := s.V
+	rng := rand.New(rand.NewSource(seed))
+	size := reference.Size(v.DType)
+	if _, ok := s.Entries[ir.RoleAppend]; ok {
+		for _, bad := range []bool{false, true} {
+			r := Result{Variant: v.Name, Kernel: s.Entries[ir.RoleAppend].Symbol, Case: "append rows (some skipped)"}
+			pool := s.randomPool(rng, 5)
+			n := 7
+			perm := rng.Perm(pool.numPages * v.PageSize)
+			pm := make([]int32, n)
+			for i := range pm {
+				pm[i] = int32(perm[i])
+				if i%3 == 2 {
+					pm[i] = -1
+				}
+			}
+			want := pagePool{numPages: pool.numPages, k: bytes.Clone(pool.k), v: bytes.Clone(pool.v)}
+			kRows, vRows := s.randomPool(rng, 1), s.randomPool(rng, 1) // any bytes will do as new rows
+			kNew := make([]byte, n*v.KVHeads*v.HeadDimQK*size)
+			vNew := make([]byte, n*v.KVHeads*v.HeadDimV*size)
+			for i := range kNew {
+				kNew[i] = kRows.k[i%len(kRows.k)]
+			}
+			for i := range vNew {
+				vNew[i] = vRows.v[i%len(vRows.v)]
+			}
+			for i, slot := range pm {
+				if slot < 0 {
+					continue
+				}
+				for h := range v.KVHeads {
+					a, b := s.rowSpan(int(slot)/v.PageSize, h, int(slot)%v.PageSize, v.HeadDimQK)
+					copy(want.k[a:b], kNew[(i*v.KVHeads+h)*v.HeadDimQK*size:][:v.HeadDimQK*size])
+					a, b = s.rowSpan(int(slot)/v.PageSize, h, int(slot)%v.PageSize, v.HeadDimV)
+					copy(want.v[a:b], vNew[(i*v.KVHeads+h)*v.HeadDimV*size:][:v.HeadDimV*size])
+				}
+			}
+			wantStatus := int32(0)
+			if bad {
+				if s.Target != "cpu" {
+					continue // the GPU kernel skips bad slots instead
+				}
+				r.Case = "append: slot outside the pool"
+				pm[n-1] = int32(pool.numPages * v.PageSize)
+				want.k, want.v = pool.k, pool.v
+				wantStatus = lower.ErrBadSlot
+			}
+			cb := &caseBuffers{vals: map[string]int64{"n": int64(n), "num_pages": int64(pool.numPages)}}
+			cb.add("k", cpurt.U8Buffer(kNew))
+			cb.add("v", cpurt.U8Buffer(vNew))
+			cb.add("position_map", cpurt.I32Buffer(pm))
+			kp := cb.add("k_pages", cpurt.U8Buffer(pool.k))
+			vp := cb.add("v_pages", cpurt.U8Buffer(pool.v))
+			st, err := s.run(ir.RoleAppend, cb)
+			r.Pass = err == nil && st == wantStatus && bytes.Equal(kp.U8(), want.k) && bytes.Equal(vp.U8(), want.v)
+			r.Note = fmt.Sprintf("status %d (want %d), pools equal: %v %v", st, wantStatus, bytes.Equal(kp.U8(), want.k), bytes.Equal(vp.U8(), want.v))
+			cb.free()
+			out = append(out, r)
+		}
+	}
+	if _, ok := s.Entries[ir.RoleCopyPage]; ok {
+		cases := []struct {
+			name                string
+			src, dst, length, st int
+		}{
+			{"copy_page partial", 1, 3, v.PageSize - v.PageSize/2, 0},
+			{"copy_page full", 4, 0, v.PageSize, 0},
+			{"copy_page bad src", 5, 0, 1, lower.ErrBadPageID},
+			{"copy_page bad dst", 0, -1, 1, lower.ErrBadPageID},
+			{"copy_page length > page_size", 0, 1, v.PageSize + 1, lower.ErrBadLength},
+		}
+		for _, c := range cases {
+			r := Result{Variant: v.Name, Kernel: s.Entries[ir.RoleCopyPage].Symbol, Case: c.name}
+			pool := s.randomPool(rng, 5)
+			want := pagePool{k: bytes.Clone(pool.k), v: bytes.Clone(pool.v)}
+			if c.st == 0 {
+				for slot := range c.length {
+					for h := range v.KVHeads {
+						a, b := s.rowSpan(c.src, h, slot, v.HeadDimQK)
+						x, y := s.rowSpan(c.dst, h, slot, v.HeadDimQK)
+						copy(want.k[x:y], pool.k[a:b])
+						a, b = s.rowSpan(c.src, h, slot, v.HeadDimV)
+						x, y = s.rowSpan(c.dst, h, slot, v.HeadDimV)
+						copy(want.v[x:y], pool.v[a:b])
+					}
+				}
+			}
+			cb := &caseBuffers{vals: map[string]int64{"num_pages": 5, "src_page": int64(c.src), "dst_page": int64(c.dst), "length": int64(c.length)}}
+			kp := cb.add("k_pages", cpurt.U8Buffer(pool.k))
+			vp := cb.add("v_pages", cpurt.U8Buffer(pool.v))
+			st, err := s.run(ir.RoleCopyPage, cb)
+			r.Pass = err == nil && int(st) == c.st && bytes.Equal(kp.U8(), want.k) && bytes.Equal(vp.U8(), want.v)
+			r.Note = fmt.Sprintf("status %d (want %d)", st, c.st)
+			cb.free()
+			out = append(out, r)
+		}
+	}
+	return out
+}
