@@ -104,7 +104,7 @@ func (s *Suite) RunPageKernels(seed int64) []Result {
 	}
 	if _, ok := s.Entries[ir.RoleCopyPage]; ok {
 		cases := []struct {
-			name                string
+			name                 string
 			src, dst, length, st int
 		}{
 			{"copy_page partial", 1, 3, v.PageSize - v.PageSize/2, 0},
