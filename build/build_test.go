@@ -189,6 +189,9 @@ func TestCUDAToPTX(t *testing.T) {
 			if half != strings.Contains(string(text), "mma.sync.aligned.m16n8k16") {
 				t.Errorf("%s %s (%s): tensor-core mma present = %v", ex, arch, vs[0].DType, !half)
 			}
+			if half && !strings.Contains(string(text), "ld.global.nc.v4.u32") {
+				t.Errorf("%s %s: K/V/Q staging without 128-bit loads", ex, arch)
+			}
 		}
 	}
 }

@@ -345,6 +345,12 @@ func (f *frame) stmt(s Stmt, u *[]undo) (flow, int32) {
 		b := f.buffer(s.Buf)
 		i := f.index(s.Index)
 		f.store(b, i, f.eval(s.Value))
+	case *Copy:
+		dst, src := f.buffer(s.Dst), f.buffer(s.Src)
+		di, si := f.index(s.DstIndex), f.index(s.SrcIndex)
+		for k := int64(0); k < int64(s.N); k++ {
+			f.store(dst, di+k, f.load(src, si+k, I16)) // the type only matters for 16-bit bits
+		}
 	case *For:
 		lo, hi := int64(f.eval(s.Lo)), int64(f.eval(s.Hi))
 		iv := &binding{}

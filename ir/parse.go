@@ -519,6 +519,21 @@ func (p *parser) stmt() Stmt {
 		return &Alloc{Name: name, T: ty, Size: int(n), Shared: shared}
 	case "barrier":
 		return &Barrier{}
+	case "copy":
+		c := &Copy{Dst: p.ident().text}
+		p.expect("[")
+		c.DstIndex = p.expr()
+		p.expect("]")
+		p.expect("=")
+		c.Src = p.ident().text
+		p.expect("[")
+		c.SrcIndex = p.expr()
+		p.expect("]")
+		if x := p.ident(); x.text != "x" {
+			p.failAt(x, "expected x N after a copy source, found %s", x.text)
+		}
+		c.N = int(p.intLit(false))
+		return c
 	case "mma":
 		p.expect(".")
 		in := p.typ()

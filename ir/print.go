@@ -154,6 +154,8 @@ func (p *printer) stmt(s Stmt) {
 		p.line("alloc %s%s: %s[%d]", shared, s.Name, s.T, s.Size)
 	case *Barrier:
 		p.line("barrier")
+	case *Copy:
+		p.line("copy %s[%s] = %s[%s] x %d", s.Dst, ExprString(s.DstIndex), s.Src, ExprString(s.SrcIndex), s.N)
 	case *MMA:
 		p.line("mma.%s %s, %s, %s", s.In, s.D, s.A, s.B)
 	case *Malloc:

@@ -50,6 +50,18 @@ type MMA struct {
 	In      Type
 }
 
+// Copy copies N consecutive elements Src[SrcIndex ...] to Dst[DstIndex ...]
+// (element types of equal width; the bits move unchanged). GPU printers use
+// 128-bit accesses when N elements make 16 aligned bytes.
+type Copy struct {
+	Dst      string
+	DstIndex Expr
+	Src      string
+	SrcIndex Expr
+	N        int
+}
+
+func (*Copy) isStmt()    {}
 func (*Barrier) isStmt() {}
 func (*MMA) isStmt()     {}
 

@@ -357,6 +357,21 @@ func (v *verifier) stmt(s Stmt) {
 			v.fail("shared alloc %s must be in a parallel loop, outside its threads loop", s.Name)
 		}
 		v.declare(s.Name, dAlloc, s.T)
+	case *Copy:
+		v.expr(s.DstIndex)
+		v.expr(s.SrcIndex)
+		d, src := v.buffer(s.Dst, "copy to"), v.buffer(s.Src, "copy from")
+		if d.t.Bits() != src.t.Bits() {
+			v.fail("copy between %s and %s elements", d.t, src.t)
+		}
+		if s.N <= 0 {
+			v.fail("copy of %d elements", s.N)
+		}
+		for _, i := range []Expr{s.DstIndex, s.SrcIndex} {
+			if t := i.Type(); t != I32 && t != I64 {
+				v.fail("copy index is %s, want i32 or i64", t)
+			}
+		}
 	case *Barrier:
 		if v.thr == 0 {
 			v.fail("barrier outside a threads loop")

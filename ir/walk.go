@@ -116,6 +116,8 @@ func MapStmtExprs(b *Block, g func(Expr) Expr) *Block {
 			return []Stmt{&Store{Buf: x.Buf, Index: g(x.Index), Value: g(x.Value)}}
 		case *Malloc:
 			return []Stmt{&Malloc{Name: x.Name, T: x.T, Size: g(x.Size)}}
+		case *Copy:
+			return []Stmt{&Copy{Dst: x.Dst, DstIndex: g(x.DstIndex), Src: x.Src, SrcIndex: g(x.SrcIndex), N: x.N}}
 		case *Return:
 			return []Stmt{&Return{Value: g(x.Value)}}
 		case *CallStmt:

@@ -27,6 +27,8 @@ func (l *lowering) gpuPlanFor(decode, split bool) gpuPlan {
 	p := gpuPlan{QT: l.gpuQT(decode), decode: decode, split: split}
 	p.valid = l.G * p.QT
 	p.R = p.valid
+	// Tensor cores need f16/bf16, at most 16 rows, and head dims in whole
+	// k-steps (16) and n-tiles per warp (32); 16-byte staging follows.
 	p.mma = l.dt != ir.F32 && p.valid <= GPURows && l.D%16 == 0 && l.DV%32 == 0
 	KT := GPUKVTile
 	if p.mma {
@@ -43,6 +45,24 @@ func (l *lowering) gpuPlanFor(decode, split bool) gpuPlan {
 		p.smem += (a.size*a.t.Bits()/8 + 15) &^ 15
 	}
 	return p
+}
+
+// stageOne stages vw elements of src starting at srcIdx into dst[e...]:
+// one element through conv, or (mma, vw = 8) a 16-byte copy of the raw bits.
+func (l *lowering) stageOne(dst string, e ir.Expr, src string, srcIdx ir.Expr, vw int, conv func(ir.Expr) ir.Expr) ir.Stmt {
+	if vw > 1 {
+		return &ir.Copy{Dst: dst, DstIndex: e, Src: src, SrcIndex: srcIdx, N: vw}
+	}
+	return &ir.Store{Buf: dst, Index: e, Value: conv(ld(src, l.dt, srcIdx))}
+}
+
+// zeros stores vw zeros at dst[e...].
+func zeros(dst string, e ir.Expr, vw int, zero ir.Expr) *ir.Block {
+	var b blk
+	for k := 0; k < vw; k++ {
+		b.store(dst, add(e, i32(k)), zero)
+	}
+	return b.block()
 }
 
 // pack2 packs two 16-bit patterns into one mma operand register, the first
@@ -144,13 +164,19 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 				stageVal = func(v ir.Expr) ir.Expr { return &ir.Bitcast{To: ir.I16, X: v} }
 				zero = ir.IntT(ir.I16, 0)
 			}
-			strided(x, "eq", R*D, func(y *blk, e ir.Expr) {
+			// Stage Q: in the storage type's bits for mma, 16 bytes per copy.
+			vw := 1
+			if p.mma {
+				vw = 8
+			}
+			strided(x, "eq", R*D/vw, func(y *blk, c ir.Expr) {
+				e := y.let("e0", mul(c, i32(vw)))
 				row := y.let("row", div(e, i32(D)))
 				g, r, ok := rowParts(y, row)
 				d := y.let("d", rem(e, i32(D)))
 				y.add(&ir.If{Cond: ok,
-					Then: &ir.Block{Stmts: []ir.Stmt{&ir.Store{Buf: qBuf, Index: e, Value: stageVal(ld("q", l.dt, qIndex(g, r, d)))}}},
-					Else: &ir.Block{Stmts: []ir.Stmt{&ir.Store{Buf: qBuf, Index: e, Value: zero}}}})
+					Then: &ir.Block{Stmts: []ir.Stmt{l.stageOne(qBuf, e, "q", qIndex(g, r, d), vw, stageVal)}},
+					Else: zeros(qBuf, e, vw, zero)})
 			})
 			strided(x, "er", R, func(y *blk, e ir.Expr) {
 				y.store("mx", e, negInf())
@@ -175,18 +201,21 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 				// Stage K and V (the page walk); zeros past the tile's end
 				// and for page ids outside the pool, which are never read.
 				stage := func(buf, pages string, d int) {
-					strided(y, "e"+buf, KT*d, func(z *blk, e ir.Expr) {
+					strided(y, "e"+buf, KT*d/vw, func(z *blk, c ir.Expr) {
+						e := z.let("e0", mul(c, i32(vw)))
 						j := z.let("j", div(e, i32(d)))
 						dd := z.let("dd", rem(e, i32(d)))
-						z.store(buf, e, zero)
+						z.vr("staged", ir.BoolConst(false))
 						z.when(lt(j, kvN), func(u *blk) {
 							pos := u.let("kv_at", add(kvLo, j))
 							page := u.let("page", l.pageAt(kvBeg, pos))
 							slot := u.let("slot", ir.Bin(ir.And, pos, i32(l.PS-1)))
 							u.when(and(ge(page, i32(0)), lt(page, ir.R("num_pages", ir.I32))), func(x2 *blk) {
-								x2.store(buf, e, stageVal(ld(pages, l.dt, add(l.rowIndex(page, kvh, slot, d), i64(dd)))))
+								x2.add(l.stageOne(buf, e, pages, add(l.rowIndex(page, kvh, slot, d), i64(dd)), vw, stageVal))
+								x2.set("staged", ir.BoolConst(true))
 							})
 						})
+						z.add(&ir.If{Cond: not(ir.R("staged", ir.Bool)), Then: zeros(buf, e, vw, zero)})
 					})
 				}
 				stage(kBuf, "k_pages", D)

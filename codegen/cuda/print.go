@@ -42,6 +42,11 @@ var floatFns = map[ir.UnOp]string{
 // helpers are emitted after the prelude: typed min/max with the IR's
 // semantics (x < y ? x : y) and a zero-guarded host/device split rule.
 const helpers = `
+#if defined(__NVCC__)
+typedef uint4 attnc_v16; // 128-bit loads and stores
+#else
+typedef uint32_t attnc_v16 __attribute__((vector_size(16)));
+#endif
 #define ATTNC_HD_MINMAX(T) \
   ATTNC_DEV T attnc_min(T a, T b) { return a < b ? a : b; } \
   ATTNC_DEV T attnc_max(T a, T b) { return a > b ? a : b; }
@@ -83,6 +88,7 @@ func Emit(m *ir.Module, launchers []ir.Launcher) (out string, err error) {
 type printer struct {
 	sb     *strings.Builder
 	m      *ir.Module
+	k      *ir.Kernel
 	indent int
 	smem   int  // bytes of dynamic shared memory carved so far
 	host   bool // printing host code
@@ -106,6 +112,7 @@ func paramDecl(pr *ir.Param) string {
 }
 
 func (p *printer) kernel(k *ir.Kernel) {
+	p.k = k
 	var ps []string
 	for _, pr := range k.Params {
 		ps = append(ps, paramDecl(pr))
@@ -169,6 +176,14 @@ func (p *printer) stmt(s ir.Stmt) {
 		p.line("continue;")
 	case *ir.Barrier:
 		p.line("attnc_sync();")
+	case *ir.Copy:
+		dst, src := p.expr(s.DstIndex), p.expr(s.SrcIndex)
+		if s.N*p.elemBits(s.Src)/8 == 16 {
+			// One 128-bit access; lowering guarantees 16-byte alignment.
+			p.line("*(attnc_v16*)(%s + %s) = *(const attnc_v16*)(%s + %s);", s.Dst, dst, s.Src, src)
+			return
+		}
+		p.line("for (int32_t c_ = 0; c_ < %d; ++c_) %s[%s + c_] = %s[%s + c_];", s.N, s.Dst, dst, s.Src, src)
 	case *ir.MMA:
 		p.line("attnc_mma_%s(%s, %s, %s);", s.In, s.D, s.A, s.B)
 	default:
@@ -200,6 +215,22 @@ func (p *printer) forStmt(s *ir.For) {
 }
 
 func align16(n int) int { return (n + 15) &^ 15 }
+
+// elemBits is the element width of a buffer parameter or array of the
+// kernel being printed.
+func (p *printer) elemBits(name string) int {
+	if pr := p.k.Param(name); pr != nil {
+		return pr.Elem.Bits()
+	}
+	bits := 0
+	ir.MapStmts(p.k.Body, func(s ir.Stmt) []ir.Stmt {
+		if a, ok := s.(*ir.Alloc); ok && a.Name == name {
+			bits = a.T.Bits()
+		}
+		return []ir.Stmt{s}
+	})
+	return bits
+}
 
 // BlockSize is the threads-loop size of a GPU kernel (1 if it has none).
 func BlockSize(k *ir.Kernel) int {
