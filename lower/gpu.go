@@ -39,7 +39,7 @@ func LowerGPU(v *ir.Variant) (*GPUModule, error) {
 	}
 	l := &lowering{v: v, dt: v.DType.Type(), H: v.QOHeads, KVH: v.KVHeads, G: v.GroupSize(),
 		D: v.HeadDimQK, DV: v.HeadDimV, PS: v.PageSize, p: v.Name}
-	m := &ir.Module{Name: v.Name, Prefix: v.Name, Errors: append(append([]ir.ErrorCode(nil), Errors...), ErrorLaunch)}
+	m := &ir.Module{Name: v.Name + "_cuda", Prefix: v.Name, Errors: append(append([]ir.ErrorCode(nil), Errors...), ErrorLaunch)}
 	m.Defs = []*ir.Def{MaskDef(v), ScoreDef(v), PlanSplitsDef()}
 	gm := &GPUModule{Module: m}
 	attnParams := func(decode bool) []*ir.Param {
