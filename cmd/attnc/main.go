@@ -57,6 +57,7 @@ A typical session:
   attnc build  model.attn -o out          # write out/<variant>.ll, .h, manifest.json
   attnc explain model.attn --q-len 1 --kv-len 4096 --threads 8
   attnc verify model.attn                 # run the kernels against the reference
+  attnc bench  model.attn                 # decode GB/s vs a copy, prefill GFLOP/s
 
 The spec language and the generated ABI are described in DESIGN.md (§3 and §4)
 and summarized in README.md.`,
@@ -72,6 +73,7 @@ and summarized in README.md.`,
 		return fmt.Errorf("%s: %w\nRun '%s --help' for usage.", c.CommandPath(), err, c.CommandPath())
 	})
 	root.AddCommand(
+		newBenchCmd(),
 		newBuildCmd(),
 		newCheckCmd(),
 		newExplainCmd(),

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/attnc/attnc/build"
+	"github.com/attnc/attnc/codegen/cuda"
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/passes"
 )
@@ -336,6 +337,104 @@ func TestVerifySkipsUnsupported(t *testing.T) {
 	}
 }
 
+// needEmu skips without g++ for the CUDA emulator, except in CI.
+func needEmu(t *testing.T) {
+	t.Helper()
+	if _, err := cuda.GXX(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true but g++ is unavailable: %v", err)
+		}
+		t.Skipf("skipping: needs g++ for the CUDA emulator: %v", err)
+	}
+	if !cgoEnabled {
+		t.Skip("skipping: this test binary was built with CGO_ENABLED=0")
+	}
+}
+
+func TestVerifyCUDAEmulated(t *testing.T) {
+	needEmu(t)
+	p := writeSpec(t, "small.attn", smallSpec)
+	o, e, code := attnc(t, "verify", p, deepseek, "--target", "cuda", "--threads", "1,4")
+	if code != 0 {
+		t.Fatalf("verify --target cuda: exit %d\nstdout:\n%s\nstderr:\n%s", code, o, e)
+	}
+	for _, k := range []string{"small_prefill_launch", "small_decode_launch", "small_merge_state_launch"} {
+		if !strings.Contains(o, "PASS "+k) {
+			t.Errorf("verify --target cuda ran no passing case of %s:\n%s", k, o)
+		}
+	}
+	// The launchers take no thread count: each case runs once.
+	if strings.Contains(o, "threads=4") {
+		t.Errorf("verify --target cuda ran cases per --threads value:\n%s", o)
+	}
+	if !regexp.MustCompile(`(?m)^8 passed, 0 failed \(1 skipped: not supported yet\)$`).MatchString(o) || !strings.Contains(o, "skip deepseek_v3_mla: ") {
+		t.Errorf("verify --target cuda summary:\n%s", o)
+	}
+}
+
+func TestVerifyAndBenchFlagErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"verify", llama3, "--target", "cpu", "--gpu"}, "use it with --target cuda"},
+		{[]string{"verify", llama3, "--target", "tpu"}, `unknown --target "tpu" (cpu or cuda)`},
+		{[]string{"bench", llama3, "--target", "cuda"}, "add --gpu"},
+		{[]string{"bench", llama3, "--target", "cpu", "--gpu"}, "use it with --target cuda"},
+		{[]string{"bench", llama3, "--target", "tpu"}, `unknown --target "tpu"`},
+		{[]string{"bench", llama3, "--seconds", "0"}, "must be positive"},
+		{[]string{"bench", llama3, "--batch", "-1"}, "must be positive"},
+		{[]string{"bench"}, "no spec file given"},
+	} {
+		_, e, code := attnc(t, tc.args...)
+		if code != 1 || !strings.Contains(e, tc.want) {
+			t.Errorf("attnc %s: exit %d, stderr %q; want exit 1 and %q", strings.Join(tc.args, " "), code, e, tc.want)
+		}
+	}
+}
+
+// Without nvcc, --gpu fails before building anything and says why.
+func TestGPUWithoutNVCC(t *testing.T) {
+	if !cgoEnabled {
+		t.Skip("built with CGO_ENABLED=0")
+	}
+	t.Setenv("ATTNC_NVCC", "")
+	t.Setenv("PATH", t.TempDir())
+	t.Setenv("CUDA_HOME", t.TempDir())
+	if _, err := os.Stat("/usr/local/cuda/bin/nvcc"); err == nil {
+		t.Skip("nvcc is installed in /usr/local/cuda")
+	}
+	for _, args := range [][]string{
+		{"verify", llama3, "--gpu"},
+		{"verify", llama3, "--target", "cuda", "--gpu"},
+		{"bench", llama3, "--target", "cuda", "--gpu"},
+	} {
+		o, e, code := attnc(t, args...)
+		if code != 1 || !strings.Contains(e, "--gpu: conformance: nvcc not found") || o != "" {
+			t.Errorf("attnc %s: exit %d, stdout %q, stderr %q", strings.Join(args, " "), code, o, e)
+		}
+	}
+}
+
+func TestBenchCPU(t *testing.T) {
+	needTools(t, true)
+	p := writeSpec(t, "small.attn", smallSpec)
+	o, e, code := attnc(t, "bench", p, deepseek, "--seconds", "0.01", "--batch", "2", "--kv-len", "100", "--q-len", "20", "--threads", "2")
+	if code != 0 {
+		t.Fatalf("bench: exit %d\nstdout:\n%s\nstderr:\n%s", code, o, e)
+	}
+	for _, re := range []string{
+		`(?m)^bench small target=cpu threads=2 dtype=f32 qo_heads=4 kv_heads=2 head_dim_qk=64 head_dim_v=64 page_size=4$`,
+		`(?m)^decode  small batch=2 kv_len=100 calls=\d+ ms=\S+ kv_bytes=204800 gbps=\S+ copy=memmove\(2 threads\) copy_ms=\S+ copy_gbps=\S+ ratio_vs_copy=\S+ gflops=\S+$`,
+		`(?m)^prefill small batch=1 q_len=20 kv_len=20 causal=true calls=\d+ ms=\S+ gflops=\S+ tflops=\S+ ratio_vs_decode=\S+$`,
+		`(?m)^skip deepseek_v3_mla: `,
+	} {
+		if !regexp.MustCompile(re).MatchString(o) {
+			t.Errorf("bench output does not match %s:\n%s", re, o)
+		}
+	}
+}
+
 func TestBuildShared(t *testing.T) {
 	needTools(t, false)
 	p := writeSpec(t, "small.attn", smallSpec)
@@ -376,7 +475,7 @@ func TestGolden(t *testing.T) {
 	o, _ := mustRun(t, "passes")
 	golden(t, "passes.golden", o)
 	var help strings.Builder
-	for _, cmd := range []string{"", "build", "check", "explain", "passes", "verify", "version"} {
+	for _, cmd := range []string{"", "bench", "build", "check", "explain", "passes", "verify", "version"} {
 		args := []string{"--help"}
 		if cmd != "" {
 			args = []string{cmd, "--help"}

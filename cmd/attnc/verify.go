@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+
 	"github.com/spf13/cobra"
 )
 
@@ -8,20 +10,36 @@ import (
 type verifyFlags struct {
 	threads []int
 	seed    int64
+	target  string
+	gpu     bool
 }
 
 func newVerifyCmd() *cobra.Command {
 	var vf verifyFlags
 	c := &cobra.Command{
-		Use:   "verify SPEC... [--threads 1,4] [--seed N]",
-		Short: "Build each variant's CPU kernels and check them against the reference",
-		Long: `Compile every supported variant for the CPU, link it into a shared
-library (LLVM 14 opt/llc and gcc are required), and run each kernel on
+		Use:   "verify SPEC... [--threads 1,4] [--seed N] [--target cpu|cuda] [--gpu]",
+		Short: "Build each variant's kernels and check them against the reference",
+		Long: `Compile every supported variant, load its kernels, and run each one on
 random paged caches against the float64 reference implementation: ragged
 prefill with empty sequences, shared prefixes, queries spanning pages and
 tiles, decode batches with split KV, merge_state with empty states, NaN/Inf
-in unused slots and pages, and bad inputs that must return the documented
-status code. Each case runs at every --threads count.
+in unused slots and pages, and (CPU) bad inputs that must return the
+documented status code.
+
+--target selects the kernels:
+
+  cpu    (default) the CPU kernels, linked into a shared library with LLVM
+         14 opt/llc and gcc; each case runs at every --threads count
+  cuda   the CUDA source (<variant>.cu) and its host launchers. Without
+         --gpu it is compiled as C++ with g++ against attnc's CUDA emulator
+         and runs on the CPU (one fiber per CUDA thread). With --gpu it is
+         compiled with nvcc (-O3 -arch=native, else sm_90) and runs on the
+         GPU: every buffer is copied to the device, the launcher gets device
+         pointers, the outputs are copied back after cudaDeviceSynchronize.
+         --gpu needs nvcc (PATH, $ATTNC_NVCC or /usr/local/cuda/bin) and
+         libcudart. --threads does not apply: each case runs once.
+
+--gpu alone implies --target cuda.
 
 One line is printed per case (PASS/FAIL, kernel, case, threads, max error
 of o and lse, tolerance for the dtype), then "N passed, M failed".
@@ -30,13 +48,29 @@ Variants using features that do not generate kernels yet are reported as
 1 if any case failed or the tools are missing. The same --seed gives the
 same inputs.`,
 		Example: `  attnc verify examples/llama3_8b.attn
-  attnc verify examples/*.attn --threads 1,2,8 --seed 7`,
+  attnc verify examples/*.attn --threads 1,2,8 --seed 7
+  attnc verify examples/llama3_8b.attn --target cuda        # CUDA emulator (g++)
+  attnc verify examples/llama3_8b.attn --target cuda --gpu  # nvcc, on the GPU`,
 		Args: specArgs,
 		RunE: func(c *cobra.Command, args []string) error {
+			if vf.gpu && !c.Flags().Changed("target") {
+				vf.target = "cuda"
+			}
+			switch vf.target {
+			case "cpu":
+				if vf.gpu {
+					return fmt.Errorf("attnc verify: --gpu runs the CUDA kernels; use it with --target cuda")
+				}
+			case "cuda":
+			default:
+				return fmt.Errorf("attnc verify: unknown --target %q (cpu or cuda)", vf.target)
+			}
 			return runVerify(c, args, vf)
 		},
 	}
-	c.Flags().IntSliceVar(&vf.threads, "threads", []int{1, 4}, "thread counts to run every case at (comma list)")
+	c.Flags().IntSliceVar(&vf.threads, "threads", []int{1, 4}, "CPU thread counts to run every case at (comma list)")
 	c.Flags().Int64Var(&vf.seed, "seed", 1, "random seed of the generated inputs")
+	c.Flags().StringVar(&vf.target, "target", "cpu", "kernels to verify: cpu, or cuda (emulated on the CPU; on the GPU with --gpu)")
+	c.Flags().BoolVar(&vf.gpu, "gpu", false, "run the cuda target on the GPU (nvcc and libcudart); implies --target cuda")
 	return c
 }

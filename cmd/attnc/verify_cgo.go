@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/attnc/attnc/build"
+	"github.com/attnc/attnc/codegen/cuda"
 	"github.com/attnc/attnc/conformance"
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/ir"
@@ -31,8 +32,12 @@ func runVerify(c *cobra.Command, args []string, vf verifyFlags) error {
 	if err != nil {
 		return err
 	}
-	if err := cpurt.Tools(); err != nil {
+	builder, err := suiteBuilder("attnc verify", vf.target, vf.gpu)
+	if err != nil {
 		return err
+	}
+	if vf.target == "cuda" {
+		vf.threads = []int{1} // one run per case: the launchers take no thread count
 	}
 	stdout, stderr := c.OutOrStdout(), c.ErrOrStderr()
 	tmp, err := os.MkdirTemp("", "attnc-verify-")
@@ -51,7 +56,7 @@ func runVerify(c *cobra.Command, args []string, vf verifyFlags) error {
 		if err != nil {
 			return err
 		}
-		p, f, err := verifyVariant(stdout, stderr, v, dir, vf)
+		p, f, err := verifyVariant(stdout, stderr, v, dir, vf, builder)
 		passed, failed = passed+p, failed+f
 		if err != nil {
 			fmt.Fprintf(stdout, "FAIL %s: %v\n", v.Name, err)
@@ -72,18 +77,18 @@ func runVerify(c *cobra.Command, args []string, vf verifyFlags) error {
 // verifyVariant builds v into dir and runs its conformance matrix, printing
 // one line per result. A build error or a compiler panic is returned, so that
 // the remaining variants still run.
-func verifyVariant(stdout, stderr io.Writer, v *ir.Variant, dir string, vf verifyFlags) (passed, failed int, err error) {
+func verifyVariant(stdout, stderr io.Writer, v *ir.Variant, dir string, vf verifyFlags, builder buildSuite) (passed, failed int, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("internal error: %v", r)
 		}
 	}()
-	s, err := conformance.Build(v, dir)
+	s, err := builder(v, dir)
 	if err != nil {
 		return 0, 0, fmt.Errorf("build: %w", err)
 	}
 	defer func() {
-		if cerr := s.Lib.Close(); cerr != nil {
+		if cerr := s.Close(); cerr != nil {
 			fmt.Fprintf(stderr, "attnc verify: %s: closing library: %v\n", v.Name, cerr)
 		}
 	}()
@@ -96,4 +101,36 @@ func verifyVariant(stdout, stderr io.Writer, v *ir.Variant, dir string, vf verif
 		}
 	}
 	return passed, failed, nil
+}
+
+// buildSuite builds and loads one variant's kernels into dir.
+type buildSuite func(v *ir.Variant, dir string) (*conformance.Suite, error)
+
+// suiteBuilder checks the tools a target needs, before any work, and
+// returns how to build its suites: cpu (LLVM 14 and gcc), cuda on the
+// emulator (g++), cuda on the GPU (nvcc and libcudart with a GPU).
+func suiteBuilder(cmd, target string, gpu bool) (buildSuite, error) {
+	switch {
+	case target == "cpu":
+		if err := cpurt.Tools(); err != nil {
+			return nil, err
+		}
+		return conformance.Build, nil
+	case gpu:
+		nvcc, err := conformance.FindNVCC()
+		if err != nil {
+			return nil, fmt.Errorf("%s --gpu: %w", cmd, err)
+		}
+		if _, err := conformance.OpenCUDA(); err != nil {
+			return nil, fmt.Errorf("%s --gpu: %w", cmd, err)
+		}
+		return func(v *ir.Variant, dir string) (*conformance.Suite, error) {
+			return conformance.BuildCUDADevice(v, dir, nvcc)
+		}, nil
+	default:
+		if _, err := cuda.GXX(); err != nil {
+			return nil, fmt.Errorf("%s --target cuda needs g++ for the CUDA emulator: %w", cmd, err)
+		}
+		return conformance.BuildCUDA, nil
+	}
 }

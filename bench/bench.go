@@ -1,0 +1,524 @@
+// Package bench measures generated attention kernels against baselines
+// measured in the same run, so that its numbers are ratios that carry from
+// one machine to another rather than absolute rates:
+//
+//   - decode of a batch (default 8 sequences of 4096 cached tokens): the K+V
+//     bytes read per second, against the bandwidth of copying a buffer of
+//     the same size (CPU: Go's copy on as many goroutines as the kernels use
+//     threads; GPU: cudaMemcpy device to device), counting the copy's reads
+//     and writes, so that ratio_vs_copy near 1 means the kernel streams the
+//     cache at the copy's speed;
+//   - prefill of one sequence (default q_len = kv_len = 1024): FLOP/s
+//     (2·q·kv·heads·(d_qk + d_v), halved when the mask is causal or a
+//     window), against the same run's decode FLOP/s.
+//
+// Run measures a conformance.Suite: the CPU kernels (conformance.Build) or
+// the CUDA launchers on a GPU (conformance.BuildCUDADevice, through the
+// suite's Device). `attnc bench` is the command line over it;
+// scripts/gpu-check.sh runs it on a GPU and compares the prefill with
+// torch's scaled_dot_product_attention (scripts/bench_sdpa.py).
+//
+// The package imports conformance and cpurt (cgo); cmd/attnc only.
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/attnc/attnc/conformance"
+	"github.com/attnc/attnc/cpurt"
+	"github.com/attnc/attnc/ir"
+	"github.com/attnc/attnc/reference"
+)
+
+// Options are the shapes and the time budget of a run.
+type Options struct {
+	Batch   int     // decode: sequences (default 8)
+	KVLen   int     // decode: cached tokens per sequence (default 4096)
+	QLen    int     // prefill: q_len = kv_len of its one sequence (default 1024)
+	Threads int     // CPU worker threads (0: the library's default, all online CPUs)
+	Seconds float64 // least wall time of each measurement (default 1)
+	Seed    int64   // random inputs
+}
+
+func (o Options) withDefaults() Options {
+	if o.Batch == 0 {
+		o.Batch = 8
+	}
+	if o.KVLen == 0 {
+		o.KVLen = 4096
+	}
+	if o.QLen == 0 {
+		o.QLen = 1024
+	}
+	if o.Seconds == 0 {
+		o.Seconds = 1
+	}
+	return o
+}
+
+// Measurement is Calls repetitions that took Seconds of wall time in all.
+type Measurement struct {
+	Calls   int
+	Seconds float64
+}
+
+// PerCall is the mean wall time of one call in seconds (0 if none ran).
+func (m Measurement) PerCall() float64 {
+	if m.Calls == 0 {
+		return 0
+	}
+	return m.Seconds / float64(m.Calls)
+}
+
+// rate is amount per call divided by the time per call (0 if none ran).
+func (m Measurement) rate(amount float64) float64 {
+	if m.Calls == 0 || m.Seconds <= 0 {
+		return 0
+	}
+	return amount / m.PerCall()
+}
+
+// Report is one variant's run. Rates are derived from the measurements.
+type Report struct {
+	Variant *ir.Variant
+	Target  string // cpu, or cuda (on a GPU when Device)
+	Device  bool   // the suite ran through a conformance.Device
+	Threads int    // CPU worker threads the kernels and the copy used
+	Opts    Options
+
+	HasDecode  bool
+	DecodeKV   int64       // K+V bytes one decode call reads
+	Decode     Measurement // decode entry
+	Copy       Measurement // copy of DecodeKV bytes (memmove or D2D)
+	HasPrefill bool
+	Causal     bool        // prefill FLOPs halved
+	Prefill    Measurement // prefill entry
+}
+
+// DecodeGBps is the decode's K+V bytes read per second, in GB/s (1e9).
+func (r *Report) DecodeGBps() float64 { return r.Decode.rate(float64(r.DecodeKV)) / 1e9 }
+
+// CopyGBps is the copy's bytes read plus bytes written per second, in GB/s.
+func (r *Report) CopyGBps() float64 { return r.Copy.rate(2*float64(r.DecodeKV)) / 1e9 }
+
+// RatioVsCopy is DecodeGBps / CopyGBps.
+func (r *Report) RatioVsCopy() float64 { return ratio(r.DecodeGBps(), r.CopyGBps()) }
+
+// DecodeFLOPs is the work of one decode call: 2·batch·kv_len·qo_heads·(d_qk+d_v).
+func (r *Report) DecodeFLOPs() float64 {
+	v := r.Variant
+	return 2 * float64(r.Opts.Batch) * float64(r.Opts.KVLen) * float64(v.QOHeads) * float64(v.HeadDimQK+v.HeadDimV)
+}
+
+// PrefillFLOPs is the nominal work of one prefill call:
+// 2·q·kv·qo_heads·(d_qk+d_v) (4·q·kv·d·heads when d_qk = d_v), halved for a
+// causal or window mask.
+func (r *Report) PrefillFLOPs() float64 {
+	v := r.Variant
+	f := 2 * float64(r.Opts.QLen) * float64(r.Opts.QLen) * float64(v.QOHeads) * float64(v.HeadDimQK+v.HeadDimV)
+	if r.Causal {
+		f /= 2
+	}
+	return f
+}
+
+// PrefillFLOPS is the prefill's FLOP/s.
+func (r *Report) PrefillFLOPS() float64 { return r.Prefill.rate(r.PrefillFLOPs()) }
+
+// DecodeFLOPS is the decode's FLOP/s.
+func (r *Report) DecodeFLOPS() float64 { return r.Decode.rate(r.DecodeFLOPs()) }
+
+// RatioVsDecode is the prefill's FLOP/s over the decode's.
+func (r *Report) RatioVsDecode() float64 { return ratio(r.PrefillFLOPS(), r.DecodeFLOPS()) }
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+// causal reports whether the mask hides every kv_pos > q_pos (causal, or a
+// window, which implies it).
+func causal(v *ir.Variant) bool {
+	for _, m := range v.Masks {
+		if m.Kind == ir.MaskCausal || m.Kind == ir.MaskWindow {
+			return true
+		}
+	}
+	return false
+}
+
+// String prints the report as key=value lines: a header with the shape of
+// the variant, then one line per measurement (times in ms, rates in GB/s
+// and GFLOP/s, TFLOP/s on a device). scripts/gpu-check.sh reads them.
+func (r *Report) String() string {
+	v := r.Variant
+	var sb strings.Builder
+	target := r.Target
+	if r.Device {
+		target += "-device"
+	}
+	fmt.Fprintf(&sb, "bench %s target=%s", v.Name, target)
+	if !r.Device {
+		fmt.Fprintf(&sb, " threads=%d", r.Threads)
+	}
+	fmt.Fprintf(&sb, " dtype=%s qo_heads=%d kv_heads=%d head_dim_qk=%d head_dim_v=%d page_size=%d\n",
+		v.DType, v.QOHeads, v.KVHeads, v.HeadDimQK, v.HeadDimV, v.PageSize)
+	copyName := fmt.Sprintf("memmove(%d threads)", r.Threads)
+	if r.Device {
+		copyName = "cudaMemcpyD2D"
+	}
+	if r.HasDecode {
+		fmt.Fprintf(&sb, "decode  %s batch=%d kv_len=%d calls=%d ms=%.4g kv_bytes=%d gbps=%.2f copy=%s copy_ms=%.4g copy_gbps=%.2f ratio_vs_copy=%.3f gflops=%.2f\n",
+			v.Name, r.Opts.Batch, r.Opts.KVLen, r.Decode.Calls, 1e3*r.Decode.PerCall(), r.DecodeKV, r.DecodeGBps(),
+			copyName, 1e3*r.Copy.PerCall(), r.CopyGBps(), r.RatioVsCopy(), r.DecodeFLOPS()/1e9)
+	} else {
+		fmt.Fprintf(&sb, "decode  %s skipped: no decode entry\n", v.Name)
+	}
+	if r.HasPrefill {
+		fmt.Fprintf(&sb, "prefill %s batch=1 q_len=%d kv_len=%d causal=%t calls=%d ms=%.4g gflops=%.2f tflops=%.4f ratio_vs_decode=%.2f\n",
+			v.Name, r.Opts.QLen, r.Opts.QLen, r.Causal, r.Prefill.Calls, 1e3*r.Prefill.PerCall(),
+			r.PrefillFLOPS()/1e9, r.PrefillFLOPS()/1e12, r.RatioVsDecode())
+	} else {
+		fmt.Fprintf(&sb, "prefill %s skipped: no prefill entry\n", v.Name)
+	}
+	return sb.String()
+}
+
+// Run measures the suite's decode and prefill entries and the copy
+// baseline, each for at least o.Seconds. With s.Dev set, the inputs are
+// uploaded once and the calls are timed with the device synchronized at
+// the end of each timed group; s.Dev must then be a
+// conformance.DeviceCopier for the copy baseline.
+func Run(s *conformance.Suite, o Options) (*Report, error) {
+	o = o.withDefaults()
+	if o.Batch < 1 || o.KVLen < 1 || o.QLen < 1 || o.Threads < 0 || o.Seconds < 0 {
+		return nil, fmt.Errorf("bench: bad options %+v", o)
+	}
+	r := &Report{Variant: s.V, Target: s.Target, Device: s.Dev != nil, Opts: o, Causal: causal(s.V)}
+	if s.Target == "cpu" {
+		if err := s.SetThreads(o.Threads); err != nil {
+			return nil, err
+		}
+		n, err := s.Lib.Call(s.Prefix + "_get_num_threads")
+		if err != nil {
+			return nil, err
+		}
+		r.Threads = int(n)
+	} else {
+		r.Threads = runtime.GOMAXPROCS(0)
+	}
+	if _, ok := s.Entries[ir.RoleDecode]; ok {
+		w, err := newWorkload(s, ir.RoleDecode, decodeShape(o), o.Seed)
+		if err != nil {
+			return nil, err
+		}
+		r.HasDecode, r.DecodeKV = true, w.kvBytes
+		r.Decode, err = w.measure(o.Seconds)
+		w.free()
+		if err != nil {
+			return nil, fmt.Errorf("bench: %s decode: %w", s.V.Name, err)
+		}
+		r.Copy, err = measureCopy(s.Dev, int(r.DecodeKV), r.Threads, o.Seconds)
+		if err != nil {
+			return nil, fmt.Errorf("bench: copy baseline: %w", err)
+		}
+	}
+	if _, ok := s.Entries[ir.RolePrefill]; ok {
+		w, err := newWorkload(s, ir.RolePrefill, prefillShape(o), o.Seed+1)
+		if err != nil {
+			return nil, err
+		}
+		r.HasPrefill = true
+		r.Prefill, err = w.measure(o.Seconds)
+		w.free()
+		if err != nil {
+			return nil, fmt.Errorf("bench: %s prefill: %w", s.V.Name, err)
+		}
+	}
+	return r, nil
+}
+
+// shape is a batch: query tokens and cached tokens per sequence.
+type shape struct{ qLens, kvLens []int }
+
+func decodeShape(o Options) shape {
+	s := shape{}
+	for range o.Batch {
+		s.qLens = append(s.qLens, 1)
+		s.kvLens = append(s.kvLens, o.KVLen)
+	}
+	return s
+}
+
+func prefillShape(o Options) shape { return shape{qLens: []int{o.QLen}, kvLens: []int{o.QLen}} }
+
+// workload is one entry with its inputs in place (host buffers, and their
+// device copies when the suite has a Device), ready to be called again and
+// again.
+type workload struct {
+	s       *conformance.Suite
+	role    ir.Role
+	vals    map[string]int64 // the arguments the entry gets
+	host    []*cpurt.Buffer
+	dev     []int64
+	o       *cpurt.Buffer // host output
+	oDev    int64         // its device copy
+	kvBytes int64         // K+V bytes the call reads
+}
+
+// newWorkload builds a random paged cache for sh: every sequence's pages
+// scattered over the pool in random order, values uniform in [-1, 1].
+func newWorkload(s *conformance.Suite, role ir.Role, sh shape, seed int64) (w *workload, err error) {
+	v := s.V
+	rng := rand.New(rand.NewSource(seed))
+	ps, es := v.PageSize, reference.Size(v.DType)
+	w = &workload{s: s, role: role, vals: map[string]int64{}}
+	defer func() {
+		if err != nil {
+			w.free()
+		}
+	}()
+	batch := len(sh.qLens)
+	qoIndptr, kvIndptr := []int32{0}, []int32{0}
+	var last []int32
+	totalQ, numPages := 0, 0
+	for b := range batch {
+		totalQ += sh.qLens[b]
+		np := (sh.kvLens[b] + ps - 1) / ps
+		numPages += np
+		qoIndptr = append(qoIndptr, int32(totalQ))
+		kvIndptr = append(kvIndptr, int32(numPages))
+		last = append(last, int32(sh.kvLens[b]-(np-1)*ps))
+		w.kvBytes += int64(sh.kvLens[b]) * int64(v.KVHeads) * int64(v.HeadDimQK+v.HeadDimV) * int64(es)
+	}
+	indices := make([]int32, numPages)
+	for i, p := range rng.Perm(numPages) {
+		indices[i] = int32(p)
+	}
+	var names []string
+	add := func(name string, b *cpurt.Buffer) *cpurt.Buffer {
+		w.host = append(w.host, b)
+		names = append(names, name)
+		w.vals[name] = b.Ptr()
+		return b
+	}
+	add("q", randomBuffer(rng, v.DType, totalQ*v.QOHeads*v.HeadDimQK))
+	add("qo_indptr", cpurt.I32Buffer(qoIndptr))
+	add("k_pages", randomBuffer(rng, v.DType, numPages*v.KVHeads*ps*v.HeadDimQK))
+	add("v_pages", randomBuffer(rng, v.DType, numPages*v.KVHeads*ps*v.HeadDimV))
+	if v.Table == ir.BlockTable {
+		// vLLM's table: batch rows of max_blocks page ids, -1 past the end.
+		maxBlocks := 1
+		for b := range batch {
+			maxBlocks = max(maxBlocks, int(kvIndptr[b+1]-kvIndptr[b]))
+		}
+		table := make([]int32, batch*maxBlocks)
+		kvLens := make([]int32, batch)
+		for b := range batch {
+			for j := range maxBlocks {
+				table[b*maxBlocks+j] = -1
+				if k := int(kvIndptr[b]) + j; k < int(kvIndptr[b+1]) {
+					table[b*maxBlocks+j] = indices[k]
+				}
+			}
+			kvLens[b] = int32(sh.kvLens[b])
+		}
+		add("block_table", cpurt.I32Buffer(table))
+		add("kv_lens", cpurt.I32Buffer(kvLens))
+		w.vals["max_blocks"] = int64(maxBlocks)
+	} else {
+		add("kv_indptr", cpurt.I32Buffer(kvIndptr))
+		add("kv_indices", cpurt.I32Buffer(indices))
+		add("kv_last_page_len", cpurt.I32Buffer(last))
+	}
+	if v.Sinks != nil && v.Sinks.Kind == ir.SinkLearned {
+		sinks := make([]float32, v.QOHeads)
+		for h := range sinks {
+			sinks[h] = 4*rng.Float32() - 2
+		}
+		add("sinks", cpurt.F32Buffer(sinks))
+	}
+	w.o = add("o", cpurt.NewBuffer(totalQ*v.QOHeads*v.HeadDimV*es))
+	add("lse", cpurt.NewBuffer(4*totalQ*v.QOHeads))
+	w.vals["num_pages"] = int64(numPages)
+	w.vals["batch_size"] = int64(batch)
+	if s.Dev == nil {
+		return w, nil
+	}
+	// Device copies; the entry gets their addresses.
+	for i, b := range w.host {
+		d, err := s.Dev.Alloc(b.Len())
+		if err != nil {
+			return w, err
+		}
+		w.dev = append(w.dev, d)
+		if err := s.Dev.Upload(d, b); err != nil {
+			return w, err
+		}
+		w.vals[names[i]] = d
+		if b == w.o {
+			w.oDev = d
+		}
+	}
+	return w, nil
+}
+
+// randomBuffer holds n values of dt: 4096 random values in [-1, 1],
+// repeated (generating every value would take longer than the benchmark).
+func randomBuffer(rng *rand.Rand, dt ir.DType, n int) *cpurt.Buffer {
+	const period = 4096
+	xs := make([]float32, min(n, period))
+	for i := range xs {
+		xs[i] = rng.Float32()*2 - 1
+	}
+	tile := reference.Encode(dt, xs)
+	b := cpurt.NewBuffer(n * reference.Size(dt))
+	for m := b.U8(); len(m) > 0; {
+		m = m[copy(m, tile):]
+	}
+	return b
+}
+
+// call runs the entry once and fails on a nonzero status.
+func (w *workload) call() error {
+	st, err := w.s.Call(w.role, w.vals)
+	if err != nil {
+		return err
+	}
+	if st != 0 {
+		return fmt.Errorf("%s returned status %d", w.s.Entries[w.role].Symbol, st)
+	}
+	return nil
+}
+
+func (w *workload) sync() error {
+	if w.s.Dev == nil {
+		return nil
+	}
+	return w.s.Dev.Sync()
+}
+
+// measure times the entry (after one untimed call) and then checks that
+// the output is finite: a benchmark of a kernel that computes garbage is
+// worth nothing.
+func (w *workload) measure(seconds float64) (Measurement, error) {
+	m, err := measure(w.call, w.sync, seconds)
+	if err != nil {
+		return m, err
+	}
+	return m, w.checkOutput()
+}
+
+func (w *workload) checkOutput() error {
+	if w.s.Dev != nil {
+		if err := w.s.Dev.Download(w.o, w.oDev); err != nil {
+			return err
+		}
+	}
+	for i, x := range reference.Decode(w.s.V.DType, w.o.U8()) {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			return fmt.Errorf("output o[%d] = %v after the timed calls", i, x)
+		}
+	}
+	return nil
+}
+
+func (w *workload) free() {
+	for _, d := range w.dev {
+		w.s.Dev.Free(d)
+	}
+	for _, b := range w.host {
+		b.Free()
+	}
+	w.dev, w.host = nil, nil
+}
+
+// measure calls f once untimed (warm-up; sync after it), then in timed
+// groups of 1, 2, 4, ... calls (at most 1024 per group), each group ended
+// by sync, until at least seconds have passed; at least two calls are
+// timed.
+func measure(f, sync func() error, seconds float64) (Measurement, error) {
+	if err := f(); err != nil {
+		return Measurement{}, err
+	}
+	if err := sync(); err != nil {
+		return Measurement{}, err
+	}
+	var m Measurement
+	for group := 1; ; group = min(2*group, 1024) {
+		start := time.Now()
+		for range group {
+			if err := f(); err != nil {
+				return m, err
+			}
+		}
+		if err := sync(); err != nil {
+			return m, err
+		}
+		m.Calls += group
+		m.Seconds += time.Since(start).Seconds()
+		if m.Seconds >= seconds && m.Calls >= 2 {
+			return m, nil
+		}
+	}
+}
+
+// measureCopy times copying n bytes: device to device on dev (a
+// conformance.DeviceCopier), else Go's copy split over threads goroutines
+// (the kernels' worker count) between two host buffers.
+func measureCopy(dev conformance.Device, n, threads int, seconds float64) (Measurement, error) {
+	if dev != nil {
+		cp, ok := dev.(conformance.DeviceCopier)
+		if !ok {
+			return Measurement{}, errors.New("the device cannot copy device to device")
+		}
+		src, err := dev.Alloc(n)
+		if err != nil {
+			return Measurement{}, err
+		}
+		defer dev.Free(src)
+		dst, err := dev.Alloc(n)
+		if err != nil {
+			return Measurement{}, err
+		}
+		defer dev.Free(dst)
+		return measure(func() error { return cp.CopyDevice(dst, src, n) }, dev.Sync, seconds)
+	}
+	src, dst := make([]byte, n), make([]byte, n)
+	for i := range src {
+		src[i] = byte(i*7 + 1) // touched: no shared zero pages
+	}
+	threads = max(threads, 1)
+	chunk := (n + threads - 1) / threads
+	return measure(func() error {
+		ParallelCopy(dst, src, chunk)
+		return nil
+	}, func() error { return nil }, seconds)
+}
+
+// ParallelCopy copies src into dst with one goroutine per chunk bytes.
+func ParallelCopy(dst, src []byte, chunk int) {
+	if chunk <= 0 || chunk >= len(src) {
+		copy(dst, src)
+		return
+	}
+	var wg sync.WaitGroup
+	for off := 0; off < len(src); off += chunk {
+		end := min(off+chunk, len(src))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			copy(dst[off:end], src[off:end])
+		}()
+	}
+	wg.Wait()
+}

@@ -1,0 +1,198 @@
+package bench
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const gpuCheck = "../scripts/gpu-check.sh"
+
+func TestGPUCheckScriptParses(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	if out, err := exec.Command(bash, "-n", gpuCheck).CombinedOutput(); err != nil {
+		t.Fatalf("bash -n %s: %v\n%s", gpuCheck, err, out)
+	}
+	b, err := os.ReadFile(gpuCheck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"set -euo pipefail", "verify", "--target cuda --gpu", "bench", "scripts/bench_sdpa.py", `python3 -c "import torch"`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("%s does not contain %q", gpuCheck, want)
+		}
+	}
+	if st, err := os.Stat(gpuCheck); err != nil || st.Mode()&0o111 == 0 {
+		t.Errorf("%s is not executable: %v", gpuCheck, err)
+	}
+}
+
+func TestBenchSDPAScriptCompiles(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3")
+	}
+	out, err := exec.Command(py, "-c", "import ast, sys; ast.parse(open(sys.argv[1]).read())", "../scripts/bench_sdpa.py").CombinedOutput()
+	if err != nil {
+		t.Fatalf("scripts/bench_sdpa.py does not parse: %v\n%s", err, out)
+	}
+}
+
+// Without nvcc the script stops at once, nonzero, and says why.
+func TestGPUCheckWithoutNVCC(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	if p, err := exec.LookPath("nvcc"); err == nil {
+		t.Skipf("nvcc is installed (%s)", p)
+	}
+	if _, err := os.Stat("/usr/local/cuda/bin/nvcc"); err == nil {
+		t.Skip("nvcc is installed in /usr/local/cuda")
+	}
+	script, err := filepath.Abs(gpuCheck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bash, script)
+	cmd.Dir = t.TempDir() // the script finds the repository from its own path
+	cmd.Env = []string{"PATH=" + t.TempDir(), "HOME=" + t.TempDir(), "CUDA_HOME=" + t.TempDir()}
+	out, err := cmd.CombinedOutput()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() == 0 {
+		t.Fatalf("gpu-check.sh without nvcc: %v (want a nonzero exit)\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "gpu-check: FAIL: nvcc not found") {
+		t.Errorf("gpu-check.sh without nvcc does not say so:\n%s", out)
+	}
+}
+
+// fakeTools are stand-ins for nvcc, nvidia-smi, python3 (with torch) and
+// attnc, so that the script's flow (scope, parallel compiles with the
+// -arch fallback, verify, bench, torch ratio, summary, exit status) runs
+// without a GPU.
+var fakeTools = map[string]string{
+	"nvcc": `#!/bin/sh
+if [ "$1" = --version ]; then echo "Cuda compilation tools, release 12.4, V12.4.131"; exit 0; fi
+case "$*" in *-arch=native*) echo "nvcc fatal: Value 'native' is not defined for option 'gpu-architecture'" >&2; exit 1;; esac
+while [ $# -gt 0 ]; do if [ "$1" = -o ]; then echo so > "$2"; fi; shift; done
+`,
+	"nvidia-smi": "#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-fake)'\n",
+	"python3": `#!/bin/sh
+if [ "$1" = -c ]; then exit 0; fi
+echo "args: $*"
+echo "sdpa torch=2.5.0 dtype=f16 batch=1 q_len=1024 kv_len=1024 heads=32 causal=true calls=9 ms=0.5 tflops=400.0000"
+`,
+	"attnc": `#!/bin/bash
+cmd=$1; shift
+case $cmd in
+check)
+	case $1 in
+	*llama3_8b.attn) echo "ok llama3_8b";;
+	*mha_softcap.attn) echo "ok mha_softcap";;
+	*) echo "$1:2:3: not supported yet: something" >&2; exit 1;;
+	esac;;
+build)
+	while [ $# -gt 0 ]; do if [ "$1" = -o ]; then mkdir -p "$2"; touch "$2/llama3_8b.cu" "$2/mha_softcap.cu"; fi; shift; done;;
+verify)
+	echo "PASS llama3_8b_prefill_launch decode batch"
+	if [ -n "$FAKE_VERIFY_FAIL" ]; then echo "1 passed, 1 failed"; exit 1; fi
+	echo "16 passed, 0 failed";;
+bench)
+	echo "bench llama3_8b target=cuda-device dtype=f16 qo_heads=32 kv_heads=8 head_dim_qk=128 head_dim_v=128 page_size=16"
+	echo "decode  llama3_8b batch=8 kv_len=4096 calls=100 ms=0.1 kv_bytes=134217728 gbps=3000.00 copy=cudaMemcpyD2D copy_ms=0.1 copy_gbps=4000.00 ratio_vs_copy=0.750 gflops=1.0"
+	echo "prefill llama3_8b batch=1 q_len=1024 kv_len=1024 causal=true calls=10 ms=0.1 gflops=200000.00 tflops=200.0000 ratio_vs_decode=9.00";;
+esac
+`,
+}
+
+func runFakeGPUCheck(t *testing.T, env ...string) (string, int) {
+	t.Helper()
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	for _, tool := range []string{"timeout", "awk", "date", "mktemp", "grep", "tee", "tail", "sed"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("no %s", tool)
+		}
+	}
+	dir := t.TempDir()
+	for name, src := range fakeTools {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(bash, gpuCheck)
+	cmd.Env = append(os.Environ(), "PATH="+dir+":"+os.Getenv("PATH"), "ATTNC="+filepath.Join(dir, "attnc"),
+		"NVCC=", "ATTNC_CUDA_ARCH=", "KEEP=", "TMPDIR="+t.TempDir())
+	cmd.Env = append(cmd.Env, env...)
+	out, err := cmd.CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), code
+}
+
+func TestGPUCheckFlowWithFakeTools(t *testing.T) {
+	out, code := runFakeGPUCheck(t)
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	for _, want := range []string{
+		"== in scope: llama3_8b mha_softcap; skipped (not supported yet): ",
+		"   nvcc llama3_8b.cu: ", "s (-arch=sm_90)", // native refused: the sm_90 fallback
+		"== attnc verify --target cuda --gpu examples/llama3_8b.attn examples/mha_softcap.attn",
+		"args: scripts/bench_sdpa.py --batch 1 --q-len 1024 --kv-len 1024 --heads 32 --kv-heads 8 --head-dim 128 --head-dim-v 128 --dtype f16 --causal --seconds 1",
+		"GPU:          GPU 0: NVIDIA H200",
+		"examples:     llama3_8b, mha_softcap (skipped, not supported yet: ",
+		"nvcc compile: llama3_8b ",
+		"verify:       16 passed, 0 failed",
+		"decode:       3000.00 GB/s K+V read = 0.750 x cudaMemcpy D2D (4000.00 GB/s read+write); batch 8, kv_len 4096",
+		"prefill:      200.0000 TFLOP/s (q_len = kv_len = 1024, causal=true)",
+		"torch sdpa:   400.0000 TFLOP/s (torch 2.5.0, f16); attnc/sdpa = 0.500",
+		"result:       PASS",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestGPUCheckFailsOnVerifyFailure(t *testing.T) {
+	out, code := runFakeGPUCheck(t, "FAKE_VERIFY_FAIL=1")
+	if code == 0 || !strings.Contains(out, "verify:       FAILED: 1 passed, 1 failed") || !strings.Contains(out, "result:       FAIL") {
+		t.Errorf("exit %d with a failing verify:\n%s", code, out)
+	}
+	// The bench still ran, for the summary.
+	if !strings.Contains(out, "attnc/sdpa = 0.500") {
+		t.Errorf("bench did not run after the failing verify:\n%s", out)
+	}
+}
+
+// With nvcc but no GPU the script stops before compiling anything.
+func TestGPUCheckWithoutGPU(t *testing.T) {
+	if _, err := os.Stat("/dev/nvidia0"); err == nil {
+		t.Skip("this machine has a GPU")
+	}
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "nvcc"), []byte(fakeTools["nvcc"]), 0o755)
+	cmd := exec.Command(bash, gpuCheck)
+	cmd.Env = []string{"PATH=" + dir, "HOME=" + t.TempDir()}
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() == 0 || !strings.Contains(string(out), "gpu-check: FAIL: no GPU") {
+		t.Errorf("gpu-check.sh without a GPU: %v\n%s", err, out)
+	}
+}

@@ -1,0 +1,533 @@
+package conformance
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/attnc/attnc/build"
+	"github.com/attnc/attnc/codegen/cuda"
+	"github.com/attnc/attnc/cpurt"
+	"github.com/attnc/attnc/ir"
+	"github.com/attnc/attnc/lower"
+	"github.com/attnc/attnc/passes"
+)
+
+// Device is the memory of the accelerator a Suite's launchers run on. With
+// Suite.Dev set, every case's buffers are copied to device memory before the
+// call, the launcher gets device pointers, and the outputs are copied back
+// after Sync. Addresses are opaque int64s, passed to launchers as they are.
+type Device interface {
+	// Alloc returns n bytes of device memory (n may be 0).
+	Alloc(n int) (int64, error)
+	// Upload copies src.Len() bytes of host memory to dst.
+	Upload(dst int64, src *cpurt.Buffer) error
+	// Download copies dst.Len() bytes of device memory at src into dst.
+	Download(dst *cpurt.Buffer, src int64) error
+	// Free releases memory from Alloc.
+	Free(int64)
+	// Sync waits for all work queued on the device and reports a
+	// failure of that work (a faulting kernel).
+	Sync() error
+}
+
+// DeviceCopier is a Device that also copies device memory to device memory
+// (cudaMemcpy with kind cudaMemcpyDeviceToDevice): the bandwidth baseline
+// of `attnc bench --gpu`.
+type DeviceCopier interface {
+	Device
+	CopyDevice(dst, src int64, n int) error
+}
+
+// HostDevice is a Device whose memory is host memory: every Alloc is a
+// fresh guard-paged cpurt.Buffer and copies are memmoves. It runs the
+// device path of a Suite (upload, call with the copies' addresses,
+// download) without a GPU, e.g. with the emulated CUDA launchers.
+type HostDevice struct {
+	mu   sync.Mutex
+	bufs map[int64]*cpurt.Buffer
+}
+
+// NewHostDevice returns an empty HostDevice.
+func NewHostDevice() *HostDevice { return &HostDevice{bufs: map[int64]*cpurt.Buffer{}} }
+
+// Alloc maps a new buffer of n bytes. Zero-byte allocations get one byte,
+// so that every allocation has its own address.
+func (d *HostDevice) Alloc(n int) (int64, error) {
+	if n < 0 {
+		return 0, fmt.Errorf("host device: alloc %d bytes", n)
+	}
+	b := cpurt.NewBuffer(max(n, 1))
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.bufs[b.Ptr()] = b
+	return b.Ptr(), nil
+}
+
+func (d *HostDevice) buf(p int64, n int) ([]byte, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	b, ok := d.bufs[p]
+	if !ok {
+		return nil, fmt.Errorf("host device: %#x is not an allocation", p)
+	}
+	if n > b.Len() {
+		return nil, fmt.Errorf("host device: %d bytes do not fit the %d-byte allocation %#x", n, b.Len(), p)
+	}
+	return b.U8()[:n], nil
+}
+
+// Upload copies src into the allocation dst.
+func (d *HostDevice) Upload(dst int64, src *cpurt.Buffer) error {
+	m, err := d.buf(dst, src.Len())
+	if err != nil {
+		return err
+	}
+	copy(m, src.U8())
+	return nil
+}
+
+// Download copies the start of the allocation src into dst.
+func (d *HostDevice) Download(dst *cpurt.Buffer, src int64) error {
+	m, err := d.buf(src, dst.Len())
+	if err != nil {
+		return err
+	}
+	copy(dst.U8(), m)
+	return nil
+}
+
+// CopyDevice copies n bytes between two allocations.
+func (d *HostDevice) CopyDevice(dst, src int64, n int) error {
+	to, err := d.buf(dst, n)
+	if err != nil {
+		return err
+	}
+	from, err := d.buf(src, n)
+	if err != nil {
+		return err
+	}
+	copy(to, from)
+	return nil
+}
+
+// Free unmaps an allocation; unknown addresses are ignored.
+func (d *HostDevice) Free(p int64) {
+	d.mu.Lock()
+	b := d.bufs[p]
+	delete(d.bufs, p)
+	d.mu.Unlock()
+	b.Free()
+}
+
+// Live is the number of allocations not freed yet.
+func (d *HostDevice) Live() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.bufs)
+}
+
+// Sync has nothing to wait for: the emulator runs a grid before its
+// launch returns.
+func (d *HostDevice) Sync() error { return nil }
+
+// cudaRuntimeNames are the sonames OpenCUDA tries, in order, first as they
+// are (the loader's search path) and then in the CUDA toolkit's lib64.
+var cudaRuntimeNames = []string{"libcudart.so", "libcudart.so.12", "libcudart.so.11.0"}
+
+// cudaLibDirs are searched for the runtime after the loader's own path.
+func cudaLibDirs() []string {
+	var dirs []string
+	for _, env := range []string{"CUDA_HOME", "CUDA_PATH"} {
+		if d := os.Getenv(env); d != "" {
+			dirs = append(dirs, filepath.Join(d, "lib64"))
+		}
+	}
+	return append(dirs, "/usr/local/cuda/lib64")
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
+}
+
+// cudaMemcpy kinds.
+const (
+	memcpyH2D = 1
+	memcpyD2H = 2
+	memcpyD2D = 3
+)
+
+// cudaDevice is the CUDA runtime (libcudart) called through cpurt.Lib:
+// every function used takes integers and pointers and returns cudaError_t.
+type cudaDevice struct {
+	lib *cpurt.Lib
+	mu  sync.Mutex    // guards out
+	out *cpurt.Buffer // 8 bytes: the out-parameter of cudaMalloc
+}
+
+var (
+	cudaOnce sync.Once
+	cudaDev  *cudaDevice
+	cudaErr  error
+)
+
+// OpenCUDA loads the CUDA runtime (libcudart.so, .so.12 or .so.11.0, from
+// the loader's path, $CUDA_HOME/lib64 or /usr/local/cuda/lib64) and checks
+// that it sees at least one GPU. The runtime stays loaded for the life of
+// the process; later calls return the same Device. Device memory is that of
+// the current device (device 0 unless the process changed it), the one the
+// launchers run on.
+func OpenCUDA() (Device, error) {
+	cudaOnce.Do(func() { cudaDev, cudaErr = openCUDA() })
+	if cudaErr != nil {
+		return nil, cudaErr
+	}
+	return cudaDev, nil
+}
+
+func openCUDA() (*cudaDevice, error) {
+	cands := append([]string(nil), cudaRuntimeNames...)
+	for _, d := range cudaLibDirs() {
+		for _, n := range cudaRuntimeNames {
+			if p := filepath.Join(d, n); fileExists(p) {
+				cands = append(cands, p)
+			}
+		}
+	}
+	var first error
+	var lib *cpurt.Lib
+	for _, c := range cands {
+		l, err := cpurt.Open(c)
+		if err == nil {
+			lib = l
+			break
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	if lib == nil {
+		return nil, fmt.Errorf("conformance: cannot load the CUDA runtime (tried %s; install the CUDA toolkit or add its lib64 to LD_LIBRARY_PATH): %v",
+			strings.Join(cands, ", "), first)
+	}
+	d := &cudaDevice{lib: lib, out: cpurt.NewBuffer(8)}
+	// cudaGetDeviceCount(int *count)
+	st, err := lib.Call("cudaGetDeviceCount", d.out.Ptr())
+	if err != nil {
+		return nil, fmt.Errorf("conformance: %v", err)
+	}
+	if st != 0 {
+		return nil, fmt.Errorf("conformance: no usable CUDA GPU: cudaGetDeviceCount: %s", d.errString(st))
+	}
+	if n := d.out.I32()[0]; n < 1 {
+		return nil, fmt.Errorf("conformance: no CUDA GPU found (cudaGetDeviceCount = %d)", n)
+	}
+	return d, nil
+}
+
+func (d *cudaDevice) errString(code int32) string {
+	return fmt.Sprintf("%s (cudaError %d)", d.lib.CallStr("cudaGetErrorString", code), code)
+}
+
+// check turns a cudaError_t into an error naming the call.
+func (d *cudaDevice) check(what string, st int32, err error) error {
+	if err != nil {
+		return fmt.Errorf("conformance: %s: %v", what, err)
+	}
+	if st != 0 {
+		return fmt.Errorf("conformance: %s: %s", what, d.errString(st))
+	}
+	return nil
+}
+
+func (d *cudaDevice) Alloc(n int) (int64, error) {
+	if n < 0 {
+		return 0, fmt.Errorf("conformance: cudaMalloc(%d)", n)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	// cudaMalloc(void **p, size_t n); at least one byte, so that every
+	// buffer, even an empty one, has a distinct non-NULL address.
+	st, err := d.lib.Call("cudaMalloc", d.out.Ptr(), int64(max(n, 1)))
+	if err := d.check(fmt.Sprintf("cudaMalloc(%d)", n), st, err); err != nil {
+		return 0, err
+	}
+	return int64(binary.LittleEndian.Uint64(d.out.U8())), nil
+}
+
+func (d *cudaDevice) memcpy(dst, src int64, n int, kind int64) error {
+	if n == 0 {
+		return nil
+	}
+	// cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind)
+	st, err := d.lib.Call("cudaMemcpy", dst, src, int64(n), kind)
+	return d.check(fmt.Sprintf("cudaMemcpy(%d bytes, kind %d)", n, kind), st, err)
+}
+
+func (d *cudaDevice) Upload(dst int64, src *cpurt.Buffer) error {
+	return d.memcpy(dst, src.Ptr(), src.Len(), memcpyH2D)
+}
+
+func (d *cudaDevice) Download(dst *cpurt.Buffer, src int64) error {
+	return d.memcpy(dst.Ptr(), src, dst.Len(), memcpyD2H)
+}
+
+func (d *cudaDevice) CopyDevice(dst, src int64, n int) error {
+	return d.memcpy(dst, src, n, memcpyD2D)
+}
+
+func (d *cudaDevice) Free(p int64) {
+	if p != 0 {
+		d.lib.Call("cudaFree", p) //nolint:errcheck // nothing to do about a failed free
+	}
+}
+
+func (d *cudaDevice) Sync() error {
+	st, err := d.lib.Call("cudaDeviceSynchronize")
+	return d.check("cudaDeviceSynchronize", st, err)
+}
+
+// FindNVCC locates nvcc: $ATTNC_NVCC if set, else nvcc on PATH, else
+// $CUDA_HOME/bin/nvcc or /usr/local/cuda/bin/nvcc.
+func FindNVCC() (string, error) {
+	if p := os.Getenv("ATTNC_NVCC"); p != "" {
+		return exec.LookPath(p)
+	}
+	if p, err := exec.LookPath("nvcc"); err == nil {
+		return p, nil
+	}
+	var dirs []string
+	if h := os.Getenv("CUDA_HOME"); h != "" {
+		dirs = append(dirs, h)
+	}
+	for _, d := range append(dirs, "/usr/local/cuda") {
+		p := filepath.Join(d, "bin", "nvcc")
+		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", errors.New("conformance: nvcc not found (install the CUDA toolkit, put nvcc on PATH, or set ATTNC_NVCC)")
+}
+
+// NVCCArchs are the -arch values CompileNVCC tries in order: $ATTNC_CUDA_ARCH
+// alone if set, else native (the GPUs of this machine, CUDA 11.6 or newer)
+// and then sm_90 for an nvcc that does not know native.
+func NVCCArchs() []string {
+	if a := os.Getenv("ATTNC_CUDA_ARCH"); a != "" {
+		return []string{a}
+	}
+	return []string{"native", "sm_90"}
+}
+
+// CompileNVCC compiles the generated CUDA source cuPath into the shared
+// library soPath:
+//
+//	nvcc -O3 -arch=<arch> -shared -Xcompiler -fPIC -o soPath cuPath
+//
+// with the first architecture of NVCCArchs that nvcc accepts. The error
+// carries nvcc's output. When $ATTNC_NVCC_CACHE names a directory, a
+// library compiled before from the same source by the same nvcc with the
+// same architectures is copied from it instead (scripts/gpu-check.sh sets
+// it, so that verify and bench compile each variant once).
+func CompileNVCC(nvcc, cuPath, soPath string) error {
+	cache, key := os.Getenv("ATTNC_NVCC_CACHE"), ""
+	if cache != "" {
+		src, err := os.ReadFile(cuPath)
+		if err != nil {
+			return err
+		}
+		h := sha256.New()
+		fmt.Fprintf(h, "%s\x00%s\x00", nvcc, strings.Join(NVCCArchs(), ","))
+		h.Write(src)
+		key = filepath.Join(cache, hex.EncodeToString(h.Sum(nil))+".so")
+		if copyFile(key, soPath) == nil {
+			return nil
+		}
+	}
+	var errs []error
+	for _, arch := range NVCCArchs() {
+		args := []string{"-O3", "-arch=" + arch, "-shared", "-Xcompiler", "-fPIC", "-o", soPath, cuPath}
+		out, err := exec.Command(nvcc, args...).CombinedOutput()
+		if err == nil {
+			if key != "" && os.MkdirAll(cache, 0o755) == nil {
+				copyFile(soPath, key) //nolint:errcheck // the cache is an optimization
+			}
+			return nil
+		}
+		errs = append(errs, fmt.Errorf("%s %s: %v\n%s", nvcc, strings.Join(args, " "), err, strings.TrimSpace(string(out))))
+		// Only an architecture nvcc does not know is worth another try.
+		if !strings.Contains(string(out), "arch") && !strings.Contains(string(out), "native") {
+			break
+		}
+	}
+	return fmt.Errorf("conformance: nvcc failed: %w", errors.Join(errs...))
+}
+
+// copyFile copies src to dst through a temporary file renamed into place.
+func copyFile(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(dst), ".attnc-*.tmp")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp.Name(), 0o755); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), dst)
+}
+
+// BuildCUDADevice prints v's CUDA source into dir, compiles it with nvcc
+// (CompileNVCC) into a shared library, loads it and opens the CUDA runtime
+// (OpenCUDA): a Suite whose cases run on the GPU, through Dev. The library
+// stays loaded until the process exits (see Suite.Close).
+func BuildCUDADevice(v *ir.Variant, dir, nvcc string) (*Suite, error) {
+	dev, err := OpenCUDA()
+	if err != nil {
+		return nil, err
+	}
+	cu, gm, err := writeCUDA(v, dir)
+	if err != nil {
+		return nil, err
+	}
+	so := filepath.Join(dir, v.Name+".gpu.so")
+	if err := CompileNVCC(nvcc, cu, so); err != nil {
+		return nil, err
+	}
+	lib, err := cpurt.Open(so)
+	if err != nil {
+		return nil, err
+	}
+	return &Suite{V: v, Target: "cuda", Prefix: gm.Module.Prefix, Lib: lib, Entries: launcherEntries(gm), Dev: dev, keepLoaded: true}, nil
+}
+
+// writeCUDA compiles v with the CUDA schedule and writes dir/<variant>.cu.
+func writeCUDA(v *ir.Variant, dir string) (string, *lower.GPUModule, error) {
+	gm, err := build.CompileGPU(v, passes.Options{VerifyEach: true})
+	if err != nil {
+		return "", nil, err
+	}
+	src, err := cuda.Emit(gm.Module, gm.Launchers)
+	if err != nil {
+		return "", nil, err
+	}
+	cu := filepath.Join(dir, v.Name+".cu")
+	if err := os.WriteFile(cu, []byte(src), 0o644); err != nil {
+		return "", nil, err
+	}
+	return cu, gm, nil
+}
+
+// launcherEntries lists a GPU module's host launchers by role.
+func launcherEntries(gm *lower.GPUModule) map[ir.Role]Entry {
+	es := map[ir.Role]Entry{}
+	for _, l := range gm.Launchers {
+		es[l.Role] = Entry{Symbol: l.Name, Params: l.Params, Stream: true}
+	}
+	return es
+}
+
+// Call runs the role's entry with the arguments named in vals (pointers as
+// addresses, scalars as values), in the entry's parameter order; a CUDA
+// launcher gets stream 0. With Dev set, buffer addresses must be device
+// addresses. It returns the entry's status.
+func (s *Suite) Call(role ir.Role, vals map[string]int64) (int32, error) {
+	return s.callEntry(role, vals)
+}
+
+// call is callEntry on host buffers: with Dev set it refuses, rather than
+// hand host pointers to a GPU (the fault would poison the CUDA context for
+// the rest of the process). Checks that copy a case's buffers call run.
+func (s *Suite) call(role ir.Role, vals map[string]int64) (int32, error) {
+	if s.Dev != nil {
+		return 0, fmt.Errorf("%s: %s gets host buffers but the suite runs on a device (use Suite.run)", s.V.Name, role)
+	}
+	return s.callEntry(role, vals)
+}
+
+// Close unloads the suite's library, except one built by nvcc, which stays
+// loaded: unloading a library with the CUDA runtime linked in while the
+// process keeps using the GPU is not safe.
+func (s *Suite) Close() error {
+	if s.keepLoaded {
+		return nil
+	}
+	return s.Lib.Close()
+}
+
+// run calls role's entry on the case's buffers: directly, or with Dev set,
+// on device copies of every buffer argument (NULL stays NULL), downloading
+// the buffers the entry writes after the call and Sync.
+func (s *Suite) run(role ir.Role, cb *caseBuffers) (st int32, err error) {
+	if s.Dev == nil {
+		return s.callEntry(role, cb.vals)
+	}
+	e, ok := s.Entries[role]
+	if !ok {
+		return 0, fmt.Errorf("%s: no %s entry", s.V.Name, role)
+	}
+	vals := maps.Clone(cb.vals)
+	type copied struct {
+		host *cpurt.Buffer
+		dev  int64
+		out  bool
+	}
+	var cs []copied
+	defer func() {
+		for _, c := range cs {
+			s.Dev.Free(c.dev)
+		}
+	}()
+	for _, p := range e.Params {
+		if !p.Buffer || vals[p.Name] == 0 {
+			continue
+		}
+		b := cb.byName[p.Name]
+		if b == nil || b.Ptr() != vals[p.Name] {
+			return 0, fmt.Errorf("%s: argument %s is not one of the case's buffers", e.Symbol, p.Name)
+		}
+		d, err := s.Dev.Alloc(b.Len())
+		if err != nil {
+			return 0, err
+		}
+		cs = append(cs, copied{b, d, p.Output})
+		if err := s.Dev.Upload(d, b); err != nil {
+			return 0, err
+		}
+		vals[p.Name] = d
+	}
+	st, err = s.callEntry(role, vals)
+	if err != nil {
+		return st, err
+	}
+	if err := s.Dev.Sync(); err != nil {
+		return st, err
+	}
+	for _, c := range cs {
+		if c.out {
+			if err := s.Dev.Download(c.host, c.dev); err != nil {
+				return st, err
+			}
+		}
+	}
+	return st, nil
+}

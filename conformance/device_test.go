@@ -1,0 +1,273 @@
+package conformance
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/attnc/attnc/cpurt"
+	"github.com/attnc/attnc/ir"
+)
+
+// The device path (upload every buffer, call with the copies, sync,
+// download the outputs) gives the same results as calling the emulated
+// launchers on the host buffers directly.
+func TestDevicePathMatchesHost(t *testing.T) {
+	needEmu(t)
+	// A tensor-core variant, a SIMT one, and one with the page kernels.
+	srcs := []string{cudaMatrix[0], cudaMatrix[1]}
+	for _, src := range cudaMatrix {
+		if strings.Contains(src, "copy_page") {
+			srcs = append(srcs, src)
+			break
+		}
+	}
+	for _, src := range srcs {
+		v := spec(t, src)
+		t.Run(v.Name, func(t *testing.T) {
+			t.Parallel()
+			s, err := BuildCUDA(v, t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			host := s.RunAll([]int{1}, 5)
+			dev := NewHostDevice()
+			s.Dev = dev
+			viaDev := s.RunAll([]int{1}, 5)
+			if len(host) != len(viaDev) || len(host) == 0 {
+				t.Fatalf("%d results on the host, %d through the device", len(host), len(viaDev))
+			}
+			roles := map[string]bool{}
+			for i, r := range viaDev {
+				if !r.Pass {
+					t.Errorf("through the device: %s", r)
+				}
+				h := host[i]
+				if r.Case != h.Case || r.Kernel != h.Kernel || r.MaxErr != h.MaxErr || r.LSEErr != h.LSEErr || r.Pass != h.Pass {
+					t.Errorf("device path differs from host:\n  host   %s\n  device %s", h, r)
+				}
+				roles[r.Kernel] = true
+			}
+			if len(roles) < 3 {
+				t.Errorf("ran %d entries through the device, want prefill, decode, merge_state at least: %v", len(roles), roles)
+			}
+			if n := dev.Live(); n != 0 {
+				t.Errorf("%d device allocations leaked", n)
+			}
+		})
+	}
+}
+
+// A launcher that writes nothing fails through the device too: the outputs
+// are downloaded from the device copies, not read from the host buffers.
+func TestDevicePathDownloadsOutputs(t *testing.T) {
+	needEmu(t)
+	v := spec(t, cudaMatrix[0])
+	s, err := BuildCUDA(v, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	dev := &forgetfulDevice{HostDevice: NewHostDevice()}
+	s.Dev = dev
+	r := s.RunAttention(ir.RolePrefill, Matrix(v)[0], 1, 1)
+	if r.Pass || !strings.Contains(r.Note, "o[") {
+		t.Errorf("with downloads dropped the case should fail on o, got: %s", r)
+	}
+	if dev.uploads == 0 {
+		t.Errorf("nothing was uploaded")
+	}
+
+	// Host pointers never reach a device suite's launchers.
+	cb := &caseBuffers{vals: map[string]int64{"n": 1}}
+	defer cb.free()
+	for _, name := range []string{"v", "s", "v_other", "s_other"} {
+		cb.add(name, cpurt.NewBuffer(4*v.QOHeads*v.HeadDimV))
+	}
+	if _, err := s.call(ir.RoleMergeState, cb.vals); err == nil || !strings.Contains(err.Error(), "host buffers") {
+		t.Errorf("call with host buffers on a device suite: %v", err)
+	}
+}
+
+// forgetfulDevice uploads but never downloads.
+type forgetfulDevice struct {
+	*HostDevice
+	uploads int
+}
+
+func (d *forgetfulDevice) Upload(dst int64, src *cpurt.Buffer) error {
+	d.uploads++
+	return d.HostDevice.Upload(dst, src)
+}
+
+func (d *forgetfulDevice) Download(dst *cpurt.Buffer, src int64) error { return nil }
+
+func TestHostDevice(t *testing.T) {
+	d := NewHostDevice()
+	a, err := d.Alloc(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := d.Alloc(16)
+	z, _ := d.Alloc(0)
+	if a == b || a == z || z == 0 {
+		t.Fatalf("allocations share addresses: %#x %#x %#x", a, b, z)
+	}
+	src := cpurt.U8Buffer([]byte("0123456789abcdef"))
+	defer src.Free()
+	if err := d.Upload(a, src); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.CopyDevice(b, a, 16); err != nil {
+		t.Fatal(err)
+	}
+	dst := cpurt.NewBuffer(10)
+	defer dst.Free()
+	if err := d.Download(dst, b); err != nil {
+		t.Fatal(err)
+	}
+	if string(dst.U8()) != "0123456789" {
+		t.Errorf("round trip gave %q", dst.U8())
+	}
+	big := cpurt.NewBuffer(17)
+	defer big.Free()
+	if err := d.Upload(a, big); err == nil {
+		t.Errorf("17 bytes uploaded into a 16-byte allocation")
+	}
+	if err := d.Download(dst, 12345); err == nil {
+		t.Errorf("download from an unknown address succeeded")
+	}
+	for _, p := range []int64{a, b, z} {
+		d.Free(p)
+	}
+	d.Free(a) // twice: ignored
+	if d.Live() != 0 {
+		t.Errorf("%d allocations live after freeing all", d.Live())
+	}
+	var _ DeviceCopier = d
+}
+
+// Without a GPU, OpenCUDA fails with a message that says what is missing.
+func TestOpenCUDAError(t *testing.T) {
+	d, err := OpenCUDA()
+	if err == nil {
+		if _, ok := d.(DeviceCopier); !ok {
+			t.Errorf("the CUDA device does not copy device to device")
+		}
+		t.Skip("a CUDA GPU is present")
+	}
+	if msg := err.Error(); !strings.Contains(msg, "CUDA runtime") && !strings.Contains(msg, "CUDA GPU") {
+		t.Errorf("OpenCUDA error does not say what is missing: %v", err)
+	}
+}
+
+// CompileNVCC passes the documented flags and falls back to sm_90 when
+// nvcc does not know -arch=native (a fake nvcc records its arguments).
+func TestCompileNVCCFallsBackToSM90(t *testing.T) {
+	t.Setenv("ATTNC_CUDA_ARCH", "")
+	t.Setenv("ATTNC_NVCC_CACHE", "")
+	dir := t.TempDir()
+	log := filepath.Join(dir, "args.log")
+	fake := filepath.Join(dir, "nvcc")
+	script := `#!/bin/sh
+echo "$@" >> ` + log + `
+case "$*" in
+*-arch=native*) echo "nvcc fatal   : Value 'native' is not defined for option 'gpu-architecture'" >&2; exit 1;;
+esac
+while [ $# -gt 0 ]; do if [ "$1" = -o ]; then : > "$2"; fi; shift; done
+`
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	so := filepath.Join(dir, "v.so")
+	if err := CompileNVCC(fake, "v.cu", so); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(so); err != nil {
+		t.Errorf("no output: %v", err)
+	}
+	b, _ := os.ReadFile(log)
+	want := "-O3 -arch=native -shared -Xcompiler -fPIC -o " + so + " v.cu\n-O3 -arch=sm_90 -shared -Xcompiler -fPIC -o " + so + " v.cu\n"
+	if string(b) != want {
+		t.Errorf("nvcc calls:\n%s\nwant:\n%s", b, want)
+	}
+
+	// A compile error is not retried and is reported with nvcc's output.
+	bad := filepath.Join(dir, "bad-nvcc")
+	os.WriteFile(bad, []byte("#!/bin/sh\necho 'v.cu(3): error: expected a \";\"' >&2\nexit 2\n"), 0o755)
+	err := CompileNVCC(bad, "v.cu", so)
+	if err == nil || !strings.Contains(err.Error(), `expected a ";"`) || strings.Count(err.Error(), "-arch=") != 1 {
+		t.Errorf("compile error: %v", err)
+	}
+}
+
+// With $ATTNC_NVCC_CACHE, the same source is compiled once.
+func TestCompileNVCCCache(t *testing.T) {
+	t.Setenv("ATTNC_CUDA_ARCH", "sm_90")
+	dir := t.TempDir()
+	t.Setenv("ATTNC_NVCC_CACHE", filepath.Join(dir, "cache"))
+	log := filepath.Join(dir, "calls.log")
+	fake := filepath.Join(dir, "nvcc")
+	script := "#!/bin/sh\necho x >> " + log + "\nwhile [ $# -gt 0 ]; do if [ \"$1\" = -o ]; then echo lib > \"$2\"; fi; shift; done\n"
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cu := filepath.Join(dir, "v.cu")
+	os.WriteFile(cu, []byte("// one\n"), 0o644)
+	for i, so := range []string{"a.so", "b.so"} {
+		if err := CompileNVCC(fake, cu, filepath.Join(dir, so)); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, so)); err != nil || string(b) != "lib\n" {
+			t.Errorf("compile %d: %q, %v", i, b, err)
+		}
+	}
+	os.WriteFile(cu, []byte("// two\n"), 0o644)
+	if err := CompileNVCC(fake, cu, filepath.Join(dir, "c.so")); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(log); string(b) != "x\nx\n" {
+		t.Errorf("nvcc ran %d times for two sources, want 2", strings.Count(string(b), "x"))
+	}
+}
+
+func TestFindNVCCNamesTheFix(t *testing.T) {
+	t.Setenv("ATTNC_NVCC", "")
+	t.Setenv("PATH", t.TempDir())
+	t.Setenv("CUDA_HOME", t.TempDir())
+	if p, err := FindNVCC(); err == nil {
+		t.Skipf("nvcc found at %s", p)
+	} else if !strings.Contains(err.Error(), "nvcc not found") {
+		t.Errorf("FindNVCC: %v", err)
+	}
+}
+
+// On a machine with nvcc and a GPU, a few variants of the emulated matrix
+// run on the GPU as well (scripts/gpu-check.sh runs the whole matrix
+// through attnc verify --target cuda --gpu).
+func TestCUDADeviceMatrix(t *testing.T) {
+	nvcc, err := FindNVCC()
+	if err != nil {
+		t.Skipf("skipping GPU tests: %v", err)
+	}
+	if _, err := OpenCUDA(); err != nil {
+		t.Skipf("skipping GPU tests: %v", err)
+	}
+	for _, src := range []string{cudaMatrix[1], cudaMatrix[2], cudaMatrix[6]} {
+		v := spec(t, src)
+		t.Run(v.Name, func(t *testing.T) {
+			s, err := BuildCUDADevice(v, t.TempDir(), nvcc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			for _, r := range s.RunAll([]int{1}, 11) {
+				if !r.Pass {
+					t.Errorf("%s", r)
+				}
+			}
+		})
+	}
+}
