@@ -215,6 +215,14 @@ func (s *Suite) buffers(c *reference.Case) *caseBuffers {
 	if len(c.Sinks) > 0 {
 		cb.add("sinks", cpurt.F32Buffer(c.Sinks))
 	}
+	if c.TreeOrder != nil {
+		cb.add("tree_order", cpurt.I32Buffer(c.TreeOrder))
+		cb.add("tree_order_indptr", cpurt.I32Buffer(c.TreeIndptr))
+	}
+	if c.CustomMask != nil {
+		cb.add("custom_mask", cpurt.U8Buffer(c.CustomMask))
+		cb.add("mask_indptr", cpurt.I32Buffer(c.MaskIndptr))
+	}
 	nOut := c.TotalQ() * v.QOHeads * v.HeadDimV
 	cb.o = cb.add("o", s.enc(nanSlice(nOut)))
 	cb.lse = cb.add("lse", cpurt.F32Buffer(nanSlice(c.TotalQ()*v.QOHeads)))

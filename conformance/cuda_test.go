@@ -79,6 +79,17 @@ var cudaMatrix = []string{
 	  dtype f32
 	  cache paged(page_size = 16)
 	  sinks learned }`,
+	`variant cu_tree { heads qo = 8, kv = 2
+	  head_dim 64
+	  dtype bf16
+	  cache paged(page_size = 16)
+	  mask tree, window(left = 50) }`,
+	`variant cu_custom_f32 { heads qo = 2, kv = 1
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 4, layout = NHD)
+	  mask custom
+	  sinks learned }`,
 	`variant cu_gqa32_simt { heads qo = 32, kv = 1
 	  head_dim 64
 	  dtype f16

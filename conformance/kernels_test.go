@@ -111,6 +111,17 @@ var matrixSpecs = []string{
 	  cache paged(page_size = 16)
 	  mask window(left = 30)
 	  sinks learned }`,
+	`variant ps4_tree { heads qo = 8, kv = 2
+	  head_dim 64
+	  dtype f16
+	  cache paged(page_size = 4, layout = NHD)
+	  mask tree }`,
+	`variant ps8_custom_window_sinks { heads qo = 4, kv = 4
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 8, table = block_table)
+	  mask custom, window(left = 20)
+	  sinks tokens(3) }`,
 	`variant ps128_gqa4 { heads qo = 16, kv = 4
 	  head_dim 64
 	  dtype f32

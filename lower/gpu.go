@@ -49,8 +49,8 @@ func LowerGPU(v *ir.Variant) (*GPUModule, error) {
 		params := append([]*ir.Param{
 			buf("q", l.dt, false, "total_q", itoa(l.H), itoa(l.D)),
 			buf("qo_indptr", ir.I32, false, "batch_size+1"),
-		}, l.cacheParams()...)
-		return append(params, l.outParams("total_q")...)
+		}, l.maskParams("total_q")...)
+		return append(append(params, l.cacheParams()...), l.outParams("total_q")...)
 	}
 	bs, np := ir.R("batch_size", ir.I32), ir.R("num_pages", ir.I32)
 	attnChecks := []ir.Check{{Fail: lt(bs, i32(0)), Code: ErrBadArgument}, {Fail: lt(np, i32(0)), Code: ErrBadArgument}}
@@ -68,7 +68,7 @@ func LowerGPU(v *ir.Variant) (*GPUModule, error) {
 	}
 	if v.HasRole(ir.RoleDecode) {
 		direct := l.gpuAttention(l.name("decode_gpu"), attnParams(true), true, false)
-		split := l.gpuAttention(l.name("decode_split_gpu"), append(attnParams(true)[:len(l.cacheParams())+1],
+		split := l.gpuAttention(l.name("decode_split_gpu"), append(attnParams(true)[:1+len(l.maskParams(""))+len(l.cacheParams())],
 			buf("part_o", ir.F32, true, "splits", "batch_size", itoa(l.H), itoa(l.DV)),
 			buf("part_lse", ir.F32, true, "splits", "batch_size", itoa(l.H)), scalar("splits")), true, true)
 		merge := l.gpuMergeSplits()

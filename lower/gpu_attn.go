@@ -234,6 +234,7 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 						u.set("s", &ir.Call{Fn: "score", Args: []ir.Expr{scaled, qPos, kvPos, head}, T: ir.F32})
 						u.add(&ir.If{Tag: "mask", Cond: not(&ir.Call{Fn: "mask", Args: []ir.Expr{qPos, kvPos, head, sb}, T: ir.Bool}),
 							Then: &ir.Block{Stmts: []ir.Stmt{&ir.Assign{Name: "s", Value: negInf()}}}})
+						hideUnless(u, l.dataVisible(u, sb, qPos, kvPos, sub(kvLen, qLen), kvLen))
 						if l.hidesBlocks() { // a -1 block hides its positions
 							u.when(lt(l.pageAt(kvBeg, kvPos), i32(0)), func(x2 *blk) { x2.set("s", negInf()) })
 						}

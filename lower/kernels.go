@@ -64,8 +64,8 @@ func (l *lowering) prefill(decodeIsEntry bool) *ir.Kernel {
 	params := append([]*ir.Param{
 		buf("q", l.dt, false, "total_q", itoa(l.H), itoa(l.D)),
 		buf("qo_indptr", ir.I32, false, "batch_size+1"),
-	}, l.cacheParams()...)
-	params = append(params, l.outParams("total_q")...)
+	}, l.maskParams("total_q")...)
+	params = append(append(params, l.cacheParams()...), l.outParams("total_q")...)
 	var b blk
 	b.vr("max_qt", i32(0))
 	b.vr("single", ir.BoolConst(true))
@@ -104,7 +104,7 @@ func (l *lowering) prefill(decodeIsEntry bool) *ir.Kernel {
 		t.when(ge(qLo, qLen), func(u *blk) { u.add(&ir.Continue{}) })
 		rows := t.let("rows", minE(i32(QT), sub(qLen, qLo)))
 		kvBeg, kvLen := l.seqPages(t, sb, "", false)
-		l.attend(t, tileWork{qt: QT, b: sb, kvh: kvh, qRow0: add(qBeg, qLo), rows: rows,
+		l.attend(t, tileWork{qt: QT, b: sb, kvh: kvh, qRow0: add(qBeg, qLo), rows: rows, qBase: sub(kvLen, qLen),
 			qPos0: t.let("q_pos0", add(sub(kvLen, qLen), qLo)), kvBeg: kvBeg, kvLen: kvLen,
 			tileLo: i32(0), tileHi: ceilDiv(kvLen, KVTile), store: l.storeOut})
 	})
@@ -113,8 +113,8 @@ func (l *lowering) prefill(decodeIsEntry bool) *ir.Kernel {
 }
 
 func (l *lowering) decodeParams() []*ir.Param {
-	params := append([]*ir.Param{buf("q", l.dt, false, "batch_size", itoa(l.H), itoa(l.D))}, l.cacheParams()...)
-	return append(params, l.outParams("batch_size")...)
+	params := append([]*ir.Param{buf("q", l.dt, false, "batch_size", itoa(l.H), itoa(l.D))}, l.maskParams("batch_size")...)
+	return append(append(params, l.cacheParams()...), l.outParams("batch_size")...)
 }
 
 // decode is the one-token-per-sequence entry. It validates, asks
@@ -143,7 +143,7 @@ func (l *lowering) decode(entry bool) *ir.Kernel {
 			kvh := u.let("kvh", rem(item, i32(l.KVH)))
 			sb := u.let("b", div(item, i32(l.KVH)))
 			kvBeg, kvLen := seq(u, sb)
-			l.attend(u, tileWork{qt: 1, b: sb, kvh: kvh, qRow0: sb, rows: i32(1), qPos0: sub(kvLen, i32(1)),
+			l.attend(u, tileWork{qt: 1, b: sb, kvh: kvh, qRow0: sb, rows: i32(1), qPos0: sub(kvLen, i32(1)), qBase: sub(kvLen, i32(1)),
 				kvBeg: kvBeg, kvLen: kvLen, tileLo: i32(0), tileHi: ceilDiv(kvLen, KVTile), store: l.storeOut})
 		})
 		t.add(&ir.Return{Value: i32(0)})
@@ -161,7 +161,7 @@ func (l *lowering) decode(entry bool) *ir.Kernel {
 		nt := u.let("n_tiles", ceilDiv(kvLen, KVTile))
 		per := u.let("per", div(add(nt, sub(splits, i32(1))), splits))
 		tLo := u.let("t_lo", minE(mul(sp, per), nt))
-		l.attend(u, tileWork{qt: 1, b: sb, kvh: kvh, qRow0: sb, rows: i32(1), qPos0: sub(kvLen, i32(1)),
+		l.attend(u, tileWork{qt: 1, b: sb, kvh: kvh, qRow0: sb, rows: i32(1), qPos0: sub(kvLen, i32(1)), qBase: sub(kvLen, i32(1)),
 			kvBeg: kvBeg, kvLen: kvLen, tileLo: tLo, tileHi: minE(add(tLo, per), nt), partial: true,
 			store: func(x *blk, qrow, head ir.Expr, acc func(ir.Expr) ir.Expr, inv, lse ir.Expr) {
 				flat := x.let("pflat", add(mul(add(mul(sp, bs), qrow), i32(l.H)), head))

@@ -32,6 +32,7 @@ var Errors = []ir.ErrorCode{
 	{Code: ErrBadKVLen, Name: "bad_kv_len", Msg: "kv_lens must be in 0..max_blocks*page_size"},
 	{Code: ErrBadSlot, Name: "bad_slot", Msg: "a position_map slot is outside 0..num_pages*page_size-1 and not -1"},
 	{Code: ErrBadLength, Name: "bad_length", Msg: "copy_page length must be in 0..page_size"},
+	{Code: ErrBadMaskIndptr, Name: "bad_mask_indptr", Msg: "tree_order_indptr must give each sequence q_len rows; mask_indptr enough bytes for q_len*kv_len bits"},
 }
 
 // KVTile is the number of KV positions a tile covers, whatever the page size:
@@ -55,11 +56,6 @@ func Unsupported(v *ir.Variant) error {
 	}
 	if v.Rope != nil {
 		return ir.Errorf(v.Rope.Pos, "not supported yet: rope inline")
-	}
-	for _, c := range v.Masks {
-		if c.Kind == ir.MaskTree || c.Kind == ir.MaskCustom {
-			return ir.Errorf(c.Pos, "not supported yet: mask %s", c.Kind)
-		}
 	}
 	for _, k := range v.Kernels {
 		switch k.Role {
@@ -180,6 +176,7 @@ func (l *lowering) validateCache(b *blk, qCheck func(*blk, *ir.Ref) (qLen ir.Exp
 		qLen := qCheck(t, vb)
 		kvLen := l.validateTable(t, vb)
 		t.fail(gt(qLen, kvLen), ErrQLenExceedsKVLen)
+		l.validateMasks(t, vb, qLen, kvLen)
 		each(t, vb, qLen, kvLen)
 	})
 }
@@ -209,7 +206,8 @@ type tileWork struct {
 	tileLo       ir.Expr // first KV tile
 	tileHi       ir.Expr // end KV tile (exclusive)
 	store        func(b *blk, row, head ir.Expr, acc func(dv ir.Expr) ir.Expr, inv, lse ir.Expr)
-	partial      bool // a split-KV chunk: learned sinks join at the merge
+	partial      bool    // a split-KV chunk: learned sinks join at the merge
+	qBase        ir.Expr // position of the sequence's first query token
 }
 
 // attend appends the shared online-softmax skeleton for one work item: load
@@ -298,6 +296,7 @@ func (l *lowering) attend(b *blk, w tileWork) {
 					y.vr("s", &ir.Call{Fn: "score", Args: []ir.Expr{scaled, qPos, kvPos, head}, T: ir.F32})
 					y.add(&ir.If{Tag: "mask", Cond: not(&ir.Call{Fn: "mask", Args: []ir.Expr{qPos, kvPos, head, w.b}, T: ir.Bool}),
 						Then: &ir.Block{Stmts: []ir.Stmt{&ir.Assign{Name: "s", Value: negInf()}}}})
+					hideUnless(y, l.dataVisible(y, w.b, qPos, kvPos, w.qBase, w.kvLen))
 					if l.hidesBlocks() {
 						y.when(eq(ld("kvis", ir.I32, j), i32(0)), func(z *blk) { z.set("s", negInf()) })
 					}

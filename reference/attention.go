@@ -25,6 +25,14 @@ type Case struct {
 	KPages, VPages []float32
 	// Sinks holds learned sink logits, [qo_heads], for `sinks learned`.
 	Sinks []float32
+	// TreeOrder [total_q, 2] holds each query token's DFS interval (left,
+	// right) and TreeIndptr [batch+1] each sequence's first row, for `mask
+	// tree`.
+	TreeOrder, TreeIndptr []int32
+	// CustomMask holds, from byte MaskIndptr[b], sequence b's row-major
+	// q_len x kv_len bits (little-endian bit order), for `mask custom`.
+	CustomMask []byte
+	MaskIndptr []int32
 }
 
 // TotalQ is the number of query tokens over all sequences.
@@ -99,11 +107,6 @@ func unsupported(v *ir.Variant) {
 	if v.Rope != nil {
 		panic("reference: rope not supported by reference")
 	}
-	for _, m := range v.Masks {
-		if m.Kind == ir.MaskTree || m.Kind == ir.MaskCustom {
-			panic(fmt.Sprintf("reference: mask %s not supported by reference", m.Kind))
-		}
-	}
 }
 
 // check panics when c does not fit v.
@@ -144,10 +147,30 @@ func learned(v *ir.Variant) bool { return v.Sinks != nil && v.Sinks.Kind == ir.S
 // Visible reports whether kv position kv is visible to the query at q for qo
 // head h of sequence b: every mask clause must allow it, then `sinks
 // tokens(N)` makes kv < N visible again (still causal).
-func Visible(v *ir.Variant, b, h, q, kv int) bool {
+func Visible(v *ir.Variant, b, h, q, kv int) bool { return visible(v, nil, b, h, 0, q, kv) }
+
+// visible is Visible with the case's tree and custom masks: i is the query
+// token's index in its segment.
+func visible(v *ir.Variant, c *Case, b, h, i, q, kv int) bool {
 	ok := true
 	for _, m := range v.Masks {
 		switch m.Kind {
+		case ir.MaskTree:
+			if c == nil || c.TreeOrder == nil {
+				panic("reference: mask tree needs the case's tree_order")
+			}
+			base := c.KVLens[b] - c.QLens[b]
+			if kv >= base {
+				row := func(x int) []int32 { return c.TreeOrder[2*(int(c.TreeIndptr[b])+x):][:2] }
+				me, other := row(i), row(kv-base)
+				ok = other[0] <= me[0] && me[0] < other[1]
+			}
+		case ir.MaskCustom:
+			if c == nil || c.CustomMask == nil {
+				panic("reference: mask custom needs the case's custom_mask")
+			}
+			bit := i*c.KVLens[b] + kv
+			ok = c.CustomMask[int(c.MaskIndptr[b])+bit/8]>>(bit%8)&1 == 1
 		case ir.MaskCausal:
 			ok = kv <= q
 		case ir.MaskNone:
@@ -192,7 +215,7 @@ func Attention(v *ir.Variant, c *Case) (o []float64, lse []float64) {
 				var s []float64
 				for kv := range kvLen {
 					page, slot := c.Pages[b][kv/v.PageSize], kv%v.PageSize
-					if !Visible(v, b, h, qPos, kv) || page < 0 { // -1: a block table hides the block
+					if !visible(v, c, b, h, i, qPos, kv) || page < 0 { // -1: a block table hides the block
 						continue
 					}
 					dot := 0.0

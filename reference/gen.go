@@ -107,6 +107,30 @@ func NewCase(v *ir.Variant, rng *rand.Rand, spec CaseSpec) *Case {
 			c.Sinks[h] = 4*rng.Float32() - 2
 		}
 	}
+	for _, m := range v.Masks {
+		switch m.Kind {
+		case ir.MaskTree:
+			c.TreeIndptr = c.QOIndptr()
+			for _, n := range c.QLens {
+				c.TreeOrder = append(c.TreeOrder, randomTree(rng, n)...)
+			}
+		case ir.MaskCustom:
+			c.MaskIndptr = []int32{0}
+			for b := range batch {
+				bits := c.QLens[b] * c.KVLens[b]
+				for k := range (bits+7)/8 + 1 { // one spare byte: offsets need not be packed
+					var x byte
+					for bit := range 8 {
+						if rng.Float32() < 0.7 && k*8+bit < bits {
+							x |= 1 << bit
+						}
+					}
+					c.CustomMask = append(c.CustomMask, x)
+				}
+				c.MaskIndptr = append(c.MaskIndptr, int32(len(c.CustomMask)))
+			}
+		}
+	}
 	if spec.HideBlock > 0 {
 		for _, pages := range c.Pages {
 			if len(pages) > spec.HideBlock+1 {
@@ -151,4 +175,31 @@ func NewCase(v *ir.Variant, rng *rand.Rand, spec CaseSpec) *Case {
 		}
 	}
 	return c
+}
+
+// randomTree draws a tree over n tokens in topological order (token k's
+// parent is a random earlier token; token 0 is the root) and returns each
+// token's DFS interval (left, right): j is an ancestor-or-self of i iff
+// left_j <= left_i < right_j.
+func randomTree(rng *rand.Rand, n int) []int32 {
+	children := make([][]int, n)
+	for k := 1; k < n; k++ {
+		p := rng.Intn(k)
+		children[p] = append(children[p], k)
+	}
+	out := make([]int32, 2*n)
+	next := int32(0)
+	var dfs func(int)
+	dfs = func(x int) {
+		out[2*x] = next
+		next++
+		for _, ch := range children[x] {
+			dfs(ch)
+		}
+		out[2*x+1] = next
+	}
+	if n > 0 {
+		dfs(0)
+	}
+	return out
 }
