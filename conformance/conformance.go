@@ -215,6 +215,10 @@ func (s *Suite) buffers(c *reference.Case) *caseBuffers {
 	if len(c.Sinks) > 0 {
 		cb.add("sinks", cpurt.F32Buffer(c.Sinks))
 	}
+	if c.QRopePos != nil {
+		cb.add("q_rope_position", cpurt.I32Buffer(c.QRopePos))
+		cb.add("k_rope_pos_offset", cpurt.I32Buffer(c.KRopeOffset))
+	}
 	if c.TreeOrder != nil {
 		cb.add("tree_order", cpurt.I32Buffer(c.TreeOrder))
 		cb.add("tree_order_indptr", cpurt.I32Buffer(c.TreeIndptr))
@@ -346,10 +350,24 @@ type BadInput struct {
 // BadInputs lists the input errors every attention entry must reject, for
 // the variant's page table.
 func BadInputs(v *ir.Variant) []BadInput {
+	out := csrBadInputs
 	if v.Table == ir.BlockTable {
-		return blockTableBadInputs
+		out = blockTableBadInputs
 	}
-	return csrBadInputs
+	for _, m := range v.Masks {
+		switch m.Kind {
+		case ir.MaskTree:
+			out = append(out, BadInput{"tree_order_indptr one row short", lower.ErrBadMaskIndptr, func(ps int, v map[string]int64, cb *caseBuffers) {
+				cb.byName["tree_order_indptr"].I32()[1]--
+			}})
+		case ir.MaskCustom:
+			out = append(out, BadInput{"mask_indptr too few bytes", lower.ErrBadMaskIndptr, func(ps int, v map[string]int64, cb *caseBuffers) {
+				mi := cb.byName["mask_indptr"].I32()
+				mi[1] = mi[0]
+			}})
+		}
+	}
+	return out
 }
 
 var blockTableBadInputs = []BadInput{

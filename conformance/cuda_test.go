@@ -90,6 +90,17 @@ var cudaMatrix = []string{
 	  cache paged(page_size = 4, layout = NHD)
 	  mask custom
 	  sinks learned }`,
+	`variant cu_rope_llama3_tree { heads qo = 4, kv = 2
+	  head_dim 64
+	  dtype f16
+	  cache paged(page_size = 16)
+	  mask tree
+	  rope inline(theta = 500000, style = llama3, factor = 8, low_freq = 1, high_freq = 4, original_max = 8192) }`,
+	`variant cu_rope_f32 { heads qo = 2, kv = 1
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 4, layout = NHD)
+	  rope inline(theta = 10000, style = yarn, factor = 4, original_max = 2048, mscale = 1, mscale_all_dim = 0.5) }`,
 	`variant cu_gqa32_simt { heads qo = 32, kv = 1
 	  head_dim 64
 	  dtype f16

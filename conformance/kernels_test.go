@@ -122,6 +122,22 @@ var matrixSpecs = []string{
 	  cache paged(page_size = 8, table = block_table)
 	  mask custom, window(left = 20)
 	  sinks tokens(3) }`,
+	`variant ps16_rope_f32 { heads qo = 4, kv = 2
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 16)
+	  rope inline(theta = 10000) }`,
+	`variant ps8_eagle_like { heads qo = 8, kv = 2
+	  head_dim 128
+	  dtype f16
+	  cache paged(page_size = 8)
+	  mask tree
+	  rope inline(theta = 500000, style = llama3, factor = 8, low_freq = 1, high_freq = 4, original_max = 8192) }`,
+	`variant ps32_yarn { heads qo = 2, kv = 2
+	  head_dim 64
+	  dtype bf16
+	  cache paged(page_size = 32, layout = NHD)
+	  rope inline(theta = 10000, style = yarn, factor = 4, original_max = 4096) }`,
 	`variant ps128_gqa4 { heads qo = 16, kv = 4
 	  head_dim 64
 	  dtype f32

@@ -29,7 +29,8 @@ func (l *lowering) gpuPlanFor(decode, split bool) gpuPlan {
 	p.R = p.valid
 	// Tensor cores need f16/bf16, at most 16 rows, and head dims in whole
 	// k-steps (16) and n-tiles per warp (32); 16-byte staging follows.
-	p.mma = l.dt != ir.F32 && p.valid <= GPURows && l.D%16 == 0 && l.DV%32 == 0
+	// Inline RoPE stays on the SIMT path so rotated rows keep f32 precision.
+	p.mma = l.dt != ir.F32 && p.valid <= GPURows && l.D%16 == 0 && l.DV%32 == 0 && l.v.Rope == nil
 	KT := GPUKVTile
 	if p.mma {
 		p.R = GPURows
@@ -41,6 +42,9 @@ func (l *lowering) gpuPlanFor(decode, split bool) gpuPlan {
 	}
 	p.sharedF = append(p.sharedF, sharedArray{"sc", ir.F32, p.R * KT}, sharedArray{"mx", ir.F32, p.R},
 		sharedArray{"den", ir.F32, p.R}, sharedArray{"alpha", ir.F32, p.R})
+	if l.v.Rope != nil {
+		p.sharedF = append(p.sharedF, sharedArray{"rope_turns", ir.I64, l.D / 2})
+	}
 	for _, a := range p.sharedF {
 		p.smem += (a.size*a.t.Bits()/8 + 15) &^ 15
 	}
@@ -54,6 +58,18 @@ func (l *lowering) stageOne(dst string, e ir.Expr, src string, srcIdx ir.Expr, v
 		return &ir.Copy{Dst: dst, DstIndex: e, Src: src, SrcIndex: srcIdx, N: vw}
 	}
 	return &ir.Store{Buf: dst, Index: e, Value: conv(ld(src, l.dt, srcIdx))}
+}
+
+// stageRope is stageOne at element d of a row whose element k sits at
+// src[index(k)], rotated at pos when pos is not nil (SIMT path only).
+func (l *lowering) stageRope(dst string, e ir.Expr, src string, pos, d ir.Expr, index func(ir.Expr) ir.Expr, vw int, conv func(ir.Expr) ir.Expr) *ir.Block {
+	var b blk
+	if pos == nil {
+		b.add(l.stageOne(dst, e, src, index(d), vw, conv))
+		return b.block()
+	}
+	l.stageRow(&b, dst, e, pos, d, func(k ir.Expr) ir.Expr { return tof32(ld(src, l.dt, index(k))) }, true)
+	return b.block()
 }
 
 // zeros stores vw zeros at dst[e...].
@@ -164,6 +180,10 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 				stageVal = func(v ir.Expr) ir.Expr { return &ir.Bitcast{To: ir.I16, X: v} }
 				zero = ir.IntT(ir.I16, 0)
 			}
+			if l.v.Rope != nil {
+				x.when(eq(t, i32(0)), func(y *blk) { l.fillRopeTable(y) })
+				x.add(&ir.Barrier{})
+			}
 			// Stage Q: in the storage type's bits for mma, 16 bytes per copy.
 			vw := 1
 			if p.mma {
@@ -175,7 +195,7 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 				g, r, ok := rowParts(y, row)
 				d := y.let("d", rem(e, i32(D)))
 				y.add(&ir.If{Cond: ok,
-					Then: &ir.Block{Stmts: []ir.Stmt{l.stageOne(qBuf, e, "q", qIndex(g, r, d), vw, stageVal)}},
+					Then: l.stageRope(qBuf, e, "q", l.qRopePos(y, add(add(qBeg, qLo), r)), d, func(k ir.Expr) ir.Expr { return qIndex(g, r, k) }, vw, stageVal),
 					Else: zeros(qBuf, e, vw, zero)})
 			})
 			strided(x, "er", R, func(y *blk, e ir.Expr) {
@@ -211,7 +231,12 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 							page := u.let("page", l.pageAt(kvBeg, pos))
 							slot := u.let("slot", ir.Bin(ir.And, pos, i32(l.PS-1)))
 							u.when(and(ge(page, i32(0)), lt(page, ir.R("num_pages", ir.I32))), func(x2 *blk) {
-								x2.add(l.stageOne(buf, e, pages, add(l.rowIndex(page, kvh, slot, d), i64(dd)), vw, stageVal))
+								rowAt := x2.let("row_at", l.rowIndex(page, kvh, slot, d))
+								var kp ir.Expr
+								if buf == kBuf { // V is not rotated
+									kp = l.kRopePos(x2, pos, sb)
+								}
+								x2.add(l.stageRope(buf, e, pages, kp, dd, func(k ir.Expr) ir.Expr { return add(rowAt, i64(k)) }, vw, stageVal).Stmts...)
 								x2.set("staged", ir.BoolConst(true))
 							})
 						})

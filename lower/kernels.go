@@ -64,7 +64,7 @@ func (l *lowering) prefill(decodeIsEntry bool) *ir.Kernel {
 	params := append([]*ir.Param{
 		buf("q", l.dt, false, "total_q", itoa(l.H), itoa(l.D)),
 		buf("qo_indptr", ir.I32, false, "batch_size+1"),
-	}, l.maskParams("total_q")...)
+	}, append(l.maskParams("total_q"), l.ropeParams("total_q")...)...)
 	params = append(append(params, l.cacheParams()...), l.outParams("total_q")...)
 	var b blk
 	b.vr("max_qt", i32(0))
@@ -113,7 +113,8 @@ func (l *lowering) prefill(decodeIsEntry bool) *ir.Kernel {
 }
 
 func (l *lowering) decodeParams() []*ir.Param {
-	params := append([]*ir.Param{buf("q", l.dt, false, "batch_size", itoa(l.H), itoa(l.D))}, l.maskParams("batch_size")...)
+	params := append([]*ir.Param{buf("q", l.dt, false, "batch_size", itoa(l.H), itoa(l.D))},
+		append(l.maskParams("batch_size"), l.ropeParams("batch_size")...)...)
 	return append(append(params, l.cacheParams()...), l.outParams("batch_size")...)
 }
 

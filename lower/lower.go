@@ -54,9 +54,6 @@ func Unsupported(v *ir.Variant) error {
 	if v.MLA != nil {
 		return ir.Errorf(v.MLA.Pos, "not supported yet: mla")
 	}
-	if v.Rope != nil {
-		return ir.Errorf(v.Rope.Pos, "not supported yet: rope inline")
-	}
 	for _, k := range v.Kernels {
 		switch k.Role {
 		case ir.RolePrefill, ir.RoleDecode, ir.RoleMergeState, ir.RoleAppend, ir.RoleCopyPage:
@@ -223,6 +220,10 @@ func (l *lowering) attend(b *blk, w tileWork) {
 	b.alloc("kb", ir.F32, KT*D)
 	b.alloc("vb", ir.F32, KT*DV)
 	b.alloc("sc", ir.F32, KT)
+	if l.v.Rope != nil {
+		l.ropeTable(b)
+		l.fillRopeTable(b)
+	}
 	if l.hidesBlocks() {
 		b.alloc("kvis", ir.I32, KT)
 	}
@@ -234,7 +235,8 @@ func (l *lowering) attend(b *blk, w tileWork) {
 			row := u.let("row", rowOf())
 			qrow := u.let("qrow", mul(i64(add(mul(add(w.qRow0, r), i32(l.H)), add(mul(w.kvh, i32(G)), g))), ir.IntT(ir.I64, int64(D))))
 			u.loop("d", i32(0), i32(D), ir.Vector, "", func(x *blk) {
-				x.store("qs", add(mul(row, i32(D)), d), tof32(ld("q", l.dt, add(qrow, i64(d)))))
+				l.stageRow(x, "qs", add(mul(row, i32(D)), d), l.qRopePos(x, add(w.qRow0, r)), d,
+					func(k ir.Expr) ir.Expr { return tof32(ld("q", l.dt, add(qrow, i64(k)))) }, true)
 			})
 			u.store("mx", row, negInf())
 			u.store("den", row, f32(0))
@@ -257,7 +259,8 @@ func (l *lowering) attend(b *blk, w tileWork) {
 				krow := x.let("krow", l.rowIndex(page, w.kvh, slot, D))
 				vrow := x.let("vrow", l.rowIndex(page, w.kvh, slot, DV))
 				x.loop("d", i32(0), i32(D), ir.Vector, "", func(y *blk) {
-					y.store("kb", add(mul(j, i32(D)), d), tof32(ld("k_pages", l.dt, add(krow, i64(d)))))
+					l.stageRow(y, "kb", add(mul(j, i32(D)), d), l.kRopePos(y, pos, w.b), d,
+						func(k ir.Expr) ir.Expr { return tof32(ld("k_pages", l.dt, add(krow, i64(k)))) }, true)
 				})
 				x.loop("d", i32(0), i32(DV), ir.Vector, "", func(y *blk) {
 					y.store("vb", add(mul(j, i32(DV)), d), tof32(ld("v_pages", l.dt, add(vrow, i64(d)))))

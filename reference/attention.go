@@ -33,6 +33,9 @@ type Case struct {
 	// q_len x kv_len bits (little-endian bit order), for `mask custom`.
 	CustomMask []byte
 	MaskIndptr []int32
+	// QRopePos [total_q] and KRopeOffset [batch] are the inline RoPE
+	// positions: q at QRopePos[t], k at kv_pos + KRopeOffset[b].
+	QRopePos, KRopeOffset []int32
 }
 
 // TotalQ is the number of query tokens over all sequences.
@@ -103,9 +106,6 @@ func PageIndex(v *ir.Variant, page, h, slot, dim, d int) int {
 func unsupported(v *ir.Variant) {
 	if v.MLA != nil {
 		panic("reference: mla not supported by reference")
-	}
-	if v.Rope != nil {
-		panic("reference: rope not supported by reference")
 	}
 }
 
@@ -210,7 +210,13 @@ func Attention(v *ir.Variant, c *Case) (o []float64, lse []float64) {
 			qPos := kvLen - qLen + i
 			for h := range qo {
 				kh := h / group
-				q := c.Q[((row+i)*qo+h)*dqk:][:dqk]
+				q := make([]float64, dqk)
+				for d, x := range c.Q[((row+i)*qo+h)*dqk:][:dqk] {
+					q[d] = float64(x)
+				}
+				if v.Rope != nil {
+					q = rotate(v.Rope, q, int(c.QRopePos[row+i]))
+				}
 				var pos []int
 				var s []float64
 				for kv := range kvLen {
@@ -218,9 +224,16 @@ func Attention(v *ir.Variant, c *Case) (o []float64, lse []float64) {
 					if !visible(v, c, b, h, i, qPos, kv) || page < 0 { // -1: a block table hides the block
 						continue
 					}
+					k := make([]float64, dqk)
+					for d := range dqk {
+						k[d] = float64(c.KPages[PageIndex(v, page, kh, slot, d, dqk)])
+					}
+					if v.Rope != nil {
+						k = rotate(v.Rope, k, kv+int(c.KRopeOffset[b]))
+					}
 					dot := 0.0
 					for d := range dqk {
-						dot += float64(q[d]) * float64(c.KPages[PageIndex(v, page, kh, slot, d, dqk)])
+						dot += q[d] * k[d]
 					}
 					x := v.Scale * dot
 					if v.Score != nil {

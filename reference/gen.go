@@ -107,6 +107,17 @@ func NewCase(v *ir.Variant, rng *rand.Rand, spec CaseSpec) *Case {
 			c.Sinks[h] = 4*rng.Float32() - 2
 		}
 	}
+	if v.Rope != nil {
+		// Large offsets exercise the angle's precision far from position 0.
+		c.KRopeOffset = make([]int32, batch)
+		for b := range batch {
+			c.KRopeOffset[b] = int32(rng.Intn(200000))
+			for i := range c.QLens[b] {
+				qPos := c.KVLens[b] - c.QLens[b] + i
+				c.QRopePos = append(c.QRopePos, int32(qPos)+c.KRopeOffset[b]-int32(rng.Intn(2)))
+			}
+		}
+	}
 	for _, m := range v.Masks {
 		switch m.Kind {
 		case ir.MaskTree:

@@ -377,6 +377,13 @@ func launcher(sb *strings.Builder, m *ir.Module, l ir.Launcher) {
 	launches := func(ls []ir.Launch, indent string) {
 		for _, ln := range ls {
 			k := m.Kernel(ln.Kernel)
+			if k == nil {
+				panic(fmt.Sprintf("launcher %s launches unknown kernel %s", l.Name, ln.Kernel))
+			}
+			if need := SharedBytes(k); ln.Smem < need || ln.Block != BlockSize(k) {
+				panic(fmt.Sprintf("BUG: launcher %s gives %s %d bytes of shared memory and %d threads; it needs %d and %d",
+					l.Name, ln.Kernel, ln.Smem, ln.Block, need, BlockSize(k)))
+			}
 			var args []string
 			for _, pr := range k.Params {
 				args = append(args, pr.Name)
