@@ -101,6 +101,11 @@ var cudaMatrix = []string{
 	  dtype f32
 	  cache paged(page_size = 4, layout = NHD)
 	  rope inline(theta = 10000, style = yarn, factor = 4, original_max = 2048, mscale = 1, mscale_all_dim = 0.5) }`,
+	`variant cu_gqa24_head_tiles { heads qo = 48, kv = 2
+	  head_dim 64
+	  dtype bf16
+	  cache paged(page_size = 32)
+	  mask window(left = 70) }`,
 	`variant cu_gqa32_simt { heads qo = 32, kv = 1
 	  head_dim 64
 	  dtype f16

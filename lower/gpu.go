@@ -60,6 +60,7 @@ func LowerGPU(v *ir.Variant) (*GPUModule, error) {
 	noSeqs := eq(bs, i32(0))
 	smem := l.gpuPlanFor(false, false).smem
 	dsmem := l.gpuPlanFor(true, false).smem
+	dHT := l.gpuPlanFor(true, false).HT
 	if v.HasRole(ir.RolePrefill) {
 		k := l.gpuAttention(l.name("prefill_gpu"), attnParams(false), false, false)
 		m.Kernels = append(m.Kernels, k)
@@ -75,8 +76,8 @@ func LowerGPU(v *ir.Variant) (*GPUModule, error) {
 		m.Kernels = append(m.Kernels, direct, split, merge)
 		gm.Launchers = append(gm.Launchers, ir.Launcher{Name: l.name("decode_launch"), Role: ir.RoleDecode,
 			Params: attnParams(true), Checks: attnChecks, Skip: noSeqs,
-			Direct: []ir.Launch{{Kernel: direct.Name, Grid: "batch_size * " + itoa(l.KVH), Block: GPUThreads, Smem: dsmem}},
-			Split: []ir.Launch{{Kernel: split.Name, Grid: "batch_size * " + itoa(l.KVH) + " * splits", Block: GPUThreads, Smem: dsmem},
+			Direct: []ir.Launch{{Kernel: direct.Name, Grid: "batch_size * " + itoa(l.KVH*dHT), Block: GPUThreads, Smem: dsmem}},
+			Split: []ir.Launch{{Kernel: split.Name, Grid: "batch_size * " + itoa(l.KVH*dHT) + " * splits", Block: GPUThreads, Smem: dsmem},
 				{Kernel: merge.Name, Grid: "batch_size * " + itoa(l.H), Block: GPUThreads}}})
 	}
 	if v.HasRole(ir.RoleMergeState) {

@@ -6,6 +6,8 @@ import (
 
 // gpuPlan is the shape of one GPU attention kernel.
 type gpuPlan struct {
+	GB      int  // qo heads of the group per block (groups over 16 heads split)
+	HT      int  // head tiles per group: ceil(G / GB)
 	QT      int  // query rows per work item
 	R       int  // (head, query) rows per block; padded to 16 for mma
 	valid   int  // rows that map to a (head, query) pair: G * QT
@@ -24,8 +26,9 @@ type sharedArray struct {
 }
 
 func (l *lowering) gpuPlanFor(decode, split bool) gpuPlan {
-	p := gpuPlan{QT: l.gpuQT(decode), decode: decode, split: split}
-	p.valid = l.G * p.QT
+	p := gpuPlan{QT: l.gpuQT(decode), decode: decode, split: split, GB: min(l.G, GPURows)}
+	p.HT = (l.G + p.GB - 1) / p.GB
+	p.valid = p.GB * p.QT
 	p.R = p.valid
 	// Tensor cores need f16/bf16, at most 16 rows, and head dims in whole
 	// k-steps (16) and n-tiles per warp (32); 16-byte staging follows.
@@ -110,7 +113,7 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 	item := ir.R("item", ir.I32)
 	var nItems ir.Expr
 	if decode {
-		nItems = mul(bs, i32(l.KVH))
+		nItems = mul(bs, i32(l.KVH*p.HT))
 		if split {
 			nItems = mul(nItems, ir.R("splits", ir.I32))
 		}
@@ -121,7 +124,7 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 			vs := ir.R("vs", ir.I32)
 			t.set("max_qt", maxE(ir.R("max_qt", ir.I32), ceilDiv(sub(ldi("qo_indptr", add(vs, i32(1))), ldi("qo_indptr", vs)), QT)))
 		})
-		nItems = mul(mul(bs, i32(l.KVH)), ir.R("max_qt", ir.I32))
+		nItems = mul(mul(bs, i32(l.KVH*p.HT)), ir.R("max_qt", ir.I32))
 	}
 	b.loop("item", i32(0), nItems, ir.Parallel, "work", func(w *blk) {
 		var sb, kvh, qBeg, qLen, qLo, sp ir.Expr
@@ -130,7 +133,11 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 			sp = w.let("sp", rem(item, ir.R("splits", ir.I32)))
 			rest = w.let("rest", div(item, ir.R("splits", ir.I32)))
 		}
+		// ht picks which GB heads of the group this block serves.
+		var ht ir.Expr
 		if decode {
+			ht = w.let("ht", rem(rest, i32(p.HT)))
+			rest = w.let("rest_h", div(rest, i32(p.HT)))
 			kvh = w.let("kvh", rem(rest, i32(l.KVH)))
 			sb = w.let("b", div(rest, i32(l.KVH)))
 			qBeg, qLen, qLo = sb, i32(1), i32(0)
@@ -138,6 +145,8 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 			maxQT := ir.R("max_qt", ir.I32)
 			qt := w.let("qt", rem(item, maxQT))
 			rest2 := w.let("rest", div(item, maxQT))
+			ht = w.let("ht", rem(rest2, i32(p.HT)))
+			rest2 = w.let("rest_h", div(rest2, i32(p.HT)))
 			kvh = w.let("kvh", rem(rest2, i32(l.KVH)))
 			sb = w.let("b", div(rest2, i32(l.KVH)))
 			qBeg = w.let("q_beg", ldi("qo_indptr", sb))
@@ -161,11 +170,15 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 			t := ir.R("t", ir.I32)
 			// rowParts maps a block row to its group head and query row, and
 			// says whether it is a real (head, query) pair.
+			// g is the head's index in the whole group.
 			rowParts := func(y *blk, row ir.Expr) (g, r, ok ir.Expr) {
-				g, r = y.let("g", div(row, i32(QT))), y.let("r", rem(row, i32(QT)))
+				g, r = y.let("g", add(mul(ht, i32(p.GB)), div(row, i32(QT)))), y.let("r", rem(row, i32(QT)))
 				ok = lt(r, rows)
 				if p.valid < R {
 					ok = and(lt(row, i32(p.valid)), ok)
+				}
+				if p.HT*p.GB > G {
+					ok = and(lt(g, i32(G)), ok)
 				}
 				return g, r, y.let("row_ok", ok)
 			}
@@ -309,7 +322,7 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 			tile.Ranges = []ir.Range{
 				{Var: "kv_pos", Lo: mul(kt, i32(KT)), Hi: sub(minE(add(mul(kt, i32(KT)), i32(KT)), kvLen), i32(1))},
 				{Var: "q_pos", Lo: qPos0, Hi: sub(add(qPos0, rows), i32(1))},
-				{Var: "head", Lo: mul(kvh, i32(G)), Hi: add(mul(kvh, i32(G)), i32(G-1))},
+				{Var: "head", Lo: add(mul(kvh, i32(G)), mul(ht, i32(p.GB))), Hi: minE(add(add(mul(kvh, i32(G)), mul(ht, i32(p.GB))), i32(p.GB-1)), add(mul(kvh, i32(G)), i32(G-1)))},
 				{Var: "b", Lo: sb, Hi: sb},
 			}
 			// Normalize and store one accumulator element of (row, dv).
