@@ -195,10 +195,28 @@ func poisonF32(xs []float32) {
 func (s *Suite) buffers(c *reference.Case) *caseBuffers {
 	v := s.V
 	cb := &caseBuffers{vals: map[string]int64{}}
-	cb.add("q", s.enc(c.Q))
 	cb.add("qo_indptr", cpurt.I32Buffer(c.QOIndptr()))
-	cb.add("k_pages", s.enc(c.KPages))
-	cb.add("v_pages", s.enc(c.VPages))
+	if m := v.MLA; m != nil {
+		// Split rows [.., r + dr] into the r and dr parts.
+		split := func(xs []float32) (a, b []float32) {
+			w := m.KVLoraRank + m.RopeDim
+			for i := 0; i < len(xs); i += w {
+				a = append(a, xs[i:i+m.KVLoraRank]...)
+				b = append(b, xs[i+m.KVLoraRank:i+w]...)
+			}
+			return a, b
+		}
+		qn, qp := split(c.Q)
+		ckv, kpe := split(c.KPages)
+		cb.add("q_nope", s.enc(qn))
+		cb.add("q_pe", s.enc(qp))
+		cb.add("ckv_pages", s.enc(ckv))
+		cb.add("kpe_pages", s.enc(kpe))
+	} else {
+		cb.add("q", s.enc(c.Q))
+		cb.add("k_pages", s.enc(c.KPages))
+		cb.add("v_pages", s.enc(c.VPages))
+	}
 	cb.vals["num_pages"] = int64(c.NumPages)
 	if v.Table == ir.BlockTable {
 		table, maxBlocks, kvLens := c.BlockTable()

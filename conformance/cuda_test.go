@@ -106,6 +106,15 @@ var cudaMatrix = []string{
 	  dtype bf16
 	  cache paged(page_size = 32)
 	  mask window(left = 70) }`,
+	`variant cu_mla_bf16 { mla(heads = 32, kv_lora_rank = 64, rope_dim = 32)
+	  dtype bf16
+	  cache paged(page_size = 8)
+	  mask causal
+	  scale 0.1 }`,
+	`variant cu_mla_f32 { mla(heads = 4, kv_lora_rank = 32, rope_dim = 16)
+	  dtype f32
+	  cache paged(page_size = 16)
+	  scale 0.15 }`,
 	`variant cu_gqa32_simt { heads qo = 32, kv = 1
 	  head_dim 64
 	  dtype f16

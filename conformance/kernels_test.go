@@ -138,6 +138,15 @@ var matrixSpecs = []string{
 	  dtype bf16
 	  cache paged(page_size = 32, layout = NHD)
 	  rope inline(theta = 10000, style = yarn, factor = 4, original_max = 4096) }`,
+	`variant ps16_mla { mla(heads = 16, kv_lora_rank = 64, rope_dim = 32)
+	  dtype f16
+	  cache paged(page_size = 16)
+	  mask causal
+	  scale 0.1 }`,
+	`variant ps64_mla_f32 { mla(heads = 8, kv_lora_rank = 128, rope_dim = 64)
+	  dtype f32
+	  cache paged(page_size = 64, table = block_table)
+	  scale 0.07 }`,
 	`variant ps128_gqa4 { heads qo = 16, kv = 4
 	  head_dim 64
 	  dtype f32

@@ -76,5 +76,14 @@ func i64(x ir.Expr) ir.Expr                       { return ir.Cvt(ir.I64, x) }
 func tof32(x ir.Expr) ir.Expr                     { return ir.Cvt(ir.F32, x) }
 func ld(buf string, t ir.Type, i ir.Expr) ir.Expr { return ir.Ld(buf, t, i) }
 func ldi(buf string, i ir.Expr) ir.Expr           { return ir.Ld(buf, ir.I32, i) }
-func ceilDiv(x ir.Expr, d int) ir.Expr            { return div(add(x, i32(d-1)), i32(d)) }
-func negInf() *ir.Const                           { return f32(negInfV) }
+
+// plus is x + n, or x itself when n is 0.
+func plus(x ir.Expr, n int) ir.Expr {
+	if n == 0 {
+		return x
+	}
+	return add(x, i32(n))
+}
+
+func ceilDiv(x ir.Expr, d int) ir.Expr { return div(add(x, i32(d-1)), i32(d)) }
+func negInf() *ir.Const                { return f32(negInfV) }

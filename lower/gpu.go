@@ -46,10 +46,8 @@ func LowerGPU(v *ir.Variant) (*GPUModule, error) {
 		if decode {
 			return l.decodeParams()
 		}
-		params := append([]*ir.Param{
-			buf("q", l.dt, false, "total_q", itoa(l.H), itoa(l.D)),
-			buf("qo_indptr", ir.I32, false, "batch_size+1"),
-		}, append(l.maskParams("total_q"), l.ropeParams("total_q")...)...)
+		params := append(l.qParams("total_q"), buf("qo_indptr", ir.I32, false, "batch_size+1"))
+		params = append(params, append(l.maskParams("total_q"), l.ropeParams("total_q")...)...)
 		return append(append(params, l.cacheParams()...), l.outParams("total_q")...)
 	}
 	bs, np := ir.R("batch_size", ir.I32), ir.R("num_pages", ir.I32)
@@ -69,7 +67,7 @@ func LowerGPU(v *ir.Variant) (*GPUModule, error) {
 	}
 	if v.HasRole(ir.RoleDecode) {
 		direct := l.gpuAttention(l.name("decode_gpu"), attnParams(true), true, false)
-		split := l.gpuAttention(l.name("decode_split_gpu"), append(attnParams(true)[:1+len(l.maskParams(""))+len(l.ropeParams(""))+len(l.cacheParams())],
+		split := l.gpuAttention(l.name("decode_split_gpu"), append(attnParams(true)[:len(l.qParams(""))+len(l.maskParams(""))+len(l.ropeParams(""))+len(l.cacheParams())],
 			buf("part_o", ir.F32, true, "splits", "batch_size", itoa(l.H), itoa(l.DV)),
 			buf("part_lse", ir.F32, true, "splits", "batch_size", itoa(l.H)), scalar("splits")), true, true)
 		merge := l.gpuMergeSplits()

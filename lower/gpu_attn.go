@@ -33,7 +33,8 @@ func (l *lowering) gpuPlanFor(decode, split bool) gpuPlan {
 	// Tensor cores need f16/bf16, at most 16 rows, and head dims in whole
 	// k-steps (16) and n-tiles per warp (32); 16-byte staging follows.
 	// Inline RoPE stays on the SIMT path so rotated rows keep f32 precision.
-	p.mma = l.dt != ir.F32 && p.valid <= GPURows && l.D%16 == 0 && l.DV%32 == 0 && l.v.Rope == nil
+	p.mma = l.dt != ir.F32 && p.valid <= GPURows && l.D%16 == 0 && l.DV%32 == 0 && l.v.Rope == nil &&
+		segsFit(l.qSegs(), 8) && segsFit(l.kSegs(), 8) && segsFit(l.vSegs(), 8)
 	KT := GPUKVTile
 	if p.mma {
 		p.R = GPURows
@@ -182,8 +183,9 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 				}
 				return g, r, y.let("row_ok", ok)
 			}
-			qIndex := func(g, r, d ir.Expr) ir.Expr {
-				return add(mul(i64(add(mul(add(add(qBeg, qLo), r), i32(l.H)), add(mul(kvh, i32(G)), g))), ir.IntT(ir.I64, int64(D))), i64(d))
+			// qIndex is element d of segment sg's part of query (g, r).
+			qIndex := func(sg segment, g, r, d ir.Expr) ir.Expr {
+				return add(mul(i64(add(mul(add(add(qBeg, qLo), r), i32(l.H)), add(mul(kvh, i32(G)), g))), ir.IntT(ir.I64, int64(sg.w))), i64(d))
 			}
 			qBuf, kBuf, vBuf := "qs", "kb", "vb"
 			stageVal := func(v ir.Expr) ir.Expr { return tof32(v) }
@@ -208,7 +210,10 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 				g, r, ok := rowParts(y, row)
 				d := y.let("d", rem(e, i32(D)))
 				y.add(&ir.If{Cond: ok,
-					Then: l.stageRope(qBuf, e, "q", l.qRopePos(y, add(add(qBeg, qLo), r)), d, func(k ir.Expr) ir.Expr { return qIndex(g, r, k) }, vw, stageVal),
+					Then: segsAt(l.qSegs(), d, func(z *blk, sg segment, local ir.Expr) {
+						z.add(l.stageRope(qBuf, e, sg.buf, l.qRopePos(z, add(add(qBeg, qLo), r)), local,
+							func(k ir.Expr) ir.Expr { return qIndex(sg, g, r, k) }, vw, stageVal).Stmts...)
+					}),
 					Else: zeros(qBuf, e, vw, zero)})
 			})
 			strided(x, "er", R, func(y *blk, e ir.Expr) {
@@ -233,7 +238,7 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 				kvN := y.let("kv_n", minE(i32(KT), sub(kvLen, kvLo)))
 				// Stage K and V (the page walk); zeros past the tile's end
 				// and for page ids outside the pool, which are never read.
-				stage := func(buf, pages string, d int) {
+				stage := func(buf string, segs []segment, d int) {
 					strided(y, "e"+buf, KT*d/vw, func(z *blk, c ir.Expr) {
 						e := z.let("e0", mul(c, i32(vw)))
 						j := z.let("j", div(e, i32(d)))
@@ -244,20 +249,22 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 							page := u.let("page", l.pageAt(kvBeg, pos))
 							slot := u.let("slot", ir.Bin(ir.And, pos, i32(l.PS-1)))
 							u.when(and(ge(page, i32(0)), lt(page, ir.R("num_pages", ir.I32))), func(x2 *blk) {
-								rowAt := x2.let("row_at", l.rowIndex(page, kvh, slot, d))
 								var kp ir.Expr
 								if buf == kBuf { // V is not rotated
 									kp = l.kRopePos(x2, pos, sb)
 								}
-								x2.add(l.stageRope(buf, e, pages, kp, dd, func(k ir.Expr) ir.Expr { return add(rowAt, i64(k)) }, vw, stageVal).Stmts...)
+								x2.add(segsAt(segs, dd, func(x3 *blk, sg segment, local ir.Expr) {
+									rowAt := x3.let("row_at", l.rowIndex(page, kvh, slot, sg.w))
+									x3.add(l.stageRope(buf, e, sg.buf, kp, local, func(k ir.Expr) ir.Expr { return add(rowAt, i64(k)) }, vw, stageVal).Stmts...)
+								}).Stmts...)
 								x2.set("staged", ir.BoolConst(true))
 							})
 						})
 						z.add(&ir.If{Cond: not(ir.R("staged", ir.Bool)), Then: zeros(buf, e, vw, zero)})
 					})
 				}
-				stage(kBuf, "k_pages", D)
-				stage(vBuf, "v_pages", DV)
+				stage(kBuf, l.kSegs(), D)
+				stage(vBuf, l.vSegs(), DV)
 				y.add(&ir.Barrier{})
 				// scoreAt finishes the score of (row, j) from its dot
 				// product: scale, @score, @mask; -inf for padding.

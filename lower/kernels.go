@@ -61,10 +61,8 @@ func (l *lowering) name(role string) string { return l.p + "_" + role }
 // work items over the thread pool.
 func (l *lowering) prefill(decodeIsEntry bool) *ir.Kernel {
 	QT := QTile(l.G)
-	params := append([]*ir.Param{
-		buf("q", l.dt, false, "total_q", itoa(l.H), itoa(l.D)),
-		buf("qo_indptr", ir.I32, false, "batch_size+1"),
-	}, append(l.maskParams("total_q"), l.ropeParams("total_q")...)...)
+	params := append(l.qParams("total_q"), buf("qo_indptr", ir.I32, false, "batch_size+1"))
+	params = append(params, append(l.maskParams("total_q"), l.ropeParams("total_q")...)...)
 	params = append(append(params, l.cacheParams()...), l.outParams("total_q")...)
 	var b blk
 	b.vr("max_qt", i32(0))
@@ -113,8 +111,7 @@ func (l *lowering) prefill(decodeIsEntry bool) *ir.Kernel {
 }
 
 func (l *lowering) decodeParams() []*ir.Param {
-	params := append([]*ir.Param{buf("q", l.dt, false, "batch_size", itoa(l.H), itoa(l.D))},
-		append(l.maskParams("batch_size"), l.ropeParams("batch_size")...)...)
+	params := append(l.qParams("batch_size"), append(l.maskParams("batch_size"), l.ropeParams("batch_size")...)...)
 	return append(append(params, l.cacheParams()...), l.outParams("batch_size")...)
 }
 

@@ -51,8 +51,15 @@ func QTile(g int) int {
 // Unsupported reports the first feature of v that this version cannot
 // generate kernels for, as file:line:col: not supported yet: <feature>.
 func Unsupported(v *ir.Variant) error {
+	if v.MLA != nil && v.Rope != nil {
+		return ir.Errorf(v.Rope.Pos, "not supported yet: rope inline with mla (MLA's rope part arrives rotated in q_pe and kpe_pages)")
+	}
 	if v.MLA != nil {
-		return ir.Errorf(v.MLA.Pos, "not supported yet: mla")
+		for _, k := range v.Kernels {
+			if k.Role == ir.RoleAppend || k.Role == ir.RoleCopyPage {
+				return ir.Errorf(k.Pos, "not supported yet: kernel %s with mla", k.Role)
+			}
+		}
 	}
 	for _, k := range v.Kernels {
 		switch k.Role {
@@ -122,11 +129,7 @@ func (l *lowering) pageShape(d int) []string {
 
 // cacheParams are the paged-cache arguments shared by prefill and decode.
 func (l *lowering) cacheParams() []*ir.Param {
-	return append([]*ir.Param{
-		buf("k_pages", l.dt, false, l.pageShape(l.D)...),
-		buf("v_pages", l.dt, false, l.pageShape(l.DV)...),
-		scalar("num_pages"),
-	}, append(l.tableParams(), scalar("batch_size"))...)
+	return append(append(l.pageParams(false), scalar("num_pages")), append(l.tableParams(), scalar("batch_size"))...)
 }
 
 // outParams are the learned sinks (when the variant has them) and the
@@ -233,11 +236,14 @@ func (l *lowering) attend(b *blk, w tileWork) {
 	b.loop("g", i32(0), i32(G), ir.Serial, "", func(t *blk) {
 		t.loop("r", i32(0), w.rows, ir.Serial, "", func(u *blk) {
 			row := u.let("row", rowOf())
-			qrow := u.let("qrow", mul(i64(add(mul(add(w.qRow0, r), i32(l.H)), add(mul(w.kvh, i32(G)), g))), ir.IntT(ir.I64, int64(D))))
-			u.loop("d", i32(0), i32(D), ir.Vector, "", func(x *blk) {
-				l.stageRow(x, "qs", add(mul(row, i32(D)), d), l.qRopePos(x, add(w.qRow0, r)), d,
-					func(k ir.Expr) ir.Expr { return tof32(ld("q", l.dt, add(qrow, i64(k)))) }, true)
-			})
+			qflat := u.let("qflat", i64(add(mul(add(w.qRow0, r), i32(l.H)), add(mul(w.kvh, i32(G)), g))))
+			for _, sg := range l.qSegs() {
+				qrow := u.let("qrow"+segName(sg), mul(qflat, ir.IntT(ir.I64, int64(sg.w))))
+				u.loop("d", i32(0), i32(sg.w), ir.Vector, "", func(x *blk) {
+					l.stageRow(x, "qs", add(mul(row, i32(D)), plus(d, sg.off)), l.qRopePos(x, add(w.qRow0, r)), d,
+						func(k ir.Expr) ir.Expr { return tof32(ld(sg.buf, l.dt, add(qrow, i64(k)))) }, true)
+				})
+			}
 			u.store("mx", row, negInf())
 			u.store("den", row, f32(0))
 			u.loop("d", i32(0), i32(DV), ir.Vector, "", func(x *blk) {
@@ -256,15 +262,19 @@ func (l *lowering) attend(b *blk, w tileWork) {
 			page := u.let("page", l.pageAt(w.kvBeg, pos))
 			slot := u.let("slot", ir.Bin(ir.And, pos, i32(l.PS-1)))
 			load := func(x *blk) {
-				krow := x.let("krow", l.rowIndex(page, w.kvh, slot, D))
-				vrow := x.let("vrow", l.rowIndex(page, w.kvh, slot, DV))
-				x.loop("d", i32(0), i32(D), ir.Vector, "", func(y *blk) {
-					l.stageRow(y, "kb", add(mul(j, i32(D)), d), l.kRopePos(y, pos, w.b), d,
-						func(k ir.Expr) ir.Expr { return tof32(ld("k_pages", l.dt, add(krow, i64(k)))) }, true)
-				})
-				x.loop("d", i32(0), i32(DV), ir.Vector, "", func(y *blk) {
-					y.store("vb", add(mul(j, i32(DV)), d), tof32(ld("v_pages", l.dt, add(vrow, i64(d)))))
-				})
+				for _, sg := range l.kSegs() {
+					krow := x.let("krow"+segName(sg), l.rowIndex(page, w.kvh, slot, sg.w))
+					x.loop("d", i32(0), i32(sg.w), ir.Vector, "", func(y *blk) {
+						l.stageRow(y, "kb", add(mul(j, i32(D)), plus(d, sg.off)), l.kRopePos(y, pos, w.b), d,
+							func(k ir.Expr) ir.Expr { return tof32(ld(sg.buf, l.dt, add(krow, i64(k)))) }, true)
+					})
+				}
+				for _, sg := range l.vSegs() {
+					vrow := x.let("vrow"+segName(sg), l.rowIndex(page, w.kvh, slot, sg.w))
+					x.loop("d", i32(0), i32(sg.w), ir.Vector, "", func(y *blk) {
+						y.store("vb", add(mul(j, i32(DV)), plus(d, sg.off)), tof32(ld(sg.buf, l.dt, add(vrow, i64(d)))))
+					})
+				}
 			}
 			if !l.hidesBlocks() {
 				load(u)

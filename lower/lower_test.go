@@ -137,7 +137,9 @@ func TestOnlineSoftmaxShape(t *testing.T) {
 func TestUnsupported(t *testing.T) {
 	p := ir.Pos{File: "s.attn", Line: 3, Col: 5}
 	cases := map[string]func(*ir.Variant){
-		"s.attn:3:5: not supported yet: mla": func(v *ir.Variant) { v.MLA = &ir.MLA{Pos: p} },
+		"s.attn:3:5: not supported yet: rope inline with mla (MLA's rope part arrives rotated in q_pe and kpe_pages)": func(v *ir.Variant) {
+			v.MLA, v.Rope = &ir.MLA{Pos: p}, &ir.Rope{Pos: p}
+		},
 	}
 	for want, f := range cases {
 		v := testVariant()

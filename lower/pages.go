@@ -14,23 +14,16 @@ const (
 )
 
 func (l *lowering) appendParams() []*ir.Param {
-	return []*ir.Param{
+	return append([]*ir.Param{
 		buf("k", l.dt, false, "n", itoa(l.KVH), itoa(l.D)),
 		buf("v", l.dt, false, "n", itoa(l.KVH), itoa(l.DV)),
 		buf("position_map", ir.I32, false, "n"),
 		scalar("n"),
-		buf("k_pages", l.dt, true, l.pageShape(l.D)...),
-		buf("v_pages", l.dt, true, l.pageShape(l.DV)...),
-		scalar("num_pages"),
-	}
+	}, append(l.pageParams(true), scalar("num_pages"))...)
 }
 
 func (l *lowering) copyPageParams() []*ir.Param {
-	return []*ir.Param{
-		buf("k_pages", l.dt, true, l.pageShape(l.D)...),
-		buf("v_pages", l.dt, true, l.pageShape(l.DV)...),
-		scalar("num_pages"), scalar("src_page"), scalar("dst_page"), scalar("length"),
-	}
+	return append(l.pageParams(true), scalar("num_pages"), scalar("src_page"), scalar("dst_page"), scalar("length"))
 }
 
 // rowLoop spreads body over the d elements of a row.

@@ -104,9 +104,6 @@ func PageIndex(v *ir.Variant, page, h, slot, dim, d int) int {
 }
 
 func unsupported(v *ir.Variant) {
-	if v.MLA != nil {
-		panic("reference: mla not supported by reference")
-	}
 }
 
 // check panics when c does not fit v.

@@ -101,6 +101,17 @@ func NewCase(v *ir.Variant, rng *rand.Rand, spec CaseSpec) *Case {
 	slots := c.NumPages * v.KVHeads * ps
 	c.KPages = uniform(slots * v.HeadDimQK)
 	c.VPages = uniform(slots * v.HeadDimV)
+	if v.MLA != nil {
+		// MLA's value row is the compressed KV: the key row's first
+		// kv_lora_rank elements.
+		for p := range c.NumPages {
+			for slot := range ps {
+				for d := range v.HeadDimV {
+					c.VPages[PageIndex(v, p, 0, slot, d, v.HeadDimV)] = c.KPages[PageIndex(v, p, 0, slot, d, v.HeadDimQK)]
+				}
+			}
+		}
+	}
 	if learned(v) {
 		c.Sinks = make([]float32, v.QOHeads)
 		for h := range c.Sinks {
