@@ -27,6 +27,7 @@ import (
 	"math"
 	"math/rand"
 	"runtime"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -276,11 +277,12 @@ type workload struct {
 }
 
 // newWorkload builds a random paged cache for sh: every sequence's pages
-// scattered over the pool in random order, values uniform in [-1, 1].
+// scattered over the pool in random order, values uniform in [-1, 1]
+// (reference.NewCase's cases).
 func newWorkload(s *conformance.Suite, role ir.Role, sh shape, seed int64) (w *workload, err error) {
 	v := s.V
 	rng := rand.New(rand.NewSource(seed))
-	ps, es := v.PageSize, reference.Size(v.DType)
+	es := reference.Size(v.DType)
 	w = &workload{s: s, role: role, vals: map[string]int64{}}
 	defer func() {
 		if err != nil {
@@ -288,69 +290,27 @@ func newWorkload(s *conformance.Suite, role ir.Role, sh shape, seed int64) (w *w
 		}
 	}()
 	batch := len(sh.qLens)
-	qoIndptr, kvIndptr := []int32{0}, []int32{0}
-	var last []int32
-	totalQ, numPages := 0, 0
+	rowBytes := int64(v.KVHeads) * int64(v.HeadDimQK+v.HeadDimV) * int64(es)
+	if v.MLA != nil { // V is the compressed KV that K already holds
+		rowBytes = int64(v.HeadDimQK) * int64(es)
+	}
 	for b := range batch {
-		totalQ += sh.qLens[b]
-		np := (sh.kvLens[b] + ps - 1) / ps
-		numPages += np
-		qoIndptr = append(qoIndptr, int32(totalQ))
-		kvIndptr = append(kvIndptr, int32(numPages))
-		last = append(last, int32(sh.kvLens[b]-(np-1)*ps))
-		w.kvBytes += int64(sh.kvLens[b]) * int64(v.KVHeads) * int64(v.HeadDimQK+v.HeadDimV) * int64(es)
+		w.kvBytes += int64(sh.kvLens[b]) * rowBytes
 	}
-	indices := make([]int32, numPages)
-	for i, p := range rng.Perm(numPages) {
-		indices[i] = int32(p)
-	}
+	// The conformance layout of a reference case: every feature's
+	// arguments (page tables, masks, RoPE positions, MLA parts) by name.
+	c := reference.NewCase(v, rng, reference.CaseSpec{Name: "bench", QLens: sh.qLens, KVLens: sh.kvLens})
+	vals, bufs := s.CaseArgs(c)
 	var names []string
-	add := func(name string, b *cpurt.Buffer) *cpurt.Buffer {
-		w.host = append(w.host, b)
+	for name := range bufs {
 		names = append(names, name)
-		w.vals[name] = b.Ptr()
-		return b
 	}
-	add("q", randomBuffer(rng, v.DType, totalQ*v.QOHeads*v.HeadDimQK))
-	add("qo_indptr", cpurt.I32Buffer(qoIndptr))
-	add("k_pages", randomBuffer(rng, v.DType, numPages*v.KVHeads*ps*v.HeadDimQK))
-	add("v_pages", randomBuffer(rng, v.DType, numPages*v.KVHeads*ps*v.HeadDimV))
-	if v.Table == ir.BlockTable {
-		// vLLM's table: batch rows of max_blocks page ids, -1 past the end.
-		maxBlocks := 1
-		for b := range batch {
-			maxBlocks = max(maxBlocks, int(kvIndptr[b+1]-kvIndptr[b]))
-		}
-		table := make([]int32, batch*maxBlocks)
-		kvLens := make([]int32, batch)
-		for b := range batch {
-			for j := range maxBlocks {
-				table[b*maxBlocks+j] = -1
-				if k := int(kvIndptr[b]) + j; k < int(kvIndptr[b+1]) {
-					table[b*maxBlocks+j] = indices[k]
-				}
-			}
-			kvLens[b] = int32(sh.kvLens[b])
-		}
-		add("block_table", cpurt.I32Buffer(table))
-		add("kv_lens", cpurt.I32Buffer(kvLens))
-		w.vals["max_blocks"] = int64(maxBlocks)
-	} else {
-		add("kv_indptr", cpurt.I32Buffer(kvIndptr))
-		add("kv_indices", cpurt.I32Buffer(indices))
-		add("kv_last_page_len", cpurt.I32Buffer(last))
+	sort.Strings(names)
+	for _, name := range names {
+		w.host = append(w.host, bufs[name])
 	}
-	if v.Sinks != nil && v.Sinks.Kind == ir.SinkLearned {
-		sinks := make([]float32, v.QOHeads)
-		for h := range sinks {
-			sinks[h] = 4*rng.Float32() - 2
-		}
-		add("sinks", cpurt.F32Buffer(sinks))
-	}
-	w.o = add("o", cpurt.NewBuffer(totalQ*v.QOHeads*v.HeadDimV*es))
-	add("lse", cpurt.NewBuffer(4*totalQ*v.QOHeads))
-	w.vals["num_pages"] = int64(numPages)
-	w.vals["batch_size"] = int64(batch)
+	w.vals = vals
+	w.o = bufs["o"]
 	if s.Dev == nil {
 		return w, nil
 	}
@@ -370,22 +330,6 @@ func newWorkload(s *conformance.Suite, role ir.Role, sh shape, seed int64) (w *w
 		}
 	}
 	return w, nil
-}
-
-// randomBuffer holds n values of dt: 4096 random values in [-1, 1],
-// repeated (generating every value would take longer than the benchmark).
-func randomBuffer(rng *rand.Rand, dt ir.DType, n int) *cpurt.Buffer {
-	const period = 4096
-	xs := make([]float32, min(n, period))
-	for i := range xs {
-		xs[i] = rng.Float32()*2 - 1
-	}
-	tile := reference.Encode(dt, xs)
-	b := cpurt.NewBuffer(n * reference.Size(dt))
-	for m := b.U8(); len(m) > 0; {
-		m = m[copy(m, tile):]
-	}
-	return b
 }
 
 // call runs the entry once and fails on a nonzero status.

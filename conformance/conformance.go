@@ -251,6 +251,14 @@ func (s *Suite) buffers(c *reference.Case) *caseBuffers {
 	return cb
 }
 
+// CaseArgs lays out case c as the arguments of the suite's attention
+// entries (host memory): scalar values and every buffer by name. Callers
+// free the buffers.
+func (s *Suite) CaseArgs(c *reference.Case) (vals map[string]int64, bufs map[string]*cpurt.Buffer) {
+	cb := s.buffers(c)
+	return cb.vals, cb.byName
+}
+
 func nanSlice(n int) []float32 {
 	xs := make([]float32, n)
 	poisonF32(xs)

@@ -20,10 +20,21 @@ import (
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
 
-const (
-	llama3   = "../../examples/llama3_8b.attn"
-	deepseek = "../../examples/deepseek_v3_mla.attn"
-)
+const llama3 = "../../examples/llama3_8b.attn"
+
+// unsupportedSpec combines inline RoPE with MLA, which attnc rejects at
+// build time ("not supported yet"): every DESIGN example is supported.
+const unsupportedSpec = `variant mla_rope {
+  mla(heads = 16, kv_lora_rank = 64, rope_dim = 32)
+  dtype bf16
+  cache paged(page_size = 16)
+  rope inline(theta = 10000)
+  scale 0.1
+}
+`
+
+// unsupported writes unsupportedSpec to a temporary file.
+func unsupported(t *testing.T) string { return writeSpec(t, "mla_rope.attn", unsupportedSpec) }
 
 // attnc runs the command line in-process and returns its output and exit status.
 func attnc(t *testing.T, args ...string) (stdout, stderr string, code int) {
@@ -158,24 +169,25 @@ func keys(m map[string][]byte) []string {
 }
 
 func TestCheck(t *testing.T) {
+	bad := unsupported(t)
 	o, _ := mustRun(t, "check", llama3)
 	if o != "ok llama3_8b\n" {
 		t.Errorf("check %s printed %q, want %q", llama3, o, "ok llama3_8b\n")
 	}
-	o, e, code := attnc(t, "check", deepseek)
+	o, e, code := attnc(t, "check", bad)
 	if code != 1 {
-		t.Errorf("check %s: exit %d, want 1", deepseek, code)
+		t.Errorf("check %s: exit %d, want 1", bad, code)
 	}
-	want := regexp.MustCompile(`^` + regexp.QuoteMeta(deepseek) + `:\d+:\d+: not supported yet`)
+	want := regexp.MustCompile(`^` + regexp.QuoteMeta(bad) + `:\d+:\d+: not supported yet`)
 	if !want.MatchString(e) {
-		t.Errorf("check %s: stderr %q does not match %s", deepseek, e, want)
+		t.Errorf("check %s: stderr %q does not match %s", bad, e, want)
 	}
-	if strings.Contains(o, "ok deepseek") {
+	if strings.Contains(o, "ok mla_rope") {
 		t.Errorf("check printed ok for an unsupported variant: %q", o)
 	}
 
 	// Every variant is checked: the supported one still reports ok.
-	_, e, code = attnc(t, "check", deepseek, llama3)
+	_, e, code = attnc(t, "check", bad, llama3)
 	if code != 1 || !strings.Contains(e, "not supported yet") {
 		t.Errorf("check of both specs: exit %d, stderr %q", code, e)
 	}
@@ -269,6 +281,7 @@ func TestPasses(t *testing.T) {
 }
 
 func TestExplain(t *testing.T) {
+	bad := unsupported(t)
 	o, _ := mustRun(t, "explain", llama3)
 	for _, want := range []string{"variant llama3_8b", "llama3_8b_prefill", "dispatch rules:"} {
 		if !strings.Contains(o, want) {
@@ -287,9 +300,9 @@ func TestExplain(t *testing.T) {
 	if code != 1 || !strings.Contains(e, "--q-len has 2 values") {
 		t.Errorf("explain with mismatched lists: exit %d, stderr %q", code, e)
 	}
-	_, e, code = attnc(t, "explain", deepseek)
+	_, e, code = attnc(t, "explain", bad)
 	if code != 1 || !strings.Contains(e, "not supported yet") {
-		t.Errorf("explain %s: exit %d, stderr %q", deepseek, code, e)
+		t.Errorf("explain %s: exit %d, stderr %q", bad, code, e)
 	}
 }
 
@@ -327,13 +340,14 @@ func TestVerifySmall(t *testing.T) {
 }
 
 func TestVerifySkipsUnsupported(t *testing.T) {
+	bad := unsupported(t)
 	needTools(t, true)
-	o, e, code := attnc(t, "verify", deepseek)
+	o, e, code := attnc(t, "verify", bad)
 	if code != 0 {
 		t.Fatalf("verify of an unsupported variant: exit %d\nstdout:\n%s\nstderr:\n%s", code, o, e)
 	}
-	if !strings.Contains(o, "skip deepseek_v3_mla: ") || !strings.Contains(o, "0 passed, 0 failed") {
-		t.Errorf("verify %s printed:\n%s", deepseek, o)
+	if !strings.Contains(o, "skip mla_rope: ") || !strings.Contains(o, "0 passed, 0 failed") {
+		t.Errorf("verify %s printed:\n%s", bad, o)
 	}
 }
 
@@ -352,9 +366,10 @@ func needEmu(t *testing.T) {
 }
 
 func TestVerifyCUDAEmulated(t *testing.T) {
+	bad := unsupported(t)
 	needEmu(t)
 	p := writeSpec(t, "small.attn", smallSpec)
-	o, e, code := attnc(t, "verify", p, deepseek, "--target", "cuda", "--threads", "1,4")
+	o, e, code := attnc(t, "verify", p, bad, "--target", "cuda", "--threads", "1,4")
 	if code != 0 {
 		t.Fatalf("verify --target cuda: exit %d\nstdout:\n%s\nstderr:\n%s", code, o, e)
 	}
@@ -367,7 +382,7 @@ func TestVerifyCUDAEmulated(t *testing.T) {
 	if strings.Contains(o, "threads=4") {
 		t.Errorf("verify --target cuda ran cases per --threads value:\n%s", o)
 	}
-	if !regexp.MustCompile(`(?m)^8 passed, 0 failed \(1 skipped: not supported yet\)$`).MatchString(o) || !strings.Contains(o, "skip deepseek_v3_mla: ") {
+	if !regexp.MustCompile(`(?m)^8 passed, 0 failed \(1 skipped: not supported yet\)$`).MatchString(o) || !strings.Contains(o, "skip mla_rope: ") {
 		t.Errorf("verify --target cuda summary:\n%s", o)
 	}
 }
@@ -418,8 +433,9 @@ func TestGPUWithoutNVCC(t *testing.T) {
 
 func TestBenchCPU(t *testing.T) {
 	needTools(t, true)
+	bad := unsupported(t)
 	p := writeSpec(t, "small.attn", smallSpec)
-	o, e, code := attnc(t, "bench", p, deepseek, "--seconds", "0.01", "--batch", "2", "--kv-len", "100", "--q-len", "20", "--threads", "2")
+	o, e, code := attnc(t, "bench", p, bad, "--seconds", "0.01", "--batch", "2", "--kv-len", "100", "--q-len", "20", "--threads", "2")
 	if code != 0 {
 		t.Fatalf("bench: exit %d\nstdout:\n%s\nstderr:\n%s", code, o, e)
 	}
@@ -427,7 +443,7 @@ func TestBenchCPU(t *testing.T) {
 		`(?m)^bench small target=cpu threads=2 dtype=f32 qo_heads=4 kv_heads=2 head_dim_qk=64 head_dim_v=64 page_size=4$`,
 		`(?m)^decode  small batch=2 kv_len=100 calls=\d+ ms=\S+ kv_bytes=204800 gbps=\S+ copy=memmove\(2 threads\) copy_ms=\S+ copy_gbps=\S+ ratio_vs_copy=\S+ gflops=\S+$`,
 		`(?m)^prefill small batch=1 q_len=20 kv_len=20 causal=true calls=\d+ ms=\S+ gflops=\S+ tflops=\S+ ratio_vs_decode=\S+$`,
-		`(?m)^skip deepseek_v3_mla: `,
+		`(?m)^skip mla_rope: `,
 	} {
 		if !regexp.MustCompile(re).MatchString(o) {
 			t.Errorf("bench output does not match %s:\n%s", re, o)
