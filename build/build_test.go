@@ -197,3 +197,48 @@ func TestCUDAToPTX(t *testing.T) {
 		}
 	}
 }
+
+// TestCUDANVCCBranch compiles every in-scope example's .cu as nvcc would
+// see it (the __NVCC__ branch: host launchers and device kernels), with
+// clang-19 and a stub <cuda_runtime.h>, since nvcc is not installed here.
+func TestCUDANVCCBranch(t *testing.T) {
+	clang, err := cuda.ClangCUDA()
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI needs clang-19: %v", err)
+		}
+		t.Skipf("skipping: %v", err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "cuda_runtime.h"), []byte(cuda.NVCCStub), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, ex := range inScope {
+		out := buildTargets(t, ex, "cuda")
+		cu := filepath.Join(dir, ex+".cu")
+		if err := os.WriteFile(cu, artifact(out, ex+".cu"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for _, side := range [][]string{{"--cuda-host-only", "-c"}, {"--cuda-device-only", "-S"}} {
+			cmd := exec.Command(clang, "-x", "cuda", side[0], side[1], "--cuda-gpu-arch=sm_90", "-nocudainc", "-nocudalib", "-Werror",
+				"-Xclang", "-target-feature", "-Xclang", "+ptx78", "-D__NVCC__", "-I"+dir, "-O1", "-o", filepath.Join(dir, ex+side[0]+".out"), cu)
+			if msg, err := cmd.CombinedOutput(); err != nil {
+				t.Errorf("%s %s: %v\n%s", ex, side[0], err, msg)
+			}
+		}
+	}
+}
+
+// buildTargets builds one example for the given targets.
+func buildTargets(t *testing.T, ex string, targets ...string) *Output {
+	t.Helper()
+	vs, err := ParseSpecs([]string{filepath.Join("..", "examples", ex+".attn")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := Build(vs, Options{Targets: targets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}

@@ -47,9 +47,11 @@ typedef uint4 attnc_v16; // 128-bit loads and stores
 #else
 typedef uint32_t attnc_v16 __attribute__((vector_size(16)));
 #endif
+// min/max with the IR's semantics, for kernels and for host launchers
+// (the split rule).
 #define ATTNC_HD_MINMAX(T) \
-  ATTNC_DEV T attnc_min(T a, T b) { return a < b ? a : b; } \
-  ATTNC_DEV T attnc_max(T a, T b) { return a > b ? a : b; }
+  static __host__ __device__ inline T attnc_min(T a, T b) { return a < b ? a : b; } \
+  static __host__ __device__ inline T attnc_max(T a, T b) { return a > b ? a : b; }
 ATTNC_HD_MINMAX(int32_t)
 ATTNC_HD_MINMAX(int64_t)
 ATTNC_HD_MINMAX(float)
@@ -159,7 +161,7 @@ func (p *printer) stmt(s ir.Stmt) {
 	case *ir.For:
 		p.forStmt(s)
 	case *ir.If:
-		p.line("if (%s) {", p.expr(s.Cond))
+		p.line("if %s {", p.cond(s.Cond))
 		p.indent++
 		p.block(s.Then)
 		p.indent--
@@ -257,6 +259,15 @@ func SharedBytes(k *ir.Kernel) int {
 		return []ir.Stmt{s}
 	})
 	return n
+}
+
+// cond prints an if condition with exactly one pair of parentheses.
+func (p *printer) cond(e ir.Expr) string {
+	s := p.expr(e)
+	if b, ok := e.(*ir.Binary); ok && !b.Op.IsCall() {
+		return s // already "(x op y)"
+	}
+	return "(" + s + ")"
 }
 
 func (p *printer) expr(e ir.Expr) string {
@@ -369,10 +380,10 @@ func launcher(sb *strings.Builder, m *ir.Module, l ir.Launcher) {
 	fmt.Fprintf(sb, "\n// %s: the %s entry point.\nextern \"C\" int32_t %s(%s, attnc_stream_t stream) {\n", l.Name, l.Role, l.Name, strings.Join(ps, ", "))
 	hp := &printer{m: m, host: true}
 	for _, c := range l.Checks {
-		fmt.Fprintf(sb, "  if (%s) return %d;\n", hp.expr(c.Fail), c.Code)
+		fmt.Fprintf(sb, "  if %s return %d;\n", hp.cond(c.Fail), c.Code)
 	}
 	if l.Skip != nil {
-		fmt.Fprintf(sb, "  if (%s) return 0;\n", hp.expr(l.Skip))
+		fmt.Fprintf(sb, "  if %s return 0;\n", hp.cond(l.Skip))
 	}
 	launches := func(ls []ir.Launch, indent string) {
 		for _, ln := range ls {
