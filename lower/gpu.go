@@ -46,9 +46,7 @@ func LowerGPU(v *ir.Variant) (*GPUModule, error) {
 		if decode {
 			return l.decodeParams()
 		}
-		params := append(l.qParams("total_q"), buf("qo_indptr", ir.I32, false, "batch_size+1"))
-		params = append(params, append(l.maskParams("total_q"), l.ropeParams("total_q")...)...)
-		return append(append(params, l.cacheParams()...), l.outParams("total_q")...)
+		return l.prefillParams()
 	}
 	bs, np := ir.R("batch_size", ir.I32), ir.R("num_pages", ir.I32)
 	attnChecks := []ir.Check{{Fail: lt(bs, i32(0)), Code: ErrBadArgument}, {Fail: lt(np, i32(0)), Code: ErrBadArgument}}

@@ -61,9 +61,7 @@ func (l *lowering) name(role string) string { return l.p + "_" + role }
 // work items over the thread pool.
 func (l *lowering) prefill(decodeIsEntry bool) *ir.Kernel {
 	QT := QTile(l.G)
-	params := append(l.qParams("total_q"), buf("qo_indptr", ir.I32, false, "batch_size+1"))
-	params = append(params, append(l.maskParams("total_q"), l.ropeParams("total_q")...)...)
-	params = append(append(params, l.cacheParams()...), l.outParams("total_q")...)
+	params := l.prefillParams()
 	var b blk
 	b.vr("max_qt", i32(0))
 	b.vr("single", ir.BoolConst(true))
@@ -110,6 +108,15 @@ func (l *lowering) prefill(decodeIsEntry bool) *ir.Kernel {
 	return &ir.Kernel{Name: l.name("prefill"), Role: ir.RolePrefill, Entry: true, Params: params, Body: b.block()}
 }
 
+// prefillParams are the prefill entry's arguments (CPU entry and CUDA
+// launcher alike).
+func (l *lowering) prefillParams() []*ir.Param {
+	params := append(l.qParams("total_q"), buf("qo_indptr", ir.I32, false, "batch_size+1"))
+	params = append(params, append(l.maskParams("total_q"), l.ropeParams("total_q")...)...)
+	return append(append(params, l.cacheParams()...), l.outParams("total_q")...)
+}
+
+// decodeParams are the decode entry's arguments.
 func (l *lowering) decodeParams() []*ir.Param {
 	params := append(l.qParams("batch_size"), append(l.maskParams("batch_size"), l.ropeParams("batch_size")...)...)
 	return append(append(params, l.cacheParams()...), l.outParams("batch_size")...)
