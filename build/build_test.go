@@ -56,6 +56,28 @@ func TestDeterministic(t *testing.T) {
 			t.Errorf("%s differs between two builds", a.Artifacts[i].Name)
 		}
 	}
+	// Both targets, every example at once.
+	var specs []string
+	for _, ex := range inScope {
+		specs = append(specs, filepath.Join("..", "examples", ex+".attn"))
+	}
+	vs, err := ParseSpecs(specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := Build(vs, Options{Targets: []string{"cpu", "cuda"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, _ := Build(vs, Options{Targets: []string{"cpu", "cuda"}})
+	if len(x.Artifacts) != 3*len(inScope)+1 {
+		t.Fatalf("artifacts: %d", len(x.Artifacts))
+	}
+	for i := range x.Artifacts {
+		if !bytes.Equal(x.Artifacts[i].Data, y.Artifacts[i].Data) {
+			t.Errorf("%s differs between two builds", x.Artifacts[i].Name)
+		}
+	}
 }
 
 // TestVectorized checks that opt -O3 vectorizes the generated kernels'
