@@ -176,18 +176,9 @@ func evalBinary(e *ir.Binary, env *Env) value {
 			return value{F: math.Min(a, b)}
 		case ir.Max:
 			return value{F: math.Max(a, b)}
-		case ir.Lt:
-			return value{I: b2i(a < b)}
-		case ir.Le:
-			return value{I: b2i(a <= b)}
-		case ir.Gt:
-			return value{I: b2i(a > b)}
-		case ir.Ge:
-			return value{I: b2i(a >= b)}
-		case ir.Eq:
-			return value{I: b2i(a == b)}
-		case ir.Ne:
-			return value{I: b2i(a != b)}
+		}
+		if e.Op.IsCompare() {
+			return value{I: b2i(compare(e.Op, a, b))}
 		}
 		panic(fmt.Sprintf("reference: %s on %s", e.Op, t))
 	}
@@ -223,20 +214,29 @@ func evalBinary(e *ir.Binary, env *Env) value {
 		r = a | b
 	case ir.Xor:
 		r = a ^ b
-	case ir.Lt:
-		return value{I: b2i(a < b)}
-	case ir.Le:
-		return value{I: b2i(a <= b)}
-	case ir.Gt:
-		return value{I: b2i(a > b)}
-	case ir.Ge:
-		return value{I: b2i(a >= b)}
-	case ir.Eq:
-		return value{I: b2i(a == b)}
-	case ir.Ne:
-		return value{I: b2i(a != b)}
+	default:
+		if e.Op.IsCompare() {
+			return value{I: b2i(compare(e.Op, a, b))}
+		}
 	}
 	return value{I: wrap(t, r)}
+}
+
+// compare applies comparison op (false on NaN except for !=).
+func compare[T int64 | float64](op ir.BinOp, a, b T) bool {
+	switch op {
+	case ir.Lt:
+		return a < b
+	case ir.Le:
+		return a <= b
+	case ir.Gt:
+		return a > b
+	case ir.Ge:
+		return a >= b
+	case ir.Eq:
+		return a == b
+	}
+	return a != b
 }
 
 func evalUnary(e *ir.Unary, env *Env) value {
