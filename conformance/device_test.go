@@ -244,30 +244,3 @@ func TestFindNVCCNamesTheFix(t *testing.T) {
 	}
 }
 
-// On a machine with nvcc and a GPU, a few variants of the emulated matrix
-// run on the GPU as well (scripts/gpu-check.sh runs the whole matrix
-// through attnc verify --target cuda --gpu).
-func TestCUDADeviceMatrix(t *testing.T) {
-	nvcc, err := FindNVCC()
-	if err != nil {
-		t.Skipf("skipping GPU tests: %v", err)
-	}
-	if _, err := OpenCUDA(); err != nil {
-		t.Skipf("skipping GPU tests: %v", err)
-	}
-	for _, src := range []string{cudaMatrix[1], cudaMatrix[2], cudaMatrix[6]} {
-		v := spec(t, src)
-		t.Run(v.Name, func(t *testing.T) {
-			s, err := BuildCUDADevice(v, t.TempDir(), nvcc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			for _, r := range s.RunAll([]int{1}, 11) {
-				if !r.Pass {
-					t.Errorf("%s", r)
-				}
-			}
-		})
-	}
-}
