@@ -243,4 +243,3 @@ func TestFindNVCCNamesTheFix(t *testing.T) {
 		t.Errorf("FindNVCC: %v", err)
 	}
 }
-
