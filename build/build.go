@@ -92,7 +92,7 @@ func CompileGPU(v *ir.Variant, po passes.Options) (*lower.GPUModule, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %s (cuda): %w", v.Pos, v.Name, err)
 	}
-	return &lower.GPUModule{Module: final, Launchers: gm.Launchers}, nil
+	return &lower.GPUModule{Module: final, Launchers: gm.Launchers, Lowered: gm.Module}, nil
 }
 
 // cudaManifest lists a variant's CUDA launchers (entries) and device
@@ -118,7 +118,7 @@ func cudaManifest(v *ir.Variant, gm *lower.GPUModule) []registry.KernelManifest 
 		out = append(out, registry.KernelManifest{Variant: v.Name, Role: string(l.Role), Symbol: l.Name, Entry: true,
 			Target: "cuda", File: v.Name + ".cu", Args: args, Returns: "i32 status", Constraints: registry.Constraints(v), Launch: launch})
 	}
-	for _, k := range gm.Module.Kernels {
+	for _, k := range gm.Lowered.Kernels { // storage dtypes, not the legalized i16
 		out = append(out, registry.KernelManifest{Variant: v.Name, Role: string(k.Role), Symbol: k.Name, Entry: false,
 			Target: "cuda", File: v.Name + ".cu", Args: registry.ArgsOf(k.Params), Returns: "void (__global__)",
 			Constraints: registry.Constraints(v),

@@ -264,3 +264,20 @@ func buildTargets(t *testing.T, ex string, targets ...string) *Output {
 	}
 	return out
 }
+
+// TestManifestStorageDTypes: every kernel in the manifest, CPU or CUDA,
+// entry or not, states the storage dtype of its cache and query buffers
+// (f16 for llama3_8b), not the i16 bits that legalization leaves.
+func TestManifestStorageDTypes(t *testing.T) {
+	out := buildTargets(t, "llama3_8b", "cpu", "cuda")
+	for _, k := range out.Manifest.Kernels {
+		for _, a := range k.Args {
+			switch a.Name {
+			case "q", "k_pages", "v_pages", "o", "v", "v_other":
+				if a.DType != "f16" {
+					t.Errorf("%s %s: %s has dtype %s, want f16", k.Target, k.Symbol, a.Name, a.DType)
+				}
+			}
+		}
+	}
+}

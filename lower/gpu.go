@@ -27,6 +27,9 @@ func GPUQTile(g int) int {
 type GPUModule struct {
 	Module    *ir.Module
 	Launchers []ir.Launcher
+	// Lowered is Module as lowering built it, once Module has been through
+	// the pass pipeline: its parameters keep the storage dtypes.
+	Lowered *ir.Module
 }
 
 // LowerGPU builds the CUDA schedule of v from the same pieces as Lower:
