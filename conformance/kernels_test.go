@@ -147,6 +147,12 @@ var matrixSpecs = []string{
 	  dtype f32
 	  cache paged(page_size = 64, table = block_table)
 	  scale 0.07 }`,
+	`variant ps16_gqa24_head_tiles { heads qo = 48, kv = 2
+	  head_dim 64
+	  dtype f16
+	  cache paged(page_size = 16)
+	  mask window(left = 50)
+	  sinks learned }`,
 	`variant ps128_gqa4 { heads qo = 16, kv = 4
 	  head_dim 64
 	  dtype f32

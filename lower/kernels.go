@@ -55,12 +55,28 @@ func PlanSplitsDef() *ir.Def {
 
 func (l *lowering) name(role string) string { return l.p + "_" + role }
 
+// headTiles is the number of CPU work items a GQA group splits into.
+func (l *lowering) headTiles() int { return l.G / HeadTile(l.G) }
+
+// splitItem binds a work item's sequence, kv head and head tile from x =
+// (b * kv_heads + kvh) * headTiles + ht.
+func (l *lowering) splitItem(b *blk, x ir.Expr) (sb, kvh, ht ir.Expr) {
+	if n := l.headTiles(); n > 1 {
+		ht = b.let("ht", rem(x, i32(n)))
+		x = b.let("rest_h", div(x, i32(n)))
+	} else {
+		ht = i32(0)
+	}
+	kvh = b.let("kvh", rem(x, i32(l.KVH)))
+	return b.let("b", div(x, i32(l.KVH))), kvh, ht
+}
+
 // prefill is the ragged-query entry. When every sequence has exactly one
 // query token laid out as in decode, it dispatches to the decode kernel
 // (which may split KV); otherwise it runs (sequence, kv head, query tile)
 // work items over the thread pool.
 func (l *lowering) prefill(decodeIsEntry bool) *ir.Kernel {
-	QT := QTile(l.G)
+	QT := QTile(HeadTile(l.G))
 	params := l.prefillParams()
 	var b blk
 	b.vr("max_qt", i32(0))
@@ -87,20 +103,18 @@ func (l *lowering) prefill(decodeIsEntry bool) *ir.Kernel {
 		t.add(&ir.Return{Value: ir.R("st", ir.I32)})
 	})
 	maxQT := ir.R("max_qt", ir.I32)
-	nItems := b.let("n_items", mul(mul(bs, i32(l.KVH)), maxQT))
+	nItems := b.let("n_items", mul(mul(bs, i32(l.KVH*l.headTiles())), maxQT))
 	item := ir.R("item", ir.I32)
 	b.loop("item", i32(0), nItems, ir.Parallel, "work", func(t *blk) {
 		qt := t.let("qt", rem(item, maxQT))
-		rest := t.let("rest", div(item, maxQT))
-		kvh := t.let("kvh", rem(rest, i32(l.KVH)))
-		sb := t.let("b", div(rest, i32(l.KVH)))
+		sb, kvh, ht := l.splitItem(t, t.let("rest", div(item, maxQT)))
 		qBeg := t.let("q_beg", ldi("qo_indptr", sb))
 		qLen := t.let("q_len", sub(ldi("qo_indptr", add(sb, i32(1))), qBeg))
 		qLo := t.let("q_lo", mul(qt, i32(QT)))
 		t.when(ge(qLo, qLen), func(u *blk) { u.add(&ir.Continue{}) })
 		rows := t.let("rows", minE(i32(QT), sub(qLen, qLo)))
 		kvBeg, kvLen := l.seqPages(t, sb, "", false)
-		l.attend(t, tileWork{qt: QT, b: sb, kvh: kvh, qRow0: add(qBeg, qLo), rows: rows, qBase: sub(kvLen, qLen),
+		l.attend(t, tileWork{qt: QT, b: sb, kvh: kvh, ht: ht, qRow0: add(qBeg, qLo), rows: rows, qBase: sub(kvLen, qLen),
 			qPos0: t.let("q_pos0", add(sub(kvLen, qLen), qLo)), kvBeg: kvBeg, kvLen: kvLen,
 			tileLo: i32(0), tileHi: ceilDiv(kvLen, KVTile), store: l.storeOut})
 	})
@@ -136,7 +150,7 @@ func (l *lowering) decode(entry bool) *ir.Kernel {
 		})
 	bs := ir.R("batch_size", ir.I32)
 	b.add(&ir.CallStmt{Result: "threads", Fn: "rt.num_threads"})
-	items := b.let("items", mul(bs, i32(l.KVH)))
+	items := b.let("items", mul(bs, i32(l.KVH*l.headTiles())))
 	splits := b.let("splits", &ir.Call{Fn: "plan_splits", Args: []ir.Expr{items, ir.R("threads", ir.I32), ir.R("max_tiles", ir.I32)}, T: ir.I32})
 	// seq binds the per-sequence lets of a work item.
 	seq := func(t *blk, sb ir.Expr) (kvBeg, kvLen ir.Expr) {
@@ -145,10 +159,9 @@ func (l *lowering) decode(entry bool) *ir.Kernel {
 	item := ir.R("item", ir.I32)
 	b.when(le(splits, i32(1)), func(t *blk) {
 		t.loop("item", i32(0), items, ir.Parallel, "work", func(u *blk) {
-			kvh := u.let("kvh", rem(item, i32(l.KVH)))
-			sb := u.let("b", div(item, i32(l.KVH)))
+			sb, kvh, ht := l.splitItem(u, item)
 			kvBeg, kvLen := seq(u, sb)
-			l.attend(u, tileWork{qt: 1, b: sb, kvh: kvh, qRow0: sb, rows: i32(1), qPos0: sub(kvLen, i32(1)), qBase: sub(kvLen, i32(1)),
+			l.attend(u, tileWork{qt: 1, b: sb, kvh: kvh, ht: ht, qRow0: sb, rows: i32(1), qPos0: sub(kvLen, i32(1)), qBase: sub(kvLen, i32(1)),
 				kvBeg: kvBeg, kvLen: kvLen, tileLo: i32(0), tileHi: ceilDiv(kvLen, KVTile), store: l.storeOut})
 		})
 		t.add(&ir.Return{Value: i32(0)})
@@ -159,14 +172,12 @@ func (l *lowering) decode(entry bool) *ir.Kernel {
 	b.add(&ir.Malloc{Name: "part_lse", T: ir.F32, Size: mul(splits, rowsPerSplit)})
 	b.loop("item", i32(0), mul(items, splits), ir.Parallel, "work", func(u *blk) {
 		sp := u.let("sp", rem(item, splits))
-		rest := u.let("rest", div(item, splits))
-		kvh := u.let("kvh", rem(rest, i32(l.KVH)))
-		sb := u.let("b", div(rest, i32(l.KVH)))
+		sb, kvh, ht := l.splitItem(u, u.let("rest", div(item, splits)))
 		kvBeg, kvLen := seq(u, sb)
 		nt := u.let("n_tiles", ceilDiv(kvLen, KVTile))
 		per := u.let("per", div(add(nt, sub(splits, i32(1))), splits))
 		tLo := u.let("t_lo", minE(mul(sp, per), nt))
-		l.attend(u, tileWork{qt: 1, b: sb, kvh: kvh, qRow0: sb, rows: i32(1), qPos0: sub(kvLen, i32(1)), qBase: sub(kvLen, i32(1)),
+		l.attend(u, tileWork{qt: 1, b: sb, kvh: kvh, ht: ht, qRow0: sb, rows: i32(1), qPos0: sub(kvLen, i32(1)), qBase: sub(kvLen, i32(1)),
 			kvBeg: kvBeg, kvLen: kvLen, tileLo: tLo, tileHi: minE(add(tLo, per), nt), partial: true,
 			store: func(x *blk, qrow, head ir.Expr, acc func(ir.Expr) ir.Expr, inv, lse ir.Expr) {
 				flat := x.let("pflat", add(mul(add(mul(sp, bs), qrow), i32(l.H)), head))

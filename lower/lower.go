@@ -39,8 +39,22 @@ var Errors = []ir.ErrorCode{
 // a tile may span many small pages or part of a large one.
 const KVTile = 64
 
-// QTile is the number of query rows per work item for group size g, chosen so
-// that a work item holds about 64 (row, head) pairs.
+// HeadTile is how many qo heads of a GQA group a CPU work item serves: the
+// whole group up to 16 heads (so a K/V tile is loaded once for all of
+// them), else the largest divisor of the group not above 16, which keeps a
+// work item's stack arrays small and gives wide groups (MQA, MLA's 128
+// heads) parallelism.
+func HeadTile(g int) int {
+	for d := min(g, 16); d > 1; d-- {
+		if g%d == 0 {
+			return d
+		}
+	}
+	return 1
+}
+
+// QTile is the number of query rows per work item for group size g (use
+// HeadTile(G)), chosen so that a work item holds about 64 (row, head) pairs.
 func QTile(g int) int {
 	if g >= 64 {
 		return 1
@@ -208,6 +222,7 @@ type tileWork struct {
 	store        func(b *blk, row, head ir.Expr, acc func(dv ir.Expr) ir.Expr, inv, lse ir.Expr)
 	partial      bool    // a split-KV chunk: learned sinks join at the merge
 	qBase        ir.Expr // position of the sequence's first query token
+	ht           ir.Expr // head tile: heads ht*HeadTile(G) .. of the group
 }
 
 // attend appends the shared online-softmax skeleton for one work item: load
@@ -215,7 +230,12 @@ type tileWork struct {
 // qo heads of the group), score, transform, mask, update the running max,
 // sum and accumulator, then normalize and store.
 func (l *lowering) attend(b *blk, w tileWork) {
-	G, QT, D, DV, KT := l.G, w.qt, l.D, l.DV, KVTile
+	G, QT, D, DV, KT := HeadTile(l.G), w.qt, l.D, l.DV, KVTile
+	// head0 is the first qo head of the work item; g counts from it.
+	head0 := mul(w.kvh, i32(l.G))
+	if c, ok := w.ht.(*ir.Const); !ok || c.Int != 0 {
+		head0 = add(head0, mul(w.ht, i32(G)))
+	}
 	b.alloc("qs", ir.F32, G*QT*D)
 	b.alloc("acc", ir.F32, G*QT*DV)
 	b.alloc("mx", ir.F32, G*QT)
@@ -236,7 +256,7 @@ func (l *lowering) attend(b *blk, w tileWork) {
 	b.loop("g", i32(0), i32(G), ir.Serial, "", func(t *blk) {
 		t.loop("r", i32(0), w.rows, ir.Serial, "", func(u *blk) {
 			row := u.let("row", rowOf())
-			qflat := u.let("qflat", i64(add(mul(add(w.qRow0, r), i32(l.H)), add(mul(w.kvh, i32(G)), g))))
+			qflat := u.let("qflat", i64(add(mul(add(w.qRow0, r), i32(l.H)), add(head0, g))))
 			for _, sg := range l.qSegs() {
 				qrow := u.let("qrow"+segName(sg), mul(qflat, ir.IntT(ir.I64, int64(sg.w))))
 				u.loop("d", i32(0), i32(sg.w), ir.Vector, "", func(x *blk) {
@@ -296,7 +316,7 @@ func (l *lowering) attend(b *blk, w tileWork) {
 		})
 		t.loop("g", i32(0), i32(G), ir.Serial, "", func(u *blk) {
 			u.loop("r", i32(0), w.rows, ir.Serial, "q_row", func(x *blk) {
-				head := x.let("head", add(mul(w.kvh, i32(G)), g))
+				head := x.let("head", add(head0, g))
 				qPos := x.let("q_pos", add(w.qPos0, r))
 				row := x.let("row", rowOf())
 				x.loop("j", i32(0), kvN, ir.Serial, "score", func(y *blk) {
@@ -323,14 +343,14 @@ func (l *lowering) attend(b *blk, w tileWork) {
 	tile.Ranges = []ir.Range{
 		{Var: "kv_pos", Lo: mul(kt, i32(KT)), Hi: sub(minE(add(mul(kt, i32(KT)), i32(KT)), w.kvLen), i32(1))},
 		{Var: "q_pos", Lo: w.qPos0, Hi: sub(add(w.qPos0, w.rows), i32(1))},
-		{Var: "head", Lo: mul(w.kvh, i32(G)), Hi: add(mul(w.kvh, i32(G)), i32(G-1))},
+		{Var: "head", Lo: head0, Hi: add(head0, i32(G-1))},
 		{Var: refName(w.b), Lo: w.b, Hi: w.b},
 	}
 	// Normalize and store.
 	b.loop("g", i32(0), i32(G), ir.Serial, "", func(t *blk) {
 		t.loop("r", i32(0), w.rows, ir.Serial, "", func(u *blk) {
 			row := u.let("row", rowOf())
-			head := u.let("head", add(mul(w.kvh, i32(G)), g))
+			head := u.let("head", add(head0, g))
 			inv, lse := l.finish(u, u.let("lv", ld("den", ir.F32, row)), ld("mx", ir.F32, row), head, !w.partial)
 			w.store(u, add(w.qRow0, r), head, func(dv ir.Expr) ir.Expr {
 				return ld("acc", ir.F32, add(mul(row, i32(DV)), dv))

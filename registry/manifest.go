@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/attnc/attnc/ir"
+	"github.com/attnc/attnc/lower"
 )
 
 // ABI is the artifact ABI version (DESIGN §4).
@@ -94,7 +95,8 @@ func VariantEntry(v *ir.Variant, m *ir.Module) VariantManifest {
 		"prefill":      "every sequence one query token at q[b] (qo_indptr[b] == b) -> decode entry; otherwise (sequence, kv head, query tile) work items",
 		"query_tile":   fmt.Sprint(queryTile(v)),
 		"kv_tile":      fmt.Sprint(KVTile),
-		"decode_split": "splits = plan_splits(items = batch_size * kv_heads, threads, max_tiles = max ceil(kv_len / kv_tile)); splits > 1 -> split-KV decode into f32 scratch, then merge_state of the chunks",
+		"decode_split": "splits = plan_splits(items = batch_size * kv_heads * head_tiles, threads, max_tiles = max ceil(kv_len / kv_tile)); splits > 1 -> split-KV decode into f32 scratch, then merge_state of the chunks",
+		"head_tile":    fmt.Sprint(lower.HeadTile(v.GroupSize())),
 	}
 	for _, d := range m.Defs {
 		rules["def "+d.Name] = ir.ExprString(d.Body)

@@ -84,3 +84,25 @@ func TestManifestDeterministic(t *testing.T) {
 		t.Errorf("prefill args start %+v", args[:2])
 	}
 }
+
+// TestSelectHeadTiles: a 128-head MLA-like group splits into 8 CPU work
+// items of 16 heads per sequence, so one decode sequence already has 8
+// items and 8 threads need no KV split.
+func TestSelectHeadTiles(t *testing.T) {
+	v := variant()
+	v.QOHeads, v.KVHeads = 128, 1
+	m, err := lower.Lower(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Select(v, m, Shape{QLens: []int{1}, KVLens: []int{4096}, Threads: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Items != 8 || s.Splits != 1 {
+		t.Errorf("got %+v, want 8 items, no split", s)
+	}
+	if lower.HeadTile(128) != 16 || lower.HeadTile(24) != 12 || lower.HeadTile(8) != 8 || lower.HeadTile(7) != 7 || lower.HeadTile(17) != 1 {
+		t.Error("HeadTile")
+	}
+}

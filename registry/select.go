@@ -10,7 +10,11 @@ import (
 // KVTile is the KV positions per tile of the generated kernels.
 const KVTile = lower.KVTile
 
-func queryTile(v *ir.Variant) int { return lower.QTile(v.GroupSize()) }
+func queryTile(v *ir.Variant) int { return lower.QTile(lower.HeadTile(v.GroupSize())) }
+
+// itemsPerSeq is the CPU work items per sequence and query tile: kv heads
+// times the head tiles a GQA group splits into.
+func itemsPerSeq(v *ir.Variant) int { return v.KVHeads * v.GroupSize() / lower.HeadTile(v.GroupSize()) }
 
 // Shape is a call's shape.
 type Shape struct {
@@ -54,9 +58,9 @@ func Select(v *ir.Variant, m *ir.Module, s Shape) (Selection, error) {
 		maxTiles = max(maxTiles, (s.KVLens[i]+KVTile-1)/KVTile)
 	}
 	if !single {
-		return Selection{Role: ir.RolePrefill, Symbol: v.Name + "_prefill", Splits: 1, Items: len(s.QLens) * v.KVHeads * maxQT}, nil
+		return Selection{Role: ir.RolePrefill, Symbol: v.Name + "_prefill", Splits: 1, Items: len(s.QLens) * itemsPerSeq(v) * maxQT}, nil
 	}
-	items := len(s.QLens) * v.KVHeads
+	items := len(s.QLens) * itemsPerSeq(v)
 	d := m.Def("plan_splits")
 	if d == nil {
 		return Selection{}, fmt.Errorf("module %s has no plan_splits rule", m.Name)
