@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"github.com/attnc/attnc/internal/needtool"
 	"os"
 	"regexp"
 	"strings"
@@ -18,12 +19,7 @@ import (
 // needTools skips without LLVM 14 and gcc, except in CI.
 func needTools(tb testing.TB) {
 	tb.Helper()
-	if err := cpurt.Tools(); err != nil {
-		if os.Getenv("CI") != "" {
-			tb.Fatalf("CI needs the LLVM 14 tools and gcc: %v", err)
-		}
-		tb.Skipf("skipping: needs LLVM 14 opt/llc and gcc: %v", err)
-	}
+	needtool.Check(tb, cpurt.Tools())
 }
 
 const small = `variant small { heads qo = 4, kv = 2
@@ -155,12 +151,8 @@ func TestRunCPU(t *testing.T) {
 // groups ended by Sync, D2D copy baseline, output downloaded and checked)
 // runs against the emulated CUDA launchers on a host-memory Device.
 func TestRunDevicePath(t *testing.T) {
-	if _, err := cuda.GXX(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
+	_, err := cuda.GXX()
+	needtool.Check(t, err)
 	s, err := conformance.BuildCUDA(variant(t, small), t.TempDir())
 	if err != nil {
 		t.Fatal(err)

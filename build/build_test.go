@@ -2,6 +2,7 @@ package build
 
 import (
 	"bytes"
+	"github.com/attnc/attnc/internal/needtool"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,12 +17,7 @@ import (
 
 func needTools(t *testing.T) {
 	t.Helper()
-	if err := cpurt.Tools(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI needs the LLVM 14 tools and gcc: %v", err)
-		}
-		t.Skipf("skipping: %v", err)
-	}
+	needtool.Check(t, cpurt.Tools())
 }
 
 func buildExample(t *testing.T, name string) *Output {
@@ -171,12 +167,8 @@ var inScope = []string{"llama3_8b", "mistral_7b", "gemma2_local", "chunked_alibi
 // example to PTX for sm_80 and sm_90 with clang-19 (no CUDA headers): the
 // f16/bf16 variants must use tensor cores, all must use warp shuffles.
 func TestCUDAToPTX(t *testing.T) {
-	if _, err := cuda.ClangCUDA(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI needs clang-19: %v", err)
-		}
-		t.Skipf("skipping PTX compile: %v", err)
-	}
+	_, err := cuda.ClangCUDA()
+	needtool.Check(t, err)
 	dir := t.TempDir()
 	for _, ex := range inScope {
 		vs, err := ParseSpecs([]string{filepath.Join("..", "examples", ex+".attn")})
@@ -225,12 +217,7 @@ func TestCUDAToPTX(t *testing.T) {
 // clang-19 and a stub <cuda_runtime.h>, since nvcc is not installed here.
 func TestCUDANVCCBranch(t *testing.T) {
 	clang, err := cuda.ClangCUDA()
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI needs clang-19: %v", err)
-		}
-		t.Skipf("skipping: %v", err)
-	}
+	needtool.Check(t, err)
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "cuda_runtime.h"), []byte(cuda.NVCCStub), 0o644); err != nil {
 		t.Fatal(err)

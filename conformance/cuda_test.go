@@ -1,8 +1,8 @@
 package conformance
 
 import (
+	"github.com/attnc/attnc/internal/needtool"
 	"math"
-	"os"
 	"testing"
 
 	"github.com/attnc/attnc/codegen/cuda"
@@ -11,12 +11,8 @@ import (
 // needEmu skips locally, and fails in CI, without g++ for the emulator.
 func needEmu(t *testing.T) {
 	t.Helper()
-	if _, err := cuda.GXX(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI needs g++ for the CUDA emulator: %v", err)
-		}
-		t.Skipf("skipping emulated CUDA tests: %v", err)
-	}
+	_, err := cuda.GXX()
+	needtool.Check(t, err)
 }
 
 // cudaMatrix is the emulated CUDA conformance matrix: the tensor-core path

@@ -2,9 +2,9 @@ package conformance
 
 import (
 	"fmt"
+	"github.com/attnc/attnc/internal/needtool"
 	"math"
 	"math/rand"
-	"os"
 	"sync"
 	"testing"
 
@@ -17,12 +17,7 @@ import (
 // needTools skips locally, and fails in CI, when the LLVM tools are missing.
 func needTools(t *testing.T) {
 	t.Helper()
-	if err := cpurt.Tools(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI needs the LLVM 14 tools and gcc: %v", err)
-		}
-		t.Skipf("skipping kernel tests: %v", err)
-	}
+	needtool.Check(t, cpurt.Tools())
 }
 
 // spec parses a one-variant spec.
@@ -240,13 +235,9 @@ func TestMergeHalvesEqualsWhole(t *testing.T) {
 	oW, lW := run(whole)
 	oA, lA := run(half(true))
 	oB, lB := run(half(false))
-	cb := &caseBuffers{vals: map[string]int64{}}
+	cb := s.mergeArgs(oA, lA, oB, lB, whole.TotalQ())
 	defer cb.free()
-	bv := cb.add("v", s.enc(oA))
-	bs := cb.add("s", cpurt.F32Buffer(lA))
-	cb.add("v_other", s.enc(oB))
-	cb.add("s_other", cpurt.F32Buffer(lB))
-	cb.vals["n"] = int64(whole.TotalQ())
+	bv, bs := cb.byName["v"], cb.byName["s"]
 	if st, err := s.call(ir.RoleMergeState, cb.vals); err != nil || st != 0 {
 		t.Fatalf("merge_state: status %d, %v", st, err)
 	}

@@ -1,6 +1,7 @@
 package cpurt
 
 import (
+	"github.com/attnc/attnc/internal/needtool"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,12 +16,7 @@ import (
 // (CI=true), where their absence is a failure.
 func needTools(t *testing.T) {
 	t.Helper()
-	if err := Tools(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true but the CPU toolchain is missing: %v", err)
-		}
-		t.Skipf("skipping: CPU toolchain missing (install llvm-14 and gcc): %v", err)
-	}
+	needtool.Check(t, Tools())
 }
 
 var (

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"github.com/attnc/attnc/internal/needtool"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -90,13 +91,7 @@ func needTools(t *testing.T, cgo bool) {
 	if err == nil && cgo && !cgoEnabled {
 		err = errors.New("this test binary was built with CGO_ENABLED=0")
 	}
-	if err == nil {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI=true but the kernel tools are unavailable: %v", err)
-	}
-	t.Skipf("skipping: needs LLVM 14 opt/llc and gcc (apt-get install llvm-14 gcc): %v", err)
+	needtool.Check(t, err)
 }
 
 func TestBuildIsDeterministic(t *testing.T) {
@@ -354,15 +349,11 @@ func TestVerifySkipsUnsupported(t *testing.T) {
 // needEmu skips without g++ for the CUDA emulator, except in CI.
 func needEmu(t *testing.T) {
 	t.Helper()
-	if _, err := cuda.GXX(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true but g++ is unavailable: %v", err)
-		}
-		t.Skipf("skipping: needs g++ for the CUDA emulator: %v", err)
+	_, err := cuda.GXX()
+	if err == nil && !cgoEnabled {
+		err = errors.New("this test binary was built with CGO_ENABLED=0")
 	}
-	if !cgoEnabled {
-		t.Skip("skipping: this test binary was built with CGO_ENABLED=0")
-	}
+	needtool.Check(t, err)
 }
 
 func TestVerifyCUDAEmulated(t *testing.T) {
