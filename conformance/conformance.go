@@ -343,13 +343,9 @@ func (s *Suite) RunMergeState(n int, seed int64, threads int) Result {
 			}
 		}
 	}
-	cb := &caseBuffers{vals: map[string]int64{}}
+	cb := s.mergeArgs(va, sa, vb, sb, n)
 	defer cb.free()
-	bv := cb.add("v", s.enc(va))
-	bs := cb.add("s", cpurt.F32Buffer(sa))
-	cb.add("v_other", s.enc(vb))
-	cb.add("s_other", cpurt.F32Buffer(sb))
-	cb.vals["n"] = int64(n)
+	bv, bs := cb.byName["v"], cb.byName["s"]
 	if err := s.SetThreads(threads); err != nil {
 		r.Note = err.Error()
 		return r
@@ -364,6 +360,17 @@ func (s *Suite) RunMergeState(n int, seed int64, threads int) Result {
 	r.LSEErr, _, okS = reference.Compare(bs.F32(), wantS, 1e-5)
 	r.Pass = okV && okS
 	return r
+}
+
+// mergeArgs lays out merge_state's arguments: states (va, sa) and (vb, sb)
+// of n rows.
+func (s *Suite) mergeArgs(va, sa, vb, sb []float32, n int) *caseBuffers {
+	cb := &caseBuffers{vals: map[string]int64{"n": int64(n)}}
+	cb.add("v", s.enc(va))
+	cb.add("s", cpurt.F32Buffer(sa))
+	cb.add("v_other", s.enc(vb))
+	cb.add("s_other", cpurt.F32Buffer(sb))
+	return cb
 }
 
 // BadInput is a corruption of a valid case and the status it must produce.

@@ -194,13 +194,14 @@ func boolInterval(e ir.Expr, env map[string]ival) (bval, bool) {
 			return bval{ib(ir.Gt, a.hi, b.lo), ib(ir.Gt, a.lo, b.hi)}, true
 		case ir.Ge:
 			return bval{ib(ir.Ge, a.hi, b.lo), ib(ir.Ge, a.lo, b.hi)}, true
-		case ir.Eq:
+		case ir.Eq, ir.Ne:
+			// Equal somewhere iff the intervals overlap; equal everywhere
+			// iff both are the same single point. != is the negation.
 			overlap := ib(ir.And, ib(ir.Le, a.lo, b.hi), ib(ir.Le, b.lo, a.hi))
 			single := ib(ir.And, ib(ir.And, ib(ir.Eq, a.lo, a.hi), ib(ir.Eq, b.lo, b.hi)), ib(ir.Eq, a.lo, b.lo))
-			return bval{overlap, single}, true
-		case ir.Ne:
-			overlap := ib(ir.And, ib(ir.Le, a.lo, b.hi), ib(ir.Le, b.lo, a.hi))
-			single := ib(ir.And, ib(ir.And, ib(ir.Eq, a.lo, a.hi), ib(ir.Eq, b.lo, b.hi)), ib(ir.Eq, a.lo, b.lo))
+			if x.Op == ir.Eq {
+				return bval{overlap, single}, true
+			}
 			return bval{ir.Un(ir.Not, single), ir.Un(ir.Not, overlap)}, true
 		}
 	}
