@@ -9,12 +9,15 @@ import (
 
 // cType is the C type of a buffer element or scalar.
 func cType(t ir.Type) string {
+	if r := ir.StorageOf(t); r != nil {
+		return r.CType
+	}
 	switch t {
 	case ir.F32:
 		return "float"
 	case ir.F64:
 		return "double"
-	case ir.F16, ir.BF16, ir.I16:
+	case ir.I16:
 		return "uint16_t"
 	case ir.U8:
 		return "uint8_t"

@@ -158,6 +158,21 @@ func (p *printer) stmt(s Stmt) {
 		p.line("copy %s[%s] = %s[%s] x %d", s.Dst, ExprString(s.DstIndex), s.Src, ExprString(s.SrcIndex), s.N)
 	case *MMA:
 		p.line("mma.%s %s, %s, %s", s.In, s.D, s.A, s.B)
+	case *Reduce:
+		p.line("reduce %s = %s over %s in %s .. %s of %s", s.Name, s.Op, s.Var, ExprString(s.Lo), ExprString(s.Hi), ExprString(s.Value))
+	case *MatMul:
+		op, bt, bshape, zs := "=", "", fmt.Sprintf("[%d, %d]", s.K, s.N), ""
+		if s.Accumulate {
+			op = "+="
+		}
+		if s.TransB {
+			bt, bshape = "^T", fmt.Sprintf("[%d, %d]", s.N, s.K)
+		}
+		if s.ZeroSkip {
+			zs = " zeroskip"
+		}
+		p.line("matmul %s[%d, %d] %s %s[%d, %d] * %s%s%s%s extent(%s)", s.C, s.M, s.N, op, s.A, s.M, s.K, s.B, bt, bshape, zs,
+			exprList([]Expr{s.MExt, s.NExt, s.KExt}))
 	case *Malloc:
 		p.line("malloc %s: %s[%s]", s.Name, s.T, ExprString(s.Size))
 	case *Free:
@@ -167,8 +182,8 @@ func (p *printer) stmt(s Stmt) {
 	case *For:
 		var sb strings.Builder
 		fmt.Fprintf(&sb, "for %s in %s .. %s %s", s.Var, ExprString(s.Lo), ExprString(s.Hi), s.Kind)
-		if s.Tag != "" {
-			sb.WriteString(" @" + s.Tag)
+		if s.Tag != NoTag {
+			sb.WriteString(" @" + s.Tag.String())
 		}
 		if len(s.Ranges) > 0 {
 			var rs []string
@@ -182,8 +197,8 @@ func (p *printer) stmt(s Stmt) {
 		p.line("}")
 	case *If:
 		tag := ""
-		if s.Tag != "" {
-			tag = " @" + s.Tag
+		if s.Tag != NoTag {
+			tag = " @" + s.Tag.String()
 		}
 		p.line("if %s%s {", ExprString(s.Cond), tag)
 		p.block(s.Then)

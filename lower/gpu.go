@@ -120,7 +120,7 @@ func (l *lowering) gpuQT(decode bool) int {
 func strided(b *blk, name string, n int, body func(*blk, ir.Expr)) {
 	t := ir.R("t", ir.I32)
 	k := ir.R(name+"_k", ir.I32)
-	b.loop(name+"_k", i32(0), i32((n+GPUThreads-1)/GPUThreads), ir.Serial, "", func(u *blk) {
+	b.loop(name+"_k", i32(0), i32((n+GPUThreads-1)/GPUThreads), ir.Serial, ir.NoTag, func(u *blk) {
 		e := u.let(name, add(t, mul(k, i32(GPUThreads))))
 		if n%GPUThreads == 0 {
 			body(u, e)
@@ -145,7 +145,7 @@ func roleOf(decode bool) ir.Role {
 func (l *lowering) gpuRowStats(b *blk, R, KT int, warp, lane ir.Expr, halfP bool) {
 	NW := GPUThreads / 32
 	JJ := (KT + 31) / 32
-	b.loop("rk", i32(0), i32((R+NW-1)/NW), ir.Serial, "", func(x *blk) {
+	b.loop("rk", i32(0), i32((R+NW-1)/NW), ir.Serial, ir.NoTag, func(x *blk) {
 		row := x.let("row", add(warp, mul(ir.R("rk", ir.I32), i32(NW))))
 		x.when(lt(row, i32(R)), func(y *blk) {
 			col := func(z *blk) ir.Expr {
@@ -153,7 +153,7 @@ func (l *lowering) gpuRowStats(b *blk, R, KT int, warp, lane ir.Expr, halfP bool
 			}
 			y.vr("m", negInf())
 			m := ir.R("m", ir.F32)
-			y.loop("jj", i32(0), i32(JJ), ir.Serial, "", func(z *blk) {
+			y.loop("jj", i32(0), i32(JJ), ir.Serial, ir.NoTag, func(z *blk) {
 				j := col(z)
 				z.when(lt(j, i32(KT)), func(u *blk) { u.set("m", maxE(m, ld("sc", ir.F32, add(mul(row, i32(KT)), j)))) })
 			})
@@ -165,7 +165,7 @@ func (l *lowering) gpuRowStats(b *blk, R, KT int, warp, lane ir.Expr, halfP bool
 			live := gt(mNew, negInf())
 			y.vr("ps", f32(0))
 			ps := ir.R("ps", ir.F32)
-			y.loop("jj", i32(0), i32(JJ), ir.Serial, "", func(z *blk) {
+			y.loop("jj", i32(0), i32(JJ), ir.Serial, ir.NoTag, func(z *blk) {
 				j := col(z)
 				z.when(lt(j, i32(KT)), func(u *blk) {
 					i := u.let("si", add(mul(row, i32(KT)), j))
@@ -203,12 +203,12 @@ func (l *lowering) gpuMergeSplits() *ir.Kernel {
 	var b blk
 	row := ir.R("mrow", ir.I32)
 	rowsPerSplit := mul(ir.R("batch_size", ir.I32), i32(l.H))
-	b.loop("mrow", i32(0), rowsPerSplit, ir.Parallel, "work", func(w *blk) {
-		w.loop("t", i32(0), i32(GPUThreads), ir.Threads, "", func(x *blk) {
+	b.loop("mrow", i32(0), rowsPerSplit, ir.Parallel, ir.TagWork, func(w *blk) {
+		w.loop("t", i32(0), i32(GPUThreads), ir.Threads, ir.NoTag, func(x *blk) {
 			x.vr("mlse", l.mergeStart(row))
 			x.alloc("macc", ir.F32, (DV+GPUThreads-1)/GPUThreads)
 			l.gpuDims(x, func(y *blk, k, d ir.Expr) { y.store("macc", k, f32(0)) })
-			x.loop("sp", i32(0), ir.R("splits", ir.I32), ir.Serial, "", func(y *blk) {
+			x.loop("sp", i32(0), ir.R("splits", ir.I32), ir.Serial, ir.NoTag, func(y *blk) {
 				pflat := y.let("pflat", add(mul(ir.R("sp", ir.I32), rowsPerSplit), row))
 				l.pairMergeBy(y, ir.R("mlse", ir.F32), ld("part_lse", ir.F32, pflat),
 					func(k, dv ir.Expr) ir.Expr { return ld("macc", ir.F32, k) },
@@ -230,7 +230,7 @@ func (l *lowering) gpuMergeSplits() *ir.Kernel {
 // thread's registers).
 func (l *lowering) gpuDims(b *blk, body func(b *blk, k, d ir.Expr)) {
 	n := (l.DV + GPUThreads - 1) / GPUThreads
-	b.loop("dk", i32(0), i32(n), ir.Serial, "", func(x *blk) {
+	b.loop("dk", i32(0), i32(n), ir.Serial, ir.NoTag, func(x *blk) {
 		k := ir.R("dk", ir.I32)
 		d := x.let("dd", add(ir.R("t", ir.I32), mul(k, i32(GPUThreads))))
 		x.when(lt(d, i32(l.DV)), func(y *blk) { body(y, k, d) })
@@ -244,8 +244,8 @@ func (l *lowering) gpuMergeState() *ir.Kernel {
 	var b blk
 	n := ir.R("n", ir.I32)
 	row := ir.R("row", ir.I32)
-	b.loop("row", i32(0), mul(n, i32(l.H)), ir.Parallel, "work", func(w *blk) {
-		w.loop("t", i32(0), i32(GPUThreads), ir.Threads, "", func(x *blk) {
+	b.loop("row", i32(0), mul(n, i32(l.H)), ir.Parallel, ir.TagWork, func(w *blk) {
+		w.loop("t", i32(0), i32(GPUThreads), ir.Threads, ir.NoTag, func(x *blk) {
 			base := x.let("base", mul(i64(row), ir.IntT(ir.I64, int64(DV))))
 			x.alloc("mv", ir.F32, (DV+GPUThreads-1)/GPUThreads)
 			l.pairMergeBy(x, ld("s", ir.F32, row), ld("s_other", ir.F32, row),

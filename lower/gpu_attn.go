@@ -121,13 +121,13 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 	} else {
 		// Every thread scans the query lengths (uniform, cheap) to size the grid-stride loop.
 		b.vr("max_qt", i32(0))
-		b.loop("vs", i32(0), bs, ir.Serial, "", func(t *blk) {
+		b.loop("vs", i32(0), bs, ir.Serial, ir.NoTag, func(t *blk) {
 			vs := ir.R("vs", ir.I32)
 			t.set("max_qt", maxE(ir.R("max_qt", ir.I32), ceilDiv(sub(ldi("qo_indptr", add(vs, i32(1))), ldi("qo_indptr", vs)), QT)))
 		})
 		nItems = mul(mul(bs, i32(l.KVH*p.HT)), ir.R("max_qt", ir.I32))
 	}
-	b.loop("item", i32(0), nItems, ir.Parallel, "work", func(w *blk) {
+	b.loop("item", i32(0), nItems, ir.Parallel, ir.TagWork, func(w *blk) {
 		var sb, kvh, qBeg, qLen, qLo, sp ir.Expr
 		rest := ir.Expr(item)
 		if split {
@@ -167,7 +167,7 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 		for _, a := range p.sharedF {
 			w.add(&ir.Alloc{Name: a.name, T: a.t, Size: a.size, Shared: true})
 		}
-		w.loop("t", i32(0), i32(NT), ir.Threads, "", func(x *blk) {
+		w.loop("t", i32(0), i32(NT), ir.Threads, ir.NoTag, func(x *blk) {
 			t := ir.R("t", ir.I32)
 			// rowParts maps a block row to its group head and query row, and
 			// says whether it is a real (head, query) pair.
@@ -221,7 +221,7 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 				y.store("den", e, f32(0))
 			})
 			x.alloc("acc", ir.F32, p.AK)
-			x.loop("ak", i32(0), i32(p.AK), ir.Serial, "", func(y *blk) { y.store("acc", ir.R("ak", ir.I32), f32(0)) })
+			x.loop("ak", i32(0), i32(p.AK), ir.Serial, ir.NoTag, func(y *blk) { y.store("acc", ir.R("ak", ir.I32), f32(0)) })
 			warp := x.let("warp", div(t, i32(32)))
 			lane := x.let("lane", rem(t, i32(32)))
 			gid := x.let("gid", div(lane, i32(4)))
@@ -233,7 +233,7 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 			}
 			x.add(&ir.Barrier{})
 			kt := ir.R("kt", ir.I32)
-			tile := x.loop("kt", tileLo, tileHi, ir.Serial, "kv_tile", func(y *blk) {
+			tile := x.loop("kt", tileLo, tileHi, ir.Serial, ir.TagKVTile, func(y *blk) {
 				kvLo := y.let("kv_lo", mul(kt, i32(KT)))
 				kvN := y.let("kv_n", minE(i32(KT), sub(kvLen, kvLo)))
 				// Stage K and V (the page walk); zeros past the tile's end
@@ -277,7 +277,7 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 					z.when(and(ok, lt(j, kvN)), func(u *blk) {
 						scaled := mul(dot(u), f32(float64(float32(l.v.Scale))))
 						u.set("s", &ir.Call{Fn: "score", Args: []ir.Expr{scaled, qPos, kvPos, head}, T: ir.F32})
-						u.add(&ir.If{Tag: "mask", Cond: not(&ir.Call{Fn: "mask", Args: []ir.Expr{qPos, kvPos, head, sb}, T: ir.Bool}),
+						u.add(&ir.If{Tag: ir.TagMask, Cond: not(&ir.Call{Fn: "mask", Args: []ir.Expr{qPos, kvPos, head, sb}, T: ir.Bool}),
 							Then: &ir.Block{Stmts: []ir.Stmt{&ir.Assign{Name: "s", Value: negInf()}}}})
 						hideUnless(u, l.dataVisible(u, sb, qPos, kvPos, sub(kvLen, qLen), kvLen))
 						if l.hidesBlocks() { // a -1 block hides its positions
@@ -295,7 +295,7 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 						scoreAt(z, row, j, func(u *blk) ir.Expr {
 							u.vr("dot", f32(0))
 							d := ir.R("d", ir.I32)
-							u.loop("d", i32(0), i32(D), ir.Serial, "", func(x2 *blk) {
+							u.loop("d", i32(0), i32(D), ir.Serial, ir.NoTag, func(x2 *blk) {
 								x2.set("dot", add(ir.R("dot", ir.F32), mul(ld("qs", ir.F32, add(mul(row, i32(D)), d)), ld("kb", ir.F32, add(mul(j, i32(D)), d)))))
 							})
 							return ir.R("dot", ir.F32)
@@ -309,7 +309,7 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 					l.mmaAccumulate(y, gid, tig, warp)
 				} else {
 					// Thread t owns acc elements t + k*NT of the R x DV output.
-					y.loop("ak", i32(0), i32(p.AK), ir.Serial, "", func(z *blk) {
+					y.loop("ak", i32(0), i32(p.AK), ir.Serial, ir.NoTag, func(z *blk) {
 						ak := ir.R("ak", ir.I32)
 						e := z.let("e", add(t, mul(ak, i32(NT))))
 						z.when(lt(e, i32(R*DV)), func(u *blk) {
@@ -317,7 +317,7 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 							dv := u.let("dv", rem(e, i32(DV)))
 							u.vr("a", mul(ld("acc", ir.F32, ak), ld("alpha", ir.F32, row)))
 							j := ir.R("j", ir.I32)
-							u.loop("j", i32(0), kvN, ir.Serial, "", func(x2 *blk) {
+							u.loop("j", i32(0), kvN, ir.Serial, ir.NoTag, func(x2 *blk) {
 								x2.set("a", add(ir.R("a", ir.F32), mul(ld("sc", ir.F32, add(mul(row, i32(KT)), j)), ld("vb", ir.F32, add(mul(j, i32(DV)), dv)))))
 							})
 							u.store("acc", ak, ir.R("a", ir.F32))
@@ -351,7 +351,7 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 			if p.mma {
 				l.mmaFragments(x, gid, tig, warp, func(z *blk, ak, row, col ir.Expr) { storeOut(z, ak, row, col) })
 			} else {
-				x.loop("ak", i32(0), i32(p.AK), ir.Serial, "", func(y *blk) {
+				x.loop("ak", i32(0), i32(p.AK), ir.Serial, ir.NoTag, func(y *blk) {
 					ak := ir.R("ak", ir.I32)
 					e := y.let("e", add(t, mul(ak, i32(NT))))
 					y.when(lt(e, i32(R*DV)), func(z *blk) {
@@ -392,7 +392,7 @@ func (l *lowering) mmaScores(b *blk, gid, tig, warp ir.Expr, scoreAt func(*blk, 
 		b.store("fd", i32(c), f32(0))
 	}
 	kk := ir.R("kk", ir.I32)
-	b.loop("kk", i32(0), i32(D/16), ir.Serial, "", func(x *blk) {
+	b.loop("kk", i32(0), i32(D/16), ir.Serial, ir.NoTag, func(x *blk) {
 		c0 := x.let("c0", add(mul(kk, i32(16)), mul(tig, i32(2))))
 		qAt := func(row ir.Expr, col ir.Expr) ir.Expr { return ld("qh", ir.I16, add(mul(row, i32(D)), col)) }
 		kAt := func(n ir.Expr, col ir.Expr) ir.Expr { return ld("kh", ir.I16, add(mul(n, i32(D)), col)) }
@@ -425,7 +425,7 @@ func (l *lowering) mmaScores(b *blk, gid, tig, warp ir.Expr, scoreAt func(*blk, 
 func (l *lowering) mmaFragments(b *blk, gid, tig, warp ir.Expr, body func(b *blk, ak, row, col ir.Expr)) {
 	NTW := l.DV / 32
 	ni := ir.R("ni", ir.I32)
-	b.loop("ni", i32(0), i32(NTW), ir.Serial, "", func(x *blk) {
+	b.loop("ni", i32(0), i32(NTW), ir.Serial, ir.NoTag, func(x *blk) {
 		nb := x.let("nb", mul(add(warp, mul(ni, i32(4))), i32(8)))
 		for c := 0; c < 4; c++ {
 			c := c
@@ -450,13 +450,13 @@ func (l *lowering) mmaAccumulate(b *blk, gid, tig, warp ir.Expr) {
 		x.store("acc", ak, mul(ld("acc", ir.F32, ak), ld("alpha", ir.F32, row)))
 	})
 	ni := ir.R("ni", ir.I32)
-	b.loop("ni", i32(0), i32(DV/32), ir.Serial, "", func(x *blk) {
+	b.loop("ni", i32(0), i32(DV/32), ir.Serial, ir.NoTag, func(x *blk) {
 		nb := x.let("nb", mul(add(warp, mul(ni, i32(4))), i32(8)))
 		for c := 0; c < 4; c++ {
 			x.store("fd", i32(c), ld("acc", ir.F32, add(mul(ni, i32(4)), i32(c))))
 		}
 		ks := ir.R("ks", ir.I32)
-		x.loop("ks", i32(0), i32(KT/16), ir.Serial, "", func(y *blk) {
+		x.loop("ks", i32(0), i32(KT/16), ir.Serial, ir.NoTag, func(y *blk) {
 			c0 := y.let("c0", add(mul(ks, i32(16)), mul(tig, i32(2))))
 			pAt := func(row, col ir.Expr) ir.Expr { return ld("ph", ir.I16, add(mul(row, i32(KT)), col)) }
 			vAt := func(k ir.Expr) ir.Expr { return ld("vh", ir.I16, add(mul(k, i32(DV)), add(nb, gid))) }

@@ -105,7 +105,7 @@ func (l *lowering) prefill(decodeIsEntry bool) *ir.Kernel {
 	maxQT := ir.R("max_qt", ir.I32)
 	nItems := b.let("n_items", mul(mul(bs, i32(l.KVH*l.headTiles())), maxQT))
 	item := ir.R("item", ir.I32)
-	b.loop("item", i32(0), nItems, ir.Parallel, "work", func(t *blk) {
+	b.loop("item", i32(0), nItems, ir.Parallel, ir.TagWork, func(t *blk) {
 		qt := t.let("qt", rem(item, maxQT))
 		sb, kvh, ht := l.splitItem(t, t.let("rest", div(item, maxQT)))
 		qBeg := t.let("q_beg", ldi("qo_indptr", sb))
@@ -158,7 +158,7 @@ func (l *lowering) decode(entry bool) *ir.Kernel {
 	}
 	item := ir.R("item", ir.I32)
 	b.when(le(splits, i32(1)), func(t *blk) {
-		t.loop("item", i32(0), items, ir.Parallel, "work", func(u *blk) {
+		t.loop("item", i32(0), items, ir.Parallel, ir.TagWork, func(u *blk) {
 			sb, kvh, ht := l.splitItem(u, item)
 			kvBeg, kvLen := seq(u, sb)
 			l.attend(u, tileWork{qt: 1, b: sb, kvh: kvh, ht: ht, qRow0: sb, rows: i32(1), qPos0: sub(kvLen, i32(1)), qBase: sub(kvLen, i32(1)),
@@ -170,7 +170,7 @@ func (l *lowering) decode(entry bool) *ir.Kernel {
 	rowsPerSplit := mul(bs, i32(l.H))
 	b.add(&ir.Malloc{Name: "part_o", T: ir.F32, Size: mul(mul(splits, rowsPerSplit), i32(l.DV))})
 	b.add(&ir.Malloc{Name: "part_lse", T: ir.F32, Size: mul(splits, rowsPerSplit)})
-	b.loop("item", i32(0), mul(items, splits), ir.Parallel, "work", func(u *blk) {
+	b.loop("item", i32(0), mul(items, splits), ir.Parallel, ir.TagWork, func(u *blk) {
 		sp := u.let("sp", rem(item, splits))
 		sb, kvh, ht := l.splitItem(u, u.let("rest", div(item, splits)))
 		kvBeg, kvLen := seq(u, sb)
@@ -182,7 +182,7 @@ func (l *lowering) decode(entry bool) *ir.Kernel {
 			store: func(x *blk, qrow, head ir.Expr, acc func(ir.Expr) ir.Expr, inv, lse ir.Expr) {
 				flat := x.let("pflat", add(mul(add(mul(sp, bs), qrow), i32(l.H)), head))
 				d := ir.R("d", ir.I32)
-				x.loop("d", i32(0), i32(l.DV), ir.Vector, "", func(y *blk) {
+				x.loop("d", i32(0), i32(l.DV), ir.Vector, ir.NoTag, func(y *blk) {
 					y.store("part_o", add(mul(flat, i32(l.DV)), d), mul(acc(d), inv))
 				})
 				x.store("part_lse", flat, lse)
@@ -191,12 +191,12 @@ func (l *lowering) decode(entry bool) *ir.Kernel {
 	// Merge the chunks of each (sequence, qo head) row, folding with the
 	// pairwise merge_state update.
 	row := ir.R("mrow", ir.I32)
-	b.loop("mrow", i32(0), rowsPerSplit, ir.Parallel, "merge", func(u *blk) {
+	b.loop("mrow", i32(0), rowsPerSplit, ir.Parallel, ir.TagMerge, func(u *blk) {
 		u.alloc("macc", ir.F32, l.DV)
 		u.vr("mlse", l.mergeStart(row))
 		d := ir.R("d", ir.I32)
-		u.loop("d", i32(0), i32(l.DV), ir.Vector, "", func(x *blk) { x.store("macc", d, f32(0)) })
-		u.loop("sp", i32(0), splits, ir.Serial, "", func(x *blk) {
+		u.loop("d", i32(0), i32(l.DV), ir.Vector, ir.NoTag, func(x *blk) { x.store("macc", d, f32(0)) })
+		u.loop("sp", i32(0), splits, ir.Serial, ir.NoTag, func(x *blk) {
 			pflat := x.let("pflat", add(mul(ir.R("sp", ir.I32), rowsPerSplit), row))
 			l.pairMerge(x, ir.R("mlse", ir.F32), ld("part_lse", ir.F32, pflat),
 				func(dv ir.Expr) ir.Expr { return ld("macc", ir.F32, dv) },
@@ -204,7 +204,7 @@ func (l *lowering) decode(entry bool) *ir.Kernel {
 				func(y *blk, dv, val ir.Expr) { y.store("macc", dv, val) },
 				func(y *blk, val ir.Expr) { y.set("mlse", val) })
 		})
-		u.loop("d", i32(0), i32(l.DV), ir.Vector, "", func(x *blk) {
+		u.loop("d", i32(0), i32(l.DV), ir.Vector, ir.NoTag, func(x *blk) {
 			x.store("o", add(mul(i64(row), ir.IntT(ir.I64, int64(l.DV))), i64(d)), ir.Cvt(l.dt, ld("macc", ir.F32, d)))
 		})
 		u.when(&ir.NotNull{Buf: "lse"}, func(x *blk) { x.store("lse", row, ir.R("mlse", ir.F32)) })
@@ -222,7 +222,7 @@ type dimsLoop func(b *blk, body func(b *blk, k, d ir.Expr))
 // cpuDims is a vectorizable loop over all head dims.
 func (l *lowering) cpuDims(b *blk, body func(b *blk, k, d ir.Expr)) {
 	d := ir.R("d", ir.I32)
-	b.loop("d", i32(0), i32(l.DV), ir.Vector, "", func(t *blk) { body(t, d, d) })
+	b.loop("d", i32(0), i32(l.DV), ir.Vector, ir.NoTag, func(t *blk) { body(t, d, d) })
 }
 
 // mergeStart is the state a split-KV merge folds the chunks into: empty,
@@ -277,7 +277,7 @@ func (l *lowering) mergeState() *ir.Kernel {
 	n := ir.R("n", ir.I32)
 	b.fail(lt(n, i32(0)), ErrBadArgument)
 	row := ir.R("row", ir.I32)
-	b.loop("row", i32(0), mul(n, i32(H)), ir.Parallel, "work", func(t *blk) {
+	b.loop("row", i32(0), mul(n, i32(H)), ir.Parallel, ir.TagWork, func(t *blk) {
 		base := t.let("base", mul(i64(row), ir.IntT(ir.I64, int64(DV))))
 		t.alloc("mv", ir.F32, DV)
 		l.pairMerge(t, ld("s", ir.F32, row), ld("s_other", ir.F32, row),
@@ -286,7 +286,7 @@ func (l *lowering) mergeState() *ir.Kernel {
 			func(y *blk, dv, val ir.Expr) { y.store("mv", dv, val) },
 			func(y *blk, val ir.Expr) { y.store("s", row, val) })
 		d := ir.R("d", ir.I32)
-		t.loop("d", i32(0), i32(DV), ir.Vector, "", func(x *blk) {
+		t.loop("d", i32(0), i32(DV), ir.Vector, ir.NoTag, func(x *blk) {
 			x.store("v", add(base, i64(d)), ir.Cvt(l.dt, ld("mv", ir.F32, d)))
 		})
 	})

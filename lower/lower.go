@@ -185,7 +185,7 @@ func (l *lowering) validateCache(b *blk, qCheck func(*blk, *ir.Ref) (qLen ir.Exp
 	b.fail(lt(bs, i32(0)), ErrBadArgument)
 	b.fail(lt(ir.R("num_pages", ir.I32), i32(0)), ErrBadArgument)
 	l.validateTableScalars(b)
-	b.loop("vs", i32(0), bs, ir.Serial, "validate", func(t *blk) {
+	b.loop("vs", i32(0), bs, ir.Serial, ir.TagValidate, func(t *blk) {
 		vb := ir.R("vs", ir.I32)
 		qLen := qCheck(t, vb)
 		kvLen := l.validateTable(t, vb)
@@ -253,45 +253,45 @@ func (l *lowering) attend(b *blk, w tileWork) {
 	g, r, d, j := ir.R("g", ir.I32), ir.R("r", ir.I32), ir.R("d", ir.I32), ir.R("j", ir.I32)
 	rowOf := func() ir.Expr { return add(mul(g, i32(QT)), r) }
 	// Load and convert the group's query rows; reset the running state.
-	b.loop("g", i32(0), i32(G), ir.Serial, "", func(t *blk) {
-		t.loop("r", i32(0), w.rows, ir.Serial, "", func(u *blk) {
+	b.loop("g", i32(0), i32(G), ir.Serial, ir.NoTag, func(t *blk) {
+		t.loop("r", i32(0), w.rows, ir.Serial, ir.NoTag, func(u *blk) {
 			row := u.let("row", rowOf())
 			qflat := u.let("qflat", i64(add(mul(add(w.qRow0, r), i32(l.H)), add(head0, g))))
 			for _, sg := range l.qSegs() {
 				qrow := u.let("qrow"+segName(sg), mul(qflat, ir.IntT(ir.I64, int64(sg.w))))
-				u.loop("d", i32(0), i32(sg.w), ir.Vector, "", func(x *blk) {
+				u.loop("d", i32(0), i32(sg.w), ir.Vector, ir.NoTag, func(x *blk) {
 					l.stageRow(x, "qs", add(mul(row, i32(D)), plus(d, sg.off)), l.qRopePos(x, add(w.qRow0, r)), d,
 						func(k ir.Expr) ir.Expr { return tof32(ld(sg.buf, l.dt, add(qrow, i64(k)))) }, true)
 				})
 			}
 			u.store("mx", row, negInf())
 			u.store("den", row, f32(0))
-			u.loop("d", i32(0), i32(DV), ir.Vector, "", func(x *blk) {
+			u.loop("d", i32(0), i32(DV), ir.Vector, ir.NoTag, func(x *blk) {
 				x.store("acc", add(mul(row, i32(DV)), d), f32(0))
 			})
 		})
 	})
 	kt := ir.R("kt", ir.I32)
-	tile := b.loop("kt", w.tileLo, w.tileHi, ir.Serial, "kv_tile", func(t *blk) {
+	tile := b.loop("kt", w.tileLo, w.tileHi, ir.Serial, ir.TagKVTile, func(t *blk) {
 		kvLo := t.let("kv_lo", mul(kt, i32(KT)))
 		kvN := t.let("kv_n", minE(i32(KT), sub(w.kvLen, kvLo)))
 		// Page-table walk: each position finds its page, so a tile may
 		// span pages of any power-of-two size.
-		t.loop("j", i32(0), kvN, ir.Serial, "kv_load", func(u *blk) {
+		t.loop("j", i32(0), kvN, ir.Serial, ir.TagStage, func(u *blk) {
 			pos := u.let("kv_at", add(kvLo, j))
 			page := u.let("page", l.pageAt(w.kvBeg, pos))
 			slot := u.let("slot", ir.Bin(ir.And, pos, i32(l.PS-1)))
 			load := func(x *blk) {
 				for _, sg := range l.kSegs() {
 					krow := x.let("krow"+segName(sg), l.rowIndex(page, w.kvh, slot, sg.w))
-					x.loop("d", i32(0), i32(sg.w), ir.Vector, "", func(y *blk) {
+					x.loop("d", i32(0), i32(sg.w), ir.Vector, ir.NoTag, func(y *blk) {
 						l.stageRow(y, "kb", add(mul(j, i32(D)), plus(d, sg.off)), l.kRopePos(y, pos, w.b), d,
 							func(k ir.Expr) ir.Expr { return tof32(ld(sg.buf, l.dt, add(krow, i64(k)))) }, true)
 					})
 				}
 				for _, sg := range l.vSegs() {
 					vrow := x.let("vrow"+segName(sg), l.rowIndex(page, w.kvh, slot, sg.w))
-					x.loop("d", i32(0), i32(sg.w), ir.Vector, "", func(y *blk) {
+					x.loop("d", i32(0), i32(sg.w), ir.Vector, ir.NoTag, func(y *blk) {
 						y.store("vb", add(mul(j, i32(DV)), plus(d, sg.off)), tof32(ld(sg.buf, l.dt, add(vrow, i64(d)))))
 					})
 				}
@@ -305,8 +305,8 @@ func (l *lowering) attend(b *blk, w tileWork) {
 			u.store("kvis", j, sel(hidden, i32(0), i32(1)))
 			u.add(&ir.If{Cond: hidden, Then: func() *ir.Block {
 				var x blk
-				x.loop("d", i32(0), i32(D), ir.Vector, "", func(y *blk) { y.store("kb", add(mul(j, i32(D)), d), f32(0)) })
-				x.loop("d", i32(0), i32(DV), ir.Vector, "", func(y *blk) { y.store("vb", add(mul(j, i32(DV)), d), f32(0)) })
+				x.loop("d", i32(0), i32(D), ir.Vector, ir.NoTag, func(y *blk) { y.store("kb", add(mul(j, i32(D)), d), f32(0)) })
+				x.loop("d", i32(0), i32(DV), ir.Vector, ir.NoTag, func(y *blk) { y.store("vb", add(mul(j, i32(DV)), d), f32(0)) })
 				return x.block()
 			}(), Else: func() *ir.Block {
 				var x blk
@@ -314,20 +314,20 @@ func (l *lowering) attend(b *blk, w tileWork) {
 				return x.block()
 			}()})
 		})
-		t.loop("g", i32(0), i32(G), ir.Serial, "", func(u *blk) {
-			u.loop("r", i32(0), w.rows, ir.Serial, "q_row", func(x *blk) {
+		t.loop("g", i32(0), i32(G), ir.Serial, ir.NoTag, func(u *blk) {
+			u.loop("r", i32(0), w.rows, ir.Serial, ir.NoTag, func(x *blk) {
 				head := x.let("head", add(head0, g))
 				qPos := x.let("q_pos", add(w.qPos0, r))
 				row := x.let("row", rowOf())
-				x.loop("j", i32(0), kvN, ir.Serial, "score", func(y *blk) {
+				x.loop("j", i32(0), kvN, ir.Serial, ir.NoTag, func(y *blk) {
 					kvPos := y.let("kv_pos", add(kvLo, j))
 					y.vr("dot", f32(0))
-					y.loop("d", i32(0), i32(D), ir.Vector, "", func(z *blk) {
+					y.loop("d", i32(0), i32(D), ir.Vector, ir.NoTag, func(z *blk) {
 						z.set("dot", add(ir.R("dot", ir.F32), mul(ld("qs", ir.F32, add(mul(row, i32(D)), d)), ld("kb", ir.F32, add(mul(j, i32(D)), d)))))
 					})
 					scaled := mul(ir.R("dot", ir.F32), f32(float64(float32(l.v.Scale))))
 					y.vr("s", &ir.Call{Fn: "score", Args: []ir.Expr{scaled, qPos, kvPos, head}, T: ir.F32})
-					y.add(&ir.If{Tag: "mask", Cond: not(&ir.Call{Fn: "mask", Args: []ir.Expr{qPos, kvPos, head, w.b}, T: ir.Bool}),
+					y.add(&ir.If{Tag: ir.TagMask, Cond: not(&ir.Call{Fn: "mask", Args: []ir.Expr{qPos, kvPos, head, w.b}, T: ir.Bool}),
 						Then: &ir.Block{Stmts: []ir.Stmt{&ir.Assign{Name: "s", Value: negInf()}}}})
 					hideUnless(y, l.dataVisible(y, w.b, qPos, kvPos, w.qBase, w.kvLen))
 					if l.hidesBlocks() {
@@ -347,8 +347,8 @@ func (l *lowering) attend(b *blk, w tileWork) {
 		{Var: refName(w.b), Lo: w.b, Hi: w.b},
 	}
 	// Normalize and store.
-	b.loop("g", i32(0), i32(G), ir.Serial, "", func(t *blk) {
-		t.loop("r", i32(0), w.rows, ir.Serial, "", func(u *blk) {
+	b.loop("g", i32(0), i32(G), ir.Serial, ir.NoTag, func(t *blk) {
+		t.loop("r", i32(0), w.rows, ir.Serial, ir.NoTag, func(u *blk) {
 			row := u.let("row", rowOf())
 			head := u.let("head", add(head0, g))
 			inv, lse := l.finish(u, u.let("lv", ld("den", ir.F32, row)), ld("mx", ir.F32, row), head, !w.partial)
@@ -375,26 +375,26 @@ func (l *lowering) softmaxUpdate(b *blk, row, kvN ir.Expr) {
 	mOld := b.let("m_old", ld("mx", ir.F32, row))
 	b.vr("m_new", mOld)
 	mNew := ir.R("m_new", ir.F32)
-	b.loop("j", i32(0), kvN, ir.Serial, "", func(t *blk) {
+	b.loop("j", i32(0), kvN, ir.Serial, ir.NoTag, func(t *blk) {
 		t.set("m_new", maxE(mNew, ld("sc", ir.F32, j)))
 	})
 	b.when(gt(mNew, negInf()), func(t *blk) {
 		alpha := t.let("alpha", ir.Un(ir.Exp, sub(mOld, mNew)))
 		t.vr("psum", f32(0))
-		t.loop("j", i32(0), kvN, ir.Serial, "", func(u *blk) {
+		t.loop("j", i32(0), kvN, ir.Serial, ir.NoTag, func(u *blk) {
 			p := u.let("p", ir.Un(ir.Exp, sub(ld("sc", ir.F32, j), mNew)))
 			u.store("sc", j, p)
 			u.set("psum", add(ir.R("psum", ir.F32), p))
 		})
 		t.store("den", row, add(mul(ld("den", ir.F32, row), alpha), ir.R("psum", ir.F32)))
 		t.store("mx", row, mNew)
-		t.loop("d", i32(0), i32(DV), ir.Vector, "", func(u *blk) {
+		t.loop("d", i32(0), i32(DV), ir.Vector, ir.NoTag, func(u *blk) {
 			i := add(mul(row, i32(DV)), d)
 			u.store("acc", i, mul(ld("acc", ir.F32, i), alpha))
 		})
-		t.loop("j", i32(0), kvN, ir.Serial, "", func(u *blk) {
+		t.loop("j", i32(0), kvN, ir.Serial, ir.NoTag, func(u *blk) {
 			p := u.let("p", ld("sc", ir.F32, j))
-			u.loop("d", i32(0), i32(DV), ir.Vector, "", func(x *blk) {
+			u.loop("d", i32(0), i32(DV), ir.Vector, ir.NoTag, func(x *blk) {
 				i := add(mul(row, i32(DV)), d)
 				x.store("acc", i, add(ld("acc", ir.F32, i), mul(p, ld("vb", ir.F32, add(mul(j, i32(DV)), d)))))
 			})
@@ -406,7 +406,7 @@ func (l *lowering) softmaxUpdate(b *blk, row, kvN ir.Expr) {
 func (l *lowering) storeOut(b *blk, qrow, head ir.Expr, acc func(ir.Expr) ir.Expr, inv, lse ir.Expr) {
 	d := ir.R("d", ir.I32)
 	flat := b.let("oflat", add(mul(qrow, i32(l.H)), head))
-	b.loop("d", i32(0), i32(l.DV), ir.Vector, "", func(t *blk) {
+	b.loop("d", i32(0), i32(l.DV), ir.Vector, ir.NoTag, func(t *blk) {
 		t.store("o", add(mul(i64(flat), ir.IntT(ir.I64, int64(l.DV))), i64(d)), ir.Cvt(l.dt, mul(acc(d), inv)))
 	})
 	b.when(&ir.NotNull{Buf: "lse"}, func(t *blk) { t.store("lse", flat, lse) })

@@ -82,14 +82,14 @@ func TestGQAGrouping(t *testing.T) {
 		}
 		for _, k := range m.Kernels {
 			for _, tile := range loops(k.Body) {
-				if tile.Tag != "kv_tile" {
+				if tile.Tag != ir.TagKVTile {
 					continue
 				}
 				var load, heads *ir.For
 				for _, f := range tile.Body.Stmts {
 					if f, ok := f.(*ir.For); ok {
 						switch {
-						case f.Tag == "kv_load":
+						case f.Tag == ir.TagStage:
 							load = f
 						case f.Var == "g":
 							heads = f

@@ -30,11 +30,11 @@ func (l *lowering) copyPageParams() []*ir.Param {
 type rowLoop func(b *blk, d int, body func(*blk, ir.Expr))
 
 func cpuRow(b *blk, d int, body func(*blk, ir.Expr)) {
-	b.loop("d", i32(0), i32(d), ir.Vector, "", func(x *blk) { body(x, ir.R("d", ir.I32)) })
+	b.loop("d", i32(0), i32(d), ir.Vector, ir.NoTag, func(x *blk) { body(x, ir.R("d", ir.I32)) })
 }
 
 func gpuRow(b *blk, d int, body func(*blk, ir.Expr)) {
-	b.loop("dk", i32(0), i32((d+GPUThreads-1)/GPUThreads), ir.Serial, "", func(x *blk) {
+	b.loop("dk", i32(0), i32((d+GPUThreads-1)/GPUThreads), ir.Serial, ir.NoTag, func(x *blk) {
 		e := x.let("dd", add(ir.R("t", ir.I32), mul(ir.R("dk", ir.I32), i32(GPUThreads))))
 		x.when(lt(e, i32(d)), func(y *blk) { body(y, e) })
 	})
@@ -43,12 +43,12 @@ func gpuRow(b *blk, d int, body func(*blk, ir.Expr)) {
 // workItems appends the parallel loop over n items; on the GPU its body
 // runs on a block's threads.
 func workItems(b *blk, n ir.Expr, gpu bool, body func(*blk)) {
-	b.loop("item", i32(0), n, ir.Parallel, "work", func(w *blk) {
+	b.loop("item", i32(0), n, ir.Parallel, ir.TagWork, func(w *blk) {
 		if !gpu {
 			body(w)
 			return
 		}
-		w.loop("t", i32(0), i32(GPUThreads), ir.Threads, "", body)
+		w.loop("t", i32(0), i32(GPUThreads), ir.Threads, ir.NoTag, body)
 	})
 }
 
@@ -63,7 +63,7 @@ func (l *lowering) appendKernel(name string, gpu bool) *ir.Kernel {
 	row := l.rowOf(gpu)
 	if !gpu {
 		b.fail(or(lt(n, i32(0)), lt(ir.R("num_pages", ir.I32), i32(0))), ErrBadArgument)
-		b.loop("vi", i32(0), n, ir.Serial, "validate", func(t *blk) {
+		b.loop("vi", i32(0), n, ir.Serial, ir.TagValidate, func(t *blk) {
 			t.fail(bad(pm(ir.R("vi", ir.I32))), ErrBadSlot)
 		})
 	}

@@ -78,7 +78,7 @@ func (l *lowering) validateTable(t *blk, vb *ir.Ref) ir.Expr {
 		mb := ir.R("max_blocks", ir.I32)
 		base, kvLen := l.seqPages(t, vb, "v_", false)
 		t.fail(or(lt(kvLen, i32(0)), gt(kvLen, mul(mb, i32(l.PS)))), ErrBadKVLen)
-		t.loop("vj", i32(0), ceilDiv(kvLen, l.PS), ir.Serial, "", func(u *blk) {
+		t.loop("vj", i32(0), ceilDiv(kvLen, l.PS), ir.Serial, ir.NoTag, func(u *blk) {
 			pg := u.let("v_page", ldi("block_table", add(base, ir.R("vj", ir.I32))))
 			u.fail(or(lt(pg, i32(-1)), ge(pg, np)), ErrBadPageID)
 		})
@@ -92,7 +92,7 @@ func (l *lowering) validateTable(t *blk, vb *ir.Ref) ir.Expr {
 		u.fail(or(lt(last, i32(1)), gt(last, i32(l.PS))), ErrBadLastPageLen)
 	})
 	kvLen := t.let("v_kv_len", sel(gt(n, i32(0)), add(mul(sub(n, i32(1)), i32(l.PS)), ldi("kv_last_page_len", vb)), i32(0)))
-	t.loop("vj", kvBeg, add(kvBeg, n), ir.Serial, "", func(u *blk) {
+	t.loop("vj", kvBeg, add(kvBeg, n), ir.Serial, ir.NoTag, func(u *blk) {
 		pg := u.let("v_page", ldi("kv_indices", ir.R("vj", ir.I32)))
 		u.fail(or(lt(pg, i32(0)), ge(pg, np)), ErrBadPageID)
 	})

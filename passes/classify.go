@@ -23,7 +23,7 @@ func ClassifyTiles(m *ir.Module) (*ir.Module, error) {
 	return mapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
 		return ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
 			f, ok := s.(*ir.For)
-			if !ok || f.Tag != "kv_tile" || len(f.Ranges) == 0 {
+			if !ok || f.Tag != ir.TagKVTile || len(f.Ranges) == 0 {
 				return []ir.Stmt{s}
 			}
 			return []ir.Stmt{classifyTile(f)}
@@ -52,7 +52,7 @@ func classifyTile(f *ir.For) *ir.For {
 			&ir.If{Cond: ir.R("tile_skip", ir.Bool), Then: &ir.Block{Stmts: []ir.Stmt{&ir.Continue{}}}})
 	}
 	unmasked := ir.MapStmts(ir.CloneBlock(f.Body), func(s ir.Stmt) []ir.Stmt {
-		if i, ok := s.(*ir.If); ok && i.Tag == "mask" {
+		if i, ok := s.(*ir.If); ok && i.Tag == ir.TagMask {
 			return nil
 		}
 		return []ir.Stmt{s}
@@ -74,7 +74,7 @@ func classifyTile(f *ir.For) *ir.For {
 func findMask(b *ir.Block) *ir.If {
 	var found *ir.If
 	ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
-		if i, ok := s.(*ir.If); ok && i.Tag == "mask" && found == nil {
+		if i, ok := s.(*ir.If); ok && i.Tag == ir.TagMask && found == nil {
 			found = i
 		}
 		return []ir.Stmt{s}

@@ -13,11 +13,20 @@ import (
 // everything GPU-specific in the kernels' structure (blocks, threads,
 // shared memory, shuffles) was decided by lowering and passes before.
 
-// cTypes maps IR types to C types.
-var cTypes = map[ir.Type]string{
-	ir.Bool: "bool", ir.I16: "int16_t", ir.I32: "int32_t", ir.I64: "int64_t", ir.U8: "uint8_t",
-	ir.F16: "int16_t", ir.BF16: "int16_t", ir.F32: "float", ir.F64: "double",
-}
+// cTypes maps IR types to C types; storage-only types (f16, bf16) print
+// as their carrier's type (the dtype table).
+var cTypes = func() map[ir.Type]string {
+	m := map[ir.Type]string{
+		ir.Bool: "bool", ir.I16: "int16_t", ir.I32: "int32_t", ir.I64: "int64_t", ir.U8: "uint8_t",
+		ir.F32: "float", ir.F64: "double",
+	}
+	for _, r := range ir.DTypes {
+		if r.Type.IsStorageOnly() {
+			m[r.Type] = m[r.Carrier]
+		}
+	}
+	return m
+}()
 
 // binOps are printf formats for binary operators (min/max are helpers).
 var binOps = map[ir.BinOp]string{
