@@ -103,9 +103,9 @@ const (
 // decl is what a name in scope stands for.
 type decl struct {
 	kind declKind
-	t    Type  // value type, or element type of a buffer
-	par  int   // enclosing region loops (parallel, threads, spread, lanes) at the declaration
-	size int   // elements of an alloc (0: unknown)
+	t    Type // value type, or element type of a buffer
+	par  int  // enclosing region loops (parallel, threads, spread, lanes) at the declaration
+	size int  // elements of an alloc (0: unknown)
 }
 
 func (d decl) isBuffer() bool {
