@@ -6,45 +6,54 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 
-	"github.com/attnc/attnc/codegen/cuda"
-	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/frontend"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
 	"github.com/attnc/attnc/passes"
 	"github.com/attnc/attnc/registry"
-)
+	"github.com/attnc/attnc/target"
 
-// Targets are the code generators Build knows.
-var Targets = []string{"cpu", "cuda"}
+	// The registered targets: one line each.
+	_ "github.com/attnc/attnc/target/cpu"
+	_ "github.com/attnc/attnc/target/cuda"
+)
 
 // Options configures Build.
 type Options struct {
 	Targets []string // default: cpu
 	Passes  passes.Options
+	Target  target.Options
+	// Insert adds passes to every target's table that has the named pass.
+	Insert []passes.Insertion
 }
 
 // Artifact is one generated file.
-type Artifact struct {
-	Name string
-	Data []byte
-}
+type Artifact = target.Artifact
 
 // Output is what a build produced, in a fixed order.
 type Output struct {
 	Artifacts []Artifact
 	Manifest  *registry.Manifest
 	Variants  []*ir.Variant
-	Lowered   map[string]*ir.Module // by variant name, before passes
+	// Compiled holds every variant's scheduled module per target:
+	// Compiled[variant][target].
+	Compiled map[string]map[string]*Compiled
 }
 
-// Variant is one compiled variant.
-type Variant struct {
-	V       *ir.Variant
-	Lowered *ir.Module // before passes: the manifest's argument dtypes
-	Final   *ir.Module // after the pipeline
+// Compiled is one variant scheduled for one target.
+type Compiled struct {
+	V      *ir.Variant
+	Target target.Target
+	Table  []passes.Pass // the passes that ran, in order
+	// Lowered is the target-neutral module lowering built (with the
+	// target's tiling); Final is the module after assembly and every pass.
+	Lowered, Final *ir.Module
+}
+
+// Select says what serves a call of shape s on this target.
+func (c *Compiled) Select(s registry.Shape) (registry.Selection, error) {
+	return c.Target.Select(c.V, c.Final, s)
 }
 
 // ParseSpecs reads every spec file and returns its variants in order,
@@ -68,115 +77,94 @@ func ParseSpecs(paths []string) ([]*ir.Variant, error) {
 	return all, nil
 }
 
-// Compile lowers v and runs the pass pipeline.
-func Compile(v *ir.Variant, po passes.Options) (*Variant, error) {
-	m, err := lower.Lower(v)
+// Table is target t's pass table with the insertions applied.
+func Table(t target.Target, ins []passes.Insertion) ([]passes.Pass, error) {
+	return passes.Insert(t.Passes(), ins)
+}
+
+// Compile lowers v with target t's tiling, assembles its entries and runs
+// its pass table.
+func Compile(v *ir.Variant, t target.Target, opt Options) (*Compiled, error) {
+	table, err := Table(t, opt.Insert)
 	if err != nil {
 		return nil, err
 	}
-	final, err := passes.Run(m, po)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %s: %w", v.Pos, v.Name, err)
-	}
-	return &Variant{V: v, Lowered: m, Final: final}, nil
-}
-
-// CompileGPU lowers v with the CUDA schedule and runs the pass pipeline
-// over its device kernels.
-func CompileGPU(v *ir.Variant, po passes.Options) (*lower.GPUModule, error) {
-	gm, err := lower.LowerGPU(v)
+	m, err := lower.Lower(v, t.Tiling(v))
 	if err != nil {
 		return nil, err
 	}
-	final, err := passes.Run(gm.Module, po)
+	a, err := t.Assemble(m)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %s (cuda): %w", v.Pos, v.Name, err)
+		return nil, fmt.Errorf("%s: %s (%s): %w", v.Pos, v.Name, t.Name(), err)
 	}
-	return &lower.GPUModule{Module: final, Launchers: gm.Launchers, Lowered: gm.Module}, nil
+	po := opt.Passes
+	po.Target = t.Name()
+	final, err := passes.RunTable(table, a, po)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %s (%s): %w", v.Pos, v.Name, t.Name(), err)
+	}
+	return &Compiled{V: v, Target: t, Table: table, Lowered: m, Final: final}, nil
 }
 
-// cudaManifest lists a variant's CUDA launchers (entries) and device
-// kernels with their launch rules.
-func cudaManifest(v *ir.Variant, gm *lower.GPUModule) []registry.KernelManifest {
-	var out []registry.KernelManifest
-	for _, l := range gm.Launchers {
-		args := registry.ArgsOf(l.Params)
-		args = append(args, registry.Arg{Name: "stream", Kind: "scalar", DType: "cudaStream_t"})
-		var steps []map[string]any
-		for _, ln := range l.Direct {
-			steps = append(steps, map[string]any{"kernel": ln.Kernel, "grid": ln.Grid, "block": ln.Block, "smem": ln.Smem})
-		}
-		launch := map[string]any{"direct": steps}
-		if len(l.Split) > 0 {
-			var split []map[string]any
-			for _, ln := range l.Split {
-				split = append(split, map[string]any{"kernel": ln.Kernel, "grid": ln.Grid, "block": ln.Block, "smem": ln.Smem})
-			}
-			launch["split"] = split
-			launch["splits"] = "plan_splits(items = " + l.Direct[0].Grid + ", threads = 2 * SMs, max_tiles = 1 << 20); > 1 -> split launches with f32 scratch"
-		}
-		out = append(out, registry.KernelManifest{Variant: v.Name, Role: string(l.Role), Symbol: l.Name, Entry: true,
-			Target: "cuda", File: v.Name + ".cu", Args: args, Returns: "i32 status", Constraints: registry.Constraints(v), Launch: launch})
+// CompileFor is Compile for a target named by name.
+func CompileFor(v *ir.Variant, name string, opt Options) (*Compiled, error) {
+	t, err := target.Lookup(name)
+	if err != nil {
+		return nil, err
 	}
-	for _, k := range gm.Lowered.Kernels { // storage dtypes, not the legalized i16
-		out = append(out, registry.KernelManifest{Variant: v.Name, Role: string(k.Role), Symbol: k.Name, Entry: false,
-			Target: "cuda", File: v.Name + ".cu", Args: registry.ArgsOf(k.Params), Returns: "void (__global__)",
-			Constraints: registry.Constraints(v),
-			Launch:      map[string]any{"block": cuda.BlockSize(k), "smem": cuda.SharedBytes(k)}})
-	}
-	return out
+	return Compile(v, t, opt)
 }
 
 // Build compiles the variants for the targets and returns the artifacts.
 func Build(vs []*ir.Variant, opt Options) (*Output, error) {
-	targets := opt.Targets
-	if len(targets) == 0 {
-		targets = []string{"cpu"}
+	names := opt.Targets
+	if len(names) == 0 {
+		names = []string{"cpu"}
 	}
-	for _, t := range targets {
-		if !contains(Targets, t) {
-			return nil, fmt.Errorf("unknown target %q (known: %s)", t, strings.Join(Targets, ", "))
-		}
-	}
-	out := &Output{Manifest: &registry.Manifest{ABI: registry.ABI, LSEBase: "e"}, Variants: vs, Lowered: map[string]*ir.Module{}}
-	for _, v := range vs {
-		cv, err := Compile(v, opt.Passes)
+	var ts []target.Target
+	for _, n := range names {
+		t, err := target.Lookup(n)
 		if err != nil {
 			return nil, err
 		}
-		out.Lowered[v.Name] = cv.Lowered
-		out.Manifest.Variants = append(out.Manifest.Variants, registry.VariantEntry(v, cv.Lowered))
-		var launchers []ir.Launcher
-		for _, t := range targets {
-			switch t {
-			case "cpu":
-				ll, err := llvmgen.Emit(cv.Final)
-				if err != nil {
-					return nil, fmt.Errorf("%s: %s: llvm: %w", v.Pos, v.Name, err)
-				}
-				out.Artifacts = append(out.Artifacts, Artifact{Name: v.Name + ".ll", Data: []byte(ll)})
-				for _, k := range cv.Lowered.Kernels {
-					out.Manifest.Kernels = append(out.Manifest.Kernels, registry.KernelManifest{
-						Variant: v.Name, Role: string(k.Role), Symbol: k.Name, Entry: k.Entry, Target: "cpu",
-						File: v.Name + ".ll", Args: registry.Args(k), Returns: "i32 status",
-						Constraints: registry.Constraints(v),
-					})
-				}
-			case "cuda":
-				gm, err := CompileGPU(v, opt.Passes)
-				if err != nil {
-					return nil, err
-				}
-				cu, err := cuda.Emit(gm.Module, gm.Launchers)
-				if err != nil {
-					return nil, fmt.Errorf("%s: %s: %w", v.Pos, v.Name, err)
-				}
-				out.Artifacts = append(out.Artifacts, Artifact{Name: v.Name + ".cu", Data: []byte(cu)})
-				out.Manifest.Kernels = append(out.Manifest.Kernels, cudaManifest(v, gm)...)
-				launchers = gm.Launchers
-			}
+		ts = append(ts, t)
+	}
+	out := &Output{Manifest: &registry.Manifest{ABI: registry.ABI, LSEBase: "e"}, Variants: vs,
+		Compiled: map[string]map[string]*Compiled{}}
+	for _, v := range vs {
+		if err := lower.Unsupported(v); err != nil {
+			return nil, err
 		}
-		out.Artifacts = append(out.Artifacts, Artifact{Name: v.Name + ".h", Data: []byte(Header(v, cv.Lowered, launchers))})
+		out.Compiled[v.Name] = map[string]*Compiled{}
+		var header []string
+		var first *Compiled
+		for _, t := range ts {
+			c, err := Compile(v, t, opt)
+			if err != nil {
+				return nil, err
+			}
+			out.Compiled[v.Name][t.Name()] = c
+			if first == nil {
+				first = c
+			}
+			files, err := t.Emit(v, c.Final, opt.Target)
+			if err != nil {
+				return nil, err
+			}
+			out.Artifacts = append(out.Artifacts, files...)
+			ks := t.Manifest(v, c.Final, opt.Target)
+			var ran []string
+			for _, p := range c.Table {
+				ran = append(ran, p.Name)
+			}
+			for i := range ks {
+				ks[i].Passes = ran
+			}
+			out.Manifest.Kernels = append(out.Manifest.Kernels, ks...)
+			header = append(header, t.Header(v, c.Final))
+		}
+		out.Manifest.Variants = append(out.Manifest.Variants, registry.VariantEntry(v, first.Final))
+		out.Artifacts = append(out.Artifacts, Artifact{Name: v.Name + ".h", Data: []byte(Header(v, first.Final, header))})
 	}
 	mj, err := out.Manifest.Marshal()
 	if err != nil {
@@ -202,13 +190,4 @@ func (o *Output) Write(dir string, log io.Writer) error {
 		}
 	}
 	return nil
-}
-
-func contains(xs []string, s string) bool {
-	for _, x := range xs {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

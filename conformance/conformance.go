@@ -7,12 +7,13 @@ import (
 	"os"
 	"path/filepath"
 
-	llvmgen "github.com/attnc/attnc/codegen/llvm"
+	"github.com/attnc/attnc/build"
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
 	"github.com/attnc/attnc/passes"
 	"github.com/attnc/attnc/reference"
+	"github.com/attnc/attnc/target"
 )
 
 // Tolerance is the allowed error on outputs of magnitude <= 1 for storage
@@ -74,36 +75,45 @@ type Entry struct {
 	Stream bool
 }
 
-// cpuEntries lists the entry kernels of a lowered CPU module.
+// cpuEntries lists the public entries of a scheduled CPU module.
 func cpuEntries(m *ir.Module) map[ir.Role]Entry {
 	es := map[ir.Role]Entry{}
-	for _, k := range m.Kernels {
-		if k.Entry {
-			es[k.Role] = Entry{Symbol: k.Name, Params: k.Params}
+	for _, p := range m.Plans {
+		if p.Public {
+			es[p.Role] = Entry{Symbol: p.Entry, Params: p.Params}
 		}
 	}
 	return es
 }
 
+// compileFor schedules v for a target with the verifier after every pass
+// and writes the target's files into dir.
+func compileFor(v *ir.Variant, name, dir string) (*build.Compiled, error) {
+	c, err := build.CompileFor(v, name, build.Options{Passes: passes.Options{VerifyEach: true}})
+	if err != nil {
+		return nil, err
+	}
+	files, err := c.Target.Emit(v, c.Final, target.Options{})
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(dir, f.Name), f.Data, 0o644); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
 // Build compiles v for the CPU into dir, links a shared library with the
 // LLVM tools and loads it.
 func Build(v *ir.Variant, dir string) (*Suite, error) {
-	m, err := lower.Lower(v)
+	c, err := compileFor(v, "cpu", dir)
 	if err != nil {
 		return nil, err
 	}
-	final, err := passes.Run(m, passes.Options{VerifyEach: true})
-	if err != nil {
-		return nil, err
-	}
-	ll, err := llvmgen.Emit(final)
-	if err != nil {
-		return nil, err
-	}
+	m := c.Final
 	llPath := filepath.Join(dir, v.Name+".ll")
-	if err := os.WriteFile(llPath, []byte(ll), 0o644); err != nil {
-		return nil, err
-	}
 	so := filepath.Join(dir, v.Name+".so")
 	if err := cpurt.BuildShared(llPath, so); err != nil {
 		return nil, err

@@ -24,5 +24,5 @@ func BuildCUDA(v *ir.Variant, dir string) (*Suite, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Suite{V: v, Target: "cuda", Prefix: gm.Module.Prefix, Lib: lib, Entries: launcherEntries(gm)}, nil
+	return &Suite{V: v, Target: "cuda", Prefix: gm.Prefix, Lib: lib, Entries: launcherEntries(gm)}, nil
 }

@@ -571,7 +571,7 @@ func (p *parser) stmt() Stmt {
 		p.expect("=")
 		vt := p.peek()
 		v := p.expr()
-		if v.Type() != d.t {
+		if !accessType(d.t, v.Type()) {
 			p.failAt(vt, "type mismatch: storing %s into %s buffer %s", v.Type(), d.t, nt.text)
 		}
 		return &Store{Buf: nt.text, Index: idx, Value: v}
@@ -909,7 +909,16 @@ func (p *parser) identExpr(t token) Expr {
 		p.next()
 		idx := p.expr()
 		p.expect("]")
-		return p.check(t, &Load{Buf: t.text, Index: idx, T: d.t})
+		ty := d.t
+		if p.isPunct(":") && p.peekN(1).kind == tIdent {
+			// buf[i]:T reads a storage-only element as its carrier bits.
+			p.next()
+			tt := p.peek()
+			if ty = p.typ(); !accessType(d.t, ty) {
+				p.failAt(tt, "cannot read %s elements of %s as %s", d.t, t.text, ty)
+			}
+		}
+		return p.check(t, &Load{Buf: t.text, Index: idx, T: ty})
 	}
 	return &Ref{Name: t.text, T: p.lookup(t).t}
 }

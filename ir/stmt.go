@@ -314,6 +314,7 @@ type Module struct {
 	Defs    []*Def
 	Kernels []*Kernel
 	Errors  []ErrorCode
+	Plans   []*Plan // how each role's entry runs its kernels
 }
 
 // Def is a named pure expression function: `def NAME(a: i32, ...): T = body`.

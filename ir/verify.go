@@ -39,8 +39,9 @@ func MustVerify(pass string, m *Module) {
 //   - params have unique names and non-void types;
 //   - every Ref, Load, Store, Assign and Free names a declaration in scope
 //     (params, let, var, loop vars, alloc, malloc, call results; blocks nest
-//     scopes) whose type matches Ref.T / Load.T / the stored value; a Ref to
-//     a buffer has the buffer's element type;
+//     scopes) whose type matches Ref.T / Load.T / the stored value (a
+//     storage-only element, f16 or bf16, may also be read and written as
+//     its carrier's bits); a Ref to a buffer has the buffer's element type;
 //   - no declaration redeclares a visible name (sibling blocks may reuse one);
 //   - expressions are well typed: binary operands have equal types; the
 //     operators + - * / % min max and ordered compares take ints or floats, << >> ints,
@@ -453,7 +454,7 @@ func (v *verifier) stmt(s Stmt) {
 			v.fail("index of %s is %s, want i32 or i64", s.Buf, t)
 		}
 		v.expr(s.Value)
-		if t := s.Value.Type(); t != d.t {
+		if t := s.Value.Type(); !accessType(d.t, t) {
 			v.fail("store %s into %s buffer %s: type mismatch", t, d.t, s.Buf)
 		}
 	case *For:
@@ -656,7 +657,7 @@ func (v *verifier) expr(e Expr) {
 		}
 	case *Load:
 		d := v.buffer(e.Buf, "load from")
-		if d.t != e.T {
+		if !accessType(d.t, e.T) {
 			v.fail("load %s has type %s, buffer element is %s", e.Buf, e.T, d.t)
 		}
 		v.expr(e.Index)

@@ -53,176 +53,41 @@ func PlanSplitsDef() *ir.Def {
 	return &ir.Def{Name: "plan_splits", Params: []*ir.Param{scalar("items"), scalar("threads"), scalar("max_tiles")}, Body: body}
 }
 
-func (l *lowering) name(role string) string { return l.p + "_" + role }
-
-// headTiles is the number of CPU work items a GQA group splits into.
-func (l *lowering) headTiles() int { return l.G / HeadTile(l.G) }
-
-// splitItem binds a work item's sequence, kv head and head tile from x =
-// (b * kv_heads + kvh) * headTiles + ht.
-func (l *lowering) splitItem(b *blk, x ir.Expr) (sb, kvh, ht ir.Expr) {
-	if n := l.headTiles(); n > 1 {
-		ht = b.let("ht", rem(x, i32(n)))
-		x = b.let("rest_h", div(x, i32(n)))
-	} else {
-		ht = i32(0)
+// mergeSplits is decode's merge step: it folds the split-KV chunks of each
+// (sequence, qo head) row with the merge_state update, starting from the
+// row's learned sink when the variant has one.
+func (l *lowering) mergeSplits() *ir.Kernel {
+	DV := l.DV
+	params := []*ir.Param{
+		buf("part_o", ir.F32, false, "splits", "batch_size", itoa(l.H), itoa(DV)),
+		buf("part_lse", ir.F32, false, "splits", "batch_size", itoa(l.H)),
+		scalar(ir.PlanSplits), scalar("batch_size"),
 	}
-	kvh = b.let("kvh", rem(x, i32(l.KVH)))
-	return b.let("b", div(x, i32(l.KVH))), kvh, ht
-}
-
-// prefill is the ragged-query entry. When every sequence has exactly one
-// query token laid out as in decode, it dispatches to the decode kernel
-// (which may split KV); otherwise it runs (sequence, kv head, query tile)
-// work items over the thread pool.
-func (l *lowering) prefill(decodeIsEntry bool) *ir.Kernel {
-	QT := QTile(HeadTile(l.G))
-	params := l.prefillParams()
+	params = append(params, l.outParams("batch_size")...)
 	var b blk
-	b.vr("max_qt", i32(0))
-	b.vr("single", ir.BoolConst(true))
-	b.when(gt(ir.R("batch_size", ir.I32), i32(0)), func(t *blk) {
-		t.fail(lt(ldi("qo_indptr", i32(0)), i32(0)), ErrBadQOIndptr)
-	})
-	l.validateCache(&b, func(t *blk, vb *ir.Ref) ir.Expr {
-		qBeg := t.let("v_q_beg", ldi("qo_indptr", vb))
-		qLen := t.let("v_q_len", sub(ldi("qo_indptr", add(vb, i32(1))), qBeg))
-		t.fail(lt(qLen, i32(0)), ErrBadQOIndptr)
-		t.set("single", and(ir.R("single", ir.Bool), and(eq(qLen, i32(1)), eq(qBeg, vb))))
-		return qLen
-	}, func(t *blk, vb *ir.Ref, qLen, kvLen ir.Expr) {
-		t.set("max_qt", maxE(ir.R("max_qt", ir.I32), ceilDiv(qLen, QT)))
-	})
-	bs := ir.R("batch_size", ir.I32)
-	b.when(and(ir.R("single", ir.Bool), gt(bs, i32(0))), func(t *blk) {
-		var args []ir.Expr
-		for _, p := range l.decodeParams() {
-			args = append(args, ir.R(p.Name, p.Elem))
-		}
-		t.add(&ir.CallStmt{Result: "st", Fn: l.name("decode"), Args: args})
-		t.add(&ir.Return{Value: ir.R("st", ir.I32)})
-	})
-	maxQT := ir.R("max_qt", ir.I32)
-	nItems := b.let("n_items", mul(mul(bs, i32(l.KVH*l.headTiles())), maxQT))
-	item := ir.R("item", ir.I32)
-	b.loop("item", i32(0), nItems, ir.Parallel, ir.TagWork, func(t *blk) {
-		qt := t.let("qt", rem(item, maxQT))
-		sb, kvh, ht := l.splitItem(t, t.let("rest", div(item, maxQT)))
-		qBeg := t.let("q_beg", ldi("qo_indptr", sb))
-		qLen := t.let("q_len", sub(ldi("qo_indptr", add(sb, i32(1))), qBeg))
-		qLo := t.let("q_lo", mul(qt, i32(QT)))
-		t.when(ge(qLo, qLen), func(u *blk) { u.add(&ir.Continue{}) })
-		rows := t.let("rows", minE(i32(QT), sub(qLen, qLo)))
-		kvBeg, kvLen := l.seqPages(t, sb, "", false)
-		l.attend(t, tileWork{qt: QT, b: sb, kvh: kvh, ht: ht, qRow0: add(qBeg, qLo), rows: rows, qBase: sub(kvLen, qLen),
-			qPos0: t.let("q_pos0", add(sub(kvLen, qLen), qLo)), kvBeg: kvBeg, kvLen: kvLen,
-			tileLo: i32(0), tileHi: ceilDiv(kvLen, KVTile), store: l.storeOut})
-	})
-	b.add(&ir.Return{Value: i32(0)})
-	return &ir.Kernel{Name: l.name("prefill"), Role: ir.RolePrefill, Entry: true, Params: params, Body: b.block()}
-}
-
-// prefillParams are the prefill entry's arguments (CPU entry and CUDA
-// launcher alike).
-func (l *lowering) prefillParams() []*ir.Param {
-	params := append(l.qParams("total_q"), buf("qo_indptr", ir.I32, false, "batch_size+1"))
-	params = append(params, append(l.maskParams("total_q"), l.ropeParams("total_q")...)...)
-	return append(append(params, l.cacheParams()...), l.outParams("total_q")...)
-}
-
-// decodeParams are the decode entry's arguments.
-func (l *lowering) decodeParams() []*ir.Param {
-	params := append(l.qParams("batch_size"), append(l.maskParams("batch_size"), l.ropeParams("batch_size")...)...)
-	return append(append(params, l.cacheParams()...), l.outParams("batch_size")...)
-}
-
-// decode is the one-token-per-sequence entry. It validates, asks
-// @plan_splits how many KV chunks each (sequence, kv head) item gets, and
-// either runs the items directly or runs the chunks into f32 scratch and
-// merges them with the merge_state formula.
-func (l *lowering) decode(entry bool) *ir.Kernel {
-	params := l.decodeParams()
-	var b blk
-	b.vr("max_tiles", i32(0))
-	l.validateCache(&b, func(t *blk, vb *ir.Ref) ir.Expr { return i32(1) },
-		func(t *blk, vb *ir.Ref, qLen, kvLen ir.Expr) {
-			t.set("max_tiles", maxE(ir.R("max_tiles", ir.I32), ceilDiv(kvLen, KVTile)))
-		})
-	bs := ir.R("batch_size", ir.I32)
-	b.add(&ir.CallStmt{Result: "threads", Fn: "rt.num_threads"})
-	items := b.let("items", mul(bs, i32(l.KVH*l.headTiles())))
-	splits := b.let("splits", &ir.Call{Fn: "plan_splits", Args: []ir.Expr{items, ir.R("threads", ir.I32), ir.R("max_tiles", ir.I32)}, T: ir.I32})
-	// seq binds the per-sequence lets of a work item.
-	seq := func(t *blk, sb ir.Expr) (kvBeg, kvLen ir.Expr) {
-		return l.seqPages(t, sb, "", false)
-	}
-	item := ir.R("item", ir.I32)
-	b.when(le(splits, i32(1)), func(t *blk) {
-		t.loop("item", i32(0), items, ir.Parallel, ir.TagWork, func(u *blk) {
-			sb, kvh, ht := l.splitItem(u, item)
-			kvBeg, kvLen := seq(u, sb)
-			l.attend(u, tileWork{qt: 1, b: sb, kvh: kvh, ht: ht, qRow0: sb, rows: i32(1), qPos0: sub(kvLen, i32(1)), qBase: sub(kvLen, i32(1)),
-				kvBeg: kvBeg, kvLen: kvLen, tileLo: i32(0), tileHi: ceilDiv(kvLen, KVTile), store: l.storeOut})
-		})
-		t.add(&ir.Return{Value: i32(0)})
-	})
-	// Split-KV: chunk sp of sequence b covers tiles [sp*per, min((sp+1)*per, n)).
-	rowsPerSplit := mul(bs, i32(l.H))
-	b.add(&ir.Malloc{Name: "part_o", T: ir.F32, Size: mul(mul(splits, rowsPerSplit), i32(l.DV))})
-	b.add(&ir.Malloc{Name: "part_lse", T: ir.F32, Size: mul(splits, rowsPerSplit)})
-	b.loop("item", i32(0), mul(items, splits), ir.Parallel, ir.TagWork, func(u *blk) {
-		sp := u.let("sp", rem(item, splits))
-		sb, kvh, ht := l.splitItem(u, u.let("rest", div(item, splits)))
-		kvBeg, kvLen := seq(u, sb)
-		nt := u.let("n_tiles", ceilDiv(kvLen, KVTile))
-		per := u.let("per", div(add(nt, sub(splits, i32(1))), splits))
-		tLo := u.let("t_lo", minE(mul(sp, per), nt))
-		l.attend(u, tileWork{qt: 1, b: sb, kvh: kvh, ht: ht, qRow0: sb, rows: i32(1), qPos0: sub(kvLen, i32(1)), qBase: sub(kvLen, i32(1)),
-			kvBeg: kvBeg, kvLen: kvLen, tileLo: tLo, tileHi: minE(add(tLo, per), nt), partial: true,
-			store: func(x *blk, qrow, head ir.Expr, acc func(ir.Expr) ir.Expr, inv, lse ir.Expr) {
-				flat := x.let("pflat", add(mul(add(mul(sp, bs), qrow), i32(l.H)), head))
-				d := ir.R("d", ir.I32)
-				x.loop("d", i32(0), i32(l.DV), ir.Vector, ir.NoTag, func(y *blk) {
-					y.store("part_o", add(mul(flat, i32(l.DV)), d), mul(acc(d), inv))
-				})
-				x.store("part_lse", flat, lse)
-			}})
-	})
-	// Merge the chunks of each (sequence, qo head) row, folding with the
-	// pairwise merge_state update.
 	row := ir.R("mrow", ir.I32)
-	b.loop("mrow", i32(0), rowsPerSplit, ir.Parallel, ir.TagMerge, func(u *blk) {
-		u.alloc("macc", ir.F32, l.DV)
-		u.vr("mlse", l.mergeStart(row))
-		d := ir.R("d", ir.I32)
-		u.loop("d", i32(0), i32(l.DV), ir.Vector, ir.NoTag, func(x *blk) { x.store("macc", d, f32(0)) })
-		u.loop("sp", i32(0), splits, ir.Serial, ir.NoTag, func(x *blk) {
+	rowsPerSplit := mul(ir.R("batch_size", ir.I32), i32(l.H))
+	b.loop("mrow", i32(0), rowsPerSplit, ir.Parallel, ir.TagWork, func(w *blk) {
+		w.alloc("macc", ir.F32, DV)
+		w.vr("mlse", l.mergeStart(row))
+		w.spread("d", DV, func(x *blk, d ir.Expr) { x.store("macc", d, f32(0)) })
+		w.loop("sp", i32(0), ir.R(ir.PlanSplits, ir.I32), ir.Serial, ir.NoTag, func(x *blk) {
 			pflat := x.let("pflat", add(mul(ir.R("sp", ir.I32), rowsPerSplit), row))
-			l.pairMerge(x, ir.R("mlse", ir.F32), ld("part_lse", ir.F32, pflat),
-				func(dv ir.Expr) ir.Expr { return ld("macc", ir.F32, dv) },
-				func(dv ir.Expr) ir.Expr { return ld("part_o", ir.F32, add(mul(pflat, i32(l.DV)), dv)) },
-				func(y *blk, dv, val ir.Expr) { y.store("macc", dv, val) },
+			l.pairMergeBy(x, ir.R("mlse", ir.F32), ld("part_lse", ir.F32, pflat),
+				func(d ir.Expr) ir.Expr { return ld("macc", ir.F32, d) },
+				func(d ir.Expr) ir.Expr {
+					return ld("part_o", ir.F32, add(mul(i64(pflat), ir.IntT(ir.I64, int64(DV))), i64(d)))
+				},
+				func(y *blk, d, val ir.Expr) { y.store("macc", d, val) },
 				func(y *blk, val ir.Expr) { y.set("mlse", val) })
 		})
-		u.loop("d", i32(0), i32(l.DV), ir.Vector, ir.NoTag, func(x *blk) {
-			x.store("o", add(mul(i64(row), ir.IntT(ir.I64, int64(l.DV))), i64(d)), ir.Cvt(l.dt, ld("macc", ir.F32, d)))
+		w.spread("d", DV, func(x *blk, d ir.Expr) {
+			x.store("o", add(mul(i64(row), ir.IntT(ir.I64, int64(DV))), i64(d)), ir.Cvt(l.dt, ld("macc", ir.F32, d)))
 		})
-		u.when(&ir.NotNull{Buf: "lse"}, func(x *blk) { x.store("lse", row, ir.R("mlse", ir.F32)) })
+		w.when(&ir.NotNull{Buf: "lse"}, func(x *blk) { x.store("lse", row, ir.R("mlse", ir.F32)) })
 	})
-	b.add(&ir.Free{Name: "part_o"}, &ir.Free{Name: "part_lse"})
 	b.add(&ir.Return{Value: i32(0)})
-	return &ir.Kernel{Name: l.name("decode"), Role: ir.RoleDecode, Entry: entry, Params: params, Body: b.block()}
-}
-
-// dimsLoop runs body over the head dims d of a row; k indexes where the
-// running thread keeps element d (the CPU keeps all: k = d; a GPU thread
-// keeps its share).
-type dimsLoop func(b *blk, body func(b *blk, k, d ir.Expr))
-
-// cpuDims is a vectorizable loop over all head dims.
-func (l *lowering) cpuDims(b *blk, body func(b *blk, k, d ir.Expr)) {
-	d := ir.R("d", ir.I32)
-	b.loop("d", i32(0), i32(l.DV), ir.Vector, ir.NoTag, func(t *blk) { body(t, d, d) })
+	return &ir.Kernel{Name: l.name("decode_merge_work"), Role: ir.RoleDecode, Params: params, Body: b.block()}
 }
 
 // mergeStart is the state a split-KV merge folds the chunks into: empty,
@@ -235,11 +100,11 @@ func (l *lowering) mergeStart(row ir.Expr) ir.Expr {
 }
 
 // pairMergeBy appends the merge_state update of state a = (la, va) with
-// b = (lb, vb): weights exp(l - max) that are exactly 0 for an empty side
-// (whose values are never read into the sum), o = weighted mean, lse = max +
-// log(sum of weights); two empty sides give o = 0, lse = -inf. CPU and GPU
-// kernels share it and differ only in how dims maps the head dims.
-func (l *lowering) pairMergeBy(b *blk, la, lb ir.Expr, va, vb func(k, d ir.Expr) ir.Expr, setV func(b *blk, k, d, val ir.Expr), setL func(*blk, ir.Expr), dims dimsLoop) {
+// b = (lb, vb) over the head dims d (a spread loop): weights exp(l - max)
+// that are exactly 0 for an empty side (whose values are never read into
+// the sum), o = weighted mean, lse = max + log(sum of weights); two empty
+// sides give o = 0, lse = -inf. Split-KV decode and merge_state share it.
+func (l *lowering) pairMergeBy(b *blk, la, lb ir.Expr, va, vb func(d ir.Expr) ir.Expr, setV func(b *blk, d, val ir.Expr), setL func(*blk, ir.Expr)) {
 	lA := b.let("la", la)
 	lB := b.let("lb", lb)
 	m := b.let("mm", maxE(lA, lB))
@@ -247,24 +112,18 @@ func (l *lowering) pairMergeBy(b *blk, la, lb ir.Expr, va, vb func(k, d ir.Expr)
 	wb := b.let("wb", sel(gt(lB, negInf()), ir.Un(ir.Exp, sub(lB, m)), f32(0)))
 	ws := b.let("ws", add(wa, wb))
 	inv := b.let("winv", sel(gt(ws, f32(0)), ir.Bin(ir.Div, f32(1), ws), f32(0)))
-	dims(b, func(t *blk, k, d ir.Expr) {
-		ta := sel(gt(wa, f32(0)), mul(wa, va(k, d)), f32(0))
-		tb := sel(gt(wb, f32(0)), mul(wb, vb(k, d)), f32(0))
-		setV(t, k, d, mul(add(ta, tb), inv))
+	b.spread("d", l.DV, func(t *blk, d ir.Expr) {
+		ta := sel(gt(wa, f32(0)), mul(wa, va(d)), f32(0))
+		tb := sel(gt(wb, f32(0)), mul(wb, vb(d)), f32(0))
+		setV(t, d, mul(add(ta, tb), inv))
 	})
 	setL(b, sel(gt(ws, f32(0)), add(m, ir.Un(ir.Log, ws)), negInf()))
 }
 
-// pairMerge is pairMergeBy over all head dims.
-func (l *lowering) pairMerge(b *blk, la, lb ir.Expr, va, vb func(ir.Expr) ir.Expr, setV func(*blk, ir.Expr, ir.Expr), setL func(*blk, ir.Expr)) {
-	l.pairMergeBy(b, la, lb,
-		func(k, d ir.Expr) ir.Expr { return va(d) }, func(k, d ir.Expr) ir.Expr { return vb(d) },
-		func(t *blk, k, d, val ir.Expr) { setV(t, d, val) }, setL, l.cpuDims)
-}
-
-// mergeState is the merge_state entry: merges (v_other, s_other) into (v, s)
-// in place, row by row, with the same pairwise update as split-KV decode.
-func (l *lowering) mergeState() *ir.Kernel {
+// mergeState is the merge_state role: merges (v_other, s_other) into
+// (v, s) in place, row by row, with the same pairwise update as split-KV
+// decode.
+func (l *lowering) mergeState() ([]*ir.Kernel, *ir.Plan) {
 	H, DV := l.H, l.DV
 	params := []*ir.Param{
 		buf("v", l.dt, true, "n", itoa(H), itoa(DV)),
@@ -275,21 +134,21 @@ func (l *lowering) mergeState() *ir.Kernel {
 	}
 	var b blk
 	n := ir.R("n", ir.I32)
-	b.fail(lt(n, i32(0)), ErrBadArgument)
 	row := ir.R("row", ir.I32)
 	b.loop("row", i32(0), mul(n, i32(H)), ir.Parallel, ir.TagWork, func(t *blk) {
 		base := t.let("base", mul(i64(row), ir.IntT(ir.I64, int64(DV))))
-		t.alloc("mv", ir.F32, DV)
-		l.pairMerge(t, ld("s", ir.F32, row), ld("s_other", ir.F32, row),
-			func(dv ir.Expr) ir.Expr { return tof32(ld("v", l.dt, add(base, i64(dv)))) },
-			func(dv ir.Expr) ir.Expr { return tof32(ld("v_other", l.dt, add(base, i64(dv)))) },
-			func(y *blk, dv, val ir.Expr) { y.store("mv", dv, val) },
+		at := func(d ir.Expr) ir.Expr { return add(base, i64(d)) }
+		l.pairMergeBy(t, ld("s", ir.F32, row), ld("s_other", ir.F32, row),
+			func(d ir.Expr) ir.Expr { return tof32(ld("v", l.dt, at(d))) },
+			func(d ir.Expr) ir.Expr { return tof32(ld("v_other", l.dt, at(d))) },
+			func(y *blk, d, val ir.Expr) { y.store("v", at(d), ir.Cvt(l.dt, val)) },
 			func(y *blk, val ir.Expr) { y.store("s", row, val) })
-		d := ir.R("d", ir.I32)
-		t.loop("d", i32(0), i32(DV), ir.Vector, ir.NoTag, func(x *blk) {
-			x.store("v", add(base, i64(d)), ir.Cvt(l.dt, ld("mv", ir.F32, d)))
-		})
 	})
 	b.add(&ir.Return{Value: i32(0)})
-	return &ir.Kernel{Name: l.name("merge_state"), Role: ir.RoleMergeState, Entry: true, Params: params, Body: b.block()}
+	k := &ir.Kernel{Name: l.name("merge_state_work"), Role: ir.RoleMergeState, Params: params, Body: b.block()}
+	p := &ir.Plan{Role: ir.RoleMergeState, Entry: l.name("merge_state"), Public: true, Params: params,
+		Checks: []ir.Check{{Fail: lt(n, i32(0)), Code: ErrBadArgument}},
+		Skip:   eq(n, i32(0)),
+		Direct: []ir.Launch{{Kernel: k.Name, Items: mul(n, i32(H))}}}
+	return []*ir.Kernel{k}, p
 }

@@ -10,9 +10,6 @@ import (
 // its arguments, its validation, a sequence's (table offset, cached length)
 // and the page of a position. Every skeleton goes through these.
 
-// ErrBadKVLen rejects a block-table length that does not fit the table.
-const ErrBadKVLen = -9
-
 // tableParams are the page-table arguments.
 func (l *lowering) tableParams() []*ir.Param {
 	if l.v.Table == ir.BlockTable {
@@ -99,13 +96,42 @@ func (l *lowering) validateTable(t *blk, vb *ir.Ref) ir.Expr {
 	return kvLen
 }
 
-// validateTableScalars checks the table's scalar arguments.
+// tableChecks are the scalar checks of the cache arguments, which every
+// target runs before anything is read (a GPU launcher on the host).
+func (l *lowering) tableChecks() []ir.Check {
+	cs := []ir.Check{
+		{Fail: lt(ir.R("batch_size", ir.I32), i32(0)), Code: ErrBadArgument},
+		{Fail: lt(ir.R("num_pages", ir.I32), i32(0)), Code: ErrBadArgument},
+	}
+	if l.v.Table == ir.BlockTable {
+		cs = append(cs, ir.Check{Fail: lt(ir.R("max_blocks", ir.I32), i32(0)), Code: ErrBadArgument})
+	}
+	return cs
+}
+
+// validateTableScalars checks the table's first entries (after the scalar
+// checks).
 func (l *lowering) validateTableScalars(b *blk) {
 	if l.v.Table == ir.BlockTable {
-		b.fail(lt(ir.R("max_blocks", ir.I32), i32(0)), ErrBadArgument)
 		return
 	}
 	b.when(gt(ir.R("batch_size", ir.I32), i32(0)), func(t *blk) {
 		t.fail(lt(ldi("kv_indptr", i32(0)), i32(0)), ErrBadKVIndptr)
+	})
+}
+
+// validateCache checks the page table of every sequence (after the scalar
+// checks of tableChecks); seq gives sequence b's query offset and length
+// (with its own checks), and each folds per-sequence plan values over the
+// names b, q_beg, q_len and kv_len.
+func (l *lowering) validateCache(b *blk, seq func(*blk, *ir.Ref) (qBeg, qLen ir.Expr), each func(*blk, map[string]ir.Expr)) {
+	l.validateTableScalars(b)
+	b.loop("vs", i32(0), ir.R("batch_size", ir.I32), ir.Serial, ir.TagValidate, func(t *blk) {
+		vb := ir.R("vs", ir.I32)
+		qBeg, qLen := seq(t, vb)
+		kvLen := l.validateTable(t, vb)
+		t.fail(gt(qLen, kvLen), ErrQLenExceedsKVLen)
+		l.validateMasks(t, vb, qLen, kvLen)
+		each(t, map[string]ir.Expr{ir.SeqB: vb, ir.SeqQBeg: qBeg, ir.SeqQLen: qLen, ir.SeqKVLen: kvLen})
 	})
 }

@@ -13,23 +13,16 @@ import (
 var update = flag.Bool("update", false, "rewrite the after sections of testdata/*.txt")
 
 func TestPassOrder(t *testing.T) {
-	idx := map[string]int{}
-	for i, p := range Table {
-		if _, dup := idx[p.Name]; dup {
-			t.Errorf("pass %s listed twice", p.Name)
-		}
-		idx[p.Name] = i
+	if err := CheckOrder(Neutral, NeutralConstraints); err != nil {
+		t.Error(err)
 	}
-	for _, c := range Constraints {
-		b, ok1 := idx[c.Before]
-		a, ok2 := idx[c.After]
-		if !ok1 || !ok2 {
-			t.Errorf("constraint %s < %s names an unknown pass", c.Before, c.After)
-			continue
-		}
-		if b >= a {
-			t.Errorf("%s must run before %s: %s", c.Before, c.After, c.Why)
-		}
+	swapped := append([]Pass(nil), Neutral...)
+	swapped[0], swapped[2] = swapped[2], swapped[0]
+	if err := CheckOrder(swapped, NeutralConstraints); err == nil {
+		t.Error("CheckOrder accepts classify-tiles before inline-defs")
+	}
+	if err := CheckOrder(Neutral, []Constraint{{"inline-defs", "no-such-pass", "typo"}}); err == nil {
+		t.Error("CheckOrder accepts a constraint naming an unknown pass")
 	}
 }
 
@@ -64,7 +57,7 @@ func TestBeforeAfter(t *testing.T) {
 				t.Fatalf("before: %v", err)
 			}
 			for _, n := range names {
-				p := Find(Table, n)
+				p := Find(Neutral, n)
 				if p == nil {
 					t.Fatalf("unknown pass %q", n)
 				}

@@ -9,6 +9,7 @@ import (
 	"github.com/attnc/attnc/build"
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/passes"
+	"github.com/attnc/attnc/target"
 	"github.com/spf13/cobra"
 )
 
@@ -64,7 +65,7 @@ status 1 on any error.`,
 			if shared && !slices.Contains(ts, "cpu") {
 				return fmt.Errorf("attnc build: --shared links the cpu target's .ll files; add cpu to --target")
 			}
-			if err := checkPassName(printAfter); err != nil {
+			if err := checkPassName(printAfter, ts); err != nil {
 				return err
 			}
 			if shared {
@@ -108,7 +109,7 @@ status 1 on any error.`,
 		},
 	}
 	f := c.Flags()
-	f.StringSliceVar(&targets, "target", []string{"cpu"}, "comma list of targets to generate (known: "+strings.Join(build.Targets, ", ")+")")
+	f.StringSliceVar(&targets, "target", []string{"cpu"}, "comma list of targets to generate (known: "+knownTargets()+")")
 	f.StringVarP(&outDir, "out", "o", "", "output directory (created if missing)")
 	f.BoolVar(&shared, "shared", false, "also link DIR/<variant>.so from each .ll (needs LLVM 14 opt/llc and gcc)")
 	f.BoolVar(&verifyEach, "verify-each", false, "run the kernel-IR verifier after every pass")
@@ -117,33 +118,55 @@ status 1 on any error.`,
 	return c
 }
 
-// parseTargets validates a --target list against build.Targets, dropping
-// duplicates and keeping the order given.
+// knownTargets lists the registered targets with the files they write.
+func knownTargets() string {
+	var out []string
+	for _, t := range target.All() {
+		out = append(out, t.Name()+" writes "+t.Files())
+	}
+	return strings.Join(out, ", ")
+}
+
+// parseTargets validates a --target list against the registered targets,
+// dropping duplicates and keeping the order given.
 func parseTargets(vals []string) ([]string, error) {
 	var ts []string
+	known := strings.Join(target.Names(), ", ")
 	for _, t := range splitList(vals) {
-		if !slices.Contains(build.Targets, t) {
-			return nil, fmt.Errorf("attnc build: unknown target %q (known: %s)", t, strings.Join(build.Targets, ", "))
+		if !slices.Contains(target.Names(), t) {
+			return nil, fmt.Errorf("attnc build: unknown target %q (known: %s)", t, known)
 		}
 		if !slices.Contains(ts, t) {
 			ts = append(ts, t)
 		}
 	}
 	if len(ts) == 0 {
-		return nil, fmt.Errorf("attnc build: --target is empty (known: %s)", strings.Join(build.Targets, ", "))
+		return nil, fmt.Errorf("attnc build: --target is empty (known: %s)", known)
 	}
 	return ts, nil
 }
 
-// checkPassName rejects a --print-after value that names no pass before
-// any work is done.
-func checkPassName(name string) error {
-	if name == "" || name == "all" || passes.Find(passes.Table, name) != nil {
+// checkPassName rejects a --print-after value that names no pass of the
+// selected targets' tables before any work is done.
+func checkPassName(name string, targets []string) error {
+	if name == "" || name == "all" {
 		return nil
 	}
 	var names []string
-	for _, p := range passes.Table {
-		names = append(names, p.Name)
+	for _, tn := range targets {
+		t, err := target.Lookup(tn)
+		if err != nil {
+			return err
+		}
+		for _, p := range t.Passes() {
+			if p.Name == name {
+				return nil
+			}
+			if !slices.Contains(names, p.Name) {
+				names = append(names, p.Name)
+			}
+		}
 	}
-	return fmt.Errorf("attnc build: --print-after: no pass named %q (use all or one of: %s)", name, strings.Join(names, ", "))
+	return fmt.Errorf("attnc build: --print-after: no pass named %q in the %s tables (use all or one of: %s)",
+		name, strings.Join(targets, ", "), strings.Join(names, ", "))
 }

@@ -5,7 +5,7 @@ import (
 
 	"github.com/attnc/attnc/build"
 	"github.com/attnc/attnc/lower"
-	"github.com/attnc/attnc/passes"
+	"github.com/attnc/attnc/target"
 	"github.com/spf13/cobra"
 )
 
@@ -34,8 +34,10 @@ variant is checked even when an earlier one fails.`,
 			failed := false
 			for _, v := range vs {
 				err := lower.Unsupported(v)
-				if err == nil {
-					_, err = build.Compile(v, passes.Options{})
+				for _, t := range target.All() {
+					if err == nil {
+						_, err = build.Compile(v, t, build.Options{})
+					}
 				}
 				if err != nil {
 					fmt.Fprintln(c.ErrOrStderr(), err)

@@ -10,16 +10,18 @@ import (
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
 	"github.com/attnc/attnc/registry"
+	cudatarget "github.com/attnc/attnc/target/cuda"
 	"github.com/spf13/cobra"
 )
 
 // shapeFlags are explain's call-shape flags.
 type shapeFlags struct {
 	batch, qLen, kvLen, threads []int
+	sms                         int
 }
 
 func (s *shapeFlags) given(c *cobra.Command) bool {
-	for _, n := range []string{"batch", "q-len", "kv-len", "threads"} {
+	for _, n := range []string{"batch", "q-len", "kv-len", "threads", "sms"} {
 		if c.Flags().Changed(n) {
 			return true
 		}
@@ -29,15 +31,18 @@ func (s *shapeFlags) given(c *cobra.Command) bool {
 
 func newExplainCmd() *cobra.Command {
 	var sf shapeFlags
+	var tgt string
 	c := &cobra.Command{
-		Use:   "explain SPEC... [--batch N] [--q-len L] [--kv-len L] [--threads T]",
+		Use:   "explain SPEC... [--target T] [--batch N] [--q-len L] [--kv-len L] [--threads T] [--sms S]",
 		Short: "Show each variant's kernels, arguments, constraints and dispatch rules",
-		Long: `Compile every variant in memory (cpu target) and print what
-'attnc build' would record in manifest.json, in readable form: the fixed
-shape constraints, every kernel with its symbol and argument order (the
-entry point per role is marked), and the dispatch rules the entry points
-follow (query/KV tile sizes, when prefill hands over to decode, how decode
-splits the KV range over threads).
+		Long: `Compile every variant in memory for one target (--target, default cpu)
+and print what 'attnc build' would record in manifest.json, in readable
+form: the fixed shape constraints, every kernel with its symbol and
+argument order (the entry point per role is marked), and each entry's
+plan: its checks, when prefill hands over to decode, the work kernels and
+their item counts, how decode splits the KV range (the split rule and its
+scratch), and on cuda each launch's grid, block size and dynamic shared
+memory.
 
 Given a call shape, explain also prints which kernel serves that call and
 how the work is split, computed by the same rule the generated code
@@ -48,14 +53,17 @@ compiles in:
   --q-len L      query tokens per sequence (default 1, i.e. decode)
   --kv-len L     cached tokens per sequence, the new ones included (required
                  with any shape flag)
-  --threads T    worker threads (default: this machine's CPUs)
+  --threads T    worker threads (default: this machine's CPUs; cpu)
+  --sms S        the GPU's multiprocessors (default 132, an H100/H200;
+                 cuda: the launcher splits for 2 x S workers)
 
 Each flag takes an int or a comma list. --q-len and --kv-len give one value
 for every sequence or one per sequence; --batch and --threads lists print
 one decision per combination.`,
 		Example: `  attnc explain examples/llama3_8b.attn
   attnc explain examples/llama3_8b.attn --batch 1,64 --kv-len 4096 --threads 1,16
-  attnc explain examples/llama3_8b.attn --q-len 5,17 --kv-len 100,300`,
+  attnc explain examples/llama3_8b.attn --q-len 5,17 --kv-len 100,300
+  attnc explain examples/llama3_8b.attn --target cuda --batch 1,64 --kv-len 4096`,
 		Args: specArgs,
 		RunE: func(c *cobra.Command, args []string) error {
 			vs, err := build.ParseSpecs(args)
@@ -75,7 +83,7 @@ one decision per combination.`,
 				if i > 0 {
 					fmt.Fprintln(out)
 				}
-				if err := explainVariant(out, v, shapes); err != nil {
+				if err := explainVariant(out, v, tgt, shapes); err != nil {
 					fmt.Fprintln(c.ErrOrStderr(), err)
 					failed = true
 				}
@@ -87,6 +95,8 @@ one decision per combination.`,
 		},
 	}
 	f := c.Flags()
+	f.StringVar(&tgt, "target", "cpu", "the target whose kernels and launches to explain")
+	f.IntVar(&sf.sms, "sms", 0, "GPU multiprocessors for --target cuda (default 132)")
 	f.IntSliceVar(&sf.batch, "batch", nil, "number of sequences (int or comma list)")
 	f.IntSliceVar(&sf.qLen, "q-len", nil, "query tokens per sequence (int or comma list; default 1)")
 	f.IntSliceVar(&sf.kvLen, "kv-len", nil, "cached tokens per sequence (int or comma list)")
@@ -133,12 +143,8 @@ func (s *shapeFlags) shapes() ([]registry.Shape, error) {
 		if err != nil {
 			return nil, err
 		}
-		single := true
-		for _, q := range ql {
-			single = single && q == 1
-		}
 		for _, t := range threads {
-			out = append(out, registry.Shape{QLens: ql, KVLens: kl, Threads: t, DecodeLayout: single})
+			out = append(out, registry.Shape{QLens: ql, KVLens: kl, Threads: t, SMs: s.sms})
 		}
 	}
 	return out, nil
@@ -160,11 +166,11 @@ func perSequence(flag string, xs []int, n int) ([]int, error) {
 	return xs, nil
 }
 
-func explainVariant(w io.Writer, v *ir.Variant, shapes []registry.Shape) error {
+func explainVariant(w io.Writer, v *ir.Variant, tgt string, shapes []registry.Shape) error {
 	if err := lower.Unsupported(v); err != nil {
 		return err
 	}
-	out, err := build.Build([]*ir.Variant{v}, build.Options{Targets: []string{"cpu"}})
+	out, err := build.Build([]*ir.Variant{v}, build.Options{Targets: []string{tgt}})
 	if err != nil {
 		return err
 	}
@@ -185,21 +191,42 @@ func explainVariant(w io.Writer, v *ir.Variant, shapes []registry.Shape) error {
 		fmt.Fprintf(w, "selection: variant %s has no prefill or decode kernel\n", v.Name)
 		return nil
 	}
-	fmt.Fprintln(w, "selection:")
+	c := out.Compiled[v.Name][tgt]
+	var lines []string
 	for _, s := range shapes {
-		sel, err := registry.Select(v, out.Lowered[v.Name], s)
+		sel, err := c.Select(s)
 		if err != nil {
 			return fmt.Errorf("attnc explain: %s: %w", v.Name, err)
 		}
-		how := fmt.Sprintf("%s via %s, %d work items", sel.Role, sel.Symbol, sel.Items)
+		how := fmt.Sprintf("%s via %s", sel.Role, sel.Symbol)
+		if tgt == "cpu" {
+			how += fmt.Sprintf(", %d work items", sel.Items)
+		}
 		if sel.Splits > 1 {
 			how += fmt.Sprintf(", KV split in %d chunks", sel.Splits)
 		}
 		if sel.Merge {
 			how += ", merged with merge_state"
 		}
-		fmt.Fprintf(w, "  batch=%d q_len=%s kv_len=%s threads=%d -> %s\n",
-			len(s.QLens), compactInts(s.QLens), compactInts(s.KVLens), s.Threads, how)
+		if tgt != "cpu" {
+			for _, l := range sel.Launches {
+				how += fmt.Sprintf("; %s grid=%d block=%d smem=%d", l.Kernel, l.Grid, l.Block, l.Smem)
+			}
+		}
+		who := fmt.Sprintf("threads=%d", s.Threads)
+		if tgt != "cpu" {
+			sms := s.SMs
+			if sms == 0 {
+				sms = cudatarget.DefaultSMs
+			}
+			who = fmt.Sprintf("sms=%d", sms)
+		}
+		lines = append(lines, fmt.Sprintf("  batch=%d q_len=%s kv_len=%s %s -> %s\n",
+			len(s.QLens), compactInts(s.QLens), compactInts(s.KVLens), who, how))
+	}
+	fmt.Fprintln(w, "selection:")
+	for _, l := range lines {
+		fmt.Fprint(w, l)
 	}
 	return nil
 }

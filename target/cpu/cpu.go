@@ -1,0 +1,114 @@
+// Package cpu is the CPU target: it schedules the neutral module for a
+// thread pool and vector units (work items on the pool, spread loops as
+// vector loops, tile statements as loops), assembles an entry kernel per
+// plan and prints LLVM 14 IR through codegen/llvm.
+//
+// cpu imports ir, lower (Tiling), passes, registry, target and
+// codegen/llvm; it must not import another target, build or frontend.
+package cpu
+
+import (
+	"fmt"
+	"strings"
+
+	llvmgen "github.com/attnc/attnc/codegen/llvm"
+	"github.com/attnc/attnc/ir"
+	"github.com/attnc/attnc/lower"
+	"github.com/attnc/attnc/passes"
+	"github.com/attnc/attnc/registry"
+	"github.com/attnc/attnc/target"
+)
+
+func init() { target.Register(Target{}) }
+
+// Target is the CPU target.
+type Target struct{}
+
+// Name implements target.Target.
+func (Target) Name() string { return "cpu" }
+
+// Files implements target.Target.
+func (Target) Files() string { return "<variant>.ll" }
+
+// Tiling is 64-position KV tiles and work items of about 64 (head, query)
+// rows, at most 16 heads of a GQA group: a K/V tile staged once feeds many
+// rows, and a work item's arrays stay small.
+func (Target) Tiling(v *ir.Variant) lower.Tiling {
+	return lower.Tiling{KVTile: 64, Rows: 64, MaxHeads: 16}
+}
+
+// Table is the CPU pass table.
+var Table = []passes.Pass{
+	passes.InlineDefsPass,
+	passes.SimplifyPass,
+	passes.ClassifyTilesPass,
+	passes.ExpandCallsPass,
+	{Name: "lower-tiles", Required: true, Run: LowerTiles,
+		Desc: "matmul and reduce statements as loops: dot products and zero-skipping row updates"},
+	{Name: "vectorize", Required: true, Run: Vectorize,
+		Desc: "spread loops as vector (innermost) or serial loops, guards folded into loop bounds"},
+	passes.LegalizeDTypePass,
+	passes.LateSimplifyPass,
+}
+
+// Constraints are the CPU table's ordering rules.
+var Constraints = append(append([]passes.Constraint(nil), passes.NeutralConstraints...),
+	passes.Constraint{Before: "lower-tiles", After: "vectorize", Why: "the loops lower-tiles writes are spread loops that vectorize maps"},
+)
+
+// Passes implements target.Target.
+func (Target) Passes() []passes.Pass { return Table }
+
+// Constraints implements target.Target.
+func (Target) Constraints() []passes.Constraint { return Constraints }
+
+// Assemble implements target.Target: one entry kernel per plan.
+func (Target) Assemble(m *ir.Module) (*ir.Module, error) { return Assemble(m) }
+
+// Emit implements target.Target.
+func (Target) Emit(v *ir.Variant, m *ir.Module, opt target.Options) ([]target.Artifact, error) {
+	ll, err := llvmgen.Emit(m)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %s: llvm: %w", v.Pos, v.Name, err)
+	}
+	return []target.Artifact{{Name: v.Name + ".ll", Data: []byte(ll)}}, nil
+}
+
+// Header implements target.Target: every entry kernel's prototype.
+func (Target) Header(v *ir.Variant, m *ir.Module) string {
+	var sb strings.Builder
+	for _, p := range m.Plans {
+		entry := "entry point"
+		if !p.Public {
+			entry = "internal entry, called by another role's entry"
+		}
+		fmt.Fprintf(&sb, "\n/* %s (%s). */\nint32_t %s(%s);\n", p.Role, entry, p.Entry, target.CParams(p.Params, ""))
+	}
+	return sb.String()
+}
+
+// Manifest implements target.Target: the entries with their plans, then
+// the work kernels they run.
+func (Target) Manifest(v *ir.Variant, m *ir.Module, opt target.Options) []registry.KernelManifest {
+	var out []registry.KernelManifest
+	for _, p := range m.Plans {
+		out = append(out, registry.KernelManifest{Variant: v.Name, Role: string(p.Role), Symbol: p.Entry, Entry: p.Public,
+			Target: "cpu", File: v.Name + ".ll", Args: registry.ArgsOf(p.Params), Returns: "i32 status",
+			Constraints: registry.Constraints(v), Plan: registry.PlanOf(p, registry.PlanOptions{Threads: "the worker threads (set_num_threads)", Lengths: true})})
+	}
+	for _, k := range m.Kernels {
+		if m.Plan(k.Role) != nil && m.Plan(k.Role).Entry == k.Name {
+			continue
+		}
+		out = append(out, registry.KernelManifest{Variant: v.Name, Role: string(k.Role), Symbol: k.Name,
+			Target: "cpu", File: v.Name + ".ll", Args: registry.ArgsOf(k.Params), Returns: "i32 status",
+			Constraints: registry.Constraints(v)})
+	}
+	return out
+}
+
+// Select implements target.Target: the plan evaluated with the call's
+// thread count and lengths.
+func (Target) Select(v *ir.Variant, m *ir.Module, s registry.Shape) (registry.Selection, error) {
+	return registry.Select(m, s, registry.Host{Target: "cpu", Threads: max(s.Threads, 1), Lengths: true})
+}
