@@ -31,7 +31,7 @@ type Kernel struct {
 // among its modifiers, in any order. "LDL" counts LDL, LDL.64 and LDL.U8;
 // "LDG.128" counts LDG.E.128 and LDG.E.128.CONSTANT; "LDS.U16" counts
 // LDS.U16 but not LDS.
-func (k *Kernel) Count(family string) int {
+func (k Kernel) Count(family string) int {
 	want := strings.Split(family, ".")
 	n := 0
 	for op, c := range k.Opcodes {
