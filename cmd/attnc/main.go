@@ -58,6 +58,7 @@ A typical session:
   attnc explain model.attn --q-len 1 --kv-len 4096 --threads 8
   attnc verify model.attn                 # run the kernels against the reference
   attnc bench  model.attn                 # decode GB/s vs a copy, prefill GFLOP/s
+  attnc sass   model.attn                 # CUDA machine code: registers, spills, occupancy
 
 The spec language and the generated ABI are described in DESIGN.md (§3 and §4)
 and summarized in README.md.`,
@@ -78,6 +79,7 @@ and summarized in README.md.`,
 		newCheckCmd(),
 		newExplainCmd(),
 		newPassesCmd(),
+		newSASSCmd(),
 		newVerifyCmd(),
 		newVersionCmd(),
 	)

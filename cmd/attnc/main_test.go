@@ -482,7 +482,7 @@ func TestGolden(t *testing.T) {
 	o, _ := mustRun(t, "passes")
 	golden(t, "passes.golden", o)
 	var help strings.Builder
-	for _, cmd := range []string{"", "bench", "build", "check", "explain", "passes", "verify", "version"} {
+	for _, cmd := range []string{"", "bench", "build", "check", "explain", "passes", "sass", "verify", "version"} {
 		args := []string{"--help"}
 		if cmd != "" {
 			args = []string{cmd, "--help"}
