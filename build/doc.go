@@ -2,5 +2,5 @@
 // each variant, runs the pass pipeline, prints every requested target and
 // writes the artifacts (<variant>.ll, <variant>.h, manifest.json)
 // deterministically. It may import every other attnc package; nothing but
-// cmd/attnc and tests import it.
+// the command line (cli) and tests import it.
 package build

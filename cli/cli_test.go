@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -21,7 +21,7 @@ import (
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
 
-const llama3 = "../../examples/llama3_8b.attn"
+const llama3 = "../examples/llama3_8b.attn"
 
 // unsupportedSpec combines inline RoPE with MLA, which attnc rejects at
 // build time ("not supported yet"): every DESIGN example is supported.
@@ -470,10 +470,10 @@ func golden(t *testing.T, name, got string) {
 	}
 	want, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("%v (run go test ./cmd/attnc -update)", err)
+		t.Fatalf("%v (run go test ./cli -update)", err)
 	}
 	if got != string(want) {
-		t.Errorf("output differs from %s (run go test ./cmd/attnc -update and review the diff):\n%s", path, got)
+		t.Errorf("output differs from %s (run go test ./cli -update and review the diff):\n%s", path, got)
 	}
 }
 
