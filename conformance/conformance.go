@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/attnc/attnc/build"
 	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/ir"
@@ -85,18 +86,37 @@ func cpuEntries(m *ir.Module) map[ir.Role]Entry {
 	return es
 }
 
+// Options says how BuildWith and BuildCUDAWith compile a variant's
+// kernels. The zero value is what `attnc build` does by default.
+type Options struct {
+	// Passes is the pass table to run (nil: the target's own,
+	// build.PassTable), e.g. one with user passes inserted.
+	Passes []passes.Pass
+}
+
+// table is o.Passes, or target's default table.
+func (o Options) table(target string) ([]passes.Pass, error) {
+	if o.Passes != nil {
+		return o.Passes, nil
+	}
+	return build.PassTable(target)
+}
+
 // Build compiles v for the CPU into dir, links a shared library with the
 // LLVM tools and loads it.
-func Build(v *ir.Variant, dir string) (*Suite, error) {
-	m, err := lower.Lower(v)
+func Build(v *ir.Variant, dir string) (*Suite, error) { return BuildWith(v, dir, Options{}) }
+
+// BuildWith is Build with options.
+func BuildWith(v *ir.Variant, dir string, o Options) (*Suite, error) {
+	table, err := o.table("cpu")
 	if err != nil {
 		return nil, err
 	}
-	final, err := passes.Run(m, passes.Options{VerifyEach: true})
+	cv, err := build.CompileWith(v, table, passes.Options{VerifyEach: true})
 	if err != nil {
 		return nil, err
 	}
-	ll, err := llvmgen.Emit(final)
+	ll, err := llvmgen.Emit(cv.Final)
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +132,7 @@ func Build(v *ir.Variant, dir string) (*Suite, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Suite{V: v, Target: "cpu", Prefix: m.Prefix, Lib: lib, Entries: cpuEntries(m)}, nil
+	return &Suite{V: v, Target: "cpu", Prefix: cv.Lowered.Prefix, Lib: lib, Entries: cpuEntries(cv.Lowered)}, nil
 }
 
 // callEntry binds an entry's parameters by name, in the entry's order.
