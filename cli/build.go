@@ -6,13 +6,13 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/attnc/attnc"
 	"github.com/attnc/attnc/build"
 	"github.com/attnc/attnc/cpurt"
-	"github.com/attnc/attnc/passes"
 	"github.com/spf13/cobra"
 )
 
-func newBuildCmd() *cobra.Command {
+func newBuildCmd(cfg *config) *cobra.Command {
 	var (
 		targets    []string
 		outDir     string
@@ -64,7 +64,7 @@ status 1 on any error.`,
 			if shared && !slices.Contains(ts, "cpu") {
 				return fmt.Errorf("attnc build: --shared links the cpu target's .ll files; add cpu to --target")
 			}
-			if err := checkPassName(printAfter); err != nil {
+			if err := checkPassName(printAfter, cfg); err != nil {
 				return err
 			}
 			if shared {
@@ -72,18 +72,13 @@ status 1 on any error.`,
 					return fmt.Errorf("attnc build --shared: %w", err)
 				}
 			}
-			vs, err := build.ParseSpecs(args)
-			if err != nil {
-				return err
-			}
-			out, err := build.Build(vs, build.Options{
-				Targets: ts,
-				Passes: passes.Options{
-					VerifyEach: verifyEach,
-					PrintAfter: printAfter,
-					Out:        c.ErrOrStderr(),
-					DumpDir:    dumpDir,
-				},
+			out, err := attnc.CompileFiles(args, attnc.Options{
+				Targets:    ts,
+				Insert:     cfg.insert,
+				VerifyEach: verifyEach,
+				PrintAfter: printAfter,
+				DumpDir:    dumpDir,
+				Log:        c.ErrOrStderr(),
 			})
 			if err != nil {
 				return err
@@ -92,13 +87,13 @@ status 1 on any error.`,
 				return err
 			}
 			if shared {
-				for _, a := range out.Artifacts {
-					name, ok := strings.CutSuffix(a.Name, ".ll")
+				for _, file := range out.Names() {
+					name, ok := strings.CutSuffix(file, ".ll")
 					if !ok {
 						continue
 					}
 					so := filepath.Join(outDir, name+".so")
-					if err := cpurt.BuildShared(filepath.Join(outDir, a.Name), so); err != nil {
+					if err := cpurt.BuildShared(filepath.Join(outDir, file), so); err != nil {
 						return err
 					}
 					fmt.Fprintf(c.OutOrStdout(), "wrote %s\n", so)
@@ -135,15 +130,26 @@ func parseTargets(vals []string) ([]string, error) {
 	return ts, nil
 }
 
-// checkPassName rejects a --print-after value that names no pass before
-// any work is done.
-func checkPassName(name string) error {
-	if name == "" || name == "all" || passes.Find(passes.Table, name) != nil {
+// checkPassName rejects a --print-after value that names no pass of any
+// target's table (user passes included) before any work is done.
+func checkPassName(name string, cfg *config) error {
+	if name == "" || name == "all" {
 		return nil
 	}
+	tables, err := attnc.PassTables(cfg.insert)
+	if err != nil {
+		return err
+	}
 	var names []string
-	for _, p := range passes.Table {
-		names = append(names, p.Name)
+	for _, t := range build.Targets {
+		for _, p := range tables[t] {
+			if p.Name == name {
+				return nil
+			}
+			if !slices.Contains(names, p.Name) {
+				names = append(names, p.Name)
+			}
+		}
 	}
 	return fmt.Errorf("attnc build: --print-after: no pass named %q (use all or one of: %s)", name, strings.Join(names, ", "))
 }

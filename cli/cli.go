@@ -1,8 +1,18 @@
 // Package cli is the attnc command line: the cobra commands that compile
 // paged-KV-cache attention specs (.attn files) into kernels, headers and a
-// manifest, and check, explain and verify them. cmd/attnc is Main; every
-// subcommand lives in its own file. It may import every attnc package;
-// nothing but main packages imports it.
+// manifest, and check, explain and verify them. cmd/attnc is Main(); every
+// subcommand lives in its own file.
+//
+// A program builds its own attnc with extra passes the way go/analysis's
+// multichecker builds a vet: its main calls
+//
+//	cli.Main(cli.WithPasses(attnc.Insertion{Before: "inline-defs", Pass: myPass}))
+//
+// and every command that compiles (build, check, verify, bench) runs the
+// pass; `passes` lists it and `build --print-after` accepts its name (see
+// examples/custompass).
+//
+// It may import every attnc package; nothing but main packages imports it.
 package cli
 
 import (
@@ -13,20 +23,52 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"github.com/attnc/attnc"
+	"github.com/attnc/attnc/passes"
 	"github.com/spf13/cobra"
 )
 
 // Main runs the attnc command line on os.Args and exits with its status.
-func Main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+func Main(opts ...Option) { os.Exit(Run(os.Args[1:], os.Stdout, os.Stderr, opts...)) }
+
+// Run executes the command line args and returns the exit status: 0 on
+// success, 1 on any error (printed as-is to stderr), 2 on an internal
+// compiler error (a panic, printed with its stack).
+func Run(args []string, stdout, stderr io.Writer, opts ...Option) int {
+	cfg := &config{}
+	for _, o := range opts {
+		o(cfg)
+	}
+	return run(args, stdout, stderr, cfg)
+}
+
+// Option configures the command line that Main and Run build.
+type Option func(*config)
+
+// WithPasses adds user passes to every pass table, in order, as
+// attnc.Options.Insert does: build, check, verify and bench compile with
+// them, passes lists them and build --print-after accepts their names. A
+// malformed insertion makes every command fail with its reason.
+func WithPasses(ins ...attnc.Insertion) Option {
+	return func(c *config) { c.insert = append(c.insert, ins...) }
+}
+
+// config is what the Options set.
+type config struct {
+	insert []attnc.Insertion
+}
+
+// table is target's pass table with the user passes.
+func (c *config) table(target string) ([]passes.Pass, error) {
+	return attnc.PassTable(target, c.insert)
+}
 
 // errReported means the command already printed why it failed; run only
 // sets the exit status.
 var errReported = errors.New("failed")
 
-// run executes the command line args and returns the exit status: 0 on
-// success, 1 on any error (printed as-is to stderr), 2 on an internal
-// compiler error (a panic, printed with its stack).
-func run(args []string, stdout, stderr io.Writer) (code int) {
+// run is Run with its options applied.
+func run(args []string, stdout, stderr io.Writer, cfg *config) (code int) {
 	defer func() {
 		if r := recover(); r != nil {
 			fmt.Fprintf(stderr, "attnc: internal error: %v\n%s", r, debug.Stack())
@@ -34,7 +76,11 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 			code = 2
 		}
 	}()
-	root := newRootCmd(stdout, stderr)
+	if _, err := attnc.PassTables(cfg.insert); err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	root := newRootCmd(stdout, stderr, cfg)
 	root.SetArgs(args)
 	if err := root.Execute(); err != nil {
 		if !errors.Is(err, errReported) {
@@ -45,7 +91,7 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	return 0
 }
 
-func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
+func newRootCmd(stdout, stderr io.Writer, cfg *config) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "attnc",
 		Short: "attnc compiles attention kernels over a paged KV cache",
@@ -76,12 +122,12 @@ and summarized in README.md.`,
 		return fmt.Errorf("%s: %w\nRun '%s --help' for usage.", c.CommandPath(), err, c.CommandPath())
 	})
 	root.AddCommand(
-		newBenchCmd(),
-		newBuildCmd(),
-		newCheckCmd(),
+		newBenchCmd(cfg),
+		newBuildCmd(cfg),
+		newCheckCmd(cfg),
 		newExplainCmd(),
-		newPassesCmd(),
-		newVerifyCmd(),
+		newPassesCmd(cfg),
+		newVerifyCmd(cfg),
 		newVersionCmd(),
 	)
 	return root

@@ -12,10 +12,11 @@ type verifyFlags struct {
 	seed    int64
 	target  string
 	gpu     bool
+	cfg     *config
 }
 
-func newVerifyCmd() *cobra.Command {
-	var vf verifyFlags
+func newVerifyCmd(cfg *config) *cobra.Command {
+	vf := verifyFlags{cfg: cfg}
 	c := &cobra.Command{
 		Use:   "verify SPEC... [--threads 1,4] [--seed N] [--target cpu|cuda] [--gpu]",
 		Short: "Build each variant's kernels and check them against the reference",
