@@ -54,8 +54,12 @@ func (in Insertion) String() string {
 // Options configures Compile. The zero value builds the cpu target with the
 // standard pass tables.
 type Options struct {
-	Targets []string    // targets to generate (default: cpu); see Targets
-	Insert  []Insertion // user passes, applied in order
+	Targets []string // targets to generate (default: cpu); see Targets
+	// Triple is the cpu target's LLVM triple: x86_64-unknown-linux-gnu
+	// (the default) or aarch64-unknown-linux-gnu. The IR differs only in
+	// its triple and data layout; the manifest records it.
+	Triple string
+	Insert []Insertion // user passes, applied in order
 
 	VerifyEach bool      // run the kernel-IR verifier after every pass (a failure panics: a compiler bug)
 	PrintAfter string    // "all" or a pass name: print the kernel IR after it to Log
@@ -109,6 +113,7 @@ func CompileVariants(vs []*ir.Variant, opt Options) (*Result, error) {
 	}
 	out, err := build.Build(vs, build.Options{
 		Targets: opt.Targets,
+		Triple:  opt.Triple,
 		Tables:  tables,
 		Passes: passes.Options{
 			VerifyEach: opt.VerifyEach,

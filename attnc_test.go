@@ -324,6 +324,8 @@ func TestInsertErrors(t *testing.T) {
 		{"no function", attnc.Options{Insert: []attnc.Insertion{{Before: "simplify", Pass: passes.Pass{Name: "x"}}}}, "has no Run function"},
 		{"print-after unknown", attnc.Options{PrintAfter: "window-7"}, `no pass named "window-7"`},
 		{"unknown target", attnc.Options{Targets: []string{"tpu"}}, `unknown target "tpu"`},
+		{"unknown triple", attnc.Options{Triple: "riscv64-unknown-linux-gnu"}, `unknown target triple "riscv64-unknown-linux-gnu"`},
+		{"triple without cpu", attnc.Options{Targets: []string{"cuda"}, Triple: "aarch64-unknown-linux-gnu"}, "applies to the cpu target"},
 	}
 	for _, c := range cases {
 		_, err := attnc.Compile("win.attn", []byte(causalSpec), c.opt)
@@ -389,5 +391,28 @@ func TestSelect(t *testing.T) {
 	rc := compile(t, causalSpec, attnc.Options{Targets: []string{"cuda"}})
 	if _, err := rc.Select("win", "cuda", shapes[0]); err == nil || !strings.Contains(err.Error(), "does not answer selection yet") {
 		t.Errorf("Select on cuda: %v", err)
+	}
+}
+
+// TestTriple: the cpu target's triple reaches the .ll header and the
+// manifest, and nothing else changes.
+func TestTriple(t *testing.T) {
+	x86 := compile(t, causalSpec, attnc.Options{})
+	arm := compile(t, causalSpec, attnc.Options{Triple: "aarch64-unknown-linux-gnu"})
+	if got := x86.Manifest.Targets["cpu"].Triple; got != "x86_64-unknown-linux-gnu" {
+		t.Errorf("default triple in the manifest: %q", got)
+	}
+	if got := arm.Manifest.Targets["cpu"].Triple; got != "aarch64-unknown-linux-gnu" {
+		t.Errorf("aarch64 triple in the manifest: %q", got)
+	}
+	if !strings.Contains(string(arm.Files["win.ll"]), "target triple = \"aarch64-unknown-linux-gnu\"\n") {
+		t.Error("the aarch64 .ll does not name its triple")
+	}
+	header := regexp.MustCompile(`(?m)^target (datalayout|triple) = ".*"\n`)
+	if header.ReplaceAllString(string(x86.Files["win.ll"]), "") != header.ReplaceAllString(string(arm.Files["win.ll"]), "") {
+		t.Error("the .ll of the two triples differ beyond their header")
+	}
+	if !bytes.Equal(x86.Files["win.h"], arm.Files["win.h"]) {
+		t.Error("the header depends on the triple")
 	}
 }

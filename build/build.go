@@ -43,7 +43,10 @@ func mustPassTable(target string) []passes.Pass {
 // Options configures Build.
 type Options struct {
 	Targets []string // default: cpu
-	Passes  passes.Options
+	// Triple is the cpu target's triple (default x86_64-unknown-linux-gnu;
+	// llvmgen.Targets lists the known ones).
+	Triple string
+	Passes passes.Options
 	// Tables overrides a target's pass table (default: PassTable(target)).
 	Tables map[string][]passes.Pass
 }
@@ -265,8 +268,19 @@ func Build(vs []*ir.Variant, opt Options) (*Output, error) {
 		}
 		tables[t] = table
 	}
+	cpuTarget, err := llvmgen.LookupTarget(opt.Triple)
+	if err != nil {
+		return nil, err
+	}
+	if opt.Triple != "" && !contains(targets, "cpu") {
+		return nil, fmt.Errorf("triple %s applies to the cpu target, which is not among the targets (%s)", opt.Triple, strings.Join(targets, ", "))
+	}
 	for _, t := range targets {
-		man.Targets[t] = registry.TargetManifest{Passes: Ran(tables[t], opt.Passes)}
+		tm := registry.TargetManifest{Passes: Ran(tables[t], opt.Passes)}
+		if t == "cpu" {
+			tm.Triple = cpuTarget.Triple
+		}
+		man.Targets[t] = tm
 	}
 	out := &Output{Manifest: man, Variants: vs, Lowered: map[string]*ir.Module{}, Final: map[string]map[string]*ir.Module{}}
 	final := func(target, variant string, m *ir.Module) {
@@ -288,7 +302,7 @@ func Build(vs []*ir.Variant, opt Options) (*Output, error) {
 		for _, t := range targets {
 			switch t {
 			case "cpu":
-				ll, err := llvmgen.Emit(cv.Final)
+				ll, err := llvmgen.EmitFor(cv.Final, cpuTarget)
 				if err != nil {
 					return nil, fmt.Errorf("%s: %s: llvm: %w", v.Pos, v.Name, err)
 				}

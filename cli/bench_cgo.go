@@ -17,7 +17,7 @@ func runBench(c *cobra.Command, args []string, bf benchFlags) error {
 	if err != nil {
 		return err
 	}
-	builder, err := suiteBuilder("attnc bench", bf.target, bf.gpu, bf.cfg)
+	builder, err := suiteBuilder("attnc bench", bf.target, bf.gpu, "", bf.cfg)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/attnc/attnc/build"
 	"github.com/attnc/attnc/codegen/cuda"
+	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/conformance"
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/ir"
@@ -32,7 +33,7 @@ func runVerify(c *cobra.Command, args []string, vf verifyFlags) error {
 	if err != nil {
 		return err
 	}
-	builder, err := suiteBuilder("attnc verify", vf.target, vf.gpu, vf.cfg)
+	builder, err := suiteBuilder("attnc verify", vf.target, vf.gpu, vf.triple, vf.cfg)
 	if err != nil {
 		return err
 	}
@@ -110,15 +111,18 @@ type buildSuite func(v *ir.Variant, dir string) (*conformance.Suite, error)
 // returns how to build its suites with the configured passes: cpu (LLVM 14
 // and gcc), cuda on the emulator (g++), cuda on the GPU (nvcc and
 // libcudart with a GPU).
-func suiteBuilder(cmd, target string, gpu bool, cfg *config) (buildSuite, error) {
+func suiteBuilder(cmd, target string, gpu bool, triple string, cfg *config) (buildSuite, error) {
 	table, err := cfg.table(target)
 	if err != nil {
 		return nil, err
 	}
-	opt := conformance.Options{Passes: table}
+	opt := conformance.Options{Passes: table, Triple: triple}
 	switch {
 	case target == "cpu":
-		if err := cpurt.Tools(); err != nil {
+		if _, err := llvmgen.LookupTarget(triple); err != nil {
+			return nil, fmt.Errorf("%s --triple: %w", cmd, err)
+		}
+		if _, err := cpurt.ToolchainFor(triple); err != nil {
 			return nil, err
 		}
 		return func(v *ir.Variant, dir string) (*conformance.Suite, error) {

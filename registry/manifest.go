@@ -23,9 +23,11 @@ type Manifest struct {
 	Kernels  []KernelManifest          `json:"kernels"`
 }
 
-// TargetManifest is a target's section of the manifest: the passes every
-// module of that target went through, in order, user passes included.
+// TargetManifest is a target's section of the manifest: the target triple
+// of the code (cpu) and the passes every module of that target went
+// through, in order, user passes included.
 type TargetManifest struct {
+	Triple string   `json:"triple,omitempty"`
 	Passes []string `json:"passes"`
 }
 
