@@ -8,9 +8,9 @@
 //
 //	cli.Main(cli.WithPasses(attnc.Insertion{Before: "inline-defs", Pass: myPass}))
 //
-// and every command that compiles (build, check, verify, bench) runs the
-// pass; `passes` lists it and `build --print-after` accepts its name (see
-// examples/custompass).
+// and every command that compiles (build, check, explain, verify, bench)
+// runs the pass; `passes` lists it and `build --print-after` accepts its
+// name (see examples/custompass).
 //
 // It may import every attnc package; nothing but main packages imports it.
 package cli
@@ -46,9 +46,10 @@ func Run(args []string, stdout, stderr io.Writer, opts ...Option) int {
 type Option func(*config)
 
 // WithPasses adds user passes to every pass table, in order, as
-// attnc.Options.Insert does: build, check, verify and bench compile with
-// them, passes lists them and build --print-after accepts their names. A
-// malformed insertion makes every command fail with its reason.
+// attnc.Options.Insert does: build, check, explain, verify and bench
+// compile with them, passes lists them and build --print-after accepts
+// their names. A malformed insertion makes every command fail with its
+// reason.
 func WithPasses(ins ...attnc.Insertion) Option {
 	return func(c *config) { c.insert = append(c.insert, ins...) }
 }
@@ -125,7 +126,7 @@ and summarized in README.md.`,
 		newBenchCmd(cfg),
 		newBuildCmd(cfg),
 		newCheckCmd(cfg),
-		newExplainCmd(),
+		newExplainCmd(cfg),
 		newPassesCmd(cfg),
 		newVerifyCmd(cfg),
 		newVersionCmd(),

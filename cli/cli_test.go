@@ -536,6 +536,20 @@ func TestWithPasses(t *testing.T) {
 	if code != 1 || !strings.Contains(e, `no pass named "mark"`) {
 		t.Errorf("plain attnc accepted --print-after=mark: exit %d, %s", code, e)
 	}
+	// explain selects from the modules after every pass: a pass that
+	// rewrites @plan_splits to 1 removes the split.
+	noSplit := attnc.Insertion{Before: "inline-defs", Pass: passes.Pass{Name: "no-split", Desc: "never split decode",
+		Run: func(m *ir.Module) (*ir.Module, error) {
+			d := m.Def("plan_splits")
+			return m.WithDef(&ir.Def{Name: d.Name, Params: d.Params, Body: ir.Int(1)}), nil
+		}}}
+	shape := []string{"explain", llama3, "--batch", "1", "--kv-len", "4096", "--threads", "16"}
+	if o, _ := mustRun(t, shape...); !strings.Contains(o, "KV split in 2 chunks") {
+		t.Errorf("explain without the pass does not split:\n%s", o)
+	}
+	if o, e, code := run(WithPasses(noSplit), shape...); code != 0 || strings.Contains(o, "KV split") || !strings.Contains(o, "-> decode via llama3_8b_decode") {
+		t.Errorf("explain with a pass that disables splits (exit %d):\n%s%s", code, o, e)
+	}
 	bad := attnc.Insertion{Before: "inline-def", Pass: mark.Pass}
 	for _, args := range [][]string{{"passes"}, {"build", llama3, "-o", dir}} {
 		_, e, code := run(WithPasses(bad), args...)
