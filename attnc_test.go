@@ -333,6 +333,31 @@ func TestInsertErrors(t *testing.T) {
 			t.Errorf("%s: error %v, want it to contain %q", c.name, err, c.want)
 		}
 	}
+	// A pass may not change a kernel's parameters: the header and the
+	// manifest describe the lowered ABI.
+	abi := passes.Pass{Name: "lse-required", Run: func(m *ir.Module) (*ir.Module, error) {
+		out := *m
+		out.Kernels = nil
+		for _, k := range m.Kernels {
+			nk := *k
+			nk.Params = nil
+			for _, p := range k.Params {
+				np := *p
+				np.Null = np.Null && p.Name != "lse"
+				nk.Params = append(nk.Params, &np)
+			}
+			out.Kernels = append(out.Kernels, &nk)
+		}
+		return &out, nil
+	}}
+	for _, target := range []string{"cpu", "cuda"} {
+		_, err := attnc.Compile("win.attn", []byte(causalSpec), attnc.Options{Targets: []string{target},
+			Insert: []attnc.Insertion{{After: "late-simplify", Pass: abi}}})
+		if err == nil || !strings.Contains(err.Error(), "passes must keep a kernel's ABI") {
+			t.Errorf("%s: a pass that changes a kernel's parameters: %v", target, err)
+		}
+	}
+
 	// An insertion chained after another user pass, and --print-after of a
 	// user pass, are fine.
 	var log bytes.Buffer
