@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"regexp"
@@ -50,7 +50,7 @@ func TestSASSCommand(t *testing.T) {
 	}
 
 	// --check: exit 1 exactly when a target is not met.
-	o, e, code := attnc(t, "sass", llama3, "--check")
+	o, e, code := runCLI(t, "sass", llama3, "--check")
 	missed := strings.Count(o, "target not met: ")
 	if (missed > 0) != (code == 1) || code > 1 {
 		t.Errorf("sass --check: exit %d with %d targets not met\n%s%s", code, missed, o, e)
@@ -58,7 +58,7 @@ func TestSASSCommand(t *testing.T) {
 	if missed == 0 && !strings.Contains(o, "all targets met") {
 		t.Errorf("sass --check printed neither misses nor success:\n%s", o)
 	}
-	o, e, code = attnc(t, "sass", writeSpec(t, "small_f32.attn", f32Prefill), "--check")
+	o, e, code = runCLI(t, "sass", writeSpec(t, "small_f32.attn", f32Prefill), "--check")
 	if code != 0 || !strings.Contains(o, "all targets met") || !strings.Contains(o, "small_f32_prefill_gpu sm_80") {
 		t.Errorf("sass --check of an f32 prefill: exit %d\n%s%s", code, o, e)
 	}
@@ -74,7 +74,7 @@ func TestSASSCommandErrors(t *testing.T) {
 		{[]string{"sass", llama3, "--arch", ","}, "--arch is empty"},
 		{[]string{"sass", "no/such/file.attn"}, "no/such/file.attn"},
 	} {
-		_, e, code := attnc(t, c.args...)
+		_, e, code := runCLI(t, c.args...)
 		if code != 1 || !strings.Contains(e, c.want) {
 			t.Errorf("attnc %s: exit %d, stderr %q, want 1 and %q", strings.Join(c.args, " "), code, e, c.want)
 		}
