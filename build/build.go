@@ -5,7 +5,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
 
 	"github.com/attnc/attnc/frontend"
 	"github.com/attnc/attnc/ir"
@@ -19,13 +21,47 @@ import (
 	_ "github.com/attnc/attnc/target/cuda"
 )
 
+// PassTable returns a copy of target's pass table: the passes its modules
+// go through, in order. Callers may extend the copy (passes.Insert)
+// without changing the table for anyone else.
+func PassTable(name string) ([]passes.Pass, error) {
+	t, err := target.Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	return append([]passes.Pass(nil), t.Passes()...), nil
+}
+
 // Options configures Build.
 type Options struct {
 	Targets []string // default: cpu
-	Passes  passes.Options
-	Target  target.Options
-	// Insert adds passes to every target's table that has the named pass.
-	Insert []passes.Insertion
+	// Triple is the cpu target's triple (default x86_64-unknown-linux-gnu;
+	// llvmgen.Targets lists the known ones).
+	Triple string
+	Passes passes.Options
+	// Tables overrides a target's pass table (default: PassTable(target)).
+	Tables map[string][]passes.Pass
+}
+
+// table is the pass table Build runs for t.
+func (o Options) table(t target.Target) []passes.Pass {
+	if tb, ok := o.Tables[t.Name()]; ok {
+		return tb
+	}
+	return t.Passes()
+}
+
+// Ran lists the names of the passes of table that a run with po executes,
+// in order: every pass except the optional ones po skips.
+func Ran(table []passes.Pass, po passes.Options) []string {
+	var names []string
+	for _, p := range table {
+		if po.Skip[p.Name] && !p.Required {
+			continue
+		}
+		names = append(names, p.Name)
+	}
+	return names
 }
 
 // Artifact is one generated file.
@@ -36,9 +72,12 @@ type Output struct {
 	Artifacts []Artifact
 	Manifest  *registry.Manifest
 	Variants  []*ir.Variant
-	// Compiled holds every variant's scheduled module per target:
-	// Compiled[variant][target].
+	// Compiled holds every variant scheduled for every target, by variant
+	// name and then target name.
 	Compiled map[string]map[string]*Compiled
+	// Final holds the modules after every pass, by target and then
+	// variant name: what the artifacts and the manifest were made from.
+	Final map[string]map[string]*ir.Module
 }
 
 // Compiled is one variant scheduled for one target.
@@ -77,18 +116,11 @@ func ParseSpecs(paths []string) ([]*ir.Variant, error) {
 	return all, nil
 }
 
-// Table is target t's pass table with the insertions applied.
-func Table(t target.Target, ins []passes.Insertion) ([]passes.Pass, error) {
-	return passes.Insert(t.Passes(), ins)
-}
-
 // Compile lowers v with target t's tiling, assembles its entries and runs
-// its pass table.
+// its pass table (opt.Tables may override it). A pass that changes the
+// parameters of a kernel or an entry is an error: they are the ABI.
 func Compile(v *ir.Variant, t target.Target, opt Options) (*Compiled, error) {
-	table, err := Table(t, opt.Insert)
-	if err != nil {
-		return nil, err
-	}
+	table := opt.table(t)
 	m, err := lower.Lower(v, t.Tiling(v))
 	if err != nil {
 		return nil, err
@@ -103,6 +135,9 @@ func Compile(v *ir.Variant, t target.Target, opt Options) (*Compiled, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %s (%s): %w", v.Pos, v.Name, t.Name(), err)
 	}
+	if err := sameABI(a, final); err != nil {
+		return nil, fmt.Errorf("%s: %s (%s): %w", v.Pos, v.Name, t.Name(), err)
+	}
 	return &Compiled{V: v, Target: t, Table: table, Lowered: m, Final: final}, nil
 }
 
@@ -115,7 +150,38 @@ func CompileFor(v *ir.Variant, name string, opt Options) (*Compiled, error) {
 	return Compile(v, t, opt)
 }
 
+// sameABI checks that the passes kept the parameters of every kernel and
+// plan entry of the assembled module.
+func sameABI(before, after *ir.Module) error {
+	for _, k := range after.Kernels {
+		old := before.Kernel(k.Name)
+		if old == nil {
+			continue
+		}
+		same := len(old.Params) == len(k.Params)
+		for i := 0; same && i < len(k.Params); i++ {
+			a, b := old.Params[i], k.Params[i]
+			same = a.Name == b.Name && a.Buffer == b.Buffer && a.Elem == b.Elem && a.Output == b.Output && a.Null == b.Null
+		}
+		if !same {
+			return fmt.Errorf("kernel %s: the passes changed its parameters (%s -> %s); passes must keep a kernel's ABI",
+				k.Name, paramNames(old.Params), paramNames(k.Params))
+		}
+	}
+	return nil
+}
+
+func paramNames(ps []*ir.Param) string {
+	var names []string
+	for _, p := range ps {
+		names = append(names, p.Name)
+	}
+	return "(" + strings.Join(names, ", ") + ")"
+}
+
 // Build compiles the variants for the targets and returns the artifacts.
+// The artifacts and the manifest are made from the modules after every
+// pass of each target's table.
 func Build(vs []*ir.Variant, opt Options) (*Output, error) {
 	names := opt.Targets
 	if len(names) == 0 {
@@ -127,10 +193,24 @@ func Build(vs []*ir.Variant, opt Options) (*Output, error) {
 		if err != nil {
 			return nil, err
 		}
-		ts = append(ts, t)
+		if !slices.Contains(ts, t) {
+			ts = append(ts, t)
+		}
 	}
-	out := &Output{Manifest: &registry.Manifest{ABI: registry.ABI, LSEBase: "e"}, Variants: vs,
-		Compiled: map[string]map[string]*Compiled{}}
+	if opt.Triple != "" && !slices.Contains(names, "cpu") {
+		return nil, fmt.Errorf("triple %s applies to the cpu target, which is not among the targets (%s)", opt.Triple, strings.Join(names, ", "))
+	}
+	topt := target.Options{Triple: opt.Triple}
+	man := &registry.Manifest{ABI: registry.ABI, LSEBase: "e", Targets: map[string]registry.TargetManifest{}}
+	for _, t := range ts {
+		sec, err := t.Section(topt)
+		if err != nil {
+			return nil, err
+		}
+		sec.Passes = Ran(opt.table(t), opt.Passes)
+		man.Targets[t.Name()] = sec
+	}
+	out := &Output{Manifest: man, Variants: vs, Compiled: map[string]map[string]*Compiled{}, Final: map[string]map[string]*ir.Module{}}
 	for _, v := range vs {
 		if err := lower.Unsupported(v); err != nil {
 			return nil, err
@@ -144,23 +224,19 @@ func Build(vs []*ir.Variant, opt Options) (*Output, error) {
 				return nil, err
 			}
 			out.Compiled[v.Name][t.Name()] = c
+			if out.Final[t.Name()] == nil {
+				out.Final[t.Name()] = map[string]*ir.Module{}
+			}
+			out.Final[t.Name()][v.Name] = c.Final
 			if first == nil {
 				first = c
 			}
-			files, err := t.Emit(v, c.Final, opt.Target)
+			files, err := t.Emit(v, c.Final, topt)
 			if err != nil {
 				return nil, err
 			}
 			out.Artifacts = append(out.Artifacts, files...)
-			ks := t.Manifest(v, c.Final, opt.Target)
-			var ran []string
-			for _, p := range c.Table {
-				ran = append(ran, p.Name)
-			}
-			for i := range ks {
-				ks[i].Passes = ran
-			}
-			out.Manifest.Kernels = append(out.Manifest.Kernels, ks...)
+			out.Manifest.Kernels = append(out.Manifest.Kernels, t.Manifest(v, c.Final, topt)...)
 			header = append(header, t.Header(v, c.Final))
 		}
 		out.Manifest.Variants = append(out.Manifest.Variants, registry.VariantEntry(v, first.Final))

@@ -398,11 +398,16 @@ func copyFile(src, dst string) error {
 // (OpenCUDA): a Suite whose cases run on the GPU, through Dev. The library
 // stays loaded until the process exits (see Suite.Close).
 func BuildCUDADevice(v *ir.Variant, dir, nvcc string) (*Suite, error) {
+	return BuildCUDADeviceWith(v, dir, nvcc, Options{})
+}
+
+// BuildCUDADeviceWith is BuildCUDADevice with options.
+func BuildCUDADeviceWith(v *ir.Variant, dir, nvcc string, o Options) (*Suite, error) {
 	dev, err := OpenCUDA()
 	if err != nil {
 		return nil, err
 	}
-	cu, gm, err := writeCUDA(v, dir)
+	cu, gm, err := writeCUDA(v, dir, o)
 	if err != nil {
 		return nil, err
 	}
@@ -418,8 +423,8 @@ func BuildCUDADevice(v *ir.Variant, dir, nvcc string) (*Suite, error) {
 }
 
 // writeCUDA compiles v with the CUDA schedule and writes dir/<variant>.cu.
-func writeCUDA(v *ir.Variant, dir string) (string, *ir.Module, error) {
-	c, err := compileFor(v, "cuda", dir)
+func writeCUDA(v *ir.Variant, dir string, o Options) (string, *ir.Module, error) {
+	c, err := compileFor(v, "cuda", dir, o)
 	if err != nil {
 		return "", nil, err
 	}

@@ -87,7 +87,7 @@ func (l *lowering) mergeSplits() *ir.Kernel {
 		w.when(&ir.NotNull{Buf: "lse"}, func(x *blk) { x.store("lse", row, ir.R("mlse", ir.F32)) })
 	})
 	b.add(&ir.Return{Value: i32(0)})
-	return &ir.Kernel{Name: l.name("decode_merge_work"), Role: ir.RoleDecode, Params: params, Body: b.block()}
+	return &ir.Kernel{Name: l.name("decode_merge_work"), Role: ir.RoleMergeState, Params: params, Body: b.block()}
 }
 
 // mergeStart is the state a split-KV merge folds the chunks into: empty,

@@ -163,39 +163,3 @@ func mapKernels(m *ir.Module, f func(*ir.Kernel) (*ir.Block, error)) (*ir.Module
 	}
 	return &out, nil
 }
-
-// Insertion adds Pass right before or right after (exactly one of Before
-// and After is set) the pass of that name in a table.
-type Insertion struct {
-	Before, After string
-	Pass          Pass
-}
-
-// Insert returns a copy of table with the insertions applied, in order.
-// An insertion naming a pass the table does not have is an error.
-func Insert(table []Pass, ins []Insertion) ([]Pass, error) {
-	out := append([]Pass(nil), table...)
-	for _, in := range ins {
-		name := in.Before
-		if (in.Before == "") == (in.After == "") {
-			return nil, fmt.Errorf("insertion of %s: set exactly one of Before and After", in.Pass.Name)
-		}
-		if name == "" {
-			name = in.After
-		}
-		i := -1
-		for j, p := range out {
-			if p.Name == name {
-				i = j
-			}
-		}
-		if i < 0 {
-			return nil, fmt.Errorf("insertion of %s: no pass named %q in the table", in.Pass.Name, name)
-		}
-		if in.After != "" {
-			i++
-		}
-		out = append(out[:i], append([]Pass{in.Pass}, out[i:]...)...)
-	}
-	return out, nil
-}

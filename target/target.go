@@ -39,6 +39,9 @@ type Target interface {
 	Emit(v *ir.Variant, m *ir.Module, opt Options) ([]Artifact, error)
 	// Header declares the entry points in <variant>.h.
 	Header(v *ir.Variant, m *ir.Module) string
+	// Section is the target's section of manifest.json (build adds the
+	// passes that ran); it rejects options the target cannot honour.
+	Section(opt Options) (registry.TargetManifest, error)
 	// Manifest lists its kernels for manifest.json, computed from the
 	// scheduled module.
 	Manifest(v *ir.Variant, m *ir.Module, opt Options) []registry.KernelManifest

@@ -65,9 +65,22 @@ func (Target) Constraints() []passes.Constraint { return Constraints }
 // Assemble implements target.Target: one entry kernel per plan.
 func (Target) Assemble(m *ir.Module) (*ir.Module, error) { return Assemble(m) }
 
-// Emit implements target.Target.
+// Section implements target.Target: the triple the IR is for.
+func (Target) Section(opt target.Options) (registry.TargetManifest, error) {
+	t, err := llvmgen.LookupTarget(opt.Triple)
+	if err != nil {
+		return registry.TargetManifest{}, err
+	}
+	return registry.TargetManifest{Triple: t.Triple}, nil
+}
+
+// Emit implements target.Target: LLVM IR for opt.Triple.
 func (Target) Emit(v *ir.Variant, m *ir.Module, opt target.Options) ([]target.Artifact, error) {
-	ll, err := llvmgen.Emit(m)
+	t, err := llvmgen.LookupTarget(opt.Triple)
+	if err != nil {
+		return nil, err
+	}
+	ll, err := llvmgen.EmitFor(m, t)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %s: llvm: %w", v.Pos, v.Name, err)
 	}

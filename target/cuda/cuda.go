@@ -92,8 +92,33 @@ func (Target) Passes() []passes.Pass { return Table }
 func (Target) Constraints() []passes.Constraint { return Constraints }
 
 // Assemble implements target.Target: host launchers are printed from the
-// plans, so the module stays as it is.
-func (Target) Assemble(m *ir.Module) (*ir.Module, error) { return m, nil }
+// plans, so the module keeps only the kernels a public plan launches (a
+// GPU prefill never hands over to decode: the launcher cannot read the
+// query lengths).
+func (Target) Assemble(m *ir.Module) (*ir.Module, error) {
+	used := map[string]bool{}
+	for _, p := range m.Plans {
+		if !p.Public {
+			continue
+		}
+		for _, l := range p.Direct {
+			used[l.Kernel] = true
+		}
+		if s := p.Split; s != nil {
+			for _, l := range s.Launches {
+				used[l.Kernel] = true
+			}
+		}
+	}
+	out := *m
+	out.Kernels = nil
+	for _, k := range m.Kernels {
+		if used[k.Name] {
+			out.Kernels = append(out.Kernels, k)
+		}
+	}
+	return &out, nil
+}
 
 // Launcher is the host launcher symbol of a plan's entry.
 func Launcher(p *ir.Plan) string { return p.Entry + "_launch" }
@@ -109,6 +134,11 @@ var hostConfig = cudagen.Host{
 	Threads:         "2 * attnc_num_sms()",
 	GridStrideGrid:  fmt.Sprintf("%d * attnc_num_sms()", GridStrideBlocks),
 	ThreadsPerBlock: BlockThreads,
+}
+
+// Section implements target.Target.
+func (Target) Section(opt target.Options) (registry.TargetManifest, error) {
+	return registry.TargetManifest{}, nil
 }
 
 // Emit implements target.Target.

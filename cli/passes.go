@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func newPassesCmd() *cobra.Command {
+func newPassesCmd(cfg *config) *cobra.Command {
 	var targets []string
 	c := &cobra.Command{
 		Use:   "passes [--target T]",
@@ -16,8 +16,9 @@ func newPassesCmd() *cobra.Command {
 		Long: `Print the pass table every variant's kernel IR goes through after
 lowering, for each target (or the --target ones): index, name, whether the
 pass is required (the backend cannot print IR that skipped it) or
-optional, and what it does. Then print the table's ordering constraints
-with the reason for each; a test checks every table against them.
+optional, and what it does (user passes of a custom attnc included). Then
+print the table's ordering constraints with the reason for each; a test
+checks every table against them.
 
 Lowering builds one target-neutral module; the neutral passes (inline-defs,
 simplify, classify-tiles, expand-calls, legalize-dtype, late-simplify) run
@@ -39,13 +40,17 @@ live in target/<name>/<name>.go.`,
 				if err != nil {
 					return fmt.Errorf("attnc passes: %w", err)
 				}
+				table, err := cfg.table(n)
+				if err != nil {
+					return err
+				}
 				if i > 0 {
 					fmt.Fprintln(out)
 				}
 				fmt.Fprintf(out, "target %s (writes %s):\n", t.Name(), t.Files())
 				w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 				fmt.Fprintln(w, "#\tpass\tkind\tdescription")
-				for i, p := range t.Passes() {
+				for i, p := range table {
 					kind := "optional"
 					if p.Required {
 						kind = "required"

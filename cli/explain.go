@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/attnc/attnc"
 	"github.com/attnc/attnc/build"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
@@ -29,7 +30,7 @@ func (s *shapeFlags) given(c *cobra.Command) bool {
 	return false
 }
 
-func newExplainCmd() *cobra.Command {
+func newExplainCmd(cfg *config) *cobra.Command {
 	var sf shapeFlags
 	var tgt string
 	c := &cobra.Command{
@@ -83,7 +84,7 @@ one decision per combination.`,
 				if i > 0 {
 					fmt.Fprintln(out)
 				}
-				if err := explainVariant(out, v, tgt, shapes); err != nil {
+				if err := explainVariant(out, v, tgt, shapes, cfg); err != nil {
 					fmt.Fprintln(c.ErrOrStderr(), err)
 					failed = true
 				}
@@ -166,11 +167,14 @@ func perSequence(flag string, xs []int, n int) ([]int, error) {
 	return xs, nil
 }
 
-func explainVariant(w io.Writer, v *ir.Variant, tgt string, shapes []registry.Shape) error {
+// explainVariant prints v's manifest entry for target tgt and, for each
+// shape, what Select chooses, both from the modules after every pass (user
+// passes included).
+func explainVariant(w io.Writer, v *ir.Variant, tgt string, shapes []registry.Shape, cfg *config) error {
 	if err := lower.Unsupported(v); err != nil {
 		return err
 	}
-	out, err := build.Build([]*ir.Variant{v}, build.Options{Targets: []string{tgt}})
+	out, err := attnc.CompileVariants([]*ir.Variant{v}, attnc.Options{Targets: []string{tgt}, Insert: cfg.insert})
 	if err != nil {
 		return err
 	}
@@ -191,10 +195,9 @@ func explainVariant(w io.Writer, v *ir.Variant, tgt string, shapes []registry.Sh
 		fmt.Fprintf(w, "selection: variant %s has no prefill or decode kernel\n", v.Name)
 		return nil
 	}
-	c := out.Compiled[v.Name][tgt]
 	var lines []string
 	for _, s := range shapes {
-		sel, err := c.Select(s)
+		sel, err := out.Select(v.Name, tgt, s)
 		if err != nil {
 			return fmt.Errorf("attnc explain: %s: %w", v.Name, err)
 		}

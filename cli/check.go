@@ -1,15 +1,16 @@
-package main
+package cli
 
 import (
 	"fmt"
 
 	"github.com/attnc/attnc/build"
 	"github.com/attnc/attnc/lower"
+	"github.com/attnc/attnc/passes"
 	"github.com/attnc/attnc/target"
 	"github.com/spf13/cobra"
 )
 
-func newCheckCmd() *cobra.Command {
+func newCheckCmd(cfg *config) *cobra.Command {
 	return &cobra.Command{
 		Use:   "check SPEC...",
 		Short: "Validate specs and report whether each variant can be compiled",
@@ -35,9 +36,14 @@ variant is checked even when an earlier one fails.`,
 			for _, v := range vs {
 				err := lower.Unsupported(v)
 				for _, t := range target.All() {
-					if err == nil {
-						_, err = build.Compile(v, t, build.Options{})
+					if err != nil {
+						break
 					}
+					table, terr := cfg.table(t.Name())
+					if terr != nil {
+						return terr
+					}
+					_, err = build.Compile(v, t, build.Options{Tables: map[string][]passes.Pass{t.Name(): table}})
 				}
 				if err != nil {
 					fmt.Fprintln(c.ErrOrStderr(), err)
