@@ -26,8 +26,14 @@ import (
 //     error), int→float rounds to nearest even, u8/bool zero-extend, narrowing
 //     truncates, →bool is != 0 (true for NaN); Bitcast keeps the bits;
 //   - And/Or and Select evaluate all operands; For evaluates Lo and Hi once;
-//     Parallel and Vector loops run serially in order; Continue ends the
-//     iteration of the innermost For; Alloc and Malloc give zeroed arrays;
+//     Parallel, Spread and Vector loops run serially in order; Continue ends
+//     the iteration of the innermost For; Alloc and Malloc give zeroed arrays;
+//   - Threads and Lanes loops run their iterations as threads that meet at
+//     Barriers (the group) and Shuffles and MMAs (each warp of 32), as on a
+//     GPU (see spmd.go); a Barrier outside them is a no-op (a work item run
+//     as one thread); Reduce folds in order; MatMul sums over k in order,
+//     sets C outside the extents to NaN and rejects a nonzero A beyond the
+//     k extent;
 //     a kernel that falls off its end returns 0; CallStmt recurses;
 //   - an out-of-bounds Load or Store, a null buffer, a use after Free or a
 //     high-level Call (legalize first) is an error naming the buffer.
@@ -248,6 +254,7 @@ type frame struct {
 	k     *Kernel // nil in EvalExpr
 	env   map[string]*binding
 	depth int
+	thr   *spmdThread // the thread or lane this frame runs as, in a Threads or Lanes loop
 }
 
 func (f *frame) fail(format string, args ...any) {
@@ -352,6 +359,10 @@ func (f *frame) stmt(s Stmt, u *[]undo) (flow, int32) {
 			f.store(dst, di+k, f.load(src, si+k, I16)) // the type only matters for 16-bit bits
 		}
 	case *For:
+		if s.Kind == Threads || s.Kind == Lanes {
+			f.spmd(s)
+			return flowNext, 0
+		}
 		lo, hi := int64(f.eval(s.Lo)), int64(f.eval(s.Hi))
 		iv := &binding{}
 		var lu []undo
@@ -366,6 +377,10 @@ func (f *frame) stmt(s Stmt, u *[]undo) (flow, int32) {
 		f.restore(lu)
 	case *Reduce:
 		f.bind(u, s.Name, &binding{v: f.reduce(s)})
+	case *Barrier:
+		f.barrier()
+	case *MMA:
+		f.mmaStmt(s)
 	case *MatMul:
 		f.matmul(s)
 	case *If:
@@ -534,7 +549,7 @@ func (f *frame) eval(e Expr) val {
 	case *NotNull:
 		return b2v(f.buffer(e.Buf).data != nil)
 	case *Shuffle:
-		f.fail("shfl_xor is a GPU construct the interpreter does not run")
+		return f.shuffle(f.eval(e.X), e.Mask)
 	case *Call:
 		f.fail("call @%s cannot be interpreted (legalize it first)", e.Fn)
 	}
