@@ -82,6 +82,12 @@ func Unsupported(v *ir.Variant) error {
 			return ir.Errorf(k.Pos, "not supported yet: kernel %s", k.Role)
 		}
 	}
+	if v.LSEBase != ir.LSEBaseE {
+		return ir.Errorf(v.Pos, "not supported yet: lse base 2")
+	}
+	if r := v.Rope; r != nil && (r.Pairs != ir.RopeHalf || r.RotaryDim != v.HeadDimQK || !r.Truncate) {
+		return ir.Errorf(r.Pos, "not supported yet: rope pairs, rotary_dim or truncate")
+	}
 	if !ir.ValidPageSize(v.PageSize) {
 		return ir.Errorf(v.CachePos, "page_size %d is not valid: use a power of two from 1 to 256", v.PageSize)
 	}
