@@ -494,7 +494,7 @@ var ropeNonNegative = map[string]bool{"mscale": true, "mscale_all_dim": true}
 // rope checks `rope inline(theta = T, style = S, ...)` for a head_dim qk of
 // dqk (0 when the head_dim line has an error).
 func (c *checker) rope(s *callStmt, dqk int) *ir.Rope {
-	out := &ir.Rope{Style: ir.RopeNormal, Params: map[string]float64{}, Pos: c.pos(s.Pos), RotaryDim: dqk, Truncate: true}
+	out := &ir.Rope{Style: ir.RopeNormal, Params: map[string]float64{}, Pos: c.pos(s.Pos)}
 	if s.Name.Name != "inline" {
 		c.errorf(s.Name.Pos, "unknown rope %q (known: inline)", s.Name.Name)
 		return out
@@ -533,9 +533,9 @@ func (c *checker) rope(s *callStmt, dqk int) *ir.Rope {
 			if w, ok := c.wordVal(a.Val, "truncate"); ok {
 				switch w {
 				case "true":
-					out.Truncate = true
+					out.Untruncated = false
 				case "false":
-					out.Truncate = false
+					out.Untruncated = true
 				default:
 					c.errorf(a.Val.Pos, "rope truncate must be true or false, got %s", w)
 				}

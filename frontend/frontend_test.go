@@ -110,7 +110,7 @@ func want(name string) *ir.Variant {
 			Scale: 1 / math.Sqrt(128),
 			Rope: &ir.Rope{Theta: 500000, Style: ir.RopeLlama3, Pos: at(7, 3), Params: map[string]float64{
 				"theta": 500000, "factor": 8, "low_freq": 1, "high_freq": 4, "original_max": 8192,
-			}, RotaryDim: 128, Truncate: true},
+			}},
 			Kernels:  defaultKernels(at(1, 1)),
 			CachePos: at(5, 3), HeadsPos: at(2, 3),
 		}
@@ -359,7 +359,7 @@ func TestSettings(t *testing.T) {
 	}
 	wantRope := &ir.Rope{Theta: 10000, Style: ir.RopeYarn, Pos: at(7, 3), Params: map[string]float64{
 		"theta": 10000, "factor": 4, "original_max": 4096, "beta_fast": 16, "beta_slow": 1,
-	}, RotaryDim: 64, Truncate: true}
+	}}
 	if !reflect.DeepEqual(v.Rope, wantRope) {
 		t.Errorf("rope %+v, want %+v", v.Rope, wantRope)
 	}
@@ -403,15 +403,15 @@ variant q {
 		t.Errorf("lse bases %v, %v; want 2, e", p.LSEBase, q.LSEBase)
 	}
 	r := p.Rope
-	if r.Pairs != ir.RopeInterleaved || r.RotaryDim != 64 || r.Truncate || r.Params["mscale_all_dim"] != 0 {
+	if r.Pairs != ir.RopeInterleaved || r.RotaryDim != 64 || !r.Untruncated || r.Params["mscale_all_dim"] != 0 {
 		t.Errorf("rope %+v", r)
 	}
-	// Defaults: rotate_half over all of head_dim qk, truncated YaRN range, base e.
+	// Defaults: rotate_half over all of head_dim qk (RotaryDim 0), truncated YaRN range, base e.
 	vs, err = Parse("d.attn", []byte("variant d {\n heads qo = 2\n head_dim 32\n rope inline(style = yarn, factor = 2, original_max = 64)\n}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := vs[0]; d.Rope.Pairs != ir.RopeHalf || d.Rope.RotaryDim != 32 || !d.Rope.Truncate || d.LSEBase != ir.LSEBaseE {
+	if d := vs[0]; d.Rope.Pairs != ir.RopeHalf || d.Rope.RotaryDim != 0 || d.Rope.Dim(32) != 32 || d.Rope.Untruncated || d.LSEBase != ir.LSEBaseE {
 		t.Errorf("defaults: rope %+v, lse base %v", d.Rope, d.LSEBase)
 	}
 }

@@ -154,13 +154,21 @@ type Rope struct {
 	Params map[string]float64 // factor, low_freq, high_freq, original_max, ...
 	// Pairs is the pairing of rotated elements (default RopeHalf).
 	Pairs RopePairs
-	// RotaryDim is how many leading head dims rotate (even, <= HeadDimQK;
-	// the frontend fills in HeadDimQK); the rest pass through.
+	// RotaryDim is how many leading head dims rotate (even, <= HeadDimQK);
+	// the rest pass through. 0 means all of HeadDimQK.
 	RotaryDim int
-	// Truncate rounds YaRN's correction range to whole dims (HF's
-	// `truncate`, default true; gpt-oss uses false).
-	Truncate bool
-	Pos      Pos
+	// Untruncated is YaRN's `truncate = false` (gpt-oss): the correction
+	// range keeps fractional dims instead of HF's default floor/ceil.
+	Untruncated bool
+	Pos         Pos
+}
+
+// Dim is the number of rotated dims for a head_dim qk of dqk.
+func (r *Rope) Dim(dqk int) int {
+	if r.RotaryDim > 0 {
+		return r.RotaryDim
+	}
+	return dqk
 }
 
 // MLA is `mla(heads, kv_lora_rank, rope_dim)`.

@@ -85,7 +85,7 @@ func Unsupported(v *ir.Variant) error {
 	if v.LSEBase != ir.LSEBaseE {
 		return ir.Errorf(v.Pos, "not supported yet: lse base 2")
 	}
-	if r := v.Rope; r != nil && (r.Pairs != ir.RopeHalf || r.RotaryDim != v.HeadDimQK || !r.Truncate) {
+	if r := v.Rope; r != nil && (r.Pairs != ir.RopeHalf || r.Dim(v.HeadDimQK) != v.HeadDimQK || r.Untruncated) {
 		return ir.Errorf(r.Pos, "not supported yet: rope pairs, rotary_dim or truncate")
 	}
 	if !ir.ValidPageSize(v.PageSize) {
