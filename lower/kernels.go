@@ -114,7 +114,7 @@ func (l *lowering) prefill(decodeIsEntry bool) *ir.Kernel {
 		t.when(ge(qLo, qLen), func(u *blk) { u.add(&ir.Continue{}) })
 		rows := t.let("rows", minE(i32(QT), sub(qLen, qLo)))
 		kvBeg, kvLen := l.seqPages(t, sb, "", false)
-		l.attend(t, tileWork{qt: QT, b: sb, kvh: kvh, ht: ht, qRow0: add(qBeg, qLo), rows: rows, qBase: sub(kvLen, qLen),
+		l.attend(t, tileWork{qt: QT, b: sb, kvh: kvh, ht: ht, qRow0: add(qBeg, qLo), rows: rows, qBase: sub(kvLen, qLen), qSeqRow: qBeg,
 			qPos0: t.let("q_pos0", add(sub(kvLen, qLen), qLo)), kvBeg: kvBeg, kvLen: kvLen,
 			tileLo: i32(0), tileHi: ceilDiv(kvLen, KVTile), store: l.storeOut})
 	})
@@ -161,7 +161,7 @@ func (l *lowering) decode(entry bool) *ir.Kernel {
 		t.loop("item", i32(0), items, ir.Parallel, "work", func(u *blk) {
 			sb, kvh, ht := l.splitItem(u, item)
 			kvBeg, kvLen := seq(u, sb)
-			l.attend(u, tileWork{qt: 1, b: sb, kvh: kvh, ht: ht, qRow0: sb, rows: i32(1), qPos0: sub(kvLen, i32(1)), qBase: sub(kvLen, i32(1)),
+			l.attend(u, tileWork{qt: 1, b: sb, kvh: kvh, ht: ht, qRow0: sb, rows: i32(1), qPos0: sub(kvLen, i32(1)), qBase: sub(kvLen, i32(1)), qSeqRow: sb,
 				kvBeg: kvBeg, kvLen: kvLen, tileLo: i32(0), tileHi: ceilDiv(kvLen, KVTile), store: l.storeOut})
 		})
 		t.add(&ir.Return{Value: i32(0)})
@@ -177,7 +177,7 @@ func (l *lowering) decode(entry bool) *ir.Kernel {
 		nt := u.let("n_tiles", ceilDiv(kvLen, KVTile))
 		per := u.let("per", div(add(nt, sub(splits, i32(1))), splits))
 		tLo := u.let("t_lo", minE(mul(sp, per), nt))
-		l.attend(u, tileWork{qt: 1, b: sb, kvh: kvh, ht: ht, qRow0: sb, rows: i32(1), qPos0: sub(kvLen, i32(1)), qBase: sub(kvLen, i32(1)),
+		l.attend(u, tileWork{qt: 1, b: sb, kvh: kvh, ht: ht, qRow0: sb, rows: i32(1), qPos0: sub(kvLen, i32(1)), qBase: sub(kvLen, i32(1)), qSeqRow: sb,
 			kvBeg: kvBeg, kvLen: kvLen, tileLo: tLo, tileHi: minE(add(tLo, per), nt), partial: true,
 			store: func(x *blk, qrow, head ir.Expr, acc func(ir.Expr) ir.Expr, inv, lse ir.Expr) {
 				flat := x.let("pflat", add(mul(add(mul(sp, bs), qrow), i32(l.H)), head))

@@ -85,9 +85,6 @@ func Unsupported(v *ir.Variant) error {
 	if v.LSEBase != ir.LSEBaseE {
 		return ir.Errorf(v.Pos, "not supported yet: lse base 2")
 	}
-	if r := v.Rope; r != nil && (r.Pairs != ir.RopeHalf || r.Dim(v.HeadDimQK) != v.HeadDimQK || r.Untruncated) {
-		return ir.Errorf(r.Pos, "not supported yet: rope pairs, rotary_dim or truncate")
-	}
 	if !ir.ValidPageSize(v.PageSize) {
 		return ir.Errorf(v.CachePos, "page_size %d is not valid: use a power of two from 1 to 256", v.PageSize)
 	}
@@ -228,6 +225,7 @@ type tileWork struct {
 	store        func(b *blk, row, head ir.Expr, acc func(dv ir.Expr) ir.Expr, inv, lse ir.Expr)
 	partial      bool    // a split-KV chunk: learned sinks join at the merge
 	qBase        ir.Expr // position of the sequence's first query token
+	qSeqRow      ir.Expr // row of the sequence's first query token
 	ht           ir.Expr // head tile: heads ht*HeadTile(G) .. of the group
 }
 
@@ -291,7 +289,7 @@ func (l *lowering) attend(b *blk, w tileWork) {
 				for _, sg := range l.kSegs() {
 					krow := x.let("krow"+segName(sg), l.rowIndex(page, w.kvh, slot, sg.w))
 					x.loop("d", i32(0), i32(sg.w), ir.Vector, "", func(y *blk) {
-						l.stageRow(y, "kb", add(mul(j, i32(D)), plus(d, sg.off)), l.kRopePos(y, pos, w.b), d,
+						l.stageRow(y, "kb", add(mul(j, i32(D)), plus(d, sg.off)), l.kRopePos(y, pos, w.b, w.qBase, w.qSeqRow), d,
 							func(k ir.Expr) ir.Expr { return tof32(ld(sg.buf, l.dt, add(krow, i64(k)))) }, true)
 					})
 				}

@@ -188,6 +188,26 @@ func visible(v *ir.Variant, c *Case, b, h, i, q, kv int) bool {
 	return ok
 }
 
+// keyRopePos is the rotation position of cache position kv of sequence b,
+// whose first query row is row: with `mask tree` the tree's own tokens (the
+// last q_len positions) rotate at their queries' q_rope_position (their
+// depth-based positions); every other key at kv + k_rope_pos_offset[b].
+func keyRopePos(v *ir.Variant, c *Case, b, row, kv int) int {
+	if base := c.KVLens[b] - c.QLens[b]; hasMask(v, ir.MaskTree) && kv >= base {
+		return int(c.QRopePos[row+kv-base])
+	}
+	return kv + int(c.KRopeOffset[b])
+}
+
+func hasMask(v *ir.Variant, k ir.MaskKind) bool {
+	for _, m := range v.Masks {
+		if m.Kind == k {
+			return true
+		}
+	}
+	return false
+}
+
 // Attention computes, in float64, o [total_q, qo_heads, d_v] and the natural
 // log-sum-exp lse [total_q, qo_heads] of the scaled (and transformed) scores,
 // learned sink included. A row with nothing visible gives o = 0 and
@@ -226,7 +246,7 @@ func Attention(v *ir.Variant, c *Case) (o []float64, lse []float64) {
 						k[d] = float64(c.KPages[PageIndex(v, page, kh, slot, d, dqk)])
 					}
 					if v.Rope != nil {
-						k = rotate(v.Rope, k, kv+int(c.KRopeOffset[b]))
+						k = rotate(v.Rope, k, keyRopePos(v, c, b, row, kv))
 					}
 					dot := 0.0
 					for d := range dqk {
