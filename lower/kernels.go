@@ -237,11 +237,15 @@ func (l *lowering) mergeStart(row ir.Expr) ir.Expr {
 // pairMergeBy appends the merge_state update of state a = (la, va) with
 // b = (lb, vb): weights exp(l - max) that are exactly 0 for an empty side
 // (whose values are never read into the sum), o = weighted mean, lse = max +
-// log(sum of weights); two empty sides give o = 0, lse = -inf. CPU and GPU
-// kernels share it and differ only in how dims maps the head dims.
+// log(sum of weights); two empty sides give o = 0, lse = -inf. A NaN or +inf
+// lse on either side gives NaN in o and lse (DESIGN §3), so a bad state
+// never passes for an empty one. CPU and GPU kernels share it and differ
+// only in how dims maps the head dims.
 func (l *lowering) pairMergeBy(b *blk, la, lb ir.Expr, va, vb func(k, d ir.Expr) ir.Expr, setV func(b *blk, k, d, val ir.Expr), setL func(*blk, ir.Expr), dims dimsLoop) {
 	lA := b.let("la", la)
 	lB := b.let("lb", lb)
+	// !(x < +inf) holds for NaN and +inf alike (ordered compare).
+	bad := b.let("m_bad", or(not(lt(lA, posInf())), not(lt(lB, posInf()))))
 	m := b.let("mm", maxE(lA, lB))
 	wa := b.let("wa", sel(gt(lA, negInf()), ir.Un(ir.Exp, sub(lA, m)), f32(0)))
 	wb := b.let("wb", sel(gt(lB, negInf()), ir.Un(ir.Exp, sub(lB, m)), f32(0)))
@@ -250,9 +254,9 @@ func (l *lowering) pairMergeBy(b *blk, la, lb ir.Expr, va, vb func(k, d ir.Expr)
 	dims(b, func(t *blk, k, d ir.Expr) {
 		ta := sel(gt(wa, f32(0)), mul(wa, va(k, d)), f32(0))
 		tb := sel(gt(wb, f32(0)), mul(wb, vb(k, d)), f32(0))
-		setV(t, k, d, mul(add(ta, tb), inv))
+		setV(t, k, d, sel(bad, nan(), mul(add(ta, tb), inv)))
 	})
-	setL(b, sel(gt(ws, f32(0)), add(m, ir.Un(ir.Log, ws)), negInf()))
+	setL(b, sel(bad, nan(), sel(gt(ws, f32(0)), add(m, ir.Un(ir.Log, ws)), negInf())))
 }
 
 // pairMerge is pairMergeBy over all head dims.

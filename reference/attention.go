@@ -295,9 +295,10 @@ func Attention(v *ir.Variant, c *Case) (o []float64, lse []float64) {
 }
 
 // MergeState merges two partial attention states over disjoint key sets:
-// va, vb are [rows, d] and sa, sb their log-sum-exps [rows]. Each v is
-// weighted by exp(s - max); when both sides are -Inf the row is v = 0,
-// s = -Inf.
+// va, vb are [rows, d] and sa, sb their natural log-sum-exps [rows]. Each v
+// is weighted by exp(s - max); -Inf is an empty state (when both sides are
+// -Inf the row is v = 0, s = -Inf); a NaN or +Inf s on either side gives
+// NaN in the row's v and s.
 func MergeState(va, sa, vb, sb []float64) (v, s []float64) {
 	if len(sa) != len(sb) || len(va) != len(vb) || len(sa) == 0 && len(va) != 0 || len(sa) != 0 && len(va)%len(sa) != 0 {
 		panic(fmt.Sprintf("reference: MergeState of v %d/%d, s %d/%d", len(va), len(vb), len(sa), len(sb)))
@@ -309,6 +310,13 @@ func MergeState(va, sa, vb, sb []float64) (v, s []float64) {
 	}
 	d := len(va) / len(sa)
 	for r := range sa {
+		if bad := func(x float64) bool { return math.IsNaN(x) || math.IsInf(x, 1) }; bad(sa[r]) || bad(sb[r]) {
+			s[r] = math.NaN()
+			for k := r * d; k < (r+1)*d; k++ {
+				v[k] = math.NaN()
+			}
+			continue
+		}
 		m := math.Max(sa[r], sb[r])
 		if math.IsInf(m, -1) {
 			s[r] = m
