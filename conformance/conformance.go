@@ -411,9 +411,16 @@ type BadInput struct {
 // BadInputs lists the input errors every attention entry must reject, for
 // the variant's page table.
 func BadInputs(v *ir.Variant) []BadInput {
-	out := csrBadInputs
+	table := csrBadInputs
 	if v.Table == ir.BlockTable {
-		out = blockTableBadInputs
+		table = blockTableBadInputs
+	}
+	var out []BadInput
+	for _, b := range table {
+		// mask none takes any q_len and kv_len (cross attention).
+		if b.Status != lower.ErrQLenExceedsKVLen || !v.NonCausal() {
+			out = append(out, b)
+		}
 	}
 	for _, m := range v.Masks {
 		switch m.Kind {
@@ -504,6 +511,10 @@ func Matrix(v *ir.Variant) []reference.CaseSpec {
 	if v.Table == ir.BlockTable {
 		cases = append(cases, reference.CaseSpec{Name: "hidden block", QLens: []int{9, 2}, KVLens: []int{3*ps + 9, 4*ps + 1}, ExtraPages: 1, NaNFill: true, HideBlock: 1})
 	}
+	if v.NonCausal() {
+		// Cross / encoder attention: more queries than keys, and no keys.
+		cases = append(cases, reference.CaseSpec{Name: "cross attention q_len > kv_len", QLens: []int{9, 70, 3}, KVLens: []int{3, 2*ps + 1, 0}, ExtraPages: 1, NaNFill: true})
+	}
 	return cases
 }
 
@@ -517,6 +528,9 @@ func DecodeMatrix(v *ir.Variant) []reference.CaseSpec {
 	}
 	if v.Table == ir.BlockTable {
 		cases = append(cases, reference.CaseSpec{Name: "decode hidden block", QLens: []int{1, 1}, KVLens: []int{2*ps + 3, 3*ps + 5}, NaNFill: true, HideBlock: 1})
+	}
+	if v.NonCausal() {
+		cases = append(cases, reference.CaseSpec{Name: "decode empty cache (mask none)", QLens: []int{1, 1, 1}, KVLens: []int{0, ps + 3, 0}, NaNFill: true})
 	}
 	return cases
 }

@@ -192,7 +192,9 @@ func (l *lowering) validateCache(b *blk, qCheck func(*blk, *ir.Ref) (qLen ir.Exp
 		vb := ir.R("vs", ir.I32)
 		qLen := qCheck(t, vb)
 		kvLen := l.validateTable(t, vb)
-		t.fail(gt(qLen, kvLen), ErrQLenExceedsKVLen)
+		if !l.v.NonCausal() { // mask none: cross attention takes any q_len and kv_len
+			t.fail(gt(qLen, kvLen), ErrQLenExceedsKVLen)
+		}
 		l.validateMasks(t, vb, qLen, kvLen)
 		each(t, vb, qLen, kvLen)
 	})
