@@ -138,7 +138,7 @@ func Build(vs []*ir.Variant, opt Options) (*Output, error) {
 			return nil, fmt.Errorf("unknown target %q (known: %s)", t, strings.Join(Targets, ", "))
 		}
 	}
-	out := &Output{Manifest: &registry.Manifest{ABI: registry.ABI, LSEBase: "e"}, Variants: vs, Lowered: map[string]*ir.Module{}}
+	out := &Output{Manifest: &registry.Manifest{ABI: registry.ABI, LSEBase: registry.BuildLSEBase(vs)}, Variants: vs, Lowered: map[string]*ir.Module{}}
 	for _, v := range vs {
 		cv, err := Compile(v, opt.Passes)
 		if err != nil {

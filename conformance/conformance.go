@@ -340,7 +340,7 @@ func (s *Suite) RunMergeState(n int, seed int64, threads int) Result {
 		}
 		return o
 	}
-	wantV, wantS := reference.MergeState(f64(va), f64(sa), f64(vb), f64(sb))
+	wantV, wantS := reference.MergeStateBase(v.LSEBase, f64(va), f64(sa), f64(vb), f64(sb))
 	// An empty side's values may be garbage: poison them after computing the reference.
 	for i := range sa {
 		for j := 0; j < d; j++ {

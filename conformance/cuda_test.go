@@ -110,6 +110,19 @@ var cudaMatrix = []string{
 	  mask window(size = 50)
 	  sinks learned
 	  rope inline(theta = 150000, style = yarn, factor = 32, original_max = 4096, truncate = false, mscale = 1, mscale_all_dim = 0) }`,
+	`variant cu_lse2_mma { heads qo = 8, kv = 2
+	  head_dim 64
+	  dtype f16
+	  cache paged(page_size = 16)
+	  mask window(size = 33)
+	  sinks learned
+	  lse base = 2 }`,
+	`variant cu_lse2_f32_none { heads qo = 2, kv = 1
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 4, table = block_table)
+	  mask none
+	  lse base = 2 }`,
 	`variant cu_gqa24_head_tiles { heads qo = 48, kv = 2
 	  head_dim 64
 	  dtype bf16

@@ -151,6 +151,18 @@ var matrixSpecs = []string{
 	  mask window(size = 50)
 	  sinks learned
 	  rope inline(theta = 150000, style = yarn, factor = 32, original_max = 4096, beta_fast = 32, beta_slow = 1, truncate = false) }`,
+	`variant ps16_lse2_learned_sinks { heads qo = 8, kv = 2
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 16, table = block_table)
+	  mask window(size = 40)
+	  sinks learned
+	  lse base = 2 }`,
+	`variant ps8_lse2_f16 { heads qo = 4, kv = 4
+	  head_dim 128
+	  dtype f16
+	  cache paged(page_size = 8, layout = NHD)
+	  lse base = 2 }`,
 	`variant ps16_mla { mla(heads = 16, kv_lora_rank = 64, rope_dim = 32)
 	  dtype f16
 	  cache paged(page_size = 16)

@@ -369,7 +369,7 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 						return
 					}
 					z.when(&ir.NotNull{Buf: "lse"}, func(u *blk) {
-						u.store("lse", add(mul(add(add(qBeg, qLo), r), i32(l.H)), add(mul(kvh, i32(G)), g)), lse)
+						u.store("lse", add(mul(add(add(qBeg, qLo), r), i32(l.H)), add(mul(kvh, i32(G)), g)), l.userLSE(lse))
 					})
 				})
 			})

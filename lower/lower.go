@@ -82,9 +82,6 @@ func Unsupported(v *ir.Variant) error {
 			return ir.Errorf(k.Pos, "not supported yet: kernel %s", k.Role)
 		}
 	}
-	if v.LSEBase != ir.LSEBaseE {
-		return ir.Errorf(v.Pos, "not supported yet: lse base 2")
-	}
 	if !ir.ValidPageSize(v.PageSize) {
 		return ir.Errorf(v.CachePos, "page_size %d is not valid: use a power of two from 1 to 256", v.PageSize)
 	}
@@ -178,6 +175,17 @@ func (l *lowering) finish(b *blk, lv, m, head ir.Expr, sink bool) (inv, lse ir.E
 	e1 := b.let("e_row", sel(live, ir.Un(ir.Exp, sub(m, mf)), f32(0)))
 	dn := b.let("den_fin", add(mul(lv, e1), ir.Un(ir.Exp, sub(sk, mf))))
 	return b.let("inv", ir.Bin(ir.Div, e1, dn)), b.let("lse_v", add(mf, ir.Un(ir.Log, dn)))
+}
+
+// userLSE converts a natural-log lse, which the kernels keep internally
+// (split-KV partials included), to the variant's lse base as it is stored
+// to the caller's lse: lse / ln 2 for base 2, as FlashInfer and TVM return.
+// One rounding of the final value; -inf and NaN pass through.
+func (l *lowering) userLSE(lse ir.Expr) ir.Expr {
+	if l.v.LSEBase == ir.LSEBase2 {
+		return mul(lse, f32(math.Log2E))
+	}
+	return lse
 }
 
 // validateCache checks the size arguments and the page table of every
@@ -415,5 +423,5 @@ func (l *lowering) storeOut(b *blk, qrow, head ir.Expr, acc func(ir.Expr) ir.Exp
 	b.loop("d", i32(0), i32(l.DV), ir.Vector, "", func(t *blk) {
 		t.store("o", add(mul(i64(flat), ir.IntT(ir.I64, int64(l.DV))), i64(d)), ir.Cvt(l.dt, mul(acc(d), inv)))
 	})
-	b.when(&ir.NotNull{Buf: "lse"}, func(t *blk) { t.store("lse", flat, lse) })
+	b.when(&ir.NotNull{Buf: "lse"}, func(t *blk) { t.store("lse", flat, l.userLSE(lse)) })
 }

@@ -208,9 +208,10 @@ func hasMask(v *ir.Variant, k ir.MaskKind) bool {
 	return false
 }
 
-// Attention computes, in float64, o [total_q, qo_heads, d_v] and the natural
-// log-sum-exp lse [total_q, qo_heads] of the scaled (and transformed) scores,
-// learned sink included. A row with nothing visible gives o = 0 and
+// Attention computes, in float64, o [total_q, qo_heads, d_v] and the
+// log-sum-exp lse [total_q, qo_heads] of the scaled (and transformed) scores
+// in the variant's lse base, learned sink (a logit in the scores' units)
+// included. A row with nothing visible gives o = 0 and
 // lse = -Inf. It panics on inputs it does not support (tree and custom masks,
 // rope, mla) or that do not fit v.
 func Attention(v *ir.Variant, c *Case) (o []float64, lse []float64) {
@@ -286,12 +287,20 @@ func Attention(v *ir.Variant, c *Case) (o []float64, lse []float64) {
 				for d := range out {
 					out[d] /= sum
 				}
-				lse[(row+i)*qo+h] = m + math.Log(sum)
+				lse[(row+i)*qo+h] = inBase(v.LSEBase, m+math.Log(sum))
 			}
 		}
 		row += qLen
 	}
 	return o, lse
+}
+
+// inBase converts a natural-log lse to base b.
+func inBase(b ir.LSEBase, lse float64) float64 {
+	if b == ir.LSEBase2 {
+		return lse / math.Ln2
+	}
+	return lse
 }
 
 // MergeState merges two partial attention states over disjoint key sets:
@@ -300,6 +309,16 @@ func Attention(v *ir.Variant, c *Case) (o []float64, lse []float64) {
 // -Inf the row is v = 0, s = -Inf); a NaN or +Inf s on either side gives
 // NaN in the row's v and s.
 func MergeState(va, sa, vb, sb []float64) (v, s []float64) {
+	return MergeStateBase(ir.LSEBaseE, va, sa, vb, sb)
+}
+
+// MergeStateBase is MergeState for states whose lse are in base b: each v
+// is weighted by b^(s - max) and s = max + log_b(sum of weights).
+func MergeStateBase(b ir.LSEBase, va, sa, vb, sb []float64) (v, s []float64) {
+	pow, logOf := math.Exp, math.Log
+	if b == ir.LSEBase2 {
+		pow, logOf = math.Exp2, math.Log2
+	}
 	if len(sa) != len(sb) || len(va) != len(vb) || len(sa) == 0 && len(va) != 0 || len(sa) != 0 && len(va)%len(sa) != 0 {
 		panic(fmt.Sprintf("reference: MergeState of v %d/%d, s %d/%d", len(va), len(vb), len(sa), len(sb)))
 	}
@@ -322,7 +341,7 @@ func MergeState(va, sa, vb, sb []float64) (v, s []float64) {
 			s[r] = m
 			continue
 		}
-		wa, wb := math.Exp(sa[r]-m), math.Exp(sb[r]-m)
+		wa, wb := pow(sa[r]-m), pow(sb[r]-m)
 		for k := r * d; k < (r+1)*d; k++ {
 			if wa != 0 {
 				v[k] += wa * va[k]
@@ -332,7 +351,7 @@ func MergeState(va, sa, vb, sb []float64) (v, s []float64) {
 			}
 			v[k] /= wa + wb
 		}
-		s[r] = m + math.Log(wa+wb)
+		s[r] = m + logOf(wa+wb)
 	}
 	return v, s
 }
