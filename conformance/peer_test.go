@@ -497,8 +497,8 @@ func TestPeerRopeStyles(t *testing.T) {
 				c := reference.NewCase(v, rand.New(rand.NewSource(23)), reference.CaseSpec{QLens: []int{4, 1}, KVLens: []int{37, 20}, NaNFill: true})
 				pq, pk := plainQ(v, c), plainK(v, c)
 				pm := peerModel{
-					q: func(row, h int) []float64 { return tc.rot(pq(row, h), int(c.QRopePos[row])) },
-					k: func(b, kv, kh int) []float64 { return tc.rot(pk(b, kv, kh), kv+int(c.KRopeOffset[b])) },
+					q:       func(row, h int) []float64 { return tc.rot(pq(row, h), int(c.QRopePos[row])) },
+					k:       func(b, kv, kh int) []float64 { return tc.rot(pk(b, kv, kh), kv+int(c.KRopeOffset[b])) },
 					visible: func(b, i, kv int) bool { return kv <= qPosOf(c, b, i) },
 				}
 				wantO, wantL := pm.attend(v, c)
