@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -162,8 +163,20 @@ int main(void) {
 	}
 }
 
-// inScope are the examples whose features generate kernels today.
-var inScope = []string{"llama3_8b", "mistral_7b", "llama2_streaming", "gemma2_local", "chunked_alibi", "eagle_tree", "deepseek_v3_mla", "mha_softcap"}
+// inScope are the examples under examples/ (every one generates kernels),
+// by name, sorted.
+var inScope = func() []string {
+	files, err := filepath.Glob(filepath.Join("..", "examples", "*.attn"))
+	if err != nil {
+		panic(err)
+	}
+	var names []string
+	for _, f := range files {
+		names = append(names, strings.TrimSuffix(filepath.Base(f), ".attn"))
+	}
+	sort.Strings(names)
+	return names
+}()
 
 // TestCUDAToPTX compiles every generated CUDA kernel of every in-scope
 // example to PTX for sm_80 and sm_90 with clang-19 (no CUDA headers): the
