@@ -433,3 +433,51 @@ func TestTooLarge(t *testing.T) {
 		t.Errorf("got %v, want %s", err, want)
 	}
 }
+
+// TestDesignExamplesMatchFiles: each variant DESIGN.md §3 shows is, line for
+// line (indentation aside), the file of the same name under examples/, so
+// the documented spelling (window(size = ...), the MLA scale) is the one
+// the tests build.
+func TestDesignExamplesMatchFiles(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "DESIGN.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var name string
+	var block []string
+	found := 0
+	for _, line := range strings.Split(string(doc), "\n") {
+		trimmed := strings.TrimSpace(line)
+		if strings.HasPrefix(line, "    variant ") {
+			name = strings.Fields(trimmed)[1]
+			block = nil
+		}
+		if name == "" {
+			continue
+		}
+		block = append(block, trimmed)
+		if trimmed != "}" {
+			continue
+		}
+		found++
+		src, err := os.ReadFile(examplePath(name))
+		if err != nil {
+			t.Errorf("DESIGN.md shows variant %s but examples/%s.attn: %v", name, name, err)
+			name = ""
+			continue
+		}
+		var file []string
+		for _, l := range strings.Split(string(src), "\n") {
+			if l = strings.TrimSpace(l); l != "" && (len(file) > 0 || strings.HasPrefix(l, "variant ")) {
+				file = append(file, l)
+			}
+		}
+		if !reflect.DeepEqual(block, file) {
+			t.Errorf("variant %s: DESIGN.md shows\n%s\nexamples/%s.attn has\n%s", name, strings.Join(block, "\n"), name, strings.Join(file, "\n"))
+		}
+		name = ""
+	}
+	if found != 7 {
+		t.Errorf("found %d variants in DESIGN.md §3, want 7", found)
+	}
+}
