@@ -239,14 +239,14 @@ func (l *lowering) mergeStart(row ir.Expr) ir.Expr {
 }
 
 // pairMergeBy appends the merge_state update of state a = (la, va) with
-// b = (lb, vb), whose lse are in base: weights base^(l - max) (exp, or exp2
-// for base 2, of the difference, so no precision is lost converting large
-// lse values) that are exactly 0 for an empty side
-// (whose values are never read into the sum), o = weighted mean, lse = max +
-// log_base(sum of weights); two empty sides give o = 0, lse = -inf. A NaN or +inf
-// lse on either side gives NaN in o and lse (DESIGN §3), so a bad state
-// never passes for an empty one. CPU and GPU kernels share it and differ
-// only in how dims maps the head dims.
+// b = (lb, vb), whose lse are in base: weights base^(l - max) — exp, or
+// exp2 for base 2, of the difference, so large lse values lose nothing to a
+// conversion — that are exactly 0 for an empty side (whose values are never
+// read into the sum), o = weighted mean, lse = max + log_base(sum of
+// weights); two empty sides give o = 0, lse = -inf. A NaN or +inf lse on
+// either side gives NaN in o and lse (DESIGN §3), so a bad state never
+// passes for an empty one. CPU and GPU kernels share it and differ only in
+// how dims maps the head dims.
 func (l *lowering) pairMergeBy(b *blk, la, lb ir.Expr, va, vb func(k, d ir.Expr) ir.Expr, setV func(b *blk, k, d, val ir.Expr), setL func(*blk, ir.Expr), dims dimsLoop, base ir.LSEBase) {
 	pow, logOf := func(x ir.Expr) ir.Expr { return ir.Un(ir.Exp, x) }, func(x ir.Expr) ir.Expr { return ir.Un(ir.Log, x) }
 	if base == ir.LSEBase2 {
