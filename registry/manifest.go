@@ -20,9 +20,19 @@ type Manifest struct {
 	// when all variants agree (an empty build says "e"), "mixed" when they
 	// do not; each variant's own base is in Variants[i].LSEBase and in
 	// every kernel's constraints.
-	LSEBase  string            `json:"lse_base"`
-	Variants []VariantManifest `json:"variants"`
-	Kernels  []KernelManifest  `json:"kernels"`
+	LSEBase string `json:"lse_base"`
+	// Targets has one section per generated target (cpu, cuda).
+	Targets  map[string]TargetManifest `json:"targets"`
+	Variants []VariantManifest         `json:"variants"`
+	Kernels  []KernelManifest          `json:"kernels"`
+}
+
+// TargetManifest is a target's section of the manifest: the target triple
+// of the code (cpu) and the passes every module of that target went
+// through, in order, user passes included.
+type TargetManifest struct {
+	Triple string   `json:"triple,omitempty"`
+	Passes []string `json:"passes"`
 }
 
 // VariantManifest records a variant's shape constraints and dispatch rules.

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"fmt"
@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func newCheckCmd() *cobra.Command {
+func newCheckCmd(cfg *config) *cobra.Command {
 	return &cobra.Command{
 		Use:   "check SPEC...",
 		Short: "Validate specs and report whether each variant can be compiled",
@@ -28,6 +28,10 @@ fails; a variant name used again in a later file is an error there.`,
   attnc check examples/*.attn`,
 		Args: specArgs,
 		RunE: func(c *cobra.Command, args []string) error {
+			table, err := cfg.table("cpu")
+			if err != nil {
+				return err
+			}
 			failed := false
 			report := func(err error) {
 				fmt.Fprintln(c.ErrOrStderr(), err)
@@ -48,7 +52,7 @@ fails; a variant name used again in a later file is an error there.`,
 					seen[v.Name] = v.Pos
 					err := lower.Unsupported(v)
 					if err == nil {
-						_, err = build.Compile(v, passes.Options{})
+						_, err = build.CompileWith(v, table, passes.Options{})
 					}
 					if err != nil {
 						report(err)
