@@ -653,3 +653,132 @@ func TestPeerMLAScaleDeepSeek(t *testing.T) {
 	}
 	t.Logf("before/after: scale 1/sqrt(192) = %.8f vs %.10f (scores x%.4f)", 1/math.Sqrt(192), want, want*math.Sqrt(192))
 }
+
+// alibiSlope is the ALiBi paper's slope for head h of n heads, n a power of
+// two: 2^(-8(h+1)/n).
+func alibiSlope(h, n int) float64 { return math.Exp2(-8 * float64(h+1) / float64(n)) }
+
+// TestPeerALiBiOffsets: the conventions table's ALiBi rows. FlashInfer adds
+// slope·(kv_idx - qo_idx) with qo_idx the query's index in its segment,
+// BLOOM (HF build_alibi_tensor) adds slope·kv_pos; attnc's `score -
+// alibi_slope(head) * (q_pos - kv_pos)` gives the same o, and lse differs
+// by slope·(kv_len - q_len) (FlashInfer) or slope·q_pos (BLOOM).
+func TestPeerALiBiOffsets(t *testing.T) {
+	peerSuites(t, `variant alibi_peer { heads qo = 8, kv = 8
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 16)
+	  score score - alibi_slope(head) * (q_pos - kv_pos) }`, func(t *testing.T, s *Suite) {
+		v := s.V
+		c := reference.NewCase(v, rand.New(rand.NewSource(28)), reference.CaseSpec{QLens: []int{5, 2}, KVLens: []int{40, 19}})
+		gotO, gotL := runOn(t, s, ir.RolePrefill, c, 1)
+		// peerWith attends with the peer's additive bias on the scaled scores.
+		peerWith := func(bias func(b, i, kv, h int) float64) (o, lse []float64) {
+			H, dv := v.QOHeads, v.HeadDimV
+			o, lse = make([]float64, len(gotO)), make([]float64, len(gotL))
+			pq, pk := plainQ(v, c), plainK(v, c)
+			row := 0
+			for b := range c.Batch {
+				for i := range c.QLens[b] {
+					for h := range H {
+						var logits []float64
+						m := math.Inf(-1)
+						for kv := 0; kv <= qPosOf(c, b, i); kv++ {
+							q, k := pq(row+i, h), pk(b, kv, h)
+							dot := 0.0
+							for d := range q {
+								dot += q[d] * k[d]
+							}
+							logits = append(logits, dot*v.Scale+bias(b, i, kv, h))
+							m = math.Max(m, logits[kv])
+						}
+						den := 0.0
+						at := (row+i)*H + h
+						for kv, x := range logits {
+							w := math.Exp(x - m)
+							den += w
+							page, slot := c.Pages[b][kv/v.PageSize], kv%v.PageSize
+							for d := range dv {
+								o[at*dv+d] += w * float64(c.VPages[reference.PageIndex(v, page, h, slot, d, dv)])
+							}
+						}
+						for d := range dv {
+							o[at*dv+d] /= den
+						}
+						lse[at] = m + math.Log(den)
+					}
+				}
+				row += c.QLens[b]
+			}
+			return o, lse
+		}
+		H := v.QOHeads
+		fiO, fiL := peerWith(func(b, i, kv, h int) float64 { return alibiSlope(h, H) * float64(kv-i) }) // FlashInfer: kv_idx - qo_idx
+		hfO, hfL := peerWith(func(b, i, kv, h int) float64 { return alibiSlope(h, H) * float64(kv) })   // BLOOM: key position only
+		shifted := func(off func(b, i, h int) float64) []float64 {
+			out := make([]float64, len(gotL))
+			row := 0
+			for b := range c.Batch {
+				for i := range c.QLens[b] {
+					for h := range H {
+						out[(row+i)*H+h] = float64(gotL[(row+i)*H+h]) + off(b, i, h)
+					}
+				}
+				row += c.QLens[b]
+			}
+			return out
+		}
+		f32s := func(xs []float64) []float32 {
+			out := make([]float32, len(xs))
+			for i, x := range xs {
+				out[i] = float32(x)
+			}
+			return out
+		}
+		// o is the same; lse + slope·(kv_len - q_len) is FlashInfer's, lse + slope·q_pos is BLOOM's.
+		expect(t, s, "ALiBi vs FlashInfer", gotO, f32s(shifted(func(b, i, h int) float64 {
+			return alibiSlope(h, H) * float64(c.KVLens[b]-c.QLens[b])
+		})), fiO, fiL)
+		expect(t, s, "ALiBi vs BLOOM", gotO, f32s(shifted(func(b, i, h int) float64 {
+			return alibiSlope(h, H) * float64(qPosOf(c, b, i))
+		})), hfO, hfL)
+	})
+}
+
+// TestPeerCustomMaskBytes: attnc's mask_indptr is a byte offset where each
+// sequence's row-major q_len x kv_len bits start, little-endian within a
+// byte — FlashInfer's layout after plan(custom_mask=...) packs each
+// sequence with segment_packbits(bitorder="little") and its kernel reads
+// custom_mask + mask_indptr[b] as bytes, bit q_idx·kv_len + kv_idx.
+func TestPeerCustomMaskBytes(t *testing.T) {
+	peerSuites(t, `variant fi_custom { heads qo = 2, kv = 1
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 4)
+	  mask custom }`, func(t *testing.T, s *Suite) {
+		v := s.V
+		c := reference.NewCase(v, rand.New(rand.NewSource(29)), reference.CaseSpec{QLens: []int{3, 5}, KVLens: []int{7, 13}})
+		rng := rand.New(rand.NewSource(30))
+		// Boolean masks per sequence, then packed the way segment_packbits does.
+		bools := make([][]bool, c.Batch)
+		c.CustomMask, c.MaskIndptr = nil, []int32{0}
+		for b := range c.Batch {
+			n := c.QLens[b] * c.KVLens[b]
+			bools[b] = make([]bool, n)
+			packed := make([]byte, (n+7)/8)
+			for k := range n {
+				bools[b][k] = rng.Intn(3) > 0
+				if bools[b][k] {
+					packed[k/8] |= 1 << (k % 8)
+				}
+			}
+			c.CustomMask = append(c.CustomMask, packed...)
+			c.MaskIndptr = append(c.MaskIndptr, int32(len(c.CustomMask)))
+		}
+		want, wantL := peerModel{q: plainQ(v, c), k: plainK(v, c), visible: func(b, i, kv int) bool {
+			return bools[b][i*c.KVLens[b]+kv]
+		}}.attend(v, c)
+		gotO, gotL := runOn(t, s, ir.RolePrefill, c, 1)
+		expect(t, s, "custom mask, byte offsets", gotO, gotL, want, wantL)
+	})
+}
