@@ -257,7 +257,7 @@ func Build(vs []*ir.Variant, opt Options) (*Output, error) {
 		targets = []string{"cpu"}
 	}
 	tables := map[string][]passes.Pass{}
-	man := &registry.Manifest{ABI: registry.ABI, LSEBase: "e", Targets: map[string]registry.TargetManifest{}}
+	man := &registry.Manifest{ABI: registry.ABI, LSEBase: registry.BuildLSEBase(vs), Targets: map[string]registry.TargetManifest{}}
 	for _, t := range append([]string{"cpu"}, targets...) {
 		if !contains(Targets, t) {
 			return nil, fmt.Errorf("unknown target %q (known: %s)", t, strings.Join(Targets, ", "))

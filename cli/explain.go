@@ -189,7 +189,8 @@ func explainVariant(w io.Writer, v *ir.Variant, shapes []registry.Shape, cfg *co
 		fmt.Fprintf(w, "selection: variant %s has no prefill or decode kernel\n", v.Name)
 		return nil
 	}
-	fmt.Fprintln(w, "selection:")
+	// Select every shape first: an error prints no partial selection.
+	var lines []string
 	for _, s := range shapes {
 		sel, err := out.Select(v.Name, "cpu", s)
 		if err != nil {
@@ -202,8 +203,12 @@ func explainVariant(w io.Writer, v *ir.Variant, shapes []registry.Shape, cfg *co
 		if sel.Merge {
 			how += ", merged with merge_state"
 		}
-		fmt.Fprintf(w, "  batch=%d q_len=%s kv_len=%s threads=%d -> %s\n",
-			len(s.QLens), compactInts(s.QLens), compactInts(s.KVLens), s.Threads, how)
+		lines = append(lines, fmt.Sprintf("  batch=%d q_len=%s kv_len=%s threads=%d -> %s\n",
+			len(s.QLens), compactInts(s.QLens), compactInts(s.KVLens), s.Threads, how))
+	}
+	fmt.Fprintln(w, "selection:")
+	for _, l := range lines {
+		fmt.Fprint(w, l)
 	}
 	return nil
 }

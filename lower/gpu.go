@@ -214,12 +214,12 @@ func (l *lowering) gpuMergeSplits() *ir.Kernel {
 					func(k, dv ir.Expr) ir.Expr { return ld("macc", ir.F32, k) },
 					func(k, dv ir.Expr) ir.Expr { return ld("part_o", ir.F32, add(mul(pflat, i32(DV)), dv)) },
 					func(z *blk, k, dv, val ir.Expr) { z.store("macc", k, val) },
-					func(z *blk, val ir.Expr) { z.set("mlse", val) }, l.gpuDims)
+					func(z *blk, val ir.Expr) { z.set("mlse", val) }, l.gpuDims, ir.LSEBaseE)
 			})
 			l.gpuDims(x, func(y *blk, k, d ir.Expr) {
 				y.store("o", add(mul(i64(row), ir.IntT(ir.I64, int64(DV))), i64(d)), ir.Cvt(l.dt, ld("macc", ir.F32, k)))
 			})
-			x.when(and(eq(ir.R("t", ir.I32), i32(0)), &ir.NotNull{Buf: "lse"}), func(y *blk) { y.store("lse", row, ir.R("mlse", ir.F32)) })
+			x.when(and(eq(ir.R("t", ir.I32), i32(0)), &ir.NotNull{Buf: "lse"}), func(y *blk) { y.store("lse", row, l.userLSE(ir.R("mlse", ir.F32))) })
 		})
 	})
 	b.add(&ir.Return{Value: i32(0)})
@@ -252,7 +252,7 @@ func (l *lowering) gpuMergeState() *ir.Kernel {
 				func(k, dv ir.Expr) ir.Expr { return tof32(ld("v", l.dt, add(base, i64(dv)))) },
 				func(k, dv ir.Expr) ir.Expr { return tof32(ld("v_other", l.dt, add(base, i64(dv)))) },
 				func(y *blk, k, dv, val ir.Expr) { y.store("mv", k, val) },
-				func(y *blk, val ir.Expr) { y.let("s_new", val) }, l.gpuDims)
+				func(y *blk, val ir.Expr) { y.let("s_new", val) }, l.gpuDims, l.v.LSEBase)
 			// Every thread read s[row] above; wait before thread 0 overwrites it.
 			x.add(&ir.Barrier{})
 			x.when(eq(ir.R("t", ir.I32), i32(0)), func(y *blk) { y.store("s", row, ir.R("s_new", ir.F32)) })

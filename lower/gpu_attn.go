@@ -47,7 +47,7 @@ func (l *lowering) gpuPlanFor(decode, split bool) gpuPlan {
 	p.sharedF = append(p.sharedF, sharedArray{"sc", ir.F32, p.R * KT}, sharedArray{"mx", ir.F32, p.R},
 		sharedArray{"den", ir.F32, p.R}, sharedArray{"alpha", ir.F32, p.R})
 	if l.v.Rope != nil {
-		p.sharedF = append(p.sharedF, sharedArray{"rope_turns", ir.I64, l.D / 2})
+		p.sharedF = append(p.sharedF, sharedArray{"rope_turns", ir.I64, l.rotDim() / 2})
 	}
 	for _, a := range p.sharedF {
 		p.smem += (a.size*a.t.Bits()/8 + 15) &^ 15
@@ -251,7 +251,7 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 							u.when(and(ge(page, i32(0)), lt(page, ir.R("num_pages", ir.I32))), func(x2 *blk) {
 								var kp ir.Expr
 								if buf == kBuf { // V is not rotated
-									kp = l.kRopePos(x2, pos, sb)
+									kp = l.kRopePos(x2, pos, sb, sub(kvLen, qLen), qBeg)
 								}
 								x2.add(segsAt(segs, dd, func(x3 *blk, sg segment, local ir.Expr) {
 									rowAt := x3.let("row_at", l.rowIndex(page, kvh, slot, sg.w))
@@ -369,7 +369,7 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 						return
 					}
 					z.when(&ir.NotNull{Buf: "lse"}, func(u *blk) {
-						u.store("lse", add(mul(add(add(qBeg, qLo), r), i32(l.H)), add(mul(kvh, i32(G)), g)), lse)
+						u.store("lse", add(mul(add(add(qBeg, qLo), r), i32(l.H)), add(mul(kvh, i32(G)), g)), l.userLSE(lse))
 					})
 				})
 			})

@@ -1,6 +1,10 @@
 package lower
 
-import "github.com/attnc/attnc/ir"
+import (
+	"math"
+
+	"github.com/attnc/attnc/ir"
+)
 
 // MaskDef states the variant's visibility rule as one boolean expression
 // over q_pos, kv_pos, head and batch: every mask clause must allow a
@@ -114,7 +118,7 @@ func (l *lowering) prefill(decodeIsEntry bool) *ir.Kernel {
 		t.when(ge(qLo, qLen), func(u *blk) { u.add(&ir.Continue{}) })
 		rows := t.let("rows", minE(i32(QT), sub(qLen, qLo)))
 		kvBeg, kvLen := l.seqPages(t, sb, "", false)
-		l.attend(t, tileWork{qt: QT, b: sb, kvh: kvh, ht: ht, qRow0: add(qBeg, qLo), rows: rows, qBase: sub(kvLen, qLen),
+		l.attend(t, tileWork{qt: QT, b: sb, kvh: kvh, ht: ht, qRow0: add(qBeg, qLo), rows: rows, qBase: sub(kvLen, qLen), qSeqRow: qBeg,
 			qPos0: t.let("q_pos0", add(sub(kvLen, qLen), qLo)), kvBeg: kvBeg, kvLen: kvLen,
 			tileLo: i32(0), tileHi: ceilDiv(kvLen, KVTile), store: l.storeOut})
 	})
@@ -161,7 +165,7 @@ func (l *lowering) decode(entry bool) *ir.Kernel {
 		t.loop("item", i32(0), items, ir.Parallel, "work", func(u *blk) {
 			sb, kvh, ht := l.splitItem(u, item)
 			kvBeg, kvLen := seq(u, sb)
-			l.attend(u, tileWork{qt: 1, b: sb, kvh: kvh, ht: ht, qRow0: sb, rows: i32(1), qPos0: sub(kvLen, i32(1)), qBase: sub(kvLen, i32(1)),
+			l.attend(u, tileWork{qt: 1, b: sb, kvh: kvh, ht: ht, qRow0: sb, rows: i32(1), qPos0: sub(kvLen, i32(1)), qBase: sub(kvLen, i32(1)), qSeqRow: sb,
 				kvBeg: kvBeg, kvLen: kvLen, tileLo: i32(0), tileHi: ceilDiv(kvLen, KVTile), store: l.storeOut})
 		})
 		t.add(&ir.Return{Value: i32(0)})
@@ -177,7 +181,7 @@ func (l *lowering) decode(entry bool) *ir.Kernel {
 		nt := u.let("n_tiles", ceilDiv(kvLen, KVTile))
 		per := u.let("per", div(add(nt, sub(splits, i32(1))), splits))
 		tLo := u.let("t_lo", minE(mul(sp, per), nt))
-		l.attend(u, tileWork{qt: 1, b: sb, kvh: kvh, ht: ht, qRow0: sb, rows: i32(1), qPos0: sub(kvLen, i32(1)), qBase: sub(kvLen, i32(1)),
+		l.attend(u, tileWork{qt: 1, b: sb, kvh: kvh, ht: ht, qRow0: sb, rows: i32(1), qPos0: sub(kvLen, i32(1)), qBase: sub(kvLen, i32(1)), qSeqRow: sb,
 			kvBeg: kvBeg, kvLen: kvLen, tileLo: tLo, tileHi: minE(add(tLo, per), nt), partial: true,
 			store: func(x *blk, qrow, head ir.Expr, acc func(ir.Expr) ir.Expr, inv, lse ir.Expr) {
 				flat := x.let("pflat", add(mul(add(mul(sp, bs), qrow), i32(l.H)), head))
@@ -202,12 +206,12 @@ func (l *lowering) decode(entry bool) *ir.Kernel {
 				func(dv ir.Expr) ir.Expr { return ld("macc", ir.F32, dv) },
 				func(dv ir.Expr) ir.Expr { return ld("part_o", ir.F32, add(mul(pflat, i32(l.DV)), dv)) },
 				func(y *blk, dv, val ir.Expr) { y.store("macc", dv, val) },
-				func(y *blk, val ir.Expr) { y.set("mlse", val) })
+				func(y *blk, val ir.Expr) { y.set("mlse", val) }, ir.LSEBaseE)
 		})
 		u.loop("d", i32(0), i32(l.DV), ir.Vector, "", func(x *blk) {
 			x.store("o", add(mul(i64(row), ir.IntT(ir.I64, int64(l.DV))), i64(d)), ir.Cvt(l.dt, ld("macc", ir.F32, d)))
 		})
-		u.when(&ir.NotNull{Buf: "lse"}, func(x *blk) { x.store("lse", row, ir.R("mlse", ir.F32)) })
+		u.when(&ir.NotNull{Buf: "lse"}, func(x *blk) { x.store("lse", row, l.userLSE(ir.R("mlse", ir.F32))) })
 	})
 	b.add(&ir.Free{Name: "part_o"}, &ir.Free{Name: "part_lse"})
 	b.add(&ir.Return{Value: i32(0)})
@@ -235,31 +239,42 @@ func (l *lowering) mergeStart(row ir.Expr) ir.Expr {
 }
 
 // pairMergeBy appends the merge_state update of state a = (la, va) with
-// b = (lb, vb): weights exp(l - max) that are exactly 0 for an empty side
-// (whose values are never read into the sum), o = weighted mean, lse = max +
-// log(sum of weights); two empty sides give o = 0, lse = -inf. CPU and GPU
-// kernels share it and differ only in how dims maps the head dims.
-func (l *lowering) pairMergeBy(b *blk, la, lb ir.Expr, va, vb func(k, d ir.Expr) ir.Expr, setV func(b *blk, k, d, val ir.Expr), setL func(*blk, ir.Expr), dims dimsLoop) {
+// b = (lb, vb), whose lse are in base: weights base^(l - max) — exp, or
+// exp2 for base 2, of the difference, so large lse values lose nothing to a
+// conversion — that are exactly 0 for an empty side (whose values are never
+// read into the sum), o = weighted mean, lse = max + log_base(sum of
+// weights); two empty sides give o = 0, lse = -inf. A NaN or +inf lse on
+// either side gives NaN in o and lse (DESIGN §3), so a bad state never
+// passes for an empty one. CPU and GPU kernels share it and differ only in
+// how dims maps the head dims.
+func (l *lowering) pairMergeBy(b *blk, la, lb ir.Expr, va, vb func(k, d ir.Expr) ir.Expr, setV func(b *blk, k, d, val ir.Expr), setL func(*blk, ir.Expr), dims dimsLoop, base ir.LSEBase) {
+	pow, logOf := func(x ir.Expr) ir.Expr { return ir.Un(ir.Exp, x) }, func(x ir.Expr) ir.Expr { return ir.Un(ir.Log, x) }
+	if base == ir.LSEBase2 {
+		pow = func(x ir.Expr) ir.Expr { return ir.Un(ir.Exp2, x) }
+		logOf = func(x ir.Expr) ir.Expr { return mul(ir.Un(ir.Log, x), f32(math.Log2E)) }
+	}
 	lA := b.let("la", la)
 	lB := b.let("lb", lb)
+	// !(x < +inf) holds for NaN and +inf alike (ordered compare).
+	bad := b.let("m_bad", or(not(lt(lA, posInf())), not(lt(lB, posInf()))))
 	m := b.let("mm", maxE(lA, lB))
-	wa := b.let("wa", sel(gt(lA, negInf()), ir.Un(ir.Exp, sub(lA, m)), f32(0)))
-	wb := b.let("wb", sel(gt(lB, negInf()), ir.Un(ir.Exp, sub(lB, m)), f32(0)))
+	wa := b.let("wa", sel(gt(lA, negInf()), pow(sub(lA, m)), f32(0)))
+	wb := b.let("wb", sel(gt(lB, negInf()), pow(sub(lB, m)), f32(0)))
 	ws := b.let("ws", add(wa, wb))
 	inv := b.let("winv", sel(gt(ws, f32(0)), ir.Bin(ir.Div, f32(1), ws), f32(0)))
 	dims(b, func(t *blk, k, d ir.Expr) {
 		ta := sel(gt(wa, f32(0)), mul(wa, va(k, d)), f32(0))
 		tb := sel(gt(wb, f32(0)), mul(wb, vb(k, d)), f32(0))
-		setV(t, k, d, mul(add(ta, tb), inv))
+		setV(t, k, d, sel(bad, nan(), mul(add(ta, tb), inv)))
 	})
-	setL(b, sel(gt(ws, f32(0)), add(m, ir.Un(ir.Log, ws)), negInf()))
+	setL(b, sel(bad, nan(), sel(gt(ws, f32(0)), add(m, logOf(ws)), negInf())))
 }
 
 // pairMerge is pairMergeBy over all head dims.
-func (l *lowering) pairMerge(b *blk, la, lb ir.Expr, va, vb func(ir.Expr) ir.Expr, setV func(*blk, ir.Expr, ir.Expr), setL func(*blk, ir.Expr)) {
+func (l *lowering) pairMerge(b *blk, la, lb ir.Expr, va, vb func(ir.Expr) ir.Expr, setV func(*blk, ir.Expr, ir.Expr), setL func(*blk, ir.Expr), base ir.LSEBase) {
 	l.pairMergeBy(b, la, lb,
 		func(k, d ir.Expr) ir.Expr { return va(d) }, func(k, d ir.Expr) ir.Expr { return vb(d) },
-		func(t *blk, k, d, val ir.Expr) { setV(t, d, val) }, setL, l.cpuDims)
+		func(t *blk, k, d, val ir.Expr) { setV(t, d, val) }, setL, l.cpuDims, base)
 }
 
 // mergeState is the merge_state entry: merges (v_other, s_other) into (v, s)
@@ -284,7 +299,7 @@ func (l *lowering) mergeState() *ir.Kernel {
 			func(dv ir.Expr) ir.Expr { return tof32(ld("v", l.dt, add(base, i64(dv)))) },
 			func(dv ir.Expr) ir.Expr { return tof32(ld("v_other", l.dt, add(base, i64(dv)))) },
 			func(y *blk, dv, val ir.Expr) { y.store("mv", dv, val) },
-			func(y *blk, val ir.Expr) { y.store("s", row, val) })
+			func(y *blk, val ir.Expr) { y.store("s", row, val) }, l.v.LSEBase)
 		d := ir.R("d", ir.I32)
 		t.loop("d", i32(0), i32(DV), ir.Vector, "", func(x *blk) {
 			x.store("v", add(base, i64(d)), ir.Cvt(l.dt, ld("mv", ir.F32, d)))

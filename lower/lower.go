@@ -177,6 +177,17 @@ func (l *lowering) finish(b *blk, lv, m, head ir.Expr, sink bool) (inv, lse ir.E
 	return b.let("inv", ir.Bin(ir.Div, e1, dn)), b.let("lse_v", add(mf, ir.Un(ir.Log, dn)))
 }
 
+// userLSE converts a natural-log lse, which the kernels keep internally
+// (split-KV partials included), to the variant's lse base as it is stored
+// to the caller's lse: lse / ln 2 for base 2, as FlashInfer and TVM return.
+// One rounding of the final value; -inf and NaN pass through.
+func (l *lowering) userLSE(lse ir.Expr) ir.Expr {
+	if l.v.LSEBase == ir.LSEBase2 {
+		return mul(lse, f32(math.Log2E))
+	}
+	return lse
+}
+
 // validateCache checks the size arguments and the page table of every
 // sequence; qLen gives sequence b's query count, and per-sequence extra
 // checks and reductions go in each.
@@ -189,7 +200,9 @@ func (l *lowering) validateCache(b *blk, qCheck func(*blk, *ir.Ref) (qLen ir.Exp
 		vb := ir.R("vs", ir.I32)
 		qLen := qCheck(t, vb)
 		kvLen := l.validateTable(t, vb)
-		t.fail(gt(qLen, kvLen), ErrQLenExceedsKVLen)
+		if !l.v.NonCausal() { // mask none: cross attention takes any q_len and kv_len
+			t.fail(gt(qLen, kvLen), ErrQLenExceedsKVLen)
+		}
 		l.validateMasks(t, vb, qLen, kvLen)
 		each(t, vb, qLen, kvLen)
 	})
@@ -222,6 +235,7 @@ type tileWork struct {
 	store        func(b *blk, row, head ir.Expr, acc func(dv ir.Expr) ir.Expr, inv, lse ir.Expr)
 	partial      bool    // a split-KV chunk: learned sinks join at the merge
 	qBase        ir.Expr // position of the sequence's first query token
+	qSeqRow      ir.Expr // row of the sequence's first query token
 	ht           ir.Expr // head tile: heads ht*HeadTile(G) .. of the group
 }
 
@@ -285,7 +299,7 @@ func (l *lowering) attend(b *blk, w tileWork) {
 				for _, sg := range l.kSegs() {
 					krow := x.let("krow"+segName(sg), l.rowIndex(page, w.kvh, slot, sg.w))
 					x.loop("d", i32(0), i32(sg.w), ir.Vector, "", func(y *blk) {
-						l.stageRow(y, "kb", add(mul(j, i32(D)), plus(d, sg.off)), l.kRopePos(y, pos, w.b), d,
+						l.stageRow(y, "kb", add(mul(j, i32(D)), plus(d, sg.off)), l.kRopePos(y, pos, w.b, w.qBase, w.qSeqRow), d,
 							func(k ir.Expr) ir.Expr { return tof32(ld(sg.buf, l.dt, add(krow, i64(k)))) }, true)
 					})
 				}
@@ -409,5 +423,5 @@ func (l *lowering) storeOut(b *blk, qrow, head ir.Expr, acc func(ir.Expr) ir.Exp
 	b.loop("d", i32(0), i32(l.DV), ir.Vector, "", func(t *blk) {
 		t.store("o", add(mul(i64(flat), ir.IntT(ir.I64, int64(l.DV))), i64(d)), ir.Cvt(l.dt, mul(acc(d), inv)))
 	})
-	b.when(&ir.NotNull{Buf: "lse"}, func(t *blk) { t.store("lse", flat, lse) })
+	b.when(&ir.NotNull{Buf: "lse"}, func(t *blk) { t.store("lse", flat, l.userLSE(lse)) })
 }

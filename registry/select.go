@@ -49,7 +49,7 @@ func Select(v *ir.Variant, m *ir.Module, s Shape) (Selection, error) {
 	single := len(s.QLens) > 0
 	maxQT, maxTiles := 0, 0
 	for i, q := range s.QLens {
-		if q > s.KVLens[i] {
+		if q > s.KVLens[i] && !v.NonCausal() { // mask none: cross attention takes any lengths
 			return Selection{}, fmt.Errorf("shape: sequence %d has q_len %d > kv_len %d", i, q, s.KVLens[i])
 		}
 		single = single && q == 1
