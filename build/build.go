@@ -201,7 +201,7 @@ func Build(vs []*ir.Variant, opt Options) (*Output, error) {
 		return nil, fmt.Errorf("triple %s applies to the cpu target, which is not among the targets (%s)", opt.Triple, strings.Join(names, ", "))
 	}
 	topt := target.Options{Triple: opt.Triple}
-	man := &registry.Manifest{ABI: registry.ABI, LSEBase: "e", Targets: map[string]registry.TargetManifest{}}
+	man := &registry.Manifest{ABI: registry.ABI, LSEBase: registry.BuildLSEBase(vs), Targets: map[string]registry.TargetManifest{}}
 	for _, t := range ts {
 		sec, err := t.Section(topt)
 		if err != nil {

@@ -7,12 +7,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/attnc/attnc/codegen/cuda"
 	"github.com/attnc/attnc/cpurt"
+	"github.com/attnc/attnc/frontend"
+	"github.com/attnc/attnc/ir"
 )
 
 func needTools(t *testing.T) {
@@ -160,8 +163,20 @@ int main(void) {
 	}
 }
 
-// inScope are the examples whose features generate kernels today.
-var inScope = []string{"llama3_8b", "mistral_7b", "gemma2_local", "chunked_alibi", "eagle_tree", "deepseek_v3_mla", "mha_softcap"}
+// inScope are the examples under examples/ (every one generates kernels),
+// by name, sorted.
+var inScope = func() []string {
+	files, err := filepath.Glob(filepath.Join("..", "examples", "*.attn"))
+	if err != nil {
+		panic(err)
+	}
+	var names []string
+	for _, f := range files {
+		names = append(names, strings.TrimSuffix(filepath.Base(f), ".attn"))
+	}
+	sort.Strings(names)
+	return names
+}()
 
 // TestCUDAToPTX compiles every generated CUDA kernel of every in-scope
 // example to PTX for sm_80 and sm_90 with clang-19 (no CUDA headers): the
@@ -266,6 +281,48 @@ func TestManifestStorageDTypes(t *testing.T) {
 					t.Errorf("%s %s: %s has dtype %s, want f16", k.Target, k.Symbol, a.Name, a.DType)
 				}
 			}
+		}
+	}
+}
+
+// TestManifestLSEBase: the manifest's top-level lse_base is the build's
+// common base ("mixed" when variants differ), each variant states its own,
+// every kernel's constraints carry it, and the header says it.
+func TestManifestLSEBase(t *testing.T) {
+	parse := func(src string) []*ir.Variant {
+		vs, err := frontend.Parse("lse.attn", []byte(src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return vs
+	}
+	e := "variant ve {\n heads qo = 2\n head_dim 64\n}\n"
+	two := "variant v2 {\n heads qo = 2\n head_dim 64\n lse base = 2\n}\n"
+	for _, c := range []struct{ src, top string }{{e, "e"}, {two, "2"}, {e + two, "mixed"}} {
+		vs := parse(c.src)
+		out, err := Build(vs, Options{Targets: []string{"cpu", "cuda"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.Manifest.LSEBase != c.top {
+			t.Errorf("%v: top-level lse_base %q, want %q", c.src, out.Manifest.LSEBase, c.top)
+		}
+		for _, vm := range out.Manifest.Variants {
+			if want := map[string]string{"ve": "e", "v2": "2"}[vm.Name]; vm.LSEBase != want {
+				t.Errorf("variant %s: lse_base %q, want %q", vm.Name, vm.LSEBase, want)
+			}
+		}
+		for _, k := range out.Manifest.Kernels {
+			want := "e"
+			if k.Variant == "v2" {
+				want = "2"
+			}
+			if k.Constraints["lse_base"] != want {
+				t.Errorf("%s %s: constraint lse_base %v, want %s", k.Target, k.Symbol, k.Constraints["lse_base"], want)
+			}
+		}
+		if h := string(artifact(out, vs[len(vs)-1].Name+".h")); strings.Contains(h, "base-2") != (vs[len(vs)-1].LSEBase == ir.LSEBase2) {
+			t.Errorf("header of %s does not state its lse base:\n%s", vs[len(vs)-1].Name, h[:400])
 		}
 	}
 }

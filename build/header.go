@@ -17,7 +17,11 @@ func Header(v *ir.Variant, m *ir.Module, decls []string) string {
 	fmt.Fprintf(&sb, "/* variant %s: qo_heads=%d kv_heads=%d head_dim qk=%d v=%d dtype=%s page_size=%d layout=%s table=%s */\n",
 		v.Name, v.QOHeads, v.KVHeads, v.HeadDimQK, v.HeadDimV, v.DType, v.PageSize, v.Layout, v.Table)
 	fmt.Fprintf(&sb, "#ifndef %s\n#define %s\n\n#include <stdint.h>\n\n#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n", guard, guard)
-	sb.WriteString("/* Status codes: 0 is success, negative codes reject bad input. f16 and bf16\n   values travel as uint16_t bit patterns. lse is the natural-log\n   log-sum-exp of the scaled scores. */\n")
+	lseWords := "the natural-log (base e)"
+	if v.LSEBase == ir.LSEBase2 {
+		lseWords = "the base-2 (as FlashInfer and TVM)"
+	}
+	fmt.Fprintf(&sb, "/* Status codes: 0 is success, negative codes reject bad input. f16 and bf16\n   values travel as uint16_t bit patterns. Every lse (and merge_state's s,\n   s_other) is %s log-sum-exp of the scaled scores. */\n", lseWords)
 	fmt.Fprintf(&sb, "#define %s_OK 0\n", up)
 	for _, e := range m.Errors {
 		fmt.Fprintf(&sb, "#define %s_%s (%d) /* %s */\n", up, strings.ToUpper(e.Name), e.Code, e.Msg)

@@ -190,6 +190,19 @@ func TestCheck(t *testing.T) {
 	if code != 1 || !strings.Contains(e, "not supported yet") {
 		t.Errorf("check of both specs: exit %d, stderr %q", code, e)
 	}
+
+	// Every file is checked: a file that does not parse hides nothing.
+	syntax := writeSpec(t, "syntax.attn", "variant broken {\n  heads qo = = 4\n}\n")
+	dup := writeSpec(t, "dup.attn", "variant llama3_8b {\n  heads qo = 2\n  head_dim 64\n}\n")
+	o, e, code = runCLI(t, "check", syntax, llama3, bad, dup)
+	if code != 1 || o != "ok llama3_8b\n" {
+		t.Errorf("check of four files: exit %d, stdout %q, want 1 and ok llama3_8b", code, o)
+	}
+	for _, want := range []string{syntax + ":2:", bad + ":", dup + ":1:1: variant llama3_8b already defined at " + llama3} {
+		if !strings.Contains(e, want) {
+			t.Errorf("check of four files: stderr lacks %q:\n%s", want, e)
+		}
+	}
 }
 
 func TestBadSpecErrorsHavePositions(t *testing.T) {
@@ -318,6 +331,11 @@ func TestExplain(t *testing.T) {
 	_, e, code := runCLI(t, "explain", llama3, "--q-len", "5,17", "--kv-len", "100,300,4")
 	if code != 1 || !strings.Contains(e, "--q-len has 2 values") {
 		t.Errorf("explain with mismatched lists: exit %d, stderr %q", code, e)
+	}
+	// A shape the variant refuses is an error, with no empty selection list before it.
+	o, e, code = runCLI(t, "explain", llama3, "--q-len", "5", "--kv-len", "3")
+	if code != 1 || !strings.Contains(e, "q_len 5 > kv_len 3") || strings.Contains(o, "selection:") {
+		t.Errorf("explain with q_len > kv_len: exit %d, stderr %q, stdout ends %q", code, e, o[max(0, len(o)-80):])
 	}
 	_, e, code = runCLI(t, "explain", bad)
 	if code != 1 || !strings.Contains(e, "not supported yet") {

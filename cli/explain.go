@@ -195,6 +195,7 @@ func explainVariant(w io.Writer, v *ir.Variant, tgt string, shapes []registry.Sh
 		fmt.Fprintf(w, "selection: variant %s has no prefill or decode kernel\n", v.Name)
 		return nil
 	}
+	// Select every shape first: an error prints no partial selection.
 	var lines []string
 	for _, s := range shapes {
 		sel, err := out.Select(v.Name, tgt, s)

@@ -382,15 +382,24 @@ func (s *Suite) RunMergeState(n int, seed int64, threads int) Result {
 		va[i] = reference.Round(v.DType, rng.Float32()*2-1)
 		vb[i] = reference.Round(v.DType, rng.Float32()*2-1)
 	}
+	ninf, pinf, nan := float32(math.Inf(-1)), float32(math.Inf(1)), float32(math.NaN())
 	for i := range sa {
 		sa[i], sb[i] = rng.Float32()*8-4, rng.Float32()*8-4
-		switch i % 5 {
+		switch i % 10 {
 		case 1:
-			sa[i] = float32(math.Inf(-1))
+			sa[i] = ninf
 		case 2:
-			sb[i] = float32(math.Inf(-1))
+			sb[i] = ninf
 		case 3:
-			sa[i], sb[i] = float32(math.Inf(-1)), float32(math.Inf(-1))
+			sa[i], sb[i] = ninf, ninf
+		case 4: // a bad state on either side poisons the row
+			sa[i] = nan
+		case 5:
+			sb[i] = pinf
+		case 6:
+			sa[i], sb[i] = nan, ninf
+		case 7:
+			sa[i], sb[i] = ninf, pinf
 		}
 	}
 	f64 := func(xs []float32) []float64 {
@@ -400,7 +409,7 @@ func (s *Suite) RunMergeState(n int, seed int64, threads int) Result {
 		}
 		return o
 	}
-	wantV, wantS := reference.MergeState(f64(va), f64(sa), f64(vb), f64(sb))
+	wantV, wantS := reference.MergeStateBase(v.LSEBase, f64(va), f64(sa), f64(vb), f64(sb))
 	// An empty side's values may be garbage: poison them after computing the reference.
 	for i := range sa {
 		for j := 0; j < d; j++ {
@@ -425,10 +434,29 @@ func (s *Suite) RunMergeState(n int, seed int64, threads int) Result {
 		return r
 	}
 	var okV, okS bool
-	r.MaxErr, _, okV = reference.Compare(s.dec(bv), wantV, r.Tol)
-	r.LSEErr, _, okS = reference.Compare(bs.F32(), wantS, 1e-5)
+	r.MaxErr, _, okV = compareNaN(s.dec(bv), wantV, r.Tol)
+	r.LSEErr, _, okS = compareNaN(bs.F32(), wantS, 1e-5)
 	r.Pass = okV && okS
 	return r
+}
+
+// compareNaN is reference.Compare where want may hold NaN: got must be NaN
+// exactly there (merge_state's rule for NaN or +inf states).
+func compareNaN(got []float32, want []float64, tol float64) (maxErr float64, idx int, ok bool) {
+	if len(got) != len(want) {
+		return reference.Compare(got, want, tol)
+	}
+	g := append([]float32(nil), got...)
+	w := append([]float64(nil), want...)
+	for i := range w {
+		if math.IsNaN(w[i]) {
+			if !math.IsNaN(float64(g[i])) {
+				return math.Inf(1), i, false
+			}
+			g[i], w[i] = 0, 0
+		}
+	}
+	return reference.Compare(g, w, tol)
 }
 
 // mergeArgs lays out merge_state's arguments: states (va, sa) and (vb, sb)
@@ -452,9 +480,16 @@ type BadInput struct {
 // BadInputs lists the input errors every attention entry must reject, for
 // the variant's page table.
 func BadInputs(v *ir.Variant) []BadInput {
-	out := csrBadInputs
+	table := csrBadInputs
 	if v.Table == ir.BlockTable {
-		out = blockTableBadInputs
+		table = blockTableBadInputs
+	}
+	var out []BadInput
+	for _, b := range table {
+		// mask none takes any q_len and kv_len (cross attention).
+		if b.Status != lower.ErrQLenExceedsKVLen || !v.NonCausal() {
+			out = append(out, b)
+		}
 	}
 	for _, m := range v.Masks {
 		switch m.Kind {
@@ -545,6 +580,10 @@ func Matrix(v *ir.Variant) []reference.CaseSpec {
 	if v.Table == ir.BlockTable {
 		cases = append(cases, reference.CaseSpec{Name: "hidden block", QLens: []int{9, 2}, KVLens: []int{3*ps + 9, 4*ps + 1}, ExtraPages: 1, NaNFill: true, HideBlock: 1})
 	}
+	if v.NonCausal() {
+		// Cross / encoder attention: more queries than keys, and no keys.
+		cases = append(cases, reference.CaseSpec{Name: "cross attention q_len > kv_len", QLens: []int{9, 70, 3}, KVLens: []int{3, 2*ps + 1, 0}, ExtraPages: 1, NaNFill: true})
+	}
 	return cases
 }
 
@@ -558,6 +597,9 @@ func DecodeMatrix(v *ir.Variant) []reference.CaseSpec {
 	}
 	if v.Table == ir.BlockTable {
 		cases = append(cases, reference.CaseSpec{Name: "decode hidden block", QLens: []int{1, 1}, KVLens: []int{2*ps + 3, 3*ps + 5}, NaNFill: true, HideBlock: 1})
+	}
+	if v.NonCausal() {
+		cases = append(cases, reference.CaseSpec{Name: "decode empty cache (mask none)", QLens: []int{1, 1, 1}, KVLens: []int{0, ps + 3, 0}, NaNFill: true})
 	}
 	return cases
 }

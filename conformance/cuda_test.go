@@ -97,6 +97,32 @@ var cudaMatrix = []string{
 	  dtype f32
 	  cache paged(page_size = 4, layout = NHD)
 	  rope inline(theta = 10000, style = yarn, factor = 4, original_max = 2048, mscale = 1, mscale_all_dim = 0.5) }`,
+	`variant cu_rope_interleaved_partial { heads qo = 4, kv = 2
+	  head_dim qk = 72, v = 64
+	  dtype bf16
+	  cache paged(page_size = 8)
+	  mask tree
+	  rope inline(theta = 10000, pairs = interleaved, rotary_dim = 40) }`,
+	`variant cu_gptoss_like { heads qo = 8, kv = 1
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 16, layout = NHD)
+	  mask window(size = 50)
+	  sinks learned
+	  rope inline(theta = 150000, style = yarn, factor = 32, original_max = 4096, truncate = false, mscale = 1, mscale_all_dim = 0) }`,
+	`variant cu_lse2_mma { heads qo = 8, kv = 2
+	  head_dim 64
+	  dtype f16
+	  cache paged(page_size = 16)
+	  mask window(size = 33)
+	  sinks learned
+	  lse base = 2 }`,
+	`variant cu_lse2_f32_none { heads qo = 2, kv = 1
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 4, table = block_table)
+	  mask none
+	  lse base = 2 }`,
 	`variant cu_gqa24_head_tiles { heads qo = 48, kv = 2
 	  head_dim 64
 	  dtype bf16

@@ -133,6 +133,36 @@ var matrixSpecs = []string{
 	  dtype bf16
 	  cache paged(page_size = 32, layout = NHD)
 	  rope inline(theta = 10000, style = yarn, factor = 4, original_max = 4096) }`,
+	`variant ps16_rope_neox_partial { heads qo = 4, kv = 2
+	  head_dim 80
+	  dtype f16
+	  cache paged(page_size = 16, layout = NHD)
+	  rope inline(theta = 10000, rotary_dim = 20) }`,
+	`variant ps4_rope_interleaved { heads qo = 2, kv = 1
+	  head_dim qk = 72, v = 40
+	  dtype f32
+	  cache paged(page_size = 4)
+	  mask tree
+	  rope inline(theta = 10000, pairs = interleaved, rotary_dim = 64, style = llama3, factor = 8, low_freq = 1, high_freq = 4, original_max = 64) }`,
+	`variant ps16_gptoss_like { heads qo = 8, kv = 1
+	  head_dim 64
+	  dtype bf16
+	  cache paged(page_size = 16)
+	  mask window(size = 50)
+	  sinks learned
+	  rope inline(theta = 150000, style = yarn, factor = 32, original_max = 4096, beta_fast = 32, beta_slow = 1, truncate = false) }`,
+	`variant ps16_lse2_learned_sinks { heads qo = 8, kv = 2
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 16, table = block_table)
+	  mask window(size = 40)
+	  sinks learned
+	  lse base = 2 }`,
+	`variant ps8_lse2_f16 { heads qo = 4, kv = 4
+	  head_dim 128
+	  dtype f16
+	  cache paged(page_size = 8, layout = NHD)
+	  lse base = 2 }`,
 	`variant ps16_mla { mla(heads = 16, kv_lora_rank = 64, rope_dim = 32)
 	  dtype f16
 	  cache paged(page_size = 16)

@@ -31,7 +31,7 @@ func (c *checker) errorf(p lexer.Position, format string, args ...any) {
 func (c *checker) pos(p lexer.Position) ir.Pos { return position(c.file, p) }
 
 // settings lists the keywords that may start a line of a variant.
-var settings = []string{"heads", "head_dim", "dtype", "cache", "mask", "sinks", "score", "scale", "rope", "mla", "kernels"}
+var settings = []string{"heads", "head_dim", "dtype", "cache", "mask", "sinks", "score", "scale", "rope", "mla", "lse", "kernels"}
 
 // checkFile checks every variant of f and rejects duplicate names.
 func (c *checker) checkFile(f *fileAST) []*ir.Variant {
@@ -54,6 +54,7 @@ func (c *checker) checkFile(f *fileAST) []*ir.Variant {
 // lines holds a variant's settings, one per keyword.
 type lines struct {
 	heads, headDim *argsStmt
+	lse            *argsStmt
 	mla            *mlaStmt
 	dtype          *wordStmt
 	cache, rope    *callStmt
@@ -120,6 +121,8 @@ func (c *checker) collect(va *variantAST) *lines {
 			l.heads = s.Args
 		case "head_dim":
 			l.headDim = s.Args
+		case "lse":
+			l.lse = s.Args
 		case "mla":
 			l.mla = s.MLA
 		case "dtype":
@@ -193,10 +196,10 @@ func (c *checker) variant(va *variantAST) *ir.Variant {
 		v.Sinks = c.sinks(l.sinks)
 	}
 	if l.rope != nil {
-		v.Rope = c.rope(l.rope)
-		if v.HeadDimQK%2 != 0 {
-			c.errorf(l.rope.Pos, "rope inline needs an even head_dim qk, got %d", v.HeadDimQK)
-		}
+		v.Rope = c.rope(l.rope, v.HeadDimQK)
+	}
+	if l.lse != nil {
+		v.LSEBase = c.lseBase(l.lse)
 	}
 	if l.score != nil {
 		v.ScorePos = c.pos(l.score.Pos)
@@ -370,24 +373,66 @@ func (c *checker) mask(s *maskStmt) []ir.MaskClause {
 			mc.Kind, mc.Expr = ir.MaskExpr, c.maskExpr(cl.Expr)
 		} else if cl.Name == "window" {
 			mc.Kind = ir.MaskWindow
-			args, ok := c.kwargs("window(...)", cl.Args.list(), "left")
-			a := args["left"]
-			if a == nil && ok {
-				c.errorf(cl.Pos, "window needs left = W")
-			} else if a != nil {
-				if n, ok := c.intVal(a.Val, "window left"); ok {
-					if n < 0 {
-						c.errorf(a.Val.Pos, "window left must be >= 0, got %d", n)
-					}
-					mc.Left = n
-				}
-			}
+			mc.Left = c.window(cl)
 		} else {
 			c.errorf(cl.Pos, "unknown mask %q (known: causal, none, window, tree, custom, expr)", cl.Name)
 		}
 		out = append(out, mc)
 	}
 	return out
+}
+
+// window checks `window(left = W)` (W >= 0: FlashInfer's window_left) and
+// `window(size = S)` (S >= 1: the sliding_window of HF / vLLM / Mistral /
+// Gemma configs, which is left = S - 1), and returns W.
+func (c *checker) window(cl *clauseAST) int {
+	args, ok := c.kwargs("window(...)", cl.Args.list(), "left", "size")
+	left, size := args["left"], args["size"]
+	switch {
+	case left != nil && size != nil:
+		a, b := left, size
+		if size.Pos.Offset < left.Pos.Offset {
+			a, b = size, left
+		}
+		c.errorf(b.Pos, "window takes left = W or size = S, not both (%s at %s)", *a.Key, c.pos(a.Pos))
+	case left != nil:
+		if n, ok := c.intVal(left.Val, "window left"); ok {
+			if n < 0 {
+				c.errorf(left.Val.Pos, "window left must be >= 0, got %d", n)
+			}
+			return n
+		}
+	case size != nil:
+		if n, ok := c.intVal(size.Val, "window size"); ok {
+			if n < 1 {
+				c.errorf(size.Val.Pos, "window size must be >= 1 (the query itself), got %d", n)
+			}
+			return n - 1
+		}
+	case ok:
+		c.errorf(cl.Pos, "window needs left = W (FlashInfer's window_left) or size = S (HF/vLLM sliding_window; left = S - 1)")
+	}
+	return 0
+}
+
+// lseBase checks `lse base = e | 2`.
+func (c *checker) lseBase(s *argsStmt) ir.LSEBase {
+	args, ok := c.kwargs("lse", s.Args, "base")
+	a := args["base"]
+	if a == nil {
+		if ok {
+			c.errorf(s.Pos, "lse needs base = e or base = 2")
+		}
+		return ir.LSEBaseE
+	}
+	switch a.Val.text() {
+	case "e":
+		return ir.LSEBaseE
+	case "2":
+		return ir.LSEBase2
+	}
+	c.errorf(a.Val.Pos, "unknown lse base %s (known: e, the natural log; 2, as FlashInfer and TVM)", a.Val.text())
+	return ir.LSEBaseE
 }
 
 // sinks checks `sinks tokens(N)` and `sinks learned`.
@@ -422,9 +467,9 @@ var ropeStyles = map[string]ir.RopeStyle{"normal": ir.RopeNormal, "llama3": ir.R
 
 // ropeArgs lists the arguments each style accepts, in message order.
 var ropeArgs = map[ir.RopeStyle][]string{
-	ir.RopeNormal: {"theta", "style"},
-	ir.RopeLlama3: {"theta", "style", "factor", "low_freq", "high_freq", "original_max"},
-	ir.RopeYarn:   {"theta", "style", "factor", "original_max", "beta_fast", "beta_slow", "attn_factor", "mscale", "mscale_all_dim"},
+	ir.RopeNormal: {"theta", "style", "pairs", "rotary_dim"},
+	ir.RopeLlama3: {"theta", "style", "pairs", "rotary_dim", "factor", "low_freq", "high_freq", "original_max"},
+	ir.RopeYarn:   {"theta", "style", "pairs", "rotary_dim", "factor", "original_max", "beta_fast", "beta_slow", "attn_factor", "mscale", "mscale_all_dim", "truncate"},
 }
 
 // ropeDefaults are filled in when a spec leaves an argument out; a style's
@@ -438,12 +483,13 @@ var ropeDefaults = map[ir.RopeStyle]map[string]float64{
 // ropeRequired lists the arguments a style cannot do without.
 var ropeRequired = map[ir.RopeStyle][]string{ir.RopeYarn: {"factor", "original_max"}}
 
-// ropeNonNegative lists the arguments that may be zero; all others must be
-// positive.
+// ropeNonNegative lists the arguments that may be zero (HF treats a zero
+// mscale or mscale_all_dim as absent); all others must be positive.
 var ropeNonNegative = map[string]bool{"mscale": true, "mscale_all_dim": true}
 
-// rope checks `rope inline(theta = T, style = S, ...)`.
-func (c *checker) rope(s *callStmt) *ir.Rope {
+// rope checks `rope inline(theta = T, style = S, ...)` for a head_dim qk of
+// dqk (0 when the head_dim line has an error).
+func (c *checker) rope(s *callStmt, dqk int) *ir.Rope {
 	out := &ir.Rope{Style: ir.RopeNormal, Params: map[string]float64{}, Pos: c.pos(s.Pos)}
 	if s.Name.Name != "inline" {
 		c.errorf(s.Name.Pos, "unknown rope %q (known: inline)", s.Name.Name)
@@ -466,17 +512,54 @@ func (c *checker) rope(s *callStmt) *ir.Rope {
 		out.Params[k] = d
 	}
 	for k, a := range args {
-		if k == "style" {
-			continue
+		switch k {
+		case "style":
+		case "pairs":
+			if w, ok := c.wordVal(a.Val, "pairs"); ok {
+				switch w {
+				case "half":
+					out.Pairs = ir.RopeHalf
+				case "interleaved":
+					out.Pairs = ir.RopeInterleaved
+				default:
+					c.errorf(a.Val.Pos, "unknown rope pairs %q (known: half, the rotate_half of HF/NeoX/Llama; interleaved, GPT-J/llama.cpp NORM/DeepSeek)", w)
+				}
+			}
+		case "truncate":
+			if w, ok := c.wordVal(a.Val, "truncate"); ok {
+				switch w {
+				case "true":
+					out.Untruncated = false
+				case "false":
+					out.Untruncated = true
+				default:
+					c.errorf(a.Val.Pos, "rope truncate must be true or false, got %s", w)
+				}
+			}
+		case "rotary_dim":
+			if n, ok := c.intVal(a.Val, "rope rotary_dim"); ok {
+				switch {
+				case n < 2 || n%2 != 0:
+					c.errorf(a.Val.Pos, "rope rotary_dim must be even and at least 2, got %d", n)
+				case dqk > 0 && n > dqk:
+					c.errorf(a.Val.Pos, "rope rotary_dim (%d) must not exceed head_dim qk (%d)", n, dqk)
+				default:
+					out.RotaryDim = n
+				}
+			}
+		default:
+			f, ok := c.floatVal(a.Val, k)
+			if !ok {
+				continue
+			}
+			if f < 0 || f == 0 && !ropeNonNegative[k] {
+				c.errorf(a.Val.Pos, "rope %s must be positive, got %s", k, a.Val.text())
+			}
+			out.Params[k] = f
 		}
-		f, ok := c.floatVal(a.Val, k)
-		if !ok {
-			continue
-		}
-		if f < 0 || f == 0 && !ropeNonNegative[k] {
-			c.errorf(a.Val.Pos, "rope %s must be positive, got %s", k, a.Val.text())
-		}
-		out.Params[k] = f
+	}
+	if args["rotary_dim"] == nil && dqk%2 != 0 {
+		c.errorf(s.Pos, "rope inline needs an even head_dim qk, got %d (or rotary_dim = R, an even R < %d)", dqk, dqk)
 	}
 	for _, k := range ropeRequired[out.Style] {
 		if args[k] == nil && argsOK {
@@ -489,6 +572,9 @@ func (c *checker) rope(s *callStmt) *ir.Rope {
 			p = a.Val.Pos
 		}
 		c.errorf(p, "rope high_freq (%g) must be greater than low_freq (%g)", out.Params["high_freq"], out.Params["low_freq"])
+	}
+	if out.Params["theta"] == 1 {
+		c.errorf(s.Name.Pos, "rope theta must not be 1 (every frequency would be 1 radian per position)")
 	}
 	out.Theta = out.Params["theta"]
 	return out

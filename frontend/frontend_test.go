@@ -13,9 +13,9 @@ import (
 	"github.com/attnc/attnc/ir"
 )
 
-// exampleFiles are the six DESIGN.md §3 examples in source order, then extras.
+// exampleFiles are the seven DESIGN.md §3 examples in source order, then extras.
 var exampleFiles = []string{
-	"llama3_8b", "mistral_7b", "gemma2_local", "chunked_alibi", "eagle_tree", "deepseek_v3_mla", "mha_softcap",
+	"llama3_8b", "mistral_7b", "llama2_streaming", "gemma2_local", "chunked_alibi", "eagle_tree", "deepseek_v3_mla", "mha_softcap",
 }
 
 func examplePath(name string) string { return filepath.Join("..", "examples", name+".attn") }
@@ -58,7 +58,18 @@ func want(name string) *ir.Variant {
 			Name: "mistral_7b", Pos: at(1, 1),
 			QOHeads: 32, KVHeads: 8, HeadDimQK: 128, HeadDimV: 128,
 			DType: ir.DTBF16, PageSize: 32, Layout: ir.NHD, Table: ir.BlockTable,
+			// window(size = 4096) is HF/vLLM's sliding_window: 4095 to the left plus self.
 			Masks:    []ir.MaskClause{{Kind: ir.MaskWindow, Left: 4095, Pos: at(6, 8)}},
+			Scale:    1 / math.Sqrt(128),
+			Kernels:  defaultKernels(at(1, 1)),
+			CachePos: at(5, 3), HeadsPos: at(2, 3),
+		}
+	case "llama2_streaming":
+		return &ir.Variant{
+			Name: "llama2_streaming", Pos: at(1, 1),
+			QOHeads: 32, KVHeads: 32, HeadDimQK: 128, HeadDimV: 128,
+			DType: ir.DTF16, PageSize: 16, Layout: ir.HND, Table: ir.CSR,
+			Masks:    []ir.MaskClause{{Kind: ir.MaskWindow, Left: 1019, Pos: at(6, 8)}},
 			Sinks:    &ir.Sinks{Kind: ir.SinkTokens, Tokens: 4, Pos: at(7, 3)},
 			Scale:    1 / math.Sqrt(128),
 			Kernels:  defaultKernels(at(1, 1)),
@@ -69,7 +80,7 @@ func want(name string) *ir.Variant {
 			Name: "gemma2_local", Pos: at(1, 1),
 			QOHeads: 16, KVHeads: 8, HeadDimQK: 256, HeadDimV: 256,
 			DType: ir.DTBF16, PageSize: 16, Layout: ir.HND, Table: ir.CSR,
-			Masks:    []ir.MaskClause{{Kind: ir.MaskWindow, Left: 4096, Pos: at(6, 8)}},
+			Masks:    []ir.MaskClause{{Kind: ir.MaskWindow, Left: 4095, Pos: at(6, 8)}}, // size = 4096
 			Score:    &ir.Call{Fn: "softcap", Args: []ir.Expr{score, ir.Float(50)}, T: ir.F32},
 			ScorePos: at(7, 3),
 			Scale:    0.0625, ScaleExplicit: true,
@@ -109,7 +120,8 @@ func want(name string) *ir.Variant {
 			QOHeads: 128, KVHeads: 1, HeadDimQK: 576, HeadDimV: 512,
 			DType: ir.DTBF16, PageSize: 64, Layout: ir.HND, Table: ir.CSR,
 			Masks: []ir.MaskClause{{Kind: ir.MaskCausal, Pos: at(5, 8)}},
-			Scale: 0.07216878, ScaleExplicit: true,
+			// DeepSeek-V3: 192^-0.5 * mscale^2, mscale = 0.1 * ln(40) + 1.
+			Scale: 0.1352337788, ScaleExplicit: true,
 			MLA:      &ir.MLA{Heads: 128, KVLoraRank: 512, RopeDim: 64, Pos: at(2, 3)},
 			Kernels:  defaultKernels(at(1, 1)),
 			CachePos: at(4, 3), HeadsPos: at(2, 3),
@@ -357,6 +369,53 @@ func TestSettings(t *testing.T) {
 	}
 }
 
+// TestPortSettings covers the settings that name a peer's convention:
+// window(size = S) is HF/vLLM's sliding_window (left = S - 1), lse base 2 is
+// FlashInfer/TVM's, and RoPE's pairs, rotary_dim and YaRN truncate.
+func TestPortSettings(t *testing.T) {
+	src := `variant p {
+  heads qo = 8, kv = 2
+  head_dim 128
+  mask window(size = 4096)
+  lse base = 2
+  rope inline(theta = 150000, style = yarn, factor = 32, original_max = 4096, truncate = false, pairs = interleaved, rotary_dim = 64, mscale_all_dim = 0)
+}
+variant q {
+  heads qo = 8
+  head_dim 64
+  mask window(left = 0)
+  lse base = e
+}
+`
+	vs, err := Parse("p.attn", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, q := vs[0], vs[1]
+	// HF's sliding_window counts the query itself: 4096 tokens = self + 4095 to the left.
+	if len(p.Masks) != 1 || p.Masks[0].Kind != ir.MaskWindow || p.Masks[0].Left != 4095 {
+		t.Errorf("window(size = 4096): %+v, want left 4095", p.Masks)
+	}
+	if q.Masks[0].Left != 0 {
+		t.Errorf("window(left = 0): %+v", q.Masks)
+	}
+	if p.LSEBase != ir.LSEBase2 || q.LSEBase != ir.LSEBaseE {
+		t.Errorf("lse bases %v, %v; want 2, e", p.LSEBase, q.LSEBase)
+	}
+	r := p.Rope
+	if r.Pairs != ir.RopeInterleaved || r.RotaryDim != 64 || !r.Untruncated || r.Params["mscale_all_dim"] != 0 {
+		t.Errorf("rope %+v", r)
+	}
+	// Defaults: rotate_half over all of head_dim qk (RotaryDim 0), truncated YaRN range, base e.
+	vs, err = Parse("d.attn", []byte("variant d {\n heads qo = 2\n head_dim 32\n rope inline(style = yarn, factor = 2, original_max = 64)\n}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := vs[0]; d.Rope.Pairs != ir.RopeHalf || d.Rope.RotaryDim != 0 || d.Rope.Dim(32) != 32 || d.Rope.Untruncated || d.LSEBase != ir.LSEBaseE {
+		t.Errorf("defaults: rope %+v, lse base %v", d.Rope, d.LSEBase)
+	}
+}
+
 func TestEmptyFile(t *testing.T) {
 	vs, err := Parse("empty.attn", []byte("// nothing here\n\n"))
 	if err != nil || len(vs) != 0 {
@@ -372,5 +431,53 @@ func TestTooLarge(t *testing.T) {
 	_, err := Parse("big.attn", src)
 	if want := "big.attn:1:1: spec is too large (262145 bytes; the limit is 262144)"; err == nil || err.Error() != want {
 		t.Errorf("got %v, want %s", err, want)
+	}
+}
+
+// TestDesignExamplesMatchFiles: each variant DESIGN.md §3 shows is, line for
+// line (indentation aside), the file of the same name under examples/, so
+// the documented spelling (window(size = ...), the MLA scale) is the one
+// the tests build.
+func TestDesignExamplesMatchFiles(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "DESIGN.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var name string
+	var block []string
+	found := 0
+	for _, line := range strings.Split(string(doc), "\n") {
+		trimmed := strings.TrimSpace(line)
+		if strings.HasPrefix(line, "    variant ") {
+			name = strings.Fields(trimmed)[1]
+			block = nil
+		}
+		if name == "" {
+			continue
+		}
+		block = append(block, trimmed)
+		if trimmed != "}" {
+			continue
+		}
+		found++
+		src, err := os.ReadFile(examplePath(name))
+		if err != nil {
+			t.Errorf("DESIGN.md shows variant %s but examples/%s.attn: %v", name, name, err)
+			name = ""
+			continue
+		}
+		var file []string
+		for _, l := range strings.Split(string(src), "\n") {
+			if l = strings.TrimSpace(l); l != "" && (len(file) > 0 || strings.HasPrefix(l, "variant ")) {
+				file = append(file, l)
+			}
+		}
+		if !reflect.DeepEqual(block, file) {
+			t.Errorf("variant %s: DESIGN.md shows\n%s\nexamples/%s.attn has\n%s", name, strings.Join(block, "\n"), name, strings.Join(file, "\n"))
+		}
+		name = ""
+	}
+	if found != 7 {
+		t.Errorf("found %d variants in DESIGN.md §3, want 7", found)
 	}
 }

@@ -57,10 +57,11 @@ type stmtAST struct {
 	Unknown *unknownStmt `parser:"| @@"`
 }
 
-// argsStmt is `heads qo = N, kv = M` or `head_dim N` / `head_dim qk = N, v = M`.
+// argsStmt is `heads qo = N, kv = M`, `head_dim N` / `head_dim qk = N, v = M`
+// or `lse base = B`.
 type argsStmt struct {
 	Pos  lexer.Position
-	Kw   string    `parser:"@( 'heads' | 'head_dim' )"`
+	Kw   string    `parser:"@( 'heads' | 'head_dim' | 'lse' )"`
 	Args []*argAST `parser:"@@ ( ',' NL* @@ )*"`
 }
 
@@ -127,7 +128,7 @@ type kernelsStmt struct {
 // so that the checker can say which settings exist.
 type unknownStmt struct {
 	Pos  lexer.Position
-	Word string   `parser:"@!( 'heads' | 'head_dim' | 'mla' | 'dtype' | 'cache' | 'rope' | 'sinks' | 'mask' | 'score' | 'scale' | 'kernels' | '}' | NL )"`
+	Word string   `parser:"@!( 'heads' | 'head_dim' | 'lse' | 'mla' | 'dtype' | 'cache' | 'rope' | 'sinks' | 'mask' | 'score' | 'scale' | 'kernels' | '}' | NL )"`
 	Rest []string `parser:"@( !( NL | '}' ) )*"`
 }
 

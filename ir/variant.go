@@ -79,7 +79,7 @@ func (k MaskKind) String() string { return maskKindNames[k] }
 // clause allows it.
 type MaskClause struct {
 	Kind MaskKind
-	Left int  // window(left = W)
+	Left int  // window(left = W); window(size = S) is stored as left = S - 1
 	Expr Expr // expr(...): Bool over q_pos, kv_pos, head, batch
 	Pos  Pos
 }
@@ -108,12 +108,45 @@ const (
 	RopeYarn
 )
 
+// RopePairs says which elements a RoPE rotation pairs.
+type RopePairs int
+
+const (
+	// RopeHalf pairs (x[i], x[i + R/2]): HF's rotate_half, GPT-NeoX, Llama.
+	RopeHalf RopePairs = iota
+	// RopeInterleaved pairs (x[2i], x[2i+1]): GPT-J, llama.cpp NORM, DeepSeek.
+	RopeInterleaved
+)
+
+func (p RopePairs) String() string {
+	if p == RopeInterleaved {
+		return "interleaved"
+	}
+	return "half"
+}
+
 // Rope is `rope inline(...)`.
 type Rope struct {
 	Theta  float64
 	Style  RopeStyle
 	Params map[string]float64 // factor, low_freq, high_freq, original_max, ...
-	Pos    Pos
+	// Pairs is the pairing of rotated elements (default RopeHalf).
+	Pairs RopePairs
+	// RotaryDim is how many leading head dims rotate (even, <= HeadDimQK);
+	// the rest pass through. 0 means all of HeadDimQK.
+	RotaryDim int
+	// Untruncated is YaRN's `truncate = false` (gpt-oss): the correction
+	// range keeps fractional dims instead of HF's default floor/ceil.
+	Untruncated bool
+	Pos         Pos
+}
+
+// Dim is the number of rotated dims for a head_dim qk of dqk.
+func (r *Rope) Dim(dqk int) int {
+	if r.RotaryDim > 0 {
+		return r.RotaryDim
+	}
+	return dqk
 }
 
 // MLA is `mla(heads, kv_lora_rank, rope_dim)`.
@@ -122,6 +155,23 @@ type MLA struct {
 	KVLoraRank int
 	RopeDim    int
 	Pos        Pos
+}
+
+// LSEBase is the base of every lse a variant's kernels read or write.
+type LSEBase int
+
+const (
+	// LSEBaseE is the natural log (the default; HF, PyTorch, vLLM).
+	LSEBaseE LSEBase = iota
+	// LSEBase2 is log base 2 (FlashInfer, TVM).
+	LSEBase2
+)
+
+func (b LSEBase) String() string {
+	if b == LSEBase2 {
+		return "2"
+	}
+	return "e"
 }
 
 // Role is what a kernel does.
@@ -163,6 +213,20 @@ type Variant struct {
 	MLA                 *MLA
 	Kernels             []KernelRef
 	CachePos, HeadsPos  Pos
+	// LSEBase is the base of the lse arguments (`lse base = e | 2`).
+	LSEBase LSEBase
+}
+
+// NonCausal reports whether every mask clause is `none`: the only masks
+// under which a sequence may have more query tokens than cached tokens
+// (cross / encoder attention).
+func (v *Variant) NonCausal() bool {
+	for _, m := range v.Masks {
+		if m.Kind != MaskNone {
+			return false
+		}
+	}
+	return len(v.Masks) > 0
 }
 
 // GroupSize is qo heads per kv head.

@@ -274,7 +274,7 @@ func (l *lowering) attentionKernel(name string, role ir.Role, params []*ir.Param
 		tile := w.loop("kt", tileLo, tileHi, ir.Serial, ir.TagKVTile, func(t *blk) {
 			kvLo := t.let("kv_lo", mul(kt, i32(KT)))
 			kvN := t.let("kv_n", minE(i32(KT), sub(kvLen, kvLo)))
-			l.stageKV(t, kvBeg, kvLo, kvN, kvh, sb)
+			l.stageKV(t, kvBeg, kvLo, kvN, kvh, sb, sub(kvLen, qLen), qBeg)
 			t.add(&ir.MatMul{C: "sc", A: "qs", B: "kb", M: R, N: KT, K: D, TransB: true,
 				MExt: nRows, NExt: kvN, KExt: i32(D)})
 			// Score: scale, @score, @mask, the data masks and hidden
@@ -322,7 +322,7 @@ func (l *lowering) attentionKernel(name string, role ir.Role, params []*ir.Param
 				y.spread("d", DV, func(z *blk, d ir.Expr) {
 					z.store("o", add(mul(i64(flat), ir.IntT(ir.I64, int64(DV))), i64(d)), ir.Cvt(l.dt, acc(d)))
 				})
-				y.when(&ir.NotNull{Buf: "lse"}, func(z *blk) { z.store("lse", flat, lse) })
+				y.when(&ir.NotNull{Buf: "lse"}, func(z *blk) { z.store("lse", flat, l.userLSE(lse)) })
 			}, nil)
 		})
 	})
@@ -335,7 +335,7 @@ func (l *lowering) attentionKernel(name string, role ir.Role, params []*ir.Param
 // size. Positions past the tile's end, and pages outside the pool or
 // hidden by the table, are never read: their rows are zeros and (hidden
 // blocks) kvis[j] = 0 masks them.
-func (l *lowering) stageKV(t *blk, kvBeg, kvLo, kvN, kvh, sb ir.Expr) {
+func (l *lowering) stageKV(t *blk, kvBeg, kvLo, kvN, kvh, sb, qBase, qSeqRow ir.Expr) {
 	D, DV := l.D, l.DV
 	zero := func(x *blk, j ir.Expr) {
 		if l.hidesBlocks() {
@@ -357,7 +357,7 @@ func (l *lowering) stageKV(t *blk, kvBeg, kvLo, kvN, kvh, sb ir.Expr) {
 				for _, sg := range l.kSegs() {
 					row := z.let("krow"+segName(sg), l.rowIndex(page, kvh, slot, sg.w))
 					z.spread("d", sg.w, func(u *blk, d ir.Expr) {
-						l.stageRow(u, "kb", add(mul(j, i32(D)), plus(d, sg.off)), l.kRopePos(u, pos, sb), d,
+						l.stageRow(u, "kb", add(mul(j, i32(D)), plus(d, sg.off)), l.kRopePos(u, pos, sb, qBase, qSeqRow), d,
 							func(k ir.Expr) ir.Expr { return tof32(ld(sg.buf, l.dt, add(row, i64(k)))) }, true)
 					})
 				}

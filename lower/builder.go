@@ -1,6 +1,10 @@
 package lower
 
-import "github.com/attnc/attnc/ir"
+import (
+	"math"
+
+	"github.com/attnc/attnc/ir"
+)
 
 // blk accumulates statements.
 type blk struct{ s []ir.Stmt }
@@ -87,3 +91,5 @@ func plus(x ir.Expr, n int) ir.Expr {
 
 func ceilDiv(x ir.Expr, d int) ir.Expr { return div(add(x, i32(d-1)), i32(d)) }
 func negInf() *ir.Const                { return f32(negInfV) }
+func posInf() *ir.Const                { return f32(math.Inf(1)) }
+func nan() *ir.Const                   { return f32(math.NaN()) }

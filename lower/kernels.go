@@ -1,6 +1,10 @@
 package lower
 
-import "github.com/attnc/attnc/ir"
+import (
+	"math"
+
+	"github.com/attnc/attnc/ir"
+)
 
 // MaskDef states the variant's visibility rule as one boolean expression
 // over q_pos, kv_pos, head and batch: every mask clause must allow a
@@ -79,12 +83,12 @@ func (l *lowering) mergeSplits() *ir.Kernel {
 					return ld("part_o", ir.F32, add(mul(i64(pflat), ir.IntT(ir.I64, int64(DV))), i64(d)))
 				},
 				func(y *blk, d, val ir.Expr) { y.store("macc", d, val) },
-				func(y *blk, val ir.Expr) { y.set("mlse", val) })
+				func(y *blk, val ir.Expr) { y.set("mlse", val) }, ir.LSEBaseE)
 		})
 		w.spread("d", DV, func(x *blk, d ir.Expr) {
 			x.store("o", add(mul(i64(row), ir.IntT(ir.I64, int64(DV))), i64(d)), ir.Cvt(l.dt, ld("macc", ir.F32, d)))
 		})
-		w.when(&ir.NotNull{Buf: "lse"}, func(x *blk) { x.store("lse", row, ir.R("mlse", ir.F32)) })
+		w.when(&ir.NotNull{Buf: "lse"}, func(x *blk) { x.store("lse", row, l.userLSE(ir.R("mlse", ir.F32))) })
 	})
 	b.add(&ir.Return{Value: i32(0)})
 	return &ir.Kernel{Name: l.name("decode_merge_work"), Role: ir.RoleMergeState, Params: params, Body: b.block()}
@@ -100,24 +104,35 @@ func (l *lowering) mergeStart(row ir.Expr) ir.Expr {
 }
 
 // pairMergeBy appends the merge_state update of state a = (la, va) with
-// b = (lb, vb) over the head dims d (a spread loop): weights exp(l - max)
-// that are exactly 0 for an empty side (whose values are never read into
-// the sum), o = weighted mean, lse = max + log(sum of weights); two empty
-// sides give o = 0, lse = -inf. Split-KV decode and merge_state share it.
-func (l *lowering) pairMergeBy(b *blk, la, lb ir.Expr, va, vb func(d ir.Expr) ir.Expr, setV func(b *blk, d, val ir.Expr), setL func(*blk, ir.Expr)) {
+// b = (lb, vb), whose lse are in base, over the head dims d (a spread
+// loop): weights base^(l - max) — exp, or exp2 for base 2, of the
+// difference, so large lse values lose nothing to a conversion — that are
+// exactly 0 for an empty side (whose values are never read into the sum),
+// o = weighted mean, lse = max + log_base(sum of weights); two empty sides
+// give o = 0, lse = -inf. A NaN or +inf lse on either side gives NaN in o
+// and lse (DESIGN §3), so a bad state never passes for an empty one.
+// Split-KV decode and merge_state share it.
+func (l *lowering) pairMergeBy(b *blk, la, lb ir.Expr, va, vb func(d ir.Expr) ir.Expr, setV func(b *blk, d, val ir.Expr), setL func(*blk, ir.Expr), base ir.LSEBase) {
+	pow, logOf := func(x ir.Expr) ir.Expr { return ir.Un(ir.Exp, x) }, func(x ir.Expr) ir.Expr { return ir.Un(ir.Log, x) }
+	if base == ir.LSEBase2 {
+		pow = func(x ir.Expr) ir.Expr { return ir.Un(ir.Exp2, x) }
+		logOf = func(x ir.Expr) ir.Expr { return mul(ir.Un(ir.Log, x), f32(math.Log2E)) }
+	}
 	lA := b.let("la", la)
 	lB := b.let("lb", lb)
+	// !(x < +inf) holds for NaN and +inf alike (ordered compare).
+	bad := b.let("m_bad", or(not(lt(lA, posInf())), not(lt(lB, posInf()))))
 	m := b.let("mm", maxE(lA, lB))
-	wa := b.let("wa", sel(gt(lA, negInf()), ir.Un(ir.Exp, sub(lA, m)), f32(0)))
-	wb := b.let("wb", sel(gt(lB, negInf()), ir.Un(ir.Exp, sub(lB, m)), f32(0)))
+	wa := b.let("wa", sel(gt(lA, negInf()), pow(sub(lA, m)), f32(0)))
+	wb := b.let("wb", sel(gt(lB, negInf()), pow(sub(lB, m)), f32(0)))
 	ws := b.let("ws", add(wa, wb))
 	inv := b.let("winv", sel(gt(ws, f32(0)), ir.Bin(ir.Div, f32(1), ws), f32(0)))
 	b.spread("d", l.DV, func(t *blk, d ir.Expr) {
 		ta := sel(gt(wa, f32(0)), mul(wa, va(d)), f32(0))
 		tb := sel(gt(wb, f32(0)), mul(wb, vb(d)), f32(0))
-		setV(t, d, mul(add(ta, tb), inv))
+		setV(t, d, sel(bad, nan(), mul(add(ta, tb), inv)))
 	})
-	setL(b, sel(gt(ws, f32(0)), add(m, ir.Un(ir.Log, ws)), negInf()))
+	setL(b, sel(bad, nan(), sel(gt(ws, f32(0)), add(m, logOf(ws)), negInf())))
 }
 
 // mergeState is the merge_state role: merges (v_other, s_other) into
@@ -142,7 +157,7 @@ func (l *lowering) mergeState() ([]*ir.Kernel, *ir.Plan) {
 			func(d ir.Expr) ir.Expr { return tof32(ld("v", l.dt, at(d))) },
 			func(d ir.Expr) ir.Expr { return tof32(ld("v_other", l.dt, at(d))) },
 			func(y *blk, d, val ir.Expr) { y.store("v", at(d), ir.Cvt(l.dt, val)) },
-			func(y *blk, val ir.Expr) { y.store("s", row, val) })
+			func(y *blk, val ir.Expr) { y.store("s", row, val) }, l.v.LSEBase)
 	})
 	b.add(&ir.Return{Value: i32(0)})
 	k := &ir.Kernel{Name: l.name("merge_state_work"), Role: ir.RoleMergeState, Params: params, Body: b.block()}

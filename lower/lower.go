@@ -189,6 +189,17 @@ func (l *lowering) finish(b *blk, lv, m, head ir.Expr, sink bool) (inv, lse ir.E
 	return b.let("inv", ir.Bin(ir.Div, e1, dn)), b.let("lse_v", add(mf, ir.Un(ir.Log, dn)))
 }
 
+// userLSE converts a natural-log lse, which the kernels keep internally
+// (split-KV partials included), to the variant's lse base as it is stored
+// to the caller's lse: lse / ln 2 for base 2, as FlashInfer and TVM return.
+// One rounding of the final value; -inf and NaN pass through.
+func (l *lowering) userLSE(lse ir.Expr) ir.Expr {
+	if l.v.LSEBase == ir.LSEBase2 {
+		return mul(lse, f32(math.Log2E))
+	}
+	return lse
+}
+
 // rowIndex is the element offset of (page, kv head, slot) in a page pool of
 // head dim d, as i64.
 func (l *lowering) rowIndex(page, kvh, slot ir.Expr, d int) ir.Expr {

@@ -7,21 +7,26 @@ import (
 )
 
 // Inline RoPE: the cache holds un-rotated K; queries and keys are rotated
-// as they are staged, pair (x[i], x[i + d/2]) by angle pos * f_i
-// ("rotate_half"). The angle is computed exactly modulo one turn in 64-bit
-// fixed point — turns_i = frac(f_i / 2π) · 2^64 is a constant and pos ·
-// turns_i wraps — so precision does not decay with the position, on CPU and
-// GPU alike; only the final sin/cos run in f32.
+// as they are staged. With R = rotary_dim, pair i < R/2 — (x[i], x[i+R/2])
+// for pairs = half ("rotate_half"), (x[2i], x[2i+1]) for pairs =
+// interleaved — turns by angle pos * f_i; dims R.. pass through. The angle
+// is computed exactly modulo one turn in 64-bit fixed point — turns_i =
+// frac(f_i / 2π) · 2^64 is a constant and pos · turns_i wraps — so precision
+// does not decay with the position, on CPU and GPU alike; only the final
+// sin/cos run in f32.
 
-// RopeFreqs is f_i, i < d/2, in radians per position, for style normal
-// (θ^(-2i/d)), llama3 (Llama 3.1's rescaling by factor, low_freq,
-// high_freq, original_max) and yarn (the YaRN ramp between interpolated and
-// extrapolated frequencies over beta_fast..beta_slow rotations).
+// RopeFreqs is f_i, i < R/2 for R = r.Dim(d), in radians per position, for
+// style normal (θ^(-2i/R)), llama3 (Llama 3.1's rescaling by factor,
+// low_freq, high_freq, original_max) and yarn (HF's
+// _compute_yarn_parameters: the ramp between interpolated and extrapolated
+// frequencies over the beta_fast..beta_slow correction range, rounded to
+// whole dims unless truncate = false).
 func RopeFreqs(r *ir.Rope, d int) []float64 {
 	p := r.Params
-	out := make([]float64, d/2)
+	rd := r.Dim(d)
+	out := make([]float64, rd/2)
 	for i := range out {
-		out[i] = math.Pow(r.Theta, -2*float64(i)/float64(d))
+		out[i] = math.Pow(r.Theta, -2*float64(i)/float64(rd))
 	}
 	switch r.Style {
 	case ir.RopeLlama3:
@@ -41,10 +46,13 @@ func RopeFreqs(r *ir.Rope, d int) []float64 {
 	case ir.RopeYarn:
 		factor, orig := p["factor"], p["original_max"]
 		corr := func(rot float64) float64 {
-			return float64(d) * math.Log(orig/(rot*2*math.Pi)) / (2 * math.Log(r.Theta))
+			return float64(rd) * math.Log(orig/(rot*2*math.Pi)) / (2 * math.Log(r.Theta))
 		}
-		low := math.Max(math.Floor(corr(p["beta_fast"])), 0)
-		high := math.Min(math.Ceil(corr(p["beta_slow"])), float64(d-1))
+		low, high := corr(p["beta_fast"]), corr(p["beta_slow"])
+		if !r.Untruncated {
+			low, high = math.Floor(low), math.Ceil(high)
+		}
+		low, high = math.Max(low, 0), math.Min(high, float64(rd-1))
 		if low == high {
 			high += 0.001
 		}
@@ -57,9 +65,10 @@ func RopeFreqs(r *ir.Rope, d int) []float64 {
 	return out
 }
 
-// RopeScale is the factor YaRN applies to rotated q and k (1 otherwise):
-// attn_factor when given, else the ratio of mscale terms (DeepSeek), else
-// 0.1·ln(factor) + 1.
+// RopeScale is the factor YaRN applies to cos and sin (1 otherwise), as HF's
+// attention_factor: attn_factor when given, else the ratio of mscale terms
+// when mscale and mscale_all_dim are both nonzero (DeepSeek; HF treats 0 as
+// absent), else 0.1·ln(factor) + 1.
 func RopeScale(r *ir.Rope) float64 {
 	if r.Style != ir.RopeYarn {
 		return 1
@@ -74,9 +83,7 @@ func RopeScale(r *ir.Rope) float64 {
 		}
 		return 0.1*m*math.Log(scale) + 1
 	}
-	m, ok1 := p["mscale"]
-	all, ok2 := p["mscale_all_dim"]
-	if ok1 && ok2 {
+	if m, all := p["mscale"], p["mscale_all_dim"]; m != 0 && all != 0 {
 		return ms(p["factor"], m) / ms(p["factor"], all)
 	}
 	return ms(p["factor"], 1)
@@ -96,11 +103,14 @@ func ropeTurns(r *ir.Rope, d int) []int64 {
 	return out
 }
 
+// rotDim is the number of rotated dims.
+func (l *lowering) rotDim() int { return l.v.Rope.Dim(l.D) }
+
 // ropeTable appends the turns table, a local i64 array named rope_turns
 // (GPU kernels declare it with their shared arrays and fill it from thread
 // 0 before a barrier).
 func (l *lowering) ropeTable(b *blk) {
-	b.add(&ir.Alloc{Name: "rope_turns", T: ir.I64, Size: l.D / 2})
+	b.add(&ir.Alloc{Name: "rope_turns", T: ir.I64, Size: l.rotDim() / 2})
 }
 
 // fillRopeTable stores the turn constants.
@@ -119,16 +129,37 @@ func (l *lowering) ropeCosSin(b *blk, pos, i ir.Expr) (c, s ir.Expr) {
 	return b.let("rope_c", mul(ir.Un(ir.Cos, ang), scale)), b.let("rope_s", mul(ir.Un(ir.Sin, ang), scale))
 }
 
-// ropeElem is element d of the rotated row whose element k is at(k).
+// ropeElem is element d of the rotated row whose element k is at(k): d
+// belongs to pair i with partner element other; d is the pair's first
+// element (x1) or its second (x2). Dims past rotary_dim pass through.
 func (l *lowering) ropeElem(b *blk, pos, d ir.Expr, at func(ir.Expr) ir.Expr) ir.Expr {
-	half := l.D / 2
-	first := b.let("rope_first", lt(d, i32(half)))
-	i := b.let("rope_i", sel(first, d, sub(d, i32(half))))
-	c, s := l.ropeCosSin(b, pos, i)
+	R := l.rotDim()
+	var first, i, other ir.Expr
+	if l.v.Rope.Pairs == ir.RopeInterleaved {
+		first = b.let("rope_first", eq(ir.Bin(ir.And, d, i32(1)), i32(0)))
+		i = ir.Bin(ir.Shr, d, i32(1))
+		other = ir.Bin(ir.Xor, d, i32(1))
+	} else {
+		half := R / 2
+		first = b.let("rope_first", lt(d, i32(half)))
+		i = sel(first, d, sub(d, i32(half)))
+		other = sel(first, add(d, i32(half)), sub(d, i32(half)))
+	}
+	var rotated ir.Expr
+	if R < l.D {
+		// Keep the (unused) table and row indices of pass-through dims in range.
+		rotated = b.let("rope_on", lt(d, i32(R)))
+		i, other = sel(rotated, i, i32(0)), sel(rotated, other, d)
+	}
+	c, s := l.ropeCosSin(b, pos, b.let("rope_i", i))
 	x := b.let("rope_x", at(d))
-	other := b.let("rope_o", at(sel(first, add(d, i32(half)), sub(d, i32(half)))))
+	o := b.let("rope_o", at(other))
 	// (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin)
-	return sel(first, sub(mul(x, c), mul(other, s)), add(mul(x, c), mul(other, s)))
+	out := sel(first, sub(mul(x, c), mul(o, s)), add(mul(x, c), mul(o, s)))
+	if rotated != nil {
+		out = sel(rotated, out, x)
+	}
+	return out
 }
 
 // stageRow stores row element d of src (via at) into dst[idx], rotated at
@@ -156,10 +187,20 @@ func (l *lowering) qRopePos(b *blk, qrow ir.Expr) ir.Expr {
 	return ldi("q_rope_position", qrow)
 }
 
-// kRopePos is the rotation position of cache position pos in sequence sb.
-func (l *lowering) kRopePos(b *blk, pos, sb ir.Expr) ir.Expr {
+// kRopePos is the rotation position of cache position pos in sequence sb,
+// whose first query token sits at position qBase and row qRow: with `mask
+// tree` the tree's own keys (pos >= qBase) rotate at their queries'
+// q_rope_position (depth-based positions), every other key at pos +
+// k_rope_pos_offset[sb].
+func (l *lowering) kRopePos(b *blk, pos, sb, qBase, qRow ir.Expr) ir.Expr {
 	if l.v.Rope == nil {
 		return nil
 	}
-	return add(pos, ldi("k_rope_pos_offset", sb))
+	seq := add(pos, ldi("k_rope_pos_offset", sb))
+	if !l.hasMask(ir.MaskTree) {
+		return seq
+	}
+	// Clamp the (unused) row of keys before the tree into the sequence's rows.
+	tree := ldi("q_rope_position", add(qRow, maxE(sub(pos, qBase), i32(0))))
+	return sel(ge(pos, qBase), tree, seq)
 }

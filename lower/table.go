@@ -130,7 +130,9 @@ func (l *lowering) validateCache(b *blk, seq func(*blk, *ir.Ref) (qBeg, qLen ir.
 		vb := ir.R("vs", ir.I32)
 		qBeg, qLen := seq(t, vb)
 		kvLen := l.validateTable(t, vb)
-		t.fail(gt(qLen, kvLen), ErrQLenExceedsKVLen)
+		if !l.v.NonCausal() { // mask none: cross attention takes any q_len and kv_len
+			t.fail(gt(qLen, kvLen), ErrQLenExceedsKVLen)
+		}
 		l.validateMasks(t, vb, qLen, kvLen)
 		each(t, map[string]ir.Expr{ir.SeqB: vb, ir.SeqQBeg: qBeg, ir.SeqQLen: qLen, ir.SeqKVLen: kvLen})
 	})

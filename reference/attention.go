@@ -112,7 +112,7 @@ func check(v *ir.Variant, c *Case) {
 		panic(fmt.Sprintf("reference: case %s: batch %d with %d q lens, %d kv lens, %d page lists", c.Name, c.Batch, len(c.QLens), len(c.KVLens), len(c.Pages)))
 	}
 	for b := range c.Batch {
-		if c.QLens[b] > c.KVLens[b] || c.QLens[b] < 0 {
+		if c.QLens[b] > c.KVLens[b] && !v.NonCausal() || c.QLens[b] < 0 {
 			panic(fmt.Sprintf("reference: case %s: sequence %d has q_len %d > kv_len %d", c.Name, b, c.QLens[b], c.KVLens[b]))
 		}
 		if want := (c.KVLens[b] + v.PageSize - 1) / v.PageSize; len(c.Pages[b]) != want {
@@ -188,9 +188,30 @@ func visible(v *ir.Variant, c *Case, b, h, i, q, kv int) bool {
 	return ok
 }
 
-// Attention computes, in float64, o [total_q, qo_heads, d_v] and the natural
-// log-sum-exp lse [total_q, qo_heads] of the scaled (and transformed) scores,
-// learned sink included. A row with nothing visible gives o = 0 and
+// keyRopePos is the rotation position of cache position kv of sequence b,
+// whose first query row is row: with `mask tree` the tree's own tokens (the
+// last q_len positions) rotate at their queries' q_rope_position (their
+// depth-based positions); every other key at kv + k_rope_pos_offset[b].
+func keyRopePos(v *ir.Variant, c *Case, b, row, kv int) int {
+	if base := c.KVLens[b] - c.QLens[b]; hasMask(v, ir.MaskTree) && kv >= base {
+		return int(c.QRopePos[row+kv-base])
+	}
+	return kv + int(c.KRopeOffset[b])
+}
+
+func hasMask(v *ir.Variant, k ir.MaskKind) bool {
+	for _, m := range v.Masks {
+		if m.Kind == k {
+			return true
+		}
+	}
+	return false
+}
+
+// Attention computes, in float64, o [total_q, qo_heads, d_v] and the
+// log-sum-exp lse [total_q, qo_heads] of the scaled (and transformed) scores
+// in the variant's lse base, learned sink (a logit in the scores' units)
+// included. A row with nothing visible gives o = 0 and
 // lse = -Inf. It panics on inputs it does not support (tree and custom masks,
 // rope, mla) or that do not fit v.
 func Attention(v *ir.Variant, c *Case) (o []float64, lse []float64) {
@@ -226,7 +247,7 @@ func Attention(v *ir.Variant, c *Case) (o []float64, lse []float64) {
 						k[d] = float64(c.KPages[PageIndex(v, page, kh, slot, d, dqk)])
 					}
 					if v.Rope != nil {
-						k = rotate(v.Rope, k, kv+int(c.KRopeOffset[b]))
+						k = rotate(v.Rope, k, keyRopePos(v, c, b, row, kv))
 					}
 					dot := 0.0
 					for d := range dqk {
@@ -266,7 +287,7 @@ func Attention(v *ir.Variant, c *Case) (o []float64, lse []float64) {
 				for d := range out {
 					out[d] /= sum
 				}
-				lse[(row+i)*qo+h] = m + math.Log(sum)
+				lse[(row+i)*qo+h] = inBase(v.LSEBase, m+math.Log(sum))
 			}
 		}
 		row += qLen
@@ -274,11 +295,30 @@ func Attention(v *ir.Variant, c *Case) (o []float64, lse []float64) {
 	return o, lse
 }
 
+// inBase converts a natural-log lse to base b.
+func inBase(b ir.LSEBase, lse float64) float64 {
+	if b == ir.LSEBase2 {
+		return lse / math.Ln2
+	}
+	return lse
+}
+
 // MergeState merges two partial attention states over disjoint key sets:
-// va, vb are [rows, d] and sa, sb their log-sum-exps [rows]. Each v is
-// weighted by exp(s - max); when both sides are -Inf the row is v = 0,
-// s = -Inf.
+// va, vb are [rows, d] and sa, sb their natural log-sum-exps [rows]. Each v
+// is weighted by exp(s - max); -Inf is an empty state (when both sides are
+// -Inf the row is v = 0, s = -Inf); a NaN or +Inf s on either side gives
+// NaN in the row's v and s.
 func MergeState(va, sa, vb, sb []float64) (v, s []float64) {
+	return MergeStateBase(ir.LSEBaseE, va, sa, vb, sb)
+}
+
+// MergeStateBase is MergeState for states whose lse are in base b: each v
+// is weighted by b^(s - max) and s = max + log_b(sum of weights).
+func MergeStateBase(b ir.LSEBase, va, sa, vb, sb []float64) (v, s []float64) {
+	pow, logOf := math.Exp, math.Log
+	if b == ir.LSEBase2 {
+		pow, logOf = math.Exp2, math.Log2
+	}
 	if len(sa) != len(sb) || len(va) != len(vb) || len(sa) == 0 && len(va) != 0 || len(sa) != 0 && len(va)%len(sa) != 0 {
 		panic(fmt.Sprintf("reference: MergeState of v %d/%d, s %d/%d", len(va), len(vb), len(sa), len(sb)))
 	}
@@ -289,12 +329,19 @@ func MergeState(va, sa, vb, sb []float64) (v, s []float64) {
 	}
 	d := len(va) / len(sa)
 	for r := range sa {
+		if bad := func(x float64) bool { return math.IsNaN(x) || math.IsInf(x, 1) }; bad(sa[r]) || bad(sb[r]) {
+			s[r] = math.NaN()
+			for k := r * d; k < (r+1)*d; k++ {
+				v[k] = math.NaN()
+			}
+			continue
+		}
 		m := math.Max(sa[r], sb[r])
 		if math.IsInf(m, -1) {
 			s[r] = m
 			continue
 		}
-		wa, wb := math.Exp(sa[r]-m), math.Exp(sb[r]-m)
+		wa, wb := pow(sa[r]-m), pow(sb[r]-m)
 		for k := r * d; k < (r+1)*d; k++ {
 			if wa != 0 {
 				v[k] += wa * va[k]
@@ -304,7 +351,7 @@ func MergeState(va, sa, vb, sb []float64) (v, s []float64) {
 			}
 			v[k] /= wa + wb
 		}
-		s[r] = m + math.Log(wa+wb)
+		s[r] = m + logOf(wa+wb)
 	}
 	return v, s
 }

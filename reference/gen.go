@@ -64,7 +64,7 @@ func NewCase(v *ir.Variant, rng *rand.Rand, spec CaseSpec) *Case {
 	shared := make([]int, batch)
 	distinct := spec.ExtraPages
 	for b := range batch {
-		if c.QLens[b] > c.KVLens[b] || c.QLens[b] < 0 {
+		if c.QLens[b] > c.KVLens[b] && !v.NonCausal() || c.QLens[b] < 0 {
 			panic(fmt.Sprintf("reference: case %s: sequence %d has q_len %d > kv_len %d", spec.Name, b, c.QLens[b], c.KVLens[b]))
 		}
 		need[b] = (c.KVLens[b] + ps - 1) / ps
@@ -153,6 +153,18 @@ func NewCase(v *ir.Variant, rng *rand.Rand, spec CaseSpec) *Case {
 			}
 		}
 	}
+	if v.Rope != nil && c.TreeOrder != nil {
+		// A draft tree's tokens sit at depth-based positions (EAGLE,
+		// Medusa): prefix length + depth, so siblings share a position.
+		row := 0
+		for b := range batch {
+			base := c.KVLens[b] - c.QLens[b]
+			for i := range c.QLens[b] {
+				c.QRopePos[row+i] = int32(base+treeDepth(c.TreeOrder[2*row:2*(row+c.QLens[b])], i)) + c.KRopeOffset[b]
+			}
+			row += c.QLens[b]
+		}
+	}
 	if spec.HideBlock > 0 {
 		for _, pages := range c.Pages {
 			if len(pages) > spec.HideBlock+1 {
@@ -197,6 +209,18 @@ func NewCase(v *ir.Variant, rng *rand.Rand, spec CaseSpec) *Case {
 		}
 	}
 	return c
+}
+
+// treeDepth is the number of proper ancestors of token i in a segment's
+// DFS intervals (left, right) pairs.
+func treeDepth(order []int32, i int) int {
+	n := 0
+	for j := 0; 2*j < len(order); j++ {
+		if j != i && order[2*j] <= order[2*i] && order[2*i] < order[2*j+1] {
+			n++
+		}
+	}
+	return n
 }
 
 // randomTree draws a tree over n tokens in topological order (token k's

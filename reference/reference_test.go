@@ -216,6 +216,15 @@ func TestMergeHalves(t *testing.T) {
 	if v[0] != 3 || v[1] != 4 || s[0] != 0.5 {
 		t.Fatalf("merge with an empty side = %v, %v", v, s)
 	}
+	// A NaN or +inf state poisons the row, whichever side it is on and
+	// whatever the other side holds (DESIGN §3).
+	for _, st := range [][2]float64{{math.NaN(), 0.5}, {0.5, math.NaN()}, {math.Inf(1), 0.5}, {0.5, math.Inf(1)},
+		{math.NaN(), math.Inf(-1)}, {math.Inf(-1), math.Inf(1)}} {
+		v, s = MergeState([]float64{3, 4}, []float64{st[0]}, []float64{5, 6}, []float64{st[1]})
+		if !math.IsNaN(s[0]) || !math.IsNaN(v[0]) || !math.IsNaN(v[1]) {
+			t.Errorf("merge of states s = %v, s_other = %v: v %v, s %v; want NaN", st[0], st[1], v, s)
+		}
+	}
 }
 
 // TestNaNFillIgnored: poisoned unused pages and tail slots do not change the

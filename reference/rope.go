@@ -6,12 +6,15 @@ import (
 	"github.com/attnc/attnc/ir"
 )
 
-// ropeFreq is f_i of DESIGN §3's inline RoPE, in float64: θ^(-2i/d), then
-// Llama 3.1's wavelength-based rescaling, or YaRN's ramp between the
-// interpolated (f/factor) and extrapolated (f) frequencies.
-func ropeFreq(r *ir.Rope, i, d int) float64 {
+// ropeFreq is f_i, i < R/2, of DESIGN §3's inline RoPE over R = rotary_dim
+// rotated dims, in float64: θ^(-2i/R), then Llama 3.1's wavelength-based
+// rescaling, or YaRN's ramp between the interpolated (f/factor) and
+// extrapolated (f) frequencies over the correction range of HF's
+// _compute_yarn_parameters (floor/ceil unless truncate = false, clamped to
+// [0, R-1]).
+func ropeFreq(r *ir.Rope, i, rdim int) float64 {
 	p := r.Params
-	f := 1 / math.Pow(r.Theta, float64(2*i)/float64(d))
+	f := 1 / math.Pow(r.Theta, float64(2*i)/float64(rdim))
 	switch r.Style {
 	case ir.RopeLlama3:
 		wavelen := 2 * math.Pi / f
@@ -29,10 +32,13 @@ func ropeFreq(r *ir.Rope, i, d int) float64 {
 		// The dimension where a frequency completes n rotations over
 		// original_max positions.
 		dimFor := func(n float64) float64 {
-			return float64(d) * math.Log(p["original_max"]/(n*2*math.Pi)) / (2 * math.Log(r.Theta))
+			return float64(rdim) * math.Log(p["original_max"]/(n*2*math.Pi)) / (2 * math.Log(r.Theta))
 		}
-		lo := math.Max(math.Floor(dimFor(p["beta_fast"])), 0)
-		hi := math.Min(math.Ceil(dimFor(p["beta_slow"])), float64(d-1))
+		lo, hi := dimFor(p["beta_fast"]), dimFor(p["beta_slow"])
+		if !r.Untruncated {
+			lo, hi = math.Floor(lo), math.Ceil(hi)
+		}
+		lo, hi = math.Max(lo, 0), math.Min(hi, float64(rdim-1))
 		if hi == lo {
 			hi += 0.001
 		}
@@ -43,7 +49,10 @@ func ropeFreq(r *ir.Rope, i, d int) float64 {
 	return f
 }
 
-// ropeAttnScale is YaRN's factor on rotated q and k (1 for other styles).
+// ropeAttnScale is YaRN's factor on cos and sin (1 for other styles):
+// attn_factor when given, else mscale(factor, mscale) / mscale(factor,
+// mscale_all_dim) when both are given and nonzero (a zero counts as
+// absent, as in HF), else mscale(factor, 1).
 func ropeAttnScale(r *ir.Rope) float64 {
 	if r.Style != ir.RopeYarn {
 		return 1
@@ -58,25 +67,29 @@ func ropeAttnScale(r *ir.Rope) float64 {
 		}
 		return 0.1*m*math.Log(p["factor"]) + 1
 	}
-	if m, ok := p["mscale"]; ok {
-		if all, ok := p["mscale_all_dim"]; ok {
-			return mscale(m) / mscale(all)
-		}
+	if m, all := p["mscale"], p["mscale_all_dim"]; m != 0 && all != 0 {
+		return mscale(m) / mscale(all)
 	}
 	return mscale(1)
 }
 
-// rotate returns x (d values) rotated at position pos: pair (x[i],
-// x[i+d/2]) turns by pos·f_i.
+// rotate returns x (d values) rotated at position pos: with R = rotary_dim,
+// pair i < R/2 — (x[i], x[i+R/2]) for pairs = half, (x[2i], x[2i+1]) for
+// pairs = interleaved — turns by pos·f_i; x[R:] passes through unchanged.
 func rotate(r *ir.Rope, x []float64, pos int) []float64 {
 	d := len(x)
-	out := make([]float64, d)
+	rdim := r.Dim(d)
+	out := append([]float64(nil), x...)
 	s := ropeAttnScale(r)
-	for i := 0; i < d/2; i++ {
-		a := float64(pos) * ropeFreq(r, i, d)
+	for i := 0; i < rdim/2; i++ {
+		a := float64(pos) * ropeFreq(r, i, rdim)
 		c, sn := math.Cos(a)*s, math.Sin(a)*s
-		out[i] = x[i]*c - x[i+d/2]*sn
-		out[i+d/2] = x[i+d/2]*c + x[i]*sn
+		j, k := i, i+rdim/2
+		if r.Pairs == ir.RopeInterleaved {
+			j, k = 2*i, 2*i+1
+		}
+		out[j] = x[j]*c - x[k]*sn
+		out[k] = x[k]*c + x[j]*sn
 	}
 	return out
 }

@@ -14,7 +14,11 @@ const ABI = 1
 
 // Manifest is manifest.json.
 type Manifest struct {
-	ABI     int    `json:"abi"`
+	ABI int `json:"abi"`
+	// LSEBase is the base of every lse argument in the build: "e" or "2"
+	// when all variants agree (an empty build says "e"), "mixed" when they
+	// do not; each variant's own base is in Variants[i].LSEBase and in
+	// every kernel's constraints.
 	LSEBase string `json:"lse_base"`
 	// Targets has one section per generated target (cpu, cuda).
 	Targets  map[string]TargetManifest `json:"targets"`
@@ -33,6 +37,7 @@ type TargetManifest struct {
 // VariantManifest records a variant's shape constraints and dispatch rules.
 type VariantManifest struct {
 	Name        string            `json:"name"`
+	LSEBase     string            `json:"lse_base"`
 	Constraints map[string]any    `json:"constraints"`
 	Rules       map[string]string `json:"rules"`
 	Errors      []ir.ErrorCode    `json:"errors"`
@@ -220,7 +225,23 @@ func Constraints(v *ir.Variant) map[string]any {
 		"layout":      v.Layout.String(),
 		"table":       v.Table.String(),
 		"scale":       float64(float32(v.Scale)),
+		"lse_base":    v.LSEBase.String(),
 	}
+}
+
+// BuildLSEBase is the manifest's top-level lse_base for a build of vs: the
+// variants' common base, "e" for no variants, or "mixed".
+func BuildLSEBase(vs []*ir.Variant) string {
+	base := ir.LSEBaseE.String()
+	for i, v := range vs {
+		switch b := v.LSEBase.String(); {
+		case i == 0:
+			base = b
+		case b != base:
+			return "mixed"
+		}
+	}
+	return base
 }
 
 // VariantEntry builds the variant part of the manifest from its module:
@@ -231,7 +252,7 @@ func VariantEntry(v *ir.Variant, m *ir.Module) VariantManifest {
 	for _, d := range m.Defs {
 		rules["def "+d.Name] = ir.ExprString(d.Body)
 	}
-	return VariantManifest{Name: v.Name, Constraints: Constraints(v), Rules: rules, Errors: m.Errors}
+	return VariantManifest{Name: v.Name, LSEBase: v.LSEBase.String(), Constraints: Constraints(v), Rules: rules, Errors: m.Errors}
 }
 
 // explainPlan prints an entry's plan, indented under the kernel.

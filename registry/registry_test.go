@@ -55,6 +55,12 @@ func TestSelect(t *testing.T) {
 	if _, err := c.Select(registry.Shape{QLens: []int{5}, KVLens: []int{4}}); err == nil {
 		t.Error("q_len > kv_len must be rejected")
 	}
+	// Under mask none (cross attention) any lengths are a call, kv_len 0 included.
+	v := variant()
+	v.Masks = []ir.MaskClause{{Kind: ir.MaskNone}}
+	if s, err := compile(t, v, "cpu").Select(registry.Shape{QLens: []int{5, 1}, KVLens: []int{4, 0}, Threads: 2}); err != nil || s.Role != ir.RolePrefill {
+		t.Errorf("mask none, q_len > kv_len: %+v, %v", s, err)
+	}
 }
 
 // TestSplitRuleIsTheCompiledRule checks that Select's split count comes

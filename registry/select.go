@@ -50,13 +50,13 @@ type Host struct {
 // decode when its plan says so and the host can tell). Every number comes
 // from evaluating the module's plans with the IR interpreter: the very
 // expressions the entries compile.
-func Select(m *ir.Module, s Shape, h Host) (Selection, error) {
+func Select(v *ir.Variant, m *ir.Module, s Shape, h Host) (Selection, error) {
 	if len(s.QLens) != len(s.KVLens) {
 		return Selection{}, fmt.Errorf("shape: %d q lengths but %d kv lengths", len(s.QLens), len(s.KVLens))
 	}
 	single := len(s.QLens) > 0
 	for i, q := range s.QLens {
-		if q > s.KVLens[i] {
+		if q > s.KVLens[i] && !v.NonCausal() { // mask none: cross attention takes any lengths
 			return Selection{}, fmt.Errorf("shape: sequence %d has q_len %d > kv_len %d", i, q, s.KVLens[i])
 		}
 		single = single && q == 1

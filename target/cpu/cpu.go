@@ -123,5 +123,5 @@ func (Target) Manifest(v *ir.Variant, m *ir.Module, opt target.Options) []regist
 // Select implements target.Target: the plan evaluated with the call's
 // thread count and lengths.
 func (Target) Select(v *ir.Variant, m *ir.Module, s registry.Shape) (registry.Selection, error) {
-	return registry.Select(m, s, registry.Host{Target: "cpu", Threads: max(s.Threads, 1), Lengths: true})
+	return registry.Select(v, m, s, registry.Host{Target: "cpu", Threads: max(s.Threads, 1), Lengths: true})
 }

@@ -212,7 +212,7 @@ func (Target) Select(v *ir.Variant, m *ir.Module, s registry.Shape) (registry.Se
 	if sms < 1 {
 		sms = DefaultSMs
 	}
-	return registry.Select(m, s, registry.Host{Target: "cuda", Threads: 2 * sms, Lengths: false,
+	return registry.Select(v, m, s, registry.Host{Target: "cuda", Threads: 2 * sms, Lengths: false,
 		Launch: func(l *registry.LaunchSelection) {
 			l.Grid = l.Items
 			if !l.Known {

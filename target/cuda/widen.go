@@ -172,14 +172,15 @@ func gcd(a, b int64) int64 {
 }
 
 // letValues maps every let of b to its value; a name bound twice (in
-// sibling scopes) maps to nil, which multiple treats as unknown.
+// sibling scopes, e.g. the two copies of a tile body classify-tiles makes)
+// to different values maps to nil, which multiple treats as unknown.
 func letValues(b *ir.Block) map[string]ir.Expr {
 	env := map[string]ir.Expr{}
 	ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
 		if l, ok := s.(*ir.Let); ok {
-			if _, dup := env[l.Name]; dup {
+			if old, dup := env[l.Name]; dup && (old == nil || ir.ExprString(old) != ir.ExprString(l.Value)) {
 				env[l.Name] = nil
-			} else {
+			} else if !dup {
 				env[l.Name] = l.Value
 			}
 		}
