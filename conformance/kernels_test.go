@@ -148,6 +148,14 @@ var matrixSpecs = []string{
 	  cache paged(page_size = 16)
 	  mask window(left = 50)
 	  sinks learned }`,
+	// Integer / and % by zero and MIN / -1 at run time (DESIGN §3: by zero
+	// gives 0, never a trap), in the mask and in the score.
+	`variant ps4_div_by_zero { heads qo = 4, kv = 2
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 4)
+	  mask expr(kv_pos <= q_pos && (q_pos % (kv_pos - 3) != 1 || kv_pos / (q_pos - kv_pos) == 0))
+	  score score + 0.01 * ((q_pos - 2147483647 - 1) / (kv_pos - kv_pos - 1) % (kv_pos - 7)) }`,
 	`variant ps128_gqa4 { heads qo = 16, kv = 4
 	  head_dim 64
 	  dtype f32

@@ -56,6 +56,17 @@ ATTNC_HD_MINMAX(int32_t)
 ATTNC_HD_MINMAX(int64_t)
 ATTNC_HD_MINMAX(float)
 ATTNC_HD_MINMAX(double)
+// Integer / and % with the IR's semantics (DESIGN §3): truncate toward zero,
+// x / 0 = x % 0 = 0, MIN / -1 = MIN, MIN % -1 = 0; never a trap.
+#define ATTNC_HD_DIV(T, U) \
+  static __host__ __device__ inline T attnc_div(T a, T b) { \
+    return b == 0 ? (T)0 : b == (T)-1 ? (T)((U)0 - (U)a) : (T)(a / b); } \
+  static __host__ __device__ inline T attnc_rem(T a, T b) { \
+    return (b == 0 || b == (T)-1) ? (T)0 : (T)(a % b); }
+ATTNC_HD_DIV(int32_t, uint32_t)
+ATTNC_HD_DIV(int64_t, uint64_t)
+ATTNC_HD_DIV(int16_t, uint16_t)
+ATTNC_HD_DIV(uint8_t, uint8_t)
 `
 
 // Emit prints the CUDA C++ source of a legalized GPU module and its host
@@ -299,6 +310,9 @@ func (p *printer) expr(e ir.Expr) string {
 		if f, ok := intOps[e.Op]; ok && t != ir.Bool {
 			return fmt.Sprintf(f, x, y)
 		}
+		if (e.Op == ir.Div || e.Op == ir.Rem) && t.IsInt() && !safeDivisor(e.Y) {
+			return fmt.Sprintf("attnc_%s(%s, %s)", map[ir.BinOp]string{ir.Div: "div", ir.Rem: "rem"}[e.Op], x, y)
+		}
 		if f, ok := binOps[e.Op]; ok {
 			return fmt.Sprintf(f, x, y)
 		}
@@ -340,6 +354,13 @@ func (p *printer) expr(e ir.Expr) string {
 		}
 	}
 	panic(fmt.Sprintf("expression %s has no CUDA form", ir.ExprString(e)))
+}
+
+// safeDivisor reports whether integer division by y can use C's / and %
+// directly: a constant other than 0 and -1.
+func safeDivisor(y ir.Expr) bool {
+	c, ok := y.(*ir.Const)
+	return ok && c.Int != 0 && c.Int != -1
 }
 
 // constText prints a constant exactly: floats as hexadecimal literals,
