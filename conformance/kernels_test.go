@@ -235,7 +235,7 @@ func TestMergeHalvesEqualsWhole(t *testing.T) {
 	run := func(c *reference.Case) ([]float32, []float32) {
 		cb := s.buffers(c)
 		defer cb.free()
-		if st, err := s.call(ir.RolePrefill, cb.vals); err != nil || st != 0 {
+		if st, err := s.run(ir.RolePrefill, cb); err != nil || st != 0 {
 			t.Fatalf("prefill: status %d, %v", st, err)
 		}
 		return append([]float32(nil), s.dec(cb.o)...), append([]float32(nil), cb.lse.F32()...)
@@ -246,7 +246,7 @@ func TestMergeHalvesEqualsWhole(t *testing.T) {
 	cb := s.mergeArgs(oA, lA, oB, lB, whole.TotalQ())
 	defer cb.free()
 	bv, bs := cb.byName["v"], cb.byName["s"]
-	if st, err := s.call(ir.RoleMergeState, cb.vals); err != nil || st != 0 {
+	if st, err := s.run(ir.RoleMergeState, cb); err != nil || st != 0 {
 		t.Fatalf("merge_state: status %d, %v", st, err)
 	}
 	want := func(xs []float32) []float64 {
@@ -281,7 +281,7 @@ func TestFullyMaskedRow(t *testing.T) {
 	c := reference.NewCase(v, rand.New(rand.NewSource(1)), reference.CaseSpec{QLens: []int{30}, KVLens: []int{30}, NaNFill: true, ExtraPages: 2})
 	cb := s.buffers(c)
 	defer cb.free()
-	if st, err := s.call(ir.RolePrefill, cb.vals); err != nil || st != 0 {
+	if st, err := s.run(ir.RolePrefill, cb); err != nil || st != 0 {
 		t.Fatalf("status %d, %v", st, err)
 	}
 	o, lse := s.dec(cb.o), cb.lse.F32()
@@ -319,7 +319,7 @@ func TestNullLSE(t *testing.T) {
 		want, _ := reference.Attention(v, c)
 		cb := s.buffers(c)
 		cb.vals["lse"] = 0
-		if st, err := s.call(ir.RolePrefill, cb.vals); err != nil || st != 0 {
+		if st, err := s.run(ir.RolePrefill, cb); err != nil || st != 0 {
 			t.Fatalf("status %d, %v", st, err)
 		}
 		if e, i, ok := reference.Compare(s.dec(cb.o), want, 1e-5); !ok {

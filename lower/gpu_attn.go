@@ -119,13 +119,18 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 			nItems = mul(nItems, ir.R("splits", ir.I32))
 		}
 	} else {
-		// Every thread scans the query lengths (uniform, cheap) to size the grid-stride loop.
+		// Every thread scans the query lengths (uniform, cheap) to size the
+		// grid-stride loop. The device cannot report bad input: lengths are
+		// clamped to 0..MaxSeqLen and the item count to MaxItems, in i64,
+		// so that nothing wraps (validate tables on the host).
 		b.vr("max_qt", i32(0))
 		b.loop("vs", i32(0), bs, ir.Serial, "", func(t *blk) {
 			vs := ir.R("vs", ir.I32)
-			t.set("max_qt", maxE(ir.R("max_qt", ir.I32), ceilDiv(sub(ldi("qo_indptr", add(vs, i32(1))), ldi("qo_indptr", vs)), QT)))
+			qLen := minE(maxE(sub(i64(ldi("qo_indptr", add(vs, i32(1)))), i64(ldi("qo_indptr", vs))), i64c(0)), i64c(MaxSeqLen))
+			t.set("max_qt", maxE(ir.R("max_qt", ir.I32), ceilDiv(ir.Cvt(ir.I32, qLen), QT)))
 		})
-		nItems = mul(mul(bs, i32(l.KVH*p.HT)), ir.R("max_qt", ir.I32))
+		units := minE(mul(i64(bs), i64c(l.KVH*p.HT)), i64c(MaxItems+1))
+		nItems = ir.Cvt(ir.I32, minE(mul(units, i64(ir.R("max_qt", ir.I32))), i64c(MaxItems)))
 	}
 	b.loop("item", i32(0), nItems, ir.Parallel, "work", func(w *blk) {
 		var sb, kvh, qBeg, qLen, qLo, sp ir.Expr
