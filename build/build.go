@@ -159,7 +159,7 @@ func Build(vs []*ir.Variant, opt Options) (*Output, error) {
 					out.Manifest.Kernels = append(out.Manifest.Kernels, registry.KernelManifest{
 						Variant: v.Name, Role: string(k.Role), Symbol: k.Name, Entry: k.Entry, Target: "cpu",
 						File: v.Name + ".ll", Args: registry.Args(k), Returns: "i32 status",
-						Constraints: registry.Constraints(v),
+						Constraints: registry.Constraints(v), StackBytes: llvmgen.StackBytes(cv.Final, k.Name),
 					})
 				}
 			case "cuda":
@@ -176,7 +176,7 @@ func Build(vs []*ir.Variant, opt Options) (*Output, error) {
 				launchers = gm.Launchers
 			}
 		}
-		out.Artifacts = append(out.Artifacts, Artifact{Name: v.Name + ".h", Data: []byte(Header(v, cv.Lowered, launchers))})
+		out.Artifacts = append(out.Artifacts, Artifact{Name: v.Name + ".h", Data: []byte(Header(v, cv.Lowered, launchers, stackBytes(cv.Final)))})
 	}
 	mj, err := out.Manifest.Marshal()
 	if err != nil {

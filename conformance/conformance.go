@@ -62,6 +62,12 @@ type Suite struct {
 	// pointers, Sync and copy the outputs back (BuildCUDADevice sets it to
 	// the GPU). Nil: the entries get host pointers (CPU, emulator).
 	Dev Device
+	// Stack, when > 0, runs every host call on a new thread with a stack of
+	// this many bytes (the caller's stack a kernel may use).
+	Stack int
+	// Lowered and Final are the CPU module before and after the passes
+	// (nil for CUDA suites).
+	Lowered, Final *ir.Module
 
 	keepLoaded bool // Close leaves Lib loaded (nvcc builds)
 }
@@ -112,7 +118,7 @@ func Build(v *ir.Variant, dir string) (*Suite, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Suite{V: v, Target: "cpu", Prefix: m.Prefix, Lib: lib, Entries: cpuEntries(m)}, nil
+	return &Suite{V: v, Target: "cpu", Prefix: m.Prefix, Lib: lib, Entries: cpuEntries(m), Lowered: m, Final: final}, nil
 }
 
 // callEntry binds an entry's parameters by name, in the entry's order.
@@ -131,6 +137,9 @@ func (s *Suite) callEntry(role ir.Role, vals map[string]int64) (int32, error) {
 	}
 	if e.Stream {
 		args = append(args, 0)
+	}
+	if s.Stack > 0 {
+		return s.Lib.CallOnStack(e.Symbol, s.Stack, args...)
 	}
 	return s.Lib.Call(e.Symbol, args...)
 }

@@ -161,6 +161,9 @@ func (p *printer) stmt(s ir.Stmt) {
 	case *ir.Assign:
 		p.line("%s = %s;", s.Name, p.expr(s.Value))
 	case *ir.Alloc:
+		if s.Heap {
+			panic(fmt.Sprintf("alloc heap %s: heap scratch is CPU only (heap-scratch leaves GPU kernels alone)", s.Name))
+		}
 		if s.Shared {
 			p.line("%s* %s = (%s*)(attnc_smem + %d);", cTypes[s.T], s.Name, cTypes[s.T], p.smem)
 			p.smem += align16(s.Size * s.T.Bits() / 8)
