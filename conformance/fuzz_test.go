@@ -59,6 +59,12 @@ func FuzzKernels(f *testing.F) {
 	f.Cleanup(child.stop)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		fc := genFuzzCase(data)
+		if fc.Role == ir.RolePrefill || fc.Role == ir.RoleDecode {
+			// The rules run here too, so that the fuzzer's coverage sees
+			// which rule a case reaches (the child's coverage is not
+			// reported back).
+			validateRules(fuzzVariants()[fc.V], fc)
+		}
 		res, err := child.run(fc)
 		if err != nil {
 			t.Fatalf("%v\ncase: %s", err, fc)
