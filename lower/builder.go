@@ -87,3 +87,9 @@ func plus(x ir.Expr, n int) ir.Expr {
 
 func ceilDiv(x ir.Expr, d int) ir.Expr { return div(add(x, i32(d-1)), i32(d)) }
 func negInf() *ir.Const                { return f32(negInfV) }
+
+// rowHead is the i64 index of (row, head) in a [rows, heads] array: rows
+// come from untrusted indptrs and row * heads may pass 2^31.
+func rowHead(row ir.Expr, heads int, head ir.Expr) ir.Expr {
+	return add(mul(i64(row), i64c(heads)), i64(head))
+}

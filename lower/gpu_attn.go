@@ -190,7 +190,7 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 			}
 			// qIndex is element d of segment sg's part of query (g, r).
 			qIndex := func(sg segment, g, r, d ir.Expr) ir.Expr {
-				return add(mul(i64(add(mul(add(add(qBeg, qLo), r), i32(l.H)), add(mul(kvh, i32(G)), g))), ir.IntT(ir.I64, int64(sg.w))), i64(d))
+				return add(mul(rowHead(add(add(qBeg, qLo), r), l.H, add(mul(kvh, i32(G)), g)), ir.IntT(ir.I64, int64(sg.w))), i64(d))
 			}
 			qBuf, kBuf, vBuf := "qs", "kb", "vb"
 			stageVal := func(v ir.Expr) ir.Expr { return tof32(v) }
@@ -348,8 +348,8 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 						flat := u.let("pflat", add(mul(add(mul(sp, bs), sb), i32(l.H)), add(mul(kvh, i32(G)), g)))
 						u.store("part_o", add(mul(i64(flat), ir.IntT(ir.I64, int64(DV))), i64(dv)), val)
 					} else {
-						flat := u.let("oflat", add(mul(add(add(qBeg, qLo), r), i32(l.H)), add(mul(kvh, i32(G)), g)))
-						u.store("o", add(mul(i64(flat), ir.IntT(ir.I64, int64(DV))), i64(dv)), ir.Cvt(l.dt, val))
+						flat := u.let("oflat", rowHead(add(add(qBeg, qLo), r), l.H, add(mul(kvh, i32(G)), g)))
+						u.store("o", add(mul(flat, ir.IntT(ir.I64, int64(DV))), i64(dv)), ir.Cvt(l.dt, val))
 					}
 				})
 			}
@@ -374,7 +374,7 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 						return
 					}
 					z.when(&ir.NotNull{Buf: "lse"}, func(u *blk) {
-						u.store("lse", add(mul(add(add(qBeg, qLo), r), i32(l.H)), add(mul(kvh, i32(G)), g)), lse)
+						u.store("lse", rowHead(add(add(qBeg, qLo), r), l.H, add(mul(kvh, i32(G)), g)), lse)
 					})
 				})
 			})

@@ -269,7 +269,7 @@ func (l *lowering) attend(b *blk, w tileWork) {
 	b.loop("g", i32(0), i32(G), ir.Serial, "", func(t *blk) {
 		t.loop("r", i32(0), w.rows, ir.Serial, "", func(u *blk) {
 			row := u.let("row", rowOf())
-			qflat := u.let("qflat", i64(add(mul(add(w.qRow0, r), i32(l.H)), add(head0, g))))
+			qflat := u.let("qflat", rowHead(add(w.qRow0, r), l.H, add(head0, g)))
 			for _, sg := range l.qSegs() {
 				qrow := u.let("qrow"+segName(sg), mul(qflat, ir.IntT(ir.I64, int64(sg.w))))
 				u.loop("d", i32(0), i32(sg.w), ir.Vector, "", func(x *blk) {
@@ -418,9 +418,9 @@ func (l *lowering) softmaxUpdate(b *blk, row, kvN ir.Expr) {
 // storeOut writes a normalized row to o (storage dtype) and lse (when not NULL).
 func (l *lowering) storeOut(b *blk, qrow, head ir.Expr, acc func(ir.Expr) ir.Expr, inv, lse ir.Expr) {
 	d := ir.R("d", ir.I32)
-	flat := b.let("oflat", add(mul(qrow, i32(l.H)), head))
+	flat := b.let("oflat", rowHead(qrow, l.H, head))
 	b.loop("d", i32(0), i32(l.DV), ir.Vector, "", func(t *blk) {
-		t.store("o", add(mul(i64(flat), ir.IntT(ir.I64, int64(l.DV))), i64(d)), ir.Cvt(l.dt, mul(acc(d), inv)))
+		t.store("o", add(mul(flat, ir.IntT(ir.I64, int64(l.DV))), i64(d)), ir.Cvt(l.dt, mul(acc(d), inv)))
 	})
 	b.when(&ir.NotNull{Buf: "lse"}, func(t *blk) { t.store("lse", flat, lse) })
 }
