@@ -156,6 +156,13 @@ var matrixSpecs = []string{
 	  cache paged(page_size = 4)
 	  mask expr(kv_pos <= q_pos && (q_pos % (kv_pos - 3) != 1 || kv_pos / (q_pos - kv_pos) == 0))
 	  score score + 0.01 * ((q_pos - 2147483647 - 1) / (kv_pos - kv_pos - 1) % (kv_pos - 7)) }`,
+	// A mask that wraps i32 from kv_pos 31 on: classify-tiles must not take
+	// its interval bounds for the kernel's values.
+	`variant ps4_wrapping_mask { heads qo = 2, kv = 1
+	  head_dim 16
+	  dtype f32
+	  cache paged(page_size = 4)
+	  mask expr(kv_pos + 2147483617 >= 0 && kv_pos <= q_pos) }`,
 	`variant ps128_gqa4 { heads qo = 16, kv = 4
 	  head_dim 64
 	  dtype f32

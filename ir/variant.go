@@ -217,6 +217,11 @@ const (
 	MaxHeads     = 256
 )
 
+// MaxSeqLen is the most query or cached tokens one sequence may have
+// (2^30); the kernels reject longer ones, so positions stay below it in
+// magnitude.
+const MaxSeqLen = 1 << 30
+
 // MaxNameLen is the longest variant name: names prefix every C symbol and
 // macro of the generated artifacts.
 const MaxNameLen = 64

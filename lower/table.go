@@ -45,7 +45,7 @@ const ErrBadKVLen = -9
 // (2^30). Positions, and the sums kernels form from them (tile ends, the
 // rows of a query tile), then stay far from i32 overflow. Longer sequences
 // are rejected with BAD_QO_INDPTR or BAD_KV_LEN.
-const MaxSeqLen = 1 << 30
+const MaxSeqLen = ir.MaxSeqLen
 
 // MaxItems is the most work items one parallel loop of a CPU entry may have
 // (the loops count in i32); a call that needs more returns TOO_LARGE.
