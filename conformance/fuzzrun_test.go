@@ -495,6 +495,7 @@ func runFuzzPages(s *Suite, fc fuzzCase) fuzzResult {
 	for k, x := range sc {
 		cb.vals[k] = x
 	}
+	var dupes []func(k, v []byte) // fill the model's rows after the call
 	if fc.Role == ir.RoleAppend {
 		pm := fc.Arrays["position_map"]
 		rows := s.randomPool(rng, 1)
@@ -507,15 +508,33 @@ func runFuzzPages(s *Suite, fc fuzzCase) fuzzResult {
 			vNew[i] = rows.v[i%len(rows.v)]
 		}
 		if st32 == 0 {
+			// Rows naming the same slot race: one of them lands, which one
+			// is unspecified. The model takes, per (slot, kv head), the row
+			// the kernel left if it is one of the candidates (K and V of
+			// the same row), else the last one.
+			rowsOf := map[int32][]int{}
 			for i, slot := range pm[:sc["n"]] {
-				if slot < 0 {
-					continue
+				if slot >= 0 {
+					rowsOf[slot] = append(rowsOf[slot], i)
 				}
+			}
+			for slot, rows := range rowsOf {
+				page, off := int(slot)/v.PageSize, int(slot)%v.PageSize
 				for h := range v.KVHeads {
-					x, y := s.rowSpan(int(slot)/v.PageSize, h, int(slot)%v.PageSize, v.HeadDimQK)
-					copy(want.k[x:y], kNew[(i*v.KVHeads+h)*v.HeadDimQK*size:][:v.HeadDimQK*size])
-					x, y = s.rowSpan(int(slot)/v.PageSize, h, int(slot)%v.PageSize, v.HeadDimV)
-					copy(want.v[x:y], vNew[(i*v.KVHeads+h)*v.HeadDimV*size:][:v.HeadDimV*size])
+					kx, ky := s.rowSpan(page, h, off, v.HeadDimQK)
+					vx, vy := s.rowSpan(page, h, off, v.HeadDimV)
+					kRow := func(i int) []byte { return kNew[(i*v.KVHeads+h)*v.HeadDimQK*size:][:v.HeadDimQK*size] }
+					vRow := func(i int) []byte { return vNew[(i*v.KVHeads+h)*v.HeadDimV*size:][:v.HeadDimV*size] }
+					pick := rows[len(rows)-1]
+					dupes = append(dupes, func(k, vv []byte) {
+						for _, i := range rows {
+							if bytes.Equal(k[kx:ky], kRow(i)) && bytes.Equal(vv[vx:vy], vRow(i)) {
+								pick = i
+							}
+						}
+						copy(want.k[kx:ky], kRow(pick))
+						copy(want.v[vx:vy], vRow(pick))
+					})
 				}
 			}
 		}
@@ -538,6 +557,9 @@ func runFuzzPages(s *Suite, fc fuzzCase) fuzzResult {
 	kp := cb.add("k_pages", cpurt.U8Buffer(pool.k))
 	vp := cb.add("v_pages", cpurt.U8Buffer(pool.v))
 	st, err := s.run(fc.Role, cb)
+	for _, d := range dupes {
+		d(kp.U8(), vp.U8())
+	}
 	res := fuzzResult{Status: st}
 	switch {
 	case err != nil:
