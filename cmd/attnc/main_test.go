@@ -334,6 +334,28 @@ func TestVerifySmall(t *testing.T) {
 	}
 }
 
+// TestVerifyDivisionByZero: a mask and a score that divide by zero at run
+// time (DESIGN §3: the result is 0) pass check, build and verify; the
+// kernels used to die of SIGFPE and the reference made verify report an
+// internal error.
+func TestVerifyDivisionByZero(t *testing.T) {
+	needTools(t, true)
+	p := writeSpec(t, "div.attn", `variant divzero {
+  heads qo = 2, kv = 1
+  head_dim 32
+  dtype f32
+  cache paged(page_size = 4)
+  mask expr(kv_pos <= q_pos && q_pos % (kv_pos - 3) != 1)
+  score score + 0.01 * (q_pos / (kv_pos - q_pos))
+}
+`)
+	mustRun(t, "check", p)
+	o, e, code := attnc(t, "verify", p, "--threads", "1,3")
+	if code != 0 || !regexp.MustCompile(`(?m)^[1-9]\d* passed, 0 failed$`).MatchString(o) {
+		t.Errorf("verify: exit %d\nstdout:\n%s\nstderr:\n%s", code, o, e)
+	}
+}
+
 func TestVerifySkipsUnsupported(t *testing.T) {
 	bad := unsupported(t)
 	needTools(t, true)
