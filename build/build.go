@@ -107,20 +107,25 @@ type Variant struct {
 }
 
 // ParseSpecs reads every spec file and returns its variants in order,
-// rejecting duplicate variant names across files.
+// rejecting variant names that repeat across files, also when they differ
+// only in case (they become upper-case macros and include guards, and file
+// names on case-insensitive file systems).
 func ParseSpecs(paths []string) ([]*ir.Variant, error) {
 	var all []*ir.Variant
-	seen := map[string]ir.Pos{}
+	seen := map[string]*ir.Variant{}
 	for _, p := range paths {
 		vs, err := frontend.ParseFile(p)
 		if err != nil {
 			return nil, err
 		}
 		for _, v := range vs {
-			if first, ok := seen[v.Name]; ok {
-				return nil, ir.Errorf(v.Pos, "variant %s already defined at %s", v.Name, first)
+			key := strings.ToLower(v.Name)
+			if first, ok := seen[key]; ok && first.Name == v.Name {
+				return nil, ir.Errorf(v.Pos, "variant %s already defined at %s", v.Name, first.Pos)
+			} else if ok {
+				return nil, ir.Errorf(v.Pos, "variant %s collides with %s (defined at %s): names must differ in more than case, since they name C macros and include guards", v.Name, first.Name, first.Pos)
 			}
-			seen[v.Name] = v.Pos
+			seen[key] = v
 			all = append(all, v)
 		}
 	}
@@ -206,7 +211,7 @@ func cpuManifest(v *ir.Variant, cv *Variant) ([]registry.KernelManifest, error) 
 		out = append(out, registry.KernelManifest{
 			Variant: v.Name, Role: string(k.Role), Symbol: k.Name, Entry: k.Entry, Target: "cpu",
 			File: v.Name + ".ll", Args: args, Returns: "i32 status",
-			Constraints: registry.Constraints(v),
+			Constraints: registry.Constraints(v), StackBytes: llvmgen.StackBytes(cv.Final, k.Name),
 		})
 	}
 	return out, nil
@@ -332,7 +337,7 @@ func Build(vs []*ir.Variant, opt Options) (*Output, error) {
 				final(t, v.Name, gm.Module)
 			}
 		}
-		out.Artifacts = append(out.Artifacts, Artifact{Name: v.Name + ".h", Data: []byte(Header(v, cv.Lowered, launchers))})
+		out.Artifacts = append(out.Artifacts, Artifact{Name: v.Name + ".h", Data: []byte(Header(v, cv.Lowered, launchers, stackBytes(cv.Final)))})
 	}
 	mj, err := out.Manifest.Marshal()
 	if err != nil {

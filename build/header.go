@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/ir"
 )
 
@@ -24,9 +25,20 @@ func cType(t ir.Type) string {
 	return "int32_t"
 }
 
+// stackBytes is the stack each CPU kernel of final (after the passes)
+// needs per call.
+func stackBytes(final *ir.Module) map[string]int64 {
+	out := map[string]int64{}
+	for _, k := range final.Kernels {
+		out[k.Name] = llvmgen.StackBytes(final, k.Name)
+	}
+	return out
+}
+
 // Header renders <variant>.h for the lowered module m: status codes, the
-// runtime controls and every kernel with its argument shapes.
-func Header(v *ir.Variant, m *ir.Module, launchers []ir.Launcher) string {
+// runtime controls, the stack a call needs (stack: per kernel) and every
+// kernel with its argument shapes.
+func Header(v *ir.Variant, m *ir.Module, launchers []ir.Launcher, stack map[string]int64) string {
 	var sb strings.Builder
 	guard := "ATTNC_" + strings.ToUpper(m.Prefix) + "_H"
 	up := strings.ToUpper(m.Prefix)
@@ -44,13 +56,19 @@ func Header(v *ir.Variant, m *ir.Module, launchers []ir.Launcher) string {
 		fmt.Fprintf(&sb, "#define %s_%s (%d) /* %s */\n", up, strings.ToUpper(e.Name), e.Code, e.Msg)
 	}
 	fmt.Fprintf(&sb, "\n/* Message for a status code. */\nconst char *%s_strerror(int32_t code);\n", m.Prefix)
-	fmt.Fprintf(&sb, "/* Worker threads for later calls; n <= 0 restores the default (all online CPUs). */\nvoid %s_set_num_threads(int32_t n);\nint32_t %s_get_num_threads(void);\n", m.Prefix, m.Prefix)
+	fmt.Fprintf(&sb, "/* Worker threads for later calls: n <= 0 restores the default (all online CPUs,\n   at most %d); larger n is clamped to min(%d, max(%d, %d x online CPUs)). */\nvoid %s_set_num_threads(int32_t n);\nint32_t %s_get_num_threads(void);\n",
+		llvmgen.MaxThreads, llvmgen.MaxThreads, llvmgen.MinThreadLimit, llvmgen.ThreadsPerCPU, m.Prefix, m.Prefix)
+	var most int64
+	for _, k := range m.Kernels {
+		most = max(most, stack[k.Name])
+	}
+	fmt.Fprintf(&sb, "\n/* The most stack one call of any entry point needs on the calling thread\n   (large scratch is on the heap; worker threads get the default stack). */\n#define %s_STACK_BYTES %d\n", up, most)
 	for _, k := range m.Kernels {
 		entry := "internal kernel"
 		if k.Entry {
 			entry = "entry point"
 		}
-		fmt.Fprintf(&sb, "\n/* %s (%s). */\nint32_t %s(", k.Role, entry, k.Name)
+		fmt.Fprintf(&sb, "\n/* %s (%s; needs %d bytes of stack). */\nint32_t %s(", k.Role, entry, stack[k.Name], k.Name)
 		for i, p := range k.Params {
 			sep := ","
 			if i == len(k.Params)-1 {

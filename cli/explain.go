@@ -8,6 +8,7 @@ import (
 
 	"github.com/attnc/attnc"
 	"github.com/attnc/attnc/build"
+	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
 	"github.com/attnc/attnc/registry"
@@ -44,12 +45,12 @@ Given a call shape, explain also prints which kernel serves that call and
 how the work is split, computed by the same rule the generated code
 compiles in:
 
-  --batch N      number of sequences (default: the length of the longest
-                 --q-len/--kv-len list)
-  --q-len L      query tokens per sequence (default 1, i.e. decode)
-  --kv-len L     cached tokens per sequence, the new ones included (required
-                 with any shape flag)
-  --threads T    worker threads (default: this machine's CPUs)
+  --batch N      number of sequences, 0..2147483647 (default: the length of
+                 the longest --q-len/--kv-len list)
+  --q-len L      query tokens per sequence, 0..2^30 (default 1, i.e. decode)
+  --kv-len L     cached tokens per sequence, the new ones included, 0..2^30
+                 (required with any shape flag)
+  --threads T    worker threads, 1..1024 (default: this machine's CPUs)
 
 Each flag takes an int or a comma list. --q-len and --kv-len give one value
 for every sequence or one per sequence; --batch and --threads lists print
@@ -110,36 +111,57 @@ func (s *shapeFlags) shapes() ([]registry.Shape, error) {
 	}
 	threads := s.threads
 	if len(threads) == 0 {
-		threads = []int{runtime.NumCPU()}
+		threads = []int{min(runtime.NumCPU(), llvmgen.MaxThreads)}
 	}
-	for _, xs := range [][]int{batches, qLen, s.kvLen} {
-		for _, x := range xs {
-			if x < 0 {
-				return nil, fmt.Errorf("attnc explain: shape values must not be negative (got %d)", x)
-			}
-		}
+	const cmd = "attnc explain"
+	if err := checkBatch(cmd, batches, 0); err != nil {
+		return nil, err
 	}
-	for _, t := range threads {
-		if t < 1 {
-			return nil, fmt.Errorf("attnc explain: --threads must be at least 1 (got %d)", t)
-		}
+	if err := checkSeqLen(cmd, "--q-len", qLen, 0); err != nil {
+		return nil, err
+	}
+	if err := checkSeqLen(cmd, "--kv-len", s.kvLen, 0); err != nil {
+		return nil, err
+	}
+	if err := checkThreads(cmd, threads); err != nil {
+		return nil, err
 	}
 	var out []registry.Shape
 	for _, b := range batches {
-		ql, err := perSequence("--q-len", qLen, b)
-		if err != nil {
-			return nil, err
+		var sh registry.Shape
+		if len(qLen) == 1 && len(s.kvLen) == 1 {
+			// One length for every sequence: nothing is listed per sequence,
+			// so any batch_size is cheap to explain.
+			if b > 0 {
+				sh = registry.Shape{QLens: qLen, KVLens: s.kvLen, Batch: b}
+			}
+		} else {
+			ql, err := perSequence("--q-len", qLen, b)
+			if err != nil {
+				return nil, err
+			}
+			kl, err := perSequence("--kv-len", s.kvLen, b)
+			if err != nil {
+				return nil, err
+			}
+			sh = registry.Shape{QLens: ql, KVLens: kl}
 		}
-		kl, err := perSequence("--kv-len", s.kvLen, b)
-		if err != nil {
-			return nil, err
-		}
+		total := int64(0)
 		single := true
-		for _, q := range ql {
+		for _, q := range sh.QLens {
+			total += int64(q)
 			single = single && q == 1
 		}
+		if sh.Batch > 0 {
+			total *= int64(sh.Batch)
+		}
+		if total > maxBatch {
+			return nil, fmt.Errorf("%s: the batch has %d query tokens; qo_indptr is int32_t and holds at most %d", cmd, total, maxBatch)
+		}
+		sh.DecodeLayout = single
 		for _, t := range threads {
-			out = append(out, registry.Shape{QLens: ql, KVLens: kl, Threads: t, DecodeLayout: single})
+			sh.Threads = t
+			out = append(out, sh)
 		}
 	}
 	return out, nil
@@ -197,14 +219,21 @@ func explainVariant(w io.Writer, v *ir.Variant, shapes []registry.Shape, cfg *co
 			return fmt.Errorf("attnc explain: %s: %w", v.Name, err)
 		}
 		how := fmt.Sprintf("%s via %s, %d work items", sel.Role, sel.Symbol, sel.Items)
+		if sel.TooLarge {
+			how = fmt.Sprintf("%s via %s: status %d TOO_LARGE, more than %d work items (nothing is computed; split the batch)", sel.Role, sel.Symbol, lower.ErrTooLarge, lower.MaxItems)
+		}
 		if sel.Splits > 1 {
 			how += fmt.Sprintf(", KV split in %d chunks", sel.Splits)
 		}
 		if sel.Merge {
 			how += ", merged with merge_state"
 		}
+		batch := len(s.QLens)
+		if s.Batch > 0 {
+			batch = s.Batch
+		}
 		lines = append(lines, fmt.Sprintf("  batch=%d q_len=%s kv_len=%s threads=%d -> %s\n",
-			len(s.QLens), compactInts(s.QLens), compactInts(s.KVLens), s.Threads, how))
+			batch, compactInts(s.QLens), compactInts(s.KVLens), s.Threads, how))
 	}
 	fmt.Fprintln(w, "selection:")
 	for _, l := range lines {

@@ -11,7 +11,6 @@ import (
 	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/ir"
-	"github.com/attnc/attnc/lower"
 	"github.com/attnc/attnc/passes"
 	"github.com/attnc/attnc/reference"
 )
@@ -63,6 +62,12 @@ type Suite struct {
 	// pointers, Sync and copy the outputs back (BuildCUDADevice sets it to
 	// the GPU). Nil: the entries get host pointers (CPU, emulator).
 	Dev Device
+	// Stack, when > 0, runs every host call on a new thread with a stack of
+	// this many bytes (the caller's stack a kernel may use).
+	Stack int
+	// Lowered and Final are the CPU module before and after the passes
+	// (nil for CUDA suites).
+	Lowered, Final *ir.Module
 
 	keepLoaded bool // Close leaves Lib loaded (nvcc builds)
 }
@@ -152,7 +157,7 @@ func BuildWith(v *ir.Variant, dir string, o Options) (*Suite, error) {
 	if err := tc.BuildShared(llPath, so); err != nil {
 		return nil, err
 	}
-	s := &Suite{V: v, Target: "cpu", Prefix: cv.Lowered.Prefix, Entries: cpuEntries(cv.Lowered)}
+	s := &Suite{V: v, Target: "cpu", Prefix: cv.Lowered.Prefix, Entries: cpuEntries(cv.Lowered), Lowered: cv.Lowered, Final: cv.Final}
 	if tc.Foreign() {
 		r, err := tc.OpenRemote(so)
 		if err != nil {
@@ -195,6 +200,15 @@ func (s *Suite) callEntry(role ir.Role, vals map[string]int64) (int32, error) {
 	}
 	if e.Stream {
 		args = append(args, 0)
+	}
+	if s.Stack > 0 {
+		l, ok := s.Lib.(interface {
+			CallOnStack(sym string, stack int, args ...int64) (int32, error)
+		})
+		if !ok {
+			return 0, fmt.Errorf("%s: the %s library cannot call on a thread of a chosen stack size", e.Symbol, s.Target)
+		}
+		return l.CallOnStack(e.Symbol, s.Stack, args...)
 	}
 	return s.Lib.Call(e.Symbol, args...)
 }
@@ -465,100 +479,6 @@ func (s *Suite) mergeArgs(va, sa, vb, sb []float32, n int) *caseBuffers {
 	return cb
 }
 
-// BadInput is a corruption of a valid case and the status it must produce.
-type BadInput struct {
-	Name   string
-	Status int32
-	Break  func(ps int, vals map[string]int64, cb *caseBuffers)
-}
-
-// BadInputs lists the input errors every attention entry must reject, for
-// the variant's page table.
-func BadInputs(v *ir.Variant) []BadInput {
-	table := csrBadInputs
-	if v.Table == ir.BlockTable {
-		table = blockTableBadInputs
-	}
-	var out []BadInput
-	for _, b := range table {
-		// mask none takes any q_len and kv_len (cross attention).
-		if b.Status != lower.ErrQLenExceedsKVLen || !v.NonCausal() {
-			out = append(out, b)
-		}
-	}
-	for _, m := range v.Masks {
-		switch m.Kind {
-		case ir.MaskTree:
-			out = append(out, BadInput{"tree_order_indptr one row short", lower.ErrBadMaskIndptr, func(ps int, v map[string]int64, cb *caseBuffers) {
-				cb.byName["tree_order_indptr"].I32()[1]--
-			}})
-		case ir.MaskCustom:
-			out = append(out, BadInput{"mask_indptr too few bytes", lower.ErrBadMaskIndptr, func(ps int, v map[string]int64, cb *caseBuffers) {
-				mi := cb.byName["mask_indptr"].I32()
-				mi[1] = mi[0]
-			}})
-		}
-	}
-	return out
-}
-
-var blockTableBadInputs = []BadInput{
-	{"page id >= num_pages", lower.ErrBadPageID, func(ps int, v map[string]int64, cb *caseBuffers) { v["num_pages"] = 1 }},
-	{"page id below -1", lower.ErrBadPageID, func(ps int, v map[string]int64, cb *caseBuffers) { cb.byName["block_table"].I32()[0] = -2 }},
-	{"kv_len beyond the table", lower.ErrBadKVLen, func(ps int, v map[string]int64, cb *caseBuffers) {
-		cb.byName["kv_lens"].I32()[1] = int32(int(v["max_blocks"])*ps + 1)
-	}},
-	{"negative kv_len", lower.ErrBadKVLen, func(ps int, v map[string]int64, cb *caseBuffers) { cb.byName["kv_lens"].I32()[0] = -1 }},
-	{"negative max_blocks", lower.ErrBadArgument, func(ps int, v map[string]int64, cb *caseBuffers) { v["max_blocks"] = -1 }},
-	{"q_len > kv_len", lower.ErrQLenExceedsKVLen, func(ps int, v map[string]int64, cb *caseBuffers) {
-		qo := cb.byName["qo_indptr"].I32()
-		qo[1], qo[2] = int32(2*ps+2), int32(2*ps+2)
-	}},
-	{"negative batch_size", lower.ErrBadArgument, func(ps int, v map[string]int64, cb *caseBuffers) { v["batch_size"] = -1 }},
-}
-
-var csrBadInputs = []BadInput{
-	{"page id >= num_pages", lower.ErrBadPageID, func(ps int, v map[string]int64, cb *caseBuffers) { v["num_pages"] = 1 }},
-	{"negative page id", lower.ErrBadPageID, func(ps int, v map[string]int64, cb *caseBuffers) { cb.byName["kv_indices"].I32()[0] = -3 }},
-	{"decreasing kv_indptr", lower.ErrBadKVIndptr, func(ps int, v map[string]int64, cb *caseBuffers) { cb.byName["kv_indptr"].I32()[1] = -1 }},
-	{"decreasing qo_indptr", lower.ErrBadQOIndptr, func(ps int, v map[string]int64, cb *caseBuffers) { cb.byName["qo_indptr"].I32()[1] = -1 }},
-	{"last_page_len 0", lower.ErrBadLastPageLen, func(ps int, v map[string]int64, cb *caseBuffers) { cb.byName["kv_last_page_len"].I32()[0] = 0 }},
-	{"last_page_len > page_size", lower.ErrBadLastPageLen, func(ps int, v map[string]int64, cb *caseBuffers) { cb.byName["kv_last_page_len"].I32()[0] = 1 << 20 }},
-	{"q_len > kv_len", lower.ErrQLenExceedsKVLen, func(ps int, v map[string]int64, cb *caseBuffers) {
-		// Sequence 0 (kv_len = 2*page_size+1) gets one query more than it caches.
-		qo := cb.byName["qo_indptr"].I32()
-		qo[1], qo[2] = int32(2*ps+2), int32(2*ps+2)
-	}},
-	{"negative batch_size", lower.ErrBadArgument, func(ps int, v map[string]int64, cb *caseBuffers) { v["batch_size"] = -1 }},
-}
-
-// RunBadInputs checks that the prefill entry returns each bad input's
-// status and leaves the outputs untouched.
-func (s *Suite) RunBadInputs(seed int64) []Result {
-	v := s.V
-	var out []Result
-	for _, bad := range BadInputs(v) {
-		r := Result{Variant: v.Name, Kernel: s.Entries[ir.RolePrefill].Symbol, Case: "bad input: " + bad.Name, Threads: 1}
-		// Two sequences: 3 queries over 3 pages, then 2 queries over 2 pages.
-		ps := v.PageSize
-		spec := reference.CaseSpec{Name: bad.Name, QLens: []int{3, 2}, KVLens: []int{2*ps + 1, ps + 1}}
-		c := reference.NewCase(v, rand.New(rand.NewSource(seed)), spec)
-		cb := s.buffers(c)
-		bad.Break(ps, cb.vals, cb)
-		before := append([]byte(nil), cb.o.U8()...)
-		st, err := s.run(ir.RolePrefill, cb)
-		msg := s.strerror(st)
-		r.Pass = err == nil && st == bad.Status && string(before) == string(cb.o.U8())
-		r.Note = fmt.Sprintf("status %d (%s), want %d", st, msg, bad.Status)
-		if err != nil {
-			r.Note = err.Error()
-		}
-		cb.free()
-		out = append(out, r)
-	}
-	return out
-}
-
 // Matrix is the case list for a variant, scaled to its page size: decode
 // batches, ragged prefill with empty sequences, shared prefixes, query
 // chunks spanning several pages and tiles, kv_len not a multiple of the
@@ -572,9 +492,8 @@ func Matrix(v *ir.Variant) []reference.CaseSpec {
 		{Name: "chunk over pages", QLens: []int{70}, KVLens: []int{70 + 2*ps + 5}, NaNFill: true},
 		{Name: "prefill from empty cache", QLens: []int{37}, KVLens: []int{37}, NaNFill: true},
 	}
-	if v.Table == ir.BlockTable {
-		cases = append(cases, reference.CaseSpec{Name: "hidden block", QLens: []int{9, 2}, KVLens: []int{3*ps + 9, 4*ps + 1}, ExtraPages: 1, NaNFill: true, HideBlock: 1})
-	}
+	// A -1 entry hides a block (block tables) or a page (CSR kv_indices).
+	cases = append(cases, reference.CaseSpec{Name: "hidden block", QLens: []int{9, 2}, KVLens: []int{3*ps + 9, 4*ps + 1}, ExtraPages: 1, NaNFill: true, HideBlock: 1})
 	if v.NonCausal() {
 		// Cross / encoder attention: more queries than keys, and no keys.
 		cases = append(cases, reference.CaseSpec{Name: "cross attention q_len > kv_len", QLens: []int{9, 70, 3}, KVLens: []int{3, 2*ps + 1, 0}, ExtraPages: 1, NaNFill: true})
@@ -590,9 +509,7 @@ func DecodeMatrix(v *ir.Variant) []reference.CaseSpec {
 		{Name: "decode batch", QLens: []int{1, 1, 1}, KVLens: []int{1, 2*ps + 1, 200}, ExtraPages: 1, NaNFill: true},
 		{Name: "decode long single", QLens: []int{1}, KVLens: []int{300 + ps}, NaNFill: true},
 	}
-	if v.Table == ir.BlockTable {
-		cases = append(cases, reference.CaseSpec{Name: "decode hidden block", QLens: []int{1, 1}, KVLens: []int{2*ps + 3, 3*ps + 5}, NaNFill: true, HideBlock: 1})
-	}
+	cases = append(cases, reference.CaseSpec{Name: "decode hidden block", QLens: []int{1, 1}, KVLens: []int{2*ps + 3, 3*ps + 5}, NaNFill: true, HideBlock: 1})
 	if v.NonCausal() {
 		cases = append(cases, reference.CaseSpec{Name: "decode empty cache (mask none)", QLens: []int{1, 1, 1}, KVLens: []int{0, ps + 3, 0}, NaNFill: true})
 	}
@@ -622,9 +539,8 @@ func (s *Suite) RunAll(threads []int, seed int64) []Result {
 			}
 		}
 	}
-	if _, ok := s.Entries[ir.RolePrefill]; ok && s.Target == "cpu" {
-		out = append(out, s.RunBadInputs(seed)...)
-	}
+	out = append(out, s.RunBadInputs(seed)...)
+	out = append(out, s.RunMergeStateBad(seed)...)
 	out = append(out, s.RunPageKernels(seed)...)
 	return out
 }

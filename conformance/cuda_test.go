@@ -137,6 +137,17 @@ var cudaMatrix = []string{
 	  dtype f32
 	  cache paged(page_size = 16)
 	  scale 0.15 }`,
+	`variant cu_div_by_zero { heads qo = 2, kv = 1
+	  head_dim 64
+	  dtype f16
+	  cache paged(page_size = 8)
+	  mask expr(kv_pos <= q_pos && (q_pos % (kv_pos - 3) != 1 || kv_pos / (q_pos - kv_pos) == 0))
+	  score score + 0.01 * ((q_pos - 2147483647 - 1) / (kv_pos - kv_pos - 1) % (kv_pos - 7)) }`,
+	`variant cu_wrapping_mask { heads qo = 2, kv = 1
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 8)
+	  mask expr(kv_pos + 2147483617 >= 0 && kv_pos <= q_pos) }`,
 	`variant cu_gqa32_simt { heads qo = 32, kv = 1
 	  head_dim 64
 	  dtype f16

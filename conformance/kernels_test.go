@@ -178,6 +178,21 @@ var matrixSpecs = []string{
 	  cache paged(page_size = 16)
 	  mask window(left = 50)
 	  sinks learned }`,
+	// Integer / and % by zero and MIN / -1 at run time (DESIGN §3: by zero
+	// gives 0, never a trap), in the mask and in the score.
+	`variant ps4_div_by_zero { heads qo = 4, kv = 2
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 4)
+	  mask expr(kv_pos <= q_pos && (q_pos % (kv_pos - 3) != 1 || kv_pos / (q_pos - kv_pos) == 0))
+	  score score + 0.01 * ((q_pos - 2147483647 - 1) / (kv_pos - kv_pos - 1) % (kv_pos - 7)) }`,
+	// A mask that wraps i32 from kv_pos 31 on: classify-tiles must not take
+	// its interval bounds for the kernel's values.
+	`variant ps4_wrapping_mask { heads qo = 2, kv = 1
+	  head_dim 16
+	  dtype f32
+	  cache paged(page_size = 4)
+	  mask expr(kv_pos + 2147483617 >= 0 && kv_pos <= q_pos) }`,
 	`variant ps128_gqa4 { heads qo = 16, kv = 4
 	  head_dim 64
 	  dtype f32
@@ -257,7 +272,7 @@ func TestMergeHalvesEqualsWhole(t *testing.T) {
 	run := func(c *reference.Case) ([]float32, []float32) {
 		cb := s.buffers(c)
 		defer cb.free()
-		if st, err := s.call(ir.RolePrefill, cb.vals); err != nil || st != 0 {
+		if st, err := s.run(ir.RolePrefill, cb); err != nil || st != 0 {
 			t.Fatalf("prefill: status %d, %v", st, err)
 		}
 		return append([]float32(nil), s.dec(cb.o)...), append([]float32(nil), cb.lse.F32()...)
@@ -268,7 +283,7 @@ func TestMergeHalvesEqualsWhole(t *testing.T) {
 	cb := s.mergeArgs(oA, lA, oB, lB, whole.TotalQ())
 	defer cb.free()
 	bv, bs := cb.byName["v"], cb.byName["s"]
-	if st, err := s.call(ir.RoleMergeState, cb.vals); err != nil || st != 0 {
+	if st, err := s.run(ir.RoleMergeState, cb); err != nil || st != 0 {
 		t.Fatalf("merge_state: status %d, %v", st, err)
 	}
 	want := func(xs []float32) []float64 {
@@ -303,7 +318,7 @@ func TestFullyMaskedRow(t *testing.T) {
 	c := reference.NewCase(v, rand.New(rand.NewSource(1)), reference.CaseSpec{QLens: []int{30}, KVLens: []int{30}, NaNFill: true, ExtraPages: 2})
 	cb := s.buffers(c)
 	defer cb.free()
-	if st, err := s.call(ir.RolePrefill, cb.vals); err != nil || st != 0 {
+	if st, err := s.run(ir.RolePrefill, cb); err != nil || st != 0 {
 		t.Fatalf("status %d, %v", st, err)
 	}
 	o, lse := s.dec(cb.o), cb.lse.F32()
@@ -341,7 +356,7 @@ func TestNullLSE(t *testing.T) {
 		want, _ := reference.Attention(v, c)
 		cb := s.buffers(c)
 		cb.vals["lse"] = 0
-		if st, err := s.call(ir.RolePrefill, cb.vals); err != nil || st != 0 {
+		if st, err := s.run(ir.RolePrefill, cb); err != nil || st != 0 {
 			t.Fatalf("status %d, %v", st, err)
 		}
 		if e, i, ok := reference.Compare(s.dec(cb.o), want, 1e-5); !ok {

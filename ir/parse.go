@@ -506,7 +506,8 @@ func (p *parser) stmt() Stmt {
 		return &Var{Name: name, Init: v}
 	case "alloc":
 		shared := p.isKw("shared") && p.peekN(1).kind == tIdent
-		if shared {
+		heap := !shared && p.isKw("heap") && p.peekN(1).kind == tIdent
+		if shared || heap {
 			p.next()
 		}
 		name := p.ident().text
@@ -516,7 +517,7 @@ func (p *parser) stmt() Stmt {
 		n := p.intLit(false)
 		p.expect("]")
 		p.declare(name, decl{kind: dAlloc, t: ty})
-		return &Alloc{Name: name, T: ty, Size: int(n), Shared: shared}
+		return &Alloc{Name: name, T: ty, Size: int(n), Shared: shared, Heap: heap}
 	case "barrier":
 		return &Barrier{}
 	case "copy":

@@ -16,7 +16,7 @@ import (
 //	  let x = (a + b)
 //	  var m = -inf:f32
 //	  m = max(m, x)
-//	  alloc acc: f32[1024]
+//	  alloc acc: f32[1024]          (or alloc shared acc, alloc heap acc)
 //	  malloc w: f32[n]
 //	  free w
 //	  store acc[i] = 0:f32
@@ -147,11 +147,14 @@ func (p *printer) stmt(s Stmt) {
 	case *Assign:
 		p.line("%s = %s", s.Name, ExprString(s.Value))
 	case *Alloc:
-		shared := ""
-		if s.Shared {
-			shared = "shared "
+		kind := ""
+		switch {
+		case s.Shared:
+			kind = "shared "
+		case s.Heap:
+			kind = "heap "
 		}
-		p.line("alloc %s%s: %s[%d]", shared, s.Name, s.T, s.Size)
+		p.line("alloc %s%s: %s[%d]", kind, s.Name, s.T, s.Size)
 	case *Barrier:
 		p.line("barrier")
 	case *Copy:

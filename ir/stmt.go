@@ -29,12 +29,16 @@ type Assign struct {
 // Alloc declares a local array of Size elements of type T. Its contents are
 // undefined until stored. Each iteration of an enclosing parallel loop owns
 // its own copy. A Shared array (GPU) is one copy per block, visible to every
-// thread of the block's Threads loop; it is declared outside that loop.
+// thread of the block's Threads loop; it is declared outside that loop. A
+// Heap array (CPU, inside a parallel loop) lives in heap scratch that the
+// runtime allocates once per worker thread and call instead of on the
+// stack; the heap-scratch pass chooses which arrays go there.
 type Alloc struct {
 	Name   string
 	T      Type
 	Size   int
 	Shared bool
+	Heap   bool
 }
 
 // Barrier waits until every thread of the block reached it and makes their

@@ -356,6 +356,9 @@ func (v *verifier) stmt(s Stmt) {
 		if s.Shared && (v.par != 1 || v.thr != 0) {
 			v.fail("shared alloc %s must be in a parallel loop, outside its threads loop", s.Name)
 		}
+		if s.Heap && (v.par != 1 || v.thr != 0 || s.Shared) {
+			v.fail("heap alloc %s must be in a parallel loop, outside any threads loop, and not shared", s.Name)
+		}
 		v.declare(s.Name, dAlloc, s.T)
 	case *Copy:
 		v.expr(s.DstIndex)

@@ -57,6 +57,10 @@ func LowerGPU(v *ir.Variant) (*GPUModule, error) {
 		attnChecks = append(attnChecks, ir.Check{Fail: lt(ir.R("max_blocks", ir.I32), i32(0)), Code: ErrBadArgument})
 	}
 	noSeqs := eq(bs, i32(0))
+	// tooLarge rejects a grid of more than MaxItems blocks (counted in i64).
+	tooLarge := func(n ir.Expr, per int) ir.Check {
+		return ir.Check{Fail: gt(mul(i64(n), i64c(per)), i64c(MaxItems)), Code: ErrTooLarge}
+	}
 	smem := l.gpuPlanFor(false, false).smem
 	dsmem := l.gpuPlanFor(true, false).smem
 	dHT := l.gpuPlanFor(true, false).HT
@@ -74,7 +78,7 @@ func LowerGPU(v *ir.Variant) (*GPUModule, error) {
 		merge := l.gpuMergeSplits()
 		m.Kernels = append(m.Kernels, direct, split, merge)
 		gm.Launchers = append(gm.Launchers, ir.Launcher{Name: l.name("decode_launch"), Role: ir.RoleDecode,
-			Params: attnParams(true), Checks: attnChecks, Skip: noSeqs,
+			Params: attnParams(true), Checks: append(attnChecks[:len(attnChecks):len(attnChecks)], tooLarge(bs, l.KVH*dHT)), Skip: noSeqs,
 			Direct: []ir.Launch{{Kernel: direct.Name, Grid: "batch_size * " + itoa(l.KVH*dHT), Block: GPUThreads, Smem: dsmem}},
 			Split: []ir.Launch{{Kernel: split.Name, Grid: "batch_size * " + itoa(l.KVH*dHT) + " * splits", Block: GPUThreads, Smem: dsmem},
 				{Kernel: merge.Name, Grid: "batch_size * " + itoa(l.H), Block: GPUThreads}}})
@@ -83,14 +87,14 @@ func LowerGPU(v *ir.Variant) (*GPUModule, error) {
 		k := l.gpuMergeState()
 		m.Kernels = append(m.Kernels, k)
 		gm.Launchers = append(gm.Launchers, ir.Launcher{Name: l.name("merge_state_launch"), Role: ir.RoleMergeState,
-			Params: k.Params, Checks: []ir.Check{{Fail: lt(ir.R("n", ir.I32), i32(0)), Code: ErrBadArgument}},
+			Params: k.Params, Checks: []ir.Check{{Fail: lt(ir.R("n", ir.I32), i32(0)), Code: ErrBadArgument}, tooLarge(ir.R("n", ir.I32), l.H)},
 			Skip: eq(ir.R("n", ir.I32), i32(0)), Direct: []ir.Launch{{Kernel: k.Name, Grid: "n * " + itoa(l.H), Block: GPUThreads}}})
 	}
 	if v.HasRole(ir.RoleAppend) {
 		k := l.appendKernel(l.name("append_gpu"), true)
 		m.Kernels = append(m.Kernels, k)
 		gm.Launchers = append(gm.Launchers, ir.Launcher{Name: l.name("append_launch"), Role: ir.RoleAppend,
-			Params: k.Params, Checks: []ir.Check{{Fail: or(lt(ir.R("n", ir.I32), i32(0)), lt(np, i32(0))), Code: ErrBadArgument}},
+			Params: k.Params, Checks: []ir.Check{{Fail: or(lt(ir.R("n", ir.I32), i32(0)), lt(np, i32(0))), Code: ErrBadArgument}, tooLarge(ir.R("n", ir.I32), l.KVH)},
 			Skip: eq(ir.R("n", ir.I32), i32(0)), Direct: []ir.Launch{{Kernel: k.Name, Grid: "n * " + itoa(l.KVH), Block: GPUThreads}}})
 	}
 	if v.HasRole(ir.RoleCopyPage) {

@@ -119,13 +119,18 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 			nItems = mul(nItems, ir.R("splits", ir.I32))
 		}
 	} else {
-		// Every thread scans the query lengths (uniform, cheap) to size the grid-stride loop.
+		// Every thread scans the query lengths (uniform, cheap) to size the
+		// grid-stride loop. The device cannot report bad input: lengths are
+		// clamped to 0..MaxSeqLen and the item count to MaxItems, in i64,
+		// so that nothing wraps (validate tables on the host).
 		b.vr("max_qt", i32(0))
 		b.loop("vs", i32(0), bs, ir.Serial, "", func(t *blk) {
 			vs := ir.R("vs", ir.I32)
-			t.set("max_qt", maxE(ir.R("max_qt", ir.I32), ceilDiv(sub(ldi("qo_indptr", add(vs, i32(1))), ldi("qo_indptr", vs)), QT)))
+			qLen := minE(maxE(sub(i64(ldi("qo_indptr", add(vs, i32(1)))), i64(ldi("qo_indptr", vs))), i64c(0)), i64c(MaxSeqLen))
+			t.set("max_qt", maxE(ir.R("max_qt", ir.I32), ceilDiv(ir.Cvt(ir.I32, qLen), QT)))
 		})
-		nItems = mul(mul(bs, i32(l.KVH*p.HT)), ir.R("max_qt", ir.I32))
+		units := minE(mul(i64(bs), i64c(l.KVH*p.HT)), i64c(MaxItems+1))
+		nItems = ir.Cvt(ir.I32, minE(mul(units, i64(ir.R("max_qt", ir.I32))), i64c(MaxItems)))
 	}
 	b.loop("item", i32(0), nItems, ir.Parallel, "work", func(w *blk) {
 		var sb, kvh, qBeg, qLen, qLo, sp ir.Expr
@@ -185,7 +190,7 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 			}
 			// qIndex is element d of segment sg's part of query (g, r).
 			qIndex := func(sg segment, g, r, d ir.Expr) ir.Expr {
-				return add(mul(i64(add(mul(add(add(qBeg, qLo), r), i32(l.H)), add(mul(kvh, i32(G)), g))), ir.IntT(ir.I64, int64(sg.w))), i64(d))
+				return add(mul(rowHead(add(add(qBeg, qLo), r), l.H, add(mul(kvh, i32(G)), g)), ir.IntT(ir.I64, int64(sg.w))), i64(d))
 			}
 			qBuf, kBuf, vBuf := "qs", "kb", "vb"
 			stageVal := func(v ir.Expr) ir.Expr { return tof32(v) }
@@ -343,8 +348,8 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 						flat := u.let("pflat", add(mul(add(mul(sp, bs), sb), i32(l.H)), add(mul(kvh, i32(G)), g)))
 						u.store("part_o", add(mul(i64(flat), ir.IntT(ir.I64, int64(DV))), i64(dv)), val)
 					} else {
-						flat := u.let("oflat", add(mul(add(add(qBeg, qLo), r), i32(l.H)), add(mul(kvh, i32(G)), g)))
-						u.store("o", add(mul(i64(flat), ir.IntT(ir.I64, int64(DV))), i64(dv)), ir.Cvt(l.dt, val))
+						flat := u.let("oflat", rowHead(add(add(qBeg, qLo), r), l.H, add(mul(kvh, i32(G)), g)))
+						u.store("o", add(mul(flat, ir.IntT(ir.I64, int64(DV))), i64(dv)), ir.Cvt(l.dt, val))
 					}
 				})
 			}
@@ -369,7 +374,7 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 						return
 					}
 					z.when(&ir.NotNull{Buf: "lse"}, func(u *blk) {
-						u.store("lse", add(mul(add(add(qBeg, qLo), r), i32(l.H)), add(mul(kvh, i32(G)), g)), l.userLSE(lse))
+						u.store("lse", rowHead(add(add(qBeg, qLo), r), l.H, add(mul(kvh, i32(G)), g)), l.userLSE(lse))
 					})
 				})
 			})

@@ -85,16 +85,8 @@ func (l *lowering) prefill(decodeIsEntry bool) *ir.Kernel {
 	var b blk
 	b.vr("max_qt", i32(0))
 	b.vr("single", ir.BoolConst(true))
-	b.when(gt(ir.R("batch_size", ir.I32), i32(0)), func(t *blk) {
-		t.fail(lt(ldi("qo_indptr", i32(0)), i32(0)), ErrBadQOIndptr)
-	})
-	l.validateCache(&b, func(t *blk, vb *ir.Ref) ir.Expr {
-		qBeg := t.let("v_q_beg", ldi("qo_indptr", vb))
-		qLen := t.let("v_q_len", sub(ldi("qo_indptr", add(vb, i32(1))), qBeg))
-		t.fail(lt(qLen, i32(0)), ErrBadQOIndptr)
-		t.set("single", and(ir.R("single", ir.Bool), and(eq(qLen, i32(1)), eq(qBeg, vb))))
-		return qLen
-	}, func(t *blk, vb *ir.Ref, qLen, kvLen ir.Expr) {
+	l.validateCache(&b, true, func(t *blk, vb *ir.Ref, qLen, kvLen ir.Expr) {
+		t.set("single", and(ir.R("single", ir.Bool), and(eq(qLen, i32(1)), eq(ldi("qo_indptr", vb), vb))))
 		t.set("max_qt", maxE(ir.R("max_qt", ir.I32), ceilDiv(qLen, QT)))
 	})
 	bs := ir.R("batch_size", ir.I32)
@@ -107,7 +99,12 @@ func (l *lowering) prefill(decodeIsEntry bool) *ir.Kernel {
 		t.add(&ir.Return{Value: ir.R("st", ir.I32)})
 	})
 	maxQT := ir.R("max_qt", ir.I32)
-	nItems := b.let("n_items", mul(mul(bs, i32(l.KVH*l.headTiles())), maxQT))
+	// Items in i64: (sequence, kv head, head tile) units, capped at 2^31 so
+	// that the product with max_qt cannot wrap i64 either.
+	units := minE(mul(i64(bs), i64c(l.KVH*l.headTiles())), i64c(MaxItems+1))
+	nItems64 := b.let("n_items64", mul(units, i64(maxQT)))
+	failTooLarge(&b, nItems64)
+	nItems := b.let("n_items", ir.Cvt(ir.I32, nItems64))
 	item := ir.R("item", ir.I32)
 	b.loop("item", i32(0), nItems, ir.Parallel, "work", func(t *blk) {
 		qt := t.let("qt", rem(item, maxQT))
@@ -148,13 +145,14 @@ func (l *lowering) decode(entry bool) *ir.Kernel {
 	params := l.decodeParams()
 	var b blk
 	b.vr("max_tiles", i32(0))
-	l.validateCache(&b, func(t *blk, vb *ir.Ref) ir.Expr { return i32(1) },
-		func(t *blk, vb *ir.Ref, qLen, kvLen ir.Expr) {
-			t.set("max_tiles", maxE(ir.R("max_tiles", ir.I32), ceilDiv(kvLen, KVTile)))
-		})
+	l.validateCache(&b, false, func(t *blk, vb *ir.Ref, qLen, kvLen ir.Expr) {
+		t.set("max_tiles", maxE(ir.R("max_tiles", ir.I32), ceilDiv(kvLen, KVTile)))
+	})
 	bs := ir.R("batch_size", ir.I32)
+	items64 := b.let("items64", mul(i64(bs), i64c(l.KVH*l.headTiles())))
+	failTooLarge(&b, items64)
 	b.add(&ir.CallStmt{Result: "threads", Fn: "rt.num_threads"})
-	items := b.let("items", mul(bs, i32(l.KVH*l.headTiles())))
+	items := b.let("items", ir.Cvt(ir.I32, items64))
 	splits := b.let("splits", &ir.Call{Fn: "plan_splits", Args: []ir.Expr{items, ir.R("threads", ir.I32), ir.R("max_tiles", ir.I32)}, T: ir.I32})
 	// seq binds the per-sequence lets of a work item.
 	seq := func(t *blk, sb ir.Expr) (kvBeg, kvLen ir.Expr) {
@@ -171,9 +169,11 @@ func (l *lowering) decode(entry bool) *ir.Kernel {
 		t.add(&ir.Return{Value: i32(0)})
 	})
 	// Split-KV: chunk sp of sequence b covers tiles [sp*per, min((sp+1)*per, n)).
+	// Splits happen only with fewer items than threads (at most
+	// MaxThreads), so these counts are small; the sizes are i64 anyway.
 	rowsPerSplit := mul(bs, i32(l.H))
-	b.add(&ir.Malloc{Name: "part_o", T: ir.F32, Size: mul(mul(splits, rowsPerSplit), i32(l.DV))})
-	b.add(&ir.Malloc{Name: "part_lse", T: ir.F32, Size: mul(splits, rowsPerSplit)})
+	b.add(&ir.Malloc{Name: "part_o", T: ir.F32, Size: mul(mul(i64(splits), i64(rowsPerSplit)), i64c(l.DV))})
+	b.add(&ir.Malloc{Name: "part_lse", T: ir.F32, Size: mul(i64(splits), i64(rowsPerSplit))})
 	b.loop("item", i32(0), mul(items, splits), ir.Parallel, "work", func(u *blk) {
 		sp := u.let("sp", rem(item, splits))
 		sb, kvh, ht := l.splitItem(u, u.let("rest", div(item, splits)))
@@ -291,6 +291,7 @@ func (l *lowering) mergeState() *ir.Kernel {
 	var b blk
 	n := ir.R("n", ir.I32)
 	b.fail(lt(n, i32(0)), ErrBadArgument)
+	failTooLarge(&b, mul(i64(n), i64c(H)))
 	row := ir.R("row", ir.I32)
 	b.loop("row", i32(0), mul(n, i32(H)), ir.Parallel, "work", func(t *blk) {
 		base := t.let("base", mul(i64(row), ir.IntT(ir.I64, int64(DV))))

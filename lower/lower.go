@@ -20,19 +20,23 @@ const (
 	ErrNoMemory
 )
 
+// ErrTooLarge rejects a call that needs more than MaxItems work items.
+const ErrTooLarge = -13
+
 // Errors is the status table of every module.
 var Errors = []ir.ErrorCode{
-	{Code: ErrBadArgument, Name: "bad_argument", Msg: "a size argument (batch_size, num_pages or n) is negative"},
-	{Code: ErrBadQOIndptr, Name: "bad_qo_indptr", Msg: "qo_indptr must start at or above 0 and be non-decreasing"},
+	{Code: ErrBadArgument, Name: "bad_argument", Msg: "a size argument (batch_size, num_pages, max_blocks or n) is negative"},
+	{Code: ErrBadQOIndptr, Name: "bad_qo_indptr", Msg: "qo_indptr must start at or above 0, be non-decreasing and give each sequence at most 2^30 tokens"},
 	{Code: ErrBadKVIndptr, Name: "bad_kv_indptr", Msg: "kv_indptr must start at or above 0 and be non-decreasing"},
 	{Code: ErrBadLastPageLen, Name: "bad_last_page_len", Msg: "kv_last_page_len must be in 1..page_size for a sequence with pages"},
-	{Code: ErrBadPageID, Name: "bad_page_id", Msg: "a page id is outside 0..num_pages-1 (block tables: or -1)"},
+	{Code: ErrBadPageID, Name: "bad_page_id", Msg: "a page id is neither -1 nor in 0..num_pages-1"},
 	{Code: ErrQLenExceedsKVLen, Name: "q_len_exceeds_kv_len", Msg: "a sequence has more query tokens than cached tokens (q_len > kv_len)"},
 	{Code: ErrNoMemory, Name: "no_memory", Msg: "scratch memory allocation failed"},
-	{Code: ErrBadKVLen, Name: "bad_kv_len", Msg: "kv_lens must be in 0..max_blocks*page_size"},
+	{Code: ErrBadKVLen, Name: "bad_kv_len", Msg: "a sequence's kv_len must be in 0..2^30 (block tables: kv_lens in 0..max_blocks*page_size)"},
 	{Code: ErrBadSlot, Name: "bad_slot", Msg: "a position_map slot is outside 0..num_pages*page_size-1 and not -1"},
 	{Code: ErrBadLength, Name: "bad_length", Msg: "copy_page length must be in 0..page_size"},
-	{Code: ErrBadMaskIndptr, Name: "bad_mask_indptr", Msg: "tree_order_indptr must give each sequence q_len rows; mask_indptr enough bytes for q_len*kv_len bits"},
+	{Code: ErrBadMaskIndptr, Name: "bad_mask_indptr", Msg: "tree_order_indptr must start at or above 0, be non-decreasing and give each sequence q_len of the total_q rows; mask_indptr likewise with enough bytes for q_len*kv_len bits"},
+	{Code: ErrTooLarge, Name: "too_large", Msg: "the call needs more than 2^31-1 work items (batch_size x kv_heads x query tiles, or n x heads): split it"},
 }
 
 // KVTile is the number of KV positions a tile covers, whatever the page size:
@@ -188,17 +192,25 @@ func (l *lowering) userLSE(lse ir.Expr) ir.Expr {
 	return lse
 }
 
-// validateCache checks the size arguments and the page table of every
-// sequence; qLen gives sequence b's query count, and per-sequence extra
-// checks and reductions go in each.
-func (l *lowering) validateCache(b *blk, qCheck func(*blk, *ir.Ref) (qLen ir.Expr), each func(*blk, *ir.Ref, ir.Expr, ir.Expr)) {
+// validateCache validates an attention entry's inputs in the order the
+// comment in table.go gives (scalars, indptrs, per-sequence lengths and
+// masks, page ids) before any data is read. Sequence b's q_len is the
+// qo_indptr difference (prefill) or 1 (decode); each runs per sequence
+// after its checks, for reductions such as the longest query.
+func (l *lowering) validateCache(b *blk, prefill bool, each func(t *blk, vb *ir.Ref, qLen, kvLen ir.Expr)) {
 	bs := ir.R("batch_size", ir.I32)
 	b.fail(lt(bs, i32(0)), ErrBadArgument)
 	b.fail(lt(ir.R("num_pages", ir.I32), i32(0)), ErrBadArgument)
 	l.validateTableScalars(b)
+	l.validateIndptrs(b, prefill)
 	b.loop("vs", i32(0), bs, ir.Serial, "validate", func(t *blk) {
 		vb := ir.R("vs", ir.I32)
-		qLen := qCheck(t, vb)
+		var qLen ir.Expr = i32(1)
+		if prefill {
+			// qo_indptr is ordered: the difference cannot wrap.
+			qLen = t.let("v_q_len", sub(ldi("qo_indptr", add(vb, i32(1))), ldi("qo_indptr", vb)))
+			t.fail(gt(qLen, i32(MaxSeqLen)), ErrBadQOIndptr)
+		}
 		kvLen := l.validateTable(t, vb)
 		if !l.v.NonCausal() { // mask none: cross attention takes any q_len and kv_len
 			t.fail(gt(qLen, kvLen), ErrQLenExceedsKVLen)
@@ -206,6 +218,7 @@ func (l *lowering) validateCache(b *blk, qCheck func(*blk, *ir.Ref) (qLen ir.Exp
 		l.validateMasks(t, vb, qLen, kvLen)
 		each(t, vb, qLen, kvLen)
 	})
+	l.validatePageIDs(b)
 }
 
 // rowIndex is the element offset of (page, kv head, slot) in a page pool of
@@ -270,7 +283,7 @@ func (l *lowering) attend(b *blk, w tileWork) {
 	b.loop("g", i32(0), i32(G), ir.Serial, "", func(t *blk) {
 		t.loop("r", i32(0), w.rows, ir.Serial, "", func(u *blk) {
 			row := u.let("row", rowOf())
-			qflat := u.let("qflat", i64(add(mul(add(w.qRow0, r), i32(l.H)), add(head0, g))))
+			qflat := u.let("qflat", rowHead(add(w.qRow0, r), l.H, add(head0, g)))
 			for _, sg := range l.qSegs() {
 				qrow := u.let("qrow"+segName(sg), mul(qflat, ir.IntT(ir.I64, int64(sg.w))))
 				u.loop("d", i32(0), i32(sg.w), ir.Vector, "", func(x *blk) {
@@ -419,9 +432,9 @@ func (l *lowering) softmaxUpdate(b *blk, row, kvN ir.Expr) {
 // storeOut writes a normalized row to o (storage dtype) and lse (when not NULL).
 func (l *lowering) storeOut(b *blk, qrow, head ir.Expr, acc func(ir.Expr) ir.Expr, inv, lse ir.Expr) {
 	d := ir.R("d", ir.I32)
-	flat := b.let("oflat", add(mul(qrow, i32(l.H)), head))
+	flat := b.let("oflat", rowHead(qrow, l.H, head))
 	b.loop("d", i32(0), i32(l.DV), ir.Vector, "", func(t *blk) {
-		t.store("o", add(mul(i64(flat), ir.IntT(ir.I64, int64(l.DV))), i64(d)), ir.Cvt(l.dt, mul(acc(d), inv)))
+		t.store("o", add(mul(flat, ir.IntT(ir.I64, int64(l.DV))), i64(d)), ir.Cvt(l.dt, mul(acc(d), inv)))
 	})
 	b.when(&ir.NotNull{Buf: "lse"}, func(t *blk) { t.store("lse", flat, l.userLSE(lse)) })
 }

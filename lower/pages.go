@@ -57,12 +57,14 @@ func workItems(b *blk, n ir.Expr, gpu bool, body func(*blk)) {
 // outside the pool before writing anything; the GPU kernel skips it.
 func (l *lowering) appendKernel(name string, gpu bool) *ir.Kernel {
 	var b blk
-	n, pool := ir.R("n", ir.I32), mul(ir.R("num_pages", ir.I32), i32(l.PS))
+	// The pool's slot count in i64: num_pages * page_size may pass 2^31.
+	n, pool := ir.R("n", ir.I32), mul(i64(ir.R("num_pages", ir.I32)), i64c(l.PS))
 	pm := func(i ir.Expr) ir.Expr { return ldi("position_map", i) }
-	bad := func(slot ir.Expr) ir.Expr { return or(lt(slot, i32(-1)), ge(slot, pool)) }
+	bad := func(slot ir.Expr) ir.Expr { return or(lt(slot, i32(-1)), ge(i64(slot), pool)) }
 	row := l.rowOf(gpu)
 	if !gpu {
 		b.fail(or(lt(n, i32(0)), lt(ir.R("num_pages", ir.I32), i32(0))), ErrBadArgument)
+		failTooLarge(&b, mul(i64(n), i64c(l.KVH)))
 		b.loop("vi", i32(0), n, ir.Serial, "validate", func(t *blk) {
 			t.fail(bad(pm(ir.R("vi", ir.I32))), ErrBadSlot)
 		})
@@ -127,6 +129,7 @@ func (l *lowering) copyPageKernel(name string, gpu bool) *ir.Kernel {
 func (l *lowering) copyPageChecks() []ir.Check {
 	src, dst, length, np := ir.R("src_page", ir.I32), ir.R("dst_page", ir.I32), ir.R("length", ir.I32), ir.R("num_pages", ir.I32)
 	return []ir.Check{
+		{Fail: lt(np, i32(0)), Code: ErrBadArgument},
 		{Fail: or(or(lt(src, i32(0)), ge(src, np)), or(lt(dst, i32(0)), ge(dst, np))), Code: ErrBadPageID},
 		{Fail: or(lt(length, i32(0)), gt(length, i32(l.PS))), Code: ErrBadLength},
 	}

@@ -2,6 +2,7 @@ package passes
 
 import (
 	"fmt"
+	"math"
 	"testing"
 
 	"github.com/attnc/attnc/ir"
@@ -98,6 +99,10 @@ func TestIntervalSoundness(t *testing.T) {
 		"(kv_pos <= q_pos)", "((q_pos - kv_pos) < 3)", "((q_pos / 4) == (kv_pos / 4))",
 		"((q_pos % 4) == 0)", "(abs((q_pos - kv_pos)) > 2)", "(not((kv_pos >= 5)) | (q_pos == 7))",
 		"((((q_pos * 2) - kv_pos) >= (0 - 3)) & (max(q_pos, kv_pos) <= 9))", "((kv_pos * -2) < (q_pos - 4))",
+		// i32 wraps (the kernels' and the interpreter's semantics): near
+		// 2^31 the i64 bounds no longer describe the values.
+		"((kv_pos + 2147483617) >= 0)", "((q_pos * 1073741824) > kv_pos)", "((q_pos - 2147483647) < kv_pos)",
+		"(neg(kv_pos) < 5)", "(abs(q_pos) >= 0)", "(((kv_pos + 2147483640) / 2) > q_pos)",
 	}
 	scope := map[string]ir.Type{"q_pos": ir.I32, "kv_pos": ir.I32}
 	analysed := 0
@@ -112,34 +117,36 @@ func TestIntervalSoundness(t *testing.T) {
 			t.Fatalf("%s: %v", src, err)
 		}
 		env := map[string]ival{
-			"q_pos":  {ir.R("qa", ir.I32), ir.R("qb", ir.I32)},
-			"kv_pos": {ir.R("ka", ir.I32), ir.R("kb", ir.I32)},
+			"q_pos":  {lo: ir.R("qa", ir.I32), hi: ir.R("qb", ir.I32), mag: -math.MinInt32},
+			"kv_pos": {lo: ir.R("ka", ir.I32), hi: ir.R("kb", ir.I32), mag: -math.MinInt32},
 		}
 		bv, ok := boolInterval(e, env)
 		if !ok {
 			continue // not analysable: ClassifyTiles leaves such loops alone
 		}
 		analysed++
-		for qa := -3; qa <= 9; qa += 2 {
-			for qb := qa; qb <= qa+4; qb++ {
-				for ka := -2; ka <= 10; ka += 3 {
-					for kb := ka; kb <= ka+3; kb++ {
-						vals := map[string]any{"qa": int32(qa), "qb": int32(qb), "ka": int32(ka), "kb": int32(kb)}
-						may, _ := ir.EvalExpr(bv.may, vals)
-						must, _ := ir.EvalExpr(bv.must, vals)
-						anyTrue, all := false, true
-						for q := qa; q <= qb; q++ {
-							for k := ka; k <= kb; k++ {
-								r, err := ir.EvalExpr(e, map[string]any{"q_pos": int32(q), "kv_pos": int32(k)})
-								if err != nil {
-									t.Fatal(err)
+		for _, base := range []int{0, 1 << 30, math.MaxInt32 - 12, math.MinInt32 + 3} {
+			for qa := base - 3; qa <= base+9 && qa <= math.MaxInt32-4; qa += 2 {
+				for qb := qa; qb <= qa+4; qb++ {
+					for ka := base - 2; ka <= base+10 && ka <= math.MaxInt32-3; ka += 3 {
+						for kb := ka; kb <= ka+3; kb++ {
+							vals := map[string]any{"qa": int32(qa), "qb": int32(qb), "ka": int32(ka), "kb": int32(kb)}
+							may, _ := ir.EvalExpr(bv.may, vals)
+							must, _ := ir.EvalExpr(bv.must, vals)
+							anyTrue, all := false, true
+							for q := qa; q <= qb; q++ {
+								for k := ka; k <= kb; k++ {
+									r, err := ir.EvalExpr(e, map[string]any{"q_pos": int32(q), "kv_pos": int32(k)})
+									if err != nil {
+										t.Fatal(err)
+									}
+									anyTrue = anyTrue || r.(bool)
+									all = all && r.(bool)
 								}
-								anyTrue = anyTrue || r.(bool)
-								all = all && r.(bool)
 							}
-						}
-						if must.(bool) && !all || !may.(bool) && anyTrue {
-							t.Fatalf("%s on q[%d,%d] kv[%d,%d]: may=%v must=%v, truth any=%v all=%v", src, qa, qb, ka, kb, may, must, anyTrue, all)
+							if must.(bool) && !all || !may.(bool) && anyTrue {
+								t.Fatalf("%s on q[%d,%d] kv[%d,%d]: may=%v must=%v, truth any=%v all=%v", src, qa, qb, ka, kb, may, must, anyTrue, all)
+							}
 						}
 					}
 				}

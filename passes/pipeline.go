@@ -32,6 +32,8 @@ var Table = []Pass{
 		Desc: "carry f16/bf16 as i16 bits with explicit round-to-nearest-even conversions"},
 	{Name: "late-simplify", Run: Simplify,
 		Desc: "fold what the expansions exposed"},
+	{Name: "heap-scratch", Run: HeapScratch,
+		Desc: "move work items' local arrays of more than 1 KiB off the stack into per-worker heap scratch"},
 }
 
 // Constraint is an ordering rule of the table: Before must run before After.

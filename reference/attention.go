@@ -119,8 +119,8 @@ func check(v *ir.Variant, c *Case) {
 			panic(fmt.Sprintf("reference: case %s: sequence %d has %d pages, want %d", c.Name, b, len(c.Pages[b]), want))
 		}
 		for _, p := range c.Pages[b] {
-			if p == -1 && v.Table == ir.BlockTable {
-				continue // a hidden block
+			if p == -1 {
+				continue // a hidden block (block table) or page (CSR)
 			}
 			if p < 0 || p >= c.NumPages {
 				panic(fmt.Sprintf("reference: case %s: page id %d out of range [0, %d)", c.Name, p, c.NumPages))

@@ -56,6 +56,9 @@ type KernelManifest struct {
 	Returns     string         `json:"returns"`
 	Constraints map[string]any `json:"constraints"`
 	Launch      map[string]any `json:"launch,omitempty"`
+	// StackBytes (CPU) bounds the stack one call needs on the calling
+	// thread; large scratch lives on the heap.
+	StackBytes int64 `json:"stack_bytes,omitempty"`
 }
 
 // Arg is one argument in call order.

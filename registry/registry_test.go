@@ -111,3 +111,33 @@ func TestSelectHeadTiles(t *testing.T) {
 		t.Error("HeadTile")
 	}
 }
+
+// TestSelectTooLarge: Select counts work items in int64 as the entries do;
+// past 2^31-1 it says TOO_LARGE, and a uniform batch is never listed.
+func TestSelectTooLarge(t *testing.T) {
+	v := variant()
+	m, err := lower.Lower(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	per := int64(itemsPerSeq(v))
+	qt := int64(queryTile(v))
+	for _, tc := range []struct {
+		s        Shape
+		tooLarge bool
+		items    int
+	}{
+		{Shape{QLens: []int{1}, KVLens: []int{100}, Batch: 1000, Threads: 4}, false, int(1000 * per)},
+		{Shape{QLens: []int{1}, KVLens: []int{100}, Batch: 1<<31 - 1, Threads: 4}, per > 1, 0},
+		{Shape{QLens: []int{64}, KVLens: []int{100}, Batch: 1 << 20, Threads: 4}, false, int((1 << 20) * per * ((64 + qt - 1) / qt))},
+		{Shape{QLens: []int{1 << 30}, KVLens: []int{1 << 30}, Batch: 1 << 30, Threads: 4}, true, 0},
+	} {
+		sel, err := Select(v, m, tc.s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sel.TooLarge != tc.tooLarge || (!tc.tooLarge && sel.Items != tc.items) {
+			t.Errorf("%+v: got %+v, want too large %v, %d items", tc.s, sel, tc.tooLarge, tc.items)
+		}
+	}
+}
