@@ -420,7 +420,7 @@ var blockTableBadInputs = []BadInput{
 
 var csrBadInputs = []BadInput{
 	{"page id >= num_pages", lower.ErrBadPageID, func(ps int, v map[string]int64, cb *caseBuffers) { v["num_pages"] = 1 }},
-	{"negative page id", lower.ErrBadPageID, func(ps int, v map[string]int64, cb *caseBuffers) { cb.byName["kv_indices"].I32()[0] = -3 }},
+	{"page id below -1", lower.ErrBadPageID, func(ps int, v map[string]int64, cb *caseBuffers) { cb.byName["kv_indices"].I32()[0] = -2 }},
 	{"decreasing kv_indptr", lower.ErrBadKVIndptr, func(ps int, v map[string]int64, cb *caseBuffers) { cb.byName["kv_indptr"].I32()[1] = -1 }},
 	{"decreasing qo_indptr", lower.ErrBadQOIndptr, func(ps int, v map[string]int64, cb *caseBuffers) { cb.byName["qo_indptr"].I32()[1] = -1 }},
 	{"last_page_len 0", lower.ErrBadLastPageLen, func(ps int, v map[string]int64, cb *caseBuffers) { cb.byName["kv_last_page_len"].I32()[0] = 0 }},
@@ -473,9 +473,7 @@ func Matrix(v *ir.Variant) []reference.CaseSpec {
 		{Name: "chunk over pages", QLens: []int{70}, KVLens: []int{70 + 2*ps + 5}, NaNFill: true},
 		{Name: "prefill from empty cache", QLens: []int{37}, KVLens: []int{37}, NaNFill: true},
 	}
-	if v.Table == ir.BlockTable {
-		cases = append(cases, reference.CaseSpec{Name: "hidden block", QLens: []int{9, 2}, KVLens: []int{3*ps + 9, 4*ps + 1}, ExtraPages: 1, NaNFill: true, HideBlock: 1})
-	}
+	cases = append(cases, reference.CaseSpec{Name: "hidden page", QLens: []int{9, 2}, KVLens: []int{3*ps + 9, 4*ps + 1}, ExtraPages: 1, NaNFill: true, HideBlock: 1})
 	return cases
 }
 
@@ -487,9 +485,7 @@ func DecodeMatrix(v *ir.Variant) []reference.CaseSpec {
 		{Name: "decode batch", QLens: []int{1, 1, 1}, KVLens: []int{1, 2*ps + 1, 200}, ExtraPages: 1, NaNFill: true},
 		{Name: "decode long single", QLens: []int{1}, KVLens: []int{300 + ps}, NaNFill: true},
 	}
-	if v.Table == ir.BlockTable {
-		cases = append(cases, reference.CaseSpec{Name: "decode hidden block", QLens: []int{1, 1}, KVLens: []int{2*ps + 3, 3*ps + 5}, NaNFill: true, HideBlock: 1})
-	}
+	cases = append(cases, reference.CaseSpec{Name: "decode hidden page", QLens: []int{1, 1}, KVLens: []int{2*ps + 3, 3*ps + 5}, NaNFill: true, HideBlock: 1})
 	return cases
 }
 

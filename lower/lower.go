@@ -26,7 +26,7 @@ var Errors = []ir.ErrorCode{
 	{Code: ErrBadQOIndptr, Name: "bad_qo_indptr", Msg: "qo_indptr must start at or above 0 and be non-decreasing"},
 	{Code: ErrBadKVIndptr, Name: "bad_kv_indptr", Msg: "kv_indptr must start at or above 0 and be non-decreasing"},
 	{Code: ErrBadLastPageLen, Name: "bad_last_page_len", Msg: "kv_last_page_len must be in 1..page_size for a sequence with pages"},
-	{Code: ErrBadPageID, Name: "bad_page_id", Msg: "a page id is outside 0..num_pages-1 (block tables: or -1)"},
+	{Code: ErrBadPageID, Name: "bad_page_id", Msg: "a page id is outside 0..num_pages-1 and not -1"},
 	{Code: ErrQLenExceedsKVLen, Name: "q_len_exceeds_kv_len", Msg: "a sequence has more query tokens than cached tokens (q_len > kv_len)"},
 	{Code: ErrNoMemory, Name: "no_memory", Msg: "scratch memory allocation failed"},
 	{Code: ErrBadKVLen, Name: "bad_kv_len", Msg: "kv_lens must be in 0..max_blocks*page_size"},

@@ -37,9 +37,10 @@ func (l *lowering) tableBuf() string {
 	return "kv_indices"
 }
 
-// hidesBlocks reports whether a table entry may hide a block (-1 in a
-// block table), which then reads as masked.
-func (l *lowering) hidesBlocks() bool { return l.v.Table == ir.BlockTable }
+// hidesBlocks reports whether a table entry may hide a page, which then
+// reads as masked and is never read: -1 in a block table and, as DESIGN §3
+// says, -1 in a CSR table's kv_indices alike.
+func (l *lowering) hidesBlocks() bool { return true }
 
 // seqPages binds sequence sb's offset into the page-id buffer and its
 // cached length. With clamp (GPU kernels, which cannot report bad input)
@@ -94,7 +95,7 @@ func (l *lowering) validateTable(t *blk, vb *ir.Ref) ir.Expr {
 	kvLen := t.let("v_kv_len", sel(gt(n, i32(0)), add(mul(sub(n, i32(1)), i32(l.PS)), ldi("kv_last_page_len", vb)), i32(0)))
 	t.loop("vj", kvBeg, add(kvBeg, n), ir.Serial, "", func(u *blk) {
 		pg := u.let("v_page", ldi("kv_indices", ir.R("vj", ir.I32)))
-		u.fail(or(lt(pg, i32(0)), ge(pg, np)), ErrBadPageID)
+		u.fail(or(lt(pg, i32(-1)), ge(pg, np)), ErrBadPageID) // -1 hides the page
 	})
 	return kvLen
 }

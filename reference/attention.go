@@ -119,8 +119,8 @@ func check(v *ir.Variant, c *Case) {
 			panic(fmt.Sprintf("reference: case %s: sequence %d has %d pages, want %d", c.Name, b, len(c.Pages[b]), want))
 		}
 		for _, p := range c.Pages[b] {
-			if p == -1 && v.Table == ir.BlockTable {
-				continue // a hidden block
+			if p == -1 {
+				continue // a hidden page (block table or CSR)
 			}
 			if p < 0 || p >= c.NumPages {
 				panic(fmt.Sprintf("reference: case %s: page id %d out of range [0, %d)", c.Name, p, c.NumPages))
@@ -218,7 +218,7 @@ func Attention(v *ir.Variant, c *Case) (o []float64, lse []float64) {
 				var s []float64
 				for kv := range kvLen {
 					page, slot := c.Pages[b][kv/v.PageSize], kv%v.PageSize
-					if !visible(v, c, b, h, i, qPos, kv) || page < 0 { // -1: a block table hides the block
+					if !visible(v, c, b, h, i, qPos, kv) || page < 0 { // -1: the table hides the page
 						continue
 					}
 					k := make([]float64, dqk)

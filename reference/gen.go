@@ -23,9 +23,9 @@ type CaseSpec struct {
 	// Scale is the data magnitude: values are uniform in [-Scale, Scale]
 	// (default 1).
 	Scale float32
-	// HideBlock, when > 0, replaces block HideBlock of every sequence that
-	// has more blocks than that with -1 (block tables only): its positions
-	// are hidden and its page is never read.
+	// HideBlock, when > 0, replaces page HideBlock of every sequence that
+	// has more pages than that with -1 (a block-table entry or a CSR
+	// kv_indices entry): its positions are hidden and its page is never read.
 	HideBlock int
 }
 
