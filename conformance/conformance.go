@@ -463,7 +463,9 @@ func (s *Suite) RunBadInputs(seed int64) []Result {
 // Matrix is the case list for a variant, scaled to its page size: decode
 // batches, ragged prefill with empty sequences, shared prefixes, query
 // chunks spanning several pages and tiles, kv_len not a multiple of the
-// page size, with NaN/Inf poisoned tails and unused pages throughout.
+// page size, with NaN/Inf poisoned tails and unused pages throughout, a
+// page hidden by -1, and NaN/Inf at every position the mask hides from the
+// whole call.
 func Matrix(v *ir.Variant) []reference.CaseSpec {
 	ps := v.PageSize
 	cases := []reference.CaseSpec{
@@ -473,7 +475,8 @@ func Matrix(v *ir.Variant) []reference.CaseSpec {
 		{Name: "chunk over pages", QLens: []int{70}, KVLens: []int{70 + 2*ps + 5}, NaNFill: true},
 		{Name: "prefill from empty cache", QLens: []int{37}, KVLens: []int{37}, NaNFill: true},
 	}
-	cases = append(cases, reference.CaseSpec{Name: "hidden page", QLens: []int{9, 2}, KVLens: []int{3*ps + 9, 4*ps + 1}, ExtraPages: 1, NaNFill: true, HideBlock: 1})
+	cases = append(cases, reference.CaseSpec{Name: "hidden page", QLens: []int{9, 2}, KVLens: []int{3*ps + 9, 4*ps + 1}, ExtraPages: 1, NaNFill: true, HideBlock: 1},
+		reference.CaseSpec{Name: "NaN where masked", QLens: []int{7, 1, 30}, KVLens: []int{150 + ps, 90, 30 + 3*ps}, ExtraPages: 1, NaNFill: true, NaNMasked: true})
 	return cases
 }
 
@@ -485,7 +488,8 @@ func DecodeMatrix(v *ir.Variant) []reference.CaseSpec {
 		{Name: "decode batch", QLens: []int{1, 1, 1}, KVLens: []int{1, 2*ps + 1, 200}, ExtraPages: 1, NaNFill: true},
 		{Name: "decode long single", QLens: []int{1}, KVLens: []int{300 + ps}, NaNFill: true},
 	}
-	cases = append(cases, reference.CaseSpec{Name: "decode hidden page", QLens: []int{1, 1}, KVLens: []int{2*ps + 3, 3*ps + 5}, NaNFill: true, HideBlock: 1})
+	cases = append(cases, reference.CaseSpec{Name: "decode hidden page", QLens: []int{1, 1}, KVLens: []int{2*ps + 3, 3*ps + 5}, NaNFill: true, HideBlock: 1},
+		reference.CaseSpec{Name: "decode NaN where masked", QLens: []int{1, 1}, KVLens: []int{300 + ps, 2*ps + 70}, NaNFill: true, NaNMasked: true})
 	return cases
 }
 

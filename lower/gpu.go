@@ -116,11 +116,11 @@ func (l *lowering) gpuQT(decode bool) int {
 }
 
 // strided appends `for k in 0 .. ceil(n/NT) { let e = t + k*NT; if e < n { body(e) } }`:
-// thread t's share of n independent elements.
-func strided(b *blk, name string, n int, body func(*blk, ir.Expr)) {
+// thread t's share of n independent elements. It returns the loop.
+func strided(b *blk, name string, n int, body func(*blk, ir.Expr)) *ir.For {
 	t := ir.R("t", ir.I32)
 	k := ir.R(name+"_k", ir.I32)
-	b.loop(name+"_k", i32(0), i32((n+GPUThreads-1)/GPUThreads), ir.Serial, "", func(u *blk) {
+	return b.loop(name+"_k", i32(0), i32((n+GPUThreads-1)/GPUThreads), ir.Serial, "", func(u *blk) {
 		e := u.let(name, add(t, mul(k, i32(GPUThreads))))
 		if n%GPUThreads == 0 {
 			body(u, e)

@@ -44,6 +44,10 @@ func (l *lowering) gpuPlanFor(decode, split bool) gpuPlan {
 		p.AK = (p.R*l.DV + GPUThreads - 1) / GPUThreads
 		p.sharedF = []sharedArray{{"qs", ir.F32, p.R * l.D}, {"kb", ir.F32, KT * l.D}, {"vb", ir.F32, KT * l.DV}}
 	}
+	if p.mma {
+		// kv_seen[j] != 0: some row of the block sees position j (see zeroUnseenV).
+		p.sharedF = append(p.sharedF, sharedArray{"kv_seen", ir.I32, KT})
+	}
 	p.sharedF = append(p.sharedF, sharedArray{"sc", ir.F32, p.R * KT}, sharedArray{"mx", ir.F32, p.R},
 		sharedArray{"den", ir.F32, p.R}, sharedArray{"alpha", ir.F32, p.R})
 	if l.v.Rope != nil {
@@ -265,6 +269,10 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 				}
 				stage(kBuf, l.kSegs(), D)
 				stage(vBuf, l.vSegs(), DV)
+				if p.mma {
+					y.add(&ir.If{Tag: l.hiddenTag(), Cond: lt(t, i32(KT)), Then: &ir.Block{Stmts: []ir.Stmt{
+						&ir.Store{Buf: "kv_seen", Index: t, Value: i32(0)}}}})
+				}
 				y.add(&ir.Barrier{})
 				// scoreAt finishes the score of (row, j) from its dot
 				// product: scale, @score, @mask; -inf for padding.
@@ -285,6 +293,10 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 						}
 					})
 					z.store("sc", add(mul(row, i32(KT)), j), ir.R("s", ir.F32))
+					if p.mma { // every writer stores the same 1
+						z.add(&ir.If{Tag: l.hiddenTag(), Cond: gt(ir.R("s", ir.F32), negInf()), Then: &ir.Block{Stmts: []ir.Stmt{
+							&ir.Store{Buf: "kv_seen", Index: j, Value: i32(1)}}}})
+					}
 				}
 				if p.mma {
 					l.mmaScores(y, gid, tig, warp, scoreAt)
@@ -304,6 +316,9 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 				}
 				y.add(&ir.Barrier{})
 				l.gpuRowStats(y, R, KT, warp, lane, p.mma)
+				if p.mma {
+					l.zeroUnseenV(y, vw)
+				}
 				y.add(&ir.Barrier{})
 				if p.mma {
 					l.mmaAccumulate(y, gid, tig, warp)
@@ -318,6 +333,7 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 							u.vr("a", mul(ld("acc", ir.F32, ak), ld("alpha", ir.F32, row)))
 							j := ir.R("j", ir.I32)
 							u.loop("j", i32(0), kvN, ir.Serial, "", func(x2 *blk) {
+								l.skipHidden(x2, ld("sc", ir.F32, add(mul(row, i32(KT)), j)))
 								x2.set("a", add(ir.R("a", ir.F32), mul(ld("sc", ir.F32, add(mul(row, i32(KT)), j)), ld("vb", ir.F32, add(mul(j, i32(DV)), dv)))))
 							})
 							u.store("acc", ak, ir.R("a", ir.F32))
@@ -379,6 +395,21 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 	})
 	b.add(&ir.Return{Value: i32(0)})
 	return &ir.Kernel{Name: name, Role: roleOf(decode), Params: params, Body: b.block()}
+}
+
+// zeroUnseenV zeroes the staged V rows of positions no row of the block
+// sees (kv_seen[j] == 0). On tensor cores P·V multiplies a whole 16-row P
+// tile by V, so a zero weight cannot keep a hidden position's NaN or Inf
+// out of the sum (0 * NaN = NaN); DESIGN §3 lets such positions hold any
+// bits. It runs in the row-statistics phase, which does not touch vh;
+// tagged @hidden, classify-tiles drops it from fully visible tiles.
+func (l *lowering) zeroUnseenV(b *blk, vw int) {
+	DV := l.DV
+	f := strided(b, "ez", GPUKVTile*DV/vw, func(x *blk, c ir.Expr) {
+		e := x.let("e0", mul(c, i32(vw)))
+		x.add(&ir.If{Cond: eq(ldi("kv_seen", div(e, i32(DV))), i32(0)), Then: zeros("vh", e, vw, ir.IntT(ir.I16, 0))})
+	})
+	f.Tag = l.hiddenTag()
 }
 
 // mmaScores computes the 16 x 32 score tile on tensor cores: warp w owns
