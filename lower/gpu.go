@@ -172,7 +172,7 @@ func (l *lowering) gpuRowStats(b *blk, R, KT int, warp, lane ir.Expr, halfP bool
 					p := u.let("p", sel(live, ir.Un(ir.Exp, sub(ld("sc", ir.F32, i), mNew)), f32(0)))
 					u.store("sc", i, p)
 					if halfP {
-						u.store("ph", i, l.halfBits(p))
+						l.splitP(u, i, p)
 					}
 					u.set("ps", add(ps, p))
 				})

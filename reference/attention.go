@@ -191,14 +191,24 @@ func visible(v *ir.Variant, c *Case, b, h, i, q, kv int) bool {
 // Attention computes, in float64, o [total_q, qo_heads, d_v] and the natural
 // log-sum-exp lse [total_q, qo_heads] of the scaled (and transformed) scores,
 // learned sink included. A row with nothing visible gives o = 0 and
-// lse = -Inf. It panics on inputs it does not support (tree and custom masks,
-// rope, mla) or that do not fit v.
+// lse = -Inf. It panics on inputs that do not fit v.
 func Attention(v *ir.Variant, c *Case) (o []float64, lse []float64) {
+	o, lse, _ = AttentionMag(v, c)
+	return o, lse
+}
+
+// AttentionMag is Attention that also returns, for every element of o, the
+// magnitude its sum is made of: mag = sum_j w_j |v_j| / sum_j w_j with the
+// softmax weights w_j (a learned sink in the denominator), the scale of the
+// f32 rounding error a kernel may make before its one rounding to the
+// storage type (see CompareULP).
+func AttentionMag(v *ir.Variant, c *Case) (o, lse, mag []float64) {
 	unsupported(v)
 	check(v, c)
 	qo, dqk, dv, group := v.QOHeads, v.HeadDimQK, v.HeadDimV, v.GroupSize()
 	totalQ := c.TotalQ()
 	o = make([]float64, totalQ*qo*dv)
+	mag = make([]float64, totalQ*qo*dv)
 	lse = make([]float64, totalQ*qo)
 	row := 0
 	for b := range c.Batch {
@@ -247,6 +257,7 @@ func Attention(v *ir.Variant, c *Case) (o []float64, lse []float64) {
 					m = math.Max(m, float64(c.Sinks[h]))
 				}
 				out := o[((row+i)*qo+h)*dv:][:dv]
+				outMag := mag[((row+i)*qo+h)*dv:][:dv]
 				if math.IsInf(m, -1) {
 					lse[(row+i)*qo+h] = m
 					continue
@@ -260,18 +271,21 @@ func Attention(v *ir.Variant, c *Case) (o []float64, lse []float64) {
 					sum += w
 					page, slot := c.Pages[b][kv/v.PageSize], kv%v.PageSize
 					for d := range dv {
-						out[d] += w * float64(c.VPages[PageIndex(v, page, kh, slot, d, dv)])
+						x := float64(c.VPages[PageIndex(v, page, kh, slot, d, dv)])
+						out[d] += w * x
+						outMag[d] += w * math.Abs(x)
 					}
 				}
 				for d := range out {
 					out[d] /= sum
+					outMag[d] /= sum
 				}
 				lse[(row+i)*qo+h] = m + math.Log(sum)
 			}
 		}
 		row += qLen
 	}
-	return o, lse
+	return o, lse, mag
 }
 
 // MergeState merges two partial attention states over disjoint key sets:
@@ -279,13 +293,22 @@ func Attention(v *ir.Variant, c *Case) (o []float64, lse []float64) {
 // weighted by exp(s - max); when both sides are -Inf the row is v = 0,
 // s = -Inf.
 func MergeState(va, sa, vb, sb []float64) (v, s []float64) {
+	v, s, _ = MergeStateMag(va, sa, vb, sb)
+	return v, s
+}
+
+// MergeStateMag is MergeState that also returns, for every element of v, the
+// magnitude its weighted mean is made of, (wa|va| + wb|vb|) / (wa + wb)
+// (see AttentionMag).
+func MergeStateMag(va, sa, vb, sb []float64) (v, s, mag []float64) {
 	if len(sa) != len(sb) || len(va) != len(vb) || len(sa) == 0 && len(va) != 0 || len(sa) != 0 && len(va)%len(sa) != 0 {
 		panic(fmt.Sprintf("reference: MergeState of v %d/%d, s %d/%d", len(va), len(vb), len(sa), len(sb)))
 	}
 	v = make([]float64, len(va))
+	mag = make([]float64, len(va))
 	s = make([]float64, len(sa))
 	if len(sa) == 0 {
-		return v, s
+		return v, s, mag
 	}
 	d := len(va) / len(sa)
 	for r := range sa {
@@ -298,15 +321,18 @@ func MergeState(va, sa, vb, sb []float64) (v, s []float64) {
 		for k := r * d; k < (r+1)*d; k++ {
 			if wa != 0 {
 				v[k] += wa * va[k]
+				mag[k] += wa * math.Abs(va[k])
 			}
 			if wb != 0 {
 				v[k] += wb * vb[k]
+				mag[k] += wb * math.Abs(vb[k])
 			}
 			v[k] /= wa + wb
+			mag[k] /= wa + wb
 		}
 		s[r] = m + math.Log(wa+wb)
 	}
-	return v, s
+	return v, s, mag
 }
 
 // Compare checks got against want element-wise with error
