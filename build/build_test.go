@@ -161,7 +161,7 @@ int main(void) {
 }
 
 // inScope are the examples whose features generate kernels today.
-var inScope = []string{"llama3_8b", "mistral_7b", "gemma2_local", "chunked_alibi", "eagle_tree", "deepseek_v3_mla", "mha_softcap"}
+var inScope = []string{"llama3_8b", "llama2_streaming", "mistral_7b", "gemma2_local", "chunked_alibi", "eagle_tree", "deepseek_v3_mla", "mha_softcap"}
 
 // TestCUDAToPTX compiles every generated CUDA kernel of every in-scope
 // example to PTX for sm_80 and sm_90 with clang-19 (no CUDA headers): the
