@@ -18,7 +18,8 @@
 // scripts/gpu-check.sh runs it on a GPU and compares the prefill with
 // torch's scaled_dot_product_attention (scripts/bench_sdpa.py).
 //
-// The package imports conformance and cpurt (cgo); cmd/attnc only.
+// The package imports conformance and cpurt (cgo); only the command line
+// (cli) imports it.
 package bench
 
 import (

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/attnc/attnc/build"
 	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/ir"
@@ -69,7 +70,7 @@ type Suite struct {
 	V       *ir.Variant
 	Target  string // cpu or cuda
 	Prefix  string
-	Lib     *cpurt.Lib
+	Lib     Library
 	Entries map[ir.Role]Entry
 	// Dev, when set, is the memory the launchers work on: RunAttention and
 	// RunMergeState copy every buffer to it, call the launcher with device
@@ -78,6 +79,16 @@ type Suite struct {
 	Dev Device
 
 	keepLoaded bool // Close leaves Lib loaded (nvcc builds)
+}
+
+// Library is the loaded kernels a Suite calls: a shared library in this
+// process (*cpurt.Lib) or in a runner of another architecture
+// (*cpurt.Remote, whose memory the suite reaches through Dev).
+type Library interface {
+	Call(sym string, args ...int64) (int32, error)
+	CallVoid(sym string, args ...int64) error
+	CallStr(sym string, code int32) string
+	Close() error
 }
 
 // Entry is a public entry point and its parameters in call order; CUDA
@@ -99,24 +110,51 @@ func cpuEntries(m *ir.Module) map[ir.Role]Entry {
 	return es
 }
 
-// Build compiles v for the CPU into dir, links a shared library with the
-// LLVM tools and loads it.
-func Build(v *ir.Variant, dir string) (*Suite, error) {
-	return buildWith(v, dir, passes.Table)
+// Options says how BuildWith and BuildCUDAWith compile a variant's
+// kernels. The zero value is what `attnc build` does by default.
+type Options struct {
+	// Passes is the pass table to run (nil: the target's own,
+	// build.PassTable), e.g. one with user passes inserted.
+	Passes []passes.Pass
+	// Triple is the CPU target triple (BuildWith only; "" is the default,
+	// x86_64-unknown-linux-gnu). A triple of another architecture than
+	// this machine's runs the kernels in the target's emulator
+	// (cpurt.Remote): every case's buffers are copied to the runner and
+	// the outputs back, through the suite's Dev.
+	Triple string
 }
 
-// buildWith is Build through the given pass table (tests insert passes
-// that break the kernels on purpose).
-func buildWith(v *ir.Variant, dir string, table []passes.Pass) (*Suite, error) {
-	m, err := lower.Lower(v)
+// table is o.Passes, or target's default table.
+func (o Options) table(target string) ([]passes.Pass, error) {
+	if o.Passes != nil {
+		return o.Passes, nil
+	}
+	return build.PassTable(target)
+}
+
+// Build compiles v for the CPU into dir, links a shared library with the
+// LLVM tools and loads it.
+func Build(v *ir.Variant, dir string) (*Suite, error) { return BuildWith(v, dir, Options{}) }
+
+// BuildWith is Build with options.
+func BuildWith(v *ir.Variant, dir string, o Options) (*Suite, error) {
+	table, err := o.table("cpu")
 	if err != nil {
 		return nil, err
 	}
-	final, err := passes.RunTable(table, m, passes.Options{VerifyEach: true})
+	target, err := llvmgen.LookupTarget(o.Triple)
 	if err != nil {
 		return nil, err
 	}
-	ll, err := llvmgen.Emit(final)
+	tc, err := cpurt.ToolchainFor(target.Triple)
+	if err != nil {
+		return nil, err
+	}
+	cv, err := build.CompileWith(v, table, passes.Options{VerifyEach: true})
+	if err != nil {
+		return nil, err
+	}
+	ll, err := llvmgen.EmitFor(cv.Final, target)
 	if err != nil {
 		return nil, err
 	}
@@ -125,15 +163,35 @@ func buildWith(v *ir.Variant, dir string, table []passes.Pass) (*Suite, error) {
 		return nil, err
 	}
 	so := filepath.Join(dir, v.Name+".so")
-	if err := cpurt.BuildShared(llPath, so); err != nil {
+	if err := tc.BuildShared(llPath, so); err != nil {
 		return nil, err
 	}
-	lib, err := cpurt.Open(so)
-	if err != nil {
+	s := &Suite{V: v, Target: "cpu", Prefix: cv.Lowered.Prefix, Entries: cpuEntries(cv.Lowered)}
+	if tc.Foreign() {
+		r, err := tc.OpenRemote(so)
+		if err != nil {
+			return nil, err
+		}
+		s.Lib, s.Dev = r, &remoteDevice{r}
+		return s, nil
+	}
+	if s.Lib, err = cpurt.Open(so); err != nil {
 		return nil, err
 	}
-	return &Suite{V: v, Target: "cpu", Prefix: m.Prefix, Lib: lib, Entries: cpuEntries(m)}, nil
+	return s, nil
 }
+
+// remoteDevice is the memory of a runner process: a suite of a foreign
+// triple copies every case's buffers there.
+type remoteDevice struct{ r *cpurt.Remote }
+
+func (d *remoteDevice) Alloc(n int) (int64, error)                { return d.r.Alloc(n) }
+func (d *remoteDevice) Upload(dst int64, src *cpurt.Buffer) error { return d.r.Write(dst, src.U8()) }
+func (d *remoteDevice) Download(dst *cpurt.Buffer, src int64) error {
+	return d.r.Read(dst.U8(), src)
+}
+func (d *remoteDevice) Free(p int64) { d.r.Free(p) } //nolint:errcheck // a dead runner reports at the next call
+func (d *remoteDevice) Sync() error  { return nil }
 
 // callEntry binds an entry's parameters by name, in the entry's order.
 func (s *Suite) callEntry(role ir.Role, vals map[string]int64) (int32, error) {

@@ -401,11 +401,16 @@ func copyFile(src, dst string) error {
 // (OpenCUDA): a Suite whose cases run on the GPU, through Dev. The library
 // stays loaded until the process exits (see Suite.Close).
 func BuildCUDADevice(v *ir.Variant, dir, nvcc string) (*Suite, error) {
+	return BuildCUDADeviceWith(v, dir, nvcc, Options{})
+}
+
+// BuildCUDADeviceWith is BuildCUDADevice with options.
+func BuildCUDADeviceWith(v *ir.Variant, dir, nvcc string, o Options) (*Suite, error) {
 	dev, err := OpenCUDA()
 	if err != nil {
 		return nil, err
 	}
-	cu, gm, err := writeCUDA(v, dir)
+	cu, gm, err := writeCUDA(v, dir, o)
 	if err != nil {
 		return nil, err
 	}
@@ -421,8 +426,12 @@ func BuildCUDADevice(v *ir.Variant, dir, nvcc string) (*Suite, error) {
 }
 
 // writeCUDA compiles v with the CUDA schedule and writes dir/<variant>.cu.
-func writeCUDA(v *ir.Variant, dir string) (string, *lower.GPUModule, error) {
-	gm, err := build.CompileGPU(v, passes.Options{VerifyEach: true})
+func writeCUDA(v *ir.Variant, dir string, o Options) (string, *lower.GPUModule, error) {
+	table, err := o.table("cuda")
+	if err != nil {
+		return "", nil, err
+	}
+	gm, err := build.CompileGPUWith(v, table, passes.Options{VerifyEach: true})
 	if err != nil {
 		return "", nil, err
 	}

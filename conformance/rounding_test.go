@@ -100,7 +100,7 @@ func TestHalfComparisonCatchesMisrounding(t *testing.T) {
 			if mu.pass != nil {
 				table = withPass(*mu.pass)
 			}
-			s, err := buildWith(v, t.TempDir(), table)
+			s, err := BuildWith(v, t.TempDir(), Options{Passes: table})
 			if err != nil {
 				t.Fatalf("%s %s: %v", v.Name, mu.name, err)
 			}

@@ -129,3 +129,22 @@ func TestVerifyModuleRules(t *testing.T) {
 	}()
 	MustVerify("ok", vmod())
 }
+
+func TestWithDef(t *testing.T) {
+	m := &Module{Name: "m", Defs: []*Def{
+		{Name: "mask", Params: []*Param{{Name: "q_pos", Elem: I32}}, Body: BoolConst(true)},
+		{Name: "score", Body: Float(1)},
+	}}
+	d := &Def{Name: "mask", Params: m.Defs[0].Params, Body: Bin(Ge, R("q_pos", I32), Int(3))}
+	n := m.WithDef(d)
+	if n.Def("mask") != d || n.Def("score") != m.Defs[1] || len(n.Defs) != 2 {
+		t.Errorf("WithDef did not replace the mask Def in place: %v", n.Defs)
+	}
+	if !IsTrue(m.Def("mask").Body) {
+		t.Error("WithDef modified its receiver")
+	}
+	extra := n.WithDef(&Def{Name: "extra", Body: Int(1)})
+	if len(extra.Defs) != 3 || extra.Defs[2].Name != "extra" || len(n.Defs) != 2 {
+		t.Errorf("WithDef of a new name: %d defs", len(extra.Defs))
+	}
+}

@@ -15,10 +15,20 @@ const ABI = 1
 
 // Manifest is manifest.json.
 type Manifest struct {
-	ABI      int               `json:"abi"`
-	LSEBase  string            `json:"lse_base"`
-	Variants []VariantManifest `json:"variants"`
-	Kernels  []KernelManifest  `json:"kernels"`
+	ABI     int    `json:"abi"`
+	LSEBase string `json:"lse_base"`
+	// Targets has one section per generated target (cpu, cuda).
+	Targets  map[string]TargetManifest `json:"targets"`
+	Variants []VariantManifest         `json:"variants"`
+	Kernels  []KernelManifest          `json:"kernels"`
+}
+
+// TargetManifest is a target's section of the manifest: the target triple
+// of the code (cpu) and the passes every module of that target went
+// through, in order, user passes included.
+type TargetManifest struct {
+	Triple string   `json:"triple,omitempty"`
+	Passes []string `json:"passes"`
 }
 
 // VariantManifest records a variant's shape constraints and dispatch rules.

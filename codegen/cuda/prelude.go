@@ -55,6 +55,37 @@ import (
 //	                             nearest even, NaN stays NaN
 //	attnc_pack_f16x2(float lo, float hi), attnc_pack_bf16x2(...) -> int32_t
 //	                             an mma register: lo in bits 0-15, hi in 16-31
+//	attnc_cp_async16(void *smem_dst, const void *gmem_src)
+//	                             cp.async.cg.shared.global [dst], [src], 16:
+//	                             starts copying 16 bytes from global to shared
+//	                             memory; both addresses 16-byte aligned
+//	attnc_cp_async16_zfill(void *smem_dst, const void *gmem_src, int src_bytes)
+//	                             the same with src-size: copies the first
+//	                             src_bytes (0..16) bytes and zero-fills the rest;
+//	                             with 0 nothing is read (keep src a valid,
+//	                             aligned address all the same)
+//	attnc_cp_async_commit()      cp.async.commit_group: the thread's uncommitted
+//	                             copies form the next group
+//	attnc_cp_async_wait<N>()     cp.async.wait_group N: every group but the N
+//	                             most recent has landed (N a constant >= 0)
+//	attnc_cp_async_wait_all()    cp.async.wait_all: every copy has landed
+//	                             (copies are visible to other threads only after
+//	                             the wait and then a barrier; a barrier alone
+//	                             does not wait for them)
+//	attnc_ldmatrix_x1(int32_t r[1], const void *row), _x2(r[2], ...), _x4(r[4], ...)
+//	attnc_ldmatrix_x1_trans(...), _x2_trans, _x4_trans
+//	                             ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{,.trans}.
+//	                             shared.b16: lanes 8i..8i+7 pass the shared
+//	                             addresses (16-byte aligned) of rows 0..7 of
+//	                             8x8 matrix i; lane l receives in r[i] row l/4,
+//	                             columns 2(l%4) and 2(l%4)+1 (low, high half) of
+//	                             matrix i, or with _trans its elements
+//	                             (2(l%4), l/4) and (2(l%4)+1, l/4): the mma
+//	                             fragments (x4 of a row-major 16x16 tile gives
+//	                             A with lane l passing &tile[l%16][8*(l/16)];
+//	                             B from an [n][k] tile without, from a [k][n]
+//	                             tile with _trans). Every lane of the warp
+//	                             calls it together
 //	int8_t ... uint64_t, size_t  (the clang branch typedefs them itself)
 //
 // Types in every branch: attnc_stream_t = cudaStream_t (emulator: void*; the
@@ -247,6 +278,72 @@ ATTNC_FN_ uint16_t attnc_f32_to_bf16(float f) {
   asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
   return h;
 }
+/* Generic to .shared (32-bit) and .global addresses for cp.async/ldmatrix. */
+ATTNC_FN_ uint32_t attnc_smem_addr_(const void *p) {
+  uint32_t a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+ATTNC_FN_ uint64_t attnc_gmem_addr_(const void *p) {
+  uint64_t a;
+  asm("cvta.to.global.u64 %0, %1;" : "=l"(a) : "l"(p));
+  return a;
+}
+ATTNC_FN_ void attnc_cp_async16(void *smem_dst, const void *gmem_src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
+               :
+               : "r"(attnc_smem_addr_(smem_dst)), "l"(attnc_gmem_addr_(gmem_src))
+               : "memory");
+}
+ATTNC_FN_ void attnc_cp_async16_zfill(void *smem_dst, const void *gmem_src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+               :
+               : "r"(attnc_smem_addr_(smem_dst)), "l"(attnc_gmem_addr_(gmem_src)), "r"(src_bytes)
+               : "memory");
+}
+ATTNC_FN_ void attnc_cp_async_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+ATTNC_FN_ void attnc_cp_async_wait(void) {
+  static_assert(N >= 0, "attnc_cp_async_wait<N>: N >= 0");
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+ATTNC_FN_ void attnc_cp_async_wait_all(void) { asm volatile("cp.async.wait_all;" ::: "memory"); }
+ATTNC_FN_ void attnc_ldmatrix_x1(int32_t r[1], const void *row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
+               : "=r"(r[0])
+               : "r"(attnc_smem_addr_(row))
+               : "memory");
+}
+ATTNC_FN_ void attnc_ldmatrix_x2(int32_t r[2], const void *row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(attnc_smem_addr_(row))
+               : "memory");
+}
+ATTNC_FN_ void attnc_ldmatrix_x4(int32_t r[4], const void *row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(attnc_smem_addr_(row))
+               : "memory");
+}
+ATTNC_FN_ void attnc_ldmatrix_x1_trans(int32_t r[1], const void *row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
+               : "=r"(r[0])
+               : "r"(attnc_smem_addr_(row))
+               : "memory");
+}
+ATTNC_FN_ void attnc_ldmatrix_x2_trans(int32_t r[2], const void *row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(attnc_smem_addr_(row))
+               : "memory");
+}
+ATTNC_FN_ void attnc_ldmatrix_x4_trans(int32_t r[4], const void *row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(attnc_smem_addr_(row))
+               : "memory");
+}
 /* cvt.rn.{f16,bf16}x2.f32 d, a, b puts a in the upper half, b in the lower. */
 ATTNC_FN_ int32_t attnc_pack_f16x2(float lo, float hi) {
   int32_t r;
@@ -275,6 +372,10 @@ var PreludeDeviceNames = []string{
 	"attnc_f32_as_i32", "attnc_i32_as_f32",
 	"attnc_f16_to_f32", "attnc_f32_to_f16", "attnc_bf16_to_f32", "attnc_f32_to_bf16",
 	"attnc_pack_f16x2", "attnc_pack_bf16x2",
+	"attnc_cp_async16", "attnc_cp_async16_zfill", "attnc_cp_async_commit", "attnc_cp_async_wait",
+	"attnc_cp_async_wait_all",
+	"attnc_ldmatrix_x1", "attnc_ldmatrix_x2", "attnc_ldmatrix_x4",
+	"attnc_ldmatrix_x1_trans", "attnc_ldmatrix_x2_trans", "attnc_ldmatrix_x4_trans",
 }
 
 // PreludeTypeNames are types every branch defines (the clang branch too, so

@@ -124,7 +124,7 @@ func TestPreludeNVCCBranchWithStubHeaders(t *testing.T) {
 #ifdef ATTNC_NO_HOST
 #error "the nvcc branch has a host side"
 #endif
-` + testKernels
+` + testKernels + asyncKernels
 	cu := filepath.Join(dir, "k.cu")
 	if err := os.WriteFile(cu, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
@@ -166,7 +166,9 @@ func TestPreludeNamesInEveryBranch(t *testing.T) {
 	emu := string(EmuHeader())
 	defined := func(text, name string) bool {
 		re := regexp.MustCompile(`(?m)^(#define\s+` + name + `\b|(ATTNC_FN_|static inline|typedef)[^\n]*\b` + name + `\b)`)
-		return re.MatchString(text)
+		// A template's declaration starts on the line after template <...>.
+		re2 := regexp.MustCompile(`(?m)^template <[^>\n]*>\n(ATTNC_FN_|static inline)[^\n]*\b` + name + `\b`)
+		return re.MatchString(text) || re2.MatchString(text)
 	}
 	for _, name := range PreludeDeviceNames {
 		if !defined(nvcc+common, name) {

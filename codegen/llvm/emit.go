@@ -27,6 +27,9 @@
 //     assignments to outer vars, malloc and free of outer buffers inside a
 //     parallel body are errors.
 //
+// Emit prints for x86-64 Linux; EmitFor prints the same IR for another
+// target of Targets (aarch64 Linux): only the triple and data layout differ.
+//
 // The runtime emitted into every module links against libc and libpthread
 // only (libm for tanh): <prefix>_set_num_threads, <prefix>_get_num_threads,
 // <prefix>_strerror and the internal thread pool entry <prefix>.parallel_for.
@@ -46,11 +49,40 @@ import (
 	"github.com/llir/llvm/ir/value"
 )
 
-// Target triple and data layout of every emitted module.
-const (
-	TargetTriple = "x86_64-unknown-linux-gnu"
-	DataLayout   = "e-m:e-p270:32:32-p271:32:32-p272:64:64-i64:64-f80:128-n8:16:32:64-S128"
-)
+// Target is a CPU the emitted module is for: its LLVM target triple and
+// data layout (LLVM 14's for that triple). The IR is otherwise the same for
+// every target: scalar loops that opt -O3 vectorizes for the target's SIMD
+// (AVX2 or SSE on x86-64, NEON on aarch64), libc and pthread calls whose C
+// types have the same LLVM types on every listed target.
+type Target struct {
+	Triple     string
+	DataLayout string
+}
+
+// Targets are the CPU targets Emit knows; the first is the default.
+var Targets = []Target{
+	{Triple: "x86_64-unknown-linux-gnu", DataLayout: "e-m:e-p270:32:32-p271:32:32-p272:64:64-i64:64-f80:128-n8:16:32:64-S128"},
+	{Triple: "aarch64-unknown-linux-gnu", DataLayout: "e-m:e-i8:8:32-i16:16:32-i64:64-i128:128-n32:64-S128"},
+}
+
+// DefaultTriple is the triple of the default target, Targets[0].
+const DefaultTriple = "x86_64-unknown-linux-gnu"
+
+// LookupTarget returns the target of triple ("" is DefaultTriple), or an
+// error naming the known triples.
+func LookupTarget(triple string) (Target, error) {
+	if triple == "" {
+		triple = DefaultTriple
+	}
+	var known []string
+	for _, t := range Targets {
+		if t.Triple == triple {
+			return t, nil
+		}
+		known = append(known, t.Triple)
+	}
+	return Target{}, fmt.Errorf("unknown target triple %q (known: %s)", triple, strings.Join(known, ", "))
+}
 
 // NoMemoryError is the name of the module error whose code a kernel returns
 // when malloc fails (-1 when the module has no such error).
@@ -61,9 +93,12 @@ type emitError struct{ msg string }
 
 func (e *emitError) Error() string { return e.msg }
 
-// Emit prints m as LLVM 14 IR text. The output is deterministic byte for
-// byte.
-func Emit(m *ir.Module) (out string, err error) {
+// Emit prints m as LLVM 14 IR text for the default target. The output is
+// deterministic byte for byte.
+func Emit(m *ir.Module) (string, error) { return EmitFor(m, Targets[0]) }
+
+// EmitFor prints m as LLVM 14 IR text for target t.
+func EmitFor(m *ir.Module, t Target) (out string, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			if ee, ok := r.(*emitError); ok {
@@ -76,7 +111,11 @@ func Emit(m *ir.Module) (out string, err error) {
 	if m == nil {
 		return "", fmt.Errorf("llvm: nil module")
 	}
+	if t.Triple == "" || t.DataLayout == "" {
+		return "", fmt.Errorf("llvm: target %+v has no triple or data layout", t)
+	}
 	e := newEmitter(m)
+	e.target = t
 	e.module()
 	return e.mod.String(), nil
 }
@@ -90,6 +129,7 @@ type kernelFn struct {
 type emitter struct {
 	m      *ir.Module
 	mod    *lir.Module
+	target Target
 	prefix string
 
 	kernels   []*kernelFn
@@ -145,8 +185,8 @@ func (e *emitter) module() {
 	if e.prefix == "" {
 		e.fail("module has neither a prefix nor a name")
 	}
-	e.mod.TargetTriple = TargetTriple
-	e.mod.DataLayout = DataLayout
+	e.mod.TargetTriple = e.target.Triple
+	e.mod.DataLayout = e.target.DataLayout
 	if m.Name != "" {
 		e.mod.SourceFilename = m.Name
 	}

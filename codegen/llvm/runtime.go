@@ -11,7 +11,8 @@ import (
 	"github.com/llir/llvm/ir/value"
 )
 
-// scNProcessorsOnln is _SC_NPROCESSORS_ONLN on x86-64 Linux (glibc).
+// scNProcessorsOnln is _SC_NPROCESSORS_ONLN in glibc, the same on x86-64
+// and aarch64 Linux.
 const scNProcessorsOnln = 84
 
 // The runtime of every module:

@@ -1,5 +1,5 @@
 // Package needtool holds the one rule for tests that need an external tool
-// (LLVM 14, gcc/g++, clang-19): without it a test skips and says why, but
+// (LLVM 14, gcc/g++, clang-19, ptxas/cuobjdump): without it a test skips and says why, but
 // in CI (CI set in the environment, as .ci/run does) it fails, so CI never
 // passes by skipping. It imports only the standard library; only tests
 // import it.

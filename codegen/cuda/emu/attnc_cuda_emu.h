@@ -30,8 +30,15 @@
 //    a message goes to stderr (and attnc_emu_last_message()), the remaining
 //    blocks are skipped and attnc_last_error() returns nonzero.
 //    ATTNC_EMU_QUIET=1 keeps such messages off stderr.
-//  - Warp shuffles and mma exchange values through per-warp slots between two
-//    warp barriers.
+//  - Warp shuffles, mma and ldmatrix exchange values through per-warp slots
+//    between two warp barriers; ldmatrix hands out fragments lane by lane as
+//    the PTX ISA defines them (see Sched::ldmatrix) and checks that every row
+//    address in use is 16-byte aligned and inside the block's shared memory.
+//  - cp.async (attnc_cp_async16*) is asynchronous until the
+//    attnc_cp_async_wait<N>/wait_all that guarantees it: the destination reads
+//    as 0xFF bytes (NaN) from the issue until then, the copy lands at that wait
+//    (never at a barrier), and copies still in flight when a thread returns
+//    never land (see Sched::cp_async).
 //
 // Context switches use a 15-instruction assembly routine on x86-64 (about ten
 // times faster than swapcontext, which makes a system call per switch) and
@@ -243,10 +250,25 @@ void fiber_main();
 
 enum FiberState { kRunnable, kWaitBlock, kWaitWarp, kDone };
 
+// One cp.async in flight: 16 bytes from src (src_bytes of them, the rest
+// zeros) to dst, in commit group `group` (0: not committed yet).
+struct AsyncCopy {
+  unsigned char *dst;
+  const unsigned char *src;
+  int src_bytes;
+  int group;
+};
+
+// At most this many cp.async in flight per thread (a kernel that never
+// waits would otherwise grow the queue without bound).
+const size_t kMaxAsyncCopies = 1 << 16;
+
 struct Fiber {
   Ctx ctx;
   int tid = 0;
   int state = kDone;
+  std::vector<AsyncCopy> copies;  // issued and not yet completed, in issue order
+  int groups = 0;                 // commit groups so far
 };
 
 // Warp operations; each has two barriers (deposit, then read before reuse).
@@ -255,6 +277,7 @@ enum WarpOp {
   kOpShflIdx = 3,
   kOpMmaF16 = 5,
   kOpMmaBF16 = 7,
+  kOpLdmatrix = 9,  // + 2 * (3 * trans + log2(num)): x1 x2 x4, then their .trans
 };
 
 const char *op_name(int tag) {  // tag is an op or op + 1
@@ -263,6 +286,12 @@ const char *op_name(int tag) {  // tag is an op or op + 1
     case (kOpShflIdx - 1) / 2: return "attnc_shfl_idx";
     case (kOpMmaF16 - 1) / 2: return "attnc_mma_f16";
     case (kOpMmaBF16 - 1) / 2: return "attnc_mma_bf16";
+    case (kOpLdmatrix - 1) / 2: return "attnc_ldmatrix_x1";
+    case (kOpLdmatrix + 1) / 2: return "attnc_ldmatrix_x2";
+    case (kOpLdmatrix + 3) / 2: return "attnc_ldmatrix_x4";
+    case (kOpLdmatrix + 5) / 2: return "attnc_ldmatrix_x1_trans";
+    case (kOpLdmatrix + 7) / 2: return "attnc_ldmatrix_x2_trans";
+    case (kOpLdmatrix + 9) / 2: return "attnc_ldmatrix_x4_trans";
   }
   return "?";
 }
@@ -273,6 +302,7 @@ struct Warp {
   uint32_t slot[32];
   int32_t a[32][4];
   int32_t b[32][2];
+  const unsigned char *row[32];  // ldmatrix row addresses
 };
 
 struct Launch {
@@ -419,6 +449,8 @@ struct Sched {
       Fiber &f = fibers[i];
       f.tid = i;
       f.state = kRunnable;
+      f.copies.clear();
+      f.groups = 0;
       char *lo = stacks + slot_size * (size_t)i + page_size();
 #if ATTNC_EMU_FAST_SWITCH
       uintptr_t top = ((uintptr_t)(lo + stack_size)) & ~(uintptr_t)15;
@@ -477,7 +509,11 @@ struct Sched {
     L->failed.store(true);
   }
 
+  // A thread that returns with cp.async in flight: nobody waited for them,
+  // so their destinations stay poisoned (on a GPU the data would land at
+  // some unknown time).
   void finish() {
+    cur->copies.clear();
     cur->state = kDone;
     ndone++;
     switch_away();
@@ -585,6 +621,117 @@ struct Sched {
     }
     warp_barrier(W, tag + 1);
     for (int i = 0; i < 4; i++) d[i] = out[i];
+  }
+
+  // ---- cp.async: asynchronous until its wait -------------------------------
+  //
+  // PTX ISA 8.x, 9.7.9.25.3 "Data Movement and Conversion Instructions:
+  // cp.async" (cp.async, cp.async.commit_group, cp.async.wait_group /
+  // wait_all): a cp.async is a weak memory operation of the executing thread
+  // that completes at some unknown time; cp.async.commit_group closes the
+  // thread's uncommitted cp.asyncs into a cp.async-group; cp.async.wait_group N
+  // waits until at most the N most recent groups are pending (all older ones
+  // complete); wait_all = commit_group + wait_group 0. Nothing else (not
+  // bar.sync) waits for them, and the writes are visible to other threads only
+  // through a barrier after the wait.
+  //
+  // The emulator performs each copy as late as that allows, at the wait that
+  // guarantees it, and fills the destination with 0xFF bytes (a NaN pattern) at
+  // issue: a thread that reads the destination before its wait, or another
+  // thread that reads it before a barrier after that wait, sees NaN, and a
+  // store into a destination still in flight is overwritten when the copy
+  // lands. The source is read at the wait.
+
+  bool in_smem(const void *p, size_t bytes) const {
+    const unsigned char *a = (const unsigned char *)p;
+    return a >= smem && (size_t)(a - smem) <= L->smem && L->smem - (size_t)(a - smem) >= bytes;
+  }
+
+  void cp_async(void *dst, const void *src, int src_bytes, const char *what) {
+    Fiber *f = cur;
+    if (src_bytes < 0 || src_bytes > 16) fail_fiber("%s: src_bytes %d outside 0..16", what, src_bytes);
+    if ((uintptr_t)dst % 16 != 0) fail_fiber("%s: shared destination %p is not 16-byte aligned", what, dst);
+    if (!in_smem(dst, 16))
+      fail_fiber("%s: destination %p..+16 is outside the block's %zu bytes of dynamic shared memory", what, dst,
+                 L->smem);
+    if ((uintptr_t)src % 16 != 0) fail_fiber("%s: global source %p is not 16-byte aligned", what, src);
+    if (f->copies.size() >= kMaxAsyncCopies)
+      fail_fiber("%s: %zu cp.async in flight without a wait", what, f->copies.size());
+    memset(dst, 0xFF, 16);
+    f->copies.push_back(AsyncCopy{(unsigned char *)dst, (const unsigned char *)src, src_bytes, 0});
+  }
+
+  void cp_async_commit() {
+    Fiber *f = cur;
+    f->groups++;
+    for (AsyncCopy &c : f->copies)
+      if (c.group == 0) c.group = f->groups;
+  }
+
+  // Completes every committed copy of a group older than the n most recent.
+  void cp_async_wait(int n) {
+    Fiber *f = cur;
+    if (n < 0) fail_fiber("attnc_cp_async_wait<%d>: negative group count", n);
+    int last = f->groups - n;  // groups 1..last complete
+    size_t keep = 0;
+    for (size_t i = 0; i < f->copies.size(); i++) {
+      AsyncCopy c = f->copies[i];
+      if (c.group != 0 && c.group <= last) {
+        if (c.src_bytes > 0) memcpy(c.dst, c.src, (size_t)c.src_bytes);
+        memset(c.dst + c.src_bytes, 0, (size_t)(16 - c.src_bytes));
+      } else {
+        f->copies[keep++] = c;
+      }
+    }
+    f->copies.resize(keep);
+  }
+
+  void cp_async_wait_all() {
+    cp_async_commit();
+    cp_async_wait(0);
+  }
+
+  // ---- ldmatrix, lane by lane ---------------------------------------------
+  //
+  // PTX ISA 8.x, 9.7.14.5.15 "Warp-level matrix load instruction: ldmatrix",
+  // ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{,.trans}.shared.b16: num (1, 2, 4)
+  // 8x8 matrices of 16-bit elements, each row 16 contiguous bytes at a
+  // 16-byte-aligned shared address. Lanes 8i..8i+7 give the addresses of rows
+  // 0..7 of matrix i (for x1 and x2 the other lanes' addresses are not used).
+  // Each lane receives one 32-bit register per matrix: lane l holds row l/4,
+  // elements 2(l%4) and 2(l%4)+1, the lower-indexed one in the low 16 bits
+  // (four consecutive lanes hold a row). With .trans the matrix is read in
+  // column-major order: lane l receives elements (2(l%4), l/4) and
+  // (2(l%4)+1, l/4) of the stored matrix (row, column). Every lane of the
+  // warp must execute the same ldmatrix.
+  void ldmatrix(int32_t *r, int num, bool trans, const void *row) {
+    int log2n = num == 1 ? 0 : num == 2 ? 1 : 2;
+    int tag = kOpLdmatrix + 2 * (3 * (int)trans + log2n);
+    Warp &W = warp_enter(op_name(tag));
+    int lane = cur->tid & 31;
+    if (lane < 8 * num) {
+      if ((uintptr_t)row % 16 != 0)
+        fail_fiber("%s: lane %d's row address %p is not 16-byte aligned", op_name(tag), lane, row);
+      if (!in_smem(row, 16))
+        fail_fiber("%s: lane %d's row %p..+16 is outside the block's %zu bytes of dynamic shared memory",
+                   op_name(tag), lane, row, L->smem);
+    }
+    W.row[lane] = (const unsigned char *)row;
+    warp_barrier(W, tag);
+    auto elem = [&](int m, int i, int j) {  // matrix m, row i, column j
+      uint16_t h;
+      memcpy(&h, W.row[8 * m + i] + 2 * j, 2);
+      return (uint32_t)h;
+    };
+    int out[4];
+    int g = lane >> 2, t = lane & 3;
+    for (int m = 0; m < num; m++) {
+      uint32_t lo = trans ? elem(m, 2 * t, g) : elem(m, g, 2 * t);
+      uint32_t hi = trans ? elem(m, 2 * t + 1, g) : elem(m, g, 2 * t + 1);
+      out[m] = (int32_t)(lo | hi << 16);
+    }
+    warp_barrier(W, tag + 1);
+    for (int m = 0; m < num; m++) r[m] = out[m];
   }
 };
 
@@ -793,6 +940,33 @@ static inline void attnc_mma_f16(float d[4], const int32_t a[4], const int32_t b
 }
 static inline void attnc_mma_bf16(float d[4], const int32_t a[4], const int32_t b[2]) {
   attnc_emu::sched()->mma(d, a, b, true);
+}
+
+static inline void attnc_cp_async16(void *smem_dst, const void *gmem_src) {
+  attnc_emu::sched()->cp_async(smem_dst, gmem_src, 16, "attnc_cp_async16");
+}
+static inline void attnc_cp_async16_zfill(void *smem_dst, const void *gmem_src, int src_bytes) {
+  attnc_emu::sched()->cp_async(smem_dst, gmem_src, src_bytes, "attnc_cp_async16_zfill");
+}
+static inline void attnc_cp_async_commit(void) { attnc_emu::sched()->cp_async_commit(); }
+template <int N>
+static inline void attnc_cp_async_wait(void) {
+  static_assert(N >= 0, "attnc_cp_async_wait<N>: N >= 0");
+  attnc_emu::sched()->cp_async_wait(N);
+}
+static inline void attnc_cp_async_wait_all(void) { attnc_emu::sched()->cp_async_wait_all(); }
+
+static inline void attnc_ldmatrix_x1(int32_t r[1], const void *row) { attnc_emu::sched()->ldmatrix(r, 1, false, row); }
+static inline void attnc_ldmatrix_x2(int32_t r[2], const void *row) { attnc_emu::sched()->ldmatrix(r, 2, false, row); }
+static inline void attnc_ldmatrix_x4(int32_t r[4], const void *row) { attnc_emu::sched()->ldmatrix(r, 4, false, row); }
+static inline void attnc_ldmatrix_x1_trans(int32_t r[1], const void *row) {
+  attnc_emu::sched()->ldmatrix(r, 1, true, row);
+}
+static inline void attnc_ldmatrix_x2_trans(int32_t r[2], const void *row) {
+  attnc_emu::sched()->ldmatrix(r, 2, true, row);
+}
+static inline void attnc_ldmatrix_x4_trans(int32_t r[4], const void *row) {
+  attnc_emu::sched()->ldmatrix(r, 4, true, row);
 }
 
 static inline float attnc_exp(float x) { return expf(x); }

@@ -1,6 +1,6 @@
 //go:build cgo
 
-package main
+package cli
 
 import (
 	"fmt"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/attnc/attnc/build"
 	"github.com/attnc/attnc/codegen/cuda"
+	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/conformance"
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/ir"
@@ -32,7 +33,7 @@ func runVerify(c *cobra.Command, args []string, vf verifyFlags) error {
 	if err != nil {
 		return err
 	}
-	builder, err := suiteBuilder("attnc verify", vf.target, vf.gpu)
+	builder, err := suiteBuilder("attnc verify", vf.target, vf.gpu, vf.triple, vf.cfg)
 	if err != nil {
 		return err
 	}
@@ -107,15 +108,26 @@ func verifyVariant(stdout, stderr io.Writer, v *ir.Variant, dir string, vf verif
 type buildSuite func(v *ir.Variant, dir string) (*conformance.Suite, error)
 
 // suiteBuilder checks the tools a target needs, before any work, and
-// returns how to build its suites: cpu (LLVM 14 and gcc), cuda on the
-// emulator (g++), cuda on the GPU (nvcc and libcudart with a GPU).
-func suiteBuilder(cmd, target string, gpu bool) (buildSuite, error) {
+// returns how to build its suites with the configured passes: cpu (LLVM 14
+// and gcc), cuda on the emulator (g++), cuda on the GPU (nvcc and
+// libcudart with a GPU).
+func suiteBuilder(cmd, target string, gpu bool, triple string, cfg *config) (buildSuite, error) {
+	table, err := cfg.table(target)
+	if err != nil {
+		return nil, err
+	}
+	opt := conformance.Options{Passes: table, Triple: triple}
 	switch {
 	case target == "cpu":
-		if err := cpurt.Tools(); err != nil {
+		if _, err := llvmgen.LookupTarget(triple); err != nil {
+			return nil, fmt.Errorf("%s --triple: %w", cmd, err)
+		}
+		if _, err := cpurt.ToolchainFor(triple); err != nil {
 			return nil, err
 		}
-		return conformance.Build, nil
+		return func(v *ir.Variant, dir string) (*conformance.Suite, error) {
+			return conformance.BuildWith(v, dir, opt)
+		}, nil
 	case gpu:
 		nvcc, err := conformance.FindNVCC()
 		if err != nil {
@@ -125,12 +137,14 @@ func suiteBuilder(cmd, target string, gpu bool) (buildSuite, error) {
 			return nil, fmt.Errorf("%s --gpu: %w", cmd, err)
 		}
 		return func(v *ir.Variant, dir string) (*conformance.Suite, error) {
-			return conformance.BuildCUDADevice(v, dir, nvcc)
+			return conformance.BuildCUDADeviceWith(v, dir, nvcc, opt)
 		}, nil
 	default:
 		if _, err := cuda.GXX(); err != nil {
 			return nil, fmt.Errorf("%s --target cuda needs g++ for the CUDA emulator: %w", cmd, err)
 		}
-		return conformance.BuildCUDA, nil
+		return func(v *ir.Variant, dir string) (*conformance.Suite, error) {
+			return conformance.BuildCUDAWith(v, dir, opt)
+		}, nil
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func newCheckCmd() *cobra.Command {
+func newCheckCmd(cfg *config) *cobra.Command {
 	return &cobra.Command{
 		Use:   "check SPEC...",
 		Short: "Validate specs and report whether each variant can be compiled",
@@ -31,11 +31,15 @@ variant is checked even when an earlier one fails.`,
 			if err != nil {
 				return err
 			}
+			table, err := cfg.table("cpu")
+			if err != nil {
+				return err
+			}
 			failed := false
 			for _, v := range vs {
 				err := lower.Unsupported(v)
 				if err == nil {
-					_, err = build.Compile(v, passes.Options{})
+					_, err = build.CompileWith(v, table, passes.Options{})
 				}
 				if err != nil {
 					fmt.Fprintln(c.ErrOrStderr(), err)

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/attnc/attnc"
 	"github.com/attnc/attnc/build"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
@@ -27,7 +28,7 @@ func (s *shapeFlags) given(c *cobra.Command) bool {
 	return false
 }
 
-func newExplainCmd() *cobra.Command {
+func newExplainCmd(cfg *config) *cobra.Command {
 	var sf shapeFlags
 	c := &cobra.Command{
 		Use:   "explain SPEC... [--batch N] [--q-len L] [--kv-len L] [--threads T]",
@@ -80,7 +81,7 @@ one decision per combination.`,
 				if i > 0 {
 					fmt.Fprintln(out)
 				}
-				if err := explainVariant(out, v, shapes); err != nil {
+				if err := explainVariant(out, v, shapes, cfg); err != nil {
 					fmt.Fprintln(c.ErrOrStderr(), err)
 					failed = true
 				}
@@ -165,11 +166,14 @@ func perSequence(flag string, xs []int, n int) ([]int, error) {
 	return xs, nil
 }
 
-func explainVariant(w io.Writer, v *ir.Variant, shapes []registry.Shape) error {
+// explainVariant prints v's manifest entry and, for each shape, the kernel
+// Select chooses, both from the modules after every pass (user passes
+// included).
+func explainVariant(w io.Writer, v *ir.Variant, shapes []registry.Shape, cfg *config) error {
 	if err := lower.Unsupported(v); err != nil {
 		return err
 	}
-	out, err := build.Build([]*ir.Variant{v}, build.Options{Targets: []string{"cpu"}})
+	out, err := attnc.CompileVariants([]*ir.Variant{v}, attnc.Options{Targets: []string{"cpu"}, Insert: cfg.insert})
 	if err != nil {
 		return err
 	}
@@ -192,7 +196,7 @@ func explainVariant(w io.Writer, v *ir.Variant, shapes []registry.Shape) error {
 	}
 	fmt.Fprintln(w, "selection:")
 	for _, s := range shapes {
-		sel, err := registry.Select(v, out.Lowered[v.Name], s)
+		sel, err := out.Select(v.Name, "cpu", s)
 		if err != nil {
 			return fmt.Errorf("attnc explain: %s: %w", v.Name, err)
 		}

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"fmt"
@@ -12,10 +12,12 @@ type verifyFlags struct {
 	seed    int64
 	target  string
 	gpu     bool
+	triple  string
+	cfg     *config
 }
 
-func newVerifyCmd() *cobra.Command {
-	var vf verifyFlags
+func newVerifyCmd(cfg *config) *cobra.Command {
+	vf := verifyFlags{cfg: cfg}
 	c := &cobra.Command{
 		Use:   "verify SPEC... [--threads 1,4] [--seed N] [--target cpu|cuda] [--gpu]",
 		Short: "Build each variant's kernels and check them against the reference",
@@ -41,6 +43,12 @@ documented status code.
 
 --gpu alone implies --target cuda.
 
+--triple aarch64-unknown-linux-gnu (target cpu) cross-compiles the CPU
+kernels for aarch64 (opt/llc -mtriple, aarch64-linux-gnu-gcc) and runs the
+same cases under qemu-aarch64 -L /usr/aarch64-linux-gnu, each case's
+buffers copied into the emulated process and the outputs back (Debian:
+apt-get install gcc-aarch64-linux-gnu qemu-user).
+
 One line is printed per case (PASS/FAIL, kernel, case, threads, max error
 of o and lse, tolerance for the dtype), then "N passed, M failed".
 Variants using features that do not generate kernels yet are reported as
@@ -49,6 +57,7 @@ Variants using features that do not generate kernels yet are reported as
 same inputs.`,
 		Example: `  attnc verify examples/llama3_8b.attn
   attnc verify examples/*.attn --threads 1,2,8 --seed 7
+  attnc verify examples/llama3_8b.attn --triple aarch64-unknown-linux-gnu  # under qemu
   attnc verify examples/llama3_8b.attn --target cuda        # CUDA emulator (g++)
   attnc verify examples/llama3_8b.attn --target cuda --gpu  # nvcc, on the GPU`,
 		Args: specArgs,
@@ -62,6 +71,9 @@ same inputs.`,
 					return fmt.Errorf("attnc verify: --gpu runs the CUDA kernels; use it with --target cuda")
 				}
 			case "cuda":
+				if vf.triple != "" {
+					return fmt.Errorf("attnc verify: --triple applies to the cpu target")
+				}
 			default:
 				return fmt.Errorf("attnc verify: unknown --target %q (cpu or cuda)", vf.target)
 			}
@@ -71,6 +83,7 @@ same inputs.`,
 	c.Flags().IntSliceVar(&vf.threads, "threads", []int{1, 4}, "CPU thread counts to run every case at (comma list)")
 	c.Flags().Int64Var(&vf.seed, "seed", 1, "random seed of the generated inputs")
 	c.Flags().StringVar(&vf.target, "target", "cpu", "kernels to verify: cpu, or cuda (emulated on the CPU; on the GPU with --gpu)")
+	c.Flags().StringVar(&vf.triple, "triple", "", "target triple of the cpu kernels; another architecture than this machine's runs under its emulator (qemu)")
 	c.Flags().BoolVar(&vf.gpu, "gpu", false, "run the cuda target on the GPU (nvcc and libcudart); implies --target cuda")
 	return c
 }

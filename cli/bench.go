@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"fmt"
@@ -16,10 +16,11 @@ type benchFlags struct {
 	qLen    int
 	threads int
 	seed    int64
+	cfg     *config
 }
 
-func newBenchCmd() *cobra.Command {
-	var bf benchFlags
+func newBenchCmd(cfg *config) *cobra.Command {
+	bf := benchFlags{cfg: cfg}
 	c := &cobra.Command{
 		Use:   "bench SPEC... [--target cpu|cuda] [--gpu] [--seconds S]",
 		Short: "Measure each variant's decode and prefill against same-run baselines",

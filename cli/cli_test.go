@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -7,21 +7,24 @@ import (
 	"flag"
 	"github.com/attnc/attnc/internal/needtool"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/attnc/attnc"
 	"github.com/attnc/attnc/build"
 	"github.com/attnc/attnc/codegen/cuda"
 	"github.com/attnc/attnc/cpurt"
+	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/passes"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
 
-const llama3 = "../../examples/llama3_8b.attn"
+const llama3 = "../examples/llama3_8b.attn"
 
 // unsupportedSpec combines inline RoPE with MLA, which attnc rejects at
 // build time ("not supported yet"): every DESIGN example is supported.
@@ -37,18 +40,18 @@ const unsupportedSpec = `variant mla_rope {
 // unsupported writes unsupportedSpec to a temporary file.
 func unsupported(t *testing.T) string { return writeSpec(t, "mla_rope.attn", unsupportedSpec) }
 
-// attnc runs the command line in-process and returns its output and exit status.
-func attnc(t *testing.T, args ...string) (stdout, stderr string, code int) {
+// runCLI runs the command line in-process and returns its output and exit status.
+func runCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	var o, e bytes.Buffer
-	code = run(args, &o, &e)
+	code = Run(args, &o, &e)
 	return o.String(), e.String(), code
 }
 
 // mustRun runs args and fails the test unless the exit status is 0.
 func mustRun(t *testing.T, args ...string) (stdout, stderr string) {
 	t.Helper()
-	o, e, code := attnc(t, args...)
+	o, e, code := runCLI(t, args...)
 	if code != 0 {
 		t.Fatalf("attnc %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, o, e)
 	}
@@ -169,7 +172,7 @@ func TestCheck(t *testing.T) {
 	if o != "ok llama3_8b\n" {
 		t.Errorf("check %s printed %q, want %q", llama3, o, "ok llama3_8b\n")
 	}
-	o, e, code := attnc(t, "check", bad)
+	o, e, code := runCLI(t, "check", bad)
 	if code != 1 {
 		t.Errorf("check %s: exit %d, want 1", bad, code)
 	}
@@ -182,7 +185,7 @@ func TestCheck(t *testing.T) {
 	}
 
 	// Every variant is checked: the supported one still reports ok.
-	_, e, code = attnc(t, "check", bad, llama3)
+	_, e, code = runCLI(t, "check", bad, llama3)
 	if code != 1 || !strings.Contains(e, "not supported yet") {
 		t.Errorf("check of both specs: exit %d, stderr %q", code, e)
 	}
@@ -198,7 +201,7 @@ func TestBadSpecErrorsHavePositions(t *testing.T) {
 		p := writeSpec(t, name, src)
 		want := regexp.MustCompile(`^` + regexp.QuoteMeta(p) + `:\d+:\d+: \S`)
 		for _, args := range [][]string{{"check", p}, {"build", p, "-o", t.TempDir()}} {
-			o, e, code := attnc(t, args...)
+			o, e, code := runCLI(t, args...)
 			if code != 1 {
 				t.Errorf("%s %s: exit %d, want 1 (stdout %q)", args[0], name, code, o)
 			}
@@ -222,7 +225,7 @@ func TestBuildErrors(t *testing.T) {
 		{[]string{"build", filepath.Join(dir, "missing.attn"), "-o", dir}, "missing.attn"},
 		{[]string{"build", "--nosuch"}, "unknown flag"},
 	} {
-		_, e, code := attnc(t, tc.args...)
+		_, e, code := runCLI(t, tc.args...)
 		if code != 1 || !strings.Contains(e, tc.want) {
 			t.Errorf("attnc %s: exit %d, stderr %q; want exit 1 and %q", strings.Join(tc.args, " "), code, e, tc.want)
 		}
@@ -291,11 +294,11 @@ func TestExplain(t *testing.T) {
 	if !strings.Contains(o, "batch=2 q_len=5,17 kv_len=100,300 threads=4 -> prefill") {
 		t.Errorf("explain with a prefill shape:\n%s", o)
 	}
-	_, e, code := attnc(t, "explain", llama3, "--q-len", "5,17", "--kv-len", "100,300,4")
+	_, e, code := runCLI(t, "explain", llama3, "--q-len", "5,17", "--kv-len", "100,300,4")
 	if code != 1 || !strings.Contains(e, "--q-len has 2 values") {
 		t.Errorf("explain with mismatched lists: exit %d, stderr %q", code, e)
 	}
-	_, e, code = attnc(t, "explain", bad)
+	_, e, code = runCLI(t, "explain", bad)
 	if code != 1 || !strings.Contains(e, "not supported yet") {
 		t.Errorf("explain %s: exit %d, stderr %q", bad, code, e)
 	}
@@ -345,7 +348,7 @@ const smallSpec = `variant small {
 func TestVerifySmall(t *testing.T) {
 	needTools(t, true)
 	p := writeSpec(t, "small.attn", smallSpec)
-	o, e, code := attnc(t, "verify", p, "--threads", "1,4", "--seed", "3")
+	o, e, code := runCLI(t, "verify", p, "--threads", "1,4", "--seed", "3")
 	if code != 0 {
 		t.Fatalf("verify: exit %d\nstdout:\n%s\nstderr:\n%s", code, o, e)
 	}
@@ -362,7 +365,7 @@ func TestVerifySmall(t *testing.T) {
 func TestVerifySkipsUnsupported(t *testing.T) {
 	bad := unsupported(t)
 	needTools(t, true)
-	o, e, code := attnc(t, "verify", bad)
+	o, e, code := runCLI(t, "verify", bad)
 	if code != 0 {
 		t.Fatalf("verify of an unsupported variant: exit %d\nstdout:\n%s\nstderr:\n%s", code, o, e)
 	}
@@ -385,7 +388,7 @@ func TestVerifyCUDAEmulated(t *testing.T) {
 	bad := unsupported(t)
 	needEmu(t)
 	p := writeSpec(t, "small.attn", smallSpec)
-	o, e, code := attnc(t, "verify", p, bad, "--target", "cuda", "--threads", "1,4")
+	o, e, code := runCLI(t, "verify", p, bad, "--target", "cuda", "--threads", "1,4")
 	if code != 0 {
 		t.Fatalf("verify --target cuda: exit %d\nstdout:\n%s\nstderr:\n%s", code, o, e)
 	}
@@ -419,7 +422,7 @@ func TestVerifyAndBenchFlagErrors(t *testing.T) {
 		{[]string{"bench", llama3, "--batch", "-1"}, "must be positive"},
 		{[]string{"bench"}, "no spec file given"},
 	} {
-		_, e, code := attnc(t, tc.args...)
+		_, e, code := runCLI(t, tc.args...)
 		if code != 1 || !strings.Contains(e, tc.want) {
 			t.Errorf("attnc %s: exit %d, stderr %q; want exit 1 and %q", strings.Join(tc.args, " "), code, e, tc.want)
 		}
@@ -442,7 +445,7 @@ func TestGPUWithoutNVCC(t *testing.T) {
 		{"verify", llama3, "--target", "cuda", "--gpu"},
 		{"bench", llama3, "--target", "cuda", "--gpu"},
 	} {
-		o, e, code := attnc(t, args...)
+		o, e, code := runCLI(t, args...)
 		if code != 1 || !strings.Contains(e, "--gpu: conformance: nvcc not found") || o != "" {
 			t.Errorf("attnc %s: exit %d, stdout %q, stderr %q", strings.Join(args, " "), code, o, e)
 		}
@@ -453,7 +456,7 @@ func TestBenchCPU(t *testing.T) {
 	needTools(t, true)
 	bad := unsupported(t)
 	p := writeSpec(t, "small.attn", smallSpec)
-	o, e, code := attnc(t, "bench", p, bad, "--seconds", "0.01", "--batch", "2", "--kv-len", "100", "--q-len", "20", "--threads", "2")
+	o, e, code := runCLI(t, "bench", p, bad, "--seconds", "0.01", "--batch", "2", "--kv-len", "100", "--q-len", "20", "--threads", "2")
 	if code != 0 {
 		t.Fatalf("bench: exit %d\nstdout:\n%s\nstderr:\n%s", code, o, e)
 	}
@@ -497,10 +500,10 @@ func golden(t *testing.T, name, got string) {
 	}
 	want, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("%v (run go test ./cmd/attnc -update)", err)
+		t.Fatalf("%v (run go test ./cli -update)", err)
 	}
 	if got != string(want) {
-		t.Errorf("output differs from %s (run go test ./cmd/attnc -update and review the diff):\n%s", path, got)
+		t.Errorf("output differs from %s (run go test ./cli -update and review the diff):\n%s", path, got)
 	}
 }
 
@@ -509,7 +512,7 @@ func TestGolden(t *testing.T) {
 	o, _ := mustRun(t, "passes")
 	golden(t, "passes.golden", o)
 	var help strings.Builder
-	for _, cmd := range []string{"", "bench", "build", "check", "explain", "passes", "verify", "version"} {
+	for _, cmd := range []string{"", "bench", "build", "check", "explain", "passes", "sass", "verify", "version"} {
 		args := []string{"--help"}
 		if cmd != "" {
 			args = []string{cmd, "--help"}
@@ -520,4 +523,102 @@ func TestGolden(t *testing.T) {
 	// The target list grows with the backends; keep it out of the golden file.
 	known := "(known: " + strings.Join(build.Targets, ", ") + ")"
 	golden(t, "help.golden", strings.ReplaceAll(help.String(), known, "(known: TARGETS)"))
+}
+
+// TestWithPasses runs the command line with a user pass: passes lists it in
+// place, build --print-after accepts its name and the manifest records it,
+// check compiles with it; a malformed insertion fails every command.
+func TestWithPasses(t *testing.T) {
+	mark := attnc.Insertion{After: "simplify", Pass: passes.Pass{Name: "mark", Desc: "a user pass that changes nothing",
+		Run: func(m *ir.Module) (*ir.Module, error) { return m, nil }}}
+	run := func(opt Option, args ...string) (string, string, int) {
+		var o, e bytes.Buffer
+		code := Run(args, &o, &e, opt)
+		return o.String(), e.String(), code
+	}
+	o, _, code := run(WithPasses(mark), "passes")
+	if code != 0 || !regexp.MustCompile(`(?m)^2\s+simplify .*\n3\s+mark\s+optional\s+a user pass that changes nothing\n4\s+classify-tiles`).MatchString(o) {
+		t.Errorf("passes with a user pass (exit %d):\n%s", code, o)
+	}
+	dir := t.TempDir()
+	_, e, code := run(WithPasses(mark), "build", llama3, "--target", "cpu,cuda", "-o", dir, "--print-after=mark")
+	if code != 0 || strings.Count(e, "// --- after mark ---") != 2 {
+		t.Errorf("build --print-after=mark (exit %d) printed %d modules, want 2 (cpu and cuda):\n%.300s", code, strings.Count(e, "// --- after mark ---"), e)
+	}
+	var man struct {
+		Targets map[string]struct{ Passes []string } `json:"targets"`
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "manifest.json")); err != nil || json.Unmarshal(b, &man) != nil {
+		t.Fatalf("manifest: %v", err)
+	}
+	for _, target := range []string{"cpu", "cuda"} {
+		if p := man.Targets[target].Passes; len(p) < 3 || p[2] != "mark" {
+			t.Errorf("manifest targets.%s.passes = %v, want mark third", target, p)
+		}
+	}
+	if o, e, code := run(WithPasses(mark), "check", llama3); code != 0 || o != "ok llama3_8b\n" {
+		t.Errorf("check: exit %d\n%s%s", code, o, e)
+	}
+	_, e, code = runCLI(t, "build", llama3, "-o", dir, "--print-after=mark")
+	if code != 1 || !strings.Contains(e, `no pass named "mark"`) {
+		t.Errorf("plain attnc accepted --print-after=mark: exit %d, %s", code, e)
+	}
+	// explain selects from the modules after every pass: a pass that
+	// rewrites @plan_splits to 1 removes the split.
+	noSplit := attnc.Insertion{Before: "inline-defs", Pass: passes.Pass{Name: "no-split", Desc: "never split decode",
+		Run: func(m *ir.Module) (*ir.Module, error) {
+			d := m.Def("plan_splits")
+			return m.WithDef(&ir.Def{Name: d.Name, Params: d.Params, Body: ir.Int(1)}), nil
+		}}}
+	shape := []string{"explain", llama3, "--batch", "1", "--kv-len", "4096", "--threads", "16"}
+	if o, _ := mustRun(t, shape...); !strings.Contains(o, "KV split in 2 chunks") {
+		t.Errorf("explain without the pass does not split:\n%s", o)
+	}
+	if o, e, code := run(WithPasses(noSplit), shape...); code != 0 || strings.Contains(o, "KV split") || !strings.Contains(o, "-> decode via llama3_8b_decode") {
+		t.Errorf("explain with a pass that disables splits (exit %d):\n%s%s", code, o, e)
+	}
+	bad := attnc.Insertion{Before: "inline-def", Pass: mark.Pass}
+	for _, args := range [][]string{{"passes"}, {"build", llama3, "-o", dir}} {
+		_, e, code := run(WithPasses(bad), args...)
+		if code != 1 || !strings.Contains(e, `no target's pass table has a pass named "inline-def"`) {
+			t.Errorf("%v with a bad insertion: exit %d, %s", args, code, e)
+		}
+	}
+}
+
+// TestCustomBinary builds examples/custompass, the README's custom attnc,
+// and checks that its pass is listed, printable and recorded.
+func TestCustomBinary(t *testing.T) {
+	gobin, err := exec.LookPath("go")
+	needtool.Check(t, err)
+	bin := filepath.Join(t.TempDir(), "custompass")
+	if out, err := exec.Command(gobin, "build", "-o", bin, "../examples/custompass").CombinedOutput(); err != nil {
+		t.Fatalf("go build ../examples/custompass: %v\n%s", err, out)
+	}
+	run := func(args ...string) (string, string) {
+		cmd := exec.Command(bin, args...)
+		var o, e bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &o, &e
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("custompass %s: %v\n%s", strings.Join(args, " "), err, e.String())
+		}
+		return o.String(), e.String()
+	}
+	o, _ := run("passes")
+	if !regexp.MustCompile(`(?m)^1\s+local-1024\s+optional\s+narrow every mask.*\n2\s+inline-defs`).MatchString(o) {
+		t.Errorf("custompass passes does not list local-1024 first:\n%s", o)
+	}
+	dir := t.TempDir()
+	_, e := run("build", llama3, "-o", dir, "--print-after=local-1024")
+	if !strings.Contains(e, "// --- after local-1024 ---") ||
+		!strings.Contains(e, "def mask(q_pos: i32, kv_pos: i32, head: i32, batch: i32): bool = ((kv_pos <= q_pos) & ((q_pos - kv_pos) < 1024))") {
+		t.Errorf("--print-after=local-1024 does not show the narrowed mask:\n%.600s", e)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"local-1024"`) {
+		t.Error("the manifest does not record local-1024")
+	}
 }

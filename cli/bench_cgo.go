@@ -1,6 +1,6 @@
 //go:build cgo
 
-package main
+package cli
 
 import (
 	"fmt"
@@ -17,7 +17,7 @@ func runBench(c *cobra.Command, args []string, bf benchFlags) error {
 	if err != nil {
 		return err
 	}
-	builder, err := suiteBuilder("attnc bench", bf.target, bf.gpu)
+	builder, err := suiteBuilder("attnc bench", bf.target, bf.gpu, "", bf.cfg)
 	if err != nil {
 		return err
 	}

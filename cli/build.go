@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"fmt"
@@ -6,15 +6,17 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/attnc/attnc"
 	"github.com/attnc/attnc/build"
+	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/cpurt"
-	"github.com/attnc/attnc/passes"
 	"github.com/spf13/cobra"
 )
 
-func newBuildCmd() *cobra.Command {
+func newBuildCmd(cfg *config) *cobra.Command {
 	var (
 		targets    []string
+		triple     string
 		outDir     string
 		shared     bool
 		verifyEach bool
@@ -37,9 +39,12 @@ The files are byte-identical on every run and machine, so they can be
 checked in or cached. Variant names must be unique across all SPEC files.
 
 --target takes a comma list of code generators (default cpu; the flag's
-description below lists the known ones). --shared also links
-DIR/<variant>.so from each .ll with opt -O3, llc and gcc (LLVM 14 tools
-required), ready for dlopen or linking.
+description below lists the known ones). --triple chooses the CPU the .ll
+is for: x86_64-unknown-linux-gnu (default) or aarch64-unknown-linux-gnu
+(the same loops, vectorized for NEON by opt -O3); the manifest records it.
+--shared also links DIR/<variant>.so from each .ll with opt -O3, llc and
+gcc (LLVM 14 tools required; for aarch64, -mtriple and
+aarch64-linux-gnu-gcc), ready for dlopen or linking.
 
 To see what the compiler does, --print-after=all (or a pass name from
 'attnc passes') prints the kernel IR after each pass to stderr,
@@ -50,6 +55,7 @@ Errors in a spec are printed as file:line:col: message; attnc exits with
 status 1 on any error.`,
 		Example: `  attnc build examples/llama3_8b.attn -o out
   attnc build a.attn b.attn --target cpu -o out --shared
+  attnc build examples/llama3_8b.attn --triple aarch64-unknown-linux-gnu -o out-arm64
   attnc build examples/llama3_8b.attn -o out --print-after=classify-tiles 2>ir.txt
   go run ./cmd/attnc build examples/llama3_8b.attn --target cpu -o out`,
 		Args: specArgs,
@@ -64,26 +70,29 @@ status 1 on any error.`,
 			if shared && !slices.Contains(ts, "cpu") {
 				return fmt.Errorf("attnc build: --shared links the cpu target's .ll files; add cpu to --target")
 			}
-			if err := checkPassName(printAfter); err != nil {
+			if err := checkPassName(printAfter, cfg); err != nil {
 				return err
 			}
+			if triple != "" && !slices.Contains(ts, "cpu") {
+				return fmt.Errorf("attnc build: --triple applies to the cpu target; add cpu to --target")
+			}
+			if _, err := llvmgen.LookupTarget(triple); err != nil {
+				return fmt.Errorf("attnc build: --triple: %w", err)
+			}
+			var tc *cpurt.Toolchain
 			if shared {
-				if err := cpurt.Tools(); err != nil {
+				if tc, err = cpurt.ToolchainFor(triple); err != nil {
 					return fmt.Errorf("attnc build --shared: %w", err)
 				}
 			}
-			vs, err := build.ParseSpecs(args)
-			if err != nil {
-				return err
-			}
-			out, err := build.Build(vs, build.Options{
-				Targets: ts,
-				Passes: passes.Options{
-					VerifyEach: verifyEach,
-					PrintAfter: printAfter,
-					Out:        c.ErrOrStderr(),
-					DumpDir:    dumpDir,
-				},
+			out, err := attnc.CompileFiles(args, attnc.Options{
+				Targets:    ts,
+				Triple:     triple,
+				Insert:     cfg.insert,
+				VerifyEach: verifyEach,
+				PrintAfter: printAfter,
+				DumpDir:    dumpDir,
+				Log:        c.ErrOrStderr(),
 			})
 			if err != nil {
 				return err
@@ -92,13 +101,13 @@ status 1 on any error.`,
 				return err
 			}
 			if shared {
-				for _, a := range out.Artifacts {
-					name, ok := strings.CutSuffix(a.Name, ".ll")
+				for _, file := range out.Names() {
+					name, ok := strings.CutSuffix(file, ".ll")
 					if !ok {
 						continue
 					}
 					so := filepath.Join(outDir, name+".so")
-					if err := cpurt.BuildShared(filepath.Join(outDir, a.Name), so); err != nil {
+					if err := tc.BuildShared(filepath.Join(outDir, file), so); err != nil {
 						return err
 					}
 					fmt.Fprintf(c.OutOrStdout(), "wrote %s\n", so)
@@ -109,12 +118,22 @@ status 1 on any error.`,
 	}
 	f := c.Flags()
 	f.StringSliceVar(&targets, "target", []string{"cpu"}, "comma list of targets to generate (known: "+strings.Join(build.Targets, ", ")+")")
+	f.StringVar(&triple, "triple", "", "target triple of the cpu target's .ll (known: "+strings.Join(tripleNames(), ", ")+"; default "+llvmgen.DefaultTriple+")")
 	f.StringVarP(&outDir, "out", "o", "", "output directory (created if missing)")
 	f.BoolVar(&shared, "shared", false, "also link DIR/<variant>.so from each .ll (needs LLVM 14 opt/llc and gcc)")
 	f.BoolVar(&verifyEach, "verify-each", false, "run the kernel-IR verifier after every pass")
 	f.StringVar(&printAfter, "print-after", "", "print the kernel IR to stderr after every pass (all) or after the named pass")
 	f.StringVar(&dumpDir, "dump-dir", "", "write the kernel IR after lowering and after every pass into this directory")
 	return c
+}
+
+// tripleNames are the triples --triple accepts.
+func tripleNames() []string {
+	var ts []string
+	for _, t := range llvmgen.Targets {
+		ts = append(ts, t.Triple)
+	}
+	return ts
 }
 
 // parseTargets validates a --target list against build.Targets, dropping
@@ -135,15 +154,26 @@ func parseTargets(vals []string) ([]string, error) {
 	return ts, nil
 }
 
-// checkPassName rejects a --print-after value that names no pass before
-// any work is done.
-func checkPassName(name string) error {
-	if name == "" || name == "all" || passes.Find(passes.Table, name) != nil {
+// checkPassName rejects a --print-after value that names no pass of any
+// target's table (user passes included) before any work is done.
+func checkPassName(name string, cfg *config) error {
+	if name == "" || name == "all" {
 		return nil
 	}
+	tables, err := attnc.PassTables(cfg.insert)
+	if err != nil {
+		return err
+	}
 	var names []string
-	for _, p := range passes.Table {
-		names = append(names, p.Name)
+	for _, t := range build.Targets {
+		for _, p := range tables[t] {
+			if p.Name == name {
+				return nil
+			}
+			if !slices.Contains(names, p.Name) {
+				names = append(names, p.Name)
+			}
+		}
 	}
 	return fmt.Errorf("attnc build: --print-after: no pass named %q (use all or one of: %s)", name, strings.Join(names, ", "))
 }

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func newPassesCmd() *cobra.Command {
+func newPassesCmd(cfg *config) *cobra.Command {
 	return &cobra.Command{
 		Use:   "passes",
 		Short: "List the pass pipeline in order, with its ordering constraints",
@@ -24,9 +24,13 @@ lives in passes/pipeline.go.`,
   attnc build examples/llama3_8b.attn -o out --print-after=simplify`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
+			table, err := cfg.table("cpu")
+			if err != nil {
+				return err
+			}
 			w := tabwriter.NewWriter(c.OutOrStdout(), 0, 0, 2, ' ', 0)
 			fmt.Fprintln(w, "#\tpass\tkind\tdescription")
-			for i, p := range passes.Table {
+			for i, p := range table {
 				kind := "optional"
 				if p.Required {
 					kind = "required"

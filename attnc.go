@@ -1,0 +1,264 @@
+// Package attnc is the attnc compiler as a library: Compile turns .attn spec
+// source into exactly the files `attnc build` writes (<variant>.ll,
+// <variant>.cu, <variant>.h, manifest.json), through the same code path.
+//
+// A program extends the compiler without forking it: Options.Insert places
+// its own passes (passes.Pass, a pure function from kernel-IR module to
+// module) before or after a named pass of every target's pass table, for
+// that one Compile call only; nothing global changes, so calls with
+// different insertions may run concurrently. Pass names are API: the pass
+// that inlines the @mask and @score Defs is "inline-defs", and a pass placed
+// before it may rewrite those Defs (ir.Module.WithDef and the ir
+// constructors). The manifest lists, per target, every pass that ran.
+// Package cli builds a whole attnc command line with extra passes.
+//
+// attnc may import every attnc package except cli and cmd.
+package attnc
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/attnc/attnc/build"
+	"github.com/attnc/attnc/frontend"
+	"github.com/attnc/attnc/ir"
+	"github.com/attnc/attnc/passes"
+	"github.com/attnc/attnc/registry"
+)
+
+// Targets are the targets Compile knows: cpu (LLVM IR, <variant>.ll) and
+// cuda (CUDA C++, <variant>.cu).
+func Targets() []string { return slices.Clone(build.Targets) }
+
+// Insertion adds Pass to the pass table of every target that has a pass
+// named Before (Pass runs just before it) or After (just after it). Exactly
+// one of Before and After is set, and at least one target's table must have
+// that pass.
+type Insertion struct {
+	Before, After string
+	Pass          passes.Pass
+}
+
+func (in Insertion) String() string {
+	if in.Before != "" {
+		return fmt.Sprintf("pass %s before %s", in.Pass.Name, in.Before)
+	}
+	return fmt.Sprintf("pass %s after %s", in.Pass.Name, in.After)
+}
+
+// Options configures Compile. The zero value builds the cpu target with the
+// standard pass tables.
+type Options struct {
+	Targets []string // targets to generate (default: cpu); see Targets
+	// Triple is the cpu target's LLVM triple: x86_64-unknown-linux-gnu
+	// (the default) or aarch64-unknown-linux-gnu. The IR differs only in
+	// its triple and data layout; the manifest records it.
+	Triple string
+	Insert []Insertion // user passes, applied in order
+
+	VerifyEach bool      // run the kernel-IR verifier after every pass (a failure panics: a compiler bug)
+	PrintAfter string    // "all" or a pass name: print the kernel IR after it to Log
+	DumpDir    string    // when set, write the IR after lowering and after every pass there
+	Log        io.Writer // where PrintAfter prints (default os.Stderr)
+}
+
+// Result is what Compile produced.
+type Result struct {
+	// Files are the artifacts `attnc build` writes, by file name:
+	// <variant>.ll (cpu), <variant>.cu (cuda), <variant>.h and
+	// manifest.json. They are deterministic byte for byte.
+	Files map[string][]byte
+	// Manifest is manifest.json as a value.
+	Manifest *registry.Manifest
+	// Variants are the compiled variants in spec order.
+	Variants []*ir.Variant
+
+	final map[string]map[string]*ir.Module // target -> variant -> module after every pass
+}
+
+// Compile parses the spec src (its errors name filename as
+// file:line:col: message), checks, lowers and compiles every variant in it
+// for opt.Targets, running each target's pass table with opt.Insert.
+func Compile(filename string, src []byte, opt Options) (*Result, error) {
+	vs, err := frontend.Parse(filename, src)
+	if err != nil {
+		return nil, err
+	}
+	return CompileVariants(vs, opt)
+}
+
+// CompileFiles is Compile over spec files, as `attnc build SPEC...` reads
+// them; variant names must be unique across the files.
+func CompileFiles(paths []string, opt Options) (*Result, error) {
+	vs, err := build.ParseSpecs(paths)
+	if err != nil {
+		return nil, err
+	}
+	return CompileVariants(vs, opt)
+}
+
+// CompileVariants compiles variants that were already parsed and checked.
+func CompileVariants(vs []*ir.Variant, opt Options) (*Result, error) {
+	tables, err := PassTables(opt.Insert)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkPrintAfter(tables, opt.PrintAfter); err != nil {
+		return nil, err
+	}
+	out, err := build.Build(vs, build.Options{
+		Targets: opt.Targets,
+		Triple:  opt.Triple,
+		Tables:  tables,
+		Passes: passes.Options{
+			VerifyEach: opt.VerifyEach,
+			PrintAfter: opt.PrintAfter,
+			Out:        opt.Log,
+			DumpDir:    opt.DumpDir,
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	r := &Result{Files: map[string][]byte{}, Manifest: out.Manifest, Variants: out.Variants, final: out.Final}
+	for _, a := range out.Artifacts {
+		r.Files[a.Name] = a.Data
+	}
+	return r, nil
+}
+
+// PassTables returns the pass table of every target (see Targets) with the
+// insertions applied in order. It is an error when an insertion is
+// malformed or names a pass no table has.
+func PassTables(insert []Insertion) (map[string][]passes.Pass, error) {
+	tables := map[string][]passes.Pass{}
+	for _, t := range build.Targets {
+		table, err := build.PassTable(t)
+		if err != nil {
+			return nil, err
+		}
+		tables[t] = table
+	}
+	for _, in := range insert {
+		found := false
+		for _, t := range build.Targets {
+			table, ok, err := passes.Insert(tables[t], in.Before, in.After, in.Pass)
+			if err != nil {
+				return nil, fmt.Errorf("attnc: insert %s: %w", in, err)
+			}
+			tables[t], found = table, found || ok
+		}
+		if !found {
+			anchor := in.Before + in.After
+			return nil, fmt.Errorf("attnc: insert %s: no target's pass table has a pass named %q (passes: %s)",
+				in, anchor, strings.Join(allPassNames(tables), ", "))
+		}
+	}
+	return tables, nil
+}
+
+// PassTable is target's table of PassTables(insert).
+func PassTable(target string, insert []Insertion) ([]passes.Pass, error) {
+	tables, err := PassTables(insert)
+	if err != nil {
+		return nil, err
+	}
+	t, ok := tables[target]
+	if !ok {
+		return nil, fmt.Errorf("attnc: unknown target %q (known: %s)", target, strings.Join(build.Targets, ", "))
+	}
+	return t, nil
+}
+
+// allPassNames lists every pass name of the tables once, in table order.
+func allPassNames(tables map[string][]passes.Pass) []string {
+	var names []string
+	for _, t := range build.Targets {
+		for _, p := range tables[t] {
+			if !slices.Contains(names, p.Name) {
+				names = append(names, p.Name)
+			}
+		}
+	}
+	return names
+}
+
+// checkPrintAfter rejects a PrintAfter value that names no pass of any
+// table, before any work is done.
+func checkPrintAfter(tables map[string][]passes.Pass, name string) error {
+	if name == "" || name == "all" {
+		return nil
+	}
+	names := allPassNames(tables)
+	if slices.Contains(names, name) {
+		return nil
+	}
+	return fmt.Errorf("--print-after: no pass named %q (use all or one of: %s)", name, strings.Join(names, ", "))
+}
+
+// Names returns the names of r.Files in sorted order.
+func (r *Result) Names() []string {
+	names := make([]string, 0, len(r.Files))
+	for n := range r.Files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Write stores r.Files in dir (created if missing), in name order, and
+// logs "wrote <path>" for each to log when it is not nil.
+func (r *Result) Write(dir string, log io.Writer) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, n := range r.Names() {
+		p := filepath.Join(dir, n)
+		if err := os.WriteFile(p, r.Files[n], 0o644); err != nil {
+			return err
+		}
+		if log != nil {
+			fmt.Fprintf(log, "wrote %s\n", p)
+		}
+	}
+	return nil
+}
+
+// Module returns variant's kernel-IR module for target after every pass,
+// or nil when r has none (the target was not built).
+func (r *Result) Module(target, variant string) *ir.Module {
+	return r.final[target][variant]
+}
+
+// Select says which kernel serves a call of the given shape to variant's
+// kernels for target, and how it splits the work. It evaluates the
+// dispatch Defs of the compiled module, after every pass. target is a
+// target r was built for; today the cpu target answers (the CUDA launch
+// plan is not a typed value yet, and cuda gives an error).
+func (r *Result) Select(variant, target string, s registry.Shape) (registry.Selection, error) {
+	var v *ir.Variant
+	for _, x := range r.Variants {
+		if x.Name == variant {
+			v = x
+		}
+	}
+	if v == nil {
+		return registry.Selection{}, fmt.Errorf("attnc: select: no variant %q", variant)
+	}
+	if !slices.Contains(build.Targets, target) {
+		return registry.Selection{}, fmt.Errorf("attnc: select: unknown target %q (known: %s)", target, strings.Join(build.Targets, ", "))
+	}
+	m := r.Module(target, variant)
+	if m == nil {
+		return registry.Selection{}, fmt.Errorf("attnc: select: %s was not built for target %s", variant, target)
+	}
+	if target != "cpu" {
+		return registry.Selection{}, fmt.Errorf("attnc: select: target %s does not answer selection yet (cpu does)", target)
+	}
+	return registry.Select(v, m, s)
+}

@@ -1,0 +1,209 @@
+package build
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/attnc/attnc/codegen/cuda"
+	"github.com/attnc/attnc/codegen/cuda/sass"
+)
+
+// SASSRow is one CUDA device kernel's machine code for one architecture,
+// with the launch the manifest records for it and the occupancy that
+// launch gets.
+type SASSRow struct {
+	Variant string
+	Role    string // the manifest's role (prefill, decode, merge_state, ...)
+	DType   string // the variant's storage dtype
+	Block   int    // threads per block (manifest launch.block)
+	DynSmem int    // dynamic shared memory bytes (manifest launch.smem)
+	sass.Kernel
+	Occupancy sass.Occupancy
+}
+
+// SASS compiles every variant's CUDA source in out to PTX with clang-19
+// (cuda.CompilePTX) for each architecture, assembles and disassembles it
+// (sass.Assemble) in dir, and returns one row per device kernel and
+// architecture, ordered by variant, kernel name, architecture. Every device
+// kernel of the manifest must come out of ptxas, and nothing else.
+func SASS(out *Output, archs []string, tools sass.Tools, dir string) ([]SASSRow, error) {
+	for _, a := range archs {
+		if _, ok := sass.Archs[a]; !ok {
+			return nil, fmt.Errorf("sass: unknown architecture %q (known: %s)", a, strings.Join(sass.ArchNames(), ", "))
+		}
+	}
+	var rows []SASSRow
+	for _, v := range out.Variants {
+		cu := artifactData(out, v.Name+".cu")
+		if cu == nil {
+			return nil, fmt.Errorf("sass: no %s.cu in the build (build with the cuda target)", v.Name)
+		}
+		launches := map[string]SASSRow{}
+		for _, k := range out.Manifest.Kernels {
+			if k.Variant != v.Name || k.Target != "cuda" || k.Entry {
+				continue
+			}
+			block, okb := intOf(k.Launch["block"])
+			smem, oks := intOf(k.Launch["smem"])
+			if !okb || !oks {
+				return nil, fmt.Errorf("sass: manifest kernel %s has no launch block/smem: %v", k.Symbol, k.Launch)
+			}
+			launches[k.Symbol] = SASSRow{Variant: v.Name, Role: k.Role, DType: v.DType.String(), Block: block, DynSmem: smem}
+		}
+		cuPath := filepath.Join(dir, v.Name+".cu")
+		if err := os.WriteFile(cuPath, cu, 0o644); err != nil {
+			return nil, err
+		}
+		var vrows []SASSRow
+		for _, arch := range archs {
+			base := filepath.Join(dir, v.Name+"."+arch)
+			if err := cuda.CompilePTX(cuPath, base+".ptx", arch); err != nil {
+				return nil, err
+			}
+			ks, err := sass.Assemble(tools, base+".ptx", arch, base+".cubin")
+			if err != nil {
+				return nil, err
+			}
+			seen := map[string]bool{}
+			for _, k := range ks {
+				r, ok := launches[k.Name]
+				if !ok {
+					return nil, fmt.Errorf("sass: %s: ptxas compiled the kernel %s, which the manifest does not list", v.Name, k.Name)
+				}
+				seen[k.Name] = true
+				r.Kernel = k
+				r.Occupancy, err = sass.Archs[arch].Occupancy(k.Registers, k.StaticSmem, r.Block, r.DynSmem)
+				if err != nil {
+					return nil, fmt.Errorf("sass: %s %s: %w", k.Name, arch, err)
+				}
+				vrows = append(vrows, r)
+			}
+			for name := range launches {
+				if !seen[name] {
+					return nil, fmt.Errorf("sass: %s: no %s code for the manifest's kernel %s", v.Name, arch, name)
+				}
+			}
+		}
+		sort.SliceStable(vrows, func(i, j int) bool { return vrows[i].Name < vrows[j].Name })
+		rows = append(rows, vrows...)
+	}
+	return rows, nil
+}
+
+func artifactData(o *Output, name string) []byte {
+	for _, a := range o.Artifacts {
+		if a.Name == name {
+			return a.Data
+		}
+	}
+	return nil
+}
+
+// intOf reads a manifest number (an int before marshalling, a float64 or
+// json.Number after).
+func intOf(x any) (int, bool) {
+	switch v := x.(type) {
+	case int:
+		return v, true
+	case int64:
+		return int(v), true
+	case float64:
+		return int(v), v == float64(int(v))
+	case json.Number:
+		n, err := v.Int64()
+		return int(n), err == nil
+	}
+	return 0, false
+}
+
+// WriteSASSTable writes rows as an aligned table: per kernel and
+// architecture the registers, stack frame, spill stores/loads (bytes),
+// static+dynamic shared memory, threads per block, occupancy (blocks per
+// SM, resident warps and what limits them), the counts of every
+// sass.Families opcode family and all instructions.
+func WriteSASSTable(w io.Writer, rows []SASSRow) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.AlignRight)
+	head := []string{"kernel", "arch", "regs", "stack", "spill", "smem", "block", "blk/SM", "warps", "limit"}
+	head = append(head, sass.Families...)
+	head = append(head, "insns")
+	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
+	for _, r := range rows {
+		cells := []string{
+			r.Name, r.Arch, fmt.Sprint(r.Registers), fmt.Sprint(r.StackFrame),
+			fmt.Sprintf("%d/%d", r.SpillStores, r.SpillLoads),
+			fmt.Sprintf("%d+%d", r.StaticSmem, r.DynSmem), fmt.Sprint(r.Block),
+			fmt.Sprint(r.Occupancy.BlocksPerSM),
+			fmt.Sprintf("%d(%.0f%%)", r.Occupancy.WarpsPerSM, 100*r.Occupancy.Fraction),
+			strings.Join(shortLimiters(r.Occupancy.Limiters), "+"),
+		}
+		for _, f := range sass.Families {
+			cells = append(cells, fmt.Sprint(r.Count(f)))
+		}
+		cells = append(cells, fmt.Sprint(r.Instructions))
+		fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
+	}
+	return tw.Flush()
+}
+
+func shortLimiters(ls []string) []string {
+	short := map[string]string{"warps": "warps", "registers": "regs", "shared memory": "smem", "blocks": "blocks"}
+	var out []string
+	for _, l := range ls {
+		out = append(out, short[l])
+	}
+	return out
+}
+
+// SASSTarget is one of issue 11's static targets for the CUDA kernels'
+// machine code.
+type SASSTarget struct {
+	Name    string
+	Applies func(r SASSRow) bool
+	Met     func(r SASSRow) bool
+}
+
+func isHalf(r SASSRow) bool { return r.DType == "f16" || r.DType == "bf16" }
+
+// SASSTargets are issue 11's targets: every kernel assembles with zero
+// spills and a zero stack frame; every f16/bf16 prefill stages with
+// cp.async (LDGSTS), reads fragments with ldmatrix (LDSM), multiplies on
+// tensor cores (HMMA) and touches no local memory (LDL/STL); decode loads
+// with cp.async or 128-bit global loads.
+var SASSTargets = []SASSTarget{
+	{"zero spills", func(SASSRow) bool { return true },
+		func(r SASSRow) bool { return r.SpillStores == 0 && r.SpillLoads == 0 }},
+	{"zero stack frame", func(SASSRow) bool { return true },
+		func(r SASSRow) bool { return r.StackFrame == 0 }},
+	{"f16/bf16 prefill has LDGSTS", func(r SASSRow) bool { return r.Role == "prefill" && isHalf(r) },
+		func(r SASSRow) bool { return r.Count("LDGSTS") > 0 }},
+	{"f16/bf16 prefill has LDSM", func(r SASSRow) bool { return r.Role == "prefill" && isHalf(r) },
+		func(r SASSRow) bool { return r.Count("LDSM") > 0 }},
+	{"f16/bf16 prefill has HMMA", func(r SASSRow) bool { return r.Role == "prefill" && isHalf(r) },
+		func(r SASSRow) bool { return r.Count("HMMA") > 0 }},
+	{"f16/bf16 prefill has no LDL/STL", func(r SASSRow) bool { return r.Role == "prefill" && isHalf(r) },
+		func(r SASSRow) bool { return r.Count("LDL")+r.Count("STL") == 0 }},
+	{"decode has LDGSTS or LDG.128", func(r SASSRow) bool { return r.Role == "decode" },
+		func(r SASSRow) bool { return r.Count("LDGSTS")+r.Count("LDG.128") > 0 }},
+}
+
+// CheckSASS returns one line per row and SASSTarget it applies to but
+// does not meet: "<kernel> <arch>: <target> (<figures>)".
+func CheckSASS(rows []SASSRow) []string {
+	var out []string
+	for _, r := range rows {
+		for _, t := range SASSTargets {
+			if t.Applies(r) && !t.Met(r) {
+				out = append(out, fmt.Sprintf("%s %s: %s (stack %d, spills %d/%d, LDGSTS %d, LDSM %d, HMMA %d, LDL %d, STL %d, LDG.128 %d)",
+					r.Name, r.Arch, t.Name, r.StackFrame, r.SpillStores, r.SpillLoads, r.Count("LDGSTS"), r.Count("LDSM"),
+					r.Count("HMMA"), r.Count("LDL"), r.Count("STL"), r.Count("LDG.128")))
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,71 @@
+package conformance
+
+import (
+	"math"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/attnc/attnc/cpurt"
+	"github.com/attnc/attnc/internal/needtool"
+)
+
+const aarch64 = "aarch64-unknown-linux-gnu"
+
+// aarch64Short are the variants of matrixSpecs that TestAArch64Matrix runs
+// under qemu with -short (without it, every variant): f32, f16 and bf16;
+// HND and NHD; CSR and block tables with the page kernels; GQA, MLA,
+// learned sinks, a tree mask and RoPE.
+var aarch64Short = []string{"ps16_gqa4", "ps256_gqa8", "ps2_block_table_f32", "ps16_learned_sinks", "ps16_mla", "ps8_eagle_like"}
+
+// TestAArch64Matrix cross-compiles the matrix variants for aarch64 (opt and
+// llc -mtriple=aarch64-linux-gnu, aarch64-linux-gnu-gcc) and runs the same
+// conformance matrix as TestKernelMatrix on them under qemu-aarch64:
+// prefill, decode with split KV, merge_state, page kernels, bad inputs.
+// The whole matrix takes about 45 s on two cores; -short runs aarch64Short.
+func TestAArch64Matrix(t *testing.T) {
+	tc, err := cpurt.ToolchainFor(aarch64)
+	needtool.Check(t, err)
+	var mu sync.Mutex
+	oErr, lseErr := map[string]float64{}, map[string]float64{}
+	cases, variants := 0, 0
+	start := time.Now()
+	t.Run("variants", func(t *testing.T) {
+		for _, src := range matrixSpecs {
+			v := spec(t, src)
+			if testing.Short() && !slices.Contains(aarch64Short, v.Name) {
+				continue
+			}
+			t.Run(v.Name, func(t *testing.T) {
+				t.Parallel()
+				s, err := BuildWith(v, t.TempDir(), Options{Triple: aarch64})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() {
+					if err := s.Close(); err != nil {
+						t.Error(err)
+					}
+				}()
+				if s.Dev == nil && tc.Foreign() {
+					t.Fatal("a foreign-triple suite must run through its runner's memory")
+				}
+				rs := s.RunAll([]int{1, 3}, 7)
+				mu.Lock()
+				defer mu.Unlock()
+				variants++
+				for _, r := range rs {
+					if !r.Pass {
+						t.Errorf("%s", r)
+					}
+					dt := v.DType.String()
+					oErr[dt], lseErr[dt] = math.Max(oErr[dt], r.MaxErr), math.Max(lseErr[dt], r.LSEErr)
+					cases++
+				}
+			})
+		}
+	})
+	t.Logf("aarch64 under qemu: %d variants, %d kernel runs in %v; max errors: o %v, lse %v",
+		variants, cases, time.Since(start).Round(time.Millisecond), oErr, lseErr)
+}
