@@ -322,6 +322,31 @@ func TestExplain(t *testing.T) {
 	}
 }
 
+// TestExplainReclaim checks that explain states how an engine reclaims
+// window pages: the rule, and the pages for a given kv_len.
+func TestExplainReclaim(t *testing.T) {
+	p := writeSpec(t, "win.attn", `variant win { heads qo = 4, kv = 2
+	  head_dim 64
+	  cache paged(page_size = 16)
+	  mask window(left = 1019)
+	  sinks tokens(4) }`)
+	o, _ := mustRun(t, "explain", p, "--kv-len", "1000,5000", "--batch", "2")
+	for _, want := range []string{
+		"reclaim: page p of a sequence (0-based table entry) with (p + 1) * page_size <= from - 1019 and ceil(4 / page_size) <= p",
+		// 5000 - 1019 = 3981 = 248*16 + 13: pages 1..247 (page 0 holds the sinks).
+		"kv_len=1000 -> none of its 63 pages",
+		"kv_len=5000 -> pages 1..247 of its 313 (247 pages) may be reused, named or as -1",
+	} {
+		if !strings.Contains(o, want) {
+			t.Errorf("explain output lacks %q:\n%s", want, o)
+		}
+	}
+	o, _ = mustRun(t, "explain", llama3, "--kv-len", "5000")
+	if !strings.Contains(o, "reclaim: none") || strings.Contains(o, "may be reused") {
+		t.Errorf("explain of a causal variant offers pages to reclaim:\n%s", o)
+	}
+}
+
 func TestVersion(t *testing.T) {
 	o, _ := mustRun(t, "version")
 	if !strings.HasPrefix(o, "attnc ") || !strings.Contains(o, "ABI 1") {
@@ -412,7 +437,9 @@ func TestVerifyCUDAEmulated(t *testing.T) {
 			t.Errorf("verify --target cuda ran no passing case of %s:\n%s", k, o)
 		}
 	}
-	// The launchers take no thread count: each case runs once.
+	// The launchers take no thread count: each case runs once (5 prefill
+	// cases, a hidden page and NaN where masked; 2 decode cases, the same two;
+	// merge_state).
 	if strings.Contains(o, "threads=4") {
 		t.Errorf("verify --target cuda ran cases per --threads value:\n%s", o)
 	}

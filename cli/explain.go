@@ -52,6 +52,11 @@ compiles in:
                  (required with any shape flag)
   --threads T    worker threads, 1..1024 (default: this machine's CPUs)
 
+For a window variant, the dispatch rules include "reclaim" (which pages of
+a sequence no query can see again, as a function of kv_len), and each
+--kv-len value gets the pages an engine may reuse once the step's queries
+are answered (see README "Sliding windows: reclaiming pages").
+
 Each flag takes an int or a comma list. --q-len and --kv-len give one value
 for every sequence or one per sequence; --batch and --threads lists print
 one decision per combination.`,
@@ -238,6 +243,36 @@ func explainVariant(w io.Writer, v *ir.Variant, shapes []registry.Shape, cfg *co
 	fmt.Fprintln(w, "selection:")
 	for _, l := range lines {
 		fmt.Fprint(w, l)
+	}
+	return explainReclaim(w, v, shapes)
+}
+
+// explainReclaim prints, for each --kv-len given, the pages of a sequence
+// that a window variant can never read again once a step's queries are
+// answered (registry.ReclaimableRange with from = kv_len).
+func explainReclaim(w io.Writer, v *ir.Variant, shapes []registry.Shape) error {
+	if registry.ReclaimRuleOf(v) == nil {
+		return nil
+	}
+	fmt.Fprintln(w, "reclaim (after the step, no query below kv_len comes):")
+	done := map[int]bool{}
+	for _, s := range shapes {
+		for _, kvLen := range s.KVLens {
+			if done[kvLen] {
+				continue
+			}
+			done[kvLen] = true
+			lo, hi, err := registry.ReclaimableRange(v, kvLen)
+			if err != nil {
+				return fmt.Errorf("attnc explain: %s: %w", v.Name, err)
+			}
+			pages := (kvLen + v.PageSize - 1) / v.PageSize
+			if hi <= lo {
+				fmt.Fprintf(w, "  kv_len=%d -> none of its %d pages\n", kvLen, pages)
+				continue
+			}
+			fmt.Fprintf(w, "  kv_len=%d -> pages %d..%d of its %d (%d pages) may be reused, named or as -1\n", kvLen, lo, hi-1, pages, hi-lo)
+		}
 	}
 	return nil
 }

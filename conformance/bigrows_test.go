@@ -58,10 +58,10 @@ func TestRowsPast2To31(t *testing.T) {
 		if err != nil || st != 0 {
 			t.Fatalf("threads %d: status %d, %v", threads, st, err)
 		}
-		if e, i, ok := reference.Compare(cb.o.F32()[R*rowO:], wantO, Tolerance(v.DType)); !ok {
+		if e, i, ok := reference.Compare(cb.o.F32()[R*rowO:], wantO, Tolerance); !ok {
 			t.Errorf("threads %d: o[row %d + ...][%d]: error %g", threads, R, i, e)
 		}
-		if e, i, ok := reference.Compare(cb.lse.F32()[R*v.QOHeads:], wantL, Tolerance(v.DType)); !ok {
+		if e, i, ok := reference.Compare(cb.lse.F32()[R*v.QOHeads:], wantL, Tolerance); !ok {
 			t.Errorf("threads %d: lse[row %d + ...][%d]: error %g", threads, R, i, e)
 		}
 		poisonF32(cb.o.F32()[R*rowO:])

@@ -15,26 +15,36 @@ import (
 	"github.com/attnc/attnc/reference"
 )
 
-// Tolerance is the allowed error on outputs of magnitude <= 1 for storage
-// type dt (the reference runs on inputs already cast to dt).
-func Tolerance(dt ir.DType) float64 {
-	switch dt {
-	case ir.DTF16:
-		return 2e-3
-	case ir.DTBF16:
-		return 1e-2
+// Tolerance is the allowed error |got - want| / max(1, |want|) of f32
+// outputs: o of f32 variants, every lse and merge_state's s (f32 whatever
+// the storage type). f16 and bf16 outputs are held to half an ulp plus a
+// tiny allowance instead (reference.CompareULP).
+const Tolerance = 1e-5
+
+// compareOut checks an output of storage type dt against the reference:
+// half an ulp (plus reference.HalfAllowance*mag) for f16/bf16, Tolerance
+// for f32. The error it returns is in ulps of dt for half types.
+func compareOut(dt ir.DType, got []float32, want, mag []float64) (maxErr float64, idx int, ok bool) {
+	if dt == ir.DTF32 {
+		return reference.Compare(got, want, Tolerance)
 	}
-	return 1e-5
+	return reference.CompareULP(dt, got, want, mag)
 }
 
 // Result is one kernel run checked against the reference.
 type Result struct {
 	Variant, Kernel, Case string
 	Threads               int
-	MaxErr, LSEErr        float64
-	Tol                   float64
-	Pass                  bool
-	Note                  string
+	// MaxErr is o's largest error: relative (f32) or in ulps of the
+	// storage type (f16, bf16); LSEErr lse's, relative.
+	MaxErr, LSEErr float64
+	// MagErr is o's largest error beyond the one rounding to the storage
+	// type, in units of 2^-24 of the magnitude it is made of
+	// (reference.MagErr): what reference.HalfAllowance must cover.
+	MagErr float64
+	DType  ir.DType
+	Pass   bool
+	Note   string
 }
 
 func (r Result) String() string {
@@ -42,7 +52,11 @@ func (r Result) String() string {
 	if !r.Pass {
 		status = "FAIL"
 	}
-	s := fmt.Sprintf("%s %-28s %-34s threads=%-2d max_err=%.2e lse_err=%.2e tol=%.0e", status, r.Kernel, r.Case, r.Threads, r.MaxErr, r.LSEErr, r.Tol)
+	tol := fmt.Sprintf("max_err=%.2e lse_err=%.2e tol=%.0e", r.MaxErr, r.LSEErr, Tolerance)
+	if r.DType == ir.DTF16 || r.DType == ir.DTBF16 {
+		tol = fmt.Sprintf("max_err=%.2fulp lse_err=%.2e tol=0.5ulp", r.MaxErr, r.LSEErr)
+	}
+	s := fmt.Sprintf("%s %-28s %-34s threads=%-2d %s", status, r.Kernel, r.Case, r.Threads, tol)
 	if r.Note != "" {
 		s += "  " + r.Note
 	}
@@ -346,9 +360,9 @@ func nanSlice(n int) []float32 {
 // RunAttention runs kernel (prefill or decode entry) on a random case and
 // compares o and lse with the reference.
 func (s *Suite) RunAttention(role ir.Role, spec reference.CaseSpec, seed int64, threads int) Result {
-	r := Result{Variant: s.V.Name, Kernel: s.Entries[role].Symbol, Case: spec.Name, Threads: threads, Tol: Tolerance(s.V.DType)}
+	r := Result{Variant: s.V.Name, Kernel: s.Entries[role].Symbol, Case: spec.Name, Threads: threads, DType: s.V.DType}
 	c := reference.NewCase(s.V, rand.New(rand.NewSource(seed)), spec)
-	wantO, wantL := reference.Attention(s.V, c)
+	wantO, wantL, mag := reference.AttentionMag(s.V, c)
 	cb := s.buffers(c)
 	defer cb.free()
 	if err := s.SetThreads(threads); err != nil {
@@ -365,11 +379,13 @@ func (s *Suite) RunAttention(role ir.Role, spec reference.CaseSpec, seed int64, 
 	}
 	var okO, okL bool
 	var idx int
-	r.MaxErr, idx, okO = reference.Compare(s.dec(cb.o), wantO, r.Tol)
+	gotO := s.dec(cb.o)
+	r.MaxErr, idx, okO = compareOut(s.V.DType, gotO, wantO, mag)
+	r.MagErr = reference.MagErr(s.V.DType, gotO, wantO, mag)
 	if !okO {
-		r.Note = fmt.Sprintf("o[%d] = %v, want %v", idx, s.dec(cb.o)[max(idx, 0)], wantO[max(idx, 0)])
+		r.Note = fmt.Sprintf("o[%d] = %v, want %v", idx, gotO[max(idx, 0)], wantO[max(idx, 0)])
 	}
-	r.LSEErr, idx, okL = reference.Compare(cb.lse.F32(), wantL, r.Tol)
+	r.LSEErr, idx, okL = reference.Compare(cb.lse.F32(), wantL, Tolerance)
 	if !okL && okO {
 		r.Note = fmt.Sprintf("lse[%d] = %v, want %v", idx, cb.lse.F32()[max(idx, 0)], wantL[max(idx, 0)])
 	}
@@ -382,7 +398,7 @@ func (s *Suite) RunAttention(role ir.Role, spec reference.CaseSpec, seed int64, 
 // with the reference merge.
 func (s *Suite) RunMergeState(n int, seed int64, threads int) Result {
 	v := s.V
-	r := Result{Variant: v.Name, Kernel: s.Entries[ir.RoleMergeState].Symbol, Case: fmt.Sprintf("random n=%d", n), Threads: threads, Tol: Tolerance(v.DType)}
+	r := Result{Variant: v.Name, Kernel: s.Entries[ir.RoleMergeState].Symbol, Case: fmt.Sprintf("random n=%d", n), Threads: threads, DType: v.DType}
 	rng := rand.New(rand.NewSource(seed))
 	rows, d := n*v.QOHeads, v.HeadDimV
 	va, vb := make([]float32, rows*d), make([]float32, rows*d)
@@ -418,7 +434,7 @@ func (s *Suite) RunMergeState(n int, seed int64, threads int) Result {
 		}
 		return o
 	}
-	wantV, wantS := reference.MergeStateBase(v.LSEBase, f64(va), f64(sa), f64(vb), f64(sb))
+	wantV, wantS, mag := reference.MergeStateMag(v.LSEBase, f64(va), f64(sa), f64(vb), f64(sb))
 	// An empty side's values may be garbage: poison them after computing the reference.
 	for i := range sa {
 		for j := 0; j < d; j++ {
@@ -443,17 +459,24 @@ func (s *Suite) RunMergeState(n int, seed int64, threads int) Result {
 		return r
 	}
 	var okV, okS bool
-	r.MaxErr, _, okV = compareNaN(s.dec(bv), wantV, r.Tol)
-	r.LSEErr, _, okS = compareNaN(bs.F32(), wantS, 1e-5)
+	gotV := s.dec(bv)
+	r.MaxErr, _, okV = compareNaN(gotV, wantV, func(g []float32, w []float64) (float64, int, bool) {
+		return compareOut(v.DType, g, w, mag)
+	})
+	r.MagErr = reference.MagErr(v.DType, gotV, wantV, mag)
+	r.LSEErr, _, okS = compareNaN(bs.F32(), wantS, func(g []float32, w []float64) (float64, int, bool) {
+		return reference.Compare(g, w, Tolerance)
+	})
 	r.Pass = okV && okS
 	return r
 }
 
-// compareNaN is reference.Compare where want may hold NaN: got must be NaN
-// exactly there (merge_state's rule for NaN or +inf states).
-func compareNaN(got []float32, want []float64, tol float64) (maxErr float64, idx int, ok bool) {
+// compareNaN is compare where want may hold NaN: got must be NaN exactly
+// there (merge_state's rule for NaN or +inf states), and compare judges the
+// other elements.
+func compareNaN(got []float32, want []float64, compare func([]float32, []float64) (float64, int, bool)) (maxErr float64, idx int, ok bool) {
 	if len(got) != len(want) {
-		return reference.Compare(got, want, tol)
+		return compare(got, want)
 	}
 	g := append([]float32(nil), got...)
 	w := append([]float64(nil), want...)
@@ -465,7 +488,7 @@ func compareNaN(got []float32, want []float64, tol float64) (maxErr float64, idx
 			g[i], w[i] = 0, 0
 		}
 	}
-	return reference.Compare(g, w, tol)
+	return compare(g, w)
 }
 
 // mergeArgs lays out merge_state's arguments: states (va, sa) and (vb, sb)
@@ -482,7 +505,9 @@ func (s *Suite) mergeArgs(va, sa, vb, sb []float32, n int) *caseBuffers {
 // Matrix is the case list for a variant, scaled to its page size: decode
 // batches, ragged prefill with empty sequences, shared prefixes, query
 // chunks spanning several pages and tiles, kv_len not a multiple of the
-// page size, with NaN/Inf poisoned tails and unused pages throughout.
+// page size, with NaN/Inf poisoned tails and unused pages throughout, a
+// page hidden by -1, and NaN/Inf at every position the mask hides from the
+// whole call.
 func Matrix(v *ir.Variant) []reference.CaseSpec {
 	ps := v.PageSize
 	cases := []reference.CaseSpec{
@@ -493,7 +518,8 @@ func Matrix(v *ir.Variant) []reference.CaseSpec {
 		{Name: "prefill from empty cache", QLens: []int{37}, KVLens: []int{37}, NaNFill: true},
 	}
 	// A -1 entry hides a block (block tables) or a page (CSR kv_indices).
-	cases = append(cases, reference.CaseSpec{Name: "hidden block", QLens: []int{9, 2}, KVLens: []int{3*ps + 9, 4*ps + 1}, ExtraPages: 1, NaNFill: true, HideBlock: 1})
+	cases = append(cases, reference.CaseSpec{Name: "hidden page", QLens: []int{9, 2}, KVLens: []int{3*ps + 9, 4*ps + 1}, ExtraPages: 1, NaNFill: true, HideBlock: 1},
+		reference.CaseSpec{Name: "NaN where masked", QLens: []int{7, 1, 30}, KVLens: []int{150 + ps, 90, 30 + 3*ps}, ExtraPages: 1, NaNFill: true, NaNMasked: true})
 	if v.NonCausal() {
 		// Cross / encoder attention: more queries than keys, and no keys.
 		cases = append(cases, reference.CaseSpec{Name: "cross attention q_len > kv_len", QLens: []int{9, 70, 3}, KVLens: []int{3, 2*ps + 1, 0}, ExtraPages: 1, NaNFill: true})
@@ -509,7 +535,8 @@ func DecodeMatrix(v *ir.Variant) []reference.CaseSpec {
 		{Name: "decode batch", QLens: []int{1, 1, 1}, KVLens: []int{1, 2*ps + 1, 200}, ExtraPages: 1, NaNFill: true},
 		{Name: "decode long single", QLens: []int{1}, KVLens: []int{300 + ps}, NaNFill: true},
 	}
-	cases = append(cases, reference.CaseSpec{Name: "decode hidden block", QLens: []int{1, 1}, KVLens: []int{2*ps + 3, 3*ps + 5}, NaNFill: true, HideBlock: 1})
+	cases = append(cases, reference.CaseSpec{Name: "decode hidden page", QLens: []int{1, 1}, KVLens: []int{2*ps + 3, 3*ps + 5}, NaNFill: true, HideBlock: 1},
+		reference.CaseSpec{Name: "decode NaN where masked", QLens: []int{1, 1}, KVLens: []int{300 + ps, 2*ps + 70}, NaNFill: true, NaNMasked: true})
 	if v.NonCausal() {
 		cases = append(cases, reference.CaseSpec{Name: "decode empty cache (mask none)", QLens: []int{1, 1, 1}, KVLens: []int{0, ps + 3, 0}, NaNFill: true})
 	}

@@ -401,11 +401,10 @@ func checkAttention(s *Suite, r rules, fc fuzzCase, a map[string][]int32, q, kp,
 	for b := range r.qLen {
 		c.Q = append(c.Q, q[r.qRow[b]*rowQ:(r.qRow[b]+r.qLen[b])*rowQ]...)
 	}
-	wantO, wantL := reference.Attention(v, c)
+	wantO, wantL, mag := reference.AttentionMag(v, c)
 	gotO, gotL := s.dec(cb.o), cb.lse.F32()
 	owned := map[int]bool{}
 	row := 0
-	tol := Tolerance(v.DType)
 	exact := true
 	for _, kv := range r.kvLen {
 		exact = exact && kv <= fuzzExactLen
@@ -422,10 +421,10 @@ func checkAttention(s *Suite, r rules, fc fuzzCase, a map[string][]int32, q, kp,
 				}
 				continue
 			}
-			if e, j, ok := reference.Compare(gotO[k*rowO:(k+1)*rowO], wantO[(row+i)*rowO:(row+i+1)*rowO], tol); !ok {
+			if e, j, ok := compareOut(v.DType, gotO[k*rowO:(k+1)*rowO], wantO[(row+i)*rowO:(row+i+1)*rowO], mag[(row+i)*rowO:(row+i+1)*rowO]); !ok {
 				return false, fmt.Sprintf("o row %d (sequence %d) [%d]: error %g", k, b, j, e)
 			}
-			if e, j, ok := reference.Compare(gotL[k*v.QOHeads:(k+1)*v.QOHeads], wantL[(row+i)*v.QOHeads:(row+i+1)*v.QOHeads], tol); !ok {
+			if e, j, ok := reference.Compare(gotL[k*v.QOHeads:(k+1)*v.QOHeads], wantL[(row+i)*v.QOHeads:(row+i+1)*v.QOHeads], Tolerance); !ok {
 				return false, fmt.Sprintf("lse row %d (sequence %d) [%d]: error %g", k, b, j, e)
 			}
 		}
@@ -621,10 +620,14 @@ func runFuzzMerge(s *Suite, fc fuzzCase) fuzzResult {
 			return o
 		}
 		m := int(n) * v.QOHeads
-		wantV, wantS := reference.MergeState(f64(va[:m*v.HeadDimV]), f64(sa[:m]), f64(vb[:m*v.HeadDimV]), f64(sb[:m]))
+		wantV, wantS, mag := reference.MergeStateMag(v.LSEBase, f64(va[:m*v.HeadDimV]), f64(sa[:m]), f64(vb[:m*v.HeadDimV]), f64(sb[:m]))
 		gotV, gotS := s.dec(cb.byName["v"]), cb.byName["s"].F32()
-		_, _, okV := reference.Compare(gotV[:m*v.HeadDimV], wantV, Tolerance(v.DType))
-		_, _, okS := reference.Compare(gotS[:m], wantS, 1e-5)
+		_, _, okV := compareNaN(gotV[:m*v.HeadDimV], wantV, func(g []float32, w []float64) (float64, int, bool) {
+			return compareOut(v.DType, g, w, mag)
+		})
+		_, _, okS := compareNaN(gotS[:m], wantS, func(g []float32, w []float64) (float64, int, bool) {
+			return reference.Compare(g, w, Tolerance)
+		})
 		size := reference.Size(v.DType)
 		rest := bytes.Equal(cb.byName["v"].U8()[m*v.HeadDimV*size:], before[m*v.HeadDimV*size:rows*v.HeadDimV*size]) &&
 			bytes.Equal(cb.byName["s"].U8()[m*4:], before[rows*v.HeadDimV*size+m*4:])

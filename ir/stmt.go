@@ -127,6 +127,11 @@ type If struct {
 	Tag  string
 }
 
+// HiddenTag tags an If or For inside a KV tile that only acts on positions
+// the mask hides (it keeps their K/V, which may be garbage, out of the
+// result): classify-tiles drops such statements from fully visible tiles.
+const HiddenTag = "hidden"
+
 // Return leaves the kernel with an i32 status.
 type Return struct {
 	Value Expr

@@ -120,11 +120,11 @@ func (l *lowering) gpuQT(decode bool) int {
 }
 
 // strided appends `for k in 0 .. ceil(n/NT) { let e = t + k*NT; if e < n { body(e) } }`:
-// thread t's share of n independent elements.
-func strided(b *blk, name string, n int, body func(*blk, ir.Expr)) {
+// thread t's share of n independent elements. It returns the loop.
+func strided(b *blk, name string, n int, body func(*blk, ir.Expr)) *ir.For {
 	t := ir.R("t", ir.I32)
 	k := ir.R(name+"_k", ir.I32)
-	b.loop(name+"_k", i32(0), i32((n+GPUThreads-1)/GPUThreads), ir.Serial, "", func(u *blk) {
+	return b.loop(name+"_k", i32(0), i32((n+GPUThreads-1)/GPUThreads), ir.Serial, "", func(u *blk) {
 		e := u.let(name, add(t, mul(k, i32(GPUThreads))))
 		if n%GPUThreads == 0 {
 			body(u, e)
@@ -176,7 +176,7 @@ func (l *lowering) gpuRowStats(b *blk, R, KT int, warp, lane ir.Expr, halfP bool
 					p := u.let("p", sel(live, ir.Un(ir.Exp, sub(ld("sc", ir.F32, i), mNew)), f32(0)))
 					u.store("sc", i, p)
 					if halfP {
-						u.store("ph", i, l.halfBits(p))
+						l.splitP(u, i, p)
 					}
 					u.set("ps", add(ps, p))
 				})

@@ -39,10 +39,17 @@ func (l *lowering) gpuPlanFor(decode, split bool) gpuPlan {
 	if p.mma {
 		p.R = GPURows
 		p.AK = l.DV / 32 * 4
-		p.sharedF = []sharedArray{{"qh", ir.I16, p.R * l.D}, {"kh", ir.I16, KT * l.D}, {"vh", ir.I16, KT * l.DV}, {"ph", ir.I16, p.R * KT}}
+		p.sharedF = []sharedArray{{"qh", ir.I16, p.R * l.D}, {"kh", ir.I16, KT * l.D}, {"vh", ir.I16, KT * l.DV}}
+		for _, part := range l.pParts() {
+			p.sharedF = append(p.sharedF, sharedArray{part, ir.I16, p.R * KT})
+		}
 	} else {
 		p.AK = (p.R*l.DV + GPUThreads - 1) / GPUThreads
 		p.sharedF = []sharedArray{{"qs", ir.F32, p.R * l.D}, {"kb", ir.F32, KT * l.D}, {"vb", ir.F32, KT * l.DV}}
+	}
+	if p.mma {
+		// kv_seen[j] != 0: some row of the block sees position j (see zeroUnseenV).
+		p.sharedF = append(p.sharedF, sharedArray{"kv_seen", ir.I32, KT})
 	}
 	p.sharedF = append(p.sharedF, sharedArray{"sc", ir.F32, p.R * KT}, sharedArray{"mx", ir.F32, p.R},
 		sharedArray{"den", ir.F32, p.R}, sharedArray{"alpha", ir.F32, p.R})
@@ -97,6 +104,42 @@ func (l *lowering) halfBits(x ir.Expr) ir.Expr {
 		return ir.F32ToBF16(x)
 	}
 	return ir.F32ToF16(x)
+}
+
+// halfValue widens the storage half type's bits to f32.
+func (l *lowering) halfValue(h ir.Expr) ir.Expr {
+	if l.dt == ir.BF16 {
+		return ir.BF16ToF32(h)
+	}
+	return ir.F16ToF32(h)
+}
+
+// pParts names the shared arrays that hold P for the tensor cores, split
+// into half-precision parts whose sum is P to about f32 precision: P·V then
+// rounds once, in f32, like the CPU kernels, so f16/bf16 outputs stay within
+// half an ulp (one part alone would round each weight to 2^-11 (f16) or
+// 2^-8 (bf16) relative). Each part after the first holds what the ones
+// before left: f16 needs two (the rest is below 2^-22 of P), bf16 three
+// (2^-27).
+func (l *lowering) pParts() []string {
+	if l.dt == ir.BF16 {
+		return []string{"ph", "pm", "pl"}
+	}
+	return []string{"ph", "pl"}
+}
+
+// splitP stores weight p of element i as its half-precision parts.
+func (l *lowering) splitP(b *blk, i, p ir.Expr) {
+	parts := l.pParts()
+	rest := p
+	for k, part := range parts {
+		h := b.let(part+"_bits", l.halfBits(rest))
+		b.store(part, i, h)
+		if k+1 < len(parts) {
+			// Exact: rest and its rounding are within a factor 2 (Sterbenz).
+			rest = b.let(part+"_rest", sub(rest, l.halfValue(h)))
+		}
+	}
 }
 
 // gpuAttention builds one attention kernel: a block per work item walks
@@ -270,6 +313,10 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 				}
 				stage(kBuf, l.kSegs(), D)
 				stage(vBuf, l.vSegs(), DV)
+				if p.mma {
+					y.add(&ir.If{Tag: l.hiddenTag(), Cond: lt(t, i32(KT)), Then: &ir.Block{Stmts: []ir.Stmt{
+						&ir.Store{Buf: "kv_seen", Index: t, Value: i32(0)}}}})
+				}
 				y.add(&ir.Barrier{})
 				// scoreAt finishes the score of (row, j) from its dot
 				// product: scale, @score, @mask; -inf for padding.
@@ -290,6 +337,10 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 						}
 					})
 					z.store("sc", add(mul(row, i32(KT)), j), ir.R("s", ir.F32))
+					if p.mma { // every writer stores the same 1
+						z.add(&ir.If{Tag: l.hiddenTag(), Cond: gt(ir.R("s", ir.F32), negInf()), Then: &ir.Block{Stmts: []ir.Stmt{
+							&ir.Store{Buf: "kv_seen", Index: j, Value: i32(1)}}}})
+					}
 				}
 				if p.mma {
 					l.mmaScores(y, gid, tig, warp, scoreAt)
@@ -309,6 +360,9 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 				}
 				y.add(&ir.Barrier{})
 				l.gpuRowStats(y, R, KT, warp, lane, p.mma)
+				if p.mma {
+					l.zeroUnseenV(y, vw)
+				}
 				y.add(&ir.Barrier{})
 				if p.mma {
 					l.mmaAccumulate(y, gid, tig, warp)
@@ -323,6 +377,7 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 							u.vr("a", mul(ld("acc", ir.F32, ak), ld("alpha", ir.F32, row)))
 							j := ir.R("j", ir.I32)
 							u.loop("j", i32(0), kvN, ir.Serial, "", func(x2 *blk) {
+								l.skipHidden(x2, ld("sc", ir.F32, add(mul(row, i32(KT)), j)))
 								x2.set("a", add(ir.R("a", ir.F32), mul(ld("sc", ir.F32, add(mul(row, i32(KT)), j)), ld("vb", ir.F32, add(mul(j, i32(DV)), dv)))))
 							})
 							u.store("acc", ak, ir.R("a", ir.F32))
@@ -386,6 +441,21 @@ func (l *lowering) gpuAttention(name string, params []*ir.Param, decode, split b
 	return &ir.Kernel{Name: name, Role: roleOf(decode), Params: params, Body: b.block()}
 }
 
+// zeroUnseenV zeroes the staged V rows of positions no row of the block
+// sees (kv_seen[j] == 0). On tensor cores P·V multiplies a whole 16-row P
+// tile by V, so a zero weight cannot keep a hidden position's NaN or Inf
+// out of the sum (0 * NaN = NaN); DESIGN §3 lets such positions hold any
+// bits. It runs in the row-statistics phase, which does not touch vh;
+// tagged @hidden, classify-tiles drops it from fully visible tiles.
+func (l *lowering) zeroUnseenV(b *blk, vw int) {
+	DV := l.DV
+	f := strided(b, "ez", GPUKVTile*DV/vw, func(x *blk, c ir.Expr) {
+		e := x.let("e0", mul(c, i32(vw)))
+		x.add(&ir.If{Cond: eq(ldi("kv_seen", div(e, i32(DV))), i32(0)), Then: zeros("vh", e, vw, ir.IntT(ir.I16, 0))})
+	})
+	f.Tag = l.hiddenTag()
+}
+
 // mmaScores computes the 16 x 32 score tile on tensor cores: warp w owns
 // kv columns 8w..8w+7 and walks the head dim 16 at a time (m16n8k16), A =
 // Q rows from qh, B = K rows from kh, both in the storage half type; then
@@ -447,8 +517,8 @@ func (l *lowering) mmaFragments(b *blk, gid, tig, warp ir.Expr, body func(b *blk
 }
 
 // mmaAccumulate rescales the lane's accumulator fragments by their rows'
-// alpha and adds P·V on tensor cores: A = P (16 x 32, half bits in ph),
-// B = V rows of the tile (vh), 16 positions per mma.
+// alpha and adds P·V on tensor cores: A = each half-precision part of P
+// (16 x 32, see pParts), B = V rows of the tile (vh), 16 positions per mma.
 func (l *lowering) mmaAccumulate(b *blk, gid, tig, warp ir.Expr) {
 	DV, KT := l.DV, GPUKVTile
 	l.mmaFragments(b, gid, tig, warp, func(x *blk, ak, row, col ir.Expr) {
@@ -463,16 +533,21 @@ func (l *lowering) mmaAccumulate(b *blk, gid, tig, warp ir.Expr) {
 		ks := ir.R("ks", ir.I32)
 		x.loop("ks", i32(0), i32(KT/16), ir.Serial, "", func(y *blk) {
 			c0 := y.let("c0", add(mul(ks, i32(16)), mul(tig, i32(2))))
-			pAt := func(row, col ir.Expr) ir.Expr { return ld("ph", ir.I16, add(mul(row, i32(KT)), col)) }
 			vAt := func(k ir.Expr) ir.Expr { return ld("vh", ir.I16, add(mul(k, i32(DV)), add(nb, gid))) }
 			g8 := add(gid, i32(8))
-			y.store("fa", i32(0), pack2(pAt(gid, c0), pAt(gid, add(c0, i32(1)))))
-			y.store("fa", i32(1), pack2(pAt(g8, c0), pAt(g8, add(c0, i32(1)))))
-			y.store("fa", i32(2), pack2(pAt(gid, add(c0, i32(8))), pAt(gid, add(c0, i32(9)))))
-			y.store("fa", i32(3), pack2(pAt(g8, add(c0, i32(8))), pAt(g8, add(c0, i32(9)))))
 			y.store("fb", i32(0), pack2(vAt(c0), vAt(add(c0, i32(1)))))
 			y.store("fb", i32(1), pack2(vAt(add(c0, i32(8))), vAt(add(c0, i32(9)))))
-			y.add(&ir.MMA{D: "fd", A: "fa", B: "fb", In: l.dt})
+			// One mma per part of P, the smallest first.
+			parts := l.pParts()
+			for k := len(parts) - 1; k >= 0; k-- {
+				part := parts[k]
+				pAt := func(row, col ir.Expr) ir.Expr { return ld(part, ir.I16, add(mul(row, i32(KT)), col)) }
+				y.store("fa", i32(0), pack2(pAt(gid, c0), pAt(gid, add(c0, i32(1)))))
+				y.store("fa", i32(1), pack2(pAt(g8, c0), pAt(g8, add(c0, i32(1)))))
+				y.store("fa", i32(2), pack2(pAt(gid, add(c0, i32(8))), pAt(gid, add(c0, i32(9)))))
+				y.store("fa", i32(3), pack2(pAt(g8, add(c0, i32(8))), pAt(g8, add(c0, i32(9)))))
+				y.add(&ir.MMA{D: "fd", A: "fa", B: "fb", In: l.dt})
+			}
 		})
 		for c := 0; c < 4; c++ {
 			x.store("acc", add(mul(ni, i32(4)), i32(c)), ld("fd", ir.F32, i32(c)))

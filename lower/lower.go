@@ -421,12 +421,33 @@ func (l *lowering) softmaxUpdate(b *blk, row, kvN ir.Expr) {
 		})
 		t.loop("j", i32(0), kvN, ir.Serial, "", func(u *blk) {
 			p := u.let("p", ld("sc", ir.F32, j))
+			l.skipHidden(u, p)
 			u.loop("d", i32(0), i32(DV), ir.Vector, "", func(x *blk) {
 				i := add(mul(row, i32(DV)), d)
 				x.store("acc", i, add(ld("acc", ir.F32, i), mul(p, ld("vb", ir.F32, add(mul(j, i32(DV)), d)))))
 			})
 		})
 	})
+}
+
+// skipHidden appends `if p == 0 { continue }` to a position loop of the
+// accumulation: a position the mask hides has weight p = exp(-inf) = 0 and
+// may hold any bits (DESIGN §3), so it is skipped, never multiplied (0 *
+// NaN is NaN). Tagged @hidden, classify-tiles drops it from fully visible
+// tiles; data masks (tree, custom) hide positions there too, so with them
+// it stays everywhere.
+func (l *lowering) skipHidden(b *blk, p ir.Expr) {
+	b.add(&ir.If{Tag: l.hiddenTag(), Cond: eq(p, f32(0)), Then: &ir.Block{Stmts: []ir.Stmt{&ir.Continue{}}}})
+}
+
+// hiddenTag is the tag of statements that only act on positions the mask
+// hides: ir.HiddenTag when the @mask Def decides every hidden position, ""
+// (never dropped) when data masks hide positions in any tile.
+func (l *lowering) hiddenTag() string {
+	if l.hasMask(ir.MaskTree) || l.hasMask(ir.MaskCustom) {
+		return ""
+	}
+	return ir.HiddenTag
 }
 
 // storeOut writes a normalized row to o (storage dtype) and lse (when not NULL).

@@ -19,6 +19,12 @@ import (
 //	if tile_skip { continue }
 //	if tile_full { body without the mask } else { body }
 //
+// Statements tagged @hidden (an `if` or a `for`) only act on positions the
+// mask hides — they keep a hidden position's possibly garbage K/V out of the
+// result by selecting instead of multiplying by zero — so the fully visible
+// copy drops them too, and so does a tile whose mask folded to "nothing
+// hidden" (no @mask left): fully visible tiles keep their fast path.
+//
 // When the analysis cannot bound the condition (an unknown variable or an
 // operator without interval rules) the loop is left as it is.
 func ClassifyTiles(m *ir.Module) (*ir.Module, error) {
@@ -36,7 +42,9 @@ func ClassifyTiles(m *ir.Module) (*ir.Module, error) {
 func classifyTile(f *ir.For) *ir.For {
 	mask := findMask(f.Body)
 	if mask == nil {
-		return f
+		nf := *f
+		nf.Body = dropTagged(f.Body, ir.HiddenTag)
+		return &nf
 	}
 	env := map[string]ival{}
 	for _, r := range f.Ranges {
@@ -53,12 +61,7 @@ func classifyTile(f *ir.For) *ir.For {
 		stmts = append(stmts, &ir.Let{Name: "tile_skip", Value: skip},
 			&ir.If{Cond: ir.R("tile_skip", ir.Bool), Then: &ir.Block{Stmts: []ir.Stmt{&ir.Continue{}}}})
 	}
-	unmasked := ir.MapStmts(ir.CloneBlock(f.Body), func(s ir.Stmt) []ir.Stmt {
-		if i, ok := s.(*ir.If); ok && i.Tag == "mask" {
-			return nil
-		}
-		return []ir.Stmt{s}
-	})
+	unmasked := dropTagged(dropTagged(ir.CloneBlock(f.Body), "mask"), ir.HiddenTag)
 	switch {
 	case ir.IsTrue(full):
 		stmts = append(stmts, unmasked.Stmts...)
@@ -71,6 +74,23 @@ func classifyTile(f *ir.For) *ir.For {
 	nf := *f
 	nf.Body = &ir.Block{Stmts: stmts}
 	return &nf
+}
+
+// dropTagged removes every if and for tagged tag from b.
+func dropTagged(b *ir.Block, tag string) *ir.Block {
+	return ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
+		switch x := s.(type) {
+		case *ir.If:
+			if x.Tag == tag {
+				return nil
+			}
+		case *ir.For:
+			if x.Tag == tag {
+				return nil
+			}
+		}
+		return []ir.Stmt{s}
+	})
 }
 
 func findMask(b *ir.Block) *ir.If {

@@ -3,6 +3,7 @@ package passes
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/attnc/attnc/ir"
@@ -153,4 +154,115 @@ func TestIntervalSoundness(t *testing.T) {
 			}
 		}
 	}
+}
+
+// hiddenKernel is tileKernel with a @hidden statement: it counts the
+// hidden (query, position) pairs it meets, which only partially masked
+// tiles hold.
+const hiddenKernel = `module t prefix t
+def mask(q_pos: i32, kv_pos: i32, head: i32, batch: i32): bool = %s
+
+kernel t_k role prefill (hid: i32* [1], nq: i32, nk: i32) {
+  for qt in 0 .. ((nq + 3) / 4) serial {
+    let q_lo = (qt * 4)
+    let q_hi = (min((q_lo + 4), nq) - 1)
+    for kt in 0 .. ((nk + 3) / 4) serial @kv_tile [kv_pos = (kt * 4) .. (min(((kt * 4) + 4), nk) - 1), q_pos = q_lo .. q_hi, head = 0 .. 0, b = 0 .. 0] {
+      for qi in q_lo .. (q_hi + 1) serial {
+        for kj in (kt * 4) .. min(((kt * 4) + 4), nk) serial {
+          let q_pos = qi
+          let kv_pos = kj
+          var s = 1
+          if not(@mask.bool(q_pos, kv_pos, 0, 0)) @mask {
+            s = 0
+          }
+          if (s == 0) @hidden {
+            store hid[0] = (hid[0] + 1)
+          }
+        }
+      }
+    }
+  }
+  return 0
+}
+`
+
+// TestClassifyTilesDropsHidden checks that @hidden statements leave fully
+// visible tiles (and tiles whose mask folded away) and stay in partially
+// masked ones: after classify-tiles they still see every hidden pair of
+// every tile that runs (tiles wholly hidden are skipped).
+func TestClassifyTilesDropsHidden(t *testing.T) {
+	for _, c := range []struct {
+		name, mask   string
+		visible      func(q, kv int) bool
+		split, keeps bool // a tile_full split; @hidden left anywhere
+	}{
+		{"causal", "(kv_pos <= q_pos)", func(q, kv int) bool { return kv <= q }, true, true},
+		{"none", "true", func(q, kv int) bool { return true }, false, false},
+		{"unbounded", "((kv_pos * kv_pos) <= q_pos)", func(q, kv int) bool { return kv*kv <= q }, false, true},
+	} {
+		m, err := ir.Parse(fmt.Sprintf(hiddenKernel, c.mask))
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		base, _ := InlineDefs(m)
+		base, _ = Simplify(base)
+		opt, err := ClassifyTiles(base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ir.MustVerify("classify-tiles", opt)
+		var full, partial *ir.Block
+		ir.MapStmts(opt.Kernels[0].Body, func(s ir.Stmt) []ir.Stmt {
+			if i, ok := s.(*ir.If); ok && ir.ExprString(i.Cond) == "tile_full" {
+				full, partial = i.Then, i.Else
+			}
+			return []ir.Stmt{s}
+		})
+		text := opt.String()
+		if got := full != nil; got != c.split {
+			t.Fatalf("%s: tile_full split = %v, want %v\n%s", c.name, got, c.split, text)
+		}
+		if full != nil && (strings.Contains(blockText(full), "@hidden") || strings.Contains(blockText(full), "@mask")) {
+			t.Errorf("%s: the fully visible copy keeps a @mask or @hidden statement:\n%s", c.name, blockText(full))
+		}
+		if partial != nil && !strings.Contains(blockText(partial), "@hidden") {
+			t.Errorf("%s: the partially masked copy lost its @hidden statement:\n%s", c.name, blockText(partial))
+		}
+		if got := strings.Contains(text, "@hidden"); got != c.keeps {
+			t.Errorf("%s: @hidden left in the module = %v, want %v\n%s", c.name, got, c.keeps, text)
+		}
+		for _, shape := range [][2]int{{13, 21}, {5, 5}, {30, 30}} {
+			nq, nk := shape[0], shape[1]
+			want := 0
+			for q0 := 0; q0 < nq; q0 += 4 {
+				for k0 := 0; k0 < nk; k0 += 4 {
+					hidden, shown := 0, false
+					for q := q0; q < min(q0+4, nq); q++ {
+						for kv := k0; kv < min(k0+4, nk); kv++ {
+							if c.visible(q, kv) {
+								shown = true
+							} else {
+								hidden++
+							}
+						}
+					}
+					if shown {
+						want += hidden
+					}
+				}
+			}
+			hid := make([]int32, 1)
+			if _, err := ir.Run(opt, "t_k", map[string]any{"hid": hid, "nq": int32(nq), "nk": int32(nk)}); err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			if int(hid[0]) < want {
+				t.Errorf("%s %v: @hidden saw %d hidden pairs in tiles that run, want %d", c.name, shape, hid[0], want)
+			}
+		}
+	}
+}
+
+func blockText(b *ir.Block) string {
+	m := &ir.Module{Name: "x", Prefix: "x", Kernels: []*ir.Kernel{{Name: "x", Body: b}}}
+	return m.String()
 }

@@ -42,6 +42,9 @@ type VariantManifest struct {
 	Constraints map[string]any    `json:"constraints"`
 	Rules       map[string]string `json:"rules"`
 	Errors      []ir.ErrorCode    `json:"errors"`
+	// Reclaim is the variant's page-reclaim rule (ReclaimableRange); absent
+	// when no page ever stops being visible.
+	Reclaim *ReclaimRule `json:"reclaim,omitempty"`
 }
 
 // KernelManifest is one generated function.
@@ -131,11 +134,12 @@ func VariantEntry(v *ir.Variant, m *ir.Module) VariantManifest {
 		"kv_tile":      fmt.Sprint(KVTile),
 		"decode_split": "splits = plan_splits(items = batch_size * kv_heads * head_tiles, threads, max_tiles = max ceil(kv_len / kv_tile)); splits > 1 -> split-KV decode into f32 scratch, then merge_state of the chunks",
 		"head_tile":    fmt.Sprint(lower.HeadTile(v.GroupSize())),
+		"reclaim":      reclaimText(v),
 	}
 	for _, d := range m.Defs {
 		rules["def "+d.Name] = ir.ExprString(d.Body)
 	}
-	return VariantManifest{Name: v.Name, LSEBase: v.LSEBase.String(), Constraints: Constraints(v), Rules: rules, Errors: m.Errors}
+	return VariantManifest{Name: v.Name, LSEBase: v.LSEBase.String(), Constraints: Constraints(v), Rules: rules, Errors: m.Errors, Reclaim: ReclaimRuleOf(v)}
 }
 
 // Marshal renders the manifest deterministically (sorted map keys, stable
