@@ -158,7 +158,7 @@ func TestInsertBeforeInlineDefs(t *testing.T) {
 	if !bytes.Equal(base.Files["win.h"], with.Files["win.h"]) {
 		t.Error("win.h changed: the pass must not change the ABI")
 	}
-	window := "((q_pos - kv_pos) <= ((int32_t)7))"
+	window := "(attnc_sub_i32(q_pos, kv_pos) <= ((int32_t)7))"
 	if strings.Contains(string(base.Files["win.cu"]), window) || !strings.Contains(string(with.Files["win.cu"]), window) {
 		t.Errorf("the element mask %s must appear in win.cu with the pass only", window)
 	}

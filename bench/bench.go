@@ -195,6 +195,32 @@ func (r *Report) String() string {
 	return sb.String()
 }
 
+// MaxCaseBytes bounds the memory one benchmark case may take while its
+// random inputs are generated (float32 values, before they are encoded to
+// the storage type): 8 GiB.
+const MaxCaseBytes = 8 << 30
+
+// checkMemory refuses options whose decode or prefill case would take more
+// than MaxCaseBytes, before anything is allocated.
+func checkMemory(v *ir.Variant, o Options) error {
+	kv := int64(v.KVHeads) * int64(v.HeadDimQK+v.HeadDimV)
+	q := int64(v.QOHeads) * int64(v.HeadDimQK+v.HeadDimV)
+	for _, c := range []struct {
+		what          string
+		tokens, elems int64
+		flags         string
+	}{
+		{"decode", int64(o.Batch) * int64(o.KVLen), kv, "--batch x --kv-len"},
+		{"prefill", int64(o.QLen), kv + q, "--q-len"},
+	} {
+		if b := c.tokens * c.elems * 4; c.tokens > MaxCaseBytes || b > MaxCaseBytes {
+			return fmt.Errorf("the %s case needs %.1f GiB of inputs (%d tokens x %d values x 4 bytes); the limit is %d GiB: lower %s",
+				c.what, float64(c.tokens)*float64(c.elems)*4/(1<<30), c.tokens, c.elems, MaxCaseBytes>>30, c.flags)
+		}
+	}
+	return nil
+}
+
 // Run measures the suite's decode and prefill entries and the copy
 // baseline, each for at least o.Seconds. With s.Dev set, the inputs are
 // uploaded once and the calls are timed with the device synchronized at
@@ -204,6 +230,9 @@ func Run(s *conformance.Suite, o Options) (*Report, error) {
 	o = o.withDefaults()
 	if o.Batch < 1 || o.KVLen < 1 || o.QLen < 1 || o.Threads < 0 || o.Seconds < 0 {
 		return nil, fmt.Errorf("bench: bad options %+v", o)
+	}
+	if err := checkMemory(s.V, o); err != nil {
+		return nil, err
 	}
 	r := &Report{Variant: s.V, Target: s.Target, Device: s.Dev != nil, Opts: o, Causal: causal(s.V)}
 	if s.Target == "cpu" {

@@ -216,32 +216,80 @@ func (d *countingDevice) Download(dst *cpurt.Buffer, src int64) error {
 // conformanceDeviceOnly hides HostDevice's CopyDevice.
 type conformanceDeviceOnly struct{ conformance.Device }
 
-// llama3 is built once for the benchmarks.
-var llama3 struct {
+// builtSuite is an example built once for the benchmarks.
+type builtSuite struct {
 	once sync.Once
 	s    *conformance.Suite
 	err  error
 }
 
-func llama3Suite(b *testing.B) *conformance.Suite {
+var llama3, streaming builtSuite
+
+// suite builds examples/<name>.attn once.
+func (bs *builtSuite) suite(b *testing.B, name string) *conformance.Suite {
 	needTools(b)
-	llama3.once.Do(func() {
+	bs.once.Do(func() {
 		var vs []*ir.Variant
-		vs, llama3.err = build.ParseSpecs([]string{"../examples/llama3_8b.attn"})
-		if llama3.err != nil {
+		vs, bs.err = build.ParseSpecs([]string{"../examples/" + name + ".attn"})
+		if bs.err != nil {
 			return
 		}
 		dir, err := os.MkdirTemp("", "attnc-bench-")
 		if err != nil {
-			llama3.err = err
+			bs.err = err
 			return
 		}
-		llama3.s, llama3.err = conformance.Build(vs[0], dir)
+		bs.s, bs.err = conformance.Build(vs[0], dir)
 	})
-	if llama3.err != nil {
-		b.Fatal(llama3.err)
+	if bs.err != nil {
+		b.Fatal(bs.err)
 	}
-	return llama3.s
+	return bs.s
+}
+
+func llama3Suite(b *testing.B) *conformance.Suite { return llama3.suite(b, "llama3_8b") }
+
+// BenchmarkWindowedCPU times the windowed case, llama2_streaming
+// (window(left = 1019) + sinks tokens(4)), where the window is shorter than
+// the cache: decode of 8 sequences of 4096 tokens and prefill of 2048 new
+// tokens over 4096, with all threads. Its partially masked tiles (the
+// sinks' tile, each window's left edge, prefill's diagonal) select instead
+// of multiplying by a zero weight; ms per call is the figure to compare.
+func BenchmarkWindowedCPU(b *testing.B) {
+	s := streaming.suite(b, "llama2_streaming")
+	if err := s.SetThreads(0); err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		role ir.Role
+		sh   shape
+	}{
+		{"decode", ir.RoleDecode, decodeShape(Options{Batch: 8, KVLen: 4096})},
+		{"prefill", ir.RolePrefill, shape{qLens: []int{2048}, kvLens: []int{4096}}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			w, err := newWorkload(s, c.role, c.sh, 3)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer w.free()
+			if err := w.call(); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for range b.N {
+				if err := w.call(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			if err := w.checkOutput(); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(b.Elapsed().Seconds()*1e3/float64(b.N), "ms/call")
+		})
+	}
 }
 
 // BenchmarkDecodeCPU times llama3_8b's decode entry on 8 sequences of 4096

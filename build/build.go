@@ -96,20 +96,25 @@ func (c *Compiled) Select(s registry.Shape) (registry.Selection, error) {
 }
 
 // ParseSpecs reads every spec file and returns its variants in order,
-// rejecting duplicate variant names across files.
+// rejecting variant names that repeat across files, also when they differ
+// only in case (they become upper-case macros and include guards, and file
+// names on case-insensitive file systems).
 func ParseSpecs(paths []string) ([]*ir.Variant, error) {
 	var all []*ir.Variant
-	seen := map[string]ir.Pos{}
+	seen := map[string]*ir.Variant{}
 	for _, p := range paths {
 		vs, err := frontend.ParseFile(p)
 		if err != nil {
 			return nil, err
 		}
 		for _, v := range vs {
-			if first, ok := seen[v.Name]; ok {
-				return nil, ir.Errorf(v.Pos, "variant %s already defined at %s", v.Name, first)
+			key := strings.ToLower(v.Name)
+			if first, ok := seen[key]; ok && first.Name == v.Name {
+				return nil, ir.Errorf(v.Pos, "variant %s already defined at %s", v.Name, first.Pos)
+			} else if ok {
+				return nil, ir.Errorf(v.Pos, "variant %s collides with %s (defined at %s): names must differ in more than case, since they name C macros and include guards", v.Name, first.Name, first.Pos)
 			}
-			seen[v.Name] = v.Pos
+			seen[key] = v
 			all = append(all, v)
 		}
 	}

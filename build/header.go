@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/ir"
 )
 
@@ -27,7 +28,8 @@ func Header(v *ir.Variant, m *ir.Module, decls []string) string {
 		fmt.Fprintf(&sb, "#define %s_%s (%d) /* %s */\n", up, strings.ToUpper(e.Name), e.Code, e.Msg)
 	}
 	fmt.Fprintf(&sb, "\n/* Message for a status code. */\nconst char *%s_strerror(int32_t code);\n", m.Prefix)
-	fmt.Fprintf(&sb, "/* Worker threads for later calls; n <= 0 restores the default (all online CPUs). */\nvoid %s_set_num_threads(int32_t n);\nint32_t %s_get_num_threads(void);\n", m.Prefix, m.Prefix)
+	fmt.Fprintf(&sb, "/* Worker threads for later calls: n <= 0 restores the default (all online CPUs,\n   at most %d); larger n is clamped to min(%d, max(%d, %d x online CPUs)). */\nvoid %s_set_num_threads(int32_t n);\nint32_t %s_get_num_threads(void);\n",
+		llvmgen.MaxThreads, llvmgen.MaxThreads, llvmgen.MinThreadLimit, llvmgen.ThreadsPerCPU, m.Prefix, m.Prefix)
 	for _, d := range decls {
 		sb.WriteString(d)
 	}

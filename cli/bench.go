@@ -6,6 +6,9 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// maxBenchSeconds bounds --seconds (an hour per measurement).
+const maxBenchSeconds = 3600
+
 // benchFlags are the options of `attnc bench`.
 type benchFlags struct {
 	target  string
@@ -75,8 +78,23 @@ Variants using features that do not generate kernels yet are reported as
 			case bf.target != "cpu" && bf.target != "cuda":
 				return fmt.Errorf("attnc bench: unknown --target %q (cpu or cuda)", bf.target)
 			}
-			if bf.seconds <= 0 || bf.batch < 1 || bf.kvLen < 1 || bf.qLen < 1 || bf.threads < 0 {
-				return fmt.Errorf("attnc bench: --seconds, --batch, --kv-len and --q-len must be positive and --threads at least 0")
+			const cmd = "attnc bench"
+			if !(bf.seconds > 0 && bf.seconds <= maxBenchSeconds) {
+				return fmt.Errorf("%s: --seconds %g is out of range: more than 0 and at most %d", cmd, bf.seconds, maxBenchSeconds)
+			}
+			if err := checkBatch(cmd, []int{bf.batch}, 1); err != nil {
+				return err
+			}
+			if err := checkSeqLen(cmd, "--kv-len", []int{bf.kvLen}, 1); err != nil {
+				return err
+			}
+			if err := checkSeqLen(cmd, "--q-len", []int{bf.qLen}, 1); err != nil {
+				return err
+			}
+			if bf.threads != 0 {
+				if err := checkThreads(cmd, []int{bf.threads}); err != nil {
+					return err
+				}
 			}
 			return runBench(c, args, bf)
 		},

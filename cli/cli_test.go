@@ -343,6 +343,31 @@ func TestExplain(t *testing.T) {
 	}
 }
 
+// TestExplainReclaim checks that explain states how an engine reclaims
+// window pages: the rule, and the pages for a given kv_len.
+func TestExplainReclaim(t *testing.T) {
+	p := writeSpec(t, "win.attn", `variant win { heads qo = 4, kv = 2
+	  head_dim 64
+	  cache paged(page_size = 16)
+	  mask window(left = 1019)
+	  sinks tokens(4) }`)
+	o, _ := mustRun(t, "explain", p, "--kv-len", "1000,5000", "--batch", "2")
+	for _, want := range []string{
+		"reclaim: page p of a sequence (0-based table entry) with (p + 1) * page_size <= from - 1019 and ceil(4 / page_size) <= p",
+		// 5000 - 1019 = 3981 = 248*16 + 13: pages 1..247 (page 0 holds the sinks).
+		"kv_len=1000 -> none of its 63 pages",
+		"kv_len=5000 -> pages 1..247 of its 313 (247 pages) may be reused, named or as -1",
+	} {
+		if !strings.Contains(o, want) {
+			t.Errorf("explain output lacks %q:\n%s", want, o)
+		}
+	}
+	o, _ = mustRun(t, "explain", llama3, "--kv-len", "5000")
+	if !strings.Contains(o, "reclaim: none") || strings.Contains(o, "may be reused") {
+		t.Errorf("explain of a causal variant offers pages to reclaim:\n%s", o)
+	}
+}
+
 func TestVersion(t *testing.T) {
 	o, _ := mustRun(t, "version")
 	if !strings.HasPrefix(o, "attnc ") || !strings.Contains(o, "ABI 1") {
@@ -373,6 +398,28 @@ func TestVerifySmall(t *testing.T) {
 		if !strings.Contains(o, "PASS "+k) {
 			t.Errorf("verify ran no passing case of %s:\n%s", k, o)
 		}
+	}
+}
+
+// TestVerifyDivisionByZero: a mask and a score that divide by zero at run
+// time (DESIGN §3: the result is 0) pass check, build and verify; the
+// kernels used to die of SIGFPE and the reference made verify report an
+// internal error.
+func TestVerifyDivisionByZero(t *testing.T) {
+	needTools(t, true)
+	p := writeSpec(t, "div.attn", `variant divzero {
+  heads qo = 2, kv = 1
+  head_dim 32
+  dtype f32
+  cache paged(page_size = 4)
+  mask expr(kv_pos <= q_pos && q_pos % (kv_pos - 3) != 1)
+  score score + 0.01 * (q_pos / (kv_pos - q_pos))
+}
+`)
+	mustRun(t, "check", p)
+	o, e, code := runCLI(t, "verify", p, "--threads", "1,3")
+	if code != 0 || !regexp.MustCompile(`(?m)^[1-9]\d* passed, 0 failed$`).MatchString(o) {
+		t.Errorf("verify: exit %d\nstdout:\n%s\nstderr:\n%s", code, o, e)
 	}
 }
 
@@ -411,11 +458,13 @@ func TestVerifyCUDAEmulated(t *testing.T) {
 			t.Errorf("verify --target cuda ran no passing case of %s:\n%s", k, o)
 		}
 	}
-	// The launchers take no thread count: each case runs once.
+	// The launchers take no thread count: each case runs once (5 prefill
+	// cases, a hidden page and NaN where masked; 2 decode cases, the same two;
+	// merge_state).
 	if strings.Contains(o, "threads=4") {
 		t.Errorf("verify --target cuda ran cases per --threads value:\n%s", o)
 	}
-	if !regexp.MustCompile(`(?m)^8 passed, 0 failed \(1 skipped: not supported yet\)$`).MatchString(o) || !strings.Contains(o, "skip mla_rope: ") {
+	if !regexp.MustCompile(`(?m)^[1-9]\d* passed, 0 failed \(1 skipped: not supported yet\)$`).MatchString(o) || !strings.Contains(o, "skip mla_rope: ") {
 		t.Errorf("verify --target cuda summary:\n%s", o)
 	}
 }
@@ -430,8 +479,13 @@ func TestVerifyAndBenchFlagErrors(t *testing.T) {
 		{[]string{"bench", llama3, "--target", "cuda"}, "add --gpu"},
 		{[]string{"bench", llama3, "--target", "cpu", "--gpu"}, "use it with --target cuda"},
 		{[]string{"bench", llama3, "--target", "tpu"}, `unknown --target "tpu"`},
-		{[]string{"bench", llama3, "--seconds", "0"}, "must be positive"},
-		{[]string{"bench", llama3, "--batch", "-1"}, "must be positive"},
+		{[]string{"bench", llama3, "--seconds", "0"}, "--seconds 0 is out of range: more than 0 and at most 3600"},
+		{[]string{"bench", llama3, "--batch", "-1"}, "--batch -1 is out of range: batch_size is an int32_t, 1..2147483647"},
+		{[]string{"bench", llama3, "--batch", "3000000000"}, "--batch 3000000000 is out of range: batch_size is an int32_t, 1..2147483647"},
+		{[]string{"bench", llama3, "--kv-len", "99999999999"}, "--kv-len 99999999999 is out of range: a sequence holds at most 2^30 tokens, 1..1073741824"},
+		{[]string{"bench", llama3, "--threads", "40000"}, "--threads 40000 is out of range: the kernels use at most this many threads, 1..1024"},
+		{[]string{"verify", llama3, "--threads", "1,4000"}, "--threads 4000 is out of range: the kernels use at most this many threads, 1..1024"},
+		{[]string{"verify", llama3, "--threads", "0"}, "--threads 0 is out of range"},
 		{[]string{"bench"}, "no spec file given"},
 	} {
 		_, e, code := runCLI(t, tc.args...)
@@ -631,5 +685,50 @@ func TestCustomBinary(t *testing.T) {
 	}
 	if !strings.Contains(string(b), `"local-1024"`) {
 		t.Error("the manifest does not record local-1024")
+	}
+}
+
+// TestResourceLimits: numeric flags are bounded to what the ABI represents
+// (the bound in the error), a batch of 2^31-1 is explained without listing
+// its sequences, and specs are read through a bounded reader.
+func TestResourceLimits(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"explain", llama3, "--batch", "3000000000", "--kv-len", "4096"}, 1, "attnc explain: --batch 3000000000 is out of range: batch_size is an int32_t, 0..2147483647"},
+		{[]string{"explain", llama3, "--kv-len", "99999999999"}, 1, "attnc explain: --kv-len 99999999999 is out of range: a sequence holds at most 2^30 tokens, 0..1073741824"},
+		{[]string{"explain", llama3, "--kv-len", "100", "--q-len", "1073741825"}, 1, "--q-len 1073741825 is out of range"},
+		{[]string{"explain", llama3, "--kv-len", "100", "--threads", "0"}, 1, "--threads 0 is out of range: the kernels use at most this many threads, 1..1024"},
+		{[]string{"explain", llama3, "--kv-len", "100", "--q-len", "2", "--batch", "2147483647"}, 1, "the batch has 4294967294 query tokens; qo_indptr is int32_t and holds at most 2147483647"},
+		{[]string{"check", "/dev/zero"}, 1, "/dev/zero:1:1: spec is too large (more than 262144 bytes; the limit is 262144)"},
+	} {
+		_, e, code := runCLI(t, tc.args...)
+		if code != tc.code || !strings.Contains(e, tc.want) {
+			t.Errorf("attnc %s: exit %d, stderr %q; want exit %d and %q", strings.Join(tc.args, " "), code, e, tc.code, tc.want)
+		}
+	}
+	o, e, code := runCLI(t, "explain", llama3, "--batch", "2147483647", "--kv-len", "4096", "--threads", "8")
+	if want := "batch=2147483647 q_len=1 kv_len=4096 threads=8 -> decode via llama3_8b_decode: status -13 TOO_LARGE"; code != 0 || !strings.Contains(o, want) {
+		t.Errorf("explain of a 2^31-1 batch: exit %d, stderr %q, stdout:\n%s\nwant %q", code, e, o, want)
+	}
+	o, _, _ = runCLI(t, "explain", llama3, "--batch", "1000", "--kv-len", "4096", "--threads", "8")
+	if want := "batch=1000 q_len=1 kv_len=4096 threads=8 -> decode via llama3_8b_decode, 8000 work items"; !strings.Contains(o, want) {
+		t.Errorf("explain of a 1000 batch:\n%s\nwant %q", o, want)
+	}
+	// A UTF-8 BOM is accepted; names are bounded and unique ignoring case.
+	bom := writeSpec(t, "bom.attn", "\xef\xbb\xbfvariant bom {\n  heads qo = 4\n  head_dim 64\n}\n")
+	if o, e, code := runCLI(t, "check", bom); code != 0 || o != "ok bom\n" {
+		t.Errorf("check of a spec with a BOM: exit %d, stdout %q, stderr %q", code, o, e)
+	}
+	long := writeSpec(t, "long.attn", "variant "+strings.Repeat("x", 10000)+" {\n  heads qo = 4\n  head_dim 64\n}\n")
+	if _, e, code := runCLI(t, "check", long); code != 1 || !strings.Contains(e, long+":1:9: variant name is 10000 characters long; the limit is 64") {
+		t.Errorf("check of a 10000-character name: exit %d, stderr %q", code, e)
+	}
+	upper := writeSpec(t, "upper.attn", "variant Foo {\n  heads qo = 4\n  head_dim 64\n}\n")
+	lowerSpec := writeSpec(t, "lower.attn", "variant foo {\n  heads qo = 4\n  head_dim 64\n}\n")
+	if _, e, code := runCLI(t, "build", upper, lowerSpec, "-o", t.TempDir()); code != 1 || !strings.Contains(e, lowerSpec+":1:1: variant foo collides with Foo (defined at "+upper+":1:1)") {
+		t.Errorf("build of Foo and foo: exit %d, stderr %q", code, e)
 	}
 }

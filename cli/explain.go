@@ -8,6 +8,7 @@ import (
 
 	"github.com/attnc/attnc"
 	"github.com/attnc/attnc/build"
+	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
 	"github.com/attnc/attnc/registry"
@@ -49,14 +50,19 @@ Given a call shape, explain also prints which kernel serves that call and
 how the work is split, computed by the same rule the generated code
 compiles in:
 
-  --batch N      number of sequences (default: the length of the longest
-                 --q-len/--kv-len list)
-  --q-len L      query tokens per sequence (default 1, i.e. decode)
-  --kv-len L     cached tokens per sequence, the new ones included (required
-                 with any shape flag)
-  --threads T    worker threads (default: this machine's CPUs; cpu)
+  --batch N      number of sequences, 0..2147483647 (default: the length of
+                 the longest --q-len/--kv-len list)
+  --q-len L      query tokens per sequence, 0..2^30 (default 1, i.e. decode)
+  --kv-len L     cached tokens per sequence, the new ones included, 0..2^30
+                 (required with any shape flag)
+  --threads T    worker threads, 1..1024 (default: this machine's CPUs; cpu)
   --sms S        the GPU's multiprocessors (default 132, an H100/H200;
                  cuda: the launcher splits for 2 x S workers)
+
+For a window variant, the dispatch rules include "reclaim" (which pages of
+a sequence no query can see again, as a function of kv_len), and each
+--kv-len value gets the pages an engine may reuse once the step's queries
+are answered (see README "Sliding windows: reclaiming pages").
 
 Each flag takes an int or a comma list. --q-len and --kv-len give one value
 for every sequence or one per sequence; --batch and --threads lists print
@@ -120,32 +126,58 @@ func (s *shapeFlags) shapes() ([]registry.Shape, error) {
 	}
 	threads := s.threads
 	if len(threads) == 0 {
-		threads = []int{runtime.NumCPU()}
+		threads = []int{min(runtime.NumCPU(), llvmgen.MaxThreads)}
 	}
-	for _, xs := range [][]int{batches, qLen, s.kvLen} {
-		for _, x := range xs {
-			if x < 0 {
-				return nil, fmt.Errorf("attnc explain: shape values must not be negative (got %d)", x)
-			}
-		}
+	const cmd = "attnc explain"
+	if err := checkBatch(cmd, batches, 0); err != nil {
+		return nil, err
 	}
-	for _, t := range threads {
-		if t < 1 {
-			return nil, fmt.Errorf("attnc explain: --threads must be at least 1 (got %d)", t)
-		}
+	if err := checkSeqLen(cmd, "--q-len", qLen, 0); err != nil {
+		return nil, err
+	}
+	if err := checkSeqLen(cmd, "--kv-len", s.kvLen, 0); err != nil {
+		return nil, err
+	}
+	if err := checkThreads(cmd, threads); err != nil {
+		return nil, err
 	}
 	var out []registry.Shape
 	for _, b := range batches {
-		ql, err := perSequence("--q-len", qLen, b)
-		if err != nil {
-			return nil, err
+		var sh registry.Shape
+		if len(qLen) == 1 && len(s.kvLen) == 1 {
+			// One length for every sequence: nothing is listed per sequence,
+			// so any batch_size is cheap to explain.
+			if b > 0 {
+				sh = registry.Shape{QLens: qLen, KVLens: s.kvLen, Batch: b}
+			}
+		} else {
+			ql, err := perSequence("--q-len", qLen, b)
+			if err != nil {
+				return nil, err
+			}
+			kl, err := perSequence("--kv-len", s.kvLen, b)
+			if err != nil {
+				return nil, err
+			}
+			sh = registry.Shape{QLens: ql, KVLens: kl}
 		}
-		kl, err := perSequence("--kv-len", s.kvLen, b)
-		if err != nil {
-			return nil, err
+		total := int64(0)
+		single := true
+		for _, q := range sh.QLens {
+			total += int64(q)
+			single = single && q == 1
 		}
+		if sh.Batch > 0 {
+			total *= int64(sh.Batch)
+		}
+		if total > maxBatch {
+			return nil, fmt.Errorf("%s: the batch has %d query tokens; qo_indptr is int32_t and holds at most %d", cmd, total, maxBatch)
+		}
+		sh.DecodeLayout = single
+		sh.SMs = s.sms
 		for _, t := range threads {
-			out = append(out, registry.Shape{QLens: ql, KVLens: kl, Threads: t, SMs: s.sms})
+			sh.Threads = t
+			out = append(out, sh)
 		}
 	}
 	return out, nil
@@ -206,6 +238,9 @@ func explainVariant(w io.Writer, v *ir.Variant, tgt string, shapes []registry.Sh
 		if tgt == "cpu" {
 			how += fmt.Sprintf(", %d work items", sel.Items)
 		}
+		if sel.TooLarge {
+			how = fmt.Sprintf("%s via %s: status %d TOO_LARGE, more than %d work items (nothing is computed; split the batch)", sel.Role, sel.Symbol, ir.StatusTooLarge, lower.MaxItems)
+		}
 		if sel.Splits > 1 {
 			how += fmt.Sprintf(", KV split in %d chunks", sel.Splits)
 		}
@@ -225,12 +260,46 @@ func explainVariant(w io.Writer, v *ir.Variant, tgt string, shapes []registry.Sh
 			}
 			who = fmt.Sprintf("sms=%d", sms)
 		}
+		batch := len(s.QLens)
+		if s.Batch > 0 {
+			batch = s.Batch
+		}
 		lines = append(lines, fmt.Sprintf("  batch=%d q_len=%s kv_len=%s %s -> %s\n",
-			len(s.QLens), compactInts(s.QLens), compactInts(s.KVLens), who, how))
+			batch, compactInts(s.QLens), compactInts(s.KVLens), who, how))
 	}
 	fmt.Fprintln(w, "selection:")
 	for _, l := range lines {
 		fmt.Fprint(w, l)
+	}
+	return explainReclaim(w, v, shapes)
+}
+
+// explainReclaim prints, for each --kv-len given, the pages of a sequence
+// that a window variant can never read again once a step's queries are
+// answered (registry.ReclaimableRange with from = kv_len).
+func explainReclaim(w io.Writer, v *ir.Variant, shapes []registry.Shape) error {
+	if registry.ReclaimRuleOf(v) == nil {
+		return nil
+	}
+	fmt.Fprintln(w, "reclaim (after the step, no query below kv_len comes):")
+	done := map[int]bool{}
+	for _, s := range shapes {
+		for _, kvLen := range s.KVLens {
+			if done[kvLen] {
+				continue
+			}
+			done[kvLen] = true
+			lo, hi, err := registry.ReclaimableRange(v, kvLen)
+			if err != nil {
+				return fmt.Errorf("attnc explain: %s: %w", v.Name, err)
+			}
+			pages := (kvLen + v.PageSize - 1) / v.PageSize
+			if hi <= lo {
+				fmt.Fprintf(w, "  kv_len=%d -> none of its %d pages\n", kvLen, pages)
+				continue
+			}
+			fmt.Fprintf(w, "  kv_len=%d -> pages %d..%d of its %d (%d pages) may be reused, named or as -1\n", kvLen, lo, hi-1, pages, hi-lo)
+		}
 	}
 	return nil
 }

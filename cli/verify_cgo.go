@@ -24,10 +24,8 @@ func runVerify(c *cobra.Command, args []string, vf verifyFlags) error {
 	if len(vf.threads) == 0 {
 		return fmt.Errorf("attnc verify: --threads is empty")
 	}
-	for _, t := range vf.threads {
-		if t < 1 {
-			return fmt.Errorf("attnc verify: --threads must be at least 1 (got %d)", t)
-		}
+	if err := checkThreads("attnc verify", vf.threads); err != nil {
+		return err
 	}
 	vs, err := build.ParseSpecs(args)
 	if err != nil {

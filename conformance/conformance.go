@@ -11,32 +11,41 @@ import (
 	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/ir"
-	"github.com/attnc/attnc/lower"
 	"github.com/attnc/attnc/passes"
 	"github.com/attnc/attnc/reference"
 	"github.com/attnc/attnc/target"
 )
 
-// Tolerance is the allowed error on outputs of magnitude <= 1 for storage
-// type dt (the reference runs on inputs already cast to dt).
-func Tolerance(dt ir.DType) float64 {
-	switch dt {
-	case ir.DTF16:
-		return 2e-3
-	case ir.DTBF16:
-		return 1e-2
+// Tolerance is the allowed error |got - want| / max(1, |want|) of f32
+// outputs: o of f32 variants, every lse and merge_state's s (f32 whatever
+// the storage type). f16 and bf16 outputs are held to half an ulp plus a
+// tiny allowance instead (reference.CompareULP).
+const Tolerance = 1e-5
+
+// compareOut checks an output of storage type dt against the reference:
+// half an ulp (plus reference.HalfAllowance*mag) for f16/bf16, Tolerance
+// for f32. The error it returns is in ulps of dt for half types.
+func compareOut(dt ir.DType, got []float32, want, mag []float64) (maxErr float64, idx int, ok bool) {
+	if dt == ir.DTF32 {
+		return reference.Compare(got, want, Tolerance)
 	}
-	return 1e-5
+	return reference.CompareULP(dt, got, want, mag)
 }
 
 // Result is one kernel run checked against the reference.
 type Result struct {
 	Variant, Kernel, Case string
 	Threads               int
-	MaxErr, LSEErr        float64
-	Tol                   float64
-	Pass                  bool
-	Note                  string
+	// MaxErr is o's largest error: relative (f32) or in ulps of the
+	// storage type (f16, bf16); LSEErr lse's, relative.
+	MaxErr, LSEErr float64
+	// MagErr is o's largest error beyond the one rounding to the storage
+	// type, in units of 2^-24 of the magnitude it is made of
+	// (reference.MagErr): what reference.HalfAllowance must cover.
+	MagErr float64
+	DType  ir.DType
+	Pass   bool
+	Note   string
 }
 
 func (r Result) String() string {
@@ -44,7 +53,11 @@ func (r Result) String() string {
 	if !r.Pass {
 		status = "FAIL"
 	}
-	s := fmt.Sprintf("%s %-28s %-34s threads=%-2d max_err=%.2e lse_err=%.2e tol=%.0e", status, r.Kernel, r.Case, r.Threads, r.MaxErr, r.LSEErr, r.Tol)
+	tol := fmt.Sprintf("max_err=%.2e lse_err=%.2e tol=%.0e", r.MaxErr, r.LSEErr, Tolerance)
+	if r.DType == ir.DTF16 || r.DType == ir.DTBF16 {
+		tol = fmt.Sprintf("max_err=%.2fulp lse_err=%.2e tol=0.5ulp", r.MaxErr, r.LSEErr)
+	}
+	s := fmt.Sprintf("%s %-28s %-34s threads=%-2d %s", status, r.Kernel, r.Case, r.Threads, tol)
 	if r.Note != "" {
 		s += "  " + r.Note
 	}
@@ -64,6 +77,12 @@ type Suite struct {
 	// pointers, Sync and copy the outputs back (BuildCUDADevice sets it to
 	// the GPU). Nil: the entries get host pointers (CPU, emulator).
 	Dev Device
+	// Stack, when > 0, runs every host call on a new thread with a stack of
+	// this many bytes (the caller's stack a kernel may use).
+	Stack int
+	// Lowered and Final are the CPU module before and after the passes
+	// (nil for CUDA suites).
+	Lowered, Final *ir.Module
 
 	keepLoaded bool // Close leaves Lib loaded (nvcc builds)
 }
@@ -157,7 +176,7 @@ func BuildWith(v *ir.Variant, dir string, o Options) (*Suite, error) {
 	if err := tc.BuildShared(llPath, so); err != nil {
 		return nil, err
 	}
-	s := &Suite{V: v, Target: "cpu", Prefix: c.Final.Prefix, Entries: cpuEntries(c.Final)}
+	s := &Suite{V: v, Target: "cpu", Prefix: c.Final.Prefix, Entries: cpuEntries(c.Final), Lowered: c.Lowered, Final: c.Final}
 	if tc.Foreign() {
 		r, err := tc.OpenRemote(so)
 		if err != nil {
@@ -200,6 +219,15 @@ func (s *Suite) callEntry(role ir.Role, vals map[string]int64) (int32, error) {
 	}
 	if e.Stream {
 		args = append(args, 0)
+	}
+	if s.Stack > 0 {
+		l, ok := s.Lib.(interface {
+			CallOnStack(sym string, stack int, args ...int64) (int32, error)
+		})
+		if !ok {
+			return 0, fmt.Errorf("%s: the %s library cannot call on a thread of a chosen stack size", e.Symbol, s.Target)
+		}
+		return l.CallOnStack(e.Symbol, s.Stack, args...)
 	}
 	return s.Lib.Call(e.Symbol, args...)
 }
@@ -337,9 +365,9 @@ func nanSlice(n int) []float32 {
 // RunAttention runs kernel (prefill or decode entry) on a random case and
 // compares o and lse with the reference.
 func (s *Suite) RunAttention(role ir.Role, spec reference.CaseSpec, seed int64, threads int) Result {
-	r := Result{Variant: s.V.Name, Kernel: s.Entries[role].Symbol, Case: spec.Name, Threads: threads, Tol: Tolerance(s.V.DType)}
+	r := Result{Variant: s.V.Name, Kernel: s.Entries[role].Symbol, Case: spec.Name, Threads: threads, DType: s.V.DType}
 	c := reference.NewCase(s.V, rand.New(rand.NewSource(seed)), spec)
-	wantO, wantL := reference.Attention(s.V, c)
+	wantO, wantL, mag := reference.AttentionMag(s.V, c)
 	cb := s.buffers(c)
 	defer cb.free()
 	if err := s.SetThreads(threads); err != nil {
@@ -356,11 +384,13 @@ func (s *Suite) RunAttention(role ir.Role, spec reference.CaseSpec, seed int64, 
 	}
 	var okO, okL bool
 	var idx int
-	r.MaxErr, idx, okO = reference.Compare(s.dec(cb.o), wantO, r.Tol)
+	gotO := s.dec(cb.o)
+	r.MaxErr, idx, okO = compareOut(s.V.DType, gotO, wantO, mag)
+	r.MagErr = reference.MagErr(s.V.DType, gotO, wantO, mag)
 	if !okO {
-		r.Note = fmt.Sprintf("o[%d] = %v, want %v", idx, s.dec(cb.o)[max(idx, 0)], wantO[max(idx, 0)])
+		r.Note = fmt.Sprintf("o[%d] = %v, want %v", idx, gotO[max(idx, 0)], wantO[max(idx, 0)])
 	}
-	r.LSEErr, idx, okL = reference.Compare(cb.lse.F32(), wantL, r.Tol)
+	r.LSEErr, idx, okL = reference.Compare(cb.lse.F32(), wantL, Tolerance)
 	if !okL && okO {
 		r.Note = fmt.Sprintf("lse[%d] = %v, want %v", idx, cb.lse.F32()[max(idx, 0)], wantL[max(idx, 0)])
 	}
@@ -373,7 +403,7 @@ func (s *Suite) RunAttention(role ir.Role, spec reference.CaseSpec, seed int64, 
 // with the reference merge.
 func (s *Suite) RunMergeState(n int, seed int64, threads int) Result {
 	v := s.V
-	r := Result{Variant: v.Name, Kernel: s.Entries[ir.RoleMergeState].Symbol, Case: fmt.Sprintf("random n=%d", n), Threads: threads, Tol: Tolerance(v.DType)}
+	r := Result{Variant: v.Name, Kernel: s.Entries[ir.RoleMergeState].Symbol, Case: fmt.Sprintf("random n=%d", n), Threads: threads, DType: v.DType}
 	rng := rand.New(rand.NewSource(seed))
 	rows, d := n*v.QOHeads, v.HeadDimV
 	va, vb := make([]float32, rows*d), make([]float32, rows*d)
@@ -409,7 +439,7 @@ func (s *Suite) RunMergeState(n int, seed int64, threads int) Result {
 		}
 		return o
 	}
-	wantV, wantS := reference.MergeStateBase(v.LSEBase, f64(va), f64(sa), f64(vb), f64(sb))
+	wantV, wantS, mag := reference.MergeStateMag(v.LSEBase, f64(va), f64(sa), f64(vb), f64(sb))
 	// An empty side's values may be garbage: poison them after computing the reference.
 	for i := range sa {
 		for j := 0; j < d; j++ {
@@ -434,17 +464,24 @@ func (s *Suite) RunMergeState(n int, seed int64, threads int) Result {
 		return r
 	}
 	var okV, okS bool
-	r.MaxErr, _, okV = compareNaN(s.dec(bv), wantV, r.Tol)
-	r.LSEErr, _, okS = compareNaN(bs.F32(), wantS, 1e-5)
+	gotV := s.dec(bv)
+	r.MaxErr, _, okV = compareNaN(gotV, wantV, func(g []float32, w []float64) (float64, int, bool) {
+		return compareOut(v.DType, g, w, mag)
+	})
+	r.MagErr = reference.MagErr(v.DType, gotV, wantV, mag)
+	r.LSEErr, _, okS = compareNaN(bs.F32(), wantS, func(g []float32, w []float64) (float64, int, bool) {
+		return reference.Compare(g, w, Tolerance)
+	})
 	r.Pass = okV && okS
 	return r
 }
 
-// compareNaN is reference.Compare where want may hold NaN: got must be NaN
-// exactly there (merge_state's rule for NaN or +inf states).
-func compareNaN(got []float32, want []float64, tol float64) (maxErr float64, idx int, ok bool) {
+// compareNaN is compare where want may hold NaN: got must be NaN exactly
+// there (merge_state's rule for NaN or +inf states), and compare judges the
+// other elements.
+func compareNaN(got []float32, want []float64, compare func([]float32, []float64) (float64, int, bool)) (maxErr float64, idx int, ok bool) {
 	if len(got) != len(want) {
-		return reference.Compare(got, want, tol)
+		return compare(got, want)
 	}
 	g := append([]float32(nil), got...)
 	w := append([]float64(nil), want...)
@@ -456,7 +493,7 @@ func compareNaN(got []float32, want []float64, tol float64) (maxErr float64, idx
 			g[i], w[i] = 0, 0
 		}
 	}
-	return reference.Compare(g, w, tol)
+	return compare(g, w)
 }
 
 // mergeArgs lays out merge_state's arguments: states (va, sa) and (vb, sb)
@@ -470,104 +507,12 @@ func (s *Suite) mergeArgs(va, sa, vb, sb []float32, n int) *caseBuffers {
 	return cb
 }
 
-// BadInput is a corruption of a valid case and the status it must produce.
-type BadInput struct {
-	Name   string
-	Status int32
-	Break  func(ps int, vals map[string]int64, cb *caseBuffers)
-}
-
-// BadInputs lists the input errors every attention entry must reject, for
-// the variant's page table.
-func BadInputs(v *ir.Variant) []BadInput {
-	table := csrBadInputs
-	if v.Table == ir.BlockTable {
-		table = blockTableBadInputs
-	}
-	var out []BadInput
-	for _, b := range table {
-		// mask none takes any q_len and kv_len (cross attention).
-		if b.Status != lower.ErrQLenExceedsKVLen || !v.NonCausal() {
-			out = append(out, b)
-		}
-	}
-	for _, m := range v.Masks {
-		switch m.Kind {
-		case ir.MaskTree:
-			out = append(out, BadInput{"tree_order_indptr one row short", lower.ErrBadMaskIndptr, func(ps int, v map[string]int64, cb *caseBuffers) {
-				cb.byName["tree_order_indptr"].I32()[1]--
-			}})
-		case ir.MaskCustom:
-			out = append(out, BadInput{"mask_indptr too few bytes", lower.ErrBadMaskIndptr, func(ps int, v map[string]int64, cb *caseBuffers) {
-				mi := cb.byName["mask_indptr"].I32()
-				mi[1] = mi[0]
-			}})
-		}
-	}
-	return out
-}
-
-var blockTableBadInputs = []BadInput{
-	{"page id >= num_pages", lower.ErrBadPageID, func(ps int, v map[string]int64, cb *caseBuffers) { v["num_pages"] = 1 }},
-	{"page id below -1", lower.ErrBadPageID, func(ps int, v map[string]int64, cb *caseBuffers) { cb.byName["block_table"].I32()[0] = -2 }},
-	{"kv_len beyond the table", lower.ErrBadKVLen, func(ps int, v map[string]int64, cb *caseBuffers) {
-		cb.byName["kv_lens"].I32()[1] = int32(int(v["max_blocks"])*ps + 1)
-	}},
-	{"negative kv_len", lower.ErrBadKVLen, func(ps int, v map[string]int64, cb *caseBuffers) { cb.byName["kv_lens"].I32()[0] = -1 }},
-	{"negative max_blocks", lower.ErrBadArgument, func(ps int, v map[string]int64, cb *caseBuffers) { v["max_blocks"] = -1 }},
-	{"q_len > kv_len", lower.ErrQLenExceedsKVLen, func(ps int, v map[string]int64, cb *caseBuffers) {
-		qo := cb.byName["qo_indptr"].I32()
-		qo[1], qo[2] = int32(2*ps+2), int32(2*ps+2)
-	}},
-	{"negative batch_size", lower.ErrBadArgument, func(ps int, v map[string]int64, cb *caseBuffers) { v["batch_size"] = -1 }},
-}
-
-var csrBadInputs = []BadInput{
-	{"page id >= num_pages", lower.ErrBadPageID, func(ps int, v map[string]int64, cb *caseBuffers) { v["num_pages"] = 1 }},
-	{"negative page id", lower.ErrBadPageID, func(ps int, v map[string]int64, cb *caseBuffers) { cb.byName["kv_indices"].I32()[0] = -3 }},
-	{"decreasing kv_indptr", lower.ErrBadKVIndptr, func(ps int, v map[string]int64, cb *caseBuffers) { cb.byName["kv_indptr"].I32()[1] = -1 }},
-	{"decreasing qo_indptr", lower.ErrBadQOIndptr, func(ps int, v map[string]int64, cb *caseBuffers) { cb.byName["qo_indptr"].I32()[1] = -1 }},
-	{"last_page_len 0", lower.ErrBadLastPageLen, func(ps int, v map[string]int64, cb *caseBuffers) { cb.byName["kv_last_page_len"].I32()[0] = 0 }},
-	{"last_page_len > page_size", lower.ErrBadLastPageLen, func(ps int, v map[string]int64, cb *caseBuffers) { cb.byName["kv_last_page_len"].I32()[0] = 1 << 20 }},
-	{"q_len > kv_len", lower.ErrQLenExceedsKVLen, func(ps int, v map[string]int64, cb *caseBuffers) {
-		// Sequence 0 (kv_len = 2*page_size+1) gets one query more than it caches.
-		qo := cb.byName["qo_indptr"].I32()
-		qo[1], qo[2] = int32(2*ps+2), int32(2*ps+2)
-	}},
-	{"negative batch_size", lower.ErrBadArgument, func(ps int, v map[string]int64, cb *caseBuffers) { v["batch_size"] = -1 }},
-}
-
-// RunBadInputs checks that the prefill entry returns each bad input's
-// status and leaves the outputs untouched.
-func (s *Suite) RunBadInputs(seed int64) []Result {
-	v := s.V
-	var out []Result
-	for _, bad := range BadInputs(v) {
-		r := Result{Variant: v.Name, Kernel: s.Entries[ir.RolePrefill].Symbol, Case: "bad input: " + bad.Name, Threads: 1}
-		// Two sequences: 3 queries over 3 pages, then 2 queries over 2 pages.
-		ps := v.PageSize
-		spec := reference.CaseSpec{Name: bad.Name, QLens: []int{3, 2}, KVLens: []int{2*ps + 1, ps + 1}}
-		c := reference.NewCase(v, rand.New(rand.NewSource(seed)), spec)
-		cb := s.buffers(c)
-		bad.Break(ps, cb.vals, cb)
-		before := append([]byte(nil), cb.o.U8()...)
-		st, err := s.run(ir.RolePrefill, cb)
-		msg := s.strerror(st)
-		r.Pass = err == nil && st == bad.Status && string(before) == string(cb.o.U8())
-		r.Note = fmt.Sprintf("status %d (%s), want %d", st, msg, bad.Status)
-		if err != nil {
-			r.Note = err.Error()
-		}
-		cb.free()
-		out = append(out, r)
-	}
-	return out
-}
-
 // Matrix is the case list for a variant, scaled to its page size: decode
 // batches, ragged prefill with empty sequences, shared prefixes, query
 // chunks spanning several pages and tiles, kv_len not a multiple of the
-// page size, with NaN/Inf poisoned tails and unused pages throughout.
+// page size, with NaN/Inf poisoned tails and unused pages throughout, a
+// page hidden by -1, and NaN/Inf at every position the mask hides from the
+// whole call.
 func Matrix(v *ir.Variant) []reference.CaseSpec {
 	ps := v.PageSize
 	cases := []reference.CaseSpec{
@@ -577,9 +522,9 @@ func Matrix(v *ir.Variant) []reference.CaseSpec {
 		{Name: "chunk over pages", QLens: []int{70}, KVLens: []int{70 + 2*ps + 5}, NaNFill: true},
 		{Name: "prefill from empty cache", QLens: []int{37}, KVLens: []int{37}, NaNFill: true},
 	}
-	if v.Table == ir.BlockTable {
-		cases = append(cases, reference.CaseSpec{Name: "hidden block", QLens: []int{9, 2}, KVLens: []int{3*ps + 9, 4*ps + 1}, ExtraPages: 1, NaNFill: true, HideBlock: 1})
-	}
+	// A -1 entry hides a block (block tables) or a page (CSR kv_indices).
+	cases = append(cases, reference.CaseSpec{Name: "hidden page", QLens: []int{9, 2}, KVLens: []int{3*ps + 9, 4*ps + 1}, ExtraPages: 1, NaNFill: true, HideBlock: 1},
+		reference.CaseSpec{Name: "NaN where masked", QLens: []int{7, 1, 30}, KVLens: []int{150 + ps, 90, 30 + 3*ps}, ExtraPages: 1, NaNFill: true, NaNMasked: true})
 	if v.NonCausal() {
 		// Cross / encoder attention: more queries than keys, and no keys.
 		cases = append(cases, reference.CaseSpec{Name: "cross attention q_len > kv_len", QLens: []int{9, 70, 3}, KVLens: []int{3, 2*ps + 1, 0}, ExtraPages: 1, NaNFill: true})
@@ -595,9 +540,8 @@ func DecodeMatrix(v *ir.Variant) []reference.CaseSpec {
 		{Name: "decode batch", QLens: []int{1, 1, 1}, KVLens: []int{1, 2*ps + 1, 200}, ExtraPages: 1, NaNFill: true},
 		{Name: "decode long single", QLens: []int{1}, KVLens: []int{300 + ps}, NaNFill: true},
 	}
-	if v.Table == ir.BlockTable {
-		cases = append(cases, reference.CaseSpec{Name: "decode hidden block", QLens: []int{1, 1}, KVLens: []int{2*ps + 3, 3*ps + 5}, NaNFill: true, HideBlock: 1})
-	}
+	cases = append(cases, reference.CaseSpec{Name: "decode hidden page", QLens: []int{1, 1}, KVLens: []int{2*ps + 3, 3*ps + 5}, NaNFill: true, HideBlock: 1},
+		reference.CaseSpec{Name: "decode NaN where masked", QLens: []int{1, 1}, KVLens: []int{300 + ps, 2*ps + 70}, NaNFill: true, NaNMasked: true})
 	if v.NonCausal() {
 		cases = append(cases, reference.CaseSpec{Name: "decode empty cache (mask none)", QLens: []int{1, 1, 1}, KVLens: []int{0, ps + 3, 0}, NaNFill: true})
 	}
@@ -627,9 +571,8 @@ func (s *Suite) RunAll(threads []int, seed int64) []Result {
 			}
 		}
 	}
-	if _, ok := s.Entries[ir.RolePrefill]; ok && s.Target == "cpu" {
-		out = append(out, s.RunBadInputs(seed)...)
-	}
+	out = append(out, s.RunBadInputs(seed)...)
+	out = append(out, s.RunMergeStateBad(seed)...)
 	out = append(out, s.RunPageKernels(seed)...)
 	return out
 }

@@ -474,12 +474,23 @@ func (s *Suite) Close() error {
 // on device copies of every buffer argument (NULL stays NULL), downloading
 // the buffers the entry writes after the call and Sync.
 func (s *Suite) run(role ir.Role, cb *caseBuffers) (st int32, err error) {
-	if s.Dev == nil {
-		return s.callEntry(role, cb.vals)
-	}
 	e, ok := s.Entries[role]
 	if !ok {
 		return 0, fmt.Errorf("%s: no %s entry", s.V.Name, role)
+	}
+	if s.Dev == nil {
+		// Every buffer the kernel gets must be one of the case's guarded
+		// buffers (cpurt.Buffer: a PROT_NONE page right after its last
+		// byte), so that any read or write past it faults.
+		for _, p := range e.Params {
+			if !p.Buffer || (p.Null && cb.vals[p.Name] == 0) {
+				continue
+			}
+			if b := cb.byName[p.Name]; b == nil || b.Ptr() != cb.vals[p.Name] {
+				return 0, fmt.Errorf("%s: argument %s is not a guarded buffer of the case", e.Symbol, p.Name)
+			}
+		}
+		return s.callEntry(role, cb.vals)
 	}
 	vals := maps.Clone(cb.vals)
 	type copied struct {

@@ -1,7 +1,6 @@
 package conformance
 
 import (
-	"math"
 	"path/filepath"
 	"testing"
 
@@ -33,7 +32,7 @@ func TestExamples(t *testing.T) {
 						t.Fatal(err)
 					}
 					defer s.Lib.Close()
-					record(t, "example "+v.DType.String(), s.RunAll([]int{1, 3}, 5))
+					recordAll(t, "example "+v.DType.String(), s.RunAll([]int{1, 3}, 5))
 				})
 				t.Run("cuda", func(t *testing.T) {
 					needEmu(t)
@@ -42,16 +41,16 @@ func TestExamples(t *testing.T) {
 						t.Fatal(err)
 					}
 					defer s.Lib.Close()
-					record(t, "example cuda "+v.DType.String(), s.RunAll([]int{1}, 5))
+					recordAll(t, "example cuda "+v.DType.String(), s.RunAll([]int{1}, 5))
 				})
 			})
 		}
 	}
 }
 
-// record fails t for every failed result and folds the errors into the
+// recordAll fails t for every failed result and folds the errors into the
 // package's maximum-error report under key.
-func record(t *testing.T, key string, rs []Result) {
+func recordAll(t *testing.T, key string, rs []Result) {
 	t.Helper()
 	if len(rs) == 0 {
 		t.Fatal("no results")
@@ -60,10 +59,6 @@ func record(t *testing.T, key string, rs []Result) {
 		if !r.Pass {
 			t.Errorf("%s", r)
 		}
-		maxErr.Lock()
-		maxErr.o[key] = math.Max(maxErr.o[key], r.MaxErr)
-		maxErr.lse[key] = math.Max(maxErr.lse[key], r.LSEErr)
-		maxErr.cases++
-		maxErr.Unlock()
+		record(key, r)
 	}
 }

@@ -46,8 +46,39 @@ func (s *Suite) RunPageKernels(seed int64) []Result {
 	rng := rand.New(rand.NewSource(seed))
 	size := reference.Size(v.DType)
 	if _, ok := s.Entries[ir.RoleAppend]; ok {
-		for _, bad := range []bool{false, true} {
-			r := Result{Variant: v.Name, Kernel: s.Entries[ir.RoleAppend].Symbol, Case: "append rows (some skipped)"}
+		// Corruptions of a valid append of n = 7 rows into a pool of 5 pages:
+		// the status each must return (the GPU kernel skips bad slots
+		// instead, so those run on the CPU only). A status of 0 means the
+		// rows land where the model says.
+		type appendCase struct {
+			name    string
+			st      int32
+			cpuOnly bool
+			brk     func(pm []int32, vals map[string]int64)
+		}
+		cases := []appendCase{
+			{name: "append rows (some skipped)"},
+			// The pool is num_pages*page_size slots, counted in i64: a huge
+			// pool is valid (its first pages are the real ones).
+			{name: "append: num_pages INT32_MAX (a large pool)", brk: func(pm []int32, vals map[string]int64) { vals["num_pages"] = i32max }},
+			{name: "append: slot outside the pool", st: lower.ErrBadSlot, cpuOnly: true, brk: func(pm []int32, vals map[string]int64) {
+				pm[len(pm)-1] = int32(vals["num_pages"]) * int32(v.PageSize)
+			}},
+			{name: "append: slot -2", st: lower.ErrBadSlot, cpuOnly: true, brk: func(pm []int32, vals map[string]int64) { pm[0] = -2 }},
+			{name: "append: slot INT32_MAX", st: lower.ErrBadSlot, cpuOnly: true, brk: func(pm []int32, vals map[string]int64) { pm[1] = i32max }},
+			{name: "append: slot INT32_MIN", st: lower.ErrBadSlot, cpuOnly: true, brk: func(pm []int32, vals map[string]int64) { pm[3] = i32min }},
+			{name: "append: n -1", st: lower.ErrBadArgument, brk: func(pm []int32, vals map[string]int64) { vals["n"] = -1 }},
+			{name: "append: n INT32_MIN", st: lower.ErrBadArgument, brk: func(pm []int32, vals map[string]int64) { vals["n"] = i32min }},
+			{name: "append: num_pages -1", st: lower.ErrBadArgument, brk: func(pm []int32, vals map[string]int64) { vals["num_pages"] = -1 }},
+		}
+		if v.KVHeads > 1 { // n * kv_heads rows pass 2^31-1
+			cases = append(cases, appendCase{name: "append: n INT32_MAX", st: lower.ErrTooLarge, brk: func(pm []int32, vals map[string]int64) { vals["n"] = i32max }})
+		}
+		for _, c := range cases {
+			if c.cpuOnly && s.Target != "cpu" {
+				continue
+			}
+			r := Result{Variant: v.Name, Kernel: s.Entries[ir.RoleAppend].Symbol, Case: c.name}
 			pool := s.randomPool(rng, 5)
 			n := 7
 			perm := rng.Perm(pool.numPages * v.PageSize)
@@ -58,7 +89,6 @@ func (s *Suite) RunPageKernels(seed int64) []Result {
 					pm[i] = -1
 				}
 			}
-			want := pagePool{numPages: pool.numPages, k: bytes.Clone(pool.k), v: bytes.Clone(pool.v)}
 			kRows, vRows := s.randomPool(rng, 1), s.randomPool(rng, 1) // any bytes will do as new rows
 			kNew := make([]byte, n*v.KVHeads*v.HeadDimQK*size)
 			vNew := make([]byte, n*v.KVHeads*v.HeadDimV*size)
@@ -68,50 +98,60 @@ func (s *Suite) RunPageKernels(seed int64) []Result {
 			for i := range vNew {
 				vNew[i] = vRows.v[i%len(vRows.v)]
 			}
-			for i, slot := range pm {
-				if slot < 0 {
-					continue
-				}
-				for h := range v.KVHeads {
-					a, b := s.rowSpan(int(slot)/v.PageSize, h, int(slot)%v.PageSize, v.HeadDimQK)
-					copy(want.k[a:b], kNew[(i*v.KVHeads+h)*v.HeadDimQK*size:][:v.HeadDimQK*size])
-					a, b = s.rowSpan(int(slot)/v.PageSize, h, int(slot)%v.PageSize, v.HeadDimV)
-					copy(want.v[a:b], vNew[(i*v.KVHeads+h)*v.HeadDimV*size:][:v.HeadDimV*size])
+			vals := map[string]int64{"n": int64(n), "num_pages": int64(pool.numPages)}
+			if c.brk != nil {
+				c.brk(pm, vals)
+			}
+			want := pagePool{numPages: pool.numPages, k: bytes.Clone(pool.k), v: bytes.Clone(pool.v)}
+			if c.st == 0 {
+				for i, slot := range pm {
+					if slot < 0 {
+						continue
+					}
+					for h := range v.KVHeads {
+						a, b := s.rowSpan(int(slot)/v.PageSize, h, int(slot)%v.PageSize, v.HeadDimQK)
+						copy(want.k[a:b], kNew[(i*v.KVHeads+h)*v.HeadDimQK*size:][:v.HeadDimQK*size])
+						a, b = s.rowSpan(int(slot)/v.PageSize, h, int(slot)%v.PageSize, v.HeadDimV)
+						copy(want.v[a:b], vNew[(i*v.KVHeads+h)*v.HeadDimV*size:][:v.HeadDimV*size])
+					}
 				}
 			}
-			wantStatus := int32(0)
-			if bad {
-				if s.Target != "cpu" {
-					continue // the GPU kernel skips bad slots instead
-				}
-				r.Case = "append: slot outside the pool"
-				pm[n-1] = int32(pool.numPages * v.PageSize)
-				want.k, want.v = pool.k, pool.v
-				wantStatus = lower.ErrBadSlot
-			}
-			cb := &caseBuffers{vals: map[string]int64{"n": int64(n), "num_pages": int64(pool.numPages)}}
+			cb := &caseBuffers{vals: vals}
 			cb.add("k", cpurt.U8Buffer(kNew))
 			cb.add("v", cpurt.U8Buffer(vNew))
 			cb.add("position_map", cpurt.I32Buffer(pm))
 			kp := cb.add("k_pages", cpurt.U8Buffer(pool.k))
 			vp := cb.add("v_pages", cpurt.U8Buffer(pool.v))
 			st, err := s.run(ir.RoleAppend, cb)
-			r.Pass = err == nil && st == wantStatus && bytes.Equal(kp.U8(), want.k) && bytes.Equal(vp.U8(), want.v)
-			r.Note = fmt.Sprintf("status %d (want %d), pools equal: %v %v", st, wantStatus, bytes.Equal(kp.U8(), want.k), bytes.Equal(vp.U8(), want.v))
+			r.Pass = err == nil && st == c.st && bytes.Equal(kp.U8(), want.k) && bytes.Equal(vp.U8(), want.v)
+			r.Note = fmt.Sprintf("status %d (want %d), pools as expected: %v %v", st, c.st, bytes.Equal(kp.U8(), want.k), bytes.Equal(vp.U8(), want.v))
+			if err != nil {
+				r.Note = err.Error()
+			}
 			cb.free()
 			out = append(out, r)
 		}
 	}
 	if _, ok := s.Entries[ir.RoleCopyPage]; ok {
+		// np 0 means the real pool's 5 pages; a huge num_pages is a valid
+		// pool whose first pages are the real ones.
 		cases := []struct {
 			name                 string
 			src, dst, length, st int
+			np                   int64
 		}{
-			{"copy_page partial", 1, 3, v.PageSize - v.PageSize/2, 0},
-			{"copy_page full", 4, 0, v.PageSize, 0},
-			{"copy_page bad src", 5, 0, 1, lower.ErrBadPageID},
-			{"copy_page bad dst", 0, -1, 1, lower.ErrBadPageID},
-			{"copy_page length > page_size", 0, 1, v.PageSize + 1, lower.ErrBadLength},
+			{"copy_page partial", 1, 3, v.PageSize - v.PageSize/2, 0, 0},
+			{"copy_page full", 4, 0, v.PageSize, 0, 0},
+			{"copy_page bad src", 5, 0, 1, lower.ErrBadPageID, 0},
+			{"copy_page bad dst", 0, -1, 1, lower.ErrBadPageID, 0},
+			{"copy_page length > page_size", 0, 1, v.PageSize + 1, lower.ErrBadLength, 0},
+			{"copy_page src INT32_MAX", i32max, 0, 1, lower.ErrBadPageID, 0},
+			{"copy_page dst INT32_MIN", 0, i32min, 1, lower.ErrBadPageID, 0},
+			{"copy_page length INT32_MAX", 0, 1, i32max, lower.ErrBadLength, 0},
+			{"copy_page length INT32_MIN", 0, 1, i32min, lower.ErrBadLength, 0},
+			{"copy_page num_pages -1", 2, 3, v.PageSize, lower.ErrBadArgument, -1},
+			{"copy_page num_pages INT32_MIN", 2, 3, 1, lower.ErrBadArgument, i32min},
+			{"copy_page num_pages INT32_MAX (a large pool)", 2, 3, v.PageSize, 0, i32max},
 		}
 		for _, c := range cases {
 			r := Result{Variant: v.Name, Kernel: s.Entries[ir.RoleCopyPage].Symbol, Case: c.name}
@@ -129,7 +169,11 @@ func (s *Suite) RunPageKernels(seed int64) []Result {
 					}
 				}
 			}
-			cb := &caseBuffers{vals: map[string]int64{"num_pages": 5, "src_page": int64(c.src), "dst_page": int64(c.dst), "length": int64(c.length)}}
+			np := c.np
+			if np == 0 {
+				np = 5
+			}
+			cb := &caseBuffers{vals: map[string]int64{"num_pages": np, "src_page": int64(c.src), "dst_page": int64(c.dst), "length": int64(c.length)}}
 			kp := cb.add("k_pages", cpurt.U8Buffer(pool.k))
 			vp := cb.add("v_pages", cpurt.U8Buffer(pool.v))
 			st, err := s.run(ir.RoleCopyPage, cb)

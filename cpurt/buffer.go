@@ -19,26 +19,40 @@ type Buffer struct {
 // NewBuffer maps a zeroed buffer of n bytes. n = 0 yields a buffer whose
 // address is the guard page itself. It panics if mmap fails.
 func NewBuffer(n int) *Buffer {
+	b, err := newBuffer(n, 0)
+	if err != nil {
+		panic(err.Error())
+	}
+	return b
+}
+
+// NewSparseBuffer is NewBuffer for a huge buffer of which a test touches
+// only a few pages (rows past 2^31 elements): the mapping reserves no
+// memory (MAP_NORESERVE), so only the pages written cost any. It fails
+// where the system refuses such a mapping.
+func NewSparseBuffer(n int) (*Buffer, error) { return newBuffer(n, syscall.MAP_NORESERVE) }
+
+func newBuffer(n, flags int) (*Buffer, error) {
 	if n < 0 {
-		panic(fmt.Sprintf("cpurt: NewBuffer(%d)", n))
+		return nil, fmt.Errorf("cpurt: NewBuffer(%d)", n)
 	}
 	ps := os.Getpagesize()
 	dataPages := (n + ps - 1) / ps
 	total := (dataPages + 2) * ps
-	mem, err := syscall.Mmap(-1, 0, total, syscall.PROT_NONE, syscall.MAP_PRIVATE|syscall.MAP_ANON)
+	mem, err := syscall.Mmap(-1, 0, total, syscall.PROT_NONE, syscall.MAP_PRIVATE|syscall.MAP_ANON|flags)
 	if err != nil {
-		panic(fmt.Sprintf("cpurt: mmap %d bytes: %v", total, err))
+		return nil, fmt.Errorf("cpurt: mmap %d bytes: %v", total, err)
 	}
 	if dataPages > 0 {
 		if err := syscall.Mprotect(mem[ps:ps+dataPages*ps], syscall.PROT_READ|syscall.PROT_WRITE); err != nil {
 			syscall.Munmap(mem)
-			panic(fmt.Sprintf("cpurt: mprotect: %v", err))
+			return nil, fmt.Errorf("cpurt: mprotect %d bytes: %v", dataPages*ps, err)
 		}
 	}
 	end := ps + dataPages*ps
 	b := &Buffer{mem: mem, data: mem[end-n : end : end]}
 	b.addr = uintptr(unsafe.Pointer(&mem[0])) + uintptr(end-n)
-	return b
+	return b, nil
 }
 
 // Len is the buffer's size in bytes.

@@ -1,8 +1,9 @@
 package cpurt
 
 /*
-#cgo LDFLAGS: -ldl
+#cgo LDFLAGS: -ldl -lpthread
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -25,6 +26,30 @@ static void callvoid24(void *f, const int64_t *a) {
 	((vfn24)f)(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7],
 		a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15],
 		a[16], a[17], a[18], a[19], a[20], a[21], a[22], a[23]);
+}
+
+// onstack runs call24 on a new thread whose stack is `stack` bytes.
+typedef struct { void *f; const int64_t *a; int32_t r; } onstack_t;
+
+static void *onstack_main(void *p) {
+	onstack_t *o = (onstack_t *)p;
+	o->r = call24(o->f, o->a);
+	return NULL;
+}
+
+static int callonstack(void *f, const int64_t *a, size_t stack, int32_t *r) {
+	pthread_attr_t at;
+	pthread_t th;
+	onstack_t o = {f, a, 0};
+	int e = pthread_attr_init(&at);
+	if (e != 0) return e;
+	e = pthread_attr_setstacksize(&at, stack);
+	if (e == 0) e = pthread_create(&th, &at, onstack_main, &o);
+	pthread_attr_destroy(&at);
+	if (e != 0) return e;
+	e = pthread_join(th, NULL);
+	*r = o.r;
+	return e;
 }
 
 static const char *callstr(void *f, int32_t code) {
@@ -109,6 +134,25 @@ func (l *Lib) Call(sym string, args ...int64) (int32, error) {
 		return 0, err
 	}
 	return int32(C.call24(f, &a[0])), nil
+}
+
+// CallOnStack is Call on a new thread whose stack is stack bytes (see
+// pthread_attr_setstacksize: at least PTHREAD_STACK_MIN, 16 KiB on Linux),
+// so that a kernel needing more stack than it claims faults.
+func (l *Lib) CallOnStack(sym string, stack int, args ...int64) (int32, error) {
+	f, err := l.Sym(sym)
+	if err != nil {
+		return 0, err
+	}
+	a, err := packArgs(sym, args)
+	if err != nil {
+		return 0, err
+	}
+	var r C.int32_t
+	if e := C.callonstack(f, &a[0], C.size_t(stack), &r); e != 0 {
+		return 0, fmt.Errorf("cpurt: %s on a %d-byte stack: pthread error %d", sym, stack, int(e))
+	}
+	return int32(r), nil
 }
 
 // CallVoid calls the void function sym (such as <prefix>_set_num_threads).

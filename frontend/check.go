@@ -33,18 +33,31 @@ func (c *checker) pos(p lexer.Position) ir.Pos { return position(c.file, p) }
 // settings lists the keywords that may start a line of a variant.
 var settings = []string{"heads", "head_dim", "dtype", "cache", "mask", "sinks", "score", "scale", "rope", "mla", "lse", "kernels"}
 
-// checkFile checks every variant of f and rejects duplicate names.
+// checkFile checks every variant of f and rejects names that are too long
+// or the same as an earlier one's, ignoring case (a name becomes C symbols
+// and upper-case macros and include guards).
 func (c *checker) checkFile(f *fileAST) []*ir.Variant {
 	var out []*ir.Variant
-	first := map[string]lexer.Position{}
+	type named struct {
+		name string
+		pos  lexer.Position
+	}
+	first := map[string]named{}
 	for _, va := range f.Variants {
 		if va == nil || va.Name == nil {
 			continue
 		}
-		if p, dup := first[va.Name.Name]; dup {
-			c.errorf(va.Name.Pos, "duplicate variant %s (first at %s)", va.Name.Name, c.pos(p))
+		name := va.Name.Name
+		if n := len(name); n > ir.MaxNameLen {
+			c.errorf(va.Name.Pos, "variant name is %d characters long; the limit is %d (it prefixes every C symbol and macro)", n, ir.MaxNameLen)
+		}
+		key := strings.ToLower(name)
+		if p, dup := first[key]; dup && p.name == name {
+			c.errorf(va.Name.Pos, "duplicate variant %s (first at %s)", name, c.pos(p.pos))
+		} else if dup {
+			c.errorf(va.Name.Pos, "variant %s collides with %s (first at %s): names must differ in more than case, since they name C macros and include guards", name, p.name, c.pos(p.pos))
 		} else {
-			first[va.Name.Name] = va.Name.Pos
+			first[key] = named{name, va.Name.Pos}
 		}
 		out = append(out, c.variant(va))
 	}
@@ -233,10 +246,10 @@ func (c *checker) heads(v *ir.Variant, s *argsStmt) {
 		}
 		return
 	}
-	qo, ok := c.posInt(qoArg.Val, "qo heads")
+	qo, ok := c.limitInt(qoArg.Val, "qo heads", ir.MaxHeads)
 	kv, kvOK := qo, ok
 	if kvArg := args["kv"]; kvArg != nil {
-		kv, kvOK = c.posInt(kvArg.Val, "kv heads")
+		kv, kvOK = c.limitInt(kvArg.Val, "kv heads", ir.MaxHeads)
 		if ok && kvOK && qo%kv != 0 {
 			c.errorf(kvArg.Val.Pos, "kv heads (%d) must divide qo heads (%d)", kv, qo)
 		}
@@ -249,7 +262,7 @@ func (c *checker) heads(v *ir.Variant, s *argsStmt) {
 // headDim checks `head_dim N` and `head_dim qk = N, v = M`.
 func (c *checker) headDim(v *ir.Variant, s *argsStmt) {
 	if len(s.Args) == 1 && s.Args[0] != nil && s.Args[0].Key == nil {
-		if n, ok := c.posInt(s.Args[0].Val, "head_dim"); ok {
+		if n, ok := c.limitInt(s.Args[0].Val, "head_dim", ir.MaxHeadDimV); ok {
 			v.HeadDimQK, v.HeadDimV = n, n
 		}
 		return
@@ -262,10 +275,13 @@ func (c *checker) headDim(v *ir.Variant, s *argsStmt) {
 		}
 		return
 	}
-	qk, ok := c.posInt(qkArg.Val, "head_dim qk")
+	qk, ok := c.limitInt(qkArg.Val, "head_dim qk", ir.MaxHeadDimQK)
 	dv, vOK := qk, ok
 	if vArg := args["v"]; vArg != nil {
-		dv, vOK = c.posInt(vArg.Val, "head_dim v")
+		dv, vOK = c.limitInt(vArg.Val, "head_dim v", ir.MaxHeadDimV)
+	} else if ok && qk > ir.MaxHeadDimV {
+		c.errorf(qkArg.Val.Pos, "head_dim v (= qk, %d) is larger than the kernels serve: at most %d (give v = M)", qk, ir.MaxHeadDimV)
+		vOK = false
 	}
 	if ok && vOK {
 		v.HeadDimQK, v.HeadDimV = qk, dv
@@ -292,6 +308,22 @@ func (c *checker) mla(v *ir.Variant, s *mlaStmt) {
 		var good bool
 		vals[i], good = c.posInt(a.Val, "mla "+n)
 		ok = ok && good
+	}
+	if !ok {
+		return
+	}
+	// The limits of the shapes MLA implies: heads, head_dim v =
+	// kv_lora_rank, head_dim qk = kv_lora_rank + rope_dim.
+	if vals[0] > ir.MaxHeads {
+		c.errorf(args["heads"].Val.Pos, "mla heads %d is more than the kernels serve: at most %d", vals[0], ir.MaxHeads)
+		ok = false
+	}
+	if vals[1] > ir.MaxHeadDimV {
+		c.errorf(args["kv_lora_rank"].Val.Pos, "mla kv_lora_rank %d is larger than the kernels serve: at most %d (head_dim v)", vals[1], ir.MaxHeadDimV)
+		ok = false
+	} else if vals[1]+vals[2] > ir.MaxHeadDimQK {
+		c.errorf(args["rope_dim"].Val.Pos, "mla kv_lora_rank + rope_dim = %d is larger than the kernels serve: at most %d (head_dim qk)", vals[1]+vals[2], ir.MaxHeadDimQK)
+		ok = false
 	}
 	if !ok {
 		return
@@ -688,6 +720,16 @@ func (c *checker) intVal(x *valueAST, what string) (int, bool) {
 	}
 	n, ok := c.parseInt(x.Pos, x.text())
 	return int(n), ok
+}
+
+// limitInt is posInt for values the kernels serve up to limit.
+func (c *checker) limitInt(x *valueAST, what string, limit int) (int, bool) {
+	n, ok := c.posInt(x, what)
+	if ok && n > limit {
+		c.errorf(x.Pos, "%s %d is larger than the kernels serve: at most %d", what, n, limit)
+		return 0, false
+	}
+	return n, ok
 }
 
 // posInt is intVal for values that must be positive.

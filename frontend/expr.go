@@ -163,12 +163,7 @@ func (c *checker) binary(p lexer.Position, op string, x, y val) val {
 		return val{}
 	}
 	x, y = promote(x, y)
-	if (bop == ir.Div || bop == ir.Rem) && y.t == ir.I32 {
-		if k, ok := ir.IsConst(y.e); ok && k.Int == 0 {
-			c.errorf(p, "integer division by zero")
-			return val{}
-		}
-	}
+	// Integer / and % by zero give 0 (DESIGN §3), even by a literal 0.
 	if bop.IsCompare() {
 		return val{ir.Bin(bop, x.e, y.e), ir.Bool}
 	}

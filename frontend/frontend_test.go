@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/attnc/attnc/ir"
 )
@@ -479,5 +480,54 @@ func TestDesignExamplesMatchFiles(t *testing.T) {
 	}
 	if found != 7 {
 		t.Errorf("found %d variants in DESIGN.md §3, want 7", found)
+	}
+}
+
+// TestParseFileLimits: a huge file is refused from its size before it is
+// read, a device that never ends (/dev/zero) after maxSize+1 bytes, both as
+// "too large" at 1:1 and fast.
+func TestParseFileLimits(t *testing.T) {
+	big := filepath.Join(t.TempDir(), "big.attn")
+	f, err := os.Create(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(3 << 30); err != nil { // sparse: 3 GB, no disk used
+		t.Fatal(err)
+	}
+	f.Close()
+	for path, want := range map[string]string{
+		big:         big + ":1:1: spec is too large (3221225472 bytes; the limit is 262144)",
+		"/dev/zero": "/dev/zero:1:1: spec is too large (more than 262144 bytes; the limit is 262144)",
+	} {
+		if _, err := os.Stat(path); err != nil {
+			t.Logf("skip %s: %v", path, err)
+			continue
+		}
+		start := time.Now()
+		_, err := ParseFile(path)
+		if err == nil || err.Error() != want {
+			t.Errorf("%s: got %v, want %s", path, err, want)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("%s: took %v", path, d)
+		}
+	}
+}
+
+// TestByteOrderMark: a UTF-8 BOM before the spec is skipped, and columns on
+// line 1 count from after it.
+func TestByteOrderMark(t *testing.T) {
+	src := "\xef\xbb\xbfvariant bom {\n  heads qo = 4\n  head_dim 64\n}\n"
+	vs, err := Parse("bom.attn", []byte(src))
+	if err != nil || len(vs) != 1 || vs[0].Name != "bom" {
+		t.Fatalf("got %v, %v", vs, err)
+	}
+	if vs[0].Pos.Col != 1 {
+		t.Errorf("variant at column %d, want 1", vs[0].Pos.Col)
+	}
+	_, err = Parse("bom.attn", []byte("\xef\xbb\xbfvariant 9 {}\n"))
+	if want := "bom.attn:1:9: "; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("got %v, want an error at %s", err, want)
 	}
 }

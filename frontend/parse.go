@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"unicode/utf8"
@@ -28,8 +29,11 @@ const maxSize = 256 << 10
 // source order.
 func Parse(filename string, src []byte) ([]*ir.Variant, error) {
 	if len(src) > maxSize {
-		return nil, &ir.PosError{Pos: ir.Pos{File: filename, Line: 1, Col: 1}, Msg: fmt.Sprintf("spec is too large (%d bytes; the limit is %d)", len(src), maxSize)}
+		return nil, tooLarge(filename, fmt.Sprintf("%d bytes", len(src)))
 	}
+	// A UTF-8 byte order mark (editors on Windows write one) is not part
+	// of the spec; columns on line 1 count from after it.
+	src = bytes.TrimPrefix(src, []byte("\xef\xbb\xbf"))
 	if err := checkNesting(filename, src); err != nil {
 		return nil, err
 	}
@@ -45,13 +49,31 @@ func Parse(filename string, src []byte) ([]*ir.Variant, error) {
 	return vs, nil
 }
 
-// ParseFile reads and parses the spec at path; positions carry path.
+// ParseFile reads and parses the spec at path; positions carry path. It
+// reads at most maxSize+1 bytes, so a huge file or a device such as
+// /dev/zero fails fast with "too large" instead of being read whole.
 func ParseFile(path string) ([]*ir.Variant, error) {
-	src, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > maxSize {
+		return nil, tooLarge(path, fmt.Sprintf("%d bytes", fi.Size()))
+	}
+	src, err := io.ReadAll(io.LimitReader(f, maxSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(src) > maxSize {
+		return nil, tooLarge(path, fmt.Sprintf("more than %d bytes", maxSize))
+	}
 	return Parse(path, src)
+}
+
+// tooLarge is the error for a spec larger than maxSize.
+func tooLarge(file, size string) error {
+	return &ir.PosError{Pos: ir.Pos{File: file, Line: 1, Col: 1}, Msg: fmt.Sprintf("spec is too large (%s; the limit is %d)", size, maxSize)}
 }
 
 // checkNesting rejects inputs nested deeper than maxNesting before the

@@ -14,9 +14,10 @@ import (
 //     i16), []byte (u8), []bool (bool) or nil; stores write through to it;
 //   - a scalar arg is an int32 (any Go integer for integer params, float32 or
 //     float64 for float params, bool for bool);
-//   - integers wrap; Div and Rem truncate toward zero and fail on division by
-//     zero or overflow; shifts fail on an amount outside [0, width); u8 and
-//     bool are unsigned (udiv, lshr, unsigned compares), the rest signed;
+//   - integers wrap; Div and Rem truncate toward zero, x / 0 = x % 0 = 0, and
+//     MIN / -1 = MIN, MIN % -1 = 0 (see IntDiv); shifts fail on an amount
+//     outside [0, width); u8 and bool are unsigned (udiv, lshr, unsigned
+//     compares), the rest signed;
 //   - f32 arithmetic rounds to float32 after every op, f64 in float64;
 //     f16/bf16 values compute in f32 and round back (nearest even); math
 //     functions compute in float64 and round to the operand type;
@@ -648,6 +649,29 @@ func fromF64(t Type, x float64) val {
 	return val(sign | uint64(e+bias)<<mb | (n - 1<<mb))
 }
 
+// IntDiv is the IR's integer division on values already in their type's
+// range (DESIGN §3): it truncates toward zero, x / 0 = 0, and MIN / -1
+// overflows to -MIN, which wraps back to MIN in the operand type. It never
+// traps; every backend and the reference compute the same.
+func IntDiv(x, y int64) int64 {
+	switch y {
+	case 0:
+		return 0
+	case -1:
+		return -x // MIN of i32 becomes 2^31, which wraps to MIN
+	}
+	return x / y
+}
+
+// IntRem is the remainder matching IntDiv: x % 0 = 0 and x % -1 = 0;
+// otherwise it has the sign of x (truncated division).
+func IntRem(x, y int64) int64 {
+	if y == 0 || y == -1 {
+		return 0
+	}
+	return x % y
+}
+
 func farith[F float32 | float64](op BinOp, x, y F) (F, bool) {
 	switch op {
 	case Add:
@@ -726,17 +750,10 @@ func (f *frame) binary(op BinOp, t Type, a, b val) val {
 		return wrap(t, x-y)
 	case Mul:
 		return wrap(t, x*y)
-	case Div, Rem:
-		if y == 0 {
-			f.fail("integer division by zero (%s)", t)
-		}
-		if lo, _ := intRange(t); y == -1 && x == lo {
-			f.fail("integer division overflow (%d %s -1)", x, op)
-		}
-		if op == Div {
-			return wrap(t, x/y)
-		}
-		return wrap(t, x%y)
+	case Div:
+		return wrap(t, IntDiv(x, y))
+	case Rem:
+		return wrap(t, IntRem(x, y))
 	case Min:
 		if x < y {
 			return a

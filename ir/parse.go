@@ -506,7 +506,8 @@ func (p *parser) stmt() Stmt {
 		return &Var{Name: name, Init: v}
 	case "alloc":
 		shared := p.isKw("shared") && p.peekN(1).kind == tIdent
-		if shared {
+		heap := !shared && p.isKw("heap") && p.peekN(1).kind == tIdent
+		if shared || heap {
 			p.next()
 		}
 		name := p.ident().text
@@ -516,7 +517,7 @@ func (p *parser) stmt() Stmt {
 		n := p.intLit(false)
 		p.expect("]")
 		p.declare(name, decl{kind: dAlloc, t: ty})
-		return &Alloc{Name: name, T: ty, Size: int(n), Shared: shared}
+		return &Alloc{Name: name, T: ty, Size: int(n), Shared: shared, Heap: heap}
 	case "barrier":
 		return &Barrier{}
 	case "reduce":
@@ -706,7 +707,7 @@ func (p *parser) reduce() *Reduce {
 }
 
 // matmul reads `matmul C[M, N] (=|+=) A[M, K] * B[K, N] [zeroskip]
-// extent(m, n, k)`, or `* B^T[N, K]` for a transposed B.
+// extent(m, n, k) [@tag]`, or `* B^T[N, K]` for a transposed B.
 func (p *parser) matmul() *MatMul {
 	s := &MatMul{}
 	shape := func() (name token, a, b int) {
@@ -755,6 +756,7 @@ func (p *parser) matmul() *MatMul {
 		p.failAt(bt, "matmul extent takes 3 values (m, n, k), got %d", len(ext))
 	}
 	s.MExt, s.NExt, s.KExt = ext[0], ext[1], ext[2]
+	s.Tag = p.tag()
 	return s
 }
 

@@ -184,6 +184,19 @@ kernel t_entry role append entry (v: f32* [n, 8, 64] out, s: f32* [n, 8] out, n:
   return (i32(bitcast.u8(u8(true))) - 1)
 }
 `,
+	`module scratch prefix s
+
+kernel s_k role prefill (o: f32* [n] out, n: i32) {
+  for item in 0 .. n parallel @work {
+    alloc heap kb: f32[4096]
+    alloc sc: f32[64]
+    store kb[item] = 1.0:f32
+    store sc[0] = kb[item]
+    store o[item] = sc[0]
+  }
+  return 0
+}
+`,
 	`module empty prefix e
 
 kernel e_k role copy_page (src_page: i32, dst_page: i32) {

@@ -24,6 +24,11 @@ type Plan struct {
 	Validate *Block
 	// Seq are values computed over every sequence's lengths.
 	Seq []SeqValue
+	// Limits are checks over the scalar params and the Seq values, run
+	// after Validate: the work fits the parallel loops (StatusTooLarge).
+	// A GPU launcher runs those it can evaluate with the Seq values' host
+	// stand-ins; a kernel whose item count it cannot evaluate clamps it.
+	Limits []Check
 	// Skip (over scalar params) means there is nothing to do: return 0.
 	Skip Expr
 	// Handoff runs another role's entry instead, with the same arguments

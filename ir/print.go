@@ -16,7 +16,7 @@ import (
 //	  let x = (a + b)
 //	  var m = -inf:f32
 //	  m = max(m, x)
-//	  alloc acc: f32[1024]
+//	  alloc acc: f32[1024]          (or alloc shared acc, alloc heap acc)
 //	  malloc w: f32[n]
 //	  free w
 //	  store acc[i] = 0:f32
@@ -178,11 +178,14 @@ func (p *printer) stmt(s Stmt) {
 	case *Assign:
 		p.line("%s = %s", s.Name, p.ex(s.Value))
 	case *Alloc:
-		shared := ""
-		if s.Shared {
-			shared = "shared "
+		kind := ""
+		switch {
+		case s.Shared:
+			kind = "shared "
+		case s.Heap:
+			kind = "heap "
 		}
-		p.line("alloc %s%s: %s[%d]", shared, s.Name, s.T, s.Size)
+		p.line("alloc %s%s: %s[%d]", kind, s.Name, s.T, s.Size)
 		p.declBuf(s.Name, s.T)
 	case *Barrier:
 		p.line("barrier")
@@ -203,8 +206,12 @@ func (p *printer) stmt(s Stmt) {
 		if s.ZeroSkip {
 			zs = " zeroskip"
 		}
-		p.line("matmul %s[%d, %d] %s %s[%d, %d] * %s%s%s%s extent(%s)", s.C, s.M, s.N, op, s.A, s.M, s.K, s.B, bt, bshape, zs,
-			p.exs([]Expr{s.MExt, s.NExt, s.KExt}))
+		tag := ""
+		if s.Tag != NoTag {
+			tag = " @" + s.Tag.String()
+		}
+		p.line("matmul %s[%d, %d] %s %s[%d, %d] * %s%s%s%s extent(%s)%s", s.C, s.M, s.N, op, s.A, s.M, s.K, s.B, bt, bshape, zs,
+			p.exs([]Expr{s.MExt, s.NExt, s.KExt}), tag)
 	case *Malloc:
 		p.line("malloc %s: %s[%s]", s.Name, s.T, p.ex(s.Size))
 		p.declBuf(s.Name, s.T)

@@ -31,12 +31,16 @@ type Assign struct {
 // Alloc declares a local array of Size elements of type T. Its contents are
 // undefined until stored. Each iteration of an enclosing parallel loop owns
 // its own copy. A Shared array (GPU) is one copy per block, visible to every
-// thread of the block's Threads loop; it is declared outside that loop.
+// thread of the block's Threads loop; it is declared outside that loop. A
+// Heap array (CPU, inside a parallel loop) lives in heap scratch that the
+// runtime allocates once per worker thread and call instead of on the
+// stack; the heap-scratch pass chooses which arrays go there.
 type Alloc struct {
 	Name   string
 	T      Type
 	Size   int
 	Shared bool
+	Heap   bool
 }
 
 // Barrier waits until every thread of the block reached it and makes their
@@ -126,8 +130,9 @@ type Reduce struct {
 // may also run the sum over all K: A must be 0 at k >= KExt (for m < MExt).
 // With ZeroSkip a zero A element contributes exactly nothing, even against
 // a NaN or infinite B element (select, don't multiply), so masked positions
-// whose values may hold any bits cannot reach C. The summation order is the
-// target's.
+// whose values may hold any bits cannot reach C; tagged TagHidden, the
+// skip only matters for positions the mask hides. The summation order is
+// the target's.
 type MatMul struct {
 	C, A, B          string
 	M, N, K          int
@@ -135,6 +140,7 @@ type MatMul struct {
 	Accumulate       bool
 	ZeroSkip         bool
 	MExt, NExt, KExt Expr
+	Tag              Tag
 }
 
 func (*Reduce) isStmt() {}

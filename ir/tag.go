@@ -19,14 +19,17 @@ const (
 	TagMask
 	// TagValidate is an input validation loop.
 	TagValidate
-	// TagMerge is the loop that merges split-KV partial states.
-	TagMerge
+	// TagHidden marks a statement inside a KV tile that only matters for
+	// positions the mask hides (it keeps their K/V, which may hold any
+	// bits, out of the result): classify-tiles drops a tagged if or for,
+	// and a tagged matmul's zero skip, from fully visible tiles.
+	TagHidden
 	// TagPhase is a loop map-threads made from a spread: one phase of a
 	// GPU block, whose threads share memory only across barriers.
 	TagPhase
 )
 
-var tagNames = [...]string{"", "work", "kv_tile", "stage", "mask", "validate", "merge", "phase"}
+var tagNames = [...]string{"", "work", "kv_tile", "stage", "mask", "validate", "hidden", "phase"}
 
 func (t Tag) String() string {
 	if int(t) < len(tagNames) {

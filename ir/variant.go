@@ -247,3 +247,23 @@ var ValidPageSizes = []int{1, 2, 4, 8, 16, 32, 64, 128, 256}
 
 // ValidPageSize reports whether n is a power of two in 1..256.
 func ValidPageSize(n int) bool { return n >= 1 && n <= 256 && n&(n-1) == 0 }
+
+// The largest shapes the generated kernels serve; the frontend rejects
+// larger ones at their position in the spec. They cover real models:
+// DeepSeek MLA's head dims (qk 576 = 512 + 64, v 512), head_dim 256
+// (Gemma), 128 query heads (DeepSeek, Llama 3.1 405B) and Falcon-180B's
+// 232.
+const (
+	MaxHeadDimQK = 576
+	MaxHeadDimV  = 512
+	MaxHeads     = 256
+)
+
+// MaxSeqLen is the most query or cached tokens one sequence may have
+// (2^30); the kernels reject longer ones, so positions stay below it in
+// magnitude.
+const MaxSeqLen = 1 << 30
+
+// MaxNameLen is the longest variant name: names prefix every C symbol and
+// macro of the generated artifacts.
+const MaxNameLen = 64

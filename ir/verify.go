@@ -381,6 +381,9 @@ func (v *verifier) stmt(s Stmt) {
 		if s.Shared && (v.par != 1 || v.thr != 0 || v.spr != 0) {
 			v.fail("shared alloc %s must be in a parallel loop, outside its threads loop", s.Name)
 		}
+		if s.Heap && (v.par != 1 || v.thr != 0 || s.Shared) {
+			v.fail("heap alloc %s must be in a parallel loop, outside any threads loop, and not shared", s.Name)
+		}
 		v.declare(s.Name, dAlloc, s.T)
 		v.scopes[len(v.scopes)-1][s.Name] = decl{kind: dAlloc, t: s.T, par: v.region, size: s.Size}
 	case *Copy:

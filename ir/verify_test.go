@@ -35,7 +35,8 @@ func TestVerifyValid(t *testing.T) {
 		"undeclared range var": vmod(&For{Var: "t", Lo: Int(0), Hi: n, Ranges: []Range{{Var: "kv_pos", Lo: R("t", I32), Hi: n}}, Body: blk()}),
 		"buffer ref, i64 index": vmod(&CallStmt{Fn: "callee", Args: []Expr{R("buf", F32), n}},
 			&Store{Buf: "buf", Index: IntT(I64, 0), Value: Ld("buf", F32, Cvt(I64, n))}),
-		"bitcast f32 to i32": vmod(&Let{Name: "b", Value: &Bitcast{To: I32, X: Float(1)}}),
+		"bitcast f32 to i32":            vmod(&Let{Name: "b", Value: &Bitcast{To: I32, X: Float(1)}}),
+		"heap alloc in a parallel body": vmod(loop("i", Parallel, loop("j", Serial, &Alloc{Name: "a", T: F32, Size: 512, Heap: true}))),
 	} {
 		if err := Verify(m); err != nil {
 			t.Errorf("%s: %v", name, err)
@@ -51,6 +52,9 @@ func TestVerifyBroken(t *testing.T) {
 		body []Stmt
 	}{
 		{"unknown name y", []Stmt{let("x", R("y", I32))}},
+		{"heap alloc a must be in a parallel loop", []Stmt{&Alloc{Name: "a", T: F32, Size: 512, Heap: true}}},
+		{"heap alloc a must be in a parallel loop", []Stmt{loop("i", Parallel, &For{Var: "t", Lo: Int(0), Hi: Int(128), Kind: Threads,
+			Body: blk(&Alloc{Name: "a", T: F32, Size: 4, Heap: true})})}},
 		{"redeclaration of x", []Stmt{let("x", one), let("x", one)}},
 		{"redeclaration of n", []Stmt{blk(let("n", one))}},
 		{"redeclaration of i", []Stmt{loop("i", Serial, let("i", one))}},

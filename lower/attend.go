@@ -90,24 +90,25 @@ func (l *lowering) prefill(decodePublic bool) ([]*ir.Kernel, *ir.Plan) {
 	var v blk
 	v.vr(maxQT.Name, i32(0))
 	v.vr(multi.Name, i32(0))
-	v.when(gt(bs, i32(0)), func(t *blk) {
-		t.fail(lt(ldi("qo_indptr", i32(0)), i32(0)), ErrBadQOIndptr)
-	})
-	l.validateCache(&v, func(t *blk, vb *ir.Ref) (qBeg, qLen ir.Expr) {
-		qBeg = t.let("v_q_beg", ldi("qo_indptr", vb))
-		qLen = t.let("v_q_len", sub(ldi("qo_indptr", add(vb, i32(1))), qBeg))
-		t.fail(lt(qLen, i32(0)), ErrBadQOIndptr)
-		return qBeg, qLen
-	}, func(t *blk, env map[string]ir.Expr) {
+	l.validateCache(&v, true, func(t *blk, env map[string]ir.Expr) {
 		foldSeq(t, maxQT, env)
 		foldSeq(t, multi, env)
 	})
 	p := &ir.Plan{Role: ir.RolePrefill, Entry: l.name("prefill"), Public: true, Params: params,
 		Checks: l.tableChecks(), Validate: v.block(), Seq: []ir.SeqValue{maxQT, multi},
+		Limits:  []ir.Check{tooLarge(l.prefillItems64(bs, ir.R(maxQT.Name, ir.I32)))},
 		Skip:    eq(bs, i32(0)),
 		Handoff: &ir.Handoff{Role: ir.RoleDecode, When: eq(ir.R(multi.Name, ir.I32), i32(0))},
 		Direct:  []ir.Launch{{Kernel: work.Name, Items: mul(mul(bs, i32(l.itemsPerSeq())), ir.R(maxQT.Name, ir.I32))}}}
 	return []*ir.Kernel{work}, p
+}
+
+// prefillItems64 is prefill's work-item count in i64: (sequence, kv head,
+// head tile) units, capped at 2^31 so that the product with maxQT cannot
+// wrap i64 either.
+func (l *lowering) prefillItems64(bs, maxQT ir.Expr) ir.Expr {
+	units := minE(mul(i64(bs), i64c(l.itemsPerSeq())), i64c(MaxItems+1))
+	return mul(units, i64(maxQT))
 }
 
 // prefillParams are the prefill entry's arguments.
@@ -140,13 +141,15 @@ func (l *lowering) decode(public bool) ([]*ir.Kernel, *ir.Plan) {
 	bs := ir.R("batch_size", ir.I32)
 	var v blk
 	v.vr(maxTiles.Name, i32(0))
-	l.validateCache(&v, func(t *blk, vb *ir.Ref) (qBeg, qLen ir.Expr) { return vb, i32(1) },
-		func(t *blk, env map[string]ir.Expr) { foldSeq(t, maxTiles, env) })
+	l.validateCache(&v, false, func(t *blk, env map[string]ir.Expr) { foldSeq(t, maxTiles, env) })
 	items := mul(bs, i32(l.itemsPerSeq()))
 	splits := ir.R(ir.PlanSplits, ir.I32)
-	rows := i64(mul(mul(splits, bs), i32(l.H)))
+	// Splits happen only with fewer items than threads, so these counts
+	// are small; the sizes are i64 anyway.
+	rows := mul(mul(i64(splits), i64(bs)), i64c(l.H))
 	p := &ir.Plan{Role: ir.RoleDecode, Entry: l.name("decode"), Public: public, Params: params,
 		Checks: l.tableChecks(), Validate: v.block(), Seq: []ir.SeqValue{maxTiles},
+		Limits: []ir.Check{tooLarge(mul(i64(bs), i64c(l.itemsPerSeq())))},
 		Skip:   eq(bs, i32(0)),
 		Direct: []ir.Launch{{Kernel: direct.Name, Items: items}},
 		Split: &ir.Split{
@@ -172,15 +175,18 @@ func (l *lowering) attentionKernel(name string, role ir.Role, params []*ir.Param
 	maxQT := ir.R(l.seqMaxQT().Name, ir.I32)
 	if !it.decode {
 		// The item count needs every sequence's query length: the kernel
-		// scans qo_indptr itself, as the plan's max_qt does.
+		// scans qo_indptr itself, as the plan's max_qt does. A GPU kernel
+		// cannot report bad input: lengths are clamped to 0..MaxSeqLen and
+		// the count to MaxItems, in i64, so that nothing wraps (the CPU
+		// entry has validated both).
 		sv := l.seqMaxQT()
 		b.vr(sv.Name, i32(0))
 		b.loop("sq", i32(0), bs, ir.Serial, ir.NoTag, func(t *blk) {
 			sq := ir.R("sq", ir.I32)
-			qBeg := t.let("s_q_beg", ldi("qo_indptr", sq))
-			foldSeq(t, sv, map[string]ir.Expr{ir.SeqQLen: sub(ldi("qo_indptr", add(sq, i32(1))), qBeg)})
+			qLen := minE(maxE(sub(i64(ldi("qo_indptr", add(sq, i32(1)))), i64(ldi("qo_indptr", sq))), i64c(0)), i64c(MaxSeqLen))
+			foldSeq(t, sv, map[string]ir.Expr{ir.SeqQLen: ir.Cvt(ir.I32, qLen)})
 		})
-		nItems = mul(nItems, maxQT)
+		nItems = ir.Cvt(ir.I32, minE(l.prefillItems64(bs, maxQT), i64c(MaxItems)))
 	}
 	if it.split {
 		nItems = mul(nItems, splits)
@@ -253,7 +259,7 @@ func (l *lowering) attentionKernel(name string, role ir.Role, params []*ir.Param
 			x.guarded(lt(row, nRows), func(y *blk) {
 				r, g := rowParts(y, row)
 				qrow := y.let("q_row", add(qRow0, r))
-				qflat := y.let("qflat", i64(add(mul(qrow, i32(l.H)), add(head0, g))))
+				qflat := y.let("qflat", rowHead(qrow, l.H, add(head0, g)))
 				for _, sg := range l.qSegs() {
 					base := y.let("qbase"+segName(sg), mul(qflat, ir.IntT(ir.I64, int64(sg.w))))
 					y.spread("d", sg.w, func(z *blk, d ir.Expr) {
@@ -293,8 +299,10 @@ func (l *lowering) attentionKernel(name string, role ir.Role, params []*ir.Param
 				}, nil)
 			})
 			l.softmaxUpdate(t, R, nRows, kvN)
+			// P·V: a zero weight (a hidden position) contributes exactly
+			// nothing (DESIGN §3); fully visible tiles need no such care.
 			t.add(&ir.MatMul{C: "acc", A: "sc", B: "vb", M: R, N: DV, K: KT, Accumulate: true, ZeroSkip: true,
-				MExt: nRows, NExt: i32(DV), KExt: kvN})
+				MExt: nRows, NExt: i32(DV), KExt: kvN, Tag: l.hiddenTag()})
 		})
 		// The position ranges of a tile, for classify-tiles.
 		tile.Ranges = []ir.Range{
@@ -318,9 +326,9 @@ func (l *lowering) attentionKernel(name string, role ir.Role, params []*ir.Param
 					y.store("part_lse", flat, lse)
 					return
 				}
-				flat := y.let("oflat", add(mul(add(qRow0, r), i32(l.H)), head))
+				flat := y.let("oflat", rowHead(add(qRow0, r), l.H, head))
 				y.spread("d", DV, func(z *blk, d ir.Expr) {
-					z.store("o", add(mul(i64(flat), ir.IntT(ir.I64, int64(DV))), i64(d)), ir.Cvt(l.dt, acc(d)))
+					z.store("o", add(mul(flat, ir.IntT(ir.I64, int64(DV))), i64(d)), ir.Cvt(l.dt, acc(d)))
 				})
 				y.when(&ir.NotNull{Buf: "lse"}, func(z *blk) { z.store("lse", flat, l.userLSE(lse)) })
 			}, nil)
@@ -328,6 +336,17 @@ func (l *lowering) attentionKernel(name string, role ir.Role, params []*ir.Param
 	})
 	b.add(&ir.Return{Value: i32(0)})
 	return &ir.Kernel{Name: name, Role: role, Params: params, Body: b.block()}
+}
+
+// hiddenTag is the tag of statements that only matter for positions the
+// mask hides: ir.TagHidden when the @mask Def decides every hidden
+// position (a table's -1 pages are staged as zeros), NoTag (never
+// dropped) when data masks (tree, custom) hide positions in any tile.
+func (l *lowering) hiddenTag() ir.Tag {
+	if l.hasMask(ir.MaskTree) || l.hasMask(ir.MaskCustom) {
+		return ir.NoTag
+	}
+	return ir.TagHidden
 }
 
 // stageKV stages the tile's K and V rows (the page walk): position j of

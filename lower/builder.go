@@ -93,3 +93,9 @@ func ceilDiv(x ir.Expr, d int) ir.Expr { return div(add(x, i32(d-1)), i32(d)) }
 func negInf() *ir.Const                { return f32(negInfV) }
 func posInf() *ir.Const                { return f32(math.Inf(1)) }
 func nan() *ir.Const                   { return f32(math.NaN()) }
+
+// rowHead is the i64 index of (row, head) in a [rows, heads] array: rows
+// come from untrusted indptrs and row * heads may pass 2^31.
+func rowHead(row ir.Expr, heads int, head ir.Expr) ir.Expr {
+	return add(mul(i64(row), i64c(heads)), i64(head))
+}

@@ -162,7 +162,7 @@ func (l *lowering) mergeState() ([]*ir.Kernel, *ir.Plan) {
 	b.add(&ir.Return{Value: i32(0)})
 	k := &ir.Kernel{Name: l.name("merge_state_work"), Role: ir.RoleMergeState, Params: params, Body: b.block()}
 	p := &ir.Plan{Role: ir.RoleMergeState, Entry: l.name("merge_state"), Public: true, Params: params,
-		Checks: []ir.Check{{Fail: lt(n, i32(0)), Code: ErrBadArgument}},
+		Checks: []ir.Check{{Fail: lt(n, i32(0)), Code: ErrBadArgument}, tooLarge(mul(i64(n), i64c(H)))},
 		Skip:   eq(n, i32(0)),
 		Direct: []ir.Launch{{Kernel: k.Name, Items: mul(n, i32(H))}}}
 	return []*ir.Kernel{k}, p

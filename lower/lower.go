@@ -23,6 +23,7 @@ const (
 	ErrBadSlot          = ir.StatusBadSlot
 	ErrBadLength        = ir.StatusBadLength
 	ErrBadMaskIndptr    = ir.StatusBadMaskIndptr
+	ErrTooLarge         = ir.StatusTooLarge
 )
 
 // Tiling is a target's choice of work-item shape: plain sizes, no mapping

@@ -29,17 +29,17 @@ func (l *lowering) maskParams(rows string) []*ir.Param {
 	return ps
 }
 
-// validateMasks checks sequence vb's tree rows (exactly one per query
-// token) and mask bytes (enough for q_len x kv_len bits).
+// validateMasks checks sequence vb's tree rows (exactly q_len) and mask
+// bytes (enough for q_len x kv_len bits, counted in i64); the indptrs are
+// already known to be ordered (validateIndptrs), so differences cannot wrap.
 func (l *lowering) validateMasks(t *blk, vb, qLen, kvLen ir.Expr) {
+	next := add(vb, i32(1))
 	if l.hasMask(ir.MaskTree) {
-		lo := ldi("tree_order_indptr", vb)
-		t.fail(or(lt(lo, i32(0)), ne(sub(ldi("tree_order_indptr", add(vb, i32(1))), lo), qLen)), ErrBadMaskIndptr)
+		t.fail(ne(sub(ldi("tree_order_indptr", next), ldi("tree_order_indptr", vb)), qLen), ErrBadMaskIndptr)
 	}
 	if l.hasMask(ir.MaskCustom) {
-		lo := ldi("mask_indptr", vb)
-		bytes := div(add(mul(i64(qLen), i64(kvLen)), ir.IntT(ir.I64, 7)), ir.IntT(ir.I64, 8))
-		t.fail(or(lt(lo, i32(0)), lt(i64(sub(ldi("mask_indptr", add(vb, i32(1))), lo)), bytes)), ErrBadMaskIndptr)
+		bytes := div(add(mul(i64(qLen), i64(kvLen)), i64c(7)), i64c(8))
+		t.fail(lt(i64(sub(ldi("mask_indptr", next), ldi("mask_indptr", vb))), bytes), ErrBadMaskIndptr)
 	}
 }
 
@@ -61,9 +61,9 @@ func (l *lowering) dataVisible(b *blk, sb, qPos, kvPos, qBase, kvLen ir.Expr) ir
 		// Positions before the tree see everything; clamp the index so the
 		// (unused) loads for them stay inside the sequence's rows.
 		jj := maxE(sub(kvPos, qBase), i32(0))
-		left := b.let("tree_left", ldi("tree_order", mul(add(base, i), i32(2))))
-		lj := ldi("tree_order", mul(add(base, jj), i32(2)))
-		rj := ldi("tree_order", add(mul(add(base, jj), i32(2)), i32(1)))
+		left := b.let("tree_left", ldi("tree_order", mul(i64(add(base, i)), i64c(2))))
+		lj := ldi("tree_order", mul(i64(add(base, jj)), i64c(2)))
+		rj := ldi("tree_order", add(mul(i64(add(base, jj)), i64c(2)), i64c(1)))
 		conj(or(lt(kvPos, qBase), and(le(lj, left), lt(left, rj))))
 	}
 	if l.hasMask(ir.MaskCustom) {

@@ -25,9 +25,10 @@ func (l *lowering) copyPageParams() []*ir.Param {
 // skips such a slot (a GPU cannot report it).
 func (l *lowering) appendKernel() ([]*ir.Kernel, *ir.Plan) {
 	n, np := ir.R("n", ir.I32), ir.R("num_pages", ir.I32)
-	pool := mul(np, i32(l.PS))
+	// The pool's slot count in i64: num_pages * page_size may pass 2^31.
+	pool := mul(i64(np), i64c(l.PS))
 	pm := func(i ir.Expr) ir.Expr { return ldi("position_map", i) }
-	bad := func(slot ir.Expr) ir.Expr { return or(lt(slot, i32(-1)), ge(slot, pool)) }
+	bad := func(slot ir.Expr) ir.Expr { return or(lt(slot, i32(-1)), ge(i64(slot), pool)) }
 	var b blk
 	item := ir.R("item", ir.I32)
 	b.loop("item", i32(0), mul(n, i32(l.KVH)), ir.Parallel, ir.TagWork, func(w *blk) {
@@ -57,7 +58,7 @@ func (l *lowering) appendKernel() ([]*ir.Kernel, *ir.Plan) {
 		t.fail(bad(pm(ir.R("vi", ir.I32))), ErrBadSlot)
 	})
 	p := &ir.Plan{Role: ir.RoleAppend, Entry: l.name("append"), Public: true, Params: params,
-		Checks:   []ir.Check{{Fail: or(lt(n, i32(0)), lt(np, i32(0))), Code: ErrBadArgument}},
+		Checks:   []ir.Check{{Fail: or(lt(n, i32(0)), lt(np, i32(0))), Code: ErrBadArgument}, tooLarge(mul(i64(n), i64c(l.KVH)))},
 		Validate: v.block(), Skip: eq(n, i32(0)),
 		Direct: []ir.Launch{{Kernel: k.Name, Items: mul(n, i32(l.KVH))}}}
 	return []*ir.Kernel{k}, p
@@ -97,6 +98,7 @@ func (l *lowering) copyPage() ([]*ir.Kernel, *ir.Plan) {
 func (l *lowering) copyPageChecks() []ir.Check {
 	src, dst, length, np := ir.R("src_page", ir.I32), ir.R("dst_page", ir.I32), ir.R("length", ir.I32), ir.R("num_pages", ir.I32)
 	return []ir.Check{
+		{Fail: lt(np, i32(0)), Code: ErrBadArgument},
 		{Fail: or(or(lt(src, i32(0)), ge(src, np)), or(lt(dst, i32(0)), ge(dst, np))), Code: ErrBadPageID},
 		{Fail: or(lt(length, i32(0)), gt(length, i32(l.PS))), Code: ErrBadLength},
 	}

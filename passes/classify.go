@@ -1,6 +1,8 @@
 package passes
 
 import (
+	"math"
+
 	"github.com/attnc/attnc/ir"
 )
 
@@ -16,6 +18,13 @@ import (
 //
 //	if tile_skip { continue }
 //	if tile_full { body without the mask } else { body }
+//
+// Statements tagged @hidden (an `if`, a `for`, or a matmul's zero skip)
+// only act on positions the mask hides — they keep a hidden position's
+// possibly garbage K/V out of the result by selecting instead of
+// multiplying by zero — so the fully visible copy drops them too, and so
+// does a tile whose mask folded to "nothing hidden" (no @mask left): fully
+// visible tiles keep their fast path.
 //
 // When the analysis cannot bound the condition (an unknown variable or an
 // operator without interval rules) the loop is left as it is.
@@ -34,11 +43,13 @@ func ClassifyTiles(m *ir.Module) (*ir.Module, error) {
 func classifyTile(f *ir.For) *ir.For {
 	mask := findMask(f.Body)
 	if mask == nil {
-		return f
+		nf := *f
+		nf.Body = dropTagged(f.Body, ir.TagHidden)
+		return &nf
 	}
 	env := map[string]ival{}
 	for _, r := range f.Ranges {
-		env[r.Var] = ival{r.Lo, r.Hi}
+		env[r.Var] = ival{lo: r.Lo, hi: r.Hi, mag: rangeMag(r.Var)}
 	}
 	hidden, ok := boolInterval(mask.Cond, env)
 	if !ok {
@@ -51,12 +62,7 @@ func classifyTile(f *ir.For) *ir.For {
 		stmts = append(stmts, &ir.Let{Name: "tile_skip", Value: skip},
 			&ir.If{Cond: ir.R("tile_skip", ir.Bool), Then: &ir.Block{Stmts: []ir.Stmt{&ir.Continue{}}}})
 	}
-	unmasked := ir.MapStmts(ir.CloneBlock(f.Body), func(s ir.Stmt) []ir.Stmt {
-		if i, ok := s.(*ir.If); ok && i.Tag == ir.TagMask {
-			return nil
-		}
-		return []ir.Stmt{s}
-	})
+	unmasked := dropTagged(dropTagged(ir.CloneBlock(f.Body), ir.TagMask), ir.TagHidden)
 	switch {
 	case ir.IsTrue(full):
 		stmts = append(stmts, unmasked.Stmts...)
@@ -71,6 +77,30 @@ func classifyTile(f *ir.For) *ir.For {
 	return &nf
 }
 
+// dropTagged removes every if and for tagged tag from b, and the zero
+// skip of every matmul tagged tag.
+func dropTagged(b *ir.Block, tag ir.Tag) *ir.Block {
+	return ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
+		switch x := s.(type) {
+		case *ir.If:
+			if x.Tag == tag {
+				return nil
+			}
+		case *ir.For:
+			if x.Tag == tag {
+				return nil
+			}
+		case *ir.MatMul:
+			if x.Tag == tag {
+				mm := *x
+				mm.ZeroSkip, mm.Tag = false, ir.NoTag
+				return []ir.Stmt{&mm}
+			}
+		}
+		return []ir.Stmt{s}
+	})
+}
+
 func findMask(b *ir.Block) *ir.If {
 	var found *ir.If
 	ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
@@ -83,12 +113,91 @@ func findMask(b *ir.Block) *ir.If {
 }
 
 // ival is an integer interval [lo, hi] whose bounds are IR expressions.
-type ival struct{ lo, hi ir.Expr }
+// The kernel computes the bounded expression in i32, where it may wrap.
+// mag bounds |value| statically: while it stays within i32 nothing can
+// wrap and the bounds are computed in i32 as the kernel computes; beyond
+// (large constants in a mask expression), the bounds are computed in i64,
+// exactly, and fits (nil: always) holds when no value of the expression left
+// the i32 range, so that the bounds are the kernel's. Where fits fails, the
+// comparison above it is unknown (may, not must) for the tile.
+type ival struct {
+	lo, hi, fits ir.Expr
+	mag          int64
+}
 
 // bval bounds a boolean: may (true for some point) and must (true for all).
 type bval struct{ may, must ir.Expr }
 
 func ib(op ir.BinOp, x, y ir.Expr) ir.Expr { return ir.Bin(op, x, y) }
+
+// rangeMag bounds |value| of a tile's range variable: positions lie in
+// 0..ir.MaxSeqLen-1 (the kernels reject longer sequences, and q_pos < 0
+// needs mask none, which has nothing to classify), heads below
+// ir.MaxHeads; anything else is an i32.
+func rangeMag(name string) int64 {
+	switch name {
+	case "q_pos", "kv_pos":
+		return ir.MaxSeqLen - 1
+	case "head":
+		return ir.MaxHeads
+	}
+	return -math.MinInt32
+}
+
+// satAdd and satMul are + and * saturating at 2^62.
+func satAdd(x, y int64) int64 { return min(x+y, 1<<62) }
+
+func satMul(x, y int64) int64 {
+	if x != 0 && y > (1<<62)/x {
+		return 1 << 62
+	}
+	return x * y
+}
+
+// wide is x as i64 (constants stay constants).
+func wide(x ir.Expr) ir.Expr {
+	if c, ok := x.(*ir.Const); ok && c.T == ir.I32 {
+		return ir.IntT(ir.I64, c.Int)
+	}
+	return ir.Cvt(ir.I64, x)
+}
+
+// both is the conjunction of two fits conditions (nil is true).
+func both(x, y ir.Expr) ir.Expr {
+	switch {
+	case x == nil:
+		return y
+	case y == nil:
+		return x
+	}
+	return ib(ir.And, x, y)
+}
+
+// narrow reports whether every bound is i32 (no operand went wide).
+func narrow(xs ...ir.Expr) bool {
+	for _, x := range xs {
+		if x.Type() != ir.I32 {
+			return false
+		}
+	}
+	return true
+}
+
+// result builds an operation's interval from bound builders: in i32 when
+// the operands are and mag proves no wrap, else in i64 with a fits check
+// when mag does not prove the range.
+func result(mag int64, fits ir.Expr, bounds func(conv func(ir.Expr) ir.Expr) (lo, hi ir.Expr), operands ...ir.Expr) (ival, bool) {
+	if mag <= math.MaxInt32 && narrow(operands...) {
+		lo, hi := bounds(func(x ir.Expr) ir.Expr { return x })
+		return ival{lo, hi, fits, mag}, true
+	}
+	lo, hi := bounds(wide)
+	if mag > math.MaxInt32 {
+		in := ib(ir.And, ib(ir.Ge, lo, ir.IntT(ir.I64, math.MinInt32)), ib(ir.Le, hi, ir.IntT(ir.I64, math.MaxInt32)))
+		fits = both(fits, in)
+	}
+	return ival{lo, hi, fits, mag}, true
+}
 
 // intInterval bounds an i32 expression over env.
 func intInterval(e ir.Expr, env map[string]ival) (ival, bool) {
@@ -97,7 +206,7 @@ func intInterval(e ir.Expr, env map[string]ival) (ival, bool) {
 		if x.T != ir.I32 {
 			return ival{}, false
 		}
-		return ival{x, x}, true
+		return ival{lo: x, hi: x, mag: max(x.Int, -x.Int)}, true
 	case *ir.Ref:
 		v, ok := env[x.Name]
 		return v, ok
@@ -107,12 +216,17 @@ func intInterval(e ir.Expr, env map[string]ival) (ival, bool) {
 			return ival{}, false
 		}
 		switch x.Op {
-		case ir.Neg:
-			return ival{ir.Un(ir.Neg, a.hi), ir.Un(ir.Neg, a.lo)}, true
+		case ir.Neg: // -MIN wraps: mag 2^31 makes it checked
+			return result(satAdd(a.mag, 1), a.fits, func(c func(ir.Expr) ir.Expr) (ir.Expr, ir.Expr) {
+				return ir.Un(ir.Neg, c(a.hi)), ir.Un(ir.Neg, c(a.lo))
+			}, a.lo, a.hi)
 		case ir.Abs:
-			zero := ir.Int(0)
-			lo := ir.Sel(ib(ir.Ge, a.lo, zero), a.lo, ir.Sel(ib(ir.Le, a.hi, zero), ir.Un(ir.Neg, a.hi), zero))
-			return ival{lo, ib(ir.Max, ir.Un(ir.Neg, a.lo), a.hi)}, true
+			return result(satAdd(a.mag, 1), a.fits, func(c func(ir.Expr) ir.Expr) (ir.Expr, ir.Expr) {
+				lo, hi := c(a.lo), c(a.hi)
+				zero := c(ir.Int(0))
+				l := ir.Sel(ib(ir.Ge, lo, zero), lo, ir.Sel(ib(ir.Le, hi, zero), ir.Un(ir.Neg, hi), zero))
+				return l, ib(ir.Max, ir.Un(ir.Neg, lo), hi)
+			}, a.lo, a.hi)
 		}
 	case *ir.Binary:
 		if x.X.Type() != ir.I32 {
@@ -123,20 +237,26 @@ func intInterval(e ir.Expr, env map[string]ival) (ival, bool) {
 		if !ok1 || !ok2 {
 			return ival{}, false
 		}
+		fits := both(a.fits, b.fits)
+		ops := []ir.Expr{a.lo, a.hi, b.lo, b.hi}
 		switch x.Op {
 		case ir.Add:
-			return ival{ib(ir.Add, a.lo, b.lo), ib(ir.Add, a.hi, b.hi)}, true
+			return result(satAdd(a.mag, b.mag), fits, func(c func(ir.Expr) ir.Expr) (ir.Expr, ir.Expr) {
+				return ib(ir.Add, c(a.lo), c(b.lo)), ib(ir.Add, c(a.hi), c(b.hi))
+			}, ops...)
 		case ir.Sub:
-			return ival{ib(ir.Sub, a.lo, b.hi), ib(ir.Sub, a.hi, b.lo)}, true
-		case ir.Min:
-			return ival{ib(ir.Min, a.lo, b.lo), ib(ir.Min, a.hi, b.hi)}, true
-		case ir.Max:
-			return ival{ib(ir.Max, a.lo, b.lo), ib(ir.Max, a.hi, b.hi)}, true
+			return result(satAdd(a.mag, b.mag), fits, func(c func(ir.Expr) ir.Expr) (ir.Expr, ir.Expr) {
+				return ib(ir.Sub, c(a.lo), c(b.hi)), ib(ir.Sub, c(a.hi), c(b.lo))
+			}, ops...)
+		case ir.Min, ir.Max: // cannot leave the operands' range
+			return result(max(a.mag, b.mag), fits, func(c func(ir.Expr) ir.Expr) (ir.Expr, ir.Expr) {
+				return ib(x.Op, c(a.lo), c(b.lo)), ib(x.Op, c(a.hi), c(b.hi))
+			}, ops...)
 		case ir.Mul, ir.Div:
 			// By a constant: monotonic (division truncates toward zero,
 			// which is monotonic non-decreasing for a positive divisor).
-			c, ok := x.Y.(*ir.Const)
-			if !ok || (x.Op == ir.Div && c.Int <= 0) {
+			k, ok := x.Y.(*ir.Const)
+			if !ok || (x.Op == ir.Div && k.Int <= 0) {
 				if x.Op == ir.Mul {
 					if c2, ok := x.X.(*ir.Const); ok {
 						return intInterval(ir.Bin(ir.Mul, x.Y, c2), env)
@@ -144,10 +264,17 @@ func intInterval(e ir.Expr, env map[string]ival) (ival, bool) {
 				}
 				return ival{}, false
 			}
-			if c.Int >= 0 {
-				return ival{ib(x.Op, a.lo, c), ib(x.Op, a.hi, c)}, true
+			mag := a.mag // |x / k| <= |x|
+			if x.Op == ir.Mul {
+				mag = satMul(a.mag, max(k.Int, -k.Int))
 			}
-			return ival{ib(x.Op, a.hi, c), ib(x.Op, a.lo, c)}, true
+			return result(mag, a.fits, func(c func(ir.Expr) ir.Expr) (ir.Expr, ir.Expr) {
+				lo, hi := c(a.lo), c(a.hi)
+				if k.Int < 0 {
+					lo, hi = hi, lo
+				}
+				return ib(x.Op, lo, c(k)), ib(x.Op, hi, c(k))
+			}, a.lo, a.hi)
 		}
 	}
 	return ival{}, false
@@ -185,25 +312,40 @@ func boolInterval(e ir.Expr, env map[string]ival) (bval, bool) {
 		if !ok1 || !ok2 {
 			return bval{}, false
 		}
-		switch x.Op {
-		case ir.Lt:
-			return bval{ib(ir.Lt, a.lo, b.hi), ib(ir.Lt, a.hi, b.lo)}, true
-		case ir.Le:
-			return bval{ib(ir.Le, a.lo, b.hi), ib(ir.Le, a.hi, b.lo)}, true
-		case ir.Gt:
-			return bval{ib(ir.Gt, a.hi, b.lo), ib(ir.Gt, a.lo, b.hi)}, true
-		case ir.Ge:
-			return bval{ib(ir.Ge, a.hi, b.lo), ib(ir.Ge, a.lo, b.hi)}, true
-		case ir.Eq, ir.Ne:
-			// Equal somewhere iff the intervals overlap; equal everywhere
-			// iff both are the same single point. != is the negation.
-			overlap := ib(ir.And, ib(ir.Le, a.lo, b.hi), ib(ir.Le, b.lo, a.hi))
-			single := ib(ir.And, ib(ir.And, ib(ir.Eq, a.lo, a.hi), ib(ir.Eq, b.lo, b.hi)), ib(ir.Eq, a.lo, b.lo))
-			if x.Op == ir.Eq {
-				return bval{overlap, single}, true
-			}
-			return bval{ir.Un(ir.Not, single), ir.Un(ir.Not, overlap)}, true
+		bv, ok := compareInterval(x.Op, a, b)
+		if fits := both(a.fits, b.fits); ok && fits != nil {
+			// Where a side may have wrapped in i32, the tile is unknown.
+			bv = bval{ib(ir.Or, bv.may, ir.Un(ir.Not, fits)), ib(ir.And, bv.must, fits)}
 		}
+		return bv, ok
+	}
+	return bval{}, false
+}
+
+// compareInterval bounds a op b over intervals a and b (compared in i64
+// when a bound is).
+func compareInterval(op ir.BinOp, a, b ival) (bval, bool) {
+	if a.lo.Type() != ir.I32 || a.hi.Type() != ir.I32 || b.lo.Type() != ir.I32 || b.hi.Type() != ir.I32 {
+		a.lo, a.hi, b.lo, b.hi = wide(a.lo), wide(a.hi), wide(b.lo), wide(b.hi)
+	}
+	switch op {
+	case ir.Lt:
+		return bval{ib(ir.Lt, a.lo, b.hi), ib(ir.Lt, a.hi, b.lo)}, true
+	case ir.Le:
+		return bval{ib(ir.Le, a.lo, b.hi), ib(ir.Le, a.hi, b.lo)}, true
+	case ir.Gt:
+		return bval{ib(ir.Gt, a.hi, b.lo), ib(ir.Gt, a.lo, b.hi)}, true
+	case ir.Ge:
+		return bval{ib(ir.Ge, a.hi, b.lo), ib(ir.Ge, a.lo, b.hi)}, true
+	case ir.Eq, ir.Ne:
+		// Equal somewhere iff the intervals overlap; equal everywhere
+		// iff both are the same single point. != is the negation.
+		overlap := ib(ir.And, ib(ir.Le, a.lo, b.hi), ib(ir.Le, b.lo, a.hi))
+		single := ib(ir.And, ib(ir.And, ib(ir.Eq, a.lo, a.hi), ib(ir.Eq, b.lo, b.hi)), ib(ir.Eq, a.lo, b.lo))
+		if op == ir.Eq {
+			return bval{overlap, single}, true
+		}
+		return bval{ir.Un(ir.Not, single), ir.Un(ir.Not, overlap)}, true
 	}
 	return bval{}, false
 }

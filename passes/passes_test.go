@@ -24,7 +24,9 @@ func TestPassOrder(t *testing.T) {
 	}
 }
 
-// TestBeforeAfter runs each testdata/*.txt case (see internal/passtest).
+// TestBeforeAfter runs each testdata/*.txt case (see internal/passtest)
+// through the passes this package owns: the neutral ones and heap-scratch,
+// which the CPU table runs.
 func TestBeforeAfter(t *testing.T) {
-	passtest.Run(t, "testdata/*.txt", passes.Neutral, *update)
+	passtest.Run(t, "testdata/*.txt", append(append([]passes.Pass(nil), passes.Neutral...), passes.HeapScratchPass), *update)
 }

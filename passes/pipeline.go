@@ -32,6 +32,8 @@ var (
 		Desc: "carry f16/bf16 as their carrier bits with the dtype table's exact conversions"}
 	LateSimplifyPass = Pass{Name: "late-simplify", Run: Simplify,
 		Desc: "fold what the expansions and schedules exposed"}
+	HeapScratchPass = Pass{Name: "heap-scratch", Run: HeapScratch,
+		Desc: "move work items' local arrays of more than 1 KiB off the stack into per-worker heap scratch"}
 )
 
 // Neutral lists the target-neutral passes in the order every table runs

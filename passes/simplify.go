@@ -237,13 +237,9 @@ func foldBinary(x *ir.Binary) ir.Expr {
 		case ir.Mul:
 			return ir.IntT(t, wrap(t, a*b))
 		case ir.Div:
-			if b != 0 && !(a == minInt(t) && b == -1) {
-				return ir.IntT(t, a/b)
-			}
+			return ir.IntT(t, wrap(t, ir.IntDiv(a, b)))
 		case ir.Rem:
-			if b != 0 && !(a == minInt(t) && b == -1) {
-				return ir.IntT(t, a%b)
-			}
+			return ir.IntT(t, wrap(t, ir.IntRem(a, b)))
 		case ir.Min:
 			return ir.IntT(t, min(a, b))
 		case ir.Max:
@@ -296,11 +292,4 @@ func foldBinary(x *ir.Binary) ir.Expr {
 		}
 	}
 	return x
-}
-
-func minInt(t ir.Type) int64 {
-	if t == ir.I32 {
-		return -1 << 31
-	}
-	return -1 << 63
 }

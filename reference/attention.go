@@ -119,8 +119,8 @@ func check(v *ir.Variant, c *Case) {
 			panic(fmt.Sprintf("reference: case %s: sequence %d has %d pages, want %d", c.Name, b, len(c.Pages[b]), want))
 		}
 		for _, p := range c.Pages[b] {
-			if p == -1 && v.Table == ir.BlockTable {
-				continue // a hidden block
+			if p == -1 {
+				continue // a hidden page (block table or CSR)
 			}
 			if p < 0 || p >= c.NumPages {
 				panic(fmt.Sprintf("reference: case %s: page id %d out of range [0, %d)", c.Name, p, c.NumPages))
@@ -211,15 +211,25 @@ func hasMask(v *ir.Variant, k ir.MaskKind) bool {
 // Attention computes, in float64, o [total_q, qo_heads, d_v] and the
 // log-sum-exp lse [total_q, qo_heads] of the scaled (and transformed) scores
 // in the variant's lse base, learned sink (a logit in the scores' units)
-// included. A row with nothing visible gives o = 0 and
-// lse = -Inf. It panics on inputs it does not support (tree and custom masks,
-// rope, mla) or that do not fit v.
+// included. A row with nothing visible gives o = 0 and lse = -Inf. It
+// panics on inputs that do not fit v.
 func Attention(v *ir.Variant, c *Case) (o []float64, lse []float64) {
+	o, lse, _ = AttentionMag(v, c)
+	return o, lse
+}
+
+// AttentionMag is Attention that also returns, for every element of o, the
+// magnitude its sum is made of: mag = sum_j w_j |v_j| / sum_j w_j with the
+// softmax weights w_j (a learned sink in the denominator), the scale of the
+// f32 rounding error a kernel may make before its one rounding to the
+// storage type (see CompareULP).
+func AttentionMag(v *ir.Variant, c *Case) (o, lse, mag []float64) {
 	unsupported(v)
 	check(v, c)
 	qo, dqk, dv, group := v.QOHeads, v.HeadDimQK, v.HeadDimV, v.GroupSize()
 	totalQ := c.TotalQ()
 	o = make([]float64, totalQ*qo*dv)
+	mag = make([]float64, totalQ*qo*dv)
 	lse = make([]float64, totalQ*qo)
 	row := 0
 	for b := range c.Batch {
@@ -239,7 +249,7 @@ func Attention(v *ir.Variant, c *Case) (o []float64, lse []float64) {
 				var s []float64
 				for kv := range kvLen {
 					page, slot := c.Pages[b][kv/v.PageSize], kv%v.PageSize
-					if !visible(v, c, b, h, i, qPos, kv) || page < 0 { // -1: a block table hides the block
+					if !visible(v, c, b, h, i, qPos, kv) || page < 0 { // -1: the table hides the page
 						continue
 					}
 					k := make([]float64, dqk)
@@ -268,6 +278,7 @@ func Attention(v *ir.Variant, c *Case) (o []float64, lse []float64) {
 					m = math.Max(m, float64(c.Sinks[h]))
 				}
 				out := o[((row+i)*qo+h)*dv:][:dv]
+				outMag := mag[((row+i)*qo+h)*dv:][:dv]
 				if math.IsInf(m, -1) {
 					lse[(row+i)*qo+h] = m
 					continue
@@ -281,18 +292,21 @@ func Attention(v *ir.Variant, c *Case) (o []float64, lse []float64) {
 					sum += w
 					page, slot := c.Pages[b][kv/v.PageSize], kv%v.PageSize
 					for d := range dv {
-						out[d] += w * float64(c.VPages[PageIndex(v, page, kh, slot, d, dv)])
+						x := float64(c.VPages[PageIndex(v, page, kh, slot, d, dv)])
+						out[d] += w * x
+						outMag[d] += w * math.Abs(x)
 					}
 				}
 				for d := range out {
 					out[d] /= sum
+					outMag[d] /= sum
 				}
 				lse[(row+i)*qo+h] = inBase(v.LSEBase, m+math.Log(sum))
 			}
 		}
 		row += qLen
 	}
-	return o, lse
+	return o, lse, mag
 }
 
 // inBase converts a natural-log lse to base b.
@@ -309,12 +323,21 @@ func inBase(b ir.LSEBase, lse float64) float64 {
 // -Inf the row is v = 0, s = -Inf); a NaN or +Inf s on either side gives
 // NaN in the row's v and s.
 func MergeState(va, sa, vb, sb []float64) (v, s []float64) {
-	return MergeStateBase(ir.LSEBaseE, va, sa, vb, sb)
+	v, s, _ = MergeStateMag(ir.LSEBaseE, va, sa, vb, sb)
+	return v, s
 }
 
 // MergeStateBase is MergeState for states whose lse are in base b: each v
 // is weighted by b^(s - max) and s = max + log_b(sum of weights).
 func MergeStateBase(b ir.LSEBase, va, sa, vb, sb []float64) (v, s []float64) {
+	v, s, _ = MergeStateMag(b, va, sa, vb, sb)
+	return v, s
+}
+
+// MergeStateMag is MergeStateBase that also returns, for every element of
+// v, the magnitude its weighted mean is made of, (wa|va| + wb|vb|) / (wa +
+// wb) (see AttentionMag).
+func MergeStateMag(b ir.LSEBase, va, sa, vb, sb []float64) (v, s, mag []float64) {
 	pow, logOf := math.Exp, math.Log
 	if b == ir.LSEBase2 {
 		pow, logOf = math.Exp2, math.Log2
@@ -323,9 +346,10 @@ func MergeStateBase(b ir.LSEBase, va, sa, vb, sb []float64) (v, s []float64) {
 		panic(fmt.Sprintf("reference: MergeState of v %d/%d, s %d/%d", len(va), len(vb), len(sa), len(sb)))
 	}
 	v = make([]float64, len(va))
+	mag = make([]float64, len(va))
 	s = make([]float64, len(sa))
 	if len(sa) == 0 {
-		return v, s
+		return v, s, mag
 	}
 	d := len(va) / len(sa)
 	for r := range sa {
@@ -345,15 +369,18 @@ func MergeStateBase(b ir.LSEBase, va, sa, vb, sb []float64) (v, s []float64) {
 		for k := r * d; k < (r+1)*d; k++ {
 			if wa != 0 {
 				v[k] += wa * va[k]
+				mag[k] += wa * math.Abs(va[k])
 			}
 			if wb != 0 {
 				v[k] += wb * vb[k]
+				mag[k] += wb * math.Abs(vb[k])
 			}
 			v[k] /= wa + wb
+			mag[k] /= wa + wb
 		}
 		s[r] = m + logOf(wa+wb)
 	}
-	return v, s
+	return v, s, mag
 }
 
 // Compare checks got against want element-wise with error

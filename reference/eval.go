@@ -191,15 +191,10 @@ func evalBinary(e *ir.Binary, env *Env) value {
 		r = a - b
 	case ir.Mul:
 		r = a * b
-	case ir.Div, ir.Rem:
-		if b == 0 {
-			panic("reference: integer division by zero in expression")
-		}
-		if e.Op == ir.Div {
-			r = a / b // truncates toward zero, like the kernels
-		} else {
-			r = a % b
-		}
+	case ir.Div:
+		r = ir.IntDiv(a, b) // truncates toward zero; by zero gives 0 (DESIGN §3)
+	case ir.Rem:
+		r = ir.IntRem(a, b)
 	case ir.Min:
 		r = min(a, b)
 	case ir.Max:

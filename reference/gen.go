@@ -23,9 +23,14 @@ type CaseSpec struct {
 	// Scale is the data magnitude: values are uniform in [-Scale, Scale]
 	// (default 1).
 	Scale float32
-	// HideBlock, when > 0, replaces block HideBlock of every sequence that
-	// has more blocks than that with -1 (block tables only): its positions
-	// are hidden and its page is never read.
+	// NaNMasked also poisons, in the pages the sequences name, every
+	// position that the mask hides from every query of the case (for every
+	// qo head sharing its kv head): DESIGN §3 lets such positions hold any
+	// bits, as an engine's reclaimed and reused window pages do.
+	NaNMasked bool
+	// HideBlock, when > 0, replaces page HideBlock of every sequence that
+	// has more pages than that with -1 (a block-table entry or a CSR
+	// kv_indices entry): its positions are hidden and its page is never read.
 	HideBlock int
 }
 
@@ -182,6 +187,9 @@ func NewCase(v *ir.Variant, rng *rand.Rand, spec CaseSpec) *Case {
 			}
 		}
 	}
+	if spec.NaNMasked {
+		c.poisonMasked(v)
+	}
 	if spec.NaNFill {
 		fill := func(page, from int) {
 			for h := range v.KVHeads {
@@ -248,4 +256,48 @@ func randomTree(rng *rand.Rand, n int) []int32 {
 		dfs(0)
 	}
 	return out
+}
+
+// poisonMasked fills with poison every K/V row (page, kv head, slot) inside
+// some sequence's kv_len that no query of the case sees through any qo head
+// of that kv head. Shared pages count as seen when any sequence sees them.
+func (c *Case) poisonMasked(v *ir.Variant) {
+	ps, group := v.PageSize, v.GroupSize()
+	row := func(page, kvh, slot int) int { return (page*v.KVHeads+kvh)*ps + slot }
+	seen := make([]bool, c.NumPages*v.KVHeads*ps)
+	for b := range c.Batch {
+		qLen, kvLen := c.QLens[b], c.KVLens[b]
+		for i := range qLen {
+			qPos := kvLen - qLen + i
+			for h := range v.QOHeads {
+				for kv := range kvLen {
+					page := c.Pages[b][kv/ps]
+					if page >= 0 && visible(v, c, b, h, i, qPos, kv) {
+						seen[row(page, h/group, kv%ps)] = true
+					}
+				}
+			}
+		}
+	}
+	for b, pages := range c.Pages {
+		for kv := range c.KVLens[b] {
+			page := pages[kv/ps]
+			if page < 0 {
+				continue
+			}
+			for kvh := range v.KVHeads {
+				if seen[row(page, kvh, kv%ps)] {
+					continue
+				}
+				for d := range v.HeadDimQK {
+					i := PageIndex(v, page, kvh, kv%ps, d, v.HeadDimQK)
+					c.KPages[i] = poison(i)
+				}
+				for d := range v.HeadDimV {
+					i := PageIndex(v, page, kvh, kv%ps, d, v.HeadDimV)
+					c.VPages[i] = poison(i + 3)
+				}
+			}
+		}
+	}
 }

@@ -5,6 +5,9 @@
 // very expressions the entries compile — the way a target's entry does
 // (the CPU reads the lengths, a GPU launcher uses its stand-ins), so the Go
 // API and the generated dispatch cannot disagree.
+// It also states the page-reclaim rule of window variants
+// (ReclaimableRange: which pages of a sequence no query can see again), so
+// that engines do not re-derive it.
 //
 // registry imports ir only; it must not import lower, frontend, passes or
 // codegen.

@@ -41,6 +41,9 @@ type VariantManifest struct {
 	Constraints map[string]any    `json:"constraints"`
 	Rules       map[string]string `json:"rules"`
 	Errors      []ir.ErrorCode    `json:"errors"`
+	// Reclaim is the variant's page-reclaim rule (ReclaimableRange); absent
+	// when no page ever stops being visible.
+	Reclaim *ReclaimRule `json:"reclaim,omitempty"`
 }
 
 // KernelManifest is one generated function.
@@ -58,6 +61,9 @@ type KernelManifest struct {
 	Plan *PlanManifest `json:"plan,omitempty"`
 	// Launch is how a GPU device kernel is launched.
 	Launch *LaunchManifest `json:"launch,omitempty"`
+	// StackBytes (CPU) bounds the stack one call needs on the calling
+	// thread; large scratch lives on the heap.
+	StackBytes int64 `json:"stack_bytes,omitempty"`
 }
 
 // PlanManifest is an ir.Plan in manifest form: expressions in the kernel
@@ -67,6 +73,7 @@ type PlanManifest struct {
 	Checks   []CheckManifest  `json:"checks,omitempty"`
 	Validate bool             `json:"validate,omitempty"` // the entry validates every table it reads
 	Seq      []SeqManifest    `json:"seq,omitempty"`
+	Limits   []CheckManifest  `json:"limits,omitempty"` // checks after validation: the work fits
 	Skip     string           `json:"skip,omitempty"`
 	Handoff  *HandoffManifest `json:"handoff,omitempty"`
 	Direct   []LaunchManifest `json:"direct"`
@@ -151,19 +158,16 @@ func PlanOf(p *ir.Plan, o PlanOptions) *PlanManifest {
 		avail[s.Name] = o.Lengths || s.Host != nil
 		pm.Seq = append(pm.Seq, sm)
 	}
+	for _, c := range p.Limits {
+		if usable(c.Fail, avail) {
+			pm.Limits = append(pm.Limits, CheckManifest{Fail: ir.ExprString(c.Fail), Code: c.Code})
+		}
+	}
 	if p.Skip != nil {
 		pm.Skip = ir.ExprString(p.Skip)
 	}
 	if h := p.Handoff; h != nil {
-		usable := true
-		ir.VisitExpr(h.When, func(e ir.Expr) {
-			if r, ok := e.(*ir.Ref); ok {
-				if ok, isSeq := avail[r.Name]; isSeq && !ok {
-					usable = false
-				}
-			}
-		})
-		if usable {
+		if usable(h.When, avail) {
 			pm.Handoff = &HandoffManifest{Role: string(h.Role), When: ir.ExprString(h.When)}
 		}
 	}
@@ -181,6 +185,20 @@ func PlanOf(p *ir.Plan, o PlanOptions) *PlanManifest {
 		pm.Split = sm
 	}
 	return pm
+}
+
+// usable reports whether the entry can evaluate e: every seq value it
+// names is available (avail[name] is false for one the entry lacks).
+func usable(e ir.Expr, avail map[string]bool) bool {
+	ok := true
+	ir.VisitExpr(e, func(n ir.Expr) {
+		if r, isRef := n.(*ir.Ref); isRef {
+			if have, isSeq := avail[r.Name]; isSeq && !have {
+				ok = false
+			}
+		}
+	})
+	return ok
 }
 
 // Arg is one argument in call order.
@@ -248,11 +266,11 @@ func BuildLSEBase(vs []*ir.Variant) string {
 // its constraints, the Defs its plans and kernels use, and the status
 // table.
 func VariantEntry(v *ir.Variant, m *ir.Module) VariantManifest {
-	rules := map[string]string{}
+	rules := map[string]string{"reclaim": reclaimText(v)}
 	for _, d := range m.Defs {
 		rules["def "+d.Name] = ir.ExprString(d.Body)
 	}
-	return VariantManifest{Name: v.Name, LSEBase: v.LSEBase.String(), Constraints: Constraints(v), Rules: rules, Errors: m.Errors}
+	return VariantManifest{Name: v.Name, LSEBase: v.LSEBase.String(), Constraints: Constraints(v), Rules: rules, Errors: m.Errors, Reclaim: ReclaimRuleOf(v)}
 }
 
 // explainPlan prints an entry's plan, indented under the kernel.
@@ -270,6 +288,9 @@ func explainPlan(sb *strings.Builder, p *PlanManifest) {
 			host = " (the launcher uses " + s.Host + ")"
 		}
 		fmt.Fprintf(sb, "%s%s = %s over sequences of %s%s\n", in, s.Name, s.Op, s.Of, host)
+	}
+	for _, c := range p.Limits {
+		fmt.Fprintf(sb, "%slimit: %s -> %d\n", in, c.Fail, c.Code)
 	}
 	if p.Skip != "" {
 		fmt.Fprintf(sb, "%snothing to do when %s\n", in, p.Skip)

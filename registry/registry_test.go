@@ -144,3 +144,35 @@ func TestSelectHeadTiles(t *testing.T) {
 		t.Errorf("got %+v, want 8 items, no split", s)
 	}
 }
+
+// TestSelectTooLarge: Select evaluates the plan's limits in int64 as the
+// entries do; past 2^31-1 work items it says TOO_LARGE, on the CPU and on
+// CUDA (decode: the launcher's grid), and a uniform batch is never listed.
+func TestSelectTooLarge(t *testing.T) {
+	v := variant()
+	c := compile(t, v, "cpu")
+	// 8 kv heads, one item per group of 4 heads; 64 rows = 16 queries each.
+	const per, qt = 8, 16
+	for _, tc := range []struct {
+		s        registry.Shape
+		tooLarge bool
+		items    int
+	}{
+		{registry.Shape{QLens: []int{1}, KVLens: []int{100}, Batch: 1000, Threads: 4}, false, 1000 * per},
+		{registry.Shape{QLens: []int{1}, KVLens: []int{100}, Batch: 1<<31 - 1, Threads: 4}, true, 0},
+		{registry.Shape{QLens: []int{64}, KVLens: []int{100}, Batch: 1 << 20, Threads: 4}, false, (1 << 20) * per * ((64 + qt - 1) / qt)},
+		{registry.Shape{QLens: []int{1 << 30}, KVLens: []int{1 << 30}, Batch: 1 << 30, Threads: 4}, true, 0},
+	} {
+		sel, err := c.Select(tc.s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sel.TooLarge != tc.tooLarge || (!tc.tooLarge && sel.Items != tc.items) {
+			t.Errorf("%+v: got %+v, want too large %v, %d items", tc.s, sel, tc.tooLarge, tc.items)
+		}
+	}
+	sel, err := compile(t, v, "cuda").Select(registry.Shape{QLens: []int{1}, KVLens: []int{100}, Batch: 1<<31 - 1})
+	if err != nil || !sel.TooLarge {
+		t.Errorf("cuda decode of 2^31-1 sequences: got %+v, %v; want TOO_LARGE", sel, err)
+	}
+}

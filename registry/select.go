@@ -2,6 +2,7 @@ package registry
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/attnc/attnc/ir"
 )
@@ -9,8 +10,16 @@ import (
 // Shape is a call's shape.
 type Shape struct {
 	QLens, KVLens []int
-	Threads       int // CPU worker threads
-	SMs           int // GPU multiprocessors
+	// Batch, when > 0, is the number of sequences, all with the one length
+	// QLens and KVLens then hold: a batch too large to list.
+	Batch   int
+	Threads int // CPU worker threads
+	SMs     int // GPU multiprocessors
+	// DecodeLayout says q rows are laid out one per sequence (q[b]), as the
+	// decode entry and the prefill entry's decode dispatch require. Select
+	// lays rows out packed in sequence order, which for one-token
+	// sequences is that layout.
+	DecodeLayout bool
 }
 
 // Selection is what serves a call.
@@ -22,6 +31,10 @@ type Selection struct {
 	Items    int     // work items of the launches that run (CPU); 0 when unknown
 	Merge    bool    // chunks are merged with the merge_state update
 	Launches []LaunchSelection
+	// TooLarge says the call needs more work items than the parallel
+	// loops count (a limit of the plan fails with TOO_LARGE): the entry
+	// returns that status without computing anything (Items is 0).
+	TooLarge bool
 }
 
 // LaunchSelection is one work-kernel launch of a selection.
@@ -54,7 +67,14 @@ func Select(v *ir.Variant, m *ir.Module, s Shape, h Host) (Selection, error) {
 	if len(s.QLens) != len(s.KVLens) {
 		return Selection{}, fmt.Errorf("shape: %d q lengths but %d kv lengths", len(s.QLens), len(s.KVLens))
 	}
-	single := len(s.QLens) > 0
+	n := len(s.QLens)
+	if s.Batch > 0 {
+		if n != 1 {
+			return Selection{}, fmt.Errorf("shape: a batch of %d needs one q and one kv length, got %d", s.Batch, n)
+		}
+		n = s.Batch
+	}
+	single := n > 0
 	for i, q := range s.QLens {
 		if q > s.KVLens[i] && !v.NonCausal() { // mask none: cross attention takes any lengths
 			return Selection{}, fmt.Errorf("shape: sequence %d has q_len %d > kv_len %d", i, q, s.KVLens[i])
@@ -68,7 +88,7 @@ func Select(v *ir.Variant, m *ir.Module, s Shape, h Host) (Selection, error) {
 	if p == nil {
 		return Selection{}, fmt.Errorf("module %s has no prefill or decode plan", m.Name)
 	}
-	env := map[string]any{"batch_size": int32(len(s.QLens)), ir.PlanThreads: int32(h.Threads)}
+	env := map[string]any{"batch_size": int32(n), ir.PlanThreads: int32(h.Threads)}
 	seq := func(p *ir.Plan) error {
 		for _, sv := range p.Seq {
 			v, known, err := seqValue(sv, s, h.Lengths, env)
@@ -97,6 +117,12 @@ func Select(v *ir.Variant, m *ir.Module, s Shape, h Host) (Selection, error) {
 		}
 	}
 	sel := Selection{Target: h.Target, Role: p.Role, Symbol: p.Entry, Splits: 1}
+	for _, c := range append(append([]ir.Check(nil), p.Checks...), p.Limits...) {
+		if fail, known := evalBool(m, c.Fail, env); known && fail && c.Code == ir.StatusTooLarge {
+			sel.TooLarge = true
+			return sel, nil
+		}
+	}
 	launches := p.Direct
 	if sp := p.Split; sp != nil {
 		n, known := evalInt(m, sp.Splits, env)
@@ -142,7 +168,7 @@ func seqValue(sv ir.SeqValue, s Shape, lengths bool, env map[string]any) (v int3
 		return x.(int32), true, nil
 	}
 	acc := int64(sv.Op.Identity(ir.I32).Int)
-	qBeg := 0
+	qBeg := int64(0)
 	for b, q := range s.QLens {
 		x, err := ir.EvalExpr(sv.Of, map[string]any{ir.SeqB: int32(b), ir.SeqQBeg: int32(qBeg), ir.SeqQLen: int32(q), ir.SeqKVLen: int32(s.KVLens[b])})
 		if err != nil {
@@ -154,9 +180,14 @@ func seqValue(sv ir.SeqValue, s Shape, lengths bool, env map[string]any) (v int3
 		} else {
 			acc += y
 		}
-		qBeg += q
+		qBeg += int64(q)
 	}
-	return int32(acc), true, nil
+	if s.Batch > 1 && sv.Op != ir.ReduceMax {
+		// Every sequence of a uniform batch adds the same (its q_beg
+		// differs; a sum over q_beg is not supported).
+		acc *= int64(s.Batch)
+	}
+	return int32(min(max(acc, math.MinInt32), math.MaxInt32)), true, nil
 }
 
 // inline replaces calls of the module's Defs by their bodies.

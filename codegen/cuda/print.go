@@ -42,6 +42,9 @@ var boolOps = map[ir.BinOp]string{ir.And: "(%s & %s)", ir.Or: "(%s | %s)", ir.Xo
 // intOps are the integer forms of And/Or and the wrapping left shift.
 var intOps = map[ir.BinOp]string{ir.And: "(%s & %s)", ir.Or: "(%s | %s)"}
 
+// wrapOps are i32 + - *, which wrap in the IR (the prelude's helpers).
+var wrapOps = map[ir.BinOp]string{ir.Add: "attnc_add_i32(%s, %s)", ir.Sub: "attnc_sub_i32(%s, %s)", ir.Mul: "attnc_mul_i32(%s, %s)"}
+
 // floatFns are the prelude's float functions.
 var floatFns = map[ir.UnOp]string{
 	ir.Exp: "attnc_exp", ir.Log: "attnc_log", ir.Tanh: "attnc_tanh", ir.Sqrt: "attnc_sqrt", ir.Abs: "attnc_fabs",
@@ -65,6 +68,24 @@ ATTNC_HD_MINMAX(int32_t)
 ATTNC_HD_MINMAX(int64_t)
 ATTNC_HD_MINMAX(float)
 ATTNC_HD_MINMAX(double)
+// Integer / and % with the IR's semantics (DESIGN §3): truncate toward zero,
+// x / 0 = x % 0 = 0, MIN / -1 = MIN, MIN % -1 = 0; never a trap.
+#define ATTNC_HD_DIV(T, U) \
+  static __host__ __device__ inline T attnc_div(T a, T b) { \
+    return b == 0 ? (T)0 : b == (T)-1 ? (T)((U)0 - (U)a) : (T)(a / b); } \
+  static __host__ __device__ inline T attnc_rem(T a, T b) { \
+    return (b == 0 || b == (T)-1) ? (T)0 : (T)(a % b); }
+// i32 + - * and negation wrap, as the IR says (C++ signed overflow is
+// undefined, and compilers use that: kv_pos + 2147483617 >= 0 folded to
+// true); unsigned arithmetic wraps and compiles to the same instructions.
+static __host__ __device__ inline int32_t attnc_add_i32(int32_t a, int32_t b) { return (int32_t)((uint32_t)a + (uint32_t)b); }
+static __host__ __device__ inline int32_t attnc_sub_i32(int32_t a, int32_t b) { return (int32_t)((uint32_t)a - (uint32_t)b); }
+static __host__ __device__ inline int32_t attnc_mul_i32(int32_t a, int32_t b) { return (int32_t)((uint32_t)a * (uint32_t)b); }
+static __host__ __device__ inline int32_t attnc_neg_i32(int32_t a) { return (int32_t)(0u - (uint32_t)a); }
+ATTNC_HD_DIV(int32_t, uint32_t)
+ATTNC_HD_DIV(int64_t, uint64_t)
+ATTNC_HD_DIV(int16_t, uint16_t)
+ATTNC_HD_DIV(uint8_t, uint8_t)
 `
 
 // Host says how host launchers are written: their symbols, and the C
@@ -201,6 +222,9 @@ func (p *printer) stmt(s ir.Stmt) {
 	case *ir.Assign:
 		p.line("%s = %s;", s.Name, p.expr(s.Value))
 	case *ir.Alloc:
+		if s.Heap {
+			panic(fmt.Sprintf("alloc heap %s: heap scratch is CPU only (heap-scratch leaves GPU kernels alone)", s.Name))
+		}
 		if s.Shared {
 			p.line("%s* %s = (%s*)(attnc_smem + %d);", cTypes[s.T], s.Name, cTypes[s.T], p.smem)
 			p.smem += align16(s.Size * s.T.Bits() / 8)
@@ -352,6 +376,12 @@ func (p *printer) expr(e ir.Expr) string {
 		if f, ok := intOps[e.Op]; ok && t != ir.Bool {
 			return fmt.Sprintf(f, x, y)
 		}
+		if f, ok := wrapOps[e.Op]; ok && t == ir.I32 {
+			return fmt.Sprintf(f, x, y)
+		}
+		if (e.Op == ir.Div || e.Op == ir.Rem) && t.IsInt() && !safeDivisor(e.Y) {
+			return fmt.Sprintf("attnc_%s(%s, %s)", map[ir.BinOp]string{ir.Div: "div", ir.Rem: "rem"}[e.Op], x, y)
+		}
 		if f, ok := binOps[e.Op]; ok {
 			return fmt.Sprintf(f, x, y)
 		}
@@ -359,6 +389,9 @@ func (p *printer) expr(e ir.Expr) string {
 		x := p.expr(e.X)
 		switch e.Op {
 		case ir.Neg:
+			if e.X.Type() == ir.I32 {
+				return "attnc_neg_i32(" + x + ")"
+			}
 			return "(-" + x + ")"
 		case ir.Not:
 			if e.X.Type() == ir.Bool {
@@ -366,6 +399,9 @@ func (p *printer) expr(e ir.Expr) string {
 			}
 			return "(~" + x + ")"
 		case ir.Abs:
+			if e.X.Type() == ir.I32 {
+				return fmt.Sprintf("attnc_max(%s, attnc_neg_i32(%s))", x, x)
+			}
 			if !e.X.Type().IsFloat() {
 				return fmt.Sprintf("attnc_max(%s, -%s)", x, x)
 			}
@@ -401,6 +437,13 @@ func (p *printer) expr(e ir.Expr) string {
 		}
 	}
 	panic(fmt.Sprintf("expression %s has no CUDA form", ir.ExprString(e)))
+}
+
+// safeDivisor reports whether integer division by y can use C's / and %
+// directly: a constant other than 0 and -1.
+func safeDivisor(y ir.Expr) bool {
+	c, ok := y.(*ir.Const)
+	return ok && c.Int != 0 && c.Int != -1
 }
 
 // constText prints a constant exactly: floats as hexadecimal literals,
@@ -483,6 +526,11 @@ func launcher(sb *strings.Builder, m *ir.Module, p *ir.Plan, h Host) {
 	for _, s := range p.Seq {
 		if s.Host != nil {
 			fmt.Fprintf(sb, "  const int32_t %s = %s; // the launcher cannot read lengths in device memory\n", s.Name, hp.expr(s.Host))
+		}
+	}
+	for _, c := range p.Limits {
+		if HostKnown(p, c.Fail) { // else the kernel clamps its item count
+			fmt.Fprintf(sb, "  if %s return %d;\n", hp.cond(c.Fail), c.Code)
 		}
 	}
 	launchFailed := ir.StatusLaunchFailed

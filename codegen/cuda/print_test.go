@@ -16,12 +16,18 @@ func TestExprTable(t *testing.T) {
 	x, y := ir.R("x", ir.I32), ir.R("y", ir.I32)
 	f := ir.R("f", ir.F32)
 	cases := map[string]ir.Expr{
-		"(x + y)":                                ir.Bin(ir.Add, x, y),
+		"attnc_add_i32(x, y)":                    ir.Bin(ir.Add, x, y), // i32 wraps
+		"attnc_mul_i32(x, y)":                    ir.Bin(ir.Mul, x, y),
+		"(l - l)":                                ir.Bin(ir.Sub, ir.R("l", ir.I64), ir.R("l", ir.I64)),
+		"attnc_div(x, y)":                        ir.Bin(ir.Div, x, y), // by zero: 0
+		"(x / ((int32_t)4))":                     ir.Bin(ir.Div, x, ir.Int(4)),
+		"attnc_rem(x, ((int32_t)-1))":            ir.Bin(ir.Rem, x, ir.Int(-1)),
+		"attnc_neg_i32(x)":                       ir.Un(ir.Neg, x),
 		"attnc_min(x, y)":                        ir.Bin(ir.Min, x, y),
 		"((int32_t)((uint32_t)x << y))":          ir.Bin(ir.Shl, x, y),
 		"((x < y) & (y < x))":                    ir.Bin(ir.And, ir.Bin(ir.Lt, x, y), ir.Bin(ir.Lt, y, x)),
 		"attnc_exp(f)":                           ir.Un(ir.Exp, f),
-		"attnc_max(x, -x)":                       ir.Un(ir.Abs, x),
+		"attnc_max(x, attnc_neg_i32(x))":         ir.Un(ir.Abs, x),
 		"0x1.8p+00f":                             ir.Float(1.5),
 		"attnc_i32_as_f32((int32_t)0xff800000u)": ir.Float(float64(float32(negInf()))),
 		"(-2147483647 - 1)":                      ir.Int(-1 << 31),

@@ -17,13 +17,17 @@
 //   - Float constants are emitted exactly; an f32 constant that is not
 //     representable as float is rounded to nearest float first.
 //   - Malloc allocates max(Size*elem, 1) bytes, so a zero-sized request is
-//     not mistaken for an allocation failure. On failure the kernel returns
-//     the code of the module error named "no_memory", else -1; buffers
-//     malloc'd earlier in that kernel are not released on that path.
+//     not mistaken for an allocation failure. On failure the kernel frees
+//     the buffers it malloc'd earlier (and has not freed) and returns the
+//     code of the module error named "no_memory", else -1.
 //   - Parallel For: the body is outlined into an internal
-//     `void @<kernel>.par<N>(i8* ctx, i32 i)` and run through the module's
-//     runtime `@<prefix>.parallel_for`. A continue that targets the parallel
-//     loop itself ends that work item. Return, nested parallel loops,
+//     `void @<kernel>.par<N>(i8* ctx, i32 i, i8* scratch)` and run through
+//     the module's runtime `@<prefix>.parallel_for`. The body's heap arrays
+//     (Alloc with Heap) sit at fixed offsets of scratch, which each worker
+//     thread mallocs once per loop and frees at its end; a worker without
+//     memory takes no item, and when no worker got any the kernel returns
+//     NO_MEMORY as for Malloc. A continue that targets the parallel loop
+//     itself ends that work item. Return, nested parallel loops,
 //     assignments to outer vars, malloc and free of outer buffers inside a
 //     parallel body are errors.
 //
@@ -31,7 +35,8 @@
 // target of Targets (aarch64 Linux): only the triple and data layout differ.
 //
 // The runtime emitted into every module links against libc and libpthread
-// only (libm for tanh): <prefix>_set_num_threads, <prefix>_get_num_threads,
+// only (libm for tanh): <prefix>_set_num_threads (clamped to ThreadLimit),
+// <prefix>_get_num_threads,
 // <prefix>_strerror and the internal thread pool entry <prefix>.parallel_for.
 package llvm
 
@@ -145,6 +150,7 @@ type emitter struct {
 	strerror    *lir.Func
 	parallelFor *lir.Func
 	worker      *lir.Func
+	onlineCPUs  *lir.Func
 	msgs        []*lir.Global
 }
 
@@ -227,7 +233,7 @@ func (e *emitter) module() {
 		funcs = append(funcs, kf.fn)
 		funcs = append(funcs, kf.outlined...)
 	}
-	funcs = append(funcs, e.setThreads, e.getThreads, e.strerror, e.parallelFor, e.worker)
+	funcs = append(funcs, e.setThreads, e.getThreads, e.strerror, e.parallelFor, e.worker, e.onlineCPUs)
 	var names []string
 	for n := range e.decls {
 		names = append(names, n)

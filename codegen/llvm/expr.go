@@ -120,6 +120,47 @@ func (f *fnState) index(e ir.Expr, use string) value.Value {
 	return nil
 }
 
+// intDivRem emits the IR's integer / or % (ir.IntDiv, ir.IntRem): it
+// truncates toward zero, x / 0 = x % 0 = 0, MIN / -1 = MIN and MIN % -1 = 0,
+// and never executes a division that traps (LLVM's sdiv by 0 or of MIN by -1
+// is undefined behaviour). A constant divisor other than 0 and -1 needs no
+// guard.
+func (f *fnState) intDivRem(op ir.BinOp, a, b value.Value, t ir.Type) value.Value {
+	c := f.cur
+	div := func(a, d value.Value) value.Value {
+		switch {
+		case op == ir.Div && unsigned(t):
+			return c.NewUDiv(a, d)
+		case op == ir.Div:
+			return c.NewSDiv(a, d)
+		case unsigned(t):
+			return c.NewURem(a, d)
+		}
+		return c.NewSRem(a, d)
+	}
+	if k, ok := b.(*constant.Int); ok && k.X.Sign() != 0 && (unsigned(t) || !k.X.IsInt64() || k.X.Int64() != -1) {
+		return div(a, b)
+	}
+	zero, one := intConst(t, 0), intConst(t, 1)
+	isZero := c.NewICmp(enum.IPredEQ, b, zero)
+	bad := value.Value(isZero)
+	var isM1 value.Value
+	if !unsigned(t) {
+		isM1 = c.NewICmp(enum.IPredEQ, b, intConst(t, -1))
+		bad = c.NewOr(isZero, isM1)
+	}
+	// Dividing by 1 instead is harmless: x % 1 = 0 is already the answer
+	// for both guarded cases of %, and / picks its answer below.
+	q := div(a, c.NewSelect(bad, one, b))
+	if op == ir.Rem {
+		return q
+	}
+	if isM1 != nil {
+		q = c.NewSelect(isM1, c.NewSub(zero, a), q)
+	}
+	return c.NewSelect(isZero, zero, q)
+}
+
 func (f *fnState) fmf(flags *[]enum.FastMathFlag) {
 	if f.fast {
 		*flags = append([]enum.FastMathFlag(nil), fastMath...)
@@ -165,23 +206,14 @@ func (f *fnState) binary(x *ir.Binary) (value.Value, ir.Type) {
 				return c.NewMul(a, b), t
 			}
 		}
-	case ir.Div:
+	case ir.Div, ir.Rem:
 		switch {
-		case fl:
+		case fl && x.Op == ir.Div:
 			return c.NewFDiv(a, b), t
-		case in && unsigned(t):
-			return c.NewUDiv(a, b), t
-		case in:
-			return c.NewSDiv(a, b), t
-		}
-	case ir.Rem:
-		switch {
 		case fl:
 			return c.NewFRem(a, b), t
-		case in && unsigned(t):
-			return c.NewURem(a, b), t
 		case in:
-			return c.NewSRem(a, b), t
+			return f.intDivRem(x.Op, a, b, t), t
 		}
 	case ir.Min, ir.Max:
 		if fl || in || bo {

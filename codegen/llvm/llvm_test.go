@@ -653,6 +653,10 @@ int main(void) {
 	printf("n1 %g\n", out[0]);
 	par_set_num_threads(-5);
 	printf("reset %d\n", par_get_num_threads());
+	par_set_num_threads(40000);
+	printf("clamped %d\n", par_get_num_threads());
+	int st = fill(out, N, 0.5f, iout);
+	printf("clamped_status %d\n", st);
 	return 0;
 }
 `
@@ -692,8 +696,10 @@ int main(void) {
 	checkFloat(t, r, "n0", 42)
 	checkFloat(t, r, "n1", -1)
 	checkInt(t, r, "reset", int64(online))
-	for _, s := range []string{"define internal void @fill.par0(i8* %ctx, i32 %idx)", "define internal void @fill.par1(",
-		"call void @par.parallel_for(", "@pthread_create(", "atomicrmw add"} {
+	checkInt(t, r, "clamped", int64(ThreadLimit(online)))
+	checkInt(t, r, "clamped_status", 0)
+	for _, s := range []string{"define internal void @fill.par0(i8* %ctx, i32 %idx, i8* noalias %scratch)", "define internal void @fill.par1(",
+		"call i32 @par.parallel_for(", "@pthread_create(", "atomicrmw add"} {
 		if !strings.Contains(bl.ll, s) {
 			t.Errorf("emitted IR lacks %q", s)
 		}
@@ -703,6 +709,85 @@ int main(void) {
 	entry, _, _ := strings.Cut(body, "\n\n")
 	if !strings.Contains(entry, "%tmp = alloca float, i32 4") {
 		t.Errorf("alloc tmp is not in the entry block of fill.par0:\n%s", body)
+	}
+}
+
+// TestHeapScratch runs a parallel loop whose arrays live in heap scratch
+// (one block per worker, reused across its items): the results are right at
+// every thread count, the arrays are not allocas, and when no worker gets
+// its scratch (the driver's malloc refuses that size) the kernel returns
+// NO_MEMORY having freed its own malloc'd buffer.
+func TestHeapScratch(t *testing.T) {
+	t.Parallel()
+	tc := needToolchain(t)
+	i, j := i32("i"), i32("j")
+	k := kernel("hs", []*ir.Param{buf("out", ir.F32), scalar("n", ir.I32)},
+		&ir.Malloc{Name: "w", T: ir.F32, Size: ir.Int(3)},
+		store("w", ir.Int(0), ir.Float(0.5)),
+		loop("i", ir.Int(0), i32("n"), ir.Parallel,
+			&ir.Alloc{Name: "a", T: ir.F32, Size: 300, Heap: true},
+			&ir.Alloc{Name: "b", T: ir.I64, Size: 5, Heap: true},
+			&ir.Alloc{Name: "c", T: ir.F32, Size: 4},
+			loop("j", ir.Int(0), ir.Int(300), ir.Serial, store("a", j, ir.Cvt(ir.F32, add(i, j)))),
+			store("b", ir.Int(4), ir.IntT(ir.I64, 1)),
+			store("c", ir.Int(0), ir.Cvt(ir.F32, ir.Ld("b", ir.I64, ir.Int(4)))),
+			store("out", i, add(add(ir.Ld("a", ir.F32, ir.Int(299)), ir.Ld("c", ir.F32, ir.Int(0))), ir.Ld("w", ir.F32, ir.Int(0))))),
+		&ir.Free{Name: "w"},
+		ret(ir.Int(0)))
+	m := module("hs", k)
+	m.Errors = []ir.ErrorCode{{Code: -7, Name: NoMemoryError, Msg: "no memory"}}
+	driver := `
+extern void *__libc_malloc(size_t);
+extern void __libc_free(void *);
+static size_t refuse; static void *w; static int wfreed;
+void *malloc(size_t n) {
+	if (refuse && n == refuse) return NULL;
+	void *p = __libc_malloc(n);
+	if (n == 12) { w = p; wfreed = 0; } /* the kernel's w: 3 floats */
+	return p;
+}
+void free(void *p) { if (p && p == w) wfreed = 1; __libc_free(p); }
+int32_t hs(float*, int32_t);
+void hs_set_num_threads(int32_t);
+int main(void) {
+	enum { N = 100 };
+	static float out[N];
+	int threads[3] = {1, 3, 8};
+	for (int r = 0; r < 3; r++) {
+		hs_set_num_threads(threads[r]);
+		for (int i = 0; i < N; i++) out[i] = -1;
+		int st = hs(out, N);
+		double sum = 0;
+		for (int i = 0; i < N; i++) sum += out[i];
+		printf("status%d %d\nsum%d %.17g\n", r, st, r, sum);
+	}
+	refuse = 1280; /* one block: a (1200 bytes, aligned to 1216) and b (40, to 64) */
+	hs_set_num_threads(3);
+	for (int i = 0; i < N; i++) out[i] = -1;
+	int st = hs(out, N);
+	printf("nomem %d\nwfreed %d\nuntouched %d\n", st, wfreed, out[0] == -1 && out[N-1] == -1);
+	return 0;
+}
+`
+	bl := tc.build(t, m, driver)
+	r := results(t, bl.run(t))
+	want := 0.0
+	for i := range 100 {
+		want += float64(i+299) + 1 + 0.5
+	}
+	for run := range 3 {
+		checkInt(t, r, fmt.Sprintf("status%d", run), 0)
+		checkFloat(t, r, fmt.Sprintf("sum%d", run), want)
+	}
+	checkInt(t, r, "nomem", -7)
+	checkInt(t, r, "untouched", 1)
+	checkInt(t, r, "wfreed", 1) // the NO_MEMORY return frees what the kernel malloc'd
+	body := funcBody(bl.ll, "hs.par0.body")
+	if strings.Contains(body, "%a = alloca") || strings.Contains(body, "%b = alloca") || !strings.Contains(body, "%c = alloca") {
+		t.Errorf("heap arrays a, b must not be allocas, c must:\n%s", body)
+	}
+	if !strings.Contains(bl.ll, "call i32 @hs.parallel_for(i32 %") || !strings.Contains(bl.ll, "i64 1280)") {
+		t.Errorf("parallel_for does not get the 1280-byte scratch size:\n%s", funcBody(bl.ll, "hs"))
 	}
 }
 

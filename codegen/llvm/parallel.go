@@ -12,10 +12,13 @@ import (
 )
 
 // parallel outlines the body of a parallel For into
-// `void @<kernel>.par<N>(i8* ctx, i32 idx)` and calls the runtime's
-// parallel_for with n = hi - lo. The free variables of the body are read at
-// loop start and passed through a context struct {lo, captures...} that lives
-// in the caller's frame.
+// `void @<kernel>.par<N>(i8* ctx, i32 idx, i8* scratch)` and calls the
+// runtime's parallel_for with n = hi - lo and the byte size of the body's
+// heap arrays, which live at fixed offsets in scratch (one block per worker
+// thread). The free variables of the body are read at loop start and
+// passed through a context struct {lo, captures...} that lives in the
+// caller's frame. When no worker got its scratch, the kernel frees what it
+// malloc'd and returns NO_MEMORY.
 func (f *fnState) parallel(s *ir.For, lo, hi value.Value) {
 	if f.par {
 		f.fail("parallel loop %s nested inside a parallel loop", s.Var)
@@ -66,21 +69,69 @@ func (f *fnState) parallel(s *ir.For, lo, hi value.Value) {
 		ctxp = f.cur.NewBitCast(ctx, i8p)
 	}
 	n := f.cur.NewSub(hi, lo)
+	heap, heapOff, heapBytes := HeapLayout(s)
 
 	pctx := lir.NewParam("ctx", i8p)
 	pidx := lir.NewParam("idx", types.I32)
-	fn := lir.NewFunc(name, types.Void, pctx, pidx)
+	pscr := lir.NewParam("scratch", i8p)
+	pscr.Attrs = append(pscr.Attrs, enum.ParamAttrNoAlias)
+	fn := lir.NewFunc(name, types.Void, pctx, pidx, pscr)
 	fn.Parent = f.e.mod
 	fn.Linkage = enum.LinkageInternal
 	fn.FuncAttrs = append(fn.FuncAttrs, enum.FuncAttrNoUnwind)
 	kf.outlined = append(kf.outlined, fn)
-	f.cur.NewCall(f.e.parallelFor, n, fn, ctxp)
+	pst := f.cur.NewCall(f.e.parallelFor, n, fn, ctxp, constant.NewInt(types.I64, heapBytes))
+	pst.SetName(f.fresh(name + ".status"))
+	if heapBytes > 0 {
+		failed := f.cur.NewICmp(enum.IPredNE, pst, constant.NewInt(types.I32, 0))
+		nomem := f.newBlock(name + ".nomem")
+		cont := f.newBlock(name + ".done")
+		f.cur.NewCondBr(failed, nomem, cont)
+		f.place(nomem)
+		f.failNoMemory()
+		f.place(cont)
+	}
 
-	g := newFnState(f.e, kf, fn, fmt.Sprintf("%s: parallel loop %s", f.what, s.Var))
+	// With heap arrays, fn only carves them out of scratch and calls the
+	// body, which takes each as a noalias parameter: inlined back into fn
+	// (alwaysinline), that becomes alias-scope metadata, so the optimizer
+	// knows the arrays alias neither each other nor the buffers, as it
+	// knows of allocas.
+	body := fn
+	heapArg := map[*ir.Alloc]value.Value{}
+	if len(heap) > 0 {
+		bname := name + ".body"
+		f.e.reserve(bname)
+		w := fn.NewBlock("entry")
+		params := []*lir.Param{lir.NewParam("ctx", i8p), lir.NewParam("idx", types.I32)}
+		args := []value.Value{pctx, pidx}
+		for i, a := range heap {
+			pt := types.NewPointer(f.e.valueType(storageType(a.T), "alloc "+a.Name))
+			p := w.NewGetElementPtr(types.I8, pscr, constant.NewInt(types.I64, heapOff[a]))
+			p.InBounds = true
+			args = append(args, w.NewBitCast(p, pt))
+			bp := lir.NewParam(fmt.Sprintf("heap%d.%s", i, a.Name), pt)
+			bp.Attrs = append(bp.Attrs, enum.ParamAttrNoAlias)
+			params = append(params, bp)
+			heapArg[a] = bp
+		}
+		body = lir.NewFunc(bname, types.Void, params...)
+		body.Parent = f.e.mod
+		body.Linkage = enum.LinkageInternal
+		body.FuncAttrs = append(body.FuncAttrs, enum.FuncAttrNoUnwind, enum.FuncAttrAlwaysInline)
+		kf.outlined = append(kf.outlined, body)
+		w.NewCall(body, args...)
+		w.NewRet(nil)
+		pctx, pidx = params[0], params[1]
+	}
+
+	g := newFnState(f.e, kf, body, fmt.Sprintf("%s: parallel loop %s", f.what, s.Var))
 	g.par = true
 	g.fast = f.fast
-	g.names["ctx"] = true
-	g.names["idx"] = true
+	for _, p := range body.Params {
+		g.names[p.Name()] = true
+	}
+	g.heapArg = heapArg
 	g.start()
 	var sp value.Value
 	if len(fields) > 0 {
@@ -116,6 +167,28 @@ func (f *fnState) parallel(s *ir.For, lo, hi value.Value) {
 	if g.cur != nil {
 		g.cur.NewRet(nil)
 	}
+}
+
+// HeapAlign is the alignment of each heap array in a worker's scratch (a
+// cache line, so arrays of different work items never share one).
+const HeapAlign = 64
+
+// HeapLayout places the heap arrays (ir.Alloc with Heap) of parallel loop
+// s's body in one scratch block: the arrays in order, each one's byte
+// offset, and the block's size (0 when the body has none).
+func HeapLayout(s *ir.For) ([]*ir.Alloc, map[*ir.Alloc]int64, int64) {
+	var heap []*ir.Alloc
+	off := map[*ir.Alloc]int64{}
+	var size int64
+	ir.MapStmts(s.Body, func(st ir.Stmt) []ir.Stmt {
+		if a, ok := st.(*ir.Alloc); ok && a.Heap {
+			heap = append(heap, a)
+			off[a] = size
+			size += (int64(a.Size)*int64(elemBytes(storageType(a.T))) + HeapAlign - 1) &^ (HeapAlign - 1)
+		}
+		return []ir.Stmt{st}
+	})
+	return heap, off, size
 }
 
 // freeVars lists, in order of first use, the names the body of a parallel

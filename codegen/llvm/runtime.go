@@ -15,25 +15,44 @@ import (
 // and aarch64 Linux.
 const scNProcessorsOnln = 84
 
+// The thread limit: set_num_threads(n) clamps n to ThreadLimit(online
+// CPUs) = min(MaxThreads, max(MinThreadLimit, ThreadsPerCPU x online CPUs)),
+// and the default (all online CPUs) to MaxThreads. The floor lets a small
+// machine still run what depends on the thread count (split-KV decode).
+const (
+	MaxThreads     = 1024
+	ThreadsPerCPU  = 4
+	MinThreadLimit = 64
+)
+
+// ThreadLimit is the most threads set_num_threads accepts on a machine with
+// cpus online CPUs.
+func ThreadLimit(cpus int) int {
+	return min(MaxThreads, max(MinThreadLimit, ThreadsPerCPU*cpus))
+}
+
 // The runtime of every module:
 //
 //	@<prefix>.num_threads                 internal global i32 (0: default)
-//	void @<prefix>_set_num_threads(i32)   n <= 0 resets to the default
-//	i32  @<prefix>_get_num_threads()      default: sysconf(_SC_NPROCESSORS_ONLN), at least 1
+//	void @<prefix>_set_num_threads(i32)   n <= 0 resets to the default; else n clamped
+//	i32  @<prefix>_get_num_threads()      default: online CPUs, 1..MaxThreads
 //	i8*  @<prefix>_strerror(i32)          message of a status code
-//	void @<prefix>.parallel_for(i32 n, void (i8*, i32)* fn, i8* ctx)
+//	i32  @<prefix>.parallel_for(i32 n, void (i8*, i32, i8*)* fn, i8* ctx, i64 scratch)
 //	i8*  @<prefix>.worker(i8* state)      pthread body of parallel_for
+//
+// parallel_for keeps its bookkeeping off the caller's stack beyond a few
+// words: the thread ids are malloc'd.
 
 var (
-	bodyFnType = types.NewPointer(types.NewFunc(types.Void, i8p, types.I32))
-	// pfState is parallel_for's shared state: {next, n, fn, ctx}.
-	pfState = types.NewStruct(types.I32, types.I32, bodyFnType, i8p)
+	bodyFnType = types.NewPointer(types.NewFunc(types.Void, i8p, types.I32, i8p))
+	// pfState is parallel_for's shared state: {next, n, fn, ctx, scratch bytes}.
+	pfState = types.NewStruct(types.I32, types.I32, bodyFnType, i8p, types.I64)
 )
 
 func (e *emitter) declareRuntime() {
 	p := e.prefix
 	for _, n := range []string{p + ".num_threads", p + "_set_num_threads", p + "_get_num_threads",
-		p + "_strerror", p + ".parallel_for", p + ".worker"} {
+		p + "_strerror", p + ".parallel_for", p + ".worker", p + ".online_cpus"} {
 		e.reserve(n)
 	}
 	e.numThreads = lir.NewGlobalDef(p+".num_threads", constant.NewInt(types.I32, 0))
@@ -53,12 +72,14 @@ func (e *emitter) declareRuntime() {
 	e.setThreads = newFn(p+"_set_num_threads", types.Void, false, lir.NewParam("n", types.I32))
 	e.getThreads = newFn(p+"_get_num_threads", types.I32, false)
 	e.strerror = newFn(p+"_strerror", i8p, false, lir.NewParam("code", types.I32))
-	e.parallelFor = newFn(p+".parallel_for", types.Void, true,
-		lir.NewParam("n", types.I32), lir.NewParam("fn", bodyFnType), lir.NewParam("ctx", i8p))
+	e.parallelFor = newFn(p+".parallel_for", types.I32, true,
+		lir.NewParam("n", types.I32), lir.NewParam("fn", bodyFnType), lir.NewParam("ctx", i8p), lir.NewParam("scratch", types.I64))
 	e.worker = newFn(p+".worker", i8p, true, lir.NewParam("arg", i8p))
+	e.onlineCPUs = newFn(p+".online_cpus", types.I32, true)
 }
 
 func (e *emitter) defineRuntime() {
+	e.defineOnlineCPUs()
 	e.defineSetThreads()
 	e.defineGetThreads()
 	e.defineStrerror()
@@ -74,12 +95,33 @@ func named[T interface{ SetName(string) }](v T, name string) T {
 	return v
 }
 
+// defineOnlineCPUs: sysconf(_SC_NPROCESSORS_ONLN) clamped to 1..MaxThreads.
+func (e *emitter) defineOnlineCPUs() {
+	b := e.onlineCPUs.NewBlock("entry")
+	c := named(b.NewCall(e.decl("sysconf", types.I64, types.I32), i32c(scNProcessorsOnln)), "cpus")
+	ok := named(b.NewICmp(enum.IPredSGT, c, i64c(0)), "ok")
+	c1 := named(b.NewSelect(ok, c, i64c(1)), "cpus1")
+	big := named(b.NewICmp(enum.IPredSGT, c1, i64c(MaxThreads)), "big")
+	c2 := named(b.NewSelect(big, i64c(MaxThreads), c1), "cpus2")
+	b.NewRet(named(b.NewTrunc(c2, types.I32), "r"))
+}
+
+// defineSetThreads: n <= 0 stores 0 (the default); else min(n,
+// ThreadLimit(online CPUs)).
 func (e *emitter) defineSetThreads() {
 	f := e.setThreads
 	b := f.NewBlock("entry")
 	n := f.Params[0]
-	pos := named(b.NewICmp(enum.IPredSGT, n, i32c(0)), "pos")
-	v := named(b.NewSelect(pos, n, i32c(0)), "v")
+	cpus := named(b.NewCall(e.onlineCPUs), "cpus")
+	lim := named(b.NewMul(cpus, i32c(ThreadsPerCPU)), "lim") // <= 4096
+	small := named(b.NewICmp(enum.IPredSLT, lim, i32c(MinThreadLimit)), "small")
+	lim0 := named(b.NewSelect(small, i32c(MinThreadLimit), lim), "lim0")
+	big := named(b.NewICmp(enum.IPredSGT, lim0, i32c(MaxThreads)), "big")
+	lim1 := named(b.NewSelect(big, i32c(MaxThreads), lim0), "lim1")
+	over := named(b.NewICmp(enum.IPredSGT, n, lim1), "over")
+	c := named(b.NewSelect(over, lim1, n), "c")
+	pos := named(b.NewICmp(enum.IPredSGT, c, i32c(0)), "pos")
+	v := named(b.NewSelect(pos, c, i32c(0)), "v")
 	st := b.NewStore(v, e.numThreads)
 	st.Atomic, st.Ordering, st.Align = true, enum.AtomicOrderingMonotonic, 4
 	b.NewRet(nil)
@@ -95,12 +137,7 @@ func (e *emitter) defineGetThreads() {
 	set := named(entry.NewICmp(enum.IPredSGT, n, i32c(0)), "set")
 	entry.NewCondBr(set, user, online)
 	user.NewRet(n)
-	c := named(online.NewCall(e.decl("sysconf", types.I64, types.I32), i32c(scNProcessorsOnln)), "cpus")
-	ok := named(online.NewICmp(enum.IPredSGT, c, i64c(0)), "ok")
-	c1 := named(online.NewSelect(ok, c, i64c(1)), "cpus1")
-	big := named(online.NewICmp(enum.IPredSGT, c1, i64c(math.MaxInt32)), "big")
-	c2 := named(online.NewSelect(big, i64c(math.MaxInt32), c1), "cpus2")
-	online.NewRet(named(online.NewTrunc(c2, types.I32), "r"))
+	online.NewRet(named(online.NewCall(e.onlineCPUs), "cpus"))
 }
 
 // message returns a pointer to a NUL-terminated copy of s.
@@ -159,17 +196,18 @@ func (e *emitter) defineStrerror() {
 	b.NewSwitch(f.Params[0], unknown, cases...)
 }
 
-// defineParallelFor: t = min(threads, n); t <= 1 runs the items inline;
-// otherwise t-1 pthreads and the caller share the items through an atomic
-// counter. A failed pthread_create leaves the remaining work to the threads
-// already running (the caller included).
+// defineParallelFor: with n <= 0 there is nothing to do. Otherwise t =
+// min(threads, n); t-1 pthreads (their ids in malloc'd memory; none if
+// that fails) and the caller share the items through an atomic counter in
+// the shared state. A failed pthread_create leaves the remaining work to
+// the threads already running (the caller included). It returns 0 when
+// every item ran, else 1: every worker failed to get its scratch.
 func (e *emitter) defineParallelFor() {
 	f := e.parallelFor
-	n, fn, ctx := f.Params[0], f.Params[1], f.Params[2]
+	n, fn, ctx, scratch := f.Params[0], f.Params[1], f.Params[2], f.Params[3]
 	entry := f.NewBlock("entry")
-	serCond := f.NewBlock("serial.cond")
-	serBody := f.NewBlock("serial.body")
-	threads := f.NewBlock("threads")
+	start := f.NewBlock("start")
+	alloc := f.NewBlock("tids.alloc")
 	createCond := f.NewBlock("create.cond")
 	createBody := f.NewBlock("create.body")
 	createNext := f.NewBlock("create.next")
@@ -177,44 +215,43 @@ func (e *emitter) defineParallelFor() {
 	joinCond := f.NewBlock("join.cond")
 	joinBody := f.NewBlock("join.body")
 	done := f.NewBlock("done")
+	nothing := f.NewBlock("nothing")
 
 	st := named(entry.NewAlloca(pfState), "state")
-	nt := named(entry.NewCall(e.getThreads), "nt")
-	lt := named(entry.NewICmp(enum.IPredSLT, nt, n), "lt")
-	t := named(entry.NewSelect(lt, nt, n), "t")
-	multi := named(entry.NewICmp(enum.IPredSGT, t, i32c(1)), "multi")
-	entry.NewCondBr(multi, threads, serCond)
+	some := named(entry.NewICmp(enum.IPredSGT, n, i32c(0)), "some")
+	entry.NewCondBr(some, start, nothing)
+	nothing.NewRet(i32c(0))
 
-	// Inline: for i in 0..n: fn(ctx, i).
-	i := named(lir.NewPhi(lir.NewIncoming(i32c(0), entry)), "i")
-	i.Type()
-	serCond.Insts = append(serCond.Insts, i)
-	more := named(serCond.NewICmp(enum.IPredSLT, i, n), "more")
-	serCond.NewCondBr(more, serBody, done)
-	serBody.NewCall(fn, ctx, i)
-	inext := named(serBody.NewAdd(i, i32c(1)), "i.next")
-	inext.OverflowFlags = []enum.OverflowFlag{enum.OverflowFlagNSW}
-	serBody.NewBr(serCond)
-	i.Incs = append(i.Incs, lir.NewIncoming(inext, serBody))
-
-	// Threads: shared state, t-1 workers.
 	field := func(b *lir.Block, base value.Value, k int64, name string) *lir.InstGetElementPtr {
 		return named(b.NewGetElementPtr(pfState, base, i32c(0), i32c(k)), name)
 	}
-	threads.NewStore(i32c(0), field(threads, st, 0, "next.p"))
-	threads.NewStore(n, field(threads, st, 1, "n.p"))
-	threads.NewStore(fn, field(threads, st, 2, "fn.p"))
-	threads.NewStore(ctx, field(threads, st, 3, "ctx.p"))
-	arg := named(threads.NewBitCast(st, i8p), "arg")
-	nw := named(threads.NewSub(t, i32c(1)), "nw")
-	tids := named(threads.NewAlloca(types.I64), "tids")
-	tids.NElems = nw
-	threads.NewBr(createCond)
+	nextP := field(start, st, 0, "next.p")
+	start.NewStore(i32c(0), nextP)
+	start.NewStore(n, field(start, st, 1, "n.p"))
+	start.NewStore(fn, field(start, st, 2, "fn.p"))
+	start.NewStore(ctx, field(start, st, 3, "ctx.p"))
+	start.NewStore(scratch, field(start, st, 4, "scratch.p"))
+	arg := named(start.NewBitCast(st, i8p), "arg")
+	nt := named(start.NewCall(e.getThreads), "nt")
+	lt := named(start.NewICmp(enum.IPredSLT, nt, n), "lt")
+	t := named(start.NewSelect(lt, nt, n), "t")
+	nw := named(start.NewSub(t, i32c(1)), "nw")
+	multi := named(start.NewICmp(enum.IPredSGT, nw, i32c(0)), "multi")
+	start.NewCondBr(multi, alloc, work)
 
-	k := named(lir.NewPhi(lir.NewIncoming(i32c(0), threads)), "k")
+	// Thread ids live in malloc'd memory, not on the caller's stack.
+	nw64 := named(alloc.NewSExt(nw, types.I64), "nw64")
+	tidBytes := named(alloc.NewMul(nw64, i64c(8)), "tid.bytes")
+	tidsRaw := named(alloc.NewCall(e.decl("malloc", i8p, types.I64), tidBytes), "tids.raw")
+	tids := named(alloc.NewBitCast(tidsRaw, types.NewPointer(types.I64)), "tids")
+	gotTids := named(alloc.NewICmp(enum.IPredNE, tidsRaw, constant.NewNull(i8p)), "got.tids")
+	nwOK := named(alloc.NewSelect(gotTids, nw, i32c(0)), "nw.ok")
+	alloc.NewBr(createCond)
+
+	k := named(lir.NewPhi(lir.NewIncoming(i32c(0), alloc)), "k")
 	k.Type()
 	createCond.Insts = append(createCond.Insts, k)
-	kmore := named(createCond.NewICmp(enum.IPredSLT, k, nw), "kmore")
+	kmore := named(createCond.NewICmp(enum.IPredSLT, k, nwOK), "kmore")
 	createCond.NewCondBr(kmore, createBody, work)
 	slot := named(createBody.NewGetElementPtr(types.I64, tids, k), "slot")
 	create := e.decl("pthread_create", types.I32, types.NewPointer(types.I64), i8p,
@@ -227,15 +264,21 @@ func (e *emitter) defineParallelFor() {
 	createNext.NewBr(createCond)
 	k.Incs = append(k.Incs, lir.NewIncoming(knext, createNext))
 
-	// The caller works too, then joins the k workers it started.
+	// The caller works too, then joins the workers it started.
+	started := named(lir.NewPhi(lir.NewIncoming(i32c(0), start), lir.NewIncoming(k, createCond), lir.NewIncoming(k, createBody)), "started")
+	started.Type()
+	tidsAt := named(lir.NewPhi(lir.NewIncoming(constant.NewNull(i8p), start), lir.NewIncoming(tidsRaw, createCond), lir.NewIncoming(tidsRaw, createBody)), "tids.at")
+	tidsAt.Type()
+	work.Insts = append(work.Insts, started, tidsAt)
 	work.NewCall(e.worker, arg)
 	work.NewBr(joinCond)
 	j := named(lir.NewPhi(lir.NewIncoming(i32c(0), work)), "j")
 	j.Type()
 	joinCond.Insts = append(joinCond.Insts, j)
-	jmore := named(joinCond.NewICmp(enum.IPredSLT, j, k), "jmore")
+	jmore := named(joinCond.NewICmp(enum.IPredSLT, j, started), "jmore")
 	joinCond.NewCondBr(jmore, joinBody, done)
-	tslot := named(joinBody.NewGetElementPtr(types.I64, tids, j), "tslot")
+	tids2 := named(joinBody.NewBitCast(tidsAt, types.NewPointer(types.I64)), "tids2")
+	tslot := named(joinBody.NewGetElementPtr(types.I64, tids2, j), "tslot")
 	tid := named(joinBody.NewLoad(types.I64, tslot), "tid")
 	join := e.decl("pthread_join", types.I32, types.I64, types.NewPointer(i8p))
 	joinBody.NewCall(join, tid, constant.NewNull(types.NewPointer(i8p)))
@@ -244,17 +287,27 @@ func (e *emitter) defineParallelFor() {
 	joinBody.NewBr(joinCond)
 	j.Incs = append(j.Incs, lir.NewIncoming(jnext, joinBody))
 
-	done.NewRet(nil)
+	done.NewCall(e.decl("free", types.Void, i8p), tidsAt)
+	// Every item ran iff some worker drained the counter (a worker without
+	// scratch takes no item); the joins make the counter's value visible.
+	next := named(done.NewLoad(types.I32, nextP), "next")
+	next.Atomic, next.Ordering, next.Align = true, enum.AtomicOrderingMonotonic, 4
+	all := named(done.NewICmp(enum.IPredUGE, next, n), "all")
+	done.NewRet(named(done.NewSelect(all, i32c(0), i32c(1)), "status"))
 }
 
-// defineWorker: loop { i = atomicrmw add next, 1; if i >= n (unsigned) stop;
-// fn(ctx, i) }.
+// defineWorker: scratch = malloc(bytes) when the loop has heap arrays (no
+// memory: take no item); loop { i = atomicrmw add next, 1; if i >= n
+// (unsigned) stop; fn(ctx, i, scratch) }; free(scratch).
 func (e *emitter) defineWorker() {
 	f := e.worker
 	entry := f.NewBlock("entry")
+	get := f.NewBlock("scratch.alloc")
+	ready := f.NewBlock("ready")
 	loop := f.NewBlock("loop")
 	body := f.NewBlock("body")
 	exit := f.NewBlock("exit")
+	out := f.NewBlock("out")
 	st := named(entry.NewBitCast(f.Params[0], types.NewPointer(pfState)), "st")
 	field := func(k int64, name string) *lir.InstGetElementPtr {
 		return named(entry.NewGetElementPtr(pfState, st, i32c(0), i32c(k)), name)
@@ -263,11 +316,22 @@ func (e *emitter) defineWorker() {
 	n := named(entry.NewLoad(types.I32, field(1, "n.p")), "n")
 	fn := named(entry.NewLoad(bodyFnType, field(2, "fn.p")), "fn")
 	ctx := named(entry.NewLoad(i8p, field(3, "ctx.p")), "ctx")
-	entry.NewBr(loop)
+	bytes := named(entry.NewLoad(types.I64, field(4, "scratch.p")), "bytes")
+	need := named(entry.NewICmp(enum.IPredSGT, bytes, i64c(0)), "need")
+	entry.NewCondBr(need, get, ready)
+	raw := named(get.NewCall(e.decl("malloc", i8p, types.I64), bytes), "raw")
+	gotIt := named(get.NewICmp(enum.IPredNE, raw, constant.NewNull(i8p)), "got")
+	get.NewCondBr(gotIt, ready, out)
+	scratch := named(lir.NewPhi(lir.NewIncoming(constant.NewNull(i8p), entry), lir.NewIncoming(raw, get)), "scratch")
+	scratch.Type()
+	ready.Insts = append(ready.Insts, scratch)
+	ready.NewBr(loop)
 	i := named(loop.NewAtomicRMW(enum.AtomicOpAdd, next, i32c(1), enum.AtomicOrderingMonotonic), "i")
 	stop := named(loop.NewICmp(enum.IPredUGE, i, n), "stop")
 	loop.NewCondBr(stop, exit, body)
-	body.NewCall(fn, ctx, i)
+	body.NewCall(fn, ctx, i, scratch)
 	body.NewBr(loop)
-	exit.NewRet(constant.NewNull(i8p))
+	exit.NewCall(e.decl("free", types.Void, i8p), scratch)
+	exit.NewBr(out)
+	out.NewRet(constant.NewNull(i8p))
 }

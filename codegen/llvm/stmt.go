@@ -50,6 +50,12 @@ type fnState struct {
 	loops   []*loopCtx
 	fast    bool // inside a vector loop: reassoc contract on fadd/fsub/fmul
 	par     bool // outlined parallel body
+
+	// heapArg is an outlined body's pointer to each of its heap arrays.
+	heapArg map[*ir.Alloc]value.Value
+	// live are the buffers malloc'd so far and not freed (element
+	// pointers), released on every early NO_MEMORY return.
+	live []*binding
 }
 
 func newFnState(e *emitter, kf *kernelFn, fn *lir.Func, what string) *fnState {
@@ -129,7 +135,23 @@ func (f *fnState) push() map[string]*binding {
 	return s
 }
 
-func (f *fnState) pop() { f.scopes = f.scopes[:len(f.scopes)-1] }
+// pop leaves the innermost scope; buffers malloc'd in it are no longer
+// released by an early NO_MEMORY return.
+func (f *fnState) pop() {
+	s := f.scopes[len(f.scopes)-1]
+	f.scopes = f.scopes[:len(f.scopes)-1]
+	live := f.live[:0:0]
+	for _, b := range f.live {
+		inner := false
+		for _, x := range s {
+			inner = inner || x == b
+		}
+		if !inner {
+			live = append(live, b)
+		}
+	}
+	f.live = live
+}
 
 func (f *fnState) bind(name string, b *binding) {
 	if name == "" {
@@ -217,6 +239,14 @@ func (f *fnState) stmt(s ir.Stmt) {
 		}
 		t := storageType(s.T)
 		lt := f.e.valueType(t, "alloc "+s.Name)
+		if s.Heap {
+			a, ok := f.heapArg[s]
+			if !ok {
+				f.fail("alloc heap %s outside a parallel loop's body", s.Name)
+			}
+			f.bind(s.Name, &binding{kind: bindBuf, t: t, v: a})
+			break
+		}
 		a := f.alloca(lt, constant.NewInt(types.I32, int64(s.Size)), s.Name)
 		f.bind(s.Name, &binding{kind: bindBuf, t: t, v: a})
 	case *ir.Malloc:
@@ -226,8 +256,13 @@ func (f *fnState) stmt(s ir.Stmt) {
 		if !b.malloc || b.outer {
 			f.fail("free %s: not a buffer malloc'd in this function", s.Name)
 		}
-		p := f.cur.NewBitCast(b.v, i8p)
-		f.cur.NewCall(f.e.decl("free", types.Void, i8p), p)
+		f.free(b)
+		for i, l := range f.live {
+			if l == b {
+				f.live = append(f.live[:i:i], f.live[i+1:]...)
+				break
+			}
+		}
 	case *ir.Store:
 		b := f.buffer(s.Buf, "store")
 		idx := f.index(s.Index, "store "+s.Buf)
@@ -302,11 +337,29 @@ func (f *fnState) malloc(s *ir.Malloc) {
 	isNull := call.NewICmp(enum.IPredEQ, raw, constant.NewNull(i8p))
 	call.NewCondBr(isNull, fail, ok)
 	f.place(fail)
-	fail.NewRet(constant.NewInt(types.I32, f.e.noMemCode))
+	f.failNoMemory()
 	f.place(ok)
 	p := ok.NewBitCast(raw, types.NewPointer(lt))
 	p.SetName(f.fresh(s.Name))
-	f.bind(s.Name, &binding{kind: bindBuf, t: t, v: p, malloc: true})
+	b := &binding{kind: bindBuf, t: t, v: p, malloc: true}
+	f.bind(s.Name, b)
+	f.live = append(f.live, b)
+}
+
+// free releases malloc'd buffer b.
+func (f *fnState) free(b *binding) {
+	p := f.cur.NewBitCast(b.v, i8p)
+	f.cur.NewCall(f.e.decl("free", types.Void, i8p), p)
+}
+
+// failNoMemory ends the current block: it frees every buffer malloc'd and
+// not yet freed, then returns NO_MEMORY.
+func (f *fnState) failNoMemory() {
+	for _, b := range f.live {
+		f.free(b)
+	}
+	f.cur.NewRet(constant.NewInt(types.I32, f.e.noMemCode))
+	f.cur = nil
 }
 
 func (f *fnState) forLoop(s *ir.For) {

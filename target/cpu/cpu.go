@@ -49,11 +49,13 @@ var Table = []passes.Pass{
 		Desc: "spread loops as vector (innermost) or serial loops, guards folded into loop bounds"},
 	passes.LegalizeDTypePass,
 	passes.LateSimplifyPass,
+	passes.HeapScratchPass,
 }
 
 // Constraints are the CPU table's ordering rules.
 var Constraints = append(append([]passes.Constraint(nil), passes.NeutralConstraints...),
 	passes.Constraint{Before: "lower-tiles", After: "vectorize", Why: "the loops lower-tiles writes are spread loops that vectorize maps"},
+	passes.Constraint{Before: "lower-tiles", After: "heap-scratch", Why: "heap-scratch moves the work items' arrays as the schedule leaves them; one a schedule pass added later would stay on the stack"},
 )
 
 // Passes implements target.Target.
@@ -87,15 +89,21 @@ func (Target) Emit(v *ir.Variant, m *ir.Module, opt target.Options) ([]target.Ar
 	return []target.Artifact{{Name: v.Name + ".ll", Data: []byte(ll)}}, nil
 }
 
-// Header implements target.Target: every entry kernel's prototype.
+// Header implements target.Target: the stack a call needs and every
+// entry kernel's prototype.
 func (Target) Header(v *ir.Variant, m *ir.Module) string {
 	var sb strings.Builder
+	var most int64
+	for _, p := range m.Plans {
+		most = max(most, llvmgen.StackBytes(m, p.Entry))
+	}
+	fmt.Fprintf(&sb, "\n/* The most stack one call of any entry point needs on the calling thread\n   (large scratch is on the heap; worker threads get the default stack). */\n#define %s_STACK_BYTES %d\n", strings.ToUpper(m.Prefix), most)
 	for _, p := range m.Plans {
 		entry := "entry point"
 		if !p.Public {
 			entry = "internal entry, called by another role's entry"
 		}
-		fmt.Fprintf(&sb, "\n/* %s (%s). */\nint32_t %s(%s);\n", p.Role, entry, p.Entry, target.CParams(p.Params, ""))
+		fmt.Fprintf(&sb, "\n/* %s (%s; needs %d bytes of stack). */\nint32_t %s(%s);\n", p.Role, entry, llvmgen.StackBytes(m, p.Entry), p.Entry, target.CParams(p.Params, ""))
 	}
 	return sb.String()
 }
@@ -107,7 +115,8 @@ func (Target) Manifest(v *ir.Variant, m *ir.Module, opt target.Options) []regist
 	for _, p := range m.Plans {
 		out = append(out, registry.KernelManifest{Variant: v.Name, Role: string(p.Role), Symbol: p.Entry, Entry: p.Public,
 			Target: "cpu", File: v.Name + ".ll", Args: registry.ArgsOf(p.Params), Returns: "i32 status",
-			Constraints: registry.Constraints(v), Plan: registry.PlanOf(p, registry.PlanOptions{Threads: "the worker threads (set_num_threads)", Lengths: true})})
+			Constraints: registry.Constraints(v), StackBytes: llvmgen.StackBytes(m, p.Entry),
+			Plan: registry.PlanOf(p, registry.PlanOptions{Threads: "the worker threads (set_num_threads)", Lengths: true})})
 	}
 	for _, k := range m.Kernels {
 		if m.Plan(k.Role) != nil && m.Plan(k.Role).Entry == k.Name {
@@ -115,7 +124,7 @@ func (Target) Manifest(v *ir.Variant, m *ir.Module, opt target.Options) []regist
 		}
 		out = append(out, registry.KernelManifest{Variant: v.Name, Role: string(k.Role), Symbol: k.Name,
 			Target: "cpu", File: v.Name + ".ll", Args: registry.ArgsOf(k.Params), Returns: "i32 status",
-			Constraints: registry.Constraints(v)})
+			Constraints: registry.Constraints(v), StackBytes: llvmgen.StackBytes(m, k.Name)})
 	}
 	return out
 }

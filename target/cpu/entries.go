@@ -8,10 +8,10 @@ import (
 
 // Assemble builds the CPU entry kernel of every plan and appends it to the
 // module: the scalar checks, the validation of every buffer the entry can
-// read, the skip test, the hand-over to another role, then the work
-// kernels (each runs its items on the thread pool) — through f32 scratch
-// and the merge when the split rule asks for chunks (rt.num_threads gives
-// the workers).
+// read, the skip test, the hand-over to another role, the limits, then the
+// work kernels (each runs its items on the thread pool) — through f32
+// scratch and the merge when the split rule asks for chunks
+// (rt.num_threads gives the workers).
 func Assemble(m *ir.Module) (*ir.Module, error) {
 	out := *m
 	out.Kernels = append([]*ir.Kernel(nil), m.Kernels...)
@@ -48,6 +48,9 @@ func entryKernel(m *ir.Module, p *ir.Plan) (*ir.Kernel, error) {
 			return nil, err
 		}
 		body = append(body, when(h.When, call, &ir.Return{Value: ir.R("st", ir.I32)}))
+	}
+	for _, c := range p.Limits {
+		body = append(body, when(c.Fail, ret(c.Code)))
 	}
 	scope := append([]*ir.Param(nil), p.Params...)
 	calls := func(ls []ir.Launch, scope []*ir.Param) ([]ir.Stmt, error) {

@@ -230,20 +230,39 @@ func (p *mmaPlan) lower() []ir.Stmt {
 	g8 := add(gid, i32(8))
 	at := func(col int) ir.Expr { return add(c0, i32(col)) }
 	elems := [8][2]ir.Expr{{gid, at(0)}, {gid, at(1)}, {g8, at(0)}, {g8, at(1)}, {gid, at(8)}, {gid, at(9)}, {g8, at(8)}, {g8, at(9)}}
-	hi, lo := make([]ir.Expr, 8), make([]ir.Expr, 8)
+	// A narrow A is one part; an f32 A is split into parts in the dtype
+	// whose sum is the element to about f32 precision (see pParts), so
+	// that the product rounds once, in f32.
+	nParts := 1
+	if !p.aNarrow {
+		nParts = pParts(r)
+	}
+	parts := make([][]ir.Expr, nParts)
+	for k := range parts {
+		parts[k] = make([]ir.Expr, 8)
+	}
 	for i, e := range elems {
 		idx := add(mul(e[0], i32(mm.K)), e[1])
 		if p.aNarrow {
-			hi[i] = raw(mm.A, idx)
+			parts[0][i] = raw(mm.A, idx)
 			continue
 		}
-		// An f32 element x as x_hi + x_lo, both in the dtype.
+		// Part k holds what parts 0..k-1 left of the element; each
+		// remainder is exact (x and its rounding are within a factor 2:
+		// Sterbenz).
 		x := fmt.Sprintf("a%d", i)
-		kLoop = append(kLoop, &ir.Let{Name: x, Value: ir.Ld(mm.A, ir.F32, idx)},
-			&ir.Let{Name: x + "_hi", Value: r.Narrow(ir.R(x, ir.F32))},
-			&ir.Let{Name: x + "_r", Value: ir.Bin(ir.Sub, ir.R(x, ir.F32), r.Widen(ir.R(x+"_hi", r.Carrier)))},
-			&ir.Let{Name: x + "_lo", Value: r.Narrow(ir.R(x+"_r", ir.F32))})
-		hi[i], lo[i] = ir.R(x+"_hi", r.Carrier), ir.R(x+"_lo", r.Carrier)
+		rest := x
+		kLoop = append(kLoop, &ir.Let{Name: x, Value: ir.Ld(mm.A, ir.F32, idx)})
+		for k := range parts {
+			part := fmt.Sprintf("%s_p%d", x, k)
+			kLoop = append(kLoop, &ir.Let{Name: part, Value: r.Narrow(ir.R(rest, ir.F32))})
+			parts[k][i] = ir.R(part, r.Carrier)
+			if k+1 < len(parts) {
+				next := fmt.Sprintf("%s_r%d", x, k)
+				kLoop = append(kLoop, &ir.Let{Name: next, Value: ir.Bin(ir.Sub, ir.R(rest, ir.F32), r.Widen(ir.R(part, r.Carrier)))})
+				rest = next
+			}
+		}
 	}
 	step := func(v []ir.Expr) []ir.Stmt {
 		var out []ir.Stmt
@@ -252,9 +271,9 @@ func (p *mmaPlan) lower() []ir.Stmt {
 		}
 		return append(out, &ir.MMA{D: "fd", A: "fa", B: "fb", In: p.in})
 	}
-	kLoop = append(kLoop, step(hi)...)
-	if !p.aNarrow {
-		kLoop = append(kLoop, step(lo)...)
+	// One mma per part, the smallest first.
+	for k := len(parts) - 1; k >= 0; k-- {
+		kLoop = append(kLoop, step(parts[k])...)
 	}
 	body = append(body, &ir.For{Var: "ks", Lo: i32(0), Hi: i32(mm.K / mmaK), Kind: ir.Serial, Body: &ir.Block{Stmts: kLoop}})
 	for c := 0; c < 4; c++ {
@@ -263,4 +282,16 @@ func (p *mmaPlan) lower() []ir.Stmt {
 	lanes := &ir.For{Var: "lane", Lo: i32(0), Hi: i32(ir.WarpSize), Kind: ir.Lanes, Body: &ir.Block{Stmts: body}}
 	out = append(out, &ir.For{Var: "nt", Lo: i32(0), Hi: i32(mm.N / mmaN), Kind: ir.Spread, Body: &ir.Block{Stmts: []ir.Stmt{lanes}}})
 	return out
+}
+
+// pParts is how many parts of tensor-core dtype r an f32 A element is
+// split into: enough that their sum holds about 22 significant bits (f16:
+// two parts of 11, the rest below 2^-22 of the element; bf16: three of
+// 8), so f16/bf16 outputs of P·V stay within half an ulp.
+func pParts(r *ir.DTypeInfo) int {
+	n := 1
+	for n*(r.MantBits+1) < 22 {
+		n++
+	}
+	return n
 }

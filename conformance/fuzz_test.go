@@ -1,0 +1,522 @@
+package conformance
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"math/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/attnc/attnc/cpurt"
+	"github.com/attnc/attnc/frontend"
+	"github.com/attnc/attnc/internal/needtool"
+	"github.com/attnc/attnc/ir"
+	"github.com/attnc/attnc/lower"
+	cputarget "github.com/attnc/attnc/target/cpu"
+)
+
+// FuzzKernels is the property test of hostile inputs: Go fuzzing over the
+// metadata arrays and scalars of every CPU entry (a valid case from a few
+// lengths, then up to four mutations to INT32 extremes, small shifts or
+// arbitrary values), the generated kernels called through cgo with every
+// buffer guarded by a PROT_NONE page, in a child process so that a crash or
+// a hang is a reported failure rather than a lost run. For every input:
+//
+//   - never a signal (the child survives) and no hang;
+//   - the status is the one the documented validation order gives
+//     (validateRules, an independent Go statement of DESIGN/README §4);
+//   - status 0 ⇒ the outputs equal the float64 reference (attention), the
+//     byte model (append, copy_page), and rows no sequence owns stay
+//     untouched;
+//   - status < 0 ⇒ every output is untouched.
+//
+// Inputs whose documented reads need more memory than the test allocates
+// (a valid table naming a billion pages) are skipped. Run it with
+// `go test ./conformance -run XXX -fuzz FuzzKernels -fuzztime 60s`.
+func FuzzKernels(f *testing.F) {
+	needtool.Check(f, cpurt.Tools())
+	dir := f.TempDir()
+	for i, v := range fuzzVariants() {
+		s, err := Build(v, dir)
+		if err != nil {
+			f.Fatalf("%s: %v", v.Name, err)
+		}
+		s.Lib.Close()
+		fuzzSOs[i] = filepath.Join(dir, v.Name+".so")
+	}
+	for _, seed := range fuzzSeeds() {
+		f.Add(seed)
+	}
+	child := &fuzzChild{dir: dir}
+	f.Cleanup(child.stop)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fc := genFuzzCase(data)
+		if fc.Role == ir.RolePrefill || fc.Role == ir.RoleDecode {
+			// The rules run here too, so that the fuzzer's coverage sees
+			// which rule a case reaches (the child's coverage is not
+			// reported back).
+			validateRules(fuzzVariants()[fc.V], fc)
+		}
+		res, err := child.run(fc)
+		if err != nil {
+			t.Fatalf("%v\ncase: %s", err, fc)
+		}
+		if res.Skip {
+			t.Skip(res.Msg)
+		}
+		if !res.Pass {
+			t.Fatalf("%s\ncase: %s", res.Msg, fc)
+		}
+	})
+}
+
+// fuzzSpecs are small variants that cover both tables and layouts, f32 and
+// f16, the data masks, windows with sinks, learned sinks, division by zero
+// in a mask and the page kernels.
+var fuzzSpecs = []string{
+	`variant fz_csr { heads qo = 4, kv = 2
+	  head_dim 16
+	  dtype f32
+	  cache paged(page_size = 4)
+	  kernels prefill, decode, merge_state, append, copy_page }`,
+	`variant fz_bt { heads qo = 2, kv = 1
+	  head_dim qk = 16, v = 8
+	  dtype f16
+	  cache paged(page_size = 2, layout = NHD, table = block_table)
+	  mask window(left = 9)
+	  sinks tokens(2)
+	  kernels prefill, decode, append, copy_page }`,
+	`variant fz_tree { heads qo = 2, kv = 2
+	  head_dim 8
+	  dtype f32
+	  cache paged(page_size = 1)
+	  mask tree
+	  sinks learned }`,
+	`variant fz_custom { heads qo = 2, kv = 1
+	  head_dim 8
+	  dtype f32
+	  cache paged(page_size = 8, table = block_table)
+	  mask custom }`,
+	`variant fz_expr { heads qo = 2, kv = 1
+	  head_dim 8
+	  dtype f32
+	  cache paged(page_size = 4)
+	  mask expr(kv_pos <= q_pos && q_pos % (kv_pos - 2) != 1) }`,
+}
+
+// fuzzSOs are the built libraries of fuzzSpecs.
+var fuzzSOs = make([]string, len(fuzzSpecs))
+
+var fuzzVariants = sync.OnceValue(func() []*ir.Variant {
+	var vs []*ir.Variant
+	for _, src := range fuzzSpecs {
+		v, err := frontend.Parse("fuzz.attn", []byte(src))
+		if err != nil {
+			panic(err)
+		}
+		vs = append(vs, v[0])
+	}
+	return vs
+})
+
+// fuzzCase is one input: variant, role, scalar arguments and int32 arrays
+// by argument name, and the seed of the float data.
+type fuzzCase struct {
+	V       int                `json:"v"`
+	Role    ir.Role            `json:"role"`
+	Scalars map[string]int64   `json:"scalars"`
+	Arrays  map[string][]int32 `json:"arrays"`
+	Seed    int64              `json:"seed"`
+}
+
+func (fc fuzzCase) String() string {
+	b, _ := json.Marshal(fc)
+	return string(b)
+}
+
+// fuzzExtremes are the values a mutation of kind 1 picks from.
+var fuzzExtremes = []int64{math.MaxInt32, math.MinInt32, -1, -2, 0, 1, 1 << 30, 1<<30 + 1, 1<<30 - 1,
+	math.MaxInt32 - 1, math.MinInt32 + 1, 1 << 16, -(1 << 16), 1 << 24, math.MaxInt32 / 2, math.MaxInt32/2 + 1}
+
+// byteReader reads data byte by byte; past the end it reads zeros.
+type byteReader struct {
+	data []byte
+	i    int
+}
+
+func (r *byteReader) byte() byte {
+	if r.i >= len(r.data) {
+		return 0
+	}
+	r.i++
+	return r.data[r.i-1]
+}
+
+func (r *byteReader) intn(n int) int { return int(r.byte()) % n }
+
+// genFuzzCase decodes data: variant, role, batch, per-sequence lengths,
+// page layout flags, then mutations (target, index, kind, value) and the
+// data seed. Any byte string decodes to a case.
+//
+//	b0 variant  b1 role  b2 batch (0..4)  then 2 bytes per sequence (q, kv)
+//	then extra pages, flags, the mutation count (0..4), 4 bytes per
+//	mutation, and 8 bytes of seed.
+func genFuzzCase(data []byte) fuzzCase {
+	r := &byteReader{data: data}
+	vs := fuzzVariants()
+	vi := r.intn(len(vs))
+	v := vs[vi]
+	var roles []ir.Role
+	for _, k := range v.Kernels {
+		roles = append(roles, k.Role)
+	}
+	fc := fuzzCase{V: vi, Role: roles[r.intn(len(roles))], Scalars: map[string]int64{}, Arrays: map[string][]int32{}}
+	ps := v.PageSize
+	switch fc.Role {
+	case ir.RolePrefill, ir.RoleDecode:
+		batch := r.intn(5)
+		qLens, kvLens := make([]int, batch), make([]int, batch)
+		for b := range batch {
+			qLens[b] = 1
+			if fc.Role == ir.RolePrefill {
+				qLens[b] = r.intn(9)
+			}
+			kvLens[b] = qLens[b] + r.intn(40)
+			if fc.Role == ir.RoleDecode {
+				r.byte()
+			}
+		}
+		extra := r.intn(4)
+		flags := r.byte()
+		pages, numPages := 0, extra
+		for _, kv := range kvLens {
+			pages += (kv + ps - 1) / ps
+		}
+		numPages += pages
+		perm := rand.New(rand.NewSource(int64(flags))).Perm(max(numPages, 1))
+		var seqPages [][]int32
+		next := 0
+		for b, kv := range kvLens {
+			var ids []int32
+			for j := range (kv + ps - 1) / ps {
+				id := int32(perm[next%len(perm)])
+				next++
+				if flags&1 != 0 && b > 0 && j < len(seqPages[0]) && j < (kv-1)/ps {
+					id = seqPages[0][j] // a shared prefix page
+				}
+				if flags&2 != 0 && j == 1 && (kv+ps-1)/ps > 2 {
+					id = -1 // a hidden page
+				}
+				ids = append(ids, id)
+			}
+			seqPages = append(seqPages, ids)
+		}
+		fc.Scalars["batch_size"] = int64(batch)
+		fc.Scalars["num_pages"] = int64(numPages)
+		if fc.Role == ir.RolePrefill {
+			qo := make([]int32, batch+1)
+			qo[0] = int32(flags >> 6) // rows before the first sequence's are not used
+			for b, q := range qLens {
+				qo[b+1] = qo[b] + int32(q)
+			}
+			fc.Arrays["qo_indptr"] = qo
+		}
+		if v.Table == ir.BlockTable {
+			mb := int(flags>>2) & 3
+			for _, ids := range seqPages {
+				mb = max(mb, len(ids))
+			}
+			table := make([]int32, batch*mb)
+			for b, ids := range seqPages {
+				for j := range mb {
+					table[b*mb+j] = -1
+					if j < len(ids) {
+						table[b*mb+j] = ids[j]
+					}
+				}
+			}
+			fc.Scalars["max_blocks"] = int64(mb)
+			fc.Arrays["block_table"] = table
+			lens := make([]int32, batch)
+			for b, kv := range kvLens {
+				lens[b] = int32(kv)
+			}
+			fc.Arrays["kv_lens"] = lens
+		} else {
+			indptr := make([]int32, batch+1)
+			last := make([]int32, batch)
+			var indices []int32
+			for b, ids := range seqPages {
+				indices = append(indices, ids...)
+				indptr[b+1] = indptr[b] + int32(len(ids))
+				if len(ids) > 0 {
+					last[b] = int32(kvLens[b] - (len(ids)-1)*ps)
+				}
+			}
+			fc.Arrays["kv_indptr"], fc.Arrays["kv_indices"], fc.Arrays["kv_last_page_len"] = indptr, indices, last
+		}
+		rows := func(b int) int32 {
+			if fc.Role == ir.RolePrefill {
+				return fc.Arrays["qo_indptr"][b]
+			}
+			return int32(b)
+		}
+		for _, m := range v.Masks {
+			switch m.Kind {
+			case ir.MaskTree:
+				ti := make([]int32, batch+1)
+				var order []int32
+				for b := range batch + 1 {
+					ti[b] = rows(b)
+				}
+				rng := rand.New(rand.NewSource(int64(flags)))
+				for range int(rows(batch)) {
+					left := int32(rng.Intn(8))
+					order = append(order, left, left+int32(rng.Intn(4)))
+				}
+				fc.Arrays["tree_order_indptr"], fc.Arrays["tree_order"] = ti, order
+			case ir.MaskCustom:
+				mi := make([]int32, batch+1)
+				for b := range batch {
+					mi[b+1] = mi[b] + int32((qLens[b]*kvLens[b]+7)/8) + int32(flags>>7)
+				}
+				fc.Arrays["mask_indptr"] = mi
+			}
+		}
+	case ir.RoleAppend:
+		n := r.intn(6)
+		np := 2 + r.intn(3)
+		pm := make([]int32, n)
+		for i := range pm {
+			pm[i] = int32(r.intn(np*ps+1)) - 1
+		}
+		fc.Scalars["n"], fc.Scalars["num_pages"] = int64(n), int64(np)
+		fc.Arrays["position_map"] = pm
+	case ir.RoleCopyPage:
+		np := 2 + r.intn(3)
+		fc.Scalars["num_pages"] = int64(np)
+		fc.Scalars["src_page"], fc.Scalars["dst_page"] = int64(r.intn(np)), int64(r.intn(np))
+		fc.Scalars["length"] = int64(r.intn(ps + 1))
+	case ir.RoleMergeState:
+		fc.Scalars["n"] = int64(r.intn(4))
+	}
+	// Mutations: scalars first, then arrays, in name order.
+	targets := sortedKeys(fc.Scalars)
+	targets = append(targets, sortedKeys(fc.Arrays)...)
+	for range r.intn(5) {
+		t := targets[r.intn(len(targets))]
+		idx, kind, val := int(r.byte()), r.intn(3), r.byte()
+		var x int64
+		if s, ok := fc.Scalars[t]; ok {
+			x = mutate(s, kind, val)
+			if t == "batch_size" || t == "n" {
+				x = min(x, s) // arrays hold the original count; a larger one would lie about them
+			}
+			fc.Scalars[t] = x
+			continue
+		}
+		a := fc.Arrays[t]
+		if len(a) == 0 {
+			continue
+		}
+		a[idx%len(a)] = int32(mutate(int64(a[idx%len(a)]), kind, val))
+	}
+	for range 8 {
+		fc.Seed = fc.Seed<<8 | int64(r.byte())
+	}
+	return fc
+}
+
+// mutate is x shifted by a small delta (kind 0), an extreme (kind 1) or a
+// small absolute value (kind 2), as an int32.
+func mutate(x int64, kind int, val byte) int64 {
+	switch kind {
+	case 0:
+		return int64(int32(x + int64(int8(val))))
+	case 1:
+		return fuzzExtremes[int(val)%len(fuzzExtremes)]
+	}
+	return int64(val) - 128
+}
+
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
+
+// fuzzSeeds are the corpus: every variant and role unmutated, and with one
+// mutation to each INT32 extreme of each scalar and array entry 0..2.
+func fuzzSeeds() [][]byte {
+	var out [][]byte
+	for vi, v := range fuzzVariants() {
+		for ri := range v.Kernels {
+			base := []byte{byte(vi), byte(ri), 2, 3, 9, 2, 17, 1, 0b0100_0011}
+			out = append(out, append(append([]byte(nil), base...), 0))
+			for t := range 8 {
+				for e := range fuzzExtremes {
+					for idx := range 3 {
+						out = append(out, append(append([]byte(nil), base...), 1, byte(t), byte(idx), 1, byte(e)))
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// fuzzResult is the child's verdict on one case.
+type fuzzResult struct {
+	Status int32  `json:"status"`
+	Pass   bool   `json:"pass"`
+	Skip   bool   `json:"skip"`
+	Msg    string `json:"msg"`
+}
+
+// fuzzChild runs cases in a child process (this test binary running
+// TestFuzzChild), restarted after it dies.
+type fuzzChild struct {
+	dir string
+	mu  sync.Mutex
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Reader
+}
+
+func (c *fuzzChild) start() error {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestFuzzChild$", "-test.count=1")
+	env := append(os.Environ(), "ATTNC_FUZZ_CHILD=1")
+	for i, so := range fuzzSOs {
+		env = append(env, fmt.Sprintf("ATTNC_FUZZ_SO%d=%s", i, so))
+	}
+	cmd.Env = env
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	c.cmd, c.in, c.out = cmd, in, bufio.NewReaderSize(out, 1<<20)
+	return nil
+}
+
+func (c *fuzzChild) stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cmd != nil {
+		c.in.Close()
+		c.cmd.Process.Kill()
+		c.cmd.Wait()
+		c.cmd = nil
+	}
+}
+
+// run sends fc to the child and returns its verdict; a child that dies or
+// takes more than a minute is an error (and is restarted for the next case).
+func (c *fuzzChild) run(fc fuzzCase) (fuzzResult, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cmd == nil {
+		if err := c.start(); err != nil {
+			return fuzzResult{}, err
+		}
+	}
+	line, _ := json.Marshal(fc)
+	type reply struct {
+		res fuzzResult
+		err error
+	}
+	done := make(chan reply, 1)
+	go func() {
+		if _, err := c.in.Write(append(line, '\n')); err != nil {
+			done <- reply{err: err}
+			return
+		}
+		l, err := c.out.ReadBytes('\n')
+		if err != nil {
+			done <- reply{err: err}
+			return
+		}
+		var res fuzzResult
+		err = json.Unmarshal(l, &res)
+		done <- reply{res: res, err: err}
+	}()
+	select {
+	case r := <-done:
+		if r.err == nil {
+			return r.res, nil
+		}
+		c.cmd.Process.Kill()
+		werr := c.cmd.Wait()
+		c.cmd = nil
+		return fuzzResult{}, fmt.Errorf("the kernel's process died: %v (%v)", werr, r.err)
+	case <-time.After(time.Minute):
+		c.cmd.Process.Kill()
+		c.cmd.Wait()
+		c.cmd = nil
+		return fuzzResult{}, fmt.Errorf("the kernel hung (no answer in a minute)")
+	}
+}
+
+// runGuarded is runFuzzCase with a panic of the test's own Go code (not a
+// kernel crash, which kills the process) turned into a failed verdict.
+func runGuarded(s *Suite, fc fuzzCase) (res fuzzResult) {
+	defer func() {
+		if x := recover(); x != nil {
+			res = fuzzResult{Msg: fmt.Sprintf("test panic: %v\n%s", x, debug.Stack())}
+		}
+	}()
+	return runFuzzCase(s, fc)
+}
+
+// TestFuzzChild is FuzzKernels' child process: it reads cases from stdin
+// and answers with a verdict per line. It does nothing in a normal run.
+func TestFuzzChild(t *testing.T) {
+	if os.Getenv("ATTNC_FUZZ_CHILD") == "" {
+		t.Skip("the child process of FuzzKernels")
+	}
+	suites := map[int]*Suite{}
+	in := bufio.NewReaderSize(os.Stdin, 1<<20)
+	out := bufio.NewWriter(os.Stdout)
+	for {
+		line, err := in.ReadBytes('\n')
+		if err != nil {
+			return
+		}
+		var fc fuzzCase
+		if err := json.Unmarshal(line, &fc); err != nil {
+			t.Fatal(err)
+		}
+		s := suites[fc.V]
+		if s == nil {
+			v := fuzzVariants()[fc.V]
+			m, err := lower.Lower(v, cputarget.Target{}.Tiling(v))
+			if err != nil {
+				t.Fatal(err)
+			}
+			lib, err := cpurt.Open(os.Getenv(fmt.Sprintf("ATTNC_FUZZ_SO%d", fc.V)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s = &Suite{V: v, Target: "cpu", Prefix: m.Prefix, Lib: lib, Entries: cpuEntries(m)}
+			suites[fc.V] = s
+		}
+		b, _ := json.Marshal(runGuarded(s, fc))
+		out.Write(append(b, '\n'))
+		out.Flush()
+	}
+}
