@@ -1,35 +1,17 @@
-// Package bench measures generated attention kernels against baselines
-// measured in the same run, so that its numbers are ratios that carry from
-// one machine to another rather than absolute rates:
-//
-//   - decode of a batch (default 8 sequences of 4096 cached tokens): the K+V
-//     bytes read per second, against the bandwidth of copying a buffer of
-//     the same size (CPU: Go's copy on as many goroutines as the kernels use
-//     threads; GPU: cudaMemcpy device to device), counting the copy's reads
-//     and writes, so that ratio_vs_copy near 1 means the kernel streams the
-//     cache at the copy's speed;
-//   - prefill of one sequence (default q_len = kv_len = 1024): FLOP/s
-//     (2·q·kv·heads·(d_qk + d_v), halved when the mask is causal or a
-//     window), against the same run's decode FLOP/s.
-//
-// Run measures a conformance.Suite: the CPU kernels (conformance.Build) or
-// the CUDA launchers on a GPU (conformance.BuildCUDADevice, through the
-// suite's Device). `attnc bench` is the command line over it;
-// scripts/gpu-check.sh runs it on a GPU and compares the prefill with
-// torch's scaled_dot_product_attention (scripts/bench_sdpa.py).
-//
-// The package imports conformance and cpurt (cgo); cmd/attnc only.
 package bench
+
+// The GPU path: `attnc bench --target cuda --gpu` measures the CUDA
+// launchers on a device against a device-to-device copy of the same size,
+// and prints key=value lines that scripts/gpu-check.sh reads. The CPU
+// path (cpu.go) measures against the machine yardsticks instead.
 
 import (
 	"errors"
 	"fmt"
 	"math"
 	"math/rand"
-	"runtime"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/attnc/attnc/conformance"
@@ -38,12 +20,11 @@ import (
 	"github.com/attnc/attnc/reference"
 )
 
-// Options are the shapes and the time budget of a run.
+// Options are the shapes and the time budget of a device run.
 type Options struct {
 	Batch   int     // decode: sequences (default 8)
 	KVLen   int     // decode: cached tokens per sequence (default 4096)
-	QLen    int     // prefill: q_len = kv_len of its one sequence (default 1024)
-	Threads int     // CPU worker threads (0: the library's default, all online CPUs)
+	QLen    int     // prefill: q_len = kv_len of its one sequence (default 2048)
 	Seconds float64 // least wall time of each measurement (default 1)
 	Seed    int64   // random inputs
 }
@@ -56,7 +37,7 @@ func (o Options) withDefaults() Options {
 		o.KVLen = 4096
 	}
 	if o.QLen == 0 {
-		o.QLen = 1024
+		o.QLen = 2048
 	}
 	if o.Seconds == 0 {
 		o.Seconds = 1
@@ -86,34 +67,33 @@ func (m Measurement) rate(amount float64) float64 {
 	return amount / m.PerCall()
 }
 
-// Report is one variant's run. Rates are derived from the measurements.
-type Report struct {
+// DeviceReport is one variant's device run. Rates are derived from the
+// measurements.
+type DeviceReport struct {
 	Variant *ir.Variant
-	Target  string // cpu, or cuda (on a GPU when Device)
-	Device  bool   // the suite ran through a conformance.Device
-	Threads int    // CPU worker threads the kernels and the copy used
+	Target  string // cuda
 	Opts    Options
 
 	HasDecode  bool
 	DecodeKV   int64       // K+V bytes one decode call reads
 	Decode     Measurement // decode entry
-	Copy       Measurement // copy of DecodeKV bytes (memmove or D2D)
+	Copy       Measurement // device-to-device copy of DecodeKV bytes
 	HasPrefill bool
 	Causal     bool        // prefill FLOPs halved
 	Prefill    Measurement // prefill entry
 }
 
 // DecodeGBps is the decode's K+V bytes read per second, in GB/s (1e9).
-func (r *Report) DecodeGBps() float64 { return r.Decode.rate(float64(r.DecodeKV)) / 1e9 }
+func (r *DeviceReport) DecodeGBps() float64 { return r.Decode.rate(float64(r.DecodeKV)) / 1e9 }
 
 // CopyGBps is the copy's bytes read plus bytes written per second, in GB/s.
-func (r *Report) CopyGBps() float64 { return r.Copy.rate(2*float64(r.DecodeKV)) / 1e9 }
+func (r *DeviceReport) CopyGBps() float64 { return r.Copy.rate(2*float64(r.DecodeKV)) / 1e9 }
 
 // RatioVsCopy is DecodeGBps / CopyGBps.
-func (r *Report) RatioVsCopy() float64 { return ratio(r.DecodeGBps(), r.CopyGBps()) }
+func (r *DeviceReport) RatioVsCopy() float64 { return ratio(r.DecodeGBps(), r.CopyGBps()) }
 
 // DecodeFLOPs is the work of one decode call: 2·batch·kv_len·qo_heads·(d_qk+d_v).
-func (r *Report) DecodeFLOPs() float64 {
+func (r *DeviceReport) DecodeFLOPs() float64 {
 	v := r.Variant
 	return 2 * float64(r.Opts.Batch) * float64(r.Opts.KVLen) * float64(v.QOHeads) * float64(v.HeadDimQK+v.HeadDimV)
 }
@@ -121,7 +101,7 @@ func (r *Report) DecodeFLOPs() float64 {
 // PrefillFLOPs is the nominal work of one prefill call:
 // 2·q·kv·qo_heads·(d_qk+d_v) (4·q·kv·d·heads when d_qk = d_v), halved for a
 // causal or window mask.
-func (r *Report) PrefillFLOPs() float64 {
+func (r *DeviceReport) PrefillFLOPs() float64 {
 	v := r.Variant
 	f := 2 * float64(r.Opts.QLen) * float64(r.Opts.QLen) * float64(v.QOHeads) * float64(v.HeadDimQK+v.HeadDimV)
 	if r.Causal {
@@ -131,20 +111,13 @@ func (r *Report) PrefillFLOPs() float64 {
 }
 
 // PrefillFLOPS is the prefill's FLOP/s.
-func (r *Report) PrefillFLOPS() float64 { return r.Prefill.rate(r.PrefillFLOPs()) }
+func (r *DeviceReport) PrefillFLOPS() float64 { return r.Prefill.rate(r.PrefillFLOPs()) }
 
 // DecodeFLOPS is the decode's FLOP/s.
-func (r *Report) DecodeFLOPS() float64 { return r.Decode.rate(r.DecodeFLOPs()) }
+func (r *DeviceReport) DecodeFLOPS() float64 { return r.Decode.rate(r.DecodeFLOPs()) }
 
 // RatioVsDecode is the prefill's FLOP/s over the decode's.
-func (r *Report) RatioVsDecode() float64 { return ratio(r.PrefillFLOPS(), r.DecodeFLOPS()) }
-
-func ratio(a, b float64) float64 {
-	if b == 0 {
-		return 0
-	}
-	return a / b
-}
+func (r *DeviceReport) RatioVsDecode() float64 { return ratio(r.PrefillFLOPS(), r.DecodeFLOPS()) }
 
 // causal reports whether the mask hides every kv_pos > q_pos (causal, or a
 // window, which implies it).
@@ -159,28 +132,17 @@ func causal(v *ir.Variant) bool {
 
 // String prints the report as key=value lines: a header with the shape of
 // the variant, then one line per measurement (times in ms, rates in GB/s
-// and GFLOP/s, TFLOP/s on a device). scripts/gpu-check.sh reads them.
-func (r *Report) String() string {
+// and GFLOP/s and TFLOP/s). scripts/gpu-check.sh reads them.
+func (r *DeviceReport) String() string {
 	v := r.Variant
 	var sb strings.Builder
-	target := r.Target
-	if r.Device {
-		target += "-device"
-	}
-	fmt.Fprintf(&sb, "bench %s target=%s", v.Name, target)
-	if !r.Device {
-		fmt.Fprintf(&sb, " threads=%d", r.Threads)
-	}
+	fmt.Fprintf(&sb, "bench %s target=%s-device", v.Name, r.Target)
 	fmt.Fprintf(&sb, " dtype=%s qo_heads=%d kv_heads=%d head_dim_qk=%d head_dim_v=%d page_size=%d\n",
 		v.DType, v.QOHeads, v.KVHeads, v.HeadDimQK, v.HeadDimV, v.PageSize)
-	copyName := fmt.Sprintf("memmove(%d threads)", r.Threads)
-	if r.Device {
-		copyName = "cudaMemcpyD2D"
-	}
 	if r.HasDecode {
-		fmt.Fprintf(&sb, "decode  %s batch=%d kv_len=%d calls=%d ms=%.4g kv_bytes=%d gbps=%.2f copy=%s copy_ms=%.4g copy_gbps=%.2f ratio_vs_copy=%.3f gflops=%.2f\n",
+		fmt.Fprintf(&sb, "decode  %s batch=%d kv_len=%d calls=%d ms=%.4g kv_bytes=%d gbps=%.2f copy=cudaMemcpyD2D copy_ms=%.4g copy_gbps=%.2f ratio_vs_copy=%.3f gflops=%.2f\n",
 			v.Name, r.Opts.Batch, r.Opts.KVLen, r.Decode.Calls, 1e3*r.Decode.PerCall(), r.DecodeKV, r.DecodeGBps(),
-			copyName, 1e3*r.Copy.PerCall(), r.CopyGBps(), r.RatioVsCopy(), r.DecodeFLOPS()/1e9)
+			1e3*r.Copy.PerCall(), r.CopyGBps(), r.RatioVsCopy(), r.DecodeFLOPS()/1e9)
 	} else {
 		fmt.Fprintf(&sb, "decode  %s skipped: no decode entry\n", v.Name)
 	}
@@ -194,31 +156,22 @@ func (r *Report) String() string {
 	return sb.String()
 }
 
-// Run measures the suite's decode and prefill entries and the copy
-// baseline, each for at least o.Seconds. With s.Dev set, the inputs are
-// uploaded once and the calls are timed with the device synchronized at
-// the end of each timed group; s.Dev must then be a
-// conformance.DeviceCopier for the copy baseline.
-func Run(s *conformance.Suite, o Options) (*Report, error) {
+// RunDevice measures the suite's decode and prefill launchers on its
+// Device and the device-to-device copy baseline, each for at least
+// o.Seconds. The inputs are uploaded once and the calls are timed with the
+// device synchronized at the end of each timed group; s.Dev must be a
+// conformance.DeviceCopier.
+func RunDevice(s *conformance.Suite, o Options) (*DeviceReport, error) {
 	o = o.withDefaults()
-	if o.Batch < 1 || o.KVLen < 1 || o.QLen < 1 || o.Threads < 0 || o.Seconds < 0 {
+	if o.Batch < 1 || o.KVLen < 1 || o.QLen < 1 || o.Seconds < 0 {
 		return nil, fmt.Errorf("bench: bad options %+v", o)
 	}
-	r := &Report{Variant: s.V, Target: s.Target, Device: s.Dev != nil, Opts: o, Causal: causal(s.V)}
-	if s.Target == "cpu" {
-		if err := s.SetThreads(o.Threads); err != nil {
-			return nil, err
-		}
-		n, err := s.Lib.Call(s.Prefix + "_get_num_threads")
-		if err != nil {
-			return nil, err
-		}
-		r.Threads = int(n)
-	} else {
-		r.Threads = runtime.GOMAXPROCS(0)
+	if s.Dev == nil {
+		return nil, fmt.Errorf("bench: %s: RunDevice needs a suite on a device (the CPU bench is RunCPU)", s.V.Name)
 	}
+	r := &DeviceReport{Variant: s.V, Target: s.Target, Opts: o, Causal: causal(s.V)}
 	if _, ok := s.Entries[ir.RoleDecode]; ok {
-		w, err := newWorkload(s, ir.RoleDecode, decodeShape(o), o.Seed)
+		w, err := newWorkload(s, ir.RoleDecode, decodeCall(o.Batch, o.KVLen), o.Seed)
 		if err != nil {
 			return nil, err
 		}
@@ -228,13 +181,13 @@ func Run(s *conformance.Suite, o Options) (*Report, error) {
 		if err != nil {
 			return nil, fmt.Errorf("bench: %s decode: %w", s.V.Name, err)
 		}
-		r.Copy, err = measureCopy(s.Dev, int(r.DecodeKV), r.Threads, o.Seconds)
+		r.Copy, err = measureCopy(s.Dev, int(r.DecodeKV), o.Seconds)
 		if err != nil {
 			return nil, fmt.Errorf("bench: copy baseline: %w", err)
 		}
 	}
 	if _, ok := s.Entries[ir.RolePrefill]; ok {
-		w, err := newWorkload(s, ir.RolePrefill, prefillShape(o), o.Seed+1)
+		w, err := newWorkload(s, ir.RolePrefill, prefillCall(o.QLen), o.Seed+1)
 		if err != nil {
 			return nil, err
 		}
@@ -248,22 +201,8 @@ func Run(s *conformance.Suite, o Options) (*Report, error) {
 	return r, nil
 }
 
-// shape is a batch: query tokens and cached tokens per sequence.
-type shape struct{ qLens, kvLens []int }
-
-func decodeShape(o Options) shape {
-	s := shape{}
-	for range o.Batch {
-		s.qLens = append(s.qLens, 1)
-		s.kvLens = append(s.kvLens, o.KVLen)
-	}
-	return s
-}
-
-func prefillShape(o Options) shape { return shape{qLens: []int{o.QLen}, kvLens: []int{o.QLen}} }
-
-// workload is one entry with its inputs in place (host buffers, and their
-// device copies when the suite has a Device), ready to be called again and
+// workload is one entry with its inputs in place on the suite's Device
+// (host buffers and their device copies), ready to be called again and
 // again.
 type workload struct {
 	s       *conformance.Suite
@@ -279,7 +218,7 @@ type workload struct {
 // newWorkload builds a random paged cache for sh: every sequence's pages
 // scattered over the pool in random order, values uniform in [-1, 1]
 // (reference.NewCase's cases).
-func newWorkload(s *conformance.Suite, role ir.Role, sh shape, seed int64) (w *workload, err error) {
+func newWorkload(s *conformance.Suite, role ir.Role, sh workloadShape, seed int64) (w *workload, err error) {
 	v := s.V
 	rng := rand.New(rand.NewSource(seed))
 	es := reference.Size(v.DType)
@@ -311,9 +250,6 @@ func newWorkload(s *conformance.Suite, role ir.Role, sh shape, seed int64) (w *w
 	}
 	w.vals = vals
 	w.o = bufs["o"]
-	if s.Dev == nil {
-		return w, nil
-	}
 	// Device copies; the entry gets their addresses.
 	for i, b := range w.host {
 		d, err := s.Dev.Alloc(b.Len())
@@ -344,12 +280,7 @@ func (w *workload) call() error {
 	return nil
 }
 
-func (w *workload) sync() error {
-	if w.s.Dev == nil {
-		return nil
-	}
-	return w.s.Dev.Sync()
-}
+func (w *workload) sync() error { return w.s.Dev.Sync() }
 
 // measure times the entry (after one untimed call) and then checks that
 // the output is finite: a benchmark of a kernel that computes garbage is
@@ -363,10 +294,8 @@ func (w *workload) measure(seconds float64) (Measurement, error) {
 }
 
 func (w *workload) checkOutput() error {
-	if w.s.Dev != nil {
-		if err := w.s.Dev.Download(w.o, w.oDev); err != nil {
-			return err
-		}
+	if err := w.s.Dev.Download(w.o, w.oDev); err != nil {
+		return err
 	}
 	for i, x := range reference.Decode(w.s.V.DType, w.o.U8()) {
 		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
@@ -416,53 +345,22 @@ func measure(f, sync func() error, seconds float64) (Measurement, error) {
 	}
 }
 
-// measureCopy times copying n bytes: device to device on dev (a
-// conformance.DeviceCopier), else Go's copy split over threads goroutines
-// (the kernels' worker count) between two host buffers.
-func measureCopy(dev conformance.Device, n, threads int, seconds float64) (Measurement, error) {
-	if dev != nil {
-		cp, ok := dev.(conformance.DeviceCopier)
-		if !ok {
-			return Measurement{}, errors.New("the device cannot copy device to device")
-		}
-		src, err := dev.Alloc(n)
-		if err != nil {
-			return Measurement{}, err
-		}
-		defer dev.Free(src)
-		dst, err := dev.Alloc(n)
-		if err != nil {
-			return Measurement{}, err
-		}
-		defer dev.Free(dst)
-		return measure(func() error { return cp.CopyDevice(dst, src, n) }, dev.Sync, seconds)
+// measureCopy times copying n bytes device to device on dev (a
+// conformance.DeviceCopier).
+func measureCopy(dev conformance.Device, n int, seconds float64) (Measurement, error) {
+	cp, ok := dev.(conformance.DeviceCopier)
+	if !ok {
+		return Measurement{}, errors.New("the device cannot copy device to device")
 	}
-	src, dst := make([]byte, n), make([]byte, n)
-	for i := range src {
-		src[i] = byte(i*7 + 1) // touched: no shared zero pages
+	src, err := dev.Alloc(n)
+	if err != nil {
+		return Measurement{}, err
 	}
-	threads = max(threads, 1)
-	chunk := (n + threads - 1) / threads
-	return measure(func() error {
-		ParallelCopy(dst, src, chunk)
-		return nil
-	}, func() error { return nil }, seconds)
-}
-
-// ParallelCopy copies src into dst with one goroutine per chunk bytes.
-func ParallelCopy(dst, src []byte, chunk int) {
-	if chunk <= 0 || chunk >= len(src) {
-		copy(dst, src)
-		return
+	defer dev.Free(src)
+	dst, err := dev.Alloc(n)
+	if err != nil {
+		return Measurement{}, err
 	}
-	var wg sync.WaitGroup
-	for off := 0; off < len(src); off += chunk {
-		end := min(off+chunk, len(src))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			copy(dst[off:end], src[off:end])
-		}()
-	}
-	wg.Wait()
+	defer dev.Free(dst)
+	return measure(func() error { return cp.CopyDevice(dst, src, n) }, dev.Sync, seconds)
 }
