@@ -18,6 +18,7 @@ type benchFlags struct {
 	threads int
 	seed    int64
 	json    string
+	workDir string
 
 	// The built-in cases' shape and storage types (no SPEC given).
 	qoHeads, kvHeads, headDim, pageSize int
@@ -89,7 +90,7 @@ func (bf *benchFlags) check(c *cobra.Command, specs int) error {
 		if specs == 0 {
 			return fmt.Errorf("attnc bench: --gpu measures the variants of SPEC files; give at least one")
 		}
-		for _, n := range []string{"json", "reps", "threads", "pool-mib", "stream-mib"} {
+		for _, n := range []string{"json", "reps", "threads", "pool-mib", "stream-mib", "work-dir"} {
 			if c.Flags().Changed(n) {
 				return fmt.Errorf("attnc bench: --%s is for the CPU bench; --gpu prints key=value lines", n)
 			}
@@ -181,6 +182,7 @@ generate kernels yet are reported as "skip <variant>: <reason>".`,
 	f.IntVar(&bf.threads, "threads", 0, "CPU threads of the kernels and the yardsticks (0: all online CPUs)")
 	f.Int64Var(&bf.seed, "seed", 1, "random seed of the inputs")
 	f.StringVar(&bf.json, "json", "", "also write the report as JSON to this file")
+	f.StringVar(&bf.workDir, "work-dir", "", "build the kernels and yardsticks in this directory and keep them (a profiler finds their symbols there)")
 	f.IntVar(&bf.qoHeads, "qo-heads", 32, "built-in cases: query heads")
 	f.IntVar(&bf.kvHeads, "kv-heads", 8, "built-in cases: KV heads")
 	f.IntVar(&bf.headDim, "head-dim", 128, "built-in cases: head dimension")

@@ -43,13 +43,18 @@ func runBench(c *cobra.Command, args []string, bf benchFlags) error {
 		}
 		plan = bench.BuiltinPlan(bench.Heads{QOHeads: bf.qoHeads, KVHeads: bf.kvHeads, HeadDim: bf.headDim, PageSize: bf.pageSize}, cases)
 	}
+	if bf.workDir != "" {
+		if err := os.MkdirAll(bf.workDir, 0o755); err != nil {
+			return fmt.Errorf("attnc bench: --work-dir: %w", err)
+		}
+	}
 	// The scattered read's blocks are one page of one KV head in 16 bits,
 	// rounded up to whole read steps.
 	block := int64(bf.pageSize*bf.headDim*2+255) / 256 * 256
 	r, err := bench.RunCPU(plan, bench.CPUOptions{
 		Threads: bf.threads, Batch: bf.batch, KVLen: bf.kvLen, QLen: bf.qLen,
 		PoolBytes: int64(bf.poolMiB) << 20, StreamBytes: int64(bf.streamMiB) << 20, BlockBytes: block,
-		Budget: bench.Budget{Reps: bf.reps, Seconds: bf.seconds}, Seed: bf.seed, Version: version(),
+		Budget: bench.Budget{Reps: bf.reps, Seconds: bf.seconds}, Seed: bf.seed, Version: version(), Dir: bf.workDir,
 		Out: c.OutOrStdout(),
 	})
 	if err != nil {

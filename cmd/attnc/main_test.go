@@ -547,9 +547,16 @@ func TestBenchSpecs(t *testing.T) {
 	needTools(t, true)
 	bad := unsupported(t)
 	p := writeSpec(t, "small.attn", smallSpec)
-	o, e, code := attnc(t, append([]string{"bench", p, bad}, benchTiny...)...)
+	work := filepath.Join(t.TempDir(), "work")
+	o, e, code := attnc(t, append([]string{"bench", p, bad, "--work-dir", work}, benchTiny...)...)
 	if code != 0 {
 		t.Fatalf("bench: exit %d\nstdout:\n%s\nstderr:\n%s", code, o, e)
+	}
+	// --work-dir keeps the kernels and the yardsticks, for a profiler.
+	for _, pat := range []string{"*-small/small.so", "yardsticks/yardstick-*.so"} {
+		if m, _ := filepath.Glob(filepath.Join(work, pat)); len(m) == 0 {
+			t.Errorf("--work-dir has no %s", pat)
+		}
 	}
 	for _, re := range []string{
 		`(?m)^small decode +2x100 4/2 d64 p4 .* GB/s +[\d.]+  stream read `,
