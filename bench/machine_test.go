@@ -40,9 +40,15 @@ func TestMachine(t *testing.T) {
 	if got := names(m.Levels()); got != "x86-64-v3,x86-64" {
 		t.Errorf("levels without avx512bw: %s", got)
 	}
+	if got := names(fmaLevels(m.Levels())); got != "x86-64-v3" {
+		t.Errorf("fma levels: %s", got)
+	}
 	delete(m.Flags, "fma")
 	if got := names(m.Levels()); got != "x86-64" {
 		t.Errorf("levels without fma: %s", got)
+	}
+	if got := names(fmaLevels(m.Levels())); got != "x86-64" {
+		t.Errorf("fma levels without fma: %s", got)
 	}
 	if l := m.LevelOf([]string{"-mcpu=x86-64"}); l.VectorBytes != 16 || l.FMA {
 		t.Errorf("LevelOf x86-64: %+v", l)

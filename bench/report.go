@@ -35,7 +35,7 @@ func (r *CPUReport) writeHeader(w io.Writer) {
 	if r.Budget.Reps == 0 {
 		budget = fmt.Sprintf("%g s and at least %d repetitions", r.Budget.Seconds, MinReps)
 	}
-	fmt.Fprintf(w, "kernels: %s (%s); yardsticks: -mcpu=%s (%s) and every lower level; each row: %s\n",
+	fmt.Fprintf(w, "kernels: %s (%s); yardsticks: -mcpu=%s (%s) and the lower levels with FMA; each row: %s\n",
 		r.KernelMCPU, r.KernelLevel.Name, r.Yard.ReadLevel.MCPU, r.Yard.ReadLevel.Name, budget)
 }
 

@@ -301,7 +301,8 @@ type Yardsticks struct {
 	// prefetching the next block (the hardware prefetchers do not cross
 	// 4 KiB pages, and scattered pages defeat them): GB/s.
 	BlocksPrefetch Measure `json:"blocks_prefetch"`
-	// FMA is the fp32 FMA throughput at every level the machine runs, widest first.
+	// FMA is the fp32 FMA throughput at every level with fused
+	// multiply-add (fmaLevels), widest first.
 	FMA []FMAResult `json:"fma"`
 	// Clock is the core clock from a dependent integer add chain on every
 	// thread, over each thread's CPU time (so that time waiting for a core
@@ -380,9 +381,24 @@ func streamBytes(m *Machine) (int64, string) {
 	return want, ""
 }
 
+// fmaLevels are the levels whose FMA throughput is measured: those with
+// fused multiply-add (a level without it, x86-64's SSE2, runs separate
+// multiplies and adds, which is not what kernels run on an FMA machine),
+// or the best level when none has it.
+func fmaLevels(levels []Level) []Level {
+	var ls []Level
+	for _, l := range levels {
+		if l.FMA || !levels[0].FMA {
+			ls = append(ls, l)
+		}
+	}
+	return ls
+}
+
 // MeasureYardsticks builds the yardstick libraries and measures the read
-// bandwidth (contiguous and in random blocks), the FMA throughput at every
-// level and the clock, each o.Budget times on o.Threads threads.
+// bandwidth (contiguous and in random blocks, with the widest loads), the
+// FMA throughput at every level with FMA and the clock, each o.Budget
+// times on o.Threads threads.
 func MeasureYardsticks(o YardOptions) (*Yardsticks, error) {
 	m := o.Machine
 	if m == nil {
@@ -402,13 +418,16 @@ func MeasureYardsticks(o YardOptions) (*Yardsticks, error) {
 	if y.StreamBytes == 0 {
 		y.StreamBytes, y.StreamNote = streamBytes(m)
 	}
+	if m.MemAvail > 0 && y.StreamBytes > m.MemAvail*3/4 {
+		return nil, fmt.Errorf("bench: a %d MiB stream read buffer does not fit in 3/4 of the %d MiB of available memory", y.StreamBytes>>20, m.MemAvail>>20)
+	}
 	libs := make([]*yardLib, 0, len(levels))
 	defer func() {
 		for _, l := range libs {
 			l.close()
 		}
 	}()
-	for _, l := range levels {
+	for _, l := range fmaLevels(levels) {
 		lib, err := buildYardLib(l, o.Dir)
 		if err != nil {
 			return nil, fmt.Errorf("bench: yardstick %s: %w", l.MCPU, err)
@@ -450,8 +469,8 @@ func MeasureYardsticks(o YardOptions) (*Yardsticks, error) {
 		return nil, err
 	}
 
-	// FMA at every level; each repetition runs about 50 ms (less when the
-	// budget is small).
+	// FMA at every level built; each repetition runs about 50 ms (less
+	// when the budget is small).
 	target := 0.05
 	if o.Budget.Reps == 0 {
 		target = min(target, max(o.Budget.Seconds/MinReps, 0.002))

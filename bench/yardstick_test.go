@@ -96,8 +96,13 @@ func TestMeasureYardsticks(t *testing.T) {
 		t.Fatal(err)
 	}
 	levels := ReadMachine().Levels()
-	if y.Threads != 2 || y.ReadLevel != levels[0] || y.StreamBytes != 4<<20 || y.BlockBytes != 4096 || len(y.FMA) != len(levels) {
+	if y.Threads != 2 || y.ReadLevel != levels[0] || y.StreamBytes != 4<<20 || y.BlockBytes != 4096 || len(y.FMA) != len(fmaLevels(levels)) {
 		t.Errorf("yardsticks %+v", y)
+	}
+	for i, f := range y.FMA {
+		if f.Level != fmaLevels(levels)[i] || (levels[0].FMA && !f.Level.FMA) {
+			t.Errorf("fma %d at %+v", i, f.Level)
+		}
 	}
 	for name, m := range map[string]Measure{"read": y.Read, "blocks": y.Blocks, "blocks+prefetch": y.BlocksPrefetch, "fma": y.FMA[0].M} {
 		if r := m.Rate(); r.N != 2 || r.Min <= 0 {
@@ -118,5 +123,9 @@ func TestMeasureYardsticks(t *testing.T) {
 	}
 	if _, err := MeasureYardsticks(YardOptions{Threads: 0, Dir: t.TempDir()}); err == nil {
 		t.Errorf("no threads: no error")
+	}
+	small := &Machine{Arch: "amd64", Flags: map[string]bool{}, MemAvail: 8 << 20}
+	if _, err := MeasureYardsticks(YardOptions{Threads: 1, StreamBytes: 7 << 20, Dir: t.TempDir(), Machine: small}); err == nil || !strings.Contains(err.Error(), "does not fit") {
+		t.Errorf("a stream buffer larger than memory: %v", err)
 	}
 }

@@ -116,7 +116,7 @@ has (x86-64-v4 with AVX-512, x86-64-v3, ...), each printed with its level:
                  (page_size x head_dim x 2 bytes) in a random order, without
                  and with a prefetch of the next block
   fp32 fma       register-resident FMA chains at every vector level the CPU
-                 has; the widest is the fma peak
+                 has with FMA instructions; the widest is the fma peak
   clock          a chain of dependent integer adds (x86-64): GHz per thread,
                  and the peak's flop/cycle/thread
 
