@@ -14,9 +14,10 @@ import (
 )
 
 // poolWorkload is a CPU entry with its arguments in place, its K/V pages
-// in a pool of PoolPages pages and PageSets disjoint page tables over it:
-// call i reads the pages of table i mod PageSets, so that with a pool far
-// larger than the last-level cache no cache serves a call's pages.
+// in a pool of poolPages pages and one page table per disjoint page set
+// over it: call i reads the pages of table i mod len(tables), so that with
+// a pool far larger than the last-level cache no cache serves a call's
+// pages.
 //
 // The pool tiles a reference case's pages (pool page q holds the case's
 // page q mod the case's page count), so every call computes attention over
