@@ -121,6 +121,10 @@ type CaseResult struct {
 	Ratio   float64            `json:"ratio"`
 	RatioTo string             `json:"ratio_to"`
 	Ratios  map[string]float64 `json:"ratios"`
+	// RatioBest is the best rate over the yardstick's best: other load
+	// only ever slows a repetition down, so on a shared machine it is the
+	// steadier of the two.
+	RatioBest float64 `json:"ratio_best"`
 }
 
 // RunCPU builds the plan's variants for the CPU, measures the machine
@@ -279,10 +283,12 @@ func (c *CaseResult) setRatios(y *Yardsticks) {
 		c.Ratios["stream_read"] = ratio(c.Rate.Median, y.Read.Rate().Median)
 		c.Ratios["scattered_read"] = ratio(c.Rate.Median, y.Blocks.Rate().Median)
 		c.Ratios["scattered_read_prefetch"] = ratio(c.Rate.Median, y.BlocksPrefetch.Rate().Median)
+		c.RatioBest = ratio(c.Rate.Max, y.Read.Rate().Max)
 	} else {
 		c.RatioTo = "fma_peak"
 		if p := y.Peak(); p != nil {
 			c.Ratios["fma_peak"] = ratio(c.Rate.Median, p.M.Rate().Median)
+			c.RatioBest = ratio(c.Rate.Max, p.M.Rate().Max)
 		}
 		for _, f := range y.FMA {
 			c.Ratios["fma_"+f.Level.MCPU] = ratio(c.Rate.Median, f.M.Rate().Median)

@@ -130,7 +130,8 @@ func TestRunCPU(t *testing.T) {
 		t.Errorf("prefill: %+v", pre)
 	}
 	for _, c := range r.Cases {
-		if c.Rate.N != 3 || c.Ratio <= 0 || c.Ratio != c.Ratios[c.RatioTo] || !near(c.Ratio, c.Rate.Median/yardMedian(r.Yard, c.RatioTo)) {
+		if c.Rate.N != 3 || c.Ratio <= 0 || c.Ratio != c.Ratios[c.RatioTo] || !near(c.Ratio, c.Rate.Median/yardMedian(r.Yard, c.RatioTo)) ||
+			!near(c.RatioBest, c.Rate.Max/yardBest(r.Yard, c.RatioTo)) {
 			t.Errorf("%s: rate %+v ratio %v ratios %v", c.Name, c.Rate, c.Ratio, c.Ratios)
 		}
 	}
@@ -152,6 +153,13 @@ func TestRunCPU(t *testing.T) {
 	if err := json.Unmarshal(b, &back); err != nil || len(back.Cases) != 2 || back.Cases[0].Ratio != dec.Ratio || back.Yard.Summary != r.Yard.Summary {
 		t.Errorf("JSON round trip: %v", err)
 	}
+}
+
+func yardBest(y *Yardsticks, name string) float64 {
+	if name == "stream_read" {
+		return y.Read.Rate().Max
+	}
+	return y.Peak().M.Rate().Max
 }
 
 func yardMedian(y *Yardsticks, name string) float64 {

@@ -72,11 +72,11 @@ func (r *CPUReport) writeYardsticks(w io.Writer) {
 	}
 }
 
-const caseCols = "%-18s %-30s %9s %9s %9s %9s %5s %-8s %6s  %s\n"
+const caseCols = "%-18s %-30s %9s %9s %9s %9s %5s %-8s %6s %6s  %s\n"
 
 func writeCaseHeader(w io.Writer) {
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, caseCols, "case", "shape", "ms", "rate", "p25", "p75", "reps", "unit", "ratio", "of (and others)")
+	fmt.Fprintf(w, caseCols, "case", "shape", "ms", "rate", "p25", "p75", "reps", "unit", "ratio", "best", "of (and others)")
 }
 
 // shapeText is a case's call shape, short.
@@ -112,7 +112,7 @@ func writeCase(w io.Writer, c *CaseResult) {
 		of += " (" + strings.Join(sortedStrings(also), "; ") + ")"
 	}
 	fmt.Fprintf(w, caseCols, c.Name, c.shapeText(), fmt.Sprintf("%.3f", c.TimeMS.Median), f(c.Rate.Median), f(c.Rate.P25), f(c.Rate.P75),
-		fmt.Sprint(c.Rate.N), c.Unit, fmt.Sprintf("%.3f", c.Ratio), of)
+		fmt.Sprint(c.Rate.N), c.Unit, fmt.Sprintf("%.3f", c.Ratio), fmt.Sprintf("%.3f", c.RatioBest), of)
 }
 
 func sortedStrings(xs []string) []string {

@@ -461,9 +461,9 @@ func TestBenchBuiltin(t *testing.T) {
 		`(?m)^  the same, prefetching the next block +[\d.]+ .* GB/s$`,
 		`(?m)^fp32 fma, \S+ \(.*\), \d+ chains +[\d.]+ .* GFLOP/s$`,
 		`(?m)^fma peak: \S+, [\d.]+ GFLOP/s`,
-		`(?m)^decode f16 +2x100 4/2 d32 p4 +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +3 GB/s +[\d.]+  stream read \([\d.]+ scattered\+prefetch; pool 4 MiB, \d+ page sets\)$`,
+		`(?m)^decode f16 +2x100 4/2 d32 p4 +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +3 GB/s +[\d.]+ +[\d.]+  stream read \([\d.]+ scattered\+prefetch; pool 4 MiB, \d+ page sets\)$`,
 		`(?m)^skip decode bf16/e4m3: <bench decode bf16/e4m3>:\d+:\d+: .*kv_dtype`,
-		`(?m)^prefill f32 +20 causal 4/2 d32 p4 +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +3 GFLOP/s +[\d.]+  fma peak \(`,
+		`(?m)^prefill f32 +20 causal 4/2 d32 p4 +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +3 GFLOP/s +[\d.]+ +[\d.]+  fma peak \(`,
 		`(?m)^load at the end: [\d.]+ [\d.]+ [\d.]+; 2 cases, 1 skipped, 0 failed$`,
 	} {
 		if !regexp.MustCompile(re).MatchString(o) {
@@ -501,6 +501,7 @@ func TestBenchBuiltin(t *testing.T) {
 			KVBytes int64              `json:"kv_bytes"`
 			Flops   float64            `json:"flops"`
 			Ratio   float64            `json:"ratio"`
+			Best    float64            `json:"ratio_best"`
 			RatioTo string             `json:"ratio_to"`
 			Ratios  map[string]float64 `json:"ratios"`
 			Rate    struct {
@@ -528,6 +529,9 @@ func TestBenchBuiltin(t *testing.T) {
 	if dec.Name != "decode f16" || dec.RatioTo != "stream_read" || dec.KVBytes != 2*100*2*64*2 || dec.Rate.N != 3 || len(dec.M.Seconds) != 3 ||
 		dec.Ratio <= 0 || dec.Ratios["stream_read"] != dec.Ratio || dec.Ratios["scattered_read_prefetch"] <= 0 {
 		t.Errorf("decode case: %+v", dec)
+	}
+	if dec.Best <= 0 || pre.Best <= 0 {
+		t.Errorf("best ratios %v %v", dec.Best, pre.Best)
 	}
 	if got := dec.Rate.Median / r.Yard.Summary.Read; got/dec.Ratio < 1-1e-9 || got/dec.Ratio > 1+1e-9 {
 		t.Errorf("decode ratio %v, rate/stream %v", dec.Ratio, got)
@@ -559,8 +563,8 @@ func TestBenchSpecs(t *testing.T) {
 		}
 	}
 	for _, re := range []string{
-		`(?m)^small decode +2x100 4/2 d64 p4 .* GB/s +[\d.]+  stream read `,
-		`(?m)^small prefill +20 causal 4/2 d64 p4 .* GFLOP/s +[\d.]+  fma peak `,
+		`(?m)^small decode +2x100 4/2 d64 p4 .* GB/s +[\d.]+ +[\d.]+  stream read `,
+		`(?m)^small prefill +20 causal 4/2 d64 p4 .* GFLOP/s +[\d.]+ +[\d.]+  fma peak `,
 		`(?m)^skip mla_rope decode: .*not supported yet`,
 		`(?m)^skip mla_rope prefill: .*not supported yet`,
 		`(?m)^load at the end: .*; 2 cases, 2 skipped, 0 failed$`,
