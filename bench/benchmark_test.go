@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"fmt"
 	"os"
 	"runtime"
 	"sync"
@@ -70,35 +71,39 @@ func BenchmarkStreamRead(b *testing.B) {
 	}
 }
 
-// BenchmarkStreamReadBlocks reads the same bytes in 4 KiB blocks in a
-// random order, without and with a prefetch of the next block.
+// BenchmarkStreamReadBlocks reads the same bytes in blocks in a random
+// order: 32 KiB (a K page of issue 10's shape at 16 bits, what attnc bench
+// reads) and 4 KiB (one KV head's rows of such a page), without and with a
+// prefetch of the next block.
 func BenchmarkStreamReadBlocks(b *testing.B) {
 	y, threads := widest(b), runtime.NumCPU()
 	n, _ := streamBytes(ReadMachine())
-	rb, err := newReadBuffer(n, threads, 4096)
+	rb, err := newReadBuffer(n, threads, 32<<10)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer rb.free()
-	bo, err := newBlockOrder(rb, 4096, 1)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer bo.free()
 	out := newSlots(threads)
 	defer out.free()
-	for _, tc := range []struct {
-		name  string
-		ahead int
-	}{{"plain", 0}, {"prefetch", 1}} {
-		b.Run(tc.name, func(b *testing.B) {
-			b.SetBytes(bo.bytes())
-			for range b.N {
-				if _, err := y.readBlocks(rb, bo, tc.ahead, out); err != nil {
-					b.Fatal(err)
+	for _, block := range []int64{32 << 10, 4 << 10} {
+		bo, err := newBlockOrder(rb, block, 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer bo.free()
+		for _, tc := range []struct {
+			name  string
+			ahead int
+		}{{"plain", 0}, {"prefetch", 1}} {
+			b.Run(fmt.Sprintf("%dKiB/%s", block>>10, tc.name), func(b *testing.B) {
+				b.SetBytes(bo.bytes())
+				for range b.N {
+					if _, err := y.readBlocks(rb, bo, tc.ahead, out); err != nil {
+						b.Fatal(err)
+					}
 				}
-			}
-		})
+			})
+		}
 	}
 }
 

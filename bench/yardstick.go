@@ -280,7 +280,7 @@ func calibrate(iters0 int64, target float64, run func(iters int64) (float64, err
 type YardOptions struct {
 	Threads     int    // threads of each yardstick (the kernels' count)
 	StreamBytes int64  // read buffer size; 0: max(1 GiB, 8 x LLC), reduced to half the available memory
-	BlockBytes  int64  // scattered read block (default 4 KiB: a 16-token page row of 128 16-bit values)
+	BlockBytes  int64  // scattered read block (default 32 KiB: one 16-token page of 8 KV heads x 128 16-bit values)
 	Budget      Budget // repetitions of each yardstick
 	Seed        int64  // block order
 	Dir         string // where the yardstick libraries are built
@@ -413,7 +413,7 @@ func MeasureYardsticks(o YardOptions) (*Yardsticks, error) {
 	}
 	y := &Yardsticks{Threads: o.Threads, ReadLevel: levels[0], BlockBytes: o.BlockBytes, StreamBytes: o.StreamBytes}
 	if y.BlockBytes == 0 {
-		y.BlockBytes = 4096
+		y.BlockBytes = 32 << 10
 	}
 	if y.StreamBytes == 0 {
 		y.StreamBytes, y.StreamNote = streamBytes(m)

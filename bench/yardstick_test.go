@@ -96,7 +96,7 @@ func TestMeasureYardsticks(t *testing.T) {
 		t.Fatal(err)
 	}
 	levels := ReadMachine().Levels()
-	if y.Threads != 2 || y.ReadLevel != levels[0] || y.StreamBytes != 4<<20 || y.BlockBytes != 4096 || len(y.FMA) != len(fmaLevels(levels)) {
+	if y.Threads != 2 || y.ReadLevel != levels[0] || y.StreamBytes != 4<<20 || y.BlockBytes != 32<<10 || len(y.FMA) != len(fmaLevels(levels)) {
 		t.Errorf("yardsticks %+v", y)
 	}
 	for i, f := range y.FMA {

@@ -48,9 +48,9 @@ func runBench(c *cobra.Command, args []string, bf benchFlags) error {
 			return fmt.Errorf("attnc bench: --work-dir: %w", err)
 		}
 	}
-	// The scattered read's blocks are one page of one KV head in 16 bits,
-	// rounded up to whole read steps.
-	block := int64(bf.pageSize*bf.headDim*2+255) / 256 * 256
+	// The scattered read's blocks are one K (or V) page of the built-in
+	// shape in 16 bits, rounded up to whole read steps.
+	block := int64(bf.pageSize*bf.kvHeads*bf.headDim*2+255) / 256 * 256
 	r, err := bench.RunCPU(plan, bench.CPUOptions{
 		Threads: bf.threads, Batch: bf.batch, KVLen: bf.kvLen, QLen: bf.qLen,
 		PoolBytes: int64(bf.poolMiB) << 20, StreamBytes: int64(bf.streamMiB) << 20, BlockBytes: block,

@@ -457,7 +457,7 @@ func TestBenchBuiltin(t *testing.T) {
 		`(?m)^attnc bench: .*, 2 threads of \d+ CPUs, LLC .*, load [\d.]+ [\d.]+ [\d.]+$`,
 		`(?m)^kernels: -mcpu=\S+ \(.*\); yardsticks: -mcpu=\S+ \(.*\) and the lower levels with FMA; each row: 3 repetitions$`,
 		`(?m)^stream read, 8 MiB contiguous +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +3  GB/s$`,
-		`(?m)^stream read, 256 B blocks in random order +[\d.]+ .* GB/s$`,
+		`(?m)^stream read, 512 B blocks in random order +[\d.]+ .* GB/s$`,
 		`(?m)^  the same, prefetching the next block +[\d.]+ .* GB/s$`,
 		`(?m)^fp32 fma, \S+ \(.*\), \d+ chains +[\d.]+ .* GFLOP/s$`,
 		`(?m)^fma peak: \S+, [\d.]+ GFLOP/s`,
