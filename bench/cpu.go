@@ -116,8 +116,8 @@ type CaseResult struct {
 	// Ratio is the median rate over the yardstick's median (RatioTo):
 	// decode against the contiguous stream read, prefill against the FMA
 	// peak. Ratios holds it with the others: decode also against the
-	// scattered reads, prefill also against the FMA loop at the kernels'
-	// own level.
+	// prefetching and the scattered reads, prefill also against the FMA
+	// loop at the kernels' own level.
 	Ratio   float64            `json:"ratio"`
 	RatioTo string             `json:"ratio_to"`
 	Ratios  map[string]float64 `json:"ratios"`
@@ -282,6 +282,7 @@ func (c *CaseResult) setRatios(y *Yardsticks) {
 	if c.Role == string(ir.RoleDecode) {
 		c.RatioTo = "stream_read"
 		c.Ratios["stream_read"] = ratio(c.Rate.Median, y.Read.Rate().Median)
+		c.Ratios["stream_read_prefetch"] = ratio(c.Rate.Median, y.ReadPrefetch.Rate().Median)
 		c.Ratios["scattered_read"] = ratio(c.Rate.Median, y.Blocks.Rate().Median)
 		c.Ratios["scattered_read_prefetch"] = ratio(c.Rate.Median, y.BlocksPrefetch.Rate().Median)
 		c.RatioBest = ratio(c.Rate.Max, y.Read.Rate().Max)

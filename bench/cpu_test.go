@@ -138,7 +138,7 @@ func TestRunCPU(t *testing.T) {
 	if !strings.Contains(r.Skipped[0].Reason, "kv_dtype") || r.Skipped[0].Name != "decode bf16/e4m3" {
 		t.Errorf("skipped: %+v", r.Skipped)
 	}
-	for _, want := range []string{"stream read, 2 MiB contiguous", "256 B blocks in random order", "fp32 fma, " + r.Yard.ReadLevel.MCPU,
+	for _, want := range []string{"stream read, 2 MiB contiguous", "the same, prefetching 256 B ahead", "256 B blocks in random order", "fp32 fma, " + r.Yard.ReadLevel.MCPU,
 		"\ndecode f16 ", "\nprefill f32 ", "skip decode bf16/e4m3: ", "stream read (", "fma peak ("} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q", want)

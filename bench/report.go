@@ -55,6 +55,7 @@ func (r *CPUReport) writeYardsticks(w io.Writer) {
 		note = " (" + y.StreamNote + ")"
 	}
 	statRow(w, "stream read, "+mib(y.StreamBytes)+" contiguous"+note, y.Read.Rate(), "GB/s")
+	statRow(w, "  the same, prefetching "+mib(y.BlockBytes)+" ahead", y.ReadPrefetch.Rate(), "GB/s")
 	statRow(w, "stream read, "+mib(y.BlockBytes)+" blocks in random order", y.Blocks.Rate(), "GB/s")
 	statRow(w, "  the same, prefetching the next block", y.BlocksPrefetch.Rate(), "GB/s")
 	for _, f := range y.FMA {

@@ -155,8 +155,8 @@ func (y *yardLib) read(rb *readBuffer, out slots) (float64, error) {
 	return sec, nil
 }
 
-// blockOrder is a random order of a read buffer's blocks, split between
-// the threads, with the sum each thread's blocks must give.
+// blockOrder is an order of a read buffer's blocks, split between the
+// threads, with the sum each thread's blocks must give.
 type blockOrder struct {
 	block   int64
 	offsets *cpurt.Buffer // i64 byte offsets into the buffer
@@ -165,7 +165,9 @@ type blockOrder struct {
 }
 
 // newBlockOrder cuts rb into blocks of block bytes (a multiple of the read
-// step) and shuffles them.
+// step) and shuffles them; seed < 0 keeps them in address order (with
+// blocks dividing the threads' shares, each thread reads its own share
+// front to back).
 func newBlockOrder(rb *readBuffer, block int64, seed int64) (*blockOrder, error) {
 	total := rb.bytes()
 	n := int(total / block)
@@ -174,8 +176,13 @@ func newBlockOrder(rb *readBuffer, block int64, seed int64) (*blockOrder, error)
 	}
 	bo := &blockOrder{block: block, offsets: cpurt.NewBuffer(8 * n), want: make([]int64, rb.threads)}
 	offs := wordsOf(bo.offsets)
-	for i, p := range rand.New(rand.NewSource(seed)).Perm(n) {
-		offs[i] = int64(p) * block
+	for i := range offs {
+		offs[i] = int64(i) * block
+	}
+	if seed >= 0 {
+		for i, p := range rand.New(rand.NewSource(seed)).Perm(n) {
+			offs[i] = int64(p) * block
+		}
 	}
 	words := wordsOf(rb.buf)
 	for t := range rb.threads {
@@ -295,8 +302,12 @@ type Yardsticks struct {
 	StreamBytes int64   `json:"stream_bytes"` // read buffer size
 	StreamNote  string  `json:"stream_note,omitempty"`
 	Read        Measure `json:"read"` // contiguous read of StreamBytes: GB/s
-	BlockBytes  int64   `json:"block_bytes"`
-	Blocks      Measure `json:"blocks"` // the same bytes in BlockBytes blocks in a random order: GB/s
+	// ReadPrefetch reads the same bytes front to back in BlockBytes
+	// blocks, each block's loads prefetching the next block: GB/s. (The
+	// ratios stay against Read, the classic STREAM-style read.)
+	ReadPrefetch Measure `json:"read_prefetch"`
+	BlockBytes   int64   `json:"block_bytes"`
+	Blocks       Measure `json:"blocks"` // the same bytes in BlockBytes blocks in a random order: GB/s
 	// BlocksPrefetch reads the blocks in the same order, each block's loads
 	// prefetching the next block (the hardware prefetchers do not cross
 	// 4 KiB pages, and scattered pages defeat them): GB/s.
@@ -316,6 +327,7 @@ type Yardsticks struct {
 // YardSummary is the yardsticks' medians.
 type YardSummary struct {
 	ReadGBps           float64 `json:"stream_read_gbps"`
+	ReadPrefetchGBps   float64 `json:"stream_read_prefetch_gbps"`
 	BlocksGBps         float64 `json:"scattered_read_gbps"`
 	BlocksPrefetchGBps float64 `json:"scattered_read_prefetch_gbps"`
 	FMAPeakGFLOPS      float64 `json:"fma_peak_gflops"`
@@ -455,7 +467,16 @@ func MeasureYardsticks(o YardOptions) (*Yardsticks, error) {
 	if y.Read.Seconds, err = o.Budget.repeat(func(int) (float64, error) { return libs[0].read(rb, out) }); err != nil {
 		return nil, err
 	}
-	bo, err := newBlockOrder(rb, y.BlockBytes, o.Seed)
+	seq, err := newBlockOrder(rb, y.BlockBytes, -1)
+	if err != nil {
+		return nil, fmt.Errorf("bench: stream read: %w", err)
+	}
+	defer seq.free()
+	y.ReadPrefetch.Amount = float64(seq.bytes())
+	if y.ReadPrefetch.Seconds, err = o.Budget.repeat(func(int) (float64, error) { return libs[0].readBlocks(rb, seq, 1, out) }); err != nil {
+		return nil, err
+	}
+	bo, err := newBlockOrder(rb, y.BlockBytes, max(o.Seed, 0))
 	if err != nil {
 		return nil, fmt.Errorf("bench: scattered read: %w", err)
 	}
@@ -518,7 +539,7 @@ func MeasureYardsticks(o YardOptions) (*Yardsticks, error) {
 			return nil, err
 		}
 	}
-	y.Summary = YardSummary{ReadGBps: y.Read.Rate().Median, BlocksGBps: y.Blocks.Rate().Median,
+	y.Summary = YardSummary{ReadGBps: y.Read.Rate().Median, ReadPrefetchGBps: y.ReadPrefetch.Rate().Median, BlocksGBps: y.Blocks.Rate().Median,
 		BlocksPrefetchGBps: y.BlocksPrefetch.Rate().Median, ClockGHz: y.Clock.Rate().Median, FlopsPerCycle: y.FlopsPerCycle()}
 	if p := y.Peak(); p != nil {
 		y.Summary.FMAPeakGFLOPS, y.Summary.FMAPeakMCPU = p.M.Rate().Median, p.Level.MCPU

@@ -47,9 +47,21 @@ func TestYardstickLoops(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer bo.free()
-			for _, ahead := range []int{0, 1, 5} {
-				if _, err := y.readBlocks(rb, bo, ahead, out); err != nil {
-					t.Errorf("ahead %d: %v", ahead, err)
+			seq, err := newBlockOrder(rb, int64(2*step), -1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer seq.free()
+			for i, off := range wordsOf(seq.offsets) {
+				if off != int64(i*2*step) {
+					t.Fatalf("address order: block %d at %d", i, off)
+				}
+			}
+			for _, order := range []*blockOrder{bo, seq} {
+				for _, ahead := range []int{0, 1, 5} {
+					if _, err := y.readBlocks(rb, order, ahead, out); err != nil {
+						t.Errorf("ahead %d: %v", ahead, err)
+					}
 				}
 			}
 			// A wrong expected sum is caught.
@@ -104,12 +116,12 @@ func TestMeasureYardsticks(t *testing.T) {
 			t.Errorf("fma %d at %+v", i, f.Level)
 		}
 	}
-	for name, m := range map[string]Measure{"read": y.Read, "blocks": y.Blocks, "blocks+prefetch": y.BlocksPrefetch, "fma": y.FMA[0].M} {
+	for name, m := range map[string]Measure{"read": y.Read, "read+prefetch": y.ReadPrefetch, "blocks": y.Blocks, "blocks+prefetch": y.BlocksPrefetch, "fma": y.FMA[0].M} {
 		if r := m.Rate(); r.N != 2 || r.Min <= 0 {
 			t.Errorf("%s: %+v", name, r)
 		}
 	}
-	if y.Read.Amount != 4<<20 || y.Blocks.Amount != 4<<20 {
+	if y.Read.Amount != 4<<20 || y.ReadPrefetch.Amount != 4<<20 || y.Blocks.Amount != 4<<20 {
 		t.Errorf("read amounts %v %v", y.Read.Amount, y.Blocks.Amount)
 	}
 	if y.Peak() == nil || y.Summary.FMAPeakGFLOPS != y.Peak().M.Rate().Median || y.Summary.ReadGBps != y.Read.Rate().Median {

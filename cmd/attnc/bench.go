@@ -112,7 +112,8 @@ Yardsticks (CPU), compiled by LLVM 14 for the widest vector level this CPU
 has (x86-64-v4 with AVX-512, x86-64-v3, ...), each printed with its level:
 
   stream read    a read-only reduction over max(1 GiB, 8 x LLC) bytes
-                 (--stream-mib), then the same bytes in page-sized blocks
+                 (--stream-mib), also with a software prefetch one block
+                 ahead, then the same bytes in page-sized blocks
                  (page_size x kv_heads x head_dim x 2 bytes) in a random
                  order, without and with a prefetch of the next block
   fp32 fma       register-resident FMA chains at every vector level the CPU

@@ -457,6 +457,7 @@ func TestBenchBuiltin(t *testing.T) {
 		`(?m)^attnc bench: .*, 2 threads of \d+ CPUs, LLC .*, load [\d.]+ [\d.]+ [\d.]+$`,
 		`(?m)^kernels: -mcpu=\S+ \(.*\); yardsticks: -mcpu=\S+ \(.*\) and the lower levels with FMA; each row: 3 repetitions$`,
 		`(?m)^stream read, 8 MiB contiguous +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +3  GB/s$`,
+		`(?m)^  the same, prefetching 512 B ahead +[\d.]+ .* GB/s$`,
 		`(?m)^stream read, 512 B blocks in random order +[\d.]+ .* GB/s$`,
 		`(?m)^  the same, prefetching the next block +[\d.]+ .* GB/s$`,
 		`(?m)^fp32 fma, \S+ \(.*\), \d+ chains +[\d.]+ .* GFLOP/s$`,
@@ -527,7 +528,7 @@ func TestBenchBuiltin(t *testing.T) {
 	dec, pre := r.Cases[0], r.Cases[1]
 	// Decode reads 2 sequences x 100 rows x 2 KV heads x (32 + 32) f16.
 	if dec.Name != "decode f16" || dec.RatioTo != "stream_read" || dec.KVBytes != 2*100*2*64*2 || dec.Rate.N != 3 || len(dec.M.Seconds) != 3 ||
-		dec.Ratio <= 0 || dec.Ratios["stream_read"] != dec.Ratio || dec.Ratios["scattered_read_prefetch"] <= 0 {
+		dec.Ratio <= 0 || dec.Ratios["stream_read"] != dec.Ratio || dec.Ratios["scattered_read_prefetch"] <= 0 || dec.Ratios["stream_read_prefetch"] <= 0 {
 		t.Errorf("decode case: %+v", dec)
 	}
 	if dec.Best <= 0 || pre.Best <= 0 {
