@@ -196,3 +196,102 @@ func TestGPUCheckWithoutGPU(t *testing.T) {
 		t.Errorf("gpu-check.sh without a GPU: %v\n%s", err, out)
 	}
 }
+
+const profileBench = "../scripts/profile-bench.sh"
+
+func TestProfileBenchScriptParses(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	if out, err := exec.Command(bash, "-n", profileBench).CombinedOutput(); err != nil {
+		t.Fatalf("bash -n %s: %v\n%s", profileBench, err, out)
+	}
+	if st, err := os.Stat(profileBench); err != nil || st.Mode()&0o111 == 0 {
+		t.Errorf("%s is not executable: %v", profileBench, err)
+	}
+}
+
+// fakePerf runs the command after "--" of perf record (writing the -o
+// file) and prints its arguments for perf report.
+const fakePerf = `#!/bin/bash
+case $1 in
+record)
+	while [ "$1" != -- ]; do if [ "$1" = -o ]; then touch "$2"; fi; shift; done
+	shift
+	if [ "$1" = true ]; then exit 0; fi
+	echo "perf record runs: $*"
+	exec "$@";;
+report) echo "perf report args: $*"; echo "    99.00%  [.] k_decode.par0";;
+esac
+`
+
+// fakeBench is attnc: bench writes a kernel library and a yardstick into
+// --work-dir.
+const fakeBench = `#!/bin/bash
+[ "$1" = bench ] || exit 1
+shift
+while [ $# -gt 0 ]; do if [ "$1" = --work-dir ]; then mkdir -p "$2/00-k" "$2/yardsticks"; touch "$2/00-k/k.so" "$2/yardsticks/yardstick-x86-64-v4.so"; fi; shift; done
+echo "decode f16 ..."
+`
+
+func runFakeProfile(t *testing.T, withPerf bool, args ...string) (string, int) {
+	t.Helper()
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	for _, tool := range []string{"find", "sort", "paste", "grep", "head", "mktemp", "cat", "dirname", "mkdir", "rm", "touch"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("no %s", tool)
+		}
+	}
+	bin := t.TempDir()
+	for _, tool := range []string{"find", "sort", "paste", "grep", "head", "mktemp", "cat", "dirname", "mkdir", "rm", "touch", "bash"} {
+		p, _ := exec.LookPath(tool)
+		os.Symlink(p, filepath.Join(bin, tool))
+	}
+	if withPerf {
+		os.WriteFile(filepath.Join(bin, "perf"), []byte(fakePerf), 0o755)
+	}
+	attnc := filepath.Join(t.TempDir(), "attnc")
+	os.WriteFile(attnc, []byte(fakeBench), 0o755)
+	dir := t.TempDir()
+	cmd := exec.Command(bash, append([]string{profileBench}, args...)...)
+	cmd.Env = []string{"PATH=" + bin, "ATTNC=" + attnc, "PROFILE_DIR=" + dir, "HOME=" + t.TempDir()}
+	out, err := cmd.CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return strings.ReplaceAll(string(out), dir, "DIR"), code
+}
+
+func TestProfileBenchFlow(t *testing.T) {
+	out, code := runFakeProfile(t, true)
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	for _, want := range []string{
+		"perf record runs: ", // the bench ran under perf record
+		`bench --work-dir DIR/work --decode f16 --prefill  --seconds 3`,
+		"== kernel functions: shares of the samples in k.so,libm.so.6",
+		"perf report args: report -i DIR/perf.data --no-children --dsos k.so,libm.so.6 --percentage relative",
+		"99.00%  [.] k_decode.par0",
+		"== every library",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	out, code = runFakeProfile(t, true, "--decode", "bf16", "--reps", "3")
+	if code != 0 || !strings.Contains(out, "bench --work-dir DIR/work --decode bf16 --reps 3") {
+		t.Errorf("flags not passed on (exit %d):\n%s", code, out)
+	}
+	out, code = runFakeProfile(t, false)
+	if code == 0 || !strings.Contains(out, "profile-bench: FAIL: perf not found") || !strings.Contains(out, "callgrind") {
+		t.Errorf("without perf: exit %d:\n%s", code, out)
+	}
+}

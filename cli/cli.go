@@ -107,7 +107,7 @@ A typical session:
   attnc build  model.attn -o out          # write out/<variant>.ll, .h, manifest.json
   attnc explain model.attn --q-len 1 --kv-len 4096 --threads 8
   attnc verify model.attn                 # run the kernels against the reference
-  attnc bench  model.attn                 # decode GB/s vs a copy, prefill GFLOP/s
+  attnc bench  [model.attn]               # decode vs stream read, prefill vs FMA peak
   attnc sass   model.attn                 # CUDA machine code: registers, spills, occupancy
 
 The spec language and the generated ABI are described in DESIGN.md (§3 and §4)

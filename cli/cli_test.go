@@ -479,14 +479,26 @@ func TestVerifyAndBenchFlagErrors(t *testing.T) {
 		{[]string{"bench", llama3, "--target", "cuda"}, "add --gpu"},
 		{[]string{"bench", llama3, "--target", "cpu", "--gpu"}, "use it with --target cuda"},
 		{[]string{"bench", llama3, "--target", "tpu"}, `unknown --target "tpu"`},
-		{[]string{"bench", llama3, "--seconds", "0"}, "--seconds 0 is out of range: more than 0 and at most 3600"},
-		{[]string{"bench", llama3, "--batch", "-1"}, "--batch -1 is out of range: batch_size is an int32_t, 1..2147483647"},
-		{[]string{"bench", llama3, "--batch", "3000000000"}, "--batch 3000000000 is out of range: batch_size is an int32_t, 1..2147483647"},
-		{[]string{"bench", llama3, "--kv-len", "99999999999"}, "--kv-len 99999999999 is out of range: a sequence holds at most 2^30 tokens, 1..1073741824"},
-		{[]string{"bench", llama3, "--threads", "40000"}, "--threads 40000 is out of range: the kernels use at most this many threads, 1..1024"},
+		{[]string{"bench", llama3, "--seconds", "0"}, "--seconds must be in (0, 3600] (got 0)"},
+		{[]string{"bench", "--seconds", "1e9"}, "--seconds must be in (0, 3600] (got 1e+09)"},
+		{[]string{"bench", "--seconds", "NaN"}, "--seconds must be in (0, 3600]"},
+		{[]string{"bench", llama3, "--batch", "-1"}, "--batch must be in 1..4096 (got -1)"},
+		{[]string{"bench", "--threads", "5000"}, "--threads must be in 0..1024 (got 5000)"},
+		{[]string{"bench", "--reps", "-2"}, "--reps must be in 0..100000 (got -2)"},
+		{[]string{"bench", "--kv-len", "0"}, "--kv-len must be in 1..1048576 (got 0)"},
+		{[]string{"bench", "--q-len", "100000"}, "--q-len must be in 1..65536 (got 100000)"},
+		{[]string{"bench", "--head-dim", "0"}, "--head-dim must be in 1..1024 (got 0)"},
+		{[]string{"bench", "--pool-mib", "0"}, "--pool-mib must be in 1..1048576 (got 0)"},
+		{[]string{"bench", "--stream-mib", "-1"}, "--stream-mib must be in 0..1048576 (got -1)"},
+		{[]string{"bench", llama3, "--qo-heads", "8"}, "--qo-heads shapes the built-in cases; with SPEC files the specs set it"},
+		{[]string{"bench", llama3, "--decode", "f16"}, "--decode shapes the built-in cases"},
+		{[]string{"bench", "--decode", "f64"}, `--decode: unknown dtype "f64"`},
+		{[]string{"bench", "--prefill", "bf16/"}, `--prefill: empty kv dtype in "bf16/"`},
+		{[]string{"bench", "--decode", "", "--prefill", ""}, "nothing to measure"},
+		{[]string{"bench", "--gpu"}, "--gpu measures the variants of SPEC files; give at least one"},
+		{[]string{"bench", llama3, "--gpu", "--json", "x.json"}, "--json is for the CPU bench"},
 		{[]string{"verify", llama3, "--threads", "1,4000"}, "--threads 4000 is out of range: the kernels use at most this many threads, 1..1024"},
 		{[]string{"verify", llama3, "--threads", "0"}, "--threads 0 is out of range"},
-		{[]string{"bench"}, "no spec file given"},
 	} {
 		_, e, code := runCLI(t, tc.args...)
 		if code != 1 || !strings.Contains(e, tc.want) {
@@ -518,19 +530,138 @@ func TestGPUWithoutNVCC(t *testing.T) {
 	}
 }
 
-func TestBenchCPU(t *testing.T) {
+// benchTiny are flags that make the CPU bench take seconds: small
+// yardstick buffers and pool, a small shape, three repetitions.
+var benchTiny = []string{"--stream-mib", "8", "--pool-mib", "4", "--batch", "2", "--kv-len", "100", "--q-len", "20",
+	"--threads", "2", "--reps", "3"}
+
+// The built-in cases on a tiny shape: the table and the JSON, with the
+// in-run yardsticks and every ratio.
+func TestBenchBuiltin(t *testing.T) {
 	needTools(t, true)
-	bad := unsupported(t)
-	p := writeSpec(t, "small.attn", smallSpec)
-	o, e, code := runCLI(t, "bench", p, bad, "--seconds", "0.01", "--batch", "2", "--kv-len", "100", "--q-len", "20", "--threads", "2")
-	if code != 0 {
+	js := filepath.Join(t.TempDir(), "bench.json")
+	args := append([]string{"bench", "--qo-heads", "4", "--kv-heads", "2", "--head-dim", "32", "--page-size", "4",
+		"--decode", "f16,bf16/e4m3", "--prefill", "f32", "--json", js}, benchTiny...)
+	o, e, code := runCLI(t, args...)
+	if code != 0 || e != "" {
 		t.Fatalf("bench: exit %d\nstdout:\n%s\nstderr:\n%s", code, o, e)
 	}
 	for _, re := range []string{
-		`(?m)^bench small target=cpu threads=2 dtype=f32 qo_heads=4 kv_heads=2 head_dim_qk=64 head_dim_v=64 page_size=4$`,
-		`(?m)^decode  small batch=2 kv_len=100 calls=\d+ ms=\S+ kv_bytes=204800 gbps=\S+ copy=memmove\(2 threads\) copy_ms=\S+ copy_gbps=\S+ ratio_vs_copy=\S+ gflops=\S+$`,
-		`(?m)^prefill small batch=1 q_len=20 kv_len=20 causal=true calls=\d+ ms=\S+ gflops=\S+ tflops=\S+ ratio_vs_decode=\S+$`,
-		`(?m)^skip mla_rope: `,
+		`(?m)^attnc bench: .*, 2 threads of \d+ CPUs, LLC .*, load [\d.]+ [\d.]+ [\d.]+$`,
+		`(?m)^kernels: -mcpu=\S+ \(.*\); yardsticks: -mcpu=\S+ \(.*\) and the lower levels with FMA; each row: 3 repetitions$`,
+		`(?m)^stream read, 8 MiB contiguous +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +3  GB/s$`,
+		`(?m)^  the same, prefetching 512 B ahead +[\d.]+ .* GB/s$`,
+		`(?m)^stream read, 512 B blocks in random order +[\d.]+ .* GB/s$`,
+		`(?m)^  the same, prefetching the next block +[\d.]+ .* GB/s$`,
+		`(?m)^fp32 fma, \S+ \(.*\), \d+ chains +[\d.]+ .* GFLOP/s$`,
+		`(?m)^fma peak: \S+, [\d.]+ GFLOP/s`,
+		`(?m)^decode f16 +2x100 4/2 d32 p4 +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +3 GB/s +[\d.]+ +[\d.]+  stream read \([\d.]+ scattered\+prefetch; pool 4 MiB, \d+ page sets\)$`,
+		`(?m)^skip decode bf16/e4m3: <bench decode bf16/e4m3>:\d+:\d+: .*kv_dtype`,
+		`(?m)^prefill f32 +20 causal 4/2 d32 p4 +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +3 GFLOP/s +[\d.]+ +[\d.]+  fma peak \(`,
+		`(?m)^load at the end: [\d.]+ [\d.]+ [\d.]+; 2 cases, 1 skipped, 0 failed$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(o) {
+			t.Errorf("bench output does not match %s:\n%s", re, o)
+		}
+	}
+	b, err := os.ReadFile(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		Schema     string     `json:"schema"`
+		Threads    int        `json:"threads"`
+		KernelMCPU string     `json:"kernel_mcpu"`
+		LoadStart  [3]float64 `json:"load_start"`
+		Machine    struct {
+			OnlineCPUs int   `json:"online_cpus"`
+			LLCBytes   int64 `json:"llc_bytes"`
+		} `json:"machine"`
+		Yard struct {
+			StreamBytes int64 `json:"stream_bytes"`
+			Read        struct {
+				Seconds []float64 `json:"seconds"`
+				Rate    struct{ Median float64 }
+			} `json:"read"`
+			FMA     []json.RawMessage `json:"fma"`
+			Summary struct {
+				Read    float64 `json:"stream_read_gbps"`
+				FMAPeak float64 `json:"fma_peak_gflops"`
+			} `json:"summary"`
+		} `json:"yardsticks"`
+		Cases []struct {
+			Name    string             `json:"name"`
+			Role    string             `json:"role"`
+			KVBytes int64              `json:"kv_bytes"`
+			Flops   float64            `json:"flops"`
+			Ratio   float64            `json:"ratio"`
+			Best    float64            `json:"ratio_best"`
+			RatioTo string             `json:"ratio_to"`
+			Ratios  map[string]float64 `json:"ratios"`
+			Rate    struct {
+				N      int
+				Median float64
+			} `json:"rate"`
+			M struct {
+				Seconds []float64 `json:"seconds"`
+			} `json:"m"`
+		} `json:"cases"`
+		Skipped []struct{ Name, Reason string } `json:"skipped"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatalf("%v\n%s", err, b)
+	}
+	if r.Schema != "attnc-bench/1" || r.Threads != 2 || r.KernelMCPU == "" || r.Machine.OnlineCPUs < 1 || r.Yard.StreamBytes != 8<<20 ||
+		len(r.Yard.Read.Seconds) != 3 || r.Yard.Summary.Read <= 0 || r.Yard.Summary.Read != r.Yard.Read.Rate.Median || r.Yard.Summary.FMAPeak <= 0 || len(r.Yard.FMA) < 1 {
+		t.Errorf("JSON header and yardsticks:\n%s", b)
+	}
+	if len(r.Cases) != 2 || len(r.Skipped) != 1 || r.Skipped[0].Name != "decode bf16/e4m3" {
+		t.Fatalf("JSON cases:\n%s", b)
+	}
+	dec, pre := r.Cases[0], r.Cases[1]
+	// Decode reads 2 sequences x 100 rows x 2 KV heads x (32 + 32) f16.
+	if dec.Name != "decode f16" || dec.RatioTo != "stream_read" || dec.KVBytes != 2*100*2*64*2 || dec.Rate.N != 3 || len(dec.M.Seconds) != 3 ||
+		dec.Ratio <= 0 || dec.Ratios["stream_read"] != dec.Ratio || dec.Ratios["scattered_read_prefetch"] <= 0 || dec.Ratios["stream_read_prefetch"] <= 0 {
+		t.Errorf("decode case: %+v", dec)
+	}
+	if dec.Best <= 0 || pre.Best <= 0 {
+		t.Errorf("best ratios %v %v", dec.Best, pre.Best)
+	}
+	if got := dec.Rate.Median / r.Yard.Summary.Read; got/dec.Ratio < 1-1e-9 || got/dec.Ratio > 1+1e-9 {
+		t.Errorf("decode ratio %v, rate/stream %v", dec.Ratio, got)
+	}
+	// Causal prefill: 2*2*d*L(L+1)/2*heads.
+	if pre.Name != "prefill f32" || pre.RatioTo != "fma_peak" || pre.Flops != 2*2*32*20*21/2*4 || pre.Ratio <= 0 || pre.Ratios["fma_peak"] != pre.Ratio {
+		t.Errorf("prefill case: %+v", pre)
+	}
+	if got := pre.Rate.Median / r.Yard.Summary.FMAPeak; got/pre.Ratio < 1-1e-9 || got/pre.Ratio > 1+1e-9 {
+		t.Errorf("prefill ratio %v, rate/peak %v", pre.Ratio, got)
+	}
+}
+
+// With SPEC files, their variants' entries are the cases; unsupported
+// variants are skipped.
+func TestBenchSpecs(t *testing.T) {
+	needTools(t, true)
+	bad := unsupported(t)
+	p := writeSpec(t, "small.attn", smallSpec)
+	work := filepath.Join(t.TempDir(), "work")
+	o, e, code := runCLI(t, append([]string{"bench", p, bad, "--work-dir", work}, benchTiny...)...)
+	if code != 0 {
+		t.Fatalf("bench: exit %d\nstdout:\n%s\nstderr:\n%s", code, o, e)
+	}
+	// --work-dir keeps the kernels and the yardsticks, for a profiler.
+	for _, pat := range []string{"*-small/small.so", "yardsticks/yardstick-*.so"} {
+		if m, _ := filepath.Glob(filepath.Join(work, pat)); len(m) == 0 {
+			t.Errorf("--work-dir has no %s", pat)
+		}
+	}
+	for _, re := range []string{
+		`(?m)^small decode +2x100 4/2 d64 p4 .* GB/s +[\d.]+ +[\d.]+  stream read `,
+		`(?m)^small prefill +20 causal 4/2 d64 p4 .* GFLOP/s +[\d.]+ +[\d.]+  fma peak `,
+		`(?m)^skip mla_rope decode: .*not supported yet`,
+		`(?m)^skip mla_rope prefill: .*not supported yet`,
+		`(?m)^load at the end: .*; 2 cases, 2 skipped, 0 failed$`,
 	} {
 		if !regexp.MustCompile(re).MatchString(o) {
 			t.Errorf("bench output does not match %s:\n%s", re, o)

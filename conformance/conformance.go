@@ -22,10 +22,10 @@ import (
 // tiny allowance instead (reference.CompareULP).
 const Tolerance = 1e-5
 
-// compareOut checks an output of storage type dt against the reference:
+// CompareOut checks an output of storage type dt against the reference:
 // half an ulp (plus reference.HalfAllowance*mag) for f16/bf16, Tolerance
 // for f32. The error it returns is in ulps of dt for half types.
-func compareOut(dt ir.DType, got []float32, want, mag []float64) (maxErr float64, idx int, ok bool) {
+func CompareOut(dt ir.DType, got []float32, want, mag []float64) (maxErr float64, idx int, ok bool) {
 	if dt == ir.DTF32 {
 		return reference.Compare(got, want, Tolerance)
 	}
@@ -385,7 +385,7 @@ func (s *Suite) RunAttention(role ir.Role, spec reference.CaseSpec, seed int64, 
 	var okO, okL bool
 	var idx int
 	gotO := s.dec(cb.o)
-	r.MaxErr, idx, okO = compareOut(s.V.DType, gotO, wantO, mag)
+	r.MaxErr, idx, okO = CompareOut(s.V.DType, gotO, wantO, mag)
 	r.MagErr = reference.MagErr(s.V.DType, gotO, wantO, mag)
 	if !okO {
 		r.Note = fmt.Sprintf("o[%d] = %v, want %v", idx, gotO[max(idx, 0)], wantO[max(idx, 0)])
@@ -466,7 +466,7 @@ func (s *Suite) RunMergeState(n int, seed int64, threads int) Result {
 	var okV, okS bool
 	gotV := s.dec(bv)
 	r.MaxErr, _, okV = compareNaN(gotV, wantV, func(g []float32, w []float64) (float64, int, bool) {
-		return compareOut(v.DType, g, w, mag)
+		return CompareOut(v.DType, g, w, mag)
 	})
 	r.MagErr = reference.MagErr(v.DType, gotV, wantV, mag)
 	r.LSEErr, _, okS = compareNaN(bs.F32(), wantS, func(g []float32, w []float64) (float64, int, bool) {

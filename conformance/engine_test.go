@@ -422,7 +422,7 @@ func (e *engine) attend(tasks []task) {
 	e.stats.calls++
 	e.stats.rows += c.TotalQ()
 	got := e.s.dec(o)
-	errO, idx, okO := compareOut(v.DType, got, wantO, mag)
+	errO, idx, okO := CompareOut(v.DType, got, wantO, mag)
 	_, idxL, okL := reference.Compare(lse.F32(), wantL, Tolerance)
 	r := Result{MaxErr: errO, MagErr: reference.MagErr(v.DType, got, wantO, mag)}
 	record("engine "+e.s.Target+" "+v.DType.String(), r)

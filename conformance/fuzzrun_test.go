@@ -422,7 +422,7 @@ func checkAttention(s *Suite, r rules, fc fuzzCase, a map[string][]int32, q, kp,
 				}
 				continue
 			}
-			if e, j, ok := compareOut(v.DType, gotO[k*rowO:(k+1)*rowO], wantO[(row+i)*rowO:(row+i+1)*rowO], mag[(row+i)*rowO:(row+i+1)*rowO]); !ok {
+			if e, j, ok := CompareOut(v.DType, gotO[k*rowO:(k+1)*rowO], wantO[(row+i)*rowO:(row+i+1)*rowO], mag[(row+i)*rowO:(row+i+1)*rowO]); !ok {
 				return false, fmt.Sprintf("o row %d (sequence %d) [%d]: error %g", k, b, j, e)
 			}
 			if e, j, ok := reference.Compare(gotL[k*v.QOHeads:(k+1)*v.QOHeads], wantL[(row+i)*v.QOHeads:(row+i+1)*v.QOHeads], Tolerance); !ok {
@@ -624,7 +624,7 @@ func runFuzzMerge(s *Suite, fc fuzzCase) fuzzResult {
 		wantV, wantS, mag := reference.MergeStateMag(v.LSEBase, f64(va[:m*v.HeadDimV]), f64(sa[:m]), f64(vb[:m*v.HeadDimV]), f64(sb[:m]))
 		gotV, gotS := s.dec(cb.byName["v"]), cb.byName["s"].F32()
 		_, _, okV := compareNaN(gotV[:m*v.HeadDimV], wantV, func(g []float32, w []float64) (float64, int, bool) {
-			return compareOut(v.DType, g, w, mag)
+			return CompareOut(v.DType, g, w, mag)
 		})
 		_, _, okS := compareNaN(gotS[:m], wantS, func(g []float32, w []float64) (float64, int, bool) {
 			return reference.Compare(g, w, Tolerance)

@@ -120,10 +120,17 @@ func CPUFlags() []string {
 }
 
 // BuildShared compiles the LLVM IR file llPath into the shared library
-// soPath: opt -O3, llc -O3 -relocation-model=pic, gcc -shared -lm -lpthread.
-// Intermediate files live in a temporary directory. Errors carry the failing
-// tool's stderr.
+// soPath: opt -O3, llc -O3 -relocation-model=pic, gcc -shared -lm -lpthread,
+// with CPUFlags. Intermediate files live in a temporary directory. Errors
+// carry the failing tool's stderr.
 func BuildShared(llPath, soPath string) error {
+	return BuildSharedFor(llPath, soPath, CPUFlags())
+}
+
+// BuildSharedFor is BuildShared with the given -mcpu/-mattr flags for opt
+// and llc instead of CPUFlags (the bench's machine yardsticks are built for
+// the widest vector ISA the host has).
+func BuildSharedFor(llPath, soPath string, mcpu []string) error {
 	opt, err := findLLVM("opt")
 	if err != nil {
 		return err
@@ -142,7 +149,6 @@ func BuildShared(llPath, soPath string) error {
 	}
 	defer os.RemoveAll(tmp)
 	bc, obj := filepath.Join(tmp, "k.bc"), filepath.Join(tmp, "k.o")
-	mcpu := CPUFlags()
 	steps := [][]string{
 		append(append([]string{opt, "-O3"}, mcpu...), llPath, "-o", bc),
 		append(append([]string{llc, "-O3"}, mcpu...), "-relocation-model=pic", "-filetype=obj", bc, "-o", obj),

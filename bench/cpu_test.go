@@ -1,0 +1,170 @@
+package bench
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/attnc/attnc/conformance"
+	"github.com/attnc/attnc/ir"
+	"github.com/attnc/attnc/reference"
+)
+
+// blockTable has a vLLM block table, a window and learned sinks.
+const blockTable = `variant bt { heads qo = 4, kv = 1
+  head_dim 64
+  dtype bf16
+  cache paged(page_size = 8, layout = NHD, table = block_table)
+  mask window(left = 50)
+  sinks learned }`
+
+// Every rotated page set computes the attention of the case its pool pages
+// hold, and the page sets are disjoint.
+func TestPoolWorkload(t *testing.T) {
+	needTools(t)
+	for _, tc := range []struct {
+		src       string
+		tokenRows int64 // K+V elements per token
+		seen      func(kvLen int) int64
+	}{
+		{small, 2 * 128, func(kvLen int) int64 { return int64(kvLen) }},
+		{strings.Replace(small, "dtype f16", "dtype f32", 1), 2 * 128, func(kvLen int) int64 { return int64(kvLen) }},
+		{blockTable, 1 * 128, func(kvLen int) int64 { return int64(min(kvLen, 51)) }},
+	} {
+		v := variant(t, tc.src)
+		t.Run(v.Name+"_"+v.DType.String(), func(t *testing.T) {
+			s, err := conformance.Build(v, t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			es := int64(reference.Size(v.DType))
+			sh := workloadShape{qLens: []int{1, 1, 1}, kvLens: []int{70, 33, 129}}
+			casePages := 0
+			for _, kv := range sh.kvLens {
+				casePages += (kv + v.PageSize - 1) / v.PageSize
+			}
+			caseBytes := int64(casePages) * int64(v.PageSize) * tc.tokenRows * es
+			w, err := newPoolWorkload(s, ir.RoleDecode, sh, 5*caseBytes+1, 0, 2, 7)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.free()
+			if w.casePages != casePages || w.poolPages != 5*casePages+1 || len(w.tables) != 5 || len(w.sets) != 5 {
+				t.Fatalf("case pages %d, pool pages %d, %d tables", w.casePages, w.poolPages, len(w.tables))
+			}
+			if w.tokenBytes != tc.tokenRows*es || w.pageBytes != w.tokenBytes*int64(v.PageSize) {
+				t.Errorf("token bytes %d, page bytes %d", w.tokenBytes, w.pageBytes)
+			}
+			var seen int64
+			for _, kv := range sh.kvLens {
+				seen += tc.seen(kv)
+			}
+			if w.kvBytes != seen*w.tokenBytes || !w.exact {
+				t.Errorf("kv bytes %d, want %d rows of %d", w.kvBytes, seen, w.tokenBytes)
+			}
+			used := map[int]bool{}
+			for r, set := range w.sets {
+				for _, p := range set {
+					if used[p] || p < 0 || p >= w.poolPages {
+						t.Fatalf("set %d: page %d reused or outside the pool", r, p)
+					}
+					used[p] = true
+				}
+			}
+			for r := range 6 { // the sixth call reuses set 0
+				if err := w.call(r); err != nil {
+					t.Fatal(err)
+				}
+				wantO, _, mag := reference.AttentionMag(v, w.caseFor(r))
+				got := reference.Decode(v.DType, w.o.U8())
+				if e, i, ok := conformance.CompareOut(v.DType, got, wantO, mag); !ok {
+					t.Fatalf("call %d: o[%d] = %v, want %v (error %.2e)", r, i, got[max(i, 0)], wantO[max(i, 0)], e)
+				}
+			}
+			// A case that reads its own pages (no pool) has one set.
+			w2, err := newPoolWorkload(s, ir.RoleDecode, sh, 0, 0, 1, 7)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w2.free()
+			if len(w2.tables) != 1 || w2.poolPages != casePages {
+				t.Errorf("no pool: %d tables over %d pages", len(w2.tables), w2.poolPages)
+			}
+			if err := w2.call(3); err != nil {
+				t.Fatal(err)
+			}
+			wantO, _, mag := reference.AttentionMag(v, w2.caseFor(3))
+			if e, _, ok := conformance.CompareOut(v.DType, reference.Decode(v.DType, w2.o.U8()), wantO, mag); !ok {
+				t.Errorf("no pool: error %.2e", e)
+			}
+			if _, err := newPoolWorkload(s, ir.RoleDecode, sh, 1<<40, 1<<30, 1, 7); err == nil || !strings.Contains(err.Error(), "does not fit") {
+				t.Errorf("a pool larger than memory: %v", err)
+			}
+		})
+	}
+}
+
+func TestRunCPU(t *testing.T) {
+	needTools(t)
+	h := Heads{QOHeads: 4, KVHeads: 2, HeadDim: 32, PageSize: 4}
+	bs := []Builtin{{Role: ir.RoleDecode, DType: "f16"}, {Role: ir.RoleDecode, DType: "bf16", KVDType: "e4m3"}, {Role: ir.RolePrefill, DType: "f32"}}
+	var out strings.Builder
+	r, err := RunCPU(BuiltinPlan(h, bs), CPUOptions{Threads: 2, Batch: 2, KVLen: 100, QLen: 40, PoolBytes: 1 << 20,
+		StreamBytes: 2 << 20, BlockBytes: 256, Budget: Budget{Reps: 3}, Dir: t.TempDir(), Out: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", out.String())
+	if r.Threads != 2 || len(r.Cases) != 2 || len(r.Skipped) != 1 || len(r.Failed) != 0 || r.Yard == nil {
+		t.Fatalf("report: %d cases, skipped %v, failed %v", len(r.Cases), r.Skipped, r.Failed)
+	}
+	dec, pre := r.Cases[0], r.Cases[1]
+	if dec.Name != "decode f16" || dec.RatioTo != "stream_read" || dec.Unit != "GB/s" || dec.KVBytes != 2*100*2*64*2 || dec.M.Amount != float64(dec.KVBytes) ||
+		dec.PageSets < 2 || dec.PoolBytes < 1<<20 || dec.Batch != 2 || dec.QLen != 1 || dec.KVLen != 100 {
+		t.Errorf("decode: %+v", dec)
+	}
+	if pre.Name != "prefill f32" || pre.RatioTo != "fma_peak" || pre.Unit != "GFLOP/s" || pre.Flops != 2*2*32*40*41/2*4 || pre.PageSets != 1 || pre.QLen != 40 {
+		t.Errorf("prefill: %+v", pre)
+	}
+	for _, c := range r.Cases {
+		if c.Rate.N != 3 || c.Ratio <= 0 || c.Ratio != c.Ratios[c.RatioTo] || !near(c.Ratio, c.Rate.Median/yardMedian(r.Yard, c.RatioTo)) ||
+			!near(c.RatioBest, c.Rate.Max/yardBest(r.Yard, c.RatioTo)) {
+			t.Errorf("%s: rate %+v ratio %v ratios %v", c.Name, c.Rate, c.Ratio, c.Ratios)
+		}
+	}
+	if !strings.Contains(r.Skipped[0].Reason, "kv_dtype") || r.Skipped[0].Name != "decode bf16/e4m3" {
+		t.Errorf("skipped: %+v", r.Skipped)
+	}
+	for _, want := range []string{"stream read, 2 MiB contiguous", "the same, prefetching 256 B ahead", "256 B blocks in random order", "fp32 fma, " + r.Yard.ReadLevel.MCPU,
+		"\ndecode f16 ", "\nprefill f32 ", "skip decode bf16/e4m3: ", "stream read (", "fma peak ("} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q", want)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "out.json")
+	if err := r.WriteJSON(path); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	var back CPUReport
+	if err := json.Unmarshal(b, &back); err != nil || len(back.Cases) != 2 || back.Cases[0].Ratio != dec.Ratio || back.Yard.Summary != r.Yard.Summary {
+		t.Errorf("JSON round trip: %v", err)
+	}
+}
+
+func yardBest(y *Yardsticks, name string) float64 {
+	if name == "stream_read" {
+		return y.Read.Rate().Max
+	}
+	return y.Peak().M.Rate().Max
+}
+
+func yardMedian(y *Yardsticks, name string) float64 {
+	if name == "stream_read" {
+		return y.Read.Rate().Median
+	}
+	return y.Peak().M.Rate().Median
+}
