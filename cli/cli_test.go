@@ -323,7 +323,7 @@ func TestExplain(t *testing.T) {
 	}
 	o, _ = mustRun(t, "explain", llama3, "--target", "cuda", "--batch", "1", "--kv-len", "4096", "--sms", "132")
 	for _, want := range []string{"cuda decode       llama3_8b_decode_launch (entry)", "block 128, dynamic shared memory",
-		"batch=1 q_len=1 kv_len=4096 sms=132 -> decode via llama3_8b_decode, KV split in 33 chunks, merged with merge_state; llama3_8b_decode_split_work grid=264 block=128"} {
+		"batch=1 q_len=1 kv_len=4096 sms=132 -> decode via llama3_8b_decode_launch, KV split in 33 chunks, merged with merge_state; llama3_8b_decode_split_work grid=264 block=128"} {
 		if !strings.Contains(o, want) {
 			t.Errorf("explain --target cuda lacks %q:\n%s", want, o)
 		}

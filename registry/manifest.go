@@ -289,14 +289,14 @@ func explainPlan(sb *strings.Builder, p *PlanManifest) {
 		}
 		fmt.Fprintf(sb, "%s%s = %s over sequences of %s%s\n", in, s.Name, s.Op, s.Of, host)
 	}
-	for _, c := range p.Limits {
-		fmt.Fprintf(sb, "%slimit: %s -> %d\n", in, c.Fail, c.Code)
-	}
 	if p.Skip != "" {
 		fmt.Fprintf(sb, "%snothing to do when %s\n", in, p.Skip)
 	}
 	if h := p.Handoff; h != nil {
 		fmt.Fprintf(sb, "%shands over to %s when %s\n", in, h.Role, h.When)
+	}
+	for _, c := range p.Limits {
+		fmt.Fprintf(sb, "%slimit: %s -> %d\n", in, c.Fail, c.Code)
 	}
 	launch := func(prefix string, l LaunchManifest) {
 		fmt.Fprintf(sb, "%s%srun %s over %s items", in, prefix, l.Kernel, l.Items)

@@ -87,7 +87,7 @@ func TestSelectCUDA(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 1 sequence x 8 kv heads = 8 items >= 2 x 4 SMs workers: no split.
-	if s.Target != "cuda" || s.Role != ir.RoleDecode || s.Splits != 1 || len(s.Launches) != 1 {
+	if s.Target != "cuda" || s.Role != ir.RoleDecode || s.Symbol != "r_decode_launch" || s.Splits != 1 || len(s.Launches) != 1 {
 		t.Fatalf("got %+v", s)
 	}
 	l := s.Launches[0]

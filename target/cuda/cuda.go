@@ -212,7 +212,7 @@ func (Target) Select(v *ir.Variant, m *ir.Module, s registry.Shape) (registry.Se
 	if sms < 1 {
 		sms = DefaultSMs
 	}
-	return registry.Select(v, m, s, registry.Host{Target: "cuda", Threads: 2 * sms, Lengths: false,
+	sel, err := registry.Select(v, m, s, registry.Host{Target: "cuda", Threads: 2 * sms, Lengths: false,
 		Launch: func(l *registry.LaunchSelection) {
 			l.Grid = l.Items
 			if !l.Known {
@@ -222,4 +222,8 @@ func (Target) Select(v *ir.Variant, m *ir.Module, s registry.Shape) (registry.Se
 				l.Block, l.Smem = cudagen.BlockSize(k), cudagen.SharedBytes(k)
 			}
 		}})
+	if p := m.Plan(sel.Role); err == nil && p != nil {
+		sel.Symbol = Launcher(p) // the host entry point a caller calls
+	}
+	return sel, err
 }
