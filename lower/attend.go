@@ -164,15 +164,37 @@ func (l *lowering) decode(public bool) ([]*ir.Kernel, *ir.Plan) {
 }
 
 // attentionKernel builds a work kernel: one parallel loop over items, each
-// the attention skeleton.
+// the attention skeleton — bind the item, stage its query rows, walk its
+// KV tiles, normalize and store.
 func (l *lowering) attentionKernel(name string, role ir.Role, params []*ir.Param, it attnItem) *ir.Kernel {
-	G, GB, D, DV, KT := l.G, l.GB, l.D, l.DV, l.t.KVTile
-	R, QT := l.rowsPerItem(it.decode)
 	var b blk
+	nItems := l.itemCount(&b, it)
+	b.loop("item", i32(0), nItems, ir.Parallel, ir.TagWork, func(w *blk) {
+		x := l.bindItem(w, it, ir.R("item", ir.I32))
+		l.allocItem(w, x)
+		l.stageQuery(w, x)
+		kt := ir.R("kt", ir.I32)
+		tile := w.loop("kt", x.tileLo, x.tileHi, ir.Serial, ir.TagKVTile, func(t *blk) { l.tileStep(t, x, kt) })
+		// The position ranges of a tile, for classify-tiles.
+		KT := l.t.KVTile
+		tile.Ranges = []ir.Range{
+			{Var: "kv_pos", Lo: mul(kt, i32(KT)), Hi: sub(minE(add(mul(kt, i32(KT)), i32(KT)), x.kvLen), i32(1))},
+			{Var: "q_pos", Lo: x.qPos0, Hi: sub(add(x.qPos0, x.rows), i32(1))},
+			{Var: "head", Lo: x.head0, Hi: add(x.head0, i32(l.GB-1))},
+			{Var: refName(x.sb), Lo: x.sb, Hi: x.sb},
+		}
+		l.storeItem(w, x)
+	})
+	b.add(&ir.Return{Value: i32(0)})
+	return &ir.Kernel{Name: name, Role: role, Params: params, Body: b.block()}
+}
+
+// itemCount appends what the work kernel's item count needs and returns
+// the count: (sequence, kv head, head tile) units, times the longest
+// sequence's query tiles (prefill) and the KV chunks (split).
+func (l *lowering) itemCount(b *blk, it attnItem) ir.Expr {
 	bs := ir.R("batch_size", ir.I32)
-	splits := ir.R(ir.PlanSplits, ir.I32)
 	var nItems ir.Expr = mul(bs, i32(l.itemsPerSeq()))
-	maxQT := ir.R(l.seqMaxQT().Name, ir.I32)
 	if !it.decode {
 		// The item count needs every sequence's query length: the kernel
 		// scans qo_indptr itself, as the plan's max_qt does. A GPU kernel
@@ -186,156 +208,191 @@ func (l *lowering) attentionKernel(name string, role ir.Role, params []*ir.Param
 			qLen := minE(maxE(sub(i64(ldi("qo_indptr", add(sq, i32(1)))), i64(ldi("qo_indptr", sq))), i64c(0)), i64c(MaxSeqLen))
 			foldSeq(t, sv, map[string]ir.Expr{ir.SeqQLen: ir.Cvt(ir.I32, qLen)})
 		})
-		nItems = ir.Cvt(ir.I32, minE(l.prefillItems64(bs, maxQT), i64c(MaxItems)))
+		nItems = ir.Cvt(ir.I32, minE(l.prefillItems64(bs, ir.R(sv.Name, ir.I32)), i64c(MaxItems)))
 	}
 	if it.split {
-		nItems = mul(nItems, splits)
+		nItems = mul(nItems, ir.R(ir.PlanSplits, ir.I32))
 	}
-	item := ir.R("item", ir.I32)
-	b.loop("item", i32(0), nItems, ir.Parallel, ir.TagWork, func(w *blk) {
-		rest := ir.Expr(item)
-		var qt, sp ir.Expr
-		if !it.decode {
-			qt = w.let("qt", rem(rest, maxQT))
-			rest = w.let("rest", div(rest, maxQT))
-		}
-		if it.split {
-			sp = w.let("sp", rem(rest, splits))
-			rest = w.let("rest", div(rest, splits))
-		}
-		sb, kvh, ht := l.splitItem(w, rest)
-		var qBeg, qLen, qLo, rows ir.Expr
-		if it.decode {
-			qBeg, qLen, qLo, rows = sb, i32(1), i32(0), i32(1)
-		} else {
-			qBeg = w.let("q_beg", ldi("qo_indptr", sb))
-			qLen = w.let("q_len", sub(ldi("qo_indptr", add(sb, i32(1))), qBeg))
-			qLo = w.let("q_lo", mul(qt, i32(QT)))
-			w.when(ge(qLo, qLen), func(u *blk) { u.add(&ir.Continue{}) })
-			rows = w.let("rows", minE(i32(QT), sub(qLen, qLo)))
-		}
-		kvBeg, kvLen := l.seqPages(w, sb, "", true)
-		qRow0 := plusE(qBeg, qLo)
-		qPos0 := w.let("q_pos0", add(sub(kvLen, qLen), qLo))
-		nRows := simplifyMul(rows, GB)
-		if _, ok := nRows.(*ir.Const); !ok {
-			nRows = w.let("n_rows", nRows)
-		}
-		head0 := ir.Expr(mul(kvh, i32(G)))
-		if c, ok := ht.(*ir.Const); !ok || c.Int != 0 {
-			head0 = add(head0, mul(ht, i32(GB)))
-		}
-		head0 = w.let("head0", head0)
-		nTiles := w.let("n_tiles", ceilDiv(kvLen, KT))
-		tileLo, tileHi := ir.Expr(i32(0)), ir.Expr(nTiles)
-		if it.split {
-			// Chunk sp covers tiles [sp*per, min((sp+1)*per, n_tiles)).
-			per := w.let("per", div(add(nTiles, sub(splits, i32(1))), splits))
-			tileLo = w.let("t_lo", minE(mul(sp, per), nTiles))
-			tileHi = w.let("t_hi", minE(add(tileLo, per), nTiles))
-		}
-		w.alloc("qs", ir.F32, R*D)
-		w.alloc("kb", ir.F32, KT*D)
-		w.alloc("vb", ir.F32, KT*DV)
-		w.alloc("sc", ir.F32, R*KT)
-		w.alloc("acc", ir.F32, R*DV)
-		w.alloc("mx", ir.F32, R)
-		w.alloc("den", ir.F32, R)
-		w.alloc("alpha", ir.F32, R)
-		if l.hidesBlocks() {
-			w.alloc("kvis", ir.I32, KT)
-		}
-		if l.v.Rope != nil {
-			l.ropeTable(w)
-			l.fillRopeTable(w)
-		}
-		// rowParts binds a row's query index r and head index g: rows are
-		// query-major (row = r*GB + g), so the rows in use are a prefix.
-		rowParts := func(x *blk, row ir.Expr) (r, g ir.Expr) {
-			return x.let("r", div(row, i32(GB))), x.let("g", rem(row, i32(GB)))
-		}
-		// Stage the item's query rows and reset the running state.
-		w.spread("row", R, func(x *blk, row ir.Expr) {
-			x.guarded(lt(row, nRows), func(y *blk) {
-				r, g := rowParts(y, row)
-				qrow := y.let("q_row", add(qRow0, r))
-				qflat := y.let("qflat", rowHead(qrow, l.H, add(head0, g)))
-				for _, sg := range l.qSegs() {
-					base := y.let("qbase"+segName(sg), mul(qflat, ir.IntT(ir.I64, int64(sg.w))))
-					y.spread("d", sg.w, func(z *blk, d ir.Expr) {
-						l.stageRow(z, "qs", add(mul(row, i32(D)), plus(d, sg.off)), l.qRopePos(z, qrow), d,
-							func(k ir.Expr) ir.Expr { return tof32(ld(sg.buf, l.dt, add(base, i64(k)))) }, true)
-					})
-				}
-			}, func(y *blk) {
-				y.spread("d", D, func(z *blk, d ir.Expr) { z.store("qs", add(mul(row, i32(D)), d), f32(0)) })
-			})
-		})
-		w.spread("row", R, func(x *blk, row ir.Expr) {
-			x.store("mx", row, negInf())
-			x.store("den", row, f32(0))
-			x.spread("d", DV, func(y *blk, d ir.Expr) { y.store("acc", add(mul(row, i32(DV)), d), f32(0)) })
-		})
-		kt := ir.R("kt", ir.I32)
-		tile := w.loop("kt", tileLo, tileHi, ir.Serial, ir.TagKVTile, func(t *blk) {
-			kvLo := t.let("kv_lo", mul(kt, i32(KT)))
-			kvN := t.let("kv_n", minE(i32(KT), sub(kvLen, kvLo)))
-			l.stageKV(t, kvBeg, kvLo, kvN, kvh, sb, sub(kvLen, qLen), qBeg)
-			t.add(&ir.MatMul{C: "sc", A: "qs", B: "kb", M: R, N: KT, K: D, TransB: true,
-				MExt: nRows, NExt: kvN, KExt: i32(D)})
-			// Score: scale, @score, @mask, the data masks and hidden
-			// blocks, once per (row, position).
-			t.spread("row", R, func(x *blk, row ir.Expr) {
-				x.guarded(lt(row, nRows), func(y *blk) {
-					r, g := rowParts(y, row)
-					head := y.let("head", add(head0, g))
-					qPos := y.let("q_pos", add(qPos0, r))
-					y.spread("j", KT, func(z *blk, j ir.Expr) {
-						at := add(mul(row, i32(KT)), j)
-						z.guarded(lt(j, kvN), func(u *blk) {
-							l.scoreStep(u, at, j, qPos, add(kvLo, j), head, sb, sub(kvLen, qLen), kvLen)
-						}, func(u *blk) { u.store("sc", at, negInf()) })
-					})
-				}, nil)
-			})
-			l.softmaxUpdate(t, R, nRows, kvN)
-			// P·V: a zero weight (a hidden position) contributes exactly
-			// nothing (DESIGN §3); fully visible tiles need no such care.
-			t.add(&ir.MatMul{C: "acc", A: "sc", B: "vb", M: R, N: DV, K: KT, Accumulate: true, ZeroSkip: true,
-				MExt: nRows, NExt: i32(DV), KExt: kvN, Tag: l.hiddenTag()})
-		})
-		// The position ranges of a tile, for classify-tiles.
-		tile.Ranges = []ir.Range{
-			{Var: "kv_pos", Lo: mul(kt, i32(KT)), Hi: sub(minE(add(mul(kt, i32(KT)), i32(KT)), kvLen), i32(1))},
-			{Var: "q_pos", Lo: qPos0, Hi: sub(add(qPos0, rows), i32(1))},
-			{Var: "head", Lo: head0, Hi: add(head0, i32(GB-1))},
-			{Var: refName(sb), Lo: sb, Hi: sb},
-		}
-		// Normalize and store.
-		w.spread("row", R, func(x *blk, row ir.Expr) {
-			x.guarded(lt(row, nRows), func(y *blk) {
-				r, g := rowParts(y, row)
-				head := y.let("head", add(head0, g))
-				inv, lse := l.finish(y, y.let("lv", ld("den", ir.F32, row)), ld("mx", ir.F32, row), head, !it.split)
-				acc := func(d ir.Expr) ir.Expr { return mul(ld("acc", ir.F32, add(mul(row, i32(DV)), d)), inv) }
-				if it.split {
-					flat := y.let("pflat", add(mul(add(mul(sp, bs), sb), i32(l.H)), head))
-					y.spread("d", DV, func(z *blk, d ir.Expr) {
-						z.store("part_o", add(mul(i64(flat), ir.IntT(ir.I64, int64(DV))), i64(d)), acc(d))
-					})
-					y.store("part_lse", flat, lse)
-					return
-				}
-				flat := y.let("oflat", rowHead(add(qRow0, r), l.H, head))
-				y.spread("d", DV, func(z *blk, d ir.Expr) {
-					z.store("o", add(mul(flat, ir.IntT(ir.I64, int64(DV))), i64(d)), ir.Cvt(l.dt, acc(d)))
+	return nItems
+}
+
+// itemVars are a work item's bindings: its sequence, kv head and split
+// chunk, its query rows (nRows of the static R are in use) and positions,
+// its heads and the KV tiles it walks.
+type itemVars struct {
+	it                      attnItem
+	R                       int
+	sb, kvh, sp             ir.Expr
+	qBeg, qLen, rows, nRows ir.Expr
+	qRow0, qPos0, head0     ir.Expr
+	kvBeg, kvLen            ir.Expr
+	tileLo, tileHi          ir.Expr
+}
+
+// bindItem binds work item `item`: item = ((b*kv_heads + kvh)*head_tiles
+// + ht) * splits + sp) * max_qt + qt, with the factors a role lacks left out.
+func (l *lowering) bindItem(w *blk, it attnItem, item ir.Expr) itemVars {
+	G, GB, KT := l.G, l.GB, l.t.KVTile
+	R, QT := l.rowsPerItem(it.decode)
+	x := itemVars{it: it, R: R}
+	splits := ir.R(ir.PlanSplits, ir.I32)
+	maxQT := ir.R(l.seqMaxQT().Name, ir.I32)
+	rest := item
+	var qt ir.Expr
+	if !it.decode {
+		qt = w.let("qt", rem(rest, maxQT))
+		rest = w.let("rest", div(rest, maxQT))
+	}
+	if it.split {
+		x.sp = w.let("sp", rem(rest, splits))
+		rest = w.let("rest", div(rest, splits))
+	}
+	var ht, qLo ir.Expr
+	x.sb, x.kvh, ht = l.splitItem(w, rest)
+	if it.decode {
+		x.qBeg, x.qLen, qLo, x.rows = x.sb, i32(1), i32(0), i32(1)
+	} else {
+		x.qBeg = w.let("q_beg", ldi("qo_indptr", x.sb))
+		x.qLen = w.let("q_len", sub(ldi("qo_indptr", add(x.sb, i32(1))), x.qBeg))
+		qLo = w.let("q_lo", mul(qt, i32(QT)))
+		w.when(ge(qLo, x.qLen), func(u *blk) { u.add(&ir.Continue{}) })
+		x.rows = w.let("rows", minE(i32(QT), sub(x.qLen, qLo)))
+	}
+	x.kvBeg, x.kvLen = l.seqPages(w, x.sb, "", true)
+	x.qRow0 = plusE(x.qBeg, qLo)
+	x.qPos0 = w.let("q_pos0", add(sub(x.kvLen, x.qLen), qLo))
+	x.nRows = simplifyMul(x.rows, GB)
+	if _, ok := x.nRows.(*ir.Const); !ok {
+		x.nRows = w.let("n_rows", x.nRows)
+	}
+	head0 := ir.Expr(mul(x.kvh, i32(G)))
+	if c, ok := ht.(*ir.Const); !ok || c.Int != 0 {
+		head0 = add(head0, mul(ht, i32(GB)))
+	}
+	x.head0 = w.let("head0", head0)
+	nTiles := w.let("n_tiles", ceilDiv(x.kvLen, KT))
+	x.tileLo, x.tileHi = i32(0), nTiles
+	if it.split {
+		// Chunk sp covers tiles [sp*per, min((sp+1)*per, n_tiles)).
+		per := w.let("per", div(add(nTiles, sub(splits, i32(1))), splits))
+		x.tileLo = w.let("t_lo", minE(mul(x.sp, per), nTiles))
+		x.tileHi = w.let("t_hi", minE(add(x.tileLo, per), nTiles))
+	}
+	return x
+}
+
+// allocItem declares a work item's arrays: the query rows, a K and a V
+// tile, the tile's scores, and the online-softmax state of every row.
+func (l *lowering) allocItem(w *blk, x itemVars) {
+	R, D, DV, KT := x.R, l.D, l.DV, l.t.KVTile
+	w.alloc("qs", ir.F32, R*D)
+	w.alloc("kb", ir.F32, KT*D)
+	w.alloc("vb", ir.F32, KT*DV)
+	w.alloc("sc", ir.F32, R*KT)
+	w.alloc("acc", ir.F32, R*DV)
+	w.alloc("mx", ir.F32, R)
+	w.alloc("den", ir.F32, R)
+	w.alloc("alpha", ir.F32, R)
+	if l.hidesBlocks() {
+		w.alloc("kvis", ir.I32, KT)
+	}
+	if l.v.Rope != nil {
+		l.ropeTable(w)
+		l.fillRopeTable(w)
+	}
+}
+
+// rowParts binds a row's query index r and head index g: rows are
+// query-major (row = r*GB + g), so the rows in use are a prefix.
+func (l *lowering) rowParts(x *blk, row ir.Expr) (r, g ir.Expr) {
+	return x.let("r", div(row, i32(l.GB))), x.let("g", rem(row, i32(l.GB)))
+}
+
+// stageQuery stages the item's query rows (RoPE inline; unused rows are
+// zeros) and resets the running state.
+func (l *lowering) stageQuery(w *blk, x itemVars) {
+	D, DV := l.D, l.DV
+	w.spread("row", x.R, func(y *blk, row ir.Expr) {
+		y.guarded(lt(row, x.nRows), func(u *blk) {
+			r, g := l.rowParts(u, row)
+			qrow := u.let("q_row", add(x.qRow0, r))
+			qflat := u.let("qflat", rowHead(qrow, l.H, add(x.head0, g)))
+			for _, sg := range l.qSegs() {
+				base := u.let("qbase"+segName(sg), mul(qflat, ir.IntT(ir.I64, int64(sg.w))))
+				u.spread("d", sg.w, func(z *blk, d ir.Expr) {
+					l.stageRow(z, "qs", add(mul(row, i32(D)), plus(d, sg.off)), l.qRopePos(z, qrow), d,
+						func(k ir.Expr) ir.Expr { return tof32(ld(sg.buf, l.dt, add(base, i64(k)))) }, true)
 				})
-				y.when(&ir.NotNull{Buf: "lse"}, func(z *blk) { z.store("lse", flat, l.userLSE(lse)) })
-			}, nil)
+			}
+		}, func(u *blk) {
+			u.spread("d", D, func(z *blk, d ir.Expr) { z.store("qs", add(mul(row, i32(D)), d), f32(0)) })
 		})
 	})
-	b.add(&ir.Return{Value: i32(0)})
-	return &ir.Kernel{Name: name, Role: role, Params: params, Body: b.block()}
+	w.spread("row", x.R, func(y *blk, row ir.Expr) {
+		y.store("mx", row, negInf())
+		y.store("den", row, f32(0))
+		y.spread("d", DV, func(z *blk, d ir.Expr) { z.store("acc", add(mul(row, i32(DV)), d), f32(0)) })
+	})
+}
+
+// tileStep is one KV tile kt of a work item: stage K and V (the page
+// walk), S = Q·Kᵀ, the score step once per (row, position), the
+// online-softmax update, then acc += P·V.
+func (l *lowering) tileStep(t *blk, x itemVars, kt ir.Expr) {
+	R, D, DV, KT := x.R, l.D, l.DV, l.t.KVTile
+	kvLo := t.let("kv_lo", mul(kt, i32(KT)))
+	kvN := t.let("kv_n", minE(i32(KT), sub(x.kvLen, kvLo)))
+	l.stageKV(t, x.kvBeg, kvLo, kvN, x.kvh, x.sb, sub(x.kvLen, x.qLen), x.qBeg)
+	t.add(&ir.MatMul{C: "sc", A: "qs", B: "kb", M: R, N: KT, K: D, TransB: true,
+		MExt: x.nRows, NExt: kvN, KExt: i32(D)})
+	// Score: scale, @score, @mask, the data masks and hidden blocks, once
+	// per (row, position).
+	t.spread("row", R, func(y *blk, row ir.Expr) {
+		y.guarded(lt(row, x.nRows), func(u *blk) {
+			r, g := l.rowParts(u, row)
+			head := u.let("head", add(x.head0, g))
+			qPos := u.let("q_pos", add(x.qPos0, r))
+			u.spread("j", KT, func(z *blk, j ir.Expr) {
+				at := add(mul(row, i32(KT)), j)
+				z.guarded(lt(j, kvN), func(v *blk) {
+					l.scoreStep(v, at, j, qPos, add(kvLo, j), head, x.sb, sub(x.kvLen, x.qLen), x.kvLen)
+				}, func(v *blk) { v.store("sc", at, negInf()) })
+			})
+		}, nil)
+	})
+	l.softmaxUpdate(t, R, x.nRows, kvN)
+	// P·V: a zero weight (a hidden position) contributes exactly nothing
+	// (DESIGN §3); fully visible tiles need no such care.
+	t.add(&ir.MatMul{C: "acc", A: "sc", B: "vb", M: R, N: DV, K: KT, Accumulate: true, ZeroSkip: true,
+		MExt: x.nRows, NExt: i32(DV), KExt: kvN, Tag: l.hiddenTag()})
+}
+
+// storeItem normalizes each row and stores it: o and lse, or a split
+// chunk's partial state.
+func (l *lowering) storeItem(w *blk, x itemVars) {
+	DV := l.DV
+	bs := ir.R("batch_size", ir.I32)
+	w.spread("row", x.R, func(y *blk, row ir.Expr) {
+		y.guarded(lt(row, x.nRows), func(u *blk) {
+			r, g := l.rowParts(u, row)
+			head := u.let("head", add(x.head0, g))
+			inv, lse := l.finish(u, u.let("lv", ld("den", ir.F32, row)), ld("mx", ir.F32, row), head, !x.it.split)
+			acc := func(d ir.Expr) ir.Expr { return mul(ld("acc", ir.F32, add(mul(row, i32(DV)), d)), inv) }
+			if x.it.split {
+				flat := u.let("pflat", add(mul(add(mul(x.sp, bs), x.sb), i32(l.H)), head))
+				u.spread("d", DV, func(z *blk, d ir.Expr) {
+					z.store("part_o", add(mul(i64(flat), ir.IntT(ir.I64, int64(DV))), i64(d)), acc(d))
+				})
+				u.store("part_lse", flat, lse)
+				return
+			}
+			flat := u.let("oflat", rowHead(add(x.qRow0, r), l.H, head))
+			u.spread("d", DV, func(z *blk, d ir.Expr) {
+				z.store("o", add(mul(flat, ir.IntT(ir.I64, int64(DV))), i64(d)), ir.Cvt(l.dt, acc(d)))
+			})
+			u.when(&ir.NotNull{Buf: "lse"}, func(z *blk) { z.store("lse", flat, l.userLSE(lse)) })
+		}, nil)
+	})
 }
 
 // hiddenTag is the tag of statements that only matter for positions the
