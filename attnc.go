@@ -29,11 +29,12 @@ import (
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/passes"
 	"github.com/attnc/attnc/registry"
+	"github.com/attnc/attnc/target"
 )
 
 // Targets are the targets Compile knows: cpu (LLVM IR, <variant>.ll) and
-// cuda (CUDA C++, <variant>.cu).
-func Targets() []string { return slices.Clone(build.Targets) }
+// cuda (CUDA C++, <variant>.cu), the registered targets of package target.
+func Targets() []string { return target.Names() }
 
 // Insertion adds Pass to the pass table of every target that has a pass
 // named Before (Pass runs just before it) or After (just after it). Exactly
@@ -137,7 +138,7 @@ func CompileVariants(vs []*ir.Variant, opt Options) (*Result, error) {
 // malformed or names a pass no table has.
 func PassTables(insert []Insertion) (map[string][]passes.Pass, error) {
 	tables := map[string][]passes.Pass{}
-	for _, t := range build.Targets {
+	for _, t := range target.Names() {
 		table, err := build.PassTable(t)
 		if err != nil {
 			return nil, err
@@ -146,7 +147,7 @@ func PassTables(insert []Insertion) (map[string][]passes.Pass, error) {
 	}
 	for _, in := range insert {
 		found := false
-		for _, t := range build.Targets {
+		for _, t := range target.Names() {
 			table, ok, err := passes.Insert(tables[t], in.Before, in.After, in.Pass)
 			if err != nil {
 				return nil, fmt.Errorf("attnc: insert %s: %w", in, err)
@@ -163,14 +164,14 @@ func PassTables(insert []Insertion) (map[string][]passes.Pass, error) {
 }
 
 // PassTable is target's table of PassTables(insert).
-func PassTable(target string, insert []Insertion) ([]passes.Pass, error) {
+func PassTable(name string, insert []Insertion) ([]passes.Pass, error) {
 	tables, err := PassTables(insert)
 	if err != nil {
 		return nil, err
 	}
-	t, ok := tables[target]
+	t, ok := tables[name]
 	if !ok {
-		return nil, fmt.Errorf("attnc: unknown target %q (known: %s)", target, strings.Join(build.Targets, ", "))
+		return nil, fmt.Errorf("attnc: unknown target %q (known: %s)", name, strings.Join(target.Names(), ", "))
 	}
 	return t, nil
 }
@@ -178,7 +179,7 @@ func PassTable(target string, insert []Insertion) ([]passes.Pass, error) {
 // allPassNames lists every pass name of the tables once, in table order.
 func allPassNames(tables map[string][]passes.Pass) []string {
 	var names []string
-	for _, t := range build.Targets {
+	for _, t := range target.Names() {
 		for _, p := range tables[t] {
 			if !slices.Contains(names, p.Name) {
 				names = append(names, p.Name)
@@ -237,10 +238,11 @@ func (r *Result) Module(target, variant string) *ir.Module {
 
 // Select says which kernel serves a call of the given shape to variant's
 // kernels for target, and how it splits the work. It evaluates the
-// dispatch Defs of the compiled module, after every pass. target is a
-// target r was built for; today the cpu target answers (the CUDA launch
-// plan is not a typed value yet, and cuda gives an error).
-func (r *Result) Select(variant, target string, s registry.Shape) (registry.Selection, error) {
+// plans of the compiled module, after every pass, as that target's entry
+// evaluates them (cpu: work items and splits for s.Threads; cuda: grids,
+// blocks, shared memory and splits for s.SMs multiprocessors). target is a
+// target r was built for.
+func (r *Result) Select(variant, tgt string, s registry.Shape) (registry.Selection, error) {
 	var v *ir.Variant
 	for _, x := range r.Variants {
 		if x.Name == variant {
@@ -250,15 +252,13 @@ func (r *Result) Select(variant, target string, s registry.Shape) (registry.Sele
 	if v == nil {
 		return registry.Selection{}, fmt.Errorf("attnc: select: no variant %q", variant)
 	}
-	if !slices.Contains(build.Targets, target) {
-		return registry.Selection{}, fmt.Errorf("attnc: select: unknown target %q (known: %s)", target, strings.Join(build.Targets, ", "))
+	t, err := target.Lookup(tgt)
+	if err != nil {
+		return registry.Selection{}, fmt.Errorf("attnc: select: %w", err)
 	}
-	m := r.Module(target, variant)
+	m := r.Module(tgt, variant)
 	if m == nil {
-		return registry.Selection{}, fmt.Errorf("attnc: select: %s was not built for target %s", variant, target)
+		return registry.Selection{}, fmt.Errorf("attnc: select: %s was not built for target %s", variant, tgt)
 	}
-	if target != "cpu" {
-		return registry.Selection{}, fmt.Errorf("attnc: select: target %s does not answer selection yet (cpu does)", target)
-	}
-	return registry.Select(v, m, s)
+	return t.Select(v, m, s)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -249,7 +250,20 @@ func checkWindow(t *testing.T, s *conformance.Suite, causal, win *ir.Variant, th
 // insertions and without any: each result sees only its own pass, each
 // pass runs only for its own calls, and the standard table is unchanged.
 func TestInsertIsLocal(t *testing.T) {
-	table := slices.Clone(passes.Table)
+	names := func() map[string][]string {
+		out := map[string][]string{}
+		for _, tg := range attnc.Targets() {
+			table, err := build.PassTable(tg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range table {
+				out[tg] = append(out[tg], p.Name)
+			}
+		}
+		return out
+	}
+	tables := names()
 	plain := compile(t, causalSpec, attnc.Options{Targets: []string{"cpu", "cuda"}})
 	var runsA, runsB atomic.Int64
 	insA := []attnc.Insertion{{Before: "inline-defs", Pass: windowPass("window-a", 3, &runsA)}}
@@ -300,12 +314,9 @@ func TestInsertIsLocal(t *testing.T) {
 			t.Errorf("round %d: different windows gave the same .ll", i)
 		}
 	}
-	if len(passes.Table) != len(table) {
-		t.Fatalf("passes.Table has %d passes, had %d", len(passes.Table), len(table))
-	}
-	for i := range table {
-		if passes.Table[i].Name != table[i].Name {
-			t.Errorf("passes.Table[%d] is %s, was %s", i, passes.Table[i].Name, table[i].Name)
+	for tg, after := range names() {
+		if !slices.Equal(after, tables[tg]) {
+			t.Errorf("the %s table changed: %v, was %v", tg, after, tables[tg])
 		}
 	}
 }
@@ -369,7 +380,7 @@ func TestInsertErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(log.String(), "// --- after window-5 ---"); n != 1 || !strings.Contains(log.String(), "<= 5)") {
+	if n := strings.Count(log.String(), "// --- after window-5 (cpu) ---"); n != 1 || !strings.Contains(log.String(), "<= 5)") {
 		t.Errorf("--print-after=window-5 printed %d modules:\n%.300s", n, log.String())
 	}
 	_, err = attnc.Compile("bad.attn", []byte("variant x {\n  heads qo = 0\n}\n"), attnc.Options{})
@@ -387,7 +398,7 @@ func TestSelect(t *testing.T) {
 		{QLens: []int{1, 1}, KVLens: []int{10, 300}, Threads: 2},
 		{QLens: []int{5, 1}, KVLens: []int{9, 300}, Threads: 4},
 	}
-	cv, err := build.Compile(variant(t, causalSpec), passes.Options{})
+	cv, err := build.CompileFor(variant(t, causalSpec), "cpu", build.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,11 +407,11 @@ func TestSelect(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, err := registry.Select(cv.V, cv.Final, s)
+		want, err := cv.Select(s)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got != want {
+		if !reflect.DeepEqual(got, want) {
 			t.Errorf("%+v: %+v, want %+v", s, got, want)
 		}
 	}
@@ -414,8 +425,9 @@ func TestSelect(t *testing.T) {
 		}
 	}
 	rc := compile(t, causalSpec, attnc.Options{Targets: []string{"cuda"}})
-	if _, err := rc.Select("win", "cuda", shapes[0]); err == nil || !strings.Contains(err.Error(), "does not answer selection yet") {
-		t.Errorf("Select on cuda: %v", err)
+	sel, err := rc.Select("win", "cuda", registry.Shape{QLens: []int{1}, KVLens: []int{4096}, SMs: 4})
+	if err != nil || sel.Target != "cuda" || sel.Role != ir.RoleDecode || len(sel.Launches) == 0 || sel.Launches[0].Block != 128 || sel.Launches[0].Grid <= 0 {
+		t.Errorf("Select on cuda: %+v, %v; want a decode launch with its grid and a block of 128 threads", sel, err)
 	}
 }
 

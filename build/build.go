@@ -5,39 +5,31 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
-	"github.com/attnc/attnc/codegen/cuda"
-	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/frontend"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
 	"github.com/attnc/attnc/passes"
 	"github.com/attnc/attnc/registry"
+	"github.com/attnc/attnc/target"
+
+	// The registered targets: one line each.
+	_ "github.com/attnc/attnc/target/cpu"
+	_ "github.com/attnc/attnc/target/cuda"
 )
 
-// Targets are the code generators Build knows.
-var Targets = []string{"cpu", "cuda"}
-
-// PassTable returns a copy of target's pass table: the passes its lowered
-// modules go through, in order. Today cpu and cuda share passes.Table.
-// Callers may extend the copy (passes.Insert) without changing the table
-// for anyone else.
-func PassTable(target string) ([]passes.Pass, error) {
-	if !contains(Targets, target) {
-		return nil, fmt.Errorf("unknown target %q (known: %s)", target, strings.Join(Targets, ", "))
-	}
-	return append([]passes.Pass(nil), passes.Table...), nil
-}
-
-// mustPassTable is PassTable of a known target.
-func mustPassTable(target string) []passes.Pass {
-	t, err := PassTable(target)
+// PassTable returns a copy of target's pass table: the passes its modules
+// go through, in order. Callers may extend the copy (passes.Insert)
+// without changing the table for anyone else.
+func PassTable(name string) ([]passes.Pass, error) {
+	t, err := target.Lookup(name)
 	if err != nil {
-		panic(err)
+		return nil, err
 	}
-	return t
+	return append([]passes.Pass(nil), t.Passes()...), nil
 }
 
 // Options configures Build.
@@ -51,22 +43,12 @@ type Options struct {
 	Tables map[string][]passes.Pass
 }
 
-// table is the pass table Build runs for target.
-func (o Options) table(target string) ([]passes.Pass, error) {
-	if t, ok := o.Tables[target]; ok {
-		return t, nil
+// table is the pass table Build runs for t.
+func (o Options) table(t target.Target) []passes.Pass {
+	if tb, ok := o.Tables[t.Name()]; ok {
+		return tb
 	}
-	return PassTable(target)
-}
-
-// pipelineOptions are o.Passes for one table: a --print-after pass that
-// only another target's table has prints nothing here.
-func (o Options) pipelineOptions(table []passes.Pass) passes.Options {
-	po := o.Passes
-	if po.PrintAfter != "" && po.PrintAfter != "all" && passes.Find(table, po.PrintAfter) == nil {
-		po.PrintAfter = ""
-	}
-	return po
+	return t.Passes()
 }
 
 // Ran lists the names of the passes of table that a run with po executes,
@@ -83,27 +65,34 @@ func Ran(table []passes.Pass, po passes.Options) []string {
 }
 
 // Artifact is one generated file.
-type Artifact struct {
-	Name string
-	Data []byte
-}
+type Artifact = target.Artifact
 
 // Output is what a build produced, in a fixed order.
 type Output struct {
 	Artifacts []Artifact
 	Manifest  *registry.Manifest
 	Variants  []*ir.Variant
-	Lowered   map[string]*ir.Module // by variant name, before passes
+	// Compiled holds every variant scheduled for every target, by variant
+	// name and then target name.
+	Compiled map[string]map[string]*Compiled
 	// Final holds the modules after every pass, by target and then
 	// variant name: what the artifacts and the manifest were made from.
 	Final map[string]map[string]*ir.Module
 }
 
-// Variant is one compiled variant.
-type Variant struct {
-	V       *ir.Variant
-	Lowered *ir.Module // before passes: the manifest's argument dtypes
-	Final   *ir.Module // after the pipeline
+// Compiled is one variant scheduled for one target.
+type Compiled struct {
+	V      *ir.Variant
+	Target target.Target
+	Table  []passes.Pass // the passes that ran, in order
+	// Lowered is the target-neutral module lowering built (with the
+	// target's tiling); Final is the module after assembly and every pass.
+	Lowered, Final *ir.Module
+}
+
+// Select says what serves a call of shape s on this target.
+func (c *Compiled) Select(s registry.Shape) (registry.Selection, error) {
+	return c.Target.Select(c.V, c.Final, s)
 }
 
 // ParseSpecs reads every spec file and returns its variants in order,
@@ -132,63 +121,59 @@ func ParseSpecs(paths []string) ([]*ir.Variant, error) {
 	return all, nil
 }
 
-// Compile lowers v and runs the cpu pass table.
-func Compile(v *ir.Variant, po passes.Options) (*Variant, error) {
-	return CompileWith(v, mustPassTable("cpu"), po)
-}
-
-// CompileWith lowers v and runs the given pass table.
-func CompileWith(v *ir.Variant, table []passes.Pass, po passes.Options) (*Variant, error) {
-	m, err := lower.Lower(v)
+// Compile lowers v with target t's tiling, assembles its entries and runs
+// its pass table (opt.Tables may override it). A pass that changes the
+// parameters of a kernel or an entry is an error: they are the ABI.
+func Compile(v *ir.Variant, t target.Target, opt Options) (*Compiled, error) {
+	table := opt.table(t)
+	m, err := lower.Lower(v, t.Tiling(v))
 	if err != nil {
 		return nil, err
 	}
-	final, err := passes.RunTable(table, m, po)
+	a, err := t.Assemble(m)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %s: %w", v.Pos, v.Name, err)
+		return nil, fmt.Errorf("%s: %s (%s): %w", v.Pos, v.Name, t.Name(), err)
 	}
-	return &Variant{V: v, Lowered: m, Final: final}, nil
+	po := opt.Passes
+	po.Target = t.Name()
+	final, err := passes.RunTable(table, a, po)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %s (%s): %w", v.Pos, v.Name, t.Name(), err)
+	}
+	if err := sameABI(a, final); err != nil {
+		return nil, fmt.Errorf("%s: %s (%s): %w", v.Pos, v.Name, t.Name(), err)
+	}
+	return &Compiled{V: v, Target: t, Table: table, Lowered: m, Final: final}, nil
 }
 
-// CompileGPU lowers v with the CUDA schedule and runs the cuda pass table
-// over its device kernels.
-func CompileGPU(v *ir.Variant, po passes.Options) (*lower.GPUModule, error) {
-	return CompileGPUWith(v, mustPassTable("cuda"), po)
-}
-
-// CompileGPUWith lowers v with the CUDA schedule and runs the given pass
-// table over its device kernels.
-func CompileGPUWith(v *ir.Variant, table []passes.Pass, po passes.Options) (*lower.GPUModule, error) {
-	gm, err := lower.LowerGPU(v)
+// CompileFor is Compile for a target named by name.
+func CompileFor(v *ir.Variant, name string, opt Options) (*Compiled, error) {
+	t, err := target.Lookup(name)
 	if err != nil {
 		return nil, err
 	}
-	final, err := passes.RunTable(table, gm.Module, po)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %s (cuda): %w", v.Pos, v.Name, err)
-	}
-	return &lower.GPUModule{Module: final, Launchers: gm.Launchers, Lowered: gm.Module}, nil
+	return Compile(v, t, opt)
 }
 
-// kernelArgs are the manifest arguments of the final kernel k: its
-// parameters with the storage dtypes of the lowered kernel of the same name
-// (legalization carries f16/bf16 as i16 bits). A pass that changes the
-// parameters of a lowered kernel changes its ABI and is an error.
-func kernelArgs(lowered *ir.Module, k *ir.Kernel) ([]registry.Arg, error) {
-	lk := lowered.Kernel(k.Name)
-	if lk == nil {
-		return registry.ArgsOf(k.Params), nil
+// sameABI checks that the passes kept the parameters of every kernel and
+// plan entry of the assembled module.
+func sameABI(before, after *ir.Module) error {
+	for _, k := range after.Kernels {
+		old := before.Kernel(k.Name)
+		if old == nil {
+			continue
+		}
+		same := len(old.Params) == len(k.Params)
+		for i := 0; same && i < len(k.Params); i++ {
+			a, b := old.Params[i], k.Params[i]
+			same = a.Name == b.Name && a.Buffer == b.Buffer && a.Elem == b.Elem && a.Output == b.Output && a.Null == b.Null
+		}
+		if !same {
+			return fmt.Errorf("kernel %s: the passes changed its parameters (%s -> %s); passes must keep a kernel's ABI",
+				k.Name, paramNames(old.Params), paramNames(k.Params))
+		}
 	}
-	same := len(lk.Params) == len(k.Params)
-	for i := 0; same && i < len(k.Params); i++ {
-		a, b := lk.Params[i], k.Params[i]
-		same = a.Name == b.Name && a.Buffer == b.Buffer && a.Output == b.Output && a.Null == b.Null
-	}
-	if !same {
-		return nil, fmt.Errorf("kernel %s: the passes changed its parameters (%s -> %s); passes must keep a kernel's ABI",
-			k.Name, paramNames(lk.Params), paramNames(k.Params))
-	}
-	return registry.ArgsOf(lk.Params), nil
+	return nil
 }
 
 func paramNames(ps []*ir.Param) string {
@@ -199,145 +184,68 @@ func paramNames(ps []*ir.Param) string {
 	return "(" + strings.Join(names, ", ") + ")"
 }
 
-// cpuManifest lists a variant's CPU kernels, from the module after every
-// pass.
-func cpuManifest(v *ir.Variant, cv *Variant) ([]registry.KernelManifest, error) {
-	var out []registry.KernelManifest
-	for _, k := range cv.Final.Kernels {
-		args, err := kernelArgs(cv.Lowered, k)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %s: %w", v.Pos, v.Name, err)
-		}
-		out = append(out, registry.KernelManifest{
-			Variant: v.Name, Role: string(k.Role), Symbol: k.Name, Entry: k.Entry, Target: "cpu",
-			File: v.Name + ".ll", Args: args, Returns: "i32 status",
-			Constraints: registry.Constraints(v), StackBytes: llvmgen.StackBytes(cv.Final, k.Name),
-		})
-	}
-	return out, nil
-}
-
-// cudaManifest lists a variant's CUDA launchers (entries) and device
-// kernels (after every pass) with their launch rules.
-func cudaManifest(v *ir.Variant, gm *lower.GPUModule) ([]registry.KernelManifest, error) {
-	var out []registry.KernelManifest
-	for _, l := range gm.Launchers {
-		args := registry.ArgsOf(l.Params)
-		args = append(args, registry.Arg{Name: "stream", Kind: "scalar", DType: "cudaStream_t"})
-		var steps []map[string]any
-		for _, ln := range l.Direct {
-			steps = append(steps, map[string]any{"kernel": ln.Kernel, "grid": ln.Grid, "block": ln.Block, "smem": ln.Smem})
-		}
-		launch := map[string]any{"direct": steps}
-		if len(l.Split) > 0 {
-			var split []map[string]any
-			for _, ln := range l.Split {
-				split = append(split, map[string]any{"kernel": ln.Kernel, "grid": ln.Grid, "block": ln.Block, "smem": ln.Smem})
-			}
-			launch["split"] = split
-			launch["splits"] = "plan_splits(items = " + l.Direct[0].Grid + ", threads = 2 * SMs, max_tiles = 1 << 20); > 1 -> split launches with f32 scratch"
-		}
-		out = append(out, registry.KernelManifest{Variant: v.Name, Role: string(l.Role), Symbol: l.Name, Entry: true,
-			Target: "cuda", File: v.Name + ".cu", Args: args, Returns: "i32 status", Constraints: registry.Constraints(v), Launch: launch})
-	}
-	for _, k := range gm.Module.Kernels {
-		args, err := kernelArgs(gm.Lowered, k) // storage dtypes, not the legalized i16
-		if err != nil {
-			return nil, fmt.Errorf("%s: %s (cuda): %w", v.Pos, v.Name, err)
-		}
-		out = append(out, registry.KernelManifest{Variant: v.Name, Role: string(k.Role), Symbol: k.Name, Entry: false,
-			Target: "cuda", File: v.Name + ".cu", Args: args, Returns: "void (__global__)",
-			Constraints: registry.Constraints(v),
-			Launch:      map[string]any{"block": cuda.BlockSize(k), "smem": cuda.SharedBytes(k)}})
-	}
-	return out, nil
-}
-
 // Build compiles the variants for the targets and returns the artifacts.
 // The artifacts and the manifest are made from the modules after every
 // pass of each target's table.
 func Build(vs []*ir.Variant, opt Options) (*Output, error) {
-	targets := opt.Targets
-	if len(targets) == 0 {
-		targets = []string{"cpu"}
+	names := opt.Targets
+	if len(names) == 0 {
+		names = []string{"cpu"}
 	}
-	tables := map[string][]passes.Pass{}
+	var ts []target.Target
+	for _, n := range names {
+		t, err := target.Lookup(n)
+		if err != nil {
+			return nil, err
+		}
+		if !slices.Contains(ts, t) {
+			ts = append(ts, t)
+		}
+	}
+	if opt.Triple != "" && !slices.Contains(names, "cpu") {
+		return nil, fmt.Errorf("triple %s applies to the cpu target, which is not among the targets (%s)", opt.Triple, strings.Join(names, ", "))
+	}
+	topt := target.Options{Triple: opt.Triple}
 	man := &registry.Manifest{ABI: registry.ABI, LSEBase: registry.BuildLSEBase(vs), Targets: map[string]registry.TargetManifest{}}
-	for _, t := range append([]string{"cpu"}, targets...) {
-		if !contains(Targets, t) {
-			return nil, fmt.Errorf("unknown target %q (known: %s)", t, strings.Join(Targets, ", "))
-		}
-		table, err := opt.table(t)
+	for _, t := range ts {
+		sec, err := t.Section(topt)
 		if err != nil {
 			return nil, err
 		}
-		tables[t] = table
+		sec.Passes = Ran(opt.table(t), opt.Passes)
+		man.Targets[t.Name()] = sec
 	}
-	cpuTarget, err := llvmgen.LookupTarget(opt.Triple)
-	if err != nil {
-		return nil, err
-	}
-	if opt.Triple != "" && !contains(targets, "cpu") {
-		return nil, fmt.Errorf("triple %s applies to the cpu target, which is not among the targets (%s)", opt.Triple, strings.Join(targets, ", "))
-	}
-	for _, t := range targets {
-		tm := registry.TargetManifest{Passes: Ran(tables[t], opt.Passes)}
-		if t == "cpu" {
-			tm.Triple = cpuTarget.Triple
-		}
-		man.Targets[t] = tm
-	}
-	out := &Output{Manifest: man, Variants: vs, Lowered: map[string]*ir.Module{}, Final: map[string]map[string]*ir.Module{}}
-	final := func(target, variant string, m *ir.Module) {
-		if out.Final[target] == nil {
-			out.Final[target] = map[string]*ir.Module{}
-		}
-		out.Final[target][variant] = m
-	}
+	out := &Output{Manifest: man, Variants: vs, Compiled: map[string]map[string]*Compiled{}, Final: map[string]map[string]*ir.Module{}}
 	for _, v := range vs {
-		// The cpu pipeline always runs: the header and the variant's
-		// manifest entry come from it.
-		cv, err := CompileWith(v, tables["cpu"], opt.pipelineOptions(tables["cpu"]))
-		if err != nil {
+		if err := lower.Unsupported(v); err != nil {
 			return nil, err
 		}
-		out.Lowered[v.Name] = cv.Lowered
-		out.Manifest.Variants = append(out.Manifest.Variants, registry.VariantEntry(v, cv.Final))
-		var launchers []ir.Launcher
-		for _, t := range targets {
-			switch t {
-			case "cpu":
-				ll, err := llvmgen.EmitFor(cv.Final, cpuTarget)
-				if err != nil {
-					return nil, fmt.Errorf("%s: %s: llvm: %w", v.Pos, v.Name, err)
-				}
-				out.Artifacts = append(out.Artifacts, Artifact{Name: v.Name + ".ll", Data: []byte(ll)})
-				ks, err := cpuManifest(v, cv)
-				if err != nil {
-					return nil, err
-				}
-				out.Manifest.Kernels = append(out.Manifest.Kernels, ks...)
-				final(t, v.Name, cv.Final)
-			case "cuda":
-				gm, err := CompileGPUWith(v, tables["cuda"], opt.pipelineOptions(tables["cuda"]))
-				if err != nil {
-					return nil, err
-				}
-				cu, err := cuda.Emit(gm.Module, gm.Launchers)
-				if err != nil {
-					return nil, fmt.Errorf("%s: %s: %w", v.Pos, v.Name, err)
-				}
-				out.Artifacts = append(out.Artifacts, Artifact{Name: v.Name + ".cu", Data: []byte(cu)})
-				ks, err := cudaManifest(v, gm)
-				if err != nil {
-					return nil, err
-				}
-				out.Manifest.Kernels = append(out.Manifest.Kernels, ks...)
-				launchers = gm.Launchers
-				final(t, v.Name, gm.Module)
+		out.Compiled[v.Name] = map[string]*Compiled{}
+		var header []string
+		var first *Compiled
+		for _, t := range ts {
+			c, err := Compile(v, t, opt)
+			if err != nil {
+				return nil, err
 			}
+			out.Compiled[v.Name][t.Name()] = c
+			if out.Final[t.Name()] == nil {
+				out.Final[t.Name()] = map[string]*ir.Module{}
+			}
+			out.Final[t.Name()][v.Name] = c.Final
+			if first == nil {
+				first = c
+			}
+			files, err := t.Emit(v, c.Final, topt)
+			if err != nil {
+				return nil, err
+			}
+			out.Artifacts = append(out.Artifacts, files...)
+			out.Manifest.Kernels = append(out.Manifest.Kernels, t.Manifest(v, c.Final, topt)...)
+			header = append(header, t.Header(v, c.Final))
 		}
-		out.Artifacts = append(out.Artifacts, Artifact{Name: v.Name + ".h", Data: []byte(Header(v, cv.Lowered, launchers, stackBytes(cv.Final)))})
+		out.Manifest.Variants = append(out.Manifest.Variants, registry.VariantEntry(v, first.Final))
+		out.Artifacts = append(out.Artifacts, Artifact{Name: v.Name + ".h", Data: []byte(Header(v, first.Final, header))})
 	}
 	mj, err := out.Manifest.Marshal()
 	if err != nil {
@@ -363,13 +271,4 @@ func (o *Output) Write(dir string, log io.Writer) error {
 		}
 	}
 	return nil
-}
-
-func contains(xs []string, s string) bool {
-	for _, x := range xs {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

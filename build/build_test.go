@@ -206,7 +206,7 @@ func TestCUDAToPTX(t *testing.T) {
 			}
 			t.Logf("%s %s: PTX in %v", ex, arch, time.Since(start).Round(time.Millisecond))
 			text, _ := os.ReadFile(ptx)
-			for _, k := range []string{"_prefill_gpu", "_decode_gpu", "_decode_split_gpu", "_decode_merge_gpu", "_merge_state_gpu"} {
+			for _, k := range []string{"_prefill_work", "_decode_work", "_decode_split_work", "_decode_merge_work", "_merge_state_work"} {
 				if !strings.Contains(string(text), ".entry "+ex+k) {
 					t.Errorf("%s %s: no kernel %s%s in the PTX", ex, arch, ex, k)
 				}
@@ -214,9 +214,10 @@ func TestCUDAToPTX(t *testing.T) {
 			if !strings.Contains(string(text), "shfl.sync.bfly") {
 				t.Errorf("%s %s: no warp shuffle", ex, arch)
 			}
-			// Tensor cores serve f16/bf16 storage; inline RoPE keeps the
-			// rotated rows in f32 on the SIMT path.
-			half := vs[0].DType.String() != "f32" && vs[0].Rope == nil
+			// Tensor cores serve f16/bf16 storage (with inline RoPE, the
+			// rotated Q·Kᵀ stays in f32 on the SIMT path but P·V takes
+			// them).
+			half := vs[0].DType.Info().TensorCore
 			if half != strings.Contains(string(text), "mma.sync.aligned.m16n8k16") {
 				t.Errorf("%s %s (%s): tensor-core mma present = %v", ex, arch, vs[0].DType, !half)
 			}

@@ -1,6 +1,9 @@
 // Package build is the driver behind `attnc build`: it parses specs, lowers
-// each variant, runs the pass pipeline, prints every requested target and
-// writes the artifacts (<variant>.ll, <variant>.h, manifest.json)
-// deterministically. It may import every other attnc package except the
-// library API (the module root), cli and conformance, which import it.
+// each variant with every requested target's tiling, assembles the target's
+// entries, runs its pass table, emits its files and writes the artifacts
+// (<variant>.ll, <variant>.cu, <variant>.h, manifest.json)
+// deterministically. The targets are the ones registered in package
+// target; the blank imports in build.go are the one line each. It may
+// import every other attnc package except the library API (the module
+// root), cli and conformance, which import it.
 package build

@@ -8,37 +8,9 @@ import (
 	"github.com/attnc/attnc/ir"
 )
 
-// cType is the C type of a buffer element or scalar.
-func cType(t ir.Type) string {
-	switch t {
-	case ir.F32:
-		return "float"
-	case ir.F64:
-		return "double"
-	case ir.F16, ir.BF16, ir.I16:
-		return "uint16_t"
-	case ir.U8:
-		return "uint8_t"
-	case ir.I64:
-		return "int64_t"
-	}
-	return "int32_t"
-}
-
-// stackBytes is the stack each CPU kernel of final (after the passes)
-// needs per call.
-func stackBytes(final *ir.Module) map[string]int64 {
-	out := map[string]int64{}
-	for _, k := range final.Kernels {
-		out[k.Name] = llvmgen.StackBytes(final, k.Name)
-	}
-	return out
-}
-
-// Header renders <variant>.h for the lowered module m: status codes, the
-// runtime controls, the stack a call needs (stack: per kernel) and every
-// kernel with its argument shapes.
-func Header(v *ir.Variant, m *ir.Module, launchers []ir.Launcher, stack map[string]int64) string {
+// Header renders <variant>.h: the status codes of m's table, the runtime
+// controls and the entry points each target declared (decls).
+func Header(v *ir.Variant, m *ir.Module, decls []string) string {
 	var sb strings.Builder
 	guard := "ATTNC_" + strings.ToUpper(m.Prefix) + "_H"
 	up := strings.ToUpper(m.Prefix)
@@ -58,52 +30,8 @@ func Header(v *ir.Variant, m *ir.Module, launchers []ir.Launcher, stack map[stri
 	fmt.Fprintf(&sb, "\n/* Message for a status code. */\nconst char *%s_strerror(int32_t code);\n", m.Prefix)
 	fmt.Fprintf(&sb, "/* Worker threads for later calls: n <= 0 restores the default (all online CPUs,\n   at most %d); larger n is clamped to min(%d, max(%d, %d x online CPUs)). */\nvoid %s_set_num_threads(int32_t n);\nint32_t %s_get_num_threads(void);\n",
 		llvmgen.MaxThreads, llvmgen.MaxThreads, llvmgen.MinThreadLimit, llvmgen.ThreadsPerCPU, m.Prefix, m.Prefix)
-	var most int64
-	for _, k := range m.Kernels {
-		most = max(most, stack[k.Name])
-	}
-	fmt.Fprintf(&sb, "\n/* The most stack one call of any entry point needs on the calling thread\n   (large scratch is on the heap; worker threads get the default stack). */\n#define %s_STACK_BYTES %d\n", up, most)
-	for _, k := range m.Kernels {
-		entry := "internal kernel"
-		if k.Entry {
-			entry = "entry point"
-		}
-		fmt.Fprintf(&sb, "\n/* %s (%s; needs %d bytes of stack). */\nint32_t %s(", k.Role, entry, stack[k.Name], k.Name)
-		for i, p := range k.Params {
-			sep := ","
-			if i == len(k.Params)-1 {
-				sep = ""
-			}
-			if p.Buffer {
-				cst := "const "
-				if p.Output {
-					cst = ""
-				}
-				note := ""
-				if p.Null {
-					note = ", may be NULL"
-				}
-				fmt.Fprintf(&sb, "\n    %s%s *%s%s /* %s[%s]%s */", cst, cType(p.Elem), p.Name, sep, p.Elem, strings.Join(p.Shape, ", "), note)
-			} else {
-				fmt.Fprintf(&sb, "\n    %s %s%s", cType(p.Elem), p.Name, sep)
-			}
-		}
-		sb.WriteString(");\n")
-	}
-	for _, l := range launchers {
-		fmt.Fprintf(&sb, "\n/* %s on CUDA (device pointers; stream is a cudaStream_t). */\nint32_t %s(", l.Role, l.Name)
-		for _, p := range l.Params {
-			cst := "const "
-			if p.Output {
-				cst = ""
-			}
-			if p.Buffer {
-				fmt.Fprintf(&sb, "\n    %s%s *%s, /* %s[%s] */", cst, cType(p.Elem), p.Name, p.Elem, strings.Join(p.Shape, ", "))
-			} else {
-				fmt.Fprintf(&sb, "\n    %s %s,", cType(p.Elem), p.Name)
-			}
-		}
-		sb.WriteString("\n    void *stream);\n")
+	for _, d := range decls {
+		sb.WriteString(d)
 	}
 	sb.WriteString("\n#ifdef __cplusplus\n}\n#endif\n\n#endif\n")
 	return sb.String()

@@ -1,7 +1,6 @@
 package build
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -49,12 +48,10 @@ func SASS(out *Output, archs []string, tools sass.Tools, dir string) ([]SASSRow,
 			if k.Variant != v.Name || k.Target != "cuda" || k.Entry {
 				continue
 			}
-			block, okb := intOf(k.Launch["block"])
-			smem, oks := intOf(k.Launch["smem"])
-			if !okb || !oks {
-				return nil, fmt.Errorf("sass: manifest kernel %s has no launch block/smem: %v", k.Symbol, k.Launch)
+			if k.Launch == nil || k.Launch.Block <= 0 {
+				return nil, fmt.Errorf("sass: manifest kernel %s has no launch block/smem", k.Symbol)
 			}
-			launches[k.Symbol] = SASSRow{Variant: v.Name, Role: k.Role, DType: v.DType.String(), Block: block, DynSmem: smem}
+			launches[k.Symbol] = SASSRow{Variant: v.Name, Role: k.Role, DType: v.DType.String(), Block: k.Launch.Block, DynSmem: k.Launch.Smem}
 		}
 		cuPath := filepath.Join(dir, v.Name+".cu")
 		if err := os.WriteFile(cuPath, cu, 0o644); err != nil {
@@ -103,23 +100,6 @@ func artifactData(o *Output, name string) []byte {
 		}
 	}
 	return nil
-}
-
-// intOf reads a manifest number (an int before marshalling, a float64 or
-// json.Number after).
-func intOf(x any) (int, bool) {
-	switch v := x.(type) {
-	case int:
-		return v, true
-	case int64:
-		return int(v), true
-	case float64:
-		return int(v), v == float64(int(v))
-	case json.Number:
-		n, err := v.Int64()
-		return int(n), err == nil
-	}
-	return 0, false
 }
 
 // WriteSASSTable writes rows as an aligned table: per kernel and

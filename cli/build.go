@@ -7,9 +7,9 @@ import (
 	"strings"
 
 	"github.com/attnc/attnc"
-	"github.com/attnc/attnc/build"
 	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/cpurt"
+	"github.com/attnc/attnc/target"
 	"github.com/spf13/cobra"
 )
 
@@ -70,7 +70,7 @@ status 1 on any error.`,
 			if shared && !slices.Contains(ts, "cpu") {
 				return fmt.Errorf("attnc build: --shared links the cpu target's .ll files; add cpu to --target")
 			}
-			if err := checkPassName(printAfter, cfg); err != nil {
+			if err := checkPassName(printAfter, ts, cfg); err != nil {
 				return err
 			}
 			if triple != "" && !slices.Contains(ts, "cpu") {
@@ -117,7 +117,7 @@ status 1 on any error.`,
 		},
 	}
 	f := c.Flags()
-	f.StringSliceVar(&targets, "target", []string{"cpu"}, "comma list of targets to generate (known: "+strings.Join(build.Targets, ", ")+")")
+	f.StringSliceVar(&targets, "target", []string{"cpu"}, "comma list of targets to generate (known: "+knownTargets()+")")
 	f.StringVar(&triple, "triple", "", "target triple of the cpu target's .ll (known: "+strings.Join(tripleNames(), ", ")+"; default "+llvmgen.DefaultTriple+")")
 	f.StringVarP(&outDir, "out", "o", "", "output directory (created if missing)")
 	f.BoolVar(&shared, "shared", false, "also link DIR/<variant>.so from each .ll (needs LLVM 14 opt/llc and gcc)")
@@ -125,6 +125,15 @@ status 1 on any error.`,
 	f.StringVar(&printAfter, "print-after", "", "print the kernel IR to stderr after every pass (all) or after the named pass")
 	f.StringVar(&dumpDir, "dump-dir", "", "write the kernel IR after lowering and after every pass into this directory")
 	return c
+}
+
+// knownTargets lists the registered targets with the files they write.
+func knownTargets() string {
+	var out []string
+	for _, t := range target.All() {
+		out = append(out, t.Name()+" writes "+t.Files())
+	}
+	return strings.Join(out, ", ")
 }
 
 // tripleNames are the triples --triple accepts.
@@ -136,27 +145,28 @@ func tripleNames() []string {
 	return ts
 }
 
-// parseTargets validates a --target list against build.Targets, dropping
-// duplicates and keeping the order given.
+// parseTargets validates a --target list against the registered targets,
+// dropping duplicates and keeping the order given.
 func parseTargets(vals []string) ([]string, error) {
 	var ts []string
+	known := strings.Join(target.Names(), ", ")
 	for _, t := range splitList(vals) {
-		if !slices.Contains(build.Targets, t) {
-			return nil, fmt.Errorf("attnc build: unknown target %q (known: %s)", t, strings.Join(build.Targets, ", "))
+		if !slices.Contains(target.Names(), t) {
+			return nil, fmt.Errorf("attnc build: unknown target %q (known: %s)", t, known)
 		}
 		if !slices.Contains(ts, t) {
 			ts = append(ts, t)
 		}
 	}
 	if len(ts) == 0 {
-		return nil, fmt.Errorf("attnc build: --target is empty (known: %s)", strings.Join(build.Targets, ", "))
+		return nil, fmt.Errorf("attnc build: --target is empty (known: %s)", known)
 	}
 	return ts, nil
 }
 
-// checkPassName rejects a --print-after value that names no pass of any
-// target's table (user passes included) before any work is done.
-func checkPassName(name string, cfg *config) error {
+// checkPassName rejects a --print-after value that names no pass of the
+// selected targets' tables (user passes included) before any work is done.
+func checkPassName(name string, targets []string, cfg *config) error {
 	if name == "" || name == "all" {
 		return nil
 	}
@@ -165,7 +175,7 @@ func checkPassName(name string, cfg *config) error {
 		return err
 	}
 	var names []string
-	for _, t := range build.Targets {
+	for _, t := range targets {
 		for _, p := range tables[t] {
 			if p.Name == name {
 				return nil
@@ -175,5 +185,6 @@ func checkPassName(name string, cfg *config) error {
 			}
 		}
 	}
-	return fmt.Errorf("attnc build: --print-after: no pass named %q (use all or one of: %s)", name, strings.Join(names, ", "))
+	return fmt.Errorf("attnc build: --print-after: no pass named %q in the %s tables (use all or one of: %s)",
+		name, strings.Join(targets, ", "), strings.Join(names, ", "))
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
 	"github.com/attnc/attnc/passes"
+	"github.com/attnc/attnc/target"
 	"github.com/spf13/cobra"
 )
 
@@ -28,10 +29,6 @@ fails; a variant name used again in a later file is an error there.`,
   attnc check examples/*.attn`,
 		Args: specArgs,
 		RunE: func(c *cobra.Command, args []string) error {
-			table, err := cfg.table("cpu")
-			if err != nil {
-				return err
-			}
 			failed := false
 			report := func(err error) {
 				fmt.Fprintln(c.ErrOrStderr(), err)
@@ -51,8 +48,15 @@ fails; a variant name used again in a later file is an error there.`,
 					}
 					seen[v.Name] = v.Pos
 					err := lower.Unsupported(v)
-					if err == nil {
-						_, err = build.CompileWith(v, table, passes.Options{})
+					for _, t := range target.All() {
+						if err != nil {
+							break
+						}
+						table, terr := cfg.table(t.Name())
+						if terr != nil {
+							return terr
+						}
+						_, err = build.Compile(v, t, build.Options{Tables: map[string][]passes.Pass{t.Name(): table}})
 					}
 					if err != nil {
 						report(err)

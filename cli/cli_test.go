@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"github.com/attnc/attnc/internal/needtool"
 	"os"
 	"os/exec"
@@ -15,11 +16,11 @@ import (
 	"testing"
 
 	"github.com/attnc/attnc"
-	"github.com/attnc/attnc/build"
 	"github.com/attnc/attnc/codegen/cuda"
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/passes"
+	"github.com/attnc/attnc/target"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
@@ -247,47 +248,60 @@ func TestBuildErrors(t *testing.T) {
 
 func TestBuildPrintAfterAndDumpDir(t *testing.T) {
 	out, dump := t.TempDir(), t.TempDir()
-	_, e := mustRun(t, "build", llama3, "-o", out, "--verify-each", "--print-after=all", "--dump-dir", dump)
-	for _, p := range passes.Table {
-		if !strings.Contains(e, "// --- after "+p.Name+" ---") {
-			t.Errorf("--print-after=all: stderr lacks the IR after %s", p.Name)
+	_, e := mustRun(t, "build", llama3, "-o", out, "--target", "cpu,cuda", "--verify-each", "--print-after=all", "--dump-dir", dump)
+	dumped := readDir(t, dump)
+	for _, tg := range target.All() {
+		for i, p := range tg.Passes() {
+			if !strings.Contains(e, "// --- after "+p.Name+" ("+tg.Name()+") ---") {
+				t.Errorf("--print-after=all: stderr lacks the IR after %s (%s)", p.Name, tg.Name())
+			}
+			name := fmt.Sprintf("llama3_8b.%s.%02d-%s.ir", tg.Name(), i+1, p.Name)
+			if _, ok := dumped[name]; !ok {
+				t.Errorf("--dump-dir did not write %s: %v", name, keys(dumped))
+			}
 		}
 	}
-	dumped := readDir(t, dump)
-	if len(dumped) < len(passes.Table) {
-		t.Errorf("--dump-dir wrote %d files, want at least %d: %v", len(dumped), len(passes.Table), keys(dumped))
+	// A pass only the CUDA table has prints once, for CUDA.
+	_, e = mustRun(t, "build", llama3, "-o", out, "--target", "cpu,cuda", "--print-after", "map-threads")
+	if n := strings.Count(e, "// --- after "); n != 1 || !strings.Contains(e, "// --- after map-threads (cuda) ---") {
+		t.Errorf("--print-after=map-threads printed %d modules, want the cuda one:\n%.300s", n, e)
 	}
-	_, e = mustRun(t, "build", llama3, "-o", out, "--print-after", passes.Table[0].Name)
-	if n := strings.Count(e, "// --- after "); n != 1 {
-		t.Errorf("--print-after=%s printed %d modules, want 1", passes.Table[0].Name, n)
+	_, e, code := runCLI(t, "build", llama3, "-o", out, "--print-after", "map-threads")
+	if code != 1 || !strings.Contains(e, `no pass named "map-threads" in the cpu tables`) {
+		t.Errorf("--print-after=map-threads for the cpu target: exit %d, stderr %q", code, e)
 	}
 }
 
 func TestPasses(t *testing.T) {
-	o, _ := mustRun(t, "passes")
-	lines := strings.Split(o, "\n")
-	if len(lines) < 2 || !strings.Contains(lines[1], "inline-defs") {
-		t.Fatalf("passes does not list inline-defs first:\n%s", o)
+	for _, tg := range target.All() {
+		o, _ := mustRun(t, "passes", "--target", tg.Name())
+		lines := strings.Split(o, "\n")
+		if len(lines) < 3 || lines[0] != "target "+tg.Name()+" (writes "+tg.Files()+"):" || !strings.Contains(lines[2], "inline-defs") {
+			t.Fatalf("passes --target %s does not list inline-defs first:\n%s", tg.Name(), o)
+		}
+		last := -1
+		for _, p := range tg.Passes() {
+			i := strings.Index(o, " "+p.Name+" ")
+			if i < 0 || i < last {
+				t.Errorf("%s: pass %s missing or out of order:\n%s", tg.Name(), p.Name, o)
+			}
+			last = i
+			kind := "optional"
+			if p.Required {
+				kind = "required"
+			}
+			if !regexp.MustCompile(regexp.QuoteMeta(p.Name) + `\s+` + kind).MatchString(o) {
+				t.Errorf("%s: pass %s is not shown as %s", tg.Name(), p.Name, kind)
+			}
+		}
+		for _, c := range tg.Constraints() {
+			if !strings.Contains(o, c.Before+" before "+c.After+": "+c.Why) {
+				t.Errorf("%s: constraint %s before %s is not listed with its reason", tg.Name(), c.Before, c.After)
+			}
+		}
 	}
-	last := -1
-	for _, p := range passes.Table {
-		i := strings.Index(o, " "+p.Name+" ")
-		if i < 0 || i < last {
-			t.Errorf("pass %s missing or out of order:\n%s", p.Name, o)
-		}
-		last = i
-		kind := "optional"
-		if p.Required {
-			kind = "required"
-		}
-		if !regexp.MustCompile(regexp.QuoteMeta(p.Name) + `\s+` + kind).MatchString(o) {
-			t.Errorf("pass %s is not shown as %s", p.Name, kind)
-		}
-	}
-	for _, c := range passes.Constraints {
-		if !strings.Contains(o, c.Before+" before "+c.After+": "+c.Why) {
-			t.Errorf("constraint %s before %s is not listed with its reason", c.Before, c.After)
-		}
+	if _, e, code := runCLI(t, "passes", "--target", "nosuch"); code != 1 || !strings.Contains(e, `unknown target "nosuch"`) {
+		t.Errorf("passes --target nosuch: exit %d, stderr %q", code, e)
 	}
 }
 
@@ -306,6 +320,13 @@ func TestExplain(t *testing.T) {
 	o, _ = mustRun(t, "explain", llama3, "--q-len", "5,17", "--kv-len", "100,300", "--threads", "4")
 	if !strings.Contains(o, "batch=2 q_len=5,17 kv_len=100,300 threads=4 -> prefill") {
 		t.Errorf("explain with a prefill shape:\n%s", o)
+	}
+	o, _ = mustRun(t, "explain", llama3, "--target", "cuda", "--batch", "1", "--kv-len", "4096", "--sms", "132")
+	for _, want := range []string{"cuda decode       llama3_8b_decode_launch (entry)", "block 128, dynamic shared memory",
+		"batch=1 q_len=1 kv_len=4096 sms=132 -> decode via llama3_8b_decode_launch, KV split in 33 chunks, merged with merge_state; llama3_8b_decode_split_work grid=264 block=128"} {
+		if !strings.Contains(o, want) {
+			t.Errorf("explain --target cuda lacks %q:\n%s", want, o)
+		}
 	}
 	_, e, code := runCLI(t, "explain", llama3, "--q-len", "5,17", "--kv-len", "100,300,4")
 	if code != 1 || !strings.Contains(e, "--q-len has 2 values") {
@@ -697,8 +718,7 @@ func TestGolden(t *testing.T) {
 		help.WriteString("$ attnc " + strings.Join(args, " ") + "\n" + o + "\n")
 	}
 	// The target list grows with the backends; keep it out of the golden file.
-	known := "(known: " + strings.Join(build.Targets, ", ") + ")"
-	golden(t, "help.golden", strings.ReplaceAll(help.String(), known, "(known: TARGETS)"))
+	golden(t, "help.golden", strings.ReplaceAll(help.String(), "(known: "+knownTargets()+")", "(known: TARGETS)"))
 }
 
 // TestWithPasses runs the command line with a user pass: passes lists it in
@@ -718,8 +738,8 @@ func TestWithPasses(t *testing.T) {
 	}
 	dir := t.TempDir()
 	_, e, code := run(WithPasses(mark), "build", llama3, "--target", "cpu,cuda", "-o", dir, "--print-after=mark")
-	if code != 0 || strings.Count(e, "// --- after mark ---") != 2 {
-		t.Errorf("build --print-after=mark (exit %d) printed %d modules, want 2 (cpu and cuda):\n%.300s", code, strings.Count(e, "// --- after mark ---"), e)
+	if code != 0 || !strings.Contains(e, "// --- after mark (cpu) ---") || !strings.Contains(e, "// --- after mark (cuda) ---") {
+		t.Errorf("build --print-after=mark (exit %d) printed %d modules, want 2 (cpu and cuda):\n%.300s", code, strings.Count(e, "// --- after mark "), e)
 	}
 	var man struct {
 		Targets map[string]struct{ Passes []string } `json:"targets"`
@@ -786,7 +806,7 @@ func TestCustomBinary(t *testing.T) {
 	}
 	dir := t.TempDir()
 	_, e := run("build", llama3, "-o", dir, "--print-after=local-1024")
-	if !strings.Contains(e, "// --- after local-1024 ---") ||
+	if !strings.Contains(e, "// --- after local-1024 (cpu) ---") ||
 		!strings.Contains(e, "def mask(q_pos: i32, kv_pos: i32, head: i32, batch: i32): bool = ((kv_pos <= q_pos) & ((q_pos - kv_pos) < 1024))") {
 		t.Errorf("--print-after=local-1024 does not show the narrowed mask:\n%.600s", e)
 	}

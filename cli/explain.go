@@ -12,16 +12,18 @@ import (
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
 	"github.com/attnc/attnc/registry"
+	cudatarget "github.com/attnc/attnc/target/cuda"
 	"github.com/spf13/cobra"
 )
 
 // shapeFlags are explain's call-shape flags.
 type shapeFlags struct {
 	batch, qLen, kvLen, threads []int
+	sms                         int
 }
 
 func (s *shapeFlags) given(c *cobra.Command) bool {
-	for _, n := range []string{"batch", "q-len", "kv-len", "threads"} {
+	for _, n := range []string{"batch", "q-len", "kv-len", "threads", "sms"} {
 		if c.Flags().Changed(n) {
 			return true
 		}
@@ -31,15 +33,18 @@ func (s *shapeFlags) given(c *cobra.Command) bool {
 
 func newExplainCmd(cfg *config) *cobra.Command {
 	var sf shapeFlags
+	var tgt string
 	c := &cobra.Command{
-		Use:   "explain SPEC... [--batch N] [--q-len L] [--kv-len L] [--threads T]",
+		Use:   "explain SPEC... [--target T] [--batch N] [--q-len L] [--kv-len L] [--threads T] [--sms S]",
 		Short: "Show each variant's kernels, arguments, constraints and dispatch rules",
-		Long: `Compile every variant in memory (cpu target) and print what
-'attnc build' would record in manifest.json, in readable form: the fixed
-shape constraints, every kernel with its symbol and argument order (the
-entry point per role is marked), and the dispatch rules the entry points
-follow (query/KV tile sizes, when prefill hands over to decode, how decode
-splits the KV range over threads).
+		Long: `Compile every variant in memory for one target (--target, default cpu)
+and print what 'attnc build' would record in manifest.json, in readable
+form: the fixed shape constraints, every kernel with its symbol and
+argument order (the entry point per role is marked), and each entry's
+plan: its checks, when prefill hands over to decode, the work kernels and
+their item counts, how decode splits the KV range (the split rule and its
+scratch), and on cuda each launch's grid, block size and dynamic shared
+memory.
 
 Given a call shape, explain also prints which kernel serves that call and
 how the work is split, computed by the same rule the generated code
@@ -50,7 +55,9 @@ compiles in:
   --q-len L      query tokens per sequence, 0..2^30 (default 1, i.e. decode)
   --kv-len L     cached tokens per sequence, the new ones included, 0..2^30
                  (required with any shape flag)
-  --threads T    worker threads, 1..1024 (default: this machine's CPUs)
+  --threads T    worker threads, 1..1024 (default: this machine's CPUs; cpu)
+  --sms S        the GPU's multiprocessors (default 132, an H100/H200;
+                 cuda: the launcher splits for 2 x S workers)
 
 For a window variant, the dispatch rules include "reclaim" (which pages of
 a sequence no query can see again, as a function of kv_len), and each
@@ -62,7 +69,8 @@ for every sequence or one per sequence; --batch and --threads lists print
 one decision per combination.`,
 		Example: `  attnc explain examples/llama3_8b.attn
   attnc explain examples/llama3_8b.attn --batch 1,64 --kv-len 4096 --threads 1,16
-  attnc explain examples/llama3_8b.attn --q-len 5,17 --kv-len 100,300`,
+  attnc explain examples/llama3_8b.attn --q-len 5,17 --kv-len 100,300
+  attnc explain examples/llama3_8b.attn --target cuda --batch 1,64 --kv-len 4096`,
 		Args: specArgs,
 		RunE: func(c *cobra.Command, args []string) error {
 			vs, err := build.ParseSpecs(args)
@@ -82,7 +90,7 @@ one decision per combination.`,
 				if i > 0 {
 					fmt.Fprintln(out)
 				}
-				if err := explainVariant(out, v, shapes, cfg); err != nil {
+				if err := explainVariant(out, v, tgt, shapes, cfg); err != nil {
 					fmt.Fprintln(c.ErrOrStderr(), err)
 					failed = true
 				}
@@ -94,6 +102,8 @@ one decision per combination.`,
 		},
 	}
 	f := c.Flags()
+	f.StringVar(&tgt, "target", "cpu", "the target whose kernels and launches to explain")
+	f.IntVar(&sf.sms, "sms", 0, "GPU multiprocessors for --target cuda (default 132)")
 	f.IntSliceVar(&sf.batch, "batch", nil, "number of sequences (int or comma list)")
 	f.IntSliceVar(&sf.qLen, "q-len", nil, "query tokens per sequence (int or comma list; default 1)")
 	f.IntSliceVar(&sf.kvLen, "kv-len", nil, "cached tokens per sequence (int or comma list)")
@@ -164,6 +174,7 @@ func (s *shapeFlags) shapes() ([]registry.Shape, error) {
 			return nil, fmt.Errorf("%s: the batch has %d query tokens; qo_indptr is int32_t and holds at most %d", cmd, total, maxBatch)
 		}
 		sh.DecodeLayout = single
+		sh.SMs = s.sms
 		for _, t := range threads {
 			sh.Threads = t
 			out = append(out, sh)
@@ -188,14 +199,14 @@ func perSequence(flag string, xs []int, n int) ([]int, error) {
 	return xs, nil
 }
 
-// explainVariant prints v's manifest entry and, for each shape, the kernel
-// Select chooses, both from the modules after every pass (user passes
-// included).
-func explainVariant(w io.Writer, v *ir.Variant, shapes []registry.Shape, cfg *config) error {
+// explainVariant prints v's manifest entry for target tgt and, for each
+// shape, what Select chooses, both from the modules after every pass (user
+// passes included).
+func explainVariant(w io.Writer, v *ir.Variant, tgt string, shapes []registry.Shape, cfg *config) error {
 	if err := lower.Unsupported(v); err != nil {
 		return err
 	}
-	out, err := attnc.CompileVariants([]*ir.Variant{v}, attnc.Options{Targets: []string{"cpu"}, Insert: cfg.insert})
+	out, err := attnc.CompileVariants([]*ir.Variant{v}, attnc.Options{Targets: []string{tgt}, Insert: cfg.insert})
 	if err != nil {
 		return err
 	}
@@ -219,13 +230,16 @@ func explainVariant(w io.Writer, v *ir.Variant, shapes []registry.Shape, cfg *co
 	// Select every shape first: an error prints no partial selection.
 	var lines []string
 	for _, s := range shapes {
-		sel, err := out.Select(v.Name, "cpu", s)
+		sel, err := out.Select(v.Name, tgt, s)
 		if err != nil {
 			return fmt.Errorf("attnc explain: %s: %w", v.Name, err)
 		}
-		how := fmt.Sprintf("%s via %s, %d work items", sel.Role, sel.Symbol, sel.Items)
+		how := fmt.Sprintf("%s via %s", sel.Role, sel.Symbol)
+		if tgt == "cpu" {
+			how += fmt.Sprintf(", %d work items", sel.Items)
+		}
 		if sel.TooLarge {
-			how = fmt.Sprintf("%s via %s: status %d TOO_LARGE, more than %d work items (nothing is computed; split the batch)", sel.Role, sel.Symbol, lower.ErrTooLarge, lower.MaxItems)
+			how = fmt.Sprintf("%s via %s: status %d TOO_LARGE, more than %d work items (nothing is computed; split the batch)", sel.Role, sel.Symbol, ir.StatusTooLarge, lower.MaxItems)
 		}
 		if sel.Splits > 1 {
 			how += fmt.Sprintf(", KV split in %d chunks", sel.Splits)
@@ -233,12 +247,25 @@ func explainVariant(w io.Writer, v *ir.Variant, shapes []registry.Shape, cfg *co
 		if sel.Merge {
 			how += ", merged with merge_state"
 		}
+		if tgt != "cpu" {
+			for _, l := range sel.Launches {
+				how += fmt.Sprintf("; %s grid=%d block=%d smem=%d", l.Kernel, l.Grid, l.Block, l.Smem)
+			}
+		}
+		who := fmt.Sprintf("threads=%d", s.Threads)
+		if tgt != "cpu" {
+			sms := s.SMs
+			if sms == 0 {
+				sms = cudatarget.DefaultSMs
+			}
+			who = fmt.Sprintf("sms=%d", sms)
+		}
 		batch := len(s.QLens)
 		if s.Batch > 0 {
 			batch = s.Batch
 		}
-		lines = append(lines, fmt.Sprintf("  batch=%d q_len=%s kv_len=%s threads=%d -> %s\n",
-			batch, compactInts(s.QLens), compactInts(s.KVLens), s.Threads, how))
+		lines = append(lines, fmt.Sprintf("  batch=%d q_len=%s kv_len=%s %s -> %s\n",
+			batch, compactInts(s.QLens), compactInts(s.KVLens), who, how))
 	}
 	fmt.Fprintln(w, "selection:")
 	for _, l := range lines {

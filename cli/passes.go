@@ -4,47 +4,70 @@ import (
 	"fmt"
 	"text/tabwriter"
 
-	"github.com/attnc/attnc/passes"
+	"github.com/attnc/attnc/target"
 	"github.com/spf13/cobra"
 )
 
 func newPassesCmd(cfg *config) *cobra.Command {
-	return &cobra.Command{
-		Use:   "passes",
-		Short: "List the pass pipeline in order, with its ordering constraints",
-		Long: `Print the pass table that every variant's kernel IR goes through after
-lowering, in the order the passes run: index, name, whether the pass is
-required (the backends cannot print IR that skipped it) or optional, and
-what it does. Then print the ordering constraints between passes with the
-reason for each; a test checks that the table satisfies them.
+	var targets []string
+	c := &cobra.Command{
+		Use:   "passes [--target T]",
+		Short: "List each target's pass table in order, with its ordering constraints",
+		Long: `Print the pass table every variant's kernel IR goes through after
+lowering, for each target (or the --target ones): index, name, whether the
+pass is required (the backend cannot print IR that skipped it) or
+optional, and what it does (user passes of a custom attnc included). Then
+print the table's ordering constraints with the reason for each; a test
+checks every table against them.
 
-The names are the values 'attnc build --print-after' accepts. The table
-lives in passes/pipeline.go.`,
+Lowering builds one target-neutral module; the neutral passes (inline-defs,
+simplify, classify-tiles, expand-calls, legalize-dtype, late-simplify) run
+in every table, and each target adds its schedule passes between them.
+The names are the values 'attnc build --print-after' accepts. The tables
+live in target/<name>/<name>.go.`,
 		Example: `  attnc passes
-  attnc build examples/llama3_8b.attn -o out --print-after=simplify`,
+  attnc passes --target cuda
+  attnc build examples/llama3_8b.attn -o out --target cuda --print-after=map-threads`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			table, err := cfg.table("cpu")
-			if err != nil {
-				return err
+			names := splitList(targets)
+			if len(names) == 0 {
+				names = target.Names()
 			}
-			w := tabwriter.NewWriter(c.OutOrStdout(), 0, 0, 2, ' ', 0)
-			fmt.Fprintln(w, "#\tpass\tkind\tdescription")
-			for i, p := range table {
-				kind := "optional"
-				if p.Required {
-					kind = "required"
+			out := c.OutOrStdout()
+			for i, n := range names {
+				t, err := target.Lookup(n)
+				if err != nil {
+					return fmt.Errorf("attnc passes: %w", err)
 				}
-				fmt.Fprintf(w, "%d\t%s\t%s\t%s\n", i+1, p.Name, kind, p.Desc)
-			}
-			if err := w.Flush(); err != nil {
-				return err
-			}
-			fmt.Fprintln(c.OutOrStdout(), "\nordering constraints:")
-			for _, k := range passes.Constraints {
-				fmt.Fprintf(c.OutOrStdout(), "  %s before %s: %s\n", k.Before, k.After, k.Why)
+				table, err := cfg.table(n)
+				if err != nil {
+					return err
+				}
+				if i > 0 {
+					fmt.Fprintln(out)
+				}
+				fmt.Fprintf(out, "target %s (writes %s):\n", t.Name(), t.Files())
+				w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+				fmt.Fprintln(w, "#\tpass\tkind\tdescription")
+				for i, p := range table {
+					kind := "optional"
+					if p.Required {
+						kind = "required"
+					}
+					fmt.Fprintf(w, "%d\t%s\t%s\t%s\n", i+1, p.Name, kind, p.Desc)
+				}
+				if err := w.Flush(); err != nil {
+					return err
+				}
+				fmt.Fprintln(out, "\nordering constraints:")
+				for _, k := range t.Constraints() {
+					fmt.Fprintf(out, "  %s before %s: %s\n", k.Before, k.After, k.Why)
+				}
 			}
 			return nil
 		},
 	}
+	c.Flags().StringSliceVar(&targets, "target", nil, "comma list of targets whose tables to print (default: every target)")
+	return c
 }

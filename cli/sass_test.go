@@ -40,9 +40,9 @@ func TestSASSCommand(t *testing.T) {
 	}
 	// One row per device kernel, with the manifest's launch.
 	for _, k := range []string{"prefill", "decode", "decode_split", "decode_merge", "merge_state"} {
-		re := regexp.MustCompile(`(?m)^\s*llama3_8b_` + k + `_gpu sm_90\s+\d+\s+\d+\s+\d+/\d+\s+\d+\+\d+\s+128\s+\d+ `)
+		re := regexp.MustCompile(`(?m)^\s*llama3_8b_` + k + `_work sm_90\s+\d+\s+\d+\s+\d+/\d+\s+\d+\+\d+\s+128\s+\d+ `)
 		if !re.MatchString(o) {
-			t.Errorf("no sm_90 row for llama3_8b_%s_gpu:\n%s", k, o)
+			t.Errorf("no sm_90 row for llama3_8b_%s_work:\n%s", k, o)
 		}
 	}
 	if strings.Contains(o, "sm_80") || strings.Contains(o, "target not met") {
@@ -59,7 +59,7 @@ func TestSASSCommand(t *testing.T) {
 		t.Errorf("sass --check printed neither misses nor success:\n%s", o)
 	}
 	o, e, code = runCLI(t, "sass", writeSpec(t, "small_f32.attn", f32Prefill), "--check")
-	if code != 0 || !strings.Contains(o, "all targets met") || !strings.Contains(o, "small_f32_prefill_gpu sm_80") {
+	if code != 0 || !strings.Contains(o, "all targets met") || !strings.Contains(o, "small_f32_prefill_work sm_80") {
 		t.Errorf("sass --check of an f32 prefill: exit %d\n%s%s", code, o, e)
 	}
 }

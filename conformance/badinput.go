@@ -10,6 +10,7 @@ import (
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
 	"github.com/attnc/attnc/reference"
+	cputarget "github.com/attnc/attnc/target/cpu"
 )
 
 // The bad-input matrix: corruptions of a valid two-sequence case, with the
@@ -183,10 +184,10 @@ func BadInputs(v *ir.Variant) []BadInput {
 // row is ever read, so the block table holds just that row.
 func tooManyItems(bc *BadCase) {
 	v := bc.V
-	g := lower.HeadTile(v.GroupSize())
-	units := v.KVHeads * v.GroupSize() / g
+	t := cputarget.Target{}.Tiling(v)
+	units := v.KVHeads * v.GroupSize() / t.Heads(v.GroupSize())
 	const n = 1 << 16
-	qt := lower.QTile(g)
+	qt := t.QTile(v.GroupSize())
 	tiles := (n + qt - 1) / qt
 	batch := (1<<31)/(units*tiles) + 1
 	ps := v.PageSize

@@ -13,6 +13,7 @@ import (
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/passes"
 	"github.com/attnc/attnc/reference"
+	"github.com/attnc/attnc/target"
 )
 
 // Tolerance is the allowed error |got - want| / max(1, |want|) of f32
@@ -104,12 +105,12 @@ type Entry struct {
 	Stream bool
 }
 
-// cpuEntries lists the entry kernels of a lowered CPU module.
+// cpuEntries lists the public entries of a scheduled CPU module.
 func cpuEntries(m *ir.Module) map[ir.Role]Entry {
 	es := map[ir.Role]Entry{}
-	for _, k := range m.Kernels {
-		if k.Entry {
-			es[k.Role] = Entry{Symbol: k.Name, Params: k.Params}
+	for _, p := range m.Plans {
+		if p.Public {
+			es[p.Role] = Entry{Symbol: p.Entry, Params: p.Params}
 		}
 	}
 	return es
@@ -129,12 +130,27 @@ type Options struct {
 	Triple string
 }
 
-// table is o.Passes, or target's default table.
-func (o Options) table(target string) ([]passes.Pass, error) {
+// compileFor schedules v for a target with the verifier after every pass
+// and writes the target's files into dir.
+func compileFor(v *ir.Variant, name, dir string, o Options) (*build.Compiled, error) {
+	bo := build.Options{Passes: passes.Options{VerifyEach: true}}
 	if o.Passes != nil {
-		return o.Passes, nil
+		bo.Tables = map[string][]passes.Pass{name: o.Passes}
 	}
-	return build.PassTable(target)
+	c, err := build.CompileFor(v, name, bo)
+	if err != nil {
+		return nil, err
+	}
+	files, err := c.Target.Emit(v, c.Final, target.Options{Triple: o.Triple})
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(dir, f.Name), f.Data, 0o644); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
 }
 
 // Build compiles v for the CPU into dir, links a shared library with the
@@ -143,35 +159,24 @@ func Build(v *ir.Variant, dir string) (*Suite, error) { return BuildWith(v, dir,
 
 // BuildWith is Build with options.
 func BuildWith(v *ir.Variant, dir string, o Options) (*Suite, error) {
-	table, err := o.table("cpu")
+	tgt, err := llvmgen.LookupTarget(o.Triple)
 	if err != nil {
 		return nil, err
 	}
-	target, err := llvmgen.LookupTarget(o.Triple)
+	tc, err := cpurt.ToolchainFor(tgt.Triple)
 	if err != nil {
 		return nil, err
 	}
-	tc, err := cpurt.ToolchainFor(target.Triple)
-	if err != nil {
-		return nil, err
-	}
-	cv, err := build.CompileWith(v, table, passes.Options{VerifyEach: true})
-	if err != nil {
-		return nil, err
-	}
-	ll, err := llvmgen.EmitFor(cv.Final, target)
+	c, err := compileFor(v, "cpu", dir, o)
 	if err != nil {
 		return nil, err
 	}
 	llPath := filepath.Join(dir, v.Name+".ll")
-	if err := os.WriteFile(llPath, []byte(ll), 0o644); err != nil {
-		return nil, err
-	}
 	so := filepath.Join(dir, v.Name+".so")
 	if err := tc.BuildShared(llPath, so); err != nil {
 		return nil, err
 	}
-	s := &Suite{V: v, Target: "cpu", Prefix: cv.Lowered.Prefix, Entries: cpuEntries(cv.Lowered), Lowered: cv.Lowered, Final: cv.Final}
+	s := &Suite{V: v, Target: "cpu", Prefix: c.Final.Prefix, Entries: cpuEntries(c.Final), Lowered: c.Lowered, Final: c.Final}
 	if tc.Foreign() {
 		r, err := tc.OpenRemote(so)
 		if err != nil {

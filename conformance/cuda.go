@@ -27,5 +27,5 @@ func BuildCUDAWith(v *ir.Variant, dir string, o Options) (*Suite, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Suite{V: v, Target: "cuda", Prefix: gm.Module.Prefix, Lib: lib, Entries: launcherEntries(gm)}, nil
+	return &Suite{V: v, Target: "cuda", Prefix: gm.Prefix, Lib: lib, Entries: launcherEntries(gm)}, nil
 }

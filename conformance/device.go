@@ -13,12 +13,9 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/attnc/attnc/build"
-	"github.com/attnc/attnc/codegen/cuda"
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/ir"
-	"github.com/attnc/attnc/lower"
-	"github.com/attnc/attnc/passes"
+	cudatarget "github.com/attnc/attnc/target/cuda"
 )
 
 // Device is the memory of the accelerator a Suite's launchers run on. With
@@ -422,35 +419,25 @@ func BuildCUDADeviceWith(v *ir.Variant, dir, nvcc string, o Options) (*Suite, er
 	if err != nil {
 		return nil, err
 	}
-	return &Suite{V: v, Target: "cuda", Prefix: gm.Module.Prefix, Lib: lib, Entries: launcherEntries(gm), Dev: dev, keepLoaded: true}, nil
+	return &Suite{V: v, Target: "cuda", Prefix: gm.Prefix, Lib: lib, Entries: launcherEntries(gm), Dev: dev, keepLoaded: true}, nil
 }
 
 // writeCUDA compiles v with the CUDA schedule and writes dir/<variant>.cu.
-func writeCUDA(v *ir.Variant, dir string, o Options) (string, *lower.GPUModule, error) {
-	table, err := o.table("cuda")
+func writeCUDA(v *ir.Variant, dir string, o Options) (string, *ir.Module, error) {
+	c, err := compileFor(v, "cuda", dir, o)
 	if err != nil {
 		return "", nil, err
 	}
-	gm, err := build.CompileGPUWith(v, table, passes.Options{VerifyEach: true})
-	if err != nil {
-		return "", nil, err
-	}
-	src, err := cuda.Emit(gm.Module, gm.Launchers)
-	if err != nil {
-		return "", nil, err
-	}
-	cu := filepath.Join(dir, v.Name+".cu")
-	if err := os.WriteFile(cu, []byte(src), 0o644); err != nil {
-		return "", nil, err
-	}
-	return cu, gm, nil
+	return filepath.Join(dir, v.Name+".cu"), c.Final, nil
 }
 
 // launcherEntries lists a GPU module's host launchers by role.
-func launcherEntries(gm *lower.GPUModule) map[ir.Role]Entry {
+func launcherEntries(m *ir.Module) map[ir.Role]Entry {
 	es := map[ir.Role]Entry{}
-	for _, l := range gm.Launchers {
-		es[l.Role] = Entry{Symbol: l.Name, Params: l.Params, Stream: true}
+	for _, p := range m.Plans {
+		if p.Public {
+			es[p.Role] = Entry{Symbol: cudatarget.Launcher(p), Params: p.Params, Stream: true}
+		}
 	}
 	return es
 }

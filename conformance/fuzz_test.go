@@ -23,6 +23,7 @@ import (
 	"github.com/attnc/attnc/internal/needtool"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
+	cputarget "github.com/attnc/attnc/target/cpu"
 )
 
 // FuzzKernels is the property test of hostile inputs: Go fuzzing over the
@@ -503,7 +504,7 @@ func TestFuzzChild(t *testing.T) {
 		s := suites[fc.V]
 		if s == nil {
 			v := fuzzVariants()[fc.V]
-			m, err := lower.Lower(v)
+			m, err := lower.Lower(v, cputarget.Target{}.Tiling(v))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,6 +10,7 @@ import (
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
 	"github.com/attnc/attnc/reference"
+	cputarget "github.com/attnc/attnc/target/cpu"
 )
 
 // What FuzzKernels allocates at most; a case whose documented reads need
@@ -195,10 +196,10 @@ func validateRules(v *ir.Variant, fc fuzzCase) (r rules) {
 			}
 		}
 	}
-	g := lower.HeadTile(v.GroupSize())
-	units := min(bs*int64(v.KVHeads*v.GroupSize()/g), lower.MaxItems+1)
+	t := cputarget.Target{}.Tiling(v)
+	units := min(bs*int64(v.KVHeads*v.GroupSize()/t.Heads(v.GroupSize())), lower.MaxItems+1)
 	if prefill {
-		qt, maxQT := int64(lower.QTile(g)), int64(0)
+		qt, maxQT := int64(t.QTile(v.GroupSize())), int64(0)
 		for _, q := range r.qLen {
 			maxQT = max(maxQT, (int64(q)+qt-1)/qt)
 		}

@@ -6,6 +6,7 @@ import (
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/passes"
 	"github.com/attnc/attnc/reference"
+	cputarget "github.com/attnc/attnc/target/cpu"
 )
 
 // misround is a pass, run before legalize-dtype, that changes how every
@@ -43,10 +44,10 @@ func dropped(dt ir.Type) int64 {
 	return 13
 }
 
-// withPass is the pass table with p inserted before legalize-dtype.
+// withPass is the CPU pass table with p inserted before legalize-dtype.
 func withPass(p passes.Pass) []passes.Pass {
 	var table []passes.Pass
-	for _, q := range passes.Table {
+	for _, q := range cputarget.Table {
 		if q.Name == "legalize-dtype" {
 			table = append(table, p)
 		}
@@ -96,7 +97,7 @@ func TestHalfComparisonCatchesMisrounding(t *testing.T) {
 	} {
 		v := spec(t, src)
 		for _, mu := range mutations {
-			table := passes.Table
+			table := cputarget.Table
 			if mu.pass != nil {
 				table = withPass(*mu.pass)
 			}

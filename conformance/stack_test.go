@@ -10,6 +10,7 @@ import (
 	"github.com/attnc/attnc/lower"
 	"github.com/attnc/attnc/reference"
 	"github.com/attnc/attnc/registry"
+	cputarget "github.com/attnc/attnc/target/cpu"
 )
 
 // TestSmallStacks calls every example's prefill, decode, split-KV decode
@@ -42,7 +43,7 @@ func TestSmallStacks(t *testing.T) {
 				defer s.Lib.Close()
 				ps := v.PageSize
 				split := reference.CaseSpec{Name: "split-KV decode", QLens: []int{1}, KVLens: []int{600}, NaNFill: true}
-				sel, err := registry.Select(v, s.Lowered, registry.Shape{QLens: split.QLens, KVLens: split.KVLens, Threads: 64, DecodeLayout: true})
+				sel, err := cputarget.Target{}.Select(v, s.Final, registry.Shape{QLens: split.QLens, KVLens: split.KVLens, Threads: 64, DecodeLayout: true})
 				if err != nil || sel.Splits < 2 {
 					t.Fatalf("the split case does not split KV at 64 threads: %+v, %v", sel, err)
 				}

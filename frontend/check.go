@@ -335,16 +335,12 @@ func (c *checker) mla(v *ir.Variant, s *mlaStmt) {
 
 // dtype checks `dtype f32|f16|bf16`.
 func (c *checker) dtype(v *ir.Variant, s *wordStmt) {
-	switch s.Word.Name {
-	case "f32":
-		v.DType = ir.DTF32
-	case "f16":
-		v.DType = ir.DTF16
-	case "bf16":
-		v.DType = ir.DTBF16
-	default:
-		c.errorf(s.Word.Pos, "unknown dtype %q (known: f32, f16, bf16)", s.Word.Name)
+	dt, ok := ir.DTypeByName(s.Word.Name)
+	if !ok {
+		c.errorf(s.Word.Pos, "unknown dtype %q (known: %s)", s.Word.Name, strings.Join(ir.DTypeNames(), ", "))
+		return
 	}
+	v.DType = dt
 }
 
 // cache checks `cache paged(page_size = N, layout = L, table = T)`.

@@ -27,8 +27,14 @@ import (
 //     error), int→float rounds to nearest even, u8/bool zero-extend, narrowing
 //     truncates, →bool is != 0 (true for NaN); Bitcast keeps the bits;
 //   - And/Or and Select evaluate all operands; For evaluates Lo and Hi once;
-//     Parallel and Vector loops run serially in order; Continue ends the
-//     iteration of the innermost For; Alloc and Malloc give zeroed arrays;
+//     Parallel, Spread and Vector loops run serially in order; Continue ends
+//     the iteration of the innermost For; Alloc and Malloc give zeroed arrays;
+//   - Threads and Lanes loops run their iterations as threads that meet at
+//     Barriers (the group) and Shuffles and MMAs (each warp of 32), as on a
+//     GPU (see spmd.go); a Barrier outside them is a no-op (a work item run
+//     as one thread); Reduce folds in order; MatMul sums over k in order,
+//     sets C outside the extents to NaN and rejects a nonzero A beyond the
+//     k extent;
 //     a kernel that falls off its end returns 0; CallStmt recurses;
 //   - an out-of-bounds Load or Store, a null buffer, a use after Free or a
 //     high-level Call (legalize first) is an error naming the buffer.
@@ -135,7 +141,7 @@ func newBuffer(name string, t Type, x any) (*buffer, error) {
 	case []int64:
 		ok = t == I64
 	case []uint16:
-		ok = t == I16 || t == F16 || t == BF16
+		ok = t == I16 || t.IsStorageOnly() && t.Bits() == 16
 	case []int16:
 		ok = t == I16
 	case []byte:
@@ -249,6 +255,7 @@ type frame struct {
 	k     *Kernel // nil in EvalExpr
 	env   map[string]*binding
 	depth int
+	thr   *spmdThread // the thread or lane this frame runs as, in a Threads or Lanes loop
 }
 
 func (f *frame) fail(format string, args ...any) {
@@ -353,6 +360,10 @@ func (f *frame) stmt(s Stmt, u *[]undo) (flow, int32) {
 			f.store(dst, di+k, f.load(src, si+k, I16)) // the type only matters for 16-bit bits
 		}
 	case *For:
+		if s.Kind == Threads || s.Kind == Lanes {
+			f.spmd(s)
+			return flowNext, 0
+		}
 		lo, hi := int64(f.eval(s.Lo)), int64(f.eval(s.Hi))
 		iv := &binding{}
 		var lu []undo
@@ -365,6 +376,14 @@ func (f *frame) stmt(s Stmt, u *[]undo) (flow, int32) {
 			}
 		}
 		f.restore(lu)
+	case *Reduce:
+		f.bind(u, s.Name, &binding{v: f.reduce(s)})
+	case *Barrier:
+		f.barrier()
+	case *MMA:
+		f.mmaStmt(s)
+	case *MatMul:
+		f.matmul(s)
 	case *If:
 		if f.eval(s.Cond) != 0 {
 			return f.block(s.Then)
@@ -384,6 +403,71 @@ func (f *frame) stmt(s Stmt, u *[]undo) (flow, int32) {
 		f.fail("unknown statement %T", s)
 	}
 	return flowNext, 0
+}
+
+// reduce folds s.Value over s.Var in order, starting from the identity.
+func (f *frame) reduce(s *Reduce) val {
+	t := s.Value.Type()
+	acc := f.eval(s.Op.Identity(t))
+	lo, hi := int64(f.eval(s.Lo)), int64(f.eval(s.Hi))
+	iv := &binding{}
+	var u []undo
+	f.bind(&u, s.Var, iv)
+	for i := lo; i < hi; i++ {
+		iv.v = val(i)
+		acc = f.binary(s.Op.BinOp(), t, acc, f.eval(s.Value))
+	}
+	f.restore(u)
+	return acc
+}
+
+// matmul runs a MatMul in f32, summing over k in order. C elements of the
+// static shape outside the extents become NaN (they are unspecified), and
+// a nonzero A element beyond the k extent is an error.
+func (f *frame) matmul(s *MatMul) {
+	ext := func(e Expr, n int, what string) int64 {
+		x := int64(f.eval(e))
+		if x > int64(n) {
+			f.fail("matmul %s: %s extent %d exceeds the static size %d", s.C, what, x, n)
+		}
+		return max(x, 0)
+	}
+	me, ne, ke := ext(s.MExt, s.M, "m"), ext(s.NExt, s.N, "n"), ext(s.KExt, s.K, "k")
+	c, a, b := f.buffer(s.C), f.buffer(s.A), f.buffer(s.B)
+	get := func(buf *buffer, i int64) float32 { return math.Float32frombits(uint32(f.load(buf, i, F32))) }
+	for m := int64(0); m < me; m++ {
+		for k := ke; k < int64(s.K); k++ {
+			if x := get(a, m*int64(s.K)+k); x != 0 {
+				f.fail("matmul %s: %s[%d, %d] = %g beyond the k extent %d must be 0", s.C, s.A, m, k, x, ke)
+			}
+		}
+	}
+	nan := val(math.Float32bits(float32(math.NaN())))
+	for m := int64(0); m < int64(s.M); m++ {
+		for n := int64(0); n < int64(s.N); n++ {
+			ci := m*int64(s.N) + n
+			if m >= me || n >= ne {
+				f.store(c, ci, nan)
+				continue
+			}
+			var sum float32
+			if s.Accumulate {
+				sum = get(c, ci)
+			}
+			for k := int64(0); k < ke; k++ {
+				x := get(a, m*int64(s.K)+k)
+				bi := k*int64(s.N) + n
+				if s.TransB {
+					bi = n*int64(s.K) + k
+				}
+				if s.ZeroSkip && x == 0 {
+					continue
+				}
+				sum += float32(x * get(b, bi)) // rounded: no fused multiply-add
+			}
+			f.store(c, ci, val(math.Float32bits(sum)))
+		}
+	}
 }
 
 func (f *frame) call(s *CallStmt) int32 {
@@ -466,7 +550,7 @@ func (f *frame) eval(e Expr) val {
 	case *NotNull:
 		return b2v(f.buffer(e.Buf).data != nil)
 	case *Shuffle:
-		f.fail("shfl_xor is a GPU construct the interpreter does not run")
+		return f.shuffle(f.eval(e.X), e.Mask)
 	case *Call:
 		f.fail("call @%s cannot be interpreted (legalize it first)", e.Fn)
 	}
@@ -489,12 +573,11 @@ func wrap(t Type, x int64) val {
 	return val(x)
 }
 
-// smallFloat gives the exponent and mantissa widths of f16 or bf16.
+// smallFloat gives the exponent and mantissa widths of a storage-only
+// float type (the dtype table's layout).
 func smallFloat(t Type) (ebits, mbits int) {
-	if t == BF16 {
-		return 8, 7
-	}
-	return 5, 10
+	r := StorageOf(t)
+	return r.ExpBits, r.MantBits
 }
 
 // toF64 returns the float value of canonical v of float type t (exact).
@@ -810,10 +893,10 @@ func anyToVal(x any, t Type) (val, error) {
 			return fromF64(t, v), nil
 		}
 	case uint16:
-		switch t {
-		case F16, BF16:
+		switch {
+		case t.IsStorageOnly() && t.Bits() == 16:
 			return val(v), nil
-		case I16:
+		case t == I16:
 			return val(int64(int16(v))), nil
 		}
 		i = int64(v)
@@ -842,12 +925,15 @@ func anyToVal(x any, t Type) (val, error) {
 
 // valToAny converts canonical v of type t to its Go value.
 func valToAny(t Type, v val) any {
+	if t.IsStorageOnly() && t.Bits() == 16 {
+		return uint16(v)
+	}
 	switch t {
 	case Bool:
 		return v != 0
 	case U8:
 		return uint8(v)
-	case I16, F16, BF16:
+	case I16:
 		return uint16(v)
 	case I32:
 		return int32(v)

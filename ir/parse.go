@@ -520,6 +520,10 @@ func (p *parser) stmt() Stmt {
 		return &Alloc{Name: name, T: ty, Size: int(n), Shared: shared, Heap: heap}
 	case "barrier":
 		return &Barrier{}
+	case "reduce":
+		return p.reduce()
+	case "matmul":
+		return p.matmul()
 	case "copy":
 		c := &Copy{Dst: p.ident().text}
 		p.expect("[")
@@ -568,7 +572,7 @@ func (p *parser) stmt() Stmt {
 		p.expect("=")
 		vt := p.peek()
 		v := p.expr()
-		if v.Type() != d.t {
+		if !accessType(d.t, v.Type()) {
 			p.failAt(vt, "type mismatch: storing %s into %s buffer %s", v.Type(), d.t, nt.text)
 		}
 		return &Store{Buf: nt.text, Index: idx, Value: v}
@@ -580,9 +584,7 @@ func (p *parser) stmt() Stmt {
 		if s.Cond.Type() != Bool {
 			p.failAt(ct, "if condition is %s, want bool", s.Cond.Type())
 		}
-		if p.peek().kind == tAt {
-			s.Tag = p.next().text
-		}
+		s.Tag = p.tag()
 		s.Then = p.block()
 		if p.accept("else") {
 			s.Else = p.block()
@@ -632,21 +634,12 @@ func (p *parser) forStmt() *For {
 		p.failAt(ht, "for %s: hi is %s, want i32", s.Var, s.Hi.Type())
 	}
 	kt := p.ident()
-	switch kt.text {
-	case "serial":
-		s.Kind = Serial
-	case "parallel":
-		s.Kind = Parallel
-	case "vector":
-		s.Kind = Vector
-	case "threads":
-		s.Kind = Threads
-	default:
-		p.failAt(kt, "unknown loop kind %s (want serial, parallel, vector or threads)", kt.text)
+	kind, ok := LoopKindByName(kt.text)
+	if !ok {
+		p.failAt(kt, "unknown loop kind %s (want one of %s)", kt.text, strings.Join(loopKindNames[:], ", "))
 	}
-	if p.peek().kind == tAt {
-		s.Tag = p.next().text
-	}
+	s.Kind = kind
+	s.Tag = p.tag()
 	p.push()
 	p.declare(s.Var, decl{kind: dLoop, t: I32})
 	if p.accept("[") {
@@ -665,6 +658,105 @@ func (p *parser) forStmt() *For {
 	}
 	s.Body = p.block()
 	p.pop()
+	return s
+}
+
+// tag reads an optional @tag.
+func (p *parser) tag() Tag {
+	if p.peek().kind != tAt {
+		return NoTag
+	}
+	t := p.next()
+	tag, ok := TagByName(t.text)
+	if !ok {
+		p.failAt(t, "unknown tag @%s (want one of @%s)", t.text, strings.Join(tagNames[1:], ", @"))
+	}
+	return tag
+}
+
+// reduce reads `reduce NAME = OP over VAR in LO .. HI of EXPR`.
+func (p *parser) reduce() *Reduce {
+	s := &Reduce{Name: p.ident().text}
+	p.expect("=")
+	ot := p.ident()
+	switch ot.text {
+	case "add":
+		s.Op = ReduceAdd
+	case "max":
+		s.Op = ReduceMax
+	default:
+		p.failAt(ot, "unknown reduction %s (want add or max)", ot.text)
+	}
+	p.expect("over")
+	s.Var = p.ident().text
+	p.expect("in")
+	s.Lo = p.expr()
+	p.expect("..")
+	s.Hi = p.expr()
+	p.expect("of")
+	p.push()
+	p.declare(s.Var, decl{kind: dLoop, t: I32})
+	vt := p.peek()
+	s.Value = p.expr()
+	p.pop()
+	if t := s.Value.Type(); !t.IsInt() && !t.IsFloat() {
+		p.failAt(vt, "reduce of %s, want an int or a float", t)
+	}
+	p.declare(s.Name, decl{kind: dLet, t: s.Value.Type()})
+	return s
+}
+
+// matmul reads `matmul C[M, N] (=|+=) A[M, K] * B[K, N] [zeroskip]
+// extent(m, n, k) [@tag]`, or `* B^T[N, K]` for a transposed B.
+func (p *parser) matmul() *MatMul {
+	s := &MatMul{}
+	shape := func() (name token, a, b int) {
+		name = p.ident()
+		p.bufferDecl(name)
+		p.expect("[")
+		a = int(p.intLit(false))
+		p.expect(",")
+		b = int(p.intLit(false))
+		p.expect("]")
+		return name, a, b
+	}
+	ct, m, n := shape()
+	s.C, s.M, s.N = ct.text, m, n
+	if p.accept("+") {
+		s.Accumulate = true
+	}
+	p.expect("=")
+	at, am, k := shape()
+	s.A, s.K = at.text, k
+	if am != m {
+		p.failAt(at, "matmul: A has %d rows, C has %d", am, m)
+	}
+	p.expect("*")
+	bt := p.ident()
+	p.bufferDecl(bt)
+	s.B = bt.text
+	if p.accept("^") {
+		if x := p.ident(); x.text != "T" {
+			p.failAt(x, "expected ^T, found ^%s", x.text)
+		}
+		s.TransB = true
+	}
+	p.expect("[")
+	b0 := int(p.intLit(false))
+	p.expect(",")
+	b1 := int(p.intLit(false))
+	p.expect("]")
+	if wantR, wantC := k, n; s.TransB && (b0 != n || b1 != k) || !s.TransB && (b0 != wantR || b1 != wantC) {
+		p.failAt(bt, "matmul: B shape [%d, %d] does not fit A [%d, %d] and C [%d, %d]", b0, b1, m, k, m, n)
+	}
+	s.ZeroSkip = p.accept("zeroskip")
+	p.expect("extent")
+	ext := p.args()
+	if len(ext) != 3 {
+		p.failAt(bt, "matmul extent takes 3 values (m, n, k), got %d", len(ext))
+	}
+	s.MExt, s.NExt, s.KExt = ext[0], ext[1], ext[2]
+	s.Tag = p.tag()
 	return s
 }
 
@@ -819,7 +911,16 @@ func (p *parser) identExpr(t token) Expr {
 		p.next()
 		idx := p.expr()
 		p.expect("]")
-		return p.check(t, &Load{Buf: t.text, Index: idx, T: d.t})
+		ty := d.t
+		if p.isPunct(":") && p.peekN(1).kind == tIdent {
+			// buf[i]:T reads a storage-only element as its carrier bits.
+			p.next()
+			tt := p.peek()
+			if ty = p.typ(); !accessType(d.t, ty) {
+				p.failAt(tt, "cannot read %s elements of %s as %s", d.t, t.text, ty)
+			}
+		}
+		return p.check(t, &Load{Buf: t.text, Index: idx, T: ty})
 	}
 	return &Ref{Name: t.text, T: p.lookup(t).t}
 }

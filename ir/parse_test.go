@@ -60,16 +60,16 @@ func testModule() *Module {
 		&Free{Name: "w"},
 		&Block{Stmts: []Stmt{&Let{Name: "inner", Value: Int(1)}}},
 		&Block{Stmts: []Stmt{&Let{Name: "inner", Value: Int(2)}}},
-		&For{Var: "i", Lo: Int(0), Hi: n, Kind: Parallel, Tag: "work", Body: &Block{Stmts: []Stmt{
+		&For{Var: "i", Lo: Int(0), Hi: n, Kind: Parallel, Tag: TagWork, Body: &Block{Stmts: []Stmt{
 			&If{Cond: Bin(Ge, i, Int(7)), Then: &Block{Stmts: []Stmt{&Continue{}}}},
 			&Alloc{Name: "row", T: F32, Size: 4},
 			&For{Var: "j", Lo: Int(0), Hi: Int(4), Kind: Vector, Body: &Block{Stmts: []Stmt{
 				&Store{Buf: "row", Index: R("j", I32), Value: Float(0)},
 			}}},
-			&For{Var: "t", Lo: i, Hi: n, Kind: Serial, Tag: "kv_tile",
+			&For{Var: "t", Lo: i, Hi: n, Kind: Serial, Tag: TagKVTile,
 				Ranges: []Range{{Var: "kv_pos", Lo: Bin(Mul, R("t", I32), Int(16)), Hi: Bin(Add, R("t", I32), Int(15))}, {Var: "q_pos", Lo: i, Hi: i}},
 				Body: &Block{Stmts: []Stmt{
-					&If{Cond: Bin(Lt, R("t", I32), Int(2)), Tag: "mask", Then: &Block{Stmts: []Stmt{&Continue{}}},
+					&If{Cond: Bin(Lt, R("t", I32), Int(2)), Tag: TagMask, Then: &Block{Stmts: []Stmt{&Continue{}}},
 						Else: &Block{Stmts: []Stmt{&Store{Buf: "o", Index: R("t", I32), Value: Ld("row", F32, Int(0))}}}},
 				}}},
 		}}},

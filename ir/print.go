@@ -66,7 +66,32 @@ func StmtString(s Stmt) string {
 type printer struct {
 	sb     strings.Builder
 	indent int
+	bufs   []map[string]Type // element types of the buffers in scope
 }
+
+func (p *printer) elem(name string) (Type, bool) {
+	for i := len(p.bufs) - 1; i >= 0; i-- {
+		if t, ok := p.bufs[i][name]; ok {
+			return t, true
+		}
+	}
+	return Void, false
+}
+
+func (p *printer) declBuf(name string, t Type) {
+	if len(p.bufs) == 0 {
+		p.bufs = append(p.bufs, map[string]Type{})
+	}
+	p.bufs[len(p.bufs)-1][name] = t
+}
+
+func (p *printer) ex(e Expr) string {
+	var sb strings.Builder
+	writeExprIn(&sb, e, p.elem)
+	return sb.String()
+}
+
+func (p *printer) exs(es []Expr) string { return exprListIn(es, p.elem) }
 
 func (p *printer) line(format string, args ...any) {
 	p.sb.WriteString(strings.Repeat("  ", p.indent))
@@ -114,8 +139,12 @@ func ParamString(pr *Param) string {
 
 func (p *printer) kernel(k *Kernel) {
 	var ps []string
+	p.bufs = []map[string]Type{{}}
 	for _, pr := range k.Params {
 		ps = append(ps, ParamString(pr))
+		if pr.Buffer {
+			p.declBuf(pr.Name, pr.Elem)
+		}
 	}
 	entry := ""
 	if k.Entry {
@@ -128,9 +157,11 @@ func (p *printer) kernel(k *Kernel) {
 
 func (p *printer) block(b *Block) {
 	p.indent++
+	p.bufs = append(p.bufs, map[string]Type{})
 	for _, s := range b.Stmts {
 		p.stmt(s)
 	}
+	p.bufs = p.bufs[:len(p.bufs)-1]
 	p.indent--
 }
 
@@ -141,11 +172,11 @@ func (p *printer) stmt(s Stmt) {
 		p.block(s)
 		p.line("}")
 	case *Let:
-		p.line("let %s = %s", s.Name, ExprString(s.Value))
+		p.line("let %s = %s", s.Name, p.ex(s.Value))
 	case *Var:
-		p.line("var %s = %s", s.Name, ExprString(s.Init))
+		p.line("var %s = %s", s.Name, p.ex(s.Init))
 	case *Assign:
-		p.line("%s = %s", s.Name, ExprString(s.Value))
+		p.line("%s = %s", s.Name, p.ex(s.Value))
 	case *Alloc:
 		kind := ""
 		switch {
@@ -155,28 +186,49 @@ func (p *printer) stmt(s Stmt) {
 			kind = "heap "
 		}
 		p.line("alloc %s%s: %s[%d]", kind, s.Name, s.T, s.Size)
+		p.declBuf(s.Name, s.T)
 	case *Barrier:
 		p.line("barrier")
 	case *Copy:
-		p.line("copy %s[%s] = %s[%s] x %d", s.Dst, ExprString(s.DstIndex), s.Src, ExprString(s.SrcIndex), s.N)
+		p.line("copy %s[%s] = %s[%s] x %d", s.Dst, p.ex(s.DstIndex), s.Src, p.ex(s.SrcIndex), s.N)
 	case *MMA:
 		p.line("mma.%s %s, %s, %s", s.In, s.D, s.A, s.B)
+	case *Reduce:
+		p.line("reduce %s = %s over %s in %s .. %s of %s", s.Name, s.Op, s.Var, p.ex(s.Lo), p.ex(s.Hi), p.ex(s.Value))
+	case *MatMul:
+		op, bt, bshape, zs := "=", "", fmt.Sprintf("[%d, %d]", s.K, s.N), ""
+		if s.Accumulate {
+			op = "+="
+		}
+		if s.TransB {
+			bt, bshape = "^T", fmt.Sprintf("[%d, %d]", s.N, s.K)
+		}
+		if s.ZeroSkip {
+			zs = " zeroskip"
+		}
+		tag := ""
+		if s.Tag != NoTag {
+			tag = " @" + s.Tag.String()
+		}
+		p.line("matmul %s[%d, %d] %s %s[%d, %d] * %s%s%s%s extent(%s)%s", s.C, s.M, s.N, op, s.A, s.M, s.K, s.B, bt, bshape, zs,
+			p.exs([]Expr{s.MExt, s.NExt, s.KExt}), tag)
 	case *Malloc:
-		p.line("malloc %s: %s[%s]", s.Name, s.T, ExprString(s.Size))
+		p.line("malloc %s: %s[%s]", s.Name, s.T, p.ex(s.Size))
+		p.declBuf(s.Name, s.T)
 	case *Free:
 		p.line("free %s", s.Name)
 	case *Store:
-		p.line("store %s[%s] = %s", s.Buf, ExprString(s.Index), ExprString(s.Value))
+		p.line("store %s[%s] = %s", s.Buf, p.ex(s.Index), p.ex(s.Value))
 	case *For:
 		var sb strings.Builder
-		fmt.Fprintf(&sb, "for %s in %s .. %s %s", s.Var, ExprString(s.Lo), ExprString(s.Hi), s.Kind)
-		if s.Tag != "" {
-			sb.WriteString(" @" + s.Tag)
+		fmt.Fprintf(&sb, "for %s in %s .. %s %s", s.Var, p.ex(s.Lo), p.ex(s.Hi), s.Kind)
+		if s.Tag != NoTag {
+			sb.WriteString(" @" + s.Tag.String())
 		}
 		if len(s.Ranges) > 0 {
 			var rs []string
 			for _, r := range s.Ranges {
-				rs = append(rs, fmt.Sprintf("%s = %s .. %s", r.Var, ExprString(r.Lo), ExprString(r.Hi)))
+				rs = append(rs, fmt.Sprintf("%s = %s .. %s", r.Var, p.ex(r.Lo), p.ex(r.Hi)))
 			}
 			sb.WriteString(" [" + strings.Join(rs, ", ") + "]")
 		}
@@ -185,10 +237,10 @@ func (p *printer) stmt(s Stmt) {
 		p.line("}")
 	case *If:
 		tag := ""
-		if s.Tag != "" {
-			tag = " @" + s.Tag
+		if s.Tag != NoTag {
+			tag = " @" + s.Tag.String()
 		}
-		p.line("if %s%s {", ExprString(s.Cond), tag)
+		p.line("if %s%s {", p.ex(s.Cond), tag)
 		p.block(s.Then)
 		if s.Else != nil && len(s.Else.Stmts) > 0 {
 			p.line("} else {")
@@ -196,7 +248,7 @@ func (p *printer) stmt(s Stmt) {
 		}
 		p.line("}")
 	case *Return:
-		p.line("return %s", ExprString(s.Value))
+		p.line("return %s", p.ex(s.Value))
 	case *Continue:
 		p.line("continue")
 	case *CallStmt:
@@ -204,16 +256,20 @@ func (p *printer) stmt(s Stmt) {
 		if s.Result != "" {
 			res = s.Result + " = "
 		}
-		p.line("call %s%s(%s)", res, s.Fn, exprList(s.Args))
+		p.line("call %s%s(%s)", res, s.Fn, p.exs(s.Args))
 	default:
 		panic(fmt.Sprintf("BUG: print: unknown stmt %T", s))
 	}
 }
 
-func exprList(es []Expr) string {
+func exprList(es []Expr) string { return exprListIn(es, noElems) }
+
+func exprListIn(es []Expr, elems func(string) (Type, bool)) string {
 	var parts []string
 	for _, e := range es {
-		parts = append(parts, ExprString(e))
+		var sb strings.Builder
+		writeExprIn(&sb, e, elems)
+		parts = append(parts, sb.String())
 	}
 	return strings.Join(parts, ", ")
 }
@@ -236,7 +292,13 @@ func FormatFloat(v float64) string {
 	return s
 }
 
-func writeExpr(sb *strings.Builder, e Expr) {
+func writeExpr(sb *strings.Builder, e Expr) { writeExprIn(sb, e, noElems) }
+
+func noElems(string) (Type, bool) { return Void, false }
+
+// writeExprIn prints e; elems gives the element type of buffers in scope
+// (to mark carrier reads), when known.
+func writeExprIn(sb *strings.Builder, e Expr, elems func(string) (Type, bool)) {
 	switch e := e.(type) {
 	case *Const:
 		switch {
@@ -260,48 +322,51 @@ func writeExpr(sb *strings.Builder, e Expr) {
 		sb.WriteString("nonnull(" + e.Buf + ")")
 	case *Shuffle:
 		sb.WriteString("shfl_xor(")
-		writeExpr(sb, e.X)
+		writeExprIn(sb, e.X, elems)
 		sb.WriteString(", " + strconv.Itoa(e.Mask) + ")")
 	case *Binary:
 		if e.Op.IsCall() {
 			sb.WriteString(e.Op.String() + "(")
-			writeExpr(sb, e.X)
+			writeExprIn(sb, e.X, elems)
 			sb.WriteString(", ")
-			writeExpr(sb, e.Y)
+			writeExprIn(sb, e.Y, elems)
 			sb.WriteString(")")
 			return
 		}
 		sb.WriteString("(")
-		writeExpr(sb, e.X)
+		writeExprIn(sb, e.X, elems)
 		sb.WriteString(" " + e.Op.String() + " ")
-		writeExpr(sb, e.Y)
+		writeExprIn(sb, e.Y, elems)
 		sb.WriteString(")")
 	case *Unary:
 		sb.WriteString(e.Op.String() + "(")
-		writeExpr(sb, e.X)
+		writeExprIn(sb, e.X, elems)
 		sb.WriteString(")")
 	case *Select:
 		sb.WriteString("select(")
-		writeExpr(sb, e.Cond)
+		writeExprIn(sb, e.Cond, elems)
 		sb.WriteString(", ")
-		writeExpr(sb, e.X)
+		writeExprIn(sb, e.X, elems)
 		sb.WriteString(", ")
-		writeExpr(sb, e.Y)
+		writeExprIn(sb, e.Y, elems)
 		sb.WriteString(")")
 	case *Convert:
 		sb.WriteString(e.To.String() + "(")
-		writeExpr(sb, e.X)
+		writeExprIn(sb, e.X, elems)
 		sb.WriteString(")")
 	case *Bitcast:
 		sb.WriteString("bitcast." + e.To.String() + "(")
-		writeExpr(sb, e.X)
+		writeExprIn(sb, e.X, elems)
 		sb.WriteString(")")
 	case *Load:
 		sb.WriteString(e.Buf + "[")
-		writeExpr(sb, e.Index)
+		writeExprIn(sb, e.Index, elems)
 		sb.WriteString("]")
+		if t, ok := elems(e.Buf); ok && t != e.T {
+			sb.WriteString(":" + e.T.String()) // carrier bits of a storage-only element
+		}
 	case *Call:
-		sb.WriteString("@" + e.Fn + "." + e.T.String() + "(" + exprList(e.Args) + ")")
+		sb.WriteString("@" + e.Fn + "." + e.T.String() + "(" + exprListIn(e.Args, elems) + ")")
 	default:
 		panic(fmt.Sprintf("BUG: print: unknown expr %T", e))
 	}

@@ -5,21 +5,19 @@ import (
 
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
-	"github.com/attnc/attnc/passes"
+	"github.com/attnc/attnc/target"
+	_ "github.com/attnc/attnc/target/cpu"
+	_ "github.com/attnc/attnc/target/cuda"
 )
 
 // TestLoweredRoundTrip prints, parses and reprints real lowered modules,
-// before and after every pass, and verifies each.
+// before and after every pass of every target's table, and verifies each.
 func TestLoweredRoundTrip(t *testing.T) {
 	v := &ir.Variant{Name: "rt", QOHeads: 8, KVHeads: 2, HeadDimQK: 64, HeadDimV: 64, DType: ir.DTBF16,
 		PageSize: 16, Scale: 0.125, Masks: []ir.MaskClause{{Kind: ir.MaskWindow, Left: 20}},
 		Sinks:   &ir.Sinks{Kind: ir.SinkTokens, Tokens: 4},
 		Score:   &ir.Call{Fn: "softcap", Args: []ir.Expr{ir.R("score", ir.F32), ir.Float(30)}, T: ir.F32},
 		Kernels: []ir.KernelRef{{Role: ir.RolePrefill}, {Role: ir.RoleDecode}, {Role: ir.RoleMergeState}}}
-	m, err := lower.Lower(v)
-	if err != nil {
-		t.Fatal(err)
-	}
 	check := func(stage string, m *ir.Module) {
 		if err := ir.Verify(m); err != nil {
 			t.Fatalf("%s: verify: %v", stage, err)
@@ -33,11 +31,21 @@ func TestLoweredRoundTrip(t *testing.T) {
 			t.Fatalf("%s: round trip differs:\n%s", stage, got)
 		}
 	}
-	check("lower", m)
-	for _, p := range passes.Table {
-		if m, err = p.Run(m); err != nil {
-			t.Fatalf("%s: %v", p.Name, err)
+	for _, tg := range target.All() {
+		m, err := lower.Lower(v, tg.Tiling(v))
+		if err != nil {
+			t.Fatal(err)
 		}
-		check(p.Name, m)
+		check(tg.Name()+" lower", m)
+		if m, err = tg.Assemble(m); err != nil {
+			t.Fatal(err)
+		}
+		check(tg.Name()+" assemble", m)
+		for _, p := range tg.Passes() {
+			if m, err = p.Run(m); err != nil {
+				t.Fatalf("%s: %s: %v", tg.Name(), p.Name, err)
+			}
+			check(tg.Name()+" "+p.Name, m)
+		}
 	}
 }

@@ -1,5 +1,7 @@
 package ir
 
+import "math"
+
 // Stmt is a kernel-IR statement.
 type Stmt interface{ isStmt() }
 
@@ -65,6 +67,85 @@ type Copy struct {
 	N        int
 }
 
+// ReduceOp is the combining operator of a Reduce.
+type ReduceOp uint8
+
+const (
+	// ReduceAdd sums (identity 0).
+	ReduceAdd ReduceOp = iota
+	// ReduceMax takes the maximum as Max does (identity -inf for floats,
+	// the smallest value for integers).
+	ReduceMax
+)
+
+var reduceOpNames = [...]string{"add", "max"}
+
+func (o ReduceOp) String() string { return reduceOpNames[o] }
+
+// BinOp is the binary operator that folds one more value into a Reduce.
+func (o ReduceOp) BinOp() BinOp {
+	if o == ReduceMax {
+		return Max
+	}
+	return Add
+}
+
+// Identity is the value a Reduce over no iterations yields, of type t.
+func (o ReduceOp) Identity(t Type) *Const {
+	if o == ReduceAdd {
+		if t.IsFloat() {
+			return &Const{T: t}
+		}
+		return IntT(t, 0)
+	}
+	if t.IsFloat() {
+		return &Const{T: t, Float: math.Inf(-1)}
+	}
+	lo, _ := intRange(t)
+	return IntT(t, lo)
+}
+
+// Reduce binds Name (like a Let) to Op folded over Value for Var in
+// [Lo, Hi): `reduce NAME = max over VAR in LO .. HI of EXPR`. Value may use
+// Var and every name in scope; it is pure. The folding order is the
+// target's (CPU: a vectorized running value; GPU: lane-strided partials and
+// butterfly shuffles), so a float sum may round differently per target.
+type Reduce struct {
+	Name   string
+	Op     ReduceOp
+	Var    string
+	Lo, Hi Expr
+	Value  Expr
+}
+
+// MatMul is a tile matrix product on local arrays (f32 values):
+//
+//	C[m, n] (+)= sum over k < KExt of A[m, k] * B[k, n]   for m < MExt, n < NExt
+//
+// with C laid out [M, N], A [M, K] and B [K, N] row-major, or B stored
+// transposed as [N, K] (TransB: row n of the array holds column n of B).
+// M, N and K are static; MExt, NExt and KExt (i32 expressions, at most the
+// static sizes) are the extents that matter. Elements of C outside them are
+// unspecified afterwards, so a target may compute the static shape. A target
+// may also run the sum over all K: A must be 0 at k >= KExt (for m < MExt).
+// With ZeroSkip a zero A element contributes exactly nothing, even against
+// a NaN or infinite B element (select, don't multiply), so masked positions
+// whose values may hold any bits cannot reach C; tagged TagHidden, the
+// skip only matters for positions the mask hides. The summation order is
+// the target's.
+type MatMul struct {
+	C, A, B          string
+	M, N, K          int
+	TransB           bool
+	Accumulate       bool
+	ZeroSkip         bool
+	MExt, NExt, KExt Expr
+	Tag              Tag
+}
+
+func (*Reduce) isStmt() {}
+func (*MatMul) isStmt() {}
+
 func (*Copy) isStmt()    {}
 func (*Barrier) isStmt() {}
 func (*MMA) isStmt()     {}
@@ -93,11 +174,42 @@ const (
 	// (one block per iteration) and may hold Barriers and Shuffles, which
 	// every thread must reach uniformly. Only GPU backends accept them.
 	Threads
+	// Spread loops are the target-neutral form of independent iterations
+	// inside a work item: no iteration reads what another writes, the body
+	// assigns no var declared outside it, and it holds no return, barrier,
+	// parallel loop, or continue aimed at the spread itself. The target
+	// decides the mapping (CPU: vector or serial loops; GPU: the block's
+	// threads, or one iteration per warp when the body reduces).
+	Spread
+	// Lanes loops are GPU warp-level SPMD regions: `for lane in 0 .. 32
+	// lanes` runs the body once per lane of one warp, together, with the
+	// loop variable bound to the lane index. They sit directly in the body
+	// of a Spread loop (one iteration per warp) and may hold Shuffles and
+	// MMAs, which every lane must reach uniformly.
+	Lanes
 )
 
-var loopKindNames = [...]string{"serial", "parallel", "vector", "threads"}
+var loopKindNames = [...]string{"serial", "parallel", "vector", "threads", "spread", "lanes"}
 
-func (k LoopKind) String() string { return loopKindNames[k] }
+func (k LoopKind) String() string {
+	if int(k) < len(loopKindNames) {
+		return loopKindNames[k]
+	}
+	return "kind?"
+}
+
+// LoopKindByName maps a loop kind's text form back to the kind.
+func LoopKindByName(s string) (LoopKind, bool) {
+	for i, n := range loopKindNames {
+		if n == s {
+			return LoopKind(i), true
+		}
+	}
+	return Serial, false
+}
+
+// WarpSize is the lane count of a Lanes loop (and the GPU warp).
+const WarpSize = 32
 
 // Range names the bounds [Lo, Hi] (inclusive) that a position variable
 // takes inside a tile loop. Passes such as classify-tiles read them.
@@ -107,30 +219,25 @@ type Range struct {
 }
 
 // For runs Body for Var in [Lo, Hi) (i32). Tag names the loop's role for
-// passes ("kv_tile", "q_row", ...); Ranges describe position variables that
-// the body derives from the loop.
+// passes (TagKVTile, ...); Ranges describe position variables that the
+// body derives from the loop.
 type For struct {
 	Var    string
 	Lo, Hi Expr
 	Kind   LoopKind
-	Tag    string
+	Tag    Tag
 	Ranges []Range
 	Body   *Block
 }
 
 // If runs Then when Cond holds, else Else (which may be nil). Tag marks
-// statements that passes look for ("mask").
+// statements that passes look for (TagMask).
 type If struct {
 	Cond Expr
 	Then *Block
 	Else *Block
-	Tag  string
+	Tag  Tag
 }
-
-// HiddenTag tags an If or For inside a KV tile that only acts on positions
-// the mask hides (it keeps their K/V, which may be garbage, out of the
-// result): classify-tiles drops such statements from fully visible tiles.
-const HiddenTag = "hidden"
 
 // Return leaves the kernel with an i32 status.
 type Return struct {
@@ -213,6 +320,7 @@ type Module struct {
 	Defs    []*Def
 	Kernels []*Kernel
 	Errors  []ErrorCode
+	Plans   []*Plan // how each role's entry runs its kernels
 }
 
 // Def is a named pure expression function: `def NAME(a: i32, ...): T = body`.

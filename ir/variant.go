@@ -25,28 +25,6 @@ func Errorf(p Pos, format string, args ...any) error {
 	return &PosError{Pos: p, Msg: fmt.Sprintf(format, args...)}
 }
 
-// DType is a storage element type of the KV cache, queries and outputs.
-type DType int
-
-const (
-	DTF32 DType = iota
-	DTF16
-	DTBF16
-)
-
-// Type is the kernel-IR type that stores values of d.
-func (d DType) Type() Type {
-	switch d {
-	case DTF16:
-		return F16
-	case DTBF16:
-		return BF16
-	}
-	return F32
-}
-
-func (d DType) String() string { return d.Type().String() }
-
 // Layout is the order of a page's axes.
 type Layout int
 

@@ -39,8 +39,9 @@ func MustVerify(pass string, m *Module) {
 //   - params have unique names and non-void types;
 //   - every Ref, Load, Store, Assign and Free names a declaration in scope
 //     (params, let, var, loop vars, alloc, malloc, call results; blocks nest
-//     scopes) whose type matches Ref.T / Load.T / the stored value; a Ref to
-//     a buffer has the buffer's element type;
+//     scopes) whose type matches Ref.T / Load.T / the stored value (a
+//     storage-only element, f16 or bf16, may also be read and written as
+//     its carrier's bits); a Ref to a buffer has the buffer's element type;
 //   - no declaration redeclares a visible name (sibling blocks may reuse one);
 //   - expressions are well typed: binary operands have equal types; the
 //     operators + - * / % min max and ordered compares take ints or floats, << >> ints,
@@ -53,6 +54,15 @@ func MustVerify(pass string, m *Module) {
 //   - a Parallel For body holds no Return and no Parallel For and assigns
 //     no var declared outside it; Continue appears only inside a For (it
 //     targets the innermost one; in a parallel body it ends the work item);
+//   - Threads, Spread and Lanes bodies likewise assign no outer var and do
+//     not return; a Continue never targets a Spread or Lanes loop; a Spread
+//     holds no Parallel loop and sits in no Threads or Lanes loop; a Lanes
+//     loop runs 0 .. 32 directly inside a Spread loop;
+//   - Barriers sit in a Threads loop or in a work item's own body (outside
+//     any Spread); Shuffles and MMAs in a Threads or Lanes loop;
+//   - Reduce bounds are i32 and its value an int or a float (Var is in
+//     scope in the value only); MatMul operands are f32 arrays or buffers
+//     large enough for the static shape, with i32 extents;
 //   - CallStmt names a kernel of m with as many params as args, scalar args
 //     have the param's type and buffer args are Refs to buffers of the same
 //     element type (m == nil skips these call checks).
@@ -95,7 +105,8 @@ const (
 type decl struct {
 	kind declKind
 	t    Type // value type, or element type of a buffer
-	par  int  // enclosing parallel loops at the declaration
+	par  int  // enclosing region loops (parallel, threads, spread, lanes) at the declaration
+	size int  // elements of an alloc (0: unknown)
 }
 
 func (d decl) isBuffer() bool {
@@ -225,10 +236,24 @@ type verifier struct {
 	m      *Module
 	k      *Kernel
 	scopes []map[string]decl
-	loops  int  // enclosing For statements
-	par    int  // enclosing Parallel For statements
-	thr    int  // enclosing Threads For statements
-	cur    Stmt // statement being checked, for messages
+	kinds  []LoopKind // kinds of the enclosing For statements, outermost first
+	par    int        // enclosing Parallel For statements
+	thr    int        // enclosing Threads For statements
+	spr    int        // enclosing Spread For statements
+	lanes  int        // enclosing Lanes For statements
+	region int        // enclosing region loops: parallel, threads, spread, lanes
+	cur    Stmt       // statement being checked, for messages
+}
+
+// regionName names the innermost loop whose body may not assign outer vars.
+func (v *verifier) regionName() string {
+	for i := len(v.kinds) - 1; i >= 0; i-- {
+		switch v.kinds[i] {
+		case Parallel, Threads, Spread, Lanes:
+			return v.kinds[i].String()
+		}
+	}
+	return "parallel"
 }
 
 func (v *verifier) fail(format string, args ...any) {
@@ -271,7 +296,7 @@ func (v *verifier) declare(name string, kind declKind, t Type) {
 	if t == Void {
 		v.fail("%s %s has type void", declKindNames[kind], name)
 	}
-	v.scopes[len(v.scopes)-1][name] = decl{kind: kind, t: t, par: v.par}
+	v.scopes[len(v.scopes)-1][name] = decl{kind: kind, t: t, par: v.region}
 }
 
 func (v *verifier) kernel() {
@@ -342,8 +367,8 @@ func (v *verifier) stmt(s Stmt) {
 		if d.kind != dVar {
 			v.fail("assign to %s %s, want a var", declKindNames[d.kind], s.Name)
 		}
-		if d.par < v.par {
-			v.fail("parallel loop body assigns var %s declared outside it", s.Name)
+		if d.par < v.region {
+			v.fail("%s loop body assigns var %s declared outside it", v.regionName(), s.Name)
 		}
 		v.expr(s.Value)
 		if t := s.Value.Type(); t != d.t {
@@ -353,13 +378,14 @@ func (v *verifier) stmt(s Stmt) {
 		if s.Size <= 0 {
 			v.fail("alloc %s: size %d, want > 0", s.Name, s.Size)
 		}
-		if s.Shared && (v.par != 1 || v.thr != 0) {
+		if s.Shared && (v.par != 1 || v.thr != 0 || v.spr != 0) {
 			v.fail("shared alloc %s must be in a parallel loop, outside its threads loop", s.Name)
 		}
 		if s.Heap && (v.par != 1 || v.thr != 0 || s.Shared) {
 			v.fail("heap alloc %s must be in a parallel loop, outside any threads loop, and not shared", s.Name)
 		}
 		v.declare(s.Name, dAlloc, s.T)
+		v.scopes[len(v.scopes)-1][s.Name] = decl{kind: dAlloc, t: s.T, par: v.region, size: s.Size}
 	case *Copy:
 		v.expr(s.DstIndex)
 		v.expr(s.SrcIndex)
@@ -376,15 +402,31 @@ func (v *verifier) stmt(s Stmt) {
 			}
 		}
 	case *Barrier:
-		if v.thr == 0 {
-			v.fail("barrier outside a threads loop")
+		if v.spr > 0 || v.lanes > 0 || (v.thr == 0 && v.par == 0) {
+			v.fail("barrier outside a threads loop or a work item's own body")
 		}
+	case *Reduce:
+		v.expr(s.Lo)
+		v.expr(s.Hi)
+		if s.Lo.Type() != I32 || s.Hi.Type() != I32 {
+			v.fail("reduce %s: bounds are %s and %s, want i32", s.Name, s.Lo.Type(), s.Hi.Type())
+		}
+		v.scopes = append(v.scopes, map[string]decl{})
+		v.declare(s.Var, dLoop, I32)
+		v.expr(s.Value)
+		v.scopes = v.scopes[:len(v.scopes)-1]
+		if t := s.Value.Type(); !t.IsInt() && !t.IsFloat() {
+			v.fail("reduce %s of %s, want an int or a float", s.Name, t)
+		}
+		v.declare(s.Name, dLet, s.Value.Type())
+	case *MatMul:
+		v.matmul(s)
 	case *MMA:
-		if v.thr == 0 {
-			v.fail("mma outside a threads loop")
+		if v.thr == 0 && v.lanes == 0 {
+			v.fail("mma outside a threads or lanes loop")
 		}
-		if s.In != F16 && s.In != BF16 {
-			v.fail("mma input type %s, want f16 or bf16", s.In)
+		if r := StorageOf(s.In); r == nil || !r.TensorCore {
+			v.fail("mma input type %s is not a tensor-core dtype", s.In)
 		}
 		for _, x := range []struct {
 			name string
@@ -415,7 +457,7 @@ func (v *verifier) stmt(s Stmt) {
 			v.fail("index of %s is %s, want i32 or i64", s.Buf, t)
 		}
 		v.expr(s.Value)
-		if t := s.Value.Type(); t != d.t {
+		if t := s.Value.Type(); !accessType(d.t, t) {
 			v.fail("store %s into %s buffer %s: type mismatch", t, d.t, s.Buf)
 		}
 	case *For:
@@ -437,13 +479,19 @@ func (v *verifier) stmt(s Stmt) {
 		if v.par > 0 {
 			v.fail("return inside a parallel loop")
 		}
+		if v.region > 0 {
+			v.fail("return inside a %s loop", v.regionName())
+		}
 		v.expr(s.Value)
 		if t := s.Value.Type(); t != I32 {
 			v.fail("return value is %s, want i32", t)
 		}
 	case *Continue:
-		if v.loops == 0 {
+		if len(v.kinds) == 0 {
 			v.fail("continue outside a for loop")
+		}
+		if k := v.kinds[len(v.kinds)-1]; k == Spread || k == Lanes {
+			v.fail("continue aimed at a %s loop", k)
 		}
 	case *CallStmt:
 		v.call(s)
@@ -463,8 +511,25 @@ func (v *verifier) forStmt(s *For) {
 	if t := s.Hi.Type(); t != I32 {
 		v.fail("for %s: hi is %s, want i32", s.Var, t)
 	}
-	if s.Kind > Threads {
+	if s.Kind > Lanes {
 		v.fail("for %s: unknown loop kind %d", s.Var, s.Kind)
+	}
+	if s.Kind == Lanes {
+		if c, ok := s.Lo.(*Const); !ok || c.Int != 0 {
+			v.fail("lanes loop %s must start at 0", s.Var)
+		}
+		if c, ok := s.Hi.(*Const); !ok || c.Int != WarpSize {
+			v.fail("lanes loop %s must run to %d", s.Var, WarpSize)
+		}
+		if len(v.kinds) == 0 || v.kinds[len(v.kinds)-1] != Spread || v.lanes > 0 || v.thr > 0 {
+			v.fail("lanes loop %s must sit directly in a spread loop, outside other lanes and threads loops", s.Var)
+		}
+	}
+	if s.Kind == Spread && (v.lanes > 0 || v.thr > 0) {
+		v.fail("spread loop %s inside a %s loop", s.Var, v.regionName())
+	}
+	if s.Kind == Parallel && v.spr > 0 {
+		v.fail("parallel loop %s inside a spread loop", s.Var)
 	}
 	if s.Kind == Threads {
 		if c, ok := s.Lo.(*Const); !ok || c.Int != 0 {
@@ -483,12 +548,11 @@ func (v *verifier) forStmt(s *For) {
 	if s.Body == nil {
 		v.fail("for %s without a body", s.Var)
 	}
-	v.loops++
-	if s.Kind == Parallel {
-		v.par++
-	}
-	if s.Kind == Threads {
-		v.thr++
+	v.kinds = append(v.kinds, s.Kind)
+	counter := map[LoopKind]*int{Parallel: &v.par, Threads: &v.thr, Spread: &v.spr, Lanes: &v.lanes}[s.Kind]
+	if counter != nil {
+		*counter++
+		v.region++
 	}
 	v.scopes = append(v.scopes, map[string]decl{})
 	v.declare(s.Var, dLoop, I32)
@@ -498,12 +562,36 @@ func (v *verifier) forStmt(s *For) {
 	}
 	v.block(s.Body)
 	v.scopes = v.scopes[:len(v.scopes)-1]
-	v.loops--
-	if s.Kind == Parallel {
-		v.par--
+	v.kinds = v.kinds[:len(v.kinds)-1]
+	if counter != nil {
+		*counter--
+		v.region--
 	}
-	if s.Kind == Threads {
-		v.thr--
+}
+
+// matmul checks a MatMul's operands: f32 local arrays or buffers large
+// enough for their static shapes, positive shapes, i32 extents.
+func (v *verifier) matmul(s *MatMul) {
+	if s.M <= 0 || s.N <= 0 || s.K <= 0 {
+		v.fail("matmul %s: shape %d x %d x %d, want positive sizes", s.C, s.M, s.N, s.K)
+	}
+	for _, x := range []struct {
+		name string
+		n    int
+	}{{s.C, s.M * s.N}, {s.A, s.M * s.K}, {s.B, s.K * s.N}} {
+		d := v.buffer(x.name, "matmul operand")
+		if d.t != F32 {
+			v.fail("matmul operand %s has %s elements, want f32", x.name, d.t)
+		}
+		if d.size > 0 && d.size < x.n {
+			v.fail("matmul operand %s holds %d elements, the shape needs %d", x.name, d.size, x.n)
+		}
+	}
+	for _, e := range []Expr{s.MExt, s.NExt, s.KExt} {
+		v.expr(e)
+		if t := e.Type(); t != I32 {
+			v.fail("matmul %s: extent is %s, want i32", s.C, t)
+		}
 	}
 }
 
@@ -564,15 +652,15 @@ func (v *verifier) expr(e Expr) {
 		v.buffer(e.Buf, "nonnull of")
 	case *Shuffle:
 		v.expr(e.X)
-		if v.thr == 0 {
-			v.fail("shfl_xor outside a threads loop")
+		if v.thr == 0 && v.lanes == 0 {
+			v.fail("shfl_xor outside a threads or lanes loop")
 		}
 		if e.Mask <= 0 || e.Mask >= 32 {
 			v.fail("shfl_xor mask %d, want 1..31", e.Mask)
 		}
 	case *Load:
 		d := v.buffer(e.Buf, "load from")
-		if d.t != e.T {
+		if !accessType(d.t, e.T) {
 			v.fail("load %s has type %s, buffer element is %s", e.Buf, e.T, d.t)
 		}
 		v.expr(e.Index)

@@ -120,6 +120,12 @@ func MapStmtExprs(b *Block, g func(Expr) Expr) *Block {
 			return []Stmt{&Copy{Dst: x.Dst, DstIndex: g(x.DstIndex), Src: x.Src, SrcIndex: g(x.SrcIndex), N: x.N}}
 		case *Return:
 			return []Stmt{&Return{Value: g(x.Value)}}
+		case *Reduce:
+			return []Stmt{&Reduce{Name: x.Name, Op: x.Op, Var: x.Var, Lo: g(x.Lo), Hi: g(x.Hi), Value: g(x.Value)}}
+		case *MatMul:
+			c := *x
+			c.MExt, c.NExt, c.KExt = g(x.MExt), g(x.NExt), g(x.KExt)
+			return []Stmt{&c}
 		case *CallStmt:
 			args := make([]Expr, len(x.Args))
 			for i, a := range x.Args {

@@ -34,7 +34,7 @@ func (b *blk) store(buf string, idx, v ir.Expr) {
 func (b *blk) alloc(name string, t ir.Type, n int) { b.add(&ir.Alloc{Name: name, T: t, Size: n}) }
 
 // loop appends a for statement whose body is built by body.
-func (b *blk) loop(v string, lo, hi ir.Expr, kind ir.LoopKind, tag string, body func(*blk)) *ir.For {
+func (b *blk) loop(v string, lo, hi ir.Expr, kind ir.LoopKind, tag ir.Tag, body func(*blk)) *ir.For {
 	var in blk
 	body(&in)
 	f := &ir.For{Var: v, Lo: lo, Hi: hi, Kind: kind, Tag: tag, Body: in.block()}

@@ -9,47 +9,46 @@ import (
 
 var negInfV = math.Inf(-1)
 
-// Status codes every generated module returns (DESIGN §4: 0 ok, negative bad input).
+// Status codes, named here for the lowering code and its tests; the
+// numbers and messages live in one table, ir.Statuses.
 const (
-	ErrBadArgument = -1 - iota
-	ErrBadQOIndptr
-	ErrBadKVIndptr
-	ErrBadLastPageLen
-	ErrBadPageID
-	ErrQLenExceedsKVLen
-	ErrNoMemory
+	ErrBadArgument      = ir.StatusBadArgument
+	ErrBadQOIndptr      = ir.StatusBadQOIndptr
+	ErrBadKVIndptr      = ir.StatusBadKVIndptr
+	ErrBadLastPageLen   = ir.StatusBadLastPageLen
+	ErrBadPageID        = ir.StatusBadPageID
+	ErrQLenExceedsKVLen = ir.StatusQLenExceedsKVLen
+	ErrNoMemory         = ir.StatusNoMemory
+	ErrBadKVLen         = ir.StatusBadKVLen
+	ErrBadSlot          = ir.StatusBadSlot
+	ErrBadLength        = ir.StatusBadLength
+	ErrBadMaskIndptr    = ir.StatusBadMaskIndptr
+	ErrTooLarge         = ir.StatusTooLarge
 )
 
-// ErrTooLarge rejects a call that needs more than MaxItems work items.
-const ErrTooLarge = -13
-
-// Errors is the status table of every module.
-var Errors = []ir.ErrorCode{
-	{Code: ErrBadArgument, Name: "bad_argument", Msg: "a size argument (batch_size, num_pages, max_blocks or n) is negative"},
-	{Code: ErrBadQOIndptr, Name: "bad_qo_indptr", Msg: "qo_indptr must start at or above 0, be non-decreasing and give each sequence at most 2^30 tokens"},
-	{Code: ErrBadKVIndptr, Name: "bad_kv_indptr", Msg: "kv_indptr must start at or above 0 and be non-decreasing"},
-	{Code: ErrBadLastPageLen, Name: "bad_last_page_len", Msg: "kv_last_page_len must be in 1..page_size for a sequence with pages"},
-	{Code: ErrBadPageID, Name: "bad_page_id", Msg: "a page id is neither -1 nor in 0..num_pages-1"},
-	{Code: ErrQLenExceedsKVLen, Name: "q_len_exceeds_kv_len", Msg: "a sequence has more query tokens than cached tokens (q_len > kv_len)"},
-	{Code: ErrNoMemory, Name: "no_memory", Msg: "scratch memory allocation failed"},
-	{Code: ErrBadKVLen, Name: "bad_kv_len", Msg: "a sequence's kv_len must be in 0..2^30 (block tables: kv_lens in 0..max_blocks*page_size)"},
-	{Code: ErrBadSlot, Name: "bad_slot", Msg: "a position_map slot is outside 0..num_pages*page_size-1 and not -1"},
-	{Code: ErrBadLength, Name: "bad_length", Msg: "copy_page length must be in 0..page_size"},
-	{Code: ErrBadMaskIndptr, Name: "bad_mask_indptr", Msg: "tree_order_indptr must start at or above 0, be non-decreasing and give each sequence q_len of the total_q rows; mask_indptr likewise with enough bytes for q_len*kv_len bits"},
-	{Code: ErrTooLarge, Name: "too_large", Msg: "the call needs more than 2^31-1 work items (batch_size x kv_heads x query tiles, or n x heads): split it"},
+// Tiling is a target's choice of work-item shape: plain sizes, no mapping
+// to hardware. The skeleton is the same for every tiling.
+type Tiling struct {
+	// KVTile is the number of KV positions a tile covers, whatever the
+	// page size: a tile may span many small pages or part of a large one.
+	KVTile int
+	// Rows is the number of (head, query) rows a work item holds at most.
+	Rows int
+	// PadRows makes arrays and loops span all Rows rows even when fewer
+	// map to heads and queries (static shapes for tensor cores), with the
+	// unused rows guarded.
+	PadRows bool
+	// MaxHeads caps the qo heads of a GQA group one item serves.
+	MaxHeads int
 }
 
-// KVTile is the number of KV positions a tile covers, whatever the page size:
-// a tile may span many small pages or part of a large one.
-const KVTile = 64
-
-// HeadTile is how many qo heads of a GQA group a CPU work item serves: the
-// whole group up to 16 heads (so a K/V tile is loaded once for all of
-// them), else the largest divisor of the group not above 16, which keeps a
-// work item's stack arrays small and gives wide groups (MQA, MLA's 128
-// heads) parallelism.
-func HeadTile(g int) int {
-	for d := min(g, 16); d > 1; d-- {
+// HeadTile is how many qo heads of a GQA group of g heads a work item
+// serves: the whole group up to max heads (so a K/V tile is loaded once
+// for all of them), else the largest divisor of the group not above max,
+// which keeps a work item's arrays small and gives wide groups (MQA,
+// MLA's 128 heads) parallelism.
+func HeadTile(g, max int) int {
+	for d := min(g, max); d > 1; d-- {
 		if g%d == 0 {
 			return d
 		}
@@ -57,14 +56,11 @@ func HeadTile(g int) int {
 	return 1
 }
 
-// QTile is the number of query rows per work item for group size g (use
-// HeadTile(G)), chosen so that a work item holds about 64 (row, head) pairs.
-func QTile(g int) int {
-	if g >= 64 {
-		return 1
-	}
-	return 64 / g
-}
+// Heads is the qo heads per work item for group size g.
+func (t Tiling) Heads(g int) int { return HeadTile(g, min(t.MaxHeads, t.Rows)) }
+
+// QTile is the query rows per prefill work item for group size g.
+func (t Tiling) QTile(g int) int { return max(1, t.Rows/t.Heads(g)) }
 
 // Unsupported reports the first feature of v that this version cannot
 // generate kernels for, as file:line:col: not supported yet: <feature>.
@@ -92,32 +88,41 @@ func Unsupported(v *ir.Variant) error {
 	return nil
 }
 
-// Lower builds the kernel-IR module of v: one entry kernel per listed role
-// (plus the decode kernel prefill dispatches to), the mask/score/dispatch
-// Defs and the status table.
-func Lower(v *ir.Variant) (*ir.Module, error) {
+// Lower builds the target-neutral kernel-IR module of v with tiling t: the
+// work kernels of every listed role (plus the decode kernels prefill hands
+// over to), one plan per role saying how its entry runs them, the
+// mask/score/dispatch Defs and the status table. Every target schedules
+// this module with its own passes.
+func Lower(v *ir.Variant, t Tiling) (*ir.Module, error) {
 	if err := Unsupported(v); err != nil {
 		return nil, err
 	}
-	l := &lowering{v: v, dt: v.DType.Type(), H: v.QOHeads, KVH: v.KVHeads, G: v.GroupSize(),
-		D: v.HeadDimQK, DV: v.HeadDimV, PS: v.PageSize, p: v.Name}
-	m := &ir.Module{Name: v.Name, Prefix: v.Name, Errors: Errors}
-	m.Defs = []*ir.Def{MaskDef(v), ScoreDef(v), PlanSplitsDef()}
-	needDecode := v.HasRole(ir.RoleDecode) || v.HasRole(ir.RolePrefill)
-	if v.HasRole(ir.RolePrefill) {
-		m.Kernels = append(m.Kernels, l.prefill(v.HasRole(ir.RoleDecode)))
+	if t.KVTile < 1 || t.Rows < 1 || t.MaxHeads < 1 {
+		return nil, fmt.Errorf("lower: tiling %+v has an empty size", t)
 	}
-	if needDecode {
-		m.Kernels = append(m.Kernels, l.decode(v.HasRole(ir.RoleDecode)))
+	l := &lowering{v: v, dt: v.DType.Type(), H: v.QOHeads, KVH: v.KVHeads, G: v.GroupSize(),
+		D: v.HeadDimQK, DV: v.HeadDimV, PS: v.PageSize, p: v.Name, t: t}
+	l.GB = t.Heads(l.G)
+	m := &ir.Module{Name: v.Name, Prefix: v.Name, Errors: ir.Statuses}
+	m.Defs = []*ir.Def{MaskDef(v), ScoreDef(v), PlanSplitsDef()}
+	add := func(ks []*ir.Kernel, p *ir.Plan) {
+		m.Kernels = append(m.Kernels, ks...)
+		m.Plans = append(m.Plans, p)
+	}
+	if v.HasRole(ir.RolePrefill) {
+		add(l.prefill(v.HasRole(ir.RoleDecode)))
+	}
+	if v.HasRole(ir.RoleDecode) || v.HasRole(ir.RolePrefill) {
+		add(l.decode(v.HasRole(ir.RoleDecode)))
 	}
 	if v.HasRole(ir.RoleMergeState) {
-		m.Kernels = append(m.Kernels, l.mergeState())
+		add(l.mergeState())
 	}
 	if v.HasRole(ir.RoleAppend) {
-		m.Kernels = append(m.Kernels, l.appendKernel(l.name("append"), false))
+		add(l.appendKernel())
 	}
 	if v.HasRole(ir.RoleCopyPage) {
-		m.Kernels = append(m.Kernels, l.copyPageKernel(l.name("copy_page"), false))
+		add(l.copyPage())
 	}
 	return m, nil
 }
@@ -128,6 +133,8 @@ type lowering struct {
 	H, KVH, G, D, DV int
 	PS               int
 	p                string
+	t                Tiling
+	GB               int // qo heads per work item
 }
 
 func scalar(name string) *ir.Param { return &ir.Param{Name: name, Elem: ir.I32} }
@@ -137,6 +144,8 @@ func buf(name string, t ir.Type, out bool, shape ...string) *ir.Param {
 }
 
 func itoa(n int) string { return fmt.Sprint(n) }
+
+func (l *lowering) name(role string) string { return l.p + "_" + role }
 
 func (l *lowering) pageShape(d int) []string {
 	if l.v.Layout == ir.NHD {
@@ -192,35 +201,6 @@ func (l *lowering) userLSE(lse ir.Expr) ir.Expr {
 	return lse
 }
 
-// validateCache validates an attention entry's inputs in the order the
-// comment in table.go gives (scalars, indptrs, per-sequence lengths and
-// masks, page ids) before any data is read. Sequence b's q_len is the
-// qo_indptr difference (prefill) or 1 (decode); each runs per sequence
-// after its checks, for reductions such as the longest query.
-func (l *lowering) validateCache(b *blk, prefill bool, each func(t *blk, vb *ir.Ref, qLen, kvLen ir.Expr)) {
-	bs := ir.R("batch_size", ir.I32)
-	b.fail(lt(bs, i32(0)), ErrBadArgument)
-	b.fail(lt(ir.R("num_pages", ir.I32), i32(0)), ErrBadArgument)
-	l.validateTableScalars(b)
-	l.validateIndptrs(b, prefill)
-	b.loop("vs", i32(0), bs, ir.Serial, "validate", func(t *blk) {
-		vb := ir.R("vs", ir.I32)
-		var qLen ir.Expr = i32(1)
-		if prefill {
-			// qo_indptr is ordered: the difference cannot wrap.
-			qLen = t.let("v_q_len", sub(ldi("qo_indptr", add(vb, i32(1))), ldi("qo_indptr", vb)))
-			t.fail(gt(qLen, i32(MaxSeqLen)), ErrBadQOIndptr)
-		}
-		kvLen := l.validateTable(t, vb)
-		if !l.v.NonCausal() { // mask none: cross attention takes any q_len and kv_len
-			t.fail(gt(qLen, kvLen), ErrQLenExceedsKVLen)
-		}
-		l.validateMasks(t, vb, qLen, kvLen)
-		each(t, vb, qLen, kvLen)
-	})
-	l.validatePageIDs(b)
-}
-
 // rowIndex is the element offset of (page, kv head, slot) in a page pool of
 // head dim d, as i64.
 func (l *lowering) rowIndex(page, kvh, slot ir.Expr, d int) ir.Expr {
@@ -233,229 +213,19 @@ func (l *lowering) rowIndex(page, kvh, slot ir.Expr, d int) ir.Expr {
 	return mul(r, ir.IntT(ir.I64, int64(d)))
 }
 
-// tileWork describes one work item of the online-softmax skeleton: which
-// sequence and kv head, which query rows, which KV tiles, and where the
-// normalized result goes.
-type tileWork struct {
-	qt           int     // query rows per item (compile-time bound)
-	b, kvh       ir.Expr // sequence, kv head
-	qRow0        ir.Expr // first query row (index into q / o rows)
-	rows         ir.Expr // rows in this item (<= qt)
-	qPos0        ir.Expr // position of the first row
-	kvBeg, kvLen ir.Expr // page-table offset and cached length
-	tileLo       ir.Expr // first KV tile
-	tileHi       ir.Expr // end KV tile (exclusive)
-	store        func(b *blk, row, head ir.Expr, acc func(dv ir.Expr) ir.Expr, inv, lse ir.Expr)
-	partial      bool    // a split-KV chunk: learned sinks join at the merge
-	qBase        ir.Expr // position of the sequence's first query token
-	qSeqRow      ir.Expr // row of the sequence's first query token
-	ht           ir.Expr // head tile: heads ht*HeadTile(G) .. of the group
+// spread appends `for v in 0 .. n spread { body }`.
+func (b *blk) spread(v string, n int, body func(*blk, ir.Expr)) {
+	b.loop(v, i32(0), i32(n), ir.Spread, ir.NoTag, func(x *blk) { body(x, ir.R(v, ir.I32)) })
 }
 
-// attend appends the shared online-softmax skeleton for one work item: load
-// the group's query rows, walk KV tiles (each K/V tile loaded once for all
-// qo heads of the group), score, transform, mask, update the running max,
-// sum and accumulator, then normalize and store.
-func (l *lowering) attend(b *blk, w tileWork) {
-	G, QT, D, DV, KT := HeadTile(l.G), w.qt, l.D, l.DV, KVTile
-	// head0 is the first qo head of the work item; g counts from it.
-	head0 := mul(w.kvh, i32(l.G))
-	if c, ok := w.ht.(*ir.Const); !ok || c.Int != 0 {
-		head0 = add(head0, mul(w.ht, i32(G)))
+// guarded appends `if c { then } else { els }`; els may be nil.
+func (b *blk) guarded(c ir.Expr, then, els func(*blk)) {
+	var t, e blk
+	then(&t)
+	s := &ir.If{Cond: c, Then: t.block()}
+	if els != nil {
+		els(&e)
+		s.Else = e.block()
 	}
-	b.alloc("qs", ir.F32, G*QT*D)
-	b.alloc("acc", ir.F32, G*QT*DV)
-	b.alloc("mx", ir.F32, G*QT)
-	b.alloc("den", ir.F32, G*QT)
-	b.alloc("kb", ir.F32, KT*D)
-	b.alloc("vb", ir.F32, KT*DV)
-	b.alloc("sc", ir.F32, KT)
-	if l.v.Rope != nil {
-		l.ropeTable(b)
-		l.fillRopeTable(b)
-	}
-	if l.hidesBlocks() {
-		b.alloc("kvis", ir.I32, KT)
-	}
-	g, r, d, j := ir.R("g", ir.I32), ir.R("r", ir.I32), ir.R("d", ir.I32), ir.R("j", ir.I32)
-	rowOf := func() ir.Expr { return add(mul(g, i32(QT)), r) }
-	// Load and convert the group's query rows; reset the running state.
-	b.loop("g", i32(0), i32(G), ir.Serial, "", func(t *blk) {
-		t.loop("r", i32(0), w.rows, ir.Serial, "", func(u *blk) {
-			row := u.let("row", rowOf())
-			qflat := u.let("qflat", rowHead(add(w.qRow0, r), l.H, add(head0, g)))
-			for _, sg := range l.qSegs() {
-				qrow := u.let("qrow"+segName(sg), mul(qflat, ir.IntT(ir.I64, int64(sg.w))))
-				u.loop("d", i32(0), i32(sg.w), ir.Vector, "", func(x *blk) {
-					l.stageRow(x, "qs", add(mul(row, i32(D)), plus(d, sg.off)), l.qRopePos(x, add(w.qRow0, r)), d,
-						func(k ir.Expr) ir.Expr { return tof32(ld(sg.buf, l.dt, add(qrow, i64(k)))) }, true)
-				})
-			}
-			u.store("mx", row, negInf())
-			u.store("den", row, f32(0))
-			u.loop("d", i32(0), i32(DV), ir.Vector, "", func(x *blk) {
-				x.store("acc", add(mul(row, i32(DV)), d), f32(0))
-			})
-		})
-	})
-	kt := ir.R("kt", ir.I32)
-	tile := b.loop("kt", w.tileLo, w.tileHi, ir.Serial, "kv_tile", func(t *blk) {
-		kvLo := t.let("kv_lo", mul(kt, i32(KT)))
-		kvN := t.let("kv_n", minE(i32(KT), sub(w.kvLen, kvLo)))
-		// Page-table walk: each position finds its page, so a tile may
-		// span pages of any power-of-two size.
-		t.loop("j", i32(0), kvN, ir.Serial, "kv_load", func(u *blk) {
-			pos := u.let("kv_at", add(kvLo, j))
-			page := u.let("page", l.pageAt(w.kvBeg, pos))
-			slot := u.let("slot", ir.Bin(ir.And, pos, i32(l.PS-1)))
-			load := func(x *blk) {
-				for _, sg := range l.kSegs() {
-					krow := x.let("krow"+segName(sg), l.rowIndex(page, w.kvh, slot, sg.w))
-					x.loop("d", i32(0), i32(sg.w), ir.Vector, "", func(y *blk) {
-						l.stageRow(y, "kb", add(mul(j, i32(D)), plus(d, sg.off)), l.kRopePos(y, pos, w.b, w.qBase, w.qSeqRow), d,
-							func(k ir.Expr) ir.Expr { return tof32(ld(sg.buf, l.dt, add(krow, i64(k)))) }, true)
-					})
-				}
-				for _, sg := range l.vSegs() {
-					vrow := x.let("vrow"+segName(sg), l.rowIndex(page, w.kvh, slot, sg.w))
-					x.loop("d", i32(0), i32(sg.w), ir.Vector, "", func(y *blk) {
-						y.store("vb", add(mul(j, i32(DV)), plus(d, sg.off)), tof32(ld(sg.buf, l.dt, add(vrow, i64(d)))))
-					})
-				}
-			}
-			if !l.hidesBlocks() {
-				load(u)
-				return
-			}
-			// A -1 block is never read: zeros, and its positions masked.
-			hidden := lt(page, i32(0))
-			u.store("kvis", j, sel(hidden, i32(0), i32(1)))
-			u.add(&ir.If{Cond: hidden, Then: func() *ir.Block {
-				var x blk
-				x.loop("d", i32(0), i32(D), ir.Vector, "", func(y *blk) { y.store("kb", add(mul(j, i32(D)), d), f32(0)) })
-				x.loop("d", i32(0), i32(DV), ir.Vector, "", func(y *blk) { y.store("vb", add(mul(j, i32(DV)), d), f32(0)) })
-				return x.block()
-			}(), Else: func() *ir.Block {
-				var x blk
-				load(&x)
-				return x.block()
-			}()})
-		})
-		t.loop("g", i32(0), i32(G), ir.Serial, "", func(u *blk) {
-			u.loop("r", i32(0), w.rows, ir.Serial, "q_row", func(x *blk) {
-				head := x.let("head", add(head0, g))
-				qPos := x.let("q_pos", add(w.qPos0, r))
-				row := x.let("row", rowOf())
-				x.loop("j", i32(0), kvN, ir.Serial, "score", func(y *blk) {
-					kvPos := y.let("kv_pos", add(kvLo, j))
-					y.vr("dot", f32(0))
-					y.loop("d", i32(0), i32(D), ir.Vector, "", func(z *blk) {
-						z.set("dot", add(ir.R("dot", ir.F32), mul(ld("qs", ir.F32, add(mul(row, i32(D)), d)), ld("kb", ir.F32, add(mul(j, i32(D)), d)))))
-					})
-					scaled := mul(ir.R("dot", ir.F32), f32(float64(float32(l.v.Scale))))
-					y.vr("s", &ir.Call{Fn: "score", Args: []ir.Expr{scaled, qPos, kvPos, head}, T: ir.F32})
-					y.add(&ir.If{Tag: "mask", Cond: not(&ir.Call{Fn: "mask", Args: []ir.Expr{qPos, kvPos, head, w.b}, T: ir.Bool}),
-						Then: &ir.Block{Stmts: []ir.Stmt{&ir.Assign{Name: "s", Value: negInf()}}}})
-					hideUnless(y, l.dataVisible(y, w.b, qPos, kvPos, w.qBase, w.kvLen))
-					if l.hidesBlocks() {
-						y.when(eq(ld("kvis", ir.I32, j), i32(0)), func(z *blk) { z.set("s", negInf()) })
-					}
-					y.store("sc", j, ir.R("s", ir.F32))
-				})
-				l.softmaxUpdate(x, row, kvN)
-			})
-		})
-	})
-	// The position ranges of this tile, for classify-tiles.
-	tile.Ranges = []ir.Range{
-		{Var: "kv_pos", Lo: mul(kt, i32(KT)), Hi: sub(minE(add(mul(kt, i32(KT)), i32(KT)), w.kvLen), i32(1))},
-		{Var: "q_pos", Lo: w.qPos0, Hi: sub(add(w.qPos0, w.rows), i32(1))},
-		{Var: "head", Lo: head0, Hi: add(head0, i32(G-1))},
-		{Var: refName(w.b), Lo: w.b, Hi: w.b},
-	}
-	// Normalize and store.
-	b.loop("g", i32(0), i32(G), ir.Serial, "", func(t *blk) {
-		t.loop("r", i32(0), w.rows, ir.Serial, "", func(u *blk) {
-			row := u.let("row", rowOf())
-			head := u.let("head", add(head0, g))
-			inv, lse := l.finish(u, u.let("lv", ld("den", ir.F32, row)), ld("mx", ir.F32, row), head, !w.partial)
-			w.store(u, add(w.qRow0, r), head, func(dv ir.Expr) ir.Expr {
-				return ld("acc", ir.F32, add(mul(row, i32(DV)), dv))
-			}, inv, lse)
-		})
-	})
-}
-
-func refName(e ir.Expr) string {
-	if r, ok := e.(*ir.Ref); ok {
-		return r.Name
-	}
-	return "batch"
-}
-
-// softmaxUpdate folds the tile's scores sc[0..kvN) into row's running max,
-// denominator and accumulator (online softmax). A row whose scores are all
-// -inf so far keeps max -inf and adds nothing.
-func (l *lowering) softmaxUpdate(b *blk, row, kvN ir.Expr) {
-	DV := l.DV
-	j, d := ir.R("j", ir.I32), ir.R("d", ir.I32)
-	mOld := b.let("m_old", ld("mx", ir.F32, row))
-	b.vr("m_new", mOld)
-	mNew := ir.R("m_new", ir.F32)
-	b.loop("j", i32(0), kvN, ir.Serial, "", func(t *blk) {
-		t.set("m_new", maxE(mNew, ld("sc", ir.F32, j)))
-	})
-	b.when(gt(mNew, negInf()), func(t *blk) {
-		alpha := t.let("alpha", ir.Un(ir.Exp, sub(mOld, mNew)))
-		t.vr("psum", f32(0))
-		t.loop("j", i32(0), kvN, ir.Serial, "", func(u *blk) {
-			p := u.let("p", ir.Un(ir.Exp, sub(ld("sc", ir.F32, j), mNew)))
-			u.store("sc", j, p)
-			u.set("psum", add(ir.R("psum", ir.F32), p))
-		})
-		t.store("den", row, add(mul(ld("den", ir.F32, row), alpha), ir.R("psum", ir.F32)))
-		t.store("mx", row, mNew)
-		t.loop("d", i32(0), i32(DV), ir.Vector, "", func(u *blk) {
-			i := add(mul(row, i32(DV)), d)
-			u.store("acc", i, mul(ld("acc", ir.F32, i), alpha))
-		})
-		t.loop("j", i32(0), kvN, ir.Serial, "", func(u *blk) {
-			p := u.let("p", ld("sc", ir.F32, j))
-			l.skipHidden(u, p)
-			u.loop("d", i32(0), i32(DV), ir.Vector, "", func(x *blk) {
-				i := add(mul(row, i32(DV)), d)
-				x.store("acc", i, add(ld("acc", ir.F32, i), mul(p, ld("vb", ir.F32, add(mul(j, i32(DV)), d)))))
-			})
-		})
-	})
-}
-
-// skipHidden appends `if p == 0 { continue }` to a position loop of the
-// accumulation: a position the mask hides has weight p = exp(-inf) = 0 and
-// may hold any bits (DESIGN §3), so it is skipped, never multiplied (0 *
-// NaN is NaN). Tagged @hidden, classify-tiles drops it from fully visible
-// tiles; data masks (tree, custom) hide positions there too, so with them
-// it stays everywhere.
-func (l *lowering) skipHidden(b *blk, p ir.Expr) {
-	b.add(&ir.If{Tag: l.hiddenTag(), Cond: eq(p, f32(0)), Then: &ir.Block{Stmts: []ir.Stmt{&ir.Continue{}}}})
-}
-
-// hiddenTag is the tag of statements that only act on positions the mask
-// hides: ir.HiddenTag when the @mask Def decides every hidden position, ""
-// (never dropped) when data masks hide positions in any tile.
-func (l *lowering) hiddenTag() string {
-	if l.hasMask(ir.MaskTree) || l.hasMask(ir.MaskCustom) {
-		return ""
-	}
-	return ir.HiddenTag
-}
-
-// storeOut writes a normalized row to o (storage dtype) and lse (when not NULL).
-func (l *lowering) storeOut(b *blk, qrow, head ir.Expr, acc func(ir.Expr) ir.Expr, inv, lse ir.Expr) {
-	d := ir.R("d", ir.I32)
-	flat := b.let("oflat", rowHead(qrow, l.H, head))
-	b.loop("d", i32(0), i32(l.DV), ir.Vector, "", func(t *blk) {
-		t.store("o", add(mul(flat, ir.IntT(ir.I64, int64(l.DV))), i64(d)), ir.Cvt(l.dt, mul(acc(d), inv)))
-	})
-	b.when(&ir.NotNull{Buf: "lse"}, func(t *blk) { t.store("lse", flat, l.userLSE(lse)) })
+	b.add(s)
 }

@@ -2,6 +2,7 @@ package lower
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -34,9 +35,15 @@ func golden(t *testing.T, path, got string) {
 	}
 }
 
-// TestLowerGolden pins the lowered skeleton of a small GQA variant.
+// cpuLike is a CPU-like tiling: 64-position tiles, up to 64 rows.
+var cpuLike = Tiling{KVTile: 64, Rows: 64, MaxHeads: 16}
+
+// gpuLike pads every item to 16 rows, as tensor cores want.
+var gpuLike = Tiling{KVTile: 32, Rows: 16, PadRows: true, MaxHeads: 16}
+
+// TestLowerGolden pins the neutral skeleton of a small GQA variant.
 func TestLowerGolden(t *testing.T) {
-	m, err := Lower(testVariant())
+	m, err := Lower(testVariant(), cpuLike)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,67 +76,114 @@ func countLoads(b *ir.Block, buf string) int {
 	return n
 }
 
-// TestGQAGrouping checks that each KV tile loads K and V once (in the
-// @kv_load loop) for all qo heads of the group: the per-head loop reads
-// only the staged tile.
+// TestGQAGrouping checks that each KV tile stages K and V once (in the
+// @stage loop) for every qo head of the work item, and that the score
+// matmul then reads the staged tile for all of the item's rows.
 func TestGQAGrouping(t *testing.T) {
 	for _, g := range []int{1, 4, 8} {
 		v := testVariant()
 		v.QOHeads, v.KVHeads = 2*g, 2
-		m, err := Lower(v)
+		m, err := Lower(v, cpuLike)
 		if err != nil {
 			t.Fatal(err)
 		}
+		tiles := 0
 		for _, k := range m.Kernels {
 			for _, tile := range loops(k.Body) {
-				if tile.Tag != "kv_tile" {
+				if tile.Tag != ir.TagKVTile {
 					continue
 				}
-				var load, heads *ir.For
-				for _, f := range tile.Body.Stmts {
-					if f, ok := f.(*ir.For); ok {
-						switch {
-						case f.Tag == "kv_load":
-							load = f
-						case f.Var == "g":
-							heads = f
+				tiles++
+				var stage *ir.For
+				var mm *ir.MatMul
+				for _, s := range tile.Body.Stmts {
+					switch x := s.(type) {
+					case *ir.For:
+						if x.Tag == ir.TagStage {
+							stage = x
+						}
+					case *ir.MatMul:
+						if mm == nil {
+							mm = x
 						}
 					}
 				}
-				if load == nil || heads == nil {
-					t.Fatalf("%s: kv tile without a kv_load loop and a head-group loop", k.Name)
+				if stage == nil || mm == nil {
+					t.Fatalf("%s: kv tile without a stage loop and a score matmul", k.Name)
 				}
-				if hi, ok := heads.Hi.(*ir.Const); !ok || hi.Int != int64(g) {
-					t.Errorf("%s: head loop runs to %s, want group size %d", k.Name, ir.ExprString(heads.Hi), g)
+				if countLoads(tile.Body, "k_pages") != 1 || countLoads(stage.Body, "k_pages") != 1 ||
+					countLoads(tile.Body, "v_pages") != 1 || countLoads(stage.Body, "v_pages") != 1 {
+					t.Errorf("%s: K/V must be loaded exactly once per tile, in the stage loop", k.Name)
 				}
-				if countLoads(tile.Body, "k_pages") != 1 || countLoads(load.Body, "k_pages") != 1 ||
-					countLoads(tile.Body, "v_pages") != 1 || countLoads(load.Body, "v_pages") != 1 {
-					t.Errorf("%s: K/V must be loaded exactly once per tile, in the kv_load loop", k.Name)
-				}
-				if countLoads(heads.Body, "kb") == 0 || countLoads(heads.Body, "vb") == 0 {
-					t.Errorf("%s: the head loop must read the staged tile", k.Name)
+				if mm.A != "qs" || mm.B != "kb" || !mm.TransB || mm.M < g {
+					t.Errorf("%s: score matmul %s = %s * %s over %d rows, want qs * kb^T over the group's %d heads",
+						k.Name, mm.C, mm.A, mm.B, mm.M, g)
 				}
 			}
+		}
+		if tiles != 3 {
+			t.Errorf("group %d: %d kv tile loops, want 3 (prefill, decode, split decode)", g, tiles)
 		}
 	}
 }
 
-// TestOnlineSoftmaxShape checks the skeleton's state update: the running
-// max is raised, the old accumulator rescaled by exp(m_old - m_new) and
-// the row skipped while everything seen is masked.
+// TestOnlineSoftmaxShape checks the skeleton's state update: the tile's
+// max is a reduce, the running max is raised, the old accumulator rescaled
+// by exp(m_old - m_new), a row with everything masked so far adds nothing,
+// and P·V is a zeroskip matmul.
 func TestOnlineSoftmaxShape(t *testing.T) {
-	m, _ := Lower(testVariant())
-	text := m.Kernel("t_prefill").String()
+	m, _ := Lower(testVariant(), cpuLike)
+	text := m.Kernel("t_prefill_work").String()
 	for _, want := range []string{
-		"m_new = max(m_new, sc[j])",
-		"if (m_new > -inf:f32) {",
-		"let alpha = exp((m_old - m_new))",
-		"store den[row] = ((den[row] * alpha) + psum)",
-		"store acc[((row * 8) + d)] = (acc[((row * 8) + d)] * alpha)",
+		"reduce m_tile = max over j in 0 .. 64 of select((j < kv_n), sc[((row * 64) + j)], -inf:f32)",
+		"let live = (m_new > -inf:f32)",
+		"let a = select(live, exp((m_old - m_new)), 1.0:f32)",
+		"store den[row] = ((den[row] * a) + psum)",
+		"store acc[((row * 8) + d)] = (acc[((row * 8) + d)] * a)",
+		"matmul acc[64, 8] += sc[64, 64] * vb[64, 8] zeroskip extent(n_rows, 8, kv_n)",
 		"let lse_v = select((lv > 0.0:f32), (mx[row] + log(lv)), -inf:f32)",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("prefill lacks %q", want)
+		}
+	}
+}
+
+// TestTilingIsTheOnlyTargetInput lowers one variant with two tilings: the
+// skeletons differ only in sizes (padded rows are guarded), so the same
+// statements appear in both.
+func TestTilingIsTheOnlyTargetInput(t *testing.T) {
+	v := testVariant()
+	cpu, err := Lower(v, cpuLike)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpu, err := Lower(v, gpuLike)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ir.Verify(gpu); err != nil {
+		t.Fatal(err)
+	}
+	shape := func(m *ir.Module) []string {
+		var kinds []string
+		for _, k := range m.Kernels {
+			ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
+				kinds = append(kinds, fmt.Sprintf("%T", s))
+				return []ir.Stmt{s}
+			})
+		}
+		return kinds
+	}
+	if a, b := shape(cpu), shape(gpu); strings.Join(a, " ") != strings.Join(b, " ") {
+		t.Errorf("the two tilings built different statement sequences:\n%v\n%v", a, b)
+	}
+	if p := gpu.Kernel("t_decode_work").String(); !strings.Contains(p, "alloc qs: f32[128]") {
+		t.Errorf("padded decode items should hold 16 rows of 8 dims:\n%s", p)
+	}
+	for _, m := range []*ir.Module{cpu, gpu} {
+		if len(m.Plans) != 3 {
+			t.Fatalf("%d plans, want prefill, decode and merge_state", len(m.Plans))
 		}
 	}
 }
@@ -144,7 +198,7 @@ func TestUnsupported(t *testing.T) {
 	for want, f := range cases {
 		v := testVariant()
 		f(v)
-		_, err := Lower(v)
+		_, err := Lower(v, cpuLike)
 		if err == nil || err.Error() != want {
 			t.Errorf("got %v, want %s", err, want)
 		}

@@ -8,10 +8,6 @@ import "github.com/attnc/attnc/ir"
 // @mask clauses (every clause must allow a position) before `sinks
 // tokens(N)` adds the first N back. classify-tiles leaves them alone.
 
-// ErrBadMaskIndptr rejects tree_order_indptr / mask_indptr that do not fit
-// the query and cache lengths.
-const ErrBadMaskIndptr = -12
-
 func (l *lowering) hasMask(k ir.MaskKind) bool {
 	for _, c := range l.v.Masks {
 		if c.Kind == k {

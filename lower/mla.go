@@ -56,34 +56,6 @@ func (l *lowering) pageParams(out bool) []*ir.Param {
 	return []*ir.Param{buf("k_pages", l.dt, out, l.pageShape(l.D)...), buf("v_pages", l.dt, out, l.pageShape(l.DV)...)}
 }
 
-// segsAt emits, for element d of a logical row split into segs, the
-// statements built by body for the segment holding d (d - off is the
-// element inside it); with several segments they become an if-chain on d.
-func segsAt(segs []segment, d ir.Expr, body func(b *blk, s segment, local ir.Expr)) *ir.Block {
-	var b blk
-	if len(segs) == 1 {
-		body(&b, segs[0], plus(d, -segs[0].off))
-		return b.block()
-	}
-	s := segs[0]
-	rest := segsAt(segs[1:], d, body)
-	var then blk
-	body(&then, s, plus(d, -s.off))
-	b.add(&ir.If{Cond: lt(d, i32(s.off+s.w)), Then: then.block(), Else: rest})
-	return b.block()
-}
-
-// segsFit reports whether every segment boundary is a multiple of n
-// elements (for n-wide copies).
-func segsFit(segs []segment, n int) bool {
-	for _, s := range segs {
-		if s.off%n != 0 || s.w%n != 0 {
-			return false
-		}
-	}
-	return true
-}
-
 // segName suffixes names bound per segment: empty for a whole row.
 func segName(s segment) string {
 	if s.off == 0 && (s.buf == "q" || s.buf == "k_pages" || s.buf == "v_pages") {

@@ -37,18 +37,14 @@ import (
 // has kv_indptr[batch_size] entries, block_table batch_size*max_blocks,
 // custom_mask mask_indptr[batch_size] bytes, and the pools num_pages pages.
 
-// ErrBadKVLen rejects a cached length that does not fit the table or is
-// longer than MaxSeqLen.
-const ErrBadKVLen = -9
-
 // MaxSeqLen is the most query or cached tokens one sequence may have
 // (2^30). Positions, and the sums kernels form from them (tile ends, the
 // rows of a query tile), then stay far from i32 overflow. Longer sequences
 // are rejected with BAD_QO_INDPTR or BAD_KV_LEN.
 const MaxSeqLen = ir.MaxSeqLen
 
-// MaxItems is the most work items one parallel loop of a CPU entry may have
-// (the loops count in i32); a call that needs more returns TOO_LARGE.
+// MaxItems is the most work items one parallel loop may have (the loops
+// count in i32); a call that needs more returns TOO_LARGE.
 const MaxItems = math.MaxInt32
 
 // tableParams are the page-table arguments.
@@ -155,7 +151,7 @@ func (l *lowering) validateIndptrs(b *blk, prefill bool) {
 			t.fail(lt(ldi(ip.name, i32(0)), i32(0)), ip.code)
 		}
 		vi := ir.R("vi", ir.I32)
-		t.loop("vi", i32(0), bs, ir.Serial, "validate", func(u *blk) {
+		t.loop("vi", i32(0), bs, ir.Serial, ir.TagValidate, func(u *blk) {
 			for _, ip := range ips {
 				u.fail(lt(ldi(ip.name, add(vi, i32(1))), ldi(ip.name, vi)), ip.code)
 			}
@@ -181,7 +177,7 @@ func (l *lowering) validateTable(t *blk, vb *ir.Ref) ir.Expr {
 		t.fail(or(or(lt(kvLen, i32(0)), gt(kvLen, i32(MaxSeqLen))), gt(i64(kvLen), mul(i64(mb), i64c(l.PS)))), ErrBadKVLen)
 		// kv_len <= max_blocks*page_size: the row has these entries.
 		base := t.let("v_kv_beg", mul(i64(vb), i64(mb)))
-		t.loop("vj", i32(0), ceilDiv(kvLen, l.PS), ir.Serial, "", func(u *blk) {
+		t.loop("vj", i32(0), ceilDiv(kvLen, l.PS), ir.Serial, ir.NoTag, func(u *blk) {
 			pg := u.let("v_page", ldi("block_table", add(base, i64(ir.R("vj", ir.I32)))))
 			u.fail(badPage(pg), ErrBadPageID)
 		})
@@ -196,11 +192,17 @@ func (l *lowering) validateTable(t *blk, vb *ir.Ref) ir.Expr {
 	return t.let("v_kv_len", ir.Cvt(ir.I32, kvLen))
 }
 
-// validateTableScalars checks the table's scalar arguments (step 1).
-func (l *lowering) validateTableScalars(b *blk) {
-	if l.v.Table == ir.BlockTable {
-		b.fail(lt(ir.R("max_blocks", ir.I32), i32(0)), ErrBadArgument)
+// tableChecks is step 1: the scalar checks of the cache arguments, which
+// every target runs before anything is read (a GPU launcher on the host).
+func (l *lowering) tableChecks() []ir.Check {
+	cs := []ir.Check{
+		{Fail: lt(ir.R("batch_size", ir.I32), i32(0)), Code: ErrBadArgument},
+		{Fail: lt(ir.R("num_pages", ir.I32), i32(0)), Code: ErrBadArgument},
 	}
+	if l.v.Table == ir.BlockTable {
+		cs = append(cs, ir.Check{Fail: lt(ir.R("max_blocks", ir.I32), i32(0)), Code: ErrBadArgument})
+	}
+	return cs
 }
 
 // validatePageIDs is step 4 for CSR tables: every page id the sequences
@@ -211,17 +213,42 @@ func (l *lowering) validatePageIDs(b *blk) {
 	}
 	bs := ir.R("batch_size", ir.I32)
 	b.when(gt(bs, i32(0)), func(t *blk) {
-		t.loop("vj", ldi("kv_indptr", i32(0)), ldi("kv_indptr", bs), ir.Serial, "validate", func(u *blk) {
+		t.loop("vj", ldi("kv_indptr", i32(0)), ldi("kv_indptr", bs), ir.Serial, ir.TagValidate, func(u *blk) {
 			pg := u.let("v_page", ldi("kv_indices", ir.R("vj", ir.I32)))
 			u.fail(badPage(pg), ErrBadPageID)
 		})
 	})
 }
 
-// failTooLarge appends step 5: return TOO_LARGE when the i64 item count n
-// exceeds MaxItems.
-func failTooLarge(b *blk, n ir.Expr) {
-	b.fail(gt(n, i64c(MaxItems)), ErrTooLarge)
+// validateCache is steps 2 to 4 for an attention entry (after the scalar
+// checks of tableChecks): the indptrs, every sequence's lengths, masks and
+// (block tables) page ids, then the CSR page ids, before any data is read.
+// Sequence b's query offset and length are qo_indptr's (prefill) or b and
+// 1 (decode); each folds per-sequence plan values over the names b,
+// q_beg, q_len and kv_len after the sequence's checks.
+func (l *lowering) validateCache(b *blk, prefill bool, each func(*blk, map[string]ir.Expr)) {
+	l.validateIndptrs(b, prefill)
+	b.loop("vs", i32(0), ir.R("batch_size", ir.I32), ir.Serial, ir.TagValidate, func(t *blk) {
+		vb := ir.R("vs", ir.I32)
+		var qBeg, qLen ir.Expr = vb, i32(1)
+		if prefill {
+			// qo_indptr is ordered: the difference cannot wrap.
+			qBeg = t.let("v_q_beg", ldi("qo_indptr", vb))
+			qLen = t.let("v_q_len", sub(ldi("qo_indptr", add(vb, i32(1))), qBeg))
+			t.fail(gt(qLen, i32(MaxSeqLen)), ErrBadQOIndptr)
+		}
+		kvLen := l.validateTable(t, vb)
+		if !l.v.NonCausal() { // mask none: cross attention takes any q_len and kv_len
+			t.fail(gt(qLen, kvLen), ErrQLenExceedsKVLen)
+		}
+		l.validateMasks(t, vb, qLen, kvLen)
+		each(t, map[string]ir.Expr{ir.SeqB: vb, ir.SeqQBeg: qBeg, ir.SeqQLen: qLen, ir.SeqKVLen: kvLen})
+	})
+	l.validatePageIDs(b)
 }
+
+// tooLarge is step 5: TOO_LARGE when the i64 item count n exceeds
+// MaxItems.
+func tooLarge(n ir.Expr) ir.Check { return ir.Check{Fail: gt(n, i64c(MaxItems)), Code: ErrTooLarge} }
 
 func i64c(v int) *ir.Const { return ir.IntT(ir.I64, int64(v)) }

@@ -19,11 +19,12 @@ import (
 //	if tile_skip { continue }
 //	if tile_full { body without the mask } else { body }
 //
-// Statements tagged @hidden (an `if` or a `for`) only act on positions the
-// mask hides — they keep a hidden position's possibly garbage K/V out of the
-// result by selecting instead of multiplying by zero — so the fully visible
-// copy drops them too, and so does a tile whose mask folded to "nothing
-// hidden" (no @mask left): fully visible tiles keep their fast path.
+// Statements tagged @hidden (an `if`, a `for`, or a matmul's zero skip)
+// only act on positions the mask hides — they keep a hidden position's
+// possibly garbage K/V out of the result by selecting instead of
+// multiplying by zero — so the fully visible copy drops them too, and so
+// does a tile whose mask folded to "nothing hidden" (no @mask left): fully
+// visible tiles keep their fast path.
 //
 // When the analysis cannot bound the condition (an unknown variable or an
 // operator without interval rules) the loop is left as it is.
@@ -31,7 +32,7 @@ func ClassifyTiles(m *ir.Module) (*ir.Module, error) {
 	return mapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
 		return ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
 			f, ok := s.(*ir.For)
-			if !ok || f.Tag != "kv_tile" || len(f.Ranges) == 0 {
+			if !ok || f.Tag != ir.TagKVTile || len(f.Ranges) == 0 {
 				return []ir.Stmt{s}
 			}
 			return []ir.Stmt{classifyTile(f)}
@@ -43,7 +44,7 @@ func classifyTile(f *ir.For) *ir.For {
 	mask := findMask(f.Body)
 	if mask == nil {
 		nf := *f
-		nf.Body = dropTagged(f.Body, ir.HiddenTag)
+		nf.Body = dropTagged(f.Body, ir.TagHidden)
 		return &nf
 	}
 	env := map[string]ival{}
@@ -61,7 +62,7 @@ func classifyTile(f *ir.For) *ir.For {
 		stmts = append(stmts, &ir.Let{Name: "tile_skip", Value: skip},
 			&ir.If{Cond: ir.R("tile_skip", ir.Bool), Then: &ir.Block{Stmts: []ir.Stmt{&ir.Continue{}}}})
 	}
-	unmasked := dropTagged(dropTagged(ir.CloneBlock(f.Body), "mask"), ir.HiddenTag)
+	unmasked := dropTagged(dropTagged(ir.CloneBlock(f.Body), ir.TagMask), ir.TagHidden)
 	switch {
 	case ir.IsTrue(full):
 		stmts = append(stmts, unmasked.Stmts...)
@@ -76,8 +77,9 @@ func classifyTile(f *ir.For) *ir.For {
 	return &nf
 }
 
-// dropTagged removes every if and for tagged tag from b.
-func dropTagged(b *ir.Block, tag string) *ir.Block {
+// dropTagged removes every if and for tagged tag from b, and the zero
+// skip of every matmul tagged tag.
+func dropTagged(b *ir.Block, tag ir.Tag) *ir.Block {
 	return ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
 		switch x := s.(type) {
 		case *ir.If:
@@ -88,6 +90,12 @@ func dropTagged(b *ir.Block, tag string) *ir.Block {
 			if x.Tag == tag {
 				return nil
 			}
+		case *ir.MatMul:
+			if x.Tag == tag {
+				mm := *x
+				mm.ZeroSkip, mm.Tag = false, ir.NoTag
+				return []ir.Stmt{&mm}
+			}
 		}
 		return []ir.Stmt{s}
 	})
@@ -96,7 +104,7 @@ func dropTagged(b *ir.Block, tag string) *ir.Block {
 func findMask(b *ir.Block) *ir.If {
 	var found *ir.If
 	ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
-		if i, ok := s.(*ir.If); ok && i.Tag == "mask" && found == nil {
+		if i, ok := s.(*ir.If); ok && i.Tag == ir.TagMask && found == nil {
 			found = i
 		}
 		return []ir.Stmt{s}

@@ -6,88 +6,102 @@ import (
 	"github.com/attnc/attnc/ir"
 )
 
-// LegalizeDType removes f16 and bf16 from expressions: buffers of those
-// types become i16 buffers (their bit patterns), loads are widened to f32
-// and stores narrowed from f32 with explicit integer code (IEEE
-// round-to-nearest-even, denormals, inf and NaN kept), so every backend
-// computes exactly the same bits without native half support.
+// LegalizeDType removes storage-only types (f16, bf16: every row of the
+// dtype table whose Carrier is not itself) from expressions: buffers and
+// local arrays of those types keep their type (it is the ABI) but are read
+// and written as their Carrier bits; loads are widened to f32 and stores
+// narrowed from f32 with the table's exact conversions (round-to-nearest-
+// even, denormals, inf and NaN kept), so every backend computes exactly the
+// same bits without native support.
 func LegalizeDType(m *ir.Module) (*ir.Module, error) {
-	out := *m
-	out.Kernels = nil
-	for _, k := range m.Kernels {
-		half := map[string]ir.Type{}
-		nk := *k
-		nk.Params = nil
-		for _, p := range k.Params {
-			np := *p
-			if p.Buffer && (p.Elem == ir.F16 || p.Elem == ir.BF16) {
-				half[p.Name] = p.Elem
-				np.Elem = ir.I16
-			}
-			nk.Params = append(nk.Params, &np)
-		}
+	return mapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
 		var err error
-		nk.Body = ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
+		n := 0
+		body := ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
 			if err != nil {
 				return []ir.Stmt{s}
 			}
 			switch x := s.(type) {
 			case *ir.Store:
 				v := x.Value
-				if t, ok := half[x.Buf]; ok {
-					v, err = narrowTo(t, x.Value)
+				var pre []ir.Stmt
+				if t := v.Type(); t.IsStorageOnly() {
+					// The conversion uses its operand several times: bind
+					// a computed operand once.
+					if c, ok := v.(*ir.Convert); ok && c.X.Type() == ir.F32 && !simpleOperand(c.X) {
+						n++
+						name := fmt.Sprintf("narrow%d", n)
+						pre = append(pre, &ir.Let{Name: name, Value: legalExpr(c.X, &err)})
+						v = &ir.Convert{To: t, X: ir.R(name, ir.F32)}
+					}
+					v, err = narrowTo(t, v)
 				}
-				return []ir.Stmt{&ir.Store{Buf: x.Buf, Index: legalExpr(x.Index, &err), Value: legalExpr(v, &err)}}
-			case *ir.Alloc:
-				if x.T == ir.F16 || x.T == ir.BF16 {
-					err = fmt.Errorf("local array %s of %s is not supported", x.Name, x.T)
+				return append(pre, &ir.Store{Buf: x.Buf, Index: legalExpr(x.Index, &err), Value: legalExpr(v, &err)})
+			case *ir.Malloc:
+				if x.T.IsStorageOnly() {
+					err = fmt.Errorf("heap buffer %s of %s is not supported", x.Name, x.T)
 				}
 			}
 			return []ir.Stmt{s}
 		})
 		if err == nil {
-			nk.Body = ir.MapStmtExprs(nk.Body, func(e ir.Expr) ir.Expr { return legalExpr(e, &err) })
-			// Buffers passed on to other kernels are i16 now too.
-			nk.Body = ir.MapExprs(nk.Body, func(e ir.Expr) ir.Expr {
-				if r, ok := e.(*ir.Ref); ok && half[r.Name] != 0 && r.T == half[r.Name] {
-					return ir.R(r.Name, ir.I16)
-				}
-				return e
-			})
+			body = ir.MapStmtExprs(body, func(e ir.Expr) ir.Expr { return legalExpr(e, &err) })
 		}
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", k.Name, err)
-		}
-		out.Kernels = append(out.Kernels, &nk)
-	}
-	return &out, nil
+		return body, err
+	})
 }
 
-// narrowTo turns a value stored into a t buffer (t = f16 or bf16), which
-// must be Convert(t, f32 expr), into the i16 bits of that conversion.
+// simpleOperand reports whether e is cheap to repeat: a name or a constant.
+func simpleOperand(e ir.Expr) bool {
+	switch e.(type) {
+	case *ir.Ref, *ir.Const:
+		return true
+	}
+	return false
+}
+
+// carrierLoad reads the bits of a storage-only element.
+func carrierLoad(l *ir.Load) *ir.Load {
+	return &ir.Load{Buf: l.Buf, Index: l.Index, T: ir.StorageOf(l.T).Carrier}
+}
+
+// narrowTo turns a value of storage-only type t stored into a t buffer —
+// Convert(t, f32 expr), a load of another t buffer, or a constant — into
+// the Carrier bits of that value.
 func narrowTo(t ir.Type, v ir.Expr) (ir.Expr, error) {
-	c, ok := v.(*ir.Convert)
-	if !ok || c.To != t || c.X.Type() != ir.F32 {
-		// A value loaded from a half buffer and stored unchanged keeps its bits.
-		if l, ok := v.(*ir.Load); ok && l.T == t {
-			return &ir.Load{Buf: l.Buf, Index: l.Index, T: ir.I16}, nil
+	switch x := v.(type) {
+	case *ir.Convert:
+		if x.X.Type() == ir.F32 {
+			return ir.StorageOf(t).Narrow(x.X), nil
 		}
-		return nil, fmt.Errorf("store of %s must be a conversion from f32, got %s", t, ir.ExprString(v))
+	case *ir.Load:
+		// A value loaded from a t buffer and stored unchanged keeps its bits.
+		return carrierLoad(x), nil
+	case *ir.Const:
+		r := ir.StorageOf(t)
+		bits, err := ir.EvalExpr(r.Narrow(ir.Float(x.Float)), nil)
+		if err != nil {
+			return nil, err
+		}
+		switch b := bits.(type) {
+		case uint16: // i16 carrier
+			return ir.IntT(r.Carrier, int64(int16(b))), nil
+		case uint8:
+			return ir.IntT(r.Carrier, int64(b)), nil
+		}
+		return nil, fmt.Errorf("constant %s of %s has no carrier bits", ir.ExprString(x), t)
 	}
-	if t == ir.BF16 {
-		return ir.F32ToBF16(c.X), nil
-	}
-	return ir.F32ToF16(c.X), nil
+	return nil, fmt.Errorf("store of %s must be a conversion from f32, got %s", t, ir.ExprString(v))
 }
 
-// legalExpr rewrites widening conversions of half loads; a half load used
-// any other way is an error.
+// legalExpr rewrites widening conversions of storage-only loads; such a
+// load used any other way is an error.
 func legalExpr(e ir.Expr, err *error) ir.Expr {
 	out := ir.MapExpr(e, func(n ir.Expr) ir.Expr {
-		if bc, ok := n.(*ir.Bitcast); ok && bc.To == ir.I16 {
+		if bc, ok := n.(*ir.Bitcast); ok {
 			// The bits themselves (tensor-core operands): no conversion.
-			if l, ok := bc.X.(*ir.Load); ok && (l.T == ir.F16 || l.T == ir.BF16) {
-				return &ir.Load{Buf: l.Buf, Index: l.Index, T: ir.I16}
+			if l, ok := bc.X.(*ir.Load); ok && l.T.IsStorageOnly() && bc.To == ir.StorageOf(l.T).Carrier {
+				return carrierLoad(l)
 			}
 		}
 		x, ok := n.(*ir.Convert)
@@ -95,17 +109,13 @@ func legalExpr(e ir.Expr, err *error) ir.Expr {
 			return n
 		}
 		l, ok := x.X.(*ir.Load)
-		if !ok || (l.T != ir.F16 && l.T != ir.BF16) {
+		if !ok || !l.T.IsStorageOnly() {
 			return n
 		}
-		bits := &ir.Load{Buf: l.Buf, Index: l.Index, T: ir.I16}
-		if l.T == ir.BF16 {
-			return ir.Cvt(x.To, ir.BF16ToF32(bits))
-		}
-		return ir.Cvt(x.To, ir.F16ToF32(bits))
+		return ir.Cvt(x.To, ir.StorageOf(l.T).Widen(carrierLoad(l)))
 	})
 	ir.VisitExpr(out, func(n ir.Expr) {
-		if l, ok := n.(*ir.Load); ok && (l.T == ir.F16 || l.T == ir.BF16) && *err == nil {
+		if l, ok := n.(*ir.Load); ok && l.T.IsStorageOnly() && *err == nil {
 			*err = fmt.Errorf("%s load of %s used without widening", l.T, l.Buf)
 		}
 	})

@@ -17,33 +17,38 @@ type Pass struct {
 	Run      func(*ir.Module) (*ir.Module, error)
 }
 
-// Table is the ordered pass table for CPU code. Constraints lists why the
-// order is what it is; a test checks each.
-var Table = []Pass{
-	{Name: "inline-defs", Required: true, Run: InlineDefs,
-		Desc: "replace @mask/@score/@plan_splits calls by the module's Def bodies"},
-	{Name: "simplify", Run: Simplify,
-		Desc: "fold constants and boolean identities, drop dead ifs and empty loops"},
-	{Name: "classify-tiles", Run: ClassifyTiles,
-		Desc: "interval analysis of the mask over each KV tile: skip hidden tiles, drop per-element masks on fully visible ones"},
-	{Name: "expand-calls", Required: true, Run: ExpandCalls,
-		Desc: "expand softcap and alibi_slope into arithmetic"},
-	{Name: "legalize-dtype", Required: true, Run: LegalizeDType,
-		Desc: "carry f16/bf16 as i16 bits with explicit round-to-nearest-even conversions"},
-	{Name: "late-simplify", Run: Simplify,
-		Desc: "fold what the expansions exposed"},
-	{Name: "heap-scratch", Run: HeapScratch,
-		Desc: "move work items' local arrays of more than 1 KiB off the stack into per-worker heap scratch"},
-}
+// The target-neutral passes. Each target's table (see package target)
+// lists them with its own schedule passes.
+var (
+	InlineDefsPass = Pass{Name: "inline-defs", Required: true, Run: InlineDefs,
+		Desc: "replace @mask/@score/@plan_splits calls by the module's Def bodies"}
+	SimplifyPass = Pass{Name: "simplify", Run: Simplify,
+		Desc: "fold constants and boolean identities, drop dead ifs and empty loops"}
+	ClassifyTilesPass = Pass{Name: "classify-tiles", Run: ClassifyTiles,
+		Desc: "interval analysis of the mask over each KV tile: skip hidden tiles, drop per-element masks on fully visible ones"}
+	ExpandCallsPass = Pass{Name: "expand-calls", Required: true, Run: ExpandCalls,
+		Desc: "expand softcap and alibi_slope into arithmetic"}
+	LegalizeDTypePass = Pass{Name: "legalize-dtype", Required: true, Run: LegalizeDType,
+		Desc: "carry f16/bf16 as their carrier bits with the dtype table's exact conversions"}
+	LateSimplifyPass = Pass{Name: "late-simplify", Run: Simplify,
+		Desc: "fold what the expansions and schedules exposed"}
+	HeapScratchPass = Pass{Name: "heap-scratch", Run: HeapScratch,
+		Desc: "move work items' local arrays of more than 1 KiB off the stack into per-worker heap scratch"}
+)
 
-// Constraint is an ordering rule of the table: Before must run before After.
+// Neutral lists the target-neutral passes in the order every table runs
+// them (targets put their schedule passes in between).
+var Neutral = []Pass{InlineDefsPass, SimplifyPass, ClassifyTilesPass, ExpandCallsPass, LegalizeDTypePass, LateSimplifyPass}
+
+// Constraint is an ordering rule of a table: Before must run before After.
 type Constraint struct {
 	Before, After string
 	Why           string
 }
 
-// Constraints are checked by TestPassOrder.
-var Constraints = []Constraint{
+// NeutralConstraints order the neutral passes; every target's table
+// satisfies them (a test checks each table).
+var NeutralConstraints = []Constraint{
 	{"inline-defs", "classify-tiles", "classify-tiles analyses the mask expression, which is a @mask call until inlined"},
 	{"simplify", "classify-tiles", "a constant-true mask (mask none) must be folded away so no tile check is emitted"},
 	{"classify-tiles", "expand-calls", "the interval analysis understands the mask before calls are expanded"},
@@ -51,34 +56,59 @@ var Constraints = []Constraint{
 	{"expand-calls", "legalize-dtype", "expansions produce f32 arithmetic that legalize-dtype must not see half of"},
 }
 
+// CheckOrder returns the first constraint the table breaks, or a pass
+// listed twice, as an error naming the reason.
+func CheckOrder(table []Pass, cs []Constraint) error {
+	idx := map[string]int{}
+	for i, p := range table {
+		if _, dup := idx[p.Name]; dup {
+			return fmt.Errorf("pass %s listed twice", p.Name)
+		}
+		idx[p.Name] = i
+	}
+	for _, c := range cs {
+		b, ok1 := idx[c.Before]
+		a, ok2 := idx[c.After]
+		if !ok1 || !ok2 {
+			return fmt.Errorf("constraint %s before %s names a pass the table does not have", c.Before, c.After)
+		}
+		if b >= a {
+			return fmt.Errorf("%s must run before %s: %s", c.Before, c.After, c.Why)
+		}
+	}
+	return nil
+}
+
 // Options controls a pipeline run.
 type Options struct {
 	VerifyEach bool      // run ir.Verify after every pass (panics with BUG: <pass>:)
 	PrintAfter string    // "all" or a pass name: print the module after it to Out
 	Out        io.Writer // where PrintAfter goes (default os.Stderr)
-	DumpDir    string    // when set, write NN-<pass>.ir files there
+	DumpDir    string    // when set, write <module>[.<target>].NN-<pass>.ir files there
 	Skip       map[string]bool
+	// Target names the table's target in printed headers and dump file
+	// names (several targets schedule modules of the same name).
+	Target string
 }
 
-// Run lowers m through the table.
-func Run(m *ir.Module, opt Options) (*ir.Module, error) {
-	return RunTable(Table, m, opt)
-}
-
-// RunTable runs the given pass table over m.
+// RunTable runs the given pass table over m. A PrintAfter name the table
+// does not have prints nothing (the caller checks names against every
+// table it runs).
 func RunTable(table []Pass, m *ir.Module, opt Options) (*ir.Module, error) {
 	out := opt.Out
 	if out == nil {
 		out = os.Stderr
 	}
-	if opt.PrintAfter != "" && opt.PrintAfter != "all" && Find(table, opt.PrintAfter) == nil {
-		return nil, fmt.Errorf("--print-after: no pass named %q (see `attnc passes`)", opt.PrintAfter)
+	base, label := m.Name, ""
+	if opt.Target != "" {
+		base += "." + opt.Target
+		label = " (" + opt.Target + ")"
 	}
 	if opt.DumpDir != "" {
 		if err := os.MkdirAll(opt.DumpDir, 0o755); err != nil {
 			return nil, err
 		}
-		if err := os.WriteFile(filepath.Join(opt.DumpDir, m.Name+".00-lower.ir"), []byte(m.String()), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(opt.DumpDir, base+".00-lower.ir"), []byte(m.String()), 0o644); err != nil {
 			return nil, err
 		}
 	}
@@ -98,10 +128,10 @@ func RunTable(table []Pass, m *ir.Module, opt Options) (*ir.Module, error) {
 			ir.MustVerify(p.Name, m)
 		}
 		if opt.PrintAfter == "all" || opt.PrintAfter == p.Name {
-			fmt.Fprintf(out, "// --- after %s ---\n%s", p.Name, m.String())
+			fmt.Fprintf(out, "// --- after %s%s ---\n%s", p.Name, label, m.String())
 		}
 		if opt.DumpDir != "" {
-			name := fmt.Sprintf("%s.%02d-%s.ir", m.Name, i+1, p.Name)
+			name := fmt.Sprintf("%s.%02d-%s.ir", base, i+1, p.Name)
 			if err := os.WriteFile(filepath.Join(opt.DumpDir, name), []byte(m.String()), 0o644); err != nil {
 				return nil, err
 			}

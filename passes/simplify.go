@@ -47,6 +47,18 @@ func simplifyBlock(b *ir.Block, consts map[string]ir.Expr) *ir.Block {
 			out.Stmts = append(out.Stmts, &ir.Store{Buf: x.Buf, Index: ex(x.Index), Value: ex(x.Value)})
 		case *ir.Malloc:
 			out.Stmts = append(out.Stmts, &ir.Malloc{Name: x.Name, T: x.T, Size: ex(x.Size)})
+		case *ir.Copy:
+			out.Stmts = append(out.Stmts, &ir.Copy{Dst: x.Dst, DstIndex: ex(x.DstIndex), Src: x.Src, SrcIndex: ex(x.SrcIndex), N: x.N})
+		case *ir.MatMul:
+			c := *x
+			c.MExt, c.NExt, c.KExt = ex(x.MExt), ex(x.NExt), ex(x.KExt)
+			out.Stmts = append(out.Stmts, &c)
+		case *ir.Reduce:
+			inner := copyMap(local)
+			delete(inner, x.Var)
+			val := SimplifyExpr(ir.Subst(x.Value, inner))
+			delete(local, x.Name)
+			out.Stmts = append(out.Stmts, &ir.Reduce{Name: x.Name, Op: x.Op, Var: x.Var, Lo: ex(x.Lo), Hi: ex(x.Hi), Value: val})
 		case *ir.Return:
 			out.Stmts = append(out.Stmts, &ir.Return{Value: ex(x.Value)})
 			return out // the rest of the block is dead

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/attnc/attnc/ir"
-	"github.com/attnc/attnc/lower"
 )
 
 // ABI is the artifact ABI version (DESIGN §4).
@@ -58,10 +57,148 @@ type KernelManifest struct {
 	Args        []Arg          `json:"args"`
 	Returns     string         `json:"returns"`
 	Constraints map[string]any `json:"constraints"`
-	Launch      map[string]any `json:"launch,omitempty"`
+	// Plan is how an entry runs its work kernels (entries only).
+	Plan *PlanManifest `json:"plan,omitempty"`
+	// Launch is how a GPU device kernel is launched.
+	Launch *LaunchManifest `json:"launch,omitempty"`
 	// StackBytes (CPU) bounds the stack one call needs on the calling
 	// thread; large scratch lives on the heap.
 	StackBytes int64 `json:"stack_bytes,omitempty"`
+}
+
+// PlanManifest is an ir.Plan in manifest form: expressions in the kernel
+// IR's text form over the entry's scalar arguments, the seq values,
+// "threads" and "splits".
+type PlanManifest struct {
+	Checks   []CheckManifest  `json:"checks,omitempty"`
+	Validate bool             `json:"validate,omitempty"` // the entry validates every table it reads
+	Seq      []SeqManifest    `json:"seq,omitempty"`
+	Limits   []CheckManifest  `json:"limits,omitempty"` // checks after validation: the work fits
+	Skip     string           `json:"skip,omitempty"`
+	Handoff  *HandoffManifest `json:"handoff,omitempty"`
+	Direct   []LaunchManifest `json:"direct"`
+	Split    *SplitManifest   `json:"split,omitempty"`
+	Threads  string           `json:"threads,omitempty"` // what "threads" is on this target
+}
+
+// CheckManifest is one scalar check: Code when Fail holds.
+type CheckManifest struct {
+	Fail string `json:"fail"`
+	Code int    `json:"code"`
+}
+
+// SeqManifest is a value folded over every sequence (Op of Of over b,
+// q_beg, q_len, kv_len); Host is the stand-in a host launcher uses.
+type SeqManifest struct {
+	Name string `json:"name"`
+	Op   string `json:"op"`
+	Of   string `json:"of"`
+	Host string `json:"host,omitempty"`
+}
+
+// HandoffManifest: the entry runs Role's entry instead when When holds.
+type HandoffManifest struct {
+	Role string `json:"role"`
+	When string `json:"when"`
+}
+
+// LaunchManifest is a work kernel run over Items work items; on a GPU
+// also its grid rule, block size and dynamic shared memory.
+type LaunchManifest struct {
+	Kernel string `json:"kernel,omitempty"`
+	Items  string `json:"items,omitempty"`
+	Grid   string `json:"grid,omitempty"`
+	Block  int    `json:"block,omitempty"`
+	Smem   int    `json:"smem,omitempty"`
+}
+
+// SplitManifest is the split-KV step.
+type SplitManifest struct {
+	Splits   string            `json:"splits"`
+	Scratch  []ScratchManifest `json:"scratch"`
+	Launches []LaunchManifest  `json:"launches"`
+}
+
+// ScratchManifest is a temporary buffer of Size elements.
+type ScratchManifest struct {
+	Name  string `json:"name"`
+	DType string `json:"dtype"`
+	Size  string `json:"size"`
+}
+
+// PlanOptions say how a target's entry runs a plan.
+type PlanOptions struct {
+	Threads string // what "threads" is on the target
+	// Lengths says the entry validates the tables and reads the sequence
+	// lengths (CPU); else it uses the seq values' host stand-ins and a
+	// hand-over that needs lengths does not happen.
+	Lengths bool
+	// Launch fills the target's part of a launch (nil: kernel and items).
+	Launch func(ir.Launch) LaunchManifest
+}
+
+// PlanOf renders a plan as a target's entry runs it.
+func PlanOf(p *ir.Plan, o PlanOptions) *PlanManifest {
+	launch := o.Launch
+	if launch == nil {
+		launch = func(l ir.Launch) LaunchManifest {
+			return LaunchManifest{Kernel: l.Kernel, Items: ir.ExprString(l.Items)}
+		}
+	}
+	pm := &PlanManifest{Validate: p.Validate != nil && o.Lengths, Threads: o.Threads}
+	for _, c := range p.Checks {
+		pm.Checks = append(pm.Checks, CheckManifest{Fail: ir.ExprString(c.Fail), Code: c.Code})
+	}
+	avail := map[string]bool{}
+	for _, s := range p.Seq {
+		sm := SeqManifest{Name: s.Name, Op: s.Op.String(), Of: ir.ExprString(s.Of)}
+		if s.Host != nil && !o.Lengths {
+			sm.Host = ir.ExprString(s.Host)
+		}
+		avail[s.Name] = o.Lengths || s.Host != nil
+		pm.Seq = append(pm.Seq, sm)
+	}
+	for _, c := range p.Limits {
+		if usable(c.Fail, avail) {
+			pm.Limits = append(pm.Limits, CheckManifest{Fail: ir.ExprString(c.Fail), Code: c.Code})
+		}
+	}
+	if p.Skip != nil {
+		pm.Skip = ir.ExprString(p.Skip)
+	}
+	if h := p.Handoff; h != nil {
+		if usable(h.When, avail) {
+			pm.Handoff = &HandoffManifest{Role: string(h.Role), When: ir.ExprString(h.When)}
+		}
+	}
+	for _, l := range p.Direct {
+		pm.Direct = append(pm.Direct, launch(l))
+	}
+	if s := p.Split; s != nil {
+		sm := &SplitManifest{Splits: ir.ExprString(s.Splits)}
+		for _, sc := range s.Scratch {
+			sm.Scratch = append(sm.Scratch, ScratchManifest{Name: sc.Name, DType: sc.T.String(), Size: ir.ExprString(sc.Size)})
+		}
+		for _, l := range s.Launches {
+			sm.Launches = append(sm.Launches, launch(l))
+		}
+		pm.Split = sm
+	}
+	return pm
+}
+
+// usable reports whether the entry can evaluate e: every seq value it
+// names is available (avail[name] is false for one the entry lacks).
+func usable(e ir.Expr, avail map[string]bool) bool {
+	ok := true
+	ir.VisitExpr(e, func(n ir.Expr) {
+		if r, isRef := n.(*ir.Ref); isRef {
+			if have, isSeq := avail[r.Name]; isSeq && !have {
+				ok = false
+			}
+		}
+	})
+	return ok
 }
 
 // Arg is one argument in call order.
@@ -125,21 +262,67 @@ func BuildLSEBase(vs []*ir.Variant) string {
 	return base
 }
 
-// VariantEntry builds the variant part of the manifest from the lowered
-// module: its constraints and, in text form, the rules its entries follow.
+// VariantEntry builds the variant part of the manifest from its module:
+// its constraints, the Defs its plans and kernels use, and the status
+// table.
 func VariantEntry(v *ir.Variant, m *ir.Module) VariantManifest {
-	rules := map[string]string{
-		"prefill":      "every sequence one query token at q[b] (qo_indptr[b] == b) -> decode entry; otherwise (sequence, kv head, query tile) work items",
-		"query_tile":   fmt.Sprint(queryTile(v)),
-		"kv_tile":      fmt.Sprint(KVTile),
-		"decode_split": "splits = plan_splits(items = batch_size * kv_heads * head_tiles, threads, max_tiles = max ceil(kv_len / kv_tile)); splits > 1 -> split-KV decode into f32 scratch, then merge_state of the chunks",
-		"head_tile":    fmt.Sprint(lower.HeadTile(v.GroupSize())),
-		"reclaim":      reclaimText(v),
-	}
+	rules := map[string]string{"reclaim": reclaimText(v)}
 	for _, d := range m.Defs {
 		rules["def "+d.Name] = ir.ExprString(d.Body)
 	}
 	return VariantManifest{Name: v.Name, LSEBase: v.LSEBase.String(), Constraints: Constraints(v), Rules: rules, Errors: m.Errors, Reclaim: ReclaimRuleOf(v)}
+}
+
+// explainPlan prints an entry's plan, indented under the kernel.
+func explainPlan(sb *strings.Builder, p *PlanManifest) {
+	const in = "       "
+	for _, c := range p.Checks {
+		fmt.Fprintf(sb, "%scheck: %s -> %d\n", in, c.Fail, c.Code)
+	}
+	if p.Validate {
+		fmt.Fprintf(sb, "%svalidates every table it reads before any work\n", in)
+	}
+	for _, s := range p.Seq {
+		host := ""
+		if s.Host != "" {
+			host = " (the launcher uses " + s.Host + ")"
+		}
+		fmt.Fprintf(sb, "%s%s = %s over sequences of %s%s\n", in, s.Name, s.Op, s.Of, host)
+	}
+	if p.Skip != "" {
+		fmt.Fprintf(sb, "%snothing to do when %s\n", in, p.Skip)
+	}
+	if h := p.Handoff; h != nil {
+		fmt.Fprintf(sb, "%shands over to %s when %s\n", in, h.Role, h.When)
+	}
+	for _, c := range p.Limits {
+		fmt.Fprintf(sb, "%slimit: %s -> %d\n", in, c.Fail, c.Code)
+	}
+	launch := func(prefix string, l LaunchManifest) {
+		fmt.Fprintf(sb, "%s%srun %s over %s items", in, prefix, l.Kernel, l.Items)
+		if l.Grid != "" {
+			fmt.Fprintf(sb, "; grid %s, block %d, dynamic shared memory %d bytes", l.Grid, l.Block, l.Smem)
+		}
+		sb.WriteString("\n")
+	}
+	if s := p.Split; s != nil {
+		fmt.Fprintf(sb, "%ssplits = %s with threads = %s; when splits <= 1:\n", in, s.Splits, p.Threads)
+		for _, l := range p.Direct {
+			launch("  ", l)
+		}
+		fmt.Fprintf(sb, "%sotherwise, with scratch", in)
+		for _, sc := range s.Scratch {
+			fmt.Fprintf(sb, " %s %s[%s]", sc.Name, sc.DType, sc.Size)
+		}
+		sb.WriteString(":\n")
+		for _, l := range s.Launches {
+			launch("  ", l)
+		}
+		return
+	}
+	for _, l := range p.Direct {
+		launch("", l)
+	}
 }
 
 // Marshal renders the manifest deterministically (sorted map keys, stable
@@ -189,6 +372,12 @@ func Explain(vm VariantManifest, ks []KernelManifest) string {
 			args = append(args, a.Name)
 		}
 		fmt.Fprintf(&sb, "  %-4s %-12s %s%s\n       (%s)\n", k.Target, k.Role, k.Symbol, entry, strings.Join(args, ", "))
+		if l := k.Launch; l != nil {
+			fmt.Fprintf(&sb, "       launch: block %d, dynamic shared memory %d bytes\n", l.Block, l.Smem)
+		}
+		if p := k.Plan; p != nil {
+			explainPlan(&sb, p)
+		}
 	}
 	sb.WriteString("dispatch rules:\n")
 	keys = keys[:0]

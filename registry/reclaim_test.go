@@ -34,7 +34,7 @@ func TestReclaimableRange(t *testing.T) {
 	}
 	for _, c := range cases {
 		for _, ps := range []int{1, 4, 16} {
-			v := variant()
+			v := reclaimVariant()
 			v.Masks, v.Sinks, v.PageSize = c.masks, c.sinks, ps
 			mask := lower.MaskDef(v).Body
 			seen := func(q, kv int) bool {
@@ -79,15 +79,15 @@ func TestReclaimableRange(t *testing.T) {
 			}
 		}
 	}
-	if _, _, err := ReclaimableRange(variant(), -1); err == nil {
+	if _, _, err := ReclaimableRange(reclaimVariant(), -1); err == nil {
 		t.Error("a negative position must be rejected")
 	}
 }
 
 // TestManifestReclaim checks the manifest's machine-readable reclaim rule.
 func TestManifestReclaim(t *testing.T) {
-	v := variant()
-	m, err := lower.Lower(v)
+	v := reclaimVariant()
+	m, err := lower.Lower(v, lower.Tiling{KVTile: 64, Rows: 64, MaxHeads: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestManifestReclaim(t *testing.T) {
 	}
 	v.Masks = []ir.MaskClause{{Kind: ir.MaskWindow, Left: 15}}
 	v.Sinks = &ir.Sinks{Kind: ir.SinkTokens, Tokens: 4}
-	m, _ = lower.Lower(v)
+	m, _ = lower.Lower(v, lower.Tiling{KVTile: 64, Rows: 64, MaxHeads: 16})
 	vm := VariantEntry(v, m)
 	mf := Manifest{ABI: ABI, Variants: []VariantManifest{vm}}
 	b, err := mf.Marshal()
@@ -109,4 +109,10 @@ func TestManifestReclaim(t *testing.T) {
       }`) {
 		t.Errorf("manifest lacks the reclaim rule:\n%s", b)
 	}
+}
+
+func reclaimVariant() *ir.Variant {
+	return &ir.Variant{Name: "r", QOHeads: 32, KVHeads: 8, HeadDimQK: 128, HeadDimV: 128, DType: ir.DTF16,
+		PageSize: 16, Scale: 0.088, Masks: []ir.MaskClause{{Kind: ir.MaskCausal}},
+		Kernels: []ir.KernelRef{{Role: ir.RolePrefill}, {Role: ir.RoleDecode}, {Role: ir.RoleMergeState}}}
 }

@@ -1,10 +1,11 @@
-package registry
+package registry_test
 
 import (
 	"testing"
 
+	"github.com/attnc/attnc/build"
 	"github.com/attnc/attnc/ir"
-	"github.com/attnc/attnc/lower"
+	"github.com/attnc/attnc/registry"
 )
 
 func variant() *ir.Variant {
@@ -13,43 +14,51 @@ func variant() *ir.Variant {
 		Kernels: []ir.KernelRef{{Role: ir.RolePrefill}, {Role: ir.RoleDecode}, {Role: ir.RoleMergeState}}}
 }
 
-func TestSelect(t *testing.T) {
-	v := variant()
-	m, err := lower.Lower(v)
+func compile(t *testing.T, v *ir.Variant, target string) *build.Compiled {
+	t.Helper()
+	c, err := build.CompileFor(v, target, build.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c
+}
+
+func TestSelect(t *testing.T) {
+	c := compile(t, variant(), "cpu")
 	cases := []struct {
 		name   string
-		shape  Shape
+		shape  registry.Shape
 		role   ir.Role
 		splits int
+		items  int
 	}{
-		{"prefill chunk", Shape{QLens: []int{100}, KVLens: []int{100}, Threads: 8}, ir.RolePrefill, 1},
-		{"mixed", Shape{QLens: []int{1, 7}, KVLens: []int{10, 9}, Threads: 8}, ir.RolePrefill, 1},
+		// 1 sequence x 8 kv heads x ceil(100 / 16 query rows per item).
+		{"prefill chunk", registry.Shape{QLens: []int{100}, KVLens: []int{100}, Threads: 8}, ir.RolePrefill, 1, 8 * 7},
+		{"mixed", registry.Shape{QLens: []int{1, 7}, KVLens: []int{10, 9}, Threads: 8}, ir.RolePrefill, 1, 2 * 8},
 		// 1 sequence x 8 kv heads = 8 items >= 8 threads: no split.
-		{"decode enough items", Shape{QLens: []int{1}, KVLens: []int{4096}, Threads: 8}, ir.RoleDecode, 1},
+		{"decode enough items", registry.Shape{QLens: []int{1}, KVLens: []int{4096}, Threads: 8}, ir.RoleDecode, 1, 8},
 		// 8 items, 32 threads: 4 chunks each.
-		{"decode split", Shape{QLens: []int{1}, KVLens: []int{4096}, Threads: 32}, ir.RoleDecode, 4},
+		{"decode split", registry.Shape{QLens: []int{1}, KVLens: []int{4096}, Threads: 32}, ir.RoleDecode, 4, 32},
 		// Never more chunks than 64-position tiles: 100 positions = 2 tiles.
-		{"decode split capped by tiles", Shape{QLens: []int{1}, KVLens: []int{100}, Threads: 64}, ir.RoleDecode, 2},
-		{"decode one thread", Shape{QLens: []int{1, 1}, KVLens: []int{5000, 3}, Threads: 1}, ir.RoleDecode, 1},
+		{"decode split capped by tiles", registry.Shape{QLens: []int{1}, KVLens: []int{100}, Threads: 64}, ir.RoleDecode, 2, 16},
+		{"decode one thread", registry.Shape{QLens: []int{1, 1}, KVLens: []int{5000, 3}, Threads: 1}, ir.RoleDecode, 1, 16},
 	}
-	for _, c := range cases {
-		s, err := Select(v, m, c.shape)
+	for _, tc := range cases {
+		s, err := c.Select(tc.shape)
 		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
+			t.Fatalf("%s: %v", tc.name, err)
 		}
-		if s.Role != c.role || s.Splits != c.splits || s.Merge != (c.splits > 1) {
-			t.Errorf("%s: got %+v, want role %s splits %d", c.name, s, c.role, c.splits)
+		if s.Role != tc.role || s.Splits != tc.splits || s.Merge != (tc.splits > 1) || s.Items != tc.items {
+			t.Errorf("%s: got %+v, want role %s splits %d items %d", tc.name, s, tc.role, tc.splits, tc.items)
 		}
 	}
-	if _, err := Select(v, m, Shape{QLens: []int{5}, KVLens: []int{4}}); err == nil {
+	if _, err := c.Select(registry.Shape{QLens: []int{5}, KVLens: []int{4}}); err == nil {
 		t.Error("q_len > kv_len must be rejected")
 	}
 	// Under mask none (cross attention) any lengths are a call, kv_len 0 included.
+	v := variant()
 	v.Masks = []ir.MaskClause{{Kind: ir.MaskNone}}
-	if s, err := Select(v, m, Shape{QLens: []int{5, 1}, KVLens: []int{4, 0}, Threads: 2}); err != nil || s.Role != ir.RolePrefill {
+	if s, err := compile(t, v, "cpu").Select(registry.Shape{QLens: []int{5, 1}, KVLens: []int{4, 0}, Threads: 2}); err != nil || s.Role != ir.RolePrefill {
 		t.Errorf("mask none, q_len > kv_len: %+v, %v", s, err)
 	}
 }
@@ -58,24 +67,55 @@ func TestSelect(t *testing.T) {
 // from the module's plan_splits Def, the expression the decode entry
 // inlines: changing the Def changes Select.
 func TestSplitRuleIsTheCompiledRule(t *testing.T) {
-	v := variant()
-	m, _ := lower.Lower(v)
-	m.Def("plan_splits").Body = ir.Int(3)
-	s, err := Select(v, m, Shape{QLens: []int{1}, KVLens: []int{64}, Threads: 1})
+	c := compile(t, variant(), "cpu")
+	c.Final.Def("plan_splits").Body = ir.Int(3)
+	s, err := c.Select(registry.Shape{QLens: []int{1}, KVLens: []int{64}, Threads: 1})
 	if err != nil || s.Splits != 3 {
 		t.Fatalf("got %+v, %v; want the Def's 3 splits", s, err)
 	}
 }
 
+// TestSelectCUDA evaluates the decode plan as the CUDA launcher does: 2 x
+// SMs workers and no sequence lengths (max_tiles is the launcher's stand-in),
+// with each launch's grid, block and shared memory; prefill never hands
+// over (the launcher cannot tell the query lengths) and strides its items
+// over 4 blocks per SM.
+func TestSelectCUDA(t *testing.T) {
+	c := compile(t, variant(), "cuda")
+	s, err := c.Select(registry.Shape{QLens: []int{1}, KVLens: []int{4096}, SMs: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 1 sequence x 8 kv heads = 8 items >= 2 x 4 SMs workers: no split.
+	if s.Target != "cuda" || s.Role != ir.RoleDecode || s.Symbol != "r_decode_launch" || s.Splits != 1 || len(s.Launches) != 1 {
+		t.Fatalf("got %+v", s)
+	}
+	l := s.Launches[0]
+	if l.Grid != 8 || l.Block != 128 || l.Smem <= 0 || !l.Known {
+		t.Errorf("decode launch %+v, want grid 8 of 128 threads with shared memory", l)
+	}
+	s, err = c.Select(registry.Shape{QLens: []int{1}, KVLens: []int{4096}, SMs: 132})
+	if err != nil || s.Splits != 33 || len(s.Launches) != 2 || s.Launches[0].Grid != 8*33 || s.Launches[1].Grid != 32 {
+		t.Errorf("got %+v, %v; want 33 chunks (264 workers / 8 items) then a merge of 32 rows", s, err)
+	}
+	s, err = c.Select(registry.Shape{QLens: []int{1, 1}, KVLens: []int{30, 40}, SMs: 4})
+	if err != nil || s.Role != ir.RoleDecode {
+		t.Fatalf("got %+v, %v", s, err)
+	}
+	s, err = c.Select(registry.Shape{QLens: []int{3}, KVLens: []int{30}, SMs: 4})
+	if err != nil || s.Role != ir.RolePrefill || s.Launches[0].Known || s.Launches[0].Grid != 16 {
+		t.Errorf("prefill: got %+v, %v; want a grid-stride launch of 4 x 4 blocks", s, err)
+	}
+}
+
 func TestManifestDeterministic(t *testing.T) {
 	v := variant()
-	m, _ := lower.Lower(v)
 	mk := func() []byte {
-		man := &Manifest{ABI: ABI, LSEBase: "e", Variants: []VariantManifest{VariantEntry(v, m)}}
-		for _, k := range m.Kernels {
-			man.Kernels = append(man.Kernels, KernelManifest{Variant: v.Name, Role: string(k.Role), Symbol: k.Name, Entry: k.Entry, Target: "cpu", Args: Args(k), Constraints: Constraints(v)})
+		out, err := build.Build([]*ir.Variant{v}, build.Options{Targets: []string{"cpu", "cuda"}})
+		if err != nil {
+			t.Fatal(err)
 		}
-		b, err := man.Marshal()
+		b, err := out.Manifest.Marshal()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,7 +124,7 @@ func TestManifestDeterministic(t *testing.T) {
 	if string(mk()) != string(mk()) {
 		t.Fatal("manifest not deterministic")
 	}
-	args := Args(m.Kernel("r_prefill"))
+	args := registry.ArgsOf(compile(t, v, "cpu").Final.Plan(ir.RolePrefill).Params)
 	if args[0].Name != "q" || args[0].DType != "f16" || args[0].Kind != "buffer" || args[1].Name != "qo_indptr" {
 		t.Errorf("prefill args start %+v", args[:2])
 	}
@@ -96,48 +136,43 @@ func TestManifestDeterministic(t *testing.T) {
 func TestSelectHeadTiles(t *testing.T) {
 	v := variant()
 	v.QOHeads, v.KVHeads = 128, 1
-	m, err := lower.Lower(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := Select(v, m, Shape{QLens: []int{1}, KVLens: []int{4096}, Threads: 8})
+	s, err := compile(t, v, "cpu").Select(registry.Shape{QLens: []int{1}, KVLens: []int{4096}, Threads: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if s.Items != 8 || s.Splits != 1 {
 		t.Errorf("got %+v, want 8 items, no split", s)
 	}
-	if lower.HeadTile(128) != 16 || lower.HeadTile(24) != 12 || lower.HeadTile(8) != 8 || lower.HeadTile(7) != 7 || lower.HeadTile(17) != 1 {
-		t.Error("HeadTile")
-	}
 }
 
-// TestSelectTooLarge: Select counts work items in int64 as the entries do;
-// past 2^31-1 it says TOO_LARGE, and a uniform batch is never listed.
+// TestSelectTooLarge: Select evaluates the plan's limits in int64 as the
+// entries do; past 2^31-1 work items it says TOO_LARGE, on the CPU and on
+// CUDA (decode: the launcher's grid), and a uniform batch is never listed.
 func TestSelectTooLarge(t *testing.T) {
 	v := variant()
-	m, err := lower.Lower(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	per := int64(itemsPerSeq(v))
-	qt := int64(queryTile(v))
+	c := compile(t, v, "cpu")
+	// 8 kv heads, one item per group of 4 heads; 64 rows = 16 queries each.
+	const per, qt = 8, 16
 	for _, tc := range []struct {
-		s        Shape
+		s        registry.Shape
 		tooLarge bool
 		items    int
 	}{
-		{Shape{QLens: []int{1}, KVLens: []int{100}, Batch: 1000, Threads: 4}, false, int(1000 * per)},
-		{Shape{QLens: []int{1}, KVLens: []int{100}, Batch: 1<<31 - 1, Threads: 4}, per > 1, 0},
-		{Shape{QLens: []int{64}, KVLens: []int{100}, Batch: 1 << 20, Threads: 4}, false, int((1 << 20) * per * ((64 + qt - 1) / qt))},
-		{Shape{QLens: []int{1 << 30}, KVLens: []int{1 << 30}, Batch: 1 << 30, Threads: 4}, true, 0},
+		{registry.Shape{QLens: []int{1}, KVLens: []int{100}, Batch: 1000, Threads: 4}, false, 1000 * per},
+		{registry.Shape{QLens: []int{1}, KVLens: []int{100}, Batch: 1<<31 - 1, Threads: 4}, true, 0},
+		{registry.Shape{QLens: []int{64}, KVLens: []int{100}, Batch: 1 << 20, Threads: 4}, false, (1 << 20) * per * ((64 + qt - 1) / qt)},
+		{registry.Shape{QLens: []int{1 << 30}, KVLens: []int{1 << 30}, Batch: 1 << 30, Threads: 4}, true, 0},
 	} {
-		sel, err := Select(v, m, tc.s)
+		sel, err := c.Select(tc.s)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if sel.TooLarge != tc.tooLarge || (!tc.tooLarge && sel.Items != tc.items) {
 			t.Errorf("%+v: got %+v, want too large %v, %d items", tc.s, sel, tc.tooLarge, tc.items)
 		}
+	}
+	sel, err := compile(t, v, "cuda").Select(registry.Shape{QLens: []int{1}, KVLens: []int{100}, Batch: 1<<31 - 1})
+	if err != nil || !sel.TooLarge {
+		t.Errorf("cuda decode of 2^31-1 sequences: got %+v, %v; want TOO_LARGE", sel, err)
 	}
 }

@@ -1,7 +1,8 @@
 // Package cuda prints legalized GPU kernel IR as CUDA C++: extern "C"
 // __global__ kernels (a table of op -> text plus dialect settings; blocks,
 // threads, shared memory, shuffles and tensor-core fragments were decided
-// by lowering) and the host launchers the registry chose. It owns the
+// by the CUDA target's schedule passes) and, from the module's plans, a
+// host launcher per public entry. It owns the
 // prelude that lets one .cu compile with nvcc, with clang-19 without CUDA
 // headers (to PTX), and as C++ against the CPU emulator in emu/, and the
 // helpers that run those compilers for tests.

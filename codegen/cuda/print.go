@@ -13,11 +13,20 @@ import (
 // everything GPU-specific in the kernels' structure (blocks, threads,
 // shared memory, shuffles) was decided by lowering and passes before.
 
-// cTypes maps IR types to C types.
-var cTypes = map[ir.Type]string{
-	ir.Bool: "bool", ir.I16: "int16_t", ir.I32: "int32_t", ir.I64: "int64_t", ir.U8: "uint8_t",
-	ir.F16: "int16_t", ir.BF16: "int16_t", ir.F32: "float", ir.F64: "double",
-}
+// cTypes maps IR types to C types; storage-only types (f16, bf16) print
+// as their carrier's type (the dtype table).
+var cTypes = func() map[ir.Type]string {
+	m := map[ir.Type]string{
+		ir.Bool: "bool", ir.I16: "int16_t", ir.I32: "int32_t", ir.I64: "int64_t", ir.U8: "uint8_t",
+		ir.F32: "float", ir.F64: "double",
+	}
+	for _, r := range ir.DTypes {
+		if r.Type.IsStorageOnly() {
+			m[r.Type] = m[r.Carrier]
+		}
+	}
+	return m
+}()
 
 // binOps are printf formats for binary operators (min/max are helpers).
 var binOps = map[ir.BinOp]string{
@@ -79,9 +88,18 @@ ATTNC_HD_DIV(int16_t, uint16_t)
 ATTNC_HD_DIV(uint8_t, uint8_t)
 `
 
-// Emit prints the CUDA C++ source of a legalized GPU module and its host
-// launchers.
-func Emit(m *ir.Module, launchers []ir.Launcher) (out string, err error) {
+// Host says how host launchers are written: their symbols, and the C
+// expressions a target chose for its worker count and grid-stride grids.
+type Host struct {
+	Launcher        func(*ir.Plan) string // the launcher symbol of a plan
+	Threads         string                // C expression of ir.PlanThreads
+	GridStrideGrid  string                // C expression: the grid of a launch whose item count is not known on the host
+	ThreadsPerBlock int                   // the block size every work kernel must have
+}
+
+// Emit prints the CUDA C++ source of a legalized GPU module: its kernels
+// and, from its plans, a host launcher per public entry.
+func Emit(m *ir.Module, h Host) (out string, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("cuda: %v", r)
@@ -97,15 +115,48 @@ func Emit(m *ir.Module, launchers []ir.Launcher) (out string, err error) {
 		p.kernel(k)
 	}
 	sb.WriteString("\n#ifndef ATTNC_NO_HOST\n")
-	if d := m.Def("plan_splits"); d != nil {
-		fmt.Fprintf(&sb, "\n// plan_splits is the registry's split rule, the same Def the CPU decode entry inlines.\nstatic inline int32_t %s_plan_splits(int32_t items, int32_t threads, int32_t max_tiles) {\n  return %s;\n}\n",
-			m.Prefix, (&printer{m: m, host: true}).expr(d.Body))
+	for _, d := range hostDefs(m) {
+		var ps []string
+		for _, pr := range d.Params {
+			ps = append(ps, paramDecl(pr))
+		}
+		fmt.Fprintf(&sb, "\n// %s: the module's Def, as the plans evaluate it on the host.\nstatic inline %s %s_%s(%s) {\n  return %s;\n}\n",
+			d.Name, cTypes[d.Body.Type()], m.Prefix, d.Name, strings.Join(ps, ", "), (&printer{m: m, host: true}).expr(d.Body))
 	}
-	for _, l := range launchers {
-		launcher(&sb, m, l)
+	for _, p := range m.Plans {
+		if p.Public {
+			launcher(&sb, m, p, h)
+		}
 	}
 	sb.WriteString("\n#endif // ATTNC_NO_HOST\n")
 	return sb.String(), nil
+}
+
+// hostDefs are the Defs the plans call.
+func hostDefs(m *ir.Module) []*ir.Def {
+	used := map[string]bool{}
+	visit := func(e ir.Expr) {
+		if e == nil {
+			return
+		}
+		ir.VisitExpr(e, func(n ir.Expr) {
+			if c, ok := n.(*ir.Call); ok {
+				used[c.Fn] = true
+			}
+		})
+	}
+	for _, p := range m.Plans {
+		if s := p.Split; s != nil {
+			visit(s.Splits)
+		}
+	}
+	var out []*ir.Def
+	for _, d := range m.Defs {
+		if used[d.Name] {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 type printer struct {
@@ -223,6 +274,8 @@ func (p *printer) forStmt(s *ir.For) {
 	case ir.Parallel:
 		// One block per iteration, grid-stride so any grid size works.
 		p.line("for (int32_t %s = %s + attnc_bid(), %s_end = %s; %s < %s_end; %s += attnc_nblocks()) {", s.Var, lo, s.Var, hi, s.Var, s.Var, s.Var)
+	case ir.Spread, ir.Lanes:
+		panic(fmt.Sprintf("%s loop %s has no CUDA form (map-threads maps them)", s.Kind, s.Var))
 	case ir.Threads:
 		p.line("{")
 		p.indent++
@@ -367,6 +420,14 @@ func (p *printer) expr(e ir.Expr) string {
 		case e.To == ir.F32 && e.X.Type() == ir.I32:
 			return "attnc_i32_as_f32(" + p.expr(e.X) + ")"
 		}
+	case *ir.Call:
+		if p.host && p.m.Def(e.Fn) != nil {
+			var args []string
+			for _, a := range e.Args {
+				args = append(args, p.expr(a))
+			}
+			return fmt.Sprintf("%s_%s(%s)", p.m.Prefix, e.Fn, strings.Join(args, ", "))
+		}
 	case *ir.Shuffle:
 		switch e.X.Type() {
 		case ir.F32:
@@ -413,75 +474,125 @@ func constText(c *ir.Const) string {
 	return fmt.Sprintf("((%s)%d)", cTypes[c.T], c.Int)
 }
 
-// launcher prints a host entry point: cheap scalar checks, then the
-// launches (through the split rule for decode), then the runtime's status.
-func launcher(sb *strings.Builder, m *ir.Module, l ir.Launcher) {
+// hostNames are the names a launcher of plan p can evaluate: the entry's
+// scalar parameters, the seq values with a host stand-in, the worker count
+// and the split count.
+func hostNames(p *ir.Plan) map[string]bool {
+	names := map[string]bool{ir.PlanThreads: true, ir.PlanSplits: true}
+	for _, pr := range p.Params {
+		if !pr.Buffer {
+			names[pr.Name] = true
+		}
+	}
+	for _, s := range p.Seq {
+		if s.Host != nil {
+			names[s.Name] = true
+		}
+	}
+	return names
+}
+
+// HostKnown reports whether a launcher of plan p can evaluate e (else a
+// launch with that item count is grid-stride).
+func HostKnown(p *ir.Plan, e ir.Expr) bool {
+	names := hostNames(p)
+	ok := true
+	ir.VisitExpr(e, func(n ir.Expr) {
+		if r, isRef := n.(*ir.Ref); isRef && !names[r.Name] {
+			ok = false
+		}
+	})
+	return ok
+}
+
+// launcher prints a host entry point: the plan's scalar checks and skip
+// test, the split rule with the target's worker count, scratch, and the
+// launches with their grids, blocks and shared memory, then the runtime's
+// status.
+func launcher(sb *strings.Builder, m *ir.Module, p *ir.Plan, h Host) {
 	var ps []string
-	for _, pr := range l.Params {
+	for _, pr := range p.Params {
 		ps = append(ps, paramDecl(pr))
 	}
-	fmt.Fprintf(sb, "\n// %s: the %s entry point.\nextern \"C\" int32_t %s(%s, attnc_stream_t stream) {\n", l.Name, l.Role, l.Name, strings.Join(ps, ", "))
+	name := h.Launcher(p)
+	fmt.Fprintf(sb, "\n// %s: the %s entry point.\nextern \"C\" int32_t %s(%s, attnc_stream_t stream) {\n", name, p.Role, name, strings.Join(ps, ", "))
 	hp := &printer{m: m, host: true}
-	for _, c := range l.Checks {
+	for _, c := range p.Checks {
 		fmt.Fprintf(sb, "  if %s return %d;\n", hp.cond(c.Fail), c.Code)
 	}
-	if l.Skip != nil {
-		fmt.Fprintf(sb, "  if %s return 0;\n", hp.cond(l.Skip))
+	if p.Skip != nil {
+		fmt.Fprintf(sb, "  if %s return 0;\n", hp.cond(p.Skip))
 	}
-	launches := func(ls []ir.Launch, indent string) {
-		for _, ln := range ls {
-			k := m.Kernel(ln.Kernel)
+	for _, s := range p.Seq {
+		if s.Host != nil {
+			fmt.Fprintf(sb, "  const int32_t %s = %s; // the launcher cannot read lengths in device memory\n", s.Name, hp.expr(s.Host))
+		}
+	}
+	for _, c := range p.Limits {
+		if HostKnown(p, c.Fail) { // else the kernel clamps its item count
+			fmt.Fprintf(sb, "  if %s return %d;\n", hp.cond(c.Fail), c.Code)
+		}
+	}
+	launchFailed := ir.StatusLaunchFailed
+	launches := func(ls []ir.Launch, scope map[string]bool, indent string) {
+		for _, l := range ls {
+			k := m.Kernel(l.Kernel)
 			if k == nil {
-				panic(fmt.Sprintf("launcher %s launches unknown kernel %s", l.Name, ln.Kernel))
+				panic(fmt.Sprintf("launcher %s launches unknown kernel %s", name, l.Kernel))
 			}
-			if need := SharedBytes(k); ln.Smem < need || ln.Block != BlockSize(k) {
-				panic(fmt.Sprintf("BUG: launcher %s gives %s %d bytes of shared memory and %d threads; it needs %d and %d",
-					l.Name, ln.Kernel, ln.Smem, ln.Block, need, BlockSize(k)))
+			if b := BlockSize(k); b != h.ThreadsPerBlock {
+				panic(fmt.Sprintf("launcher %s: kernel %s has %d threads per block, want %d", name, l.Kernel, b, h.ThreadsPerBlock))
 			}
 			var args []string
 			for _, pr := range k.Params {
+				if !scope[pr.Name] {
+					panic(fmt.Sprintf("launcher %s: no argument for %s's parameter %s", name, l.Kernel, pr.Name))
+				}
 				args = append(args, pr.Name)
 			}
-			fmt.Fprintf(sb, "%s{\n%s  const int32_t grid = %s;\n", indent, indent, ln.Grid)
-			if ln.Smem > 0 {
-				fmt.Fprintf(sb, "%s  if (attnc_set_smem((const void*)%s, %d) != 0) return %d;\n", indent, ln.Kernel, ln.Smem, lowerLaunchErr(m))
+			grid := h.GridStrideGrid
+			if HostKnown(p, l.Items) {
+				grid = hp.expr(l.Items)
 			}
-			fmt.Fprintf(sb, "%s  if (grid > 0) ATTNC_LAUNCH(%s, grid, %d, %d, stream, %s);\n%s}\n", indent, ln.Kernel, ln.Block, ln.Smem, strings.Join(args, ", "), indent)
+			smem := SharedBytes(k)
+			fmt.Fprintf(sb, "%s{\n%s  const int32_t grid = %s;\n", indent, indent, grid)
+			if smem > 0 {
+				fmt.Fprintf(sb, "%s  if (attnc_set_smem((const void*)%s, %d) != 0) return %d;\n", indent, l.Kernel, smem, launchFailed)
+			}
+			fmt.Fprintf(sb, "%s  if (grid > 0) ATTNC_LAUNCH(%s, grid, %d, %d, stream, %s);\n%s}\n", indent, l.Kernel, h.ThreadsPerBlock, smem, strings.Join(args, ", "), indent)
 		}
 	}
-	if len(l.Split) == 0 {
-		launches(l.Direct, "  ")
+	scope := map[string]bool{}
+	for _, pr := range p.Params {
+		scope[pr.Name] = true
+	}
+	if s := p.Split; s != nil {
+		fmt.Fprintf(sb, "  const int32_t %s = %s;\n", ir.PlanThreads, h.Threads)
+		fmt.Fprintf(sb, "  const int32_t %s = %s;\n", ir.PlanSplits, hp.expr(s.Splits))
+		fmt.Fprintf(sb, "  if (%s <= 1) {\n", ir.PlanSplits)
+		launches(p.Direct, scope, "    ")
+		sb.WriteString("  } else {\n")
+		split := map[string]bool{ir.PlanSplits: true}
+		for n := range scope {
+			split[n] = true
+		}
+		for i, sc := range s.Scratch {
+			fmt.Fprintf(sb, "    %s* %s = 0;\n", cTypes[sc.T], sc.Name)
+			var undo []string
+			for _, prev := range s.Scratch[:i] {
+				undo = append(undo, fmt.Sprintf("attnc_free(%s, stream); ", prev.Name))
+			}
+			fmt.Fprintf(sb, "    if (attnc_alloc((void**)&%s, (size_t)(%s) * sizeof(%s), stream) != 0) { %sreturn %d; }\n",
+				sc.Name, hp.expr(sc.Size), cTypes[sc.T], strings.Join(undo, ""), ir.StatusNoMemory)
+			split[sc.Name] = true
+		}
+		launches(s.Launches, split, "    ")
+		for _, sc := range s.Scratch {
+			fmt.Fprintf(sb, "    attnc_free(%s, stream);\n", sc.Name)
+		}
+		sb.WriteString("  }\n")
 	} else {
-		var h, dv int
-		for _, ln := range l.Split {
-			if k := m.Kernel(ln.Kernel); k != nil {
-				if p := k.Param("part_o"); p != nil && len(p.Shape) == 4 {
-					h, _ = strconv.Atoi(p.Shape[2])
-					dv, _ = strconv.Atoi(p.Shape[3])
-				}
-			}
-		}
-		fmt.Fprintf(sb, "  const int32_t splits = %s_plan_splits(%s, 2 * attnc_num_sms(), 1 << 20);\n", m.Prefix, splitItems(l))
-		sb.WriteString("  if (splits <= 1) {\n")
-		launches(l.Direct, "    ")
-		sb.WriteString("  } else {\n    float* part_o = 0;\n    float* part_lse = 0;\n")
-		fmt.Fprintf(sb, "    if (attnc_alloc((void**)&part_o, (size_t)splits * batch_size * %d * %d * sizeof(float), stream) != 0) return -7;\n", h, dv)
-		fmt.Fprintf(sb, "    if (attnc_alloc((void**)&part_lse, (size_t)splits * batch_size * %d * sizeof(float), stream) != 0) { attnc_free(part_o, stream); return -7; }\n", h)
-		launches(l.Split, "    ")
-		sb.WriteString("    attnc_free(part_o, stream);\n    attnc_free(part_lse, stream);\n  }\n")
+		launches(p.Direct, scope, "  ")
 	}
-	fmt.Fprintf(sb, "  return attnc_last_error() != 0 ? %d : 0;\n}\n", lowerLaunchErr(m))
-}
-
-// splitItems is the (sequence, kv head) item count of a decode launcher:
-// its direct grid.
-func splitItems(l ir.Launcher) string { return l.Direct[0].Grid }
-
-func lowerLaunchErr(m *ir.Module) int {
-	for _, e := range m.Errors {
-		if e.Name == "launch_failed" {
-			return e.Code
-		}
-	}
-	return -1
+	fmt.Fprintf(sb, "  return attnc_last_error() != 0 ? %d : 0;\n}\n", launchFailed)
 }

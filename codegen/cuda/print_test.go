@@ -44,6 +44,14 @@ func TestExprTable(t *testing.T) {
 	}
 }
 
+// testHost writes launchers as the CUDA target does.
+var testHost = Host{
+	Launcher:        func(p *ir.Plan) string { return p.Entry + "_launch" },
+	Threads:         "2 * attnc_num_sms()",
+	GridStrideGrid:  "4 * attnc_num_sms()",
+	ThreadsPerBlock: 128,
+}
+
 func negInf() float64 { return -1 / zero() }
 func zero() float64   { return 0 }
 
@@ -52,7 +60,7 @@ func zero() float64   { return 0 }
 func TestRejectsUnlegalized(t *testing.T) {
 	m := &ir.Module{Name: "m", Prefix: "m", Kernels: []*ir.Kernel{{Name: "k", Params: []*ir.Param{{Name: "o", Buffer: true, Elem: ir.F32, Output: true}},
 		Body: &ir.Block{Stmts: []ir.Stmt{&ir.Store{Buf: "o", Index: ir.Int(0), Value: &ir.Call{Fn: "softcap", Args: []ir.Expr{ir.Float(1), ir.Float(2)}, T: ir.F32}}}}}}}
-	if _, err := Emit(m, nil); err == nil || !strings.Contains(err.Error(), "no CUDA form") {
+	if _, err := Emit(m, testHost); err == nil || !strings.Contains(err.Error(), "no CUDA form") {
 		t.Fatalf("got %v", err)
 	}
 }
@@ -90,9 +98,10 @@ kernel g_k role decode (x: f32* [n] out, n: i32) {
 	}
 	ir.MustVerify("test", m)
 	n := ir.R("n", ir.I32)
-	got, err := Emit(m, []ir.Launcher{{Name: "g_k_launch", Role: ir.RoleDecode, Params: m.Kernels[0].Params,
+	m.Plans = []*ir.Plan{{Role: ir.RoleDecode, Entry: "g_k", Public: true, Params: m.Kernels[0].Params,
 		Checks: []ir.Check{{Fail: ir.Bin(ir.Lt, n, ir.Int(0)), Code: -1}}, Skip: ir.Bin(ir.Eq, n, ir.Int(0)),
-		Direct: []ir.Launch{{Kernel: "g_k", Grid: "n", Block: 128, Smem: SharedBytes(m.Kernels[0])}}}})
+		Direct: []ir.Launch{{Kernel: "g_k", Items: n}}}}
+	got, err := Emit(m, testHost)
 	if err != nil {
 		t.Fatal(err)
 	}

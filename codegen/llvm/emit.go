@@ -282,8 +282,9 @@ func (e *emitter) valueType(t ir.Type, what string) types.Type {
 		return types.Float
 	case ir.F64:
 		return types.Double
-	case ir.F16, ir.BF16:
-		e.fail("%s: type %s must be legalized to i16 before LLVM codegen", what, t)
+	}
+	if t.IsStorageOnly() {
+		e.fail("%s: type %s must be legalized to %s before LLVM codegen", what, t, ir.StorageOf(t).Carrier)
 	}
 	e.fail("%s: invalid type %s", what, typeName(t))
 	return nil
@@ -292,8 +293,8 @@ func (e *emitter) valueType(t ir.Type, what string) types.Type {
 // storageType maps an element type to the IR type its values have once
 // loaded: f16 and bf16 are carried as i16 bit patterns.
 func storageType(t ir.Type) ir.Type {
-	if t == ir.F16 || t == ir.BF16 {
-		return ir.I16
+	if t.IsStorageOnly() {
+		return ir.StorageOf(t).Carrier
 	}
 	return t
 }

@@ -307,15 +307,10 @@ func (f *fnState) stmt(s ir.Stmt) {
 }
 
 func elemBytes(t ir.Type) int64 {
-	switch t {
-	case ir.Bool, ir.U8:
+	if t == ir.Bool {
 		return 1
-	case ir.I16, ir.F16, ir.BF16:
-		return 2
-	case ir.I32, ir.F32:
-		return 4
 	}
-	return 8
+	return int64(t.Bits() / 8)
 }
 
 func (f *fnState) malloc(s *ir.Malloc) {
@@ -432,8 +427,8 @@ func (f *fnState) ifStmt(s *ir.If) {
 		f.fail("if condition has type %s, want bool", t)
 	}
 	base := "if"
-	if s.Tag != "" {
-		base = s.Tag
+	if s.Tag != ir.NoTag {
+		base = s.Tag.String()
 	}
 	then := f.newBlock(base + ".then")
 	end := f.newBlock(base + ".end")

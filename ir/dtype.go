@@ -1,0 +1,88 @@
+package ir
+
+// DType is a storage element type of the KV cache, queries and outputs: a
+// row of the dtype table (DTypes), which says everything the compiler needs
+// to know about it. A new storage type is a new row (and its IR Type).
+type DType int
+
+const (
+	DTF32 DType = iota
+	DTF16
+	DTBF16
+)
+
+// DTypeInfo is one row of the dtype table.
+type DTypeInfo struct {
+	DType DType
+	Name  string // in specs, the manifest and the IR text (f32, f16, bf16)
+	Type  Type   // kernel-IR type of a stored element
+	Bits  int    // storage width
+	// Carrier is the IR type that holds a stored element's bits once
+	// legalize-dtype ran: Type itself for f32, which kernels compute on,
+	// else an integer of the same width (f16 and bf16 travel as i16).
+	Carrier Type
+	CType   string // C type of an element in headers and launchers
+	// ExpBits and MantBits give the IEEE-style layout (sign, exponent,
+	// mantissa) that the interpreter rounds to.
+	ExpBits, MantBits int
+	// Widen converts a Carrier value to f32 exactly; Narrow converts f32 to
+	// Carrier bits with round-to-nearest-even (NaN stays NaN). Both are nil
+	// for f32.
+	Widen, Narrow func(Expr) Expr
+	// TensorCore says GPU tensor cores take it as an mma input.
+	TensorCore bool
+}
+
+// DTypes is the dtype table, indexed by DType.
+var DTypes = []DTypeInfo{
+	{DType: DTF32, Name: "f32", Type: F32, Bits: 32, Carrier: F32, CType: "float", ExpBits: 8, MantBits: 23},
+	{DType: DTF16, Name: "f16", Type: F16, Bits: 16, Carrier: I16, CType: "uint16_t", ExpBits: 5, MantBits: 10,
+		Widen: F16ToF32, Narrow: F32ToF16, TensorCore: true},
+	{DType: DTBF16, Name: "bf16", Type: BF16, Bits: 16, Carrier: I16, CType: "uint16_t", ExpBits: 8, MantBits: 7,
+		Widen: BF16ToF32, Narrow: F32ToBF16, TensorCore: true},
+}
+
+// Info is d's row of the dtype table.
+func (d DType) Info() *DTypeInfo { return &DTypes[d] }
+
+// Type is the kernel-IR type that stores values of d.
+func (d DType) Type() Type { return DTypes[d].Type }
+
+func (d DType) String() string { return DTypes[d].Name }
+
+// DTypeByName finds a dtype by its spec name.
+func DTypeByName(name string) (DType, bool) {
+	for _, r := range DTypes {
+		if r.Name == name {
+			return r.DType, true
+		}
+	}
+	return 0, false
+}
+
+// DTypeNames lists the spec names of every dtype, in table order.
+func DTypeNames() []string {
+	var out []string
+	for _, r := range DTypes {
+		out = append(out, r.Name)
+	}
+	return out
+}
+
+// StorageOf is the dtype row whose stored elements have IR type t, or nil.
+func StorageOf(t Type) *DTypeInfo {
+	for i := range DTypes {
+		if DTypes[i].Type == t {
+			return &DTypes[i]
+		}
+	}
+	return nil
+}
+
+// IsStorageOnly reports whether t is a storage type that expressions do
+// not compute on (f16, bf16): values are widened to f32 when loaded and
+// narrowed when stored, and legalize-dtype carries them as Carrier bits.
+func (t Type) IsStorageOnly() bool {
+	r := StorageOf(t)
+	return r != nil && r.Carrier != t
+}

@@ -1,0 +1,278 @@
+package ir
+
+import (
+	"fmt"
+	"math"
+)
+
+// The interpreter runs GPU constructs the way the CUDA emulator does:
+// every thread of a Threads loop (or lane of a Lanes loop) is a goroutine
+// with its own frame, and exactly one runs at a time, up to its next
+// synchronization point — a Barrier (the whole group), a Shuffle or an MMA
+// (its warp of 32). When every unfinished thread waits, the scheduler
+// completes the warp exchanges whose lanes all arrived, else releases the
+// barrier if every thread reached it; anything else (a barrier some thread
+// skipped, a shuffle some lane of the warp did not reach, two different
+// operations) is an error. Threads run in order 0, 1, ... between
+// synchronization points, in reverse order every other round, so a missing
+// barrier shows in the results.
+
+// syncKind is what a thread waits for.
+type syncKind uint8
+
+const (
+	syncNone syncKind = iota
+	syncBarrier
+	syncShuffle
+	syncMMA
+	syncDone
+)
+
+var syncNames = [...]string{"", "barrier", "shfl_xor", "mma", "the end"}
+
+// spmdThread is one thread (or lane) of an SPMD group.
+type spmdThread struct {
+	g      *spmdGroup
+	id     int
+	resume chan struct{}
+	wait   syncKind
+	// shuffle: value and mask posted, result received
+	val, res val
+	mask     int
+	// mma: the lane's fragments (by address: d is written back)
+	mma *mmaFrag
+	err error
+}
+
+// mmaFrag is one lane's part of an m16n8k16 mma.
+type mmaFrag struct {
+	in   Type
+	a    [4]uint32
+	b    [2]uint32
+	d    [4]float32
+	dOut *buffer
+}
+
+// spmdGroup is the threads of one Threads or Lanes loop.
+type spmdGroup struct {
+	threads []*spmdThread
+	yielded chan *spmdThread
+	abort   chan struct{}
+}
+
+// abortSignal unwinds a thread goroutine when its group fails.
+type abortSignal struct{}
+
+// sync blocks the calling thread at a synchronization point until the
+// scheduler completes it.
+func (t *spmdThread) sync(k syncKind) {
+	t.wait = k
+	t.g.yielded <- t
+	select {
+	case <-t.resume:
+	case <-t.g.abort:
+		panic(abortSignal{})
+	}
+}
+
+// spmd runs s (a Threads or Lanes loop) with one thread per iteration.
+func (f *frame) spmd(s *For) {
+	lo, hi := int64(f.eval(s.Lo)), int64(f.eval(s.Hi))
+	n := int(hi - lo)
+	if n <= 0 {
+		return
+	}
+	if n%WarpSize != 0 {
+		f.fail("%s loop %s: %d threads, want a multiple of %d", s.Kind, s.Var, n, WarpSize)
+	}
+	g := &spmdGroup{yielded: make(chan *spmdThread), abort: make(chan struct{})}
+	for i := 0; i < n; i++ {
+		t := &spmdThread{g: g, id: i, resume: make(chan struct{})}
+		g.threads = append(g.threads, t)
+		env := make(map[string]*binding, len(f.env)+1)
+		for k, v := range f.env {
+			env[k] = v
+		}
+		env[s.Var] = &binding{v: val(lo + int64(i))}
+		tf := &frame{m: f.m, k: f.k, env: env, depth: f.depth, thr: t}
+		go func() {
+			defer func() {
+				if r := recover(); r != nil {
+					switch x := r.(type) {
+					case abortSignal:
+						return
+					case interpError:
+						t.err = x.err
+					default:
+						t.err = fmt.Errorf("BUG: interp: %v", r)
+					}
+				}
+				t.wait = syncDone
+				g.yielded <- t
+			}()
+			select {
+			case <-t.resume:
+			case <-g.abort:
+				return
+			}
+			if fl, _ := tf.block(s.Body); fl == flowReturn {
+				f.fail("return inside a %s loop", s.Kind)
+			}
+		}()
+	}
+	defer close(g.abort)
+	runnable := append([]*spmdThread(nil), g.threads...)
+	for round := 0; ; round++ {
+		if round%2 == 1 {
+			for i, j := 0, len(runnable)-1; i < j; i, j = i+1, j-1 {
+				runnable[i], runnable[j] = runnable[j], runnable[i]
+			}
+		}
+		for _, t := range runnable {
+			t.resume <- struct{}{}
+			<-g.yielded
+			if t.err != nil {
+				panic(interpError{fmt.Errorf("thread %d: %w", t.id, t.err)})
+			}
+		}
+		runnable = runnable[:0]
+		done := 0
+		for _, t := range g.threads {
+			if t.wait == syncDone {
+				done++
+			}
+		}
+		if done == n {
+			return
+		}
+		// Warp exchanges whose lanes all arrived.
+		for w := 0; w < n; w += WarpSize {
+			lanes := g.threads[w : w+WarpSize]
+			op := lanes[0].wait
+			if op != syncShuffle && op != syncMMA {
+				continue
+			}
+			for _, l := range lanes {
+				if l.wait != op {
+					f.fail("%s: lane %d of warp %d is at %s, lane %d at %s: warp operations must be uniform",
+						s.Var, lanes[0].id, w/WarpSize, syncNames[op], l.id, syncNames[l.wait])
+				}
+			}
+			if op == syncShuffle {
+				for _, l := range lanes {
+					l.res = lanes[(l.id-w)^l.mask].val
+				}
+			} else {
+				f.mma(lanes)
+			}
+			for _, l := range lanes {
+				l.wait = syncNone
+				runnable = append(runnable, l)
+			}
+		}
+		if len(runnable) > 0 {
+			continue
+		}
+		for _, t := range g.threads {
+			if t.wait != syncBarrier {
+				f.fail("%s: thread %d is at %s while others wait at a barrier: every thread must reach every barrier",
+					s.Var, t.id, syncNames[t.wait])
+			}
+		}
+		for _, t := range g.threads {
+			t.wait = syncNone
+			runnable = append(runnable, t)
+		}
+	}
+}
+
+// shuffle is the calling lane's shfl_xor of x.
+func (f *frame) shuffle(x val, mask int) val {
+	if f.thr == nil {
+		f.fail("shfl_xor outside a threads or lanes loop")
+	}
+	if mask <= 0 || mask >= WarpSize {
+		f.fail("shfl_xor mask %d, want 1..31", mask)
+	}
+	f.thr.val, f.thr.mask = x, mask
+	f.thr.sync(syncShuffle)
+	return f.thr.res
+}
+
+// barrier waits for every thread of the group.
+func (f *frame) barrier() {
+	if f.thr != nil {
+		f.thr.sync(syncBarrier)
+	}
+	// Outside a threads loop a work item runs as one thread: nothing to wait for.
+}
+
+// mmaStmt posts the lane's fragments and waits for the warp.
+func (f *frame) mmaStmt(s *MMA) {
+	if f.thr == nil {
+		f.fail("mma outside a threads or lanes loop")
+	}
+	fr := &mmaFrag{in: s.In}
+	a, b, d := f.buffer(s.A), f.buffer(s.B), f.buffer(s.D)
+	for i := 0; i < 4; i++ {
+		fr.a[i] = uint32(f.load(a, int64(i), I32))
+		fr.d[i] = math.Float32frombits(uint32(f.load(d, int64(i), F32)))
+	}
+	for i := 0; i < 2; i++ {
+		fr.b[i] = uint32(f.load(b, int64(i), I32))
+	}
+	fr.dOut = d
+	f.thr.mma = fr
+	f.thr.sync(syncMMA)
+	for i := 0; i < 4; i++ {
+		f.store(d, int64(i), val(math.Float32bits(fr.d[i])))
+	}
+}
+
+// mma computes D += A x B for one warp, PTX ISA "Matrix Fragments for
+// mma.m16n8k16 with floating point type": groupID = lane >> 2,
+// threadID_in_group = lane % 4; A (16 x 16, row-major) element i of a lane
+// (register i/2, low half for even i) is at row groupID (+8 for i in 2, 3,
+// 6, 7), column 2*threadID_in_group + i%2 (+8 for i >= 4); B (16 x 8)
+// element i at k = 2*threadID_in_group + i%2 (+8 for i >= 2), n = groupID;
+// C and D element i at row groupID (+8 for i >= 2), column
+// 2*threadID_in_group + i%2. Products and sums run in float64 and round
+// once per element, as the emulator does.
+func (f *frame) mma(lanes []*spmdThread) {
+	in := lanes[0].mma.in
+	half := func(reg uint32, hi bool) float64 {
+		h := reg & 0xffff
+		if hi {
+			h = reg >> 16
+		}
+		return toF64(in, val(h))
+	}
+	A := func(row, k int) float64 {
+		src := (row&7)*4 + (k&7)>>1
+		i := (k>>3)<<2 | (row>>3)<<1 | k&1
+		return half(lanes[src].mma.a[i>>1], i&1 == 1)
+	}
+	B := func(k, col int) float64 {
+		src := col*4 + (k&7)>>1
+		i := (k>>3)<<1 | k&1
+		return half(lanes[src].mma.b[i>>1], i&1 == 1)
+	}
+	var out [WarpSize][4]float32
+	for l := range lanes {
+		g, t := l>>2, l&3
+		for i := 0; i < 4; i++ {
+			row, col := g, t*2+i&1
+			if i >= 2 {
+				row += 8
+			}
+			s := float64(lanes[l].mma.d[i])
+			for k := 0; k < 16; k++ {
+				s += A(row, k) * B(k, col)
+			}
+			out[l][i] = float32(s)
+		}
+	}
+	for l, ln := range lanes {
+		ln.mma.d = out[l]
+	}
+}

@@ -1,0 +1,530 @@
+package lower
+
+import (
+	"github.com/attnc/attnc/ir"
+)
+
+// The one attention skeleton. Every role (prefill query tiles, decode
+// items, split-KV chunks) runs the same work item: stage the group's query
+// rows (RoPE inline), walk the KV tiles (the page walk stages each K/V
+// tile once for every qo head the item serves), score with a tile matmul,
+// then transform, mask and hide each score once, fold the tile into the
+// online-softmax state, accumulate P·V with a second matmul, and finally
+// normalize and store (o and lse, or a split's partial state). The loops
+// are spread loops with static bounds and guards; each target maps them.
+
+// attnItem is what distinguishes one role's work item from another's.
+type attnItem struct {
+	decode bool // one query token per sequence, at q[b]
+	split  bool // a KV chunk of a split item: the result is a partial state
+}
+
+// rowsPerItem is the static row extent R of a work item and its query
+// rows QT.
+func (l *lowering) rowsPerItem(decode bool) (R, QT int) {
+	QT = 1
+	if !decode {
+		QT = l.t.QTile(l.G)
+	}
+	R = l.GB * QT
+	if l.t.PadRows {
+		R = max(R, l.t.Rows)
+	}
+	return R, QT
+}
+
+// headTiles is the number of work items a GQA group splits into.
+func (l *lowering) headTiles() int { return l.G / l.GB }
+
+// itemsPerSeq is work items per sequence (and query tile): kv heads times
+// head tiles.
+func (l *lowering) itemsPerSeq() int { return l.KVH * l.headTiles() }
+
+// splitItem binds a work item's sequence, kv head and head tile from x =
+// (b * kv_heads + kvh) * headTiles + ht.
+func (l *lowering) splitItem(b *blk, x ir.Expr) (sb, kvh, ht ir.Expr) {
+	if n := l.headTiles(); n > 1 {
+		ht = b.let("ht", rem(x, i32(n)))
+		x = b.let("rest_h", div(x, i32(n)))
+	} else {
+		ht = i32(0)
+	}
+	kvh = b.let("kvh", rem(x, i32(l.KVH)))
+	return b.let("b", div(x, i32(l.KVH))), kvh, ht
+}
+
+// Per-sequence plan values (ir.SeqValue): the prefill query tiles, the KV
+// tiles, and whether a sequence breaks the decode layout (one query token
+// at q[b]).
+func (l *lowering) seqMaxQT() ir.SeqValue {
+	_, QT := l.rowsPerItem(false)
+	return ir.SeqValue{Name: "max_qt", Op: ir.ReduceMax, Of: ceilDiv(ir.R(ir.SeqQLen, ir.I32), QT)}
+}
+
+func (l *lowering) seqMaxTiles() ir.SeqValue {
+	// A host launcher cannot read lengths: it plans for long sequences
+	// (chunks past a sequence's end finish at once).
+	return ir.SeqValue{Name: "max_tiles", Op: ir.ReduceMax, Of: ceilDiv(ir.R(ir.SeqKVLen, ir.I32), l.t.KVTile), Host: i32(1 << 20)}
+}
+
+func seqMulti() ir.SeqValue {
+	one := and(eq(ir.R(ir.SeqQLen, ir.I32), i32(1)), eq(ir.R(ir.SeqQBeg, ir.I32), ir.R(ir.SeqB, ir.I32)))
+	return ir.SeqValue{Name: "multi", Op: ir.ReduceMax, Of: sel(one, i32(0), i32(1))}
+}
+
+// foldSeq appends name = op(name, sv.Of) for one sequence whose names are
+// bound in env.
+func foldSeq(b *blk, sv ir.SeqValue, env map[string]ir.Expr) {
+	b.set(sv.Name, ir.Bin(sv.Op.BinOp(), ir.R(sv.Name, ir.I32), ir.Subst(sv.Of, env)))
+}
+
+// prefill is the ragged-query role: (sequence, kv head, head tile, query
+// tile) work items; its plan hands over to decode when every sequence has
+// exactly one query token laid out as in decode.
+func (l *lowering) prefill(decodePublic bool) ([]*ir.Kernel, *ir.Plan) {
+	params := l.prefillParams()
+	work := l.attentionKernel(l.name("prefill_work"), ir.RolePrefill, params, attnItem{})
+	maxQT := l.seqMaxQT()
+	multi := seqMulti()
+	bs := ir.R("batch_size", ir.I32)
+	var v blk
+	v.vr(maxQT.Name, i32(0))
+	v.vr(multi.Name, i32(0))
+	l.validateCache(&v, true, func(t *blk, env map[string]ir.Expr) {
+		foldSeq(t, maxQT, env)
+		foldSeq(t, multi, env)
+	})
+	p := &ir.Plan{Role: ir.RolePrefill, Entry: l.name("prefill"), Public: true, Params: params,
+		Checks: l.tableChecks(), Validate: v.block(), Seq: []ir.SeqValue{maxQT, multi},
+		Limits:  []ir.Check{tooLarge(l.prefillItems64(bs, ir.R(maxQT.Name, ir.I32)))},
+		Skip:    eq(bs, i32(0)),
+		Handoff: &ir.Handoff{Role: ir.RoleDecode, When: eq(ir.R(multi.Name, ir.I32), i32(0))},
+		Direct:  []ir.Launch{{Kernel: work.Name, Items: mul(mul(bs, i32(l.itemsPerSeq())), ir.R(maxQT.Name, ir.I32))}}}
+	return []*ir.Kernel{work}, p
+}
+
+// prefillItems64 is prefill's work-item count in i64: (sequence, kv head,
+// head tile) units, capped at 2^31 so that the product with maxQT cannot
+// wrap i64 either.
+func (l *lowering) prefillItems64(bs, maxQT ir.Expr) ir.Expr {
+	units := minE(mul(i64(bs), i64c(l.itemsPerSeq())), i64c(MaxItems+1))
+	return mul(units, i64(maxQT))
+}
+
+// prefillParams are the prefill entry's arguments.
+func (l *lowering) prefillParams() []*ir.Param {
+	params := append(l.qParams("total_q"), buf("qo_indptr", ir.I32, false, "batch_size+1"))
+	params = append(params, append(l.maskParams("total_q"), l.ropeParams("total_q")...)...)
+	return append(append(params, l.cacheParams()...), l.outParams("total_q")...)
+}
+
+// decodeParams are the decode entry's arguments.
+func (l *lowering) decodeParams() []*ir.Param {
+	params := append(l.qParams("batch_size"), append(l.maskParams("batch_size"), l.ropeParams("batch_size")...)...)
+	return append(append(params, l.cacheParams()...), l.outParams("batch_size")...)
+}
+
+// decode is the one-token-per-sequence role: (sequence, kv head, head
+// tile) work items, or, when @plan_splits asks for more than one KV chunk
+// per item, the chunks into f32 scratch and a merge of each row's chunks
+// with the merge_state update.
+func (l *lowering) decode(public bool) ([]*ir.Kernel, *ir.Plan) {
+	params := l.decodeParams()
+	direct := l.attentionKernel(l.name("decode_work"), ir.RoleDecode, params, attnItem{decode: true})
+	nIn := len(l.qParams("")) + len(l.maskParams("")) + len(l.ropeParams("")) + len(l.cacheParams())
+	partO := buf("part_o", ir.F32, true, "splits", "batch_size", itoa(l.H), itoa(l.DV))
+	partLSE := buf("part_lse", ir.F32, true, "splits", "batch_size", itoa(l.H))
+	splitParams := append(append([]*ir.Param(nil), params[:nIn]...), partO, partLSE, scalar(ir.PlanSplits))
+	split := l.attentionKernel(l.name("decode_split_work"), ir.RoleDecode, splitParams, attnItem{decode: true, split: true})
+	merge := l.mergeSplits()
+	maxTiles := l.seqMaxTiles()
+	bs := ir.R("batch_size", ir.I32)
+	var v blk
+	v.vr(maxTiles.Name, i32(0))
+	l.validateCache(&v, false, func(t *blk, env map[string]ir.Expr) { foldSeq(t, maxTiles, env) })
+	items := mul(bs, i32(l.itemsPerSeq()))
+	splits := ir.R(ir.PlanSplits, ir.I32)
+	// Splits happen only with fewer items than threads, so these counts
+	// are small; the sizes are i64 anyway.
+	rows := mul(mul(i64(splits), i64(bs)), i64c(l.H))
+	p := &ir.Plan{Role: ir.RoleDecode, Entry: l.name("decode"), Public: public, Params: params,
+		Checks: l.tableChecks(), Validate: v.block(), Seq: []ir.SeqValue{maxTiles},
+		Limits: []ir.Check{tooLarge(mul(i64(bs), i64c(l.itemsPerSeq())))},
+		Skip:   eq(bs, i32(0)),
+		Direct: []ir.Launch{{Kernel: direct.Name, Items: items}},
+		Split: &ir.Split{
+			Splits: &ir.Call{Fn: "plan_splits", Args: []ir.Expr{items, ir.R(ir.PlanThreads, ir.I32), ir.R(maxTiles.Name, ir.I32)}, T: ir.I32},
+			Scratch: []ir.Scratch{
+				{Name: "part_o", T: ir.F32, Size: mul(rows, ir.IntT(ir.I64, int64(l.DV)))},
+				{Name: "part_lse", T: ir.F32, Size: rows},
+			},
+			Launches: []ir.Launch{{Kernel: split.Name, Items: mul(items, splits)}, {Kernel: merge.Name, Items: mul(bs, i32(l.H))}},
+		}}
+	return []*ir.Kernel{direct, split, merge}, p
+}
+
+// attentionKernel builds a work kernel: one parallel loop over items, each
+// the attention skeleton — bind the item, stage its query rows, walk its
+// KV tiles, normalize and store.
+func (l *lowering) attentionKernel(name string, role ir.Role, params []*ir.Param, it attnItem) *ir.Kernel {
+	var b blk
+	nItems := l.itemCount(&b, it)
+	b.loop("item", i32(0), nItems, ir.Parallel, ir.TagWork, func(w *blk) {
+		x := l.bindItem(w, it, ir.R("item", ir.I32))
+		l.allocItem(w, x)
+		l.stageQuery(w, x)
+		kt := ir.R("kt", ir.I32)
+		tile := w.loop("kt", x.tileLo, x.tileHi, ir.Serial, ir.TagKVTile, func(t *blk) { l.tileStep(t, x, kt) })
+		// The position ranges of a tile, for classify-tiles.
+		KT := l.t.KVTile
+		tile.Ranges = []ir.Range{
+			{Var: "kv_pos", Lo: mul(kt, i32(KT)), Hi: sub(minE(add(mul(kt, i32(KT)), i32(KT)), x.kvLen), i32(1))},
+			{Var: "q_pos", Lo: x.qPos0, Hi: sub(add(x.qPos0, x.rows), i32(1))},
+			{Var: "head", Lo: x.head0, Hi: add(x.head0, i32(l.GB-1))},
+			{Var: refName(x.sb), Lo: x.sb, Hi: x.sb},
+		}
+		l.storeItem(w, x)
+	})
+	b.add(&ir.Return{Value: i32(0)})
+	return &ir.Kernel{Name: name, Role: role, Params: params, Body: b.block()}
+}
+
+// itemCount appends what the work kernel's item count needs and returns
+// the count: (sequence, kv head, head tile) units, times the longest
+// sequence's query tiles (prefill) and the KV chunks (split).
+func (l *lowering) itemCount(b *blk, it attnItem) ir.Expr {
+	bs := ir.R("batch_size", ir.I32)
+	var nItems ir.Expr = mul(bs, i32(l.itemsPerSeq()))
+	if !it.decode {
+		// The item count needs every sequence's query length: the kernel
+		// scans qo_indptr itself, as the plan's max_qt does. A GPU kernel
+		// cannot report bad input: lengths are clamped to 0..MaxSeqLen and
+		// the count to MaxItems, in i64, so that nothing wraps (the CPU
+		// entry has validated both).
+		sv := l.seqMaxQT()
+		b.vr(sv.Name, i32(0))
+		b.loop("sq", i32(0), bs, ir.Serial, ir.NoTag, func(t *blk) {
+			sq := ir.R("sq", ir.I32)
+			qLen := minE(maxE(sub(i64(ldi("qo_indptr", add(sq, i32(1)))), i64(ldi("qo_indptr", sq))), i64c(0)), i64c(MaxSeqLen))
+			foldSeq(t, sv, map[string]ir.Expr{ir.SeqQLen: ir.Cvt(ir.I32, qLen)})
+		})
+		nItems = ir.Cvt(ir.I32, minE(l.prefillItems64(bs, ir.R(sv.Name, ir.I32)), i64c(MaxItems)))
+	}
+	if it.split {
+		nItems = mul(nItems, ir.R(ir.PlanSplits, ir.I32))
+	}
+	return nItems
+}
+
+// itemVars are a work item's bindings: its sequence, kv head and split
+// chunk, its query rows (nRows of the static R are in use) and positions,
+// its heads and the KV tiles it walks.
+type itemVars struct {
+	it                      attnItem
+	R                       int
+	sb, kvh, sp             ir.Expr
+	qBeg, qLen, rows, nRows ir.Expr
+	qRow0, qPos0, head0     ir.Expr
+	kvBeg, kvLen            ir.Expr
+	tileLo, tileHi          ir.Expr
+}
+
+// bindItem binds work item `item`: item = ((b*kv_heads + kvh)*head_tiles
+// + ht) * splits + sp) * max_qt + qt, with the factors a role lacks left out.
+func (l *lowering) bindItem(w *blk, it attnItem, item ir.Expr) itemVars {
+	G, GB, KT := l.G, l.GB, l.t.KVTile
+	R, QT := l.rowsPerItem(it.decode)
+	x := itemVars{it: it, R: R}
+	splits := ir.R(ir.PlanSplits, ir.I32)
+	maxQT := ir.R(l.seqMaxQT().Name, ir.I32)
+	rest := item
+	var qt ir.Expr
+	if !it.decode {
+		qt = w.let("qt", rem(rest, maxQT))
+		rest = w.let("rest", div(rest, maxQT))
+	}
+	if it.split {
+		x.sp = w.let("sp", rem(rest, splits))
+		rest = w.let("rest", div(rest, splits))
+	}
+	var ht, qLo ir.Expr
+	x.sb, x.kvh, ht = l.splitItem(w, rest)
+	if it.decode {
+		x.qBeg, x.qLen, qLo, x.rows = x.sb, i32(1), i32(0), i32(1)
+	} else {
+		x.qBeg = w.let("q_beg", ldi("qo_indptr", x.sb))
+		x.qLen = w.let("q_len", sub(ldi("qo_indptr", add(x.sb, i32(1))), x.qBeg))
+		qLo = w.let("q_lo", mul(qt, i32(QT)))
+		w.when(ge(qLo, x.qLen), func(u *blk) { u.add(&ir.Continue{}) })
+		x.rows = w.let("rows", minE(i32(QT), sub(x.qLen, qLo)))
+	}
+	x.kvBeg, x.kvLen = l.seqPages(w, x.sb, "", true)
+	x.qRow0 = plusE(x.qBeg, qLo)
+	x.qPos0 = w.let("q_pos0", add(sub(x.kvLen, x.qLen), qLo))
+	x.nRows = simplifyMul(x.rows, GB)
+	if _, ok := x.nRows.(*ir.Const); !ok {
+		x.nRows = w.let("n_rows", x.nRows)
+	}
+	head0 := ir.Expr(mul(x.kvh, i32(G)))
+	if c, ok := ht.(*ir.Const); !ok || c.Int != 0 {
+		head0 = add(head0, mul(ht, i32(GB)))
+	}
+	x.head0 = w.let("head0", head0)
+	nTiles := w.let("n_tiles", ceilDiv(x.kvLen, KT))
+	x.tileLo, x.tileHi = i32(0), nTiles
+	if it.split {
+		// Chunk sp covers tiles [sp*per, min((sp+1)*per, n_tiles)).
+		per := w.let("per", div(add(nTiles, sub(splits, i32(1))), splits))
+		x.tileLo = w.let("t_lo", minE(mul(x.sp, per), nTiles))
+		x.tileHi = w.let("t_hi", minE(add(x.tileLo, per), nTiles))
+	}
+	return x
+}
+
+// allocItem declares a work item's arrays: the query rows, a K and a V
+// tile, the tile's scores, and the online-softmax state of every row.
+func (l *lowering) allocItem(w *blk, x itemVars) {
+	R, D, DV, KT := x.R, l.D, l.DV, l.t.KVTile
+	w.alloc("qs", ir.F32, R*D)
+	w.alloc("kb", ir.F32, KT*D)
+	w.alloc("vb", ir.F32, KT*DV)
+	w.alloc("sc", ir.F32, R*KT)
+	w.alloc("acc", ir.F32, R*DV)
+	w.alloc("mx", ir.F32, R)
+	w.alloc("den", ir.F32, R)
+	w.alloc("alpha", ir.F32, R)
+	if l.hidesBlocks() {
+		w.alloc("kvis", ir.I32, KT)
+	}
+	if l.v.Rope != nil {
+		l.ropeTable(w)
+		l.fillRopeTable(w)
+	}
+}
+
+// rowParts binds a row's query index r and head index g: rows are
+// query-major (row = r*GB + g), so the rows in use are a prefix.
+func (l *lowering) rowParts(x *blk, row ir.Expr) (r, g ir.Expr) {
+	return x.let("r", div(row, i32(l.GB))), x.let("g", rem(row, i32(l.GB)))
+}
+
+// stageQuery stages the item's query rows (RoPE inline; unused rows are
+// zeros) and resets the running state.
+func (l *lowering) stageQuery(w *blk, x itemVars) {
+	D, DV := l.D, l.DV
+	w.spread("row", x.R, func(y *blk, row ir.Expr) {
+		y.guarded(lt(row, x.nRows), func(u *blk) {
+			r, g := l.rowParts(u, row)
+			qrow := u.let("q_row", add(x.qRow0, r))
+			qflat := u.let("qflat", rowHead(qrow, l.H, add(x.head0, g)))
+			for _, sg := range l.qSegs() {
+				base := u.let("qbase"+segName(sg), mul(qflat, ir.IntT(ir.I64, int64(sg.w))))
+				u.spread("d", sg.w, func(z *blk, d ir.Expr) {
+					l.stageRow(z, "qs", add(mul(row, i32(D)), plus(d, sg.off)), l.qRopePos(z, qrow), d,
+						func(k ir.Expr) ir.Expr { return tof32(ld(sg.buf, l.dt, add(base, i64(k)))) }, true)
+				})
+			}
+		}, func(u *blk) {
+			u.spread("d", D, func(z *blk, d ir.Expr) { z.store("qs", add(mul(row, i32(D)), d), f32(0)) })
+		})
+	})
+	w.spread("row", x.R, func(y *blk, row ir.Expr) {
+		y.store("mx", row, negInf())
+		y.store("den", row, f32(0))
+		y.spread("d", DV, func(z *blk, d ir.Expr) { z.store("acc", add(mul(row, i32(DV)), d), f32(0)) })
+	})
+}
+
+// tileStep is one KV tile kt of a work item: stage K and V (the page
+// walk), S = Q·Kᵀ, the score step once per (row, position), the
+// online-softmax update, then acc += P·V.
+func (l *lowering) tileStep(t *blk, x itemVars, kt ir.Expr) {
+	R, D, DV, KT := x.R, l.D, l.DV, l.t.KVTile
+	kvLo := t.let("kv_lo", mul(kt, i32(KT)))
+	kvN := t.let("kv_n", minE(i32(KT), sub(x.kvLen, kvLo)))
+	l.stageKV(t, x.kvBeg, kvLo, kvN, x.kvh, x.sb, sub(x.kvLen, x.qLen), x.qBeg)
+	t.add(&ir.MatMul{C: "sc", A: "qs", B: "kb", M: R, N: KT, K: D, TransB: true,
+		MExt: x.nRows, NExt: kvN, KExt: i32(D)})
+	// Score: scale, @score, @mask, the data masks and hidden blocks, once
+	// per (row, position).
+	t.spread("row", R, func(y *blk, row ir.Expr) {
+		y.guarded(lt(row, x.nRows), func(u *blk) {
+			r, g := l.rowParts(u, row)
+			head := u.let("head", add(x.head0, g))
+			qPos := u.let("q_pos", add(x.qPos0, r))
+			u.spread("j", KT, func(z *blk, j ir.Expr) {
+				at := add(mul(row, i32(KT)), j)
+				z.guarded(lt(j, kvN), func(v *blk) {
+					l.scoreStep(v, at, j, qPos, add(kvLo, j), head, x.sb, sub(x.kvLen, x.qLen), x.kvLen)
+				}, func(v *blk) { v.store("sc", at, negInf()) })
+			})
+		}, nil)
+	})
+	l.softmaxUpdate(t, R, x.nRows, kvN)
+	// P·V: a zero weight (a hidden position) contributes exactly nothing
+	// (DESIGN §3); fully visible tiles need no such care.
+	t.add(&ir.MatMul{C: "acc", A: "sc", B: "vb", M: R, N: DV, K: KT, Accumulate: true, ZeroSkip: true,
+		MExt: x.nRows, NExt: i32(DV), KExt: kvN, Tag: l.hiddenTag()})
+}
+
+// storeItem normalizes each row and stores it: o and lse, or a split
+// chunk's partial state.
+func (l *lowering) storeItem(w *blk, x itemVars) {
+	DV := l.DV
+	bs := ir.R("batch_size", ir.I32)
+	w.spread("row", x.R, func(y *blk, row ir.Expr) {
+		y.guarded(lt(row, x.nRows), func(u *blk) {
+			r, g := l.rowParts(u, row)
+			head := u.let("head", add(x.head0, g))
+			inv, lse := l.finish(u, u.let("lv", ld("den", ir.F32, row)), ld("mx", ir.F32, row), head, !x.it.split)
+			acc := func(d ir.Expr) ir.Expr { return mul(ld("acc", ir.F32, add(mul(row, i32(DV)), d)), inv) }
+			if x.it.split {
+				flat := u.let("pflat", add(mul(add(mul(x.sp, bs), x.sb), i32(l.H)), head))
+				u.spread("d", DV, func(z *blk, d ir.Expr) {
+					z.store("part_o", add(mul(i64(flat), ir.IntT(ir.I64, int64(DV))), i64(d)), acc(d))
+				})
+				u.store("part_lse", flat, lse)
+				return
+			}
+			flat := u.let("oflat", rowHead(add(x.qRow0, r), l.H, head))
+			u.spread("d", DV, func(z *blk, d ir.Expr) {
+				z.store("o", add(mul(flat, ir.IntT(ir.I64, int64(DV))), i64(d)), ir.Cvt(l.dt, acc(d)))
+			})
+			u.when(&ir.NotNull{Buf: "lse"}, func(z *blk) { z.store("lse", flat, l.userLSE(lse)) })
+		}, nil)
+	})
+}
+
+// hiddenTag is the tag of statements that only matter for positions the
+// mask hides: ir.TagHidden when the @mask Def decides every hidden
+// position (a table's -1 pages are staged as zeros), NoTag (never
+// dropped) when data masks (tree, custom) hide positions in any tile.
+func (l *lowering) hiddenTag() ir.Tag {
+	if l.hasMask(ir.MaskTree) || l.hasMask(ir.MaskCustom) {
+		return ir.NoTag
+	}
+	return ir.TagHidden
+}
+
+// stageKV stages the tile's K and V rows (the page walk): position j of
+// the tile finds its page, so a tile may span pages of any power-of-two
+// size. Positions past the tile's end, and pages outside the pool or
+// hidden by the table, are never read: their rows are zeros and (hidden
+// blocks) kvis[j] = 0 masks them.
+func (l *lowering) stageKV(t *blk, kvBeg, kvLo, kvN, kvh, sb, qBase, qSeqRow ir.Expr) {
+	D, DV := l.D, l.DV
+	zero := func(x *blk, j ir.Expr) {
+		if l.hidesBlocks() {
+			x.store("kvis", j, i32(0))
+		}
+		x.spread("d", D, func(y *blk, d ir.Expr) { y.store("kb", add(mul(j, i32(D)), d), f32(0)) })
+		x.spread("d", DV, func(y *blk, d ir.Expr) { y.store("vb", add(mul(j, i32(DV)), d), f32(0)) })
+	}
+	t.loop("j", i32(0), i32(l.t.KVTile), ir.Spread, ir.TagStage, func(x *blk) {
+		j := ir.R("j", ir.I32)
+		x.guarded(lt(j, kvN), func(y *blk) {
+			pos := y.let("kv_at", add(kvLo, j))
+			page := y.let("page", l.pageAt(kvBeg, pos))
+			y.guarded(and(ge(page, i32(0)), lt(page, ir.R("num_pages", ir.I32))), func(z *blk) {
+				if l.hidesBlocks() {
+					z.store("kvis", j, i32(1))
+				}
+				slot := z.let("slot", ir.Bin(ir.And, pos, i32(l.PS-1)))
+				for _, sg := range l.kSegs() {
+					row := z.let("krow"+segName(sg), l.rowIndex(page, kvh, slot, sg.w))
+					z.spread("d", sg.w, func(u *blk, d ir.Expr) {
+						l.stageRow(u, "kb", add(mul(j, i32(D)), plus(d, sg.off)), l.kRopePos(u, pos, sb, qBase, qSeqRow), d,
+							func(k ir.Expr) ir.Expr { return tof32(ld(sg.buf, l.dt, add(row, i64(k)))) }, true)
+					})
+				}
+				for _, sg := range l.vSegs() {
+					row := z.let("vrow"+segName(sg), l.rowIndex(page, kvh, slot, sg.w))
+					z.spread("d", sg.w, func(u *blk, d ir.Expr) {
+						u.store("vb", add(mul(j, i32(DV)), plus(d, sg.off)), tof32(ld(sg.buf, l.dt, add(row, i64(d)))))
+					})
+				}
+			}, func(z *blk) { zero(z, j) })
+		}, func(y *blk) { zero(y, j) })
+	})
+}
+
+// scoreStep finishes the score at sc[at] (the dot product of a query row
+// and key j): scale, the @score transform, then hide it (-inf) where the
+// @mask Def, a data mask or a hidden block does not show the position.
+func (l *lowering) scoreStep(b *blk, at, j, qPos, kvPosE, head, sb, qBase, kvLen ir.Expr) {
+	kvPos := b.let("kv_pos", kvPosE)
+	scaled := mul(ld("sc", ir.F32, at), f32(float64(float32(l.v.Scale))))
+	b.vr("s", &ir.Call{Fn: "score", Args: []ir.Expr{scaled, qPos, kvPos, head}, T: ir.F32})
+	b.add(&ir.If{Tag: ir.TagMask, Cond: not(&ir.Call{Fn: "mask", Args: []ir.Expr{qPos, kvPos, head, sb}, T: ir.Bool}),
+		Then: &ir.Block{Stmts: []ir.Stmt{&ir.Assign{Name: "s", Value: negInf()}}}})
+	hideUnless(b, l.dataVisible(b, sb, qPos, kvPos, qBase, kvLen))
+	if l.hidesBlocks() {
+		b.when(eq(ld("kvis", ir.I32, j), i32(0)), func(x *blk) { x.set("s", negInf()) })
+	}
+	b.store("sc", at, ir.R("s", ir.F32))
+}
+
+// softmaxUpdate folds the tile's scores into each row's running max,
+// denominator and accumulator (online softmax): the scores become p =
+// exp(s - max), and alpha rescales what the row accumulated before. A row
+// whose scores are all -inf so far keeps max -inf and adds nothing.
+func (l *lowering) softmaxUpdate(b *blk, R int, nRows, kvN ir.Expr) {
+	KT, DV := l.t.KVTile, l.DV
+	b.spread("row", R, func(x *blk, row ir.Expr) {
+		x.guarded(lt(row, nRows), func(y *blk) {
+			at := func(j ir.Expr) ir.Expr { return add(mul(row, i32(KT)), j) }
+			j := ir.R("j", ir.I32)
+			y.add(&ir.Reduce{Name: "m_tile", Op: ir.ReduceMax, Var: "j", Lo: i32(0), Hi: i32(KT),
+				Value: sel(lt(j, kvN), ld("sc", ir.F32, at(j)), negInf())})
+			mOld := y.let("m_old", ld("mx", ir.F32, row))
+			mNew := y.let("m_new", maxE(mOld, ir.R("m_tile", ir.F32)))
+			live := y.let("live", gt(mNew, negInf()))
+			y.spread("j", KT, func(z *blk, j ir.Expr) {
+				z.guarded(lt(j, kvN), func(u *blk) {
+					u.store("sc", at(j), sel(live, ir.Un(ir.Exp, sub(ld("sc", ir.F32, at(j)), mNew)), f32(0)))
+				}, func(u *blk) { u.store("sc", at(j), f32(0)) })
+			})
+			y.add(&ir.Reduce{Name: "psum", Op: ir.ReduceAdd, Var: "j", Lo: i32(0), Hi: i32(KT),
+				Value: sel(lt(j, kvN), ld("sc", ir.F32, at(j)), f32(0))})
+			a := y.let("a", sel(live, ir.Un(ir.Exp, sub(mOld, mNew)), f32(1)))
+			y.store("den", row, add(mul(ld("den", ir.F32, row), a), ir.R("psum", ir.F32)))
+			y.store("mx", row, mNew)
+			y.store("alpha", row, a)
+		}, nil)
+	})
+	b.spread("row", R, func(x *blk, row ir.Expr) {
+		x.guarded(lt(row, nRows), func(y *blk) {
+			a := y.let("a", ld("alpha", ir.F32, row))
+			y.spread("d", DV, func(z *blk, d ir.Expr) {
+				i := add(mul(row, i32(DV)), d)
+				z.store("acc", i, mul(ld("acc", ir.F32, i), a))
+			})
+		}, nil)
+	})
+}
+
+func refName(e ir.Expr) string {
+	if r, ok := e.(*ir.Ref); ok {
+		return r.Name
+	}
+	return "batch"
+}
+
+// plusE is x + y, or x when y is the constant 0.
+func plusE(x, y ir.Expr) ir.Expr {
+	if c, ok := y.(*ir.Const); ok && c.Int == 0 {
+		return x
+	}
+	return add(x, y)
+}
+
+// simplifyMul is x * n, folded when x is a constant or n is 1.
+func simplifyMul(x ir.Expr, n int) ir.Expr {
+	if c, ok := x.(*ir.Const); ok {
+		return i32(int(c.Int) * n)
+	}
+	if n == 1 {
+		return x
+	}
+	return mul(x, i32(n))
+}

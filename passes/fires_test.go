@@ -1,0 +1,156 @@
+package passes_test
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/attnc/attnc/frontend"
+	"github.com/attnc/attnc/ir"
+	"github.com/attnc/attnc/lower"
+	"github.com/attnc/attnc/passes"
+	"github.com/attnc/attnc/reference"
+)
+
+// TestClassifyTilesFires lowers every example (as the CPU tiles it) and
+// runs inline-defs, simplify and classify-tiles, then evaluates the tile
+// conditions classify-tiles wrote on every (query tile, KV tile) pair of a
+// prefill and every KV tile of a decode, against the reference's own
+// visibility rule: a skipped tile must hide everything, an unmasked one
+// show everything, and where the mask hides whole tiles some must be
+// skipped, where it shows whole tiles some must run without the mask.
+// Where the @mask Def shows every position, classify-tiles must have
+// nothing to do. A misspelt tag, a lost Range or a mask the interval
+// analysis no longer understands fails here.
+func TestClassifyTilesFires(t *testing.T) {
+	files, _ := filepath.Glob("../examples/*.attn")
+	if len(files) == 0 {
+		t.Fatal("no examples")
+	}
+	tiling := lower.Tiling{KVTile: 64, Rows: 64, MaxHeads: 16}
+	for _, f := range files {
+		vs, err := frontend.ParseFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range vs {
+			if lower.Unsupported(v) != nil {
+				continue
+			}
+			t.Run(v.Name, func(t *testing.T) {
+				m, err := lower.Lower(v, tiling)
+				if err != nil {
+					t.Fatal(err)
+				}
+				masks := !ir.IsTrue(m.Def("mask").Body)
+				for _, p := range []passes.Pass{passes.InlineDefsPass, passes.SimplifyPass, passes.ClassifyTilesPass} {
+					if m, err = p.Run(m); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for _, role := range []ir.Role{ir.RolePrefill, ir.RoleDecode} {
+					k := m.Kernel(v.Name + "_" + string(role) + "_work")
+					tile := kvTile(k.Body)
+					if tile == nil {
+						t.Fatalf("%s has no @kv_tile loop", k.Name)
+					}
+					lets := map[string]ir.Expr{}
+					for _, s := range tile.Body.Stmts {
+						if l, ok := s.(*ir.Let); ok && (l.Name == "tile_skip" || l.Name == "tile_full") {
+							lets[l.Name] = l.Value
+						}
+					}
+					if !masks {
+						if len(lets) > 0 {
+							t.Errorf("%s: mask shows everything, yet classify-tiles wrote %v", k.Name, keys(lets))
+						}
+						continue
+					}
+					// Every (query tile, KV tile) of a 512-token prefill, or
+					// every KV tile of a decode at position 16383 (past the
+					// examples' windows), classified by the pass and by the
+					// reference's visibility rule.
+					const L = 512
+					qt, gb := tiling.QTile(v.GroupSize()), tiling.Heads(v.GroupSize())
+					qPos := func(q int) (pos0, rows int) { return q * qt, qt }
+					qTiles, kvLen := L/qt, L
+					if role == ir.RoleDecode {
+						kvLen = 16384
+						qTiles, qPos = 1, func(int) (int, int) { return kvLen - 1, 1 }
+					}
+					var skipped, full, hidden, visible int
+					for q := 0; q < qTiles; q++ {
+						pos0, rows := qPos(q)
+						for kt := 0; kt*tiling.KVTile < kvLen; kt++ {
+							env := map[string]any{"kt": int32(kt), "kv_len": int32(kvLen), "q_pos0": int32(pos0),
+								"rows": int32(rows), "head0": int32(0), "b": int32(0)}
+							allHidden, allVisible := true, true
+							for qp := pos0; qp < pos0+rows; qp++ {
+								for kv := kt * tiling.KVTile; kv < min((kt+1)*tiling.KVTile, kvLen); kv++ {
+									for h := 0; h < gb; h++ {
+										vis := reference.Visible(v, 0, h, qp, kv)
+										allHidden = allHidden && !vis
+										allVisible = allVisible && vis
+									}
+								}
+							}
+							if allHidden {
+								hidden++
+							}
+							if allVisible {
+								visible++
+							}
+							skip, fullTile := eval(t, lets["tile_skip"], env, false), eval(t, lets["tile_full"], env, true)
+							if skip && !allHidden || fullTile && !allVisible {
+								t.Fatalf("%s: kv tile %d for query rows %d..%d: skip %v, full %v, but the reference shows some and hides some",
+									k.Name, kt, pos0, pos0+rows-1, skip, fullTile)
+							}
+							if skip {
+								skipped++
+							} else if fullTile {
+								full++
+							}
+						}
+					}
+					t.Logf("%s: %d of %d hidden tiles skipped, %d of %d visible tiles without the mask", k.Name, skipped, hidden, full, visible)
+					if hidden > 0 && skipped == 0 || visible > 0 && full == 0 {
+						t.Errorf("%s: classify-tiles did not fire: %d of %d hidden tiles skipped, %d of %d visible tiles without the mask",
+							k.Name, skipped, hidden, full, visible)
+					}
+				}
+			})
+		}
+	}
+}
+
+// eval evaluates a tile condition; a missing one (the analysis proved it
+// constant and dropped it) has the value def.
+func eval(t *testing.T, e ir.Expr, env map[string]any, def bool) bool {
+	t.Helper()
+	if e == nil {
+		return def
+	}
+	v, err := ir.EvalExpr(e, env)
+	if err != nil {
+		t.Fatalf("%s: %v", ir.ExprString(e), err)
+	}
+	return v.(bool)
+}
+
+func kvTile(b *ir.Block) *ir.For {
+	var tile *ir.For
+	ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
+		if f, ok := s.(*ir.For); ok && f.Tag == ir.TagKVTile && tile == nil {
+			tile = f
+		}
+		return []ir.Stmt{s}
+	})
+	return tile
+}
+
+func keys(m map[string]ir.Expr) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}

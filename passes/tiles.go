@@ -1,0 +1,241 @@
+package passes
+
+import (
+	"github.com/attnc/attnc/ir"
+)
+
+// Helpers that target schedule passes share: matmul and reduce statements
+// written as loops, and guard folding.
+
+// DotOrder says how MatMulLoops nests a product's loops.
+type DotOrder int
+
+const (
+	// RowsThenK runs, for each row m, the contraction k outside the
+	// output columns n when B is not transposed (a row of B scaled by
+	// A[m, k] is added to C's row: a zero A element skips the whole row),
+	// and a dot product over k (innermost, DotKind) when it is.
+	RowsThenK DotOrder = iota
+	// DotPerElement gives every output element (m, n) its own dot product
+	// over k (a serial loop of dotKind) inside spreads that run to the
+	// static M and N, the extents as a guard: a perfect (m, n) nest for
+	// targets that need static shapes.
+	DotPerElement
+)
+
+// MatMulLoops writes mm as spread loops over its extents. dotKind is the
+// kind of the innermost loop of a dot product (vector on a CPU).
+func MatMulLoops(mm *ir.MatMul, order DotOrder, dotKind ir.LoopKind) []ir.Stmt {
+	i32 := func(v int) ir.Expr { return ir.Int(int64(v)) }
+	m, n, k := ir.R("mm_m", ir.I32), ir.R("mm_n", ir.I32), ir.R("mm_k", ir.I32)
+	aAt := func(k ir.Expr) ir.Expr { return ir.Ld(mm.A, ir.F32, ir.Bin(ir.Add, ir.Bin(ir.Mul, m, i32(mm.K)), k)) }
+	bAt := func(k ir.Expr) ir.Expr {
+		if mm.TransB {
+			return ir.Ld(mm.B, ir.F32, ir.Bin(ir.Add, ir.Bin(ir.Mul, n, i32(mm.K)), k))
+		}
+		return ir.Ld(mm.B, ir.F32, ir.Bin(ir.Add, ir.Bin(ir.Mul, k, i32(mm.N)), n))
+	}
+	cAt := ir.Bin(ir.Add, ir.Bin(ir.Mul, m, i32(mm.N)), n)
+	prod := func(a, b ir.Expr) ir.Expr {
+		if mm.ZeroSkip {
+			return ir.Sel(ir.Bin(ir.Eq, a, ir.Float(0)), ir.Float(0), ir.Bin(ir.Mul, a, b))
+		}
+		return ir.Bin(ir.Mul, a, b)
+	}
+	loop := func(v string, hi ir.Expr, kind ir.LoopKind, body ...ir.Stmt) *ir.For {
+		return &ir.For{Var: v, Lo: i32(0), Hi: hi, Kind: kind, Body: &ir.Block{Stmts: body}}
+	}
+	if order == RowsThenK && !mm.TransB {
+		var out []ir.Stmt
+		if !mm.Accumulate {
+			out = append(out, loop("mm_m", mm.MExt, ir.Spread, loop("mm_n", mm.NExt, ir.Spread,
+				&ir.Store{Buf: mm.C, Index: cAt, Value: ir.Float(0)})))
+		}
+		a := ir.R("mm_a", ir.F32)
+		row := ir.Stmt(loop("mm_n", mm.NExt, ir.Spread,
+			&ir.Store{Buf: mm.C, Index: cAt, Value: ir.Bin(ir.Add, ir.Ld(mm.C, ir.F32, cAt), ir.Bin(ir.Mul, a, bAt(k)))}))
+		if mm.ZeroSkip {
+			// Select, don't multiply: a zero A element adds nothing, even
+			// against NaN or infinite B elements.
+			row = &ir.If{Cond: ir.Bin(ir.Ne, a, ir.Float(0)), Then: &ir.Block{Stmts: []ir.Stmt{row}}}
+		}
+		return append(out, loop("mm_m", mm.MExt, ir.Spread,
+			loop("mm_k", mm.KExt, ir.Serial, &ir.Let{Name: "mm_a", Value: aAt(k)}, row)))
+	}
+	var init ir.Expr = ir.Float(0)
+	if mm.Accumulate {
+		init = ir.Ld(mm.C, ir.F32, cAt)
+	}
+	dot := ir.R("mm_dot", ir.F32)
+	elem := []ir.Stmt{
+		&ir.Var{Name: "mm_dot", Init: init},
+		loop("mm_k", mm.KExt, dotKind, &ir.Assign{Name: "mm_dot", Value: ir.Bin(ir.Add, dot, prod(aAt(k), bAt(k)))}),
+		&ir.Store{Buf: mm.C, Index: cAt, Value: dot},
+	}
+	if order == DotPerElement {
+		guard := ir.Bin(ir.And, ir.Bin(ir.Lt, m, mm.MExt), ir.Bin(ir.Lt, n, mm.NExt))
+		return []ir.Stmt{loop("mm_m", i32(mm.M), ir.Spread, loop("mm_n", i32(mm.N), ir.Spread,
+			&ir.If{Cond: guard, Then: &ir.Block{Stmts: elem}}))}
+	}
+	return []ir.Stmt{loop("mm_m", mm.MExt, ir.Spread, loop("mm_n", mm.NExt, ir.Spread, elem...))}
+}
+
+// ReduceLoop writes r as a running var over a loop of the given kind: var
+// NAME_acc = identity; for VAR in LO .. HI { NAME_acc = op(NAME_acc, VALUE) };
+// let NAME = NAME_acc. A value select(VAR < e, x, identity) becomes x over
+// VAR < min(HI, e) (the guard folded into the bound).
+func ReduceLoop(r *ir.Reduce, kind ir.LoopKind) []ir.Stmt {
+	t := r.Value.Type()
+	id := r.Op.Identity(t)
+	hi, val := r.Hi, r.Value
+	if s, ok := val.(*ir.Select); ok {
+		if c, ok := s.Y.(*ir.Const); ok && constEqual(c, id) {
+			if e, rest, ok := guardOn(s.Cond, r.Var); ok && rest == nil {
+				hi, val = ir.Bin(ir.Min, hi, e), s.X
+			}
+		}
+	}
+	accName := r.Name + "_acc"
+	acc := ir.R(accName, t)
+	return []ir.Stmt{
+		&ir.Var{Name: accName, Init: id},
+		&ir.For{Var: r.Var, Lo: r.Lo, Hi: hi, Kind: kind, Body: &ir.Block{Stmts: []ir.Stmt{
+			&ir.Assign{Name: accName, Value: ir.Bin(r.Op.BinOp(), acc, val)}}}},
+		&ir.Let{Name: r.Name, Value: acc},
+	}
+}
+
+func constEqual(a, b *ir.Const) bool {
+	if a.T != b.T {
+		return false
+	}
+	if a.T.IsFloat() {
+		return a.Float == b.Float
+	}
+	return a.Int == b.Int
+}
+
+// guardOn recognizes a loop guard on v: cond is v < e, or (v < e) & rest
+// with rest not nil; e must not use v.
+func guardOn(cond ir.Expr, v string) (e, rest ir.Expr, ok bool) {
+	b, isBin := cond.(*ir.Binary)
+	if !isBin {
+		return nil, nil, false
+	}
+	if b.Op == ir.And && b.X.Type() == ir.Bool {
+		if e, r, ok := guardOn(b.X, v); ok && r == nil {
+			return e, b.Y, true
+		}
+		return nil, nil, false
+	}
+	if b.Op != ir.Lt {
+		return nil, nil, false
+	}
+	if r, isRef := b.X.(*ir.Ref); !isRef || r.Name != v || Uses(b.Y, v) {
+		return nil, nil, false
+	}
+	return b.Y, nil, true
+}
+
+// Uses reports whether e refers to name.
+func Uses(e ir.Expr, name string) bool {
+	found := false
+	ir.VisitExpr(e, func(n ir.Expr) {
+		if r, ok := n.(*ir.Ref); ok && r.Name == name {
+			found = true
+		}
+	})
+	return found
+}
+
+// FoldGuard splits `for v in lo .. hi { if (v < e) [& rest] { A } else { B } }`
+// (the If is the whole body) into `for v in lo .. min(hi, e) { A, or if
+// rest { A } else { B } }` and `for v in max(lo, e) .. hi { B }` (dropped
+// without an Else). It returns nil when f has no such guard.
+func FoldGuard(f *ir.For) []ir.Stmt {
+	if len(f.Body.Stmts) != 1 {
+		return nil
+	}
+	s, ok := f.Body.Stmts[0].(*ir.If)
+	if !ok {
+		return nil
+	}
+	e, rest, ok := guardOn(s.Cond, f.Var)
+	if !ok {
+		return nil
+	}
+	first := *f
+	first.Hi = ir.Bin(ir.Min, f.Hi, e)
+	first.Ranges = nil
+	first.Body = s.Then
+	if rest != nil {
+		first.Body = &ir.Block{Stmts: []ir.Stmt{&ir.If{Cond: rest, Then: s.Then, Else: s.Else, Tag: s.Tag}}}
+	}
+	out := []ir.Stmt{&first}
+	if s.Else != nil && len(s.Else.Stmts) > 0 {
+		second := *f
+		second.Lo = ir.Bin(ir.Max, f.Lo, e)
+		second.Ranges = nil
+		second.Body = ir.CloneBlock(s.Else)
+		out = append(out, &second)
+	}
+	return out
+}
+
+// HasLoop reports whether b holds a For statement.
+func HasLoop(b *ir.Block) bool {
+	found := false
+	ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
+		if _, ok := s.(*ir.For); ok {
+			found = true
+		}
+		return []ir.Stmt{s}
+	})
+	return found
+}
+
+// MapKernels applies f to every kernel body (for passes outside this
+// package).
+func MapKernels(m *ir.Module, f func(*ir.Kernel) (*ir.Block, error)) (*ir.Module, error) {
+	return mapKernels(m, f)
+}
+
+// Accesses lists the buffers and arrays statement s (with everything
+// nested in it) reads and writes.
+func Accesses(s ir.Stmt) (reads, writes map[string]bool) {
+	reads, writes = map[string]bool{}, map[string]bool{}
+	ir.MapStmts(&ir.Block{Stmts: []ir.Stmt{s}}, func(s ir.Stmt) []ir.Stmt {
+		switch x := s.(type) {
+		case *ir.Store:
+			writes[x.Buf] = true
+		case *ir.Copy:
+			writes[x.Dst] = true
+			reads[x.Src] = true
+		case *ir.MMA:
+			reads[x.A], reads[x.B], reads[x.D], writes[x.D] = true, true, true, true
+		case *ir.MatMul:
+			reads[x.A], reads[x.B], writes[x.C] = true, true, true
+			if x.Accumulate {
+				reads[x.C] = true
+			}
+		case *ir.CallStmt:
+			for _, a := range x.Args {
+				if r, ok := a.(*ir.Ref); ok {
+					reads[r.Name], writes[r.Name] = true, true
+				}
+			}
+		case *ir.Free:
+			writes[x.Name] = true
+		}
+		return []ir.Stmt{s}
+	})
+	ir.MapStmtExprs(&ir.Block{Stmts: []ir.Stmt{s}}, func(e ir.Expr) ir.Expr {
+		ir.VisitExpr(e, func(n ir.Expr) {
+			if l, ok := n.(*ir.Load); ok {
+				reads[l.Buf] = true
+			}
+		})
+		return e
+	})
+	return reads, writes
+}

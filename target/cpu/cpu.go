@@ -1,0 +1,136 @@
+// Package cpu is the CPU target: it schedules the neutral module for a
+// thread pool and vector units (work items on the pool, spread loops as
+// vector loops, tile statements as loops), assembles an entry kernel per
+// plan and prints LLVM 14 IR through codegen/llvm.
+//
+// cpu imports ir, lower (Tiling), passes, registry, target and
+// codegen/llvm; it must not import another target, build or frontend.
+package cpu
+
+import (
+	"fmt"
+	"strings"
+
+	llvmgen "github.com/attnc/attnc/codegen/llvm"
+	"github.com/attnc/attnc/ir"
+	"github.com/attnc/attnc/lower"
+	"github.com/attnc/attnc/passes"
+	"github.com/attnc/attnc/registry"
+	"github.com/attnc/attnc/target"
+)
+
+func init() { target.Register(Target{}) }
+
+// Target is the CPU target.
+type Target struct{}
+
+// Name implements target.Target.
+func (Target) Name() string { return "cpu" }
+
+// Files implements target.Target.
+func (Target) Files() string { return "<variant>.ll" }
+
+// Tiling is 64-position KV tiles and work items of about 64 (head, query)
+// rows, at most 16 heads of a GQA group: a K/V tile staged once feeds many
+// rows, and a work item's arrays stay small.
+func (Target) Tiling(v *ir.Variant) lower.Tiling {
+	return lower.Tiling{KVTile: 64, Rows: 64, MaxHeads: 16}
+}
+
+// Table is the CPU pass table.
+var Table = []passes.Pass{
+	passes.InlineDefsPass,
+	passes.SimplifyPass,
+	passes.ClassifyTilesPass,
+	passes.ExpandCallsPass,
+	{Name: "lower-tiles", Required: true, Run: LowerTiles,
+		Desc: "matmul and reduce statements as loops: dot products and zero-skipping row updates"},
+	{Name: "vectorize", Required: true, Run: Vectorize,
+		Desc: "spread loops as vector (innermost) or serial loops, guards folded into loop bounds"},
+	passes.LegalizeDTypePass,
+	passes.LateSimplifyPass,
+	passes.HeapScratchPass,
+}
+
+// Constraints are the CPU table's ordering rules.
+var Constraints = append(append([]passes.Constraint(nil), passes.NeutralConstraints...),
+	passes.Constraint{Before: "lower-tiles", After: "vectorize", Why: "the loops lower-tiles writes are spread loops that vectorize maps"},
+	passes.Constraint{Before: "lower-tiles", After: "heap-scratch", Why: "heap-scratch moves the work items' arrays as the schedule leaves them; one a schedule pass added later would stay on the stack"},
+)
+
+// Passes implements target.Target.
+func (Target) Passes() []passes.Pass { return Table }
+
+// Constraints implements target.Target.
+func (Target) Constraints() []passes.Constraint { return Constraints }
+
+// Assemble implements target.Target: one entry kernel per plan.
+func (Target) Assemble(m *ir.Module) (*ir.Module, error) { return Assemble(m) }
+
+// Section implements target.Target: the triple the IR is for.
+func (Target) Section(opt target.Options) (registry.TargetManifest, error) {
+	t, err := llvmgen.LookupTarget(opt.Triple)
+	if err != nil {
+		return registry.TargetManifest{}, err
+	}
+	return registry.TargetManifest{Triple: t.Triple}, nil
+}
+
+// Emit implements target.Target: LLVM IR for opt.Triple.
+func (Target) Emit(v *ir.Variant, m *ir.Module, opt target.Options) ([]target.Artifact, error) {
+	t, err := llvmgen.LookupTarget(opt.Triple)
+	if err != nil {
+		return nil, err
+	}
+	ll, err := llvmgen.EmitFor(m, t)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %s: llvm: %w", v.Pos, v.Name, err)
+	}
+	return []target.Artifact{{Name: v.Name + ".ll", Data: []byte(ll)}}, nil
+}
+
+// Header implements target.Target: the stack a call needs and every
+// entry kernel's prototype.
+func (Target) Header(v *ir.Variant, m *ir.Module) string {
+	var sb strings.Builder
+	var most int64
+	for _, p := range m.Plans {
+		most = max(most, llvmgen.StackBytes(m, p.Entry))
+	}
+	fmt.Fprintf(&sb, "\n/* The most stack one call of any entry point needs on the calling thread\n   (large scratch is on the heap; worker threads get the default stack). */\n#define %s_STACK_BYTES %d\n", strings.ToUpper(m.Prefix), most)
+	for _, p := range m.Plans {
+		entry := "entry point"
+		if !p.Public {
+			entry = "internal entry, called by another role's entry"
+		}
+		fmt.Fprintf(&sb, "\n/* %s (%s; needs %d bytes of stack). */\nint32_t %s(%s);\n", p.Role, entry, llvmgen.StackBytes(m, p.Entry), p.Entry, target.CParams(p.Params, ""))
+	}
+	return sb.String()
+}
+
+// Manifest implements target.Target: the entries with their plans, then
+// the work kernels they run.
+func (Target) Manifest(v *ir.Variant, m *ir.Module, opt target.Options) []registry.KernelManifest {
+	var out []registry.KernelManifest
+	for _, p := range m.Plans {
+		out = append(out, registry.KernelManifest{Variant: v.Name, Role: string(p.Role), Symbol: p.Entry, Entry: p.Public,
+			Target: "cpu", File: v.Name + ".ll", Args: registry.ArgsOf(p.Params), Returns: "i32 status",
+			Constraints: registry.Constraints(v), StackBytes: llvmgen.StackBytes(m, p.Entry),
+			Plan: registry.PlanOf(p, registry.PlanOptions{Threads: "the worker threads (set_num_threads)", Lengths: true})})
+	}
+	for _, k := range m.Kernels {
+		if m.Plan(k.Role) != nil && m.Plan(k.Role).Entry == k.Name {
+			continue
+		}
+		out = append(out, registry.KernelManifest{Variant: v.Name, Role: string(k.Role), Symbol: k.Name,
+			Target: "cpu", File: v.Name + ".ll", Args: registry.ArgsOf(k.Params), Returns: "i32 status",
+			Constraints: registry.Constraints(v), StackBytes: llvmgen.StackBytes(m, k.Name)})
+	}
+	return out
+}
+
+// Select implements target.Target: the plan evaluated with the call's
+// thread count and lengths.
+func (Target) Select(v *ir.Variant, m *ir.Module, s registry.Shape) (registry.Selection, error) {
+	return registry.Select(v, m, s, registry.Host{Target: "cpu", Threads: max(s.Threads, 1), Lengths: true})
+}

@@ -1,0 +1,135 @@
+package cpu
+
+import (
+	"flag"
+	"math"
+	"math/rand"
+	"testing"
+
+	"github.com/attnc/attnc/internal/passtest"
+	"github.com/attnc/attnc/ir"
+	"github.com/attnc/attnc/passes"
+)
+
+var update = flag.Bool("update", false, "rewrite the after sections of testdata/*.txt")
+
+func TestTableOrder(t *testing.T) {
+	if err := passes.CheckOrder(Table, Constraints); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range passes.Neutral {
+		names = append(names, p.Name)
+	}
+	for _, n := range names {
+		if passes.Find(Table, n) == nil {
+			t.Errorf("the cpu table lacks the neutral pass %s", n)
+		}
+	}
+}
+
+func TestBeforeAfter(t *testing.T) {
+	passtest.Run(t, "testdata/*.txt", Table, *update)
+}
+
+// tileKernel runs a score matmul, a max reduce per row and a zeroskip P·V
+// matmul whose P holds zeros against NaN V rows.
+const tileKernel = `module t prefix t
+
+kernel t_k role prefill (q: f32* [8], k: f32* [16], v: f32* [16], p: f32* [8], o: f32* [8] out, s: f32* [8] out, m: f32* [2] out, n: i32) {
+  for item in 0 .. 1 parallel @work {
+    alloc qs: f32[8]
+    alloc kb: f32[16]
+    alloc vb: f32[16]
+    alloc sc: f32[8]
+    alloc ps: f32[8]
+    alloc acc: f32[8]
+    for i in 0 .. 8 spread {
+      store qs[i] = q[i]
+      store ps[i] = p[i]
+      store acc[i] = 1.0:f32
+    }
+    for i in 0 .. 16 spread {
+      store kb[i] = k[i]
+      store vb[i] = v[i]
+    }
+    matmul sc[2, 4] = qs[2, 4] * kb^T[4, 4] extent(2, 4, 4)
+    for r in 0 .. 2 spread {
+      reduce mt = max over j in 0 .. 4 of select((j < n), sc[((r * 4) + j)], -inf:f32)
+      store m[r] = mt
+    }
+    matmul acc[2, 4] += ps[2, 4] * vb[4, 4] zeroskip extent(2, 4, n)
+    for i in 0 .. 8 spread {
+      store o[i] = acc[i]
+      store s[i] = sc[i]
+    }
+  }
+  return 0
+}
+`
+
+// TestLowerTilesKeepsResults runs the kernel in the interpreter before and
+// after lower-tiles and vectorize: every output is bit for bit the same,
+// and the NaN V rows that P zeroes never reach o.
+func TestLowerTilesKeepsResults(t *testing.T) {
+	m, err := ir.Parse(tileKernel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lowered, err := LowerTiles(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lowered, err = Vectorize(lowered); err != nil {
+		t.Fatal(err)
+	}
+	ir.MustVerify("vectorize", lowered)
+	rng := rand.New(rand.NewSource(1))
+	for _, n := range []int32{0, 1, 3, 4} {
+		args := func() map[string]any {
+			q, k, v, p := make([]float32, 8), make([]float32, 16), make([]float32, 16), make([]float32, 8)
+			for i := range q {
+				q[i], p[i] = rng.Float32()-0.5, rng.Float32()
+			}
+			for i := range k {
+				k[i], v[i] = rng.Float32()-0.5, rng.Float32()-0.5
+			}
+			// Positions n.. of P are 0 and their V rows NaN: masked.
+			for j := int(n); j < 4; j++ {
+				p[j], p[4+j] = 0, 0
+				for d := 0; d < 4; d++ {
+					v[j*4+d] = float32(math.NaN())
+				}
+			}
+			return map[string]any{"q": q, "k": k, "v": v, "p": p, "o": make([]float32, 8), "s": make([]float32, 8), "m": make([]float32, 2), "n": n}
+		}
+		a := args()
+		b := map[string]any{}
+		for name, x := range a {
+			if f, ok := x.([]float32); ok {
+				b[name] = append([]float32(nil), f...)
+			} else {
+				b[name] = x
+			}
+		}
+		for _, run := range []struct {
+			m    *ir.Module
+			args map[string]any
+		}{{m, a}, {lowered, b}} {
+			if st, err := ir.Run(run.m, "t_k", run.args); err != nil || st != 0 {
+				t.Fatalf("n=%d: status %d, %v", n, st, err)
+			}
+		}
+		for _, name := range []string{"o", "s", "m"} {
+			x, y := a[name].([]float32), b[name].([]float32)
+			for i := range x {
+				if math.Float32bits(x[i]) != math.Float32bits(y[i]) {
+					t.Errorf("n=%d: %s[%d] = %v before, %v after", n, name, i, x[i], y[i])
+				}
+				if name == "o" && math.IsNaN(float64(y[i])) {
+					t.Errorf("n=%d: o[%d] is NaN: a masked NaN V row reached the output", n, i)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,229 @@
+// Package cuda is the CUDA target: its schedule passes map the neutral
+// module onto NVIDIA GPUs — a block of threads per work item, warps for
+// reductions, shared memory between phases with barriers, m16n8k16 tensor
+// cores for tile matmuls that fit, 16-byte staging copies — and
+// codegen/cuda prints the kernels and, from the plans, the host launchers.
+//
+// cuda imports ir, lower (Tiling), passes, registry, target and
+// codegen/cuda; it must not import another target, build or frontend.
+package cuda
+
+import (
+	"fmt"
+	"strings"
+
+	cudagen "github.com/attnc/attnc/codegen/cuda"
+	"github.com/attnc/attnc/ir"
+	"github.com/attnc/attnc/lower"
+	"github.com/attnc/attnc/passes"
+	"github.com/attnc/attnc/registry"
+	"github.com/attnc/attnc/target"
+)
+
+func init() { target.Register(Target{}) }
+
+// Target is the CUDA target.
+type Target struct{}
+
+// Name implements target.Target.
+func (Target) Name() string { return "cuda" }
+
+// Files implements target.Target.
+func (Target) Files() string { return "<variant>.cu" }
+
+// Tiling is 32-position KV tiles and work items of 16 (head, query) rows,
+// padded: one m16n8k16 tile of rows, and the K/V tiles of every example
+// fit in shared memory.
+func (Target) Tiling(v *ir.Variant) lower.Tiling {
+	return lower.Tiling{KVTile: 32, Rows: mmaM, PadRows: true, MaxHeads: mmaM}
+}
+
+// SIMTMatMul writes the matmuls use-mma left as one dot product per output
+// element (a serial loop) inside spreads over the static shape.
+func SIMTMatMul(m *ir.Module) (*ir.Module, error) {
+	return passes.MapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
+		return ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
+			if mm, ok := s.(*ir.MatMul); ok {
+				return passes.MatMulLoops(mm, passes.DotPerElement, ir.Serial)
+			}
+			return []ir.Stmt{s}
+		}), nil
+	})
+}
+
+// Table is the CUDA pass table.
+var Table = []passes.Pass{
+	passes.InlineDefsPass,
+	passes.SimplifyPass,
+	passes.ClassifyTilesPass,
+	passes.ExpandCallsPass,
+	{Name: "use-mma", Run: UseMMA,
+		Desc: "matmuls on f16/bf16 operands as m16n8k16 tensor-core fragments per warp (P split hi + lo), when the shapes fit"},
+	{Name: "simt-matmul", Required: true, Run: SIMTMatMul,
+		Desc: "the remaining matmuls as a dot product per output element"},
+	{Name: "widen-copies", Run: WidenCopies,
+		Desc: "row copies of 16-bit or 32-bit elements as 16-byte copies"},
+	{Name: "map-warps", Required: true, Run: MapWarps,
+		Desc: "spreads that reduce: one iteration per warp, reductions over lanes with butterfly shuffles"},
+	{Name: "stage-shared", Required: true, Run: StageShared,
+		Desc: "a work item's arrays in shared memory, barriers between phases that share memory"},
+	{Name: "map-threads", Required: true, Run: MapThreads,
+		Desc: "work items on blocks of 128 threads: spreads flattened and strided over threads, warps for lanes"},
+	passes.LegalizeDTypePass,
+	passes.LateSimplifyPass,
+}
+
+// Constraints are the CUDA table's ordering rules.
+var Constraints = append(append([]passes.Constraint(nil), passes.NeutralConstraints...),
+	passes.Constraint{Before: "use-mma", After: "simt-matmul", Why: "simt-matmul takes the matmuls tensor cores could not"},
+	passes.Constraint{Before: "use-mma", After: "widen-copies", Why: "only the staging stores use-mma narrowed to f16/bf16 are raw 16-bit row copies"},
+	passes.Constraint{Before: "use-mma", After: "map-warps", Why: "use-mma's zeroing step reduces over A's rows"},
+	passes.Constraint{Before: "use-mma", After: "legalize-dtype", Why: "use-mma narrows operand arrays to f16/bf16, whose accesses legalize-dtype turns into carrier bits"},
+	passes.Constraint{Before: "simt-matmul", After: "map-threads", Why: "map-threads maps loops; a matmul left over has no thread mapping"},
+	passes.Constraint{Before: "widen-copies", After: "map-threads", Why: "the copies must be grouped before their loops are strided over threads"},
+	passes.Constraint{Before: "map-warps", After: "map-threads", Why: "map-threads runs a spread holding a lanes loop one iteration per warp; a reduce left in a spread would have no lanes"},
+	passes.Constraint{Before: "stage-shared", After: "map-threads", Why: "map-threads keeps the shared arrays stage-shared hoisted outside the threads loop, and the barriers it placed between phases"},
+)
+
+// Passes implements target.Target.
+func (Target) Passes() []passes.Pass { return Table }
+
+// Constraints implements target.Target.
+func (Target) Constraints() []passes.Constraint { return Constraints }
+
+// Assemble implements target.Target: host launchers are printed from the
+// plans, so the module keeps only the kernels a public plan launches (a
+// GPU prefill never hands over to decode: the launcher cannot read the
+// query lengths).
+func (Target) Assemble(m *ir.Module) (*ir.Module, error) {
+	used := map[string]bool{}
+	for _, p := range m.Plans {
+		if !p.Public {
+			continue
+		}
+		for _, l := range p.Direct {
+			used[l.Kernel] = true
+		}
+		if s := p.Split; s != nil {
+			for _, l := range s.Launches {
+				used[l.Kernel] = true
+			}
+		}
+	}
+	out := *m
+	out.Kernels = nil
+	for _, k := range m.Kernels {
+		if used[k.Name] {
+			out.Kernels = append(out.Kernels, k)
+		}
+	}
+	return &out, nil
+}
+
+// Launcher is the host launcher symbol of a plan's entry.
+func Launcher(p *ir.Plan) string { return p.Entry + "_launch" }
+
+// GridStrideBlocks is the grid of a launch whose item count depends on
+// device memory: the kernel strides its items over this many blocks per
+// multiprocessor.
+const GridStrideBlocks = 4
+
+// hostConfig is what the printer needs to write launchers.
+var hostConfig = cudagen.Host{
+	Launcher:        Launcher,
+	Threads:         "2 * attnc_num_sms()",
+	GridStrideGrid:  fmt.Sprintf("%d * attnc_num_sms()", GridStrideBlocks),
+	ThreadsPerBlock: BlockThreads,
+}
+
+// Section implements target.Target.
+func (Target) Section(opt target.Options) (registry.TargetManifest, error) {
+	return registry.TargetManifest{}, nil
+}
+
+// Emit implements target.Target.
+func (Target) Emit(v *ir.Variant, m *ir.Module, opt target.Options) ([]target.Artifact, error) {
+	cu, err := cudagen.Emit(m, hostConfig)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %s: %w", v.Pos, v.Name, err)
+	}
+	return []target.Artifact{{Name: v.Name + ".cu", Data: []byte(cu)}}, nil
+}
+
+// Header implements target.Target: the public launchers.
+func (Target) Header(v *ir.Variant, m *ir.Module) string {
+	var sb strings.Builder
+	for _, p := range m.Plans {
+		if p.Public {
+			fmt.Fprintf(&sb, "\n/* %s on CUDA (device pointers; stream is a cudaStream_t). */\nint32_t %s(%s);\n",
+				p.Role, Launcher(p), target.CParams(p.Params, "void *stream"))
+		}
+	}
+	return sb.String()
+}
+
+// launchOf renders a plan launch with its grid rule, block and shared
+// memory (from the scheduled kernel).
+func launchOf(m *ir.Module, p *ir.Plan) func(ir.Launch) registry.LaunchManifest {
+	return func(l ir.Launch) registry.LaunchManifest {
+		lm := registry.LaunchManifest{Kernel: l.Kernel, Items: ir.ExprString(l.Items), Grid: "items", Block: BlockThreads}
+		if !cudagen.HostKnown(p, l.Items) {
+			lm.Grid = fmt.Sprintf("%d * SMs (grid-stride: the item count depends on device memory)", GridStrideBlocks)
+		}
+		if k := m.Kernel(l.Kernel); k != nil {
+			lm.Smem = cudagen.SharedBytes(k)
+		}
+		return lm
+	}
+}
+
+// Manifest implements target.Target: the launchers with their plans, then
+// the device kernels with their launch settings.
+func (Target) Manifest(v *ir.Variant, m *ir.Module, opt target.Options) []registry.KernelManifest {
+	var out []registry.KernelManifest
+	for _, p := range m.Plans {
+		if !p.Public {
+			continue
+		}
+		args := append(registry.ArgsOf(p.Params), registry.Arg{Name: "stream", Kind: "scalar", DType: "cudaStream_t"})
+		out = append(out, registry.KernelManifest{Variant: v.Name, Role: string(p.Role), Symbol: Launcher(p), Entry: true,
+			Target: "cuda", File: v.Name + ".cu", Args: args, Returns: "i32 status", Constraints: registry.Constraints(v),
+			Plan: registry.PlanOf(p, registry.PlanOptions{Threads: "2 * SMs", Launch: launchOf(m, p)})})
+	}
+	for _, k := range m.Kernels {
+		out = append(out, registry.KernelManifest{Variant: v.Name, Role: string(k.Role), Symbol: k.Name,
+			Target: "cuda", File: v.Name + ".cu", Args: registry.ArgsOf(k.Params), Returns: "void (__global__)",
+			Constraints: registry.Constraints(v),
+			Launch:      &registry.LaunchManifest{Block: cudagen.BlockSize(k), Smem: cudagen.SharedBytes(k)}})
+	}
+	return out
+}
+
+// DefaultSMs is the multiprocessor count Select assumes when the shape
+// gives none (an H100 SXM / H200).
+const DefaultSMs = 132
+
+// Select implements target.Target: what the launcher does for a call of
+// that shape — the plan evaluated as the host evaluates it (2 x SMs
+// workers, no sequence lengths), with each launch's grid, block and shared
+// memory.
+func (Target) Select(v *ir.Variant, m *ir.Module, s registry.Shape) (registry.Selection, error) {
+	sms := s.SMs
+	if sms < 1 {
+		sms = DefaultSMs
+	}
+	sel, err := registry.Select(v, m, s, registry.Host{Target: "cuda", Threads: 2 * sms, Lengths: false,
+		Launch: func(l *registry.LaunchSelection) {
+			l.Grid = l.Items
+			if !l.Known {
+				l.Grid = GridStrideBlocks * sms
+			}
+			if k := m.Kernel(l.Kernel); k != nil {
+				l.Block, l.Smem = cudagen.BlockSize(k), cudagen.SharedBytes(k)
+			}
+		}})
+	if p := m.Plan(sel.Role); err == nil && p != nil {
+		sel.Symbol = Launcher(p) // the host entry point a caller calls
+	}
+	return sel, err
+}

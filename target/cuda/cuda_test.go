@@ -1,0 +1,27 @@
+package cuda_test
+
+import (
+	"flag"
+	"testing"
+
+	"github.com/attnc/attnc/internal/passtest"
+	"github.com/attnc/attnc/passes"
+	"github.com/attnc/attnc/target/cuda"
+)
+
+var update = flag.Bool("update", false, "rewrite the after sections of testdata/*.txt")
+
+func TestTableOrder(t *testing.T) {
+	if err := passes.CheckOrder(cuda.Table, cuda.Constraints); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range passes.Neutral {
+		if passes.Find(cuda.Table, p.Name) == nil {
+			t.Errorf("the cuda table lacks the neutral pass %s", p.Name)
+		}
+	}
+}
+
+func TestBeforeAfter(t *testing.T) {
+	passtest.Run(t, "testdata/*.txt", cuda.Table, *update)
+}

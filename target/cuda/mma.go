@@ -1,0 +1,297 @@
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/attnc/attnc/ir"
+	"github.com/attnc/attnc/passes"
+)
+
+// Tensor-core shape: mma.sync m16n8k16 (PTX ISA, "Matrix fragments for
+// mma.m16n8k16"): A is 16 x 16, B 16 x 8, C and D 16 x 8, per warp.
+const (
+	mmaM, mmaN, mmaK = 16, 8, 16
+)
+
+// UseMMA maps matmul statements onto tensor cores when their shapes fit
+// (M = 16, N a multiple of 8, K a multiple of 16) and their B operand
+// holds only values of a tensor-core dtype (every store into it converts
+// an element of that dtype to f32, or stores 0): that array is narrowed to
+// the dtype, and so is A when it qualifies too; an A that holds computed
+// f32 values (P) is split into a high and a low half-precision part, two
+// mmas, so P·V keeps about twice the dtype's precision. Each n-tile of 8
+// output columns is one spread iteration whose lanes hold the PTX
+// fragments. A zeroskip matmul (or one whose k extent is not all of K)
+// first zeroes the B rows that no A row in use reaches, so a NaN there
+// cannot become 0·NaN inside the mma. Other matmuls are left to
+// simt-matmul.
+func UseMMA(m *ir.Module) (*ir.Module, error) {
+	return passes.MapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
+		stores := arrayStores(k.Body)
+		reads := arrayReads(k.Body)
+		narrow := map[string]ir.Type{}
+		var plans []*mmaPlan
+		ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
+			if mm, ok := s.(*ir.MatMul); ok {
+				if p := planMMA(mm, stores, reads); p != nil {
+					plans = append(plans, p)
+					narrow[mm.B] = p.in
+					if p.aNarrow {
+						narrow[mm.A] = p.in
+					}
+				}
+			}
+			return []ir.Stmt{s}
+		})
+		if len(plans) == 0 {
+			return k.Body, nil
+		}
+		byMM := map[*ir.MatMul]*mmaPlan{}
+		for _, p := range plans {
+			byMM[p.mm] = p
+		}
+		return ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
+			switch x := s.(type) {
+			case *ir.MatMul:
+				if p := byMM[x]; p != nil {
+					return p.lower()
+				}
+			case *ir.Alloc:
+				if t, ok := narrow[x.Name]; ok {
+					c := *x
+					c.T = t
+					return []ir.Stmt{&c}
+				}
+			case *ir.Store:
+				if t, ok := narrow[x.Buf]; ok {
+					return []ir.Stmt{&ir.Store{Buf: x.Buf, Index: x.Index, Value: narrowValue(x.Value, t)}}
+				}
+			}
+			return []ir.Stmt{s}
+		}), nil
+	})
+}
+
+type mmaPlan struct {
+	mm      *ir.MatMul
+	in      ir.Type // the tensor-core dtype
+	aNarrow bool    // A holds values of in (else f32, split hi + lo)
+}
+
+// arrayStores lists the values stored into each local array.
+func arrayStores(b *ir.Block) map[string][]ir.Expr {
+	out := map[string][]ir.Expr{}
+	ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
+		if st, ok := s.(*ir.Store); ok {
+			out[st.Buf] = append(out[st.Buf], st.Value)
+		}
+		return []ir.Stmt{s}
+	})
+	return out
+}
+
+// arrayReads counts the loads of each buffer outside matmul statements.
+func arrayReads(b *ir.Block) map[string]int {
+	out := map[string]int{}
+	ir.MapStmtExprs(b, func(e ir.Expr) ir.Expr {
+		ir.VisitExpr(e, func(n ir.Expr) {
+			if l, ok := n.(*ir.Load); ok {
+				out[l.Buf]++
+			}
+		})
+		return e
+	})
+	return out
+}
+
+// narrowType is the tensor-core dtype whose elements are all an array
+// holds (every store is f32(load of that dtype) or the constant 0), or
+// Void.
+func narrowType(vals []ir.Expr) ir.Type {
+	t := ir.Void
+	for _, v := range vals {
+		switch x := v.(type) {
+		case *ir.Convert:
+			l, ok := x.X.(*ir.Load)
+			if !ok {
+				return ir.Void
+			}
+			if r := ir.StorageOf(l.T); r == nil || !r.TensorCore || (t != ir.Void && t != l.T) {
+				return ir.Void
+			}
+			t = l.T
+		case *ir.Const:
+			if x.Float != 0 {
+				return ir.Void
+			}
+		default:
+			return ir.Void
+		}
+	}
+	return t
+}
+
+func planMMA(mm *ir.MatMul, stores map[string][]ir.Expr, reads map[string]int) *mmaPlan {
+	if mm.M != mmaM || mm.N%mmaN != 0 || mm.K%mmaK != 0 || mm.A == mm.B {
+		return nil
+	}
+	in := narrowType(stores[mm.B])
+	if in == ir.Void || reads[mm.B] > 0 {
+		return nil
+	}
+	a := narrowType(stores[mm.A])
+	return &mmaPlan{mm: mm, in: in, aNarrow: a == in && reads[mm.A] == 0}
+}
+
+// narrowValue is a stored f32 value as an element of t.
+func narrowValue(v ir.Expr, t ir.Type) ir.Expr {
+	if c, ok := v.(*ir.Convert); ok {
+		return c.X
+	}
+	return &ir.Const{T: t}
+}
+
+func i32(v int) ir.Expr { return ir.Int(int64(v)) }
+
+func add(x, y ir.Expr) ir.Expr { return ir.Bin(ir.Add, x, y) }
+func mul(x, y ir.Expr) ir.Expr { return ir.Bin(ir.Mul, x, y) }
+
+// pack2 packs two 16-bit patterns into one mma operand register, the first
+// in the low half (PTX: the lower-indexed element in the low bits).
+func pack2(lo, hi ir.Expr) ir.Expr {
+	return ir.Bin(ir.Or, ir.Bin(ir.And, ir.Cvt(ir.I32, lo), i32(0xffff)), ir.Bin(ir.Shl, ir.Cvt(ir.I32, hi), i32(16)))
+}
+
+// aF32 reads A's element idx as f32.
+func (p *mmaPlan) aF32(idx ir.Expr) ir.Expr {
+	if p.aNarrow {
+		return ir.Cvt(ir.F32, ir.Ld(p.mm.A, p.in, idx))
+	}
+	return ir.Ld(p.mm.A, ir.F32, idx)
+}
+
+// lower writes the matmul as per-warp fragment code.
+func (p *mmaPlan) lower() []ir.Stmt {
+	mm := p.mm
+	r := ir.StorageOf(p.in)
+	var out []ir.Stmt
+	bIdx := func(k, n ir.Expr) ir.Expr {
+		if mm.TransB {
+			return add(mul(n, i32(mm.K)), k)
+		}
+		return add(mul(k, i32(mm.N)), n)
+	}
+	if kx, ok := mm.KExt.(*ir.Const); mm.ZeroSkip || !ok || int(kx.Int) != mm.K {
+		// Zero the B rows that no A row in use reaches: a zero A element
+		// then contributes exactly nothing, even against NaN or inf.
+		k, mr := ir.R("zk", ir.I32), ir.R("zm", ir.I32)
+		nz := &ir.Reduce{Name: "zk_used", Op: ir.ReduceAdd, Var: "zm", Lo: i32(0), Hi: i32(mm.M),
+			Value: ir.Sel(ir.Bin(ir.And, ir.Bin(ir.Lt, mr, mm.MExt),
+				ir.Bin(ir.Ne, p.aF32(add(mul(mr, i32(mm.K)), k)), ir.Float(0))), i32(1), i32(0))}
+		zero := &ir.For{Var: "zn", Lo: i32(0), Hi: i32(mm.N), Kind: ir.Spread, Body: &ir.Block{Stmts: []ir.Stmt{
+			&ir.Store{Buf: mm.B, Index: bIdx(k, ir.R("zn", ir.I32)), Value: &ir.Const{T: p.in}}}}}
+		out = append(out, &ir.For{Var: "zk", Lo: i32(0), Hi: i32(mm.K), Kind: ir.Spread, Body: &ir.Block{Stmts: []ir.Stmt{
+			nz, &ir.If{Cond: ir.Bin(ir.Eq, ir.R("zk_used", ir.I32), i32(0)), Then: &ir.Block{Stmts: []ir.Stmt{zero}}}}}})
+	}
+	lane := ir.R("lane", ir.I32)
+	gid, tig, nt := ir.R("gid", ir.I32), ir.R("tig", ir.I32), ir.R("nt", ir.I32)
+	n0 := ir.R("n0", ir.I32)
+	var body []ir.Stmt
+	let := func(name string, e ir.Expr) { body = append(body, &ir.Let{Name: name, Value: e}) }
+	let("gid", ir.Bin(ir.Div, lane, i32(4)))
+	let("tig", ir.Bin(ir.Rem, lane, i32(4)))
+	let("n0", mul(nt, i32(mmaN)))
+	body = append(body, &ir.Alloc{Name: "fa", T: ir.I32, Size: 4}, &ir.Alloc{Name: "fb", T: ir.I32, Size: 2},
+		&ir.Alloc{Name: "fd", T: ir.F32, Size: 4})
+	// Accumulator register c of the lane: row gid + 8*(c/2), column
+	// n0 + 2*tig + c%2.
+	cAt := func(c int) ir.Expr {
+		return add(mul(add(gid, i32(8*(c/2))), i32(mm.N)), add(n0, add(mul(tig, i32(2)), i32(c%2))))
+	}
+	for c := 0; c < 4; c++ {
+		var v ir.Expr = ir.Float(0)
+		if mm.Accumulate {
+			v = ir.Ld(mm.C, ir.F32, cAt(c))
+		}
+		body = append(body, &ir.Store{Buf: "fd", Index: i32(c), Value: v})
+	}
+	ks := ir.R("ks", ir.I32)
+	c0 := ir.R("c0", ir.I32)
+	raw := func(arr string, idx ir.Expr) ir.Expr { return &ir.Bitcast{To: r.Carrier, X: ir.Ld(arr, p.in, idx)} }
+	bAt := func(k, n ir.Expr) ir.Expr { return raw(mm.B, bIdx(k, n)) }
+	n := add(n0, gid)
+	kLoop := []ir.Stmt{
+		&ir.Let{Name: "c0", Value: add(mul(ks, i32(mmaK)), mul(tig, i32(2)))},
+		&ir.Store{Buf: "fb", Index: i32(0), Value: pack2(bAt(c0, n), bAt(add(c0, i32(1)), n))},
+		&ir.Store{Buf: "fb", Index: i32(1), Value: pack2(bAt(add(c0, i32(8)), n), bAt(add(c0, i32(9)), n))},
+	}
+	// The lane's eight A elements: (row, column) of register i/2, low
+	// half first (PTX fragment layout for A).
+	g8 := add(gid, i32(8))
+	at := func(col int) ir.Expr { return add(c0, i32(col)) }
+	elems := [8][2]ir.Expr{{gid, at(0)}, {gid, at(1)}, {g8, at(0)}, {g8, at(1)}, {gid, at(8)}, {gid, at(9)}, {g8, at(8)}, {g8, at(9)}}
+	// A narrow A is one part; an f32 A is split into parts in the dtype
+	// whose sum is the element to about f32 precision (see pParts), so
+	// that the product rounds once, in f32.
+	nParts := 1
+	if !p.aNarrow {
+		nParts = pParts(r)
+	}
+	parts := make([][]ir.Expr, nParts)
+	for k := range parts {
+		parts[k] = make([]ir.Expr, 8)
+	}
+	for i, e := range elems {
+		idx := add(mul(e[0], i32(mm.K)), e[1])
+		if p.aNarrow {
+			parts[0][i] = raw(mm.A, idx)
+			continue
+		}
+		// Part k holds what parts 0..k-1 left of the element; each
+		// remainder is exact (x and its rounding are within a factor 2:
+		// Sterbenz).
+		x := fmt.Sprintf("a%d", i)
+		rest := x
+		kLoop = append(kLoop, &ir.Let{Name: x, Value: ir.Ld(mm.A, ir.F32, idx)})
+		for k := range parts {
+			part := fmt.Sprintf("%s_p%d", x, k)
+			kLoop = append(kLoop, &ir.Let{Name: part, Value: r.Narrow(ir.R(rest, ir.F32))})
+			parts[k][i] = ir.R(part, r.Carrier)
+			if k+1 < len(parts) {
+				next := fmt.Sprintf("%s_r%d", x, k)
+				kLoop = append(kLoop, &ir.Let{Name: next, Value: ir.Bin(ir.Sub, ir.R(rest, ir.F32), r.Widen(ir.R(part, r.Carrier)))})
+				rest = next
+			}
+		}
+	}
+	step := func(v []ir.Expr) []ir.Stmt {
+		var out []ir.Stmt
+		for reg := 0; reg < 4; reg++ {
+			out = append(out, &ir.Store{Buf: "fa", Index: i32(reg), Value: pack2(v[2*reg], v[2*reg+1])})
+		}
+		return append(out, &ir.MMA{D: "fd", A: "fa", B: "fb", In: p.in})
+	}
+	// One mma per part, the smallest first.
+	for k := len(parts) - 1; k >= 0; k-- {
+		kLoop = append(kLoop, step(parts[k])...)
+	}
+	body = append(body, &ir.For{Var: "ks", Lo: i32(0), Hi: i32(mm.K / mmaK), Kind: ir.Serial, Body: &ir.Block{Stmts: kLoop}})
+	for c := 0; c < 4; c++ {
+		body = append(body, &ir.Store{Buf: mm.C, Index: cAt(c), Value: ir.Ld("fd", ir.F32, i32(c))})
+	}
+	lanes := &ir.For{Var: "lane", Lo: i32(0), Hi: i32(ir.WarpSize), Kind: ir.Lanes, Body: &ir.Block{Stmts: body}}
+	out = append(out, &ir.For{Var: "nt", Lo: i32(0), Hi: i32(mm.N / mmaN), Kind: ir.Spread, Body: &ir.Block{Stmts: []ir.Stmt{lanes}}})
+	return out
+}
+
+// pParts is how many parts of tensor-core dtype r an f32 A element is
+// split into: enough that their sum holds about 22 significant bits (f16:
+// two parts of 11, the rest below 2^-22 of the element; bf16: three of
+// 8), so f16/bf16 outputs of P·V stay within half an ulp.
+func pParts(r *ir.DTypeInfo) int {
+	n := 1
+	for n*(r.MantBits+1) < 22 {
+		n++
+	}
+	return n
+}
