@@ -191,16 +191,17 @@ func (l *lowering) qRopePos(b *blk, qrow ir.Expr) ir.Expr {
 // whose first query token sits at position qBase and row qRow: with `mask
 // tree` the tree's own keys (pos >= qBase) rotate at their queries'
 // q_rope_position (depth-based positions), every other key at pos +
-// k_rope_pos_offset[sb].
+// k_rope_pos_offset[sb]. The sum is an i64: an offset near INT32_MAX from
+// an untrusted request rotates at the position it names, not a wrapped one.
 func (l *lowering) kRopePos(b *blk, pos, sb, qBase, qRow ir.Expr) ir.Expr {
 	if l.v.Rope == nil {
 		return nil
 	}
-	seq := add(pos, ldi("k_rope_pos_offset", sb))
+	seq := add(i64(pos), i64(ldi("k_rope_pos_offset", sb)))
 	if !l.hasMask(ir.MaskTree) {
 		return seq
 	}
 	// Clamp the (unused) row of keys before the tree into the sequence's rows.
-	tree := ldi("q_rope_position", add(qRow, maxE(sub(pos, qBase), i32(0))))
+	tree := i64(ldi("q_rope_position", add(qRow, maxE(sub(pos, qBase), i32(0)))))
 	return sel(ge(pos, qBase), tree, seq)
 }
