@@ -336,8 +336,12 @@ func (c *checker) mla(v *ir.Variant, s *mlaStmt) {
 // dtype checks `dtype f32|f16|bf16`.
 func (c *checker) dtype(v *ir.Variant, s *wordStmt) {
 	dt, ok := ir.DTypeByName(s.Word.Name)
+	if ok && dt.Info().KVOnly {
+		c.errorf(s.Word.Pos, "dtype %s is a KV cache code: write cache paged(..., kv_dtype = %s) and keep dtype for q and o (%s)", s.Word.Name, s.Word.Name, strings.Join(ir.DTypeNames(false), ", "))
+		return
+	}
 	if !ok {
-		c.errorf(s.Word.Pos, "unknown dtype %q (known: %s)", s.Word.Name, strings.Join(ir.DTypeNames(), ", "))
+		c.errorf(s.Word.Pos, "unknown dtype %q (known: %s)", s.Word.Name, strings.Join(ir.DTypeNames(false), ", "))
 		return
 	}
 	v.DType = dt
