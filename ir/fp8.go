@@ -141,3 +141,15 @@ func codeOf(t Type, x float32) uint8 {
 	}
 	return b.(uint8)
 }
+
+// CodeToHalf converts the bits c (u8) of a HalfExact 8-bit code to the
+// carrier bits (i16) of tensor-core dtype half, exactly: bf16 is the top
+// half of the code's f32 value (no rounding: the value is a bf16 value);
+// f16 is that value narrowed, which is exact for the same reason.
+func CodeToHalf(code, half Type, c Expr) Expr {
+	x := StorageOf(code).Widen(c)
+	if half == BF16 {
+		return Cvt(I16, Bin(Shr, f32Bits(x), c32(16)))
+	}
+	return StorageOf(half).Narrow(x)
+}
