@@ -2,6 +2,7 @@ package reference
 
 import (
 	"math"
+	"slices"
 
 	"github.com/attnc/attnc/ir"
 )
@@ -155,3 +156,81 @@ func CodeOf(dt ir.DType, x float64) uint8 {
 
 // Quantize is append's code of 8-bit dtype dt for input x and scale.
 func Quantize(dt ir.DType, x, scale float32) uint8 { return CodeOf(dt, float64(x/scale)) }
+
+// QuantEdges are the inputs of dtype in where append's rounding and
+// saturation decide, for a cache of 8-bit dtype code with scale: each
+// anchor times scale, rounded to in, its negation and its neighbours one
+// ulp of in either side. The anchors, in code units, are every finite code
+// value, the midpoints between neighbouring values (ties), the largest
+// finite value and above it (the tie past it, 1.5x, 4x), 1e30 and the
+// largest f32; for fp8 half and a quarter of the smallest subnormal and
+// 1.5 of it. Then the specials: ±inf, NaN of both signs, ±0 and f32
+// subnormals (as in rounds them).
+func QuantEdges(code, in ir.DType, scale float32) []float32 {
+	var vals []float64
+	for c := range 256 {
+		if v := CodeValue(code, uint8(c)); !math.IsNaN(v) && !math.IsInf(v, 0) {
+			vals = append(vals, v)
+		}
+	}
+	slices.Sort(vals)
+	vals = slices.Compact(vals) // +0 and -0 are one value
+	var out []float32
+	add := func(a float64) {
+		f := Round(in, float32(a*float64(scale)))
+		out = append(out, f, -f, stepUlp(in, f, 1), stepUlp(in, f, -1))
+	}
+	for i, a := range vals {
+		add(a)
+		if i+1 < len(vals) {
+			add((a + vals[i+1]) / 2)
+		}
+	}
+	maxV := 127.0
+	if f, ok := FP8Of(code); ok {
+		maxV = f.Max()
+		add(f.Value(1) / 2)
+		add(f.Value(1) / 4)
+		add(f.Value(1) * 1.5)
+	}
+	add(maxV)
+	add(maxV * 1.0625)
+	add(maxV * 1.5)
+	add(maxV * 4)
+	add(1e30)
+	add(math.MaxFloat32)
+	for _, x := range []float32{float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()),
+		float32(math.Copysign(math.NaN(), -1)), 0, float32(math.Copysign(0, -1)),
+		math.Float32frombits(1), math.Float32frombits(0x80000001), math.Float32frombits(0x007fffff)} {
+		out = append(out, Round(in, x))
+	}
+	return out
+}
+
+// stepUlp is the value of dtype dt (f32, f16 or bf16) next to x (a dt
+// value) towards +inf (dir 1) or -inf (dir -1): the bit pattern one step
+// away, as math.Nextafter32 steps f32's.
+func stepUlp(dt ir.DType, x float32, dir int) float32 {
+	if dt == ir.DTF32 {
+		return math.Nextafter32(x, float32(math.Inf(dir)))
+	}
+	bits, float := F16Bits, F16Float
+	if dt == ir.DTBF16 {
+		bits, float = BF16Bits, BF16Float
+	}
+	const sign = 0x8000
+	b := bits(x)
+	if x != x || (dir > 0 && x > 0 && math.IsInf(float64(x), 1)) || (dir < 0 && math.IsInf(float64(x), -1)) {
+		return x
+	}
+	switch {
+	case b&^sign == 0: // ±0: the smallest subnormal of the direction's sign
+		if dir > 0 {
+			return float(1)
+		}
+		return float(sign | 1)
+	case (b&sign == 0) == (dir > 0): // away from zero
+		return float(b + 1)
+	}
+	return float(b - 1)
+}

@@ -100,59 +100,6 @@ func TestCodesHalfExact(t *testing.T) {
 	}
 }
 
-// quantEdges are the inputs where rounding and saturation decide: every
-// code value, the midpoints between neighbours (ties) and one f32 ulp
-// either side, the largest finite value and just above, the midpoint past
-// it, infinities, NaN of both signs, ±0, the subnormal range down to and
-// below half the smallest subnormal, f32 subnormals.
-func quantEdges(dt ir.DType) []float32 {
-	var vals []float64
-	for c := range 256 {
-		if v := CodeValue(dt, uint8(c)); !math.IsNaN(v) && !math.IsInf(v, 0) {
-			vals = append(vals, v)
-		}
-	}
-	var out []float32
-	add := func(x float64) {
-		f := float32(x)
-		out = append(out, f, -f, math.Nextafter32(f, float32(math.Inf(1))), math.Nextafter32(f, float32(math.Inf(-1))))
-	}
-	for _, a := range vals {
-		add(a)
-		for _, b := range vals {
-			if b > a {
-				next := math.Inf(1)
-				for _, c := range vals {
-					if c > a && c < next {
-						next = c
-					}
-				}
-				add((a + next) / 2)
-				break
-			}
-		}
-	}
-	maxV := 127.0
-	if f, ok := FP8Of(dt); ok {
-		maxV = f.Max()
-		add(f.Value(1) / 2)
-		add(f.Value(1) / 4)
-		add(f.Value(1) * 1.5)
-	}
-	add(maxV)
-	add(maxV * 1.0625)
-	add(maxV * 1.5)
-	add(maxV * 4)
-	add(1e30)
-	add(math.MaxFloat32)
-	for _, x := range []float32{float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()),
-		float32(math.Copysign(math.NaN(), -1)), 0, float32(math.Copysign(0, -1)),
-		math.Float32frombits(1), math.Float32frombits(0x80000001), math.Float32frombits(0x007fffff)} {
-		out = append(out, x)
-	}
-	return out
-}
-
 // TestCodesNarrowEdges compares the dtype table's Narrow expression (what
 // append stores) with the reference encoder, bit for bit, on the edge
 // inputs, on every f16 and bf16 value, and on random f32 values of every
@@ -161,7 +108,7 @@ func TestCodesNarrowEdges(t *testing.T) {
 	rng := rand.New(rand.NewSource(9))
 	for _, dt := range codeDTypes {
 		r := dt.Info()
-		inputs := quantEdges(dt)
+		inputs := QuantEdges(dt, ir.DTF32, 1)
 		for h := range 1 << 16 {
 			inputs = append(inputs, F16Float(uint16(h)), BF16Float(uint16(h)))
 		}
@@ -226,6 +173,30 @@ func TestQuantizeKnown(t *testing.T) {
 	for _, c := range cases {
 		if got := Quantize(c.dt, c.x, c.scale); got != c.want {
 			t.Errorf("quantize %s(%g / %g) = %#02x, want %#02x", c.dt, c.x, c.scale, got, c.want)
+		}
+	}
+}
+
+// TestStepUlp: for every finite f16 and bf16 value, stepUlp gives the
+// next value up and down: on the right side, with no value in between.
+func TestStepUlp(t *testing.T) {
+	for _, dt := range []ir.DType{ir.DTF16, ir.DTBF16} {
+		float := F16Float
+		if dt == ir.DTBF16 {
+			float = BF16Float
+		}
+		for h := range 1 << 16 {
+			x := float(uint16(h))
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+				continue
+			}
+			for _, dir := range []int{1, -1} {
+				y := stepUlp(dt, x, dir)
+				between := float32((float64(x) + float64(y)) / 2)
+				if float64(y-x)*float64(dir) <= 0 || Round(dt, y) != y || (Round(dt, between) != x && Round(dt, between) != y) {
+					t.Fatalf("%s: stepUlp(%g, %d) = %g", dt, x, dir, y)
+				}
+			}
 		}
 	}
 }
