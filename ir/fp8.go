@@ -143,13 +143,23 @@ func codeOf(t Type, x float32) uint8 {
 }
 
 // CodeToHalf converts the bits c (u8) of a HalfExact 8-bit code to the
-// carrier bits (i16) of tensor-core dtype half, exactly: bf16 is the top
-// half of the code's f32 value (no rounding: the value is a bf16 value);
-// f16 is that value narrowed, which is exact for the same reason.
+// carrier bits (i16) of tensor-core dtype half, exactly. bf16: the top
+// half of the code's f32 value (a bf16 value, so nothing is cut). f16:
+// E5M2 is binary16's top byte, so its bits shifted up are the f16 bits;
+// every other code's value is zero, NaN or an f16 normal (e4m3: 2^-9 ..
+// 448; i8: 1 .. 128 in magnitude), whose f32 bits rebiased and shifted are
+// the f16 bits, with no rounding step.
 func CodeToHalf(code, half Type, c Expr) Expr {
-	x := StorageOf(code).Widen(c)
 	if half == BF16 {
-		return Cvt(I16, Bin(Shr, f32Bits(x), c32(16)))
+		return Cvt(I16, Bin(Shr, f32Bits(StorageOf(code).Widen(c)), c32(16)))
 	}
-	return StorageOf(half).Narrow(x)
+	if code == E5M2 {
+		return Cvt(I16, Bin(Shl, codeI32(c), c32(8)))
+	}
+	u := f32Bits(StorageOf(code).Widen(c))
+	a := Bin(And, u, c32(0x7fffffff))
+	sign := Bin(And, Bin(Shr, u, c32(16)), c32(0x8000))
+	normal := Bin(Sub, Bin(Shr, a, c32(13)), c32((127-15)<<10))
+	mag := Sel(Bin(Eq, a, c32(0)), c32(0), Sel(Bin(Gt, a, c32(0x7f800000)), c32(0x7e00), normal))
+	return Cvt(I16, Bin(Or, mag, sign))
 }

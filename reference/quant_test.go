@@ -200,3 +200,34 @@ func TestStepUlp(t *testing.T) {
 		}
 	}
 }
+
+// TestCodeToHalfExhaustive compares ir.CodeToHalf (the CUDA tensor-core
+// path's conversion of a staged code to the query's half type) with the
+// reference decoder on all 256 codes of each 8-bit format, for f16 and
+// bf16, bit for bit (NaN: any NaN).
+func TestCodeToHalfExhaustive(t *testing.T) {
+	for _, dt := range codeDTypes {
+		for _, h := range []ir.DType{ir.DTF16, ir.DTBF16} {
+			float := F16Float
+			if h == ir.DTBF16 {
+				float = BF16Float
+			}
+			for c := range 256 {
+				got, err := ir.EvalExpr(ir.CodeToHalf(dt.Type(), h.Type(), ir.IntT(ir.U8, int64(c))), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				bits := got.(uint16)
+				g, want := float(bits), CodeValue(dt, uint8(c))
+				switch {
+				case math.IsNaN(want):
+					if !math.IsNaN(float64(g)) {
+						t.Errorf("%s %#02x to %s: %g, want NaN", dt, c, h, g)
+					}
+				case float64(g) != want || math.Signbit(float64(g)) != math.Signbit(want):
+					t.Errorf("%s %#02x to %s: %g (bits %#04x), want %g", dt, c, h, g, bits, want)
+				}
+			}
+		}
+	}
+}
