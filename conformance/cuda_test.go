@@ -153,11 +153,12 @@ var cudaMatrix = []string{
 	  cache paged(page_size = 16) }`,
 	// Quantized caches (issue 9): f16/bf16 queries over 8-bit codes on
 	// the tensor cores (codes staged as bytes, converted in registers),
-	// f32 queries and wide groups on the SIMT path (codes staged as bytes
-	// too), RoPE (K rotated, so its tile is f32), MLA over fp8, both
-	// scale kinds, the page kernels.
+	// f32 queries on the SIMT path (codes staged as bytes too), a GQA
+	// group of 32 (head tiles), RoPE (K rotated, so its tile is f32), MLA
+	// over fp8, both scale kinds, the page kernels; every (q dtype, kv
+	// dtype) pair.
 	`variant cu_ps16_f16_e4m3 { heads qo = 8, kv = 2
-	  head_dim 128
+	  head_dim 64
 	  dtype f16
 	  cache paged(page_size = 16, layout = NHD, kv_dtype = e4m3)
 	  mask causal
@@ -188,6 +189,16 @@ var cudaMatrix = []string{
 	  head_dim 64
 	  dtype f16
 	  cache paged(page_size = 16, kv_dtype = e5m2) }`,
+	`variant cu_ps2_f32_e5m2 { heads qo = 2, kv = 1
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 2, layout = NHD, kv_dtype = e5m2)
+	  mask none }`,
+	`variant cu_ps64_f32_e4m3_per_head { heads qo = 4, kv = 2
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 64, kv_dtype = e4m3, kv_scale = per_head)
+	  sinks learned }`,
 	`variant cu_ps16_mla_e4m3 { mla(heads = 16, kv_lora_rank = 64, rope_dim = 32)
 	  dtype bf16
 	  cache paged(page_size = 16, kv_dtype = e4m3)

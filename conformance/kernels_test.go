@@ -199,9 +199,9 @@ var matrixSpecs = []string{
 	  mask causal
 	  scale 0.2 }`,
 	// Quantized caches (issue 9): both fp8 formats and int8, both scale
-	// kinds, f32/f16/bf16 queries, page sizes 1 to 256, GQA, a window with
-	// sinks, learned sinks, a tree, RoPE (K dequantized, then rotated),
-	// MLA over an fp8 latent cache, and the page kernels (append
+	// kinds, every (q dtype, kv dtype) pair, page sizes 1 to 256, GQA, a
+	// window with sinks, learned sinks, a tree, RoPE (K dequantized, then
+	// rotated), MLA over an fp8 latent cache, and the page kernels (append
 	// quantizes, copy_page moves codes).
 	`variant ps16_e4m3_gqa4 { heads qo = 8, kv = 2
 	  head_dim 128
@@ -244,6 +244,12 @@ var matrixSpecs = []string{
 	  head_dim 64
 	  dtype bf16
 	  cache paged(page_size = 256, kv_dtype = i8, kv_scale = per_head) }`,
+	`variant ps128_e5m2_f32_none { heads qo = 2, kv = 1
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 128, kv_dtype = e5m2, kv_scale = per_head)
+	  mask none
+	  kernels prefill, decode, merge_state, append, copy_page }`,
 	`variant ps16_mla_e4m3 { mla(heads = 16, kv_lora_rank = 64, rope_dim = 32)
 	  dtype bf16
 	  cache paged(page_size = 16, kv_dtype = e4m3)
