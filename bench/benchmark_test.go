@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 
@@ -135,11 +136,15 @@ func BenchmarkFMAPeak(b *testing.B) {
 	}
 }
 
-// builtinWorkload builds the built-in case (role, dtype) in issue 10's
-// shape with its pool.
-func builtinWorkload(b *testing.B, role ir.Role, dtype string) *poolWorkload {
+// builtinWorkload builds the built-in case (role, storage: "f16" or
+// "f16/e4m3") in issue 10's shape with its pool.
+func builtinWorkload(b *testing.B, role ir.Role, storage string) *poolWorkload {
 	needTools(b)
-	p := BuiltinPlan(DefaultHeads, []Builtin{{Role: role, DType: dtype}})
+	bi, err := ParseStorage(role, storage)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := BuiltinPlan(DefaultHeads, []Builtin{bi})
 	if p.Variants[0].Err != nil {
 		b.Fatal(p.Variants[0].Err)
 	}
@@ -169,11 +174,12 @@ func builtinWorkload(b *testing.B, role ir.Role, dtype string) *poolWorkload {
 }
 
 // BenchmarkDecodeCPU times decode (8 x 4096, 32/8 heads, d 128, page 16)
-// for f32, f16 and bf16 over a rotated 1 GiB pool and reports the K+V
-// bandwidth and its ratio to the stream read.
+// for f32, f16 and bf16, and f16 queries over e4m3 and i8 caches, over a
+// rotated 1 GiB pool and reports the K+V bandwidth (bytes as stored) and
+// its ratio to the stream read.
 func BenchmarkDecodeCPU(b *testing.B) {
-	for _, dt := range []string{"f32", "f16", "bf16"} {
-		b.Run(dt, func(b *testing.B) {
+	for _, dt := range []string{"f32", "f16", "bf16", "f16/e4m3", "f16/i8"} {
+		b.Run(strings.ReplaceAll(dt, "/", "_"), func(b *testing.B) {
 			y := yardsticks(b)
 			w := builtinWorkload(b, ir.RoleDecode, dt)
 			b.SetBytes(w.kvBytes)

@@ -21,10 +21,10 @@ var DefaultHeads = Heads{QOHeads: 32, KVHeads: 8, HeadDim: 128, PageSize: 16}
 type Builtin struct {
 	Role  ir.Role
 	DType string // q, o and (without KVDType) K/V storage: f32, f16, bf16
-	// KVDType is an 8-bit K/V storage type (issue 9: e4m3, e5m2, i8) with
-	// DType for q and o; empty: K/V are stored as DType. Until the spec
-	// language has kv_dtype, such a case is reported as skipped with the
-	// spec error.
+	// KVDType is an 8-bit K/V storage type (issue 9: e4m3, e5m2, i8, the
+	// spec's kv_dtype, per-tensor scales) with DType for q and o; empty:
+	// K/V are stored as DType. A name the spec language does not know is
+	// reported as skipped with the spec error.
 	KVDType string
 	// Mask is the spec's mask line (default "causal").
 	Mask string
@@ -43,13 +43,16 @@ func (b Builtin) Name() string {
 	return n
 }
 
-// DefaultBuiltins are issue 10's cases: decode for f32, f16 and bf16 and
-// causal prefill for f32 and bf16.
+// DefaultBuiltins are issue 10's cases, decode for f32, f16 and bf16 and
+// causal prefill for f32 and bf16, and issue 9's decode of f16 queries
+// over e4m3 and i8 caches.
 func DefaultBuiltins() []Builtin {
 	return []Builtin{
 		{Role: ir.RoleDecode, DType: "f32"},
 		{Role: ir.RoleDecode, DType: "f16"},
 		{Role: ir.RoleDecode, DType: "bf16"},
+		{Role: ir.RoleDecode, DType: "f16", KVDType: "e4m3"},
+		{Role: ir.RoleDecode, DType: "f16", KVDType: "i8"},
 		{Role: ir.RolePrefill, DType: "f32"},
 		{Role: ir.RolePrefill, DType: "bf16"},
 	}

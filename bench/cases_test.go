@@ -45,11 +45,11 @@ func TestBuiltinPlan(t *testing.T) {
 	for _, c := range p.Cases {
 		names = append(names, c.Name)
 	}
-	if got := strings.Join(names, ","); got != "decode f32,decode f16,decode bf16,prefill f32,prefill bf16" {
+	if got := strings.Join(names, ","); got != "decode f32,decode f16,decode bf16,decode f16/e4m3,decode f16/i8,prefill f32,prefill bf16" {
 		t.Errorf("cases %s", got)
 	}
-	if len(p.Variants) != 3 {
-		t.Fatalf("%d variants, want one per dtype", len(p.Variants))
+	if len(p.Variants) != 5 {
+		t.Fatalf("%d variants, want one per storage", len(p.Variants))
 	}
 	for i, pv := range p.Variants {
 		if pv.Err != nil {
@@ -71,17 +71,30 @@ func TestBuiltinPlan(t *testing.T) {
 		t.Errorf("f16 builds a prefill nobody measures")
 	}
 
-	// An 8-bit cache is spelled today and refused by the spec language
-	// until it has kv_dtype: the case is planned with the spec's error.
+	for i, want := range []string{"", "", "", "e4m3", "i8"} {
+		if got := p.Variants[i].Variant; (want == "" && got.Quantized()) || (want != "" && got.KVDType.String() != want) {
+			t.Errorf("variant %s: kv_dtype %s, want %q", got.Name, got.KVDType, want)
+		}
+	}
+
+	// An 8-bit cache is the spec's kv_dtype; a name the spec language
+	// does not know is planned with the spec's error.
 	b, err := ParseStorage(ir.RoleDecode, "f16/e4m3")
 	if err != nil || b.KVDType != "e4m3" || b.Name() != "decode f16/e4m3" {
 		t.Fatalf("ParseStorage: %+v %v", b, err)
 	}
-	p = BuiltinPlan(Heads{QOHeads: 4, KVHeads: 2, HeadDim: 32, PageSize: 4}, []Builtin{b})
-	if spec := BuiltinSpec("x", Heads{QOHeads: 4, KVHeads: 2, HeadDim: 32, PageSize: 4}, []Builtin{b}); !strings.Contains(spec, "kv_dtype = e4m3") {
+	tiny := Heads{QOHeads: 4, KVHeads: 2, HeadDim: 32, PageSize: 4}
+	if spec := BuiltinSpec("x", tiny, []Builtin{b}); !strings.Contains(spec, "kv_dtype = e4m3") {
 		t.Errorf("spec without kv_dtype:\n%s", spec)
 	}
-	if len(p.Variants) != 1 || (p.Variants[0].Err == nil && p.Variants[0].Variant == nil) {
+	if p = BuiltinPlan(tiny, []Builtin{b}); len(p.Variants) != 1 || p.Variants[0].Err != nil || p.Variants[0].Variant.KVDType != ir.DTE4M3 {
+		t.Errorf("plan %+v", p)
+	}
+	fp4, err := ParseStorage(ir.RoleDecode, "f16/fp4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p = BuiltinPlan(tiny, []Builtin{fp4}); len(p.Variants) != 1 || p.Variants[0].Err == nil || !strings.Contains(p.Variants[0].Err.Error(), `unknown kv_dtype "fp4"`) {
 		t.Errorf("plan %+v", p)
 	}
 	for _, bad := range []string{"f64", "", "f16/", "int8"} {

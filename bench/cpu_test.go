@@ -110,7 +110,8 @@ func TestPoolWorkload(t *testing.T) {
 func TestRunCPU(t *testing.T) {
 	needTools(t)
 	h := Heads{QOHeads: 4, KVHeads: 2, HeadDim: 32, PageSize: 4}
-	bs := []Builtin{{Role: ir.RoleDecode, DType: "f16"}, {Role: ir.RoleDecode, DType: "bf16", KVDType: "e4m3"}, {Role: ir.RolePrefill, DType: "f32"}}
+	bs := []Builtin{{Role: ir.RoleDecode, DType: "f16"}, {Role: ir.RoleDecode, DType: "bf16", KVDType: "e4m3"},
+		{Role: ir.RoleDecode, DType: "f16", KVDType: "fp4"}, {Role: ir.RolePrefill, DType: "f32"}}
 	var out strings.Builder
 	r, err := RunCPU(BuiltinPlan(h, bs), CPUOptions{Threads: 2, Batch: 2, KVLen: 100, QLen: 40, PoolBytes: 1 << 20,
 		StreamBytes: 2 << 20, BlockBytes: 256, Budget: Budget{Reps: 3}, Dir: t.TempDir(), Out: &out})
@@ -118,10 +119,14 @@ func TestRunCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("\n%s", out.String())
-	if r.Threads != 2 || len(r.Cases) != 2 || len(r.Skipped) != 1 || len(r.Failed) != 0 || r.Yard == nil {
+	if r.Threads != 2 || len(r.Cases) != 3 || len(r.Skipped) != 1 || len(r.Failed) != 0 || r.Yard == nil {
 		t.Fatalf("report: %d cases, skipped %v, failed %v", len(r.Cases), r.Skipped, r.Failed)
 	}
-	dec, pre := r.Cases[0], r.Cases[1]
+	dec, dec8, pre := r.Cases[0], r.Cases[1], r.Cases[2]
+	// The 8-bit cache counts its bytes as stored: one per element.
+	if dec8.Name != "decode bf16/e4m3" || dec8.KVBytes != 2*100*2*64 || dec8.RatioTo != "stream_read" || dec8.Ratio <= 0 {
+		t.Errorf("decode 8-bit: %+v", dec8)
+	}
 	if dec.Name != "decode f16" || dec.RatioTo != "stream_read" || dec.Unit != "GB/s" || dec.KVBytes != 2*100*2*64*2 || dec.M.Amount != float64(dec.KVBytes) ||
 		dec.PageSets < 2 || dec.PoolBytes < 1<<20 || dec.Batch != 2 || dec.QLen != 1 || dec.KVLen != 100 {
 		t.Errorf("decode: %+v", dec)
@@ -135,11 +140,11 @@ func TestRunCPU(t *testing.T) {
 			t.Errorf("%s: rate %+v ratio %v ratios %v", c.Name, c.Rate, c.Ratio, c.Ratios)
 		}
 	}
-	if !strings.Contains(r.Skipped[0].Reason, "kv_dtype") || r.Skipped[0].Name != "decode bf16/e4m3" {
+	if !strings.Contains(r.Skipped[0].Reason, `unknown kv_dtype "fp4"`) || r.Skipped[0].Name != "decode f16/fp4" {
 		t.Errorf("skipped: %+v", r.Skipped)
 	}
 	for _, want := range []string{"stream read, 2 MiB contiguous", "the same, prefetching 256 B ahead", "256 B blocks in random order", "fp32 fma, " + r.Yard.ReadLevel.MCPU,
-		"\ndecode f16 ", "\nprefill f32 ", "skip decode bf16/e4m3: ", "stream read (", "fma peak ("} {
+		"\ndecode f16 ", "\ndecode bf16/e4m3 ", "\nprefill f32 ", "skip decode f16/fp4: ", "stream read (", "fma peak ("} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q", want)
 		}
@@ -150,7 +155,7 @@ func TestRunCPU(t *testing.T) {
 	}
 	b, _ := os.ReadFile(path)
 	var back CPUReport
-	if err := json.Unmarshal(b, &back); err != nil || len(back.Cases) != 2 || back.Cases[0].Ratio != dec.Ratio || back.Yard.Summary != r.Yard.Summary {
+	if err := json.Unmarshal(b, &back); err != nil || len(back.Cases) != 3 || back.Cases[0].Ratio != dec.Ratio || back.Yard.Summary != r.Yard.Summary {
 		t.Errorf("JSON round trip: %v", err)
 	}
 }

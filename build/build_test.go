@@ -285,6 +285,36 @@ func TestManifestStorageDTypes(t *testing.T) {
 	}
 }
 
+// TestManifestQuantized: a quantized cache's kernels, CPU and CUDA, state
+// the codes' dtype on the pools (e4m3 for llama3_8b_fp8, the queries and
+// outputs f16), the scales as f32[1] right after the pools, and
+// kv_dtype/kv_scale among the constraints; merge_state and copy_page (which
+// moves codes) take no scale.
+func TestManifestQuantized(t *testing.T) {
+	out := buildTargets(t, "llama3_8b_fp8", "cpu", "cuda")
+	for _, k := range out.Manifest.Kernels {
+		var names []string
+		for _, a := range k.Args {
+			names = append(names, a.Name)
+			want := map[string]string{"q": "f16", "o": "f16", "k": "f16", "v": "f16", "k_pages": "e4m3", "v_pages": "e4m3", "k_scale": "f32", "v_scale": "f32"}[a.Name]
+			if want != "" && a.DType != want {
+				t.Errorf("%s %s: %s has dtype %s, want %s", k.Target, k.Symbol, a.Name, a.DType, want)
+			}
+		}
+		args := strings.Join(names, ",")
+		scaled := k.Role != "merge_state" && k.Role != "copy_page"
+		if scaled && strings.Contains(args, "k_pages,v_pages") && !strings.Contains(args, "k_pages,v_pages,k_scale,v_scale,num_pages") {
+			t.Errorf("%s %s: arguments %s", k.Target, k.Symbol, args)
+		}
+		if !scaled && strings.Contains(args, "scale") {
+			t.Errorf("%s %s: merge_state takes %s", k.Target, k.Symbol, args)
+		}
+		if k.Constraints["kv_dtype"] != "e4m3" || k.Constraints["kv_scale"] != "per_tensor" {
+			t.Errorf("%s %s: constraints %v", k.Target, k.Symbol, k.Constraints)
+		}
+	}
+}
+
 // TestManifestLSEBase: the manifest's top-level lse_base is the build's
 // common base ("mixed" when variants differ), each variant states its own,
 // every kernel's constraints carry it, and the header says it.

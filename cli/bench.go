@@ -134,12 +134,13 @@ Cases, each call timed once per repetition (median, quartiles, extremes):
            head (causal: 2*2*d*L(L+1)/2*heads). ratio: to the fma peak
 
 Without SPEC files the cases are built in: decode for --decode dtypes
-(default f32,f16,bf16) and prefill for --prefill dtypes (default f32,bf16),
-on --qo-heads/--kv-heads/--head-dim/--page-size (default 32/8/128/16, causal).
-An item q/kv (e.g. f16/e4m3) asks for an 8-bit K/V cache, which the spec
-language does not have yet: such a case is reported as skipped. With SPEC
-files, the decode and prefill entries of every supported variant are measured
-instead.
+(default f32,f16,bf16,f16/e4m3,f16/i8) and prefill for --prefill dtypes
+(default f32,bf16), on --qo-heads/--kv-heads/--head-dim/--page-size (default
+32/8/128/16, causal). An item q/kv (e.g. f16/e4m3) is q and o of dtype q over
+an 8-bit K/V cache of kv_dtype kv (e4m3, e5m2, i8; per-tensor scales), whose
+bytes count as stored (one per element); a kv_dtype the spec language does not
+know is reported as skipped. With SPEC files, the decode and prefill entries
+of every supported variant are measured instead.
 
 The kernels are compiled as attnc build --shared does (opt -O3, llc -O3,
 -mcpu=x86-64-v3 when the CPU has AVX2, FMA and F16C; ATTNC_MCPU overrides).
@@ -189,7 +190,7 @@ generate kernels yet are reported as "skip <variant>: <reason>".`,
 	f.IntVar(&bf.kvHeads, "kv-heads", 8, "built-in cases: KV heads")
 	f.IntVar(&bf.headDim, "head-dim", 128, "built-in cases: head dimension")
 	f.IntVar(&bf.pageSize, "page-size", 16, "built-in cases: tokens per page")
-	f.StringSliceVar(&bf.decode, "decode", []string{"f32", "f16", "bf16"}, "built-in decode cases: storage dtypes (q/kv for an 8-bit cache)")
+	f.StringSliceVar(&bf.decode, "decode", []string{"f32", "f16", "bf16", "f16/e4m3", "f16/i8"}, "built-in decode cases: storage dtypes (q/kv for an 8-bit cache)")
 	f.StringSliceVar(&bf.prefill, "prefill", []string{"f32", "bf16"}, "built-in prefill cases: storage dtypes")
 	f.IntVar(&bf.poolMiB, "pool-mib", 1024, "decode: least K+V pool size in MiB (at least twice one call's pages)")
 	f.IntVar(&bf.streamMiB, "stream-mib", 0, "stream read buffer in MiB (0: max(1 GiB, 8 x LLC))")

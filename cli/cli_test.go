@@ -541,7 +541,7 @@ func TestBenchBuiltin(t *testing.T) {
 	needTools(t, true)
 	js := filepath.Join(t.TempDir(), "bench.json")
 	args := append([]string{"bench", "--qo-heads", "4", "--kv-heads", "2", "--head-dim", "32", "--page-size", "4",
-		"--decode", "f16,bf16/e4m3", "--prefill", "f32", "--json", js}, benchTiny...)
+		"--decode", "f16,bf16/e4m3,f16/fp4", "--prefill", "f32", "--json", js}, benchTiny...)
 	o, e, code := runCLI(t, args...)
 	if code != 0 || e != "" {
 		t.Fatalf("bench: exit %d\nstdout:\n%s\nstderr:\n%s", code, o, e)
@@ -556,9 +556,10 @@ func TestBenchBuiltin(t *testing.T) {
 		`(?m)^fp32 fma, \S+ \(.*\), \d+ chains +[\d.]+ .* GFLOP/s$`,
 		`(?m)^fma peak: \S+, [\d.]+ GFLOP/s`,
 		`(?m)^decode f16 +2x100 4/2 d32 p4 +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +3 GB/s +[\d.]+ +[\d.]+  stream read \([\d.]+ scattered\+prefetch; pool 4 MiB, \d+ page sets\)$`,
-		`(?m)^skip decode bf16/e4m3: <bench decode bf16/e4m3>:\d+:\d+: .*kv_dtype`,
+		`(?m)^decode bf16/e4m3 +2x100 4/2 d32 p4 +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +3 GB/s +[\d.]+ +[\d.]+  stream read \(`,
+		`(?m)^skip decode f16/fp4: <bench decode f16/fp4>:\d+:\d+: unknown kv_dtype "fp4"`,
 		`(?m)^prefill f32 +20 causal 4/2 d32 p4 +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +3 GFLOP/s +[\d.]+ +[\d.]+  fma peak \(`,
-		`(?m)^load at the end: [\d.]+ [\d.]+ [\d.]+; 2 cases, 1 skipped, 0 failed$`,
+		`(?m)^load at the end: [\d.]+ [\d.]+ [\d.]+; 3 cases, 1 skipped, 0 failed$`,
 	} {
 		if !regexp.MustCompile(re).MatchString(o) {
 			t.Errorf("bench output does not match %s:\n%s", re, o)
@@ -615,10 +616,14 @@ func TestBenchBuiltin(t *testing.T) {
 		len(r.Yard.Read.Seconds) != 3 || r.Yard.Summary.Read <= 0 || r.Yard.Summary.Read != r.Yard.Read.Rate.Median || r.Yard.Summary.FMAPeak <= 0 || len(r.Yard.FMA) < 1 {
 		t.Errorf("JSON header and yardsticks:\n%s", b)
 	}
-	if len(r.Cases) != 2 || len(r.Skipped) != 1 || r.Skipped[0].Name != "decode bf16/e4m3" {
+	if len(r.Cases) != 3 || len(r.Skipped) != 1 || r.Skipped[0].Name != "decode f16/fp4" {
 		t.Fatalf("JSON cases:\n%s", b)
 	}
-	dec, pre := r.Cases[0], r.Cases[1]
+	dec, dec8, pre := r.Cases[0], r.Cases[1], r.Cases[2]
+	// The 8-bit cache's bytes as stored: one per element.
+	if dec8.Name != "decode bf16/e4m3" || dec8.KVBytes != 2*100*2*64 || dec8.RatioTo != "stream_read" || dec8.Ratio <= 0 {
+		t.Errorf("8-bit decode case: %+v", dec8)
+	}
 	// Decode reads 2 sequences x 100 rows x 2 KV heads x (32 + 32) f16.
 	if dec.Name != "decode f16" || dec.RatioTo != "stream_read" || dec.KVBytes != 2*100*2*64*2 || dec.Rate.N != 3 || len(dec.M.Seconds) != 3 ||
 		dec.Ratio <= 0 || dec.Ratios["stream_read"] != dec.Ratio || dec.Ratios["scattered_read_prefetch"] <= 0 || dec.Ratios["stream_read_prefetch"] <= 0 {

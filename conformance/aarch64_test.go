@@ -16,8 +16,10 @@ const aarch64 = "aarch64-unknown-linux-gnu"
 // aarch64Short are the variants of matrixSpecs that TestAArch64Matrix runs
 // under qemu with -short (without it, every variant): f32, f16 and bf16;
 // HND and NHD; CSR and block tables with the page kernels; GQA, MLA,
-// learned sinks, a tree mask and RoPE.
-var aarch64Short = []string{"ps16_gqa4", "ps256_gqa8", "ps2_block_table_f32", "ps16_learned_sinks", "ps16_mla", "ps8_eagle_like"}
+// learned sinks, a tree mask and RoPE; 8-bit caches (e4m3 with GQA, e5m2
+// with a window and sinks, i8 per head with RoPE, MLA over e5m2).
+var aarch64Short = []string{"ps16_gqa4", "ps256_gqa8", "ps2_block_table_f32", "ps16_learned_sinks", "ps16_mla", "ps8_eagle_like",
+	"ps16_e4m3_gqa4", "ps4_e5m2_window_sinks", "ps32_i8_rope", "ps2_mla_e5m2_f16"}
 
 // TestAArch64Matrix cross-compiles the matrix variants for aarch64 (opt and
 // llc -mtriple=aarch64-linux-gnu, aarch64-linux-gnu-gcc) and runs the same
@@ -59,7 +61,7 @@ func TestAArch64Matrix(t *testing.T) {
 					if !r.Pass {
 						t.Errorf("%s", r)
 					}
-					dt := v.DType.String()
+					dt := dtypeKey(v)
 					oErr[dt], lseErr[dt] = math.Max(oErr[dt], r.MaxErr), math.Max(lseErr[dt], r.LSEErr)
 					cases++
 				}

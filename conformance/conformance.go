@@ -256,6 +256,26 @@ func (s *Suite) enc(xs []float32) *cpurt.Buffer {
 
 func (s *Suite) dec(b *cpurt.Buffer) []float32 { return reference.Decode(s.V.DType, b.U8()) }
 
+// encKV stores cache values as the cache's elements (8-bit codes for a
+// quantized cache).
+func (s *Suite) encKV(xs []float32) *cpurt.Buffer {
+	b := reference.Encode(s.V.KVDType, xs)
+	buf := cpurt.NewBuffer(len(b))
+	copy(buf.U8(), b)
+	return buf
+}
+
+// addScales adds a quantized cache's k_scale and v_scale (MLA: k_scale).
+func (s *Suite) addScales(cb *caseBuffers, c *reference.Case) {
+	if !s.V.Quantized() {
+		return
+	}
+	cb.add("k_scale", cpurt.F32Buffer(c.KScale))
+	if s.V.MLA == nil {
+		cb.add("v_scale", cpurt.F32Buffer(c.VScale))
+	}
+}
+
 // caseBuffers holds a case's inputs in C memory.
 type caseBuffers struct {
 	vals   map[string]int64
@@ -307,13 +327,14 @@ func (s *Suite) buffers(c *reference.Case) *caseBuffers {
 		ckv, kpe := split(c.KPages)
 		cb.add("q_nope", s.enc(qn))
 		cb.add("q_pe", s.enc(qp))
-		cb.add("ckv_pages", s.enc(ckv))
-		cb.add("kpe_pages", s.enc(kpe))
+		cb.add("ckv_pages", s.encKV(ckv))
+		cb.add("kpe_pages", s.encKV(kpe))
 	} else {
 		cb.add("q", s.enc(c.Q))
-		cb.add("k_pages", s.enc(c.KPages))
-		cb.add("v_pages", s.enc(c.VPages))
+		cb.add("k_pages", s.encKV(c.KPages))
+		cb.add("v_pages", s.encKV(c.VPages))
 	}
+	s.addScales(cb, c)
 	cb.vals["num_pages"] = int64(c.NumPages)
 	if v.Table == ir.BlockTable {
 		table, maxBlocks, kvLens := c.BlockTable()

@@ -151,6 +151,59 @@ var cudaMatrix = []string{
 	  head_dim 64
 	  dtype f16
 	  cache paged(page_size = 16) }`,
+	// Quantized caches (issue 9): f16/bf16 queries over 8-bit codes on
+	// the tensor cores (codes staged as bytes, converted in registers),
+	// f32 queries on the SIMT path (codes staged as bytes too), a GQA
+	// group of 32 (head tiles), RoPE (K rotated, so its tile is f32), MLA
+	// over fp8, both scale kinds, the page kernels; every (q dtype, kv
+	// dtype) pair.
+	`variant cu_ps16_f16_e4m3 { heads qo = 8, kv = 2
+	  head_dim 64
+	  dtype f16
+	  cache paged(page_size = 16, layout = NHD, kv_dtype = e4m3)
+	  mask causal
+	  kernels prefill, decode, merge_state, append, copy_page }`,
+	`variant cu_ps4_bf16_e5m2_window_sinks { heads qo = 4, kv = 2
+	  head_dim 64
+	  dtype bf16
+	  cache paged(page_size = 4, table = block_table, kv_dtype = e5m2, kv_scale = per_head)
+	  mask window(left = 5)
+	  sinks tokens(2)
+	  kernels prefill, decode, append }`,
+	`variant cu_ps32_f32_i8 { heads qo = 4, kv = 2
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 32, kv_dtype = i8, kv_scale = per_head)
+	  mask causal
+	  kernels prefill, decode, merge_state, append, copy_page }`,
+	`variant cu_ps8_f16_i8_rope { heads qo = 8, kv = 4
+	  head_dim 64
+	  dtype f16
+	  cache paged(page_size = 8, kv_dtype = i8, kv_scale = per_head)
+	  rope inline(theta = 10000) }`,
+	`variant cu_ps256_bf16_i8 { heads qo = 8, kv = 1
+	  head_dim 64
+	  dtype bf16
+	  cache paged(page_size = 256, kv_dtype = i8) }`,
+	`variant cu_gqa32_simt_e5m2 { heads qo = 32, kv = 1
+	  head_dim 64
+	  dtype f16
+	  cache paged(page_size = 16, kv_dtype = e5m2) }`,
+	`variant cu_ps2_f32_e5m2 { heads qo = 2, kv = 1
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 2, layout = NHD, kv_dtype = e5m2)
+	  mask none }`,
+	`variant cu_ps64_f32_e4m3_per_head { heads qo = 4, kv = 2
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 64, kv_dtype = e4m3, kv_scale = per_head)
+	  sinks learned }`,
+	`variant cu_ps16_mla_e4m3 { mla(heads = 16, kv_lora_rank = 64, rope_dim = 32)
+	  dtype bf16
+	  cache paged(page_size = 16, kv_dtype = e4m3)
+	  mask causal
+	  scale 0.1 }`,
 }
 
 func TestCUDAEmulatedMatrix(t *testing.T) {
@@ -168,7 +221,7 @@ func TestCUDAEmulatedMatrix(t *testing.T) {
 				if !r.Pass {
 					t.Errorf("%s", r)
 				}
-				record("cuda "+v.DType.String(), r)
+				record("cuda "+dtypeKey(v), r)
 			}
 		})
 	}

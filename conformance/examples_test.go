@@ -32,7 +32,7 @@ func TestExamples(t *testing.T) {
 						t.Fatal(err)
 					}
 					defer s.Lib.Close()
-					recordAll(t, "example "+v.DType.String(), s.RunAll([]int{1, 3}, 5))
+					recordAll(t, "example "+dtypeKey(v), s.RunAll([]int{1, 3}, 5))
 				})
 				t.Run("cuda", func(t *testing.T) {
 					needEmu(t)
@@ -41,7 +41,7 @@ func TestExamples(t *testing.T) {
 						t.Fatal(err)
 					}
 					defer s.Lib.Close()
-					recordAll(t, "example cuda "+v.DType.String(), s.RunAll([]int{1}, 5))
+					recordAll(t, "example cuda "+dtypeKey(v), s.RunAll([]int{1}, 5))
 				})
 			})
 		}

@@ -198,6 +198,67 @@ var matrixSpecs = []string{
 	  cache paged(page_size = 128, layout = NHD)
 	  mask causal
 	  scale 0.2 }`,
+	// Quantized caches (issue 9): both fp8 formats and int8, both scale
+	// kinds, every (q dtype, kv dtype) pair, page sizes 1 to 256, GQA, a
+	// window with sinks, learned sinks, a tree, RoPE (K dequantized, then
+	// rotated), MLA over an fp8 latent cache, and the page kernels (append
+	// quantizes, copy_page moves codes).
+	`variant ps16_e4m3_gqa4 { heads qo = 8, kv = 2
+	  head_dim 128
+	  dtype f16
+	  cache paged(page_size = 16, layout = NHD, kv_dtype = e4m3)
+	  mask causal
+	  kernels prefill, decode, merge_state, append, copy_page }`,
+	`variant ps4_e5m2_window_sinks { heads qo = 4, kv = 2
+	  head_dim 64
+	  dtype bf16
+	  cache paged(page_size = 4, table = block_table, kv_dtype = e5m2, kv_scale = per_head)
+	  mask window(left = 5)
+	  sinks tokens(2)
+	  kernels prefill, decode, merge_state, append, copy_page }`,
+	`variant ps32_i8_rope { heads qo = 8, kv = 2
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 32, kv_dtype = i8, kv_scale = per_head)
+	  rope inline(theta = 10000) }`,
+	`variant ps1_i8_f16_none { heads qo = 4, kv = 4
+	  head_dim 64
+	  dtype f16
+	  cache paged(page_size = 1, layout = NHD, kv_dtype = i8)
+	  mask none
+	  kernels prefill, decode, merge_state, append, copy_page }`,
+	`variant ps8_e4m3_f32_learned { heads qo = 8, kv = 4
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 8, kv_dtype = e4m3, kv_scale = per_head)
+	  mask window(size = 40)
+	  sinks learned
+	  kernels prefill, decode, merge_state, append, copy_page }`,
+	`variant ps64_e5m2_f16_tree_rope { heads qo = 8, kv = 2
+	  head_dim 64
+	  dtype f16
+	  cache paged(page_size = 64, layout = NHD, kv_dtype = e5m2)
+	  mask tree
+	  rope inline(theta = 500000, style = llama3, factor = 8, low_freq = 1, high_freq = 4, original_max = 8192) }`,
+	`variant ps256_i8_bf16_gqa8 { heads qo = 8, kv = 1
+	  head_dim 64
+	  dtype bf16
+	  cache paged(page_size = 256, kv_dtype = i8, kv_scale = per_head) }`,
+	`variant ps128_e5m2_f32_none { heads qo = 2, kv = 1
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 128, kv_dtype = e5m2, kv_scale = per_head)
+	  mask none
+	  kernels prefill, decode, merge_state, append, copy_page }`,
+	`variant ps16_mla_e4m3 { mla(heads = 16, kv_lora_rank = 64, rope_dim = 32)
+	  dtype bf16
+	  cache paged(page_size = 16, kv_dtype = e4m3)
+	  mask causal
+	  scale 0.1 }`,
+	`variant ps2_mla_e5m2_f16 { mla(heads = 8, kv_lora_rank = 128, rope_dim = 64)
+	  dtype f16
+	  cache paged(page_size = 2, table = block_table, kv_dtype = e5m2, kv_scale = per_tensor)
+	  scale 0.07 }`,
 }
 
 // maxErr records the largest errors per dtype for the closing report: o
@@ -208,6 +269,15 @@ var maxErr = struct {
 	o, lse, mag map[string]float64
 	cases       int
 }{o: map[string]float64{}, lse: map[string]float64{}, mag: map[string]float64{}}
+
+// dtypeKey names a variant's storage for the error records: "f16", or
+// "f16/e4m3" for f16 queries over an 8-bit cache.
+func dtypeKey(v *ir.Variant) string {
+	if v.Quantized() {
+		return v.DType.String() + "/" + v.KVDType.String()
+	}
+	return v.DType.String()
+}
 
 // record adds r to maxErr under key.
 func record(key string, r Result) {
@@ -234,7 +304,7 @@ func TestKernelMatrix(t *testing.T) {
 				if !r.Pass {
 					t.Errorf("%s", r)
 				}
-				record(v.DType.String(), r)
+				record(dtypeKey(v), r)
 			}
 		})
 	}

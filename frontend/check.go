@@ -198,6 +198,7 @@ func (c *checker) variant(va *variantAST) *ir.Variant {
 	if l.dtype != nil {
 		c.dtype(v, l.dtype)
 	}
+	v.KVDType = v.DType
 	if l.cache != nil {
 		c.cache(v, l.cache)
 	}
@@ -336,8 +337,12 @@ func (c *checker) mla(v *ir.Variant, s *mlaStmt) {
 // dtype checks `dtype f32|f16|bf16`.
 func (c *checker) dtype(v *ir.Variant, s *wordStmt) {
 	dt, ok := ir.DTypeByName(s.Word.Name)
+	if ok && dt.Info().KVOnly {
+		c.errorf(s.Word.Pos, "dtype %s is a KV cache code: write cache paged(..., kv_dtype = %s) and keep dtype for q and o (%s)", s.Word.Name, s.Word.Name, strings.Join(ir.DTypeNames(false), ", "))
+		return
+	}
 	if !ok {
-		c.errorf(s.Word.Pos, "unknown dtype %q (known: %s)", s.Word.Name, strings.Join(ir.DTypeNames(), ", "))
+		c.errorf(s.Word.Pos, "unknown dtype %q (known: %s)", s.Word.Name, strings.Join(ir.DTypeNames(false), ", "))
 		return
 	}
 	v.DType = dt
@@ -350,7 +355,7 @@ func (c *checker) cache(v *ir.Variant, s *callStmt) {
 		c.errorf(s.Name.Pos, "unknown cache %q (known: paged)", s.Name.Name)
 		return
 	}
-	args, _ := c.kwargs("paged(...)", s.Args.list(), "page_size", "layout", "table")
+	args, _ := c.kwargs("paged(...)", s.Args.list(), "page_size", "layout", "table", "kv_dtype", "kv_scale")
 	if a := args["page_size"]; a != nil {
 		if n, ok := c.intVal(a.Val, "page_size"); ok {
 			if !ir.ValidPageSize(n) {
@@ -382,6 +387,51 @@ func (c *checker) cache(v *ir.Variant, s *callStmt) {
 				c.errorf(a.Val.Pos, "unknown table %q (known: csr, block_table)", w)
 			}
 		}
+	}
+	c.kvDType(v, args["kv_dtype"], args["kv_scale"])
+}
+
+// kvDType checks `kv_dtype = e4m3 | e5m2 | i8` and `kv_scale = per_tensor
+// | per_head` of a cache (dtype and mla, read before, give the default
+// kv_dtype and refuse per_head).
+func (c *checker) kvDType(v *ir.Variant, dt, scale *argAST) {
+	v.KVDType = v.DType
+	codes := strings.Join(ir.DTypeNames(true), ", ")
+	if dt != nil {
+		if w, ok := c.wordVal(dt.Val, "kv_dtype"); ok {
+			switch d, known := ir.DTypeByName(w); {
+			case !known:
+				c.errorf(dt.Val.Pos, "unknown kv_dtype %q (known: %s)", w, codes)
+			case d.Info().KVOnly:
+				v.KVDType, v.KVScale = d, ir.KVScalePerTensor
+			case d != v.DType:
+				c.errorf(dt.Val.Pos, "kv_dtype %s differs from dtype %s: the cache holds dtype values or 8-bit codes (%s)", w, v.DType, codes)
+			}
+		}
+	}
+	if scale == nil {
+		return
+	}
+	w, ok := c.wordVal(scale.Val, "kv_scale")
+	if !ok {
+		return
+	}
+	switch w {
+	case "per_tensor", "per_head":
+	default:
+		c.errorf(scale.Val.Pos, "unknown kv_scale %q (known: per_tensor, per_head)", w)
+		return
+	}
+	if !v.Quantized() {
+		c.errorf(scale.Pos, "kv_scale needs an 8-bit kv_dtype (%s)", codes)
+		return
+	}
+	if w == "per_head" {
+		if v.MLA != nil {
+			c.errorf(scale.Val.Pos, "kv_scale = per_head is not valid with mla: its one latent cache (ckv and kpe) has one scale, per_tensor")
+			return
+		}
+		v.KVScale = ir.KVScalePerHead
 	}
 }
 

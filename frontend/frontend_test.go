@@ -153,7 +153,9 @@ func TestExamples(t *testing.T) {
 			if len(vs) != 1 {
 				t.Fatalf("got %d variants, want 1", len(vs))
 			}
-			got, w := reflect.ValueOf(*vs[0]), reflect.ValueOf(*want(name))
+			exp := want(name)
+			exp.KVDType = exp.DType // an unquantized cache stores dtype values
+			got, w := reflect.ValueOf(*vs[0]), reflect.ValueOf(*exp)
 			for i := 0; i < got.NumField(); i++ {
 				if g, e := got.Field(i).Interface(), w.Field(i).Interface(); !reflect.DeepEqual(g, e) {
 					t.Errorf("%s:\n got  %#v\n want %#v", got.Type().Field(i).Name, g, e)
@@ -529,5 +531,34 @@ func TestByteOrderMark(t *testing.T) {
 	_, err = Parse("bom.attn", []byte("\xef\xbb\xbfvariant 9 {}\n"))
 	if want := "bom.attn:1:9: "; err == nil || !strings.HasPrefix(err.Error(), want) {
 		t.Errorf("got %v, want an error at %s", err, want)
+	}
+}
+
+// TestKVDType checks the quantized-cache settings: kv_dtype picks the
+// 8-bit code, kv_scale defaults to per_tensor, dtype stays q's and o's,
+// and kv_dtype equal to dtype is the plain cache.
+func TestKVDType(t *testing.T) {
+	cases := []struct {
+		cache  string
+		kv     ir.DType
+		scale  ir.KVScale
+		scaleN int
+	}{
+		{"paged(page_size = 16)", ir.DTBF16, ir.KVScaleNone, 1},
+		{"paged(kv_dtype = bf16)", ir.DTBF16, ir.KVScaleNone, 1},
+		{"paged(kv_dtype = e4m3)", ir.DTE4M3, ir.KVScalePerTensor, 1},
+		{"paged(kv_dtype = e5m2, kv_scale = per_tensor)", ir.DTE5M2, ir.KVScalePerTensor, 1},
+		{"paged(page_size = 8, kv_dtype = i8, kv_scale = per_head, layout = NHD)", ir.DTI8, ir.KVScalePerHead, 4},
+	}
+	for _, c := range cases {
+		src := "variant q {\n  heads qo = 8, kv = 4\n  head_dim 64\n  dtype bf16\n  cache " + c.cache + "\n}\n"
+		vs, err := Parse("q.attn", []byte(src))
+		if err != nil {
+			t.Fatalf("%s: %v", c.cache, err)
+		}
+		v := vs[0]
+		if v.DType != ir.DTBF16 || v.KVDType != c.kv || v.KVScale != c.scale || v.ScaleLen() != c.scaleN || v.Quantized() != (c.scale != ir.KVScaleNone) {
+			t.Errorf("%s: dtype %s kv_dtype %s kv_scale %s (%d), want bf16 %s %s (%d)", c.cache, v.DType, v.KVDType, v.KVScale, v.ScaleLen(), c.kv, c.scale, c.scaleN)
+		}
 	}
 }

@@ -9,6 +9,9 @@ const (
 	DTF32 DType = iota
 	DTF16
 	DTBF16
+	DTE4M3
+	DTE5M2
+	DTI8
 )
 
 // DTypeInfo is one row of the dtype table.
@@ -22,15 +25,24 @@ type DTypeInfo struct {
 	// else an integer of the same width (f16 and bf16 travel as i16).
 	Carrier Type
 	CType   string // C type of an element in headers and launchers
-	// ExpBits and MantBits give the IEEE-style layout (sign, exponent,
-	// mantissa) that the interpreter rounds to.
+	// ExpBits and MantBits give the layout (sign, exponent, mantissa; an
+	// integer code has no exponent and MantBits magnitude bits).
 	ExpBits, MantBits int
 	// Widen converts a Carrier value to f32 exactly; Narrow converts f32 to
-	// Carrier bits with round-to-nearest-even (NaN stays NaN). Both are nil
-	// for f32.
+	// Carrier bits with round-to-nearest-even (NaN stays NaN; 8-bit codes
+	// saturate to their finite range, and int8 turns NaN into 0). Both are
+	// nil for f32. A Convert to or from a storage-only type means them, in
+	// the interpreter and after legalize-dtype alike.
 	Widen, Narrow func(Expr) Expr
 	// TensorCore says GPU tensor cores take it as an mma input.
 	TensorCore bool
+	// KVOnly marks the 8-bit codes of a quantized KV cache: only a
+	// variant's kv_dtype may be one (a real value is code * scale); q, o
+	// and append inputs keep the variant's dtype.
+	KVOnly bool
+	// HalfExact says every value converts exactly to f16 and to bf16, so
+	// tensor cores take it after a conversion in registers.
+	HalfExact bool
 }
 
 // DTypes is the dtype table, indexed by DType.
@@ -40,6 +52,12 @@ var DTypes = []DTypeInfo{
 		Widen: F16ToF32, Narrow: F32ToF16, TensorCore: true},
 	{DType: DTBF16, Name: "bf16", Type: BF16, Bits: 16, Carrier: I16, CType: "uint16_t", ExpBits: 8, MantBits: 7,
 		Widen: BF16ToF32, Narrow: F32ToBF16, TensorCore: true},
+	{DType: DTE4M3, Name: "e4m3", Type: E4M3, Bits: 8, Carrier: U8, CType: "uint8_t", ExpBits: 4, MantBits: 3,
+		Widen: E4M3ToF32, Narrow: F32ToE4M3, KVOnly: true, HalfExact: true},
+	{DType: DTE5M2, Name: "e5m2", Type: E5M2, Bits: 8, Carrier: U8, CType: "uint8_t", ExpBits: 5, MantBits: 2,
+		Widen: E5M2ToF32, Narrow: F32ToE5M2, KVOnly: true, HalfExact: true},
+	{DType: DTI8, Name: "i8", Type: I8, Bits: 8, Carrier: U8, CType: "int8_t", MantBits: 7,
+		Widen: I8ToF32, Narrow: F32ToI8, KVOnly: true, HalfExact: true},
 }
 
 // Info is d's row of the dtype table.
@@ -60,11 +78,14 @@ func DTypeByName(name string) (DType, bool) {
 	return 0, false
 }
 
-// DTypeNames lists the spec names of every dtype, in table order.
-func DTypeNames() []string {
+// DTypeNames lists the spec names of the dtypes whose KVOnly is kvOnly, in
+// table order: a variant's dtype (false) or the 8-bit kv_dtype codes (true).
+func DTypeNames(kvOnly bool) []string {
 	var out []string
 	for _, r := range DTypes {
-		out = append(out, r.Name)
+		if r.KVOnly == kvOnly {
+			out = append(out, r.Name)
+		}
 	}
 	return out
 }

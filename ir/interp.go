@@ -145,7 +145,7 @@ func newBuffer(name string, t Type, x any) (*buffer, error) {
 	case []int16:
 		ok = t == I16
 	case []byte:
-		ok = t == U8
+		ok = t == U8 || t.IsStorageOnly() && t.Bits() == 8
 	case []bool:
 		ok = t == Bool
 	default:
@@ -213,6 +213,9 @@ func (f *frame) load(b *buffer, i int64, t Type) val {
 	case []int16:
 		return val(int64(s[i]))
 	case []byte:
+		if t == I8 {
+			return val(int64(int8(s[i])))
+		}
 		return val(s[i])
 	case []bool:
 		return b2v(s[i])
@@ -569,6 +572,8 @@ func wrap(t Type, x int64) val {
 		return val(int64(int16(x)))
 	case I32:
 		return val(int64(int32(x)))
+	case I8:
+		return val(int64(int8(x)))
 	}
 	return val(x)
 }
@@ -587,6 +592,8 @@ func toF64(t Type, v val) float64 {
 		return float64(math.Float32frombits(uint32(v)))
 	case F64:
 		return math.Float64frombits(uint64(v))
+	case E4M3, E5M2:
+		return codeValue(t, uint8(v))
 	}
 	eb, mb := smallFloat(t)
 	h := uint64(v)
@@ -618,6 +625,8 @@ func fromF64(t Type, x float64) val {
 		return val(math.Float32bits(float32(x)))
 	case F64:
 		return val(math.Float64bits(x))
+	case E4M3, E5M2:
+		return val(codeOf(t, float32(x)))
 	}
 	eb, mb := smallFloat(t)
 	bits := math.Float64bits(x)
@@ -847,6 +856,10 @@ func (f *frame) convert(to, from Type, a val) val {
 		return b2v(toF64(from, a) != 0)
 	case to == Bool:
 		return b2v(a != 0)
+	case to == I8 && from.IsFloat():
+		// A storage-only code narrows as the dtype table says (nearest
+		// even, saturated, NaN to 0), not by truncation.
+		return wrap(I8, int64(codeOf(I8, float32(toF64(from, a)))))
 	case isInt(from) && isInt(to):
 		return wrap(to, int64(a))
 	case isInt(from):
@@ -909,10 +922,18 @@ func anyToVal(x any, t Type) (val, error) {
 	case int16:
 		i = int64(v)
 	case uint8:
+		switch t {
+		case E4M3, E5M2:
+			return val(v), nil
+		case I8:
+			return val(int64(int8(v))), nil
+		}
+		i = int64(v)
+	case int8:
 		i = int64(v)
 	}
 	switch x.(type) {
-	case int, int64, int32, int16, uint8, uint16:
+	case int, int64, int32, int16, int8, uint8, uint16:
 		if t.IsInt() {
 			if lo, hi := intRange(t); i < lo || i > hi {
 				return 0, fmt.Errorf("%d out of range for %s", i, t)
@@ -931,8 +952,10 @@ func valToAny(t Type, v val) any {
 	switch t {
 	case Bool:
 		return v != 0
-	case U8:
+	case U8, E4M3, E5M2:
 		return uint8(v)
+	case I8:
+		return int8(v)
 	case I16:
 		return uint16(v)
 	case I32:

@@ -14,24 +14,36 @@ const (
 	BF16
 	F32
 	F64
+	// I8, E4M3 and E5M2 are the 8-bit codes of a quantized KV cache (int8
+	// two's complement, OCP FP8 E4M3 and E5M2): storage only, like f16.
+	// Kernels convert them to f32 when loaded and from f32 when stored,
+	// both through the dtype table (Widen exact; Narrow rounds to nearest
+	// even and saturates), and legalize-dtype carries them as u8 bits.
+	I8
+	E4M3
+	E5M2
 )
 
-var typeNames = [...]string{"void", "bool", "i16", "i32", "i64", "u8", "f16", "bf16", "f32", "f64"}
+var typeNames = [...]string{"void", "bool", "i16", "i32", "i64", "u8", "f16", "bf16", "f32", "f64", "i8", "e4m3", "e5m2"}
 
 func (t Type) String() string { return typeNames[t] }
 
-// IsFloat reports whether t is a floating-point type (f16 and bf16 included).
-func (t Type) IsFloat() bool { return t == F16 || t == BF16 || t == F32 || t == F64 }
+// IsFloat reports whether t is a floating-point type (f16, bf16 and the
+// fp8 codes included).
+func (t Type) IsFloat() bool {
+	return t == F16 || t == BF16 || t == F32 || t == F64 || t == E4M3 || t == E5M2
+}
 
-// IsInt reports whether t is an integer type (bool excluded).
-func (t Type) IsInt() bool { return t == I16 || t == I32 || t == I64 || t == U8 }
+// IsInt reports whether t is an integer type (bool excluded; i8 codes
+// included).
+func (t Type) IsInt() bool { return t == I16 || t == I32 || t == I64 || t == U8 || t == I8 }
 
 // Bits is the storage width of t.
 func (t Type) Bits() int {
 	switch t {
 	case Bool:
 		return 1
-	case U8:
+	case U8, I8, E4M3, E5M2:
 		return 8
 	case I16, F16, BF16:
 		return 16

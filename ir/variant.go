@@ -174,6 +174,22 @@ func (b LSEBase) String() string {
 	return "e"
 }
 
+// KVScale says how the scales of a quantized KV cache are laid out.
+type KVScale int
+
+const (
+	// KVScaleNone: the cache holds dtype values, no scales.
+	KVScaleNone KVScale = iota
+	// KVScalePerTensor: k_scale and v_scale are f32[1].
+	KVScalePerTensor
+	// KVScalePerHead: k_scale and v_scale are f32[kv_heads].
+	KVScalePerHead
+)
+
+func (k KVScale) String() string {
+	return [...]string{"none", "per_tensor", "per_head"}[k]
+}
+
 // Role is what a kernel does.
 type Role string
 
@@ -215,6 +231,25 @@ type Variant struct {
 	CachePos, HeadsPos  Pos
 	// LSEBase is the base of the lse arguments (`lse base = e | 2`).
 	LSEBase LSEBase
+	// KVDType is the type the cache stores K and V as: DType, or an 8-bit
+	// code of the dtype table (KVOnly) from `cache paged(kv_dtype = ...)`,
+	// whose real value is code * scale.
+	KVDType DType
+	// KVScale is `kv_scale = per_tensor | per_head` (KVScaleNone unless
+	// KVDType is an 8-bit code; per_tensor by default).
+	KVScale KVScale
+}
+
+// Quantized reports whether the cache holds 8-bit codes with scales.
+func (v *Variant) Quantized() bool { return v.KVScale != KVScaleNone }
+
+// ScaleLen is the number of elements of k_scale and v_scale: 1 per
+// tensor, kv heads per head.
+func (v *Variant) ScaleLen() int {
+	if v.KVScale == KVScalePerHead {
+		return v.KVHeads
+	}
+	return 1
 }
 
 // NonCausal reports whether every mask clause is `none`: the only masks

@@ -121,6 +121,8 @@ func intRange(t Type) (lo, hi int64) {
 		return -1 << 31, 1<<31 - 1
 	case U8:
 		return 0, 255
+	case I8:
+		return -1 << 7, 1<<7 - 1
 	}
 	return -1 << 63, 1<<63 - 1
 }

@@ -227,6 +227,10 @@ type itemVars struct {
 	qRow0, qPos0, head0     ir.Expr
 	kvBeg, kvLen            ir.Expr
 	tileLo, tileHi          ir.Expr
+	// scoreScale multiplies each dot product (the variant's scale, times
+	// k_scale for a quantized cache); vScale, when not nil, each output
+	// (v_scale): the K and V tiles hold the codes' values.
+	scoreScale, vScale ir.Expr
 }
 
 // bindItem binds work item `item`: item = ((b*kv_heads + kvh)*head_tiles
@@ -249,6 +253,13 @@ func (l *lowering) bindItem(w *blk, it attnItem, item ir.Expr) itemVars {
 	}
 	var ht, qLo ir.Expr
 	x.sb, x.kvh, ht = l.splitItem(w, rest)
+	x.scoreScale = f32(float64(float32(l.v.Scale)))
+	if l.v.Quantized() {
+		// A quantized cache's scales are uniform over the item's kv head:
+		// S = (Q·Kcodes)·(scale·k_scale), O = (P·Vcodes)·v_scale / sum P.
+		x.scoreScale = w.let("score_scale", mul(x.scoreScale, l.kvScale("k_scale", x.kvh)))
+		x.vScale = w.let("out_scale", l.kvScale(l.vScaleName(), x.kvh))
+	}
 	if it.decode {
 		x.qBeg, x.qLen, qLo, x.rows = x.sb, i32(1), i32(0), i32(1)
 	} else {
@@ -355,7 +366,7 @@ func (l *lowering) tileStep(t *blk, x itemVars, kt ir.Expr) {
 			u.spread("j", KT, func(z *blk, j ir.Expr) {
 				at := add(mul(row, i32(KT)), j)
 				z.guarded(lt(j, kvN), func(v *blk) {
-					l.scoreStep(v, at, j, qPos, add(kvLo, j), head, x.sb, sub(x.kvLen, x.qLen), x.kvLen)
+					l.scoreStep(v, at, j, qPos, add(kvLo, j), head, x.sb, sub(x.kvLen, x.qLen), x.kvLen, x.scoreScale)
 				}, func(v *blk) { v.store("sc", at, negInf()) })
 			})
 		}, nil)
@@ -377,6 +388,9 @@ func (l *lowering) storeItem(w *blk, x itemVars) {
 			r, g := l.rowParts(u, row)
 			head := u.let("head", add(x.head0, g))
 			inv, lse := l.finish(u, u.let("lv", ld("den", ir.F32, row)), ld("mx", ir.F32, row), head, !x.it.split)
+			if x.vScale != nil {
+				inv = u.let("inv_v", mul(inv, x.vScale))
+			}
 			acc := func(d ir.Expr) ir.Expr { return mul(ld("acc", ir.F32, add(mul(row, i32(DV)), d)), inv) }
 			if x.it.split {
 				flat := u.let("pflat", add(mul(add(mul(x.sp, bs), x.sb), i32(l.H)), head))
@@ -434,13 +448,13 @@ func (l *lowering) stageKV(t *blk, kvBeg, kvLo, kvN, kvh, sb, qBase, qSeqRow ir.
 					row := z.let("krow"+segName(sg), l.rowIndex(page, kvh, slot, sg.w))
 					z.spread("d", sg.w, func(u *blk, d ir.Expr) {
 						l.stageRow(u, "kb", add(mul(j, i32(D)), plus(d, sg.off)), l.kRopePos(u, pos, sb, qBase, qSeqRow), d,
-							func(k ir.Expr) ir.Expr { return tof32(ld(sg.buf, l.dt, add(row, i64(k)))) }, true)
+							func(k ir.Expr) ir.Expr { return l.kvLoad(sg.buf, add(row, i64(k))) }, true)
 					})
 				}
 				for _, sg := range l.vSegs() {
 					row := z.let("vrow"+segName(sg), l.rowIndex(page, kvh, slot, sg.w))
 					z.spread("d", sg.w, func(u *blk, d ir.Expr) {
-						u.store("vb", add(mul(j, i32(DV)), plus(d, sg.off)), tof32(ld(sg.buf, l.dt, add(row, i64(d)))))
+						u.store("vb", add(mul(j, i32(DV)), plus(d, sg.off)), l.kvLoad(sg.buf, add(row, i64(d))))
 					})
 				}
 			}, func(z *blk) { zero(z, j) })
@@ -451,9 +465,9 @@ func (l *lowering) stageKV(t *blk, kvBeg, kvLo, kvN, kvh, sb, qBase, qSeqRow ir.
 // scoreStep finishes the score at sc[at] (the dot product of a query row
 // and key j): scale, the @score transform, then hide it (-inf) where the
 // @mask Def, a data mask or a hidden block does not show the position.
-func (l *lowering) scoreStep(b *blk, at, j, qPos, kvPosE, head, sb, qBase, kvLen ir.Expr) {
+func (l *lowering) scoreStep(b *blk, at, j, qPos, kvPosE, head, sb, qBase, kvLen, scale ir.Expr) {
 	kvPos := b.let("kv_pos", kvPosE)
-	scaled := mul(ld("sc", ir.F32, at), f32(float64(float32(l.v.Scale))))
+	scaled := mul(ld("sc", ir.F32, at), scale)
 	b.vr("s", &ir.Call{Fn: "score", Args: []ir.Expr{scaled, qPos, kvPos, head}, T: ir.F32})
 	b.add(&ir.If{Tag: ir.TagMask, Cond: not(&ir.Call{Fn: "mask", Args: []ir.Expr{qPos, kvPos, head, sb}, T: ir.Bool}),
 		Then: &ir.Block{Stmts: []ir.Stmt{&ir.Assign{Name: "s", Value: negInf()}}}})

@@ -100,7 +100,7 @@ func Lower(v *ir.Variant, t Tiling) (*ir.Module, error) {
 	if t.KVTile < 1 || t.Rows < 1 || t.MaxHeads < 1 {
 		return nil, fmt.Errorf("lower: tiling %+v has an empty size", t)
 	}
-	l := &lowering{v: v, dt: v.DType.Type(), H: v.QOHeads, KVH: v.KVHeads, G: v.GroupSize(),
+	l := &lowering{v: v, dt: v.DType.Type(), kvt: v.KVDType.Type(), H: v.QOHeads, KVH: v.KVHeads, G: v.GroupSize(),
 		D: v.HeadDimQK, DV: v.HeadDimV, PS: v.PageSize, p: v.Name, t: t}
 	l.GB = t.Heads(l.G)
 	m := &ir.Module{Name: v.Name, Prefix: v.Name, Errors: ir.Statuses}
@@ -129,7 +129,8 @@ func Lower(v *ir.Variant, t Tiling) (*ir.Module, error) {
 
 type lowering struct {
 	v                *ir.Variant
-	dt               ir.Type
+	dt               ir.Type // q, o and append inputs
+	kvt              ir.Type // the cache's elements: dt or an 8-bit code
 	H, KVH, G, D, DV int
 	PS               int
 	p                string
@@ -156,7 +157,8 @@ func (l *lowering) pageShape(d int) []string {
 
 // cacheParams are the paged-cache arguments shared by prefill and decode.
 func (l *lowering) cacheParams() []*ir.Param {
-	return append(append(l.pageParams(false), scalar("num_pages")), append(l.tableParams(), scalar("batch_size"))...)
+	pools := append(l.pageParams(false), l.scaleParams()...)
+	return append(append(pools, scalar("num_pages")), append(l.tableParams(), scalar("batch_size"))...)
 }
 
 // outParams are the learned sinks (when the variant has them) and the

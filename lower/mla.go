@@ -49,12 +49,50 @@ func (l *lowering) qParams(rows string) []*ir.Param {
 func (l *lowering) pageParams(out bool) []*ir.Param {
 	if m := l.v.MLA; m != nil {
 		return []*ir.Param{
-			buf("ckv_pages", l.dt, out, "num_pages", itoa(l.PS), itoa(m.KVLoraRank)),
-			buf("kpe_pages", l.dt, out, "num_pages", itoa(l.PS), itoa(m.RopeDim)),
+			buf("ckv_pages", l.kvt, out, "num_pages", itoa(l.PS), itoa(m.KVLoraRank)),
+			buf("kpe_pages", l.kvt, out, "num_pages", itoa(l.PS), itoa(m.RopeDim)),
 		}
 	}
-	return []*ir.Param{buf("k_pages", l.dt, out, l.pageShape(l.D)...), buf("v_pages", l.dt, out, l.pageShape(l.DV)...)}
+	return []*ir.Param{buf("k_pages", l.kvt, out, l.pageShape(l.D)...), buf("v_pages", l.kvt, out, l.pageShape(l.DV)...)}
 }
+
+// scaleParams are a quantized cache's scales, which follow the pools:
+// k_scale and v_scale, f32[1] or f32[kv_heads]; MLA's one latent cache
+// (ckv and kpe) has one, k_scale. None for a plain cache.
+func (l *lowering) scaleParams() []*ir.Param {
+	if !l.v.Quantized() {
+		return nil
+	}
+	n := itoa(l.v.ScaleLen())
+	if l.v.MLA != nil {
+		return []*ir.Param{buf("k_scale", ir.F32, false, n)}
+	}
+	return []*ir.Param{buf("k_scale", ir.F32, false, n), buf("v_scale", ir.F32, false, n)}
+}
+
+// vScaleName is the scale of the value rows: MLA's values are its latent
+// cache, scaled by k_scale.
+func (l *lowering) vScaleName() string {
+	if l.v.MLA != nil {
+		return "k_scale"
+	}
+	return "v_scale"
+}
+
+// kvScale loads kv head kvh's scale from buffer name (a quantized cache).
+func (l *lowering) kvScale(name string, kvh ir.Expr) ir.Expr {
+	if l.v.KVScale == ir.KVScalePerHead {
+		return ld(name, ir.F32, kvh)
+	}
+	return ld(name, ir.F32, i32(0))
+}
+
+// kvLoad is the dequantizing load of cache element idx of pool buf as f32:
+// the dtype table's exact conversion of what the pool stores (an 8-bit
+// code's value, without its scale, which the skeleton folds into the score
+// scale (K) and the output (V); legalize-dtype writes it as bit
+// manipulation on the loaded bits, which vectorizes).
+func (l *lowering) kvLoad(buf string, idx ir.Expr) ir.Expr { return tof32(ld(buf, l.kvt, idx)) }
 
 // segName suffixes names bound per segment: empty for a whole row.
 func segName(s segment) string {

@@ -12,7 +12,7 @@ func (l *lowering) appendParams() []*ir.Param {
 		buf("v", l.dt, false, "n", itoa(l.KVH), itoa(l.DV)),
 		buf("position_map", ir.I32, false, "n"),
 		scalar("n"),
-	}, append(l.pageParams(true), scalar("num_pages"))...)
+	}, append(append(l.pageParams(true), l.scaleParams()...), scalar("num_pages"))...)
 }
 
 func (l *lowering) copyPageParams() []*ir.Param {
@@ -22,7 +22,9 @@ func (l *lowering) copyPageParams() []*ir.Param {
 // appendKernel is the append role: row i of k and v (every kv head) goes
 // to slot position_map[i]; -1 skips the row. The entry rejects any other
 // slot outside the pool before writing anything; the work kernel itself
-// skips such a slot (a GPU cannot report it).
+// skips such a slot (a GPU cannot report it). A quantized cache stores
+// each element's code: x / scale in f32, narrowed by the dtype table
+// (nearest even, saturated; DESIGN §3).
 func (l *lowering) appendKernel() ([]*ir.Kernel, *ir.Plan) {
 	n, np := ir.R("n", ir.I32), ir.R("num_pages", ir.I32)
 	// The pool's slot count in i64: num_pages * page_size may pass 2^31.
@@ -39,14 +41,19 @@ func (l *lowering) appendKernel() ([]*ir.Kernel, *ir.Plan) {
 			page := x.let("page", div(slot, i32(l.PS)))
 			off := x.let("off", rem(slot, i32(l.PS)))
 			for _, kv := range []struct {
-				src, dst string
-				d        int
-			}{{"k", "k_pages", l.D}, {"v", "v_pages", l.DV}} {
+				src, dst, scale string
+				d               int
+			}{{"k", "k_pages", "k_scale", l.D}, {"v", "v_pages", "v_scale", l.DV}} {
 				src := x.let(kv.src+"_row", mul(i64(add(mul(i, i32(l.KVH)), kvh)), ir.IntT(ir.I64, int64(kv.d))))
 				dst := x.let(kv.dst+"_row", l.rowIndex(page, kvh, off, kv.d))
-				x.spread("d", kv.d, func(y *blk, d ir.Expr) {
-					y.store(kv.dst, add(dst, i64(d)), ld(kv.src, l.dt, add(src, i64(d))))
-				})
+				value := func(d ir.Expr) ir.Expr { return ld(kv.src, l.dt, add(src, i64(d))) }
+				if l.v.Quantized() {
+					sc := x.let(kv.scale+"_v", l.kvScale(kv.scale, kvh))
+					value = func(d ir.Expr) ir.Expr {
+						return ir.Cvt(l.kvt, div(tof32(ld(kv.src, l.dt, add(src, i64(d)))), sc))
+					}
+				}
+				x.spread("d", kv.d, func(y *blk, d ir.Expr) { y.store(kv.dst, add(dst, i64(d)), value(d)) })
 			}
 		})
 	})
@@ -81,7 +88,7 @@ func (l *lowering) copyPage() ([]*ir.Kernel, *ir.Plan) {
 			from := w.let(kv.pages+"_from", l.rowIndex(src, kvh, slot, kv.d))
 			to := w.let(kv.pages+"_to", l.rowIndex(dst, kvh, slot, kv.d))
 			w.spread("d", kv.d, func(y *blk, d ir.Expr) {
-				y.store(kv.pages, add(to, i64(d)), ld(kv.pages, l.dt, add(from, i64(d))))
+				y.store(kv.pages, add(to, i64(d)), ld(kv.pages, l.kvt, add(from, i64(d))))
 			})
 		}
 	})

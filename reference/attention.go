@@ -21,8 +21,14 @@ type Case struct {
 	// Q is [total_q, qo_heads, d_qk].
 	Q []float32
 	// KPages and VPages are [num_pages, kv_heads, page_size, d] (HND) or
-	// [num_pages, page_size, kv_heads, d] (NHD).
+	// [num_pages, page_size, kv_heads, d] (NHD). For a quantized cache
+	// they hold the codes' values (CodeValue), which KScale and VScale
+	// scale.
 	KPages, VPages []float32
+	// KScale and VScale are a quantized cache's scales, [1] (per_tensor)
+	// or [kv_heads] (per_head): a cached element's real value is code
+	// value * scale. MLA's latent cache uses KScale for keys and values.
+	KScale, VScale []float32
 	// Sinks holds learned sink logits, [qo_heads], for `sinks learned`.
 	Sinks []float32
 	// TreeOrder [total_q, 2] holds each query token's DFS interval (left,
@@ -134,6 +140,9 @@ func check(v *ir.Variant, c *Case) {
 	if len(c.KPages) != pool*v.HeadDimQK || len(c.VPages) != pool*v.HeadDimV {
 		panic(fmt.Sprintf("reference: case %s: K/V pools have %d/%d elements, want %d/%d", c.Name, len(c.KPages), len(c.VPages), pool*v.HeadDimQK, pool*v.HeadDimV))
 	}
+	if v.Quantized() && (len(c.KScale) != v.ScaleLen() || len(c.VScale) != v.ScaleLen()) {
+		panic(fmt.Sprintf("reference: case %s: %d/%d kv scales, want %d", c.Name, len(c.KScale), len(c.VScale), v.ScaleLen()))
+	}
 	if learned(v) && len(c.Sinks) != v.QOHeads {
 		panic(fmt.Sprintf("reference: case %s: %d learned sinks, want %d", c.Name, len(c.Sinks), v.QOHeads))
 	}
@@ -238,6 +247,7 @@ func AttentionMag(v *ir.Variant, c *Case) (o, lse, mag []float64) {
 			qPos := kvLen - qLen + i
 			for h := range qo {
 				kh := h / group
+				ks, vs := c.scales(v, kh)
 				q := make([]float64, dqk)
 				for d, x := range c.Q[((row+i)*qo+h)*dqk:][:dqk] {
 					q[d] = float64(x)
@@ -254,7 +264,7 @@ func AttentionMag(v *ir.Variant, c *Case) (o, lse, mag []float64) {
 					}
 					k := make([]float64, dqk)
 					for d := range dqk {
-						k[d] = float64(c.KPages[PageIndex(v, page, kh, slot, d, dqk)])
+						k[d] = float64(c.KPages[PageIndex(v, page, kh, slot, d, dqk)]) * ks
 					}
 					if v.Rope != nil {
 						k = rotate(v.Rope, k, keyRopePos(v, c, b, row, kv))
@@ -292,7 +302,7 @@ func AttentionMag(v *ir.Variant, c *Case) (o, lse, mag []float64) {
 					sum += w
 					page, slot := c.Pages[b][kv/v.PageSize], kv%v.PageSize
 					for d := range dv {
-						x := float64(c.VPages[PageIndex(v, page, kh, slot, d, dv)])
+						x := float64(c.VPages[PageIndex(v, page, kh, slot, d, dv)]) * vs
 						out[d] += w * x
 						outMag[d] += w * math.Abs(x)
 					}
@@ -307,6 +317,24 @@ func AttentionMag(v *ir.Variant, c *Case) (o, lse, mag []float64) {
 		row += qLen
 	}
 	return o, lse, mag
+}
+
+// scales are kv head kh's key and value scales in float64: 1 for a plain
+// cache; MLA's values are its latent cache, scaled by KScale. A code value
+// times a scale is exact in float64 (at most 8 + 24 significant bits).
+func (c *Case) scales(v *ir.Variant, kh int) (ks, vs float64) {
+	if !v.Quantized() {
+		return 1, 1
+	}
+	i := 0
+	if v.KVScale == ir.KVScalePerHead {
+		i = kh
+	}
+	ks, vs = float64(c.KScale[i]), float64(c.VScale[i])
+	if v.MLA != nil {
+		vs = ks
+	}
+	return ks, vs
 }
 
 // inBase converts a natural-log lse to base b.

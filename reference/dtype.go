@@ -90,19 +90,18 @@ func Round(dt ir.DType, x float32) float32 {
 	case ir.DTBF16:
 		return BF16Float(BF16Bits(x))
 	}
+	if dt.Info().KVOnly {
+		return float32(CodeValue(dt, CodeOf(dt, float64(x))))
+	}
 	return x
 }
 
 // Size is the storage width of dt in bytes.
-func Size(dt ir.DType) int {
-	if dt == ir.DTF32 {
-		return 4
-	}
-	return 2
-}
+func Size(dt ir.DType) int { return dt.Info().Bits / 8 }
 
-// Encode stores xs as little-endian dt elements (f32 bits, or f16/bf16 bits
-// rounded to nearest even), ready to copy into a kernel buffer.
+// Encode stores xs as little-endian dt elements (f32 bits, f16/bf16 bits
+// rounded to nearest even, or 8-bit codes: CodeOf, no scale), ready to copy
+// into a kernel buffer.
 func Encode(dt ir.DType, xs []float32) []byte {
 	out := make([]byte, Size(dt)*len(xs))
 	for i, x := range xs {
@@ -111,6 +110,8 @@ func Encode(dt ir.DType, xs []float32) []byte {
 			binary.LittleEndian.PutUint16(out[2*i:], F16Bits(x))
 		case ir.DTBF16:
 			binary.LittleEndian.PutUint16(out[2*i:], BF16Bits(x))
+		case ir.DTE4M3, ir.DTE5M2, ir.DTI8:
+			out[i] = CodeOf(dt, float64(x))
 		default:
 			binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(x))
 		}
@@ -128,6 +129,8 @@ func Decode(dt ir.DType, b []byte) []float32 {
 			out[i] = F16Float(binary.LittleEndian.Uint16(b[2*i:]))
 		case ir.DTBF16:
 			out[i] = BF16Float(binary.LittleEndian.Uint16(b[2*i:]))
+		case ir.DTE4M3, ir.DTE5M2, ir.DTI8:
+			out[i] = float32(CodeValue(dt, b[i]))
 		default:
 			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
 		}

@@ -47,7 +47,10 @@ func poison(i int) float32 {
 
 // NewCase generates a random case for v: page ids are a random permutation of
 // the pool, Q/K/V are uniform in [-Scale, Scale] rounded to v.DType, and
-// learned sinks (when v has them) are uniform in [-2, 2].
+// learned sinks (when v has them) are uniform in [-2, 2]. A quantized
+// cache holds random codes (values uniform in [-R, R] rounded to the code,
+// R = CodeRange) and random scales near Scale / R, so that its real values
+// are about uniform in [-Scale, Scale].
 func NewCase(v *ir.Variant, rng *rand.Rand, spec CaseSpec) *Case {
 	if len(spec.QLens) != len(spec.KVLens) {
 		panic(fmt.Sprintf("reference: case %s: %d q lens, %d kv lens", spec.Name, len(spec.QLens), len(spec.KVLens)))
@@ -104,8 +107,27 @@ func NewCase(v *ir.Variant, rng *rand.Rand, spec CaseSpec) *Case {
 	}
 	c.Q = uniform(c.TotalQ() * v.QOHeads * v.HeadDimQK)
 	slots := c.NumPages * v.KVHeads * ps
-	c.KPages = uniform(slots * v.HeadDimQK)
-	c.VPages = uniform(slots * v.HeadDimV)
+	if v.Quantized() {
+		r := CodeRange(v.KVDType)
+		codes := func(n int) []float32 {
+			xs := make([]float32, n)
+			for i := range xs {
+				xs[i] = Round(v.KVDType, (2*rng.Float32()-1)*r)
+			}
+			return xs
+		}
+		c.KPages = codes(slots * v.HeadDimQK)
+		c.VPages = codes(slots * v.HeadDimV)
+		c.KScale = make([]float32, v.ScaleLen())
+		c.VScale = make([]float32, v.ScaleLen())
+		for i := range c.KScale {
+			c.KScale[i] = scale / r * (0.75 + rng.Float32()/2)
+			c.VScale[i] = scale / r * (0.75 + rng.Float32()/2)
+		}
+	} else {
+		c.KPages = uniform(slots * v.HeadDimQK)
+		c.VPages = uniform(slots * v.HeadDimV)
+	}
 	if v.MLA != nil {
 		// MLA's value row is the compressed KV: the key row's first
 		// kv_lora_rank elements.
@@ -217,6 +239,19 @@ func NewCase(v *ir.Variant, rng *rand.Rand, spec CaseSpec) *Case {
 		}
 	}
 	return c
+}
+
+// CodeRange is the magnitude random codes of 8-bit dtype dt are drawn up
+// to: most of the format's range (e4m3 448, e5m2 57344, int8 127) without
+// saturating.
+func CodeRange(dt ir.DType) float32 {
+	switch dt {
+	case ir.DTE4M3:
+		return 400
+	case ir.DTE5M2:
+		return 49152
+	}
+	return 127
 }
 
 // treeDepth is the number of proper ancestors of token i in a segment's

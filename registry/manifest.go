@@ -231,9 +231,10 @@ func ArgsOf(params []*ir.Param) []Arg {
 	return out
 }
 
-// Constraints are the fixed shape facts a variant's kernels assume.
+// Constraints are the fixed shape facts a variant's kernels assume; a
+// quantized cache adds its kv_dtype and kv_scale.
 func Constraints(v *ir.Variant) map[string]any {
-	return map[string]any{
+	c := map[string]any{
 		"qo_heads":    v.QOHeads,
 		"kv_heads":    v.KVHeads,
 		"head_dim_qk": v.HeadDimQK,
@@ -245,6 +246,11 @@ func Constraints(v *ir.Variant) map[string]any {
 		"scale":       float64(float32(v.Scale)),
 		"lse_base":    v.LSEBase.String(),
 	}
+	if v.Quantized() {
+		c["kv_dtype"] = v.KVDType.String()
+		c["kv_scale"] = v.KVScale.String()
+	}
+	return c
 }
 
 // BuildLSEBase is the manifest's top-level lse_base for a build of vs: the

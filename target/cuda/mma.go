@@ -19,7 +19,10 @@ const (
 // an element of that dtype to f32, or stores 0): that array is narrowed to
 // the dtype, and so is A when it qualifies too; an A that holds computed
 // f32 values (P) is split into a high and a low half-precision part, two
-// mmas, so P·V keeps about twice the dtype's precision. Each n-tile of 8
+// mmas, so P·V keeps about twice the dtype's precision. A B operand of
+// 8-bit KV codes (HalfExact) is staged as the codes, one byte each, and
+// converted exactly in registers to the kernel's query dtype (its q or
+// q_nope argument) when tensor cores take that. Each n-tile of 8
 // output columns is one spread iteration whose lanes hold the PTX
 // fragments. A zeroskip matmul (or one whose k extent is not all of K)
 // first zeroes the B rows that no A row in use reaches, so a NaN there
@@ -31,11 +34,12 @@ func UseMMA(m *ir.Module) (*ir.Module, error) {
 		reads := arrayReads(k.Body)
 		narrow := map[string]ir.Type{}
 		var plans []*mmaPlan
+		qt := queryType(k)
 		ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
 			if mm, ok := s.(*ir.MatMul); ok {
-				if p := planMMA(mm, stores, reads); p != nil {
+				if p := planMMA(mm, stores, reads, qt); p != nil {
 					plans = append(plans, p)
-					narrow[mm.B] = p.in
+					narrow[mm.B] = p.b
 					if p.aNarrow {
 						narrow[mm.A] = p.in
 					}
@@ -75,7 +79,19 @@ func UseMMA(m *ir.Module) (*ir.Module, error) {
 type mmaPlan struct {
 	mm      *ir.MatMul
 	in      ir.Type // the tensor-core dtype
+	b       ir.Type // what B holds: in, or 8-bit codes converted to in
 	aNarrow bool    // A holds values of in (else f32, split hi + lo)
+}
+
+// queryType is the element type of kernel k's queries (its q or q_nope
+// argument), or Void.
+func queryType(k *ir.Kernel) ir.Type {
+	for _, name := range []string{"q", "q_nope"} {
+		if p := k.Param(name); p != nil {
+			return p.Elem
+		}
+	}
+	return ir.Void
 }
 
 // arrayStores lists the values stored into each local array.
@@ -104,9 +120,9 @@ func arrayReads(b *ir.Block) map[string]int {
 	return out
 }
 
-// narrowType is the tensor-core dtype whose elements are all an array
-// holds (every store is f32(load of that dtype) or the constant 0), or
-// Void.
+// narrowType is the tensor-core dtype, or the HalfExact 8-bit code, whose
+// elements are all an array holds (every store is f32(load of that dtype)
+// or the constant 0), or Void.
 func narrowType(vals []ir.Expr) ir.Type {
 	t := ir.Void
 	for _, v := range vals {
@@ -116,7 +132,7 @@ func narrowType(vals []ir.Expr) ir.Type {
 			if !ok {
 				return ir.Void
 			}
-			if r := ir.StorageOf(l.T); r == nil || !r.TensorCore || (t != ir.Void && t != l.T) {
+			if r := ir.StorageOf(l.T); r == nil || !(r.TensorCore || r.HalfExact) || (t != ir.Void && t != l.T) {
 				return ir.Void
 			}
 			t = l.T
@@ -131,16 +147,25 @@ func narrowType(vals []ir.Expr) ir.Type {
 	return t
 }
 
-func planMMA(mm *ir.MatMul, stores map[string][]ir.Expr, reads map[string]int) *mmaPlan {
+func planMMA(mm *ir.MatMul, stores map[string][]ir.Expr, reads map[string]int, query ir.Type) *mmaPlan {
 	if mm.M != mmaM || mm.N%mmaN != 0 || mm.K%mmaK != 0 || mm.A == mm.B {
 		return nil
 	}
-	in := narrowType(stores[mm.B])
-	if in == ir.Void || reads[mm.B] > 0 {
+	b := narrowType(stores[mm.B])
+	if b == ir.Void || reads[mm.B] > 0 {
 		return nil
 	}
+	in := b
+	if !ir.StorageOf(b).TensorCore {
+		// 8-bit codes: f16/bf16 queries take the tensor cores after an
+		// exact conversion; f32 queries keep f32 arithmetic (simt).
+		if r := ir.StorageOf(query); r == nil || !r.TensorCore {
+			return nil
+		}
+		in = query
+	}
 	a := narrowType(stores[mm.A])
-	return &mmaPlan{mm: mm, in: in, aNarrow: a == in && reads[mm.A] == 0}
+	return &mmaPlan{mm: mm, in: in, b: b, aNarrow: a == in && reads[mm.A] == 0}
 }
 
 // narrowValue is a stored f32 value as an element of t.
@@ -189,7 +214,7 @@ func (p *mmaPlan) lower() []ir.Stmt {
 			Value: ir.Sel(ir.Bin(ir.And, ir.Bin(ir.Lt, mr, mm.MExt),
 				ir.Bin(ir.Ne, p.aF32(add(mul(mr, i32(mm.K)), k)), ir.Float(0))), i32(1), i32(0))}
 		zero := &ir.For{Var: "zn", Lo: i32(0), Hi: i32(mm.N), Kind: ir.Spread, Body: &ir.Block{Stmts: []ir.Stmt{
-			&ir.Store{Buf: mm.B, Index: bIdx(k, ir.R("zn", ir.I32)), Value: &ir.Const{T: p.in}}}}}
+			&ir.Store{Buf: mm.B, Index: bIdx(k, ir.R("zn", ir.I32)), Value: &ir.Const{T: p.b}}}}}
 		out = append(out, &ir.For{Var: "zk", Lo: i32(0), Hi: i32(mm.K), Kind: ir.Spread, Body: &ir.Block{Stmts: []ir.Stmt{
 			nz, &ir.If{Cond: ir.Bin(ir.Eq, ir.R("zk_used", ir.I32), i32(0)), Then: &ir.Block{Stmts: []ir.Stmt{zero}}}}}})
 	}
@@ -219,6 +244,13 @@ func (p *mmaPlan) lower() []ir.Stmt {
 	c0 := ir.R("c0", ir.I32)
 	raw := func(arr string, idx ir.Expr) ir.Expr { return &ir.Bitcast{To: r.Carrier, X: ir.Ld(arr, p.in, idx)} }
 	bAt := func(k, n ir.Expr) ir.Expr { return raw(mm.B, bIdx(k, n)) }
+	if p.b != p.in {
+		// An 8-bit code converted in registers, exactly.
+		bAt = func(k, n ir.Expr) ir.Expr {
+			code := &ir.Bitcast{To: ir.StorageOf(p.b).Carrier, X: ir.Ld(mm.B, p.b, bIdx(k, n))}
+			return ir.CodeToHalf(p.b, p.in, code)
+		}
+	}
 	n := add(n0, gid)
 	kLoop := []ir.Stmt{
 		&ir.Let{Name: "c0", Value: add(mul(ks, i32(mmaK)), mul(tig, i32(2)))},

@@ -1,0 +1,165 @@
+package ir
+
+import (
+	"fmt"
+	"math"
+	"sync"
+)
+
+// Exact conversions of the 8-bit KV codes (OCP FP8 E4M3 and E5M2, int8) as
+// integer and f32 expressions, for the dtype table: branch-free bit
+// manipulation that every backend computes the same and vectorizes (no
+// per-element branch, no table). A code arrives and leaves as u8 bits.
+
+// fp8Format is an OCP 8-bit float layout: mantissa bits and exponent bias.
+// ieee says the all-ones exponent holds inf and NaN (E5M2); otherwise only
+// the all-ones code magnitude 0x7f is NaN and there is no inf (E4M3).
+type fp8Format struct {
+	mant, bias int
+	ieee       bool
+	// maxBits is the f32 bit pattern of the largest finite magnitude,
+	// minNormal that of the smallest normal one.
+	maxBits, minNormal int64
+	maxCode            int64
+}
+
+var (
+	e4m3Format = fp8Format{mant: 3, bias: 7, maxBits: 0x43e00000, minNormal: 0x3c800000, maxCode: 0x7e}              // 448, 2^-6
+	e5m2Format = fp8Format{mant: 2, bias: 15, ieee: true, maxBits: 0x47600000, minNormal: 0x38800000, maxCode: 0x7b} // 57344, 2^-14
+)
+
+func f32Bits(x Expr) Expr { return &Bitcast{To: I32, X: x} }
+func bitsF32(u Expr) Expr { return &Bitcast{To: F32, X: u} }
+func codeI32(c Expr) Expr { return Bin(And, Cvt(I32, c), c32(0xff)) }
+func pow2(e int) float64  { return math.Ldexp(1, e) }
+
+// widen converts fp8 bits c (u8) to f32 exactly: the exponent and
+// mantissa bits shifted into an f32's place are a float (denormal for the
+// format's subnormals) that 2^(127 - bias) rescales exactly; NaN (and
+// E5M2's inf) get the all-ones f32 exponent with the mantissa kept.
+func (f fp8Format) widen(c Expr) Expr {
+	ci := codeI32(c)
+	sign := Bin(Shl, Bin(And, ci, c32(0x80)), c32(24))
+	em := Bin(And, ci, c32(0x7f))
+	shifted := Bin(Shl, em, c32(int64(23-f.mant)))
+	scaled := f32Bits(Bin(Mul, bitsF32(shifted), Float(pow2(127-f.bias))))
+	var mag Expr
+	if f.ieee {
+		mag = Sel(Bin(Ge, em, c32(0x7f&^(1<<f.mant-1))), Bin(Or, shifted, c32(0x7f800000)), scaled)
+	} else {
+		mag = Sel(Bin(Eq, em, c32(0x7f)), c32(0x7fc00000), scaled)
+	}
+	return bitsF32(Bin(Or, mag, sign))
+}
+
+// narrow converts f32 x to fp8 bits (u8): round to nearest even, saturated
+// to the largest finite magnitude (infinities included), NaN to 0x7f with
+// x's sign, -0 and negative values that round to zero keep the sign. Normal
+// results round the f32 bits at the format's mantissa width (a carry into
+// the exponent is the right result); subnormal ones add a float whose ulp
+// is the format's smallest subnormal, so the f32 addition rounds (to
+// nearest even) exactly where the format does.
+func (f fp8Format) narrow(x Expr) Expr {
+	u := f32Bits(x)
+	sign := Bin(And, Bin(Shr, u, c32(24)), c32(0x80))
+	a := Bin(And, u, c32(0x7fffffff))
+	shift := int64(23 - f.mant)
+	odd := Bin(And, Bin(Shr, a, c32(shift)), c32(1))
+	normal := Bin(Sub, Bin(Shr, Bin(Add, Bin(Add, a, c32(1<<(shift-1)-1)), odd), c32(shift)), c32(int64(127-f.bias)<<f.mant))
+	// The magic float 2^(24 - bias - mant) has an ulp of 2^(1 - bias -
+	// mant), the smallest subnormal.
+	magic := int64(127+24-f.bias-f.mant) << 23
+	denorm := Bin(Sub, f32Bits(Bin(Add, bitsF32(a), bitsF32(c32(magic)))), c32(magic))
+	mag := Sel(Bin(Ge, a, c32(f.maxBits)), c32(f.maxCode), Sel(Bin(Lt, a, c32(f.minNormal)), denorm, normal))
+	nan := Bin(Gt, a, c32(0x7f800000))
+	return Cvt(U8, Bin(Or, Sel(nan, c32(0x7f), mag), sign))
+}
+
+// E4M3ToF32 widens OCP FP8 E4M3 bits (u8) to f32 exactly.
+func E4M3ToF32(c Expr) Expr { return e4m3Format.widen(c) }
+
+// F32ToE4M3 narrows f32 to OCP FP8 E4M3 bits (u8): nearest even,
+// saturated to ±448, NaN to ±0x7f.
+func F32ToE4M3(x Expr) Expr { return e4m3Format.narrow(x) }
+
+// E5M2ToF32 widens OCP FP8 E5M2 bits (u8) to f32 exactly (inf and NaN
+// included).
+func E5M2ToF32(c Expr) Expr { return e5m2Format.widen(c) }
+
+// F32ToE5M2 narrows f32 to OCP FP8 E5M2 bits (u8): nearest even,
+// saturated to ±57344 (infinities too), NaN to ±0x7f.
+func F32ToE5M2(x Expr) Expr { return e5m2Format.narrow(x) }
+
+// I8ToF32 widens int8 bits (u8, two's complement) to f32 exactly.
+func I8ToF32(c Expr) Expr {
+	return Cvt(F32, Bin(Sub, Bin(Xor, codeI32(c), c32(0x80)), c32(0x80)))
+}
+
+// F32ToI8 narrows f32 to int8 bits (u8): clamped to [-127, 127]
+// (infinities too), rounded to nearest even, NaN to 0. Adding 1.5 * 2^23
+// puts the integer part of any |x| <= 2^22 in the low mantissa bits of
+// the sum, which the f32 addition rounds to nearest even; no float
+// subtraction follows, so nothing can reassociate it away.
+func F32ToI8(x Expr) Expr {
+	u := f32Bits(x)
+	nan := Bin(Gt, Bin(And, u, c32(0x7fffffff)), c32(0x7f800000))
+	clamped := Sel(Bin(Gt, x, Float(127)), Float(127), Sel(Bin(Lt, x, Float(-127)), Float(-127), x))
+	const magic = 0x4b400000 // 1.5 * 2^23
+	n := Bin(Sub, f32Bits(Bin(Add, clamped, bitsF32(c32(magic)))), c32(magic))
+	return Cvt(U8, Sel(nan, c32(0), n))
+}
+
+// codeValues caches, per 8-bit code type, the f32 value of each of its
+// 256 codes: its Widen expression evaluated (the interpreter's semantics
+// are the table's).
+var codeValues sync.Map // Type -> *[256]float32
+
+// codeValue is the value of code bits c of 8-bit code type t.
+func codeValue(t Type, c uint8) float64 {
+	if tab, ok := codeValues.Load(t); ok {
+		return float64(tab.(*[256]float32)[c])
+	}
+	var tab [256]float32
+	r := StorageOf(t)
+	for i := range tab {
+		x, err := EvalExpr(r.Widen(IntT(U8, int64(i))), nil)
+		if err != nil {
+			panic(interpError{fmt.Errorf("widen %s code %#x: %v", t, i, err)})
+		}
+		tab[i] = x.(float32)
+	}
+	codeValues.Store(t, &tab)
+	return float64(tab[c])
+}
+
+// codeOf is the code bits of 8-bit code type t nearest to x (its Narrow
+// expression evaluated).
+func codeOf(t Type, x float32) uint8 {
+	b, err := EvalExpr(StorageOf(t).Narrow(Float(float64(x))), nil)
+	if err != nil {
+		panic(interpError{fmt.Errorf("narrow %g to %s: %v", x, t, err)})
+	}
+	return b.(uint8)
+}
+
+// CodeToHalf converts the bits c (u8) of a HalfExact 8-bit code to the
+// carrier bits (i16) of tensor-core dtype half, exactly. bf16: the top
+// half of the code's f32 value (a bf16 value, so nothing is cut). f16:
+// E5M2 is binary16's top byte, so its bits shifted up are the f16 bits;
+// every other code's value is zero, NaN or an f16 normal (e4m3: 2^-9 ..
+// 448; i8: 1 .. 128 in magnitude), whose f32 bits rebiased and shifted are
+// the f16 bits, with no rounding step.
+func CodeToHalf(code, half Type, c Expr) Expr {
+	if half == BF16 {
+		return Cvt(I16, Bin(Shr, f32Bits(StorageOf(code).Widen(c)), c32(16)))
+	}
+	if code == E5M2 {
+		return Cvt(I16, Bin(Shl, codeI32(c), c32(8)))
+	}
+	u := f32Bits(StorageOf(code).Widen(c))
+	a := Bin(And, u, c32(0x7fffffff))
+	sign := Bin(And, Bin(Shr, u, c32(16)), c32(0x8000))
+	normal := Bin(Sub, Bin(Shr, a, c32(13)), c32((127-15)<<10))
+	mag := Sel(Bin(Eq, a, c32(0)), c32(0), Sel(Bin(Gt, a, c32(0x7f800000)), c32(0x7e00), normal))
+	return Cvt(I16, Bin(Or, mag, sign))
+}
