@@ -255,6 +255,12 @@ func (p *printer) stmt(s ir.Stmt) {
 		p.line("attnc_sync();")
 	case *ir.Copy:
 		dst, src := p.expr(s.DstIndex), p.expr(s.SrcIndex)
+		if s.Async {
+			// cp.async.cg: 16 bytes from global into shared memory,
+			// complete at the attnc_cp_async_wait that covers its group.
+			p.line("attnc_cp_async16(%s + %s, %s + %s);", s.Dst, dst, s.Src, src)
+			return
+		}
 		if s.N*p.elemBits(s.Src)/8 == 16 {
 			// One 128-bit access; lowering guarantees 16-byte alignment.
 			p.line("*(attnc_v16*)(%s + %s) = *(const attnc_v16*)(%s + %s);", s.Dst, dst, s.Src, src)
@@ -263,6 +269,16 @@ func (p *printer) stmt(s ir.Stmt) {
 		p.line("for (int32_t c_ = 0; c_ < %d; ++c_) %s[%s + c_] = %s[%s + c_];", s.N, s.Dst, dst, s.Src, src)
 	case *ir.MMA:
 		p.line("attnc_mma_%s(%s, %s, %s);", s.In, s.D, s.A, s.B)
+	case *ir.AsyncCommit:
+		p.line("attnc_cp_async_commit();")
+	case *ir.AsyncWait:
+		p.line("attnc_cp_async_wait<%d>();", s.Pending)
+	case *ir.LdMatrix:
+		tr := ""
+		if s.Trans {
+			tr = "_trans"
+		}
+		p.line("attnc_ldmatrix_x%d%s(%s, %s + %s);", s.N, tr, s.Dst, s.Src, p.expr(s.Index))
 	default:
 		panic(fmt.Sprintf("statement %T has no CUDA form", s))
 	}
