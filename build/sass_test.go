@@ -16,10 +16,10 @@ import (
 // the way FlashAttention-2 and FlashInfer are"): every example's kernels
 // assemble with zero spills and a zero stack frame, every f16/bf16 prefill
 // has LDGSTS, LDSM and HMMA and no LDL/STL, decode has LDGSTS or 128-bit
-// LDG (SASSTargets). Today's kernels do not meet them yet, so TestSASS only
-// logs what is not met; the kernel work flips this to true when it lands.
-// ATTNC_SASS_STRICT=1 turns them on for one run.
-const issue11Targets = false
+// LDG, and every kernel keeps to the register budget and occupancy its
+// manifest launch states (SASSTargets). With false, TestSASS only logs
+// what is not met; ATTNC_SASS_STRICT=1 turns them on for one run.
+const issue11Targets = true
 
 func sassStrict() bool { return issue11Targets || os.Getenv("ATTNC_SASS_STRICT") == "1" }
 
@@ -97,7 +97,8 @@ func TestSASS(t *testing.T) {
 func TestSASSTargets(t *testing.T) {
 	good := func(role, dtype string) SASSRow {
 		r := SASSRow{Role: role, DType: dtype, Kernel: sass.Kernel{Name: "k", Arch: "sm_90", Registers: 64,
-			Opcodes: map[string]int{"LDGSTS.E.BYPASS.128": 4, "LDSM.16.M88.4": 8, "HMMA.16816.F32": 16}}}
+			Opcodes: map[string]int{"LDGSTS.E.BYPASS.128": 4, "LDSM.16.M88.4": 8, "HMMA.16816.F32": 16}},
+			MaxRegisters: 128, MinBlocks: 2, Occupancy: sass.Occupancy{BlocksPerSM: 4}}
 		return r
 	}
 	for _, r := range []SASSRow{good("prefill", "f16"), good("prefill", "bf16"), good("decode", "f16"),
@@ -118,6 +119,8 @@ func TestSASSTargets(t *testing.T) {
 		{"no mma", func(r *SASSRow) { delete(r.Opcodes, "HMMA.16816.F32") }, "has HMMA"},
 		{"local loads", func(r *SASSRow) { r.Opcodes["LDL.64"] = 1 }, "no LDL/STL"},
 		{"local stores", func(r *SASSRow) { r.Opcodes["STL.U8"] = 1 }, "no LDL/STL"},
+		{"over the register bound", func(r *SASSRow) { r.MaxRegisters = 56 }, "launch bound"},
+		{"under the stated occupancy", func(r *SASSRow) { r.MinBlocks = 9; r.Occupancy.BlocksPerSM = 8 }, "occupancy at least"},
 	}
 	for _, c := range cases {
 		r := good("prefill", "bf16")

@@ -95,6 +95,9 @@ type Host struct {
 	Threads         string                // C expression of ir.PlanThreads
 	GridStrideGrid  string                // C expression: the grid of a launch whose item count is not known on the host
 	ThreadsPerBlock int                   // the block size every work kernel must have
+	// MinBlocks, when set, is each kernel's minBlocksPerMultiprocessor:
+	// kernels are printed with __launch_bounds__(block, MinBlocks(k)).
+	MinBlocks func(*ir.Kernel) int
 }
 
 // Emit prints the CUDA C++ source of a legalized GPU module: its kernels
@@ -112,6 +115,9 @@ func Emit(m *ir.Module, h Host) (out string, err error) {
 	sb.WriteString(helpers)
 	for _, k := range m.Kernels {
 		p := &printer{sb: &sb, m: m}
+		if h.MinBlocks != nil {
+			p.minBlocks = h.MinBlocks(k)
+		}
 		p.kernel(k)
 	}
 	sb.WriteString("\n#ifndef ATTNC_NO_HOST\n")
@@ -160,12 +166,13 @@ func hostDefs(m *ir.Module) []*ir.Def {
 }
 
 type printer struct {
-	sb     *strings.Builder
-	m      *ir.Module
-	k      *ir.Kernel
-	indent int
-	smem   int  // bytes of dynamic shared memory carved so far
-	host   bool // printing host code
+	sb        *strings.Builder
+	m         *ir.Module
+	k         *ir.Kernel
+	indent    int
+	smem      int  // bytes of dynamic shared memory carved so far
+	host      bool // printing host code
+	minBlocks int  // __launch_bounds__ minimum blocks per SM (0: no bounds)
 }
 
 func (p *printer) line(format string, args ...any) {
@@ -192,7 +199,11 @@ func (p *printer) kernel(k *ir.Kernel) {
 		ps = append(ps, paramDecl(pr))
 	}
 	fmt.Fprintf(p.sb, "\n// %s: %s kernel; block = %d threads, dynamic shared memory = %d bytes.\n", k.Name, k.Role, BlockSize(k), SharedBytes(k))
-	fmt.Fprintf(p.sb, "ATTNC_KERNEL void %s(%s) {\n", k.Name, strings.Join(ps, ", "))
+	bounds := ""
+	if p.minBlocks > 0 {
+		bounds = fmt.Sprintf("__launch_bounds__(%d, %d) ", BlockSize(k), p.minBlocks)
+	}
+	fmt.Fprintf(p.sb, "ATTNC_KERNEL void %s%s(%s) {\n", bounds, k.Name, strings.Join(ps, ", "))
 	p.indent = 1
 	if SharedBytes(k) > 0 {
 		p.line("ATTNC_DYN_SMEM(attnc_smem);")
