@@ -181,8 +181,8 @@ func (*Copy) isStmt()        {}
 func (*AsyncCommit) isStmt() {}
 func (*AsyncWait) isStmt()   {}
 func (*LdMatrix) isStmt()    {}
-func (*Barrier) isStmt() {}
-func (*MMA) isStmt()     {}
+func (*Barrier) isStmt()     {}
+func (*MMA) isStmt()         {}
 
 // Store writes Value to element Index of buffer or local array Buf.
 type Store struct {
