@@ -120,3 +120,39 @@ func TestGPUStatementErrors(t *testing.T) {
 		t.Errorf("misaligned ldmatrix row: %v", err)
 	}
 }
+
+// A Private array prints and parses back as "alloc private".
+func TestPrivateAllocRoundTrip(t *testing.T) {
+	src := `module g prefix g
+
+kernel g_priv role prefill (a: f32* [128] out) {
+  for item in 0 .. 1 parallel @work {
+    alloc private r: f32[128]
+    for w in 0 .. 4 spread {
+      for lane in 0 .. 32 lanes {
+        store r[((w * 32) + lane)] = 1.0:f32
+        store a[((w * 32) + lane)] = r[((w * 32) + lane)]
+      }
+    }
+  }
+  return 0
+}
+`
+	m, err := Parse(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.String(); got != src {
+		t.Errorf("round trip differs:\n%s", got)
+	}
+	var a *Alloc
+	MapStmts(m.Kernels[0].Body, func(s Stmt) []Stmt {
+		if x, ok := s.(*Alloc); ok {
+			a = x
+		}
+		return []Stmt{s}
+	})
+	if a == nil || !a.Private || a.Shared || a.Heap {
+		t.Errorf("alloc private parsed as %+v", a)
+	}
+}

@@ -507,7 +507,8 @@ func (p *parser) stmt() Stmt {
 	case "alloc":
 		shared := p.isKw("shared") && p.peekN(1).kind == tIdent
 		heap := !shared && p.isKw("heap") && p.peekN(1).kind == tIdent
-		if shared || heap {
+		private := !shared && !heap && p.isKw("private") && p.peekN(1).kind == tIdent
+		if shared || heap || private {
 			p.next()
 		}
 		name := p.ident().text
@@ -517,7 +518,7 @@ func (p *parser) stmt() Stmt {
 		n := p.intLit(false)
 		p.expect("]")
 		p.declare(name, decl{kind: dAlloc, t: ty})
-		return &Alloc{Name: name, T: ty, Size: int(n), Shared: shared, Heap: heap}
+		return &Alloc{Name: name, T: ty, Size: int(n), Shared: shared, Heap: heap, Private: private}
 	case "barrier":
 		return &Barrier{}
 	case "reduce":

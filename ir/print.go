@@ -184,6 +184,8 @@ func (p *printer) stmt(s Stmt) {
 			kind = "shared "
 		case s.Heap:
 			kind = "heap "
+		case s.Private:
+			kind = "private "
 		}
 		p.line("alloc %s%s: %s[%d]", kind, s.Name, s.T, s.Size)
 		p.declBuf(s.Name, s.T)

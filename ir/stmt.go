@@ -34,13 +34,18 @@ type Assign struct {
 // thread of the block's Threads loop; it is declared outside that loop. A
 // Heap array (CPU, inside a parallel loop) lives in heap scratch that the
 // runtime allocates once per worker thread and call instead of on the
-// stack; the heap-scratch pass chooses which arrays go there.
+// stack; the heap-scratch pass chooses which arrays go there. A Private
+// array (GPU, declared among a work item's own statements) is one the
+// item's threads keep in registers: element slot*(Size/block) + i is
+// touched only by thread slot (warp*32 + lane), so map-threads gives each
+// thread its own Size/block elements instead of sharing the array.
 type Alloc struct {
-	Name   string
-	T      Type
-	Size   int
-	Shared bool
-	Heap   bool
+	Name    string
+	T       Type
+	Size    int
+	Shared  bool
+	Heap    bool
+	Private bool
 }
 
 // Barrier waits until every thread of the block reached it and makes their
