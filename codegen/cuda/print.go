@@ -312,12 +312,60 @@ func (p *printer) forStmt(s *ir.For) {
 		p.line("}")
 		return
 	default:
+		if p.indexesRegisters(s) {
+			// A register array indexed by the loop variable stays in
+			// registers only when the loop is unrolled.
+			p.line("#pragma unroll")
+		}
 		p.line("for (int32_t %s = %s, %s_end = %s; %s < %s_end; ++%s) {", s.Var, lo, s.Var, hi, s.Var, s.Var, s.Var)
 	}
 	p.indent++
 	p.block(s.Body)
 	p.indent--
 	p.line("}")
+}
+
+// indexesRegisters reports whether serial loop s has constant bounds and
+// its body indexes a thread-local array (not shared memory) by its
+// variable.
+func (p *printer) indexesRegisters(s *ir.For) bool {
+	_, lo := s.Lo.(*ir.Const)
+	_, hi := s.Hi.(*ir.Const)
+	if !lo || !hi {
+		return false
+	}
+	local := map[string]bool{}
+	ir.MapStmts(p.k.Body, func(st ir.Stmt) []ir.Stmt {
+		if a, ok := st.(*ir.Alloc); ok && !a.Shared {
+			local[a.Name] = true
+		}
+		return []ir.Stmt{st}
+	})
+	uses := func(e ir.Expr) bool {
+		found := false
+		ir.VisitExpr(e, func(x ir.Expr) {
+			if r, ok := x.(*ir.Ref); ok && r.Name == s.Var {
+				found = true
+			}
+		})
+		return found
+	}
+	found := false
+	ir.MapStmts(s.Body, func(st ir.Stmt) []ir.Stmt {
+		if x, ok := st.(*ir.Store); ok && local[x.Buf] && uses(x.Index) {
+			found = true
+		}
+		return []ir.Stmt{st}
+	})
+	ir.MapStmtExprs(s.Body, func(e ir.Expr) ir.Expr {
+		ir.VisitExpr(e, func(x ir.Expr) {
+			if l, ok := x.(*ir.Load); ok && local[l.Buf] && uses(l.Index) {
+				found = true
+			}
+		})
+		return e
+	})
+	return found
 }
 
 func align16(n int) int { return (n + 15) &^ 15 }

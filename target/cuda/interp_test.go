@@ -174,3 +174,75 @@ func TestInterpretCUDASchedule(t *testing.T) {
 		})
 	}
 }
+
+// TestAccInRegisters checks that the P·V accumulator of an f16 variant is
+// kept in per-thread registers across the KV tile loop (no load of the
+// shared accumulator inside it) and that the kernels still match the
+// reference; without the store of the registers back after the loop they
+// must not.
+func TestAccInRegisters(t *testing.T) {
+	vs, err := frontend.Parse("interp.attn", []byte(`variant ci_acc { heads qo = 4, kv = 2
+	  head_dim 16
+	  dtype f16
+	  cache paged(page_size = 4)
+	  mask causal }`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := vs[0]
+	c, err := build.CompileFor(v, "cuda", build.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range c.Final.Kernels {
+		if k.Role != ir.RolePrefill && k.Role != ir.RoleDecode {
+			continue
+		}
+		private, accInLoop := false, 0
+		ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
+			switch x := s.(type) {
+			case *ir.Alloc:
+				if x.Name == "acc_reg" && !x.Shared {
+					private = true
+				}
+			case *ir.For:
+				if x.Tag == ir.TagKVTile {
+					ir.MapStmtExprs(x.Body, func(e ir.Expr) ir.Expr {
+						ir.VisitExpr(e, func(n ir.Expr) {
+							if l, ok := n.(*ir.Load); ok && l.Buf == "acc" {
+								accInLoop++
+							}
+						})
+						return e
+					})
+				}
+			}
+			return []ir.Stmt{s}
+		})
+		if !private || accInLoop != 0 {
+			t.Errorf("%s: per-thread acc_reg %v, loads of the shared acc in the tile loop %d", k.Name, private, accInLoop)
+		}
+	}
+	for _, b := range runPlans(v, c.Final) {
+		t.Error(b)
+	}
+	mutant := *c.Final
+	mutant.Kernels = nil
+	removed := 0
+	for _, k := range c.Final.Kernels {
+		nk := *k
+		nk.Body = ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
+			if st, ok := s.(*ir.Store); ok && st.Buf == "acc" {
+				if l, ok := st.Value.(*ir.Load); ok && l.Buf == "acc_reg" {
+					removed++
+					return nil
+				}
+			}
+			return []ir.Stmt{s}
+		})
+		mutant.Kernels = append(mutant.Kernels, &nk)
+	}
+	if removed == 0 || len(runPlans(v, &mutant)) == 0 {
+		t.Errorf("the kernels without the %d stores of the registers back still match the reference", removed)
+	}
+}

@@ -50,7 +50,11 @@ func UseMMA(m *ir.Module) (*ir.Module, error) {
 		for _, p := range plans {
 			byMM[p.mm] = p
 		}
-		return ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
+		body := k.Body
+		if AccInRegisters {
+			body = keepAccInRegisters(body, byMM)
+		}
+		return ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
 			switch x := s.(type) {
 			case *ir.MatMul:
 				if p := byMM[x]; p != nil {
@@ -74,8 +78,9 @@ func UseMMA(m *ir.Module) (*ir.Module, error) {
 
 type mmaPlan struct {
 	mm      *ir.MatMul
-	in      ir.Type // the tensor-core dtype
-	aNarrow bool    // A holds values of in (else f32, split hi + lo)
+	in      ir.Type  // the tensor-core dtype
+	aNarrow bool     // A holds values of in (else f32, split hi + lo)
+	reg     *accRegs // C kept in registers across the KV tile loop (accregs.go)
 }
 
 // arrayStores lists the values stored into each local array.
@@ -210,7 +215,10 @@ func (p *mmaPlan) lower() []ir.Stmt {
 	}
 	for c := 0; c < 4; c++ {
 		var v ir.Expr = ir.Float(0)
-		if mm.Accumulate {
+		switch {
+		case p.reg != nil:
+			v = ir.Ld(p.reg.name, ir.F32, p.reg.at(i32(c)))
+		case mm.Accumulate:
 			v = ir.Ld(mm.C, ir.F32, cAt(c))
 		}
 		body = append(body, &ir.Store{Buf: "fd", Index: i32(c), Value: v})
@@ -300,7 +308,14 @@ func (p *mmaPlan) lower() []ir.Stmt {
 	}
 	body = append(body, &ir.For{Var: "ks", Lo: i32(0), Hi: i32(mm.K / mmaK), Kind: ir.Serial, Body: &ir.Block{Stmts: kLoop}})
 	for c := 0; c < 4; c++ {
+		if p.reg != nil {
+			body = append(body, &ir.Store{Buf: p.reg.name, Index: p.reg.at(i32(c)), Value: ir.Ld("fd", ir.F32, i32(c))})
+			continue
+		}
 		body = append(body, &ir.Store{Buf: mm.C, Index: cAt(c), Value: ir.Ld("fd", ir.F32, i32(c))})
+	}
+	if p.reg != nil {
+		return append(out, p.reg.loop(body))
 	}
 	lanes := &ir.For{Var: "lane", Lo: i32(0), Hi: i32(ir.WarpSize), Kind: ir.Lanes, Body: &ir.Block{Stmts: body}}
 	out = append(out, &ir.For{Var: "nt", Lo: i32(0), Hi: i32(mm.N / mmaN), Kind: ir.Spread, Body: &ir.Block{Stmts: []ir.Stmt{lanes}}})
@@ -311,6 +326,11 @@ func (p *mmaPlan) lower() []ir.Stmt {
 // (Q, K, V in shared memory) with ldmatrix instead of 16-bit loads and
 // packing; tests turn it off to compare both.
 var UseLdMatrix = true
+
+// AccInRegisters makes use-mma keep the P·V accumulator in registers
+// across the KV tile loop where it can (accregs.go); tests turn it off to
+// compare both.
+var AccInRegisters = true
 
 // pParts is how many parts of tensor-core dtype r an f32 A element is
 // split into: enough that their sum holds about 22 significant bits (f16:
