@@ -8,14 +8,17 @@ import (
 // C (acc[16, N]) across the KV tile loop; held in shared memory, every tile
 // reads and writes all of it twice (mma in, mma out) plus once for the
 // rescale by exp(m_old - m_new). keepAccInRegisters keeps C in the mma
-// accumulator registers for the whole tile loop instead, as FlashAttention-2
-// does: a Private array whose elements each thread owns in the fragment
-// layout, loaded from C once before the loop and stored back once after
-// it (the epilogue then reads C as before). Inside the loop the mma reads
-// and writes the registers, and every other statement that touches C must
-// be a row nest (for row spread 0..16 { lets, ifs, for d spread 0..N {
-// stores of C[row*N + d] } }) that is rewritten onto the fragment layout.
-// A loop with any other access to C keeps C in shared memory.
+// accumulator registers instead, as FlashAttention-2 does: a Private array
+// whose elements each thread owns in the fragment layout. Inside the loop
+// the mma reads and writes the registers, and every other statement that
+// touches C must be a row nest (for row spread 0..16 { lets, ifs, for d
+// spread 0..N { C[row*N + d] and stores of element (row, d) } }), which is
+// rewritten onto the fragment layout. When the work item's other
+// statements touching C are row nests too (the zeroing, the normalized
+// store of o), their column loops run on the registers, what they do per
+// row stays a row nest, and C is gone from shared memory; otherwise C is
+// loaded into the registers before the loop and stored back after it. A
+// loop with any other access to C keeps C in shared memory.
 
 // MaxAccRegisters caps the accumulator registers a thread may hold (f32
 // elements of C per thread): head dims up to 256 with 4 warps. Larger
@@ -101,95 +104,207 @@ func (a *accRegs) copyLoop(mm *ir.MatMul, in bool) ir.Stmt {
 // keepAccInRegisters rewrites the KV tile loops of body whose accumulating
 // matmuls (one per tile kind classify-tiles made) have a register plan
 // (see above), recording the plan on their mmaPlans; loops it cannot
-// rewrite are left as they are.
+// rewrite are left as they are. Where every other statement of the work
+// item that touches C is a row nest too (the zeroing before the loop, the
+// normalizing store after it), those run on the registers as well and C
+// leaves shared memory; else C is loaded into the registers before the
+// loop and stored back after it.
 func keepAccInRegisters(body *ir.Block, byMM map[*ir.MatMul]*mmaPlan) *ir.Block {
+	body = ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
+		if f, ok := s.(*ir.For); ok && f.Kind == ir.Parallel {
+			if item := accInItem(f, byMM); item != nil {
+				return []ir.Stmt{item}
+			}
+		}
+		return []ir.Stmt{s}
+	})
 	return ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
 		f, ok := s.(*ir.For)
 		if !ok || f.Tag != ir.TagKVTile {
 			return []ir.Stmt{s}
 		}
-		var first *ir.MatMul
-		ir.MapStmts(f.Body, func(st ir.Stmt) []ir.Stmt {
-			if mm, ok := st.(*ir.MatMul); ok && first == nil && byMM[mm] != nil && mm.Accumulate {
-				first = mm
-			}
-			return []ir.Stmt{st}
-		})
-		if first == nil {
-			return []ir.Stmt{s}
-		}
-		a := newAccRegs(first)
-		if a == nil {
-			return []ir.Stmt{s}
-		}
-		var plans []*mmaPlan
-		var rewrite func([]ir.Stmt) ([]ir.Stmt, bool)
-		rewrite = func(stmts []ir.Stmt) ([]ir.Stmt, bool) {
-			var out []ir.Stmt
-			for _, st := range stmts {
-				if !touches(st, first.C) {
-					out = append(out, st)
-					continue
-				}
-				switch x := st.(type) {
-				case *ir.MatMul:
-					p := byMM[x]
-					if p == nil || !x.Accumulate || x.C != first.C || x.M != first.M || x.N != first.N ||
-						x.A == first.C || x.B == first.C {
-						return nil, false
-					}
-					plans = append(plans, p)
-					out = append(out, st)
-				case *ir.If:
-					if exprTouches(x.Cond, first.C) {
-						return nil, false
-					}
-					c := *x
-					then, ok := rewrite(x.Then.Stmts)
-					if !ok {
-						return nil, false
-					}
-					c.Then = &ir.Block{Stmts: then}
-					if x.Else != nil {
-						els, ok := rewrite(x.Else.Stmts)
-						if !ok {
-							return nil, false
-						}
-						c.Else = &ir.Block{Stmts: els}
-					}
-					out = append(out, &c)
-				case *ir.Block:
-					inner, ok := rewrite(x.Stmts)
-					if !ok {
-						return nil, false
-					}
-					out = append(out, &ir.Block{Stmts: inner})
-				default:
-					conv := a.rowNest(st, first)
-					if conv == nil {
-						return nil, false
-					}
-					out = append(out, conv)
-				}
-			}
-			return out, true
-		}
-		stmts, ok := rewrite(f.Body.Stmts)
-		if !ok {
-			return []ir.Stmt{s}
+		loop, a, plans := accInLoop(f, byMM)
+		if loop == nil || plans[0].reg != nil {
+			return []ir.Stmt{s} // not possible, or done with its item
 		}
 		for _, p := range plans {
 			p.reg = a
 		}
-		loop := *f
-		loop.Body = &ir.Block{Stmts: stmts}
 		return []ir.Stmt{
 			&ir.Alloc{Name: a.name, T: ir.F32, Size: BlockThreads * a.per, Private: true},
-			a.copyLoop(first, true),
-			&loop,
-			a.copyLoop(first, false),
+			a.copyLoop(p0(plans).mm, true),
+			loop,
+			a.copyLoop(p0(plans).mm, false),
 		}
 	})
+}
+
+func p0(plans []*mmaPlan) *mmaPlan { return plans[0] }
+
+// accInItem rewrites a work item whose KV tile loops and every other
+// statement touching their accumulator C can run on registers, dropping
+// C; it returns nil when some statement cannot.
+func accInItem(item *ir.For, byMM map[*ir.MatMul]*mmaPlan) ir.Stmt {
+	var a *accRegs
+	var mm *ir.MatMul
+	var plans []*mmaPlan
+	loops := map[int]ir.Stmt{}
+	for i, st := range item.Body.Stmts {
+		f, ok := st.(*ir.For)
+		if !ok || f.Tag != ir.TagKVTile {
+			continue
+		}
+		loop, la, lp := accInLoop(f, byMM)
+		if loop == nil || (a != nil && la.name != a.name) {
+			return nil
+		}
+		a, mm, plans = la, lp[0].mm, append(plans, lp...)
+		loops[i] = loop
+	}
+	if a == nil {
+		return nil
+	}
+	var out []ir.Stmt
+	for i, st := range item.Body.Stmts {
+		if loop, ok := loops[i]; ok {
+			out = append(out, loop)
+			continue
+		}
+		if al, ok := st.(*ir.Alloc); ok && al.Name == mm.C {
+			out = append(out, &ir.Alloc{Name: a.name, T: ir.F32, Size: BlockThreads * a.per, Private: true})
+			continue
+		}
+		if !touches(st, mm.C) {
+			out = append(out, st)
+			continue
+		}
+		rows, frag := a.splitRowNest(st, mm)
+		if frag == nil {
+			return nil
+		}
+		out = append(out, rows, frag)
+	}
+	// C must be gone: its alloc replaced, every access but the planned
+	// matmuls' (which lower onto the registers) rewritten.
+	c := *item
+	c.Body = ir.MapStmts(&ir.Block{Stmts: out}, func(st ir.Stmt) []ir.Stmt {
+		if x, ok := st.(*ir.MatMul); ok && byMM[x] != nil && byMM[x].mm.C == mm.C {
+			return nil
+		}
+		return []ir.Stmt{st}
+	})
+	if touches(&c, mm.C) {
+		return nil
+	}
+	c.Body = &ir.Block{Stmts: out}
+	for _, p := range plans {
+		p.reg = a
+	}
+	return &c
+}
+
+// accInLoop rewrites one KV tile loop onto the register plan of its
+// accumulating matmuls, or returns nil loop.
+func accInLoop(f *ir.For, byMM map[*ir.MatMul]*mmaPlan) (ir.Stmt, *accRegs, []*mmaPlan) {
+	var first *ir.MatMul
+	ir.MapStmts(f.Body, func(st ir.Stmt) []ir.Stmt {
+		if mm, ok := st.(*ir.MatMul); ok && first == nil && byMM[mm] != nil && mm.Accumulate {
+			first = mm
+		}
+		return []ir.Stmt{st}
+	})
+	if first == nil {
+		return nil, nil, nil
+	}
+	a := newAccRegs(first)
+	if a == nil {
+		return nil, nil, nil
+	}
+	var plans []*mmaPlan
+	var rewrite func([]ir.Stmt) ([]ir.Stmt, bool)
+	rewrite = func(stmts []ir.Stmt) ([]ir.Stmt, bool) {
+		var out []ir.Stmt
+		for _, st := range stmts {
+			if !touches(st, first.C) {
+				out = append(out, st)
+				continue
+			}
+			switch x := st.(type) {
+			case *ir.MatMul:
+				p := byMM[x]
+				if p == nil || !x.Accumulate || x.C != first.C || x.M != first.M || x.N != first.N ||
+					x.A == first.C || x.B == first.C {
+					return nil, false
+				}
+				plans = append(plans, p)
+				out = append(out, st)
+			case *ir.If:
+				if exprTouches(x.Cond, first.C) {
+					return nil, false
+				}
+				c := *x
+				then, ok := rewrite(x.Then.Stmts)
+				if !ok {
+					return nil, false
+				}
+				c.Then = &ir.Block{Stmts: then}
+				if x.Else != nil {
+					els, ok := rewrite(x.Else.Stmts)
+					if !ok {
+						return nil, false
+					}
+					c.Else = &ir.Block{Stmts: els}
+				}
+				out = append(out, &c)
+			case *ir.Block:
+				inner, ok := rewrite(x.Stmts)
+				if !ok {
+					return nil, false
+				}
+				out = append(out, &ir.Block{Stmts: inner})
+			default:
+				conv := a.rowNest(st, first)
+				if conv == nil {
+					return nil, false
+				}
+				out = append(out, conv)
+			}
+		}
+		return out, true
+	}
+	stmts, ok := rewrite(f.Body.Stmts)
+	if !ok {
+		return nil, nil, nil
+	}
+	loop := *f
+	loop.Body = &ir.Block{Stmts: stmts}
+	return &loop, a, plans
+}
+
+// splitRowNest splits a row nest over C into the nest without its column
+// loops (what it does per row: the softmax state, the lse) and the column
+// loops on the fragment layout (the registers), or returns nil frag when
+// s is not such a nest.
+func (a *accRegs) splitRowNest(s ir.Stmt, mm *ir.MatMul) (rows, frag ir.Stmt) {
+	f, ok := s.(*ir.For)
+	if !ok || f.Kind != ir.Spread || !isConst(f.Lo, 0) || !isConst(f.Hi, mm.M) {
+		return nil, nil
+	}
+	n := &nestRewrite{c: mm.C, reg: a.name, row: f.Var, width: mm.N, at: a.at(ir.R(fragElem, ir.I32)), dropRowWork: true}
+	body, ok := n.outer(f.Body.Stmts)
+	if !ok || n.col == "" {
+		return nil, nil
+	}
+	col := n.col
+	rowBody := ir.MapStmts(f.Body, func(st ir.Stmt) []ir.Stmt {
+		if x, ok := st.(*ir.For); ok && x.Var == col && touches(x, mm.C) {
+			return nil
+		}
+		return []ir.Stmt{st}
+	})
+	r := *f
+	r.Body = rowBody
+	return &r, a.loop(a.elems(n.row, n.col, body))
 }
 
 // rowNest rewrites a row nest over C onto the fragment layout, or returns
@@ -213,6 +328,10 @@ type nestRewrite struct {
 	row, col string  // the nest's row and column variables
 	width    int     // C's row length
 	at       ir.Expr // the register element of (row, col)
+	// dropRowWork drops the statements outside the column loops that do
+	// not touch C (splitRowNest keeps them in the row nest) instead of
+	// refusing them.
+	dropRowWork bool
 }
 
 // outer rewrites the statements around the column loop: lets and ifs that
@@ -220,6 +339,9 @@ type nestRewrite struct {
 func (n *nestRewrite) outer(stmts []ir.Stmt) ([]ir.Stmt, bool) {
 	var out []ir.Stmt
 	for _, s := range stmts {
+		if _, isLet := s.(*ir.Let); !isLet && n.dropRowWork && !touches(s, n.c) {
+			continue
+		}
 		switch x := s.(type) {
 		case *ir.Let:
 			if touches(x, n.c) {
@@ -282,7 +404,16 @@ func (n *nestRewrite) inner(stmts []ir.Stmt) ([]ir.Stmt, bool) {
 		case *ir.Let:
 			out = append(out, &ir.Let{Name: x.Name, Value: expr(x.Value)})
 		case *ir.Store:
-			if x.Buf != n.c || !n.here(x.Index) {
+			if x.Buf != n.c {
+				// Another buffer's element (row, col): once per element
+				// on the fragment layout as in the nest.
+				if exprTouches(x.Index, n.c) {
+					return nil, false
+				}
+				out = append(out, &ir.Store{Buf: x.Buf, Index: x.Index, Value: expr(x.Value)})
+				continue
+			}
+			if !n.here(x.Index) {
 				return nil, false
 			}
 			out = append(out, &ir.Store{Buf: n.reg, Index: n.at, Value: expr(x.Value)})
