@@ -58,7 +58,7 @@ var Table = []passes.Pass{
 	passes.ClassifyTilesPass,
 	passes.ExpandCallsPass,
 	{Name: "use-mma", Run: UseMMA,
-		Desc: "matmuls on f16/bf16 operands as m16n8k16 tensor-core fragments per warp (P split hi + lo), when the shapes fit; the P·V accumulator in registers (up to 32 per thread)"},
+		Desc: "matmuls on f16/bf16 operands as m16n8k16 tensor-core fragments per warp (P split hi + lo), when the shapes fit; the P·V accumulator in registers (up to 64 per thread)"},
 	{Name: "simt-matmul", Required: true, Run: SIMTMatMul,
 		Desc: "the remaining matmuls as a dot product per output element"},
 	{Name: "widen-copies", Run: WidenCopies,
