@@ -305,7 +305,49 @@ func (a *accRegs) splitRowNest(s ir.Stmt, mm *ir.MatMul) (rows, frag ir.Stmt) {
 	})
 	r := *f
 	r.Body = rowBody
-	return &r, a.loop(a.elems(n.row, n.col, body))
+	frag = a.loop(a.elems(n.row, n.col, body))
+	// The row part runs first: it must not write what the column loops
+	// read, nor read what they write, and nothing may leave the nest early.
+	rowLoads, rowStores, rowExits := accesses(&r)
+	fragLoads, fragStores, _ := accesses(frag)
+	if rowExits || overlaps(rowStores, fragLoads) || overlaps(fragStores, rowLoads) {
+		return nil, nil
+	}
+	return &r, frag
+}
+
+// accesses lists the buffers s loads and stores, and whether it holds a
+// continue or return.
+func accesses(s ir.Stmt) (loads, stores map[string]bool, exits bool) {
+	loads, stores = map[string]bool{}, map[string]bool{}
+	b := &ir.Block{Stmts: []ir.Stmt{s}}
+	ir.MapStmts(b, func(st ir.Stmt) []ir.Stmt {
+		switch x := st.(type) {
+		case *ir.Store:
+			stores[x.Buf] = true
+		case *ir.Continue, *ir.Return:
+			exits = true
+		}
+		return []ir.Stmt{st}
+	})
+	ir.MapStmtExprs(b, func(e ir.Expr) ir.Expr {
+		ir.VisitExpr(e, func(x ir.Expr) {
+			if l, ok := x.(*ir.Load); ok {
+				loads[l.Buf] = true
+			}
+		})
+		return e
+	})
+	return loads, stores, exits
+}
+
+func overlaps(a, b map[string]bool) bool {
+	for n := range a {
+		if b[n] {
+			return true
+		}
+	}
+	return false
 }
 
 // rowNest rewrites a row nest over C onto the fragment layout, or returns
