@@ -201,7 +201,7 @@ func TestCUDAToPTX(t *testing.T) {
 		for _, arch := range []string{"sm_80", "sm_90"} {
 			ptx := filepath.Join(dir, ex+"."+arch+".ptx")
 			start := time.Now()
-			if err := cuda.CompilePTX(cu, ptx, arch); err != nil {
+			if err := compilePTX(cu, ptx, arch); err != nil {
 				t.Fatalf("%s %s: %v", ex, arch, err)
 			}
 			t.Logf("%s %s: PTX in %v", ex, arch, time.Since(start).Round(time.Millisecond))

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/attnc/attnc/codegen/cuda"
@@ -38,48 +39,55 @@ func TestSASS(t *testing.T) {
 	t.Logf("ptxas %s (CUDA %s), cuobjdump %s", tools.PTXAS, tools.Release, tools.Cuobjdump)
 	archs := []string{"sm_80", "sm_90"}
 	var all []SASSRow
-	for _, ex := range inScope {
-		t.Run(ex, func(t *testing.T) {
-			out := buildTargets(t, ex, "cuda")
-			dir := t.TempDir()
-			rows, err := SASS(out, archs, tools, dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var tab bytes.Buffer
-			if err := WriteSASSTable(&tab, rows); err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("%s:\n%s", ex, tab.String())
-			for _, arch := range archs {
-				ptx, err := os.ReadFile(filepath.Join(dir, ex+"."+arch+".ptx"))
+	var mu sync.Mutex
+	// The examples assemble in parallel; the group returns when all have.
+	t.Run("examples", func(t *testing.T) {
+		for _, ex := range inScope {
+			t.Run(ex, func(t *testing.T) {
+				t.Parallel()
+				out := buildTargets(t, ex, "cuda")
+				dir := t.TempDir()
+				rows, err := SASS(out, archs, tools, dir)
 				if err != nil {
 					t.Fatal(err)
 				}
-				for _, c := range []struct{ ptx, family string }{
-					{"mma.sync.aligned", "HMMA"}, {"cp.async.", "LDGSTS"}, {"ldmatrix.sync.aligned", "LDSM"},
-				} {
-					inPTX := bytes.Contains(ptx, []byte(c.ptx))
-					inSASS := 0
-					for _, r := range rows {
-						if r.Arch == arch {
-							inSASS += r.Count(c.family)
+				var tab bytes.Buffer
+				if err := WriteSASSTable(&tab, rows); err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("%s:\n%s", ex, tab.String())
+				for _, arch := range archs {
+					ptx, err := os.ReadFile(filepath.Join(dir, ex+"."+arch+".ptx"))
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, c := range []struct{ ptx, family string }{
+						{"mma.sync.aligned", "HMMA"}, {"cp.async.", "LDGSTS"}, {"ldmatrix.sync.aligned", "LDSM"},
+					} {
+						inPTX := bytes.Contains(ptx, []byte(c.ptx))
+						inSASS := 0
+						for _, r := range rows {
+							if r.Arch == arch {
+								inSASS += r.Count(c.family)
+							}
+						}
+						if inPTX != (inSASS > 0) {
+							t.Errorf("%s %s: PTX has %s: %v, but the SASS has %d %s", ex, arch, c.ptx, inPTX, inSASS, c.family)
 						}
 					}
-					if inPTX != (inSASS > 0) {
-						t.Errorf("%s %s: PTX has %s: %v, but the SASS has %d %s", ex, arch, c.ptx, inPTX, inSASS, c.family)
+				}
+				for _, r := range rows {
+					if r.Registers <= 0 || r.Instructions == 0 || r.Occupancy.BlocksPerSM < 1 {
+						t.Errorf("%s %s: implausible: %d registers, %d instructions, %d blocks per SM",
+							r.Name, r.Arch, r.Registers, r.Instructions, r.Occupancy.BlocksPerSM)
 					}
 				}
-			}
-			for _, r := range rows {
-				if r.Registers <= 0 || r.Instructions == 0 || r.Occupancy.BlocksPerSM < 1 {
-					t.Errorf("%s %s: implausible: %d registers, %d instructions, %d blocks per SM",
-						r.Name, r.Arch, r.Registers, r.Instructions, r.Occupancy.BlocksPerSM)
-				}
-			}
-			all = append(all, rows...)
-		})
-	}
+				mu.Lock()
+				all = append(all, rows...)
+				mu.Unlock()
+			})
+		}
+	})
 	unmet := CheckSASS(all)
 	if sassStrict() {
 		for _, u := range unmet {
