@@ -11,6 +11,7 @@ import (
 
 	"github.com/attnc/attnc/codegen/cuda"
 	"github.com/attnc/attnc/codegen/cuda/sass"
+	"github.com/attnc/attnc/registry"
 )
 
 // SASSRow is one CUDA device kernel's machine code for one architecture,
@@ -22,6 +23,9 @@ type SASSRow struct {
 	DType   string // the variant's storage dtype
 	Block   int    // threads per block (manifest launch.block)
 	DynSmem int    // dynamic shared memory bytes (manifest launch.smem)
+	// The manifest's launch bound: the register budget and the blocks per
+	// SM it guarantees on this architecture (0 when it states none).
+	MaxRegisters, MinBlocks int
 	sass.Kernel
 	Occupancy sass.Occupancy
 }
@@ -44,6 +48,7 @@ func SASS(out *Output, archs []string, tools sass.Tools, dir string) ([]SASSRow,
 			return nil, fmt.Errorf("sass: no %s.cu in the build (build with the cuda target)", v.Name)
 		}
 		launches := map[string]SASSRow{}
+		guaranteed := map[string]map[string]registry.OccupancyManifest{}
 		for _, k := range out.Manifest.Kernels {
 			if k.Variant != v.Name || k.Target != "cuda" || k.Entry {
 				continue
@@ -51,7 +56,9 @@ func SASS(out *Output, archs []string, tools sass.Tools, dir string) ([]SASSRow,
 			if k.Launch == nil || k.Launch.Block <= 0 {
 				return nil, fmt.Errorf("sass: manifest kernel %s has no launch block/smem", k.Symbol)
 			}
-			launches[k.Symbol] = SASSRow{Variant: v.Name, Role: k.Role, DType: v.DType.String(), Block: k.Launch.Block, DynSmem: k.Launch.Smem}
+			launches[k.Symbol] = SASSRow{Variant: v.Name, Role: k.Role, DType: v.DType.String(), Block: k.Launch.Block,
+				DynSmem: k.Launch.Smem, MaxRegisters: k.Launch.MaxRegisters}
+			guaranteed[k.Symbol] = k.Launch.Occupancy
 		}
 		cuPath := filepath.Join(dir, v.Name+".cu")
 		if err := os.WriteFile(cuPath, cu, 0o644); err != nil {
@@ -60,7 +67,7 @@ func SASS(out *Output, archs []string, tools sass.Tools, dir string) ([]SASSRow,
 		var vrows []SASSRow
 		for _, arch := range archs {
 			base := filepath.Join(dir, v.Name+"."+arch)
-			if err := cuda.CompilePTX(cuPath, base+".ptx", arch); err != nil {
+			if err := compilePTX(cuPath, base+".ptx", arch); err != nil {
 				return nil, err
 			}
 			ks, err := sass.Assemble(tools, base+".ptx", arch, base+".cubin")
@@ -75,6 +82,7 @@ func SASS(out *Output, archs []string, tools sass.Tools, dir string) ([]SASSRow,
 				}
 				seen[k.Name] = true
 				r.Kernel = k
+				r.MinBlocks = guaranteed[k.Name][arch].BlocksPerSM
 				r.Occupancy, err = sass.Archs[arch].Occupancy(k.Registers, k.StaticSmem, r.Block, r.DynSmem)
 				if err != nil {
 					return nil, fmt.Errorf("sass: %s %s: %w", k.Name, arch, err)
@@ -92,6 +100,10 @@ func SASS(out *Output, archs []string, tools sass.Tools, dir string) ([]SASSRow,
 	}
 	return rows, nil
 }
+
+// compilePTX is cuda.CompilePTX; the package's tests share one compile per
+// source and architecture between their PTX and SASS checks.
+var compilePTX = cuda.CompilePTX
 
 func artifactData(o *Output, name string) []byte {
 	for _, a := range o.Artifacts {
@@ -170,6 +182,10 @@ var SASSTargets = []SASSTarget{
 		func(r SASSRow) bool { return r.Count("LDL")+r.Count("STL") == 0 }},
 	{"decode has LDGSTS or LDG.128", func(r SASSRow) bool { return r.Role == "decode" },
 		func(r SASSRow) bool { return r.Count("LDGSTS")+r.Count("LDG.128") > 0 }},
+	{"registers within the manifest's launch bound", func(r SASSRow) bool { return r.MaxRegisters > 0 },
+		func(r SASSRow) bool { return r.Registers <= r.MaxRegisters }},
+	{"occupancy at least the manifest's", func(r SASSRow) bool { return r.MinBlocks > 0 },
+		func(r SASSRow) bool { return r.Occupancy.BlocksPerSM >= r.MinBlocks }},
 }
 
 // CheckSASS returns one line per row and SASSTarget it applies to but
@@ -179,9 +195,10 @@ func CheckSASS(rows []SASSRow) []string {
 	for _, r := range rows {
 		for _, t := range SASSTargets {
 			if t.Applies(r) && !t.Met(r) {
-				out = append(out, fmt.Sprintf("%s %s: %s (stack %d, spills %d/%d, LDGSTS %d, LDSM %d, HMMA %d, LDL %d, STL %d, LDG.128 %d)",
+				out = append(out, fmt.Sprintf("%s %s: %s (stack %d, spills %d/%d, LDGSTS %d, LDSM %d, HMMA %d, LDL %d, STL %d, LDG.128 %d, registers %d of %d, %d blocks per SM of %d)",
 					r.Name, r.Arch, t.Name, r.StackFrame, r.SpillStores, r.SpillLoads, r.Count("LDGSTS"), r.Count("LDSM"),
-					r.Count("HMMA"), r.Count("LDL"), r.Count("STL"), r.Count("LDG.128")))
+					r.Count("HMMA"), r.Count("LDL"), r.Count("STL"), r.Count("LDG.128"), r.Registers, r.MaxRegisters,
+					r.Occupancy.BlocksPerSM, r.MinBlocks))
 			}
 		}
 	}

@@ -39,7 +39,9 @@ and architecture:
 
 --check also tests the targets the CUDA kernels are built towards (no
 spills and no stack frame in any kernel; LDGSTS, LDSM and HMMA and no
-LDL/STL in every f16/bf16 prefill; LDGSTS or LDG.128 in decode), prints
+LDL/STL in every f16/bf16 prefill; LDGSTS or LDG.128 in decode; registers
+within the manifest launch's max_registers and occupancy at least its
+occupancy), prints
 "target not met: ..." for each one missed and exits with status 1 if any
 is, else prints "all targets met".
 

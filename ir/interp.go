@@ -381,6 +381,11 @@ func (f *frame) stmt(s Stmt, u *[]undo) (flow, int32) {
 		f.restore(lu)
 	case *Reduce:
 		f.bind(u, s.Name, &binding{v: f.reduce(s)})
+	case *AsyncCommit, *AsyncWait:
+		// Async copies complete when issued here (the CUDA emulator models
+		// them as in flight until their wait).
+	case *LdMatrix:
+		f.ldmatrixStmt(s)
 	case *Barrier:
 		f.barrier()
 	case *MMA:

@@ -507,7 +507,8 @@ func (p *parser) stmt() Stmt {
 	case "alloc":
 		shared := p.isKw("shared") && p.peekN(1).kind == tIdent
 		heap := !shared && p.isKw("heap") && p.peekN(1).kind == tIdent
-		if shared || heap {
+		private := !shared && !heap && p.isKw("private") && p.peekN(1).kind == tIdent
+		if shared || heap || private {
 			p.next()
 		}
 		name := p.ident().text
@@ -517,7 +518,7 @@ func (p *parser) stmt() Stmt {
 		n := p.intLit(false)
 		p.expect("]")
 		p.declare(name, decl{kind: dAlloc, t: ty})
-		return &Alloc{Name: name, T: ty, Size: int(n), Shared: shared, Heap: heap}
+		return &Alloc{Name: name, T: ty, Size: int(n), Shared: shared, Heap: heap, Private: private}
 	case "barrier":
 		return &Barrier{}
 	case "reduce":
@@ -525,7 +526,14 @@ func (p *parser) stmt() Stmt {
 	case "matmul":
 		return p.matmul()
 	case "copy":
-		c := &Copy{Dst: p.ident().text}
+		c := &Copy{}
+		if p.accept(".") {
+			if x := p.ident(); x.text != "async" {
+				p.failAt(x, "expected copy.async, found copy.%s", x.text)
+			}
+			c.Async = true
+		}
+		c.Dst = p.ident().text
 		p.expect("[")
 		c.DstIndex = p.expr()
 		p.expect("]")
@@ -539,6 +547,39 @@ func (p *parser) stmt() Stmt {
 		}
 		c.N = int(p.intLit(false))
 		return c
+	case "async":
+		p.expect(".")
+		switch x := p.ident(); x.text {
+		case "commit":
+			return &AsyncCommit{}
+		case "wait":
+			return &AsyncWait{Pending: int(p.intLit(false))}
+		default:
+			p.failAt(x, "expected async.commit or async.wait N, found async.%s", x.text)
+		}
+	case "ldmatrix":
+		p.expect(".")
+		x := p.ident()
+		s := &LdMatrix{}
+		switch x.text {
+		case "x1", "x2", "x4":
+			s.N = int(x.text[1] - '0')
+		default:
+			p.failAt(x, "expected ldmatrix.x1, .x2 or .x4, found ldmatrix.%s", x.text)
+		}
+		if p.accept(".") {
+			if y := p.ident(); y.text != "trans" {
+				p.failAt(y, "expected ldmatrix.xN.trans, found .%s", y.text)
+			}
+			s.Trans = true
+		}
+		s.Dst = p.ident().text
+		p.expect(",")
+		s.Src = p.ident().text
+		p.expect("[")
+		s.Index = p.expr()
+		p.expect("]")
+		return s
 	case "mma":
 		p.expect(".")
 		in := p.typ()

@@ -184,13 +184,29 @@ func (p *printer) stmt(s Stmt) {
 			kind = "shared "
 		case s.Heap:
 			kind = "heap "
+		case s.Private:
+			kind = "private "
 		}
 		p.line("alloc %s%s: %s[%d]", kind, s.Name, s.T, s.Size)
 		p.declBuf(s.Name, s.T)
 	case *Barrier:
 		p.line("barrier")
 	case *Copy:
-		p.line("copy %s[%s] = %s[%s] x %d", s.Dst, p.ex(s.DstIndex), s.Src, p.ex(s.SrcIndex), s.N)
+		kw := "copy"
+		if s.Async {
+			kw = "copy.async"
+		}
+		p.line("%s %s[%s] = %s[%s] x %d", kw, s.Dst, p.ex(s.DstIndex), s.Src, p.ex(s.SrcIndex), s.N)
+	case *AsyncCommit:
+		p.line("async.commit")
+	case *AsyncWait:
+		p.line("async.wait %d", s.Pending)
+	case *LdMatrix:
+		tr := ""
+		if s.Trans {
+			tr = ".trans"
+		}
+		p.line("ldmatrix.x%d%s %s, %s[%s]", s.N, tr, s.Dst, s.Src, p.ex(s.Index))
 	case *MMA:
 		p.line("mma.%s %s, %s, %s", s.In, s.D, s.A, s.B)
 	case *Reduce:

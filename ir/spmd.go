@@ -25,10 +25,11 @@ const (
 	syncBarrier
 	syncShuffle
 	syncMMA
+	syncLdMatrix
 	syncDone
 )
 
-var syncNames = [...]string{"", "barrier", "shfl_xor", "mma", "the end"}
+var syncNames = [...]string{"", "barrier", "shfl_xor", "mma", "ldmatrix", "the end"}
 
 // spmdThread is one thread (or lane) of an SPMD group.
 type spmdThread struct {
@@ -41,6 +42,8 @@ type spmdThread struct {
 	mask     int
 	// mma: the lane's fragments (by address: d is written back)
 	mma *mmaFrag
+	// ldmatrix: the lane's row and what it receives
+	ldm *ldmFrag
 	err error
 }
 
@@ -149,7 +152,7 @@ func (f *frame) spmd(s *For) {
 		for w := 0; w < n; w += WarpSize {
 			lanes := g.threads[w : w+WarpSize]
 			op := lanes[0].wait
-			if op != syncShuffle && op != syncMMA {
+			if op != syncShuffle && op != syncMMA && op != syncLdMatrix {
 				continue
 			}
 			for _, l := range lanes {
@@ -158,11 +161,14 @@ func (f *frame) spmd(s *For) {
 						s.Var, lanes[0].id, w/WarpSize, syncNames[op], l.id, syncNames[l.wait])
 				}
 			}
-			if op == syncShuffle {
+			switch op {
+			case syncShuffle:
 				for _, l := range lanes {
 					l.res = lanes[(l.id-w)^l.mask].val
 				}
-			} else {
+			case syncLdMatrix:
+				f.ldmatrix(lanes)
+			default:
 				f.mma(lanes)
 			}
 			for _, l := range lanes {
@@ -274,5 +280,65 @@ func (f *frame) mma(lanes []*spmdThread) {
 	}
 	for l, ln := range lanes {
 		ln.mma.d = out[l]
+	}
+}
+
+// ldmFrag is one lane's part of an ldmatrix: the row it names and the
+// registers it receives.
+type ldmFrag struct {
+	n     int
+	trans bool
+	src   *buffer
+	row   int64
+	out   [4]uint32
+}
+
+// ldmatrixStmt posts the lane's row address and waits for the warp.
+func (f *frame) ldmatrixStmt(s *LdMatrix) {
+	if f.thr == nil {
+		f.fail("ldmatrix outside a threads or lanes loop")
+	}
+	fr := &ldmFrag{n: s.N, trans: s.Trans, src: f.buffer(s.Src), row: f.index(s.Index)}
+	if f.thr.id%WarpSize < 8*s.N { // the other lanes' addresses are ignored
+		if fr.row%8 != 0 {
+			f.fail("ldmatrix row %s[%d] is not 16-byte aligned", s.Src, fr.row)
+		}
+		f.check(fr.src, "ldmatrix", fr.row)
+		f.check(fr.src, "ldmatrix", fr.row+7)
+	}
+	f.thr.ldm = fr
+	f.thr.sync(syncLdMatrix)
+	dst := f.buffer(s.Dst)
+	for i := 0; i < s.N; i++ {
+		f.store(dst, int64(i), val(int64(int32(fr.out[i]))))
+	}
+}
+
+// ldmatrix hands out the fragments of one warp's ldmatrix, PTX ISA
+// "Warp-level matrix load instruction: ldmatrix": lanes 8i .. 8i+7 name
+// rows 0..7 of matrix i; lane l receives row l/4, columns 2*(l%4) and
+// 2*(l%4)+1 of each matrix (the first in the low half), or with .trans
+// rows 2*(l%4) and 2*(l%4)+1 of column l/4.
+func (f *frame) ldmatrix(lanes []*spmdThread) {
+	n, trans := lanes[0].ldm.n, lanes[0].ldm.trans
+	for _, l := range lanes {
+		if l.ldm.n != n || l.ldm.trans != trans {
+			f.fail("ldmatrix: lanes disagree on the shape (x%d%v vs x%d%v)", n, trans, l.ldm.n, l.ldm.trans)
+		}
+	}
+	elem := func(m, row, col int) uint32 {
+		src := lanes[8*m+row].ldm
+		return uint32(f.load(src.src, src.row+int64(col), I16)) & 0xffff
+	}
+	for l, ln := range lanes {
+		for m := 0; m < n; m++ {
+			var lo, hi uint32
+			if trans {
+				lo, hi = elem(m, 2*(l%4), l/4), elem(m, 2*(l%4)+1, l/4)
+			} else {
+				lo, hi = elem(m, l/4, 2*(l%4)), elem(m, l/4, 2*(l%4)+1)
+			}
+			ln.ldm.out[m] = lo | hi<<16
+		}
 	}
 }

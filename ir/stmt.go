@@ -34,13 +34,18 @@ type Assign struct {
 // thread of the block's Threads loop; it is declared outside that loop. A
 // Heap array (CPU, inside a parallel loop) lives in heap scratch that the
 // runtime allocates once per worker thread and call instead of on the
-// stack; the heap-scratch pass chooses which arrays go there.
+// stack; the heap-scratch pass chooses which arrays go there. A Private
+// array (GPU, declared among a work item's own statements) is one the
+// item's threads keep in registers: element slot*(Size/block) + i is
+// touched only by thread slot (warp*32 + lane), so map-threads gives each
+// thread its own Size/block elements instead of sharing the array.
 type Alloc struct {
-	Name   string
-	T      Type
-	Size   int
-	Shared bool
-	Heap   bool
+	Name    string
+	T       Type
+	Size    int
+	Shared  bool
+	Heap    bool
+	Private bool
 }
 
 // Barrier waits until every thread of the block reached it and makes their
@@ -58,13 +63,44 @@ type MMA struct {
 
 // Copy copies N consecutive elements Src[SrcIndex ...] to Dst[DstIndex ...]
 // (element types of equal width; the bits move unchanged). GPU printers use
-// 128-bit accesses when N elements make 16 aligned bytes.
+// 128-bit accesses when N elements make 16 aligned bytes. An Async copy
+// (GPU: cp.async, 16 bytes from a buffer into a shared array) is only
+// issued: Dst holds the bits once an AsyncWait of the same thread covers
+// the group an AsyncCommit closed after it (and, for other threads, a
+// Barrier after that wait).
 type Copy struct {
 	Dst      string
 	DstIndex Expr
 	Src      string
 	SrcIndex Expr
 	N        int
+	Async    bool
+}
+
+// AsyncCommit closes the group of the thread's async copies issued since
+// its last commit (PTX cp.async.commit_group; an empty group is allowed).
+type AsyncCommit struct{}
+
+// AsyncWait waits until at most Pending of the thread's committed groups
+// are still in flight (PTX cp.async.wait_group Pending).
+type AsyncWait struct {
+	Pending int
+}
+
+// LdMatrix is one warp-wide ldmatrix.sync.aligned.m8n8.xN[.trans].b16 (N
+// is 1, 2 or 4): each lane names one 16-byte row of 8 16-bit elements,
+// Src[Index ...] in a shared array (lanes 8i .. 8i+7 the rows 0..7 of
+// matrix i), and receives in Dst[0 .. N) (i32) its fragment of each
+// matrix: elements (lane/4, 2*(lane%4)) and (lane/4, 2*(lane%4)+1), the
+// first in the low half; Trans hands out the transposed matrix
+// ((2*(lane%4), lane/4) and (2*(lane%4)+1, lane/4)). All 32 lanes must
+// execute it.
+type LdMatrix struct {
+	Dst   string
+	Src   string
+	Index Expr
+	N     int
+	Trans bool
 }
 
 // ReduceOp is the combining operator of a Reduce.
@@ -146,9 +182,12 @@ type MatMul struct {
 func (*Reduce) isStmt() {}
 func (*MatMul) isStmt() {}
 
-func (*Copy) isStmt()    {}
-func (*Barrier) isStmt() {}
-func (*MMA) isStmt()     {}
+func (*Copy) isStmt()        {}
+func (*AsyncCommit) isStmt() {}
+func (*AsyncWait) isStmt()   {}
+func (*LdMatrix) isStmt()    {}
+func (*Barrier) isStmt()     {}
+func (*MMA) isStmt()         {}
 
 // Store writes Value to element Index of buffer or local array Buf.
 type Store struct {

@@ -398,10 +398,35 @@ func (v *verifier) stmt(s Stmt) {
 		if s.N <= 0 {
 			v.fail("copy of %d elements", s.N)
 		}
+		if s.Async && (s.N*d.t.Bits() != 128 || d.kind != dAlloc || src.kind == dAlloc) {
+			v.fail("copy.async %s = %s x %d: want 16 bytes from a buffer into a local (shared) array", s.Dst, s.Src, s.N)
+		}
 		for _, i := range []Expr{s.DstIndex, s.SrcIndex} {
 			if t := i.Type(); t != I32 && t != I64 {
 				v.fail("copy index is %s, want i32 or i64", t)
 			}
+		}
+	case *AsyncCommit:
+	case *AsyncWait:
+		if s.Pending < 0 {
+			v.fail("async.wait %d: want a pending group count >= 0", s.Pending)
+		}
+	case *LdMatrix:
+		v.expr(s.Index)
+		if v.thr == 0 && v.lanes == 0 {
+			v.fail("ldmatrix outside a threads or lanes loop")
+		}
+		if s.N != 1 && s.N != 2 && s.N != 4 {
+			v.fail("ldmatrix.x%d, want x1, x2 or x4", s.N)
+		}
+		if d := v.buffer(s.Dst, "ldmatrix into"); d.t != I32 || d.kind != dAlloc || d.size < s.N {
+			v.fail("ldmatrix into %s: want a local i32 array of at least %d elements", s.Dst, s.N)
+		}
+		if d := v.buffer(s.Src, "ldmatrix from"); d.t.Bits() != 16 || d.kind != dAlloc {
+			v.fail("ldmatrix from %s: want a local (shared) array of 16-bit elements, not %s", s.Src, d.t)
+		}
+		if t := s.Index.Type(); t != I32 {
+			v.fail("ldmatrix index is %s, want i32", t)
 		}
 	case *Barrier:
 		if v.spr > 0 || v.lanes > 0 || (v.thr == 0 && v.par == 0) {

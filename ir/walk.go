@@ -117,7 +117,13 @@ func MapStmtExprs(b *Block, g func(Expr) Expr) *Block {
 		case *Malloc:
 			return []Stmt{&Malloc{Name: x.Name, T: x.T, Size: g(x.Size)}}
 		case *Copy:
-			return []Stmt{&Copy{Dst: x.Dst, DstIndex: g(x.DstIndex), Src: x.Src, SrcIndex: g(x.SrcIndex), N: x.N}}
+			c := *x
+			c.DstIndex, c.SrcIndex = g(x.DstIndex), g(x.SrcIndex)
+			return []Stmt{&c}
+		case *LdMatrix:
+			c := *x
+			c.Index = g(x.Index)
+			return []Stmt{&c}
 		case *Return:
 			return []Stmt{&Return{Value: g(x.Value)}}
 		case *Reduce:

@@ -48,7 +48,13 @@ func simplifyBlock(b *ir.Block, consts map[string]ir.Expr) *ir.Block {
 		case *ir.Malloc:
 			out.Stmts = append(out.Stmts, &ir.Malloc{Name: x.Name, T: x.T, Size: ex(x.Size)})
 		case *ir.Copy:
-			out.Stmts = append(out.Stmts, &ir.Copy{Dst: x.Dst, DstIndex: ex(x.DstIndex), Src: x.Src, SrcIndex: ex(x.SrcIndex), N: x.N})
+			c := *x
+			c.DstIndex, c.SrcIndex = ex(x.DstIndex), ex(x.SrcIndex)
+			out.Stmts = append(out.Stmts, &c)
+		case *ir.LdMatrix:
+			c := *x
+			c.Index = ex(x.Index)
+			out.Stmts = append(out.Stmts, &c)
 		case *ir.MatMul:
 			c := *x
 			c.MExt, c.NExt, c.KExt = ex(x.MExt), ex(x.NExt), ex(x.KExt)

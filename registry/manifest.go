@@ -110,6 +110,21 @@ type LaunchManifest struct {
 	Grid   string `json:"grid,omitempty"`
 	Block  int    `json:"block,omitempty"`
 	Smem   int    `json:"smem,omitempty"`
+	// GPU: the kernel's __launch_bounds__(block, MinBlocksPerSM), the
+	// register budget per thread that bound gives the assembler, and the
+	// occupancy every architecture then guarantees at least (by name,
+	// e.g. "sm_80").
+	MinBlocksPerSM int                          `json:"min_blocks_per_sm,omitempty"`
+	MaxRegisters   int                          `json:"max_registers,omitempty"`
+	Occupancy      map[string]OccupancyManifest `json:"occupancy,omitempty"`
+}
+
+// OccupancyManifest is a launch's guaranteed residency on one GPU
+// architecture: blocks and warps per SM, and what limits them.
+type OccupancyManifest struct {
+	BlocksPerSM int    `json:"blocks_per_sm"`
+	WarpsPerSM  int    `json:"warps_per_sm"`
+	Limit       string `json:"limit"`
 }
 
 // SplitManifest is the split-KV step.

@@ -95,6 +95,9 @@ type Host struct {
 	Threads         string                // C expression of ir.PlanThreads
 	GridStrideGrid  string                // C expression: the grid of a launch whose item count is not known on the host
 	ThreadsPerBlock int                   // the block size every work kernel must have
+	// MinBlocks, when set, is each kernel's minBlocksPerMultiprocessor:
+	// kernels are printed with __launch_bounds__(block, MinBlocks(k)).
+	MinBlocks func(*ir.Kernel) int
 }
 
 // Emit prints the CUDA C++ source of a legalized GPU module: its kernels
@@ -112,6 +115,9 @@ func Emit(m *ir.Module, h Host) (out string, err error) {
 	sb.WriteString(helpers)
 	for _, k := range m.Kernels {
 		p := &printer{sb: &sb, m: m}
+		if h.MinBlocks != nil {
+			p.minBlocks = h.MinBlocks(k)
+		}
 		p.kernel(k)
 	}
 	sb.WriteString("\n#ifndef ATTNC_NO_HOST\n")
@@ -160,12 +166,13 @@ func hostDefs(m *ir.Module) []*ir.Def {
 }
 
 type printer struct {
-	sb     *strings.Builder
-	m      *ir.Module
-	k      *ir.Kernel
-	indent int
-	smem   int  // bytes of dynamic shared memory carved so far
-	host   bool // printing host code
+	sb        *strings.Builder
+	m         *ir.Module
+	k         *ir.Kernel
+	indent    int
+	smem      int  // bytes of dynamic shared memory carved so far
+	host      bool // printing host code
+	minBlocks int  // __launch_bounds__ minimum blocks per SM (0: no bounds)
 }
 
 func (p *printer) line(format string, args ...any) {
@@ -192,7 +199,11 @@ func (p *printer) kernel(k *ir.Kernel) {
 		ps = append(ps, paramDecl(pr))
 	}
 	fmt.Fprintf(p.sb, "\n// %s: %s kernel; block = %d threads, dynamic shared memory = %d bytes.\n", k.Name, k.Role, BlockSize(k), SharedBytes(k))
-	fmt.Fprintf(p.sb, "ATTNC_KERNEL void %s(%s) {\n", k.Name, strings.Join(ps, ", "))
+	bounds := ""
+	if p.minBlocks > 0 {
+		bounds = fmt.Sprintf("__launch_bounds__(%d, %d) ", BlockSize(k), p.minBlocks)
+	}
+	fmt.Fprintf(p.sb, "ATTNC_KERNEL void %s%s(%s) {\n", bounds, k.Name, strings.Join(ps, ", "))
 	p.indent = 1
 	if SharedBytes(k) > 0 {
 		p.line("ATTNC_DYN_SMEM(attnc_smem);")
@@ -255,6 +266,12 @@ func (p *printer) stmt(s ir.Stmt) {
 		p.line("attnc_sync();")
 	case *ir.Copy:
 		dst, src := p.expr(s.DstIndex), p.expr(s.SrcIndex)
+		if s.Async {
+			// cp.async.cg: 16 bytes from global into shared memory,
+			// complete at the attnc_cp_async_wait that covers its group.
+			p.line("attnc_cp_async16(%s + %s, %s + %s);", s.Dst, dst, s.Src, src)
+			return
+		}
 		if s.N*p.elemBits(s.Src)/8 == 16 {
 			// One 128-bit access; lowering guarantees 16-byte alignment.
 			p.line("*(attnc_v16*)(%s + %s) = *(const attnc_v16*)(%s + %s);", s.Dst, dst, s.Src, src)
@@ -263,6 +280,16 @@ func (p *printer) stmt(s ir.Stmt) {
 		p.line("for (int32_t c_ = 0; c_ < %d; ++c_) %s[%s + c_] = %s[%s + c_];", s.N, s.Dst, dst, s.Src, src)
 	case *ir.MMA:
 		p.line("attnc_mma_%s(%s, %s, %s);", s.In, s.D, s.A, s.B)
+	case *ir.AsyncCommit:
+		p.line("attnc_cp_async_commit();")
+	case *ir.AsyncWait:
+		p.line("attnc_cp_async_wait<%d>();", s.Pending)
+	case *ir.LdMatrix:
+		tr := ""
+		if s.Trans {
+			tr = "_trans"
+		}
+		p.line("attnc_ldmatrix_x%d%s(%s, %s + %s);", s.N, tr, s.Dst, s.Src, p.expr(s.Index))
 	default:
 		panic(fmt.Sprintf("statement %T has no CUDA form", s))
 	}
@@ -285,12 +312,60 @@ func (p *printer) forStmt(s *ir.For) {
 		p.line("}")
 		return
 	default:
+		if p.indexesRegisters(s) {
+			// A register array indexed by the loop variable stays in
+			// registers only when the loop is unrolled.
+			p.line("#pragma unroll")
+		}
 		p.line("for (int32_t %s = %s, %s_end = %s; %s < %s_end; ++%s) {", s.Var, lo, s.Var, hi, s.Var, s.Var, s.Var)
 	}
 	p.indent++
 	p.block(s.Body)
 	p.indent--
 	p.line("}")
+}
+
+// indexesRegisters reports whether serial loop s has constant bounds and
+// its body indexes a thread-local array (not shared memory) by its
+// variable.
+func (p *printer) indexesRegisters(s *ir.For) bool {
+	_, lo := s.Lo.(*ir.Const)
+	_, hi := s.Hi.(*ir.Const)
+	if !lo || !hi {
+		return false
+	}
+	local := map[string]bool{}
+	ir.MapStmts(p.k.Body, func(st ir.Stmt) []ir.Stmt {
+		if a, ok := st.(*ir.Alloc); ok && !a.Shared {
+			local[a.Name] = true
+		}
+		return []ir.Stmt{st}
+	})
+	uses := func(e ir.Expr) bool {
+		found := false
+		ir.VisitExpr(e, func(x ir.Expr) {
+			if r, ok := x.(*ir.Ref); ok && r.Name == s.Var {
+				found = true
+			}
+		})
+		return found
+	}
+	found := false
+	ir.MapStmts(s.Body, func(st ir.Stmt) []ir.Stmt {
+		if x, ok := st.(*ir.Store); ok && local[x.Buf] && uses(x.Index) {
+			found = true
+		}
+		return []ir.Stmt{st}
+	})
+	ir.MapStmtExprs(s.Body, func(e ir.Expr) ir.Expr {
+		ir.VisitExpr(e, func(x ir.Expr) {
+			if l, ok := x.(*ir.Load); ok && local[l.Buf] && uses(l.Index) {
+				found = true
+			}
+		})
+		return e
+	})
+	return found
 }
 
 func align16(n int) int { return (n + 15) &^ 15 }

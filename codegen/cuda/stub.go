@@ -15,6 +15,7 @@ const NVCCStub = `struct __attribute__((aligned(16))) uint4 { unsigned int x, y,
 #define __shared__ __attribute__((shared))
 #define __forceinline__ __inline__ __attribute__((always_inline))
 #define __align__(n) __attribute__((aligned(n)))
+#define __launch_bounds__(...) __attribute__((launch_bounds(__VA_ARGS__)))
 typedef struct CUstream_st *cudaStream_t;
 enum cudaError { cudaSuccess = 0 };
 typedef enum cudaError cudaError_t;

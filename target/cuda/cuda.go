@@ -58,13 +58,17 @@ var Table = []passes.Pass{
 	passes.ClassifyTilesPass,
 	passes.ExpandCallsPass,
 	{Name: "use-mma", Run: UseMMA,
-		Desc: "matmuls on f16/bf16 operands as m16n8k16 tensor-core fragments per warp (P split hi + lo), when the shapes fit"},
+		Desc: "matmuls on f16/bf16 operands as m16n8k16 tensor-core fragments per warp (P split hi + lo), when the shapes fit; the P·V accumulator in registers (up to 64 per thread)"},
 	{Name: "simt-matmul", Required: true, Run: SIMTMatMul,
 		Desc: "the remaining matmuls as a dot product per output element"},
 	{Name: "stage-codes", Run: StageCodes,
 		Desc: "arrays of 8-bit KV codes staged as the codes (a byte each), converted to f32 where read"},
 	{Name: "widen-copies", Run: WidenCopies,
 		Desc: "row copies of 16-bit or 32-bit elements as 16-byte copies"},
+	{Name: "swizzle-shared", Run: SwizzleShared,
+		Desc: "arrays ldmatrix reads laid out with 16-byte chunks XOR-swizzled by row, so ldmatrix and cp.async hit no bank conflicts"},
+	{Name: "pipeline-kv", Run: PipelineKV,
+		Desc: "K/V tiles staged with cp.async into a two-stage shared-memory ring: tile kt+1 in flight while tile kt computes"},
 	{Name: "map-warps", Required: true, Run: MapWarps,
 		Desc: "spreads that reduce: one iteration per warp, reductions over lanes with butterfly shuffles"},
 	{Name: "stage-shared", Required: true, Run: StageShared,
@@ -81,6 +85,12 @@ var Constraints = append(append([]passes.Constraint(nil), passes.NeutralConstrai
 	passes.Constraint{Before: "use-mma", After: "widen-copies", Why: "only the staging stores use-mma narrowed to f16/bf16 are raw 16-bit row copies"},
 	passes.Constraint{Before: "use-mma", After: "map-warps", Why: "use-mma's zeroing step reduces over A's rows"},
 	passes.Constraint{Before: "use-mma", After: "legalize-dtype", Why: "use-mma narrows operand arrays to f16/bf16, whose accesses legalize-dtype turns into carrier bits"},
+	passes.Constraint{Before: "use-mma", After: "swizzle-shared", Why: "swizzle-shared lays out the arrays use-mma reads with ldmatrix"},
+	passes.Constraint{Before: "widen-copies", After: "swizzle-shared", Why: "a swizzled index is no longer a unit-stride row copy"},
+	passes.Constraint{Before: "swizzle-shared", After: "pipeline-kv", Why: "swizzle-shared reads the row width from ldmatrix addresses before ring offsets are added to them"},
+	passes.Constraint{Before: "widen-copies", After: "pipeline-kv", Why: "pipeline-kv makes the 16-byte copies widen-copies grouped asynchronous"},
+	passes.Constraint{Before: "use-mma", After: "pipeline-kv", Why: "the zeroing of V rows use-mma adds must use the ring slot of its tile"},
+	passes.Constraint{Before: "pipeline-kv", After: "stage-shared", Why: "stage-shared hoists the ring arrays into shared memory and places the barriers around its phases"},
 	passes.Constraint{Before: "simt-matmul", After: "map-threads", Why: "map-threads maps loops; a matmul left over has no thread mapping"},
 	passes.Constraint{Before: "use-mma", After: "stage-codes", Why: "use-mma takes the code arrays tensor cores read, converting them itself"},
 	passes.Constraint{Before: "simt-matmul", After: "stage-codes", Why: "stage-codes rewrites the explicit loads simt-matmul writes for the matmuls' operands"},
@@ -140,6 +150,7 @@ var hostConfig = cudagen.Host{
 	Threads:         "2 * attnc_num_sms()",
 	GridStrideGrid:  fmt.Sprintf("%d * attnc_num_sms()", GridStrideBlocks),
 	ThreadsPerBlock: BlockThreads,
+	MinBlocks:       MinBlocksPerSM,
 }
 
 // Section implements target.Target.
@@ -178,6 +189,7 @@ func launchOf(m *ir.Module, p *ir.Plan) func(ir.Launch) registry.LaunchManifest 
 		}
 		if k := m.Kernel(l.Kernel); k != nil {
 			lm.Smem = cudagen.SharedBytes(k)
+			boundsOf(k, &lm)
 		}
 		return lm
 	}
@@ -197,10 +209,11 @@ func (Target) Manifest(v *ir.Variant, m *ir.Module, opt target.Options) []regist
 			Plan: registry.PlanOf(p, registry.PlanOptions{Threads: "2 * SMs", Launch: launchOf(m, p)})})
 	}
 	for _, k := range m.Kernels {
+		lm := &registry.LaunchManifest{Block: cudagen.BlockSize(k), Smem: cudagen.SharedBytes(k)}
+		boundsOf(k, lm)
 		out = append(out, registry.KernelManifest{Variant: v.Name, Role: string(k.Role), Symbol: k.Name,
 			Target: "cuda", File: v.Name + ".cu", Args: registry.ArgsOf(k.Params), Returns: "void (__global__)",
-			Constraints: registry.Constraints(v),
-			Launch:      &registry.LaunchManifest{Block: cudagen.BlockSize(k), Smem: cudagen.SharedBytes(k)}})
+			Constraints: registry.Constraints(v), Launch: lm})
 	}
 	return out
 }

@@ -174,3 +174,64 @@ func TestInterpretCUDASchedule(t *testing.T) {
 		})
 	}
 }
+
+// TestAccInRegisters checks that the P·V accumulator of an f16 variant is
+// kept in per-thread registers for the whole work item (the shared
+// accumulator is gone: zeroed, rescaled, accumulated and stored from the
+// registers) and that the kernels still match the reference; without the
+// rescale of the registers by exp(m_old - m_new) they must not.
+func TestAccInRegisters(t *testing.T) {
+	vs, err := frontend.Parse("interp.attn", []byte(`variant ci_acc { heads qo = 4, kv = 2
+	  head_dim 16
+	  dtype f16
+	  cache paged(page_size = 4)
+	  mask causal }`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := vs[0]
+	c, err := build.CompileFor(v, "cuda", build.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range c.Final.Kernels {
+		if k.Role != ir.RolePrefill && k.Role != ir.RoleDecode {
+			continue
+		}
+		private, shared := false, false
+		ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
+			if x, ok := s.(*ir.Alloc); ok {
+				private = private || (x.Name == "acc_reg" && !x.Shared)
+				shared = shared || x.Name == "acc"
+			}
+			return []ir.Stmt{s}
+		})
+		if !private || shared {
+			t.Errorf("%s: per-thread acc_reg %v, shared acc %v", k.Name, private, shared)
+		}
+	}
+	for _, b := range runPlans(v, c.Final) {
+		t.Error(b)
+	}
+	mutant := *c.Final
+	mutant.Kernels = nil
+	removed := 0
+	for _, k := range c.Final.Kernels {
+		nk := *k
+		nk.Body = ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
+			if st, ok := s.(*ir.Store); ok && st.Buf == "acc_reg" {
+				if b, ok := st.Value.(*ir.Binary); ok && b.Op == ir.Mul {
+					if l, ok := b.X.(*ir.Load); ok && l.Buf == "acc_reg" {
+						removed++
+						return nil
+					}
+				}
+			}
+			return []ir.Stmt{s}
+		})
+		mutant.Kernels = append(mutant.Kernels, &nk)
+	}
+	if removed == 0 || len(runPlans(v, &mutant)) == 0 {
+		t.Errorf("the kernels without the %d rescales of the registers still match the reference", removed)
+	}
+}

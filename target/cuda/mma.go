@@ -54,7 +54,11 @@ func UseMMA(m *ir.Module) (*ir.Module, error) {
 		for _, p := range plans {
 			byMM[p.mm] = p
 		}
-		return ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
+		body := k.Body
+		if AccInRegisters {
+			body = keepAccInRegisters(body, byMM)
+		}
+		return ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
 			switch x := s.(type) {
 			case *ir.MatMul:
 				if p := byMM[x]; p != nil {
@@ -78,9 +82,10 @@ func UseMMA(m *ir.Module) (*ir.Module, error) {
 
 type mmaPlan struct {
 	mm      *ir.MatMul
-	in      ir.Type // the tensor-core dtype
-	b       ir.Type // what B holds: in, or 8-bit codes converted to in
-	aNarrow bool    // A holds values of in (else f32, split hi + lo)
+	in      ir.Type  // the tensor-core dtype
+	b       ir.Type  // what B holds: in, or 8-bit codes converted to in
+	aNarrow bool     // A holds values of in (else f32, split hi + lo)
+	reg     *accRegs // C kept in registers across the KV tile loop (accregs.go)
 }
 
 // queryType is the element type of kernel k's queries (its q or q_nope
@@ -235,7 +240,10 @@ func (p *mmaPlan) lower() []ir.Stmt {
 	}
 	for c := 0; c < 4; c++ {
 		var v ir.Expr = ir.Float(0)
-		if mm.Accumulate {
+		switch {
+		case p.reg != nil:
+			v = ir.Ld(p.reg.name, ir.F32, p.reg.at(i32(c)))
+		case mm.Accumulate:
 			v = ir.Ld(mm.C, ir.F32, cAt(c))
 		}
 		body = append(body, &ir.Store{Buf: "fd", Index: i32(c), Value: v})
@@ -252,10 +260,27 @@ func (p *mmaPlan) lower() []ir.Stmt {
 		}
 	}
 	n := add(n0, gid)
-	kLoop := []ir.Stmt{
-		&ir.Let{Name: "c0", Value: add(mul(ks, i32(mmaK)), mul(tig, i32(2)))},
-		&ir.Store{Buf: "fb", Index: i32(0), Value: pack2(bAt(c0, n), bAt(add(c0, i32(1)), n))},
-		&ir.Store{Buf: "fb", Index: i32(1), Value: pack2(bAt(add(c0, i32(8)), n), bAt(add(c0, i32(9)), n))},
+	kLoop := []ir.Stmt{&ir.Let{Name: "c0", Value: add(mul(ks, i32(mmaK)), mul(tig, i32(2)))}}
+	k0 := mul(ks, i32(mmaK))
+	if UseLdMatrix && p.b == p.in {
+		// B's two 8x8 halves (k0..k0+7, k0+8..k0+15) by ldmatrix from the
+		// rows lanes 0..15 name: K stored [N, K] gives b0/b1 as they lie;
+		// V stored [K, N] needs .trans.
+		r16 := ir.Bin(ir.Rem, lane, i32(16))
+		if mm.TransB {
+			row := add(n0, ir.Bin(ir.Rem, lane, i32(8)))
+			kLoop = append(kLoop, &ir.LdMatrix{Dst: "fb", Src: mm.B, N: 2,
+				Index: add(mul(row, i32(mm.K)), add(k0, mul(ir.Bin(ir.Div, r16, i32(8)), i32(8))))})
+		} else {
+			kLoop = append(kLoop, &ir.LdMatrix{Dst: "fb", Src: mm.B, N: 2, Trans: true,
+				Index: add(mul(add(k0, r16), i32(mm.N)), n0)})
+		}
+	} else {
+		// 8-bit codes (ldmatrix moves 16-bit elements) and the scalar
+		// schedule: two elements per register, converted where read.
+		kLoop = append(kLoop,
+			&ir.Store{Buf: "fb", Index: i32(0), Value: pack2(bAt(c0, n), bAt(add(c0, i32(1)), n))},
+			&ir.Store{Buf: "fb", Index: i32(1), Value: pack2(bAt(add(c0, i32(8)), n), bAt(add(c0, i32(9)), n))})
 	}
 	// The lane's eight A elements: (row, column) of register i/2, low
 	// half first (PTX fragment layout for A).
@@ -298,8 +323,16 @@ func (p *mmaPlan) lower() []ir.Stmt {
 	}
 	step := func(v []ir.Expr) []ir.Stmt {
 		var out []ir.Stmt
-		for reg := 0; reg < 4; reg++ {
-			out = append(out, &ir.Store{Buf: "fa", Index: i32(reg), Value: pack2(v[2*reg], v[2*reg+1])})
+		if p.aNarrow && UseLdMatrix {
+			// The four 8x8 quarters of A's 16 x 16 tile by one ldmatrix.x4:
+			// lane l names row l%16 at column k0 + 8*(l/16), so matrices
+			// 0..3 are a0..a3 of the fragment.
+			idx := add(mul(ir.Bin(ir.Rem, lane, i32(16)), i32(mm.K)), add(k0, mul(ir.Bin(ir.Div, lane, i32(16)), i32(8))))
+			out = append(out, &ir.LdMatrix{Dst: "fa", Src: mm.A, N: 4, Index: idx})
+		} else {
+			for reg := 0; reg < 4; reg++ {
+				out = append(out, &ir.Store{Buf: "fa", Index: i32(reg), Value: pack2(v[2*reg], v[2*reg+1])})
+			}
 		}
 		return append(out, &ir.MMA{D: "fd", A: "fa", B: "fb", In: p.in})
 	}
@@ -309,12 +342,29 @@ func (p *mmaPlan) lower() []ir.Stmt {
 	}
 	body = append(body, &ir.For{Var: "ks", Lo: i32(0), Hi: i32(mm.K / mmaK), Kind: ir.Serial, Body: &ir.Block{Stmts: kLoop}})
 	for c := 0; c < 4; c++ {
+		if p.reg != nil {
+			body = append(body, &ir.Store{Buf: p.reg.name, Index: p.reg.at(i32(c)), Value: ir.Ld("fd", ir.F32, i32(c))})
+			continue
+		}
 		body = append(body, &ir.Store{Buf: mm.C, Index: cAt(c), Value: ir.Ld("fd", ir.F32, i32(c))})
+	}
+	if p.reg != nil {
+		return append(out, p.reg.loop(body))
 	}
 	lanes := &ir.For{Var: "lane", Lo: i32(0), Hi: i32(ir.WarpSize), Kind: ir.Lanes, Body: &ir.Block{Stmts: body}}
 	out = append(out, &ir.For{Var: "nt", Lo: i32(0), Hi: i32(mm.N / mmaN), Kind: ir.Spread, Body: &ir.Block{Stmts: []ir.Stmt{lanes}}})
 	return out
 }
+
+// UseLdMatrix makes use-mma read the fragments of its narrow operands
+// (Q, K, V in shared memory) with ldmatrix instead of 16-bit loads and
+// packing; tests turn it off to compare both.
+var UseLdMatrix = true
+
+// AccInRegisters makes use-mma keep the P·V accumulator in registers
+// across the KV tile loop where it can (accregs.go); tests turn it off to
+// compare both.
+var AccInRegisters = true
 
 // pParts is how many parts of tensor-core dtype r an f32 A element is
 // split into: enough that their sum holds about 22 significant bits (f16:

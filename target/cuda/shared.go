@@ -28,7 +28,7 @@ func StageShared(m *ir.Module) (*ir.Module, error) {
 			var shared []ir.Stmt
 			seen := map[string]bool{}
 			rest := hoistAllocs(f.Body, &shared, seen, &err)
-			sync := &syncer{}
+			sync := &syncer{private: privateArrays(rest)}
 			stmts := sync.block(rest.Stmts)
 			stmts = append(stmts, sync.flush()...)
 			c.Body = &ir.Block{Stmts: append(shared, stmts...)}
@@ -45,6 +45,9 @@ func hoistAllocs(b *ir.Block, shared *[]ir.Stmt, seen map[string]bool, err *erro
 	for _, s := range b.Stmts {
 		switch x := s.(type) {
 		case *ir.Alloc:
+			if x.Private {
+				break // registers of the item's threads (map-threads)
+			}
 			if seen[x.Name] {
 				*err = fmt.Errorf("work item declares array %s twice", x.Name)
 			}
@@ -74,9 +77,23 @@ func hoistAllocs(b *ir.Block, shared *[]ir.Stmt, seen map[string]bool, err *erro
 	return out
 }
 
-// syncer tracks what the block accessed since its last barrier.
+// syncer tracks what the block accessed since its last barrier; private
+// arrays (each thread its own elements) need none.
 type syncer struct {
 	reads, writes map[string]bool
+	private       map[string]bool
+}
+
+// privateArrays names the Private allocs of b.
+func privateArrays(b *ir.Block) map[string]bool {
+	out := map[string]bool{}
+	ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
+		if a, ok := s.(*ir.Alloc); ok && a.Private {
+			out[a.Name] = true
+		}
+		return []ir.Stmt{s}
+	})
+	return out
 }
 
 func (y *syncer) dirty() bool { return len(y.reads)+len(y.writes) > 0 }
@@ -92,6 +109,9 @@ func (y *syncer) flush() []ir.Stmt {
 // conflicts reports whether accesses (r, w) conflict with the pending ones.
 func (y *syncer) conflicts(r, w map[string]bool) bool {
 	for n := range w {
+		if y.private[n] {
+			continue
+		}
 		if y.reads[n] || y.writes[n] {
 			return true
 		}
@@ -109,15 +129,19 @@ func (y *syncer) note(r, w map[string]bool) {
 		y.reads, y.writes = map[string]bool{}, map[string]bool{}
 	}
 	for n := range r {
-		y.reads[n] = true
+		if !y.private[n] {
+			y.reads[n] = true
+		}
 	}
 	for n := range w {
-		y.writes[n] = true
+		if !y.private[n] {
+			y.writes[n] = true
+		}
 	}
 }
 
 func (y *syncer) copy() *syncer {
-	c := &syncer{}
+	c := &syncer{private: y.private}
 	c.note(y.reads, y.writes)
 	return c
 }
@@ -157,7 +181,7 @@ func (y *syncer) block(stmts []ir.Stmt) []ir.Stmt {
 			// A loop over phases starts and ends each iteration synced.
 			out = append(out, y.flush()...)
 			c := *x
-			inner := &syncer{}
+			inner := &syncer{private: y.private}
 			body := inner.block(x.Body.Stmts)
 			c.Body = &ir.Block{Stmts: append(body, inner.flush()...)}
 			out = append(out, &c)

@@ -43,6 +43,7 @@ func MapThreads(m *ir.Module) (*ir.Module, error) {
 				&ir.Let{Name: "warp", Value: ir.Bin(ir.Div, t, i32(ir.WarpSize))},
 			}
 			inner = append(inner, mp.item(rest)...)
+			inner = privatize(inner, mp)
 			if mp.err != nil {
 				err = mp.err
 			}
@@ -398,4 +399,60 @@ func fuse(a, b *ir.For) *ir.For {
 		}).Stmts...)}
 	body := &ir.If{Cond: ir.Bin(ir.Lt, ir.R(v, ir.I32), i32(na)), Then: a.Body, Else: bBody}
 	return &ir.For{Var: v, Lo: i32(0), Hi: i32(na + extent(b)), Kind: ir.Spread, Tag: a.Tag, Body: &ir.Block{Stmts: []ir.Stmt{body}}}
+}
+
+// privatize gives each thread its own elements of the item's Private
+// arrays: an array of BlockThreads*N elements indexed slot*N + i, where
+// slot is the thread (warp*32 + lane) that alone touches the element (the
+// pass that made the array guarantees it), becomes a per-thread array of
+// N elements indexed i (registers, once the indices are constants after
+// unrolling).
+func privatize(stmts []ir.Stmt, mp *mapper) []ir.Stmt {
+	per := map[string]int{}
+	b := ir.MapStmts(&ir.Block{Stmts: stmts}, func(s ir.Stmt) []ir.Stmt {
+		a, ok := s.(*ir.Alloc)
+		if !ok || !a.Private {
+			return []ir.Stmt{s}
+		}
+		if a.Size%BlockThreads != 0 {
+			mp.fail("private array %s of %d elements, not a multiple of %d threads", a.Name, a.Size, BlockThreads)
+			return []ir.Stmt{s}
+		}
+		per[a.Name] = a.Size / BlockThreads
+		return []ir.Stmt{&ir.Alloc{Name: a.Name, T: a.T, Size: a.Size / BlockThreads}}
+	})
+	if len(per) == 0 {
+		return stmts
+	}
+	local := func(name string, idx ir.Expr) ir.Expr {
+		n := per[name]
+		if bin, ok := idx.(*ir.Binary); ok && bin.Op == ir.Add {
+			if m, ok := bin.X.(*ir.Binary); ok && m.Op == ir.Mul {
+				if k, ok := m.Y.(*ir.Const); ok && int(k.Int) == n {
+					return bin.Y
+				}
+			}
+		}
+		mp.fail("private array %s indexed by %s, want slot * %d + element", name, ir.ExprString(idx), n)
+		return idx
+	}
+	b = ir.MapExprs(b, func(e ir.Expr) ir.Expr {
+		if l, ok := e.(*ir.Load); ok {
+			if _, p := per[l.Buf]; p {
+				c := *l
+				c.Index = local(l.Buf, l.Index)
+				return &c
+			}
+		}
+		return e
+	})
+	b = ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
+		if x, ok := s.(*ir.Store); ok {
+			if _, p := per[x.Buf]; p {
+				return []ir.Stmt{&ir.Store{Buf: x.Buf, Index: local(x.Buf, x.Index), Value: x.Value}}
+			}
+		}
+		return []ir.Stmt{s}
+	})
+	return b.Stmts
 }
