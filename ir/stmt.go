@@ -308,6 +308,11 @@ type Kernel struct {
 	Entry  bool // the public dispatch entry for its role
 	Params []*Param
 	Body   *Block
+
+	// Level names the CPU level (vector ISA: a name of the CPU target's
+	// level table, such as x86-64-v4) that this clone of a work kernel is
+	// scheduled for; empty for kernels every CPU runs.
+	Level string
 }
 
 // Module is the unit a backend prints: the kernels of one variant plus the
@@ -321,6 +326,11 @@ type Module struct {
 	Kernels []*Kernel
 	Errors  []ErrorCode
 	Plans   []*Plan // how each role's entry runs its kernels
+
+	// Triple is the target triple a CPU module is scheduled for ("" is
+	// the default, x86-64 Linux): it decides which CPU levels the work
+	// kernels are cloned for.
+	Triple string
 }
 
 // Def is a named pure expression function: `def NAME(a: i32, ...): T = body`.
