@@ -4,8 +4,10 @@
 //
 // Emit expects the module that the legalization passes produce: no f16/bf16
 // values in expressions (buffers may still be declared f16/bf16 and are
-// carried as i16*), no ir.Call expressions. Anything else is reported as an
-// error, never a panic.
+// carried as i16*) except f16 bits bitcast from i16 and widened to f32 at
+// once (fpext, the CPU's native conversion), no ir.Call expressions.
+// Anything else is reported as an error, never a panic. Vector values
+// print one to one (see vector.go).
 //
 // Semantics beyond the kernel IR's own documentation:
 //   - A kernel that falls off the end of its body returns 0.
@@ -265,9 +267,15 @@ func (e *emitter) decl(name string, ret types.Type, params ...types.Type) *lir.F
 
 var i8p = types.NewPointer(types.I8)
 
-// valueType maps an expression type to its LLVM type.
+// valueType maps an expression type to its LLVM type: a vector type to
+// <N x elem>, f16 (the source of a native widening) to half.
 func (e *emitter) valueType(t ir.Type, what string) types.Type {
+	if t.IsVector() {
+		return types.NewVector(uint64(t.Lanes()), e.valueType(t.Elem(), what))
+	}
 	switch t {
+	case ir.F16:
+		return types.Half
 	case ir.Bool:
 		return types.I1
 	case ir.U8:

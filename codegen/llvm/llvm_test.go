@@ -1028,3 +1028,63 @@ func TestErrors(t *testing.T) {
 		t.Errorf("Emit(nil) succeeded")
 	}
 }
+
+// TestExplicitVectors compiles and runs explicit vector code: vector
+// loads and stores, a broadcast, a vector var in a loop, muladd, a shuffle
+// tree down to one lane, lane-wise compares and selects, f16 bits widened
+// natively (fpext) and a prefetch.
+func TestExplicitVectors(t *testing.T) {
+	t.Parallel()
+	tc := needToolchain(t)
+	m, err := ir.Parse(`module vec prefix vec
+
+kernel vdot role decode (x: f32* [8], y: f32* [8], h: f16* [4], n: i32, o: f32* [8] out) {
+  prefetch y[4]
+  var acc = 0.0:f32x4
+  for c in 0 .. 2 serial {
+    acc = muladd(x[(c * 4)]:f32x4, y[(c * 4)]:f32x4, acc)
+  }
+  let s2 = (acc + shuffle(acc, acc, [2, 3, 6, 7]))
+  let s1 = (shuffle(s2, s2, [0]) + shuffle(s2, s2, [1]))
+  store o[0] = f32x4((s1 * f32(n)))
+  let m = (x[0]:f32x4 > 0.0:f32x4)
+  store o[4] = select(m, f32x4(bitcast.f16x4(h[0]:i16x4)), -1.0:f32x4)
+  return 0
+}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	driver := `
+int32_t vdot(float*, float*, uint16_t*, int32_t, float*);
+int main(void) {
+	float x[8] = {1, -2, 3, 4, 5, 6, -7, 8}, y[8] = {0.5f, 1, 2, 3, 4, 5, 6, 7}, o[8];
+	uint16_t h[4] = {0x3e00, 0xb400, 0x7bff, 0x0001};
+	vdot(x, y, h, 2, o);
+	for (int i = 0; i < 8; i++) printf("o%d %.9g\n", i, o[i]);
+	return 0;
+}
+`
+	bl := tc.build(t, module("vec", m.Kernels...), driver)
+	r := results(t, bl.run(t))
+	var dot float64
+	x := []float64{1, -2, 3, 4, 5, 6, -7, 8}
+	y := []float64{0.5, 1, 2, 3, 4, 5, 6, 7}
+	for i := range x {
+		dot += x[i] * y[i]
+	}
+	for i := 0; i < 4; i++ {
+		checkFloat(t, r, fmt.Sprintf("o%d", i), 2*dot)
+	}
+	for i, w := range []float64{1.5, -1, 65504, math.Ldexp(1, -24)} {
+		checkFloat(t, r, fmt.Sprintf("o%d", 4+i), w)
+	}
+	for _, want := range []string{"<4 x float>", "@llvm.fmuladd.v4f32", "shufflevector", "extractelement", "fpext <4 x half> ", "@llvm.prefetch.p0i8", "bitcast <4 x i16>"} {
+		if !strings.Contains(bl.ll, want) {
+			t.Errorf("emitted IR lacks %q:\n%s", want, bl.ll)
+		}
+	}
+	if strings.Contains(bl.ll, "reassoc") {
+		t.Errorf("explicit vector arithmetic got fast-math flags:\n%s", bl.ll)
+	}
+}

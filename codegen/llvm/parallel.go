@@ -282,6 +282,9 @@ func (w *fvWalker) stmt(s ir.Stmt) {
 		w.use(s.Buf)
 		w.expr(s.Index)
 		w.expr(s.Value)
+	case *ir.Prefetch:
+		w.use(s.Buf)
+		w.expr(s.Index)
 	case *ir.For:
 		w.expr(s.Lo)
 		w.expr(s.Hi)
