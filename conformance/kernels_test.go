@@ -1,14 +1,16 @@
 package conformance
 
 import (
-	"github.com/attnc/attnc/internal/needtool"
 	"math"
 	"math/rand"
+	"slices"
 	"sync"
 	"testing"
 
+	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/frontend"
+	"github.com/attnc/attnc/internal/needtool"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/reference"
 )
@@ -236,11 +238,50 @@ func TestKernelMatrix(t *testing.T) {
 				}
 				record(v.DType.String(), r)
 			}
+			// The lower levels of the same library, forced with
+			// $ATTNC_CPU_LEVEL: prefill and decode at 3 threads.
+			for _, level := range lowerLevels(t, s) {
+				if testing.Short() && !slices.Contains(levelShort, v.Name) {
+					break
+				}
+				ls, err := s.AtLevel(level)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, r := range ls.RunAttentionAll(3, 7) {
+					if !r.Pass {
+						t.Errorf("level %s: %s", level, r)
+					}
+					record(v.DType.String(), r)
+				}
+				ls.Lib.Close()
+			}
 		})
 	}
 	t.Cleanup(func() {
 		t.Logf("%d kernel runs; max errors: o %v (f16/bf16 in ulps), lse %v, beyond rounding in 2^-24 mag %v", maxErr.cases, maxErr.o, maxErr.lse, maxErr.mag)
 	})
+}
+
+// levelShort are the variants of matrixSpecs whose library TestKernelMatrix
+// also runs at the lower CPU levels with -short (without it, every
+// variant): f32, f16 and bf16, GQA, a window mask, MLA and RoPE.
+var levelShort = []string{"ps16_gqa4", "ps256_gqa8", "ps8_window", "ps16_mla", "ps8_eagle_like"}
+
+// lowerLevels are the CPU levels of s's triple below the one its entries
+// chose: the best this CPU runs, unless $ATTNC_CPU_LEVEL forced one.
+func lowerLevels(t *testing.T, s *Suite) []string {
+	t.Helper()
+	tg, err := llvmgen.LookupTarget(s.Final.Triple)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := tg.LevelNames()
+	i := slices.Index(names, s.Level)
+	if i < 0 {
+		t.Fatalf("the library runs CPU level %q, not one of %v", s.Level, names)
+	}
+	return names[:i]
 }
 
 // TestMergeHalvesEqualsWhole splits every sequence's cache into two halves,

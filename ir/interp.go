@@ -484,6 +484,9 @@ func (f *frame) call(s *CallStmt) int32 {
 	if s.Fn == "rt.num_threads" {
 		return InterpThreads
 	}
+	if s.Fn == "rt.cpu_level" {
+		return InterpCPULevel
+	}
 	k := f.m.Kernel(s.Fn)
 	if f.depth >= 200 {
 		f.fail("call %s: recursion too deep", s.Fn)
@@ -502,6 +505,10 @@ func (f *frame) call(s *CallStmt) int32 {
 
 // InterpThreads is what rt.num_threads returns in the interpreter.
 var InterpThreads int32 = 1
+
+// InterpCPULevel is what rt.cpu_level returns in the interpreter (the
+// baseline level).
+var InterpCPULevel int32
 
 func b2v(b bool) val {
 	if b {

@@ -252,7 +252,10 @@ type Continue struct{}
 // kernels, with their argument counts; each returns an i32.
 //
 //	rt.num_threads()  the worker threads the next parallel loop may use
-var RuntimeRoutines = map[string]int{"rt.num_threads": 0}
+//	rt.cpu_level()    the CPU level the work kernels run at: an index into
+//	                  the target's levels (CPU), -1 when ATTNC_CPU_LEVEL
+//	                  names one the CPU lacks or none
+var RuntimeRoutines = map[string]int{"rt.num_threads": 0, "rt.cpu_level": 0}
 
 // CallStmt calls another kernel of the same module with Args matching its
 // params (buffers by name as Refs, scalars as i32 expressions). When Result is

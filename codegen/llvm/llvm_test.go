@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -1086,5 +1087,144 @@ int main(void) {
 	}
 	if strings.Contains(bl.ll, "reassoc") {
 		t.Errorf("explicit vector arithmetic got fast-math flags:\n%s", bl.ll)
+	}
+}
+
+// TestCPULevel runs <prefix>_cpu_level in fresh processes: without
+// ATTNC_CPU_LEVEL it names the best level CPUID and XGETBV allow (the one
+// /proc/cpuinfo's flags imply), a level the CPU runs is taken, a name that
+// is no level, or a level above the CPU's, is refused (NULL and -1 from
+// rt.cpu_level), and an empty value means unset.
+func TestCPULevel(t *testing.T) {
+	t.Parallel()
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the levels tested are x86-64's")
+	}
+	tc := needToolchain(t)
+	k := kernel("lvl", []*ir.Param{buf("out", ir.I32)},
+		&ir.CallStmt{Result: "l", Fn: "rt.cpu_level"},
+		store("out", ir.Int(0), i32("l")),
+		ret(ir.Int(0)))
+	driver := `
+int32_t lvl(int32_t*);
+const char *lvl_cpu_level(void);
+int main(void) {
+	const char *n = lvl_cpu_level();
+	int32_t l = -5;
+	lvl(&l);
+	printf("name %s\nindex %d\n", n ? n : "(null)", l);
+	return 0;
+}
+`
+	bl := tc.build(t, module("lvl", k), driver)
+	run := func(env ...string) map[string]string {
+		cmd := exec.Command(bl.exe)
+		cmd.Env = append(os.Environ(), env...)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%v: %v", env, err)
+		}
+		return results(t, string(out))
+	}
+	flags := cpuinfoFlags()
+	best, bestIdx := "x86-64", 0
+	if flags["avx2"] && flags["fma"] && flags["f16c"] && flags["bmi2"] && flags["movbe"] {
+		best, bestIdx = "x86-64-v3", 1
+		if flags["avx512f"] && flags["avx512bw"] && flags["avx512dq"] && flags["avx512vl"] && flags["avx512cd"] {
+			best, bestIdx = "x86-64-v4", 2
+		}
+	}
+	os.Unsetenv(LevelEnv)
+	for _, tc := range []struct {
+		env   []string
+		name  string
+		index int64
+	}{
+		{nil, best, int64(bestIdx)},
+		{[]string{LevelEnv + "="}, best, int64(bestIdx)},
+		{[]string{LevelEnv + "=x86-64"}, "x86-64", 0},
+		{[]string{LevelEnv + "=" + best}, best, int64(bestIdx)},
+		{[]string{LevelEnv + "=avx9000"}, "(null)", -1},
+		{[]string{LevelEnv + "=x86-64-v3 "}, "(null)", -1},
+	} {
+		r := run(tc.env...)
+		if r["name"] != tc.name {
+			t.Errorf("%v: name %s, want %s", tc.env, r["name"], tc.name)
+		}
+		checkInt(t, r, "index", tc.index)
+	}
+	if bestIdx < 2 {
+		r := run(LevelEnv + "=x86-64-v4")
+		if r["name"] != "(null)" || r["index"] != "-1" {
+			t.Errorf("a level above the CPU's was not refused: %v", r)
+		}
+	}
+}
+
+// cpuinfoFlags are the flags /proc/cpuinfo lists for the first CPU.
+func cpuinfoFlags() map[string]bool {
+	out := map[string]bool{}
+	data, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return out
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "flags") {
+			for _, f := range strings.Fields(line) {
+				out[f] = true
+			}
+			break
+		}
+	}
+	return out
+}
+
+// TestLevelAttributes compiles a clone of every level of both targets with
+// llc: the attributes name a CPU and features LLVM 14 knows (no warning),
+// and the x86-64-v4 clone uses 512-bit registers for f32x16 arithmetic.
+func TestLevelAttributes(t *testing.T) {
+	t.Parallel()
+	tc := needToolchain(t)
+	for _, tg := range Targets {
+		var ks []*ir.Kernel
+		for _, l := range tg.Levels {
+			m, err := ir.Parse(`module m prefix m
+kernel k` + l.Suffix + ` role decode level "` + l.Name + `" (x: f32* [32], o: f32* [32] out) {
+  store o[0] = muladd(x[0]:f32x16, x[16]:f32x16, o[0]:f32x16)
+  return 0
+}
+`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ks = append(ks, m.Kernels[0])
+		}
+		ll, err := EmitFor(module("lv", ks...), tg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "k.ll"), []byte(ll), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		arch := strings.Split(tg.Triple, "-")[0]
+		runCmd(t, dir, tc.opt, "-O3", "-mtriple="+tg.Triple, "k.ll", "-o", "k.bc")
+		_, stderr := runCmd(t, dir, tc.llc, "-O3", "-mtriple="+tg.Triple, "k.bc", "-o", "k.s")
+		if stderr != "" {
+			t.Errorf("%s: llc warns: %s", arch, stderr)
+		}
+		asm, err := os.ReadFile(filepath.Join(dir, "k.s"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if arch == "x86_64" {
+			v4 := funcBody(string(asm), "k_x86_64_v4")
+			if !strings.Contains(string(asm), "zmm") {
+				t.Errorf("the x86-64-v4 clone does not use zmm registers:\n%s", v4)
+			}
+			if !strings.Contains(string(asm), "vfmadd") {
+				t.Errorf("no FMA instruction in the v3/v4 clones")
+			}
+		}
 	}
 }

@@ -470,8 +470,12 @@ func (f *fnState) ifStmt(s *ir.If) {
 }
 
 func (f *fnState) call(s *ir.CallStmt) {
-	if s.Fn == "rt.num_threads" {
-		c := f.cur.NewCall(f.e.getThreads)
+	if s.Fn == "rt.num_threads" || s.Fn == "rt.cpu_level" {
+		rt := f.e.getThreads
+		if s.Fn == "rt.cpu_level" {
+			rt = f.e.cpuLevel
+		}
+		c := f.cur.NewCall(rt)
 		if s.Result != "" {
 			c.SetName(f.fresh(s.Result))
 			f.bind(s.Result, &binding{kind: bindValue, t: ir.I32, v: c})

@@ -43,6 +43,8 @@ var Table = []passes.Pass{
 	passes.SimplifyPass,
 	passes.ClassifyTilesPass,
 	passes.ExpandCallsPass,
+	{Name: "multiversion", Required: true, Run: Multiversion,
+		Desc: "clone the work kernels per CPU level of the triple (x86-64, -v3, -v4; NEON); entries dispatch by CPUID or ATTNC_CPU_LEVEL"},
 	{Name: "lower-tiles", Required: true, Run: LowerTiles,
 		Desc: "matmul and reduce statements as loops: dot products and zero-skipping row updates"},
 	{Name: "vectorize", Required: true, Run: Vectorize,
@@ -55,6 +57,8 @@ var Table = []passes.Pass{
 // Constraints are the CPU table's ordering rules.
 var Constraints = append(append([]passes.Constraint(nil), passes.NeutralConstraints...),
 	passes.Constraint{Before: "lower-tiles", After: "vectorize", Why: "the loops lower-tiles writes are spread loops that vectorize maps"},
+	passes.Constraint{Before: "multiversion", After: "lower-tiles", Why: "the schedule passes fit each clone to its level's vector width and registers"},
+	passes.Constraint{Before: "classify-tiles", After: "multiversion", Why: "the target-neutral passes run once, before the kernels are cloned per level"},
 	passes.Constraint{Before: "lower-tiles", After: "heap-scratch", Why: "heap-scratch moves the work items' arrays as the schedule leaves them; one a schedule pass added later would stay on the stack"},
 )
 
@@ -73,7 +77,7 @@ func (Target) Section(opt target.Options) (registry.TargetManifest, error) {
 	if err != nil {
 		return registry.TargetManifest{}, err
 	}
-	return registry.TargetManifest{Triple: t.Triple}, nil
+	return registry.TargetManifest{Triple: t.Triple, Levels: t.LevelNames()}, nil
 }
 
 // Emit implements target.Target: LLVM IR for opt.Triple.
@@ -98,6 +102,8 @@ func (Target) Header(v *ir.Variant, m *ir.Module) string {
 		most = max(most, llvmgen.StackBytes(m, p.Entry))
 	}
 	fmt.Fprintf(&sb, "\n/* The most stack one call of any entry point needs on the calling thread\n   (large scratch is on the heap; worker threads get the default stack). */\n#define %s_STACK_BYTES %d\n", strings.ToUpper(m.Prefix), most)
+	fmt.Fprintf(&sb, "\n/* The CPU level the kernels run at (the manifest's targets.cpu.levels): the best\n   this CPU supports, chosen at the first call, or the one $%s names;\n   NULL when that variable names no level or one the CPU lacks (calls return\n   %s_CPU_LEVEL). */\nconst char *%s_cpu_level(void);\n",
+		llvmgen.LevelEnv, strings.ToUpper(m.Prefix), m.Prefix)
 	for _, p := range m.Plans {
 		entry := "entry point"
 		if !p.Public {
@@ -124,7 +130,7 @@ func (Target) Manifest(v *ir.Variant, m *ir.Module, opt target.Options) []regist
 		}
 		out = append(out, registry.KernelManifest{Variant: v.Name, Role: string(k.Role), Symbol: k.Name,
 			Target: "cpu", File: v.Name + ".ll", Args: registry.ArgsOf(k.Params), Returns: "i32 status",
-			Constraints: registry.Constraints(v), StackBytes: llvmgen.StackBytes(m, k.Name)})
+			Constraints: registry.Constraints(v), StackBytes: llvmgen.StackBytes(m, k.Name), Level: k.Level})
 	}
 	return out
 }
