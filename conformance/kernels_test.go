@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"flag"
 	"math"
 	"math/rand"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"github.com/attnc/attnc/internal/needtool"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/reference"
+	"github.com/attnc/attnc/target/cpu"
 )
 
 // needTools skips locally, and fails in CI, when the LLVM tools are missing.
@@ -241,7 +243,7 @@ func TestKernelMatrix(t *testing.T) {
 			// The lower levels of the same library, forced with
 			// $ATTNC_CPU_LEVEL: prefill and decode at 3 threads.
 			for _, level := range lowerLevels(t, s) {
-				if testing.Short() && !slices.Contains(levelShort, v.Name) {
+				if !*levelsAll && !slices.Contains(levelShort, v.Name) {
 					break
 				}
 				ls, err := s.AtLevel(level)
@@ -263,9 +265,19 @@ func TestKernelMatrix(t *testing.T) {
 	})
 }
 
+var levelsAll = flag.Bool("levels.all", false, "run every matrix variant at every lower CPU level too, not only levelShort")
+
+// buildEnds builds v for this machine's CPU like Build, with the clones of
+// the baseline and widest CPU levels only (cpu.EndsTable): the tests that
+// do not exercise every level save a clone's compile time; TestKernelMatrix
+// builds every level and runs them.
+func buildEnds(v *ir.Variant, dir string) (*Suite, error) {
+	return BuildWith(v, dir, Options{Passes: cpu.EndsTable})
+}
+
 // levelShort are the variants of matrixSpecs whose library TestKernelMatrix
-// also runs at the lower CPU levels with -short (without it, every
-// variant): f32, f16 and bf16, GQA, a window mask, MLA and RoPE.
+// also runs at the lower CPU levels (with -levels.all, every variant): f32,
+// f16 and bf16, GQA, a window mask, MLA and RoPE.
 var levelShort = []string{"ps16_gqa4", "ps256_gqa8", "ps8_window", "ps16_mla", "ps8_eagle_like"}
 
 // lowerLevels are the CPU levels of s's triple below the one its entries
@@ -294,7 +306,7 @@ func TestMergeHalvesEqualsWhole(t *testing.T) {
 	  dtype f32
 	  cache paged(page_size = 8)
 	  mask none }`)
-	s, err := Build(v, t.TempDir())
+	s, err := buildEnds(v, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +369,7 @@ func TestFullyMaskedRow(t *testing.T) {
 	  dtype f16
 	  cache paged(page_size = 16)
 	  mask expr(q_pos >= 20 && kv_pos <= q_pos) }`)
-	s, err := Build(v, t.TempDir())
+	s, err := buildEnds(v, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,7 +405,7 @@ func TestNullLSE(t *testing.T) {
 	  head_dim 64
 	  dtype f32
 	  cache paged(page_size = 4) }`)
-	s, err := Build(v, t.TempDir())
+	s, err := buildEnds(v, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,6 +54,19 @@ var Table = []passes.Pass{
 	passes.HeapScratchPass,
 }
 
+// EndsTable is Table with MultiversionEnds: the baseline and widest
+// levels' clones only. Tests that do not exercise every level build with
+// it to save a clone's compile time.
+var EndsTable = func() []passes.Pass {
+	t := append([]passes.Pass(nil), Table...)
+	for i := range t {
+		if t[i].Name == "multiversion" {
+			t[i].Run = MultiversionEnds
+		}
+	}
+	return t
+}()
+
 // Constraints are the CPU table's ordering rules.
 var Constraints = append(append([]passes.Constraint(nil), passes.NeutralConstraints...),
 	passes.Constraint{Before: "lower-tiles", After: "vectorize", Why: "the loops lower-tiles writes are spread loops that vectorize maps"},

@@ -16,10 +16,25 @@ import (
 // (an entry) asks the runtime for the level at its start (rt.cpu_level:
 // CPUID at the first call, or $ATTNC_CPU_LEVEL), returns CPU_LEVEL when
 // the variable is refused, and calls the clone of that level.
-func Multiversion(m *ir.Module) (*ir.Module, error) {
+func Multiversion(m *ir.Module) (*ir.Module, error) { return multiversion(m, false) }
+
+// MultiversionEnds is Multiversion with the clones of the baseline and the
+// widest level only, for tests that do not exercise every level (the
+// build costs two clones instead of three): a CPU between the two runs the
+// baseline clone, and a forced level the clone at or below it.
+func MultiversionEnds(m *ir.Module) (*ir.Module, error) { return multiversion(m, true) }
+
+func multiversion(m *ir.Module, ends bool) (*ir.Module, error) {
 	t, err := llvmgen.LookupTarget(m.Triple)
 	if err != nil {
 		return nil, err
+	}
+	// levels are the cloned levels with their indexes in the target's.
+	levels := map[int]llvmgen.Level{}
+	for i, l := range t.Levels {
+		if !ends || i == 0 || i == len(t.Levels)-1 {
+			levels[i] = l
+		}
 	}
 	out := *m
 	out.Kernels = nil
@@ -33,7 +48,10 @@ func Multiversion(m *ir.Module) (*ir.Module, error) {
 		if !cloned[k.Name] {
 			continue
 		}
-		for _, l := range t.Levels {
+		for i, l := range t.Levels {
+			if _, ok := levels[i]; !ok {
+				continue
+			}
 			c := *k
 			c.Name, c.Level = k.Name+l.Suffix, l.Name
 			c.Body = renameCalls(ir.CloneBlock(k.Body), cloned, l.Suffix)
@@ -53,7 +71,7 @@ func Multiversion(m *ir.Module) (*ir.Module, error) {
 			&ir.CallStmt{Result: levelVar, Fn: "rt.cpu_level"},
 			&ir.If{Cond: ir.Bin(ir.Lt, ir.R(levelVar, ir.I32), ir.Int(0)),
 				Then: &ir.Block{Stmts: []ir.Stmt{&ir.Return{Value: ir.Int(ir.StatusCPULevel)}}}},
-		}, dispatch(k.Body, cloned, t.Levels).Stmts...)}
+		}, dispatch(k.Body, cloned, t.Levels, levels).Stmts...)}
 		out.Kernels = append(out.Kernels, &e)
 	}
 	if err := ir.Verify(&out); err != nil {
@@ -78,8 +96,9 @@ func renameCalls(b *ir.Block, cloned map[string]bool, suffix string) *ir.Block {
 }
 
 // dispatch turns each call of a cloned kernel into a choice of its clones
-// by the entry's level, best level first.
-func dispatch(b *ir.Block, cloned map[string]bool, levels []llvmgen.Level) *ir.Block {
+// by the entry's level: the best cloned level at or below it, best first
+// (the baseline, index 0, is always cloned).
+func dispatch(b *ir.Block, cloned map[string]bool, all []llvmgen.Level, levels map[int]llvmgen.Level) *ir.Block {
 	return ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
 		c, ok := s.(*ir.CallStmt)
 		if !ok || !cloned[c.Fn] {
@@ -91,10 +110,14 @@ func dispatch(b *ir.Block, cloned map[string]bool, levels []llvmgen.Level) *ir.B
 			n.Args = append([]ir.Expr(nil), c.Args...)
 			return &ir.Block{Stmts: []ir.Stmt{&n}}
 		}
-		tail := call(levels[0])
-		for i := 1; i < len(levels); i++ {
-			tail = &ir.Block{Stmts: []ir.Stmt{&ir.If{Cond: ir.Bin(ir.Eq, ir.R(levelVar, ir.I32), ir.Int(int64(i))),
-				Then: call(levels[i]), Else: tail}}}
+		tail := call(all[0])
+		for i := 1; i < len(all); i++ {
+			l, ok := levels[i]
+			if !ok {
+				continue
+			}
+			cond := ir.Bin(ir.Ge, ir.R(levelVar, ir.I32), ir.Int(int64(i)))
+			tail = &ir.Block{Stmts: []ir.Stmt{&ir.If{Cond: cond, Then: call(l), Else: tail}}}
 		}
 		return tail.Stmts
 	})
