@@ -51,6 +51,8 @@ var Table = []passes.Pass{
 		Desc: "spread loops as vector (innermost) or serial loops, guards folded into loop bounds"},
 	{Name: "vector-exp", Required: false, Run: VectorExp,
 		Desc: "f32 exp as a polynomial in plain arithmetic (within 2 ulp; 0 below FLT_MIN, inf above): vectorized with its loop instead of a libm call per lane"},
+	{Name: "native-widen", Required: false, Run: NativeWiden,
+		Desc: "f16 K/V/Q loads of the clones whose level converts half natively (F16C, NEON) through the dtype table's hardware conversion"},
 	passes.LegalizeDTypePass,
 	passes.LateSimplifyPass,
 	passes.HeapScratchPass,
@@ -75,6 +77,8 @@ var Constraints = append(append([]passes.Constraint(nil), passes.NeutralConstrai
 	passes.Constraint{Before: "multiversion", After: "lower-tiles", Why: "the schedule passes fit each clone to its level's vector width and registers"},
 	passes.Constraint{Before: "classify-tiles", After: "multiversion", Why: "the target-neutral passes run once, before the kernels are cloned per level"},
 	passes.Constraint{Before: "lower-tiles", After: "vector-exp", Why: "the exps of reduce statements are statements' only once lower-tiles wrote the reduce as a loop"},
+	passes.Constraint{Before: "multiversion", After: "native-widen", Why: "native-widen chooses by each clone's CPU level"},
+	passes.Constraint{Before: "native-widen", After: "legalize-dtype", Why: "legalize-dtype writes the exact integer widening of every storage-only load native-widen left"},
 	passes.Constraint{Before: "lower-tiles", After: "heap-scratch", Why: "heap-scratch moves the work items' arrays as the schedule leaves them; one a schedule pass added later would stay on the stack"},
 )
 
