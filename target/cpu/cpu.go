@@ -49,6 +49,8 @@ var Table = []passes.Pass{
 		Desc: "matmul and reduce statements as loops: dot products and zero-skipping row updates"},
 	{Name: "vectorize", Required: true, Run: Vectorize,
 		Desc: "spread loops as vector (innermost) or serial loops, guards folded into loop bounds"},
+	{Name: "prefetch-kv", Required: false, Run: PrefetchKV,
+		Desc: "each staging iteration prefetches the page rows of the one 8 rows ahead (guards repeated: -1 pages never touched)"},
 	{Name: "vector-exp", Required: false, Run: VectorExp,
 		Desc: "f32 exp as a polynomial in plain arithmetic (within 2 ulp; 0 below FLT_MIN, inf above): vectorized with its loop instead of a libm call per lane"},
 	{Name: "native-widen", Required: false, Run: NativeWiden,
@@ -79,6 +81,7 @@ var Constraints = append(append([]passes.Constraint(nil), passes.NeutralConstrai
 	passes.Constraint{Before: "lower-tiles", After: "vector-exp", Why: "the exps of reduce statements are statements' only once lower-tiles wrote the reduce as a loop"},
 	passes.Constraint{Before: "multiversion", After: "native-widen", Why: "native-widen chooses by each clone's CPU level"},
 	passes.Constraint{Before: "native-widen", After: "legalize-dtype", Why: "legalize-dtype writes the exact integer widening of every storage-only load native-widen left"},
+	passes.Constraint{Before: "vectorize", After: "prefetch-kv", Why: "the staging loop's guard is its bound once vectorize folded it, so the row ahead is checked against it"},
 	passes.Constraint{Before: "lower-tiles", After: "heap-scratch", Why: "heap-scratch moves the work items' arrays as the schedule leaves them; one a schedule pass added later would stay on the stack"},
 )
 
