@@ -432,7 +432,8 @@ func TestSelect(t *testing.T) {
 }
 
 // TestTriple: the cpu target's triple reaches the .ll header and the
-// manifest, and nothing else changes.
+// manifest, and decides the CPU levels the work kernels are cloned for;
+// the C header is the same.
 func TestTriple(t *testing.T) {
 	x86 := compile(t, causalSpec, attnc.Options{})
 	arm := compile(t, causalSpec, attnc.Options{Triple: "aarch64-unknown-linux-gnu"})
@@ -445,9 +446,29 @@ func TestTriple(t *testing.T) {
 	if !strings.Contains(string(arm.Files["win.ll"]), "target triple = \"aarch64-unknown-linux-gnu\"\n") {
 		t.Error("the aarch64 .ll does not name its triple")
 	}
-	header := regexp.MustCompile(`(?m)^target (datalayout|triple) = ".*"\n`)
-	if header.ReplaceAllString(string(x86.Files["win.ll"]), "") != header.ReplaceAllString(string(arm.Files["win.ll"]), "") {
-		t.Error("the .ll of the two triples differ beyond their header")
+	if got := strings.Join(x86.Manifest.Targets["cpu"].Levels, " "); got != "x86-64 x86-64-v3 x86-64-v4" {
+		t.Errorf("x86-64 levels in the manifest: %q", got)
+	}
+	if got := strings.Join(arm.Manifest.Targets["cpu"].Levels, " "); got != "neon" {
+		t.Errorf("aarch64 levels in the manifest: %q", got)
+	}
+	for _, c := range []struct {
+		ll       string
+		has, not []string
+	}{
+		{string(x86.Files["win.ll"]), []string{"@win_decode_work_x86_64(", "@win_decode_work_x86_64_v3(", "@win_decode_work_x86_64_v4(", `"target-cpu"="x86-64-v4"`}, []string{"_neon(", "+neon"}},
+		{string(arm.Files["win.ll"]), []string{"@win_decode_work_neon(", `"target-features"="+fp-armv8,+neon"`}, []string{"_x86_64", "x86-64"}},
+	} {
+		for _, h := range c.has {
+			if !strings.Contains(c.ll, h) {
+				t.Errorf("the .ll lacks %s", h)
+			}
+		}
+		for _, n := range c.not {
+			if strings.Contains(c.ll, n) {
+				t.Errorf("the .ll has %s, a level of the other triple", n)
+			}
+		}
 	}
 	if !bytes.Equal(x86.Files["win.h"], arm.Files["win.h"]) {
 		t.Error("the header depends on the triple")

@@ -67,8 +67,8 @@ type CPUReport struct {
 	LoadStart   [3]float64    `json:"load_start"` // 1, 5, 15 minute load averages
 	LoadEnd     [3]float64    `json:"load_end"`
 	Threads     int           `json:"threads"`
-	KernelMCPU  string        `json:"kernel_mcpu"` // opt/llc flags of the kernels (cpurt.CPUFlags)
-	KernelLevel Level         `json:"kernel_level"`
+	KernelMCPU  string        `json:"kernel_mcpu"`  // opt/llc flags of the kernels (cpurt.CPUFlags; none: each CPU level's clone compiles for its level)
+	KernelLevel Level         `json:"kernel_level"` // the CPU level the kernels dispatched to (<prefix>_cpu_level)
 	Budget      Budget        `json:"budget"`
 	Yard        *Yardsticks   `json:"yardsticks"`
 	Cases       []*CaseResult `json:"cases"`
@@ -150,7 +150,6 @@ func RunCPU(p *Plan, o CPUOptions) (*CPUReport, error) {
 	m := ReadMachine()
 	r := &CPUReport{Schema: "attnc-bench/1", Version: o.Version, Started: time.Now().UTC().Format(time.RFC3339),
 		Machine: m, LoadStart: LoadAvg(), Budget: o.Budget, KernelMCPU: strings.Join(cpurt.CPUFlags(), " ")}
-	r.KernelLevel = m.LevelOf(cpurt.CPUFlags())
 
 	// Build every variant first: the kernels' thread count sets the
 	// yardsticks'.
@@ -199,6 +198,9 @@ func RunCPU(p *Plan, o CPUOptions) (*CPUReport, error) {
 			return nil, err
 		}
 		r.Threads = int(n)
+		// The level the entries run: the best this CPU supports, or
+		// $ATTNC_CPU_LEVEL (a refused one fails every case).
+		r.KernelLevel = m.LevelOf([]string{"-mcpu=" + s.Lib.CallStr(s.Prefix+"_cpu_level", 0)})
 		break
 	}
 

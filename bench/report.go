@@ -35,8 +35,12 @@ func (r *CPUReport) writeHeader(w io.Writer) {
 	if r.Budget.Reps == 0 {
 		budget = fmt.Sprintf("%g s and at least %d repetitions", r.Budget.Seconds, MinReps)
 	}
-	fmt.Fprintf(w, "kernels: %s (%s); yardsticks: -mcpu=%s (%s) and the lower levels with FMA; each row: %s\n",
-		r.KernelMCPU, r.KernelLevel.Name, r.Yard.ReadLevel.MCPU, r.Yard.ReadLevel.Name, budget)
+	flags := r.KernelMCPU
+	if flags == "" {
+		flags = "no -mcpu"
+	}
+	fmt.Fprintf(w, "kernels: CPU level %s (%s; %s); yardsticks: -mcpu=%s (%s) and the lower levels with FMA; each row: %s\n",
+		r.KernelLevel.MCPU, r.KernelLevel.Name, flags, r.Yard.ReadLevel.MCPU, r.Yard.ReadLevel.Name, budget)
 }
 
 const statCols = "%10s %9s %9s %9s %9s %5s  %s\n"

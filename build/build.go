@@ -130,6 +130,9 @@ func Compile(v *ir.Variant, t target.Target, opt Options) (*Compiled, error) {
 	if err != nil {
 		return nil, err
 	}
+	if t.Name() == "cpu" {
+		m.Triple = opt.Triple // the CPU schedule clones work kernels per level of the triple
+	}
 	a, err := t.Assemble(m)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %s (%s): %w", v.Pos, v.Name, t.Name(), err)

@@ -142,8 +142,9 @@ bytes count as stored (one per element); a kv_dtype the spec language does not
 know is reported as skipped. With SPEC files, the decode and prefill entries
 of every supported variant are measured instead.
 
-The kernels are compiled as attnc build --shared does (opt -O3, llc -O3,
--mcpu=x86-64-v3 when the CPU has AVX2, FMA and F16C; ATTNC_MCPU overrides).
+The kernels are compiled as attnc build --shared does (opt -O3, llc -O3) and
+run the best CPU level this CPU has (x86-64-v4 with AVX-512, x86-64-v3,
+x86-64), or the one ATTNC_CPU_LEVEL forces.
 Each measurement runs for --seconds and at least 5 repetitions, or exactly
 --reps; --threads sets the kernels' and the yardsticks' threads (default
 all online CPUs). The table goes to stdout; --json FILE also writes every

@@ -548,7 +548,7 @@ func TestBenchBuiltin(t *testing.T) {
 	}
 	for _, re := range []string{
 		`(?m)^attnc bench: .*, 2 threads of \d+ CPUs, LLC .*, load [\d.]+ [\d.]+ [\d.]+$`,
-		`(?m)^kernels: -mcpu=\S+ \(.*\); yardsticks: -mcpu=\S+ \(.*\) and the lower levels with FMA; each row: 3 repetitions$`,
+		`(?m)^kernels: CPU level \S+ \(.*\); yardsticks: -mcpu=\S+ \(.*\) and the lower levels with FMA; each row: 3 repetitions$`,
 		`(?m)^stream read, 8 MiB contiguous +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +3  GB/s$`,
 		`(?m)^  the same, prefetching 512 B ahead +[\d.]+ .* GB/s$`,
 		`(?m)^stream read, 512 B blocks in random order +[\d.]+ .* GB/s$`,
@@ -570,11 +570,13 @@ func TestBenchBuiltin(t *testing.T) {
 		t.Fatal(err)
 	}
 	var r struct {
-		Schema     string     `json:"schema"`
-		Threads    int        `json:"threads"`
-		KernelMCPU string     `json:"kernel_mcpu"`
-		LoadStart  [3]float64 `json:"load_start"`
-		Machine    struct {
+		Schema      string `json:"schema"`
+		Threads     int    `json:"threads"`
+		KernelLevel struct {
+			MCPU string `json:"mcpu"`
+		} `json:"kernel_level"`
+		LoadStart [3]float64 `json:"load_start"`
+		Machine   struct {
 			OnlineCPUs int   `json:"online_cpus"`
 			LLCBytes   int64 `json:"llc_bytes"`
 		} `json:"machine"`
@@ -612,7 +614,7 @@ func TestBenchBuiltin(t *testing.T) {
 	if err := json.Unmarshal(b, &r); err != nil {
 		t.Fatalf("%v\n%s", err, b)
 	}
-	if r.Schema != "attnc-bench/1" || r.Threads != 2 || r.KernelMCPU == "" || r.Machine.OnlineCPUs < 1 || r.Yard.StreamBytes != 8<<20 ||
+	if r.Schema != "attnc-bench/1" || r.Threads != 2 || r.KernelLevel.MCPU == "" || r.Machine.OnlineCPUs < 1 || r.Yard.StreamBytes != 8<<20 ||
 		len(r.Yard.Read.Seconds) != 3 || r.Yard.Summary.Read <= 0 || r.Yard.Summary.Read != r.Yard.Read.Rate.Median || r.Yard.Summary.FMAPeak <= 0 || len(r.Yard.FMA) < 1 {
 		t.Errorf("JSON header and yardsticks:\n%s", b)
 	}

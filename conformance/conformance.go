@@ -6,6 +6,8 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 
 	"github.com/attnc/attnc/build"
 	llvmgen "github.com/attnc/attnc/codegen/llvm"
@@ -83,6 +85,11 @@ type Suite struct {
 	// Lowered and Final are the CPU module before and after the passes
 	// (nil for CUDA suites).
 	Lowered, Final *ir.Module
+	// Level is the CPU level the entries run at (<prefix>_cpu_level):
+	// the best this CPU supports, or the one AtLevel forced.
+	Level string
+
+	so string // the CPU library, which AtLevel loads again
 
 	keepLoaded bool // Close leaves Lib loaded (nvcc builds)
 }
@@ -133,7 +140,7 @@ type Options struct {
 // compileFor schedules v for a target with the verifier after every pass
 // and writes the target's files into dir.
 func compileFor(v *ir.Variant, name, dir string, o Options) (*build.Compiled, error) {
-	bo := build.Options{Passes: passes.Options{VerifyEach: true}}
+	bo := build.Options{Passes: passes.Options{VerifyEach: true}, Triple: o.Triple}
 	if o.Passes != nil {
 		bo.Tables = map[string][]passes.Pass{name: o.Passes}
 	}
@@ -176,19 +183,80 @@ func BuildWith(v *ir.Variant, dir string, o Options) (*Suite, error) {
 	if err := tc.BuildShared(llPath, so); err != nil {
 		return nil, err
 	}
-	s := &Suite{V: v, Target: "cpu", Prefix: c.Final.Prefix, Entries: cpuEntries(c.Final), Lowered: c.Lowered, Final: c.Final}
+	s := &Suite{V: v, Target: "cpu", Prefix: c.Final.Prefix, Entries: cpuEntries(c.Final), Lowered: c.Lowered, Final: c.Final, so: so}
 	if tc.Foreign() {
 		r, err := tc.OpenRemote(so)
 		if err != nil {
 			return nil, err
 		}
 		s.Lib, s.Dev = r, &remoteDevice{r}
+		s.Level = r.CallStr(s.Prefix+"_cpu_level", 0)
 		return s, nil
 	}
-	if s.Lib, err = cpurt.Open(so); err != nil {
+	if s.Lib, s.Level, err = openAtLevel(so, s.Prefix, ""); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// levelMu serializes the first call into every CPU library this package
+// loads, which decides the library's CPU level from $ATTNC_CPU_LEVEL:
+// AtLevel sets the variable only while it holds the lock, so no other
+// library decides its level meanwhile.
+var levelMu sync.Mutex
+
+// openAtLevel loads so and has it decide its CPU level with
+// $ATTNC_CPU_LEVEL set to level ("": the process's own environment); it
+// returns the level the library reports.
+func openAtLevel(so, prefix, level string) (*cpurt.Lib, string, error) {
+	levelMu.Lock()
+	defer levelMu.Unlock()
+	if level != "" {
+		old, had := os.LookupEnv(llvmgen.LevelEnv)
+		os.Setenv(llvmgen.LevelEnv, level)
+		defer func() {
+			if had {
+				os.Setenv(llvmgen.LevelEnv, old)
+			} else {
+				os.Unsetenv(llvmgen.LevelEnv)
+			}
+		}()
+	}
+	lib, err := cpurt.Open(so)
+	if err != nil {
+		return nil, "", err
+	}
+	got := lib.CallStr(prefix+"_cpu_level", 0)
+	if level != "" && got != level {
+		lib.Close()
+		return nil, "", fmt.Errorf("%s: CPU level %s refused (%s): the CPU cannot run it", filepath.Base(so), level, got)
+	}
+	return lib, got, nil
+}
+
+// AtLevel loads the suite's CPU library again (a copy, so that it decides
+// its level afresh) with its entries forced to CPU level level, as
+// $ATTNC_CPU_LEVEL=level does for a program; the copy shares everything
+// else with s. It fails for a level the CPU cannot run.
+func (s *Suite) AtLevel(level string) (*Suite, error) {
+	if s.Target != "cpu" || s.so == "" || s.Dev != nil {
+		return nil, fmt.Errorf("%s: only a CPU library loaded in this process can be forced to a level", s.V.Name)
+	}
+	data, err := os.ReadFile(s.so)
+	if err != nil {
+		return nil, err
+	}
+	cp := strings.TrimSuffix(s.so, ".so") + "." + level + ".so"
+	if err := os.WriteFile(cp, data, 0o755); err != nil {
+		return nil, err
+	}
+	lib, got, err := openAtLevel(cp, s.Prefix, level)
+	if err != nil {
+		return nil, err
+	}
+	c := *s
+	c.Lib, c.Level, c.so = lib, got, cp
+	return &c, nil
 }
 
 // remoteDevice is the memory of a runner process: a suite of a foreign
@@ -567,6 +635,23 @@ func DecodeMatrix(v *ir.Variant) []reference.CaseSpec {
 		cases = append(cases, reference.CaseSpec{Name: "decode empty cache (mask none)", QLens: []int{1, 1, 1}, KVLens: []int{0, ps + 3, 0}, NaNFill: true})
 	}
 	return cases
+}
+
+// RunAttentionAll runs the prefill and decode matrices (the entries the
+// variant has) at one thread count.
+func (s *Suite) RunAttentionAll(threads int, seed int64) []Result {
+	var out []Result
+	if _, ok := s.Entries[ir.RolePrefill]; ok {
+		for i, spec := range Matrix(s.V) {
+			out = append(out, s.RunAttention(ir.RolePrefill, spec, seed+int64(i), threads))
+		}
+	}
+	if _, ok := s.Entries[ir.RoleDecode]; ok {
+		for i, spec := range DecodeMatrix(s.V) {
+			out = append(out, s.RunAttention(ir.RoleDecode, spec, seed+int64(i), threads))
+		}
+	}
+	return out
 }
 
 // RunAll runs the whole matrix for every entry of the suite's variant at

@@ -66,7 +66,7 @@ func TestEngineSimulation(t *testing.T) {
 				var s *Suite
 				var err error
 				if target == "cpu" {
-					s, err = Build(v, t.TempDir())
+					s, err = buildEnds(v, t.TempDir())
 				} else {
 					needEmu(t)
 					s, err = BuildCUDA(v, t.TempDir())

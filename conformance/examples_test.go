@@ -27,7 +27,7 @@ func TestExamples(t *testing.T) {
 				t.Parallel()
 				t.Run("cpu", func(t *testing.T) {
 					needTools(t)
-					s, err := Build(v, t.TempDir())
+					s, err := buildEnds(v, t.TempDir())
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -48,7 +48,7 @@ func FuzzKernels(f *testing.F) {
 	needtool.Check(f, cpurt.Tools())
 	dir := f.TempDir()
 	for i, v := range fuzzVariants() {
-		s, err := Build(v, dir)
+		s, err := buildEnds(v, dir)
 		if err != nil {
 			f.Fatalf("%s: %v", v.Name, err)
 		}

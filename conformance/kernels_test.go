@@ -1,16 +1,20 @@
 package conformance
 
 import (
-	"github.com/attnc/attnc/internal/needtool"
+	"flag"
 	"math"
 	"math/rand"
+	"slices"
 	"sync"
 	"testing"
 
+	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/frontend"
+	"github.com/attnc/attnc/internal/needtool"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/reference"
+	"github.com/attnc/attnc/target/cpu"
 )
 
 // needTools skips locally, and fails in CI, when the LLVM tools are missing.
@@ -306,11 +310,60 @@ func TestKernelMatrix(t *testing.T) {
 				}
 				record(dtypeKey(v), r)
 			}
+			// The lower levels of the same library, forced with
+			// $ATTNC_CPU_LEVEL: prefill and decode at 3 threads.
+			for _, level := range lowerLevels(t, s) {
+				if !*levelsAll && !slices.Contains(levelShort, v.Name) {
+					break
+				}
+				ls, err := s.AtLevel(level)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, r := range ls.RunAttentionAll(3, 7) {
+					if !r.Pass {
+						t.Errorf("level %s: %s", level, r)
+					}
+					record(v.DType.String(), r)
+				}
+				ls.Lib.Close()
+			}
 		})
 	}
 	t.Cleanup(func() {
 		t.Logf("%d kernel runs; max errors: o %v (f16/bf16 in ulps), lse %v, beyond rounding in 2^-24 mag %v", maxErr.cases, maxErr.o, maxErr.lse, maxErr.mag)
 	})
+}
+
+var levelsAll = flag.Bool("levels.all", false, "run every matrix variant at every lower CPU level too, not only levelShort")
+
+// buildEnds builds v for this machine's CPU like Build, with the clones of
+// the baseline and widest CPU levels only (cpu.EndsTable): the tests that
+// do not exercise every level save a clone's compile time; TestKernelMatrix
+// builds every level and runs them.
+func buildEnds(v *ir.Variant, dir string) (*Suite, error) {
+	return BuildWith(v, dir, Options{Passes: cpu.EndsTable})
+}
+
+// levelShort are the variants of matrixSpecs whose library TestKernelMatrix
+// also runs at the lower CPU levels (with -levels.all, every variant): f32,
+// f16 and bf16, GQA, a window mask, MLA and RoPE.
+var levelShort = []string{"ps16_gqa4", "ps256_gqa8", "ps8_window", "ps16_mla", "ps8_eagle_like"}
+
+// lowerLevels are the CPU levels of s's triple below the one its entries
+// chose: the best this CPU runs, unless $ATTNC_CPU_LEVEL forced one.
+func lowerLevels(t *testing.T, s *Suite) []string {
+	t.Helper()
+	tg, err := llvmgen.LookupTarget(s.Final.Triple)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := tg.LevelNames()
+	i := slices.Index(names, s.Level)
+	if i < 0 {
+		t.Fatalf("the library runs CPU level %q, not one of %v", s.Level, names)
+	}
+	return names[:i]
 }
 
 // TestMergeHalvesEqualsWhole splits every sequence's cache into two halves,
@@ -323,7 +376,7 @@ func TestMergeHalvesEqualsWhole(t *testing.T) {
 	  dtype f32
 	  cache paged(page_size = 8)
 	  mask none }`)
-	s, err := Build(v, t.TempDir())
+	s, err := buildEnds(v, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,7 +439,7 @@ func TestFullyMaskedRow(t *testing.T) {
 	  dtype f16
 	  cache paged(page_size = 16)
 	  mask expr(q_pos >= 20 && kv_pos <= q_pos) }`)
-	s, err := Build(v, t.TempDir())
+	s, err := buildEnds(v, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -422,7 +475,7 @@ func TestNullLSE(t *testing.T) {
 	  head_dim 64
 	  dtype f32
 	  cache paged(page_size = 4) }`)
-	s, err := Build(v, t.TempDir())
+	s, err := buildEnds(v, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

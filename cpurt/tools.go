@@ -83,40 +83,16 @@ func Tools() error {
 	return nil
 }
 
-var (
-	cpuOnce  sync.Once
-	cpuFlags []string
-)
-
-// CPUFlags is the -mcpu flag given to opt and llc: x86-64-v3 when
-// /proc/cpuinfo lists avx2, fma and f16c, else the portable x86-64. The
-// environment variable ATTNC_MCPU overrides the choice.
+// CPUFlags are the -mcpu flags given to opt and llc: none, since the .ll
+// carries a clone of its work kernels per CPU level (each compiled for its
+// own level whatever -mcpu says) and picks the best the CPU runs at the
+// first call; the entries and the runtime then compile for the triple's
+// baseline. The environment variable ATTNC_MCPU sets one (-mcpu=VALUE).
 func CPUFlags() []string {
 	if m := os.Getenv("ATTNC_MCPU"); m != "" {
 		return []string{"-mcpu=" + m}
 	}
-	cpuOnce.Do(func() {
-		cpuFlags = []string{"-mcpu=x86-64"}
-		b, err := os.ReadFile("/proc/cpuinfo")
-		if err != nil {
-			return
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			k, v, ok := strings.Cut(line, ":")
-			if !ok || strings.TrimSpace(k) != "flags" {
-				continue
-			}
-			has := map[string]bool{}
-			for _, f := range strings.Fields(v) {
-				has[f] = true
-			}
-			if has["avx2"] && has["fma"] && has["f16c"] {
-				cpuFlags = []string{"-mcpu=x86-64-v3"}
-			}
-			return
-		}
-	})
-	return append([]string(nil), cpuFlags...)
+	return nil
 }
 
 // BuildShared compiles the LLVM IR file llPath into the shared library

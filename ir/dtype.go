@@ -34,6 +34,10 @@ type DTypeInfo struct {
 	// nil for f32. A Convert to or from a storage-only type means them, in
 	// the interpreter and after legalize-dtype alike.
 	Widen, Narrow func(Expr) Expr
+	// HalfWiden is Widen as one hardware conversion of IEEE half bits
+	// (F16C's vcvtph2ps, NEON's fcvtl): f32(bitcast.f16(bits)). A CPU
+	// level with native half conversions uses it; nil for the other rows.
+	HalfWiden func(Expr) Expr
 	// TensorCore says GPU tensor cores take it as an mma input.
 	TensorCore bool
 	// KVOnly marks the 8-bit codes of a quantized KV cache: only a
@@ -49,7 +53,7 @@ type DTypeInfo struct {
 var DTypes = []DTypeInfo{
 	{DType: DTF32, Name: "f32", Type: F32, Bits: 32, Carrier: F32, CType: "float", ExpBits: 8, MantBits: 23},
 	{DType: DTF16, Name: "f16", Type: F16, Bits: 16, Carrier: I16, CType: "uint16_t", ExpBits: 5, MantBits: 10,
-		Widen: F16ToF32, Narrow: F32ToF16, TensorCore: true},
+		Widen: F16ToF32, Narrow: F32ToF16, HalfWiden: halfBitsToF32, TensorCore: true},
 	{DType: DTBF16, Name: "bf16", Type: BF16, Bits: 16, Carrier: I16, CType: "uint16_t", ExpBits: 8, MantBits: 7,
 		Widen: BF16ToF32, Narrow: F32ToBF16, TensorCore: true},
 	{DType: DTE4M3, Name: "e4m3", Type: E4M3, Bits: 8, Carrier: U8, CType: "uint8_t", ExpBits: 4, MantBits: 3,

@@ -151,16 +151,23 @@ func (l *Load) Type() Type    { return l.T }
 func (c *Call) Type() Type    { return c.T }
 func (u *Unary) Type() Type {
 	t := u.X.Type() // once: calling it twice per level is exponential in depth
-	if u.Op == Not && t == Bool {
-		return Bool
+	if u.Op == Not && t.Elem() == Bool {
+		return t
 	}
 	return t
 }
 func (b *Binary) Type() Type {
-	if b.Op.IsCompare() {
-		return Bool
+	if b.X == nil {
+		if b.Op.IsCompare() {
+			return Bool
+		}
+		return Void
 	}
-	return b.X.Type()
+	t := b.X.Type()
+	if b.Op.IsCompare() {
+		return Vec(Bool, t.Lanes())
+	}
+	return t
 }
 
 func (*Const) isExpr()   {}

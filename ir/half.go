@@ -27,6 +27,13 @@ func F32ToBF16(x Expr) Expr {
 	return Cvt(I16, Sel(isNaN, quiet, rounded))
 }
 
+// halfBitsToF32 widens IEEE half bits (i16) to f32 with the hardware's
+// conversion: codegen prints it as fpext half to float.
+func halfBitsToF32(h Expr) Expr {
+	n := h.Type().Lanes()
+	return &Convert{To: Vec(F32, n), X: &Bitcast{To: Vec(F16, n), X: h}}
+}
+
 // F16ToF32 widens IEEE half bits (i16) to f32, denormals, inf and NaN
 // included: the exponent/mantissa bits shifted into place are a float that
 // 2^112 rescales exactly; inf/NaN get the all-ones exponent.

@@ -249,6 +249,7 @@ func (f *frame) store(b *buffer, i int64, v val) {
 
 type binding struct {
 	v   val
+	vec []val // the lanes of a vector value
 	buf *buffer
 	raw any // EvalExpr: a Go value converted at each use
 }
@@ -332,12 +333,13 @@ func (f *frame) stmt(s Stmt, u *[]undo) (flow, int32) {
 	case *Block:
 		return f.block(s)
 	case *Let:
-		f.bind(u, s.Name, &binding{v: f.eval(s.Value)})
+		f.bind(u, s.Name, f.value(s.Value))
 	case *Var:
-		f.bind(u, s.Name, &binding{v: f.eval(s.Init)})
+		f.bind(u, s.Name, f.value(s.Init))
 	case *Assign:
-		v := f.eval(s.Value)
-		f.lookup(s.Name).v = v
+		b := f.value(s.Value)
+		dst := f.lookup(s.Name)
+		dst.v, dst.vec = b.v, b.vec
 	case *Alloc:
 		f.bind(u, s.Name, &binding{buf: &buffer{name: s.Name, data: make([]val, s.Size)}})
 	case *Malloc:
@@ -355,7 +357,15 @@ func (f *frame) stmt(s Stmt, u *[]undo) (flow, int32) {
 	case *Store:
 		b := f.buffer(s.Buf)
 		i := f.index(s.Index)
+		if s.Value.Type().IsVector() {
+			for k, x := range f.evalVec(s.Value) {
+				f.store(b, i+int64(k), x)
+			}
+			break
+		}
 		f.store(b, i, f.eval(s.Value))
+	case *Prefetch:
+		f.check(f.buffer(s.Buf), "prefetch", f.index(s.Index))
 	case *Copy:
 		dst, src := f.buffer(s.Dst), f.buffer(s.Src)
 		di, si := f.index(s.DstIndex), f.index(s.SrcIndex)
@@ -482,6 +492,9 @@ func (f *frame) call(s *CallStmt) int32 {
 	if s.Fn == "rt.num_threads" {
 		return InterpThreads
 	}
+	if s.Fn == "rt.cpu_level" {
+		return InterpCPULevel
+	}
 	k := f.m.Kernel(s.Fn)
 	if f.depth >= 200 {
 		f.fail("call %s: recursion too deep", s.Fn)
@@ -501,6 +514,10 @@ func (f *frame) call(s *CallStmt) int32 {
 // InterpThreads is what rt.num_threads returns in the interpreter.
 var InterpThreads int32 = 1
 
+// InterpCPULevel is what rt.cpu_level returns in the interpreter (the
+// baseline level).
+var InterpCPULevel int32
+
 func b2v(b bool) val {
 	if b {
 		return 1
@@ -508,8 +525,21 @@ func b2v(b bool) val {
 	return 0
 }
 
+// value evaluates e into a binding: a scalar or a vector's lanes.
+func (f *frame) value(e Expr) *binding {
+	if e.Type().IsVector() {
+		return &binding{vec: f.evalVec(e)}
+	}
+	return &binding{v: f.eval(e)}
+}
+
 func (f *frame) eval(e Expr) val {
+	if t := e.Type(); t.IsVector() {
+		f.fail("vector %s used as a scalar", t)
+	}
 	switch e := e.(type) {
+	case *MulAdd, *VShuffle:
+		return f.evalVec(e)[0]
 	case *Const:
 		switch {
 		case e.T == Bool:

@@ -296,6 +296,15 @@ func (p *parser) typ() Type {
 	return ty
 }
 
+// stringLit reads a quoted string.
+func (p *parser) stringLit() string {
+	t := p.next()
+	if t.kind != tString {
+		p.failAt(t, "expected a quoted string, found %s", t)
+	}
+	return t.text
+}
+
 func (p *parser) intLit(neg bool) int64 {
 	t := p.next()
 	if t.kind != tInt {
@@ -331,6 +340,9 @@ func (p *parser) module() *Module {
 	m := &Module{Name: p.ident().text}
 	p.expect("prefix")
 	m.Prefix = p.ident().text
+	if p.accept("triple") {
+		m.Triple = p.stringLit()
+	}
 	for p.accept("error") {
 		neg := p.accept("-")
 		code := p.intLit(neg)
@@ -383,6 +395,10 @@ func (p *parser) kernel() *Kernel {
 		k.Role = Role(p.next().text)
 	}
 	k.Entry = p.accept("entry")
+	if p.isKw("level") && p.peekN(1).kind == tString {
+		p.next()
+		k.Level = p.stringLit()
+	}
 	p.expect("(")
 	p.scopes = []map[string]decl{{}}
 	for !p.isPunct(")") {
@@ -617,6 +633,17 @@ func (p *parser) stmt() Stmt {
 			p.failAt(vt, "type mismatch: storing %s into %s buffer %s", v.Type(), d.t, nt.text)
 		}
 		return &Store{Buf: nt.text, Index: idx, Value: v}
+	case "prefetch":
+		nt := p.ident()
+		p.bufferDecl(nt)
+		p.expect("[")
+		it := p.peek()
+		idx := p.expr()
+		p.expect("]")
+		if t := idx.Type(); t != I32 && t != I64 {
+			p.failAt(it, "index of %s is %s, want i32 or i64", nt.text, t)
+		}
+		return &Prefetch{Buf: nt.text, Index: idx}
 	case "for":
 		return p.forStmt()
 	case "if":
@@ -904,6 +931,29 @@ func (p *parser) identExpr(t token) Expr {
 		m := p.intLit(false)
 		p.expect(")")
 		return &Shuffle{X: x, Mask: int(m)}
+	case t.text == "shuffle" && nt.is(tPunct, "("):
+		p.next()
+		x := p.expr()
+		p.expect(",")
+		y := p.expr()
+		p.expect(",")
+		p.expect("[")
+		var mask []int
+		for !p.isPunct("]") {
+			if len(mask) > 0 {
+				p.expect(",")
+			}
+			mask = append(mask, int(p.intLit(false)))
+		}
+		p.next()
+		p.expect(")")
+		return p.check(t, &VShuffle{X: x, Y: y, Mask: mask})
+	case t.text == "muladd" && nt.is(tPunct, "("):
+		args := p.args()
+		if len(args) != 3 {
+			p.failAt(t, "muladd takes 3 arguments, got %d", len(args))
+		}
+		return p.check(t, &MulAdd{X: args[0], Y: args[1], Z: args[2]})
 	case t.text == "nonnull" && nt.is(tPunct, "("):
 		p.next()
 		bt := p.ident()

@@ -34,6 +34,12 @@ import (
 // calls (`neg(x)`, `exp(x)`), a NULL test as `nonnull(buf)`, conversions as `f32(x)`, bitcasts as
 // `bitcast.i32(x)`, loads as `buf[i]`, selects as `select(c, x, y)` and
 // high-level calls as `@softcap.f32(x, c)`.
+//
+// Vectors (CPU schedules): types print as f32x16, constants as
+// `0.5:f32x16`, a vector load as `buf[i]:f32x16`, a broadcast as
+// `f32x16(x)`; `muladd(x, y, z)`, `shuffle(x, y, [0, 1, 16, 17])`,
+// `prefetch buf[i]`; a scheduled clone is `kernel NAME role R level "x86-64-v4" (...)`
+// and a module for another triple `module NAME prefix P triple "aarch64-unknown-linux-gnu"`.
 
 // String prints m in the text form.
 func (m *Module) String() string {
@@ -100,7 +106,11 @@ func (p *printer) line(format string, args ...any) {
 }
 
 func (p *printer) module(m *Module) {
-	p.line("module %s prefix %s", m.Name, m.Prefix)
+	if m.Triple != "" {
+		p.line("module %s prefix %s triple %s", m.Name, m.Prefix, strconv.Quote(m.Triple))
+	} else {
+		p.line("module %s prefix %s", m.Name, m.Prefix)
+	}
 	for _, e := range m.Errors {
 		p.line("error %d %s %s", e.Code, e.Name, strconv.Quote(e.Msg))
 	}
@@ -149,6 +159,9 @@ func (p *printer) kernel(k *Kernel) {
 	entry := ""
 	if k.Entry {
 		entry = " entry"
+	}
+	if k.Level != "" {
+		entry += " level " + strconv.Quote(k.Level)
 	}
 	p.line("kernel %s role %s%s (%s) {", k.Name, k.Role, entry, strings.Join(ps, ", "))
 	p.block(k.Body)
@@ -235,6 +248,8 @@ func (p *printer) stmt(s Stmt) {
 		p.line("free %s", s.Name)
 	case *Store:
 		p.line("store %s[%s] = %s", s.Buf, p.ex(s.Index), p.ex(s.Value))
+	case *Prefetch:
+		p.line("prefetch %s[%s]", s.Buf, p.ex(s.Index))
 	case *For:
 		var sb strings.Builder
 		fmt.Fprintf(&sb, "for %s in %s .. %s %s", s.Var, p.ex(s.Lo), p.ex(s.Hi), s.Kind)
@@ -383,6 +398,17 @@ func writeExprIn(sb *strings.Builder, e Expr, elems func(string) (Type, bool)) {
 		}
 	case *Call:
 		sb.WriteString("@" + e.Fn + "." + e.T.String() + "(" + exprListIn(e.Args, elems) + ")")
+	case *MulAdd:
+		sb.WriteString("muladd(" + exprListIn([]Expr{e.X, e.Y, e.Z}, elems) + ")")
+	case *VShuffle:
+		sb.WriteString("shuffle(" + exprListIn([]Expr{e.X, e.Y}, elems) + ", [")
+		for i, k := range e.Mask {
+			if i > 0 {
+				sb.WriteString(", ")
+			}
+			sb.WriteString(strconv.Itoa(k))
+		}
+		sb.WriteString("])")
 	default:
 		panic(fmt.Sprintf("BUG: print: unknown expr %T", e))
 	}

@@ -291,7 +291,10 @@ type Continue struct{}
 // kernels, with their argument counts; each returns an i32.
 //
 //	rt.num_threads()  the worker threads the next parallel loop may use
-var RuntimeRoutines = map[string]int{"rt.num_threads": 0}
+//	rt.cpu_level()    the CPU level the work kernels run at: an index into
+//	                  the target's levels (CPU), -1 when ATTNC_CPU_LEVEL
+//	                  names one the CPU lacks or none
+var RuntimeRoutines = map[string]int{"rt.num_threads": 0, "rt.cpu_level": 0}
 
 // CallStmt calls another kernel of the same module with Args matching its
 // params (buffers by name as Refs, scalars as i32 expressions). When Result is
@@ -347,6 +350,11 @@ type Kernel struct {
 	Entry  bool // the public dispatch entry for its role
 	Params []*Param
 	Body   *Block
+
+	// Level names the CPU level (vector ISA: a name of the CPU target's
+	// level table, such as x86-64-v4) that this clone of a work kernel is
+	// scheduled for; empty for kernels every CPU runs.
+	Level string
 }
 
 // Module is the unit a backend prints: the kernels of one variant plus the
@@ -360,6 +368,11 @@ type Module struct {
 	Kernels []*Kernel
 	Errors  []ErrorCode
 	Plans   []*Plan // how each role's entry runs its kernels
+
+	// Triple is the target triple a CPU module is scheduled for ("" is
+	// the default, x86-64 Linux): it decides which CPU levels the work
+	// kernels are cloned for.
+	Triple string
 }
 
 // Def is a named pure expression function: `def NAME(a: i32, ...): T = body`.

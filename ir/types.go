@@ -1,5 +1,7 @@
 package ir
 
+import "strconv"
+
 // Type is a scalar type of the kernel IR.
 type Type uint8
 
@@ -26,20 +28,35 @@ const (
 
 var typeNames = [...]string{"void", "bool", "i16", "i32", "i64", "u8", "f16", "bf16", "f32", "f64", "i8", "e4m3", "e5m2"}
 
-func (t Type) String() string { return typeNames[t] }
+func (t Type) String() string {
+	if t.IsVector() {
+		return typeNames[t.Elem()] + "x" + strconv.Itoa(t.Lanes())
+	}
+	if int(t) >= len(typeNames) {
+		return "type(" + strconv.Itoa(int(t)) + ")"
+	}
+	return typeNames[t]
+}
 
 // IsFloat reports whether t is a floating-point type (f16, bf16 and the
-// fp8 codes included).
+// fp8 codes included), or a vector of one.
 func (t Type) IsFloat() bool {
-	return t == F16 || t == BF16 || t == F32 || t == F64 || t == E4M3 || t == E5M2
+	e := t.Elem()
+	return e == F16 || e == BF16 || e == F32 || e == F64 || e == E4M3 || e == E5M2
 }
 
 // IsInt reports whether t is an integer type (bool excluded; i8 codes
-// included).
-func (t Type) IsInt() bool { return t == I16 || t == I32 || t == I64 || t == U8 || t == I8 }
+// included), or a vector of one.
+func (t Type) IsInt() bool {
+	e := t.Elem()
+	return e == I16 || e == I32 || e == I64 || e == U8 || e == I8
+}
 
-// Bits is the storage width of t.
+// Bits is the storage width of t (of all its lanes for a vector).
 func (t Type) Bits() int {
+	if t.IsVector() {
+		return t.Elem().Bits() * t.Lanes()
+	}
 	switch t {
 	case Bool:
 		return 1
@@ -55,12 +72,13 @@ func (t Type) Bits() int {
 	return 0
 }
 
-// TypeByName maps a type's text form back to the type.
+// TypeByName maps a type's text form back to the type (vector types
+// included: f32x16).
 func TypeByName(s string) (Type, bool) {
 	for i, n := range typeNames {
 		if n == s {
 			return Type(i), true
 		}
 	}
-	return Void, false
+	return vectorTypeByName(s)
 }

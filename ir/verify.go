@@ -140,7 +140,7 @@ func nodeRule(e Expr) string {
 		case e.T == Bool && e.Int != 0 && e.Int != 1:
 			return fmt.Sprintf("bool constant %d, want 0 or 1", e.Int)
 		case e.T.IsInt():
-			if lo, hi := intRange(e.T); e.Int < lo || e.Int > hi {
+			if lo, hi := intRange(e.T.Elem()); e.Int < lo || e.Int > hi {
 				return fmt.Sprintf("constant %d out of range for %s", e.Int, e.T)
 			}
 		}
@@ -159,9 +159,9 @@ func nodeRule(e Expr) string {
 		case e.Op == Shl || e.Op == Shr:
 			ok = x.IsInt()
 		case e.Op <= Xor: // And, Or, Xor
-			ok = x == Bool || x.IsInt()
+			ok = x.Elem() == Bool || x.IsInt()
 		case e.Op == Eq || e.Op == Ne:
-			ok = x == Bool || x.IsInt() || x.IsFloat()
+			ok = x.Elem() == Bool || x.IsInt() || x.IsFloat()
 		default: // ordered comparisons
 			ok = x.IsInt() || x.IsFloat()
 		}
@@ -178,7 +178,7 @@ func nodeRule(e Expr) string {
 		case Neg, Abs:
 			ok = x.IsInt() || x.IsFloat()
 		case Not:
-			ok = x == Bool || x.IsInt()
+			ok = x.Elem() == Bool || x.IsInt()
 		default:
 			ok = x.IsFloat()
 		}
@@ -189,7 +189,7 @@ func nodeRule(e Expr) string {
 		if e.Cond == nil || e.X == nil || e.Y == nil {
 			return "select: missing operand"
 		}
-		if c := e.Cond.Type(); c != Bool {
+		if c := e.Cond.Type(); c.Elem() != Bool {
 			return fmt.Sprintf("select condition is %s, want bool", c)
 		}
 		if x, y := e.X.Type(), e.Y.Type(); x != y || x == Void {
@@ -216,6 +216,8 @@ func nodeRule(e Expr) string {
 		if t := e.Index.Type(); t != I32 && t != I64 {
 			return fmt.Sprintf("index of %s is %s, want i32 or i64", e.Buf, t)
 		}
+	case *MulAdd, *VShuffle:
+		return vectorRule(e)
 	case *Call:
 		if e.Fn == "" {
 			return "call without a function name"
@@ -229,7 +231,7 @@ func nodeRule(e Expr) string {
 			}
 		}
 	}
-	return ""
+	return vectorRule(e)
 }
 
 type verifyError struct{ msg string }
@@ -442,7 +444,7 @@ func (v *verifier) stmt(s Stmt) {
 		v.declare(s.Var, dLoop, I32)
 		v.expr(s.Value)
 		v.scopes = v.scopes[:len(v.scopes)-1]
-		if t := s.Value.Type(); !t.IsInt() && !t.IsFloat() {
+		if t := s.Value.Type(); !t.IsInt() && !t.IsFloat() || t.IsVector() {
 			v.fail("reduce %s of %s, want an int or a float", s.Name, t)
 		}
 		v.declare(s.Name, dLet, s.Value.Type())
@@ -486,6 +488,12 @@ func (v *verifier) stmt(s Stmt) {
 		v.expr(s.Value)
 		if t := s.Value.Type(); !accessType(d.t, t) {
 			v.fail("store %s into %s buffer %s: type mismatch", t, d.t, s.Buf)
+		}
+	case *Prefetch:
+		v.buffer(s.Buf, "prefetch of")
+		v.expr(s.Index)
+		if t := s.Index.Type(); t != I32 && t != I64 {
+			v.fail("index of %s is %s, want i32 or i64", s.Buf, t)
 		}
 	case *For:
 		v.forStmt(s)
@@ -704,6 +712,13 @@ func (v *verifier) expr(e Expr) {
 		v.expr(e.X)
 	case *Bitcast:
 		v.expr(e.X)
+	case *MulAdd:
+		v.expr(e.X)
+		v.expr(e.Y)
+		v.expr(e.Z)
+	case *VShuffle:
+		v.expr(e.X)
+		v.expr(e.Y)
 	case *Call:
 		for _, a := range e.Args {
 			v.expr(a)

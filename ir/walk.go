@@ -24,6 +24,10 @@ func MapExpr(e Expr, f func(Expr) Expr) Expr {
 		e = &Call{Fn: x.Fn, Args: args, T: x.T}
 	case *Shuffle:
 		e = &Shuffle{X: MapExpr(x.X, f), Mask: x.Mask}
+	case *MulAdd:
+		e = &MulAdd{X: MapExpr(x.X, f), Y: MapExpr(x.Y, f), Z: MapExpr(x.Z, f)}
+	case *VShuffle:
+		e = &VShuffle{X: MapExpr(x.X, f), Y: MapExpr(x.Y, f), Mask: append([]int(nil), x.Mask...)}
 	case *Const:
 		c := *x
 		e = &c
@@ -55,6 +59,13 @@ func VisitExpr(e Expr, f func(Expr)) {
 		VisitExpr(x.Index, f)
 	case *Shuffle:
 		VisitExpr(x.X, f)
+	case *MulAdd:
+		VisitExpr(x.X, f)
+		VisitExpr(x.Y, f)
+		VisitExpr(x.Z, f)
+	case *VShuffle:
+		VisitExpr(x.X, f)
+		VisitExpr(x.Y, f)
 	case *Call:
 		for _, a := range x.Args {
 			VisitExpr(a, f)
@@ -114,6 +125,8 @@ func MapStmtExprs(b *Block, g func(Expr) Expr) *Block {
 			return []Stmt{&Assign{Name: x.Name, Value: g(x.Value)}}
 		case *Store:
 			return []Stmt{&Store{Buf: x.Buf, Index: g(x.Index), Value: g(x.Value)}}
+		case *Prefetch:
+			return []Stmt{&Prefetch{Buf: x.Buf, Index: g(x.Index)}}
 		case *Malloc:
 			return []Stmt{&Malloc{Name: x.Name, T: x.T, Size: g(x.Size)}}
 		case *Copy:

@@ -45,6 +45,8 @@ func simplifyBlock(b *ir.Block, consts map[string]ir.Expr) *ir.Block {
 			out.Stmts = append(out.Stmts, &ir.Assign{Name: x.Name, Value: ex(x.Value)})
 		case *ir.Store:
 			out.Stmts = append(out.Stmts, &ir.Store{Buf: x.Buf, Index: ex(x.Index), Value: ex(x.Value)})
+		case *ir.Prefetch:
+			out.Stmts = append(out.Stmts, &ir.Prefetch{Buf: x.Buf, Index: ex(x.Index)})
 		case *ir.Malloc:
 			out.Stmts = append(out.Stmts, &ir.Malloc{Name: x.Name, T: x.T, Size: ex(x.Size)})
 		case *ir.Copy:

@@ -32,6 +32,9 @@ type Manifest struct {
 type TargetManifest struct {
 	Triple string   `json:"triple,omitempty"`
 	Passes []string `json:"passes"`
+	// Levels (cpu) are the CPU levels the work kernels are cloned for,
+	// baseline first; the entries run the best one the CPU supports.
+	Levels []string `json:"levels,omitempty"`
 }
 
 // VariantManifest records a variant's shape constraints and dispatch rules.
@@ -64,6 +67,9 @@ type KernelManifest struct {
 	// StackBytes (CPU) bounds the stack one call needs on the calling
 	// thread; large scratch lives on the heap.
 	StackBytes int64 `json:"stack_bytes,omitempty"`
+	// Level (cpu) is the CPU level a clone of a work kernel is compiled
+	// for; the plans name work kernels without the level's suffix.
+	Level string `json:"level,omitempty"`
 }
 
 // PlanManifest is an ir.Plan in manifest form: expressions in the kernel

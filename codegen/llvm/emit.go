@@ -4,8 +4,10 @@
 //
 // Emit expects the module that the legalization passes produce: no f16/bf16
 // values in expressions (buffers may still be declared f16/bf16 and are
-// carried as i16*), no ir.Call expressions. Anything else is reported as an
-// error, never a panic.
+// carried as i16*) except f16 bits bitcast from i16 and widened to f32 at
+// once (fpext, the CPU's native conversion), no ir.Call expressions.
+// Anything else is reported as an error, never a panic. Vector values
+// print one to one (see vector.go).
 //
 // Semantics beyond the kernel IR's own documentation:
 //   - A kernel that falls off the end of its body returns 0.
@@ -62,12 +64,14 @@ import (
 type Target struct {
 	Triple     string
 	DataLayout string
+	// Levels are its CPU levels, baseline first (see Level).
+	Levels []Level
 }
 
 // Targets are the CPU targets Emit knows; the first is the default.
 var Targets = []Target{
-	{Triple: "x86_64-unknown-linux-gnu", DataLayout: "e-m:e-p270:32:32-p271:32:32-p272:64:64-i64:64-f80:128-n8:16:32:64-S128"},
-	{Triple: "aarch64-unknown-linux-gnu", DataLayout: "e-m:e-i8:8:32-i16:16:32-i64:64-i128:128-n32:64-S128"},
+	{Triple: "x86_64-unknown-linux-gnu", DataLayout: "e-m:e-p270:32:32-p271:32:32-p272:64:64-i64:64-f80:128-n8:16:32:64-S128", Levels: x86Levels},
+	{Triple: "aarch64-unknown-linux-gnu", DataLayout: "e-m:e-i8:8:32-i16:16:32-i64:64-i128:128-n32:64-S128", Levels: aarch64Levels},
 }
 
 // DefaultTriple is the triple of the default target, Targets[0].
@@ -152,6 +156,12 @@ type emitter struct {
 	worker      *lir.Func
 	onlineCPUs  *lir.Func
 	msgs        []*lir.Global
+
+	// CPU levels (levels.go)
+	levelCache  *lir.Global
+	cpuLevel    *lir.Func
+	levelName   *lir.Func
+	detectLevel *lir.Func
 }
 
 func newEmitter(m *ir.Module) *emitter {
@@ -170,7 +180,7 @@ func (e *emitter) fail(format string, args ...any) {
 
 // declNames are the external functions a module may declare; kernel names
 // must not collide with them.
-var declNames = []string{"malloc", "free", "sysconf", "pthread_create", "pthread_join", "tanhf", "tanh"}
+var declNames = []string{"malloc", "free", "sysconf", "pthread_create", "pthread_join", "tanhf", "tanh", "getenv", "strcmp"}
 
 func (e *emitter) reserve(name string) {
 	if name == "" {
@@ -233,7 +243,8 @@ func (e *emitter) module() {
 		funcs = append(funcs, kf.fn)
 		funcs = append(funcs, kf.outlined...)
 	}
-	funcs = append(funcs, e.setThreads, e.getThreads, e.strerror, e.parallelFor, e.worker, e.onlineCPUs)
+	funcs = append(funcs, e.setThreads, e.getThreads, e.strerror, e.parallelFor, e.worker, e.onlineCPUs,
+		e.cpuLevel, e.levelName, e.detectLevel)
 	var names []string
 	for n := range e.decls {
 		names = append(names, n)
@@ -265,9 +276,15 @@ func (e *emitter) decl(name string, ret types.Type, params ...types.Type) *lir.F
 
 var i8p = types.NewPointer(types.I8)
 
-// valueType maps an expression type to its LLVM type.
+// valueType maps an expression type to its LLVM type: a vector type to
+// <N x elem>, f16 (the source of a native widening) to half.
 func (e *emitter) valueType(t ir.Type, what string) types.Type {
+	if t.IsVector() {
+		return types.NewVector(uint64(t.Lanes()), e.valueType(t.Elem(), what))
+	}
 	switch t {
+	case ir.F16:
+		return types.Half
 	case ir.Bool:
 		return types.I1
 	case ir.U8:
@@ -334,6 +351,9 @@ func (e *emitter) kernelDecl(k *ir.Kernel) *lir.Func {
 	f := lir.NewFunc(k.Name, types.I32, ps...)
 	f.Parent = e.mod
 	f.FuncAttrs = append(f.FuncAttrs, enum.FuncAttrNoUnwind)
+	if k.Level != "" {
+		f.FuncAttrs = append(f.FuncAttrs, e.levelAttrs(k.Level)...)
+	}
 	return f
 }
 

@@ -8,10 +8,12 @@ import (
 	"github.com/llir/llvm/ir/value"
 )
 
-func isFloat(t ir.Type) bool { return t == ir.F32 || t == ir.F64 }
+// isFloat reports whether t (or a vector's element) is f32 or f64; f16
+// appears only as the source of a native widening (see Emit).
+func isFloat(t ir.Type) bool { e := t.Elem(); return e == ir.F32 || e == ir.F64 || e == ir.F16 }
 
 // unsigned reports whether integer operations on t are unsigned.
-func unsigned(t ir.Type) bool { return t == ir.U8 || t == ir.Bool }
+func unsigned(t ir.Type) bool { e := t.Elem(); return e == ir.U8 || e == ir.Bool }
 
 // fastMath are the flags of fadd/fsub/fmul inside vector loops: enough for
 // the loop vectorizer to reorder reductions and for FMA contraction, never
@@ -24,11 +26,16 @@ func (f *fnState) expr(e ir.Expr) (value.Value, ir.Type) {
 	case nil:
 		f.fail("missing expression")
 	case *ir.Const:
+		if x.T.IsVector() {
+			return f.e.splatConst(x), x.T
+		}
 		switch {
 		case x.T == ir.Bool || x.T.IsInt():
 			return intConst(x.T, x.Int), x.T
-		case isFloat(x.T):
+		case x.T == ir.F32 || x.T == ir.F64:
 			return newFloatConst(x.T, x.Float), x.T
+		case x.T.IsStorageOnly():
+			f.fail("constant %s: type %s must be legalized to %s before LLVM codegen", exprString(x), x.T, ir.StorageOf(x.T).Carrier)
 		}
 		f.e.valueType(x.T, "constant "+exprString(x))
 	case *ir.Ref:
@@ -56,7 +63,7 @@ func (f *fnState) expr(e ir.Expr) (value.Value, ir.Type) {
 		return f.unary(x)
 	case *ir.Select:
 		c, ct := f.expr(x.Cond)
-		if ct != ir.Bool {
+		if ct.Elem() != ir.Bool {
 			f.fail("select condition has type %s in %s", ct, exprString(x))
 		}
 		a, at := f.expr(x.X)
@@ -76,20 +83,27 @@ func (f *fnState) expr(e ir.Expr) (value.Value, ir.Type) {
 		if t.Bits() != x.To.Bits() || t == ir.Bool || x.To == ir.Bool {
 			f.fail("bitcast between %s and %s, which differ in width", t, typeName(x.To))
 		}
-		if t.IsInt() && x.To.IsInt() {
+		if t.IsInt() && x.To.IsInt() && t.Lanes() == x.To.Lanes() {
 			return v, x.To
 		}
 		return f.cur.NewBitCast(v, to), x.To
 	case *ir.Load:
 		b := f.buffer(x.Buf, "load")
-		if x.T != b.t {
+		if x.T.Elem() != b.t {
 			f.fail("load of %s from %s, whose elements are %s", typeName(x.T), x.Buf, b.t)
 		}
 		idx := f.index(x.Index, "load "+x.Buf)
 		lt := f.e.valueType(b.t, x.Buf)
 		p := f.cur.NewGetElementPtr(lt, b.v, idx)
 		p.InBounds = true
+		if x.T.IsVector() {
+			return f.vectorLoad(p, x.T), x.T
+		}
 		return f.cur.NewLoad(lt, p), b.t
+	case *ir.MulAdd:
+		return f.mulAdd(x)
+	case *ir.VShuffle:
+		return f.shuffle(x)
 	case *ir.Call:
 		f.fail("call @%s must be expanded by legalization before LLVM codegen", x.Fn)
 	default:
@@ -161,8 +175,10 @@ func (f *fnState) intDivRem(op ir.BinOp, a, b value.Value, t ir.Type) value.Valu
 	return c.NewSelect(isZero, zero, q)
 }
 
-func (f *fnState) fmf(flags *[]enum.FastMathFlag) {
-	if f.fast {
+func (f *fnState) fmf(flags *[]enum.FastMathFlag, t ir.Type) {
+	// Explicit vector code is written in the order it must run (the vector
+	// exp's rounding by adding 1.5*2^23 must not be reassociated away).
+	if f.fast && !t.IsVector() {
 		*flags = append([]enum.FastMathFlag(nil), fastMath...)
 	}
 }
@@ -173,7 +189,7 @@ func (f *fnState) binary(x *ir.Binary) (value.Value, ir.Type) {
 	if t != bt {
 		f.fail("operands of %s have types %s and %s in %s", x.Op, t, bt, exprString(x))
 	}
-	fl, in, bo := isFloat(t), t.IsInt(), t == ir.Bool
+	fl, in, bo := isFloat(t), t.IsInt(), t.Elem() == ir.Bool
 	bad := func() {
 		f.fail("operator %s is not defined on %s in %s", x.Op, t, exprString(x))
 	}
@@ -185,15 +201,15 @@ func (f *fnState) binary(x *ir.Binary) (value.Value, ir.Type) {
 			switch x.Op {
 			case ir.Add:
 				i := c.NewFAdd(a, b)
-				f.fmf(&i.FastMathFlags)
+				f.fmf(&i.FastMathFlags, t)
 				return i, t
 			case ir.Sub:
 				i := c.NewFSub(a, b)
-				f.fmf(&i.FastMathFlags)
+				f.fmf(&i.FastMathFlags, t)
 				return i, t
 			default:
 				i := c.NewFMul(a, b)
-				f.fmf(&i.FastMathFlags)
+				f.fmf(&i.FastMathFlags, t)
 				return i, t
 			}
 		case in:
@@ -212,7 +228,7 @@ func (f *fnState) binary(x *ir.Binary) (value.Value, ir.Type) {
 			return c.NewFDiv(a, b), t
 		case fl:
 			return c.NewFRem(a, b), t
-		case in:
+		case in && !t.IsVector():
 			return f.intDivRem(x.Op, a, b, t), t
 		}
 	case ir.Min, ir.Max:
@@ -247,7 +263,7 @@ func (f *fnState) binary(x *ir.Binary) (value.Value, ir.Type) {
 		}
 	case ir.Lt, ir.Le, ir.Gt, ir.Ge, ir.Eq, ir.Ne:
 		if fl || in || bo {
-			return f.compare(x.Op, a, b, t), ir.Bool
+			return f.compare(x.Op, a, b, t), ir.Vec(ir.Bool, t.Lanes())
 		}
 	default:
 		f.fail("unknown binary operator %d", x.Op)
@@ -292,28 +308,29 @@ func (f *fnState) unary(x *ir.Unary) (value.Value, ir.Type) {
 	v, t := f.expr(x.X)
 	c := f.cur
 	fl, in := isFloat(t), t.IsInt()
+	k := func(n int64) value.Value { return f.e.intConstOf(t, n) }
 	switch x.Op {
 	case ir.Neg:
 		if fl {
 			return c.NewFNeg(v), t
 		}
 		if in {
-			return c.NewSub(intConst(t, 0), v), t
+			return c.NewSub(k(0), v), t
 		}
 	case ir.Not:
-		if t == ir.Bool {
-			return c.NewXor(v, constant.True), t
+		if t.Elem() == ir.Bool {
+			return c.NewXor(v, k(1)), t
 		}
 		if in {
-			return c.NewXor(v, intConst(t, -1)), t
+			return c.NewXor(v, k(-1)), t
 		}
 	case ir.Abs:
 		if in {
 			if unsigned(t) {
 				return v, t
 			}
-			neg := c.NewICmp(enum.IPredSLT, v, intConst(t, 0))
-			return c.NewSelect(neg, c.NewSub(intConst(t, 0), v), v), t
+			neg := c.NewICmp(enum.IPredSLT, v, k(0))
+			return c.NewSelect(neg, c.NewSub(k(0), v), v), t
 		}
 		if fl {
 			return f.mathCall(x.Op, v, t), t
@@ -334,39 +351,47 @@ func (f *fnState) mathCall(op ir.UnOp, v value.Value, t ir.Type) value.Value {
 	lt := f.e.valueType(t, op.String())
 	var name string
 	if op == ir.Tanh {
+		if t.IsVector() {
+			f.fail("tanh of a vector (%s) has no LLVM intrinsic", t)
+		}
 		name = "tanhf"
 		if t == ir.F64 {
 			name = "tanh"
 		}
 	} else {
-		sfx := ".f32"
-		if t == ir.F64 {
-			sfx = ".f64"
-		}
-		name = "llvm." + intrinsics[op] + sfx
+		name = "llvm." + intrinsics[op] + "." + overloadSuffix(lt)
 	}
 	return f.cur.NewCall(f.e.decl(name, lt, lt), v)
 }
 
 func (f *fnState) convert(x *ir.Convert) (value.Value, ir.Type) {
 	v, from := f.expr(x.X)
-	to := x.To
+	return f.convertValue(v, from, x.To, exprString(x)), x.To
+}
+
+// convertValue converts v of type from to type to (what names the
+// expression for messages).
+func (f *fnState) convertValue(v value.Value, from, to ir.Type, what string) value.Value {
 	if from == to {
-		return v, to
+		return v
 	}
-	lt := f.e.valueType(to, "conversion "+exprString(x))
+	if to.IsVector() && !from.IsVector() {
+		// A broadcast: convert the scalar, then splat it.
+		return f.splat(f.convertValue(v, from, to.Elem(), what), to)
+	}
+	lt := f.e.valueType(to, "conversion "+what)
 	c := f.cur
 	var r value.Value
 	switch {
 	case isFloat(from) && isFloat(to):
-		if to == ir.F64 {
+		if to.Elem().Bits() > from.Elem().Bits() {
 			r = c.NewFPExt(v, lt)
 		} else {
 			r = c.NewFPTrunc(v, lt)
 		}
-	case isFloat(from) && to == ir.Bool:
-		r = c.NewFCmp(enum.FPredUNE, v, newFloatConst(from, 0))
-	case isFloat(from) && to == ir.U8:
+	case isFloat(from) && to.Elem() == ir.Bool:
+		r = c.NewFCmp(enum.FPredUNE, v, f.e.zeroOf(from))
+	case isFloat(from) && to.Elem() == ir.U8:
 		r = c.NewFPToUI(v, lt)
 	case isFloat(from) && to.IsInt():
 		r = c.NewFPToSI(v, lt)
@@ -376,8 +401,8 @@ func (f *fnState) convert(x *ir.Convert) (value.Value, ir.Type) {
 		} else {
 			r = c.NewSIToFP(v, lt)
 		}
-	case to == ir.Bool:
-		r = c.NewICmp(enum.IPredNE, v, intConst(from, 0))
+	case to.Elem() == ir.Bool:
+		r = c.NewICmp(enum.IPredNE, v, f.e.intConstOf(from, 0))
 	case from.Bits() < to.Bits():
 		if unsigned(from) {
 			r = c.NewZExt(v, lt)
@@ -389,5 +414,5 @@ func (f *fnState) convert(x *ir.Convert) (value.Value, ir.Type) {
 	default:
 		r = v
 	}
-	return r, to
+	return r
 }

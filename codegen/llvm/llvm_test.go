@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -1026,5 +1027,204 @@ func TestErrors(t *testing.T) {
 	}
 	if _, err := Emit(nil); err == nil {
 		t.Errorf("Emit(nil) succeeded")
+	}
+}
+
+// TestExplicitVectors compiles and runs explicit vector code: vector
+// loads and stores, a broadcast, a vector var in a loop, muladd, a shuffle
+// tree down to one lane, lane-wise compares and selects, f16 bits widened
+// natively (fpext) and a prefetch.
+func TestExplicitVectors(t *testing.T) {
+	t.Parallel()
+	tc := needToolchain(t)
+	m, err := ir.Parse(`module vec prefix vec
+
+kernel vdot role decode (x: f32* [8], y: f32* [8], h: f16* [4], n: i32, o: f32* [8] out) {
+  prefetch y[4]
+  var acc = 0.0:f32x4
+  for c in 0 .. 2 serial {
+    acc = muladd(x[(c * 4)]:f32x4, y[(c * 4)]:f32x4, acc)
+  }
+  let s2 = (acc + shuffle(acc, acc, [2, 3, 6, 7]))
+  let s1 = (shuffle(s2, s2, [0]) + shuffle(s2, s2, [1]))
+  store o[0] = f32x4((s1 * f32(n)))
+  let m = (x[0]:f32x4 > 0.0:f32x4)
+  store o[4] = select(m, f32x4(bitcast.f16x4(h[0]:i16x4)), -1.0:f32x4)
+  return 0
+}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	driver := `
+int32_t vdot(float*, float*, uint16_t*, int32_t, float*);
+int main(void) {
+	float x[8] = {1, -2, 3, 4, 5, 6, -7, 8}, y[8] = {0.5f, 1, 2, 3, 4, 5, 6, 7}, o[8];
+	uint16_t h[4] = {0x3e00, 0xb400, 0x7bff, 0x0001};
+	vdot(x, y, h, 2, o);
+	for (int i = 0; i < 8; i++) printf("o%d %.9g\n", i, o[i]);
+	return 0;
+}
+`
+	bl := tc.build(t, module("vec", m.Kernels...), driver)
+	r := results(t, bl.run(t))
+	var dot float64
+	x := []float64{1, -2, 3, 4, 5, 6, -7, 8}
+	y := []float64{0.5, 1, 2, 3, 4, 5, 6, 7}
+	for i := range x {
+		dot += x[i] * y[i]
+	}
+	for i := 0; i < 4; i++ {
+		checkFloat(t, r, fmt.Sprintf("o%d", i), 2*dot)
+	}
+	for i, w := range []float64{1.5, -1, 65504, math.Ldexp(1, -24)} {
+		checkFloat(t, r, fmt.Sprintf("o%d", 4+i), w)
+	}
+	for _, want := range []string{"<4 x float>", "@llvm.fmuladd.v4f32", "shufflevector", "extractelement", "fpext <4 x half> ", "@llvm.prefetch.p0i8", "bitcast <4 x i16>"} {
+		if !strings.Contains(bl.ll, want) {
+			t.Errorf("emitted IR lacks %q:\n%s", want, bl.ll)
+		}
+	}
+	if strings.Contains(bl.ll, "reassoc") {
+		t.Errorf("explicit vector arithmetic got fast-math flags:\n%s", bl.ll)
+	}
+}
+
+// TestCPULevel runs <prefix>_cpu_level in fresh processes: without
+// ATTNC_CPU_LEVEL it names the best level CPUID and XGETBV allow (the one
+// /proc/cpuinfo's flags imply), a level the CPU runs is taken, a name that
+// is no level, or a level above the CPU's, is refused (NULL and -1 from
+// rt.cpu_level), and an empty value means unset.
+func TestCPULevel(t *testing.T) {
+	t.Parallel()
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the levels tested are x86-64's")
+	}
+	tc := needToolchain(t)
+	k := kernel("lvl", []*ir.Param{buf("out", ir.I32)},
+		&ir.CallStmt{Result: "l", Fn: "rt.cpu_level"},
+		store("out", ir.Int(0), i32("l")),
+		ret(ir.Int(0)))
+	driver := `
+int32_t lvl(int32_t*);
+const char *lvl_cpu_level(void);
+int main(void) {
+	const char *n = lvl_cpu_level();
+	int32_t l = -5;
+	lvl(&l);
+	printf("name %s\nindex %d\n", n ? n : "(null)", l);
+	return 0;
+}
+`
+	bl := tc.build(t, module("lvl", k), driver)
+	run := func(env ...string) map[string]string {
+		cmd := exec.Command(bl.exe)
+		cmd.Env = append(os.Environ(), env...)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%v: %v", env, err)
+		}
+		return results(t, string(out))
+	}
+	flags := cpuinfoFlags()
+	best, bestIdx := "x86-64", 0
+	if flags["avx2"] && flags["fma"] && flags["f16c"] && flags["bmi2"] && flags["movbe"] {
+		best, bestIdx = "x86-64-v3", 1
+		if flags["avx512f"] && flags["avx512bw"] && flags["avx512dq"] && flags["avx512vl"] && flags["avx512cd"] {
+			best, bestIdx = "x86-64-v4", 2
+		}
+	}
+	os.Unsetenv(LevelEnv)
+	for _, tc := range []struct {
+		env   []string
+		name  string
+		index int64
+	}{
+		{nil, best, int64(bestIdx)},
+		{[]string{LevelEnv + "="}, best, int64(bestIdx)},
+		{[]string{LevelEnv + "=x86-64"}, "x86-64", 0},
+		{[]string{LevelEnv + "=" + best}, best, int64(bestIdx)},
+		{[]string{LevelEnv + "=avx9000"}, "(null)", -1},
+		{[]string{LevelEnv + "=x86-64-v3 "}, "(null)", -1},
+	} {
+		r := run(tc.env...)
+		if r["name"] != tc.name {
+			t.Errorf("%v: name %s, want %s", tc.env, r["name"], tc.name)
+		}
+		checkInt(t, r, "index", tc.index)
+	}
+	if bestIdx < 2 {
+		r := run(LevelEnv + "=x86-64-v4")
+		if r["name"] != "(null)" || r["index"] != "-1" {
+			t.Errorf("a level above the CPU's was not refused: %v", r)
+		}
+	}
+}
+
+// cpuinfoFlags are the flags /proc/cpuinfo lists for the first CPU.
+func cpuinfoFlags() map[string]bool {
+	out := map[string]bool{}
+	data, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return out
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "flags") {
+			for _, f := range strings.Fields(line) {
+				out[f] = true
+			}
+			break
+		}
+	}
+	return out
+}
+
+// TestLevelAttributes compiles a clone of every level of both targets with
+// llc: the attributes name a CPU and features LLVM 14 knows (no warning),
+// and the x86-64-v4 clone uses 512-bit registers for f32x16 arithmetic.
+func TestLevelAttributes(t *testing.T) {
+	t.Parallel()
+	tc := needToolchain(t)
+	for _, tg := range Targets {
+		var ks []*ir.Kernel
+		for _, l := range tg.Levels {
+			m, err := ir.Parse(`module m prefix m
+kernel k` + l.Suffix + ` role decode level "` + l.Name + `" (x: f32* [32], o: f32* [32] out) {
+  store o[0] = muladd(x[0]:f32x16, x[16]:f32x16, o[0]:f32x16)
+  return 0
+}
+`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ks = append(ks, m.Kernels[0])
+		}
+		ll, err := EmitFor(module("lv", ks...), tg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "k.ll"), []byte(ll), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		arch := strings.Split(tg.Triple, "-")[0]
+		runCmd(t, dir, tc.opt, "-O3", "-mtriple="+tg.Triple, "k.ll", "-o", "k.bc")
+		_, stderr := runCmd(t, dir, tc.llc, "-O3", "-mtriple="+tg.Triple, "k.bc", "-o", "k.s")
+		if stderr != "" {
+			t.Errorf("%s: llc warns: %s", arch, stderr)
+		}
+		asm, err := os.ReadFile(filepath.Join(dir, "k.s"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if arch == "x86_64" {
+			v4 := funcBody(string(asm), "k_x86_64_v4")
+			if !strings.Contains(string(asm), "zmm") {
+				t.Errorf("the x86-64-v4 clone does not use zmm registers:\n%s", v4)
+			}
+			if !strings.Contains(string(asm), "vfmadd") {
+				t.Errorf("no FMA instruction in the v3/v4 clones")
+			}
+		}
 	}
 }

@@ -79,6 +79,9 @@ func (f *fnState) parallel(s *ir.For, lo, hi value.Value) {
 	fn.Parent = f.e.mod
 	fn.Linkage = enum.LinkageInternal
 	fn.FuncAttrs = append(fn.FuncAttrs, enum.FuncAttrNoUnwind)
+	if kf.k.Level != "" {
+		fn.FuncAttrs = append(fn.FuncAttrs, f.e.levelAttrs(kf.k.Level)...)
+	}
 	kf.outlined = append(kf.outlined, fn)
 	pst := f.cur.NewCall(f.e.parallelFor, n, fn, ctxp, constant.NewInt(types.I64, heapBytes))
 	pst.SetName(f.fresh(name + ".status"))
@@ -119,6 +122,9 @@ func (f *fnState) parallel(s *ir.For, lo, hi value.Value) {
 		body.Parent = f.e.mod
 		body.Linkage = enum.LinkageInternal
 		body.FuncAttrs = append(body.FuncAttrs, enum.FuncAttrNoUnwind, enum.FuncAttrAlwaysInline)
+		if kf.k.Level != "" {
+			body.FuncAttrs = append(body.FuncAttrs, f.e.levelAttrs(kf.k.Level)...)
+		}
 		kf.outlined = append(kf.outlined, body)
 		w.NewCall(body, args...)
 		w.NewRet(nil)
@@ -282,6 +288,9 @@ func (w *fvWalker) stmt(s ir.Stmt) {
 		w.use(s.Buf)
 		w.expr(s.Index)
 		w.expr(s.Value)
+	case *ir.Prefetch:
+		w.use(s.Buf)
+		w.expr(s.Index)
 	case *ir.For:
 		w.expr(s.Lo)
 		w.expr(s.Hi)

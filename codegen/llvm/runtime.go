@@ -76,6 +76,7 @@ func (e *emitter) declareRuntime() {
 		lir.NewParam("n", types.I32), lir.NewParam("fn", bodyFnType), lir.NewParam("ctx", i8p), lir.NewParam("scratch", types.I64))
 	e.worker = newFn(p+".worker", i8p, true, lir.NewParam("arg", i8p))
 	e.onlineCPUs = newFn(p+".online_cpus", types.I32, true)
+	e.declareLevelRuntime()
 }
 
 func (e *emitter) defineRuntime() {
@@ -85,6 +86,7 @@ func (e *emitter) defineRuntime() {
 	e.defineStrerror()
 	e.defineParallelFor()
 	e.defineWorker()
+	e.defineLevelRuntime()
 }
 
 func i32c(v int64) *constant.Int { return constant.NewInt(types.I32, v) }

@@ -267,12 +267,18 @@ func (f *fnState) stmt(s ir.Stmt) {
 		b := f.buffer(s.Buf, "store")
 		idx := f.index(s.Index, "store "+s.Buf)
 		v, t := f.expr(s.Value)
-		if t != b.t {
+		if t.Elem() != b.t {
 			f.fail("store of a %s value into %s, whose elements are %s", t, s.Buf, b.t)
 		}
 		p := f.cur.NewGetElementPtr(f.e.valueType(b.t, s.Buf), b.v, idx)
 		p.InBounds = true
+		if t.IsVector() {
+			f.vectorStore(v, p, t)
+			break
+		}
 		f.cur.NewStore(v, p)
+	case *ir.Prefetch:
+		f.prefetch(s)
 	case *ir.For:
 		f.forLoop(s)
 	case *ir.If:
@@ -464,8 +470,12 @@ func (f *fnState) ifStmt(s *ir.If) {
 }
 
 func (f *fnState) call(s *ir.CallStmt) {
-	if s.Fn == "rt.num_threads" {
-		c := f.cur.NewCall(f.e.getThreads)
+	if s.Fn == "rt.num_threads" || s.Fn == "rt.cpu_level" {
+		rt := f.e.getThreads
+		if s.Fn == "rt.cpu_level" {
+			rt = f.e.cpuLevel
+		}
+		c := f.cur.NewCall(rt)
 		if s.Result != "" {
 			c.SetName(f.fresh(s.Result))
 			f.bind(s.Result, &binding{kind: bindValue, t: ir.I32, v: c})

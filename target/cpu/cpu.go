@@ -43,18 +43,45 @@ var Table = []passes.Pass{
 	passes.SimplifyPass,
 	passes.ClassifyTilesPass,
 	passes.ExpandCallsPass,
+	{Name: "multiversion", Required: true, Run: Multiversion,
+		Desc: "clone the work kernels per CPU level of the triple (x86-64, -v3, -v4; NEON); entries dispatch by CPUID or ATTNC_CPU_LEVEL"},
 	{Name: "lower-tiles", Required: true, Run: LowerTiles,
 		Desc: "matmul and reduce statements as loops: dot products and zero-skipping row updates"},
 	{Name: "vectorize", Required: true, Run: Vectorize,
 		Desc: "spread loops as vector (innermost) or serial loops, guards folded into loop bounds"},
+	{Name: "prefetch-kv", Required: false, Run: PrefetchKV,
+		Desc: "each staging iteration prefetches the page rows of the one 8 rows ahead (guards repeated: -1 pages never touched)"},
+	{Name: "vector-exp", Required: false, Run: VectorExp,
+		Desc: "f32 exp as a polynomial in plain arithmetic (within 2 ulp; 0 below FLT_MIN, inf above): vectorized with its loop instead of a libm call per lane"},
+	{Name: "native-widen", Required: false, Run: NativeWiden,
+		Desc: "f16 K/V/Q loads of the clones whose level converts half natively (F16C, NEON) through the dtype table's hardware conversion"},
 	passes.LegalizeDTypePass,
 	passes.LateSimplifyPass,
 	passes.HeapScratchPass,
 }
 
+// EndsTable is Table with MultiversionEnds: the baseline and widest
+// levels' clones only. Tests that do not exercise every level build with
+// it to save a clone's compile time.
+var EndsTable = func() []passes.Pass {
+	t := append([]passes.Pass(nil), Table...)
+	for i := range t {
+		if t[i].Name == "multiversion" {
+			t[i].Run = MultiversionEnds
+		}
+	}
+	return t
+}()
+
 // Constraints are the CPU table's ordering rules.
 var Constraints = append(append([]passes.Constraint(nil), passes.NeutralConstraints...),
 	passes.Constraint{Before: "lower-tiles", After: "vectorize", Why: "the loops lower-tiles writes are spread loops that vectorize maps"},
+	passes.Constraint{Before: "multiversion", After: "lower-tiles", Why: "the schedule passes fit each clone to its level's vector width and registers"},
+	passes.Constraint{Before: "classify-tiles", After: "multiversion", Why: "the target-neutral passes run once, before the kernels are cloned per level"},
+	passes.Constraint{Before: "lower-tiles", After: "vector-exp", Why: "the exps of reduce statements are statements' only once lower-tiles wrote the reduce as a loop"},
+	passes.Constraint{Before: "multiversion", After: "native-widen", Why: "native-widen chooses by each clone's CPU level"},
+	passes.Constraint{Before: "native-widen", After: "legalize-dtype", Why: "legalize-dtype writes the exact integer widening of every storage-only load native-widen left"},
+	passes.Constraint{Before: "vectorize", After: "prefetch-kv", Why: "the staging loop's guard is its bound once vectorize folded it, so the row ahead is checked against it"},
 	passes.Constraint{Before: "lower-tiles", After: "heap-scratch", Why: "heap-scratch moves the work items' arrays as the schedule leaves them; one a schedule pass added later would stay on the stack"},
 )
 
@@ -73,7 +100,7 @@ func (Target) Section(opt target.Options) (registry.TargetManifest, error) {
 	if err != nil {
 		return registry.TargetManifest{}, err
 	}
-	return registry.TargetManifest{Triple: t.Triple}, nil
+	return registry.TargetManifest{Triple: t.Triple, Levels: t.LevelNames()}, nil
 }
 
 // Emit implements target.Target: LLVM IR for opt.Triple.
@@ -98,6 +125,8 @@ func (Target) Header(v *ir.Variant, m *ir.Module) string {
 		most = max(most, llvmgen.StackBytes(m, p.Entry))
 	}
 	fmt.Fprintf(&sb, "\n/* The most stack one call of any entry point needs on the calling thread\n   (large scratch is on the heap; worker threads get the default stack). */\n#define %s_STACK_BYTES %d\n", strings.ToUpper(m.Prefix), most)
+	fmt.Fprintf(&sb, "\n/* The CPU level the kernels run at (the manifest's targets.cpu.levels): the best\n   this CPU supports, chosen at the first call, or the one $%s names;\n   NULL when that variable names no level or one the CPU lacks (calls return\n   %s_CPU_LEVEL). */\nconst char *%s_cpu_level(void);\n",
+		llvmgen.LevelEnv, strings.ToUpper(m.Prefix), m.Prefix)
 	for _, p := range m.Plans {
 		entry := "entry point"
 		if !p.Public {
@@ -124,7 +153,7 @@ func (Target) Manifest(v *ir.Variant, m *ir.Module, opt target.Options) []regist
 		}
 		out = append(out, registry.KernelManifest{Variant: v.Name, Role: string(k.Role), Symbol: k.Name,
 			Target: "cpu", File: v.Name + ".ll", Args: registry.ArgsOf(k.Params), Returns: "i32 status",
-			Constraints: registry.Constraints(v), StackBytes: llvmgen.StackBytes(m, k.Name)})
+			Constraints: registry.Constraints(v), StackBytes: llvmgen.StackBytes(m, k.Name), Level: k.Level})
 	}
 	return out
 }

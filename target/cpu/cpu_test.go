@@ -30,6 +30,7 @@ func TestTableOrder(t *testing.T) {
 
 func TestBeforeAfter(t *testing.T) {
 	passtest.Run(t, "testdata/*.txt", Table, *update)
+	passtest.Run(t, "testdata/ends/*.txt", EndsTable, *update)
 }
 
 // tileKernel runs a score matmul, a max reduce per row and a zeroskip P·V

@@ -1,0 +1,320 @@
+package llvm
+
+import (
+	"fmt"
+	"strings"
+
+	lir "github.com/llir/llvm/ir"
+	"github.com/llir/llvm/ir/constant"
+	"github.com/llir/llvm/ir/enum"
+	"github.com/llir/llvm/ir/types"
+	"github.com/llir/llvm/ir/value"
+)
+
+// Level is a CPU level of a target: the instruction set a clone of the
+// work kernels is scheduled and compiled for. One .ll carries a clone per
+// level of its target; each clone's functions carry the level's
+// "target-cpu" and "target-features" attributes, so a plain `opt -O3 &&
+// llc -O3` compiles every clone for its own level whatever -mcpu says, and
+// the entries pick the best level the CPU runs at the first call (CPUID and
+// XGETBV on x86-64), or the one $ATTNC_CPU_LEVEL names.
+type Level struct {
+	Name   string // x86-64-v4: what ATTNC_CPU_LEVEL, the manifest and ir.Kernel.Level say
+	Suffix string // appended to a work kernel's name for its clone
+	// Lanes is the f32 lanes of one vector register, Regs the vector
+	// registers: what the schedule's register blocking fits.
+	Lanes, Regs int
+	// FMA: fused multiply-add instructions (muladd fuses).
+	FMA bool
+	// NativeF16 widens IEEE half to f32 in one instruction (F16C, NEON):
+	// the schedule may print f16 widening as fpext; without it fpext
+	// would be a libgcc call, so the dtype table's conversion is used.
+	NativeF16 bool
+	// CPU and Features are LLVM's "target-cpu" and "target-features";
+	// Attrs more function attributes (AVX-512: use 512-bit registers).
+	CPU, Features string
+	Attrs         [][2]string
+	// needs are the CPUID bits the level requires (x86-64), xcr0 the
+	// XCR0 bits the OS must have enabled (AVX and AVX-512 state).
+	needs []cpuidBit
+	xcr0  int64
+}
+
+// cpuidBit is one feature bit: CPUID leaf (subleaf 0), register (0 eax, 1
+// ebx, 2 ecx, 3 edx) and bit.
+type cpuidBit struct {
+	leaf     int64
+	reg, bit int
+	name     string
+}
+
+// x86-64 feature bits (Intel SDM vol. 2A, CPUID; AMD APM vol. 3).
+var (
+	bitsV2 = []cpuidBit{
+		{1, 2, 0, "sse3"}, {1, 2, 9, "ssse3"}, {1, 2, 13, "cx16"}, {1, 2, 19, "sse4.1"}, {1, 2, 20, "sse4.2"},
+		{1, 2, 23, "popcnt"}, {0x80000001, 2, 0, "lahf_lm"},
+	}
+	bitsV3 = append(append([]cpuidBit(nil), bitsV2...),
+		cpuidBit{1, 2, 12, "fma"}, cpuidBit{1, 2, 22, "movbe"}, cpuidBit{1, 2, 27, "osxsave"}, cpuidBit{1, 2, 28, "avx"},
+		cpuidBit{1, 2, 29, "f16c"}, cpuidBit{7, 1, 3, "bmi1"}, cpuidBit{7, 1, 5, "avx2"}, cpuidBit{7, 1, 8, "bmi2"},
+		cpuidBit{0x80000001, 2, 5, "abm"})
+	bitsV4 = append(append([]cpuidBit(nil), bitsV3...),
+		cpuidBit{7, 1, 16, "avx512f"}, cpuidBit{7, 1, 17, "avx512dq"}, cpuidBit{7, 1, 28, "avx512cd"},
+		cpuidBit{7, 1, 30, "avx512bw"}, cpuidBit{7, 1, 31, "avx512vl"})
+)
+
+const (
+	featuresX86   = "+cx8,+fxsr,+mmx,+sse,+sse2,+x87"
+	featuresX86V3 = "+avx,+avx2,+bmi,+bmi2,+cx16,+cx8,+f16c,+fma,+fxsr,+lzcnt,+mmx,+movbe,+popcnt,+sahf,+sse,+sse2,+sse3,+sse4.1,+sse4.2,+ssse3,+x87,+xsave"
+	featuresX86V4 = featuresX86V3 + ",+avx512bw,+avx512cd,+avx512dq,+avx512f,+avx512vl"
+)
+
+// x86Levels are x86-64's levels, baseline first: SSE2 (any x86-64),
+// x86-64-v3 (AVX2, FMA, F16C: Haswell, Zen) and x86-64-v4 (AVX-512 F, BW,
+// CD, DQ, VL: Skylake-SP, Zen 4).
+var x86Levels = []Level{
+	{Name: "x86-64", Suffix: "_x86_64", Lanes: 4, Regs: 16, CPU: "x86-64", Features: featuresX86},
+	{Name: "x86-64-v3", Suffix: "_x86_64_v3", Lanes: 8, Regs: 16, FMA: true, NativeF16: true, CPU: "x86-64-v3",
+		Features: featuresX86V3, needs: bitsV3, xcr0: 0x6},
+	{Name: "x86-64-v4", Suffix: "_x86_64_v4", Lanes: 16, Regs: 32, FMA: true, NativeF16: true, CPU: "x86-64-v4",
+		Features: featuresX86V4, needs: bitsV4, xcr0: 0xe6,
+		Attrs: [][2]string{{"prefer-vector-width", "512"}, {"min-legal-vector-width", "512"}}},
+}
+
+// aarch64Levels is aarch64's one level: NEON (Advanced SIMD), which every
+// aarch64 Linux CPU has.
+var aarch64Levels = []Level{
+	{Name: "neon", Suffix: "_neon", Lanes: 4, Regs: 32, FMA: true, NativeF16: true, CPU: "generic", Features: "+fp-armv8,+neon"},
+}
+
+// LookupLevel finds level name among the levels of the target of triple
+// ("" is the default).
+func LookupLevel(triple, name string) (Level, error) {
+	t, err := LookupTarget(triple)
+	if err != nil {
+		return Level{}, err
+	}
+	var names []string
+	for _, l := range t.Levels {
+		if l.Name == name {
+			return l, nil
+		}
+		names = append(names, l.Name)
+	}
+	return Level{}, fmt.Errorf("unknown CPU level %q for %s (known: %s)", name, t.Triple, strings.Join(names, ", "))
+}
+
+// LevelNames lists the levels of a target, baseline first.
+func (t Target) LevelNames() []string {
+	var out []string
+	for _, l := range t.Levels {
+		out = append(out, l.Name)
+	}
+	return out
+}
+
+// LevelEnv is the environment variable that forces a CPU level.
+const LevelEnv = "ATTNC_CPU_LEVEL"
+
+// levelUnknown is the cached level before the first call decides it.
+const levelUnknown = -2
+
+// levelAttrs are the function attributes of a clone for level name.
+func (e *emitter) levelAttrs(name string) []lir.FuncAttribute {
+	var l *Level
+	for i := range e.target.Levels {
+		if e.target.Levels[i].Name == name {
+			l = &e.target.Levels[i]
+		}
+	}
+	if l == nil {
+		e.fail("kernel level %q is not a level of %s (%s)", name, e.target.Triple, strings.Join(e.target.LevelNames(), ", "))
+	}
+	attrs := []lir.FuncAttribute{lir.AttrPair{Key: "target-cpu", Value: l.CPU}, lir.AttrPair{Key: "target-features", Value: l.Features}}
+	for _, a := range l.Attrs {
+		attrs = append(attrs, lir.AttrPair{Key: a[0], Value: a[1]})
+	}
+	return attrs
+}
+
+// The CPU-level runtime:
+//
+//	@<prefix>.cpu_level_cache          internal global i32 (levelUnknown until decided)
+//	i32 @<prefix>.cpu_level()          the level index the entries run (rt.cpu_level), -1: refused
+//	i8* @<prefix>_cpu_level()          its name, or NULL when ATTNC_CPU_LEVEL is refused
+//	i32 @<prefix>.detect_level()       the best level index this CPU runs
+func (e *emitter) declareLevelRuntime() {
+	p := e.prefix
+	for _, n := range []string{p + ".cpu_level_cache", p + ".cpu_level", p + "_cpu_level", p + ".detect_level"} {
+		e.reserve(n)
+	}
+	e.levelCache = lir.NewGlobalDef(p+".cpu_level_cache", constant.NewInt(types.I32, levelUnknown))
+	e.levelCache.Linkage = enum.LinkageInternal
+	e.levelCache.Align = 4
+	e.mod.Globals = append(e.mod.Globals, e.levelCache)
+	e.cpuLevel = lir.NewFunc(p+".cpu_level", types.I32)
+	e.cpuLevel.Parent = e.mod
+	e.cpuLevel.Linkage = enum.LinkageInternal
+	e.cpuLevel.FuncAttrs = append(e.cpuLevel.FuncAttrs, enum.FuncAttrNoUnwind)
+	e.levelName = lir.NewFunc(p+"_cpu_level", i8p)
+	e.levelName.Parent = e.mod
+	e.levelName.FuncAttrs = append(e.levelName.FuncAttrs, enum.FuncAttrNoUnwind)
+	e.detectLevel = lir.NewFunc(p+".detect_level", types.I32)
+	e.detectLevel.Parent = e.mod
+	e.detectLevel.Linkage = enum.LinkageInternal
+	e.detectLevel.FuncAttrs = append(e.detectLevel.FuncAttrs, enum.FuncAttrNoUnwind)
+}
+
+func (e *emitter) defineLevelRuntime() {
+	e.defineDetectLevel()
+	e.defineCPULevel()
+	e.defineLevelName()
+}
+
+// defineCPULevel: the cached value when decided; else the detected level,
+// or, when ATTNC_CPU_LEVEL is set and not empty, the level it names if the
+// CPU runs it and -1 otherwise (unknown name or a level above the
+// detected one). Threads racing on the first call compute the same value.
+func (e *emitter) defineCPULevel() {
+	f := e.cpuLevel
+	entry := f.NewBlock("entry")
+	decide := f.NewBlock("decide")
+	cached := named(entry.NewLoad(types.I32, e.levelCache), "cached")
+	cached.Atomic, cached.Ordering, cached.Align = true, enum.AtomicOrderingMonotonic, 4
+	known := named(entry.NewICmp(enum.IPredNE, cached, i32c(levelUnknown)), "known")
+	done := f.NewBlock("done")
+	entry.NewCondBr(known, done, decide)
+	done.NewRet(cached)
+
+	best := named(decide.NewCall(e.detectLevel), "best")
+	env := named(decide.NewCall(e.decl("getenv", i8p, i8p), e.message(LevelEnv)), "env")
+	isNull := named(decide.NewICmp(enum.IPredEQ, env, constant.NewNull(i8p)), "unset")
+	check := f.NewBlock("env.check")
+	store := f.NewBlock("store")
+	var incs []*lir.Incoming
+	incs = append(incs, lir.NewIncoming(best, decide))
+	decide.NewCondBr(isNull, store, check)
+	first := named(check.NewLoad(types.I8, env), "first")
+	empty := named(check.NewICmp(enum.IPredEQ, first, constant.NewInt(types.I8, 0)), "empty")
+	incs = append(incs, lir.NewIncoming(best, check))
+	cur := f.NewBlock("env.level0")
+	check.NewCondBr(empty, store, cur)
+	strcmp := e.decl("strcmp", types.I32, i8p, i8p)
+	for i, l := range e.target.Levels {
+		c := named(cur.NewCall(strcmp, env, e.message(l.Name)), fmt.Sprintf("cmp%d", i))
+		is := named(cur.NewICmp(enum.IPredEQ, c, i32c(0)), fmt.Sprintf("is%d", i))
+		runs := named(cur.NewICmp(enum.IPredSLE, i32c(int64(i)), best), fmt.Sprintf("runs%d", i))
+		v := named(cur.NewSelect(runs, i32c(int64(i)), i32c(-1)), fmt.Sprintf("pick%d", i))
+		next := f.NewBlock(fmt.Sprintf("env.level%d", i+1))
+		hit := f.NewBlock(fmt.Sprintf("env.hit%d", i))
+		cur.NewCondBr(is, hit, next)
+		hit.NewBr(store)
+		incs = append(incs, lir.NewIncoming(v, hit))
+		cur = next
+	}
+	cur.NewBr(store)
+	incs = append(incs, lir.NewIncoming(i32c(-1), cur))
+	lv := named(lir.NewPhi(incs...), "level")
+	lv.Type()
+	store.Insts = append(store.Insts, lv)
+	st := store.NewStore(lv, e.levelCache)
+	st.Atomic, st.Ordering, st.Align = true, enum.AtomicOrderingMonotonic, 4
+	store.NewRet(lv)
+}
+
+// defineLevelName: the chosen level's name, or NULL when it is refused.
+func (e *emitter) defineLevelName() {
+	f := e.levelName
+	entry := f.NewBlock("entry")
+	lv := named(entry.NewCall(e.cpuLevel), "level")
+	refused := f.NewBlock("refused")
+	refused.NewRet(constant.NewNull(i8p))
+	var cases []*lir.Case
+	for i, l := range e.target.Levels {
+		b := f.NewBlock(fmt.Sprintf("level%d", i))
+		b.NewRet(e.message(l.Name))
+		cases = append(cases, lir.NewCase(i32c(int64(i)), b))
+	}
+	entry.NewSwitch(lv, refused, cases...)
+}
+
+// defineDetectLevel: the highest level whose CPUID bits are set and whose
+// register state the OS enabled (XGETBV, read only when OSXSAVE says it
+// may be). Levels without requirements (the baseline, NEON) always run.
+func (e *emitter) defineDetectLevel() {
+	f := e.detectLevel
+	b := f.NewBlock("entry")
+	top := 0
+	for i, l := range e.target.Levels {
+		if len(l.needs) == 0 {
+			top = i
+		}
+	}
+	if top == len(e.target.Levels)-1 {
+		b.NewRet(i32c(int64(top)))
+		return
+	}
+	regs := types.NewStruct(types.I32, types.I32, types.I32, types.I32)
+	cpuid := lir.NewInlineAsm(types.NewPointer(types.NewFunc(regs, types.I32, types.I32)), "cpuid",
+		"={ax},={bx},={cx},={dx},{ax},{cx},~{dirflag},~{fpsr},~{flags}")
+	cpuid.SideEffect = true
+	call := func(b *lir.Block, leaf value.Value, name string) [4]value.Value {
+		r := named(b.NewCall(cpuid, leaf, i32c(0)), name)
+		var out [4]value.Value
+		for k := range out {
+			out[k] = named(b.NewExtractValue(r, uint64(k)), fmt.Sprintf("%s.%c", name, "abcd"[k]))
+		}
+		return out
+	}
+	// Leaves 0 and 0x80000000 give the highest basic and extended leaves;
+	// a leaf above them reads as zeros.
+	max0 := call(b, i32c(0), "l0")[0]
+	maxE := call(b, i32c(0x80000000), "le")[0]
+	leafRegs := map[int64][4]value.Value{}
+	for _, leaf := range []int64{1, 7, 0x80000001} {
+		limit := max0
+		if leaf >= 0x80000000 {
+			limit = maxE
+		}
+		has := named(b.NewICmp(enum.IPredUGE, limit, i32c(leaf)), fmt.Sprintf("has.%x", leaf))
+		safe := named(b.NewSelect(has, i32c(leaf), i32c(0)), fmt.Sprintf("leaf.%x", leaf))
+		r := call(b, safe, fmt.Sprintf("l%x", leaf))
+		var masked [4]value.Value
+		for k := range r {
+			masked[k] = named(b.NewSelect(has, r[k], i32c(0)), fmt.Sprintf("l%x.%c.ok", leaf, "abcd"[k]))
+		}
+		leafRegs[leaf] = masked
+	}
+	// XCR0, read with XGETBV only when OSXSAVE (CPUID.1:ECX bit 27) is set.
+	osx := named(b.NewAnd(leafRegs[1][2], i32c(1<<27)), "osxsave")
+	hasOSX := named(b.NewICmp(enum.IPredNE, osx, i32c(0)), "has.osxsave")
+	xget := f.NewBlock("xgetbv")
+	decide := f.NewBlock("decide")
+	b.NewCondBr(hasOSX, xget, decide)
+	xgetbv := lir.NewInlineAsm(types.NewPointer(types.NewFunc(types.NewStruct(types.I32, types.I32), types.I32)), "xgetbv",
+		"={ax},={dx},{cx},~{dirflag},~{fpsr},~{flags}")
+	xgetbv.SideEffect = true
+	xr := named(xget.NewCall(xgetbv, i32c(0)), "xcr0.r")
+	xlo := named(xget.NewExtractValue(xr, 0), "xcr0.lo")
+	xget.NewBr(decide)
+	xcr0 := named(lir.NewPhi(lir.NewIncoming(i32c(0), b), lir.NewIncoming(xlo, xget)), "xcr0")
+	xcr0.Type()
+	decide.Insts = append(decide.Insts, xcr0)
+	var level value.Value = i32c(int64(top))
+	for i := top + 1; i < len(e.target.Levels); i++ {
+		l := e.target.Levels[i]
+		var ok value.Value = constant.True
+		for _, nb := range l.needs {
+			bit := named(decide.NewAnd(leafRegs[nb.leaf][nb.reg], i32c(int64(int32(uint32(1)<<nb.bit)))), fmt.Sprintf("v%d.bit.%s", i, nb.name))
+			set := named(decide.NewICmp(enum.IPredNE, bit, i32c(0)), fmt.Sprintf("v%d.%s", i, nb.name))
+			ok = decide.NewAnd(ok, set)
+		}
+		if l.xcr0 != 0 {
+			st := named(decide.NewAnd(xcr0, i32c(l.xcr0)), fmt.Sprintf("state%d", i))
+			en := named(decide.NewICmp(enum.IPredEQ, st, i32c(l.xcr0)), fmt.Sprintf("enabled%d", i))
+			ok = decide.NewAnd(ok, en)
+		}
+		level = named(decide.NewSelect(ok, i32c(int64(i)), level), fmt.Sprintf("upto%d", i))
+	}
+	decide.NewRet(level)
+}

@@ -1,0 +1,256 @@
+package ir
+
+import (
+	"fmt"
+	"math/bits"
+	"strconv"
+	"strings"
+)
+
+// Vector values, which CPU schedule passes produce and codegen/llvm prints
+// one to one (<16 x float>, shufflevector, llvm.fmuladd, llvm.prefetch);
+// lowering and the GPU targets never see them.
+//
+// A vector type is a scalar element type with a power-of-two lane count
+// from 2 to 64, written ELEMxN (f32x16, i32x8, i16x16, boolx4). On
+// vectors:
+//   - a constant of vector type is that value in every lane;
+//   - Binary, Unary, Select and Bitcast work lane by lane (a Select's
+//     condition is a bool, the same for every lane, or a bool vector of the
+//     arms' lane count; a compare yields a bool vector; a Bitcast keeps the
+//     lane count);
+//   - Convert of a vector converts each lane (same lane count); Convert of
+//     a scalar to a vector type converts it to the element type and
+//     broadcasts it;
+//   - a Load of vector type T reads T.Lanes() consecutive elements from
+//     Index on; a Store of a vector value writes them;
+//   - MulAdd is x*y+z, VShuffle picks lanes of two vectors, Prefetch hints
+//     that an element will be read soon.
+
+// laneShift is where a vector type keeps log2 of its lane count.
+const laneShift = 4
+
+// MaxLanes is the most lanes a vector type has.
+const MaxLanes = 64
+
+// Vec is the vector type of n lanes of scalar t; Vec(t, 1) is t. It panics
+// on a lane count that is not a power of two in 1..MaxLanes or on a vector
+// element.
+func Vec(t Type, n int) Type {
+	if n == 1 {
+		return t
+	}
+	if n < 2 || n > MaxLanes || n&(n-1) != 0 || t.IsVector() || t == Void {
+		panic(fmt.Sprintf("BUG: ir.Vec(%s, %d): want a scalar type and a power-of-two lane count up to %d", t, n, MaxLanes))
+	}
+	return t | Type(bits.TrailingZeros(uint(n)))<<laneShift
+}
+
+// Lanes is the lane count of a vector type, 1 for a scalar.
+func (t Type) Lanes() int { return 1 << (t >> laneShift) }
+
+// Elem is the element type of a vector type, t itself for a scalar.
+func (t Type) Elem() Type { return t & (1<<laneShift - 1) }
+
+// IsVector reports whether t is a vector type.
+func (t Type) IsVector() bool { return t>>laneShift != 0 }
+
+// vectorTypeByName parses ELEMxN.
+func vectorTypeByName(s string) (Type, bool) {
+	i := strings.LastIndexByte(s, 'x')
+	if i <= 0 {
+		return Void, false
+	}
+	n, err := strconv.Atoi(s[i+1:])
+	if err != nil || n < 2 || n > MaxLanes || n&(n-1) != 0 || strconv.Itoa(n) != s[i+1:] {
+		return Void, false
+	}
+	for e, name := range typeNames {
+		if name == s[:i] && Type(e) != Void {
+			return Vec(Type(e), n), true
+		}
+	}
+	return Void, false
+}
+
+// MulAdd is X*Y+Z on floats (scalars or vectors of one type), with or
+// without a rounding of the product: the target chooses (llvm.fmuladd).
+// The interpreter rounds the product.
+type MulAdd struct {
+	X, Y, Z Expr
+}
+
+func (m *MulAdd) Type() Type { return m.X.Type() }
+func (*MulAdd) isExpr()      {}
+
+// VShuffle builds a vector from lanes of X and Y (two vectors of one
+// type): lane i of the result is lane Mask[i] of X followed by Y (0 ..
+// 2n-1 for n-lane operands). A mask of one lane yields a scalar. It prints
+// as shuffle(x, y, [0, 1, 16, 17]).
+type VShuffle struct {
+	X, Y Expr
+	Mask []int
+}
+
+func (s *VShuffle) Type() Type { return Vec(s.X.Type().Elem(), len(s.Mask)) }
+func (*VShuffle) isExpr()      {}
+
+// Prefetch hints that element Index of buffer Buf will be read soon (a
+// software prefetch into the data cache); it reads nothing and never
+// faults. Index must still address an element of the buffer.
+type Prefetch struct {
+	Buf   string
+	Index Expr
+}
+
+func (*Prefetch) isStmt() {}
+
+// Splat broadcasts scalar x to n lanes (x itself when n is 1).
+func Splat(x Expr, n int) Expr {
+	if n == 1 {
+		return x
+	}
+	t := Vec(x.Type(), n)
+	if c, ok := x.(*Const); ok {
+		return &Const{T: t, Int: c.Int, Float: c.Float}
+	}
+	return &Convert{To: t, X: x}
+}
+
+// vectorRule checks the typing rules of nodes that involve vectors and
+// returns a description of the violation, or "" (nodeRule runs it first).
+func vectorRule(e Expr) string {
+	switch e := e.(type) {
+	case *Const:
+		if e.T.IsVector() && e.T.Elem() == Bool {
+			return "bool vector constants are not supported"
+		}
+	case *Select:
+		c, x := e.Cond.Type(), e.X.Type()
+		if c != Bool && c != Vec(Bool, x.Lanes()) {
+			return fmt.Sprintf("select condition is %s, want bool or boolx%d", c, x.Lanes())
+		}
+	case *Convert:
+		if e.X.Type().IsVector() && e.X.Type().Lanes() != e.To.Lanes() {
+			return fmt.Sprintf("convert from %s to %s changes the lane count", e.X.Type(), e.To)
+		}
+	case *Bitcast:
+		if e.X.Type().Lanes() != e.To.Lanes() {
+			return fmt.Sprintf("bitcast from %s to %s changes the lane count", e.X.Type(), e.To)
+		}
+	case *MulAdd:
+		if e.X == nil || e.Y == nil || e.Z == nil {
+			return "muladd: missing operand"
+		}
+		t := e.X.Type()
+		if e.Y.Type() != t || e.Z.Type() != t || !t.IsFloat() {
+			return fmt.Sprintf("muladd of %s, %s, %s: want one float type", t, e.Y.Type(), e.Z.Type())
+		}
+	case *VShuffle:
+		if e.X == nil || e.Y == nil {
+			return "shuffle: missing operand"
+		}
+		t := e.X.Type()
+		if !t.IsVector() || e.Y.Type() != t {
+			return fmt.Sprintf("shuffle of %s and %s: want two vectors of one type", t, e.Y.Type())
+		}
+		n := len(e.Mask)
+		if n < 1 || n > MaxLanes || n&(n-1) != 0 {
+			return fmt.Sprintf("shuffle mask of %d lanes: want a power of two up to %d", n, MaxLanes)
+		}
+		for _, i := range e.Mask {
+			if i < 0 || i >= 2*t.Lanes() {
+				return fmt.Sprintf("shuffle mask lane %d outside 0..%d", i, 2*t.Lanes()-1)
+			}
+		}
+	}
+	return ""
+}
+
+// ---- interpreter ----
+
+// evalVec evaluates e lane by lane (one lane for a scalar).
+func (f *frame) evalVec(e Expr) []val {
+	t := e.Type()
+	n := t.Lanes()
+	switch e := e.(type) {
+	case *MulAdd:
+		x, y, z := f.evalVec(e.X), f.evalVec(e.Y), f.evalVec(e.Z)
+		et := t.Elem()
+		out := make([]val, n)
+		for i := range out {
+			out[i] = f.binary(Add, et, f.binary(Mul, et, x[i], y[i]), z[i])
+		}
+		return out
+	case *VShuffle:
+		x, y := f.evalVec(e.X), f.evalVec(e.Y)
+		both := append(append([]val(nil), x...), y...)
+		out := make([]val, n)
+		for i, k := range e.Mask {
+			out[i] = both[k]
+		}
+		return out
+	}
+	if n == 1 {
+		return []val{f.eval(e)}
+	}
+	et := t.Elem()
+	lanes := func(fn func(i int) val) []val {
+		out := make([]val, n)
+		for i := range out {
+			out[i] = fn(i)
+		}
+		return out
+	}
+	switch e := e.(type) {
+	case *Const:
+		v := f.eval(&Const{T: et, Int: e.Int, Float: e.Float})
+		return lanes(func(int) val { return v })
+	case *Ref:
+		b := f.lookup(e.Name)
+		if b.vec == nil {
+			f.fail("%s is not a vector", e.Name)
+		}
+		return b.vec
+	case *Binary:
+		xt := e.X.Type().Elem()
+		x, y := f.evalVec(e.X), f.evalVec(e.Y)
+		return lanes(func(i int) val { return f.binary(e.Op, xt, x[i], y[i]) })
+	case *Unary:
+		x := f.evalVec(e.X)
+		return lanes(func(i int) val { return f.unary(e.Op, et, x[i]) })
+	case *Select:
+		c, x, y := f.evalVec(e.Cond), f.evalVec(e.X), f.evalVec(e.Y)
+		return lanes(func(i int) val {
+			if c[min(i, len(c)-1)] != 0 {
+				return x[i]
+			}
+			return y[i]
+		})
+	case *Convert:
+		from := e.X.Type().Elem()
+		x := f.evalVec(e.X)
+		return lanes(func(i int) val { return f.convert(et, from, x[min(i, len(x)-1)]) })
+	case *Bitcast:
+		x := f.evalVec(e.X)
+		return lanes(func(i int) val { return f.bitcast(et, x[i]) })
+	case *Load:
+		b := f.buffer(e.Buf)
+		at := f.index(e.Index)
+		return lanes(func(i int) val { return f.load(b, at+int64(i), et) })
+	}
+	f.fail("expression %T cannot be a vector", e)
+	return nil
+}
+
+// bitcast reinterprets canonical a's bits as scalar type to.
+func (f *frame) bitcast(to Type, a val) val {
+	bits := uint64(a)
+	if w := to.Bits(); w < 64 {
+		bits &= 1<<w - 1
+	}
+	if to.IsFloat() {
+		return val(bits)
+	}
+	return wrap(to, int64(bits))
+}

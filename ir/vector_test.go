@@ -1,0 +1,103 @@
+package ir
+
+import (
+	"math"
+	"strings"
+	"testing"
+)
+
+// vectorKernel sums x·y over 8 elements with f32x4 vectors: two muladds,
+// a shuffle tree to one lane, a broadcast store and a prefetch.
+const vectorKernel = `module v prefix v triple "aarch64-unknown-linux-gnu"
+
+kernel v_dot role decode level "neon" (x: f32* [8], y: f32* [8], h: f16* [4], o: f32* [4] out, w: f32* [4] out) {
+  prefetch x[4]
+  var acc = 0.0:f32x4
+  for c in 0 .. 2 serial {
+    acc = muladd(x[(c * 4)]:f32x4, y[(c * 4)]:f32x4, acc)
+  }
+  let hi = shuffle(acc, acc, [2, 3, 6, 7])
+  let s2 = (acc + hi)
+  let s1 = (shuffle(s2, s2, [0]) + shuffle(s2, s2, [1]))
+  store o[0] = f32x4(s1)
+  let m = (x[0]:f32x4 > 0.0:f32x4)
+  store w[0] = select(m, f32x4(bitcast.f16x4(h[0]:i16x4)), -1.0:f32x4)
+  return 0
+}
+`
+
+func TestVectorRoundTripAndRun(t *testing.T) {
+	m, err := Parse(vectorKernel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.String(); got != vectorKernel {
+		t.Fatalf("round trip differs:\n%s\nwant\n%s", got, vectorKernel)
+	}
+	if m.Triple != "aarch64-unknown-linux-gnu" || m.Kernels[0].Level != "neon" {
+		t.Fatalf("triple %q, level %q", m.Triple, m.Kernels[0].Level)
+	}
+	x := []float32{1, -2, 3, 4, 5, 6, -7, 8}
+	y := []float32{0.5, 1, 2, 3, 4, 5, 6, 7}
+	// f16 bits of 1.5, -0.25, 65504, a NaN.
+	h := []uint16{0x3e00, 0xb400, 0x7bff, 0x7e01}
+	o, w := make([]float32, 4), make([]float32, 4)
+	st, err := Run(m, "v_dot", map[string]any{"x": x, "y": y, "h": h, "o": o, "w": w})
+	if err != nil || st != 0 {
+		t.Fatalf("status %d, %v", st, err)
+	}
+	var want float32
+	for i := range x {
+		want += x[i] * y[i]
+	}
+	for i, g := range o {
+		if g != want {
+			t.Errorf("o[%d] = %v, want %v", i, g, want)
+		}
+	}
+	wantW := []float32{1.5, -1, 65504, float32(math.NaN())}
+	for i := range w {
+		if g := w[i]; g != wantW[i] && !(math.IsNaN(float64(g)) && math.IsNaN(float64(wantW[i]))) {
+			t.Errorf("w[%d] = %v, want %v", i, g, wantW[i])
+		}
+	}
+}
+
+func TestVectorTypes(t *testing.T) {
+	for _, tc := range []struct {
+		t     Type
+		name  string
+		lanes int
+		bits  int
+	}{{Vec(F32, 16), "f32x16", 16, 512}, {Vec(I16, 8), "i16x8", 8, 128}, {Vec(Bool, 4), "boolx4", 4, 4}, {F32, "f32", 1, 32}} {
+		if tc.t.String() != tc.name || tc.t.Lanes() != tc.lanes || tc.t.Bits() != tc.bits {
+			t.Errorf("%s: lanes %d bits %d", tc.t, tc.t.Lanes(), tc.t.Bits())
+		}
+		if back, ok := TypeByName(tc.name); !ok || back != tc.t {
+			t.Errorf("TypeByName(%s) = %s, %v", tc.name, back, ok)
+		}
+	}
+	for _, bad := range []string{"f32x3", "f32x128", "f32x", "x4", "voidx4", "f32x04"} {
+		if _, ok := TypeByName(bad); ok {
+			t.Errorf("TypeByName(%s) accepted", bad)
+		}
+	}
+}
+
+func TestVectorVerifyErrors(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{"let a = shuffle(x[0]:f32x4, x[0]:f32x4, [0, 8])", "shuffle mask lane 8"},
+		{"let a = shuffle(x[0]:f32x4, x[0]:f32x4, [0, 1, 2])", "power of two"},
+		{"let a = f32x8(x[0]:f32x4)", "changes the lane count"},
+		{"let a = select((x[0]:f32x4 > 0.0:f32x4), x[0]:f32x8, x[0]:f32x8)", "want bool or boolx8"},
+		{"let a = muladd(x[0]:f32x4, x[0]:f32x4, 1.0:f32)", "want one float type"},
+		{"let a = bitcast.i16x8(x[0]:f32x4)", "changes the lane count"},
+		{"let a = (x[0]:f32x4 + x[0])", "type mismatch"},
+	} {
+		src := "module m prefix m\nkernel k role decode (x: f32* [8]) {\n  " + tc.body + "\n  return 0\n}\n"
+		_, err := Parse(src)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want %q", tc.body, err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,148 @@
+package cpu
+
+import (
+	"fmt"
+
+	llvmgen "github.com/attnc/attnc/codegen/llvm"
+	"github.com/attnc/attnc/ir"
+)
+
+// Multiversion clones every work kernel (a kernel whose items run on the
+// thread pool: it holds a parallel loop) once per CPU level of the
+// module's triple (x86-64, x86-64-v3, x86-64-v4; NEON on aarch64): the
+// clone of level L is named <kernel><L.Suffix> and carries L as its Level,
+// so the schedule passes after this one fit it to L's vector width and
+// registers and codegen compiles it for L. A kernel that calls work kernels
+// (an entry) asks the runtime for the level at its start (rt.cpu_level:
+// CPUID at the first call, or $ATTNC_CPU_LEVEL), returns CPU_LEVEL when
+// the variable is refused, and calls the clone of that level.
+func Multiversion(m *ir.Module) (*ir.Module, error) { return multiversion(m, false) }
+
+// MultiversionEnds is Multiversion with the clones of the baseline and the
+// widest level only, for tests that do not exercise every level (the
+// build costs two clones instead of three): a CPU between the two runs the
+// baseline clone, and a forced level the clone at or below it.
+func MultiversionEnds(m *ir.Module) (*ir.Module, error) { return multiversion(m, true) }
+
+func multiversion(m *ir.Module, ends bool) (*ir.Module, error) {
+	t, err := llvmgen.LookupTarget(m.Triple)
+	if err != nil {
+		return nil, err
+	}
+	// levels are the cloned levels with their indexes in the target's.
+	levels := map[int]llvmgen.Level{}
+	for i, l := range t.Levels {
+		if !ends || i == 0 || i == len(t.Levels)-1 {
+			levels[i] = l
+		}
+	}
+	out := *m
+	out.Kernels = nil
+	cloned := map[string]bool{}
+	for _, k := range m.Kernels {
+		if k.Level == "" && hasParallel(k.Body) {
+			cloned[k.Name] = true
+		}
+	}
+	for _, k := range m.Kernels {
+		if !cloned[k.Name] {
+			continue
+		}
+		for i, l := range t.Levels {
+			if _, ok := levels[i]; !ok {
+				continue
+			}
+			c := *k
+			c.Name, c.Level = k.Name+l.Suffix, l.Name
+			c.Body = renameCalls(ir.CloneBlock(k.Body), cloned, l.Suffix)
+			out.Kernels = append(out.Kernels, &c)
+		}
+	}
+	for _, k := range m.Kernels {
+		if cloned[k.Name] {
+			continue
+		}
+		if !callsAny(k.Body, cloned) {
+			out.Kernels = append(out.Kernels, k)
+			continue
+		}
+		e := *k
+		e.Body = &ir.Block{Stmts: append([]ir.Stmt{
+			&ir.CallStmt{Result: levelVar, Fn: "rt.cpu_level"},
+			&ir.If{Cond: ir.Bin(ir.Lt, ir.R(levelVar, ir.I32), ir.Int(0)),
+				Then: &ir.Block{Stmts: []ir.Stmt{&ir.Return{Value: ir.Int(ir.StatusCPULevel)}}}},
+		}, dispatch(k.Body, cloned, t.Levels, levels).Stmts...)}
+		out.Kernels = append(out.Kernels, &e)
+	}
+	if err := ir.Verify(&out); err != nil {
+		return nil, fmt.Errorf("multiversion: %w", err)
+	}
+	return &out, nil
+}
+
+// levelVar holds an entry's CPU level.
+const levelVar = "cpu_level"
+
+// renameCalls points the calls of a clone at the clones of the same level.
+func renameCalls(b *ir.Block, cloned map[string]bool, suffix string) *ir.Block {
+	return ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
+		if c, ok := s.(*ir.CallStmt); ok && cloned[c.Fn] {
+			n := *c
+			n.Fn += suffix
+			return []ir.Stmt{&n}
+		}
+		return []ir.Stmt{s}
+	})
+}
+
+// dispatch turns each call of a cloned kernel into a choice of its clones
+// by the entry's level: the best cloned level at or below it, best first
+// (the baseline, index 0, is always cloned).
+func dispatch(b *ir.Block, cloned map[string]bool, all []llvmgen.Level, levels map[int]llvmgen.Level) *ir.Block {
+	return ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
+		c, ok := s.(*ir.CallStmt)
+		if !ok || !cloned[c.Fn] {
+			return []ir.Stmt{s}
+		}
+		call := func(l llvmgen.Level) *ir.Block {
+			n := *c
+			n.Fn += l.Suffix
+			n.Args = append([]ir.Expr(nil), c.Args...)
+			return &ir.Block{Stmts: []ir.Stmt{&n}}
+		}
+		tail := call(all[0])
+		for i := 1; i < len(all); i++ {
+			l, ok := levels[i]
+			if !ok {
+				continue
+			}
+			cond := ir.Bin(ir.Ge, ir.R(levelVar, ir.I32), ir.Int(int64(i)))
+			tail = &ir.Block{Stmts: []ir.Stmt{&ir.If{Cond: cond, Then: call(l), Else: tail}}}
+		}
+		return tail.Stmts
+	})
+}
+
+// hasParallel reports whether b holds a parallel loop.
+func hasParallel(b *ir.Block) bool {
+	found := false
+	ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
+		if f, ok := s.(*ir.For); ok && f.Kind == ir.Parallel {
+			found = true
+		}
+		return []ir.Stmt{s}
+	})
+	return found
+}
+
+// callsAny reports whether b calls a kernel of names.
+func callsAny(b *ir.Block, names map[string]bool) bool {
+	found := false
+	ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
+		if c, ok := s.(*ir.CallStmt); ok && names[c.Fn] {
+			found = true
+		}
+		return []ir.Stmt{s}
+	})
+	return found
+}

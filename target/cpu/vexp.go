@@ -1,0 +1,147 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/attnc/attnc/ir"
+	"github.com/attnc/attnc/passes"
+)
+
+// VectorExp writes every f32 exp of a let, var, assignment or store as a
+// polynomial in plain arithmetic (PolyExp), hoisted into lets before the
+// statement: LLVM vectorizes it with the loop around it, where exp would
+// stay a scalar call of libm's expf per lane.
+func VectorExp(m *ir.Module) (*ir.Module, error) {
+	return passes.MapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
+		prefix := freePrefix(k, "vexp")
+		n := 0
+		return ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
+			var pre []ir.Stmt
+			rw := func(e ir.Expr) ir.Expr {
+				return ir.MapExpr(e, func(x ir.Expr) ir.Expr {
+					u, ok := x.(*ir.Unary)
+					if !ok || u.Op != ir.Exp || u.Type() != ir.F32 {
+						return x
+					}
+					lets, v := PolyExp(fmt.Sprintf("%s%d_", prefix, n), u.X)
+					n++
+					pre = append(pre, lets...)
+					return v
+				})
+			}
+			var out ir.Stmt
+			switch x := s.(type) {
+			case *ir.Let:
+				out = &ir.Let{Name: x.Name, Value: rw(x.Value)}
+			case *ir.Var:
+				out = &ir.Var{Name: x.Name, Init: rw(x.Init)}
+			case *ir.Assign:
+				out = &ir.Assign{Name: x.Name, Value: rw(x.Value)}
+			case *ir.Store:
+				out = &ir.Store{Buf: x.Buf, Index: rw(x.Index), Value: rw(x.Value)}
+			default:
+				return []ir.Stmt{s}
+			}
+			if len(pre) == 0 {
+				return []ir.Stmt{s}
+			}
+			return append(pre, out)
+		}), nil
+	})
+}
+
+// freePrefix is a name prefix no let, var, loop variable, array or param
+// of k starts with.
+func freePrefix(k *ir.Kernel, base string) string {
+	var names []string
+	for _, p := range k.Params {
+		names = append(names, p.Name)
+	}
+	ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
+		switch x := s.(type) {
+		case *ir.Let:
+			names = append(names, x.Name)
+		case *ir.Var:
+			names = append(names, x.Name)
+		case *ir.For:
+			names = append(names, x.Var)
+		case *ir.Alloc:
+			names = append(names, x.Name)
+		case *ir.CallStmt:
+			names = append(names, x.Result)
+		}
+		return []ir.Stmt{s}
+	})
+	for i := 0; ; i++ {
+		p := base
+		if i > 0 {
+			p = fmt.Sprintf("%s%d", base, i)
+		}
+		taken := false
+		for _, n := range names {
+			if strings.HasPrefix(n, p) {
+				taken = true
+				break
+			}
+		}
+		if !taken {
+			return p
+		}
+	}
+}
+
+// The polynomial exp (Cody and Waite's reduction, the minimax polynomial
+// of Cephes' expf): exp(x) = 2^n · exp(r) with n = round(x·log2 e) and
+// r = x − n·ln 2 in [−ln2/2, ln2/2], ln 2 split in two so that n·ExpLn2Hi
+// is exact; exp(r) ≈ 1 + r + r²·P(r).
+const (
+	ExpLog2E  = 1.44269504088896341
+	ExpLn2Hi  = 0.693359375
+	ExpLn2Lo  = -2.12194440e-4
+	ExpMaxArg = 88.72283172607421875  // the largest f32 whose exp is finite in f32
+	ExpMinArg = -87.33654022216796875 // about ln(FLT_MIN): below, exp flushes to 0
+)
+
+// expPoly are P's coefficients, highest degree first.
+var expPoly = []float64{1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1}
+
+// PolyExp is exp(x) for f32 x as lets named prefix+... and the expression
+// of the result, in operations every CPU level vectorizes (no floor or
+// libm call): relative error within a few ulps (see the test) where the
+// result is normal (x in [ExpMinArg, ExpMaxArg]); 0 below (−inf included),
+// +inf above, NaN for NaN.
+func PolyExp(prefix string, x ir.Expr) ([]ir.Stmt, ir.Expr) {
+	var lets []ir.Stmt
+	let := func(name string, e ir.Expr) ir.Expr {
+		lets = append(lets, &ir.Let{Name: prefix + name, Value: e})
+		return ir.R(prefix+name, e.Type())
+	}
+	f := ir.Float
+	xv := let("x", x)
+	c := let("c", ir.Bin(ir.Max, ir.Bin(ir.Min, xv, f(ExpMaxArg)), f(ExpMinArg)))
+	// n = floor(c·log2 e + 1/2) through a truncating conversion (the
+	// argument is within ±129).
+	t := let("t", &ir.MulAdd{X: c, Y: f(ExpLog2E), Z: f(0.5)})
+	ti := let("ti", ir.Cvt(ir.I32, t))
+	ni := let("n", ir.Sel(ir.Bin(ir.Gt, ir.Cvt(ir.F32, ti), t), ir.Bin(ir.Sub, ti, ir.Int(1)), ti))
+	nf := let("nf", ir.Cvt(ir.F32, ni))
+	// MulAdds: fast-math reassociation inside vector loops must not merge
+	// the two halves of ln 2.
+	r := let("r", &ir.MulAdd{X: nf, Y: f(-ExpLn2Lo), Z: &ir.MulAdd{X: nf, Y: f(-ExpLn2Hi), Z: c}})
+	var p ir.Expr = f(expPoly[0])
+	for _, k := range expPoly[1:] {
+		p = &ir.MulAdd{X: p, Y: r, Z: f(k)}
+	}
+	pv := let("p", p)
+	y := let("y", ir.Bin(ir.Add, &ir.MulAdd{X: pv, Y: ir.Bin(ir.Mul, r, r), Z: r}, f(1)))
+	// 2^n as exponent bits; n = 128 (x just below ExpMaxArg) as 2·2^127.
+	scale := let("s", &ir.Bitcast{To: ir.F32, X: ir.Bin(ir.Shl, ir.Bin(ir.Add, ir.Bin(ir.Min, ni, ir.Int(127)), ir.Int(127)), ir.Int(23))})
+	y2 := ir.Sel(ir.Bin(ir.Gt, ni, ir.Int(127)), ir.Bin(ir.Mul, y, f(2)), y)
+	v := let("v", ir.Bin(ir.Mul, y2, scale))
+	res := ir.Sel(ir.Bin(ir.Lt, xv, f(ExpMinArg)), f(0),
+		ir.Sel(ir.Bin(ir.Gt, xv, f(ExpMaxArg)), f(math.Inf(1)),
+			ir.Sel(ir.Bin(ir.Ne, xv, xv), xv, v)))
+	return lets, res
+}

@@ -1,0 +1,194 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	llvmgen "github.com/attnc/attnc/codegen/llvm"
+	"github.com/attnc/attnc/cpurt"
+	"github.com/attnc/attnc/internal/needtool"
+	"github.com/attnc/attnc/ir"
+)
+
+// expULPBound is the error PolyExp must stay within where exp(x) is a
+// normal f32, in ulps of the f32 result, against float64 exp: compiled at
+// every CPU level (with and without fused multiply-add) and in the
+// interpreter.
+const expULPBound = 2.0
+
+// expInputs are every stride-th f32 bit pattern from -105 to 90 (193: about 11
+// million, every binade of both signs), and the edges: ±0, ±inf, NaN, the
+// neighbours of ExpMinArg and ExpMaxArg and of the arguments where n
+// steps, the smallest and largest magnitudes.
+func expInputs(stride uint32) []float32 {
+	var xs []float32
+	for _, lim := range []float32{90, -105} {
+		top := math.Float32bits(lim)
+		base := top & 0x80000000
+		for b := base; b <= top; b += stride {
+			xs = append(xs, math.Float32frombits(b))
+		}
+	}
+	edges := []float32{0, float32(math.Copysign(0, -1)), float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()),
+		math.SmallestNonzeroFloat32, -math.SmallestNonzeroFloat32, math.MaxFloat32, -math.MaxFloat32, 1e-30, -1e-30, 1, -1,
+		88.72283935546875, -87.3365478515625, -103.972076, -103.97208, -104, 88, 89}
+	for _, e := range []float32{ExpMinArg, ExpMaxArg} {
+		for d := int32(-4); d <= 4; d++ {
+			edges = append(edges, math.Float32frombits(uint32(int32(math.Float32bits(e))+d)))
+		}
+	}
+	for n := -126; n <= 128; n++ { // where round(x·log2 e) steps
+		h := float32((float64(n) - 0.5) * math.Ln2)
+		for d := int32(-2); d <= 2; d++ {
+			edges = append(edges, math.Float32frombits(uint32(int32(math.Float32bits(h))+d)))
+		}
+	}
+	return append(xs, edges...)
+}
+
+// expErr checks y = PolyExp(x) and returns its error in ulps (0 outside
+// the normal range, where it must be exact: 0 below, +inf above, NaN).
+func expErr(x, y float32) (float64, error) {
+	want := math.Exp(float64(x))
+	switch {
+	case math.IsNaN(float64(x)):
+		if !math.IsNaN(float64(y)) {
+			return 0, fmt.Errorf("exp(NaN) = %v", y)
+		}
+		return 0, nil
+	case x < ExpMinArg:
+		if y != 0 || want >= 0x1p-126 {
+			return 0, fmt.Errorf("exp(%v) = %v, want 0 (exact %g, below FLT_MIN)", x, y, want)
+		}
+		return 0, nil
+	case x > ExpMaxArg:
+		if !math.IsInf(float64(y), 1) || want <= math.MaxFloat32 {
+			return 0, fmt.Errorf("exp(%v) = %v, want +inf (exact %g)", x, y, want)
+		}
+		return 0, nil
+	}
+	if want < 0x1p-126 {
+		return 0, fmt.Errorf("exp(%v) = %g is below FLT_MIN inside the range", x, want)
+	}
+	_, e := math.Frexp(want) // want = f·2^e, f in [0.5, 1): an f32 ulp is 2^(e-24)
+	return math.Abs(float64(y)-want) / math.Ldexp(1, e-24), nil
+}
+
+// expModule is one kernel per level of the host's target computing
+// o[i] = exp(x[i]) in a vector loop.
+func expModule(tg llvmgen.Target) *ir.Module {
+	var src strings.Builder
+	src.WriteString("module e prefix e\n")
+	for _, l := range tg.Levels {
+		fmt.Fprintf(&src, `
+kernel e%s role decode level %q (x: f32* [n], o: f32* [n] out, n: i32) {
+  for i in 0 .. n vector {
+    store o[i] = exp(x[i])
+  }
+  return 0
+}
+`, l.Suffix, l.Name)
+	}
+	m, err := ir.Parse(src.String())
+	if err != nil {
+		panic(err)
+	}
+	m.Triple = tg.Triple
+	return m
+}
+
+// TestPolyExpError compiles VectorExp's exp for every CPU level this CPU
+// runs and checks it against float64 exp over expInputs: within
+// expULPBound ulps where the result is normal, exactly 0, +inf and NaN at
+// the edges. The interpreter's evaluation (products rounded) is checked on
+// a sparser sample.
+func TestPolyExpError(t *testing.T) {
+	t.Parallel()
+	host := cpurt.HostTriple()
+	if host == "" {
+		t.Skip("no CPU target for " + runtime.GOARCH)
+	}
+	tc, err := cpurt.ToolchainFor(host)
+	needtool.Check(t, err)
+	tg, err := llvmgen.LookupTarget(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := VectorExp(expModule(tg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ll, err := llvmgen.EmitFor(m, tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(ll, "@llvm.exp") || strings.Contains(ll, "expf") {
+		t.Fatal("an exp call is left")
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "e.ll"), []byte(ll), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	so := filepath.Join(dir, "e.so")
+	if err := tc.BuildShared(filepath.Join(dir, "e.ll"), so); err != nil {
+		t.Fatal(err)
+	}
+	lib, err := cpurt.Open(so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lib.Close()
+	best := lib.CallStr("e_cpu_level", 0)
+	xs := expInputs(193)
+	xb := cpurt.F32Buffer(xs)
+	defer xb.Free()
+	ob := cpurt.NewBuffer(4 * len(xs))
+	defer ob.Free()
+	for _, l := range tg.Levels {
+		st, err := lib.Call("e"+l.Suffix, xb.Ptr(), ob.Ptr(), int64(len(xs)))
+		if err != nil || st != 0 {
+			t.Fatalf("%s: status %d, %v", l.Name, st, err)
+		}
+		worst, at := 0.0, float32(0)
+		for i, y := range ob.F32() {
+			e, err := expErr(xs[i], y)
+			if err != nil {
+				t.Fatalf("%s: %v", l.Name, err)
+			}
+			if e > worst {
+				worst, at = e, xs[i]
+			}
+		}
+		t.Logf("%s: %d inputs, max error %.3f ulp (at x = %v)", l.Name, len(xs), worst, at)
+		if worst > expULPBound {
+			t.Errorf("%s: exp(%v) is %.3f ulp off, above the bound %g", l.Name, at, worst, expULPBound)
+		}
+		if l.Name == best {
+			break // the levels above would not run here
+		}
+	}
+
+	// The interpreter, on the first kernel.
+	few := expInputs(9973)
+	out := make([]float32, len(few))
+	if st, err := ir.Run(m, m.Kernels[0].Name, map[string]any{"x": few, "o": out, "n": int32(len(few))}); err != nil || st != 0 {
+		t.Fatalf("interpreter: status %d, %v", st, err)
+	}
+	worst := 0.0
+	for i, y := range out {
+		e, err := expErr(few[i], y)
+		if err != nil {
+			t.Fatalf("interpreter: %v", err)
+		}
+		worst = math.Max(worst, e)
+	}
+	t.Logf("interpreter: %d inputs, max error %.3f ulp", len(few), worst)
+	if worst > expULPBound {
+		t.Errorf("interpreter: %.3f ulp, above the bound %g", worst, expULPBound)
+	}
+}

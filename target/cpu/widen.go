@@ -1,0 +1,53 @@
+package cpu
+
+import (
+	"fmt"
+
+	llvmgen "github.com/attnc/attnc/codegen/llvm"
+	"github.com/attnc/attnc/ir"
+)
+
+// NativeWiden widens the storage-only loads of a clone whose CPU level
+// converts IEEE half natively (F16C on x86-64-v3 and -v4, NEON) with the
+// dtype table's hardware conversion (HalfWiden: one vcvtph2ps per vector
+// of K or V instead of a dozen integer operations); the other loads, and
+// the clones of the other levels, keep the exact integer Widen that
+// legalize-dtype writes. It runs before legalize-dtype, which leaves the
+// loads of carrier bits it writes alone.
+func NativeWiden(m *ir.Module) (*ir.Module, error) {
+	out := *m
+	out.Kernels = nil
+	for _, k := range m.Kernels {
+		if k.Level == "" {
+			out.Kernels = append(out.Kernels, k)
+			continue
+		}
+		l, err := llvmgen.LookupLevel(m.Triple, k.Level)
+		if err != nil {
+			return nil, fmt.Errorf("native-widen: kernel %s: %w", k.Name, err)
+		}
+		if !l.NativeF16 {
+			out.Kernels = append(out.Kernels, k)
+			continue
+		}
+		c := *k
+		c.Body = ir.MapExprs(k.Body, func(e ir.Expr) ir.Expr {
+			cv, ok := e.(*ir.Convert)
+			if !ok || cv.To.Elem() != ir.F32 {
+				return e
+			}
+			ld, ok := cv.X.(*ir.Load)
+			if !ok || !ld.T.IsStorageOnly() {
+				return e
+			}
+			r := ir.StorageOf(ld.T.Elem())
+			if r == nil || r.HalfWiden == nil {
+				return e
+			}
+			bits := &ir.Load{Buf: ld.Buf, Index: ld.Index, T: ir.Vec(r.Carrier, ld.T.Lanes())}
+			return ir.Cvt(cv.To, r.HalfWiden(bits))
+		})
+		out.Kernels = append(out.Kernels, &c)
+	}
+	return &out, nil
+}
