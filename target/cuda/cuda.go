@@ -68,7 +68,7 @@ var Table = []passes.Pass{
 	{Name: "swizzle-shared", Run: SwizzleShared,
 		Desc: "arrays ldmatrix reads laid out with 16-byte chunks XOR-swizzled by row, so ldmatrix and cp.async hit no bank conflicts"},
 	{Name: "pipeline-kv", Run: PipelineKV,
-		Desc: "K/V tiles staged with cp.async into a two-stage shared-memory ring: tile kt+1 in flight while tile kt computes"},
+		Desc: "K/V tiles staged with cp.async into a two-stage shared-memory ring (tile kt+1 in flight while tile kt computes) when the block still gets 2 blocks per SM on sm_80 and sm_90, else into one slot"},
 	{Name: "map-warps", Required: true, Run: MapWarps,
 		Desc: "spreads that reduce: one iteration per warp, reductions over lanes with butterfly shuffles"},
 	{Name: "stage-shared", Required: true, Run: StageShared,

@@ -1,20 +1,39 @@
 package cuda
 
 import (
+	"github.com/attnc/attnc/codegen/cuda/sass"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/passes"
 )
 
 // RingStages is the depth of the shared-memory ring PipelineKV stages K/V
-// tiles into: tile kt lives in slot kt % RingStages, and the copies of
-// tile kt+1 are in flight while tile kt is computed.
+// tiles into when the block fits (see RingSlots): tile kt lives in slot
+// kt % RingStages, and the copies of tile kt+1 are in flight while tile kt
+// is computed.
 const RingStages = 2
 
-// MaxRingSmem is the most shared memory per block a work item may use
-// with its K/V tiles doubled: Ampere's (sm_80) 163 KiB per block. A work
-// item that would need more stages its tiles into one slot (cp.async
-// still, but no overlap across tiles).
-const MaxRingSmem = 163 * 1024
+// RingSlots is the number of ring slots a work item gets whose shared
+// arrays take smem bytes with one slot, ringBytes of them the staged K/V
+// tiles: RingStages when the block, its tiles doubled, still holds
+// AttentionMinBlocks blocks per SM on every bound architecture (sm_80,
+// sm_90) with BlockThreads threads and the register budget
+// __launch_bounds__ then gives it (MaxRegisters); else 1 (cp.async still,
+// waiting for every copy before the tile's compute, no overlap across
+// tiles). Two resident blocks per SM (split-KV at small batch) are worth
+// more than the overlap of one block's loads with its own compute; the
+// figures are the manifest's occupancy model, so the choice needs no
+// ptxas and is deterministic.
+func RingSlots(smem, ringBytes int) int {
+	doubled := smem + ringBytes*(RingStages-1)
+	regs := MaxRegisters(BlockThreads, AttentionMinBlocks)
+	for _, name := range boundArchs {
+		o, err := sass.Archs[name].Occupancy(regs, 0, BlockThreads, doubled)
+		if err != nil || o.BlocksPerSM < AttentionMinBlocks {
+			return 1
+		}
+	}
+	return RingStages
+}
 
 // PipelineKV stages each work item's K/V tiles with cp.async into a ring
 // of RingStages shared-memory slots, so that the global-memory latency of
@@ -42,9 +61,10 @@ const MaxRingSmem = 163 * 1024
 // skipped tile (outside a window, past the causal diagonal) is never
 // fetched. Kernels whose stage does not fit this shape (two stage loops
 // that differ, staged arrays used outside the tile loop, a stage that
-// reads what the tile body writes) keep their synchronous staging; with
-// more than MaxRingSmem of shared memory the ring has one slot and the
-// wait is for every group (wait 0).
+// reads what the tile body writes) keep their synchronous staging. When
+// RingSlots says the doubled tiles would cost the block its second
+// resident block per SM, the ring has one slot and the wait is for every
+// group (wait 0).
 func PipelineKV(m *ir.Module) (*ir.Module, error) {
 	return passes.MapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
 		params := map[string]bool{}
@@ -120,14 +140,11 @@ func pipelineItem(body *ir.Block, params map[string]bool) *ir.Block {
 			return body
 		}
 	}
-	stages := RingStages
-	extra := 0
+	ringBytes := 0
 	for _, a := range ring {
-		extra += align16(a.Size * a.T.Bits() / 8)
+		ringBytes += align16(a.Size * a.T.Bits() / 8)
 	}
-	if itemSmem(allocs)+extra*(stages-1) > MaxRingSmem {
-		stages = 1
-	}
+	stages := RingSlots(itemSmem(allocs), ringBytes)
 	kt := tile.Var
 	ktR := ir.R(kt, ir.I32)
 	slot := func(t ir.Expr) ir.Expr {
@@ -371,11 +388,14 @@ func itemAllocs(b *ir.Block, out map[string]*ir.Alloc) {
 	}
 }
 
-// itemSmem is the shared memory the arrays take (16-byte aligned each).
+// itemSmem is the shared memory the arrays take (16-byte aligned each):
+// those stage-shared hoists, not the private (register) ones.
 func itemSmem(allocs map[string]*ir.Alloc) int {
 	n := 0
 	for _, a := range allocs {
-		n += align16(a.Size * a.T.Bits() / 8)
+		if !a.Private {
+			n += align16(a.Size * a.T.Bits() / 8)
+		}
 	}
 	return n
 }
