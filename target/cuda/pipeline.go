@@ -341,29 +341,7 @@ func offsetRing(b *ir.Block, ring map[string]*ir.Alloc, slot ir.Expr) *ir.Block 
 		}
 		return add(idx, o)
 	}
-	b = ir.MapExprs(b, func(e ir.Expr) ir.Expr {
-		if l, ok := e.(*ir.Load); ok && ring[l.Buf] != nil {
-			c := *l
-			c.Index = off(l.Buf, l.Index)
-			return &c
-		}
-		return e
-	})
-	return ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
-		switch x := s.(type) {
-		case *ir.Store:
-			return []ir.Stmt{&ir.Store{Buf: x.Buf, Index: off(x.Buf, x.Index), Value: x.Value}}
-		case *ir.Copy:
-			c := *x
-			c.DstIndex, c.SrcIndex = off(x.Dst, x.DstIndex), off(x.Src, x.SrcIndex)
-			return []ir.Stmt{&c}
-		case *ir.LdMatrix:
-			c := *x
-			c.Index = off(x.Src, x.Index)
-			return []ir.Stmt{&c}
-		}
-		return []ir.Stmt{s}
-	})
+	return reindex(b, off)
 }
 
 // itemAllocs collects the arrays a work item declares outside its spread

@@ -79,31 +79,7 @@ func SwizzleShared(m *ir.Module) (*ir.Module, error) {
 			}
 			return swizzled(idx, w)
 		}
-		body := ir.MapExprs(k.Body, func(e ir.Expr) ir.Expr {
-			if l, ok := e.(*ir.Load); ok {
-				if _, sw := width[l.Buf]; sw {
-					c := *l
-					c.Index = at(l.Buf, l.Index)
-					return &c
-				}
-			}
-			return e
-		})
-		return ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
-			switch x := s.(type) {
-			case *ir.Store:
-				return []ir.Stmt{&ir.Store{Buf: x.Buf, Index: at(x.Buf, x.Index), Value: x.Value}}
-			case *ir.Copy:
-				c := *x
-				c.DstIndex, c.SrcIndex = at(x.Dst, x.DstIndex), at(x.Src, x.SrcIndex)
-				return []ir.Stmt{&c}
-			case *ir.LdMatrix:
-				c := *x
-				c.Index = at(x.Src, x.Index)
-				return []ir.Stmt{&c}
-			}
-			return []ir.Stmt{s}
-		}), nil
+		return reindex(k.Body, at), nil
 	})
 }
 
@@ -138,4 +114,36 @@ func swizzled(idx ir.Expr, w int) ir.Expr {
 	}
 	chunk := ir.Bin(ir.Xor, ir.Bin(ir.Shr, col, i32(3)), ir.Bin(ir.And, row, i32(7)))
 	return add(mul(row, i32(w)), ir.Bin(ir.Or, ir.Bin(ir.Shl, chunk, i32(3)), ir.Bin(ir.And, col, i32(7))))
+}
+
+// reindex rewrites the element index of every load, store, copy (both
+// sides) and ldmatrix source through at(array, index); at returns the
+// index unchanged for arrays it leaves alone. SwizzleShared and
+// PipelineKV move arrays in shared memory with it.
+func reindex(b *ir.Block, at func(name string, idx ir.Expr) ir.Expr) *ir.Block {
+	b = ir.MapExprs(b, func(e ir.Expr) ir.Expr {
+		if l, ok := e.(*ir.Load); ok {
+			if idx := at(l.Buf, l.Index); idx != l.Index {
+				c := *l
+				c.Index = idx
+				return &c
+			}
+		}
+		return e
+	})
+	return ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
+		switch x := s.(type) {
+		case *ir.Store:
+			return []ir.Stmt{&ir.Store{Buf: x.Buf, Index: at(x.Buf, x.Index), Value: x.Value}}
+		case *ir.Copy:
+			c := *x
+			c.DstIndex, c.SrcIndex = at(x.Dst, x.DstIndex), at(x.Src, x.SrcIndex)
+			return []ir.Stmt{&c}
+		case *ir.LdMatrix:
+			c := *x
+			c.Index = at(x.Src, x.Index)
+			return []ir.Stmt{&c}
+		}
+		return []ir.Stmt{s}
+	})
 }
