@@ -6,15 +6,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/attnc/attnc/internal/needtool"
 )
 
 const gpuCheck = "../scripts/gpu-check.sh"
 
 func TestGPUCheckScriptParses(t *testing.T) {
 	bash, err := exec.LookPath("bash")
-	if err != nil {
-		t.Skip("no bash")
-	}
+	needtool.Check(t, err)
 	if out, err := exec.Command(bash, "-n", gpuCheck).CombinedOutput(); err != nil {
 		t.Fatalf("bash -n %s: %v\n%s", gpuCheck, err, out)
 	}
@@ -34,9 +34,7 @@ func TestGPUCheckScriptParses(t *testing.T) {
 
 func TestBenchSDPAScriptCompiles(t *testing.T) {
 	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("no python3")
-	}
+	needtool.Check(t, err)
 	out, err := exec.Command(py, "-c", "import ast, sys; ast.parse(open(sys.argv[1]).read())", "../scripts/bench_sdpa.py").CombinedOutput()
 	if err != nil {
 		t.Fatalf("scripts/bench_sdpa.py does not parse: %v\n%s", err, out)
@@ -46,9 +44,7 @@ func TestBenchSDPAScriptCompiles(t *testing.T) {
 // Without nvcc the script stops at once, nonzero, and says why.
 func TestGPUCheckWithoutNVCC(t *testing.T) {
 	bash, err := exec.LookPath("bash")
-	if err != nil {
-		t.Skip("no bash")
-	}
+	needtool.Check(t, err)
 	if p, err := exec.LookPath("nvcc"); err == nil {
 		t.Skipf("nvcc is installed (%s)", p)
 	}
@@ -114,13 +110,10 @@ esac
 func runFakeGPUCheck(t *testing.T, env ...string) (string, int) {
 	t.Helper()
 	bash, err := exec.LookPath("bash")
-	if err != nil {
-		t.Skip("no bash")
-	}
+	needtool.Check(t, err)
 	for _, tool := range []string{"timeout", "awk", "date", "mktemp", "grep", "tee", "tail", "sed"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("no %s", tool)
-		}
+		_, err := exec.LookPath(tool)
+		needtool.Check(t, err)
 	}
 	dir := t.TempDir()
 	for name, src := range fakeTools {
@@ -184,9 +177,7 @@ func TestGPUCheckWithoutGPU(t *testing.T) {
 		t.Skip("this machine has a GPU")
 	}
 	bash, err := exec.LookPath("bash")
-	if err != nil {
-		t.Skip("no bash")
-	}
+	needtool.Check(t, err)
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "nvcc"), []byte(fakeTools["nvcc"]), 0o755)
 	cmd := exec.Command(bash, gpuCheck)
@@ -201,9 +192,7 @@ const profileBench = "../scripts/profile-bench.sh"
 
 func TestProfileBenchScriptParses(t *testing.T) {
 	bash, err := exec.LookPath("bash")
-	if err != nil {
-		t.Skip("no bash")
-	}
+	needtool.Check(t, err)
 	if out, err := exec.Command(bash, "-n", profileBench).CombinedOutput(); err != nil {
 		t.Fatalf("bash -n %s: %v\n%s", profileBench, err, out)
 	}
@@ -238,13 +227,10 @@ echo "decode f16 ..."
 func runFakeProfile(t *testing.T, withPerf bool, args ...string) (string, int) {
 	t.Helper()
 	bash, err := exec.LookPath("bash")
-	if err != nil {
-		t.Skip("no bash")
-	}
+	needtool.Check(t, err)
 	for _, tool := range []string{"find", "sort", "paste", "grep", "head", "mktemp", "cat", "dirname", "mkdir", "rm", "touch"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("no %s", tool)
-		}
+		_, err := exec.LookPath(tool)
+		needtool.Check(t, err)
 	}
 	bin := t.TempDir()
 	for _, tool := range []string{"find", "sort", "paste", "grep", "head", "mktemp", "cat", "dirname", "mkdir", "rm", "touch", "bash"} {
