@@ -262,7 +262,7 @@ func (p *mmaPlan) lower() []ir.Stmt {
 	n := add(n0, gid)
 	kLoop := []ir.Stmt{&ir.Let{Name: "c0", Value: add(mul(ks, i32(mmaK)), mul(tig, i32(2)))}}
 	k0 := mul(ks, i32(mmaK))
-	if UseLdMatrix && p.b == p.in {
+	if p.b == p.in {
 		// B's two 8x8 halves (k0..k0+7, k0+8..k0+15) by ldmatrix from the
 		// rows lanes 0..15 name: K stored [N, K] gives b0/b1 as they lie;
 		// V stored [K, N] needs .trans.
@@ -323,7 +323,7 @@ func (p *mmaPlan) lower() []ir.Stmt {
 	}
 	step := func(v []ir.Expr) []ir.Stmt {
 		var out []ir.Stmt
-		if p.aNarrow && UseLdMatrix {
+		if p.aNarrow {
 			// The four 8x8 quarters of A's 16 x 16 tile by one ldmatrix.x4:
 			// lane l names row l%16 at column k0 + 8*(l/16), so matrices
 			// 0..3 are a0..a3 of the fragment.
@@ -355,11 +355,6 @@ func (p *mmaPlan) lower() []ir.Stmt {
 	out = append(out, &ir.For{Var: "nt", Lo: i32(0), Hi: i32(mm.N / mmaN), Kind: ir.Spread, Body: &ir.Block{Stmts: []ir.Stmt{lanes}}})
 	return out
 }
-
-// UseLdMatrix makes use-mma read the fragments of its narrow operands
-// (Q, K, V in shared memory) with ldmatrix instead of 16-bit loads and
-// packing; tests turn it off to compare both.
-var UseLdMatrix = true
 
 // AccInRegisters makes use-mma keep the P·V accumulator in registers
 // across the KV tile loop where it can (accregs.go); tests turn it off to
