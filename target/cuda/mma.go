@@ -54,10 +54,7 @@ func UseMMA(m *ir.Module) (*ir.Module, error) {
 		for _, p := range plans {
 			byMM[p.mm] = p
 		}
-		body := k.Body
-		if AccInRegisters {
-			body = keepAccInRegisters(body, byMM)
-		}
+		body := keepAccInRegisters(k.Body, byMM)
 		return ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
 			switch x := s.(type) {
 			case *ir.MatMul:
@@ -355,11 +352,6 @@ func (p *mmaPlan) lower() []ir.Stmt {
 	out = append(out, &ir.For{Var: "nt", Lo: i32(0), Hi: i32(mm.N / mmaN), Kind: ir.Spread, Body: &ir.Block{Stmts: []ir.Stmt{lanes}}})
 	return out
 }
-
-// AccInRegisters makes use-mma keep the P·V accumulator in registers
-// across the KV tile loop where it can (accregs.go); tests turn it off to
-// compare both.
-var AccInRegisters = true
 
 // pParts is how many parts of tensor-core dtype r an f32 A element is
 // split into: enough that their sum holds about 22 significant bits (f16:
