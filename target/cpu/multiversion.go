@@ -11,8 +11,9 @@ import (
 // thread pool: it holds a parallel loop) once per CPU level of the
 // module's triple (x86-64, x86-64-v3, x86-64-v4; NEON on aarch64): the
 // clone of level L is named <kernel><L.Suffix> and carries L as its Level,
-// so the schedule passes after this one fit it to L's vector width and
-// registers and codegen compiles it for L. A kernel that calls work kernels
+// so codegen compiles it for L (target-cpu and target-features) and the
+// schedule passes after this one may specialise it (native-widen uses L's
+// half conversion; none fits the vector width to L yet). A kernel that calls work kernels
 // (an entry) asks the runtime for the level at its start (rt.cpu_level:
 // CPUID at the first call, or $ATTNC_CPU_LEVEL), returns CPU_LEVEL when
 // the variable is refused, and calls the clone of that level.
