@@ -45,6 +45,10 @@ var Table = []passes.Pass{
 	passes.ExpandCallsPass,
 	{Name: "multiversion", Required: true, Run: Multiversion,
 		Desc: "clone the work kernels per CPU level of the triple (x86-64, -v3, -v4; NEON); entries dispatch by CPUID or ATTNC_CPU_LEVEL"},
+	{Name: "vector-reduce", Required: false, Run: VectorReduce,
+		Desc: "reduce statements of prefill KV tiles (those with a matmul of M >= 32) as explicit vector loops of the clone's width and a shuffle tree"},
+	{Name: "block-matmul", Required: false, Run: BlockMatMul,
+		Desc: "prefill tile matmuls (M >= 32) of each level's clone as register-blocked vector micro-kernels (6x4 or 6x2 vectors of the level's width; K packed transposed for Q·Kᵀ)"},
 	{Name: "lower-tiles", Required: true, Run: LowerTiles,
 		Desc: "matmul and reduce statements as loops: dot products and zero-skipping row updates"},
 	{Name: "vectorize", Required: true, Run: Vectorize,
@@ -82,6 +86,12 @@ var Constraints = append(append([]passes.Constraint(nil), passes.NeutralConstrai
 	passes.Constraint{Before: "multiversion", After: "native-widen", Why: "native-widen chooses by each clone's CPU level"},
 	passes.Constraint{Before: "native-widen", After: "legalize-dtype", Why: "legalize-dtype writes the exact integer widening of every storage-only load native-widen left"},
 	passes.Constraint{Before: "vectorize", After: "prefetch-kv", Why: "the staging loop's guard is its bound once vectorize folded it, so the row ahead is checked against it"},
+	passes.Constraint{Before: "multiversion", After: "block-matmul", Why: "block-matmul fits each clone's micro-kernels to its level's vector width and registers"},
+	passes.Constraint{Before: "block-matmul", After: "lower-tiles", Why: "lower-tiles writes the matmuls block-matmul left (decode tiles, odd shapes) as loops"},
+	passes.Constraint{Before: "block-matmul", After: "heap-scratch", Why: "the packed transposed K tile block-matmul declares is large: heap-scratch must see it"},
+	passes.Constraint{Before: "multiversion", After: "vector-reduce", Why: "vector-reduce uses each clone's vector width"},
+	passes.Constraint{Before: "vector-reduce", After: "block-matmul", Why: "vector-reduce finds the prefill tiles by their matmuls, which block-matmul replaces"},
+	passes.Constraint{Before: "vector-reduce", After: "lower-tiles", Why: "lower-tiles writes the reduces vector-reduce left as loops"},
 	passes.Constraint{Before: "lower-tiles", After: "heap-scratch", Why: "heap-scratch moves the work items' arrays as the schedule leaves them; one a schedule pass added later would stay on the stack"},
 )
 

@@ -1,0 +1,311 @@
+package cpu
+
+import (
+	"fmt"
+
+	llvmgen "github.com/attnc/attnc/codegen/llvm"
+	"github.com/attnc/attnc/ir"
+)
+
+// BlockMinRows is the fewest static rows a matmul needs for block-matmul to
+// write it: the prefill work items' tiles (about 64 rows). Decode items'
+// tiles (a GQA group's few heads) are another schedule's.
+const BlockMinRows = 32
+
+// microShape is a register block: MR rows of C by NR vectors of L lanes,
+// MR·NR accumulators that stay in registers across the contraction.
+type microShape struct {
+	L, MR, NR int
+}
+
+// microShapeFor fits the register block to a level: NR vectors of B per
+// step (each loaded once, feeding MR multiply-adds) and MR broadcasts of A
+// (each feeding NR), with the accumulators, the B vectors and a broadcast
+// within the level's vector registers: 6×4 vectors with 32 registers
+// (AVX-512, NEON), 6×2 with 16 (AVX2, SSE2).
+func microShapeFor(l llvmgen.Level, vectors int) microShape {
+	nr := max(1, min(l.Regs/8, vectors))
+	mr := max(1, min(8, (l.Regs-nr-2)/nr))
+	return microShape{L: l.Lanes, MR: mr, NR: nr}
+}
+
+// BlockMatMul writes the tile matmuls of each CPU level's clone that have
+// at least BlockMinRows static rows (prefill) as register-blocked
+// micro-kernels in vector IR, fitted to the clone's level (microShapeFor):
+// for each block of NR·L columns and MR rows of C, MR·NR vector
+// accumulators (loaded from C when the matmul accumulates) take, for each
+// k < KExt, NR vector loads of B's row k and MR broadcasts of A[m, k], then
+// are stored once. A matmul with B transposed (Q·Kᵀ) first packs B into an
+// array laid out [K, N] (16×16, 8×8 or 4×4 blocks transposed with
+// shuffles), declared beside B's, so both products run the same
+// outer-product kernel. With zeroskip a zero A element leaves the
+// accumulators as they are (a select on A ≠ 0 around the multiply-add,
+// never a multiply by zero), so NaN or infinite B rows it weights cannot
+// reach C. Blocks of rows at or past MExt and of columns at or past NExt
+// are skipped; the last block that starts before an extent computes its
+// whole static width (C outside the extents is unspecified). Matmuls whose
+// N (or, transposed, K) is not a multiple of the level's lanes, or whose
+// transposed B is not a local array, are left for lower-tiles.
+func BlockMatMul(m *ir.Module) (*ir.Module, error) {
+	out := *m
+	out.Kernels = nil
+	for _, k := range m.Kernels {
+		if k.Level == "" {
+			out.Kernels = append(out.Kernels, k)
+			continue
+		}
+		l, err := llvmgen.LookupLevel(m.Triple, k.Level)
+		if err != nil {
+			return nil, fmt.Errorf("block-matmul: kernel %s: %w", k.Name, err)
+		}
+		c := *k
+		c.Body = blockKernel(k.Body, l)
+		out.Kernels = append(out.Kernels, &c)
+	}
+	return &out, nil
+}
+
+// blockKernel rewrites the matmuls of one clone's body.
+func blockKernel(body *ir.Block, l llvmgen.Level) *ir.Block {
+	allocs := map[string]*ir.Alloc{}
+	names := map[string]bool{}
+	ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
+		switch x := s.(type) {
+		case *ir.Alloc:
+			allocs[x.Name] = x
+			names[x.Name] = true
+		case *ir.Let:
+			names[x.Name] = true
+		case *ir.Var:
+			names[x.Name] = true
+		}
+		return []ir.Stmt{s}
+	})
+	// packed names the array each transposed B is packed into.
+	packed := map[string]string{}
+	blocks := func(mm *ir.MatMul) bool {
+		if mm.M < BlockMinRows || l.Lanes < 2 || mm.N%l.Lanes != 0 {
+			return false
+		}
+		if !mm.TransB {
+			return true
+		}
+		a, ok := allocs[mm.B]
+		return ok && a.T == ir.F32 && mm.K%l.Lanes == 0 && a.Size >= mm.N*mm.K
+	}
+	ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
+		if mm, ok := s.(*ir.MatMul); ok && blocks(mm) && mm.TransB && packed[mm.B] == "" {
+			name := mm.B + "_t"
+			for i := 2; names[name]; i++ {
+				name = fmt.Sprintf("%s_t%d", mm.B, i)
+			}
+			names[name] = true
+			packed[mm.B] = name
+		}
+		return []ir.Stmt{s}
+	})
+	// size is each packed array's size: the largest [K, N] packed into it.
+	size := map[string]int{}
+	ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
+		if mm, ok := s.(*ir.MatMul); ok && blocks(mm) && mm.TransB {
+			size[packed[mm.B]] = max(size[packed[mm.B]], mm.N*mm.K)
+		}
+		return []ir.Stmt{s}
+	})
+	return ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
+		switch x := s.(type) {
+		case *ir.Alloc:
+			if p := packed[x.Name]; p != "" {
+				return []ir.Stmt{x, &ir.Alloc{Name: p, T: ir.F32, Size: size[p]}}
+			}
+		case *ir.MatMul:
+			if !blocks(x) {
+				return []ir.Stmt{s}
+			}
+			sh := microShapeFor(l, x.N/l.Lanes)
+			b := x.B
+			var out []ir.Stmt
+			if x.TransB {
+				b = packed[x.B]
+				out = append(out, packTransposed(x, b, l.Lanes)...)
+			}
+			return append(out, blockedMatMul(x, b, sh)...)
+		}
+		return []ir.Stmt{s}
+	})
+}
+
+func i32c(v int) ir.Expr { return ir.Int(int64(v)) }
+
+// add, mul and ceilDivE build i32 arithmetic, folded when both sides are
+// constants (or one side is a neutral constant).
+func addE(x, y ir.Expr) ir.Expr {
+	cx, okx := x.(*ir.Const)
+	cy, oky := y.(*ir.Const)
+	switch {
+	case okx && oky:
+		return i32c(int(cx.Int + cy.Int))
+	case oky && cy.Int == 0:
+		return x
+	case okx && cx.Int == 0:
+		return y
+	}
+	return ir.Bin(ir.Add, x, y)
+}
+
+func mulE(x ir.Expr, n int) ir.Expr {
+	if c, ok := x.(*ir.Const); ok {
+		return i32c(int(c.Int) * n)
+	}
+	if n == 1 {
+		return x
+	}
+	return ir.Bin(ir.Mul, x, i32c(n))
+}
+
+// blocksBefore is how many blocks of size n start before ext, at most
+// most: min(most, ceil(ext / n)).
+func blocksBefore(ext ir.Expr, n, most int) ir.Expr {
+	if c, ok := ext.(*ir.Const); ok {
+		return i32c(min(most, (int(c.Int)+n-1)/n))
+	}
+	return ir.Bin(ir.Min, i32c(most), ir.Bin(ir.Div, ir.Bin(ir.Add, ext, i32c(n-1)), i32c(n)))
+}
+
+// startsBefore is the condition that a block starting at static offset at
+// starts before ext.
+func startsBefore(at int, ext ir.Expr) ir.Expr {
+	if c, ok := ext.(*ir.Const); ok {
+		return ir.BoolConst(int64(at) < c.Int)
+	}
+	return ir.Bin(ir.Lt, i32c(at), ext)
+}
+
+// blockLoop covers [0, total) in blocks of size n that start before ext: a
+// serial loop over the whole blocks, then the partial block at the end
+// (total % n, when total is not a multiple of n). body writes one block
+// at offset off with width w.
+func blockLoop(v string, total, n int, ext ir.Expr, body func(off ir.Expr, w int) []ir.Stmt) []ir.Stmt {
+	var out []ir.Stmt
+	if whole := total / n; whole > 0 {
+		hi := blocksBefore(ext, n, whole)
+		if c, ok := hi.(*ir.Const); !ok || c.Int > 0 {
+			if c, ok := hi.(*ir.Const); ok && c.Int == 1 {
+				out = append(out, &ir.Block{Stmts: body(i32c(0), n)})
+			} else {
+				off := v + "0"
+				inner := append([]ir.Stmt{&ir.Let{Name: off, Value: mulE(ir.R(v, ir.I32), n)}}, body(ir.R(off, ir.I32), n)...)
+				out = append(out, &ir.For{Var: v, Lo: i32c(0), Hi: hi, Kind: ir.Serial, Body: &ir.Block{Stmts: inner}})
+			}
+		}
+	}
+	if rest := total % n; rest > 0 {
+		at := total - rest
+		cond := startsBefore(at, ext)
+		if !ir.IsFalse(cond) {
+			blk := &ir.Block{Stmts: body(i32c(at), rest)}
+			if ir.IsTrue(cond) {
+				out = append(out, blk)
+			} else {
+				out = append(out, &ir.If{Cond: cond, Then: blk})
+			}
+		}
+	}
+	return out
+}
+
+// blockedMatMul writes mm as micro-kernels of shape sh, reading B (or its
+// packed transpose) from b laid out [K, N].
+func blockedMatMul(mm *ir.MatMul, b string, sh microShape) []ir.Stmt {
+	L := sh.L
+	return blockLoop("bm_nb", mm.N, sh.NR*L, mm.NExt, func(n0 ir.Expr, nw int) []ir.Stmt {
+		return blockLoop("bm_mb", mm.M, sh.MR, mm.MExt, func(m0 ir.Expr, mr int) []ir.Stmt {
+			return microKernel(mm, b, L, m0, n0, mr, nw/L)
+		})
+	})
+}
+
+// microKernel is C[m0 .. m0+mr, n0 .. n0+nr·L] (+)= A·B over k < KExt with
+// mr·nr vector accumulators.
+func microKernel(mm *ir.MatMul, b string, L int, m0, n0 ir.Expr, mr, nr int) []ir.Stmt {
+	vt := ir.Vec(ir.F32, L)
+	acc := func(i, j int) string { return fmt.Sprintf("bm_c%d_%d", i, j) }
+	cAt := func(i, j int) ir.Expr { return addE(mulE(addE(m0, i32c(i)), mm.N), addE(n0, i32c(j*L))) }
+	var out []ir.Stmt
+	for i := 0; i < mr; i++ {
+		for j := 0; j < nr; j++ {
+			var init ir.Expr = &ir.Const{T: vt}
+			if mm.Accumulate {
+				init = ir.Ld(mm.C, vt, cAt(i, j))
+			}
+			out = append(out, &ir.Var{Name: acc(i, j), Init: init})
+		}
+	}
+	k := ir.R("bm_k", ir.I32)
+	var step []ir.Stmt
+	for j := 0; j < nr; j++ {
+		step = append(step, &ir.Let{Name: fmt.Sprintf("bm_b%d", j), Value: ir.Ld(b, vt, addE(mulE(k, mm.N), addE(n0, i32c(j*L))))})
+	}
+	for i := 0; i < mr; i++ {
+		a := fmt.Sprintf("bm_a%d", i)
+		step = append(step, &ir.Let{Name: a, Value: ir.Splat(ir.Ld(mm.A, ir.F32, addE(mulE(addE(m0, i32c(i)), mm.K), k)), L)})
+		z := fmt.Sprintf("bm_z%d", i)
+		if mm.ZeroSkip {
+			// Select, don't multiply: a zero weight keeps the
+			// accumulators, even against NaN or infinite B elements.
+			step = append(step, &ir.Let{Name: z, Value: ir.Bin(ir.Ne, ir.R(a, vt), &ir.Const{T: vt})})
+		}
+		for j := 0; j < nr; j++ {
+			c := ir.R(acc(i, j), vt)
+			var v ir.Expr = &ir.MulAdd{X: ir.R(a, vt), Y: ir.R(fmt.Sprintf("bm_b%d", j), vt), Z: c}
+			if mm.ZeroSkip {
+				v = ir.Sel(ir.R(z, ir.Vec(ir.Bool, L)), v, c)
+			}
+			step = append(step, &ir.Assign{Name: acc(i, j), Value: v})
+		}
+	}
+	out = append(out, &ir.For{Var: "bm_k", Lo: i32c(0), Hi: mm.KExt, Kind: ir.Serial, Body: &ir.Block{Stmts: step}})
+	for i := 0; i < mr; i++ {
+		for j := 0; j < nr; j++ {
+			out = append(out, &ir.Store{Buf: mm.C, Index: cAt(i, j), Value: ir.R(acc(i, j), vt)})
+		}
+	}
+	return out
+}
+
+// packTransposed writes B (stored [N, K]) into bt as [K, N], in L×L blocks
+// of the rows that start before NExt: L vector loads of B's rows, log2(L)
+// rounds of interleaving shuffles (each round rotates the bits of an
+// element's (row, lane) index by one, so log2(L) rounds swap row and
+// lane), L vector stores.
+func packTransposed(mm *ir.MatMul, bt string, L int) []ir.Stmt {
+	vt := ir.Vec(ir.F32, L)
+	lo, hi := make([]int, L), make([]int, L)
+	for i := 0; i < L/2; i++ {
+		lo[2*i], lo[2*i+1] = i, L+i
+		hi[2*i], hi[2*i+1] = L/2+i, L+L/2+i
+	}
+	return blockLoop("bm_jb", mm.N, L, mm.NExt, func(j0 ir.Expr, _ int) []ir.Stmt {
+		db := ir.R("bm_db", ir.I32)
+		d0 := mulE(db, L)
+		var body []ir.Stmt
+		name := func(round, i int) string { return fmt.Sprintf("bm_t%d_%d", round, i) }
+		for i := 0; i < L; i++ {
+			body = append(body, &ir.Let{Name: name(0, i), Value: ir.Ld(mm.B, vt, addE(mulE(addE(j0, i32c(i)), mm.K), d0))})
+		}
+		round := 0
+		for n := L; n > 1; n /= 2 {
+			for i := 0; i < L/2; i++ {
+				x, y := ir.R(name(round, i), vt), ir.R(name(round, i+L/2), vt)
+				body = append(body,
+					&ir.Let{Name: name(round+1, 2*i), Value: &ir.VShuffle{X: x, Y: y, Mask: append([]int(nil), lo...)}},
+					&ir.Let{Name: name(round+1, 2*i+1), Value: &ir.VShuffle{X: x, Y: y, Mask: append([]int(nil), hi...)}})
+			}
+			round++
+		}
+		for c := 0; c < L; c++ {
+			body = append(body, &ir.Store{Buf: bt, Index: addE(mulE(addE(d0, i32c(c)), mm.N), j0), Value: ir.R(name(round, c), vt)})
+		}
+		return []ir.Stmt{&ir.For{Var: "bm_db", Lo: i32c(0), Hi: i32c(mm.K / L), Kind: ir.Serial, Body: &ir.Block{Stmts: body}}}
+	})
+}
