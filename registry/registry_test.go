@@ -32,8 +32,8 @@ func TestSelect(t *testing.T) {
 		splits int
 		items  int
 	}{
-		// 1 sequence x 8 kv heads x ceil(100 / 16 query rows per item).
-		{"prefill chunk", registry.Shape{QLens: []int{100}, KVLens: []int{100}, Threads: 8}, ir.RolePrefill, 1, 8 * 7},
+		// 1 sequence x 8 kv heads x ceil(100 / 32 query rows per item).
+		{"prefill chunk", registry.Shape{QLens: []int{100}, KVLens: []int{100}, Threads: 8}, ir.RolePrefill, 1, 8 * 4},
 		{"mixed", registry.Shape{QLens: []int{1, 7}, KVLens: []int{10, 9}, Threads: 8}, ir.RolePrefill, 1, 2 * 8},
 		// 1 sequence x 8 kv heads = 8 items >= 8 threads: no split.
 		{"decode enough items", registry.Shape{QLens: []int{1}, KVLens: []int{4096}, Threads: 8}, ir.RoleDecode, 1, 8},
@@ -151,8 +151,8 @@ func TestSelectHeadTiles(t *testing.T) {
 func TestSelectTooLarge(t *testing.T) {
 	v := variant()
 	c := compile(t, v, "cpu")
-	// 8 kv heads, one item per group of 4 heads; 64 rows = 16 queries each.
-	const per, qt = 8, 16
+	// 8 kv heads, one item per group of 4 heads; 128 rows = 32 queries each.
+	const per, qt = 8, 32
 	for _, tc := range []struct {
 		s        registry.Shape
 		tooLarge bool

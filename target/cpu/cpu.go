@@ -30,11 +30,13 @@ func (Target) Name() string { return "cpu" }
 // Files implements target.Target.
 func (Target) Files() string { return "<variant>.ll" }
 
-// Tiling is 64-position KV tiles and work items of about 64 (head, query)
-// rows, at most 16 heads of a GQA group: a K/V tile staged once feeds many
-// rows, and a work item's arrays stay small.
+// Tiling is 64-position KV tiles and prefill work items of about 128
+// (head, query) rows, at most 16 heads of a GQA group: a K/V tile staged
+// (and packed for block-matmul) once feeds many rows — 128 rather than 64
+// made 2048-token prefill 9% faster — while a work item's arrays (heap
+// scratch, about 256 KiB at head dim 128) stay in L2.
 func (Target) Tiling(v *ir.Variant) lower.Tiling {
-	return lower.Tiling{KVTile: 64, Rows: 64, MaxHeads: 16}
+	return lower.Tiling{KVTile: 64, Rows: 128, MaxHeads: 16}
 }
 
 // Table is the CPU pass table.
