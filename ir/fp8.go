@@ -103,12 +103,13 @@ func E5M2HalfWiden(c Expr) Expr {
 // code's value / 2^8 (the exponent field moves into f16's unchanged, so
 // the bias grows from 7 to 15; a subnormal's mantissa lands in f16's
 // subnormals with the same 2^-8), which one exact f32 multiply by 2^8
-// restores. The NaN codes S.1111.111 get f16's all-ones exponent first.
+// restores. The bits are (code << 8) >> 1, an arithmetic shift that
+// copies the sign into bit 14, which is then cleared; the NaN codes
+// S.1111.111 get f16's all-ones exponent first.
 func E4M3HalfWiden(c Expr) Expr {
 	h := Cvt(I16, c)
-	em := Bin(And, h, IntT(I16, 0x7f))
-	bits := Bin(Or, Bin(Shl, Bin(And, h, IntT(I16, 0x80)), IntT(I16, 8)), Bin(Shl, em, IntT(I16, 7)))
-	nan := Sel(Bin(Eq, em, IntT(I16, 0x7f)), IntT(I16, 0x7e00), IntT(I16, 0))
+	bits := Bin(And, Bin(Shr, Bin(Shl, h, IntT(I16, 8)), IntT(I16, 1)), IntT(I16, -0x4001))
+	nan := Sel(Bin(Eq, Bin(And, bits, IntT(I16, 0x3f80)), IntT(I16, 0x3f80)), IntT(I16, 0x7e00), IntT(I16, 0))
 	return Bin(Mul, halfBitsToF32(Bin(Or, bits, nan)), Float(pow2(e5m2Format.bias-e4m3Format.bias)))
 }
 

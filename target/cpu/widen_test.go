@@ -255,3 +255,89 @@ func TestCodeWidenExhaustive(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkCodeWiden times the widening loop of each 8-bit code dtype
+// (32 KiB of codes, L1-resident, into f32) at each CPU level this CPU
+// runs, with legalize-dtype's integer Widen ("int") and with native-widen
+// first ("native": the half conversion where the level has one). `go test
+// ./target/cpu -run XXX -bench CodeWiden`.
+func BenchmarkCodeWiden(b *testing.B) {
+	tg, err := llvmgen.LookupTarget(cpurt.HostTriple())
+	if err != nil {
+		b.Skip(err)
+	}
+	tc, err := cpurt.ToolchainFor("")
+	needtool.Check(b, err)
+	var all []*ir.Kernel
+	var m *ir.Module
+	for _, native := range []bool{false, true} {
+		var src strings.Builder
+		src.WriteString("module w prefix w\n")
+		for _, l := range tg.Levels {
+			for _, dt := range codeTypes {
+				fmt.Fprintf(&src, "\nkernel w_%s_%t%s role decode level %q (x: %s* [n], o: f32* [n] out, n: i32) {\n  for i in 0 .. n vector {\n    store o[i] = f32(x[i])\n  }\n  return 0\n}\n",
+					dt, native, l.Suffix, l.Name, dt)
+			}
+		}
+		if m, err = ir.Parse(src.String()); err != nil {
+			b.Fatal(err)
+		}
+		m.Triple = tg.Triple
+		ps := []func(*ir.Module) (*ir.Module, error){passes.LegalizeDType}
+		if native {
+			ps = append([]func(*ir.Module) (*ir.Module, error){NativeWiden}, ps...)
+		}
+		for _, p := range ps {
+			if m, err = p(m); err != nil {
+				b.Fatal(err)
+			}
+		}
+		all = append(all, m.Kernels...)
+	}
+	m.Kernels = all
+	ll, err := llvmgen.EmitFor(m, tg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "w.ll"), []byte(ll), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	so := filepath.Join(dir, "w.so")
+	if err := tc.BuildShared(filepath.Join(dir, "w.ll"), so); err != nil {
+		b.Fatal(err)
+	}
+	lib, err := cpurt.Open(so)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer lib.Close()
+	const n = 32 << 10
+	codes := make([]byte, n)
+	for i := range codes {
+		codes[i] = byte(i * 167)
+	}
+	in := cpurt.U8Buffer(codes)
+	defer in.Free()
+	out := cpurt.NewBuffer(4 * n)
+	defer out.Free()
+	best := lib.CallStr("w_cpu_level", 0)
+	for _, l := range tg.Levels {
+		for _, dt := range codeTypes {
+			for _, native := range []bool{false, true} {
+				kind := map[bool]string{false: "int", true: "native"}[native]
+				b.Run(fmt.Sprintf("%s/%s/%s", l.Name, dt, kind), func(b *testing.B) {
+					b.SetBytes(n)
+					for range b.N {
+						if st, err := lib.Call(fmt.Sprintf("w_%s_%t%s", dt, native, l.Suffix), in.Ptr(), out.Ptr(), n); err != nil || st != 0 {
+							b.Fatal(st, err)
+						}
+					}
+				})
+			}
+		}
+		if l.Name == best {
+			break
+		}
+	}
+}
