@@ -84,10 +84,13 @@ type Skip struct {
 
 // CaseResult is one measured entry.
 type CaseResult struct {
-	Name      string `json:"name"`
-	Variant   string `json:"variant"`
-	Role      string `json:"role"`
-	DType     string `json:"dtype"`
+	Name    string `json:"name"`
+	Variant string `json:"variant"`
+	Role    string `json:"role"`
+	DType   string `json:"dtype"`
+	// KVDType is the 8-bit K/V storage (e4m3, e5m2, i8); empty: K/V are
+	// stored as DType.
+	KVDType   string `json:"kv_dtype,omitempty"`
 	QOHeads   int    `json:"qo_heads"`
 	KVHeads   int    `json:"kv_heads"`
 	HeadDimQK int    `json:"head_dim_qk"`
@@ -126,6 +129,52 @@ type CaseResult struct {
 	// short repetitions catches a quiet moment more often than a case
 	// with a few long ones, so Ratio is the one to quote.
 	RatioBest float64 `json:"ratio_best"`
+	// VsCache, for a decode over an 8-bit cache, compares its time with
+	// the same run's decode of the same queries and shape over a cache of
+	// the queries' dtype (issue 9: at most CacheTimeBar); nil when the run
+	// has no such case.
+	VsCache *CacheRatio `json:"vs_cache,omitempty"`
+}
+
+// CacheTimeBar is issue 9's bar: a decode over an 8-bit cache takes at
+// most this fraction of the time of the same decode over an f16 (bf16)
+// cache, measured in the same run.
+const CacheTimeBar = 0.6
+
+// CacheRatio is an 8-bit cache decode's time against Case's, the same
+// queries and shape over a CacheDType cache in the same run.
+type CacheRatio struct {
+	Case       string  `json:"case"`
+	CacheDType string  `json:"cache_dtype"`
+	CaseMS     float64 `json:"case_ms"`   // Case's median time per call
+	Time       float64 `json:"time"`      // median time over Case's median time
+	TimeBest   float64 `json:"time_best"` // fastest time over Case's fastest
+}
+
+// sameCall reports whether a and b time the same role, queries and shape
+// (only the K/V storage may differ).
+func sameCall(a, b *CaseResult) bool {
+	return a.Role == b.Role && a.DType == b.DType && a.QOHeads == b.QOHeads && a.KVHeads == b.KVHeads &&
+		a.HeadDimQK == b.HeadDimQK && a.HeadDimV == b.HeadDimV && a.PageSize == b.PageSize && a.Mask == b.Mask &&
+		a.Batch == b.Batch && a.QLen == b.QLen && a.KVLen == b.KVLen && a.Threads == b.Threads
+}
+
+// setCacheRatios fills VsCache for every decode over an 8-bit cache that
+// has a decode over a cache of its query dtype among cases (the first).
+func setCacheRatios(cases []*CaseResult) {
+	for _, c := range cases {
+		c.VsCache = nil
+		if c.Role != string(ir.RoleDecode) || c.KVDType == "" {
+			continue
+		}
+		for _, b := range cases {
+			if b.KVDType == "" && sameCall(c, b) {
+				c.VsCache = &CacheRatio{Case: b.Name, CacheDType: b.DType, CaseMS: b.TimeMS.Median,
+					Time: ratio(c.TimeMS.Median, b.TimeMS.Median), TimeBest: ratio(c.TimeMS.Min, b.TimeMS.Min)}
+				break
+			}
+		}
+	}
 }
 
 // RunCPU builds the plan's variants for the CPU, measures the machine
@@ -235,6 +284,8 @@ func RunCPU(p *Plan, o CPUOptions) (*CPUReport, error) {
 		r.Cases = append(r.Cases, c)
 		writeCase(o.Out, c)
 	}
+	setCacheRatios(r.Cases)
+	r.writeCacheRatios(o.Out)
 	r.LoadEnd = LoadAvg()
 	r.writeFooter(o.Out)
 	return r, nil
@@ -256,7 +307,7 @@ func runCase(s *conformance.Suite, pc PlannedCase, o CPUOptions, threads int, m 
 	}
 	defer w.free()
 	w.dropCase()
-	c := &CaseResult{Name: pc.Name, Variant: v.Name, Role: string(pc.Role), DType: v.DType.String(),
+	c := &CaseResult{Name: pc.Name, Variant: v.Name, Role: string(pc.Role), DType: v.DType.String(), KVDType: kvDTypeText(v),
 		QOHeads: v.QOHeads, KVHeads: v.KVHeads, HeadDimQK: v.HeadDimQK, HeadDimV: v.HeadDimV, PageSize: v.PageSize,
 		Mask: maskText(v), Batch: len(sh.qLens), QLen: sh.qLens[0], KVLen: sh.kvLens[0], Threads: threads,
 		KVBytes: w.kvBytes, Flops: w.flops, Exact: w.exact,
@@ -306,6 +357,15 @@ func ratio(a, b float64) float64 {
 		return 0
 	}
 	return a / b
+}
+
+// kvDTypeText is the variant's 8-bit kv_dtype, or "" when K/V are stored
+// as its dtype.
+func kvDTypeText(v *ir.Variant) string {
+	if !v.Quantized() {
+		return ""
+	}
+	return v.KVDType.String()
 }
 
 // maskText is the variant's mask and sinks, spec style.

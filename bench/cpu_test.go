@@ -124,7 +124,8 @@ func TestRunCPU(t *testing.T) {
 	}
 	dec, dec8, pre := r.Cases[0], r.Cases[1], r.Cases[2]
 	// The 8-bit cache counts its bytes as stored: one per element.
-	if dec8.Name != "decode bf16/e4m3" || dec8.KVBytes != 2*100*2*64 || dec8.RatioTo != "stream_read" || dec8.Ratio <= 0 {
+	if dec8.Name != "decode bf16/e4m3" || dec8.KVBytes != 2*100*2*64 || dec8.RatioTo != "stream_read" || dec8.Ratio <= 0 ||
+		dec8.KVDType != "e4m3" || dec8.VsCache != nil || dec.KVDType != "" {
 		t.Errorf("decode 8-bit: %+v", dec8)
 	}
 	if dec.Name != "decode f16" || dec.RatioTo != "stream_read" || dec.Unit != "GB/s" || dec.KVBytes != 2*100*2*64*2 || dec.M.Amount != float64(dec.KVBytes) ||
@@ -144,7 +145,8 @@ func TestRunCPU(t *testing.T) {
 		t.Errorf("skipped: %+v", r.Skipped)
 	}
 	for _, want := range []string{"stream read, 2 MiB contiguous", "the same, prefetching 256 B ahead", "256 B blocks in random order", "fp32 fma, " + r.Yard.ReadLevel.MCPU,
-		"\ndecode f16 ", "\ndecode bf16/e4m3 ", "\nprefill f32 ", "skip decode f16/fp4: ", "stream read (", "fma peak ("} {
+		"\ndecode f16 ", "\ndecode bf16/e4m3 ", "\nprefill f32 ", "skip decode f16/fp4: ", "stream read (", "fma peak (",
+		"no decode bf16 over a bf16 cache of this shape in this run"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q", want)
 		}
@@ -172,4 +174,66 @@ func yardMedian(y *Yardsticks, name string) float64 {
 		return y.Read.Rate().Median
 	}
 	return y.Peak().M.Rate().Median
+}
+
+// An 8-bit cache's decode is timed against the same run's decode of the
+// same queries and shape over a cache of the query dtype, and only that
+// one: another query dtype, shape or role is no baseline.
+func TestCacheRatios(t *testing.T) {
+	mk := func(name, dt, kv string, kvLen int, ms ...float64) *CaseResult {
+		c := &CaseResult{Name: name, Role: "decode", DType: dt, KVDType: kv, QOHeads: 32, KVHeads: 8, HeadDimQK: 128, HeadDimV: 128,
+			PageSize: 16, Mask: "causal", Batch: 8, QLen: 1, KVLen: kvLen, Threads: 2}
+		c.TimeMS = Stats{N: 3, Median: ms[0], Min: ms[1]}
+		return c
+	}
+	e4m3 := mk("decode f16/e4m3", "f16", "e4m3", 4096, 5, 4)  // before its baseline in the run
+	f32 := mk("decode f32", "f32", "", 4096, 40, 30)          // other queries
+	short := mk("decode f16 short", "f16", "", 1024, 2, 1)    // other shape
+	f16 := mk("decode f16", "f16", "", 4096, 8, 5)            // the baseline
+	f16again := mk("decode f16 again", "f16", "", 4096, 1, 1) // a later one: the first counts
+	i8 := mk("decode f16/i8", "f16", "i8", 4096, 6, 5)        // above the bar
+	bf := mk("decode bf16/e5m2", "bf16", "e5m2", 4096, 3, 2)  // no bf16 cache in the run
+	pre := mk("prefill f16/e4m3", "f16", "e4m3", 4096, 9, 9)  // not a decode
+	pre.Role = "prefill"
+	cases := []*CaseResult{e4m3, f32, short, f16, f16again, i8, bf, pre}
+	setCacheRatios(cases)
+	if v := e4m3.VsCache; v == nil || v.Case != "decode f16" || v.CacheDType != "f16" || v.CaseMS != 8 || !near(v.Time, 5.0/8) || !near(v.TimeBest, 4.0/5) {
+		t.Errorf("e4m3: %+v", v)
+	}
+	if v := i8.VsCache; v == nil || v.Case != "decode f16" || !near(v.Time, 6.0/8) {
+		t.Errorf("i8: %+v", v)
+	}
+	for _, c := range []*CaseResult{f32, short, f16, f16again, bf, pre} {
+		if c.VsCache != nil {
+			t.Errorf("%s: %+v", c.Name, c.VsCache)
+		}
+	}
+	var out strings.Builder
+	(&CPUReport{Cases: cases}).writeCacheRatios(&out)
+	t.Logf("\n%s", out.String())
+	for _, want := range []string{"(issue 9: at most 0.60×)",
+		"decode f16/e4m3    8x4096 32/8 d128 p16           time vs f16 cache: 0.62× (median 5.000 / 8.000 ms of decode f16; best 0.80×), above the bar",
+		"decode f16/i8      8x4096 32/8 d128 p16           time vs f16 cache: 0.75×",
+		"decode bf16/e5m2   8x4096 32/8 d128 p16           no decode bf16 over a bf16 cache of this shape in this run"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q", want)
+		}
+	}
+	e4m3.TimeMS.Median = 4.8
+	setCacheRatios(cases)
+	out.Reset()
+	(&CPUReport{Cases: cases}).writeCacheRatios(&out)
+	if !strings.Contains(out.String(), "time vs f16 cache: 0.60× (median 4.800 / 8.000 ms of decode f16; best 0.80×), within the bar") {
+		t.Errorf("at the bar:\n%s", out.String())
+	}
+	if strings.Contains(out.String(), "prefill") {
+		t.Errorf("a prefill row:\n%s", out.String())
+	}
+	b, err := json.Marshal(e4m3)
+	if err != nil || !strings.Contains(string(b), `"kv_dtype":"e4m3"`) || !strings.Contains(string(b), `"vs_cache":{"case":"decode f16","cache_dtype":"f16","case_ms":8,"time":0.6,"time_best":0.8}`) {
+		t.Errorf("JSON %s, %v", b, err)
+	}
+	if b, _ := json.Marshal(f16); strings.Contains(string(b), "vs_cache") || strings.Contains(string(b), "kv_dtype") {
+		t.Errorf("JSON of a 16-bit cache case: %s", b)
+	}
 }

@@ -126,6 +126,33 @@ func sortedStrings(xs []string) []string {
 	return out
 }
 
+// writeCacheRatios prints, for each decode over an 8-bit cache, its time
+// against the same run's decode over a cache of its query dtype, beside
+// issue 9's bar.
+func (r *CPUReport) writeCacheRatios(w io.Writer) {
+	head := false
+	for _, c := range r.Cases {
+		if c.Role != "decode" || c.KVDType == "" {
+			continue
+		}
+		if !head {
+			fmt.Fprintf(w, "\n8-bit caches: decode time over the same decode (queries, shape) over a cache of the query dtype, this run (issue 9: at most %.2f×)\n", CacheTimeBar)
+			head = true
+		}
+		if c.VsCache == nil {
+			fmt.Fprintf(w, "%-18s %-30s no decode %s over a %s cache of this shape in this run\n", c.Name, c.shapeText(), c.DType, c.DType)
+			continue
+		}
+		v := c.VsCache
+		verdict := "within"
+		if v.Time > CacheTimeBar {
+			verdict = "above"
+		}
+		fmt.Fprintf(w, "%-18s %-30s time vs %s cache: %.2f× (median %.3f / %.3f ms of %s; best %.2f×), %s the bar\n",
+			c.Name, c.shapeText(), v.CacheDType, v.Time, c.TimeMS.Median, v.CaseMS, v.Case, v.TimeBest, verdict)
+	}
+}
+
 func (r *CPUReport) writeFooter(w io.Writer) {
 	fmt.Fprintf(w, "\nload at the end: %.2f %.2f %.2f; %d cases, %d skipped, %d failed\n",
 		r.LoadEnd[0], r.LoadEnd[1], r.LoadEnd[2], len(r.Cases), len(r.Skipped), len(r.Failed))

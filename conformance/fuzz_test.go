@@ -36,9 +36,11 @@ import (
 //   - never a signal (the child survives) and no hang;
 //   - the status is the one the documented validation order gives
 //     (validateRules, an independent Go statement of DESIGN/README §4);
-//   - status 0 ⇒ the outputs equal the float64 reference (attention), the
-//     byte model (append, copy_page), and rows no sequence owns stay
-//     untouched;
+//   - status 0 ⇒ the outputs equal the float64 reference (attention; over
+//     an 8-bit cache, code value × a random positive scale, exactly), the
+//     byte model (append, copy_page; append into an 8-bit cache stores
+//     reference.Quantize's codes, bit for bit), and rows no sequence owns
+//     stay untouched;
 //   - status < 0 ⇒ every output is untouched.
 //
 // Inputs whose documented reads need more memory than the test allocates
@@ -81,9 +83,10 @@ func FuzzKernels(f *testing.F) {
 	})
 }
 
-// fuzzSpecs are small variants that cover both tables and layouts, f32 and
-// f16, the data masks, windows with sinks, learned sinks, division by zero
-// in a mask and the page kernels.
+// fuzzSpecs are small variants that cover both tables and layouts, f32,
+// f16 and bf16, the data masks, windows with sinks, learned sinks,
+// division by zero in a mask, the page kernels and 8-bit caches (e4m3,
+// e5m2, i8; per-tensor and per-head scales).
 var fuzzSpecs = []string{
 	`variant fz_csr { heads qo = 4, kv = 2
 	  head_dim 16
@@ -113,6 +116,24 @@ var fuzzSpecs = []string{
 	  dtype f32
 	  cache paged(page_size = 4)
 	  mask expr(kv_pos <= q_pos && q_pos % (kv_pos - 2) != 1) }`,
+	// 8-bit caches: each kv_dtype, both scale kinds, each query dtype.
+	`variant fz_e4m3 { heads qo = 4, kv = 2
+	  head_dim 16
+	  dtype f16
+	  cache paged(page_size = 4, kv_dtype = e4m3, kv_scale = per_tensor)
+	  kernels prefill, decode, append, copy_page }`,
+	`variant fz_e5m2 { heads qo = 4, kv = 2
+	  head_dim qk = 16, v = 8
+	  dtype bf16
+	  cache paged(page_size = 2, layout = NHD, table = block_table, kv_dtype = e5m2, kv_scale = per_head)
+	  mask window(left = 9)
+	  sinks tokens(2)
+	  kernels prefill, decode, append }`,
+	`variant fz_i8 { heads qo = 2, kv = 2
+	  head_dim 8
+	  dtype f32
+	  cache paged(page_size = 4, kv_dtype = i8, kv_scale = per_head)
+	  kernels decode, append, copy_page }`,
 }
 
 // fuzzSOs are the built libraries of fuzzSpecs.
@@ -353,13 +374,22 @@ func mutate(x int64, kind int, val byte) int64 {
 func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
 // fuzzSeeds are the corpus: every variant and role unmutated, and with one
-// mutation to each INT32 extreme of each scalar and array entry 0..2.
+// mutation to each INT32 extreme of each scalar and array entry 0..2. An
+// 8-bit cache's validation is the others' (its metadata is the same), so
+// its variants seed a few unmutated cases with other lengths and data
+// instead of the mutations.
 func fuzzSeeds() [][]byte {
 	var out [][]byte
 	for vi, v := range fuzzVariants() {
 		for ri := range v.Kernels {
 			base := []byte{byte(vi), byte(ri), 2, 3, 9, 2, 17, 1, 0b0100_0011}
 			out = append(out, append(append([]byte(nil), base...), 0))
+			if v.Quantized() {
+				out = append(out,
+					[]byte{byte(vi), byte(ri), 4, 1, 39, 8, 30, 0, 5, 3, 1, 2, 0b0000_0001, 0, 1, 2, 3, 4, 5, 6, 7, 8},
+					[]byte{byte(vi), byte(ri), 1, 8, 38, 3, 0b0000_0010, 0, 0x80, 0, 0, 0, 0, 0, 0, 0x2a})
+				continue
+			}
 			for t := range 8 {
 				for e := range fuzzExtremes {
 					for idx := range 3 {

@@ -318,7 +318,29 @@ func runFuzzAttention(s *Suite, fc fuzzCase) fuzzResult {
 	}
 	q := uniform(int(rows) * v.QOHeads * v.HeadDimQK)
 	slots := int(pages) * v.KVHeads * ps
-	kp, vp := uniform(slots*v.HeadDimQK), uniform(slots*v.HeadDimV)
+	var kp, vp, ks, vs []float32
+	if v.Quantized() {
+		// Code values (the reference scales them exactly) and random
+		// positive scales: keys about [-1, 1], values over 2^±4.
+		r := reference.CodeRange(v.KVDType)
+		codes := func(n int) []float32 {
+			xs := make([]float32, n)
+			for i := range xs {
+				xs[i] = reference.Round(v.KVDType, (rng.Float32()*2-1)*r)
+			}
+			return xs
+		}
+		kp, vp = codes(slots*v.HeadDimQK), codes(slots*v.HeadDimV)
+		ks, vs = make([]float32, v.ScaleLen()), make([]float32, v.ScaleLen())
+		vMag := float32(math.Ldexp(1, rng.Intn(9)-4))
+		for i := range ks {
+			ks[i] = (0.75 + rng.Float32()/2) / r
+			vs[i] = vMag * (0.75 + rng.Float32()/2) / r
+		}
+	} else {
+		kp, vp = uniform(slots*v.HeadDimQK), uniform(slots*v.HeadDimV)
+	}
+	var unreadK, unreadV []int // element indices no sequence reads
 	read := map[[2]int]bool{}
 	for b := range r.qLen {
 		if r.status != 0 {
@@ -337,10 +359,14 @@ func runFuzzAttention(s *Suite, fc fuzzCase) fuzzResult {
 			}
 			for h := range v.KVHeads {
 				for d := range v.HeadDimQK {
-					kp[reference.PageIndex(v, p, h, slot, d, v.HeadDimQK)] = float32(math.NaN())
+					i := reference.PageIndex(v, p, h, slot, d, v.HeadDimQK)
+					kp[i] = float32(math.NaN())
+					unreadK = append(unreadK, i)
 				}
 				for d := range v.HeadDimV {
-					vp[reference.PageIndex(v, p, h, slot, d, v.HeadDimV)] = float32(math.Inf(1))
+					i := reference.PageIndex(v, p, h, slot, d, v.HeadDimV)
+					vp[i] = float32(math.Inf(1))
+					unreadV = append(unreadV, i)
 				}
 			}
 		}
@@ -359,8 +385,27 @@ func runFuzzAttention(s *Suite, fc fuzzCase) fuzzResult {
 		cb.add(k, cpurt.I32Buffer(xs))
 	}
 	cb.add("q", s.enc(q))
-	cb.add("k_pages", s.enc(kp))
-	cb.add("v_pages", s.enc(vp))
+	kb, vb := cb.add("k_pages", s.encKV(kp)), cb.add("v_pages", s.encKV(vp))
+	if v.Quantized() {
+		// Unread rows hold the codes that poison a sum: NaN for fp8 keys,
+		// +inf (e5m2) or NaN (e4m3) values, and int8's -128, which append
+		// never writes.
+		pk, pv := byte(0x7f), byte(0xff)
+		switch v.KVDType {
+		case ir.DTE5M2:
+			pv = 0x7c
+		case ir.DTI8:
+			pk, pv = 0x80, 0x80
+		}
+		for _, i := range unreadK {
+			kb.U8()[i] = pk
+		}
+		for _, i := range unreadV {
+			vb.U8()[i] = pv
+		}
+		cb.add("k_scale", cpurt.F32Buffer(ks))
+		cb.add("v_scale", cpurt.F32Buffer(vs))
+	}
 	if custom != nil {
 		cb.add("custom_mask", cpurt.U8Buffer(custom))
 	}
@@ -386,18 +431,18 @@ func runFuzzAttention(s *Suite, fc fuzzCase) fuzzResult {
 			res.Msg = fmt.Sprintf("status %d but the outputs were written", st)
 		}
 	default:
-		res.Pass, res.Msg = checkAttention(s, r, fc, a, q, kp, vp, sinks, custom, int(pages), cb, oBefore, lseBefore)
+		res.Pass, res.Msg = checkAttention(s, r, fc, a, q, kp, vp, ks, vs, sinks, custom, int(pages), cb, oBefore, lseBefore)
 	}
 	return res
 }
 
 // checkAttention compares each sequence's rows with the reference and
 // checks that rows no sequence owns are untouched.
-func checkAttention(s *Suite, r rules, fc fuzzCase, a map[string][]int32, q, kp, vp, sinks []float32, custom []byte, pages int, cb *caseBuffers, oBefore, lseBefore []byte) (bool, string) {
+func checkAttention(s *Suite, r rules, fc fuzzCase, a map[string][]int32, q, kp, vp, ks, vs, sinks []float32, custom []byte, pages int, cb *caseBuffers, oBefore, lseBefore []byte) (bool, string) {
 	v := s.V
 	rowQ, rowO := v.QOHeads*v.HeadDimQK, v.QOHeads*v.HeadDimV
 	c := &reference.Case{Name: "fuzz", Batch: len(r.qLen), QLens: r.qLen, KVLens: r.kvLen, Pages: r.pages, NumPages: pages,
-		KPages: kp, VPages: vp, Sinks: sinks, CustomMask: custom, MaskIndptr: a["mask_indptr"],
+		KPages: kp, VPages: vp, KScale: ks, VScale: vs, Sinks: sinks, CustomMask: custom, MaskIndptr: a["mask_indptr"],
 		TreeOrder: a["tree_order"], TreeIndptr: a["tree_order_indptr"]}
 	for b := range r.qLen {
 		c.Q = append(c.Q, q[r.qRow[b]*rowQ:(r.qRow[b]+r.qLen[b])*rowQ]...)
@@ -489,7 +534,7 @@ func runFuzzPages(s *Suite, fc fuzzCase) fuzzResult {
 	rng := rand.New(rand.NewSource(fc.Seed))
 	pool := s.randomPool(rng, int(pages))
 	want := pagePool{k: bytes.Clone(pool.k), v: bytes.Clone(pool.v)}
-	size := reference.Size(v.DType)
+	size := reference.Size(v.KVDType) // of a stored element
 	cb := &caseBuffers{vals: map[string]int64{}}
 	defer cb.free()
 	for k, x := range sc {
@@ -498,14 +543,15 @@ func runFuzzPages(s *Suite, fc fuzzCase) fuzzResult {
 	var dupes []func(k, v []byte) // fill the model's rows after the call
 	if fc.Role == ir.RoleAppend {
 		pm := fc.Arrays["position_map"]
-		rows := s.randomPool(rng, 1)
-		kNew := make([]byte, len(pm)*v.KVHeads*v.HeadDimQK*size)
-		vNew := make([]byte, len(pm)*v.KVHeads*v.HeadDimV*size)
-		for i := range kNew {
-			kNew[i] = rows.k[i%len(rows.k)]
-		}
-		for i := range vNew {
-			vNew[i] = rows.v[i%len(rows.v)]
+		// The rows as the caller passes them, and as the cache must hold
+		// them: the same bytes, or each element quantized with its kv
+		// head's random positive scale (reference.Quantize, bit for bit).
+		ks, vs := s.appendScales(rng)
+		kNew, kStored := s.appendRows(rng, len(pm), v.HeadDimQK, ks, nil)
+		vNew, vStored := s.appendRows(rng, len(pm), v.HeadDimV, vs, nil)
+		if v.Quantized() {
+			cb.add("k_scale", cpurt.F32Buffer(ks))
+			cb.add("v_scale", cpurt.F32Buffer(vs))
 		}
 		if st32 == 0 {
 			// Rows naming the same slot race: one of them lands, which one
@@ -523,8 +569,8 @@ func runFuzzPages(s *Suite, fc fuzzCase) fuzzResult {
 				for h := range v.KVHeads {
 					kx, ky := s.rowSpan(page, h, off, v.HeadDimQK)
 					vx, vy := s.rowSpan(page, h, off, v.HeadDimV)
-					kRow := func(i int) []byte { return kNew[(i*v.KVHeads+h)*v.HeadDimQK*size:][:v.HeadDimQK*size] }
-					vRow := func(i int) []byte { return vNew[(i*v.KVHeads+h)*v.HeadDimV*size:][:v.HeadDimV*size] }
+					kRow := func(i int) []byte { return kStored[(i*v.KVHeads+h)*v.HeadDimQK*size:][:v.HeadDimQK*size] }
+					vRow := func(i int) []byte { return vStored[(i*v.KVHeads+h)*v.HeadDimV*size:][:v.HeadDimV*size] }
 					pick := rows[len(rows)-1]
 					dupes = append(dupes, func(k, vv []byte) {
 						for _, i := range rows {

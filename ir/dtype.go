@@ -34,9 +34,11 @@ type DTypeInfo struct {
 	// nil for f32. A Convert to or from a storage-only type means them, in
 	// the interpreter and after legalize-dtype alike.
 	Widen, Narrow func(Expr) Expr
-	// HalfWiden is Widen as one hardware conversion of IEEE half bits
-	// (F16C's vcvtph2ps, NEON's fcvtl): f32(bitcast.f16(bits)). A CPU
-	// level with native half conversions uses it; nil for the other rows.
+	// HalfWiden is Widen through one hardware conversion of IEEE half bits
+	// (F16C's vcvtph2ps, NEON's fcvtl): f32(bitcast.f16(bits)) for f16;
+	// the fp8 codes rearranged into half bits first (and e4m3 times an
+	// exact 2^8). A CPU level with native half conversions uses it; nil for
+	// the other rows (i8's Widen is already one sitofp).
 	HalfWiden func(Expr) Expr
 	// TensorCore says GPU tensor cores take it as an mma input.
 	TensorCore bool
@@ -57,9 +59,9 @@ var DTypes = []DTypeInfo{
 	{DType: DTBF16, Name: "bf16", Type: BF16, Bits: 16, Carrier: I16, CType: "uint16_t", ExpBits: 8, MantBits: 7,
 		Widen: BF16ToF32, Narrow: F32ToBF16, TensorCore: true},
 	{DType: DTE4M3, Name: "e4m3", Type: E4M3, Bits: 8, Carrier: U8, CType: "uint8_t", ExpBits: 4, MantBits: 3,
-		Widen: E4M3ToF32, Narrow: F32ToE4M3, KVOnly: true, HalfExact: true},
+		Widen: E4M3ToF32, Narrow: F32ToE4M3, HalfWiden: E4M3HalfWiden, KVOnly: true, HalfExact: true},
 	{DType: DTE5M2, Name: "e5m2", Type: E5M2, Bits: 8, Carrier: U8, CType: "uint8_t", ExpBits: 5, MantBits: 2,
-		Widen: E5M2ToF32, Narrow: F32ToE5M2, KVOnly: true, HalfExact: true},
+		Widen: E5M2ToF32, Narrow: F32ToE5M2, HalfWiden: E5M2HalfWiden, KVOnly: true, HalfExact: true},
 	{DType: DTI8, Name: "i8", Type: I8, Bits: 8, Carrier: U8, CType: "int8_t", MantBits: 7,
 		Widen: I8ToF32, Narrow: F32ToI8, KVOnly: true, HalfExact: true},
 }

@@ -90,6 +90,29 @@ func E5M2ToF32(c Expr) Expr { return e5m2Format.widen(c) }
 // saturated to ±57344 (infinities too), NaN to ±0x7f.
 func F32ToE5M2(x Expr) Expr { return e5m2Format.narrow(x) }
 
+// E5M2HalfWiden widens E5M2 bits (u8) to f32 through the hardware half
+// conversion: an E5M2 code is binary16's top byte (same exponent width and
+// bias), so code << 8 is the f16 of the same value, subnormals, inf and
+// NaN included.
+func E5M2HalfWiden(c Expr) Expr {
+	return halfBitsToF32(Bin(Shl, Cvt(I16, c), IntT(I16, 8)))
+}
+
+// E4M3HalfWiden widens E4M3 bits (u8) to f32 through the hardware half
+// conversion: sign << 8 | (exponent and mantissa) << 7 is the f16 of the
+// code's value / 2^8 (the exponent field moves into f16's unchanged, so
+// the bias grows from 7 to 15; a subnormal's mantissa lands in f16's
+// subnormals with the same 2^-8), which one exact f32 multiply by 2^8
+// restores. The bits are (code << 8) >> 1, an arithmetic shift that
+// copies the sign into bit 14, which is then cleared; the NaN codes
+// S.1111.111 get f16's all-ones exponent first.
+func E4M3HalfWiden(c Expr) Expr {
+	h := Cvt(I16, c)
+	bits := Bin(And, Bin(Shr, Bin(Shl, h, IntT(I16, 8)), IntT(I16, 1)), IntT(I16, -0x4001))
+	nan := Sel(Bin(Eq, Bin(And, bits, IntT(I16, 0x3f80)), IntT(I16, 0x3f80)), IntT(I16, 0x7e00), IntT(I16, 0))
+	return Bin(Mul, halfBitsToF32(Bin(Or, bits, nan)), Float(pow2(e5m2Format.bias-e4m3Format.bias)))
+}
+
 // I8ToF32 widens int8 bits (u8, two's complement) to f32 exactly.
 func I8ToF32(c Expr) Expr {
 	return Cvt(F32, Bin(Sub, Bin(Xor, codeI32(c), c32(0x80)), c32(0x80)))

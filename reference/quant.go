@@ -3,6 +3,8 @@ package reference
 import (
 	"math"
 	"slices"
+	"sort"
+	"sync"
 
 	"github.com/attnc/attnc/ir"
 )
@@ -67,6 +69,31 @@ func (f FP8) Value(c uint8) float64 {
 	return x
 }
 
+// values is Value of every code of f, computed once per format: Encode
+// searches them for each input (a pool of a million elements included).
+func (f FP8) values() *[256]float64 {
+	switch f {
+	case E4M3:
+		return e4m3Values()
+	case E5M2:
+		return e5m2Values()
+	}
+	return f.valueTable()
+}
+
+func (f FP8) valueTable() *[256]float64 {
+	var t [256]float64
+	for c := range t {
+		t[c] = f.Value(uint8(c))
+	}
+	return &t
+}
+
+var (
+	e4m3Values = sync.OnceValue(E4M3.valueTable)
+	e5m2Values = sync.OnceValue(E5M2.valueTable)
+)
+
 // MaxCode is the code of the largest finite value (448, 57344).
 func (f FP8) MaxCode() uint8 {
 	if f.IEEE {
@@ -97,15 +124,11 @@ func (f FP8) Encode(x float64) uint8 {
 		return max | sign
 	}
 	// The finite non-negative codes 0..max in increasing order of value:
-	// find the neighbours of a.
-	lo := uint8(0)
-	for c := uint8(0); c <= max; c++ {
-		if f.Value(c) <= a {
-			lo = c
-		}
-	}
+	// find the neighbours of a (lo: the last code whose value is <= a).
+	vals := f.values()
+	lo := uint8(sort.Search(int(max)+1, func(c int) bool { return vals[c] > a }) - 1)
 	hi := lo + 1
-	dl, dh := a-f.Value(lo), f.Value(hi)-a
+	dl, dh := a-vals[lo], vals[hi]-a
 	switch {
 	case dl < dh:
 		return lo | sign

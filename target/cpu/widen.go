@@ -10,8 +10,11 @@ import (
 // NativeWiden widens the storage-only loads of a clone whose CPU level
 // converts IEEE half natively (F16C on x86-64-v3 and -v4, NEON) with the
 // dtype table's hardware conversion (HalfWiden: one vcvtph2ps per vector
-// of K or V instead of a dozen integer operations); the other loads, and
-// the clones of the other levels, keep the exact integer Widen that
+// of K or V instead of a dozen integer operations): f16 bits as they are,
+// e5m2 codes as the f16 whose top byte they are, e4m3 codes as the f16 of
+// their value / 2^8 times 2^8 (exact; NaN codes selected in the half
+// bits). The other loads (bf16; i8, whose integer Widen is one sitofp),
+// and the clones of the other levels, keep the exact integer Widen that
 // legalize-dtype writes. It runs before legalize-dtype, which leaves the
 // loads of carrier bits it writes alone.
 func NativeWiden(m *ir.Module) (*ir.Module, error) {
