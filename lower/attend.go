@@ -353,7 +353,7 @@ func (l *lowering) tileStep(t *blk, x itemVars, kt ir.Expr) {
 	R, D, DV, KT := x.R, l.D, l.DV, l.t.KVTile
 	kvLo := t.let("kv_lo", mul(kt, i32(KT)))
 	kvN := t.let("kv_n", minE(i32(KT), sub(x.kvLen, kvLo)))
-	l.stageKV(t, x.kvBeg, kvLo, kvN, x.kvh, x.sb, sub(x.kvLen, x.qLen), x.qBeg)
+	l.stageKV(t, x.kvBeg, kvLo, kvN, sub(x.kvLen, kvLo), x.kvh, x.sb, sub(x.kvLen, x.qLen), x.qBeg)
 	t.add(&ir.MatMul{C: "sc", A: "qs", B: "kb", M: R, N: KT, K: D, TransB: true,
 		MExt: x.nRows, NExt: kvN, KExt: i32(D)})
 	// Score: scale, @score, @mask, the data masks and hidden blocks, once
@@ -424,8 +424,9 @@ func (l *lowering) hiddenTag() ir.Tag {
 // the tile finds its page, so a tile may span pages of any power-of-two
 // size. Positions past the tile's end, and pages outside the pool or
 // hidden by the table, are never read: their rows are zeros and (hidden
-// blocks) kvis[j] = 0 masks them.
-func (l *lowering) stageKV(t *blk, kvBeg, kvLo, kvN, kvh, sb, qBase, qSeqRow ir.Expr) {
+// blocks) kvis[j] = 0 masks them. kvRest counts the item's positions
+// from the tile's first on, this tile's and the later ones'.
+func (l *lowering) stageKV(t *blk, kvBeg, kvLo, kvN, kvRest, kvh, sb, qBase, qSeqRow ir.Expr) {
 	D, DV := l.D, l.DV
 	zero := func(x *blk, j ir.Expr) {
 		if l.hidesBlocks() {
@@ -434,7 +435,7 @@ func (l *lowering) stageKV(t *blk, kvBeg, kvLo, kvN, kvh, sb, qBase, qSeqRow ir.
 		x.spread("d", D, func(y *blk, d ir.Expr) { y.store("kb", add(mul(j, i32(D)), d), f32(0)) })
 		x.spread("d", DV, func(y *blk, d ir.Expr) { y.store("vb", add(mul(j, i32(DV)), d), f32(0)) })
 	}
-	t.loop("j", i32(0), i32(l.t.KVTile), ir.Spread, ir.TagStage, func(x *blk) {
+	stage := t.loop("j", i32(0), i32(l.t.KVTile), ir.Spread, ir.TagStage, func(x *blk) {
 		j := ir.R("j", ir.I32)
 		x.guarded(lt(j, kvN), func(y *blk) {
 			pos := y.let("kv_at", add(kvLo, j))
@@ -460,6 +461,9 @@ func (l *lowering) stageKV(t *blk, kvBeg, kvLo, kvN, kvh, sb, qBase, qSeqRow ir.
 			}, func(z *blk) { zero(z, j) })
 		}, func(y *blk) { zero(y, j) })
 	})
+	// j up to kv_rest-1 stages a position of the item, in this tile or a
+	// later one: what a pass that looks ahead (prefetch-kv) may touch.
+	stage.Ranges = []ir.Range{{Var: "j", Lo: i32(0), Hi: sub(kvRest, i32(1))}}
 }
 
 // scoreStep finishes the score at sc[at] (the dot product of a query row

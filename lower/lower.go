@@ -32,6 +32,10 @@ type Tiling struct {
 	// KVTile is the number of KV positions a tile covers, whatever the
 	// page size: a tile may span many small pages or part of a large one.
 	KVTile int
+	// DecodeKVTile, when not 0, is KVTile for the decode kernels (direct
+	// and split): a decode tile feeds a GQA group's few rows, so the best
+	// tile for it need not be prefill's.
+	DecodeKVTile int
 	// Rows is the number of (head, query) rows a work item holds at most.
 	Rows int
 	// PadRows makes arrays and loops span all Rows rows even when fewer
@@ -97,7 +101,7 @@ func Lower(v *ir.Variant, t Tiling) (*ir.Module, error) {
 	if err := Unsupported(v); err != nil {
 		return nil, err
 	}
-	if t.KVTile < 1 || t.Rows < 1 || t.MaxHeads < 1 {
+	if t.KVTile < 1 || t.Rows < 1 || t.MaxHeads < 1 || t.DecodeKVTile < 0 {
 		return nil, fmt.Errorf("lower: tiling %+v has an empty size", t)
 	}
 	l := &lowering{v: v, dt: v.DType.Type(), kvt: v.KVDType.Type(), H: v.QOHeads, KVH: v.KVHeads, G: v.GroupSize(),
@@ -113,7 +117,11 @@ func Lower(v *ir.Variant, t Tiling) (*ir.Module, error) {
 		add(l.prefill(v.HasRole(ir.RoleDecode)))
 	}
 	if v.HasRole(ir.RoleDecode) || v.HasRole(ir.RolePrefill) {
-		add(l.decode(v.HasRole(ir.RoleDecode)))
+		ld := *l
+		if t.DecodeKVTile > 0 {
+			ld.t.KVTile = t.DecodeKVTile
+		}
+		add(ld.decode(v.HasRole(ir.RoleDecode)))
 	}
 	if v.HasRole(ir.RoleMergeState) {
 		add(l.mergeState())

@@ -151,7 +151,9 @@ func Uses(e ir.Expr, name string) bool {
 // FoldGuard splits `for v in lo .. hi { if (v < e) [& rest] { A } else { B } }`
 // (the If is the whole body) into `for v in lo .. min(hi, e) { A, or if
 // rest { A } else { B } }` and `for v in max(lo, e) .. hi { B }` (dropped
-// without an Else). It returns nil when f has no such guard.
+// without an Else). The first loop keeps f's Ranges (its variable still
+// means what it meant); the second, which runs B, drops them. It returns
+// nil when f has no such guard.
 func FoldGuard(f *ir.For) []ir.Stmt {
 	if len(f.Body.Stmts) != 1 {
 		return nil
@@ -166,7 +168,6 @@ func FoldGuard(f *ir.For) []ir.Stmt {
 	}
 	first := *f
 	first.Hi = ir.Bin(ir.Min, f.Hi, e)
-	first.Ranges = nil
 	first.Body = s.Then
 	if rest != nil {
 		first.Body = &ir.Block{Stmts: []ir.Stmt{&ir.If{Cond: rest, Then: s.Then, Else: s.Else, Tag: s.Tag}}}

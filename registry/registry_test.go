@@ -39,8 +39,9 @@ func TestSelect(t *testing.T) {
 		{"decode enough items", registry.Shape{QLens: []int{1}, KVLens: []int{4096}, Threads: 8}, ir.RoleDecode, 1, 8},
 		// 8 items, 32 threads: 4 chunks each.
 		{"decode split", registry.Shape{QLens: []int{1}, KVLens: []int{4096}, Threads: 32}, ir.RoleDecode, 4, 32},
-		// Never more chunks than 64-position tiles: 100 positions = 2 tiles.
-		{"decode split capped by tiles", registry.Shape{QLens: []int{1}, KVLens: []int{100}, Threads: 64}, ir.RoleDecode, 2, 16},
+		// Never more chunks than the CPU's 16-position decode tiles: 40
+		// positions = 3 tiles.
+		{"decode split capped by tiles", registry.Shape{QLens: []int{1}, KVLens: []int{40}, Threads: 64}, ir.RoleDecode, 3, 24},
 		{"decode one thread", registry.Shape{QLens: []int{1, 1}, KVLens: []int{5000, 3}, Threads: 1}, ir.RoleDecode, 1, 16},
 	}
 	for _, tc := range cases {

@@ -7,9 +7,12 @@ import (
 	"github.com/attnc/attnc/ir"
 )
 
-// BlockMinRows is the fewest static rows a matmul needs for block-matmul to
-// write it: the prefill work items' tiles (about 64 rows). Decode items'
-// tiles (a GQA group's few heads) are another schedule's.
+// BlockMinRows is the fewest static rows a Q·Kᵀ matmul needs for
+// block-matmul to pack K and run the micro-kernels: the prefill work
+// items' tiles (about 64 rows). Decode items' tiles (a GQA group's few
+// heads) would spend more on packing than they gain; they get dot-product
+// blocks (dotBlockedMatMul) instead. P·V needs no packing and takes the
+// micro-kernels at any row count.
 const BlockMinRows = 32
 
 // microShape is a register block: MR rows of C by NR vectors of L lanes,
@@ -29,10 +32,11 @@ func microShapeFor(l llvmgen.Level, vectors int) microShape {
 	return microShape{L: l.Lanes, MR: mr, NR: nr}
 }
 
-// BlockMatMul writes the tile matmuls of each CPU level's clone that have
-// at least BlockMinRows static rows (prefill) as register-blocked
-// micro-kernels in vector IR, fitted to the clone's level (microShapeFor):
-// for each block of NR·L columns and MR rows of C, MR·NR vector
+// BlockMatMul writes the tile matmuls of each CPU level's clone — P·V of
+// every tile, Q·Kᵀ of tiles with at least BlockMinRows static rows
+// (prefill) — as register-blocked micro-kernels in vector IR, fitted to
+// the clone's level (microShapeFor), and Q·Kᵀ of the smaller (decode)
+// tiles as dot-product blocks (dotBlockedMatMul). In a micro-kernel, for each block of NR·L columns and MR rows of C, MR·NR vector
 // accumulators (loaded from C when the matmul accumulates) take, for each
 // k < KExt, NR vector loads of B's row k and MR broadcasts of A[m, k], then
 // are stored once. A matmul with B transposed (Q·Kᵀ) first packs B into an
@@ -84,11 +88,14 @@ func blockKernel(body *ir.Block, l llvmgen.Level) *ir.Block {
 	// packed names the array each transposed B is packed into.
 	packed := map[string]string{}
 	blocks := func(mm *ir.MatMul) bool {
-		if mm.M < BlockMinRows || l.Lanes < 2 || mm.N%l.Lanes != 0 {
+		if l.Lanes < 2 || mm.N%l.Lanes != 0 {
 			return false
 		}
 		if !mm.TransB {
 			return true
+		}
+		if mm.M < BlockMinRows {
+			return false
 		}
 		a, ok := allocs[mm.B]
 		return ok && a.T == ir.F32 && mm.K%l.Lanes == 0 && a.Size >= mm.N*mm.K
@@ -119,6 +126,9 @@ func blockKernel(body *ir.Block, l llvmgen.Level) *ir.Block {
 				return []ir.Stmt{x, &ir.Alloc{Name: p, T: ir.F32, Size: size[p]}}
 			}
 		case *ir.MatMul:
+			if dotBlocks(x, allocs, l.Lanes) {
+				return dotBlockedMatMul(x, l.Lanes)
+			}
 			if !blocks(x) {
 				return []ir.Stmt{s}
 			}

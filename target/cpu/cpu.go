@@ -34,9 +34,11 @@ func (Target) Files() string { return "<variant>.ll" }
 // (head, query) rows, at most 16 heads of a GQA group: a K/V tile staged
 // (and packed for block-matmul) once feeds many rows — 128 rather than 64
 // made 2048-token prefill 9% faster — while a work item's arrays (heap
-// scratch, about 256 KiB at head dim 128) stay in L2.
+// scratch, about 256 KiB at head dim 128) stay in L2. Decode tiles are 16
+// positions: their K and V (16 KiB in f32 at head dim 128) stay in L1, and
+// the staging burst that prefetches the next tile is short.
 func (Target) Tiling(v *ir.Variant) lower.Tiling {
-	return lower.Tiling{KVTile: 64, Rows: 128, MaxHeads: 16}
+	return lower.Tiling{KVTile: 64, DecodeKVTile: PrefetchRows, Rows: 128, MaxHeads: 16}
 }
 
 // Table is the CPU pass table.
@@ -50,13 +52,13 @@ var Table = []passes.Pass{
 	{Name: "vector-reduce", Required: false, Run: VectorReduce,
 		Desc: "reduce statements of prefill KV tiles (those with a matmul of M >= 32) as explicit vector loops of the clone's width and a shuffle tree"},
 	{Name: "block-matmul", Required: false, Run: BlockMatMul,
-		Desc: "prefill tile matmuls (M >= 32) of each level's clone as register-blocked vector micro-kernels (6x4 or 6x2 vectors of the level's width; K packed transposed for Q·Kᵀ)"},
+		Desc: "tile matmuls of each level's clone as register-blocked vector micro-kernels (6x4 or 6x2 vectors of the level's width; prefill's Q·Kᵀ (M >= 32) on K packed transposed), decode's Q·Kᵀ as dot-product blocks ending in a transpose-add tree"},
 	{Name: "lower-tiles", Required: true, Run: LowerTiles,
 		Desc: "matmul and reduce statements as loops: dot products and zero-skipping row updates"},
 	{Name: "vectorize", Required: true, Run: Vectorize,
 		Desc: "spread loops as vector (innermost) or serial loops, guards folded into loop bounds"},
 	{Name: "prefetch-kv", Required: false, Run: PrefetchKV,
-		Desc: "each staging iteration prefetches the page rows of the one 8 rows ahead (guards repeated: -1 pages never touched)"},
+		Desc: "each staging iteration prefetches the page rows of the one 16 rows ahead, in a later tile too (guards repeated: -1 pages never touched)"},
 	{Name: "vector-exp", Required: false, Run: VectorExp,
 		Desc: "f32 exp as a polynomial in plain arithmetic (within 2 ulp; 0 below FLT_MIN, inf above): vectorized with its loop instead of a libm call per lane"},
 	{Name: "native-widen", Required: false, Run: NativeWiden,

@@ -2,6 +2,7 @@ package cpu_test
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/attnc/attnc/build"
@@ -12,10 +13,11 @@ import (
 )
 
 // TestBlockMatMulFires compiles every example for both triples through
-// the CPU table up to block-matmul: every prefill tile matmul of every
-// level's clone must have become micro-kernels (a shape block-matmul
-// leaves for lower-tiles would run at a fraction of the speed, silently),
-// and every prefill work clone must have its contraction loops.
+// the CPU table up to block-matmul: every tile matmul of every level's
+// clone must have become micro-kernels or dot-product blocks (a shape
+// block-matmul leaves for lower-tiles would run at a fraction of the
+// speed, silently), every prefill work clone must have its contraction
+// loops and every decode work clone its dot-product blocks.
 func TestBlockMatMulFires(t *testing.T) {
 	files, _ := filepath.Glob("../../examples/*.attn")
 	if len(files) == 0 {
@@ -44,22 +46,26 @@ func TestBlockMatMulFires(t *testing.T) {
 				if k.Level == "" {
 					continue
 				}
-				loops := 0
+				loops, dots := 0, 0
 				ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
 					switch x := s.(type) {
 					case *ir.MatMul:
-						if x.M >= cpu.BlockMinRows {
-							t.Errorf("%s %s: matmul %s[%d, %d] (K %d) left as is", v.Name, k.Name, x.C, x.M, x.N, x.K)
-						}
+						t.Errorf("%s %s: matmul %s[%d, %d] (K %d) left as is", v.Name, k.Name, x.C, x.M, x.N, x.K)
 					case *ir.For:
-						if x.Var == "bm_k" {
+						switch x.Var {
+						case "bm_k":
 							loops++
+						case "db_k":
+							dots++
 						}
 					}
 					return []ir.Stmt{s}
 				})
 				if k.Role == ir.RolePrefill && loops == 0 {
 					t.Errorf("%s %s: no micro-kernel", v.Name, k.Name)
+				}
+				if k.Role == ir.RoleDecode && strings.Contains(k.Name, "_work") && dots == 0 {
+					t.Errorf("%s %s: no dot-product block", v.Name, k.Name)
 				}
 			}
 		}

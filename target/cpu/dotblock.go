@@ -1,0 +1,134 @@
+package cpu
+
+import (
+	"fmt"
+
+	"github.com/attnc/attnc/ir"
+)
+
+// dotBlocks reports whether block-matmul writes mm as dot-product blocks:
+// Q·Kᵀ of a decode tile (B transposed, fewer than BlockMinRows rows, too
+// few for packing B to pay), with K a whole number of vectors, read to its
+// end, and B a local f32 array that holds every row of N.
+func dotBlocks(mm *ir.MatMul, allocs map[string]*ir.Alloc, lanes int) bool {
+	if !mm.TransB || mm.M >= BlockMinRows || lanes < 2 || mm.N%lanes != 0 || mm.K%lanes != 0 {
+		return false
+	}
+	if c, ok := ir.IsConst(mm.KExt); !ok || c.Int != int64(mm.K) {
+		return false
+	}
+	a, ok := allocs[mm.B]
+	return ok && a.T == ir.F32 && a.Size >= mm.N*mm.K
+}
+
+// dotBlockedMatMul writes C[m, n] (+)= Σ_k A[m, k]·B[n, k] (B stored [N,
+// K], not packed) as, for each row of C below MExt and each block of L
+// columns that starts before NExt, L vector accumulators over k in
+// vectors of L lanes — per step one vector of A's row and one of each of
+// the L rows of B, each feeding one multiply-add — then a transpose-add
+// tree (L−1 pairs of shuffles and an add) that leaves the block's L dot
+// products in one vector, stored at once. Against a dot product that ends
+// in its own horizontal sum, it spends about 3 vector operations per
+// result instead of 2·log2(L), and never a scalar store. C outside the
+// extents' blocks is unspecified, as with the micro-kernels.
+func dotBlockedMatMul(mm *ir.MatMul, L int) []ir.Stmt {
+	return blockLoop("db_m", mm.M, 1, mm.MExt, func(m0 ir.Expr, _ int) []ir.Stmt {
+		return blockLoop("db_nb", mm.N, L, mm.NExt, func(n0 ir.Expr, _ int) []ir.Stmt {
+			return dotKernel(mm, L, m0, n0)
+		})
+	})
+}
+
+// dotKernel is C[m0, n0 .. n0+L] (+)= the dot products of A's row m0 with
+// B's rows n0 .. n0+L.
+func dotKernel(mm *ir.MatMul, L int, m0, n0 ir.Expr) []ir.Stmt {
+	vt := ir.Vec(ir.F32, L)
+	col := transposeAddColumns(L)
+	acc := func(s int) string { return fmt.Sprintf("db_c%d", s) }
+	var out []ir.Stmt
+	for s := 0; s < L; s++ {
+		out = append(out, &ir.Var{Name: acc(s), Init: &ir.Const{T: vt}})
+	}
+	k0 := mulE(ir.R("db_k", ir.I32), L)
+	step := []ir.Stmt{&ir.Let{Name: "db_a", Value: ir.Ld(mm.A, vt, addE(mulE(m0, mm.K), k0))}}
+	for s := 0; s < L; s++ {
+		b := ir.Ld(mm.B, vt, addE(mulE(addE(n0, i32c(col[s])), mm.K), k0))
+		step = append(step, &ir.Assign{Name: acc(s), Value: &ir.MulAdd{X: ir.R("db_a", vt), Y: b, Z: ir.R(acc(s), vt)}})
+	}
+	out = append(out, &ir.For{Var: "db_k", Lo: i32c(0), Hi: i32c(mm.K / L), Kind: ir.Serial, Body: &ir.Block{Stmts: step}})
+	vecs := make([]ir.Expr, L)
+	for s := range vecs {
+		vecs[s] = ir.R(acc(s), vt)
+	}
+	for round, b := 0, L/2; b >= 1; round, b = round+1, b/2 {
+		lo, hi := transposeAddMasks(L, b)
+		next := make([]ir.Expr, len(vecs)/2)
+		for i := range next {
+			name := fmt.Sprintf("db_t%d_%d", round, i)
+			x, y := vecs[2*i], vecs[2*i+1]
+			out = append(out, &ir.Let{Name: name, Value: ir.Bin(ir.Add,
+				&ir.VShuffle{X: x, Y: y, Mask: lo}, &ir.VShuffle{X: x, Y: y, Mask: hi})})
+			next[i] = ir.R(name, vt)
+		}
+		vecs = next
+	}
+	at := addE(mulE(m0, mm.N), n0)
+	r := vecs[0]
+	if mm.Accumulate {
+		r = ir.Bin(ir.Add, ir.Ld(mm.C, vt, at), r)
+	}
+	return append(out, &ir.Store{Buf: mm.C, Index: at, Value: r})
+}
+
+// transposeAddMasks are the two shuffles of a transpose-add round that
+// halves groups of 2b lanes: lane t of group g (t = g·2b + o) takes x's
+// lanes g·2b+o and g·2b+b+o when o < b, else y's g·2b+o−b and g·2b+o, so
+// the sum of the two shuffles holds, in each group, x's group reduced to b
+// lanes and then y's.
+func transposeAddMasks(L, b int) (lo, hi []int) {
+	lo, hi = make([]int, L), make([]int, L)
+	for t := 0; t < L; t++ {
+		g, o := t/(2*b)*(2*b), t%(2*b)
+		if o < b {
+			lo[t], hi[t] = g+o, g+b+o
+		} else {
+			lo[t], hi[t] = L+g+o-b, L+g+o
+		}
+	}
+	return lo, hi
+}
+
+// transposeAddColumns is, for each accumulator slot s of a transpose-add
+// tree over L vectors (adjacent slots paired, round after round), the
+// column whose dot product slot s must hold so that the tree's last
+// vector has column t's in lane t: the inverse of the lane order the tree
+// leaves, found by running it on slot labels.
+func transposeAddColumns(L int) []int {
+	vecs := make([][]int, L)
+	for s := range vecs {
+		vecs[s] = make([]int, L)
+		for t := range vecs[s] {
+			vecs[s][t] = s
+		}
+	}
+	for b := L / 2; b >= 1; b /= 2 {
+		lo, hi := transposeAddMasks(L, b)
+		next := make([][]int, len(vecs)/2)
+		for i := range next {
+			xy := append(append([]int(nil), vecs[2*i]...), vecs[2*i+1]...)
+			next[i] = make([]int, L)
+			for t := range next[i] {
+				if xy[lo[t]] != xy[hi[t]] {
+					panic("cpu: transpose-add round adds lanes of two slots")
+				}
+				next[i][t] = xy[lo[t]]
+			}
+		}
+		vecs = next
+	}
+	col := make([]int, L)
+	for t, s := range vecs[0] {
+		col[s] = t
+	}
+	return col
+}
