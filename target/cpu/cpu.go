@@ -62,7 +62,7 @@ var Table = []passes.Pass{
 	{Name: "vector-exp", Required: false, Run: VectorExp,
 		Desc: "f32 exp as a polynomial in plain arithmetic (within 2 ulp; 0 below FLT_MIN, inf above): vectorized with its loop instead of a libm call per lane"},
 	{Name: "native-widen", Required: false, Run: NativeWiden,
-		Desc: "f16 K/V/Q loads of the clones whose level converts half natively (F16C, NEON) through the dtype table's hardware conversion"},
+		Desc: "f16 and fp8 (e4m3, e5m2) K/V/Q loads of the clones whose level converts half natively (F16C, NEON) through the dtype table's hardware conversion (fp8 codes rearranged into half bits first)"},
 	passes.LegalizeDTypePass,
 	passes.LateSimplifyPass,
 	passes.HeapScratchPass,
