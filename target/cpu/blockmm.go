@@ -36,10 +36,11 @@ func microShapeFor(l llvmgen.Level, vectors int) microShape {
 // every tile, Q·Kᵀ of tiles with at least BlockMinRows static rows
 // (prefill) — as register-blocked micro-kernels in vector IR, fitted to
 // the clone's level (microShapeFor), and Q·Kᵀ of the smaller (decode)
-// tiles as dot-product blocks (dotBlockedMatMul). In a micro-kernel, for each block of NR·L columns and MR rows of C, MR·NR vector
-// accumulators (loaded from C when the matmul accumulates) take, for each
-// k < KExt, NR vector loads of B's row k and MR broadcasts of A[m, k], then
-// are stored once. A matmul with B transposed (Q·Kᵀ) first packs B into an
+// tiles as dot-product blocks (dotBlockedMatMul). In a micro-kernel, for
+// each block of NR·L columns and MR rows of C, MR·NR vector accumulators
+// (loaded from C when the matmul accumulates) take, for each k < KExt, NR
+// vector loads of B's row k and MR broadcasts of A[m, k], then are stored
+// once. A matmul with B transposed (Q·Kᵀ) first packs B into an
 // array laid out [K, N] (16×16, 8×8 or 4×4 blocks transposed with
 // shuffles), declared beside B's, so both products run the same
 // outer-product kernel. With zeroskip a zero A element leaves the
