@@ -22,38 +22,64 @@ func dotBlocks(mm *ir.MatMul, allocs map[string]*ir.Alloc, lanes int) bool {
 }
 
 // dotBlockedMatMul writes C[m, n] (+)= Σ_k A[m, k]·B[n, k] (B stored [N,
-// K], not packed) as, for each row of C below MExt and each block of L
-// columns that starts before NExt, L vector accumulators over k in
-// vectors of L lanes — per step one vector of A's row and one of each of
-// the L rows of B, each feeding one multiply-add — then a transpose-add
-// tree (L−1 pairs of shuffles and an add) that leaves the block's L dot
-// products in one vector, stored at once. Against a dot product that ends
-// in its own horizontal sum, it spends about 3 vector operations per
-// result instead of 2·log2(L), and never a scalar store. C outside the
-// extents' blocks is unspecified, as with the micro-kernels.
+// K], not packed) as dot-product blocks of R rows of C by L/R columns
+// (dotBlockRows): L vector accumulators over k in vectors of L lanes —
+// per step one vector of each of the R rows of A and of each of the L/R
+// rows of B, each accumulator fed by one multiply-add, so every vector of
+// B loaded serves R rows — then a transpose-add tree (L−1 pairs of
+// shuffles and an add) that leaves the block's L dot products in one
+// vector, row after row, stored as R pieces of L/R lanes. Against a dot
+// product that ends in its own horizontal sum, it spends about 3 vector
+// operations per result instead of 2·log2(L), and never a scalar store.
+// C outside the extents' blocks is unspecified, as with the
+// micro-kernels.
 func dotBlockedMatMul(mm *ir.MatMul, L int) []ir.Stmt {
-	return blockLoop("db_m", mm.M, 1, mm.MExt, func(m0 ir.Expr, _ int) []ir.Stmt {
-		return blockLoop("db_nb", mm.N, L, mm.NExt, func(n0 ir.Expr, _ int) []ir.Stmt {
-			return dotKernel(mm, L, m0, n0)
+	R := dotBlockRows(mm.M, L)
+	return blockLoop("db_m", mm.M, R, mm.MExt, func(m0 ir.Expr, _ int) []ir.Stmt {
+		return blockLoop("db_nb", mm.N, L/R, mm.NExt, func(n0 ir.Expr, _ int) []ir.Stmt {
+			return dotKernel(mm, L, R, m0, n0)
 		})
 	})
 }
 
-// dotKernel is C[m0, n0 .. n0+L] (+)= the dot products of A's row m0 with
-// B's rows n0 .. n0+L.
-func dotKernel(mm *ir.MatMul, L int, m0, n0 ir.Expr) []ir.Stmt {
+// dotBlockRows is how many rows of C a dot-product block of L
+// accumulators covers for a matmul of M rows: the largest power of two
+// that divides M, at most L/4 (so each row's piece of the result is at
+// least 4 lanes wide).
+func dotBlockRows(M, L int) int {
+	R := 1
+	for 2*R <= L/4 && M%(2*R) == 0 {
+		R *= 2
+	}
+	return R
+}
+
+// dotKernel is C[m0 .. m0+R, n0 .. n0+L/R] (+)= the dot products of A's
+// rows m0 .. m0+R with B's rows n0 .. n0+L/R.
+func dotKernel(mm *ir.MatMul, L, R int, m0, n0 ir.Expr) []ir.Stmt {
 	vt := ir.Vec(ir.F32, L)
-	col := transposeAddColumns(L)
+	C := L / R
+	lane := transposeAddColumns(L)
 	acc := func(s int) string { return fmt.Sprintf("db_c%d", s) }
 	var out []ir.Stmt
 	for s := 0; s < L; s++ {
 		out = append(out, &ir.Var{Name: acc(s), Init: &ir.Const{T: vt}})
 	}
 	k0 := mulE(ir.R("db_k", ir.I32), L)
-	step := []ir.Stmt{&ir.Let{Name: "db_a", Value: ir.Ld(mm.A, vt, addE(mulE(m0, mm.K), k0))}}
+	var step []ir.Stmt
+	for r := 0; r < R; r++ {
+		step = append(step, &ir.Let{Name: fmt.Sprintf("db_a%d", r), Value: ir.Ld(mm.A, vt, addE(mulE(addE(m0, i32c(r)), mm.K), k0))})
+	}
+	for c := 0; c < C && R > 1; c++ {
+		step = append(step, &ir.Let{Name: fmt.Sprintf("db_b%d", c), Value: ir.Ld(mm.B, vt, addE(mulE(addE(n0, i32c(c)), mm.K), k0))})
+	}
 	for s := 0; s < L; s++ {
-		b := ir.Ld(mm.B, vt, addE(mulE(addE(n0, i32c(col[s])), mm.K), k0))
-		step = append(step, &ir.Assign{Name: acc(s), Value: &ir.MulAdd{X: ir.R("db_a", vt), Y: b, Z: ir.R(acc(s), vt)}})
+		r, c := lane[s]/C, lane[s]%C
+		var b ir.Expr = ir.R(fmt.Sprintf("db_b%d", c), vt)
+		if R == 1 {
+			b = ir.Ld(mm.B, vt, addE(mulE(addE(n0, i32c(c)), mm.K), k0))
+		}
+		step = append(step, &ir.Assign{Name: acc(s), Value: &ir.MulAdd{X: ir.R(fmt.Sprintf("db_a%d", r), vt), Y: b, Z: ir.R(acc(s), vt)}})
 	}
 	out = append(out, &ir.For{Var: "db_k", Lo: i32c(0), Hi: i32c(mm.K / L), Kind: ir.Serial, Body: &ir.Block{Stmts: step}})
 	vecs := make([]ir.Expr, L)
@@ -72,12 +98,28 @@ func dotKernel(mm *ir.MatMul, L int, m0, n0 ir.Expr) []ir.Stmt {
 		}
 		vecs = next
 	}
-	at := addE(mulE(m0, mm.N), n0)
-	r := vecs[0]
-	if mm.Accumulate {
-		r = ir.Bin(ir.Add, ir.Ld(mm.C, vt, at), r)
+	if R == 1 {
+		return append(out, dotStore(mm, vt, addE(mulE(m0, mm.N), n0), vecs[0]))
 	}
-	return append(out, &ir.Store{Buf: mm.C, Index: at, Value: r})
+	pt := ir.Vec(ir.F32, C)
+	for r := 0; r < R; r++ {
+		mask := make([]int, C)
+		for c := range mask {
+			mask[c] = r*C + c
+		}
+		piece := &ir.VShuffle{X: vecs[0], Y: vecs[0], Mask: mask}
+		out = append(out, dotStore(mm, pt, addE(mulE(addE(m0, i32c(r)), mm.N), n0), piece))
+	}
+	return out
+}
+
+// dotStore stores v, of type vt, at C[at], added to what C holds there
+// when mm accumulates.
+func dotStore(mm *ir.MatMul, vt ir.Type, at, v ir.Expr) ir.Stmt {
+	if mm.Accumulate {
+		v = ir.Bin(ir.Add, ir.Ld(mm.C, vt, at), v)
+	}
+	return &ir.Store{Buf: mm.C, Index: at, Value: v}
 }
 
 // transposeAddMasks are the two shuffles of a transpose-add round that
