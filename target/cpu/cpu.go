@@ -34,11 +34,14 @@ func (Target) Files() string { return "<variant>.ll" }
 // (head, query) rows, at most 16 heads of a GQA group: a K/V tile staged
 // (and packed for block-matmul) once feeds many rows — 128 rather than 64
 // made 2048-token prefill 9% faster — while a work item's arrays (heap
-// scratch, about 256 KiB at head dim 128) stay in L2. Decode tiles are 16
-// positions: their K and V (16 KiB in f32 at head dim 128) stay in L1, and
-// the staging burst that prefetches the next tile is short.
+// scratch, about 256 KiB at head dim 128) stay in L2. Decode tiles are the
+// TileRows of a K row as the cache stores it (16 positions of f32, f16 or
+// bf16 at head dim 128, 32 of 8-bit codes): their staged K and V (16 or
+// 32 KiB in f32) stay in L1, and the staging burst that prefetches the
+// next tile is short.
 func (Target) Tiling(v *ir.Variant) lower.Tiling {
-	return lower.Tiling{KVTile: 64, DecodeKVTile: PrefetchRows, Rows: 128, MaxHeads: 16}
+	rowBytes := v.HeadDimQK * max(1, v.KVDType.Type().Bits()/8)
+	return lower.Tiling{KVTile: 64, DecodeKVTile: TileRows(rowBytes), Rows: 128, MaxHeads: 16}
 }
 
 // Table is the CPU pass table.

@@ -134,3 +134,24 @@ func TestLowerTilesKeepsResults(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeTileRows checks that a decode tile stages about TileKBytes of
+// K rows as the cache stores them: 16 rows of f32, f16 or bf16 at head
+// dim 128 (f32's 512-byte rows stay at the 16-lane minimum), 32 of 8-bit
+// codes, 32 at the cap for short rows.
+func TestDecodeTileRows(t *testing.T) {
+	for _, c := range []struct {
+		dt, kv ir.DType
+		d      int
+		want   int
+	}{
+		{ir.DTF32, ir.DTF32, 128, 16}, {ir.DTF16, ir.DTF16, 128, 16}, {ir.DTBF16, ir.DTBF16, 128, 16},
+		{ir.DTF16, ir.DTE4M3, 128, 32}, {ir.DTF16, ir.DTI8, 128, 32}, {ir.DTF16, ir.DTE4M3, 256, 16},
+		{ir.DTF16, ir.DTF16, 64, 32}, {ir.DTF16, ir.DTF16, 32, 32}, {ir.DTF32, ir.DTF32, 576, 16},
+	} {
+		v := &ir.Variant{DType: c.dt, KVDType: c.kv, HeadDimQK: c.d, HeadDimV: c.d}
+		if got := (Target{}).Tiling(v).DecodeKVTile; got != c.want {
+			t.Errorf("%s/%s d%d: decode tile %d rows, want %d", c.dt.Type(), c.kv.Type(), c.d, got, c.want)
+		}
+	}
+}

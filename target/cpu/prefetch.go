@@ -5,24 +5,38 @@ import (
 	"github.com/attnc/attnc/passes"
 )
 
-// PrefetchRows is how many rows ahead PrefetchKV prefetches: a decode
-// tile's worth (Tiling's DecodeKVTile). A staging loop runs in a burst
-// between a tile's products, so rows a few iterations ahead arrive too
-// late; the same rows of the next tile have a whole tile's work to come
-// in (decode f16 at 8×4096 tokens: 7.3 → 5.5 ms with 16-row tiles, rows 8
-// ahead within the tile before).
-const PrefetchRows = 16
+// TileKBytes is about how many bytes of K rows a CPU decode tile stages
+// and how far ahead PrefetchKV reaches: 16 rows of f16 at head dim 128.
+// A staging loop runs in a burst between a tile's products, so rows a few
+// iterations ahead arrive too late; the same rows of the next tile have a
+// whole tile's work to come in (decode f16 at 8×4096 tokens: 7.3 → 5.5 ms
+// with 16-row tiles, rows 8 ahead within the tile before). Over 8-bit
+// codes the same bytes are 32 rows, which halves the per-tile softmax
+// and product overheads per row (decode f16/e4m3 5.2 → 4.6–4.8 ms, f16/i8
+// 4.3 → 3.9–4.0; f16 itself 5.2 → 6.1 ms at 32 rows).
+const TileKBytes = 4096
+
+// TileRows is how many K rows of rowBytes bytes make TileKBytes, as a
+// power of two from 16 (the vector lanes of a dot-product block's keys;
+// f32 rows at head dim 128 stay at 16) to 32.
+func TileRows(rowBytes int) int {
+	n := 16
+	for n < 32 && (2*n)*rowBytes <= TileKBytes {
+		n *= 2
+	}
+	return n
+}
 
 // PrefetchKV makes each iteration of a staging loop (TagStage, from 0 to
-// its bound) prefetch the pool rows that iteration j+PrefetchRows copies,
-// in this tile or, when the loop's range on j says how many rows the item
+// its bound) prefetch the pool rows that iteration j+n copies, n the
+// TileRows of the widest row the loop copies (a decode tile's worth), in
+// this tile or, when the loop's range on j says how many rows the item
 // has left (the lowering's j = 0 .. kv_rest-1), in a later one: the
-// iteration's lets and guards are repeated for j+PrefetchRows (the page
-// index read only when that row exists, the page only when the guards
-// hold: -1 pages are never touched), and each copy loop over a constant
-// extent becomes one prefetch per 64-byte line of the row it reads.
-// Scattered pages defeat the hardware prefetcher; each row is one page's
-// slot.
+// iteration's lets and guards are repeated for j+n (the page index read
+// only when that row exists, the page only when the guards hold: -1 pages
+// are never touched), and each copy loop over a constant extent becomes
+// one prefetch per 64-byte line of the row it reads. Scattered pages
+// defeat the hardware prefetcher; each row is one page's slot.
 func PrefetchKV(m *ir.Module) (*ir.Module, error) {
 	return passes.MapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
 		elemBytes := map[string]int{}
@@ -39,7 +53,7 @@ func PrefetchKV(m *ir.Module) (*ir.Module, error) {
 			if c, ok := ir.IsConst(f.Lo); !ok || c.Int != 0 {
 				return []ir.Stmt{s}
 			}
-			ahead := ir.Bin(ir.Add, ir.R(f.Var, ir.I32), ir.Int(PrefetchRows))
+			ahead := ir.Bin(ir.Add, ir.R(f.Var, ir.I32), ir.Int(int64(TileRows(rowBytes(f.Body, elemBytes)))))
 			body, n := prefetchBlock(f.Body, map[string]ir.Expr{f.Var: ahead}, elemBytes)
 			if n == 0 {
 				return []ir.Stmt{s}
@@ -55,6 +69,23 @@ func PrefetchKV(m *ir.Module) (*ir.Module, error) {
 			return []ir.Stmt{&c}
 		}), nil
 	})
+}
+
+// rowBytes is the most bytes one copy loop in b (or its ifs) reads from a
+// param: a staged row.
+func rowBytes(b *ir.Block, elemBytes map[string]int) int {
+	n := 0
+	for _, s := range b.Stmts {
+		switch x := s.(type) {
+		case *ir.If:
+			n = max(n, rowBytes(x.Then, elemBytes))
+		case *ir.For:
+			if src, extent := copyRead(x, elemBytes); src != nil {
+				n = max(n, int(extent)*elemBytes[src.Buf])
+			}
+		}
+	}
+	return n
 }
 
 // prefetchBlock is b for another row: lets renamed (sub maps the old names
@@ -85,17 +116,37 @@ func prefetchBlock(b *ir.Block, sub map[string]ir.Expr, elemBytes map[string]int
 	return out, n
 }
 
-// copyPrefetches are the prefetches of the lines a copy loop `for d in 0
-// .. N { store _[_] = f(P[idx(d)]) }` reads from param P, N constant.
+// copyPrefetches are the prefetches of the lines a copy loop reads
+// (copyRead).
 func copyPrefetches(f *ir.For, sub map[string]ir.Expr, elemBytes map[string]int) []ir.Stmt {
+	src, extent := copyRead(f, elemBytes)
+	if src == nil {
+		return nil
+	}
+	step := int64(64 / elemBytes[src.Buf])
+	var out []ir.Stmt
+	for d := int64(0); d < extent; d += step {
+		s := map[string]ir.Expr{f.Var: ir.Int(d)}
+		for k, v := range sub {
+			s[k] = v
+		}
+		out = append(out, &ir.Prefetch{Buf: src.Buf, Index: ir.Subst(src.Index, s)})
+	}
+	return out
+}
+
+// copyRead is, for a copy loop `for d in 0 .. N { store _[_] = f(P[idx(d)])
+// }` with N constant and P a param, P's load and N; nil for any other
+// statement.
+func copyRead(f *ir.For, elemBytes map[string]int) (*ir.Load, int64) {
 	lo, ok1 := ir.IsConst(f.Lo)
 	hi, ok2 := ir.IsConst(f.Hi)
 	if !ok1 || !ok2 || lo.Int != 0 || len(f.Body.Stmts) != 1 {
-		return nil
+		return nil, 0
 	}
 	st, ok := f.Body.Stmts[0].(*ir.Store)
 	if !ok {
-		return nil
+		return nil, 0
 	}
 	var src *ir.Load
 	ir.VisitExpr(st.Value, func(e ir.Expr) {
@@ -104,16 +155,7 @@ func copyPrefetches(f *ir.For, sub map[string]ir.Expr, elemBytes map[string]int)
 		}
 	})
 	if src == nil {
-		return nil
+		return nil, 0
 	}
-	step := int64(64 / elemBytes[src.Buf])
-	var out []ir.Stmt
-	for d := int64(0); d < hi.Int; d += step {
-		s := map[string]ir.Expr{f.Var: ir.Int(d)}
-		for k, v := range sub {
-			s[k] = v
-		}
-		out = append(out, &ir.Prefetch{Buf: src.Buf, Index: ir.Subst(src.Index, s)})
-	}
-	return out
+	return src, hi.Int
 }
