@@ -36,8 +36,9 @@ func (Target) Files() string { return "<variant>.ll" }
 // made 2048-token prefill 9% faster — while a work item's arrays (heap
 // scratch, about 256 KiB at head dim 128) stay in L2. Decode tiles are the
 // TileRows of a K row as the cache stores it (16 positions of f32, f16 or
-// bf16 at head dim 128, 32 of 8-bit codes): their staged K and V (16 or
-// 32 KiB in f32) stay in L1, and the staging burst that prefetches the
+// bf16 at head dim 128, 32 of 8-bit codes): their staged K and V (16 KiB
+// in f32 for 16 rows; 32 KiB, a Zen 4's whole L1, for 32 — still faster
+// over 8-bit caches) stay close, and the staging burst that prefetches the
 // next tile is short.
 func (Target) Tiling(v *ir.Variant) lower.Tiling {
 	rowBytes := v.HeadDimQK * max(1, v.KVDType.Type().Bits()/8)
