@@ -62,7 +62,7 @@ var Table = []passes.Pass{
 	{Name: "vectorize", Required: true, Run: Vectorize,
 		Desc: "spread loops as vector (innermost) or serial loops, guards folded into loop bounds"},
 	{Name: "prefetch-kv", Required: false, Run: PrefetchKV,
-		Desc: "each staging iteration prefetches the page rows of the one 16 rows ahead, in a later tile too (guards repeated: -1 pages never touched)"},
+		Desc: "each staging iteration prefetches the page rows of the one a decode tile ahead (TileRows: about 4 KiB of K rows), in a later tile too (guards repeated: -1 pages never touched)"},
 	{Name: "vector-exp", Required: false, Run: VectorExp,
 		Desc: "f32 exp as a polynomial in plain arithmetic (within 2 ulp; 0 below FLT_MIN, inf above): vectorized with its loop instead of a libm call per lane"},
 	{Name: "native-widen", Required: false, Run: NativeWiden,

@@ -70,16 +70,12 @@ func dotKernel(mm *ir.MatMul, L, R int, m0, n0 ir.Expr) []ir.Stmt {
 	for r := 0; r < R; r++ {
 		step = append(step, &ir.Let{Name: fmt.Sprintf("db_a%d", r), Value: ir.Ld(mm.A, vt, addE(mulE(addE(m0, i32c(r)), mm.K), k0))})
 	}
-	for c := 0; c < C && R > 1; c++ {
+	for c := 0; c < C; c++ {
 		step = append(step, &ir.Let{Name: fmt.Sprintf("db_b%d", c), Value: ir.Ld(mm.B, vt, addE(mulE(addE(n0, i32c(c)), mm.K), k0))})
 	}
 	for s := 0; s < L; s++ {
 		r, c := lane[s]/C, lane[s]%C
-		var b ir.Expr = ir.R(fmt.Sprintf("db_b%d", c), vt)
-		if R == 1 {
-			b = ir.Ld(mm.B, vt, addE(mulE(addE(n0, i32c(c)), mm.K), k0))
-		}
-		step = append(step, &ir.Assign{Name: acc(s), Value: &ir.MulAdd{X: ir.R(fmt.Sprintf("db_a%d", r), vt), Y: b, Z: ir.R(acc(s), vt)}})
+		step = append(step, &ir.Assign{Name: acc(s), Value: &ir.MulAdd{X: ir.R(fmt.Sprintf("db_a%d", r), vt), Y: ir.R(fmt.Sprintf("db_b%d", c), vt), Z: ir.R(acc(s), vt)}})
 	}
 	out = append(out, &ir.For{Var: "db_k", Lo: i32c(0), Hi: i32c(mm.K / L), Kind: ir.Serial, Body: &ir.Block{Stmts: step}})
 	vecs := make([]ir.Expr, L)
@@ -98,28 +94,23 @@ func dotKernel(mm *ir.MatMul, L, R int, m0, n0 ir.Expr) []ir.Stmt {
 		}
 		vecs = next
 	}
-	if R == 1 {
-		return append(out, dotStore(mm, vt, addE(mulE(m0, mm.N), n0), vecs[0]))
-	}
 	pt := ir.Vec(ir.F32, C)
 	for r := 0; r < R; r++ {
-		mask := make([]int, C)
-		for c := range mask {
-			mask[c] = r*C + c
+		piece := vecs[0]
+		if R > 1 {
+			mask := make([]int, C)
+			for c := range mask {
+				mask[c] = r*C + c
+			}
+			piece = &ir.VShuffle{X: vecs[0], Y: vecs[0], Mask: mask}
 		}
-		piece := &ir.VShuffle{X: vecs[0], Y: vecs[0], Mask: mask}
-		out = append(out, dotStore(mm, pt, addE(mulE(addE(m0, i32c(r)), mm.N), n0), piece))
+		at := addE(mulE(addE(m0, i32c(r)), mm.N), n0)
+		if mm.Accumulate {
+			piece = ir.Bin(ir.Add, ir.Ld(mm.C, pt, at), piece)
+		}
+		out = append(out, &ir.Store{Buf: mm.C, Index: at, Value: piece})
 	}
 	return out
-}
-
-// dotStore stores v, of type vt, at C[at], added to what C holds there
-// when mm accumulates.
-func dotStore(mm *ir.MatMul, vt ir.Type, at, v ir.Expr) ir.Stmt {
-	if mm.Accumulate {
-		v = ir.Bin(ir.Add, ir.Ld(mm.C, vt, at), v)
-	}
-	return &ir.Store{Buf: mm.C, Index: at, Value: v}
 }
 
 // transposeAddMasks are the two shuffles of a transpose-add round that
