@@ -254,3 +254,37 @@ func (f *frame) bitcast(to Type, a val) val {
 	}
 	return wrap(to, int64(bits))
 }
+
+// Lanewise applies scalar expression builder f to x lane by lane: f of a
+// scalar x, or, for a vector x of n lanes, f built on one lane with its
+// constants, conversions and bitcasts widened to n lanes (every other
+// node works lane by lane already). The dtype table's conversions are
+// written for scalars; Lanewise gives their vector form.
+func Lanewise(f func(Expr) Expr, x Expr) Expr {
+	n := x.Type().Lanes()
+	if n == 1 {
+		return f(x)
+	}
+	const lane = "lanewise·x"
+	return MapExpr(f(R(lane, x.Type().Elem())), func(e Expr) Expr {
+		switch e := e.(type) {
+		case *Ref:
+			if e.Name == lane {
+				return x
+			}
+		case *Const:
+			if !e.T.IsVector() {
+				return &Const{T: Vec(e.T, n), Int: e.Int, Float: e.Float}
+			}
+		case *Convert:
+			if !e.To.IsVector() {
+				return &Convert{To: Vec(e.To, n), X: e.X}
+			}
+		case *Bitcast:
+			if !e.To.IsVector() {
+				return &Bitcast{To: Vec(e.To, n), X: e.X}
+			}
+		}
+		return e
+	})
+}

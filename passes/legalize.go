@@ -25,14 +25,14 @@ func LegalizeDType(m *ir.Module) (*ir.Module, error) {
 			case *ir.Store:
 				v := x.Value
 				var pre []ir.Stmt
-				if t := v.Type(); t.IsStorageOnly() {
+				if t := v.Type(); t.Elem().IsStorageOnly() {
 					// The conversion uses its operand several times: bind
 					// a computed operand once.
-					if c, ok := v.(*ir.Convert); ok && c.X.Type() == ir.F32 && !simpleOperand(c.X) {
+					if c, ok := v.(*ir.Convert); ok && c.X.Type().Elem() == ir.F32 && !simpleOperand(c.X) {
 						n++
 						name := fmt.Sprintf("narrow%d", n)
 						pre = append(pre, &ir.Let{Name: name, Value: legalExpr(c.X, &err)})
-						v = &ir.Convert{To: t, X: ir.R(name, ir.F32)}
+						v = &ir.Convert{To: t, X: ir.R(name, c.X.Type())}
 					}
 					v, err = narrowTo(t, v)
 				}
@@ -60,19 +60,23 @@ func simpleOperand(e ir.Expr) bool {
 	return false
 }
 
-// carrierLoad reads the bits of a storage-only element.
+// carrierLoad reads the bits of a storage-only element (or of a vector
+// of them).
 func carrierLoad(l *ir.Load) *ir.Load {
-	return &ir.Load{Buf: l.Buf, Index: l.Index, T: ir.StorageOf(l.T).Carrier}
+	return &ir.Load{Buf: l.Buf, Index: l.Index, T: ir.Vec(ir.StorageOf(l.T.Elem()).Carrier, l.T.Lanes())}
 }
 
-// narrowTo turns a value of storage-only type t stored into a t buffer —
-// Convert(t, f32 expr), a load of another t buffer, or a constant — into
-// the Carrier bits of that value.
+// narrowTo turns a value of storage-only type t (or a vector of it)
+// stored into a t buffer — Convert(t, f32 expr), a load of another t
+// buffer, or a scalar constant — into the Carrier bits of that value.
 func narrowTo(t ir.Type, v ir.Expr) (ir.Expr, error) {
 	switch x := v.(type) {
 	case *ir.Convert:
-		if x.X.Type() == ir.F32 {
-			return ir.StorageOf(t).Narrow(x.X), nil
+		if c, ok := x.X.(*ir.Const); ok && c.T == ir.F32 && !t.IsVector() {
+			return narrowTo(t, c) // a constant's bits, computed now
+		}
+		if x.X.Type().Elem() == ir.F32 {
+			return ir.Lanewise(ir.StorageOf(t.Elem()).Narrow, x.X), nil
 		}
 	case *ir.Load:
 		// A value loaded from a t buffer and stored unchanged keeps its bits.
@@ -94,8 +98,9 @@ func narrowTo(t ir.Type, v ir.Expr) (ir.Expr, error) {
 	return nil, fmt.Errorf("store of %s must be a conversion from f32, got %s", t, ir.ExprString(v))
 }
 
-// legalExpr rewrites widening conversions of storage-only loads; such a
-// load used any other way is an error.
+// legalExpr rewrites widening conversions of storage-only loads, scalar
+// or vector (the table's Widen lane by lane); such a load used any other
+// way is an error.
 func legalExpr(e ir.Expr, err *error) ir.Expr {
 	out := ir.MapExpr(e, func(n ir.Expr) ir.Expr {
 		if bc, ok := n.(*ir.Bitcast); ok {
@@ -109,13 +114,13 @@ func legalExpr(e ir.Expr, err *error) ir.Expr {
 			return n
 		}
 		l, ok := x.X.(*ir.Load)
-		if !ok || !l.T.IsStorageOnly() {
+		if !ok || !l.T.Elem().IsStorageOnly() {
 			return n
 		}
-		return ir.Cvt(x.To, ir.StorageOf(l.T).Widen(carrierLoad(l)))
+		return ir.Cvt(x.To, ir.Lanewise(ir.StorageOf(l.T.Elem()).Widen, carrierLoad(l)))
 	})
 	ir.VisitExpr(out, func(n ir.Expr) {
-		if l, ok := n.(*ir.Load); ok && l.T.IsStorageOnly() && *err == nil {
+		if l, ok := n.(*ir.Load); ok && l.T.Elem().IsStorageOnly() && *err == nil {
 			*err = fmt.Errorf("%s load of %s used without widening", l.T, l.Buf)
 		}
 	})

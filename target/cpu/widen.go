@@ -40,7 +40,7 @@ func NativeWiden(m *ir.Module) (*ir.Module, error) {
 				return e
 			}
 			ld, ok := cv.X.(*ir.Load)
-			if !ok || !ld.T.IsStorageOnly() {
+			if !ok || !ld.T.Elem().IsStorageOnly() {
 				return e
 			}
 			r := ir.StorageOf(ld.T.Elem())
@@ -48,7 +48,7 @@ func NativeWiden(m *ir.Module) (*ir.Module, error) {
 				return e
 			}
 			bits := &ir.Load{Buf: ld.Buf, Index: ld.Index, T: ir.Vec(r.Carrier, ld.T.Lanes())}
-			return ir.Cvt(cv.To, r.HalfWiden(bits))
+			return ir.Cvt(cv.To, ir.Lanewise(r.HalfWiden, bits))
 		})
 		out.Kernels = append(out.Kernels, &c)
 	}

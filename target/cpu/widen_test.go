@@ -20,23 +20,29 @@ import (
 // kernels take and write them.
 var codeTypes = []ir.DType{ir.DTE4M3, ir.DTE5M2, ir.DTI8}
 
-// widenModule is one kernel per CPU level of tg widening a buffer of
+// widenModule is two kernels per CPU level of tg widening a buffer of
 // codes as each 8-bit dtype, after native-widen and legalize-dtype:
-// o_<dtype>[i] = f32(x[i]) in a vector loop, as K/V staging does.
+// w<suffix>, o_<dtype>[i] = f32(x[i]) in a vector loop, as K/V staging
+// does; wv<suffix>, the same as explicit vectors of the level's f32 lanes
+// (f32xL(x[i]:<dtype>xL), as block-matmul's products widen a tile staged
+// as stored) with a scalar tail.
 func widenModule(t *testing.T, tg llvmgen.Target) *ir.Module {
 	var src strings.Builder
 	src.WriteString("module w prefix w\n")
 	for _, l := range tg.Levels {
-		var params, body []string
+		var params, body, vbody []string
 		for _, dt := range codeTypes {
 			params = append(params, fmt.Sprintf("x_%s: %s* [n]", dt, dt))
 			body = append(body, fmt.Sprintf("    store o_%s[i] = f32(x_%s[i])", dt, dt))
+			vbody = append(vbody, fmt.Sprintf("    store o_%s[(i * %d)] = f32x%d(x_%s[(i * %d)]:%sx%d)", dt, l.Lanes, l.Lanes, dt, l.Lanes, dt, l.Lanes))
 		}
 		for _, dt := range codeTypes {
 			params = append(params, fmt.Sprintf("o_%s: f32* [n] out", dt))
 		}
 		fmt.Fprintf(&src, "\nkernel w%s role decode level %q (%s, n: i32) {\n  for i in 0 .. n vector {\n%s\n  }\n  return 0\n}\n",
 			l.Suffix, l.Name, strings.Join(params, ", "), strings.Join(body, "\n"))
+		fmt.Fprintf(&src, "\nkernel wv%s role decode level %q (%s, n: i32) {\n  for i in 0 .. (n / %d) serial {\n%s\n  }\n  for i in ((n / %d) * %d) .. n serial {\n%s\n  }\n  return 0\n}\n",
+			l.Suffix, l.Name, strings.Join(params, ", "), l.Lanes, strings.Join(vbody, "\n"), l.Lanes, l.Lanes, strings.Join(body, "\n"))
 	}
 	m, err := ir.Parse(src.String())
 	if err != nil {
@@ -222,32 +228,34 @@ func TestCodeWidenExhaustive(t *testing.T) {
 			}
 			best := run.level()
 			for _, l := range tg.Levels {
-				widened := 0
-				for off := range 256 {
-					args := []int64{}
-					for range codeTypes {
-						args = append(args, in+int64(off)) // read only: one buffer serves every dtype
-					}
-					for _, o := range outs {
-						run.write(o, make([]byte, 4*256))
-						args = append(args, o+4*int64(off))
-					}
-					args = append(args, int64(256-off))
-					if st, err := run.call("w"+l.Suffix, args...); err != nil || st != 0 {
-						t.Fatalf("%s: status %d, %v", l.Name, st, err)
-					}
-					for i, dt := range codeTypes {
-						b := run.read(outs[i], 4*256)
-						for j := off; j < 256; j++ {
-							y := math.Float32frombits(uint32(b[4*j]) | uint32(b[4*j+1])<<8 | uint32(b[4*j+2])<<16 | uint32(b[4*j+3])<<24)
-							if err := checkCode(dt, uint8(j), y); err != nil {
-								t.Fatalf("%s (native f16 %v), offset %d: %v", l.Name, l.NativeF16, off, err)
+				for _, sym := range []string{"w" + l.Suffix, "wv" + l.Suffix} {
+					widened := 0
+					for off := range 256 {
+						args := []int64{}
+						for range codeTypes {
+							args = append(args, in+int64(off)) // read only: one buffer serves every dtype
+						}
+						for _, o := range outs {
+							run.write(o, make([]byte, 4*256))
+							args = append(args, o+4*int64(off))
+						}
+						args = append(args, int64(256-off))
+						if st, err := run.call(sym, args...); err != nil || st != 0 {
+							t.Fatalf("%s: status %d, %v", sym, st, err)
+						}
+						for i, dt := range codeTypes {
+							b := run.read(outs[i], 4*256)
+							for j := off; j < 256; j++ {
+								y := math.Float32frombits(uint32(b[4*j]) | uint32(b[4*j+1])<<8 | uint32(b[4*j+2])<<16 | uint32(b[4*j+3])<<24)
+								if err := checkCode(dt, uint8(j), y); err != nil {
+									t.Fatalf("%s %s (native f16 %v), offset %d: %v", sym, l.Name, l.NativeF16, off, err)
+								}
+								widened++
 							}
-							widened++
 						}
 					}
+					t.Logf("%s %s (native f16 %v): %d codes widened exactly (256 codes x %d dtypes at 256 offsets)", sym, l.Name, l.NativeF16, widened, len(codeTypes))
 				}
-				t.Logf("%s (native f16 %v): %d codes widened exactly (256 codes x %d dtypes at 256 offsets)", l.Name, l.NativeF16, widened, len(codeTypes))
 				if l.Name == best {
 					break // the levels above would not run here
 				}
