@@ -122,12 +122,13 @@ func catch(err *error) {
 
 type buffer struct {
 	name  string
-	data  any // typed slice of a param, or []val for alloc/malloc
+	data  any  // typed slice of a param, or []val for alloc/malloc
+	t     Type // element type (Void for one the caller binds untyped)
 	freed bool
 }
 
 func newBuffer(name string, t Type, x any) (*buffer, error) {
-	b := &buffer{name: name, data: x}
+	b := &buffer{name: name, data: x, t: t}
 	var ok bool
 	switch x.(type) {
 	case nil:
@@ -341,13 +342,13 @@ func (f *frame) stmt(s Stmt, u *[]undo) (flow, int32) {
 		dst := f.lookup(s.Name)
 		dst.v, dst.vec = b.v, b.vec
 	case *Alloc:
-		f.bind(u, s.Name, &binding{buf: &buffer{name: s.Name, data: make([]val, s.Size)}})
+		f.bind(u, s.Name, &binding{buf: &buffer{name: s.Name, data: make([]val, s.Size), t: s.T}})
 	case *Malloc:
 		n := int64(f.eval(s.Size))
 		if n < 0 || n > 1<<28 {
 			f.fail("malloc %s: bad size %d", s.Name, n)
 		}
-		f.bind(u, s.Name, &binding{buf: &buffer{name: s.Name, data: make([]val, n)}})
+		f.bind(u, s.Name, &binding{buf: &buffer{name: s.Name, data: make([]val, n), t: s.T}})
 	case *Free:
 		b := f.buffer(s.Name)
 		if b.freed {
@@ -439,9 +440,10 @@ func (f *frame) reduce(s *Reduce) val {
 	return acc
 }
 
-// matmul runs a MatMul in f32, summing over k in order. C elements of the
-// static shape outside the extents become NaN (they are unspecified), and
-// a nonzero A element beyond the k extent is an error.
+// matmul runs a MatMul in f32 (B widened from its storage type), summing
+// over k in order. C elements of the static shape outside the extents
+// become NaN (they are unspecified), and a nonzero A element beyond the k
+// extent is an error.
 func (f *frame) matmul(s *MatMul) {
 	ext := func(e Expr, n int, what string) int64 {
 		x := int64(f.eval(e))
@@ -453,6 +455,17 @@ func (f *frame) matmul(s *MatMul) {
 	me, ne, ke := ext(s.MExt, s.M, "m"), ext(s.NExt, s.N, "n"), ext(s.KExt, s.K, "k")
 	c, a, b := f.buffer(s.C), f.buffer(s.A), f.buffer(s.B)
 	get := func(buf *buffer, i int64) float32 { return math.Float32frombits(uint32(f.load(buf, i, F32))) }
+	getB := get
+	if b.t.IsStorageOnly() {
+		// B as stored (f16, bf16, 8-bit codes): each element widened.
+		getB = func(buf *buffer, i int64) float32 {
+			x := f.load(buf, i, b.t)
+			if b.t == I8 {
+				x = wrap(I8, int64(x)) // legalize-dtype stores i8 codes as u8 bits
+			}
+			return math.Float32frombits(uint32(f.convert(F32, b.t, x)))
+		}
+	}
 	for m := int64(0); m < me; m++ {
 		for k := ke; k < int64(s.K); k++ {
 			if x := get(a, m*int64(s.K)+k); x != 0 {
@@ -481,7 +494,7 @@ func (f *frame) matmul(s *MatMul) {
 				if s.ZeroSkip && x == 0 {
 					continue
 				}
-				sum += float32(x * get(b, bi)) // rounded: no fused multiply-add
+				sum += float32(x * getB(b, bi)) // rounded: no fused multiply-add
 			}
 			f.store(c, ci, val(math.Float32bits(sum)))
 		}

@@ -154,7 +154,9 @@ type Reduce struct {
 	Value  Expr
 }
 
-// MatMul is a tile matrix product on local arrays (f32 values):
+// MatMul is a tile matrix product on local arrays of f32 values (B may
+// hold a storage type, f16 to 8-bit codes, each element widened to f32 as
+// the product reads it):
 //
 //	C[m, n] (+)= sum over k < KExt of A[m, k] * B[k, n]   for m < MExt, n < NExt
 //

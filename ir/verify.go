@@ -62,7 +62,8 @@ func MustVerify(pass string, m *Module) {
 //     any Spread); Shuffles and MMAs in a Threads or Lanes loop;
 //   - Reduce bounds are i32 and its value an int or a float (Var is in
 //     scope in the value only); MatMul operands are f32 arrays or buffers
-//     large enough for the static shape, with i32 extents;
+//     (B may hold a storage type) large enough for the static shape, with
+//     i32 extents;
 //   - CallStmt names a kernel of m with as many params as args, scalar args
 //     have the param's type and buffer args are Refs to buffers of the same
 //     element type (m == nil skips these call checks).
@@ -604,7 +605,8 @@ func (v *verifier) forStmt(s *For) {
 	}
 }
 
-// matmul checks a MatMul's operands: f32 local arrays or buffers large
+// matmul checks a MatMul's operands: f32 local arrays or buffers (B may
+// hold a storage type, f16 to 8-bit codes, that the product widens) large
 // enough for their static shapes, positive shapes, i32 extents.
 func (v *verifier) matmul(s *MatMul) {
 	if s.M <= 0 || s.N <= 0 || s.K <= 0 {
@@ -615,8 +617,8 @@ func (v *verifier) matmul(s *MatMul) {
 		n    int
 	}{{s.C, s.M * s.N}, {s.A, s.M * s.K}, {s.B, s.K * s.N}} {
 		d := v.buffer(x.name, "matmul operand")
-		if d.t != F32 {
-			v.fail("matmul operand %s has %s elements, want f32", x.name, d.t)
+		if d.t != F32 && !(x.name == s.B && d.t.IsStorageOnly()) {
+			v.fail("matmul operand %s has %s elements, want f32 (B: or a storage type, widened)", x.name, d.t)
 		}
 		if d.size > 0 && d.size < x.n {
 			v.fail("matmul operand %s holds %d elements, the shape needs %d", x.name, d.size, x.n)

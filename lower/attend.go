@@ -297,8 +297,8 @@ func (l *lowering) bindItem(w *blk, it attnItem, item ir.Expr) itemVars {
 func (l *lowering) allocItem(w *blk, x itemVars) {
 	R, D, DV, KT := x.R, l.D, l.DV, l.t.KVTile
 	w.alloc("qs", ir.F32, R*D)
-	w.alloc("kb", ir.F32, KT*D)
-	w.alloc("vb", ir.F32, KT*DV)
+	w.alloc("kb", l.stageType(), KT*D)
+	w.alloc("vb", l.stageType(), KT*DV)
 	w.alloc("sc", ir.F32, R*KT)
 	w.alloc("acc", ir.F32, R*DV)
 	w.alloc("mx", ir.F32, R)
@@ -420,6 +420,24 @@ func (l *lowering) hiddenTag() ir.Tag {
 	return ir.TagHidden
 }
 
+// stageType is the element type of the staged K and V tiles: f32, or the
+// cache's own type when they are staged as stored.
+func (l *lowering) stageType() ir.Type {
+	if l.stageStored {
+		return l.kvt
+	}
+	return ir.F32
+}
+
+// stageLoad reads a cache element for a K or V tile: widened to f32, or
+// as stored.
+func (l *lowering) stageLoad(buf string, idx ir.Expr) ir.Expr {
+	if l.stageStored {
+		return ld(buf, l.kvt, idx)
+	}
+	return l.kvLoad(buf, idx)
+}
+
 // stageKV stages the tile's K and V rows (the page walk): position j of
 // the tile finds its page, so a tile may span pages of any power-of-two
 // size. Positions past the tile's end, and pages outside the pool or
@@ -432,8 +450,8 @@ func (l *lowering) stageKV(t *blk, kvBeg, kvLo, kvN, kvRest, kvh, sb, qBase, qSe
 		if l.hidesBlocks() {
 			x.store("kvis", j, i32(0))
 		}
-		x.spread("d", D, func(y *blk, d ir.Expr) { y.store("kb", add(mul(j, i32(D)), d), f32(0)) })
-		x.spread("d", DV, func(y *blk, d ir.Expr) { y.store("vb", add(mul(j, i32(DV)), d), f32(0)) })
+		x.spread("d", D, func(y *blk, d ir.Expr) { y.store("kb", add(mul(j, i32(D)), d), ir.Cvt(l.stageType(), f32(0))) })
+		x.spread("d", DV, func(y *blk, d ir.Expr) { y.store("vb", add(mul(j, i32(DV)), d), ir.Cvt(l.stageType(), f32(0))) })
 	}
 	stage := t.loop("j", i32(0), i32(l.t.KVTile), ir.Spread, ir.TagStage, func(x *blk) {
 		j := ir.R("j", ir.I32)
@@ -449,13 +467,13 @@ func (l *lowering) stageKV(t *blk, kvBeg, kvLo, kvN, kvRest, kvh, sb, qBase, qSe
 					row := z.let("krow"+segName(sg), l.rowIndex(page, kvh, slot, sg.w))
 					z.spread("d", sg.w, func(u *blk, d ir.Expr) {
 						l.stageRow(u, "kb", add(mul(j, i32(D)), plus(d, sg.off)), l.kRopePos(u, pos, sb, qBase, qSeqRow), d,
-							func(k ir.Expr) ir.Expr { return l.kvLoad(sg.buf, add(row, i64(k))) }, true)
+							func(k ir.Expr) ir.Expr { return l.stageLoad(sg.buf, add(row, i64(k))) }, true)
 					})
 				}
 				for _, sg := range l.vSegs() {
 					row := z.let("vrow"+segName(sg), l.rowIndex(page, kvh, slot, sg.w))
 					z.spread("d", sg.w, func(u *blk, d ir.Expr) {
-						u.store("vb", add(mul(j, i32(DV)), plus(d, sg.off)), l.kvLoad(sg.buf, add(row, i64(d))))
+						u.store("vb", add(mul(j, i32(DV)), plus(d, sg.off)), l.stageLoad(sg.buf, add(row, i64(d))))
 					})
 				}
 			}, func(z *blk) { zero(z, j) })

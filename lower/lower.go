@@ -44,6 +44,12 @@ type Tiling struct {
 	PadRows bool
 	// MaxHeads caps the qo heads of a GQA group one item serves.
 	MaxHeads int
+	// DecodeStageStored makes the decode kernels stage K and V rows as the
+	// cache stores them (f16, bf16 bits or 8-bit codes, copied) where the
+	// staging would only widen them (no RoPE on K, no MLA segments): the
+	// tile's products widen B as they read it, so the scratch is the size
+	// of the cached rows and the copy converts nothing.
+	DecodeStageStored bool
 }
 
 // HeadTile is how many qo heads of a GQA group of g heads a work item
@@ -121,6 +127,7 @@ func Lower(v *ir.Variant, t Tiling) (*ir.Module, error) {
 		if t.DecodeKVTile > 0 {
 			ld.t.KVTile = t.DecodeKVTile
 		}
+		ld.stageStored = t.DecodeStageStored && l.kvt.IsStorageOnly() && v.Rope == nil && v.MLA == nil
 		add(ld.decode(v.HasRole(ir.RoleDecode)))
 	}
 	if v.HasRole(ir.RoleMergeState) {
@@ -144,6 +151,9 @@ type lowering struct {
 	p                string
 	t                Tiling
 	GB               int // qo heads per work item
+	// stageStored: the K and V tiles hold the cache's elements as stored
+	// (Tiling.DecodeStageStored, where it applies).
+	stageStored bool
 }
 
 func scalar(name string) *ir.Param { return &ir.Param{Name: name, Elem: ir.I32} }

@@ -24,16 +24,17 @@ const (
 )
 
 // MatMulLoops writes mm as spread loops over its extents. dotKind is the
-// kind of the innermost loop of a dot product (vector on a CPU).
-func MatMulLoops(mm *ir.MatMul, order DotOrder, dotKind ir.LoopKind) []ir.Stmt {
+// kind of the innermost loop of a dot product (vector on a CPU). bElem is
+// the element type of B's array (f32, or a storage type the loads widen).
+func MatMulLoops(mm *ir.MatMul, bElem ir.Type, order DotOrder, dotKind ir.LoopKind) []ir.Stmt {
 	i32 := func(v int) ir.Expr { return ir.Int(int64(v)) }
 	m, n, k := ir.R("mm_m", ir.I32), ir.R("mm_n", ir.I32), ir.R("mm_k", ir.I32)
 	aAt := func(k ir.Expr) ir.Expr { return ir.Ld(mm.A, ir.F32, ir.Bin(ir.Add, ir.Bin(ir.Mul, m, i32(mm.K)), k)) }
 	bAt := func(k ir.Expr) ir.Expr {
 		if mm.TransB {
-			return ir.Ld(mm.B, ir.F32, ir.Bin(ir.Add, ir.Bin(ir.Mul, n, i32(mm.K)), k))
+			return LoadF32(mm.B, bElem, 1, ir.Bin(ir.Add, ir.Bin(ir.Mul, n, i32(mm.K)), k))
 		}
-		return ir.Ld(mm.B, ir.F32, ir.Bin(ir.Add, ir.Bin(ir.Mul, k, i32(mm.N)), n))
+		return LoadF32(mm.B, bElem, 1, ir.Bin(ir.Add, ir.Bin(ir.Mul, k, i32(mm.N)), n))
 	}
 	cAt := ir.Bin(ir.Add, ir.Bin(ir.Mul, m, i32(mm.N)), n)
 	prod := func(a, b ir.Expr) ir.Expr {
@@ -193,6 +194,38 @@ func HasLoop(b *ir.Block) bool {
 		return []ir.Stmt{s}
 	})
 	return found
+}
+
+// LoadF32 reads lanes consecutive elements of buf (element type elem)
+// at idx as f32 (a vector for lanes > 1): a load, widened when elem is a
+// storage type.
+func LoadF32(buf string, elem ir.Type, lanes int, idx ir.Expr) ir.Expr {
+	l := ir.Ld(buf, ir.Vec(elem, lanes), idx)
+	if elem == ir.F32 {
+		return l
+	}
+	return ir.Cvt(ir.Vec(ir.F32, lanes), l)
+}
+
+// ElemTypes maps k's buffer params and the arrays its body declares to
+// their element types.
+func ElemTypes(k *ir.Kernel) map[string]ir.Type {
+	out := map[string]ir.Type{}
+	for _, p := range k.Params {
+		if p.Buffer {
+			out[p.Name] = p.Elem
+		}
+	}
+	ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
+		switch x := s.(type) {
+		case *ir.Alloc:
+			out[x.Name] = x.T
+		case *ir.Malloc:
+			out[x.Name] = x.T
+		}
+		return []ir.Stmt{s}
+	})
+	return out
 }
 
 // MapKernels applies f to every kernel body (for passes outside this

@@ -5,6 +5,7 @@ import (
 
 	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/ir"
+	"github.com/attnc/attnc/passes"
 )
 
 // BlockMinRows is the fewest static rows a Q·Kᵀ matmul needs for
@@ -127,8 +128,12 @@ func blockKernel(body *ir.Block, l llvmgen.Level) *ir.Block {
 				return []ir.Stmt{x, &ir.Alloc{Name: p, T: ir.F32, Size: size[p]}}
 			}
 		case *ir.MatMul:
+			bElem := ir.F32
+			if a, ok := allocs[x.B]; ok {
+				bElem = a.T
+			}
 			if dotBlocks(x, allocs, l.Lanes) {
-				return dotBlockedMatMul(x, l.Lanes)
+				return dotBlockedMatMul(x, bElem, l.Lanes)
 			}
 			if !blocks(x) {
 				return []ir.Stmt{s}
@@ -137,10 +142,10 @@ func blockKernel(body *ir.Block, l llvmgen.Level) *ir.Block {
 			b := x.B
 			var out []ir.Stmt
 			if x.TransB {
-				b = packed[x.B]
+				b, bElem = packed[x.B], ir.F32
 				out = append(out, packTransposed(x, b, l.Lanes)...)
 			}
-			return append(out, blockedMatMul(x, b, sh)...)
+			return append(out, blockedMatMul(x, b, bElem, sh)...)
 		}
 		return []ir.Stmt{s}
 	})
@@ -227,18 +232,18 @@ func blockLoop(v string, total, n int, ext ir.Expr, body func(off ir.Expr, w int
 
 // blockedMatMul writes mm as micro-kernels of shape sh, reading B (or its
 // packed transpose) from b laid out [K, N].
-func blockedMatMul(mm *ir.MatMul, b string, sh microShape) []ir.Stmt {
+func blockedMatMul(mm *ir.MatMul, b string, bElem ir.Type, sh microShape) []ir.Stmt {
 	L := sh.L
 	return blockLoop("bm_nb", mm.N, sh.NR*L, mm.NExt, func(n0 ir.Expr, nw int) []ir.Stmt {
 		return blockLoop("bm_mb", mm.M, sh.MR, mm.MExt, func(m0 ir.Expr, mr int) []ir.Stmt {
-			return microKernel(mm, b, L, m0, n0, mr, nw/L)
+			return microKernel(mm, b, bElem, L, m0, n0, mr, nw/L)
 		})
 	})
 }
 
 // microKernel is C[m0 .. m0+mr, n0 .. n0+nr·L] (+)= A·B over k < KExt with
 // mr·nr vector accumulators.
-func microKernel(mm *ir.MatMul, b string, L int, m0, n0 ir.Expr, mr, nr int) []ir.Stmt {
+func microKernel(mm *ir.MatMul, b string, bElem ir.Type, L int, m0, n0 ir.Expr, mr, nr int) []ir.Stmt {
 	vt := ir.Vec(ir.F32, L)
 	acc := func(i, j int) string { return fmt.Sprintf("bm_c%d_%d", i, j) }
 	cAt := func(i, j int) ir.Expr { return addE(mulE(addE(m0, i32c(i)), mm.N), addE(n0, i32c(j*L))) }
@@ -255,7 +260,7 @@ func microKernel(mm *ir.MatMul, b string, L int, m0, n0 ir.Expr, mr, nr int) []i
 	k := ir.R("bm_k", ir.I32)
 	var step []ir.Stmt
 	for j := 0; j < nr; j++ {
-		step = append(step, &ir.Let{Name: fmt.Sprintf("bm_b%d", j), Value: ir.Ld(b, vt, addE(mulE(k, mm.N), addE(n0, i32c(j*L))))})
+		step = append(step, &ir.Let{Name: fmt.Sprintf("bm_b%d", j), Value: passes.LoadF32(b, bElem, L, addE(mulE(k, mm.N), addE(n0, i32c(j*L))))})
 	}
 	for i := 0; i < mr; i++ {
 		a := fmt.Sprintf("bm_a%d", i)

@@ -4,12 +4,14 @@ import (
 	"fmt"
 
 	"github.com/attnc/attnc/ir"
+	"github.com/attnc/attnc/passes"
 )
 
 // dotBlocks reports whether block-matmul writes mm as dot-product blocks:
 // Q·Kᵀ of a decode tile (B transposed, fewer than BlockMinRows rows, too
 // few for packing B to pay), with K a whole number of vectors, read to its
-// end, and B a local f32 array that holds every row of N.
+// end, and B a local array (f32, or a storage type its loads widen) that
+// holds every row of N.
 func dotBlocks(mm *ir.MatMul, allocs map[string]*ir.Alloc, lanes int) bool {
 	if !mm.TransB || mm.M >= BlockMinRows || lanes < 2 || mm.N%lanes != 0 || mm.K%lanes != 0 {
 		return false
@@ -18,7 +20,7 @@ func dotBlocks(mm *ir.MatMul, allocs map[string]*ir.Alloc, lanes int) bool {
 		return false
 	}
 	a, ok := allocs[mm.B]
-	return ok && a.T == ir.F32 && a.Size >= mm.N*mm.K
+	return ok && (a.T == ir.F32 || a.T.IsStorageOnly()) && a.Size >= mm.N*mm.K
 }
 
 // dotBlockedMatMul writes C[m, n] (+)= Σ_k A[m, k]·B[n, k] (B stored [N,
@@ -33,11 +35,11 @@ func dotBlocks(mm *ir.MatMul, allocs map[string]*ir.Alloc, lanes int) bool {
 // operations per result instead of 2·log2(L), and never a scalar store.
 // C outside the extents' blocks is unspecified, as with the
 // micro-kernels.
-func dotBlockedMatMul(mm *ir.MatMul, L int) []ir.Stmt {
+func dotBlockedMatMul(mm *ir.MatMul, bElem ir.Type, L int) []ir.Stmt {
 	R := dotBlockRows(mm.M, L)
 	return blockLoop("db_m", mm.M, R, mm.MExt, func(m0 ir.Expr, _ int) []ir.Stmt {
 		return blockLoop("db_nb", mm.N, L/R, mm.NExt, func(n0 ir.Expr, _ int) []ir.Stmt {
-			return dotKernel(mm, L, R, m0, n0)
+			return dotKernel(mm, bElem, L, R, m0, n0)
 		})
 	})
 }
@@ -56,7 +58,7 @@ func dotBlockRows(M, L int) int {
 
 // dotKernel is C[m0 .. m0+R, n0 .. n0+L/R] (+)= the dot products of A's
 // rows m0 .. m0+R with B's rows n0 .. n0+L/R.
-func dotKernel(mm *ir.MatMul, L, R int, m0, n0 ir.Expr) []ir.Stmt {
+func dotKernel(mm *ir.MatMul, bElem ir.Type, L, R int, m0, n0 ir.Expr) []ir.Stmt {
 	vt := ir.Vec(ir.F32, L)
 	C := L / R
 	lane := transposeAddColumns(L)
@@ -71,7 +73,7 @@ func dotKernel(mm *ir.MatMul, L, R int, m0, n0 ir.Expr) []ir.Stmt {
 		step = append(step, &ir.Let{Name: fmt.Sprintf("db_a%d", r), Value: ir.Ld(mm.A, vt, addE(mulE(addE(m0, i32c(r)), mm.K), k0))})
 	}
 	for c := 0; c < C; c++ {
-		step = append(step, &ir.Let{Name: fmt.Sprintf("db_b%d", c), Value: ir.Ld(mm.B, vt, addE(mulE(addE(n0, i32c(c)), mm.K), k0))})
+		step = append(step, &ir.Let{Name: fmt.Sprintf("db_b%d", c), Value: passes.LoadF32(mm.B, bElem, L, addE(mulE(addE(n0, i32c(c)), mm.K), k0))})
 	}
 	for s := 0; s < L; s++ {
 		r, c := lane[s]/C, lane[s]%C

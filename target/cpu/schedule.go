@@ -13,10 +13,11 @@ import (
 // value folded into the loop bound.
 func LowerTiles(m *ir.Module) (*ir.Module, error) {
 	return passes.MapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
+		elems := passes.ElemTypes(k)
 		return ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
 			switch x := s.(type) {
 			case *ir.MatMul:
-				return passes.MatMulLoops(x, passes.RowsThenK, ir.Vector)
+				return passes.MatMulLoops(x, elems[x.B], passes.RowsThenK, ir.Vector)
 			case *ir.Reduce:
 				return passes.ReduceLoop(x, ir.Vector)
 			}

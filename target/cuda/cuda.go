@@ -42,9 +42,10 @@ func (Target) Tiling(v *ir.Variant) lower.Tiling {
 // element (a serial loop) inside spreads over the static shape.
 func SIMTMatMul(m *ir.Module) (*ir.Module, error) {
 	return passes.MapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
+		elems := passes.ElemTypes(k)
 		return ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
 			if mm, ok := s.(*ir.MatMul); ok {
-				return passes.MatMulLoops(mm, passes.DotPerElement, ir.Serial)
+				return passes.MatMulLoops(mm, elems[mm.B], passes.DotPerElement, ir.Serial)
 			}
 			return []ir.Stmt{s}
 		}), nil
