@@ -65,14 +65,15 @@ func BlockMatMul(m *ir.Module) (*ir.Module, error) {
 			return nil, fmt.Errorf("block-matmul: kernel %s: %w", k.Name, err)
 		}
 		c := *k
-		c.Body = blockKernel(k.Body, l)
+		c.Body = blockKernel(k.Body, passes.ElemTypes(k), l)
 		out.Kernels = append(out.Kernels, &c)
 	}
 	return &out, nil
 }
 
-// blockKernel rewrites the matmuls of one clone's body.
-func blockKernel(body *ir.Block, l llvmgen.Level) *ir.Block {
+// blockKernel rewrites the matmuls of one clone's body; elems are its
+// buffers' and arrays' element types.
+func blockKernel(body *ir.Block, elems map[string]ir.Type, l llvmgen.Level) *ir.Block {
 	allocs := map[string]*ir.Alloc{}
 	names := map[string]bool{}
 	ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
@@ -128,10 +129,7 @@ func blockKernel(body *ir.Block, l llvmgen.Level) *ir.Block {
 				return []ir.Stmt{x, &ir.Alloc{Name: p, T: ir.F32, Size: size[p]}}
 			}
 		case *ir.MatMul:
-			bElem := ir.F32
-			if a, ok := allocs[x.B]; ok {
-				bElem = a.T
-			}
+			bElem := elems[x.B]
 			if dotBlocks(x, allocs, l.Lanes) {
 				return dotBlockedMatMul(x, bElem, l.Lanes)
 			}
