@@ -17,11 +17,10 @@ import (
 // widen B as they read it) and as f32 (the copy widens), runs the
 // target-neutral passes (matmuls left to the interpreter) and the CPU
 // pass table on both and interprets the neutral and every level's decode
-// kernel on the
-// same paged inputs — f16, bf16 and 8-bit caches, a hidden (-1) page, an
-// empty sequence and a partial last tile: o and lse are bit for bit the
-// same, so staging as stored changes where the widening happens, not
-// what the kernel computes.
+// kernel on the same paged inputs — f16, bf16 and 8-bit caches, a hidden
+// (-1) page, an empty sequence and a partial last tile: o and lse are bit
+// for bit the same, so staging as stored changes where the widening
+// happens, not what the kernel computes.
 func TestDecodeStageStoredKeepsResults(t *testing.T) {
 	for _, c := range []struct {
 		dt, kv ir.DType
