@@ -145,9 +145,11 @@ func (r *remoteRunner) level() string                                 { return r
 // for each CPU level of each triple this machine builds and runs (the
 // host's, aarch64 under qemu): native-widen's half conversion on the
 // levels with native f16 (x86-64-v3, -v4, NEON), legalize-dtype's integer
-// Widen on the others. Every one of the 256 codes of each dtype is
-// widened at every start offset of a 256-code buffer (so each code passes
-// through every vector lane and the scalar tail) and must give the f32
+// Widen on the others, each as the loop vectorizer's scalar loop and as
+// explicit vectors (widenModule's two kernels). Every one of the 256 codes
+// of each dtype is widened at every start offset of a 256-code buffer (so
+// each code passes through every vector lane and the scalar tail) by both
+// kernels and must give the f32
 // bits of its OFP8 / two's complement value (NaN of the same sign for NaN
 // codes). The interpreter runs every level's kernel on the 256 codes too.
 func TestCodeWidenExhaustive(t *testing.T) {
