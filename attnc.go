@@ -18,8 +18,6 @@ package attnc
 import (
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -212,22 +210,18 @@ func (r *Result) Names() []string {
 	return names
 }
 
-// Write stores r.Files in dir (created if missing), in name order, and
-// logs "wrote <path>" for each to log when it is not nil.
+// Write stores r.Files in dir (created if missing) as one set: they are
+// written into a fresh directory inside dir and then renamed over their
+// targets, manifest.json last, so a failure leaves dir as it was (other
+// files in dir are never touched, and a symlink at a target is replaced,
+// not written through). It logs "wrote <path>" for each file to log when
+// it is not nil.
 func (r *Result) Write(dir string, log io.Writer) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
+	files := make([]build.Artifact, 0, len(r.Files))
 	for _, n := range r.Names() {
-		p := filepath.Join(dir, n)
-		if err := os.WriteFile(p, r.Files[n], 0o644); err != nil {
-			return err
-		}
-		if log != nil {
-			fmt.Fprintf(log, "wrote %s\n", p)
-		}
+		files = append(files, build.Artifact{Name: n, Data: r.Files[n]})
 	}
-	return nil
+	return build.WriteArtifacts(dir, files, log)
 }
 
 // Module returns variant's kernel-IR module for target after every pass,

@@ -3,8 +3,6 @@ package build
 import (
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -259,19 +257,7 @@ func Build(vs []*ir.Variant, opt Options) (*Output, error) {
 	return out, nil
 }
 
-// Write stores the artifacts in dir.
+// Write stores the artifacts in dir as one set (WriteArtifacts).
 func (o *Output) Write(dir string, log io.Writer) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	for _, a := range o.Artifacts {
-		p := filepath.Join(dir, a.Name)
-		if err := os.WriteFile(p, a.Data, 0o644); err != nil {
-			return err
-		}
-		if log != nil {
-			fmt.Fprintf(log, "wrote %s\n", p)
-		}
-	}
-	return nil
+	return WriteArtifacts(dir, o.Artifacts, log)
 }
