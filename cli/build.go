@@ -2,7 +2,7 @@ package cli
 
 import (
 	"fmt"
-		"slices"
+	"slices"
 	"strings"
 
 	"github.com/attnc/attnc"
