@@ -419,10 +419,15 @@ variant q {
 	}
 }
 
+// TestEmptyFile: a spec without a variant builds nothing, so it is an
+// error at its start, not an empty manifest.
 func TestEmptyFile(t *testing.T) {
-	vs, err := Parse("empty.attn", []byte("// nothing here\n\n"))
-	if err != nil || len(vs) != 0 {
-		t.Errorf("got %v, %v; want no variants and no error", vs, err)
+	for _, src := range []string{"", "// nothing here\n\n", "\n\n\n"} {
+		vs, err := Parse("empty.attn", []byte(src))
+		want := "empty.attn:1:1: the spec has no variant (write variant NAME { ... }; see the examples directory)"
+		if vs != nil || err == nil || err.Error() != want {
+			t.Errorf("%q: got %v, %v; want the error %s", src, vs, err, want)
+		}
 	}
 }
 

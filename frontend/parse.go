@@ -26,8 +26,31 @@ const maxSize = 256 << 10
 // Parse parses and validates the .attn spec src and returns its variants in
 // source order. filename only labels positions. The error, if any, is an
 // *ir.PosError: the syntax error, or else the first semantic error in
-// source order.
+// source order. A spec without a variant is an error.
 func Parse(filename string, src []byte) ([]*ir.Variant, error) {
+	cs, err := ParseEach(filename, src)
+	if err != nil {
+		return nil, err
+	}
+	var vs []*ir.Variant
+	var errs []*ir.PosError
+	for _, c := range cs {
+		vs = append(vs, c.Variant)
+		errs = append(errs, c.Errs...)
+	}
+	if len(errs) > 0 {
+		sortErrors(errs)
+		return nil, errs[0]
+	}
+	return vs, nil
+}
+
+// ParseEach parses the .attn spec src and checks each of its variants on
+// its own: every variant, in source order, with the variant or every error
+// found in it. err (an *ir.PosError) is an error of the whole file — a
+// syntax error, a size or nesting limit, a file without a variant — and
+// then there are no variants.
+func ParseEach(filename string, src []byte) ([]Checked, error) {
 	if len(src) > maxSize {
 		return nil, tooLarge(filename, fmt.Sprintf("%d bytes", len(src)))
 	}
@@ -42,11 +65,11 @@ func Parse(filename string, src []byte) ([]*ir.Variant, error) {
 		return nil, syntaxError(filename, src, err)
 	}
 	c := &checker{file: filename}
-	vs := c.checkFile(ast)
-	if c.err != nil {
-		return nil, c.err
+	cs := c.checkFile(ast)
+	if len(c.errs) > 0 {
+		return nil, c.errs[0]
 	}
-	return vs, nil
+	return cs, nil
 }
 
 // ParseFile reads and parses the spec at path; positions carry path. It
