@@ -1,8 +1,12 @@
 package frontend
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestParseEachReportsEveryVariant: one bad variant does not hide the
@@ -66,6 +70,36 @@ func TestClosestSetting(t *testing.T) {
 	} {
 		if got := closest(w, settings); got != want {
 			t.Errorf("closest(%q) = %q, want %q", w, got, want)
+		}
+	}
+}
+
+// TestReadSpecRefusesFIFO: a named pipe with no writer is refused at once
+// (reading it would wait forever), the error naming it; so is a directory.
+func TestReadSpecRefusesFIFO(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "pipe.attn")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	for path, kind := range map[string]string{fifo: "a named pipe", dir: "a directory"} {
+		done := make(chan error, 1)
+		go func() {
+			_, err := ParseFile(path)
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			want := path + ": not a regular file (" + kind + "); a spec is read from a regular file"
+			if err == nil || err.Error() != want {
+				t.Errorf("got %v, want %s", err, want)
+			}
+		case <-time.After(5 * time.Second):
+			// Unblock the reader so that the test ends.
+			if w, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+				w.Close()
+			}
+			t.Fatalf("%s: ParseFile still blocked after 5 s", path)
 		}
 	}
 }
