@@ -235,7 +235,7 @@ func (r *Result) Module(target, variant string) *ir.Module {
 // plans of the compiled module, after every pass, as that target's entry
 // evaluates them (cpu: work items and splits for s.Threads; cuda: grids,
 // blocks, shared memory and splits for s.SMs multiprocessors). target is a
-// target r was built for.
+// target r was built for. The shape must be within CheckShape's bounds.
 func (r *Result) Select(variant, tgt string, s registry.Shape) (registry.Selection, error) {
 	var v *ir.Variant
 	for _, x := range r.Variants {
@@ -253,6 +253,9 @@ func (r *Result) Select(variant, tgt string, s registry.Shape) (registry.Selecti
 	m := r.Module(tgt, variant)
 	if m == nil {
 		return registry.Selection{}, fmt.Errorf("attnc: select: %s was not built for target %s", variant, tgt)
+	}
+	if err := CheckShape(tgt, s); err != nil {
+		return registry.Selection{}, fmt.Errorf("attnc: select %s (%s): %w", variant, tgt, err)
 	}
 	return t.Select(v, m, s)
 }

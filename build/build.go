@@ -185,10 +185,14 @@ func paramNames(ps []*ir.Param) string {
 	return "(" + strings.Join(names, ", ") + ")"
 }
 
-// Build compiles the variants for the targets and returns the artifacts.
+// Build compiles the variants (at least one) for the targets and returns
+// the artifacts.
 // The artifacts and the manifest are made from the modules after every
 // pass of each target's table.
 func Build(vs []*ir.Variant, opt Options) (*Output, error) {
+	if len(vs) == 0 {
+		return nil, fmt.Errorf("no variant to build: a spec needs at least one variant NAME { ... }")
+	}
 	names := opt.Targets
 	if len(names) == 0 {
 		names = []string{"cpu"}
