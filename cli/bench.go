@@ -36,7 +36,6 @@ const (
 	maxBenchBatch   = 4096
 	maxBenchKVLen   = 1 << 20
 	maxBenchQLen    = 65536
-	maxBenchHeads   = 1024
 	maxBenchMiB     = 1 << 20
 )
 
@@ -69,10 +68,6 @@ func (bf *benchFlags) check(c *cobra.Command, specs int) error {
 		{"batch", bf.batch, 1, maxBenchBatch},
 		{"kv-len", bf.kvLen, 1, maxBenchKVLen},
 		{"q-len", bf.qLen, 1, maxBenchQLen},
-		{"qo-heads", bf.qoHeads, 1, maxBenchHeads},
-		{"kv-heads", bf.kvHeads, 1, maxBenchHeads},
-		{"head-dim", bf.headDim, 1, maxBenchHeads},
-		{"page-size", bf.pageSize, 1, maxBenchHeads},
 		{"pool-mib", bf.poolMiB, 1, maxBenchMiB},
 		{"stream-mib", bf.streamMiB, 0, maxBenchMiB},
 	} {

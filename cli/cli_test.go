@@ -487,7 +487,7 @@ func TestVerifyAndBenchFlagErrors(t *testing.T) {
 		{[]string{"bench", "--reps", "-2"}, "--reps must be in 0..100000 (got -2)"},
 		{[]string{"bench", "--kv-len", "0"}, "--kv-len must be in 1..1048576 (got 0)"},
 		{[]string{"bench", "--q-len", "100000"}, "--q-len must be in 1..65536 (got 100000)"},
-		{[]string{"bench", "--head-dim", "0"}, "--head-dim must be in 1..1024 (got 0)"},
+		{[]string{"bench", "--head-dim", "0"}, "--head-dim 0 --page-size 16): head_dim must be positive, got 0"},
 		{[]string{"bench", "--pool-mib", "0"}, "--pool-mib must be in 1..1048576 (got 0)"},
 		{[]string{"bench", "--stream-mib", "-1"}, "--stream-mib must be in 0..1048576 (got -1)"},
 		{[]string{"bench", llama3, "--qo-heads", "8"}, "--qo-heads shapes the built-in cases; with SPEC files the specs set it"},

@@ -1,9 +1,12 @@
 package cli
 
 import (
+	"bytes"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -213,4 +216,87 @@ func TestErrorPrefix(t *testing.T) {
 			t.Errorf("attnc %s: exit %d, stderr %q; want exit 1 and a stderr starting %q", strings.Join(tc.args, " "), code, e, tc.want)
 		}
 	}
+}
+
+// TestBenchShapeFlags: the built-in shape follows the spec language's
+// rules (page_size a power of two up to 256, kv heads dividing qo heads,
+// the head_dim the kernels serve), refused before anything is built or
+// measured: nothing on stdout.
+func TestBenchShapeFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--page-size", "24"}, "(--qo-heads 32 --kv-heads 8 --head-dim 128 --page-size 24): page_size 24 is not valid: use a power of two from 1 to 256 (1, 2, 4, ..., 256)"},
+		{[]string{"--page-size", "512"}, "page_size 512 is not valid"},
+		{[]string{"--kv-heads", "3"}, "kv heads (3) must divide qo heads (32)"},
+		{[]string{"--qo-heads", "1000", "--kv-heads", "8"}, "qo heads 1000 is larger than the kernels serve: at most 256"},
+		{[]string{"--head-dim", "1000"}, "head_dim 1000 is larger than the kernels serve: at most 512"},
+		{[]string{"--head-dim", "0", "--page-size", "3"}, "head_dim must be positive, got 0; page_size 3 is not valid"},
+	} {
+		args := append([]string{"bench", "--reps", "1", "--stream-mib", "1", "--decode", "f32", "--prefill", ""}, tc.args...)
+		start := time.Now()
+		o, e, code := runCLI(t, args...)
+		if code != 1 || !strings.HasPrefix(e, "attnc bench: the built-in shape (") || !strings.Contains(e, tc.want) || o != "" {
+			t.Errorf("attnc %s: exit %d, stdout %q, stderr %q; want exit 1, nothing measured and %q", strings.Join(args, " "), code, o, e, tc.want)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("attnc %s: took %v", strings.Join(args, " "), d)
+		}
+	}
+}
+
+// TestBenchAllocationFailure: a K/V pool the system will not map (here an
+// address-space limit, as ulimit -v sets) fails the case with an error,
+// exit status 1, not an internal error (status 2). The bench runs in a
+// child process (this test binary) under the limit.
+func TestBenchAllocationFailure(t *testing.T) {
+	if os.Getenv("ATTNC_ALLOC_CHILD") == "1" {
+		return
+	}
+	needTools(t, true)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestBenchAllocationFailureChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "ATTNC_ALLOC_CHILD=1")
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	if code != 1 || !strings.Contains(e.String(), "attnc bench: decode f32: cpurt: cannot allocate a ") || strings.Contains(e.String(), "internal error") {
+		t.Errorf("exit %d, want 1 and the allocation failure\nstdout:\n%s\nstderr:\n%s", code, o.String(), e.String())
+	}
+}
+
+// TestBenchAllocationFailureChild is TestBenchAllocationFailure's child:
+// it limits its address space to what it uses plus 768 MiB and runs a
+// bench whose pool needs 1 GiB.
+func TestBenchAllocationFailureChild(t *testing.T) {
+	if os.Getenv("ATTNC_ALLOC_CHILD") != "1" {
+		t.Skip("run by TestBenchAllocationFailure")
+	}
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vmKB uint64
+	for _, line := range strings.Split(string(status), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmSize:" {
+			vmKB, _ = strconv.ParseUint(f[1], 10, 64)
+		}
+	}
+	if vmKB == 0 {
+		t.Fatal("no VmSize in /proc/self/status")
+	}
+	lim := vmKB<<10 + 768<<20
+	if err := syscall.Setrlimit(syscall.RLIMIT_AS, &syscall.Rlimit{Cur: lim, Max: lim}); err != nil {
+		t.Fatal(err)
+	}
+	code := Run([]string{"bench", "--decode", "f32", "--prefill", "", "--qo-heads", "4", "--kv-heads", "2", "--head-dim", "32",
+		"--page-size", "4", "--stream-mib", "8", "--pool-mib", "1024", "--batch", "2", "--kv-len", "100",
+		"--threads", "2", "--reps", "1"}, os.Stdout, os.Stderr)
+	os.Exit(code)
 }
