@@ -257,5 +257,9 @@ func (r *Result) Select(variant, tgt string, s registry.Shape) (registry.Selecti
 	if err := CheckShape(tgt, s); err != nil {
 		return registry.Selection{}, fmt.Errorf("attnc: select %s (%s): %w", variant, tgt, err)
 	}
-	return t.Select(v, m, s)
+	sel, err := t.Select(v, m, s)
+	if err != nil {
+		return registry.Selection{}, fmt.Errorf("attnc: select %s (%s): %w", variant, tgt, err)
+	}
+	return sel, nil
 }

@@ -108,12 +108,22 @@ func errorText(c *cobra.Command, err error) string {
 		prefix = c.CommandPath()
 	}
 	switch {
-	case located.MatchString(msg), strings.HasPrefix(msg, prefix+":"), strings.HasPrefix(msg, prefix+" "):
+	case located.MatchString(msg):
 		return msg
+	case strings.HasPrefix(msg, prefix+":"), strings.HasPrefix(msg, prefix+" "):
 	case strings.HasPrefix(msg, "attnc: "):
-		msg = strings.TrimPrefix(msg, "attnc: ")
+		msg = prefix + ": " + strings.TrimPrefix(msg, "attnc: ")
+	default:
+		msg = prefix + ": " + msg
 	}
-	return prefix + ": " + msg
+	// A package's own prefix repeating the command's ("attnc bench:
+	// bench: ...") says nothing more.
+	if c != nil {
+		if rest, ok := strings.CutPrefix(msg, prefix+": "+c.Name()+": "); ok {
+			msg = prefix + ": " + rest
+		}
+	}
+	return msg
 }
 
 func newRootCmd(stdout, stderr io.Writer, cfg *config) *cobra.Command {

@@ -208,6 +208,7 @@ func TestErrorPrefix(t *testing.T) {
 		{[]string{"build", llama3, "-o", dir, "--print-after", "nosuch"}, "attnc build: --print-after: no pass named \"nosuch\""},
 		{[]string{"explain", llama3, "--kv-len", "8", "--sms", "-1", "--target", "cuda"}, "attnc explain: --sms -1 is out of range"},
 		{[]string{"nosuch"}, "attnc: unknown command \"nosuch\" for \"attnc\""},
+		{[]string{"explain", llama3, "--q-len", "5", "--kv-len", "3"}, "attnc explain: select llama3_8b (cpu): shape: sequence 0 has q_len 5 > kv_len 3\n"},
 		{[]string{"build", bad, "-o", dir}, bad + ":2:14: qo heads must be positive, got 0\n"},
 		{[]string{"check", bad}, bad + ":2:14: qo heads must be positive, got 0\n"},
 	} {

@@ -239,7 +239,7 @@ func explainVariant(w io.Writer, v *ir.Variant, tgt string, shapes []registry.Sh
 	for _, s := range shapes {
 		sel, err := out.Select(v.Name, tgt, s)
 		if err != nil {
-			return fmt.Errorf("attnc explain: %s: %w", v.Name, err)
+			return err // "attnc: select <variant> (<target>): ..."
 		}
 		how := sel.String()
 		if sel.TooLarge {
@@ -280,7 +280,7 @@ func explainReclaim(w io.Writer, v *ir.Variant, shapes []registry.Shape) error {
 			done[kvLen] = true
 			lo, hi, err := registry.ReclaimableRange(v, kvLen)
 			if err != nil {
-				return fmt.Errorf("attnc explain: %s: %w", v.Name, err)
+				return err // "attnc: select <variant> (<target>): ..."
 			}
 			pages := (kvLen + v.PageSize - 1) / v.PageSize
 			if hi <= lo {
