@@ -15,9 +15,10 @@ import (
 // files it describes are in place too.
 const ManifestName = "manifest.json"
 
-// renameFile moves a staged file over its target; a test replaces it to
-// make a rename fail.
-var renameFile = os.Rename
+// renameFile moves a staged file over its target and linkFile keeps an old
+// one; a test replaces them to make a rename fail, or to have a file
+// system without hard links.
+var renameFile, linkFile = os.Rename, os.Link
 
 // Staging is a set of output files being written for a directory: they go
 // into a fresh directory inside it (same file system, so a rename moves
@@ -114,11 +115,12 @@ func (s *Staging) order() []string {
 // Commit moves every staged file over its target in the directory,
 // manifest.json last, and logs "wrote <path>" for each to log when it is
 // not nil. A rename replaces a symlink at the target, never writes through
-// it. Before the first rename, every target that exists is hard-linked into
-// the staging directory; when a rename fails, the files already moved are
-// put back (or removed when they were new), so the directory holds the old
-// set or the new one, never a mix. A directory in the way is refused before
-// anything changes.
+// it. Before the first rename, every target that exists is kept in the
+// staging directory (a hard link; where the file system has none, the file
+// itself is moved there); when a rename fails, the old files are put back
+// and the new ones removed, so the directory holds the old set or the new
+// one, never a mix. A directory in the way is refused before anything
+// changes.
 func (s *Staging) Commit(log io.Writer) (err error) {
 	if s.tmp == "" {
 		return errors.New("build: commit of an aborted staging directory")
@@ -130,6 +132,22 @@ func (s *Staging) Commit(log io.Writer) (err error) {
 		return err
 	}
 	existed := map[string]bool{}
+	placed := 0 // names[:placed] are renamed into the directory
+	defer func() {
+		if err == nil {
+			return
+		}
+		// Put the old set back: a backup that is a hard link of a file
+		// still in place renames onto itself, which changes nothing.
+		for i, n := range names {
+			target := filepath.Join(s.dir, n)
+			if existed[n] {
+				os.Rename(filepath.Join(old, n), target)
+			} else if i < placed {
+				os.Remove(target)
+			}
+		}
+	}()
 	for _, n := range names {
 		target := filepath.Join(s.dir, n)
 		fi, err := os.Lstat(target)
@@ -142,22 +160,18 @@ func (s *Staging) Commit(log io.Writer) (err error) {
 			return fmt.Errorf("%s is a directory; attnc writes a file there", target)
 		}
 		// link(2) does not follow a symlink: the backup is the link.
-		if err := os.Link(target, filepath.Join(old, n)); err != nil {
-			return fmt.Errorf("%s: keeping the old file until the new set is in place: %w", target, err)
+		if lerr := linkFile(target, filepath.Join(old, n)); lerr != nil {
+			if err := os.Rename(target, filepath.Join(old, n)); err != nil {
+				return fmt.Errorf("%s: keeping the old file until the new set is in place: %w", target, err)
+			}
 		}
 		existed[n] = true
 	}
-	for i, n := range names {
+	for _, n := range names {
 		if err := renameFile(s.Path(n), filepath.Join(s.dir, n)); err != nil {
-			for _, m := range names[:i] {
-				if existed[m] {
-					os.Rename(filepath.Join(old, m), filepath.Join(s.dir, m))
-				} else {
-					os.Remove(filepath.Join(s.dir, m))
-				}
-			}
 			return err
 		}
+		placed++
 	}
 	if log != nil {
 		for _, n := range names {

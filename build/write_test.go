@@ -71,9 +71,22 @@ func newSet() *Output {
 
 // TestWriteFailureLeavesOldSet makes the n-th rename of a commit fail, for
 // every n: the directory must stay byte for byte as it was, no staging
-// directory left over.
+// directory left over. Then a write without failures replaces the set and
+// leaves the user's file. Also with hard links failing (a file system
+// without them), where the old files are moved aside instead.
 func TestWriteFailureLeavesOldSet(t *testing.T) {
-	defer func(f func(string, string) error) { renameFile = f }(renameFile)
+	defer func(r, l func(string, string) error) { renameFile, linkFile = r, l }(renameFile, linkFile)
+	for _, noLinks := range []bool{false, true} {
+		linkFile = os.Link
+		if noLinks {
+			linkFile = func(string, string) error { return errors.New("no hard links here") }
+		}
+		writeFailures(t)
+	}
+}
+
+// writeFailures is TestWriteFailureLeavesOldSet with linkFile as set.
+func writeFailures(t *testing.T) {
 	for n := 1; n <= len(newSet().Artifacts); n++ {
 		dir := t.TempDir()
 		oldSet(t, dir)
