@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 
+	"github.com/attnc/attnc"
 	"github.com/spf13/cobra"
 )
 
@@ -30,7 +31,6 @@ type benchFlags struct {
 
 // Bounds of the numeric bench flags.
 const (
-	maxBenchThreads = 1024
 	maxBenchSeconds = 3600
 	maxBenchReps    = 100000
 	maxBenchBatch   = 4096
@@ -63,7 +63,7 @@ func (bf *benchFlags) check(c *cobra.Command, specs int) error {
 		v      int
 		lo, hi int
 	}{
-		{"threads", bf.threads, 0, maxBenchThreads},
+		{"threads", bf.threads, 0, attnc.ThreadsBound.Hi},
 		{"reps", bf.reps, 0, maxBenchReps},
 		{"batch", bf.batch, 1, maxBenchBatch},
 		{"kv-len", bf.kvLen, 1, maxBenchKVLen},
