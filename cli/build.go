@@ -37,6 +37,10 @@ func newBuildCmd(cfg *config) *cobra.Command {
 
 The files are byte-identical on every run and machine, so they can be
 checked in or cached. Variant names must be unique across all SPEC files.
+They are written into a staging directory inside DIR and moved into place
+together, manifest.json last: a build that fails leaves DIR as it was, and
+files in DIR that the build does not write are left alone. A symlink at an
+output path is replaced by the file, never written through.
 
 --target takes a comma list of code generators (default cpu; the flag's
 description below lists the known ones). --triple chooses the CPU the .ll
