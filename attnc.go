@@ -18,8 +18,6 @@ package attnc
 import (
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -212,22 +210,18 @@ func (r *Result) Names() []string {
 	return names
 }
 
-// Write stores r.Files in dir (created if missing), in name order, and
-// logs "wrote <path>" for each to log when it is not nil.
+// Write stores r.Files in dir (created if missing) as one set: they are
+// written into a fresh directory inside dir and then renamed over their
+// targets, manifest.json last, so a failure leaves dir as it was (other
+// files in dir are never touched, and a symlink at a target is replaced,
+// not written through). It logs "wrote <path>" for each file to log when
+// it is not nil.
 func (r *Result) Write(dir string, log io.Writer) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
+	files := make([]build.Artifact, 0, len(r.Files))
 	for _, n := range r.Names() {
-		p := filepath.Join(dir, n)
-		if err := os.WriteFile(p, r.Files[n], 0o644); err != nil {
-			return err
-		}
-		if log != nil {
-			fmt.Fprintf(log, "wrote %s\n", p)
-		}
+		files = append(files, build.Artifact{Name: n, Data: r.Files[n]})
 	}
-	return nil
+	return build.WriteArtifacts(dir, files, log)
 }
 
 // Module returns variant's kernel-IR module for target after every pass,
@@ -241,7 +235,7 @@ func (r *Result) Module(target, variant string) *ir.Module {
 // plans of the compiled module, after every pass, as that target's entry
 // evaluates them (cpu: work items and splits for s.Threads; cuda: grids,
 // blocks, shared memory and splits for s.SMs multiprocessors). target is a
-// target r was built for.
+// target r was built for. The shape must be within CheckShape's bounds.
 func (r *Result) Select(variant, tgt string, s registry.Shape) (registry.Selection, error) {
 	var v *ir.Variant
 	for _, x := range r.Variants {
@@ -260,5 +254,12 @@ func (r *Result) Select(variant, tgt string, s registry.Shape) (registry.Selecti
 	if m == nil {
 		return registry.Selection{}, fmt.Errorf("attnc: select: %s was not built for target %s", variant, tgt)
 	}
-	return t.Select(v, m, s)
+	if err := CheckShape(tgt, s); err != nil {
+		return registry.Selection{}, fmt.Errorf("attnc: select %s (%s): %w", variant, tgt, err)
+	}
+	sel, err := t.Select(v, m, s)
+	if err != nil {
+		return registry.Selection{}, fmt.Errorf("attnc: select %s (%s): %w", variant, tgt, err)
+	}
+	return sel, nil
 }

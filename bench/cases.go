@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -192,4 +193,26 @@ func SpecPlan(vs []*ir.Variant) *Plan {
 		}
 	}
 	return p
+}
+
+// CheckHeads checks the built-in cases' shape h with the spec language's
+// own rules — the checker's errors on the heads, head_dim and cache lines
+// of the spec the cases are built from — and returns every error found,
+// without the spec's positions.
+func CheckHeads(h Heads) error {
+	src := BuiltinSpec("bench_shape", h, []Builtin{{Role: ir.RoleDecode, DType: "f32"}})
+	cs, err := frontend.ParseEach("<bench shape>", []byte(src))
+	if err != nil {
+		return err
+	}
+	var msgs []string
+	for _, c := range cs {
+		for _, e := range c.Errs {
+			msgs = append(msgs, e.Msg)
+		}
+	}
+	if len(msgs) > 0 {
+		return errors.New(strings.Join(msgs, "; "))
+	}
+	return nil
 }

@@ -181,8 +181,11 @@ func setCacheRatios(cases []*CaseResult) {
 // yardsticks on the kernels' thread count, then every case, printing the
 // table to o.Out as it goes. A variant that fails to build or a case that
 // fails is recorded in Failed (and not printed) and the run goes on; a
-// variant that does not generate kernels yet is printed as skipped.
-func RunCPU(p *Plan, o CPUOptions) (*CPUReport, error) {
+// variant that does not generate kernels yet is printed as skipped. A
+// buffer the system will not map (out of memory, ulimit -v) fails its case
+// or, for a yardstick, the run, with an error.
+func RunCPU(p *Plan, o CPUOptions) (_ *CPUReport, err error) {
+	defer cpurt.RecoverAlloc(&err)
 	o = o.withDefaults()
 	if o.Batch < 1 || o.KVLen < 1 || o.QLen < 1 || o.Threads < 0 || o.PoolBytes < 0 || o.StreamBytes < 0 || o.BlockBytes < 0 {
 		return nil, fmt.Errorf("bench: bad options %+v", o)
@@ -291,8 +294,10 @@ func RunCPU(p *Plan, o CPUOptions) (*CPUReport, error) {
 	return r, nil
 }
 
-// runCase measures one planned case.
-func runCase(s *conformance.Suite, pc PlannedCase, o CPUOptions, threads int, m *Machine, y *Yardsticks) (*CaseResult, error) {
+// runCase measures one planned case; a buffer that cannot be mapped is
+// its error.
+func runCase(s *conformance.Suite, pc PlannedCase, o CPUOptions, threads int, m *Machine, y *Yardsticks) (_ *CaseResult, err error) {
+	defer cpurt.RecoverAlloc(&err)
 	v := s.V
 	if err := s.SetThreads(o.Threads); err != nil {
 		return nil, err

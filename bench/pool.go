@@ -87,6 +87,9 @@ func newPoolWorkload(s *conformance.Suite, role ir.Role, sh workloadShape, minPo
 			built.free()
 		}
 	}()
+	// Runs before the free above: a buffer the system will not map (the
+	// pool) becomes err, and what was mapped is freed.
+	defer cpurt.RecoverAlloc(&err)
 
 	// The page pools: every buffer argument named *_pages.
 	var pageNames []string

@@ -3,8 +3,6 @@ package build
 import (
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -187,10 +185,14 @@ func paramNames(ps []*ir.Param) string {
 	return "(" + strings.Join(names, ", ") + ")"
 }
 
-// Build compiles the variants for the targets and returns the artifacts.
+// Build compiles the variants (at least one) for the targets and returns
+// the artifacts.
 // The artifacts and the manifest are made from the modules after every
 // pass of each target's table.
 func Build(vs []*ir.Variant, opt Options) (*Output, error) {
+	if len(vs) == 0 {
+		return nil, fmt.Errorf("no variant to build: a spec needs at least one variant NAME { ... }")
+	}
 	names := opt.Targets
 	if len(names) == 0 {
 		names = []string{"cpu"}
@@ -259,19 +261,7 @@ func Build(vs []*ir.Variant, opt Options) (*Output, error) {
 	return out, nil
 }
 
-// Write stores the artifacts in dir.
+// Write stores the artifacts in dir as one set (WriteArtifacts).
 func (o *Output) Write(dir string, log io.Writer) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	for _, a := range o.Artifacts {
-		p := filepath.Join(dir, a.Name)
-		if err := os.WriteFile(p, a.Data, 0o644); err != nil {
-			return err
-		}
-		if log != nil {
-			fmt.Fprintf(log, "wrote %s\n", p)
-		}
-	}
-	return nil
+	return WriteArtifacts(dir, o.Artifacts, log)
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 
+	"github.com/attnc/attnc"
 	"github.com/spf13/cobra"
 )
 
@@ -30,13 +31,11 @@ type benchFlags struct {
 
 // Bounds of the numeric bench flags.
 const (
-	maxBenchThreads = 1024
 	maxBenchSeconds = 3600
 	maxBenchReps    = 100000
 	maxBenchBatch   = 4096
 	maxBenchKVLen   = 1 << 20
 	maxBenchQLen    = 65536
-	maxBenchHeads   = 1024
 	maxBenchMiB     = 1 << 20
 )
 
@@ -64,15 +63,11 @@ func (bf *benchFlags) check(c *cobra.Command, specs int) error {
 		v      int
 		lo, hi int
 	}{
-		{"threads", bf.threads, 0, maxBenchThreads},
+		{"threads", bf.threads, 0, attnc.ThreadsBound.Hi},
 		{"reps", bf.reps, 0, maxBenchReps},
 		{"batch", bf.batch, 1, maxBenchBatch},
 		{"kv-len", bf.kvLen, 1, maxBenchKVLen},
 		{"q-len", bf.qLen, 1, maxBenchQLen},
-		{"qo-heads", bf.qoHeads, 1, maxBenchHeads},
-		{"kv-heads", bf.kvHeads, 1, maxBenchHeads},
-		{"head-dim", bf.headDim, 1, maxBenchHeads},
-		{"page-size", bf.pageSize, 1, maxBenchHeads},
 		{"pool-mib", bf.poolMiB, 1, maxBenchMiB},
 		{"stream-mib", bf.streamMiB, 0, maxBenchMiB},
 	} {

@@ -25,6 +25,13 @@ func runBench(c *cobra.Command, args []string, bf benchFlags) error {
 		}
 		plan = bench.SpecPlan(vs)
 	} else {
+		// The shape flags follow the spec language's rules, checked
+		// before anything is built or measured.
+		h := bench.Heads{QOHeads: bf.qoHeads, KVHeads: bf.kvHeads, HeadDim: bf.headDim, PageSize: bf.pageSize}
+		if err := bench.CheckHeads(h); err != nil {
+			return fmt.Errorf("attnc bench: the built-in shape (--qo-heads %d --kv-heads %d --head-dim %d --page-size %d): %v",
+				h.QOHeads, h.KVHeads, h.HeadDim, h.PageSize, err)
+		}
 		var cases []bench.Builtin
 		for _, l := range []struct {
 			role  ir.Role
@@ -41,7 +48,7 @@ func runBench(c *cobra.Command, args []string, bf benchFlags) error {
 		if len(cases) == 0 {
 			return fmt.Errorf("attnc bench: --decode and --prefill are both empty: nothing to measure")
 		}
-		plan = bench.BuiltinPlan(bench.Heads{QOHeads: bf.qoHeads, KVHeads: bf.kvHeads, HeadDim: bf.headDim, PageSize: bf.pageSize}, cases)
+		plan = bench.BuiltinPlan(h, cases)
 	}
 	if bf.workDir != "" {
 		if err := os.MkdirAll(bf.workDir, 0o755); err != nil {

@@ -2,11 +2,11 @@ package cli
 
 import (
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/attnc/attnc"
+	"github.com/attnc/attnc/build"
 	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/target"
@@ -37,6 +37,10 @@ func newBuildCmd(cfg *config) *cobra.Command {
 
 The files are byte-identical on every run and machine, so they can be
 checked in or cached. Variant names must be unique across all SPEC files.
+They are written into a staging directory inside DIR and moved into place
+together, manifest.json last: a build that fails leaves DIR as it was, and
+files in DIR that the build does not write are left alone. A symlink at an
+output path is replaced by the file, never written through.
 
 --target takes a comma list of code generators (default cpu; the flag's
 description below lists the known ones). --triple chooses the CPU the .ll
@@ -97,8 +101,17 @@ status 1 on any error.`,
 			if err != nil {
 				return err
 			}
-			if err := out.Write(outDir, c.OutOrStdout()); err != nil {
-				return err
+			// Every file, the .so files included, is made in a staging
+			// directory and moved into outDir as one set.
+			st, err := build.Stage(outDir)
+			if err != nil {
+				return fmt.Errorf("attnc build: %w", err)
+			}
+			defer st.Abort()
+			for _, file := range out.Names() {
+				if err := st.Write(file, out.Files[file]); err != nil {
+					return fmt.Errorf("attnc build: %w", err)
+				}
 			}
 			if shared {
 				for _, file := range out.Names() {
@@ -106,12 +119,14 @@ status 1 on any error.`,
 					if !ok {
 						continue
 					}
-					so := filepath.Join(outDir, name+".so")
-					if err := tc.BuildShared(filepath.Join(outDir, file), so); err != nil {
-						return err
+					if err := tc.BuildShared(st.Path(file), st.Path(name+".so")); err != nil {
+						return fmt.Errorf("attnc build --shared: %w", err)
 					}
-					fmt.Fprintf(c.OutOrStdout(), "wrote %s\n", so)
+					st.Add(name + ".so")
 				}
+			}
+			if err := st.Commit(c.OutOrStdout()); err != nil {
+				return fmt.Errorf("attnc build: %w", err)
 			}
 			return nil
 		},

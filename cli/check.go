@@ -2,8 +2,10 @@ package cli
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/attnc/attnc/build"
+	"github.com/attnc/attnc/frontend"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
 	"github.com/attnc/attnc/passes"
@@ -24,29 +26,47 @@ syntax or validation error, or a combination that is accepted by the
 language but not generated yet (rope inline with mla, the page kernels with
 mla), is printed as file:line:col: message on stderr, and attnc exits with
 status 1. Every file and every variant is checked even when an earlier one
-fails; a variant name used again in a later file is an error there.`,
+fails, and every error of a variant is reported; a variant name used again
+in a later file (also in another case) is an error there. A file that is not
+a regular file, or that holds no variant, is an error.`,
 		Example: `  attnc check examples/llama3_8b.attn
   attnc check examples/*.attn`,
 		Args: specArgs,
 		RunE: func(c *cobra.Command, args []string) error {
 			failed := false
 			report := func(err error) {
-				fmt.Fprintln(c.ErrOrStderr(), err)
+				fmt.Fprintln(c.ErrOrStderr(), errorText(c, err))
 				failed = true
 			}
-			seen := map[string]ir.Pos{}
+			seen := map[string]*ir.Variant{}
 			for _, path := range args {
-				vs, err := build.ParseSpecs([]string{path})
+				src, err := frontend.ReadSpec(path)
 				if err != nil {
 					report(err)
 					continue
 				}
-				for _, v := range vs {
-					if first, dup := seen[v.Name]; dup {
-						report(ir.Errorf(v.Pos, "variant %s already defined at %s", v.Name, first))
+				cs, err := frontend.ParseEach(path, src)
+				if err != nil {
+					report(err)
+					continue
+				}
+				for _, cv := range cs {
+					for _, e := range cv.Errs {
+						report(e)
+					}
+					v := cv.Variant
+					if v == nil {
 						continue
 					}
-					seen[v.Name] = v.Pos
+					key := strings.ToLower(v.Name)
+					if first, dup := seen[key]; dup && first.Name == v.Name {
+						report(ir.Errorf(v.Pos, "variant %s already defined at %s", v.Name, first.Pos))
+						continue
+					} else if dup {
+						report(ir.Errorf(v.Pos, "variant %s collides with %s (defined at %s): names must differ in more than case, since they name C macros and include guards", v.Name, first.Name, first.Pos))
+						continue
+					}
+					seen[key] = v
 					err := lower.Unsupported(v)
 					for _, t := range target.All() {
 						if err != nil {

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"runtime/debug"
 	"strings"
 
@@ -32,8 +33,9 @@ import (
 func Main(opts ...Option) { os.Exit(Run(os.Args[1:], os.Stdout, os.Stderr, opts...)) }
 
 // Run executes the command line args and returns the exit status: 0 on
-// success, 1 on any error (printed as-is to stderr), 2 on an internal
-// compiler error (a panic, printed with its stack).
+// success, 1 on any error (printed to stderr: an error in a spec as
+// file:line:col: message, any other as "attnc <command>: message"), 2 on
+// an internal compiler error (a panic, printed with its stack).
 func Run(args []string, stdout, stderr io.Writer, opts ...Option) int {
 	cfg := &config{}
 	for _, o := range opts {
@@ -83,13 +85,45 @@ func run(args []string, stdout, stderr io.Writer, cfg *config) (code int) {
 	}
 	root := newRootCmd(stdout, stderr, cfg)
 	root.SetArgs(args)
-	if err := root.Execute(); err != nil {
+	if cmd, err := root.ExecuteC(); err != nil {
 		if !errors.Is(err, errReported) {
-			fmt.Fprintln(stderr, err)
+			fmt.Fprintln(stderr, errorText(cmd, err))
 		}
 		return 1
 	}
 	return 0
+}
+
+// located matches an error that names its place in a spec:
+// file:line:col: message.
+var located = regexp.MustCompile(`^[^\s:][^:\n]*:[1-9][0-9]*:[1-9][0-9]*: `)
+
+// errorText is how the command line prints err from command c: an error
+// located in a spec as file:line:col: message, any other as
+// "attnc <command>: message".
+func errorText(c *cobra.Command, err error) string {
+	msg := err.Error()
+	prefix := "attnc"
+	if c != nil {
+		prefix = c.CommandPath()
+	}
+	switch {
+	case located.MatchString(msg):
+		return msg
+	case strings.HasPrefix(msg, prefix+":"), strings.HasPrefix(msg, prefix+" "):
+	case strings.HasPrefix(msg, "attnc: "):
+		msg = prefix + ": " + strings.TrimPrefix(msg, "attnc: ")
+	default:
+		msg = prefix + ": " + msg
+	}
+	// A package's own prefix repeating the command's ("attnc bench:
+	// bench: ...") says nothing more.
+	if c != nil {
+		if rest, ok := strings.CutPrefix(msg, prefix+": "+c.Name()+": "); ok {
+			msg = prefix + ": " + rest
+		}
+	}
+	return msg
 }
 
 func newRootCmd(stdout, stderr io.Writer, cfg *config) *cobra.Command {

@@ -487,7 +487,7 @@ func TestVerifyAndBenchFlagErrors(t *testing.T) {
 		{[]string{"bench", "--reps", "-2"}, "--reps must be in 0..100000 (got -2)"},
 		{[]string{"bench", "--kv-len", "0"}, "--kv-len must be in 1..1048576 (got 0)"},
 		{[]string{"bench", "--q-len", "100000"}, "--q-len must be in 1..65536 (got 100000)"},
-		{[]string{"bench", "--head-dim", "0"}, "--head-dim must be in 1..1024 (got 0)"},
+		{[]string{"bench", "--head-dim", "0"}, "--head-dim 0 --page-size 16): head_dim must be positive, got 0"},
 		{[]string{"bench", "--pool-mib", "0"}, "--pool-mib must be in 1..1048576 (got 0)"},
 		{[]string{"bench", "--stream-mib", "-1"}, "--stream-mib must be in 0..1048576 (got -1)"},
 		{[]string{"bench", llama3, "--qo-heads", "8"}, "--qo-heads shapes the built-in cases; with SPEC files the specs set it"},
@@ -840,7 +840,7 @@ func TestResourceLimits(t *testing.T) {
 		{[]string{"explain", llama3, "--kv-len", "100", "--q-len", "1073741825"}, 1, "--q-len 1073741825 is out of range"},
 		{[]string{"explain", llama3, "--kv-len", "100", "--threads", "0"}, 1, "--threads 0 is out of range: the kernels use at most this many threads, 1..1024"},
 		{[]string{"explain", llama3, "--kv-len", "100", "--q-len", "2", "--batch", "2147483647"}, 1, "the batch has 4294967294 query tokens; qo_indptr is int32_t and holds at most 2147483647"},
-		{[]string{"check", "/dev/zero"}, 1, "/dev/zero:1:1: spec is too large (more than 262144 bytes; the limit is 262144)"},
+		{[]string{"check", "/dev/zero"}, 1, "attnc check: /dev/zero: not a regular file (a character device); a spec is read from a regular file"},
 	} {
 		_, e, code := runCLI(t, tc.args...)
 		if code != tc.code || !strings.Contains(e, tc.want) {

@@ -91,7 +91,7 @@ one decision per combination.`,
 					fmt.Fprintln(out)
 				}
 				if err := explainVariant(out, v, tgt, shapes, cfg); err != nil {
-					fmt.Fprintln(c.ErrOrStderr(), err)
+					fmt.Fprintln(c.ErrOrStderr(), errorText(c, err))
 					failed = true
 				}
 			}
@@ -141,6 +141,13 @@ func (s *shapeFlags) shapes() ([]registry.Shape, error) {
 	if err := checkThreads(cmd, threads); err != nil {
 		return nil, err
 	}
+	sms := s.sms
+	if sms == 0 {
+		sms = cudatarget.DefaultSMs
+	}
+	if err := checkSMs(cmd, []int{sms}); err != nil {
+		return nil, err
+	}
 	var out []registry.Shape
 	for _, b := range batches {
 		var sh registry.Shape
@@ -170,11 +177,11 @@ func (s *shapeFlags) shapes() ([]registry.Shape, error) {
 		if sh.Batch > 0 {
 			total *= int64(sh.Batch)
 		}
-		if total > maxBatch {
-			return nil, fmt.Errorf("%s: the batch has %d query tokens; qo_indptr is int32_t and holds at most %d", cmd, total, maxBatch)
+		if total > int64(attnc.BatchBound.Hi) {
+			return nil, fmt.Errorf("%s: the batch has %d query tokens; qo_indptr is int32_t and holds at most %d", cmd, total, attnc.BatchBound.Hi)
 		}
 		sh.DecodeLayout = single
-		sh.SMs = s.sms
+		sh.SMs = sms
 		for _, t := range threads {
 			sh.Threads = t
 			out = append(out, sh)
@@ -232,33 +239,15 @@ func explainVariant(w io.Writer, v *ir.Variant, tgt string, shapes []registry.Sh
 	for _, s := range shapes {
 		sel, err := out.Select(v.Name, tgt, s)
 		if err != nil {
-			return fmt.Errorf("attnc explain: %s: %w", v.Name, err)
+			return err // "attnc: select <variant> (<target>): ..."
 		}
-		how := fmt.Sprintf("%s via %s", sel.Role, sel.Symbol)
-		if tgt == "cpu" {
-			how += fmt.Sprintf(", %d work items", sel.Items)
-		}
+		how := sel.String()
 		if sel.TooLarge {
 			how = fmt.Sprintf("%s via %s: status %d TOO_LARGE, more than %d work items (nothing is computed; split the batch)", sel.Role, sel.Symbol, ir.StatusTooLarge, lower.MaxItems)
 		}
-		if sel.Splits > 1 {
-			how += fmt.Sprintf(", KV split in %d chunks", sel.Splits)
-		}
-		if sel.Merge {
-			how += ", merged with merge_state"
-		}
-		if tgt != "cpu" {
-			for _, l := range sel.Launches {
-				how += fmt.Sprintf("; %s grid=%d block=%d smem=%d", l.Kernel, l.Grid, l.Block, l.Smem)
-			}
-		}
 		who := fmt.Sprintf("threads=%d", s.Threads)
 		if tgt != "cpu" {
-			sms := s.SMs
-			if sms == 0 {
-				sms = cudatarget.DefaultSMs
-			}
-			who = fmt.Sprintf("sms=%d", sms)
+			who = fmt.Sprintf("sms=%d", s.SMs)
 		}
 		batch := len(s.QLens)
 		if s.Batch > 0 {
@@ -291,7 +280,7 @@ func explainReclaim(w io.Writer, v *ir.Variant, shapes []registry.Shape) error {
 			done[kvLen] = true
 			lo, hi, err := registry.ReclaimableRange(v, kvLen)
 			if err != nil {
-				return fmt.Errorf("attnc explain: %s: %w", v.Name, err)
+				return err // "attnc: select <variant> (<target>): ..."
 			}
 			pages := (kvLen + v.PageSize - 1) / v.PageSize
 			if hi <= lo {

@@ -2,41 +2,43 @@ package cli
 
 import (
 	"fmt"
-	"math"
 
-	llvmgen "github.com/attnc/attnc/codegen/llvm"
-	"github.com/attnc/attnc/lower"
+	"github.com/attnc/attnc"
 )
 
-// Numeric flags are bounded to what the ABI represents, and the error says
-// the bound: a value outside is refused before any work (a batch of
-// 2147483647 is explained without listing its sequences).
-const (
-	maxBatch  = math.MaxInt32   // batch_size is an int32_t
-	maxSeqLen = lower.MaxSeqLen // a sequence holds at most 2^30 tokens
-)
-
-// checkRange refuses any value of flag outside lo..hi; why names the bound.
-func checkRange(cmd, flag string, xs []int, lo, hi int, why string) error {
+// Numeric flags are bounded to what the ABI represents, with the bounds
+// Result.Select checks (attnc.ThreadsBound, ...), and the error says the
+// bound: a value outside is refused before any work (a batch of 2147483647
+// is explained without listing its sequences).
+// checkRange refuses any value of flag outside lo..b.Hi; b.Why names the
+// bound.
+func checkRange(cmd, flag string, xs []int, lo int, b attnc.Bound) error {
+	b.Lo = lo
 	for _, x := range xs {
-		if x < lo || x > hi {
-			return fmt.Errorf("%s: %s %d is out of range: %s, %d..%d", cmd, flag, x, why, lo, hi)
+		if err := b.Check(flag, x); err != nil {
+			return fmt.Errorf("%s: %w", cmd, err)
 		}
 	}
 	return nil
 }
 
-// checkThreads bounds a thread-count flag to 1..MaxThreads.
+// checkThreads bounds a thread-count flag to attnc.ThreadsBound.
 func checkThreads(cmd string, xs []int) error {
-	return checkRange(cmd, "--threads", xs, 1, llvmgen.MaxThreads, "the kernels use at most this many threads")
+	return checkRange(cmd, "--threads", xs, attnc.ThreadsBound.Lo, attnc.ThreadsBound)
 }
 
-// checkBatch bounds a batch-size flag.
+// checkSMs bounds a multiprocessor-count flag to attnc.SMsBound.
+func checkSMs(cmd string, xs []int) error {
+	return checkRange(cmd, "--sms", xs, attnc.SMsBound.Lo, attnc.SMsBound)
+}
+
+// checkBatch bounds a batch-size flag (lo: 0 where an empty batch is
+// meaningful).
 func checkBatch(cmd string, xs []int, lo int) error {
-	return checkRange(cmd, "--batch", xs, lo, maxBatch, "batch_size is an int32_t")
+	return checkRange(cmd, "--batch", xs, lo, attnc.BatchBound)
 }
 
 // checkSeqLen bounds a per-sequence length flag.
 func checkSeqLen(cmd, flag string, xs []int, lo int) error {
-	return checkRange(cmd, flag, xs, lo, maxSeqLen, "a sequence holds at most 2^30 tokens")
+	return checkRange(cmd, flag, xs, lo, attnc.SeqLenBound)
 }

@@ -17,13 +17,41 @@ type Buffer struct {
 }
 
 // NewBuffer maps a zeroed buffer of n bytes. n = 0 yields a buffer whose
-// address is the guard page itself. It panics if mmap fails.
+// address is the guard page itself. It panics with an *AllocError if the
+// memory cannot be mapped (RecoverAlloc turns that into an error).
 func NewBuffer(n int) *Buffer {
 	b, err := newBuffer(n, 0)
 	if err != nil {
-		panic(err.Error())
+		panic(err)
 	}
 	return b
+}
+
+// AllocError is a buffer the system would not map: out of memory, or an
+// address-space limit (ulimit -v).
+type AllocError struct {
+	Bytes int // the mapping's size, guard pages included
+	Op    string
+	Err   error
+}
+
+func (e *AllocError) Error() string {
+	return fmt.Sprintf("cpurt: cannot allocate a %d-byte buffer (%s: %v)", e.Bytes, e.Op, e.Err)
+}
+
+func (e *AllocError) Unwrap() error { return e.Err }
+
+// RecoverAlloc, deferred, turns a panic of NewBuffer (an *AllocError) into
+// *err, so that a caller reports running out of memory as an error; any
+// other panic goes on.
+func RecoverAlloc(err *error) {
+	if r := recover(); r != nil {
+		if ae, ok := r.(*AllocError); ok {
+			*err = ae
+			return
+		}
+		panic(r)
+	}
 }
 
 // NewSparseBuffer is NewBuffer for a huge buffer of which a test touches
@@ -41,12 +69,12 @@ func newBuffer(n, flags int) (*Buffer, error) {
 	total := (dataPages + 2) * ps
 	mem, err := syscall.Mmap(-1, 0, total, syscall.PROT_NONE, syscall.MAP_PRIVATE|syscall.MAP_ANON|flags)
 	if err != nil {
-		return nil, fmt.Errorf("cpurt: mmap %d bytes: %v", total, err)
+		return nil, &AllocError{Bytes: total, Op: "mmap", Err: err}
 	}
 	if dataPages > 0 {
 		if err := syscall.Mprotect(mem[ps:ps+dataPages*ps], syscall.PROT_READ|syscall.PROT_WRITE); err != nil {
 			syscall.Munmap(mem)
-			return nil, fmt.Errorf("cpurt: mprotect %d bytes: %v", dataPages*ps, err)
+			return nil, &AllocError{Bytes: total, Op: "mprotect", Err: err}
 		}
 	}
 	end := ps + dataPages*ps

@@ -3,6 +3,7 @@ package frontend
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -11,20 +12,28 @@ import (
 	"github.com/attnc/attnc/ir"
 )
 
-// checker validates a syntax tree into variants. It records every error and
-// keeps the first in source order, so the result does not depend on the
-// order in which checks run.
+// checker validates a syntax tree into variants. It records every error;
+// callers sort them into source order, so the result does not depend on
+// the order in which checks run.
 type checker struct {
 	file string
-	err  *ir.PosError
+	errs []*ir.PosError
 }
 
 // errorf records an error at p.
 func (c *checker) errorf(p lexer.Position, format string, args ...any) {
-	e := &ir.PosError{Pos: c.pos(p), Msg: fmt.Sprintf(format, args...)}
-	if c.err == nil || e.Pos.Line < c.err.Pos.Line || e.Pos.Line == c.err.Pos.Line && e.Pos.Col < c.err.Pos.Col {
-		c.err = e
-	}
+	c.errs = append(c.errs, &ir.PosError{Pos: c.pos(p), Msg: fmt.Sprintf(format, args...)})
+}
+
+// sortErrors sorts errs into source order (stable: errors at one position
+// keep the order they were found in).
+func sortErrors(errs []*ir.PosError) {
+	slices.SortStableFunc(errs, func(a, b *ir.PosError) int {
+		if a.Pos.Line != b.Pos.Line {
+			return a.Pos.Line - b.Pos.Line
+		}
+		return a.Pos.Col - b.Pos.Col
+	})
 }
 
 // pos converts p to an ir.Pos in the checked file.
@@ -33,11 +42,19 @@ func (c *checker) pos(p lexer.Position) ir.Pos { return position(c.file, p) }
 // settings lists the keywords that may start a line of a variant.
 var settings = []string{"heads", "head_dim", "dtype", "cache", "mask", "sinks", "score", "scale", "rope", "mla", "lse", "kernels"}
 
-// checkFile checks every variant of f and rejects names that are too long
-// or the same as an earlier one's, ignoring case (a name becomes C symbols
-// and upper-case macros and include guards).
-func (c *checker) checkFile(f *fileAST) []*ir.Variant {
-	var out []*ir.Variant
+// Checked is one variant of a spec file as the checker saw it: the
+// variant, or the errors found in it (in source order).
+type Checked struct {
+	Variant *ir.Variant    // nil when Errs is not empty
+	Errs    []*ir.PosError // every error of this variant, in source order
+}
+
+// checkFile checks every variant of f on its own and rejects names that
+// are too long or the same as an earlier one's, ignoring case (a name
+// becomes C symbols and upper-case macros and include guards). A file
+// without a variant is an error, returned alone.
+func (c *checker) checkFile(f *fileAST) []Checked {
+	var out []Checked
 	type named struct {
 		name string
 		pos  lexer.Position
@@ -47,6 +64,7 @@ func (c *checker) checkFile(f *fileAST) []*ir.Variant {
 		if va == nil || va.Name == nil {
 			continue
 		}
+		c.errs = nil
 		name := va.Name.Name
 		if n := len(name); n > ir.MaxNameLen {
 			c.errorf(va.Name.Pos, "variant name is %d characters long; the limit is %d (it prefixes every C symbol and macro)", n, ir.MaxNameLen)
@@ -59,7 +77,17 @@ func (c *checker) checkFile(f *fileAST) []*ir.Variant {
 		} else {
 			first[key] = named{name, va.Name.Pos}
 		}
-		out = append(out, c.variant(va))
+		v := c.variant(va)
+		if len(c.errs) > 0 {
+			sortErrors(c.errs)
+			out = append(out, Checked{Errs: c.errs})
+		} else {
+			out = append(out, Checked{Variant: v})
+		}
+	}
+	c.errs = nil
+	if len(out) == 0 {
+		c.errorf(lexer.Position{Line: 1, Column: 1}, "the spec has no variant (write variant NAME { ... }; see the examples directory)")
 	}
 	return out
 }
@@ -76,6 +104,10 @@ type lines struct {
 	score          *scoreStmt
 	scale          *scaleStmt
 	kernels        *kernelsStmt
+	// guessed are the settings an unknown setting's name is close to
+	// (head_dims: head_dim); their "missing line" errors would only
+	// repeat that error.
+	guessed map[string]bool
 }
 
 // keyword returns the word that starts s and its position.
@@ -106,7 +138,7 @@ func (s *stmtAST) keyword() (string, lexer.Position) {
 // collect sorts a variant's lines by keyword, rejecting unknown, duplicate
 // and run-on lines.
 func (c *checker) collect(va *variantAST) *lines {
-	l := &lines{}
+	l := &lines{guessed: map[string]bool{}}
 	first := map[string]lexer.Position{}
 	prevStmt := false
 	for _, it := range va.Items {
@@ -121,7 +153,12 @@ func (c *checker) collect(va *variantAST) *lines {
 		}
 		prevStmt = true
 		if s.Unknown != nil {
-			c.errorf(pos, "unknown setting %q (known: %s)", kw, strings.Join(settings, ", "))
+			if g := closest(kw, settings); g != "" {
+				c.errorf(pos, "unknown setting %q (did you mean %s?)", kw, g)
+				l.guessed[g] = true
+			} else {
+				c.errorf(pos, "unknown setting %q (known: %s)", kw, strings.Join(settings, ", "))
+			}
 			continue
 		}
 		if p, dup := first[kw]; dup {
@@ -184,14 +221,14 @@ func (c *checker) variant(va *variantAST) *ir.Variant {
 			c.errorf(l.mla.Pos, "mla requires an explicit scale")
 		}
 	} else {
-		if l.heads == nil {
+		if l.heads == nil && !l.guessed["heads"] {
 			c.errorf(va.Name.Pos, "missing heads line (heads qo = N, kv = M)")
-		} else {
+		} else if l.heads != nil {
 			c.heads(v, l.heads)
 		}
-		if l.headDim == nil {
+		if l.headDim == nil && !l.guessed["head_dim"] {
 			c.errorf(va.Name.Pos, "missing head_dim line (head_dim N, or head_dim qk = N, v = M)")
-		} else {
+		} else if l.headDim != nil {
 			c.headDim(v, l.headDim)
 		}
 	}
@@ -838,4 +875,37 @@ func (c *checker) parseFloat(p lexer.Position, s string) (float64, bool) {
 		return 0, false
 	}
 	return f, true
+}
+
+// closest returns the word of known nearest to w by edit distance when it
+// is a likely misspelling (at most two edits, fewer than w's length), or "".
+func closest(w string, known []string) string {
+	best, bestD := "", 3
+	for _, k := range known {
+		if d := editDistance(strings.ToLower(w), k); d < bestD && d < len(w) {
+			best, bestD = k, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b (bytes).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }

@@ -8,10 +8,13 @@
 // names or values are valid. The checker (check.go, expr.go) then validates
 // every setting, fills in defaults and types the expressions. Every error is
 // an *ir.PosError that prints as file:line:col: message; a syntax error is
-// reported before any semantic error, and of several semantic errors the
-// first in source order is returned. A file with no variant is not an
-// error. Limits: a spec is at most 256 KiB, and parentheses or runs of
-// prefix operators nest at most 100 deep.
+// reported before any semantic error. Parse returns the first semantic
+// error in source order; ParseEach checks each variant on its own and
+// returns every error of every variant (attnc check prints them all). A
+// misspelt setting is reported at its own position with the nearest
+// setting name. A file with no variant is an error. ReadSpec reads only
+// regular files. Limits: a spec is at most 256 KiB, and parentheses or
+// runs of prefix operators nest at most 100 deep.
 //
 // Defaults where a spec is silent: dtype f16; cache paged(page_size = 16,
 // layout = HND, table = csr); mask causal; kv heads = qo heads; head_dim

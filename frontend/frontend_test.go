@@ -419,10 +419,15 @@ variant q {
 	}
 }
 
+// TestEmptyFile: a spec without a variant builds nothing, so it is an
+// error at its start, not an empty manifest.
 func TestEmptyFile(t *testing.T) {
-	vs, err := Parse("empty.attn", []byte("// nothing here\n\n"))
-	if err != nil || len(vs) != 0 {
-		t.Errorf("got %v, %v; want no variants and no error", vs, err)
+	for _, src := range []string{"", "// nothing here\n\n", "\n\n\n"} {
+		vs, err := Parse("empty.attn", []byte(src))
+		want := "empty.attn:1:1: the spec has no variant (write variant NAME { ... }; see the examples directory)"
+		if vs != nil || err == nil || err.Error() != want {
+			t.Errorf("%q: got %v, %v; want the error %s", src, vs, err, want)
+		}
 	}
 }
 
@@ -486,8 +491,8 @@ func TestDesignExamplesMatchFiles(t *testing.T) {
 }
 
 // TestParseFileLimits: a huge file is refused from its size before it is
-// read, a device that never ends (/dev/zero) after maxSize+1 bytes, both as
-// "too large" at 1:1 and fast.
+// read, as "too large" at 1:1, and a device that never ends (/dev/zero) as
+// not a regular file; both fast.
 func TestParseFileLimits(t *testing.T) {
 	big := filepath.Join(t.TempDir(), "big.attn")
 	f, err := os.Create(big)
@@ -500,7 +505,7 @@ func TestParseFileLimits(t *testing.T) {
 	f.Close()
 	for path, want := range map[string]string{
 		big:         big + ":1:1: spec is too large (3221225472 bytes; the limit is 262144)",
-		"/dev/zero": "/dev/zero:1:1: spec is too large (more than 262144 bytes; the limit is 262144)",
+		"/dev/zero": "/dev/zero: not a regular file (a character device); a spec is read from a regular file",
 	} {
 		if _, err := os.Stat(path); err != nil {
 			t.Logf("skip %s: %v", path, err)

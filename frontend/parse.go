@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strings"
+	"syscall"
 	"unicode/utf8"
 
 	"github.com/alecthomas/participle/v2"
@@ -26,8 +28,31 @@ const maxSize = 256 << 10
 // Parse parses and validates the .attn spec src and returns its variants in
 // source order. filename only labels positions. The error, if any, is an
 // *ir.PosError: the syntax error, or else the first semantic error in
-// source order.
+// source order. A spec without a variant is an error.
 func Parse(filename string, src []byte) ([]*ir.Variant, error) {
+	cs, err := ParseEach(filename, src)
+	if err != nil {
+		return nil, err
+	}
+	var vs []*ir.Variant
+	var errs []*ir.PosError
+	for _, c := range cs {
+		vs = append(vs, c.Variant)
+		errs = append(errs, c.Errs...)
+	}
+	if len(errs) > 0 {
+		sortErrors(errs)
+		return nil, errs[0]
+	}
+	return vs, nil
+}
+
+// ParseEach parses the .attn spec src and checks each of its variants on
+// its own: every variant, in source order, with the variant or every error
+// found in it. err (an *ir.PosError) is an error of the whole file — a
+// syntax error, a size or nesting limit, a file without a variant — and
+// then there are no variants.
+func ParseEach(filename string, src []byte) ([]Checked, error) {
 	if len(src) > maxSize {
 		return nil, tooLarge(filename, fmt.Sprintf("%d bytes", len(src)))
 	}
@@ -42,23 +67,44 @@ func Parse(filename string, src []byte) ([]*ir.Variant, error) {
 		return nil, syntaxError(filename, src, err)
 	}
 	c := &checker{file: filename}
-	vs := c.checkFile(ast)
-	if c.err != nil {
-		return nil, c.err
+	cs := c.checkFile(ast)
+	if len(c.errs) > 0 {
+		return nil, c.errs[0]
 	}
-	return vs, nil
+	return cs, nil
 }
 
-// ParseFile reads and parses the spec at path; positions carry path. It
-// reads at most maxSize+1 bytes, so a huge file or a device such as
-// /dev/zero fails fast with "too large" instead of being read whole.
+// ParseFile reads and parses the spec at path (ReadSpec, then Parse);
+// positions carry path.
 func ParseFile(path string) ([]*ir.Variant, error) {
-	f, err := os.Open(path)
+	src, err := ReadSpec(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(path, src)
+}
+
+// ReadSpec reads the spec file at path. Anything but a regular file (a
+// named pipe, a device, a directory) is refused at once, without reading
+// it or waiting for a writer, with an error naming path. It reads at most
+// maxSize+1 bytes, so a huge file fails fast with "too large" instead of
+// being read whole.
+func ReadSpec(path string) ([]byte, error) {
+	// O_NONBLOCK: opening a named pipe does not wait for a writer; the
+	// file is refused below before any read.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > maxSize {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file (%s); a spec is read from a regular file", path, fileKind(fi.Mode()))
+	}
+	if fi.Size() > maxSize {
 		return nil, tooLarge(path, fmt.Sprintf("%d bytes", fi.Size()))
 	}
 	src, err := io.ReadAll(io.LimitReader(f, maxSize+1))
@@ -68,7 +114,24 @@ func ParseFile(path string) ([]*ir.Variant, error) {
 	if len(src) > maxSize {
 		return nil, tooLarge(path, fmt.Sprintf("more than %d bytes", maxSize))
 	}
-	return Parse(path, src)
+	return src, nil
+}
+
+// fileKind names the type of a file that is not a regular one.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	}
+	return "mode " + m.String()
 }
 
 // tooLarge is the error for a spec larger than maxSize.

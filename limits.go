@@ -1,0 +1,89 @@
+package attnc
+
+import (
+	"fmt"
+	"math"
+
+	llvmgen "github.com/attnc/attnc/codegen/llvm"
+	"github.com/attnc/attnc/lower"
+	"github.com/attnc/attnc/registry"
+)
+
+// Bound is the range a number of a call shape may take, and why: the one
+// definition Result.Select and the command line's flags check against.
+type Bound struct {
+	Lo, Hi int
+	Why    string
+}
+
+// The bounds of a call shape.
+var (
+	// ThreadsBound bounds a CPU call's worker threads.
+	ThreadsBound = Bound{1, llvmgen.MaxThreads, "the kernels use at most this many threads"}
+	// SMsBound bounds a GPU's multiprocessors (an H100 or H200 has 132).
+	SMsBound = Bound{1, MaxSMs, "a GPU's multiprocessors"}
+	// BatchBound bounds the number of sequences of a call.
+	BatchBound = Bound{1, math.MaxInt32, "batch_size is an int32_t"}
+	// SeqLenBound bounds a sequence's q_len and kv_len.
+	SeqLenBound = Bound{0, lower.MaxSeqLen, "a sequence holds at most 2^30 tokens"}
+)
+
+// MaxSMs is the most multiprocessors a shape may give: the launchers run
+// 2 x SMs workers of 128 threads in an int.
+const MaxSMs = 1 << 16
+
+// Check returns an error naming what when x is outside b.
+func (b Bound) Check(what string, x int) error {
+	if x < b.Lo || x > b.Hi {
+		return fmt.Errorf("%s %d is out of range: %s, %d..%d", what, x, b.Why, b.Lo, b.Hi)
+	}
+	return nil
+}
+
+// CheckShape validates a call shape for target tgt with the bounds above:
+// the lengths (one q and one kv length per sequence, or one each with
+// Batch), Threads for the cpu target, SMs for the cuda target (the other
+// may be 0, never negative).
+func CheckShape(tgt string, s registry.Shape) error {
+	if len(s.QLens) != len(s.KVLens) {
+		return fmt.Errorf("%d q lengths but %d kv lengths", len(s.QLens), len(s.KVLens))
+	}
+	if s.Batch < 0 {
+		return BatchBound.Check("batch", s.Batch)
+	}
+	if s.Batch > 0 {
+		if err := BatchBound.Check("batch", s.Batch); err != nil {
+			return err
+		}
+		if len(s.QLens) != 1 {
+			return fmt.Errorf("a batch of %d needs one q and one kv length, got %d", s.Batch, len(s.QLens))
+		}
+	} else if n := len(s.QLens); n > BatchBound.Hi {
+		return fmt.Errorf("%d sequences listed: %s, at most %d", n, BatchBound.Why, BatchBound.Hi)
+	}
+	for i := range s.QLens {
+		if err := SeqLenBound.Check(fmt.Sprintf("sequence %d: q_len", i), s.QLens[i]); err != nil {
+			return err
+		}
+		if err := SeqLenBound.Check(fmt.Sprintf("sequence %d: kv_len", i), s.KVLens[i]); err != nil {
+			return err
+		}
+	}
+	switch {
+	case tgt == "cpu":
+		if err := ThreadsBound.Check("threads", s.Threads); err != nil {
+			return err
+		}
+	case s.Threads < 0:
+		return ThreadsBound.Check("threads", s.Threads)
+	}
+	switch {
+	case tgt == "cuda":
+		if err := SMsBound.Check("sms", s.SMs); err != nil {
+			return err
+		}
+	case s.SMs < 0:
+		return SMsBound.Check("sms", s.SMs)
+	}
+	return nil
+}
