@@ -359,16 +359,6 @@ func (y *Yardsticks) Peak() *FMAResult {
 	return best
 }
 
-// FMAAt is the FMA result of the level with -mcpu=mcpu, or nil.
-func (y *Yardsticks) FMAAt(mcpu string) *FMAResult {
-	for i := range y.FMA {
-		if y.FMA[i].Level.MCPU == mcpu {
-			return &y.FMA[i]
-		}
-	}
-	return nil
-}
-
 // FlopsPerCycle is the peak level's flops per cycle per thread: its best
 // per-thread rate over CPU time at the best measured clock (0 without a
 // clock). Best of both: other load, a hypervisor's steal time or an

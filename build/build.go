@@ -226,7 +226,7 @@ func Build(vs []*ir.Variant, opt Options) (*Output, error) {
 			return nil, err
 		}
 		out.Compiled[v.Name] = map[string]*Compiled{}
-		var header []string
+		var runtime, entries []string
 		var first *Compiled
 		for _, t := range ts {
 			c, err := Compile(v, t, opt)
@@ -247,10 +247,11 @@ func Build(vs []*ir.Variant, opt Options) (*Output, error) {
 			}
 			out.Artifacts = append(out.Artifacts, files...)
 			out.Manifest.Kernels = append(out.Manifest.Kernels, t.Manifest(v, c.Final, topt)...)
-			header = append(header, t.Header(v, c.Final))
+			runtime = append(runtime, t.Runtime(c.Final))
+			entries = append(entries, t.Header(v, c.Final))
 		}
 		out.Manifest.Variants = append(out.Manifest.Variants, registry.VariantEntry(v, first.Final))
-		out.Artifacts = append(out.Artifacts, Artifact{Name: v.Name + ".h", Data: []byte(Header(v, first.Final, header))})
+		out.Artifacts = append(out.Artifacts, Artifact{Name: v.Name + ".h", Data: []byte(Header(v, first.Final, append(runtime, entries...)))})
 	}
 	mj, err := out.Manifest.Marshal()
 	if err != nil {

@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"strings"
 
-	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/ir"
 )
 
-// Header renders <variant>.h: the status codes of m's table, the runtime
-// controls and the entry points each target declared (decls).
+// Header renders <variant>.h: the status codes of m's table, then what
+// each target declared (decls: the targets' runtime functions, then their
+// entry points).
 func Header(v *ir.Variant, m *ir.Module, decls []string) string {
 	var sb strings.Builder
 	guard := "ATTNC_" + strings.ToUpper(m.Prefix) + "_H"
@@ -27,9 +27,6 @@ func Header(v *ir.Variant, m *ir.Module, decls []string) string {
 	for _, e := range m.Errors {
 		fmt.Fprintf(&sb, "#define %s_%s (%d) /* %s */\n", up, strings.ToUpper(e.Name), e.Code, e.Msg)
 	}
-	fmt.Fprintf(&sb, "\n/* Message for a status code. */\nconst char *%s_strerror(int32_t code);\n", m.Prefix)
-	fmt.Fprintf(&sb, "/* Worker threads for later calls: n <= 0 restores the default (all online CPUs,\n   at most %d); larger n is clamped to min(%d, max(%d, %d x online CPUs)). */\nvoid %s_set_num_threads(int32_t n);\nint32_t %s_get_num_threads(void);\n",
-		llvmgen.MaxThreads, llvmgen.MaxThreads, llvmgen.MinThreadLimit, llvmgen.ThreadsPerCPU, m.Prefix, m.Prefix)
 	for _, d := range decls {
 		sb.WriteString(d)
 	}

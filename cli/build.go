@@ -31,7 +31,7 @@ func newBuildCmd(cfg *config) *cobra.Command {
   <variant>.ll    LLVM 14 IR of the CPU kernels (target cpu)
   <variant>.cu    CUDA C++ kernels and host launchers (target cuda)
   <variant>.h     C prototypes of every entry point, status codes and
-                  <variant>_set_num_threads/_get_num_threads/_strerror
+                  (with cpu) <variant>_strerror/_set_num_threads/_get_num_threads
   manifest.json   ABI version, every kernel's symbol, argument order,
                   shapes and constraints, and the dispatch rules
 

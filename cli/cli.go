@@ -8,9 +8,9 @@
 //
 //	cli.Main(cli.WithPasses(attnc.Insertion{Before: "inline-defs", Pass: myPass}))
 //
-// and every command that compiles (build, check, explain, verify, bench)
-// runs the pass; `passes` lists it and `build --print-after` accepts its
-// name (see examples/custompass).
+// and every command that compiles (build, check, explain, verify, bench,
+// sass) runs the pass; `passes` lists it and `build --print-after`
+// accepts its name (see examples/custompass).
 //
 // It may import every attnc package; nothing but main packages imports it.
 package cli
@@ -48,9 +48,9 @@ func Run(args []string, stdout, stderr io.Writer, opts ...Option) int {
 type Option func(*config)
 
 // WithPasses adds user passes to every pass table, in order, as
-// attnc.Options.Insert does: build, check, explain, verify and bench
-// compile with them, passes lists them and build --print-after accepts
-// their names. A malformed insertion makes every command fail with its
+// attnc.Options.Insert does: build, check, explain, verify, bench and
+// sass compile with them, passes lists them and build --print-after
+// accepts their names. A malformed insertion makes every command fail with its
 // reason.
 func WithPasses(ins ...attnc.Insertion) Option {
 	return func(c *config) { c.insert = append(c.insert, ins...) }
@@ -163,7 +163,7 @@ and summarized in README.md.`,
 		newCheckCmd(cfg),
 		newExplainCmd(cfg),
 		newPassesCmd(cfg),
-		newSASSCmd(),
+		newSASSCmd(cfg),
 		newVerifyCmd(cfg),
 		newVersionCmd(),
 	)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/attnc/attnc"
 	"github.com/attnc/attnc/build"
 	"github.com/attnc/attnc/codegen/cuda"
 	"github.com/attnc/attnc/codegen/cuda/sass"
@@ -12,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func newSASSCmd() *cobra.Command {
+func newSASSCmd(cfg *config) *cobra.Command {
 	var archs []string
 	var check bool
 	c := &cobra.Command{
@@ -88,9 +89,14 @@ reported as "skip <variant>: <reason>".`,
 					fmt.Fprintf(stdout, "skip %s: %v\n", v.Name, err)
 					continue
 				}
-				out, err := build.Build([]*ir.Variant{v}, build.Options{Targets: []string{"cuda"}})
+				// What build writes for the cuda target, user passes included.
+				r, err := attnc.CompileVariants([]*ir.Variant{v}, attnc.Options{Targets: []string{"cuda"}, Insert: cfg.insert})
 				if err != nil {
 					return err
+				}
+				out := &build.Output{Manifest: r.Manifest, Variants: r.Variants}
+				for _, name := range r.Names() {
+					out.Artifacts = append(out.Artifacts, build.Artifact{Name: name, Data: r.Files[name]})
 				}
 				rows, err := build.SASS(out, archs, tools, tmp)
 				if err != nil {

@@ -1,13 +1,17 @@
 package cli
 
 import (
+	"bytes"
 	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/attnc/attnc"
 	"github.com/attnc/attnc/codegen/cuda"
 	"github.com/attnc/attnc/codegen/cuda/sass"
 	"github.com/attnc/attnc/internal/needtool"
+	"github.com/attnc/attnc/ir"
+	"github.com/attnc/attnc/passes"
 )
 
 // needSASS skips without clang-19, ptxas and cuobjdump, except in CI.
@@ -61,6 +65,38 @@ func TestSASSCommand(t *testing.T) {
 	o, e, code = runCLI(t, "sass", writeSpec(t, "small_f32.attn", f32Prefill), "--check")
 	if code != 0 || !strings.Contains(o, "all targets met") || !strings.Contains(o, "small_f32_prefill_work sm_80") {
 		t.Errorf("sass --check of an f32 prefill: exit %d\n%s%s", code, o, e)
+	}
+}
+
+// TestSASSUserPasses runs sass with a user pass that drops the merge_state
+// role: its kernel is assembled without the pass and gone with it, as in
+// what build writes with the pass.
+func TestSASSUserPasses(t *testing.T) {
+	needSASS(t)
+	spec := writeSpec(t, "small_f32.attn", strings.Replace(f32Prefill, "kernels prefill", "kernels prefill, merge_state", 1))
+	drop := attnc.Insertion{Before: "inline-defs", Pass: passes.Pass{Name: "drop-merge-state", Desc: "remove the merge_state role",
+		Run: func(m *ir.Module) (*ir.Module, error) {
+			out := *m
+			out.Kernels, out.Plans = nil, nil
+			for _, k := range m.Kernels {
+				if k.Role != ir.RoleMergeState {
+					out.Kernels = append(out.Kernels, k)
+				}
+			}
+			for _, p := range m.Plans {
+				if p.Role != ir.RoleMergeState {
+					out.Plans = append(out.Plans, p)
+				}
+			}
+			return &out, nil
+		}}}
+	args := []string{"sass", spec, "--arch", "sm_80"}
+	if o, _ := mustRun(t, args...); !strings.Contains(o, "small_f32_merge_state_work sm_80") || !strings.Contains(o, "small_f32_prefill_work sm_80") {
+		t.Fatalf("attnc sass without the pass: no prefill or merge_state row:\n%s", o)
+	}
+	var o, e bytes.Buffer
+	if code := Run(args, &o, &e, WithPasses(drop)); code != 0 || strings.Contains(o.String(), "merge_state") || !strings.Contains(o.String(), "small_f32_prefill_work sm_80") {
+		t.Errorf("attnc sass with a pass that drops merge_state (exit %d): want the prefill row only\n%s%s", code, o.String(), e.String())
 	}
 }
 

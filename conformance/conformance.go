@@ -76,8 +76,8 @@ type Suite struct {
 	Entries map[ir.Role]Entry
 	// Dev, when set, is the memory the launchers work on: RunAttention and
 	// RunMergeState copy every buffer to it, call the launcher with device
-	// pointers, Sync and copy the outputs back (BuildCUDADevice sets it to
-	// the GPU). Nil: the entries get host pointers (CPU, emulator).
+	// pointers, Sync and copy the outputs back (BuildCUDADeviceWith sets it
+	// to the GPU). Nil: the entries get host pointers (CPU, emulator).
 	Dev Device
 	// Stack, when > 0, runs every host call on a new thread with a stack of
 	// this many bytes (the caller's stack a kernel may use).

@@ -393,15 +393,11 @@ func copyFile(src, dst string) error {
 	return os.Rename(tmp.Name(), dst)
 }
 
-// BuildCUDADevice prints v's CUDA source into dir, compiles it with nvcc
-// (CompileNVCC) into a shared library, loads it and opens the CUDA runtime
-// (OpenCUDA): a Suite whose cases run on the GPU, through Dev. The library
-// stays loaded until the process exits (see Suite.Close).
-func BuildCUDADevice(v *ir.Variant, dir, nvcc string) (*Suite, error) {
-	return BuildCUDADeviceWith(v, dir, nvcc, Options{})
-}
-
-// BuildCUDADeviceWith is BuildCUDADevice with options.
+// BuildCUDADeviceWith prints v's CUDA source, built with the options o,
+// into dir, compiles it with nvcc (CompileNVCC) into a shared library,
+// loads it and opens the CUDA runtime (OpenCUDA): a Suite whose cases run
+// on the GPU, through Dev. The library stays loaded until the process
+// exits (see Suite.Close).
 func BuildCUDADeviceWith(v *ir.Variant, dir, nvcc string, o Options) (*Suite, error) {
 	dev, err := OpenCUDA()
 	if err != nil {

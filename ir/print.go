@@ -293,8 +293,6 @@ func (p *printer) stmt(s Stmt) {
 	}
 }
 
-func exprList(es []Expr) string { return exprListIn(es, noElems) }
-
 func exprListIn(es []Expr, elems func(string) (Type, bool)) string {
 	var parts []string
 	for _, e := range es {

@@ -44,13 +44,3 @@ var Statuses = []ErrorCode{
 	{Code: StatusTooLarge, Name: "too_large", Msg: "the call needs more than 2^31-1 work items (batch_size x kv_heads x query tiles, or n x heads): split it"},
 	{Code: StatusCPULevel, Name: "cpu_level", Msg: "(CPU) ATTNC_CPU_LEVEL names no CPU level of these kernels, or one this CPU cannot run"},
 }
-
-// StatusByCode finds a status by its code.
-func StatusByCode(code int) (ErrorCode, bool) {
-	for _, s := range Statuses {
-		if s.Code == code {
-			return s, true
-		}
-	}
-	return ErrorCode{}, false
-}

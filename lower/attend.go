@@ -304,9 +304,7 @@ func (l *lowering) allocItem(w *blk, x itemVars) {
 	w.alloc("mx", ir.F32, R)
 	w.alloc("den", ir.F32, R)
 	w.alloc("alpha", ir.F32, R)
-	if l.hidesBlocks() {
-		w.alloc("kvis", ir.I32, KT)
-	}
+	w.alloc("kvis", ir.I32, KT)
 	if l.v.Rope != nil {
 		l.ropeTable(w)
 		l.fillRopeTable(w)
@@ -447,9 +445,7 @@ func (l *lowering) stageLoad(buf string, idx ir.Expr) ir.Expr {
 func (l *lowering) stageKV(t *blk, kvBeg, kvLo, kvN, kvRest, kvh, sb, qBase, qSeqRow ir.Expr) {
 	D, DV := l.D, l.DV
 	zero := func(x *blk, j ir.Expr) {
-		if l.hidesBlocks() {
-			x.store("kvis", j, i32(0))
-		}
+		x.store("kvis", j, i32(0))
 		x.spread("d", D, func(y *blk, d ir.Expr) { y.store("kb", add(mul(j, i32(D)), d), ir.Cvt(l.stageType(), f32(0))) })
 		x.spread("d", DV, func(y *blk, d ir.Expr) { y.store("vb", add(mul(j, i32(DV)), d), ir.Cvt(l.stageType(), f32(0))) })
 	}
@@ -459,9 +455,7 @@ func (l *lowering) stageKV(t *blk, kvBeg, kvLo, kvN, kvRest, kvh, sb, qBase, qSe
 			pos := y.let("kv_at", add(kvLo, j))
 			page := y.let("page", l.pageAt(kvBeg, pos))
 			y.guarded(and(ge(page, i32(0)), lt(page, ir.R("num_pages", ir.I32))), func(z *blk) {
-				if l.hidesBlocks() {
-					z.store("kvis", j, i32(1))
-				}
+				z.store("kvis", j, i32(1))
 				slot := z.let("slot", ir.Bin(ir.And, pos, i32(l.PS-1)))
 				for _, sg := range l.kSegs() {
 					row := z.let("krow"+segName(sg), l.rowIndex(page, kvh, slot, sg.w))
@@ -494,9 +488,7 @@ func (l *lowering) scoreStep(b *blk, at, j, qPos, kvPosE, head, sb, qBase, kvLen
 	b.add(&ir.If{Tag: ir.TagMask, Cond: not(&ir.Call{Fn: "mask", Args: []ir.Expr{qPos, kvPos, head, sb}, T: ir.Bool}),
 		Then: &ir.Block{Stmts: []ir.Stmt{&ir.Assign{Name: "s", Value: negInf()}}}})
 	hideUnless(b, l.dataVisible(b, sb, qPos, kvPos, qBase, kvLen))
-	if l.hidesBlocks() {
-		b.when(eq(ld("kvis", ir.I32, j), i32(0)), func(x *blk) { x.set("s", negInf()) })
-	}
+	b.when(eq(ld("kvis", ir.I32, j), i32(0)), func(x *blk) { x.set("s", negInf()) })
 	b.store("sc", at, ir.R("s", ir.F32))
 }
 

@@ -71,11 +71,6 @@ func (l *lowering) tableBuf() string {
 	return "kv_indices"
 }
 
-// hidesBlocks reports whether a table entry may hide a block: -1 in a block
-// table or in CSR kv_indices; such a position reads as masked and its page
-// is never read.
-func (l *lowering) hidesBlocks() bool { return true }
-
 // seqPages binds sequence sb's offset into the page-id buffer (i64) and its
 // cached length. With clamp (GPU kernels, which cannot report bad input)
 // the length is forced, in i64, into what the table can describe and

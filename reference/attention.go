@@ -355,16 +355,10 @@ func MergeState(va, sa, vb, sb []float64) (v, s []float64) {
 	return v, s
 }
 
-// MergeStateBase is MergeState for states whose lse are in base b: each v
-// is weighted by b^(s - max) and s = max + log_b(sum of weights).
-func MergeStateBase(b ir.LSEBase, va, sa, vb, sb []float64) (v, s []float64) {
-	v, s, _ = MergeStateMag(b, va, sa, vb, sb)
-	return v, s
-}
-
-// MergeStateMag is MergeStateBase that also returns, for every element of
-// v, the magnitude its weighted mean is made of, (wa|va| + wb|vb|) / (wa +
-// wb) (see AttentionMag).
+// MergeStateMag is MergeState for states whose lse are in base b (each v
+// is weighted by b^(s - max) and s = max + log_b(sum of weights)) that
+// also returns, for every element of v, the magnitude its weighted mean is
+// made of, (wa|va| + wb|vb|) / (wa + wb) (see AttentionMag).
 func MergeStateMag(b ir.LSEBase, va, sa, vb, sb []float64) (v, s, mag []float64) {
 	pow, logOf := math.Exp, math.Log
 	if b == ir.LSEBase2 {

@@ -157,10 +157,6 @@ func I8Encode(x float64) uint8 {
 	return uint8(int8(math.RoundToEven(math.Max(-127, math.Min(127, x)))))
 }
 
-// I8Quantize is append's int8 code for input x and scale: x / scale in
-// f32, encoded.
-func I8Quantize(x, scale float32) uint8 { return I8Encode(float64(x / scale)) }
-
 // CodeValue is the value of code c of 8-bit dtype dt.
 func CodeValue(dt ir.DType, c uint8) float64 {
 	if f, ok := FP8Of(dt); ok {

@@ -37,6 +37,10 @@ type Target interface {
 	Assemble(m *ir.Module) (*ir.Module, error)
 	// Emit prints the scheduled module (after every pass).
 	Emit(v *ir.Variant, m *ir.Module, opt Options) ([]Artifact, error)
+	// Runtime declares in <variant>.h the functions besides the entry
+	// points that its artifact defines (the CPU: the status messages and
+	// the worker-thread controls); "" when it defines none.
+	Runtime(m *ir.Module) string
 	// Header declares the entry points in <variant>.h.
 	Header(v *ir.Variant, m *ir.Module) string
 	// Section is the target's section of manifest.json (build adds the

@@ -137,6 +137,16 @@ func (Target) Emit(v *ir.Variant, m *ir.Module, opt target.Options) ([]target.Ar
 	return []target.Artifact{{Name: v.Name + ".ll", Data: []byte(ll)}}, nil
 }
 
+// Runtime implements target.Target: the status messages and the worker
+// threads' controls, which codegen/llvm defines in every .ll.
+func (Target) Runtime(m *ir.Module) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "\n/* Message for a status code. */\nconst char *%s_strerror(int32_t code);\n", m.Prefix)
+	fmt.Fprintf(&sb, "/* Worker threads for later calls: n <= 0 restores the default (all online CPUs,\n   at most %d); larger n is clamped to min(%d, max(%d, %d x online CPUs)). */\nvoid %s_set_num_threads(int32_t n);\nint32_t %s_get_num_threads(void);\n",
+		llvmgen.MaxThreads, llvmgen.MaxThreads, llvmgen.MinThreadLimit, llvmgen.ThreadsPerCPU, m.Prefix, m.Prefix)
+	return sb.String()
+}
+
 // Header implements target.Target: the stack a call needs and every
 // entry kernel's prototype.
 func (Target) Header(v *ir.Variant, m *ir.Module) string {

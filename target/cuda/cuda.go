@@ -168,6 +168,10 @@ func (Target) Emit(v *ir.Variant, m *ir.Module, opt target.Options) ([]target.Ar
 	return []target.Artifact{{Name: v.Name + ".cu", Data: []byte(cu)}}, nil
 }
 
+// Runtime implements target.Target: the .cu defines nothing besides the
+// launchers (a status code's message is in the header's comments).
+func (Target) Runtime(m *ir.Module) string { return "" }
+
 // Header implements target.Target: the public launchers.
 func (Target) Header(v *ir.Variant, m *ir.Module) string {
 	var sb strings.Builder
