@@ -140,8 +140,9 @@ type Options struct {
 	// (cpurt.Remote): every case's buffers are copied to the runner and
 	// the outputs back, through the suite's Dev.
 	Triple string
-	// Link are more arguments of the CPU library's link step
-	// (cpurt.Toolchain.Link).
+	// Link are more arguments of the library's link step: the CPU
+	// library's (cpurt.Toolchain.Link), the emulated CUDA library's
+	// (BuildCUDAWith).
 	Link []string
 }
 

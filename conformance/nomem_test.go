@@ -12,21 +12,27 @@ import (
 	"github.com/attnc/attnc/reference"
 )
 
-// faultShim is linked into the kernel library with -Wl,--wrap=malloc and
-// -Wl,--wrap=free: the generated code's malloc and free calls (only those:
-// libc's own and the Go runtime's allocations are not wrapped) come here.
-// attnc_fault_arm(n) starts counting afresh and makes the n-th malloc
-// (counted from 1; 0: none) return NULL; attnc_fault_calls is the mallocs
-// since, attnc_fault_live those that succeeded and are not freed yet.
-const faultShim = `#include <stddef.h>
+// faultShim is the allocation interposer, linked into a kernel library
+// with -Wl,--wrap=FN and -Wl,--wrap=free: the library's own calls of the
+// allocation function FN (malloc in the CPU kernels, aligned_alloc in the
+// CUDA emulator's scratch allocation) and of free come here; libc's own
+// allocations and the Go runtime's are not wrapped. attnc_fault_arm(n)
+// starts counting afresh and makes the n-th allocation (counted from 1; 0:
+// none) return NULL; attnc_fault_calls is the allocations since,
+// attnc_fault_live those that succeeded and are not freed yet.
+func faultShim(fn, params, args string) string {
+	return fmt.Sprintf(`#include <stddef.h>
 #include <stdint.h>
-void *__real_malloc(size_t);
+#ifdef __cplusplus
+extern "C" {
+#endif
+void *__real_%[1]s(%[2]s);
 void __real_free(void *);
 static long calls, fail_at, live;
-void *__wrap_malloc(size_t n) {
+void *__wrap_%[1]s(%[2]s) {
 	long k = __atomic_add_fetch(&calls, 1, __ATOMIC_SEQ_CST);
 	if (k == __atomic_load_n(&fail_at, __ATOMIC_SEQ_CST)) return NULL;
-	void *p = __real_malloc(n);
+	void *p = __real_%[1]s(%[3]s);
 	if (p) __atomic_add_fetch(&live, 1, __ATOMIC_SEQ_CST);
 	return p;
 }
@@ -42,7 +48,22 @@ int32_t attnc_fault_arm(int64_t n) {
 }
 int32_t attnc_fault_calls(void) { return (int32_t)__atomic_load_n(&calls, __ATOMIC_SEQ_CST); }
 int32_t attnc_fault_live(void) { return (int32_t)__atomic_load_n(&live, __ATOMIC_SEQ_CST); }
-`
+#ifdef __cplusplus
+}
+#endif
+`, fn, params, args)
+}
+
+// faultLink writes the interposer of fn into dir and returns the link
+// arguments that wrap fn and free with it.
+func faultLink(t *testing.T, dir, fn, params, args string) []string {
+	t.Helper()
+	shim := filepath.Join(dir, "fault_shim.c")
+	if err := os.WriteFile(shim, []byte(faultShim(fn, params, args)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return []string{"-fPIC", shim, "-Wl,--wrap=" + fn, "-Wl,--wrap=free"}
+}
 
 // otherAllocators are the C allocation functions the interposer does not
 // wrap: the generated code must call none of them.
@@ -88,11 +109,7 @@ func TestAllocationFailure(t *testing.T) {
 		t.Run(v.Name, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
-			shim := filepath.Join(dir, "fault_shim.c")
-			if err := os.WriteFile(shim, []byte(faultShim), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			s, err := BuildWith(v, dir, Options{Link: []string{"-fPIC", shim, "-Wl,--wrap=malloc", "-Wl,--wrap=free"}})
+			s, err := BuildWith(v, dir, Options{Link: faultLink(t, dir, "malloc", "size_t n", "n")})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -263,4 +280,39 @@ func runFaults(t *testing.T, s *Suite, c nomemCall) {
 			}
 		}
 	}
+	// A failure leaves nothing behind: the next run is right.
+	s.callHook = func(cb *caseBuffers, call func() (int32, error)) (int32, error) {
+		if err := faultArm(s, 0); err != nil {
+			return 0, err
+		}
+		return call()
+	}
+	for _, r := range c.run() {
+		if !r.Pass {
+			t.Errorf("%s, after the failures: %s", c.name, r)
+		}
+	}
+}
+
+// TestAllocationFailureCUDA runs the allocation-failure check on the
+// emulated CUDA launchers: split-KV decode allocates its partials before
+// any launch, and each allocation failing in turn must return NO_MEMORY
+// with every buffer untouched, nothing leaked, and leave no runtime error
+// behind for the next call.
+func TestAllocationFailureCUDA(t *testing.T) {
+	needEmu(t)
+	v := spec(t, nomemSpecs[0])
+	dir := t.TempDir()
+	s, err := BuildCUDAWith(v, dir, Options{Link: faultLink(t, dir, "aligned_alloc", "size_t a, size_t n", "a, n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Lib.Close()
+	ps := v.PageSize
+	// 1 sequence x 2 kv heads: fewer items than the emulator's 2 x 4 SMs
+	// workers, so decode splits.
+	split := reference.CaseSpec{Name: "decode long single", QLens: []int{1}, KVLens: []int{300 + ps}, NaNFill: true}
+	runFaults(t, s, nomemCall{name: "decode split", run: func() []Result {
+		return []Result{s.RunAttention(ir.RoleDecode, split, 11, 1)}
+	}, minMallocs: 2})
 }
