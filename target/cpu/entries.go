@@ -75,10 +75,8 @@ func entryKernel(m *ir.Module, p *ir.Plan) (*ir.Kernel, error) {
 			if k == nil {
 				return nil, fmt.Errorf("launches unknown kernel %s", l.Kernel)
 			}
-			if i < len(ls)-1 {
-				if b := storesTo(k, outputs); b != "" {
-					return nil, fmt.Errorf("launch %s writes buffer %s before the last launch: a later one failing would leave it written", k.Name, b)
-				}
+			if err := checkWrites(k, outputs, i == len(ls)-1); err != nil {
+				return nil, err
 			}
 			res := fmt.Sprintf("%s%d", statusVar, i)
 			c, err := callByName(k.Name, k.Params, scope, res)
@@ -133,16 +131,43 @@ const (
 	splitStatus  = "split_status"
 )
 
-// storesTo returns a buffer of names that kernel k stores to, or "".
-func storesTo(k *ir.Kernel, names map[string]bool) string {
-	found := ""
+// checkWrites checks that work kernel k writes the entry's buffers (names)
+// only inside its last parallel loop, whose items run once the loop has
+// all its scratch, and, unless it is the last launch, not at all: a
+// failure after a write could not leave them untouched.
+func checkWrites(k *ir.Kernel, names map[string]bool, last bool) error {
+	stores := func(b *ir.Block) (n int, buf string) {
+		ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
+			if st, ok := s.(*ir.Store); ok && names[st.Buf] {
+				if n == 0 {
+					buf = st.Buf
+				}
+				n++
+			}
+			return []ir.Stmt{s}
+		})
+		return n, buf
+	}
+	var lastPar *ir.For
 	ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
-		if st, ok := s.(*ir.Store); ok && names[st.Buf] && found == "" {
-			found = st.Buf
+		if f, ok := s.(*ir.For); ok && f.Kind == ir.Parallel {
+			lastPar = f
 		}
 		return []ir.Stmt{s}
 	})
-	return found
+	total, buf := stores(k.Body)
+	switch {
+	case total == 0:
+		return nil
+	case !last:
+		return fmt.Errorf("launch %s writes buffer %s before the last launch: a later one failing would leave it written", k.Name, buf)
+	case lastPar == nil:
+		return fmt.Errorf("launch %s writes buffer %s outside a parallel loop", k.Name, buf)
+	}
+	if inside, _ := stores(lastPar.Body); inside != total {
+		return fmt.Errorf("launch %s writes buffer %s outside its last parallel loop: its scratch could still fail after the write", k.Name, buf)
+	}
+	return nil
 }
 
 // callByName calls fn, binding each of its params to the name of the
