@@ -96,12 +96,13 @@ var nomemSpecs = []string{
 // TestAllocationFailure makes every allocation of every entry call fail in
 // turn, at every CPU level this machine runs: for each call of a few
 // representative cases (prefill at 1 and 3 threads, decode without and with
-// the split-KV chunks and merge, merge_state, append, copy_page) it counts
-// the mallocs of the call when none fails (the call must then match the
-// reference and free everything), then, for n = 1..count, runs the same
-// call with the n-th malloc failing: the entry must return NO_MEMORY,
-// allocate nothing after the failure, free everything, and leave every
-// buffer it was given byte for byte as it was.
+// the split-KV chunks and merge, prefill handing over to split decode,
+// merge_state, append, copy_page) it counts the mallocs of the call when
+// none fails (the call must then match the reference and free everything),
+// then, for n = 1..count, runs the same call with the n-th malloc failing:
+// the entry must return NO_MEMORY, allocate nothing after the failure, free
+// everything, and leave every buffer it was given byte for byte as it was;
+// a clean run after the failures must match the reference again.
 func TestAllocationFailure(t *testing.T) {
 	needTools(t)
 	for _, src := range nomemSpecs {
@@ -173,6 +174,8 @@ func nomemCalls(s *Suite) []nomemCall {
 		{name: "decode direct threads=3", run: attention(ir.RoleDecode, direct, 3)},
 		// Two partial buffers, then the chunks and the merge.
 		{name: "decode split threads=8", run: attention(ir.RoleDecode, split, 8), minMallocs: 3},
+		// Every q_len 1: prefill hands over to decode (here split).
+		{name: "prefill handing over to split decode threads=8", run: attention(ir.RolePrefill, split, 8), minMallocs: 3},
 		{name: "merge_state threads=3", run: func() []Result { return []Result{s.RunMergeState(7, 11, 3)} }},
 	}
 	if _, ok := s.Entries[ir.RoleAppend]; ok {
