@@ -92,6 +92,11 @@ type Suite struct {
 	so string // the CPU library, which AtLevel loads again
 
 	keepLoaded bool // Close leaves Lib loaded (nvcc builds)
+
+	// callHook, when set, makes every entry call of a CPU library loaded
+	// in this process: it gets the case's buffers and the call (tests wrap
+	// it, e.g. to make an allocation fail).
+	callHook func(cb *caseBuffers, call func() (int32, error)) (int32, error)
 }
 
 // Library is the loaded kernels a Suite calls: a shared library in this
@@ -135,6 +140,10 @@ type Options struct {
 	// (cpurt.Remote): every case's buffers are copied to the runner and
 	// the outputs back, through the suite's Dev.
 	Triple string
+	// Link are more arguments of the library's link step: the CPU
+	// library's (cpurt.Toolchain.Link), the emulated CUDA library's
+	// (BuildCUDAWith).
+	Link []string
 }
 
 // compileFor schedules v for a target with the verifier after every pass
@@ -180,6 +189,7 @@ func BuildWith(v *ir.Variant, dir string, o Options) (*Suite, error) {
 	}
 	llPath := filepath.Join(dir, v.Name+".ll")
 	so := filepath.Join(dir, v.Name+".so")
+	tc.Link = o.Link
 	if err := tc.BuildShared(llPath, so); err != nil {
 		return nil, err
 	}

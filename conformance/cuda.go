@@ -20,7 +20,7 @@ func BuildCUDAWith(v *ir.Variant, dir string, o Options) (*Suite, error) {
 		return nil, err
 	}
 	so := filepath.Join(dir, v.Name+".emu.so")
-	if err := cuda.CompileEmulated(cu, so); err != nil {
+	if err := cuda.CompileEmulated(cu, so, o.Link...); err != nil {
 		return nil, err
 	}
 	lib, err := cpurt.Open(so)

@@ -486,6 +486,9 @@ func (s *Suite) run(role ir.Role, cb *caseBuffers) (st int32, err error) {
 				return 0, fmt.Errorf("%s: argument %s is not a guarded buffer of the case", e.Symbol, p.Name)
 			}
 		}
+		if s.callHook != nil {
+			return s.callHook(cb, func() (int32, error) { return s.callEntry(role, cb.vals) })
+		}
 		return s.callEntry(role, cb.vals)
 	}
 	vals := maps.Clone(cb.vals)

@@ -23,6 +23,10 @@ type Toolchain struct {
 	// Sysroot holds the target's C libraries (the emulator's -L); "" for
 	// the host.
 	Sysroot string
+	// Link are more arguments of BuildShared's link step, before the
+	// libraries: objects or C sources to link with the kernels, linker
+	// flags (tests link an allocation shim with -Wl,--wrap=malloc).
+	Link []string
 }
 
 // crossTargets are the triples this package can build for, with the Debian
@@ -110,8 +114,8 @@ func (tc *Toolchain) Foreign() bool { return len(tc.Emulator) > 0 }
 
 // BuildShared compiles the LLVM IR file llPath into the shared library
 // soPath for the toolchain's target: opt -O3 and llc -O3
-// -relocation-model=pic with -mtriple, then the target's gcc -shared -lm
-// -lpthread. Errors carry the failing tool's output.
+// -relocation-model=pic with -mtriple, then the target's gcc -shared (with
+// Link) -lm -lpthread. Errors carry the failing tool's output.
 func (tc *Toolchain) BuildShared(llPath, soPath string) error {
 	opt, err := findLLVM("opt")
 	if err != nil {
@@ -131,7 +135,7 @@ func (tc *Toolchain) BuildShared(llPath, soPath string) error {
 	steps := [][]string{
 		append(append([]string{opt, "-O3", mtriple}, tc.MCPU...), llPath, "-o", bc),
 		append(append([]string{llc, "-O3", mtriple}, tc.MCPU...), "-relocation-model=pic", "-filetype=obj", bc, "-o", obj),
-		{tc.CC, "-shared", "-o", soPath, obj, "-lm", "-lpthread"},
+		append(append([]string{tc.CC, "-shared", "-o", soPath, obj}, tc.Link...), "-lm", "-lpthread"),
 	}
 	return runSteps(llPath, steps)
 }

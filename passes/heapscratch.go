@@ -13,8 +13,9 @@ const HeapScratchMin = 1024
 // declared in a parallel loop's body (outside any threads loop; shared
 // arrays are GPU memory and stay as they are) as heap scratch. The CPU
 // backend then allocates each loop's heap arrays once per worker thread
-// and call, reuses them across the worker's items, and frees them when
-// the loop ends; a call whose workers get no memory returns NO_MEMORY.
+// and call — every worker's block at once, before any item runs — reuses
+// them across the worker's items, and frees them when the loop ends; a
+// call that cannot get them returns NO_MEMORY having written nothing.
 // The calling thread's stack then holds only small arrays, so kernels run
 // on the small stacks of thread pools and language runtimes.
 func HeapScratch(m *ir.Module) (*ir.Module, error) {

@@ -583,7 +583,9 @@ func HostKnown(p *ir.Plan, e ir.Expr) bool {
 // launcher prints a host entry point: the plan's scalar checks and skip
 // test, the split rule with the target's worker count, scratch, and the
 // launches with their grids, blocks and shared memory, then the runtime's
-// status.
+// status. All scratch is allocated before the first launch: when an
+// allocation fails the launcher frees what it allocated, clears the
+// runtime's error and returns NO_MEMORY, having launched nothing.
 func launcher(sb *strings.Builder, m *ir.Module, p *ir.Plan, h Host) {
 	var ps []string
 	for _, pr := range p.Params {
@@ -609,7 +611,9 @@ func launcher(sb *strings.Builder, m *ir.Module, p *ir.Plan, h Host) {
 		}
 	}
 	launchFailed := ir.StatusLaunchFailed
-	launches := func(ls []ir.Launch, scope map[string]bool, indent string) {
+	// launches prints the launches; cleanup (the scratch frees) runs
+	// before a return between them.
+	launches := func(ls []ir.Launch, scope map[string]bool, indent, cleanup string) {
 		for _, l := range ls {
 			k := m.Kernel(l.Kernel)
 			if k == nil {
@@ -632,7 +636,11 @@ func launcher(sb *strings.Builder, m *ir.Module, p *ir.Plan, h Host) {
 			smem := SharedBytes(k)
 			fmt.Fprintf(sb, "%s{\n%s  const int32_t grid = %s;\n", indent, indent, grid)
 			if smem > 0 {
-				fmt.Fprintf(sb, "%s  if (attnc_set_smem((const void*)%s, %d) != 0) return %d;\n", indent, l.Kernel, smem, launchFailed)
+				fail := fmt.Sprintf("return %d;", launchFailed)
+				if cleanup != "" {
+					fail = "{ " + cleanup + fail + " }"
+				}
+				fmt.Fprintf(sb, "%s  if (attnc_set_smem((const void*)%s, %d) != 0) %s\n", indent, l.Kernel, smem, fail)
 			}
 			fmt.Fprintf(sb, "%s  if (grid > 0) ATTNC_LAUNCH(%s, grid, %d, %d, stream, %s);\n%s}\n", indent, l.Kernel, h.ThreadsPerBlock, smem, strings.Join(args, ", "), indent)
 		}
@@ -645,7 +653,7 @@ func launcher(sb *strings.Builder, m *ir.Module, p *ir.Plan, h Host) {
 		fmt.Fprintf(sb, "  const int32_t %s = %s;\n", ir.PlanThreads, h.Threads)
 		fmt.Fprintf(sb, "  const int32_t %s = %s;\n", ir.PlanSplits, hp.expr(s.Splits))
 		fmt.Fprintf(sb, "  if (%s <= 1) {\n", ir.PlanSplits)
-		launches(p.Direct, scope, "    ")
+		launches(p.Direct, scope, "    ", "")
 		sb.WriteString("  } else {\n")
 		split := map[string]bool{ir.PlanSplits: true}
 		for n := range scope {
@@ -657,17 +665,23 @@ func launcher(sb *strings.Builder, m *ir.Module, p *ir.Plan, h Host) {
 			for _, prev := range s.Scratch[:i] {
 				undo = append(undo, fmt.Sprintf("attnc_free(%s, stream); ", prev.Name))
 			}
-			fmt.Fprintf(sb, "    if (attnc_alloc((void**)&%s, (size_t)(%s) * sizeof(%s), stream) != 0) { %sreturn %d; }\n",
+			// The failed allocation's error is the status: clear it, or the
+			// next call would report it as its own launch failure.
+			fmt.Fprintf(sb, "    if (attnc_alloc((void**)&%s, (size_t)(%s) * sizeof(%s), stream) != 0) { (void)attnc_last_error(); %sreturn %d; }\n",
 				sc.Name, hp.expr(sc.Size), cTypes[sc.T], strings.Join(undo, ""), ir.StatusNoMemory)
 			split[sc.Name] = true
 		}
-		launches(s.Launches, split, "    ")
+		var frees []string
+		for _, sc := range s.Scratch {
+			frees = append(frees, fmt.Sprintf("attnc_free(%s, stream); ", sc.Name))
+		}
+		launches(s.Launches, split, "    ", strings.Join(frees, ""))
 		for _, sc := range s.Scratch {
 			fmt.Fprintf(sb, "    attnc_free(%s, stream);\n", sc.Name)
 		}
 		sb.WriteString("  }\n")
 	} else {
-		launches(p.Direct, scope, "  ")
+		launches(p.Direct, scope, "  ", "")
 	}
 	fmt.Fprintf(sb, "  return attnc_last_error() != 0 ? %d : 0;\n}\n", launchFailed)
 }

@@ -25,10 +25,10 @@
 //   - Parallel For: the body is outlined into an internal
 //     `void @<kernel>.par<N>(i8* ctx, i32 i, i8* scratch)` and run through
 //     the module's runtime `@<prefix>.parallel_for`. The body's heap arrays
-//     (Alloc with Heap) sit at fixed offsets of scratch, which each worker
-//     thread mallocs once per loop and frees at its end; a worker without
-//     memory takes no item, and when no worker got any the kernel returns
-//     NO_MEMORY as for Malloc. A continue that targets the parallel loop
+//     (Alloc with Heap) sit at fixed offsets of scratch, one block per
+//     worker thread: parallel_for mallocs every worker's block (and the
+//     thread ids) at once before any item runs, and when that fails it
+//     runs none and the kernel returns NO_MEMORY as for Malloc. A continue that targets the parallel loop
 //     itself ends that work item. Return, nested parallel loops,
 //     assignments to outer vars, malloc and free of outer buffers inside a
 //     parallel body are errors.

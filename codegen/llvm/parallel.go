@@ -17,8 +17,9 @@ import (
 // heap arrays, which live at fixed offsets in scratch (one block per worker
 // thread). The free variables of the body are read at loop start and
 // passed through a context struct {lo, captures...} that lives in the
-// caller's frame. When no worker got its scratch, the kernel frees what it
-// malloc'd and returns NO_MEMORY.
+// caller's frame. When parallel_for cannot allocate the workers' scratch
+// (and thread ids) it runs no item, and the kernel frees what it malloc'd
+// and returns NO_MEMORY.
 func (f *fnState) parallel(s *ir.For, lo, hi value.Value) {
 	if f.par {
 		f.fail("parallel loop %s nested inside a parallel loop", s.Var)
@@ -83,17 +84,18 @@ func (f *fnState) parallel(s *ir.For, lo, hi value.Value) {
 		fn.FuncAttrs = append(fn.FuncAttrs, f.e.levelAttrs(kf.k.Level)...)
 	}
 	kf.outlined = append(kf.outlined, fn)
+	if heapBytes > MaxHeapBytes {
+		f.fail("parallel loop %s: %d bytes of heap arrays per worker, more than %d", s.Var, heapBytes, int64(MaxHeapBytes))
+	}
 	pst := f.cur.NewCall(f.e.parallelFor, n, fn, ctxp, constant.NewInt(types.I64, heapBytes))
 	pst.SetName(f.fresh(name + ".status"))
-	if heapBytes > 0 {
-		failed := f.cur.NewICmp(enum.IPredNE, pst, constant.NewInt(types.I32, 0))
-		nomem := f.newBlock(name + ".nomem")
-		cont := f.newBlock(name + ".done")
-		f.cur.NewCondBr(failed, nomem, cont)
-		f.place(nomem)
-		f.failNoMemory()
-		f.place(cont)
-	}
+	failed := f.cur.NewICmp(enum.IPredNE, pst, constant.NewInt(types.I32, 0))
+	nomem := f.newBlock(name + ".nomem")
+	cont := f.newBlock(name + ".done")
+	f.cur.NewCondBr(failed, nomem, cont)
+	f.place(nomem)
+	f.failNoMemory()
+	f.place(cont)
 
 	// With heap arrays, fn only carves them out of scratch and calls the
 	// body, which takes each as a noalias parameter: inlined back into fn
@@ -174,6 +176,11 @@ func (f *fnState) parallel(s *ir.For, lo, hi value.Value) {
 		g.cur.NewRet(nil)
 	}
 }
+
+// MaxHeapBytes bounds the heap arrays of one parallel loop's body (per
+// worker): with at most MaxThreads workers, parallel_for's one allocation
+// stays far from overflowing an i64.
+const MaxHeapBytes = 1 << 40
 
 // HeapAlign is the alignment of each heap array in a worker's scratch (a
 // cache line, so arrays of different work items never share one).

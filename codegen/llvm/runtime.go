@@ -41,12 +41,14 @@ func ThreadLimit(cpus int) int {
 //	i8*  @<prefix>.worker(i8* state)      pthread body of parallel_for
 //
 // parallel_for keeps its bookkeeping off the caller's stack beyond a few
-// words: the thread ids are malloc'd.
+// words: the thread ids are malloc'd, with the workers' scratch, in the one
+// allocation the loop makes before any item runs.
 
 var (
 	bodyFnType = types.NewPointer(types.NewFunc(types.Void, i8p, types.I32, i8p))
-	// pfState is parallel_for's shared state: {next, n, fn, ctx, scratch bytes}.
-	pfState = types.NewStruct(types.I32, types.I32, bodyFnType, i8p, types.I64)
+	// pfState is parallel_for's shared state: {next, n, fn, ctx, scratch
+	// bytes per worker, next scratch block, first scratch block}.
+	pfState = types.NewStruct(types.I32, types.I32, bodyFnType, i8p, types.I64, types.I32, i8p)
 )
 
 func (e *emitter) declareRuntime() {
@@ -199,17 +201,24 @@ func (e *emitter) defineStrerror() {
 }
 
 // defineParallelFor: with n <= 0 there is nothing to do. Otherwise t =
-// min(threads, n); t-1 pthreads (their ids in malloc'd memory; none if
-// that fails) and the caller share the items through an atomic counter in
-// the shared state. A failed pthread_create leaves the remaining work to
-// the threads already running (the caller included). It returns 0 when
-// every item ran, else 1: every worker failed to get its scratch.
+// min(threads, n) workers: t-1 pthreads and the caller share the items
+// through an atomic counter in the shared state. Everything the loop needs
+// is acquired before any item runs, in one malloc in the calling thread:
+// t blocks of `scratch` bytes (one per worker, cache-line aligned) and the
+// t-1 thread ids, so the caller's stack holds only a few words. When that
+// allocation fails no item runs and it returns 1 (the kernel then returns
+// NO_MEMORY, having written nothing); else 0, every item having run. A
+// failed pthread_create leaves the remaining work to the threads already
+// running (the caller included), each with its own block.
 func (e *emitter) defineParallelFor() {
 	f := e.parallelFor
 	n, fn, ctx, scratch := f.Params[0], f.Params[1], f.Params[2], f.Params[3]
 	entry := f.NewBlock("entry")
 	start := f.NewBlock("start")
-	alloc := f.NewBlock("tids.alloc")
+	alloc := f.NewBlock("alloc")
+	got := f.NewBlock("got")
+	nomem := f.NewBlock("nomem")
+	ready := f.NewBlock("ready")
 	createCond := f.NewBlock("create.cond")
 	createBody := f.NewBlock("create.body")
 	createNext := f.NewBlock("create.next")
@@ -227,35 +236,62 @@ func (e *emitter) defineParallelFor() {
 	field := func(b *lir.Block, base value.Value, k int64, name string) *lir.InstGetElementPtr {
 		return named(b.NewGetElementPtr(pfState, base, i32c(0), i32c(k)), name)
 	}
-	nextP := field(start, st, 0, "next.p")
-	start.NewStore(i32c(0), nextP)
+	start.NewStore(i32c(0), field(start, st, 0, "next.p"))
 	start.NewStore(n, field(start, st, 1, "n.p"))
 	start.NewStore(fn, field(start, st, 2, "fn.p"))
 	start.NewStore(ctx, field(start, st, 3, "ctx.p"))
 	start.NewStore(scratch, field(start, st, 4, "scratch.p"))
+	start.NewStore(i32c(0), field(start, st, 5, "slot.p"))
+	baseP := field(start, st, 6, "base.p")
+	start.NewStore(constant.NewNull(i8p), baseP)
 	arg := named(start.NewBitCast(st, i8p), "arg")
 	nt := named(start.NewCall(e.getThreads), "nt")
 	lt := named(start.NewICmp(enum.IPredSLT, nt, n), "lt")
 	t := named(start.NewSelect(lt, nt, n), "t")
 	nw := named(start.NewSub(t, i32c(1)), "nw")
 	multi := named(start.NewICmp(enum.IPredSGT, nw, i32c(0)), "multi")
-	start.NewCondBr(multi, alloc, work)
+	needScratch := named(start.NewICmp(enum.IPredSGT, scratch, i64c(0)), "need.scratch")
+	need := named(start.NewOr(multi, needScratch), "need")
+	start.NewCondBr(need, alloc, ready)
 
-	// Thread ids live in malloc'd memory, not on the caller's stack.
+	// One block: t scratch blocks from a cache-line boundary, then the
+	// thread ids. t <= MaxThreads and the scratch size is bounded at
+	// emission, so the size does not overflow.
+	t64 := named(alloc.NewSExt(t, types.I64), "t64")
 	nw64 := named(alloc.NewSExt(nw, types.I64), "nw64")
+	blocks := named(alloc.NewMul(t64, scratch), "blocks")
 	tidBytes := named(alloc.NewMul(nw64, i64c(8)), "tid.bytes")
-	tidsRaw := named(alloc.NewCall(e.decl("malloc", i8p, types.I64), tidBytes), "tids.raw")
-	tids := named(alloc.NewBitCast(tidsRaw, types.NewPointer(types.I64)), "tids")
-	gotTids := named(alloc.NewICmp(enum.IPredNE, tidsRaw, constant.NewNull(i8p)), "got.tids")
-	nwOK := named(alloc.NewSelect(gotTids, nw, i32c(0)), "nw.ok")
-	alloc.NewBr(createCond)
+	used := named(alloc.NewAdd(blocks, tidBytes), "used")
+	total := named(alloc.NewAdd(used, i64c(HeapAlign-1)), "total")
+	raw := named(alloc.NewCall(e.decl("malloc", i8p, types.I64), total), "raw")
+	isNull := named(alloc.NewICmp(enum.IPredEQ, raw, constant.NewNull(i8p)), "failed")
+	alloc.NewCondBr(isNull, nomem, got)
+	nomem.NewRet(i32c(1))
+	addr := named(got.NewPtrToInt(raw, types.I64), "addr")
+	up := named(got.NewAdd(addr, i64c(HeapAlign-1)), "up")
+	alignedAddr := named(got.NewAnd(up, i64c(^int64(HeapAlign-1))), "aligned.addr")
+	pad := named(got.NewSub(alignedAddr, addr), "pad")
+	base := named(got.NewGetElementPtr(types.I8, raw, pad), "base")
+	base.InBounds = true
+	got.NewStore(base, baseP)
+	tidsRaw := named(got.NewGetElementPtr(types.I8, base, blocks), "tids.raw")
+	tidsRaw.InBounds = true
+	tids := named(got.NewBitCast(tidsRaw, types.NewPointer(types.I64)), "tids")
+	got.NewBr(ready)
 
-	k := named(lir.NewPhi(lir.NewIncoming(i32c(0), alloc)), "k")
+	mem := named(lir.NewPhi(lir.NewIncoming(constant.NewNull(i8p), start), lir.NewIncoming(raw, got)), "mem")
+	mem.Type()
+	tidsAt := named(lir.NewPhi(lir.NewIncoming(constant.NewNull(types.NewPointer(types.I64)), start), lir.NewIncoming(tids, got)), "tids.at")
+	tidsAt.Type()
+	ready.Insts = append(ready.Insts, mem, tidsAt)
+	ready.NewBr(createCond)
+
+	k := named(lir.NewPhi(lir.NewIncoming(i32c(0), ready)), "k")
 	k.Type()
 	createCond.Insts = append(createCond.Insts, k)
-	kmore := named(createCond.NewICmp(enum.IPredSLT, k, nwOK), "kmore")
+	kmore := named(createCond.NewICmp(enum.IPredSLT, k, nw), "kmore")
 	createCond.NewCondBr(kmore, createBody, work)
-	slot := named(createBody.NewGetElementPtr(types.I64, tids, k), "slot")
+	slot := named(createBody.NewGetElementPtr(types.I64, tidsAt, k), "slot")
 	create := e.decl("pthread_create", types.I32, types.NewPointer(types.I64), i8p,
 		types.NewPointer(types.NewFunc(i8p, i8p)), i8p)
 	rc := named(createBody.NewCall(create, slot, constant.NewNull(i8p), e.worker, arg), "rc")
@@ -267,11 +303,9 @@ func (e *emitter) defineParallelFor() {
 	k.Incs = append(k.Incs, lir.NewIncoming(knext, createNext))
 
 	// The caller works too, then joins the workers it started.
-	started := named(lir.NewPhi(lir.NewIncoming(i32c(0), start), lir.NewIncoming(k, createCond), lir.NewIncoming(k, createBody)), "started")
+	started := named(lir.NewPhi(lir.NewIncoming(k, createCond), lir.NewIncoming(k, createBody)), "started")
 	started.Type()
-	tidsAt := named(lir.NewPhi(lir.NewIncoming(constant.NewNull(i8p), start), lir.NewIncoming(tidsRaw, createCond), lir.NewIncoming(tidsRaw, createBody)), "tids.at")
-	tidsAt.Type()
-	work.Insts = append(work.Insts, started, tidsAt)
+	work.Insts = append(work.Insts, started)
 	work.NewCall(e.worker, arg)
 	work.NewBr(joinCond)
 	j := named(lir.NewPhi(lir.NewIncoming(i32c(0), work)), "j")
@@ -279,8 +313,7 @@ func (e *emitter) defineParallelFor() {
 	joinCond.Insts = append(joinCond.Insts, j)
 	jmore := named(joinCond.NewICmp(enum.IPredSLT, j, started), "jmore")
 	joinCond.NewCondBr(jmore, joinBody, done)
-	tids2 := named(joinBody.NewBitCast(tidsAt, types.NewPointer(types.I64)), "tids2")
-	tslot := named(joinBody.NewGetElementPtr(types.I64, tids2, j), "tslot")
+	tslot := named(joinBody.NewGetElementPtr(types.I64, tidsAt, j), "tslot")
 	tid := named(joinBody.NewLoad(types.I64, tslot), "tid")
 	join := e.decl("pthread_join", types.I32, types.I64, types.NewPointer(i8p))
 	joinBody.NewCall(join, tid, constant.NewNull(types.NewPointer(i8p)))
@@ -289,27 +322,22 @@ func (e *emitter) defineParallelFor() {
 	joinBody.NewBr(joinCond)
 	j.Incs = append(j.Incs, lir.NewIncoming(jnext, joinBody))
 
-	done.NewCall(e.decl("free", types.Void, i8p), tidsAt)
-	// Every item ran iff some worker drained the counter (a worker without
-	// scratch takes no item); the joins make the counter's value visible.
-	next := named(done.NewLoad(types.I32, nextP), "next")
-	next.Atomic, next.Ordering, next.Align = true, enum.AtomicOrderingMonotonic, 4
-	all := named(done.NewICmp(enum.IPredUGE, next, n), "all")
-	done.NewRet(named(done.NewSelect(all, i32c(0), i32c(1)), "status"))
+	done.NewCall(e.decl("free", types.Void, i8p), mem)
+	done.NewRet(i32c(0))
 }
 
-// defineWorker: scratch = malloc(bytes) when the loop has heap arrays (no
-// memory: take no item); loop { i = atomicrmw add next, 1; if i >= n
-// (unsigned) stop; fn(ctx, i, scratch) }; free(scratch).
+// defineWorker: scratch = the next of the blocks parallel_for allocated
+// when the loop has heap arrays (at most t workers take one each); loop {
+// i = atomicrmw add next, 1; if i >= n (unsigned) stop; fn(ctx, i,
+// scratch) }.
 func (e *emitter) defineWorker() {
 	f := e.worker
 	entry := f.NewBlock("entry")
-	get := f.NewBlock("scratch.alloc")
+	get := f.NewBlock("scratch.take")
 	ready := f.NewBlock("ready")
 	loop := f.NewBlock("loop")
 	body := f.NewBlock("body")
 	exit := f.NewBlock("exit")
-	out := f.NewBlock("out")
 	st := named(entry.NewBitCast(f.Params[0], types.NewPointer(pfState)), "st")
 	field := func(k int64, name string) *lir.InstGetElementPtr {
 		return named(entry.NewGetElementPtr(pfState, st, i32c(0), i32c(k)), name)
@@ -319,12 +347,17 @@ func (e *emitter) defineWorker() {
 	fn := named(entry.NewLoad(bodyFnType, field(2, "fn.p")), "fn")
 	ctx := named(entry.NewLoad(i8p, field(3, "ctx.p")), "ctx")
 	bytes := named(entry.NewLoad(types.I64, field(4, "scratch.p")), "bytes")
+	slotP := field(5, "slot.p")
+	base := named(entry.NewLoad(i8p, field(6, "base.p")), "base")
 	need := named(entry.NewICmp(enum.IPredSGT, bytes, i64c(0)), "need")
 	entry.NewCondBr(need, get, ready)
-	raw := named(get.NewCall(e.decl("malloc", i8p, types.I64), bytes), "raw")
-	gotIt := named(get.NewICmp(enum.IPredNE, raw, constant.NewNull(i8p)), "got")
-	get.NewCondBr(gotIt, ready, out)
-	scratch := named(lir.NewPhi(lir.NewIncoming(constant.NewNull(i8p), entry), lir.NewIncoming(raw, get)), "scratch")
+	s := named(get.NewAtomicRMW(enum.AtomicOpAdd, slotP, i32c(1), enum.AtomicOrderingMonotonic), "s")
+	s64 := named(get.NewSExt(s, types.I64), "s64")
+	off := named(get.NewMul(s64, bytes), "off")
+	mine := named(get.NewGetElementPtr(types.I8, base, off), "mine")
+	mine.InBounds = true
+	get.NewBr(ready)
+	scratch := named(lir.NewPhi(lir.NewIncoming(constant.NewNull(i8p), entry), lir.NewIncoming(mine, get)), "scratch")
 	scratch.Type()
 	ready.Insts = append(ready.Insts, scratch)
 	ready.NewBr(loop)
@@ -333,7 +366,5 @@ func (e *emitter) defineWorker() {
 	loop.NewCondBr(stop, exit, body)
 	body.NewCall(fn, ctx, i, scratch)
 	body.NewBr(loop)
-	exit.NewCall(e.decl("free", types.Void, i8p), scratch)
-	exit.NewBr(out)
-	out.NewRet(constant.NewNull(i8p))
+	exit.NewRet(constant.NewNull(i8p))
 }

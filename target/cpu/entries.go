@@ -11,7 +11,10 @@ import (
 // read, the skip test, the hand-over to another role, the limits, then the
 // work kernels (each runs its items on the thread pool) — through f32
 // scratch and the merge when the split rule asks for chunks
-// (rt.num_threads gives the workers).
+// (rt.num_threads gives the workers). An entry returns the first nonzero
+// status of its work kernels (NO_MEMORY when a kernel cannot get its
+// workers' scratch) and runs no launch after it, having freed its own
+// scratch; it returns NO_MEMORY with its buffers untouched.
 func Assemble(m *ir.Module) (*ir.Module, error) {
 	out := *m
 	out.Kernels = append([]*ir.Kernel(nil), m.Kernels...)
@@ -53,35 +56,59 @@ func entryKernel(m *ir.Module, p *ir.Plan) (*ir.Kernel, error) {
 		body = append(body, when(c.Fail, ret(c.Code)))
 	}
 	scope := append([]*ir.Param(nil), p.Params...)
-	calls := func(ls []ir.Launch, scope []*ir.Param) ([]ir.Stmt, error) {
-		var out []ir.Stmt
-		for _, l := range ls {
+	outputs := map[string]bool{}
+	for _, pr := range p.Params {
+		if pr.Buffer {
+			outputs[pr.Name] = true
+		}
+	}
+	// run calls the launches in order, each only while the ones before
+	// returned 0, leaving the first nonzero status (a work kernel's
+	// NO_MEMORY) in statusVar. A work kernel acquires all its scratch before
+	// its first item, so a failing launch has written nothing; every launch
+	// but the last writes only the plan's scratch (checked here), so a
+	// failing call leaves the entry's buffers untouched.
+	run := func(ls []ir.Launch, scope []*ir.Param, statusVar string) ([]ir.Stmt, error) {
+		out := []ir.Stmt{&ir.Var{Name: statusVar, Init: ir.Int(0)}}
+		for i, l := range ls {
 			k := m.Kernel(l.Kernel)
 			if k == nil {
 				return nil, fmt.Errorf("launches unknown kernel %s", l.Kernel)
 			}
-			c, err := callByName(k.Name, k.Params, scope, "")
+			if err := checkWrites(k, outputs, i == len(ls)-1); err != nil {
+				return nil, err
+			}
+			res := fmt.Sprintf("%s%d", statusVar, i)
+			c, err := callByName(k.Name, k.Params, scope, res)
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, c)
+			step := []ir.Stmt{c, &ir.Assign{Name: statusVar, Value: ir.R(res, ir.I32)}}
+			if i == 0 {
+				out = append(out, step...)
+			} else {
+				out = append(out, when(ir.Bin(ir.Eq, ir.R(statusVar, ir.I32), ir.Int(0)), step...))
+			}
 		}
 		return out, nil
 	}
-	direct, err := calls(p.Direct, scope)
+	retStatus := func(v string) ir.Stmt { return &ir.Return{Value: ir.R(v, ir.I32)} }
+	direct, err := run(p.Direct, scope, directStatus)
 	if err != nil {
 		return nil, err
 	}
 	if s := p.Split; s != nil {
 		body = append(body, &ir.CallStmt{Result: ir.PlanThreads, Fn: "rt.num_threads"},
 			&ir.Let{Name: ir.PlanSplits, Value: s.Splits})
-		body = append(body, when(ir.Bin(ir.Le, ir.R(ir.PlanSplits, ir.I32), ir.Int(1)), append(direct, ret(0))...))
+		body = append(body, when(ir.Bin(ir.Le, ir.R(ir.PlanSplits, ir.I32), ir.Int(1)), append(direct, retStatus(directStatus))...))
 		splitScope := append(scope, &ir.Param{Name: ir.PlanSplits, Elem: ir.I32})
+		// The scratch comes first: a failed allocation returns NO_MEMORY
+		// before any launch.
 		for _, sc := range s.Scratch {
 			body = append(body, &ir.Malloc{Name: sc.Name, T: sc.T, Size: sc.Size})
 			splitScope = append(splitScope, &ir.Param{Name: sc.Name, Buffer: true, Elem: sc.T})
 		}
-		launches, err := calls(s.Launches, splitScope)
+		launches, err := run(s.Launches, splitScope, splitStatus)
 		if err != nil {
 			return nil, err
 		}
@@ -89,11 +116,58 @@ func entryKernel(m *ir.Module, p *ir.Plan) (*ir.Kernel, error) {
 		for _, sc := range s.Scratch {
 			body = append(body, &ir.Free{Name: sc.Name})
 		}
+		body = append(body, retStatus(splitStatus))
 	} else {
 		body = append(body, direct...)
+		body = append(body, retStatus(directStatus))
 	}
-	body = append(body, ret(0))
 	return &ir.Kernel{Name: p.Entry, Role: p.Role, Entry: p.Public, Params: p.Params, Body: &ir.Block{Stmts: body}}, nil
+}
+
+// The vars holding the status of an entry's launches (the call results are
+// these names with the launch's index appended).
+const (
+	directStatus = "work_status"
+	splitStatus  = "split_status"
+)
+
+// checkWrites checks that work kernel k writes the entry's buffers (names)
+// only inside its last parallel loop, whose items run once the loop has
+// all its scratch, and, unless it is the last launch, not at all: a
+// failure after a write could not leave them untouched.
+func checkWrites(k *ir.Kernel, names map[string]bool, last bool) error {
+	stores := func(b *ir.Block) (n int, buf string) {
+		ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
+			if st, ok := s.(*ir.Store); ok && names[st.Buf] {
+				if n == 0 {
+					buf = st.Buf
+				}
+				n++
+			}
+			return []ir.Stmt{s}
+		})
+		return n, buf
+	}
+	var lastPar *ir.For
+	ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
+		if f, ok := s.(*ir.For); ok && f.Kind == ir.Parallel {
+			lastPar = f
+		}
+		return []ir.Stmt{s}
+	})
+	total, buf := stores(k.Body)
+	switch {
+	case total == 0:
+		return nil
+	case !last:
+		return fmt.Errorf("launch %s writes buffer %s before the last launch: a later one failing would leave it written", k.Name, buf)
+	case lastPar == nil:
+		return fmt.Errorf("launch %s writes buffer %s outside a parallel loop", k.Name, buf)
+	}
+	if inside, _ := stores(lastPar.Body); inside != total {
+		return fmt.Errorf("launch %s writes buffer %s outside its last parallel loop: its scratch could still fail after the write", k.Name, buf)
+	}
+	return nil
 }
 
 // callByName calls fn, binding each of its params to the name of the

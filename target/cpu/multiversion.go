@@ -98,7 +98,8 @@ func renameCalls(b *ir.Block, cloned map[string]bool, suffix string) *ir.Block {
 
 // dispatch turns each call of a cloned kernel into a choice of its clones
 // by the entry's level: the best cloned level at or below it, best first
-// (the baseline, index 0, is always cloned).
+// (the baseline, index 0, is always cloned). A call's result stays visible
+// after the choice: it becomes a var that each clone's call sets.
 func dispatch(b *ir.Block, cloned map[string]bool, all []llvmgen.Level, levels map[int]llvmgen.Level) *ir.Block {
 	return ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
 		c, ok := s.(*ir.CallStmt)
@@ -109,7 +110,11 @@ func dispatch(b *ir.Block, cloned map[string]bool, all []llvmgen.Level, levels m
 			n := *c
 			n.Fn += l.Suffix
 			n.Args = append([]ir.Expr(nil), c.Args...)
-			return &ir.Block{Stmts: []ir.Stmt{&n}}
+			if c.Result == "" {
+				return &ir.Block{Stmts: []ir.Stmt{&n}}
+			}
+			n.Result = c.Result + l.Suffix
+			return &ir.Block{Stmts: []ir.Stmt{&n, &ir.Assign{Name: c.Result, Value: ir.R(n.Result, ir.I32)}}}
 		}
 		tail := call(all[0])
 		for i := 1; i < len(all); i++ {
@@ -119,6 +124,9 @@ func dispatch(b *ir.Block, cloned map[string]bool, all []llvmgen.Level, levels m
 			}
 			cond := ir.Bin(ir.Ge, ir.R(levelVar, ir.I32), ir.Int(int64(i)))
 			tail = &ir.Block{Stmts: []ir.Stmt{&ir.If{Cond: cond, Then: call(l), Else: tail}}}
+		}
+		if c.Result != "" {
+			return append([]ir.Stmt{&ir.Var{Name: c.Result, Init: ir.Int(0)}}, tail.Stmts...)
 		}
 		return tail.Stmts
 	})
