@@ -43,9 +43,12 @@ func (c *checker) checkFile(f *fileAST) []*ir.Variant {
 		pos  lexer.Position
 	}
 	first := map[string]named{}
-	for _, va := range f.Variants {
+	for i, va := range f.Variants {
 		if va == nil || va.Name == nil {
 			continue
+		}
+		if i == MaxVariants {
+			c.errorf(va.Name.Pos, "more than %d variants in one spec; the limit is %d (put the others in another spec file)", MaxVariants, MaxVariants)
 		}
 		name := va.Name.Name
 		if n := len(name); n > ir.MaxNameLen {
@@ -63,6 +66,11 @@ func (c *checker) checkFile(f *fileAST) []*ir.Variant {
 	}
 	return out
 }
+
+// MaxVariants bounds the variants of one spec, so that checking or
+// building any spec within the limits takes seconds (each variant compiles
+// to its own kernels).
+const MaxVariants = 8
 
 // lines holds a variant's settings, one per keyword.
 type lines struct {

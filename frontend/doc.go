@@ -10,8 +10,12 @@
 // an *ir.PosError that prints as file:line:col: message; a syntax error is
 // reported before any semantic error, and of several semantic errors the
 // first in source order is returned. A file with no variant is not an
-// error. Limits: a spec is at most 256 KiB, and parentheses or runs of
-// prefix operators nest at most 100 deep.
+// error. Limits: a spec is at most 256 KiB and holds at most MaxVariants
+// (8) variants; parentheses or runs of prefix operators nest at most 100
+// deep; a mask or score expression has at most MaxExprOps (256) operators
+// and function calls. Within them any spec checks in a few seconds and
+// compiles to outputs of a few MiB (a test in package attnc holds the
+// worst such specs to that); past them the error names the place.
 //
 // Defaults where a spec is silent: dtype f16; cache paged(page_size = 16,
 // layout = HND, table = csr); mask causal; kv heads = qo heads; head_dim
