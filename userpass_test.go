@@ -104,6 +104,10 @@ func TestUserPassFailures(t *testing.T) {
 			m.Defs = append(append([]*ir.Def(nil), m.Defs...), &ir.Def{Name: "a b", Body: ir.Int(1)})
 			return m
 		}), false, []string{"pass def-name", "not an identifier"}},
+		{"status message", mapModule("status-msg", func(m *ir.Module) *ir.Module {
+			m.Errors = append(append([]ir.ErrorCode(nil), m.Errors...), ir.ErrorCode{Code: 99, Name: "ODD", Msg: "odd */ int evil; /*"})
+			return m
+		}), false, []string{"pass status-msg", "*/"}},
 		{"let name", mapModule("let-name", func(m *ir.Module) *ir.Module {
 			k := m.Kernels[0]
 			k.Body = &ir.Block{Stmts: append([]ir.Stmt{&ir.Let{Name: "x;y", Value: ir.Int(1)}}, k.Body.Stmts...)}

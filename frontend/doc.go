@@ -10,7 +10,8 @@
 // an *ir.PosError that prints as file:line:col: message; a syntax error is
 // reported before any semantic error, and of several semantic errors the
 // first in source order is returned. A file with no variant is not an
-// error. Limits: a spec is at most 256 KiB and holds at most MaxVariants
+// error. Limits: a spec is at most 256 KiB and MaxTokens (32768) tokens
+// (comments and white space do not count), and holds at most MaxVariants
 // (8) variants; parentheses or runs of prefix operators nest at most 100
 // deep; a mask or score expression has at most MaxExprOps (256) operators
 // and function calls. Within them any spec checks in a few seconds and

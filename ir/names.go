@@ -1,6 +1,9 @@
 package ir
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // IsIdent reports whether s is an identifier of C, CUDA C++ and LLVM IR
 // alike: a letter or underscore, then letters, digits and underscores.
@@ -22,8 +25,9 @@ func IsIdent(s string) bool {
 // CheckNames checks that every module-level name that the backends print
 // into C, CUDA or LLVM text (or a dump file name) is an identifier: the
 // module's name and prefix, Def names and parameters, kernel names and
-// parameters, plan entries, parameters and launched kernels, and status
-// names. Verify checks the names declared inside kernel bodies. A name
+// parameters, plan entries, parameters, per-sequence values, scratch
+// buffers and launched kernels, and status names (and status messages hold
+// no */ or control character: the header prints them in comments). Verify checks the names declared inside kernel bodies. A name
 // that is not an identifier would be pasted into the generated text (a
 // prefix holding "*/" or a newline ends a comment of the header early).
 func CheckNames(m *Module) error {
@@ -97,6 +101,10 @@ func CheckNames(m *Module) error {
 	for _, e := range m.Errors {
 		if !IsIdent(e.Name) {
 			return bad("status", e.Name)
+		}
+		// The header prints the message in a /* */ comment on one line.
+		if strings.Contains(e.Msg, "*/") || strings.IndexFunc(e.Msg, func(r rune) bool { return r < ' ' || r == 0x7f }) >= 0 {
+			return fmt.Errorf("status %s: message %q holds */ or a control character (it is printed in a C comment)", e.Name, e.Msg)
 		}
 	}
 	return nil
