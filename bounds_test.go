@@ -219,8 +219,8 @@ func TestBoundsChild(t *testing.T) {
 // the compile-time budget (time, memory, output size), and checks that
 // specs just past each limit fail fast with a located error.
 func TestCompileBounded(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short")
+	if testing.Short() || raceEnabled {
+		t.Skip("-short, or the race detector (which slows the compiler several times)")
 	}
 	dir := t.TempDir()
 	specs := boundsSpecs(t)
