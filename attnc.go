@@ -18,6 +18,7 @@ package attnc
 import (
 	"fmt"
 	"io"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strings"
@@ -60,7 +61,7 @@ type Options struct {
 	Triple string
 	Insert []Insertion // user passes, applied in order
 
-	VerifyEach bool      // run the kernel-IR verifier after every pass (a failure panics: a compiler bug)
+	VerifyEach bool      // run the kernel-IR verifier after every pass (a failure is an error naming the pass)
 	PrintAfter string    // "all" or a pass name: print the kernel IR after it to Log
 	DumpDir    string    // when set, write the IR after lowering and after every pass there
 	Log        io.Writer // where PrintAfter prints (default os.Stderr)
@@ -102,7 +103,16 @@ func CompileFiles(paths []string, opt Options) (*Result, error) {
 }
 
 // CompileVariants compiles variants that were already parsed and checked.
-func CompileVariants(vs []*ir.Variant, opt Options) (*Result, error) {
+// A failing user pass (an error, a panic, a module without kernels or
+// bodies, names that are not identifiers, invalid IR under VerifyEach, an
+// entry removed) is an error naming the pass or the entry; anything else
+// that goes wrong inside is returned as an internal error, never a panic.
+func CompileVariants(vs []*ir.Variant, opt Options) (r *Result, err error) {
+	defer func() {
+		if x := recover(); x != nil {
+			r, err = nil, fmt.Errorf("attnc: internal error (a bug in attnc): %v\n%s", x, debug.Stack())
+		}
+	}()
 	tables, err := PassTables(opt.Insert)
 	if err != nil {
 		return nil, err
@@ -124,7 +134,7 @@ func CompileVariants(vs []*ir.Variant, opt Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Result{Files: map[string][]byte{}, Manifest: out.Manifest, Variants: out.Variants, final: out.Final}
+	r = &Result{Files: map[string][]byte{}, Manifest: out.Manifest, Variants: out.Variants, final: out.Final}
 	for _, a := range out.Artifacts {
 		r.Files[a.Name] = a.Data
 	}

@@ -141,6 +141,14 @@ func Compile(v *ir.Variant, t target.Target, opt Options) (*Compiled, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %s (%s): %w", v.Pos, v.Name, t.Name(), err)
 	}
+	if err := passes.CheckModule(final); err != nil {
+		return nil, fmt.Errorf("%s: %s (%s): after the passes: %w", v.Pos, v.Name, t.Name(), err)
+	}
+	// Both targets print only verified IR: a name no declaration defines
+	// fails here on CUDA as it fails in the CPU emitter.
+	if err := ir.Verify(final); err != nil {
+		return nil, fmt.Errorf("%s: %s (%s): the kernel IR after the passes is invalid (VerifyEach names the pass that broke it): %w", v.Pos, v.Name, t.Name(), err)
+	}
 	if err := sameABI(a, final); err != nil {
 		return nil, fmt.Errorf("%s: %s (%s): %w", v.Pos, v.Name, t.Name(), err)
 	}
@@ -156,20 +164,43 @@ func CompileFor(v *ir.Variant, name string, opt Options) (*Compiled, error) {
 	return Compile(v, t, opt)
 }
 
-// sameABI checks that the passes kept the parameters of every kernel and
-// plan entry of the assembled module.
+// sameABI checks that the passes kept the ABI of the assembled module:
+// the same plans (role, entry symbol, parameters), so that the header and
+// the manifest describe the entries the assembly made; every entry kernel
+// (or, for an entry printed from its plan, every kernel it launches) still
+// defined, so that the .ll or .cu defines what they describe; and the parameters of every kernel kept.
 func sameABI(before, after *ir.Module) error {
+	if len(before.Plans) != len(after.Plans) {
+		return fmt.Errorf("the passes changed the entries (%d plans -> %d); passes must keep the entries", len(before.Plans), len(after.Plans))
+	}
+	for i, p := range after.Plans {
+		old := before.Plans[i]
+		if p.Role != old.Role || p.Entry != old.Entry || p.Public != old.Public || !sameParams(old.Params, p.Params) {
+			return fmt.Errorf("entry %s: the passes changed it (%s %s%s -> %s %s%s); passes must keep the entries",
+				old.Entry, old.Role, old.Entry, paramNames(old.Params), p.Role, p.Entry, paramNames(p.Params))
+		}
+		if before.Kernel(p.Entry) != nil {
+			// The entry is a kernel (cpu): it must stay, and what it
+			// runs are its calls, which ir.Verify resolves.
+			if after.Kernel(p.Entry) == nil {
+				return fmt.Errorf("entry %s: the passes removed its kernel; the header and manifest declare it", p.Entry)
+			}
+			continue
+		}
+		// The entry is printed from the plan (cuda's host launcher): the
+		// kernels it launches must stay.
+		for _, l := range ir.PlanLaunches(p) {
+			if after.Kernel(l.Kernel) == nil {
+				return fmt.Errorf("entry %s launches kernel %s, which the passes removed", p.Entry, l.Kernel)
+			}
+		}
+	}
 	for _, k := range after.Kernels {
 		old := before.Kernel(k.Name)
 		if old == nil {
 			continue
 		}
-		same := len(old.Params) == len(k.Params)
-		for i := 0; same && i < len(k.Params); i++ {
-			a, b := old.Params[i], k.Params[i]
-			same = a.Name == b.Name && a.Buffer == b.Buffer && a.Elem == b.Elem && a.Output == b.Output && a.Null == b.Null
-		}
-		if !same {
+		if !sameParams(old.Params, k.Params) {
 			return fmt.Errorf("kernel %s: the passes changed its parameters (%s -> %s); passes must keep a kernel's ABI",
 				k.Name, paramNames(old.Params), paramNames(k.Params))
 		}
@@ -177,9 +208,27 @@ func sameABI(before, after *ir.Module) error {
 	return nil
 }
 
+// sameParams reports whether two parameter lists are the same ABI.
+func sameParams(x, y []*ir.Param) bool {
+	if len(x) != len(y) {
+		return false
+	}
+	for i := range x {
+		a, b := x[i], y[i]
+		if a == nil || b == nil || a.Name != b.Name || a.Buffer != b.Buffer || a.Elem != b.Elem || a.Output != b.Output || a.Null != b.Null {
+			return false
+		}
+	}
+	return true
+}
+
 func paramNames(ps []*ir.Param) string {
 	var names []string
 	for _, p := range ps {
+		if p == nil {
+			names = append(names, "<nil>")
+			continue
+		}
 		names = append(names, p.Name)
 	}
 	return "(" + strings.Join(names, ", ") + ")"

@@ -60,11 +60,14 @@ func (c *checker) checkFile(f *fileAST) []Checked {
 		pos  lexer.Position
 	}
 	first := map[string]named{}
-	for _, va := range f.Variants {
+	for i, va := range f.Variants {
 		if va == nil || va.Name == nil {
 			continue
 		}
 		c.errs = nil
+		if i >= MaxVariants {
+			c.errorf(va.Name.Pos, "more than %d variants in one spec; the limit is %d (put the others in another spec file)", MaxVariants, MaxVariants)
+		}
 		name := va.Name.Name
 		if n := len(name); n > ir.MaxNameLen {
 			c.errorf(va.Name.Pos, "variant name is %d characters long; the limit is %d (it prefixes every C symbol and macro)", n, ir.MaxNameLen)
@@ -91,6 +94,11 @@ func (c *checker) checkFile(f *fileAST) []Checked {
 	}
 	return out
 }
+
+// MaxVariants bounds the variants of one spec, so that checking or
+// building any spec within the limits takes seconds (each variant compiles
+// to its own kernels).
+const MaxVariants = 8
 
 // lines holds a variant's settings, one per keyword.
 type lines struct {

@@ -13,8 +13,13 @@
 // returns every error of every variant (attnc check prints them all). A
 // misspelt setting is reported at its own position with the nearest
 // setting name. A file with no variant is an error. ReadSpec reads only
-// regular files. Limits: a spec is at most 256 KiB, and parentheses or
-// runs of prefix operators nest at most 100 deep.
+// regular files. Limits: a spec is at most 256 KiB and MaxTokens (32768)
+// tokens (comments and white space do not count), and holds at most
+// MaxVariants (8) variants; parentheses or runs of prefix operators nest
+// at most 100 deep; a mask or score expression has at most MaxExprOps
+// (256) operators and function calls. Within them any spec checks in a few
+// seconds and compiles to outputs of a few MiB (a test in package attnc
+// holds the worst such specs to that); past them the error names the place.
 //
 // Defaults where a spec is silent: dtype f16; cache paged(page_size = 16,
 // layout = HND, table = csr); mask causal; kv heads = qo heads; head_dim

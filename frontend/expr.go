@@ -29,6 +29,22 @@ type scope struct {
 	kind    string   // "mask" or "score", for messages
 	names   []string // known identifiers, in message order
 	qoHeads int      // for alibi_slope
+	ops     int      // operators and calls converted so far
+}
+
+// MaxExprOps bounds the operators and function calls of one mask or score
+// expression. The kernels evaluate the expression in every kernel, at
+// every CPU level and in both tile classes, so its size multiplies into the
+// output: at this limit a spec of MaxVariants variants still compiles in a
+// few seconds into outputs of a few MiB each.
+const MaxExprOps = 256
+
+// count records one operator or call at p, and reports the first one past
+// MaxExprOps.
+func (c *checker) count(s *scope, p lexer.Position) {
+	if s.ops++; s.ops == MaxExprOps+1 {
+		c.errorf(p, "%s expression has more than %d operators and function calls; the limit is %d", s.kind, MaxExprOps, MaxExprOps)
+	}
 }
 
 // maskExpr converts a mask expression, which must be a bool.
@@ -76,6 +92,7 @@ func (c *checker) orE(e *orExpr, s *scope) val {
 		if r == nil {
 			return val{}
 		}
+		c.count(s, r.Pos)
 		x = c.binary(r.Pos, r.Op, x, c.andE(r.Right, s))
 	}
 	return x
@@ -91,6 +108,7 @@ func (c *checker) andE(e *andExpr, s *scope) val {
 		if r == nil {
 			return val{}
 		}
+		c.count(s, r.Pos)
 		x = c.binary(r.Pos, r.Op, x, c.cmpE(r.Right, s))
 	}
 	return x
@@ -106,6 +124,7 @@ func (c *checker) cmpE(e *cmpExpr, s *scope) val {
 		if r == nil {
 			return val{}
 		}
+		c.count(s, r.Pos)
 		x = c.binary(r.Pos, r.Op, x, c.addE(r.Right, s))
 	}
 	return x
@@ -121,6 +140,7 @@ func (c *checker) addE(e *addExpr, s *scope) val {
 		if r == nil {
 			return val{}
 		}
+		c.count(s, r.Pos)
 		x = c.binary(r.Pos, r.Op, x, c.mulE(r.Right, s))
 	}
 	return x
@@ -136,6 +156,7 @@ func (c *checker) mulE(e *mulExpr, s *scope) val {
 		if r == nil {
 			return val{}
 		}
+		c.count(s, r.Pos)
 		x = c.binary(r.Pos, r.Op, x, c.unaryE(r.Right, s))
 	}
 	return x
@@ -196,6 +217,7 @@ func (c *checker) unaryE(e *unaryExpr, s *scope) val {
 		}
 		return val{}
 	}
+	c.count(s, e.Pos)
 	x := c.unaryE(e.X, s)
 	switch {
 	case x.e == nil:
@@ -228,6 +250,7 @@ func (c *checker) primaryE(p *primary, s *scope) val {
 			return val{ir.Float(f), ir.F32}
 		}
 	case p.Name != nil && p.Call != nil:
+		c.count(s, p.Pos)
 		return c.call(p.Pos, *p.Name, p.Call.Args, s)
 	case p.Name != nil:
 		for _, n := range s.names {

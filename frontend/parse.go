@@ -21,9 +21,15 @@ import (
 // that no input can exhaust the stack of the recursive-descent parser.
 const maxNesting = 100
 
-// maxSize bounds the length of a spec (about 800 variants). Parsing takes
-// about 10µs a byte, so this keeps any input to a few seconds.
+// maxSize bounds the length of a spec in bytes.
 const maxSize = 256 << 10
+
+// MaxTokens bounds the tokens of a spec: names, numbers, operators,
+// parentheses and line ends (comments and other white space do not count).
+// Lexing and parsing take several microseconds a token, so a spec of
+// maxSize bytes of parentheses would take many seconds; a count by a cheap
+// scan refuses it first.
+const MaxTokens = 32 << 10
 
 // Parse parses and validates the .attn spec src and returns its variants in
 // source order. filename only labels positions. The error, if any, is an
@@ -59,6 +65,9 @@ func ParseEach(filename string, src []byte) ([]Checked, error) {
 	// A UTF-8 byte order mark (editors on Windows write one) is not part
 	// of the spec; columns on line 1 count from after it.
 	src = bytes.TrimPrefix(src, []byte("\xef\xbb\xbf"))
+	if err := checkTokens(filename, src); err != nil {
+		return nil, err
+	}
 	if err := checkNesting(filename, src); err != nil {
 		return nil, err
 	}
@@ -137,6 +146,69 @@ func fileKind(m fs.FileMode) string {
 // tooLarge is the error for a spec larger than maxSize.
 func tooLarge(file, size string) error {
 	return &ir.PosError{Pos: ir.Pos{File: file, Line: 1, Col: 1}, Msg: fmt.Sprintf("spec is too large (%s; the limit is %d)", size, maxSize)}
+}
+
+// checkTokens rejects a spec of more than MaxTokens tokens at the first
+// token past the limit.
+func checkTokens(filename string, src []byte) error {
+	if n, line, col := scanTokens(src, MaxTokens); n > MaxTokens {
+		return &ir.PosError{Pos: ir.Pos{File: filename, Line: line, Col: col},
+			Msg: fmt.Sprintf("spec has more than %d tokens; the limit is %d (names, numbers, operators, parentheses and line ends; comments and white space do not count)", MaxTokens, MaxTokens)}
+	}
+	return nil
+}
+
+// scanTokens counts the tokens of src as the lexer splits them (a number
+// or a name is one token, as is each operator and line end; comments and
+// white space are none), stopping at token limit+1, whose line and column
+// it returns.
+func scanTokens(src []byte, limit int) (n, line, col int) {
+	isWord := func(c byte) bool {
+		return c == '_' || c == '.' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
+	}
+	line, lineStart := 1, 0
+	for i := 0; i < len(src); {
+		c := src[i]
+		start := i
+		switch {
+		case c == '/' && i+1 < len(src) && src[i+1] == '/':
+			for i < len(src) && src[i] != '\n' {
+				i++
+			}
+			continue
+		case c == ' ' || c == '\t' || c == '\r':
+			i++
+			continue
+		case c == '\n':
+			i++
+		case isWord(c):
+			number := '0' <= c && c <= '9' || c == '.'
+			for i < len(src) && (isWord(src[i]) || number && (src[i] == '+' || src[i] == '-') && (src[i-1] == 'e' || src[i-1] == 'E')) {
+				i++
+			}
+		case i+1 < len(src) && twoCharOp(src[i], src[i+1]):
+			i += 2
+		default:
+			i++
+		}
+		if n++; n > limit {
+			return n, line, utf8.RuneCount(src[lineStart:start]) + 1
+		}
+		if c == '\n' {
+			line, lineStart = line+1, i
+		}
+	}
+	return n, 0, 0
+}
+
+// twoCharOp reports whether a, b is one of the lexer's two-character
+// operators.
+func twoCharOp(a, b byte) bool {
+	switch string([]byte{a, b}) {
+	case "&&", "||", "==", "!=", "<=", ">=":
+		return true
+	}
+	return false
 }
 
 // checkNesting rejects inputs nested deeper than maxNesting before the

@@ -36,7 +36,8 @@ func MustVerify(pass string, m *Module) {
 
 // VerifyKernel checks k's invariants and returns the first violation as
 // "kernel NAME: message in `statement`":
-//   - params have unique names and non-void types;
+//   - params have unique names and non-void types; every declared name is
+//     an identifier (IsIdent; CheckNames checks the module-level names);
 //   - every Ref, Load, Store, Assign and Free names a declaration in scope
 //     (params, let, var, loop vars, alloc, malloc, call results; blocks nest
 //     scopes) whose type matches Ref.T / Load.T / the stored value (a
@@ -295,6 +296,9 @@ func (v *verifier) declare(name string, kind declKind, t Type) {
 	if name == "" {
 		v.fail("declaration without a name")
 	}
+	if !IsIdent(name) {
+		v.fail("%s %q is not an identifier", declKindNames[kind], name)
+	}
 	if d, ok := v.lookup(name); ok {
 		v.fail("redeclaration of %s (already a %s in scope)", name, declKindNames[d.kind])
 	}
@@ -313,6 +317,8 @@ func (v *verifier) kernel() {
 			v.fail("nil param")
 		case p.Name == "":
 			v.fail("param without a name")
+		case !IsIdent(p.Name):
+			v.fail("param %q is not an identifier", p.Name)
 		case p.Elem == Void:
 			v.fail("param %s has type void", p.Name)
 		}

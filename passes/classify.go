@@ -1,6 +1,7 @@
 package passes
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/attnc/attnc/ir"
@@ -47,9 +48,9 @@ func classifyTile(f *ir.For) *ir.For {
 		nf.Body = dropTagged(f.Body, ir.TagHidden)
 		return &nf
 	}
-	env := map[string]ival{}
+	env := &ienv{vars: map[string]ival{}}
 	for _, r := range f.Ranges {
-		env[r.Var] = ival{lo: r.Lo, hi: r.Hi, mag: rangeMag(r.Var)}
+		env.vars[r.Var] = ival{lo: r.Lo, hi: r.Hi, mag: rangeMag(r.Var)}
 	}
 	hidden, ok := boolInterval(mask.Cond, env)
 	if !ok {
@@ -57,7 +58,7 @@ func classifyTile(f *ir.For) *ir.For {
 	}
 	skip := SimplifyExpr(hidden.must)
 	full := SimplifyExpr(ir.Un(ir.Not, hidden.may))
-	var stmts []ir.Stmt
+	stmts := env.lets
 	if !ir.IsFalse(skip) {
 		stmts = append(stmts, &ir.Let{Name: "tile_skip", Value: skip},
 			&ir.If{Cond: ir.R("tile_skip", ir.Bool), Then: &ir.Block{Stmts: []ir.Stmt{&ir.Continue{}}}})
@@ -125,6 +126,29 @@ type ival struct {
 	mag          int64
 }
 
+// ienv is the analysis state of one tile: the intervals of the range
+// variables, and the lets that name bounds used more than once. A rule that
+// reads an operand's bound twice (abs, a wide result's fits check) binds it
+// to a let first, so the tile conditions stay linear in the size of the
+// mask expression however deeply it nests (a tree copy would double at
+// every nested abs).
+type ienv struct {
+	vars map[string]ival
+	lets []ir.Stmt
+}
+
+// bind returns x, or a reference to a new let holding x unless x is a
+// constant or a reference already.
+func (env *ienv) bind(x ir.Expr) ir.Expr {
+	switch x.(type) {
+	case *ir.Const, *ir.Ref:
+		return x
+	}
+	name := fmt.Sprintf("tile_b%d", len(env.lets))
+	env.lets = append(env.lets, &ir.Let{Name: name, Value: SimplifyExpr(x)})
+	return ir.R(name, x.Type())
+}
+
 // bval bounds a boolean: may (true for some point) and must (true for all).
 type bval struct{ may, must ir.Expr }
 
@@ -186,13 +210,14 @@ func narrow(xs ...ir.Expr) bool {
 // result builds an operation's interval from bound builders: in i32 when
 // the operands are and mag proves no wrap, else in i64 with a fits check
 // when mag does not prove the range.
-func result(mag int64, fits ir.Expr, bounds func(conv func(ir.Expr) ir.Expr) (lo, hi ir.Expr), operands ...ir.Expr) (ival, bool) {
+func result(env *ienv, mag int64, fits ir.Expr, bounds func(conv func(ir.Expr) ir.Expr) (lo, hi ir.Expr), operands ...ir.Expr) (ival, bool) {
 	if mag <= math.MaxInt32 && narrow(operands...) {
 		lo, hi := bounds(func(x ir.Expr) ir.Expr { return x })
 		return ival{lo, hi, fits, mag}, true
 	}
 	lo, hi := bounds(wide)
 	if mag > math.MaxInt32 {
+		lo, hi = env.bind(lo), env.bind(hi)
 		in := ib(ir.And, ib(ir.Ge, lo, ir.IntT(ir.I64, math.MinInt32)), ib(ir.Le, hi, ir.IntT(ir.I64, math.MaxInt32)))
 		fits = both(fits, in)
 	}
@@ -200,7 +225,7 @@ func result(mag int64, fits ir.Expr, bounds func(conv func(ir.Expr) ir.Expr) (lo
 }
 
 // intInterval bounds an i32 expression over env.
-func intInterval(e ir.Expr, env map[string]ival) (ival, bool) {
+func intInterval(e ir.Expr, env *ienv) (ival, bool) {
 	switch x := e.(type) {
 	case *ir.Const:
 		if x.T != ir.I32 {
@@ -208,7 +233,7 @@ func intInterval(e ir.Expr, env map[string]ival) (ival, bool) {
 		}
 		return ival{lo: x, hi: x, mag: max(x.Int, -x.Int)}, true
 	case *ir.Ref:
-		v, ok := env[x.Name]
+		v, ok := env.vars[x.Name]
 		return v, ok
 	case *ir.Unary:
 		a, ok := intInterval(x.X, env)
@@ -217,11 +242,12 @@ func intInterval(e ir.Expr, env map[string]ival) (ival, bool) {
 		}
 		switch x.Op {
 		case ir.Neg: // -MIN wraps: mag 2^31 makes it checked
-			return result(satAdd(a.mag, 1), a.fits, func(c func(ir.Expr) ir.Expr) (ir.Expr, ir.Expr) {
+			return result(env, satAdd(a.mag, 1), a.fits, func(c func(ir.Expr) ir.Expr) (ir.Expr, ir.Expr) {
 				return ir.Un(ir.Neg, c(a.hi)), ir.Un(ir.Neg, c(a.lo))
 			}, a.lo, a.hi)
-		case ir.Abs:
-			return result(satAdd(a.mag, 1), a.fits, func(c func(ir.Expr) ir.Expr) (ir.Expr, ir.Expr) {
+		case ir.Abs: // reads each bound twice: bind them
+			a.lo, a.hi = env.bind(a.lo), env.bind(a.hi)
+			return result(env, satAdd(a.mag, 1), a.fits, func(c func(ir.Expr) ir.Expr) (ir.Expr, ir.Expr) {
 				lo, hi := c(a.lo), c(a.hi)
 				zero := c(ir.Int(0))
 				l := ir.Sel(ib(ir.Ge, lo, zero), lo, ir.Sel(ib(ir.Le, hi, zero), ir.Un(ir.Neg, hi), zero))
@@ -241,15 +267,15 @@ func intInterval(e ir.Expr, env map[string]ival) (ival, bool) {
 		ops := []ir.Expr{a.lo, a.hi, b.lo, b.hi}
 		switch x.Op {
 		case ir.Add:
-			return result(satAdd(a.mag, b.mag), fits, func(c func(ir.Expr) ir.Expr) (ir.Expr, ir.Expr) {
+			return result(env, satAdd(a.mag, b.mag), fits, func(c func(ir.Expr) ir.Expr) (ir.Expr, ir.Expr) {
 				return ib(ir.Add, c(a.lo), c(b.lo)), ib(ir.Add, c(a.hi), c(b.hi))
 			}, ops...)
 		case ir.Sub:
-			return result(satAdd(a.mag, b.mag), fits, func(c func(ir.Expr) ir.Expr) (ir.Expr, ir.Expr) {
+			return result(env, satAdd(a.mag, b.mag), fits, func(c func(ir.Expr) ir.Expr) (ir.Expr, ir.Expr) {
 				return ib(ir.Sub, c(a.lo), c(b.hi)), ib(ir.Sub, c(a.hi), c(b.lo))
 			}, ops...)
 		case ir.Min, ir.Max: // cannot leave the operands' range
-			return result(max(a.mag, b.mag), fits, func(c func(ir.Expr) ir.Expr) (ir.Expr, ir.Expr) {
+			return result(env, max(a.mag, b.mag), fits, func(c func(ir.Expr) ir.Expr) (ir.Expr, ir.Expr) {
 				return ib(x.Op, c(a.lo), c(b.lo)), ib(x.Op, c(a.hi), c(b.hi))
 			}, ops...)
 		case ir.Mul, ir.Div:
@@ -268,7 +294,7 @@ func intInterval(e ir.Expr, env map[string]ival) (ival, bool) {
 			if x.Op == ir.Mul {
 				mag = satMul(a.mag, max(k.Int, -k.Int))
 			}
-			return result(mag, a.fits, func(c func(ir.Expr) ir.Expr) (ir.Expr, ir.Expr) {
+			return result(env, mag, a.fits, func(c func(ir.Expr) ir.Expr) (ir.Expr, ir.Expr) {
 				lo, hi := c(a.lo), c(a.hi)
 				if k.Int < 0 {
 					lo, hi = hi, lo
@@ -281,7 +307,7 @@ func intInterval(e ir.Expr, env map[string]ival) (ival, bool) {
 }
 
 // boolInterval bounds a bool expression over env.
-func boolInterval(e ir.Expr, env map[string]ival) (bval, bool) {
+func boolInterval(e ir.Expr, env *ienv) (bval, bool) {
 	switch x := e.(type) {
 	case *ir.Const:
 		if x.T == ir.Bool {

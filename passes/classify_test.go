@@ -117,10 +117,10 @@ func TestIntervalSoundness(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", src, err)
 		}
-		env := map[string]ival{
+		env := &ienv{vars: map[string]ival{
 			"q_pos":  {lo: ir.R("qa", ir.I32), hi: ir.R("qb", ir.I32), mag: -math.MinInt32},
 			"kv_pos": {lo: ir.R("ka", ir.I32), hi: ir.R("kb", ir.I32), mag: -math.MinInt32},
-		}
+		}}
 		bv, ok := boolInterval(e, env)
 		if !ok {
 			continue // not analysable: ClassifyTiles leaves such loops alone
@@ -132,6 +132,14 @@ func TestIntervalSoundness(t *testing.T) {
 					for ka := base - 2; ka <= base+10 && ka <= math.MaxInt32-3; ka += 3 {
 						for kb := ka; kb <= ka+3; kb++ {
 							vals := map[string]any{"qa": int32(qa), "qb": int32(qb), "ka": int32(ka), "kb": int32(kb)}
+							for _, s := range env.lets { // the bounds the analysis named
+								l := s.(*ir.Let)
+								v, err := ir.EvalExpr(l.Value, vals)
+								if err != nil {
+									t.Fatalf("%s: let %s: %v", src, l.Name, err)
+								}
+								vals[l.Name] = v
+							}
 							may, _ := ir.EvalExpr(bv.may, vals)
 							must, _ := ir.EvalExpr(bv.must, vals)
 							anyTrue, all := false, true

@@ -9,11 +9,13 @@ import (
 // before, or just after the pass named after (exactly one of the two is
 // set). found is false, and the copy equals table, when table has no pass
 // of that name. table itself is never modified, so a caller can extend a
-// target's table without changing it for anyone else.
+// target's table without changing it for anyone else. The inserted copy of
+// p is marked Inserted: RunTable reports its failures as its own.
 func Insert(table []Pass, before, after string, p Pass) (out []Pass, found bool, err error) {
 	if err := checkInsert(table, before, after, p); err != nil {
 		return nil, false, err
 	}
+	p.Inserted = true
 	anchor := before
 	if anchor == "" {
 		anchor = after

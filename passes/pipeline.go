@@ -1,10 +1,12 @@
 package passes
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 
 	"github.com/attnc/attnc/ir"
 )
@@ -15,6 +17,11 @@ type Pass struct {
 	Desc     string
 	Required bool // the backends cannot print IR that skipped it
 	Run      func(*ir.Module) (*ir.Module, error)
+	// Inserted marks a pass placed by Insert (a user pass): its failures
+	// (an error, a panic, a missing module or kernel body, invalid IR under
+	// VerifyEach) are reported as that pass's errors. The failures of the
+	// other passes are reported as internal errors of attnc.
+	Inserted bool
 }
 
 // The target-neutral passes. Each target's table (see package target)
@@ -81,7 +88,7 @@ func CheckOrder(table []Pass, cs []Constraint) error {
 
 // Options controls a pipeline run.
 type Options struct {
-	VerifyEach bool      // run ir.Verify after every pass (panics with BUG: <pass>:)
+	VerifyEach bool      // run ir.Verify after every pass (an error names the pass)
 	PrintAfter string    // "all" or a pass name: print the module after it to Out
 	Out        io.Writer // where PrintAfter goes (default os.Stderr)
 	DumpDir    string    // when set, write <module>[.<target>].NN-<pass>.ir files there
@@ -113,19 +120,17 @@ func RunTable(table []Pass, m *ir.Module, opt Options) (*ir.Module, error) {
 		}
 	}
 	if opt.VerifyEach {
-		ir.MustVerify("lower", m)
+		if err := ir.Verify(m); err != nil {
+			return nil, fmt.Errorf("internal error (a bug in attnc): the module before the passes is invalid: %w", err)
+		}
 	}
 	for i, p := range table {
 		if opt.Skip[p.Name] && !p.Required {
 			continue
 		}
 		var err error
-		m, err = p.Run(m)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", p.Name, err)
-		}
-		if opt.VerifyEach {
-			ir.MustVerify(p.Name, m)
+		if m, err = runPass(p, m, opt.VerifyEach); err != nil {
+			return nil, err
 		}
 		if opt.PrintAfter == "all" || opt.PrintAfter == p.Name {
 			fmt.Fprintf(out, "// --- after %s%s ---\n%s", p.Name, label, m.String())
@@ -138,6 +143,61 @@ func RunTable(table []Pass, m *ir.Module, opt Options) (*ir.Module, error) {
 		}
 	}
 	return m, nil
+}
+
+// runPass runs p on m and checks what it returned: a module whose kernels
+// all have bodies, whose names are identifiers and, with verify, that
+// passes ir.Verify. A panic in p is recovered into an error. Every error
+// names p; one of a built-in pass says that it is a bug in attnc.
+func runPass(p Pass, m *ir.Module, verify bool) (out *ir.Module, err error) {
+	fail := func(format string, args ...any) error {
+		msg := fmt.Sprintf(format, args...)
+		if p.Inserted {
+			return fmt.Errorf("pass %s: %s", p.Name, msg)
+		}
+		return fmt.Errorf("internal error (a bug in attnc) in pass %s: %s", p.Name, msg)
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			out = nil
+			if p.Inserted {
+				err = fail("panic: %v", r)
+			} else {
+				err = fail("panic: %v\n%s", r, debug.Stack())
+			}
+		}
+	}()
+	out, err = p.Run(m)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", p.Name, err)
+	}
+	if err := CheckModule(out); err != nil {
+		return nil, fail("%v", err)
+	}
+	if verify {
+		if err := ir.Verify(out); err != nil {
+			return nil, fail("invalid kernel IR: %v", err)
+		}
+	}
+	return out, nil
+}
+
+// CheckModule checks the shape every pass must return: a module, no nil
+// kernel, every kernel with a body, and identifiers for every name that
+// reaches generated text at module level (ir.CheckNames).
+func CheckModule(m *ir.Module) error {
+	if m == nil {
+		return errors.New("returned no module (nil)")
+	}
+	for i, k := range m.Kernels {
+		switch {
+		case k == nil:
+			return fmt.Errorf("kernel %d of the module is nil", i)
+		case k.Body == nil:
+			return fmt.Errorf("kernel %s has no body", k.Name)
+		}
+	}
+	return ir.CheckNames(m)
 }
 
 // Find returns the pass named name, or nil.

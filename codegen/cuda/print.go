@@ -82,6 +82,8 @@ static __host__ __device__ inline int32_t attnc_add_i32(int32_t a, int32_t b) { 
 static __host__ __device__ inline int32_t attnc_sub_i32(int32_t a, int32_t b) { return (int32_t)((uint32_t)a - (uint32_t)b); }
 static __host__ __device__ inline int32_t attnc_mul_i32(int32_t a, int32_t b) { return (int32_t)((uint32_t)a * (uint32_t)b); }
 static __host__ __device__ inline int32_t attnc_neg_i32(int32_t a) { return (int32_t)(0u - (uint32_t)a); }
+// |a| as a call, so that nested abs prints its operand once (abs(MIN) = MIN).
+static __host__ __device__ inline int32_t attnc_abs_i32(int32_t a) { return attnc_max(a, attnc_neg_i32(a)); }
 ATTNC_HD_DIV(int32_t, uint32_t)
 ATTNC_HD_DIV(int64_t, uint64_t)
 ATTNC_HD_DIV(int16_t, uint16_t)
@@ -475,7 +477,7 @@ func (p *printer) expr(e ir.Expr) string {
 			return "(~" + x + ")"
 		case ir.Abs:
 			if e.X.Type() == ir.I32 {
-				return fmt.Sprintf("attnc_max(%s, attnc_neg_i32(%s))", x, x)
+				return "attnc_abs_i32(" + x + ")"
 			}
 			if !e.X.Type().IsFloat() {
 				return fmt.Sprintf("attnc_max(%s, -%s)", x, x)

@@ -178,18 +178,28 @@ func pipelineItem(body *ir.Block, params map[string]bool) *ir.Block {
 		})
 		return &ir.Block{Stmts: append(stmts, loop.Stmts...)}
 	}
-	fetch := func(t, cond ir.Expr) ir.Stmt {
+	// fetch stages tile t when cond holds and t is not skipped. The skip
+	// test's lets are evaluated for t under new names (substituting them
+	// into one expression would copy each shared bound once per use).
+	fetch := func(t, cond ir.Expr, suffix string) []ir.Stmt {
+		var pre []ir.Stmt
 		if st.skip != nil {
-			cond = ir.Bin(ir.And, cond, ir.Un(ir.Not, ir.Subst(st.skip, map[string]ir.Expr{kt: t})))
+			sub := map[string]ir.Expr{kt: t}
+			for _, l := range st.skipLets {
+				name := l.Name + suffix
+				pre = append(pre, &ir.Let{Name: name, Value: ir.Subst(l.Value, sub)})
+				sub[l.Name] = ir.R(name, l.Value.Type())
+			}
+			cond = ir.Bin(ir.And, cond, ir.Un(ir.Not, ir.Subst(st.skip, sub)))
 		}
-		return &ir.If{Cond: cond, Then: stageAt(t)}
+		return append(pre, &ir.If{Cond: cond, Then: stageAt(t)})
 	}
 	next := add(ktR, i32(1))
 	var head []ir.Stmt
 	if stages > 1 {
-		head = append(head, fetch(next, ir.Bin(ir.Lt, next, tile.Hi)), &ir.AsyncCommit{}, &ir.AsyncWait{Pending: 1})
+		head = append(append(head, fetch(next, ir.Bin(ir.Lt, next, tile.Hi), "_next")...), &ir.AsyncCommit{}, &ir.AsyncWait{Pending: 1})
 	} else {
-		head = append(head, fetch(ktR, ir.BoolConst(true)), &ir.AsyncCommit{}, &ir.AsyncWait{Pending: 0})
+		head = append(append(head, fetch(ktR, ir.BoolConst(true), "_this")...), &ir.AsyncCommit{}, &ir.AsyncWait{Pending: 0})
 	}
 	head = append(head, &ir.Barrier{})
 	nt := *tile
@@ -203,7 +213,7 @@ func pipelineItem(body *ir.Block, params map[string]bool) *ir.Block {
 		}
 		if i == idx {
 			if stages > 1 {
-				out = append(out, fetch(tile.Lo, ir.Bin(ir.Lt, tile.Lo, tile.Hi)), &ir.AsyncCommit{})
+				out = append(append(out, fetch(tile.Lo, ir.Bin(ir.Lt, tile.Lo, tile.Hi), "_first")...), &ir.AsyncCommit{})
 			}
 			s = &nt
 		}
@@ -218,6 +228,9 @@ type stageInfo struct {
 	loop *ir.For
 	lets []*ir.Let
 	skip ir.Expr
+	// skipLets are the tile body's leading lets that skip reads, directly
+	// or through one another, in order.
+	skipLets []*ir.Let
 }
 
 // findStage finds the tile body's @stage spread; every copy of it (the
@@ -266,7 +279,7 @@ func findStage(tile *ir.For) *stageInfo {
 		}
 		if x, ok := s.(*ir.If); ok && x.Else == nil && len(x.Then.Stmts) == 1 {
 			if _, ok := x.Then.Stmts[0].(*ir.Continue); ok {
-				found.skip = inlineLets(x.Cond, lets)
+				found.skip, found.skipLets = x.Cond, usedLets(x.Cond, lets)
 			}
 		}
 		break
@@ -297,12 +310,26 @@ func neededLets(loop *ir.For, scope []*ir.Let) []*ir.Let {
 	return out
 }
 
-// inlineLets substitutes the values of lets (later ones first) into e.
-func inlineLets(e ir.Expr, lets []*ir.Let) ir.Expr {
-	for i := len(lets) - 1; i >= 0; i-- {
-		e = ir.Subst(e, map[string]ir.Expr{lets[i].Name: lets[i].Value})
+// usedLets are the lets that e reads, directly or through one another, in
+// their order.
+func usedLets(e ir.Expr, lets []*ir.Let) []*ir.Let {
+	need := map[string]bool{}
+	mark := func(e ir.Expr) {
+		ir.VisitExpr(e, func(n ir.Expr) {
+			if r, ok := n.(*ir.Ref); ok {
+				need[r.Name] = true
+			}
+		})
 	}
-	return e
+	mark(e)
+	var out []*ir.Let
+	for i := len(lets) - 1; i >= 0; i-- {
+		if need[lets[i].Name] {
+			out = append([]*ir.Let{lets[i]}, out...)
+			mark(lets[i].Value)
+		}
+	}
+	return out
 }
 
 func stageText(s *stageInfo) string {

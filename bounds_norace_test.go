@@ -1,0 +1,5 @@
+//go:build !race
+
+package attnc
+
+const raceEnabled = false
