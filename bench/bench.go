@@ -12,7 +12,8 @@
 //     (without and with a prefetch of the next block);
 //   - fp32 FMA peak: register-resident FMA chains, enough of them to cover
 //     the FMA latency on every pipe, at every vector level with FMA;
-//   - the core clock, from a chain of dependent integer adds (x86-64).
+//   - the core clock, from a chain of dependent integer multiplies,
+//     reported only where a chain of dependent adds agrees (x86-64).
 //
 // Then it times each case, one call per repetition, and reports medians,
 // quartiles and extremes:
