@@ -12,15 +12,19 @@
 //     (without and with a prefetch of the next block);
 //   - fp32 FMA peak: register-resident FMA chains, enough of them to cover
 //     the FMA latency on every pipe, at every vector level with FMA;
-//   - the core clock, from a chain of dependent integer adds (x86-64).
+//   - the core clock, from a chain of dependent integer multiplies,
+//     reported only where a chain of dependent adds agrees (x86-64).
 //
 // Then it times each case, one call per repetition, and reports medians,
 // quartiles and extremes:
 //
 //   - decode (default 8 sequences of 4096 tokens): the K+V bytes the
-//     queries see, as stored, per second, against the stream read. The
-//     pages live in a pool of at least 1 GiB and every call reads another
-//     disjoint page set, so that no cache serves them;
+//     queries see, as stored, per second, against the stream read and
+//     against the case's paged-read scan (scan.go: exactly the bytes the
+//     case reads, in its order and on its threads, with no compute; its
+//     memory-side limit). The pages live in a pool of at least 1 GiB and
+//     every call reads another disjoint page set, so that no cache serves
+//     them;
 //   - prefill (one sequence, default q_len = kv_len = 2048): FLOP/s, the
 //     visible (query, kv) pairs x 2 x (d_qk + d_v) x qo_heads (causal:
 //     2·2·d·L(L+1)/2·heads), against the FMA peak.

@@ -119,8 +119,9 @@ type CaseResult struct {
 	// Ratio is the median rate over the yardstick's median (RatioTo):
 	// decode against the contiguous stream read, prefill against the FMA
 	// peak. Ratios holds it with the others: decode also against the
-	// prefetching and the scattered reads, prefill also against the FMA
-	// loop at the kernels' own level.
+	// prefetching and the scattered reads and against its paged-read scan
+	// ("paged_scan"), prefill also against the FMA loop at the kernels' own
+	// level.
 	Ratio   float64            `json:"ratio"`
 	RatioTo string             `json:"ratio_to"`
 	Ratios  map[string]float64 `json:"ratios"`
@@ -134,6 +135,10 @@ type CaseResult struct {
 	// the queries' dtype (issue 9: at most CacheTimeBar); nil when the run
 	// has no such case.
 	VsCache *CacheRatio `json:"vs_cache,omitempty"`
+	// Scan, for a decode, is its paged-read yardstick: the same pages read
+	// with no compute (Ratios["paged_scan"]: the median rate over the
+	// scan's).
+	Scan *PagedScan `json:"paged_scan,omitempty"`
 }
 
 // CacheTimeBar is issue 9's bar: a decode over an 8-bit cache takes at
@@ -149,6 +154,10 @@ type CacheRatio struct {
 	CaseMS     float64 `json:"case_ms"`   // Case's median time per call
 	Time       float64 `json:"time"`      // median time over Case's median time
 	TimeBest   float64 `json:"time_best"` // fastest time over Case's fastest
+	// ScanTime is the paged-read scans' time ratio, this case's scan over
+	// Case's (medians): the time ratio the memory allows (0 when either
+	// has no scan).
+	ScanTime float64 `json:"scan_time,omitempty"`
 }
 
 // sameCall reports whether a and b time the same role, queries and shape
@@ -171,6 +180,9 @@ func setCacheRatios(cases []*CaseResult) {
 			if b.KVDType == "" && sameCall(c, b) {
 				c.VsCache = &CacheRatio{Case: b.Name, CacheDType: b.DType, CaseMS: b.TimeMS.Median,
 					Time: ratio(c.TimeMS.Median, b.TimeMS.Median), TimeBest: ratio(c.TimeMS.Min, b.TimeMS.Min)}
+				if c.Scan != nil && b.Scan != nil {
+					c.VsCache.ScanTime = ratio(c.Scan.TimeMS.Median, b.Scan.TimeMS.Median)
+				}
 				break
 			}
 		}
@@ -260,11 +272,12 @@ func RunCPU(p *Plan, o CPUOptions) (_ *CPUReport, err error) {
 	if err := os.MkdirAll(ydir, 0o755); err != nil {
 		return nil, err
 	}
-	y, err := MeasureYardsticks(YardOptions{Threads: r.Threads, StreamBytes: o.StreamBytes, BlockBytes: o.BlockBytes,
+	y, readLib, err := measureYardsticks(YardOptions{Threads: r.Threads, StreamBytes: o.StreamBytes, BlockBytes: o.BlockBytes,
 		Budget: o.Budget, Seed: o.Seed, Dir: ydir, Machine: m})
 	if err != nil {
 		return nil, err
 	}
+	defer readLib.close()
 	r.Yard = y
 	r.writeHeader(o.Out)
 	r.writeYardsticks(o.Out)
@@ -279,7 +292,7 @@ func RunCPU(p *Plan, o CPUOptions) (_ *CPUReport, err error) {
 			}
 			continue // a build failure is already in Failed
 		}
-		c, err := runCase(s, pc, o, r.Threads, m, y)
+		c, err := runCase(s, pc, o, r.Threads, m, y, readLib)
 		if err != nil {
 			r.Failed = append(r.Failed, Skip{Name: pc.Name, Reason: err.Error()})
 			continue
@@ -296,7 +309,7 @@ func RunCPU(p *Plan, o CPUOptions) (_ *CPUReport, err error) {
 
 // runCase measures one planned case; a buffer that cannot be mapped is
 // its error.
-func runCase(s *conformance.Suite, pc PlannedCase, o CPUOptions, threads int, m *Machine, y *Yardsticks) (_ *CaseResult, err error) {
+func runCase(s *conformance.Suite, pc PlannedCase, o CPUOptions, threads int, m *Machine, y *Yardsticks, scanLib *yardLib) (_ *CaseResult, err error) {
 	defer cpurt.RecoverAlloc(&err)
 	v := s.V
 	if err := s.SetThreads(o.Threads); err != nil {
@@ -311,6 +324,16 @@ func runCase(s *conformance.Suite, pc PlannedCase, o CPUOptions, threads int, m 
 		return nil, err
 	}
 	defer w.free()
+	var sc *pagedScan
+	if pc.Role == ir.RoleDecode && scanLib != nil {
+		if sc, err = newPagedScan(w, threads); err != nil {
+			return nil, err
+		}
+		defer sc.free()
+		if sc.bytes != w.kvBytes {
+			return nil, fmt.Errorf("paged scan: plans %d bytes, the case reads %d", sc.bytes, w.kvBytes)
+		}
+	}
 	w.dropCase()
 	c := &CaseResult{Name: pc.Name, Variant: v.Name, Role: string(pc.Role), DType: v.DType.String(), KVDType: kvDTypeText(v),
 		QOHeads: v.QOHeads, KVHeads: v.KVHeads, HeadDimQK: v.HeadDimQK, HeadDimV: v.HeadDimV, PageSize: v.PageSize,
@@ -323,6 +346,11 @@ func runCase(s *conformance.Suite, pc PlannedCase, o CPUOptions, threads int, m 
 	}
 	if c.M.Seconds, err = w.measure(o.Budget); err != nil {
 		return nil, err
+	}
+	if sc != nil {
+		if c.Scan, err = scanLib.measureScan(sc, threads, o.Budget); err != nil {
+			return nil, err
+		}
 	}
 	c.setRatios(y)
 	return c, nil
@@ -343,6 +371,9 @@ func (c *CaseResult) setRatios(y *Yardsticks) {
 		c.Ratios["stream_read_prefetch"] = ratio(c.Rate.Median, y.ReadPrefetch.Rate().Median)
 		c.Ratios["scattered_read"] = ratio(c.Rate.Median, y.Blocks.Rate().Median)
 		c.Ratios["scattered_read_prefetch"] = ratio(c.Rate.Median, y.BlocksPrefetch.Rate().Median)
+		if c.Scan != nil {
+			c.Ratios["paged_scan"] = ratio(c.Rate.Median, c.Scan.Rate.Median)
+		}
 		c.RatioBest = ratio(c.Rate.Max, y.Read.Rate().Max)
 	} else {
 		c.RatioTo = "fma_peak"

@@ -110,7 +110,7 @@ func TestPoolWorkload(t *testing.T) {
 func TestRunCPU(t *testing.T) {
 	needTools(t)
 	h := Heads{QOHeads: 4, KVHeads: 2, HeadDim: 32, PageSize: 4}
-	bs := []Builtin{{Role: ir.RoleDecode, DType: "f16"}, {Role: ir.RoleDecode, DType: "bf16", KVDType: "e4m3"},
+	bs := []Builtin{{Role: ir.RoleDecode, DType: "f16"}, {Role: ir.RoleDecode, DType: "f16", KVDType: "e4m3"},
 		{Role: ir.RoleDecode, DType: "f16", KVDType: "fp4"}, {Role: ir.RolePrefill, DType: "f32"}}
 	var out strings.Builder
 	r, err := RunCPU(BuiltinPlan(h, bs), CPUOptions{Threads: 2, Batch: 2, KVLen: 100, QLen: 40, PoolBytes: 1 << 20,
@@ -124,9 +124,25 @@ func TestRunCPU(t *testing.T) {
 	}
 	dec, dec8, pre := r.Cases[0], r.Cases[1], r.Cases[2]
 	// The 8-bit cache counts its bytes as stored: one per element.
-	if dec8.Name != "decode bf16/e4m3" || dec8.KVBytes != 2*100*2*64 || dec8.RatioTo != "stream_read" || dec8.Ratio <= 0 ||
-		dec8.KVDType != "e4m3" || dec8.VsCache != nil || dec.KVDType != "" {
+	if dec8.Name != "decode f16/e4m3" || dec8.KVBytes != 2*100*2*64 || dec8.RatioTo != "stream_read" || dec8.Ratio <= 0 ||
+		dec8.KVDType != "e4m3" || dec8.VsCache == nil || dec.KVDType != "" {
 		t.Errorf("decode 8-bit: %+v", dec8)
+	}
+	// Each decode has its paged scan, over its own bytes, at every
+	// prefetch distance; the 8-bit cache's scan time against f16's is
+	// what the memory allows.
+	for _, c := range []*CaseResult{dec, dec8} {
+		sc := c.Scan
+		if sc == nil || sc.M.Amount != float64(c.KVBytes) || len(sc.Tried) != len(scanAheads) || sc.Rate.N != 3 || sc.Items != 2*2 ||
+			!near(c.Ratios["paged_scan"], c.Rate.Median/sc.Rate.Median) {
+			t.Fatalf("%s: paged scan %+v, ratios %v", c.Name, sc, c.Ratios)
+		}
+	}
+	if v := dec8.VsCache; v == nil || !near(v.ScanTime, dec8.Scan.TimeMS.Median/dec.Scan.TimeMS.Median) {
+		t.Errorf("8-bit vs f16: %+v", v)
+	}
+	if pre.Scan != nil {
+		t.Errorf("prefill with a paged scan: %+v", pre.Scan)
 	}
 	if dec.Name != "decode f16" || dec.RatioTo != "stream_read" || dec.Unit != "GB/s" || dec.KVBytes != 2*100*2*64*2 || dec.M.Amount != float64(dec.KVBytes) ||
 		dec.PageSets < 2 || dec.PoolBytes < 1<<20 || dec.Batch != 2 || dec.QLen != 1 || dec.KVLen != 100 {
@@ -145,8 +161,8 @@ func TestRunCPU(t *testing.T) {
 		t.Errorf("skipped: %+v", r.Skipped)
 	}
 	for _, want := range []string{"stream read, 2 MiB contiguous", "the same, prefetching 256 B ahead", "256 B blocks in random order", "fp32 fma, " + r.Yard.ReadLevel.MCPU,
-		"\ndecode f16 ", "\ndecode bf16/e4m3 ", "\nprefill f32 ", "skip decode f16/fp4: ", "stream read (", "fma peak (",
-		"no decode bf16 over a bf16 cache of this shape in this run"} {
+		"\ndecode f16 ", "\ndecode f16/e4m3 ", "\nprefill f32 ", "skip decode f16/fp4: ", "stream read (", "fma peak (",
+		" ratio   best   scan  of", "paged scan ", "their paged scans "} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q", want)
 		}
@@ -226,9 +242,22 @@ func TestCacheRatios(t *testing.T) {
 	if !strings.Contains(out.String(), "time vs f16 cache: 0.60× (median 4.800 / 8.000 ms of decode f16; best 0.80×), within the bar") {
 		t.Errorf("at the bar:\n%s", out.String())
 	}
-	if strings.Contains(out.String(), "prefill") {
-		t.Errorf("a prefill row:\n%s", out.String())
+	if strings.Contains(out.String(), "prefill") || strings.Contains(out.String(), "paged scans") {
+		t.Errorf("a prefill row, or scans without scans:\n%s", out.String())
 	}
+	// With paged scans on both sides: their time ratio beside.
+	e4m3.Scan, f16.Scan = &PagedScan{TimeMS: Stats{Median: 2.2}}, &PagedScan{TimeMS: Stats{Median: 4}}
+	setCacheRatios(cases)
+	if v := e4m3.VsCache; !near(v.ScanTime, 0.55) || i8.VsCache.ScanTime != 0 {
+		t.Errorf("scan time ratios %+v %+v", v, i8.VsCache)
+	}
+	out.Reset()
+	(&CPUReport{Cases: cases}).writeCacheRatios(&out)
+	if !strings.Contains(out.String(), "time vs f16 cache: 0.60× (median 4.800 / 8.000 ms of decode f16; best 0.80×; their paged scans 0.55×, what the memory allows), within the bar") {
+		t.Errorf("with scans:\n%s", out.String())
+	}
+	e4m3.Scan, f16.Scan = nil, nil
+	setCacheRatios(cases)
 	b, err := json.Marshal(e4m3)
 	if err != nil || !strings.Contains(string(b), `"kv_dtype":"e4m3"`) || !strings.Contains(string(b), `"vs_cache":{"case":"decode f16","cache_dtype":"f16","case_ms":8,"time":0.6,"time_best":0.8}`) {
 		t.Errorf("JSON %s, %v", b, err)

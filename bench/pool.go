@@ -33,6 +33,10 @@ type poolWorkload struct {
 	table  string          // kv_indices (CSR) or block_table
 	tables []*cpurt.Buffer // one page table per page set
 	sets   [][]int         // sets[r][p]: the pool page of the case's page p in set r
+	// pools are the page pools by name (every *_pages argument), in name
+	// order: K before V (k_pages, v_pages; MLA's ckv_pages, kpe_pages).
+	pools     []*cpurt.Buffer
+	poolNames []string
 
 	casePages  int   // the case's page count
 	poolPages  int   // pool pages (num_pages)
@@ -138,6 +142,7 @@ func newPoolWorkload(s *conformance.Suite, role ir.Role, sh workloadShape, minPo
 
 	// The pool.
 	w.poolPages = c.NumPages
+	pools := map[string]*cpurt.Buffer{}
 	if caseBytes := int64(c.NumPages) * w.pageBytes; minPool > caseBytes {
 		pages := max((minPool+w.pageBytes-1)/w.pageBytes, 2*int64(c.NumPages))
 		if pages > math.MaxInt32 {
@@ -152,9 +157,17 @@ func newPoolWorkload(s *conformance.Suite, role ir.Role, sh workloadShape, minPo
 			w.bufs = append(w.bufs, pool)
 			tile(pool.U8(), byName[name].U8(), threads)
 			w.vals[name] = pool.Ptr()
+			pools[name] = pool
 			byName[name].Free() // the pool holds its pages now
 		}
 		w.vals["num_pages"] = int64(w.poolPages)
+	}
+	for _, name := range pageNames {
+		pool := byName[name]
+		if pools[name] != nil {
+			pool = pools[name]
+		}
+		w.pools, w.poolNames = append(w.pools, pool), append(w.poolNames, name)
 	}
 	perm := rng.Perm(w.poolPages)
 	if w.poolPages == c.NumPages {

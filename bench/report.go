@@ -66,7 +66,11 @@ func (r *CPUReport) writeYardsticks(w io.Writer) {
 		statRow(w, fmt.Sprintf("fp32 fma, %s (%s), %d chains", f.Level.MCPU, f.Level.Name, f.Chains), f.M.Rate(), "GFLOP/s")
 	}
 	if y.Clock.Amount > 0 {
-		statRow(w, "clock (dependent adds), per thread", y.Clock.Rate(), "GHz")
+		statRow(w, "clock (dependent multiplies), per thread", y.Clock.Rate(), "GHz")
+		statRow(w, "  checked by dependent adds, per thread", y.ClockAdds.Rate(), "GHz")
+		if !y.ClockAgrees() {
+			fmt.Fprintf(w, "clock: the chains disagree (best %.2f and %.2f GHz): no clock or flop/cycle for this core\n", y.Clock.Rate().Max, y.ClockAdds.Rate().Max)
+		}
 	}
 	if p := y.Peak(); p != nil {
 		fmt.Fprintf(w, "fma peak: %s, %.2f GFLOP/s", p.Level.MCPU, p.M.Rate().Median)
@@ -77,11 +81,11 @@ func (r *CPUReport) writeYardsticks(w io.Writer) {
 	}
 }
 
-const caseCols = "%-18s %-30s %9s %9s %9s %9s %5s %-8s %6s %6s  %s\n"
+const caseCols = "%-18s %-30s %9s %9s %9s %9s %5s %-8s %6s %6s %6s  %s\n"
 
 func writeCaseHeader(w io.Writer) {
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, caseCols, "case", "shape", "ms", "rate", "p25", "p75", "reps", "unit", "ratio", "best", "of (and others)")
+	fmt.Fprintf(w, caseCols, "case", "shape", "ms", "rate", "p25", "p75", "reps", "unit", "ratio", "best", "scan", "of (and others)")
 }
 
 // shapeText is a case's call shape, short.
@@ -102,6 +106,9 @@ func writeCase(w io.Writer, c *CaseResult) {
 	if c.Role == "decode" {
 		also = append(also, fmt.Sprintf("%.3f scattered+prefetch", c.Ratios["scattered_read_prefetch"]))
 		also = append(also, fmt.Sprintf("pool %s, %d page sets", mib(c.PoolBytes), c.PageSets))
+		if c.Scan != nil {
+			also = append(also, fmt.Sprintf("paged scan %.2f GB/s, %s", c.Scan.Rate.Median, aheadText(c.Scan.Ahead)))
+		}
 	} else {
 		for k, x := range c.Ratios {
 			if k != c.RatioTo && strings.HasPrefix(k, "fma_") {
@@ -116,8 +123,23 @@ func writeCase(w io.Writer, c *CaseResult) {
 	if len(also) > 0 {
 		of += " (" + strings.Join(sortedStrings(also), "; ") + ")"
 	}
+	scan := "-"
+	if c.Scan != nil {
+		scan = fmt.Sprintf("%.3f", c.Ratios["paged_scan"])
+	}
 	fmt.Fprintf(w, caseCols, c.Name, c.shapeText(), fmt.Sprintf("%.3f", c.TimeMS.Median), f(c.Rate.Median), f(c.Rate.P25), f(c.Rate.P75),
-		fmt.Sprint(c.Rate.N), c.Unit, fmt.Sprintf("%.3f", c.Ratio), fmt.Sprintf("%.3f", c.RatioBest), of)
+		fmt.Sprint(c.Rate.N), c.Unit, fmt.Sprintf("%.3f", c.Ratio), fmt.Sprintf("%.3f", c.RatioBest), scan, of)
+}
+
+// aheadText is a paged scan's prefetch distance, in words.
+func aheadText(n int) string {
+	switch n {
+	case 0:
+		return "no prefetch"
+	case 1:
+		return "prefetch 1 page ahead"
+	}
+	return fmt.Sprintf("prefetch %d pages ahead", n)
 }
 
 func sortedStrings(xs []string) []string {
@@ -148,8 +170,12 @@ func (r *CPUReport) writeCacheRatios(w io.Writer) {
 		if v.Time > CacheTimeBar {
 			verdict = "above"
 		}
-		fmt.Fprintf(w, "%-18s %-30s time vs %s cache: %.2f× (median %.3f / %.3f ms of %s; best %.2f×), %s the bar\n",
-			c.Name, c.shapeText(), v.CacheDType, v.Time, c.TimeMS.Median, v.CaseMS, v.Case, v.TimeBest, verdict)
+		scan := ""
+		if v.ScanTime > 0 {
+			scan = fmt.Sprintf("; their paged scans %.2f×, what the memory allows", v.ScanTime)
+		}
+		fmt.Fprintf(w, "%-18s %-30s time vs %s cache: %.2f× (median %.3f / %.3f ms of %s; best %.2f×%s), %s the bar\n",
+			c.Name, c.shapeText(), v.CacheDType, v.Time, c.TimeMS.Median, v.CaseMS, v.Case, v.TimeBest, scan, verdict)
 	}
 }
 

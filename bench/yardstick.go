@@ -248,22 +248,43 @@ func (y *yardLib) fmaFlops(iters int64) float64 {
 	return 2 * float64(y.level.VectorBytes/4) * float64(y.accs) * float64(iters)
 }
 
-// clock runs iters iterations of the dependent add chain on threads
-// threads, checks the count and returns the wall and mean thread CPU
-// seconds.
-func (y *yardLib) clock(threads int, iters int64, out slots) (wall, cpu float64, err error) {
+// clockMul is the multiplier of the clock chains: odd, so that the
+// multiply chain's product never collapses to zero.
+const clockMul = int64(-7046029254386353131) // 0x9E3779B97F4A7C15
+
+// clock runs iters iterations of the dependent multiply chain (fn
+// "yard_clock") or add chain ("yard_clock_add") on threads threads, checks
+// every thread's result and returns the wall and mean thread CPU seconds.
+func (y *yardLib) clock(fn string, threads int, iters int64, out slots) (wall, cpu float64, err error) {
 	wall, cpu, err = onThreads(threads, func(t int) error {
-		return y.lib.CallVoid("yard_clock", iters, out.ptr(t))
+		return y.lib.CallVoid(fn, iters, int64(t+1), clockMul, out.ptr(t))
 	})
 	if err != nil {
 		return 0, 0, err
 	}
 	for t := range threads {
-		if got, want := out.i64(t), iters*clockAdds; got != want {
-			return 0, 0, fmt.Errorf("clock: thread %d counted %d adds, want %d", t, got, want)
+		if got, want := out.i64(t), clockWant(fn, int64(t+1), iters*clockOps); got != want {
+			return 0, 0, fmt.Errorf("clock %s: thread %d ended with %#x, want %#x", fn, t, got, want)
 		}
 	}
 	return wall, cpu, nil
+}
+
+// clockWant is what n steps of the chain fn give from x: x*clockMul^n or
+// x + n*clockMul, wrapping.
+func clockWant(fn string, x, n int64) int64 {
+	if fn == "yard_clock_add" {
+		return x + n*clockMul
+	}
+	m := clockMul
+	r, b := uint64(x), uint64(m)
+	for ; n > 0; n >>= 1 {
+		if n&1 == 1 {
+			r *= b
+		}
+		b *= b
+	}
+	return int64(r)
 }
 
 // calibrate returns the iteration count that makes run take about target
@@ -315,11 +336,21 @@ type Yardsticks struct {
 	// FMA is the fp32 FMA throughput at every level with fused
 	// multiply-add (fmaLevels), widest first.
 	FMA []FMAResult `json:"fma"`
-	// Clock is the core clock from a dependent integer add chain on every
-	// thread, over each thread's CPU time (so that time waiting for a core
-	// on a loaded machine does not count): adds per thread per second, in
-	// GHz (x86-64 on Linux only; no samples elsewhere).
+	// Clock is the core clock from a chain of dependent 64-bit integer
+	// multiplies on every thread (mulLatency cycles each on every x86-64
+	// core since Nehalem and K10, Zen 5 and Golden Cove included; no core
+	// eliminates or folds one), over each thread's CPU time (so that time
+	// waiting for a core on a loaded machine does not count): cycles per
+	// thread per second, in GHz (x86-64 on Linux only; no samples
+	// elsewhere).
 	Clock Measure `json:"clock"`
+	// ClockAdds is the same from a chain of dependent register-to-register
+	// adds (1 cycle each where no add is eliminated): adds per thread per
+	// second, in GHz. It checks Clock: where the two disagree (ClockAgrees)
+	// one of the chains does not run at its nominal latency on this core,
+	// and the bench reports no clock and no flop/cycle rather than a wrong
+	// one.
+	ClockAdds Measure `json:"clock_adds"`
 	// Summary holds the medians the ratios use.
 	Summary YardSummary `json:"summary"`
 }
@@ -332,7 +363,7 @@ type YardSummary struct {
 	BlocksPrefetchGBps float64 `json:"scattered_read_prefetch_gbps"`
 	FMAPeakGFLOPS      float64 `json:"fma_peak_gflops"`
 	FMAPeakMCPU        string  `json:"fma_peak_mcpu"`
-	ClockGHz           float64 `json:"clock_ghz,omitempty"`                  // median
+	ClockGHz           float64 `json:"clock_ghz,omitempty"`                  // Clock's median, when ClockAgrees
 	FlopsPerCycle      float64 `json:"flops_per_cycle_per_thread,omitempty"` // best over best (FlopsPerCycle)
 }
 
@@ -359,6 +390,23 @@ func (y *Yardsticks) Peak() *FMAResult {
 	return best
 }
 
+// clockTolerance is how far the multiply and add chains' clocks may differ
+// (as a ratio) and still agree: a core that ran either at another latency
+// than its nominal one (an add eliminated at rename, a 4- or 5-cycle
+// multiply) is off by a factor of 4/3 or more.
+const clockTolerance = 0.1
+
+// ClockAgrees reports whether the multiply chain's and the add chain's
+// clocks agree, fastest against fastest, within clockTolerance: the clock
+// is reported only then.
+func (y *Yardsticks) ClockAgrees() bool {
+	return clockAgrees(y.Clock.Rate().Max, y.ClockAdds.Rate().Max)
+}
+
+func clockAgrees(mul, add float64) bool {
+	return mul > 0 && add > 0 && math.Abs(mul/add-1) <= clockTolerance
+}
+
 // FlopsPerCycle is the peak level's flops per cycle per thread: its best
 // per-thread rate over CPU time at the best measured clock (0 without a
 // clock). Best of both: other load, a hypervisor's steal time or an
@@ -366,7 +414,7 @@ func (y *Yardsticks) Peak() *FMAResult {
 // different moments of a loaded machine do not divide cleanly.
 func (y *Yardsticks) FlopsPerCycle() float64 {
 	p, c := y.Peak(), y.Clock.Rate().Max
-	if p == nil || c == 0 {
+	if p == nil || c == 0 || !y.ClockAgrees() {
 		return 0
 	}
 	return p.CPU.Rate().Max / c
@@ -402,16 +450,26 @@ func fmaLevels(levels []Level) []Level {
 // FMA throughput at every level with FMA and the clock, each o.Budget
 // times on o.Threads threads.
 func MeasureYardsticks(o YardOptions) (*Yardsticks, error) {
+	y, lib, err := measureYardsticks(o)
+	if lib != nil {
+		lib.close()
+	}
+	return y, err
+}
+
+// measureYardsticks is MeasureYardsticks, which also returns the library
+// of the read level (the paged-read scans run it), open; nil on error.
+func measureYardsticks(o YardOptions) (_ *Yardsticks, readLib *yardLib, _ error) {
 	m := o.Machine
 	if m == nil {
 		m = ReadMachine()
 	}
 	if o.Threads < 1 {
-		return nil, fmt.Errorf("bench: yardsticks need at least one thread")
+		return nil, nil, fmt.Errorf("bench: yardsticks need at least one thread")
 	}
 	levels := m.Levels()
 	if len(levels) == 0 {
-		return nil, fmt.Errorf("bench: no vector level for this machine")
+		return nil, nil, fmt.Errorf("bench: no vector level for this machine")
 	}
 	y := &Yardsticks{Threads: o.Threads, ReadLevel: levels[0], BlockBytes: o.BlockBytes, StreamBytes: o.StreamBytes}
 	if y.BlockBytes == 0 {
@@ -421,18 +479,20 @@ func MeasureYardsticks(o YardOptions) (*Yardsticks, error) {
 		y.StreamBytes, y.StreamNote = streamBytes(m)
 	}
 	if m.MemAvail > 0 && y.StreamBytes > m.MemAvail*3/4 {
-		return nil, fmt.Errorf("bench: a %d MiB stream read buffer does not fit in 3/4 of the %d MiB of available memory", y.StreamBytes>>20, m.MemAvail>>20)
+		return nil, nil, fmt.Errorf("bench: a %d MiB stream read buffer does not fit in 3/4 of the %d MiB of available memory", y.StreamBytes>>20, m.MemAvail>>20)
 	}
 	libs := make([]*yardLib, 0, len(levels))
 	defer func() {
 		for _, l := range libs {
-			l.close()
+			if l != readLib {
+				l.close()
+			}
 		}
 	}()
 	for _, l := range fmaLevels(levels) {
 		lib, err := buildYardLib(l, o.Dir)
 		if err != nil {
-			return nil, fmt.Errorf("bench: yardstick %s: %w", l.MCPU, err)
+			return nil, nil, fmt.Errorf("bench: yardstick %s: %w", l.MCPU, err)
 		}
 		libs = append(libs, lib)
 	}
@@ -442,42 +502,42 @@ func MeasureYardsticks(o YardOptions) (*Yardsticks, error) {
 	// Reads, with the widest level's loads.
 	step := readUnroll * levels[0].VectorBytes
 	if y.BlockBytes%int64(step) != 0 || y.BlockBytes <= 0 {
-		return nil, fmt.Errorf("bench: scattered read block of %d bytes is not a multiple of %d", y.BlockBytes, step)
+		return nil, nil, fmt.Errorf("bench: scattered read block of %d bytes is not a multiple of %d", y.BlockBytes, step)
 	}
 	rb, err := newReadBuffer(y.StreamBytes/y.BlockBytes*y.BlockBytes, o.Threads, int(y.BlockBytes))
 	if err != nil {
-		return nil, fmt.Errorf("bench: stream read: %w", err)
+		return nil, nil, fmt.Errorf("bench: stream read: %w", err)
 	}
 	defer rb.free()
 	y.StreamBytes = rb.bytes()
 	if _, err := libs[0].read(rb, out); err != nil { // warm-up
-		return nil, err
+		return nil, nil, err
 	}
 	y.Read.Amount = float64(rb.bytes())
 	if y.Read.Seconds, err = o.Budget.repeat(func(int) (float64, error) { return libs[0].read(rb, out) }); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	seq, err := newBlockOrder(rb, y.BlockBytes, -1)
 	if err != nil {
-		return nil, fmt.Errorf("bench: stream read: %w", err)
+		return nil, nil, fmt.Errorf("bench: stream read: %w", err)
 	}
 	defer seq.free()
 	y.ReadPrefetch.Amount = float64(seq.bytes())
 	if y.ReadPrefetch.Seconds, err = o.Budget.repeat(func(int) (float64, error) { return libs[0].readBlocks(rb, seq, 1, out) }); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	bo, err := newBlockOrder(rb, y.BlockBytes, max(o.Seed, 0))
 	if err != nil {
-		return nil, fmt.Errorf("bench: scattered read: %w", err)
+		return nil, nil, fmt.Errorf("bench: scattered read: %w", err)
 	}
 	defer bo.free()
 	y.Blocks.Amount = float64(bo.bytes())
 	if y.Blocks.Seconds, err = o.Budget.repeat(func(int) (float64, error) { return libs[0].readBlocks(rb, bo, 0, out) }); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	y.BlocksPrefetch.Amount = y.Blocks.Amount
 	if y.BlocksPrefetch.Seconds, err = o.Budget.repeat(func(int) (float64, error) { return libs[0].readBlocks(rb, bo, 1, out) }); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 
 	// FMA at every level built; each repetition runs about 50 ms (less
@@ -494,7 +554,7 @@ func MeasureYardsticks(o YardOptions) (*Yardsticks, error) {
 			return wall, err
 		})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		r := FMAResult{Level: lib.level, Chains: lib.accs, Iters: iters,
 			M: Measure{Amount: lib.fmaFlops(iters) * float64(o.Threads)}, CPU: Measure{Amount: lib.fmaFlops(iters)}}
@@ -505,34 +565,43 @@ func MeasureYardsticks(o YardOptions) (*Yardsticks, error) {
 			}
 			return wall, err
 		}); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		y.FMA = append(y.FMA, r)
 	}
 
 	if levels[0].X86 {
-		iters, err := calibrate(1<<10, target, func(n int64) (float64, error) {
-			wall, _, err := libs[0].clock(o.Threads, n, out)
-			return wall, err
-		})
-		if err != nil {
-			return nil, err
-		}
-		y.Clock.Amount = float64(iters * clockAdds)
-		if _, err := o.Budget.repeat(func(int) (float64, error) {
-			wall, cpu, err := libs[0].clock(o.Threads, iters, out)
-			if cpu > 0 {
-				y.Clock.Seconds = append(y.Clock.Seconds, cpu)
+		for _, c := range []struct {
+			fn     string
+			m      *Measure
+			cycles int64
+		}{{"yard_clock", &y.Clock, mulLatency}, {"yard_clock_add", &y.ClockAdds, 1}} {
+			iters, err := calibrate(1<<10, target, func(n int64) (float64, error) {
+				wall, _, err := libs[0].clock(c.fn, o.Threads, n, out)
+				return wall, err
+			})
+			if err != nil {
+				return nil, nil, err
 			}
-			return wall, err
-		}); err != nil {
-			return nil, err
+			c.m.Amount = float64(iters * clockOps * c.cycles)
+			if _, err := o.Budget.repeat(func(int) (float64, error) {
+				wall, cpu, err := libs[0].clock(c.fn, o.Threads, iters, out)
+				if cpu > 0 {
+					c.m.Seconds = append(c.m.Seconds, cpu)
+				}
+				return wall, err
+			}); err != nil {
+				return nil, nil, err
+			}
 		}
 	}
 	y.Summary = YardSummary{ReadGBps: y.Read.Rate().Median, ReadPrefetchGBps: y.ReadPrefetch.Rate().Median, BlocksGBps: y.Blocks.Rate().Median,
-		BlocksPrefetchGBps: y.BlocksPrefetch.Rate().Median, ClockGHz: y.Clock.Rate().Median, FlopsPerCycle: y.FlopsPerCycle()}
+		BlocksPrefetchGBps: y.BlocksPrefetch.Rate().Median, FlopsPerCycle: y.FlopsPerCycle()}
+	if y.ClockAgrees() {
+		y.Summary.ClockGHz = y.Clock.Rate().Median
+	}
 	if p := y.Peak(); p != nil {
 		y.Summary.FMAPeakGFLOPS, y.Summary.FMAPeakMCPU = p.M.Rate().Median, p.Level.MCPU
 	}
-	return y, nil
+	return y, libs[0], nil
 }

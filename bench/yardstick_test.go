@@ -93,8 +93,10 @@ func TestYardstickLoops(t *testing.T) {
 				t.Errorf("fmaFlops = %v", f)
 			}
 			if l.X86 {
-				if _, _, err := y.clock(2, 1000, out); err != nil {
-					t.Error(err)
+				for _, fn := range []string{"yard_clock", "yard_clock_add"} {
+					if _, _, err := y.clock(fn, 2, 1000, out); err != nil {
+						t.Error(err)
+					}
 				}
 			}
 		})
@@ -127,8 +129,8 @@ func TestMeasureYardsticks(t *testing.T) {
 	if y.Peak() == nil || y.Summary.FMAPeakGFLOPS != y.Peak().M.Rate().Median || y.Summary.ReadGBps != y.Read.Rate().Median {
 		t.Errorf("summary %+v", y.Summary)
 	}
-	if levels[0].X86 && (y.Clock.Rate().N != 2 || y.FlopsPerCycle() <= 0) {
-		t.Errorf("clock %+v", y.Clock.Rate())
+	if levels[0].X86 && (y.Clock.Rate().N != 2 || y.ClockAdds.Rate().N != 2 || y.Clock.Amount <= 0 || y.ClockAdds.Amount <= 0) {
+		t.Errorf("clock %+v, adds %+v", y.Clock.Rate(), y.ClockAdds.Rate())
 	}
 	if _, err := MeasureYardsticks(YardOptions{Threads: 2, StreamBytes: 4 << 20, BlockBytes: 100, Budget: Budget{Reps: 1}, Dir: t.TempDir()}); err == nil {
 		t.Errorf("a block that is not whole read steps: no error")
@@ -139,5 +141,70 @@ func TestMeasureYardsticks(t *testing.T) {
 	small := &Machine{Arch: "amd64", Flags: map[string]bool{}, MemAvail: 8 << 20}
 	if _, err := MeasureYardsticks(YardOptions{Threads: 1, StreamBytes: 7 << 20, Dir: t.TempDir(), Machine: small}); err == nil || !strings.Contains(err.Error(), "does not fit") {
 		t.Errorf("a stream buffer larger than memory: %v", err)
+	}
+}
+
+// The clock is measured by a chain of dependent multiplies, 3 cycles each
+// on every x86-64 core, and reported only where a chain of dependent adds
+// agrees: a core that runs adds faster than one a cycle (Golden Cove folds
+// an add of an immediate at rename: 22-24 "GHz") gives no clock rather
+// than a wrong one. On this machine it is a plausible clock.
+func TestClock(t *testing.T) {
+	for _, c := range []struct {
+		mul, add float64
+		ok       bool
+	}{{3.5, 3.5, true}, {3.5, 3.8, true}, {3.5, 3.2, true}, {3.5, 23, false}, {3.5, 5.9, false}, {2.1, 3.5, false}, {0, 3.5, false}, {3.5, 0, false}} {
+		if got := clockAgrees(c.mul, c.add); got != c.ok {
+			t.Errorf("clockAgrees(%v, %v) = %v", c.mul, c.add, got)
+		}
+	}
+	y := &Yardsticks{FMA: []FMAResult{{M: Measure{Amount: 1e9, Seconds: []float64{1}}, CPU: Measure{Amount: 64e9, Seconds: []float64{1}}}},
+		Clock: Measure{Amount: 3.5e9, Seconds: []float64{1}}, ClockAdds: Measure{Amount: 23e9, Seconds: []float64{1}}}
+	if y.ClockAgrees() || y.FlopsPerCycle() != 0 {
+		t.Errorf("disagreeing chains: flop/cycle %v", y.FlopsPerCycle())
+	}
+	var out strings.Builder
+	(&CPUReport{Yard: y}).writeYardsticks(&out)
+	if !strings.Contains(out.String(), "the chains disagree") || strings.Contains(out.String(), "flop/cycle/thread") {
+		t.Errorf("table:\n%s", out.String())
+	}
+	y.ClockAdds.Amount = 3.6e9
+	if !y.ClockAgrees() || !near(y.FlopsPerCycle(), 64/3.5) {
+		t.Errorf("agreeing chains: flop/cycle %v", y.FlopsPerCycle())
+	}
+
+	needTools(t)
+	levels := ReadMachine().Levels()
+	if !levels[0].X86 {
+		t.Skip("the clock chains are x86-64 inline assembly")
+	}
+	lib, err := buildYardLib(levels[0], t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lib.close()
+	out2 := newSlots(1)
+	defer out2.free()
+	// Best of a few runs of about 10 ms over thread CPU time: a loaded
+	// machine only slows a run down.
+	best := map[string]float64{}
+	for range 5 {
+		for _, c := range []struct {
+			fn     string
+			cycles int64
+		}{{"yard_clock", mulLatency}, {"yard_clock_add", 1}} {
+			const iters = 30000
+			_, cpu, err := lib.clock(c.fn, 1, iters, out2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cpu > 0 {
+				best[c.fn] = max(best[c.fn], float64(iters*clockOps*c.cycles)/cpu/1e9)
+			}
+		}
+	}
+	t.Logf("multiplies: %.2f GHz, adds: %.2f GHz", best["yard_clock"], best["yard_clock_add"])
+	if g := best["yard_clock"]; g != 0 && (g < 0.5 || g > 7) {
+		t.Errorf("clock %.2f GHz from the multiply chain: not a clock", g)
 	}
 }

@@ -114,8 +114,10 @@ has (x86-64-v4 with AVX-512, x86-64-v3, ...), each printed with its level:
                  order, without and with a prefetch of the next block
   fp32 fma       register-resident FMA chains at every vector level the CPU
                  has with FMA instructions; the widest is the fma peak
-  clock          a chain of dependent integer adds (x86-64): GHz per thread,
-                 and the peak's flop/cycle/thread
+  clock          a chain of dependent 64-bit integer multiplies (x86-64;
+                 3 cycles each on every x86-64 core), checked by a chain of
+                 dependent adds: GHz per thread and the peak's
+                 flop/cycle/thread, or neither where the two disagree
 
 Cases, each call timed once per repetition (median, quartiles, extremes):
 
@@ -123,7 +125,13 @@ Cases, each call timed once per repetition (median, quartiles, extremes):
            K+V bytes the queries see, as stored, per second (GB/s); the
            pages live in a pool of at least --pool-mib MiB (default 1024)
            and each call reads another disjoint page set, so no cache
-           serves them. ratio: to the stream read
+           serves them. ratio: to the stream read; scan: to the case's
+           paged scan, a plain read of exactly the bytes the decode reads
+           (its pools, page tables and page sets, each (sequence, kv head)
+           item's pages in order, K and V blocks in the cache's layout and
+           storage type) on the same threads, taking items as the decode
+           does, at the best of 0, 1, 2 and 4 pages of prefetch: the
+           decode's memory-side limit
   prefill  one sequence with q_len = kv_len = --q-len (default 2048):
            GFLOP/s, 2 x (d_qk + d_v) per visible (query, kv) pair per qo
            head (causal: 2*2*d*L(L+1)/2*heads). ratio: to the fma peak
@@ -134,8 +142,10 @@ Without SPEC files the cases are built in: decode for --decode dtypes
 32/8/128/16, causal). An item q/kv (e.g. f16/e4m3) is q and o of dtype q over
 an 8-bit K/V cache of kv_dtype kv (e4m3, e5m2, i8; per-tensor scales), whose
 bytes count as stored (one per element); a kv_dtype the spec language does not
-know is reported as skipped. With SPEC files, the decode and prefill entries
-of every supported variant are measured instead.
+know is reported as skipped. An 8-bit decode is also reported as a time ratio
+to the decode over a cache of its query dtype, beside the ratio of their paged
+scans' times (what the memory allows). With SPEC files, the decode and
+prefill entries of every supported variant are measured instead.
 
 The kernels are compiled as attnc build --shared does (opt -O3, llc -O3) and
 run the best CPU level this CPU has (x86-64-v4 with AVX-512, x86-64-v3,
