@@ -26,7 +26,7 @@ class CompileError(RuntimeError):
 
 
 _lock = threading.Lock()
-_binary_ids = {}  # path -> (stat key, identity string)
+_binary_ids = {}  # ((path, size, mtime, inode), cache dir) -> identity string
 
 
 def default_cache_dir():
@@ -116,30 +116,43 @@ def find_attnc(cache_dir=None):
     return out
 
 
-def _binary_identity(path):
+def _binary_identity(path, cache_dir):
     """_binary_identity is attnc's version line plus the executable's hash,
-    memoized per (path, size, mtime)."""
+    memoized per (path, size, mtime, inode) in memory and in the cache, so a
+    cached load neither hashes the binary nor runs it."""
     st = os.stat(path)
-    key = (st.st_size, st.st_mtime_ns, st.st_ino)
+    key = "%s\0%d\0%d\0%d" % (os.path.realpath(path), st.st_size, st.st_mtime_ns, st.st_ino)
     with _lock:
-        got = _binary_ids.get(path)
-        if got and got[0] == key:
-            return got[1]
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    r = subprocess.run([path, "version"], capture_output=True, text=True)
-    ident = r.stdout.strip() + " sha256:" + h.hexdigest()
+        got = _binary_ids.get((key, cache_dir))
+    if got:
+        return got
+    memo = os.path.join(cache_dir, "bin-ids", hashlib.sha256(key.encode()).hexdigest()[:32])
+    try:
+        with open(memo) as f:
+            ident = f.read()
+    except OSError:
+        ident = ""
+    if not ident:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        r = subprocess.run([path, "version"], capture_output=True, text=True)
+        ident = r.stdout.strip() + " sha256:" + h.hexdigest()
+        os.makedirs(os.path.dirname(memo), exist_ok=True)
+        tmp = memo + ".tmp%d" % os.getpid()
+        with open(tmp, "w") as f:
+            f.write(ident)
+        os.replace(tmp, memo)
     with _lock:
-        _binary_ids[path] = (key, ident)
+        _binary_ids[(key, cache_dir)] = ident
     return ident
 
 
-def cache_key(spec_text, target, triple, binary):
+def cache_key(spec_text, target, triple, binary, cache_dir):
     """cache_key names a compiled spec in the cache."""
     h = hashlib.sha256()
-    for part in (spec_text, _binary_identity(binary), target, triple):
+    for part in (spec_text, _binary_identity(binary, cache_dir), target, triple):
         h.update(part.encode() + b"\0")
     return h.hexdigest()[:32]
 
@@ -154,7 +167,7 @@ def build_spec(spec_text, target="cpu", cache_dir=None):
     cache_dir = cache_dir or default_cache_dir()
     binary = find_attnc(cache_dir)
     triple = cpu_triple()
-    key = cache_key(spec_text, target, triple, binary)
+    key = cache_key(spec_text, target, triple, binary, cache_dir)
     final = os.path.join(cache_dir, "kernels", key)
     if os.path.isfile(os.path.join(final, "manifest.json")):
         return final

@@ -9,6 +9,8 @@ import re
 import threading
 import weakref
 
+import numpy as np
+
 from . import _arrays as A
 from ._build import build_spec
 
@@ -31,12 +33,13 @@ class Error(RuntimeError):
 # output (merge_state's v and s, the page kernels' caches) is read as well as
 # written and must be passed.
 _ALLOCATABLE = {"o", "lse", "q_out", "k_out", "v_out", "ckv_out", "kpe_out"}
+_ndarray = np.ndarray
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 _DIM = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:([+-])(\d+))?$")
 
 
 class _Arg:
-    __slots__ = ("name", "buffer", "dtype", "dims", "output", "nullable", "alloc", "index")
+    __slots__ = ("name", "buffer", "dtype", "dims", "output", "nullable", "alloc", "index", "np_num")
 
     def __init__(self, i, a):
         self.index = i
@@ -46,6 +49,7 @@ class _Arg:
         self.output = bool(a.get("output"))
         self.nullable = bool(a.get("nullable"))
         self.alloc = self.output and self.name in _ALLOCATABLE
+        self.np_num = A.NP_DTYPES[self.dtype].num if self.dtype in A.NP_DTYPES else -1
         self.dims = []
         for d in a.get("shape") or []:
             if d.isdigit():
@@ -90,6 +94,21 @@ class Kernel:
         fn.argtypes = [ctypes.c_void_p if a.buffer else ctypes.c_int32 for a in self.args]
         self._fn = fn
 
+    def _check_array(self, a, x):
+        x = A.as_array(x, a.name)
+        if not A.dtype_ok(x, a.dtype):
+            raise ValueError("%s: expected %s of shape %s, got %s"
+                             % (a.name, A.DTYPE_WORDS.get(a.dtype, a.dtype), a.shape_text(), A.describe(x)))
+        if len(x.shape) != len(a.dims):
+            raise ValueError("%s: expected %d dimensions %s, got %s"
+                             % (a.name, len(a.dims), a.shape_text(), A.describe(x)))
+        if not A.is_contiguous(x):
+            if a.output:
+                raise ValueError("%s: an output must be contiguous (row-major), got strides %s"
+                                 % (a.name, list(A.view(x)[2])))
+            x = A.contiguous(x)
+        return x
+
     @property
     def arg_names(self):
         return [a.name for a in self.args]
@@ -114,21 +133,17 @@ class Kernel:
             x = kw.get(a.name)
             if x is None:
                 continue
-            x = A.as_array(x, a.name)
-            if A.is_torch(x):
-                like_torch = True
-            if not A.dtype_ok(x, a.dtype):
-                raise ValueError("%s: expected %s of shape %s, got %s"
-                                 % (a.name, A.DTYPE_WORDS.get(a.dtype, a.dtype), a.shape_text(), A.describe(x)))
-            if len(x.shape) != len(a.dims):
-                raise ValueError("%s: expected %d dimensions %s, got %s"
-                                 % (a.name, len(a.dims), a.shape_text(), A.describe(x)))
-            if not A.is_contiguous(x):
-                if a.output:
-                    raise ValueError("%s: an output must be contiguous (row-major), got strides %s"
-                                     % (a.name, list(A.view(x)[2])))
-                x = A.contiguous(x)
-            ptr, shape, _, _ = A.view(x)
+            if type(x) is _ndarray and x.dtype.num == a.np_num and x.flags.c_contiguous:
+                # The common case, checked without the general path's calls.
+                if x.ndim != len(a.dims):
+                    raise ValueError("%s: expected %d dimensions %s, got %s"
+                                     % (a.name, len(a.dims), a.shape_text(), A.describe(x)))
+                ptr, shape = x.__array_interface__["data"][0], x.shape
+            else:
+                x = self._check_array(a, x)
+                if A.is_torch(x):
+                    like_torch = True
+                ptr, shape = A.view(x)[:2]
             for i, ((s, v), d) in enumerate(zip(a.dims, shape)):
                 if s is None:
                     if d != v:

@@ -91,7 +91,8 @@ def attend(q, k, v, visible, scale, softcap=0.0, lse_base=2):
 
 
 def ulp(x, dtype):
-    e = np.floor(np.log2(np.maximum(np.abs(x), 1e-300)))
+    x = np.asarray(x, np.float64)
+    e = np.where(x == 0, -1e4, np.frexp(x)[1] - 1.0)  # floor(log2|x|)
     if dtype == "f16":
         return 2.0 ** np.maximum(e - 10, -24)
     if dtype == "bf16":

@@ -123,7 +123,7 @@ class DecodeTest(unittest.TestCase):
         self.run_decode("bf16", "HND", False, [3, 14, 27], window=5, softcap=20.0, sm_scale=0.3)
 
     def test_lse_is_base_2(self):
-        # One visible position with score s: lse = s / ln 2 in base 2.
+        # One visible position with score s: lse = log2(exp(s)) = s / ln 2.
         rng = np.random.default_rng(3)
         k = np.zeros((2, PS, KV, D), np.float32)
         v = rng.standard_normal((2, PS, KV, D)).astype(np.float32)
@@ -132,14 +132,14 @@ class DecodeTest(unittest.TestCase):
         q[0, :, 0] = 1.5
         w = attnc.BatchDecodeWithPagedKVCacheWrapper(None)
         w.plan(np.array([0, 1], np.int32), np.array([0], np.int32), np.array([1], np.int32), QO, KV, D, PS,
-               q_data_type="float32", sm_scale=1.0)
+               q_data_type="float32")
         o, lse = w.run(q, (k, v), return_lse=True)
-        np.testing.assert_allclose(lse, np.full((1, QO), 3.0 / math.log(2)), rtol=1e-6)
+        np.testing.assert_allclose(lse, np.full((1, QO), 0.75 / math.log(2)), rtol=1e-6)  # 1.5 * 2 / sqrt(16)
 
 
 class PrefillTest(unittest.TestCase):
     def run_prefill(self, dtype, layout, fused, q_lens, kv_lens, causal=True, window=-1, softcap=None, rope=None,
-                    custom=False, packed=False, as_torch=False, variant=None, lse=True):
+                    custom=False, packed=False, as_torch=False, variant=None, lse=True, sm_scale=None):
         rng = np.random.default_rng(sum(q_lens) + 3 * sum(kv_lens))
         pages = 24
         cache, k, v = make_cache(rng, pages, dtype, layout, fused)
@@ -167,7 +167,7 @@ class PrefillTest(unittest.TestCase):
         if as_torch:
             args = tuple(torch.from_numpy(a) for a in args)
         w.plan(*args, QO, KV, D, PS, causal=causal, window_left=window, logits_soft_cap=softcap,
-               q_data_type=NP_DT[dtype], **kw)
+               q_data_type=NP_DT[dtype], sm_scale=sm_scale, **kw)
         qq, cc = q, cache
         if as_torch:
             qq = torch.from_numpy(q)
@@ -177,7 +177,8 @@ class PrefillTest(unittest.TestCase):
         if as_torch:
             o = o.numpy()
             l = l.numpy() if l is not None else None
-        want_o, want_lse = reference(q, k, v, dtype, layout, qo_indptr, indptr, indices, kv_lens, 1 / math.sqrt(D),
+        scale = sm_scale if sm_scale is not None else 1 / math.sqrt(D)
+        want_o, want_lse = reference(q, k, v, dtype, layout, qo_indptr, indptr, indices, kv_lens, scale,
                                      causal=causal, window=window, softcap=softcap or 0.0, rope=rope, mask_bits=bits)
         ref.check_close(self, o, want_o, dtype, vmax=np.abs(ref.stored(v, dtype)).max())
         if lse:
@@ -205,7 +206,7 @@ class PrefillTest(unittest.TestCase):
         self.run_prefill("f32", "NHD", False, [6, 4], [9, 2], causal=False)
 
     def test_bf16_hnd_window_softcap(self):
-        self.run_prefill("bf16", "HND", False, [3, 14, 27], [3, 14, 30], window=5, softcap=20.0)
+        self.run_prefill("bf16", "HND", False, [3, 14, 27], [3, 14, 30], window=5, softcap=20.0, sm_scale=0.3)
 
     def test_f16_rope_llama_scaled(self):
         self.run_prefill("f16", "NHD", True, [5, 8], [11, 8], rope=(10000.0, 2.0))
