@@ -1,0 +1,89 @@
+// Package python_test runs the Python package's tests (python/tests, the
+// attnc package over ctypes and its FlashInfer wrappers) from `go test`, so
+// the one test command covers them. It builds this checkout's attnc into a
+// temporary folder for them (ATTNC_BIN) and streams unittest's output.
+// Without /usr/bin/python3 and numpy, or LLVM 14, it skips with the reason,
+// and in CI (CI set) it fails. It imports cpurt and internal/needtool only.
+package python_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/attnc/attnc/cpurt"
+	"github.com/attnc/attnc/internal/needtool"
+)
+
+// pythonBin is the interpreter the tests run under: Debian's, whose
+// python3-numpy and python3-torch packages .ci/run installs.
+const pythonBin = "/usr/bin/python3"
+
+// pythonWithNumpy reports why the interpreter cannot run the tests, or nil.
+func pythonWithNumpy() error {
+	if _, err := os.Stat(pythonBin); err != nil {
+		return fmt.Errorf("%s not found (apt-get install python3 python3-numpy)", pythonBin)
+	}
+	out, err := exec.Command(pythonBin, "-c", "import numpy").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s cannot import numpy (apt-get install python3-numpy): %v: %s", pythonBin, err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+func TestPythonPackage(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the Python package loads Linux shared libraries")
+	}
+	needtool.Check(t, pythonWithNumpy())
+	needtool.Check(t, cpurt.Tools())
+	if os.Getenv("CI") != "" {
+		// CI installs python3-torch: the FlashInfer examples and the torch
+		// paths must run there, not skip.
+		if out, err := exec.Command(pythonBin, "-c", "import torch").CombinedOutput(); err != nil {
+			t.Fatalf("CI needs python3-torch: %v: %s", err, bytes.TrimSpace(out))
+		}
+	}
+	bin := filepath.Join(t.TempDir(), "attnc")
+	// -buildvcs=false: the binary, and so the compile cache's key, depends
+	// on the sources only, not on the commit.
+	build := exec.Command("go", "build", "-buildvcs=false", "-o", bin, "../cmd/attnc")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ../cmd/attnc: %v\n%s", err, out)
+	}
+	cmd := exec.Command(pythonBin, "-m", "unittest", "discover", "-v", "-s", "tests")
+	cmd.Env = append(os.Environ(), "ATTNC_BIN="+bin, "PYTHONPATH=.", "PYTHONDONTWRITEBYTECODE=1")
+	var buf bytes.Buffer
+	w := io.MultiWriter(&buf, testWriter{t})
+	cmd.Stdout, cmd.Stderr = w, w
+	start := time.Now()
+	err := cmd.Run()
+	t.Logf("python tests took %.1f s", time.Since(start).Seconds())
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		t.Fatalf("python -m unittest failed (exit %d); output above", ee.ExitCode())
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(buf.Bytes(), []byte("\nOK")) {
+		t.Fatalf("unittest did not report OK")
+	}
+}
+
+// testWriter streams the child's output into the test log line by line.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	for _, line := range bytes.Split(bytes.TrimRight(p, "\n"), []byte("\n")) {
+		w.t.Log(string(line))
+	}
+	return len(p), nil
+}
