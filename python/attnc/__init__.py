@@ -18,6 +18,9 @@ from ._flashinfer import (
     get_seq_lens,
     merge_state,
     merge_state_in_place,
+    merge_states,
+    single_decode_with_kv_cache,
+    single_prefill_with_kv_cache,
 )
 
 __version__ = "0.1.0"
@@ -27,5 +30,6 @@ __all__ = [
     "set_num_threads", "get_num_threads", "default_cache_dir", "find_attnc",
     "BatchDecodeWithPagedKVCacheWrapper", "BatchPrefillWithPagedKVCacheWrapper",
     "merge_state", "merge_state_in_place", "append_paged_kv_cache",
-    "get_batch_indices_positions", "get_seq_lens",
+    "get_batch_indices_positions", "get_seq_lens", "merge_states",
+    "single_decode_with_kv_cache", "single_prefill_with_kv_cache",
 ]

@@ -20,7 +20,8 @@ from ._core import Variant, compile
 __all__ = [
     "BatchDecodeWithPagedKVCacheWrapper", "BatchPrefillWithPagedKVCacheWrapper",
     "merge_state", "merge_state_in_place", "append_paged_kv_cache",
-    "get_batch_indices_positions", "get_seq_lens",
+    "get_batch_indices_positions", "get_seq_lens", "merge_states",
+    "single_decode_with_kv_cache", "single_prefill_with_kv_cache",
 ]
 
 _VARIANT_NAME = "fi_paged"
@@ -786,3 +787,89 @@ def get_batch_indices_positions(append_indptr, seq_lens, nnz):
         torch = A.torch_module()
         return torch.from_numpy(bi), torch.from_numpy(pos)
     return bi, pos
+
+
+def merge_states(v, s):
+    """merge_states merges num_states attention states per row: v
+    [seq_len, num_states, num_heads, head_dim], s [seq_len, num_states,
+    num_heads] (base-2 lse); it returns the merged (v, s)."""
+    v = A.as_array(v, "v")
+    s = A.as_array(s, "s")
+    if len(v.shape) != 4 or tuple(s.shape) != tuple(v.shape[:3]):
+        raise ValueError("v, s: expected [seq_len, num_states, num_heads, head_dim] and [seq_len, num_states, num_heads], "
+                         "got %s and %s" % (A.describe(v), A.describe(s)))
+    if v.shape[1] == 0:
+        raise ValueError("v: num_states must be at least 1")
+    if A.is_torch(v):
+        out_v, out_s = v[:, 0].contiguous().clone(), s[:, 0].contiguous().clone()
+    else:
+        out_v, out_s = np.array(v[:, 0], order="C"), np.array(s[:, 0], order="C")
+    for i in range(1, v.shape[1]):
+        merge_state_in_place(out_v, out_s, A.contiguous(v[:, i]), A.contiguous(s[:, i]))
+    return out_v, out_s
+
+
+def _single(q, k, v, kv_layout, prefill_kw, run_kw, decode):
+    """_single runs one request's contiguous K/V as a paged cache of
+    page_size 1 (NHD rows are pages of one slot: no copy)."""
+    k = A.as_array(k, "k")
+    v = A.as_array(v, "v")
+    if kv_layout not in ("NHD", "HND"):
+        raise KeyError("Invalid kv_layout %s" % kv_layout)
+    if len(k.shape) != 3 or tuple(v.shape) != tuple(k.shape):
+        raise ValueError("k, v: expected two [kv_len, num_kv_heads, head_dim] (NHD) or [num_kv_heads, kv_len, head_dim] "
+                         "(HND) tensors, got %s and %s" % (A.describe(k), A.describe(v)))
+    if kv_layout == "HND":
+        k, v = k.transpose(0, 1) if A.is_torch(k) else k.transpose(1, 0, 2), \
+            v.transpose(0, 1) if A.is_torch(v) else v.transpose(1, 0, 2)
+    k, v = A.contiguous(k), A.contiguous(v)
+    kv_len, hk, d = k.shape
+    pk = k.reshape(kv_len, 1, hk, d) if not A.is_torch(k) else k.view(kv_len, 1, hk, d)
+    pv = v.reshape(kv_len, 1, hk, d) if not A.is_torch(v) else v.view(kv_len, 1, hk, d)
+    q = A.as_array(q, "q")
+    dt = A.attnc_dtype_of(q)
+    qdt = {"f16": "float16", "bf16": "bfloat16", "f32": "float32"}.get(dt)
+    if qdt is None:
+        raise ValueError("q: expected float16, bfloat16 or float32, got %s" % A.describe(q))
+    indptr = np.array([0, kv_len], np.int32)
+    indices = np.arange(kv_len, dtype=np.int32)
+    last = np.array([1 if kv_len else 0], np.int32)
+    if decode:
+        w = BatchDecodeWithPagedKVCacheWrapper(None, "NHD")
+        w.plan(indptr, indices, last, q.shape[0], hk, d, 1, q_data_type=qdt, **prefill_kw)
+        qq = q.reshape(1, *q.shape) if not A.is_torch(q) else q.unsqueeze(0)
+    else:
+        w = BatchPrefillWithPagedKVCacheWrapper(None, "NHD")
+        w.plan(np.array([0, q.shape[0]], np.int32), indptr, indices, last, q.shape[1], hk, d, 1, q_data_type=qdt,
+               **prefill_kw)
+        qq = q
+    got = w.run(qq, (pk, pv), **run_kw)
+    if decode:
+        if run_kw.get("return_lse"):
+            return got[0][0], got[1][0]
+        return got[0]
+    return got
+
+
+def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NONE", use_tensor_cores=False,
+                                q_scale=None, k_scale=None, v_scale=None, window_left=-1, logits_soft_cap=None,
+                                sm_scale=None, rope_scale=None, rope_theta=None, return_lse=False):
+    """single_decode_with_kv_cache is decode attention for one request: q
+    [num_qo_heads, head_dim] over k, v [kv_len, num_kv_heads, head_dim]."""
+    return _single(q, k, v, kv_layout,
+                   dict(pos_encoding_mode=pos_encoding_mode, window_left=window_left, logits_soft_cap=logits_soft_cap,
+                        sm_scale=sm_scale, rope_scale=rope_scale, rope_theta=rope_theta),
+                   dict(q_scale=q_scale, k_scale=k_scale, v_scale=v_scale, return_lse=return_lse), decode=True)
+
+
+def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=None, causal=False, kv_layout="NHD",
+                                 pos_encoding_mode="NONE", use_fp16_qk_reduction=False, sm_scale=None, window_left=-1,
+                                 logits_soft_cap=None, rope_scale=None, rope_theta=None, return_lse=False):
+    """single_prefill_with_kv_cache is prefill attention for one request: q
+    [qo_len, num_qo_heads, head_dim] over k, v [kv_len, num_kv_heads,
+    head_dim]."""
+    return _single(q, k, v, kv_layout,
+                   dict(custom_mask=custom_mask, packed_custom_mask=packed_custom_mask, causal=causal,
+                        pos_encoding_mode=pos_encoding_mode, sm_scale=sm_scale, window_left=window_left,
+                        logits_soft_cap=logits_soft_cap, rope_scale=rope_scale, rope_theta=rope_theta),
+                   dict(return_lse=return_lse), decode=False)

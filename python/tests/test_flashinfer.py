@@ -280,6 +280,34 @@ class RefusalTest(unittest.TestCase):
             w.run(np.zeros((1, QO, D), np.float32), kv)
 
 
+class SingleTest(unittest.TestCase):
+    def test_single_prefill_and_decode(self):
+        rng = np.random.default_rng(8)
+        n = 11
+        k = ref.make(rng, (n, KV, D), "f32")
+        v = ref.make(rng, (n, KV, D), "f32")
+        q = ref.make(rng, (5, QO, D), "f32")
+        qpos = n - 5 + np.arange(5)
+        vis = np.arange(n)[None, :] <= qpos[:, None]
+        want, wl = ref.attend(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64), vis, 1 / math.sqrt(D))
+        o, lse = attnc.single_prefill_with_kv_cache(q, k, v, causal=True, return_lse=True)
+        ref.check_close(self, o, want, "f32")
+        ref.check_lse(self, lse, wl)
+        # HND k/v, one query: decode.
+        kh, vh = k.transpose(1, 0, 2).copy(), v.transpose(1, 0, 2).copy()
+        o = attnc.single_decode_with_kv_cache(q[4], kh, vh, kv_layout="HND")
+        ref.check_close(self, o, want[4], "f32")
+
+    def test_merge_states(self):
+        rng = np.random.default_rng(9)
+        v = rng.standard_normal((3, 4, 2, 16)).astype(np.float32)
+        s = (rng.standard_normal((3, 4, 2)) * 2).astype(np.float32)
+        mv, ms = attnc.merge_states(v, s)
+        w = np.exp2(s.astype(np.float64) - s.max(axis=1, keepdims=True))
+        ref.check_close(self, mv, (w[..., None] * v).sum(1) / w.sum(1)[..., None], "f32")
+        ref.check_lse(self, ms, s.max(axis=1) + np.log2(w.sum(1)))
+
+
 class HelpersTest(unittest.TestCase):
     def test_merge_state(self):
         rng = np.random.default_rng(5)
