@@ -10,11 +10,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -60,8 +60,7 @@ func TestPythonPackage(t *testing.T) {
 	}
 	cmd := exec.Command(pythonBin, "-m", "unittest", "discover", "-v", "-s", "tests")
 	cmd.Env = append(os.Environ(), "ATTNC_BIN="+bin, "PYTHONPATH=.", "PYTHONDONTWRITEBYTECODE=1")
-	var buf bytes.Buffer
-	w := io.MultiWriter(&buf, testWriter{t})
+	w := &testWriter{t: t}
 	cmd.Stdout, cmd.Stderr = w, w
 	start := time.Now()
 	err := cmd.Run()
@@ -72,18 +71,44 @@ func TestPythonPackage(t *testing.T) {
 	} else if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Contains(buf.Bytes(), []byte("\nOK")) {
+	w.flush()
+	if !bytes.Contains(w.all.Bytes(), []byte("\nOK")) {
 		t.Fatalf("unittest did not report OK")
 	}
 }
 
-// testWriter streams the child's output into the test log line by line.
-type testWriter struct{ t *testing.T }
+// testWriter streams the child's output into the test log, a line at a
+// time, and keeps all of it.
+type testWriter struct {
+	t       *testing.T
+	mu      sync.Mutex
+	all     bytes.Buffer
+	pending []byte
+}
 
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Helper()
-	for _, line := range bytes.Split(bytes.TrimRight(p, "\n"), []byte("\n")) {
-		w.t.Log(string(line))
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.all.Write(p)
+	w.pending = append(w.pending, p...)
+	for {
+		i := bytes.IndexByte(w.pending, '\n')
+		if i < 0 {
+			break
+		}
+		if line := w.pending[:i]; len(bytes.TrimSpace(line)) > 0 {
+			w.t.Log(string(line))
+		}
+		w.pending = w.pending[i+1:]
 	}
 	return len(p), nil
+}
+
+func (w *testWriter) flush() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(bytes.TrimSpace(w.pending)) > 0 {
+		w.t.Log(string(w.pending))
+	}
+	w.pending = nil
 }

@@ -218,22 +218,19 @@ class PrefillTest(unittest.TestCase):
         self.run_prefill("f32", "NHD", False, [3, 5, 2], [7, 5, 0], custom=True, packed=True)
 
     def test_variant_argument(self):
-        spec = """variant mine {
-  heads qo = 4, kv = 2
-  head_dim 16
-  dtype f32
-  cache paged(page_size = 4, layout = NHD)
-  mask causal
-  lse base = 2
-  kernels prefill, decode
-}
-"""
-        v = attnc.compile(spec)["mine"]
-        self.run_prefill("f32", "NHD", False, [3, 7], [8, 7], variant=v)
-        w = attnc.BatchPrefillWithPagedKVCacheWrapper(None)
+        # A compiled Variant (HND, natural-log lse) in place of the plan's spec.
+        sys.path.insert(0, os.path.dirname(__file__))
+        import test_core
+        v = test_core.module()["core_f32"]
+        self.run_prefill("f32", "HND", False, [3, 7], [8, 7], variant=v, lse=False)
+        w = attnc.BatchPrefillWithPagedKVCacheWrapper(None, "HND")
         with self.assertRaisesRegex(ValueError, "page_size"):
             w.plan(np.array([0, 1], np.int32), np.array([0, 1], np.int32), np.array([0], np.int32),
                    np.array([1], np.int32), QO, KV, D, 8, causal=True, q_data_type="float32", variant=v)
+        with self.assertRaisesRegex(ValueError, "layout"):
+            attnc.BatchPrefillWithPagedKVCacheWrapper(None, "NHD").plan(
+                np.array([0, 1], np.int32), np.array([0, 1], np.int32), np.array([0], np.int32),
+                np.array([1], np.int32), QO, KV, D, PS, causal=True, q_data_type="float32", variant=v)
 
 
 class RefusalTest(unittest.TestCase):
@@ -311,7 +308,7 @@ class SingleTest(unittest.TestCase):
 class HelpersTest(unittest.TestCase):
     def test_merge_state(self):
         rng = np.random.default_rng(5)
-        n, h, d = 7, 3, 16
+        n, h, d = 7, 2, 16
         va, vb = rng.standard_normal((2, n, h, d)).astype(np.float32)
         sa, sb = (rng.standard_normal((2, n, h)) * 3).astype(np.float32)
         sb[2, 1] = -np.inf
