@@ -109,7 +109,7 @@ def find_attnc(cache_dir=None):
         return out
     os.makedirs(os.path.dirname(out), exist_ok=True)
     tmp = out + ".tmp%d" % os.getpid()
-    r = subprocess.run(["go", "build", "-o", tmp, "./cmd/attnc"], cwd=root, capture_output=True, text=True)
+    r = subprocess.run(["go", "build", "-buildvcs=false", "-o", tmp, "./cmd/attnc"], cwd=root, capture_output=True, text=True)
     if r.returncode != 0:
         raise CompileError("go build ./cmd/attnc failed in %s:\n%s" % (root, r.stderr))
     os.replace(tmp, out)
