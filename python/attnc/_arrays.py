@@ -28,6 +28,10 @@ DTYPE_WORDS = {
     "e5m2": "float8_e5m2 codes (uint8)", "i8": "int8",
 }
 
+# numpy dtype number -> attnc dtype (uint16 arrays carry bf16 bits).
+_NUM_NAMES = {np.dtype(t).num: n for t, n in ((np.float32, "f32"), (np.float16, "f16"), (np.uint16, "bf16"),
+                                              (np.int32, "i32"), (np.uint8, "u8"), (np.int8, "i8"))}
+
 _torch = None
 
 
@@ -49,6 +53,8 @@ def torch_dtypes():
 
 
 def is_torch(x):
+    if type(x) is np.ndarray:
+        return False
     torch = torch_module()
     return torch is not None and isinstance(x, torch.Tensor)
 
@@ -56,13 +62,13 @@ def is_torch(x):
 def attnc_dtype_of(x):
     """attnc_dtype_of names x's element type as attnc does (uint16 numpy arrays
     read as bf16; None if attnc has no such type)."""
+    if type(x) is np.ndarray:
+        return _NUM_NAMES.get(x.dtype.num)
     if is_torch(x):
         torch = torch_module()
         return {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
                 torch.int32: "i32", torch.uint8: "u8", torch.int8: "i8"}.get(x.dtype)
-    dt = x.dtype
-    return {"float32": "f32", "float16": "f16", "uint16": "bf16", "int32": "i32",
-            "uint8": "u8", "int8": "i8"}.get(dt.name)
+    return _NUM_NAMES.get(np.asarray(x).dtype.num)
 
 
 def dtype_ok(x, want):
