@@ -22,6 +22,7 @@ from ._flashinfer import (
     single_decode_with_kv_cache,
     single_prefill_with_kv_cache,
 )
+from . import cascade, decode, page, prefill  # noqa: F401  (flashinfer.decode, ... as in FlashInfer)
 
 __version__ = "0.1.0"
 

@@ -326,6 +326,13 @@ class HelpersTest(unittest.TestCase):
         ref.check_close(self, v2, np.where(mask[:, None, None], want_v, va), "f32")
         ref.check_lse(self, s2, np.where(mask[:, None], want_s, sa))
 
+    def test_flashinfer_module_names(self):
+        # flashinfer.decode.X, flashinfer.page.Y, ... resolve as in FlashInfer.
+        self.assertIs(attnc.decode.BatchDecodeWithPagedKVCacheWrapper, attnc.BatchDecodeWithPagedKVCacheWrapper)
+        self.assertIs(attnc.prefill.single_prefill_with_kv_cache, attnc.single_prefill_with_kv_cache)
+        self.assertIs(attnc.cascade.merge_state_in_place, attnc.merge_state_in_place)
+        self.assertIs(attnc.page.get_seq_lens, attnc.get_seq_lens)
+
     def test_append_and_index_helpers(self):
         rng = np.random.default_rng(6)
         pages = 6
