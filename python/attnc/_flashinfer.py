@@ -760,9 +760,10 @@ def get_seq_lens(kv_indptr, kv_last_page_len, page_size):
     """get_seq_lens is FlashInfer's kv length per request:
     clamp(pages - 1, 0) * page_size + last_page_len."""
     like_torch = A.is_torch(kv_indptr)
-    ind = A.to_numpy(kv_indptr).astype(np.int64)
-    last = A.to_numpy(kv_last_page_len).astype(np.int64)
-    out = np.maximum(ind[1:] - ind[:-1] - 1, 0) * int(page_size) + last
+    ind = A.to_numpy(kv_indptr)
+    last = A.to_numpy(kv_last_page_len)
+    dt = np.result_type(ind.dtype, last.dtype)  # as FlashInfer's tensor arithmetic gives
+    out = (np.maximum(ind[1:].astype(np.int64) - ind[:-1] - 1, 0) * int(page_size) + last).astype(dt)
     if like_torch:
         return A.torch_module().from_numpy(out)
     return out

@@ -342,6 +342,7 @@ class HelpersTest(unittest.TestCase):
         last = np.array([3, 2], np.int32)
         seq_lens = attnc.get_seq_lens(kv_indptr, last, PS)
         np.testing.assert_array_equal(seq_lens, [7, 2])
+        self.assertEqual(seq_lens.dtype, np.int32)
         append_indptr = np.array([0, 7, 9], np.int32)
         bi, pos = attnc.get_batch_indices_positions(append_indptr, seq_lens, 9)
         np.testing.assert_array_equal(bi, [0] * 7 + [1] * 2)
