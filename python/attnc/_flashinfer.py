@@ -387,7 +387,7 @@ class _Wrapper:
             "o": A.view(ok)[0], "lse": A.view(lk)[0] if lk is not None else None,
         }
         if p["kernel"] == "prefill":
-            ka["qo_indptr"] = (p["qo_indptr"] if keep is not None else p["qo_indptr"]).ctypes.data
+            ka["qo_indptr"] = p["qo_indptr"].ctypes.data
         if "q_rope_position" in p:
             qrp = p["q_rope_position"] if p["kernel"] == "prefill" else p["kv_len"].astype(np.int32) - 1
             p.setdefault("_qrp_" + p["kernel"], np.ascontiguousarray(qrp, dtype=np.int32))
