@@ -14,6 +14,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -58,29 +60,79 @@ func TestPythonPackage(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build ../cmd/attnc: %v\n%s", err, out)
 	}
-	cmd := exec.Command(pythonBin, "-m", "unittest", "discover", "-v", "-s", "tests")
-	cmd.Env = append(os.Environ(), "ATTNC_BIN="+bin, "PYTHONPATH=.", "PYTHONDONTWRITEBYTECODE=1")
-	w := &testWriter{t: t}
-	cmd.Stdout, cmd.Stderr = w, w
+	files, err := filepath.Glob(filepath.Join("tests", "test_*.py"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no python/tests/test_*.py: %v", err)
+	}
+	// The suite is mostly single-threaded work (compiles on first use,
+	// numpy references): run it as one unittest process per CPU, up to 4,
+	// the test files spread over them by their measured cost.
+	groups := make([][]string, min(max(runtime.NumCPU(), 1), 4, len(files)))
+	load := make([]int, len(groups))
+	sort.Slice(files, func(i, j int) bool { return fileCost(files[i]) > fileCost(files[j]) })
+	for _, f := range files {
+		g := 0
+		for i := range load {
+			if load[i] < load[g] {
+				g = i
+			}
+		}
+		groups[g] = append(groups[g], strings.TrimSuffix(filepath.Base(f), ".py"))
+		load[g] += fileCost(f)
+	}
 	start := time.Now()
-	err := cmd.Run()
-	t.Logf("python tests took %.1f s", time.Since(start).Seconds())
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		t.Fatalf("python -m unittest failed (exit %d); output above", ee.ExitCode())
-	} else if err != nil {
-		t.Fatal(err)
+	var wg sync.WaitGroup
+	errs := make([]error, len(groups))
+	writers := make([]*testWriter, len(groups))
+	for i, mods := range groups {
+		cmd := exec.Command(pythonBin, append([]string{"-m", "unittest", "-v"}, mods...)...)
+		cmd.Dir = "tests"
+		cmd.Env = append(os.Environ(), "ATTNC_BIN="+bin, "PYTHONPATH=..", "PYTHONDONTWRITEBYTECODE=1")
+		w := &testWriter{t: t, prefix: fmt.Sprintf("[%d] ", i)}
+		cmd.Stdout, cmd.Stderr = w, w
+		writers[i] = w
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = cmd.Run()
+		}()
 	}
-	w.flush()
-	if !bytes.Contains(w.all.Bytes(), []byte("\nOK")) {
-		t.Fatalf("unittest did not report OK")
+	wg.Wait()
+	t.Logf("python tests took %.1f s in %d processes", time.Since(start).Seconds(), len(groups))
+	for i, w := range writers {
+		w.flush()
+		var ee *exec.ExitError
+		if errors.As(errs[i], &ee) {
+			t.Errorf("python -m unittest %s failed (exit %d); output above", strings.Join(groups[i], " "), ee.ExitCode())
+		} else if errs[i] != nil {
+			t.Error(errs[i])
+		} else if !bytes.Contains(w.all.Bytes(), []byte("\nOK")) {
+			t.Errorf("python -m unittest %s did not report OK", strings.Join(groups[i], " "))
+		}
 	}
+}
+
+// fileCost is a test file's rough cost in seconds of CPU on first use
+// (compiles included), for spreading the files over processes.
+func fileCost(path string) int {
+	switch filepath.Base(path) {
+	case "test_flashinfer.py":
+		return 65
+	case "test_flashinfer_examples.py":
+		return 60
+	case "test_model.py":
+		return 40
+	case "test_core.py":
+		return 30
+	}
+	return 20
 }
 
 // testWriter streams the child's output into the test log, a line at a
 // time, and keeps all of it.
 type testWriter struct {
 	t       *testing.T
+	prefix  string
 	mu      sync.Mutex
 	all     bytes.Buffer
 	pending []byte
@@ -97,7 +149,7 @@ func (w *testWriter) Write(p []byte) (int, error) {
 			break
 		}
 		if line := w.pending[:i]; len(bytes.TrimSpace(line)) > 0 {
-			w.t.Log(string(line))
+			w.t.Log(w.prefix + string(line))
 		}
 		w.pending = w.pending[i+1:]
 	}
@@ -108,7 +160,7 @@ func (w *testWriter) flush() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(bytes.TrimSpace(w.pending)) > 0 {
-		w.t.Log(string(w.pending))
+		w.t.Log(w.prefix + string(w.pending))
 	}
 	w.pending = nil
 }
