@@ -1,0 +1,166 @@
+// Package python_test runs the Python package's tests (python/tests, the
+// attnc package over ctypes and its FlashInfer wrappers) from `go test`, so
+// the one test command covers them. It builds this checkout's attnc into a
+// temporary folder for them (ATTNC_BIN) and streams unittest's output.
+// Without /usr/bin/python3 and numpy, or LLVM 14, it skips with the reason,
+// and in CI (CI set) it fails. It imports cpurt and internal/needtool only.
+package python_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/attnc/attnc/cpurt"
+	"github.com/attnc/attnc/internal/needtool"
+)
+
+// pythonBin is the interpreter the tests run under: Debian's, whose
+// python3-numpy and python3-torch packages .ci/run installs.
+const pythonBin = "/usr/bin/python3"
+
+// pythonWithNumpy reports why the interpreter cannot run the tests, or nil.
+func pythonWithNumpy() error {
+	if _, err := os.Stat(pythonBin); err != nil {
+		return fmt.Errorf("%s not found (apt-get install python3 python3-numpy)", pythonBin)
+	}
+	out, err := exec.Command(pythonBin, "-c", "import numpy").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s cannot import numpy (apt-get install python3-numpy): %v: %s", pythonBin, err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+func TestPythonPackage(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the Python package loads Linux shared libraries")
+	}
+	needtool.Check(t, pythonWithNumpy())
+	needtool.Check(t, cpurt.Tools())
+	if os.Getenv("CI") != "" {
+		// CI installs python3-torch: the FlashInfer examples and the torch
+		// paths must run there, not skip.
+		if out, err := exec.Command(pythonBin, "-c", "import torch").CombinedOutput(); err != nil {
+			t.Fatalf("CI needs python3-torch: %v: %s", err, bytes.TrimSpace(out))
+		}
+	}
+	bin := filepath.Join(t.TempDir(), "attnc")
+	// -buildvcs=false: the binary, and so the compile cache's key, depends
+	// on the sources only, not on the commit.
+	build := exec.Command("go", "build", "-buildvcs=false", "-o", bin, "../cmd/attnc")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ../cmd/attnc: %v\n%s", err, out)
+	}
+	files, err := filepath.Glob(filepath.Join("tests", "test_*.py"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no python/tests/test_*.py: %v", err)
+	}
+	// The suite is mostly single-threaded work (compiles on first use,
+	// numpy references): run it as one unittest process per CPU, up to 4,
+	// the test files spread over them by their measured cost.
+	groups := make([][]string, min(max(runtime.NumCPU(), 1), 4, len(files)))
+	load := make([]int, len(groups))
+	sort.Slice(files, func(i, j int) bool { return fileCost(files[i]) > fileCost(files[j]) })
+	for _, f := range files {
+		g := 0
+		for i := range load {
+			if load[i] < load[g] {
+				g = i
+			}
+		}
+		groups[g] = append(groups[g], strings.TrimSuffix(filepath.Base(f), ".py"))
+		load[g] += fileCost(f)
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make([]error, len(groups))
+	writers := make([]*testWriter, len(groups))
+	for i, mods := range groups {
+		cmd := exec.Command(pythonBin, append([]string{"-m", "unittest", "-v"}, mods...)...)
+		cmd.Dir = "tests"
+		cmd.Env = append(os.Environ(), "ATTNC_BIN="+bin, "PYTHONPATH=..", "PYTHONDONTWRITEBYTECODE=1")
+		w := &testWriter{t: t, prefix: fmt.Sprintf("[%d] ", i)}
+		cmd.Stdout, cmd.Stderr = w, w
+		writers[i] = w
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = cmd.Run()
+		}()
+	}
+	wg.Wait()
+	t.Logf("python tests took %.1f s in %d processes", time.Since(start).Seconds(), len(groups))
+	for i, w := range writers {
+		w.flush()
+		var ee *exec.ExitError
+		if errors.As(errs[i], &ee) {
+			t.Errorf("python -m unittest %s failed (exit %d); output above", strings.Join(groups[i], " "), ee.ExitCode())
+		} else if errs[i] != nil {
+			t.Error(errs[i])
+		} else if !bytes.Contains(w.all.Bytes(), []byte("\nOK")) {
+			t.Errorf("python -m unittest %s did not report OK", strings.Join(groups[i], " "))
+		}
+	}
+}
+
+// fileCost is a test file's rough cost in seconds of CPU on first use
+// (compiles included), for spreading the files over processes.
+func fileCost(path string) int {
+	switch filepath.Base(path) {
+	case "test_flashinfer.py":
+		return 65
+	case "test_flashinfer_examples.py":
+		return 60
+	case "test_model.py":
+		return 40
+	case "test_core.py":
+		return 30
+	}
+	return 20
+}
+
+// testWriter streams the child's output into the test log, a line at a
+// time, and keeps all of it.
+type testWriter struct {
+	t       *testing.T
+	prefix  string
+	mu      sync.Mutex
+	all     bytes.Buffer
+	pending []byte
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.all.Write(p)
+	w.pending = append(w.pending, p...)
+	for {
+		i := bytes.IndexByte(w.pending, '\n')
+		if i < 0 {
+			break
+		}
+		if line := w.pending[:i]; len(bytes.TrimSpace(line)) > 0 {
+			w.t.Log(w.prefix + string(line))
+		}
+		w.pending = w.pending[i+1:]
+	}
+	return len(p), nil
+}
+
+func (w *testWriter) flush() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(bytes.TrimSpace(w.pending)) > 0 {
+		w.t.Log(w.prefix + string(w.pending))
+	}
+	w.pending = nil
+}
