@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -68,35 +69,32 @@ func TestSASSCommand(t *testing.T) {
 	}
 }
 
-// TestSASSUserPasses runs sass with a user pass that drops the merge_state
-// role: its kernel is assembled without the pass and gone with it, as in
-// what build writes with the pass.
+// TestSASSUserPasses runs sass with a user pass that adds a kernel (a
+// second merge_state work kernel): the kernel is assembled with the pass
+// and absent without it, as in what build writes with the pass.
 func TestSASSUserPasses(t *testing.T) {
 	needSASS(t)
 	spec := writeSpec(t, "small_f32.attn", strings.Replace(f32Prefill, "kernels prefill", "kernels prefill, merge_state", 1))
-	drop := attnc.Insertion{Before: "inline-defs", Pass: passes.Pass{Name: "drop-merge-state", Desc: "remove the merge_state role",
+	add := attnc.Insertion{Before: "inline-defs", Pass: passes.Pass{Name: "add-kernel", Desc: "add a copy of the merge_state work kernel",
 		Run: func(m *ir.Module) (*ir.Module, error) {
 			out := *m
-			out.Kernels, out.Plans = nil, nil
+			out.Kernels = slices.Clone(m.Kernels)
 			for _, k := range m.Kernels {
-				if k.Role != ir.RoleMergeState {
-					out.Kernels = append(out.Kernels, k)
-				}
-			}
-			for _, p := range m.Plans {
-				if p.Role != ir.RoleMergeState {
-					out.Plans = append(out.Plans, p)
+				if k.Role == ir.RoleMergeState && !k.Entry {
+					c := *k
+					c.Name += "_copy"
+					out.Kernels = append(out.Kernels, &c)
 				}
 			}
 			return &out, nil
 		}}}
 	args := []string{"sass", spec, "--arch", "sm_80"}
-	if o, _ := mustRun(t, args...); !strings.Contains(o, "small_f32_merge_state_work sm_80") || !strings.Contains(o, "small_f32_prefill_work sm_80") {
-		t.Fatalf("attnc sass without the pass: no prefill or merge_state row:\n%s", o)
+	if o, _ := mustRun(t, args...); !strings.Contains(o, "small_f32_merge_state_work sm_80") || strings.Contains(o, "_copy") {
+		t.Fatalf("attnc sass without the pass: no merge_state row, or a copy:\n%s", o)
 	}
 	var o, e bytes.Buffer
-	if code := Run(args, &o, &e, WithPasses(drop)); code != 0 || strings.Contains(o.String(), "merge_state") || !strings.Contains(o.String(), "small_f32_prefill_work sm_80") {
-		t.Errorf("attnc sass with a pass that drops merge_state (exit %d): want the prefill row only\n%s%s", code, o.String(), e.String())
+	if code := Run(args, &o, &e, WithPasses(add)); code != 0 || !strings.Contains(o.String(), "small_f32_merge_state_work_copy sm_80") || !strings.Contains(o.String(), "small_f32_prefill_work sm_80") {
+		t.Errorf("attnc sass with a pass that adds a kernel (exit %d): want its row beside the prefill row\n%s%s", code, o.String(), e.String())
 	}
 }
 
