@@ -136,12 +136,12 @@ func TestOnlineSoftmaxShape(t *testing.T) {
 	text := m.Kernel("t_prefill_work").String()
 	for _, want := range []string{
 		"reduce m_tile = max over j in 0 .. 64 of select((j < kv_n), sc[((row * 64) + j)], -inf:f32)",
-		"let live = (m_new > -inf:f32)",
+		"let live = not((m_new == -inf:f32))", // a NaN max is live (DESIGN §3)
 		"let a = select(live, exp((m_old - m_new)), 1.0:f32)",
 		"store den[row] = ((den[row] * a) + psum)",
 		"store acc[((row * 8) + d)] = (acc[((row * 8) + d)] * a)",
 		"matmul acc[64, 8] += sc[64, 64] * vb[64, 8] zeroskip extent(n_rows, 8, kv_n)",
-		"let lse_v = select((lv > 0.0:f32), (mx[row] + log(lv)), -inf:f32)",
+		"let lse_v = select(not((lv == 0.0:f32)), (mx[row] + log(lv)), -inf:f32)",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("prefill lacks %q", want)
