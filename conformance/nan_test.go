@@ -21,7 +21,7 @@ import (
 // float64 reference has NaN, the reference's values elsewhere.
 
 // nanSpecs are the variants of the NaN matrix: f32 and f16 over a float
-// cache (GQA, causal), an fp8 cache with per-head scales, and two score
+// cache (GQA, causal), an fp8 cache with per-head scales and empty rows, and two score
 // expressions, one giving NaN at kv_pos 5 (sqrt(-1)) and one giving -inf
 // there (log(0)) under a softcap.
 var nanSpecs = []string{
@@ -35,11 +35,13 @@ var nanSpecs = []string{
 	  dtype f16
 	  cache paged(page_size = 8, layout = NHD)
 	  mask causal }`,
+	// Rows at q_pos < 3 see nothing: they stay o = 0, lse = -inf under a
+	// NaN v_scale.
 	`variant nan_e4m3 { heads qo = 4, kv = 2
 	  head_dim 64
 	  dtype f16
 	  cache paged(page_size = 8, layout = NHD, kv_dtype = e4m3, kv_scale = per_head)
-	  mask causal }`,
+	  mask expr(kv_pos <= q_pos && q_pos >= 3) }`,
 	`variant nan_score_nan { heads qo = 2, kv = 1
 	  head_dim 64
 	  dtype f32
@@ -114,6 +116,15 @@ var nanEdits = []nanEdit{
 			return false
 		}
 		c.KScale[kvHead(v)] = float32(math.NaN())
+		return true
+	}},
+	// v_scale multiplies o: NaN in every row of the kv head that sees a
+	// position, lse unchanged.
+	{name: "NaN v_scale", wantNaN: true, edit: func(v *ir.Variant, c *reference.Case, b, pos, row int) bool {
+		if !v.Quantized() || v.MLA != nil {
+			return false
+		}
+		c.VScale[kvHead(v)] = float32(math.NaN())
 		return true
 	}},
 	{name: nanVEdit, wantNaN: true, edit: func(v *ir.Variant, c *reference.Case, b, pos, row int) bool {

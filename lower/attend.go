@@ -391,7 +391,9 @@ func (l *lowering) storeItem(w *blk, x itemVars) {
 			head := u.let("head", add(x.head0, g))
 			inv, lse := l.finish(u, u.let("lv", ld("den", ir.F32, row)), ld("mx", ir.F32, row), head, !x.it.split)
 			if x.vScale != nil {
-				inv = u.let("inv_v", mul(inv, x.vScale))
+				// A row with nothing visible (inv = 0) keeps o = 0 under a
+				// NaN or infinite v_scale (DESIGN §3).
+				inv = u.let("inv_v", sel(eq(inv, f32(0)), f32(0), mul(inv, x.vScale)))
 			}
 			acc := func(d ir.Expr) ir.Expr { return mul(ld("acc", ir.F32, add(mul(row, i32(DV)), d)), inv) }
 			if x.it.split {
