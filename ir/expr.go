@@ -30,6 +30,10 @@ const (
 	Mul
 	Div // integer division truncates toward zero
 	Rem
+	// Min and Max on floats propagate NaN: when either operand is NaN the
+	// result is NaN (IEEE 754-2019 minimum/maximum, not C's fminf/fmaxf,
+	// which drop it), so a NaN score reaches a reduce's result on every
+	// backend. Otherwise Min is x < y ? x : y and Max is x > y ? x : y.
 	Min
 	Max
 	Shl

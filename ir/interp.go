@@ -742,12 +742,12 @@ func farith[F float32 | float64](op BinOp, x, y F) (F, bool) {
 	case Rem:
 		return F(math.Mod(float64(x), float64(y))), true
 	case Min:
-		if x < y {
+		if x < y || x != x {
 			return x, true
 		}
 		return y, true
 	case Max:
-		if x > y {
+		if x > y || x != x {
 			return x, true
 		}
 		return y, true

@@ -60,7 +60,16 @@ func TestEvalExpr(t *testing.T) {
 		{"(y >= y)", false},
 		{"(y == y)", false},
 		{"(y != y)", true},
-		{"min(y, 1.0:f32)", float32(1)},
+		// Float min and max propagate NaN from either side (ir.Max).
+		{"min(y, 1.0:f32)", nan32},
+		{"min(1.0:f32, y)", nan32},
+		{"max(y, 1.0:f32)", nan32},
+		{"max(1.0:f32, y)", nan32},
+		{"max(-inf:f32, y)", nan32},
+		{"max(y, inf:f32)", nan32},
+		{"max(-inf:f32, -1.0:f32)", float32(-1)},
+		{"min(inf:f32, -1.0:f32)", float32(-1)},
+		{"max(f64(y), 1.0:f64)", math.NaN()},
 		{"max(1.0:f32, 2.0:f32)", float32(2)},
 		{"exp(1.0:f32)", float32(math.E)},
 		{"sqrt(2.0:f64)", math.Sqrt2},
@@ -118,6 +127,18 @@ func TestEvalExpr(t *testing.T) {
 			if w, _ := tc.want.(float32); math.Signbit(float64(f)) != math.Signbit(float64(w)) {
 				t.Errorf("%s = %v, want %v (sign of zero)", tc.src, got, tc.want)
 			}
+		}
+		if w, ok := tc.want.(float32); ok && w != w {
+			if f, ok := got.(float32); !ok || f == f {
+				t.Errorf("%s = %#v, want NaN", tc.src, got)
+			}
+			continue
+		}
+		if w, ok := tc.want.(float64); ok && w != w {
+			if f, ok := got.(float64); !ok || f == f {
+				t.Errorf("%s = %#v, want NaN", tc.src, got)
+			}
+			continue
 		}
 		if got != tc.want {
 			t.Errorf("%s = %#v, want %#v", tc.src, got, tc.want)

@@ -109,8 +109,8 @@ type ReduceOp uint8
 const (
 	// ReduceAdd sums (identity 0).
 	ReduceAdd ReduceOp = iota
-	// ReduceMax takes the maximum as Max does (identity -inf for floats,
-	// the smallest value for integers).
+	// ReduceMax takes the maximum as Max does (a NaN element makes a float
+	// result NaN; identity -inf for floats, the smallest value for integers).
 	ReduceMax
 )
 

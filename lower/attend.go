@@ -1,6 +1,8 @@
 package lower
 
 import (
+	"math"
+
 	"github.com/attnc/attnc/ir"
 )
 
@@ -387,7 +389,9 @@ func (l *lowering) storeItem(w *blk, x itemVars) {
 			head := u.let("head", add(x.head0, g))
 			inv, lse := l.finish(u, u.let("lv", ld("den", ir.F32, row)), ld("mx", ir.F32, row), head, !x.it.split)
 			if x.vScale != nil {
-				inv = u.let("inv_v", mul(inv, x.vScale))
+				// A row with nothing visible (inv = 0) keeps o = 0 under a
+				// NaN or infinite v_scale (DESIGN §3).
+				inv = u.let("inv_v", sel(eq(inv, f32(0)), f32(0), mul(inv, x.vScale)))
 			}
 			acc := func(d ir.Expr) ir.Expr { return mul(ld("acc", ir.F32, add(mul(row, i32(DV)), d)), inv) }
 			if x.it.split {
@@ -410,12 +414,36 @@ func (l *lowering) storeItem(w *blk, x itemVars) {
 // hiddenTag is the tag of statements that only matter for positions the
 // mask hides: ir.TagHidden when the @mask Def decides every hidden
 // position (a table's -1 pages are staged as zeros), NoTag (never
-// dropped) when data masks (tree, custom) hide positions in any tile.
+// dropped) when data masks (tree, custom) hide positions in any tile, or
+// when the score expression may give -inf at a visible position (which
+// hides it like a mask, its V row included: DESIGN §3).
 func (l *lowering) hiddenTag() ir.Tag {
-	if l.hasMask(ir.MaskTree) || l.hasMask(ir.MaskCustom) {
+	if l.hasMask(ir.MaskTree) || l.hasMask(ir.MaskCustom) || ScoreMayHide(l.v) {
 		return ir.NoTag
 	}
 	return ir.TagHidden
+}
+
+// ScoreMayHide reports whether v's score expression may turn a finite
+// score into -inf: it holds exp, exp2, log or a float division (an
+// overflow or log(0)), or an infinite constant. Softcap (tanh), ALiBi and
+// plain arithmetic on the score keep finite scores finite.
+func ScoreMayHide(v *ir.Variant) bool {
+	if v.Score == nil {
+		return false
+	}
+	may := false
+	ir.VisitExpr(v.Score, func(e ir.Expr) {
+		switch x := e.(type) {
+		case *ir.Unary:
+			may = may || x.Op == ir.Exp || x.Op == ir.Exp2 || x.Op == ir.Log
+		case *ir.Binary:
+			may = may || x.Op == ir.Div && x.Type().IsFloat()
+		case *ir.Const:
+			may = may || x.T.IsFloat() && math.IsInf(x.Float, 0)
+		}
+	})
+	return may
 }
 
 // stageType is the element type of the staged K and V tiles: f32, or the
@@ -495,7 +523,10 @@ func (l *lowering) scoreStep(b *blk, at, j, qPos, kvPosE, head, sb, qBase, kvLen
 // softmaxUpdate folds the tile's scores into each row's running max,
 // denominator and accumulator (online softmax): the scores become p =
 // exp(s - max), and alpha rescales what the row accumulated before. A row
-// whose scores are all -inf so far keeps max -inf and adds nothing.
+// whose scores are all -inf so far keeps max -inf and adds nothing. A NaN
+// or +inf score makes the max NaN or +inf (Max propagates NaN), so p, the
+// denominator and the accumulator become NaN from that tile on (DESIGN §3:
+// the row's o and lse are NaN); -inf scores are p = 0, as a mask's.
 func (l *lowering) softmaxUpdate(b *blk, R int, nRows, kvN ir.Expr) {
 	KT, DV := l.t.KVTile, l.DV
 	b.spread("row", R, func(x *blk, row ir.Expr) {
@@ -506,7 +537,8 @@ func (l *lowering) softmaxUpdate(b *blk, R int, nRows, kvN ir.Expr) {
 				Value: sel(lt(j, kvN), ld("sc", ir.F32, at(j)), negInf())})
 			mOld := y.let("m_old", ld("mx", ir.F32, row))
 			mNew := y.let("m_new", maxE(mOld, ir.R("m_tile", ir.F32)))
-			live := y.let("live", gt(mNew, negInf()))
+			// Not > -inf: a NaN max is live, so that the NaN reaches p.
+			live := y.let("live", not(eq(mNew, negInf())))
 			y.spread("j", KT, func(z *blk, j ir.Expr) {
 				z.guarded(lt(j, kvN), func(u *blk) {
 					u.store("sc", at(j), sel(live, ir.Un(ir.Exp, sub(ld("sc", ir.F32, at(j)), mNew)), f32(0)))

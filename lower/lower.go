@@ -198,7 +198,9 @@ func (l *lowering) learnedSinks() bool { return l.v.Sinks != nil && l.v.Sinks.Ki
 // sink = true) joins the denominator without a value: lse = log(sum +
 // exp(sink)); a row with nothing visible then has o = 0 and lse = sink.
 func (l *lowering) finish(b *blk, lv, m, head ir.Expr, sink bool) (inv, lse ir.Expr) {
-	live := gt(lv, f32(0))
+	// Not lv > 0: a NaN denominator (a NaN or +inf score) is live and
+	// gives NaN o and lse, never the empty row's 0 and -inf.
+	live := not(eq(lv, f32(0)))
 	if !sink || !l.learnedSinks() {
 		return b.let("inv", sel(live, ir.Bin(ir.Div, f32(1), lv), f32(0))),
 			b.let("lse_v", sel(live, add(m, ir.Un(ir.Log, lv)), negInf()))

@@ -277,15 +277,22 @@ func AttentionMag(v *ir.Variant, c *Case) (o, lse, mag []float64) {
 					if v.Score != nil {
 						x = EvalFloat(v.Score, &Env{Score: x, QPos: int64(qPos), KVPos: int64(kv), Head: int64(h), Batch: int64(b), QOHeads: qo})
 					}
+					if math.IsInf(x, -1) {
+						// A -inf score hides its position like the mask:
+						// its V row is never read (DESIGN §3).
+						continue
+					}
 					pos = append(pos, kv)
 					s = append(s, x)
 				}
+				// A NaN or +inf score makes m NaN or +inf and, through
+				// exp(s - m), the row's o and lse NaN (DESIGN §3).
 				m := math.Inf(-1)
 				for _, x := range s {
-					m = math.Max(m, x)
+					m = NaNMax(m, x)
 				}
 				if learned(v) {
-					m = math.Max(m, float64(c.Sinks[h]))
+					m = NaNMax(m, float64(c.Sinks[h]))
 				}
 				out := o[((row+i)*qo+h)*dv:][:dv]
 				outMag := mag[((row+i)*qo+h)*dv:][:dv]
@@ -317,6 +324,24 @@ func AttentionMag(v *ir.Variant, c *Case) (o, lse, mag []float64) {
 		row += qLen
 	}
 	return o, lse, mag
+}
+
+// NaNMax is the kernels' float max (ir.Max): NaN when either operand is
+// NaN, else the larger. (math.Max prefers +Inf to NaN.)
+func NaNMax(x, y float64) float64 {
+	if math.IsNaN(x) || math.IsNaN(y) {
+		return math.NaN()
+	}
+	return math.Max(x, y)
+}
+
+// NaNMin is the kernels' float min (ir.Min): NaN when either operand is
+// NaN, else the smaller.
+func NaNMin(x, y float64) float64 {
+	if math.IsNaN(x) || math.IsNaN(y) {
+		return math.NaN()
+	}
+	return math.Min(x, y)
 }
 
 // scales are kv head kh's key and value scales in float64: 1 for a plain

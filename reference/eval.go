@@ -173,9 +173,9 @@ func evalBinary(e *ir.Binary, env *Env) value {
 		case ir.Rem:
 			return value{F: math.Mod(a, b)}
 		case ir.Min:
-			return value{F: math.Min(a, b)}
+			return value{F: NaNMin(a, b)}
 		case ir.Max:
-			return value{F: math.Max(a, b)}
+			return value{F: NaNMax(a, b)}
 		}
 		if e.Op.IsCompare() {
 			return value{I: b2i(compare(e.Op, a, b))}

@@ -52,7 +52,7 @@ var floatFns = map[ir.UnOp]string{
 }
 
 // helpers are emitted after the prelude: typed min/max with the IR's
-// semantics (x < y ? x : y) and a zero-guarded host/device split rule.
+// semantics (x < y ? x : y; a NaN operand gives NaN for floats) and a zero-guarded host/device split rule.
 const helpers = `
 #if defined(__NVCC__)
 typedef uint4 attnc_v16; // 128-bit loads and stores
@@ -66,8 +66,12 @@ typedef uint32_t attnc_v16 __attribute__((vector_size(16)));
   static __host__ __device__ inline T attnc_max(T a, T b) { return a > b ? a : b; }
 ATTNC_HD_MINMAX(int32_t)
 ATTNC_HD_MINMAX(int64_t)
-ATTNC_HD_MINMAX(float)
-ATTNC_HD_MINMAX(double)
+// Floats propagate NaN from either side (not fmaxf, which drops it).
+#define ATTNC_HD_FMINMAX(T) \
+  static __host__ __device__ inline T attnc_min(T a, T b) { return a != a ? a : a < b ? a : b; } \
+  static __host__ __device__ inline T attnc_max(T a, T b) { return a != a ? a : a > b ? a : b; }
+ATTNC_HD_FMINMAX(float)
+ATTNC_HD_FMINMAX(double)
 // Integer / and % with the IR's semantics (DESIGN §3): truncate toward zero,
 // x / 0 = x % 0 = 0, MIN / -1 = MIN, MIN % -1 = 0; never a trap.
 #define ATTNC_HD_DIV(T, U) \

@@ -237,7 +237,13 @@ func (f *fnState) binary(x *ir.Binary) (value.Value, ir.Type) {
 			if x.Op == ir.Max {
 				op = ir.Gt
 			}
-			return c.NewSelect(f.compare(op, a, b, t), a, b), t
+			r := c.NewSelect(f.compare(op, a, b, t), a, b)
+			if fl {
+				// NaN propagates (ir.Max): the select already gives a NaN
+				// b; a NaN a is kept by a second select.
+				return c.NewSelect(c.NewFCmp(enum.FPredUNO, a, a), a, r), t
+			}
+			return r, t
 		}
 	case ir.Shl:
 		if in {

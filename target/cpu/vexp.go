@@ -120,7 +120,11 @@ func PolyExp(prefix string, x ir.Expr) ([]ir.Stmt, ir.Expr) {
 	}
 	f := ir.Float
 	xv := let("x", x)
-	c := let("c", ir.Bin(ir.Max, ir.Bin(ir.Min, xv, f(ExpMaxArg)), f(ExpMinArg)))
+	// The clamp is written as selects, not Min/Max (which propagate NaN):
+	// a NaN x becomes a finite c here, so the integer conversion below is
+	// defined, and the result's last select gives NaN back.
+	hi := let("hi", ir.Sel(ir.Bin(ir.Lt, xv, f(ExpMaxArg)), xv, f(ExpMaxArg)))
+	c := let("c", ir.Sel(ir.Bin(ir.Gt, hi, f(ExpMinArg)), hi, f(ExpMinArg)))
 	// n = floor(c·log2 e + 1/2) through a truncating conversion (the
 	// argument is within ±129).
 	t := let("t", &ir.MulAdd{X: c, Y: f(ExpLog2E), Z: f(0.5)})
