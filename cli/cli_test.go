@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -868,5 +869,75 @@ func TestResourceLimits(t *testing.T) {
 	lowerSpec := writeSpec(t, "lower.attn", "variant foo {\n  heads qo = 4\n  head_dim 64\n}\n")
 	if _, e, code := runCLI(t, "build", upper, lowerSpec, "-o", t.TempDir()); code != 1 || !strings.Contains(e, lowerSpec+":1:1: variant foo collides with Foo (defined at "+upper+":1:1)") {
 		t.Errorf("build of Foo and foo: exit %d, stderr %q", code, e)
+	}
+}
+
+const smallBF16Spec = `variant smallbf {
+  heads qo = 4, kv = 2
+  head_dim 64
+  dtype bf16
+  cache paged(page_size = 4)
+  mask causal
+}
+`
+
+// TestVerifyPrintsBound: verify's half-precision lines print the bound
+// they applied and how much of it each case used, at most 1 when it passes.
+func TestVerifyPrintsBound(t *testing.T) {
+	needTools(t, true)
+	p := writeSpec(t, "smallbf.attn", smallBF16Spec)
+	o, e, code := runCLI(t, "verify", p, "--threads", "1", "--seed", "3")
+	if code != 0 {
+		t.Fatalf("verify: exit %d\nstdout:\n%s\nstderr:\n%s", code, o, e)
+	}
+	re := regexp.MustCompile(`(?m)^PASS \S+\s+.*max_err=([0-9.]+)ulp bound=0\.5ulp\+2\^-20\*mag err/bound=([0-9.]+) `)
+	ms := re.FindAllStringSubmatch(o, -1)
+	if len(ms) == 0 {
+		t.Fatalf("no PASS line prints its bound:\n%s", o)
+	}
+	for _, m := range ms {
+		if r, _ := strconv.ParseFloat(m[2], 64); r > 1 {
+			t.Errorf("a passing case prints err/bound=%s > 1: %s", m[2], m[0])
+		}
+	}
+	if strings.Contains(o, "tol=0.5ulp") {
+		t.Errorf("verify still prints tol=0.5ulp:\n%s", o)
+	}
+}
+
+// TestVerifyUserPasses: with user passes, verify says the reference does
+// not include them, marks and lists the cases they change, and says so
+// when they change none.
+func TestVerifyUserPasses(t *testing.T) {
+	needTools(t, true)
+	p := writeSpec(t, "small.attn", smallSpec)
+	run := func(pass passes.Pass) (string, int) {
+		var o, e bytes.Buffer
+		code := Run([]string{"verify", p, "--threads", "1", "--seed", "3"}, &o, &e,
+			WithPasses(attnc.Insertion{Before: "inline-defs", Pass: pass}))
+		return o.String() + e.String(), code
+	}
+	local := passes.Pass{Name: "local-4", Desc: "narrow the mask to q_pos - kv_pos < 4",
+		Run: func(m *ir.Module) (*ir.Module, error) {
+			d := m.Def("mask")
+			near := ir.Bin(ir.Lt, ir.Bin(ir.Sub, ir.R("q_pos", ir.I32), ir.R("kv_pos", ir.I32)), ir.Int(4))
+			return m.WithDef(&ir.Def{Name: d.Name, Params: d.Params, Body: ir.Bin(ir.And, d.Body, near)}), nil
+		}}
+	o, _ := run(local)
+	if !strings.Contains(o, "note: these kernels include the user passes local-4; the reference computes the spec without them") {
+		t.Errorf("verify with a user pass does not say the reference lacks it:\n%s", o)
+	}
+	m := regexp.MustCompile(`(?m)^small: the user passes change the outputs of (\d+) of (\d+) cases`).FindStringSubmatch(o)
+	if m == nil {
+		t.Fatalf("verify does not list the cases local-4 changes:\n%s", o)
+	}
+	marked := strings.Count(o, "[changed by the user passes]")
+	if n, _ := strconv.Atoi(m[1]); n == 0 || n != marked {
+		t.Errorf("%s cases listed as changed, %d marked:\n%s", m[1], marked, o)
+	}
+	noop := passes.Pass{Name: "noop", Desc: "changes nothing", Run: func(m *ir.Module) (*ir.Module, error) { return m, nil }}
+	o, code := run(noop)
+	if code != 0 || !strings.Contains(o, "small: the user passes change no output of these") || strings.Contains(o, "[changed by the user passes]") {
+		t.Errorf("verify with a pass that changes nothing (exit %d):\n%s", code, o)
 	}
 }
