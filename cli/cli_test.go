@@ -11,10 +11,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/attnc/attnc"
 	"github.com/attnc/attnc/codegen/cuda"
@@ -939,5 +941,110 @@ func TestVerifyUserPasses(t *testing.T) {
 	o, code := run(noop)
 	if code != 0 || !strings.Contains(o, "small: the user passes change no output of these") || strings.Contains(o, "[changed by the user passes]") {
 		t.Errorf("verify with a pass that changes nothing (exit %d):\n%s", code, o)
+	}
+}
+
+// TestBuildDepfile: --depfile writes make-format dependencies of every
+// file written on every spec given (paths escaped as gcc -MD does), and
+// make reads it: an output is out of date after its spec changes and
+// current otherwise; a deleted spec does not stop make.
+func TestBuildDepfile(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "my out")
+	spec := writeSpec(t, "small.attn", smallSpec)
+	dep := filepath.Join(t.TempDir(), "kernels.d")
+	mustRun(t, "build", llama3, spec, "--target", "cpu,cuda", "-o", dir, "--depfile", dep)
+	got, err := os.ReadFile(dep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	esc := strings.ReplaceAll(dir, " ", `\ `)
+	var outs []string
+	for _, f := range []string{"llama3_8b.cu", "llama3_8b.h", "llama3_8b.ll", "manifest.json", "small.cu", "small.h", "small.ll"} {
+		outs = append(outs, esc+"/"+f)
+	}
+	want := strings.Join(outs, " \\\n ") + ": \\\n  " + llama3 + " \\\n  " + spec + "\n\n" + llama3 + ":\n\n" + spec + ":\n"
+	if string(got) != want {
+		t.Fatalf("depfile:\n%s\nwant:\n%s", got, want)
+	}
+	makePath, err := exec.LookPath("make")
+	needtool.Check(t, err)
+	target := dir + "/small.ll"
+	mk := filepath.Join(t.TempDir(), "Makefile")
+	rule := "include " + dep + "\n" + strings.ReplaceAll(target, " ", `\ `) + ":\n\ttrue\n"
+	if err := os.WriteFile(mk, []byte(rule), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	makeQ := func() int {
+		cmd := exec.Command(makePath, "-q", "-f", mk, target)
+		if err := cmd.Run(); err != nil {
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				return ee.ExitCode()
+			}
+			t.Fatal(err)
+		}
+		return 0
+	}
+	if c := makeQ(); c != 0 {
+		t.Errorf("make -q %s after the build: exit %d, want 0 (up to date)", target, c)
+	}
+	later := time.Now().Add(2 * time.Second)
+	if err := os.Chtimes(spec, later, later); err != nil {
+		t.Fatal(err)
+	}
+	if c := makeQ(); c != 1 {
+		t.Errorf("make -q %s after touching %s: exit %d, want 1 (out of date)", target, spec, c)
+	}
+	if err := os.Remove(spec); err != nil {
+		t.Fatal(err)
+	}
+	if c := makeQ(); c != 1 {
+		t.Errorf("make -q %s after deleting %s: exit %d, want 1 (out of date, not an error)", target, spec, c)
+	}
+}
+
+// TestVersionFromBuildInfo: version prints the module version the go
+// command records (go install ...@vX.Y.Z), the version a custom attnc's
+// go.mod requires, and "(devel)" when none is recorded.
+func TestVersionFromBuildInfo(t *testing.T) {
+	for _, c := range []struct {
+		bi   *debug.BuildInfo
+		want string
+	}{
+		{&debug.BuildInfo{Main: debug.Module{Path: "github.com/attnc/attnc", Version: "v0.3.1"}}, "v0.3.1"},
+		{&debug.BuildInfo{Main: debug.Module{Path: "github.com/attnc/attnc", Version: "(devel)"}}, "(devel)"},
+		{&debug.BuildInfo{Main: debug.Module{Path: "example.com/mycc", Version: "(devel)"},
+			Deps: []*debug.Module{{Path: "github.com/attnc/attnc", Version: "v0.4.0"}}}, "v0.4.0"},
+		{nil, "(devel)"},
+	} {
+		if got := moduleVersion(c.bi, c.bi != nil); got != c.want {
+			t.Errorf("moduleVersion(%+v) = %q, want %q", c.bi, got, c.want)
+		}
+	}
+}
+
+// TestVersionOfBuiltBinary: a built attnc prints the main module version
+// that `go version -m` reads from the same binary.
+func TestVersionOfBuiltBinary(t *testing.T) {
+	gobin, err := exec.LookPath("go")
+	needtool.Check(t, err)
+	bin := filepath.Join(t.TempDir(), "attnc")
+	if out, err := exec.Command(gobin, "build", "-o", bin, "../cmd/attnc").CombinedOutput(); err != nil {
+		t.Fatalf("go build ../cmd/attnc: %v\n%s", err, out)
+	}
+	info, err := exec.Command(gobin, "version", "-m", bin).Output()
+	if err != nil {
+		t.Fatalf("go version -m: %v", err)
+	}
+	m := regexp.MustCompile(`(?m)^\s+mod\s+github\.com/attnc/attnc\s+(\S+)`).FindSubmatch(info)
+	if m == nil {
+		t.Fatalf("go version -m names no main module:\n%s", info)
+	}
+	out, err := exec.Command(bin, "version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "attnc " + string(m[1]) + " (artifact ABI 1,"; !strings.HasPrefix(string(out), want) {
+		t.Errorf("attnc version = %q, want prefix %q", out, want)
 	}
 }
