@@ -45,6 +45,6 @@ int main(void) {
     printf("token %d: o[head 0][0..3] = %7.3f %7.3f %7.3f %7.3f  lse[head 0] = %.3f\n", t,
            from_f16(o[(size_t)t * QO * D + 0]), from_f16(o[(size_t)t * QO * D + 1]),
            from_f16(o[(size_t)t * QO * D + 2]), from_f16(o[(size_t)t * QO * D + 3]), lse[t * QO]);
-  free(q), free(k_pages), free(v_pages), free(o), free(lse);
+  free(q); free(k_pages); free(v_pages); free(o); free(lse);
   return 0;
 }
