@@ -55,8 +55,9 @@ lse must be within tol = 1e-5 of max(1, |reference|). An f16 or bf16 output
 element must be within half an ulp of the exact value (what rounding it once
 gives) plus 2^-20 of the row's magnitude mag = sum_j w_j |v_j| / sum_j w_j
 (the f32 accumulation's allowance), so max_err may exceed 0.5ulp and still
-pass: err/bound is the largest error over its own element's bound, at most
-1 in a passing case.
+pass: allowance_used is the largest share of that allowance an element's
+error past half an ulp used, at most 1 in a passing case (0 when every
+element is within half an ulp).
 
 User passes (a custom attnc built with cli.WithPasses) are in the kernels
 verify builds, but the reference computes the spec without them. verify

@@ -9,14 +9,15 @@ import (
 	"github.com/attnc/attnc/reference"
 )
 
-// BoundRatio is the largest ratio, over the elements, of o's error
-// |got - want| to the bound CompareOut applies at that element: half an
-// ulp of dt at want plus reference.HalfAllowance*mag for f16/bf16 (the
-// once-rounded exact value plus the f32 accumulation's allowance),
-// Tolerance*max(1, |want|) for f32. A result passes when it is at most 1.
-// Elements where want is NaN are left out (compareNaN judges them); a
-// non-finite mismatch gives +Inf.
-func BoundRatio(dt ir.DType, got []float32, want, mag []float64) float64 {
+// AllowanceUsed is the largest share, over the elements, of the error
+// allowance CompareOut grants beyond exact rounding: for f16/bf16, o's
+// error past half an ulp of dt at want (what rounding the exact value
+// once gives) over reference.HalfAllowance*mag (the f32 accumulation's
+// allowance); for f32, |got - want| over Tolerance*max(1, |want|). A
+// result passes when it is at most 1; an f16/bf16 result within half an
+// ulp everywhere uses none. Elements where want is NaN are left out
+// (compareNaN judges them); a non-finite mismatch gives +Inf.
+func AllowanceUsed(dt ir.DType, got []float32, want, mag []float64) float64 {
 	if len(got) != len(want) {
 		return math.Inf(1)
 	}
@@ -34,21 +35,22 @@ func BoundRatio(dt ir.DType, got []float32, want, mag []float64) float64 {
 			}
 			continue
 		}
-		var bound float64
+		e := math.Abs(g - w)
+		var used float64
 		if dt == ir.DTF32 {
-			bound = Tolerance * math.Max(1, math.Abs(w))
+			used = e / (Tolerance * math.Max(1, math.Abs(w)))
 		} else {
+			past := e - 0.5*reference.ULP(dt, w)
+			if past <= 0 {
+				continue
+			}
 			m := 0.0
 			if i < len(mag) {
 				m = mag[i]
 			}
-			bound = 0.5*reference.ULP(dt, w) + reference.HalfAllowance*m
+			used = past / (reference.HalfAllowance * m) // +Inf when m is 0
 		}
-		e := math.Abs(g - w)
-		if e == 0 {
-			continue
-		}
-		worst = max(worst, e/bound)
+		worst = max(worst, used)
 	}
 	return worst
 }

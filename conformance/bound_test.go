@@ -12,10 +12,10 @@ import (
 	"github.com/attnc/attnc/reference"
 )
 
-// TestBoundRatioMatchesCompare: BoundRatio is at most 1 exactly when
+// TestAllowanceUsedMatchesCompare: AllowanceUsed is at most 1 exactly when
 // CompareOut passes, for f16, bf16 and f32 outputs with errors around
-// their bounds, so err/bound reads as pass/fail.
-func TestBoundRatioMatchesCompare(t *testing.T) {
+// their bounds, so allowance_used reads as pass/fail.
+func TestAllowanceUsedMatchesCompare(t *testing.T) {
 	rng := rand.New(rand.NewSource(5))
 	for _, dt := range []ir.DType{ir.DTF16, ir.DTBF16, ir.DTF32} {
 		for trial := 0; trial < 2000; trial++ {
@@ -34,13 +34,13 @@ func TestBoundRatioMatchesCompare(t *testing.T) {
 				got[i] = float32(w + (rng.Float64()*2.4-1.2)*bound)
 			}
 			_, _, ok := CompareOut(dt, got, want, mag)
-			r := BoundRatio(dt, got, want, mag)
+			r := AllowanceUsed(dt, got, want, mag)
 			// float32(got) rounds: only judge cases clear of the edge.
 			if math.Abs(r-1) < 1e-3 {
 				continue
 			}
 			if ok != (r <= 1) {
-				t.Fatalf("%s: CompareOut ok=%v but BoundRatio=%v (got %v want %v mag %v)", dt, ok, r, got, want, mag)
+				t.Fatalf("%s: CompareOut ok=%v but AllowanceUsed=%v (got %v want %v mag %v)", dt, ok, r, got, want, mag)
 			}
 		}
 	}
@@ -59,16 +59,21 @@ func TestResultPrintsAppliedBound(t *testing.T) {
 	if !ok || maxErr <= 0.5 {
 		t.Fatalf("setup: CompareOut = %v, %v; want a pass above 0.5ulp", maxErr, ok)
 	}
-	r := Result{Kernel: "k", Case: "c", DType: dt, MaxErr: maxErr, Bound: BoundRatio(dt, got, want, mag), Pass: ok}
+	r := Result{Kernel: "k", Case: "c", DType: dt, MaxErr: maxErr, Allowance: AllowanceUsed(dt, got, want, mag), Pass: ok}
 	s := r.String()
 	if strings.Contains(s, "tol=0.5ulp") || !strings.Contains(s, "bound=0.5ulp+2^-20*mag") {
 		t.Fatalf("result line does not name the bound applied: %s", s)
 	}
-	m := regexp.MustCompile(`err/bound=([0-9.]+)`).FindStringSubmatch(s)
+	// 1.08ulp is 0.58ulp past the half ulp, of an allowance of one ulp.
+	m := regexp.MustCompile(`allowance_used=([0-9.]+)`).FindStringSubmatch(s)
 	if m == nil {
-		t.Fatalf("no err/bound in %s", s)
+		t.Fatalf("no allowance_used in %s", s)
 	}
-	if v, _ := strconv.ParseFloat(m[1], 64); v > 1 || v <= 0 {
-		t.Errorf("passing case prints err/bound=%v, want in (0, 1]: %s", v, s)
+	if v, _ := strconv.ParseFloat(m[1], 64); math.Abs(v-0.58) > 0.011 {
+		t.Errorf("prints allowance_used=%v, want 0.58: %s", v, s)
+	}
+	// Within half an ulp everywhere, no allowance is used.
+	if u := AllowanceUsed(dt, []float32{float32(want[0] + 0.4*u)}, want, mag); u != 0 {
+		t.Errorf("an error of 0.4ulp uses %v of the allowance, want 0", u)
 	}
 }
