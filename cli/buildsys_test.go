@@ -62,6 +62,7 @@ func runExample(t *testing.T, exe string) {
 // headers on the library's include path), runs it and checks that it
 // prints what the README shows.
 func TestCMakeExample(t *testing.T) {
+	t.Parallel() // external tools only: runs beside TestMakeExample
 	cm, err := exec.LookPath("cmake")
 	if err != nil {
 		err = errors.New("cmake not found in PATH (apt-get install cmake)")
@@ -96,6 +97,7 @@ func TestCMakeExample(t *testing.T) {
 // temporary directory, runs it and checks the README's output; a second
 // make does nothing, and the build wrote its depfile.
 func TestMakeExample(t *testing.T) {
+	t.Parallel() // external tools only: runs beside TestCMakeExample
 	mk, err := exec.LookPath("make")
 	needtool.Check(t, err)
 	needtool.Check(t, cpurt.Tools())
