@@ -145,16 +145,23 @@ func verifyVariant(stdout, stderr io.Writer, v *ir.Variant, dir string, vf verif
 		}
 	}
 	if plain != nil {
-		if len(changed) == 0 {
-			fmt.Fprintf(stdout, "%s: the user passes change no output of these %d cases (identical to the kernels without them), so none of them checks what the passes do\n", v.Name, compared)
-		} else {
-			fmt.Fprintf(stdout, "%s: the user passes change the outputs of %d of %d cases; the reference does not include the passes, so these are compared with attention without them:\n", v.Name, len(changed), compared)
-			for _, c := range changed {
-				fmt.Fprintf(stdout, "  %s\n", c)
-			}
-		}
+		fmt.Fprint(stdout, userPassSummary(v.Name, changed, compared))
 	}
 	return passed, failed, nil
+}
+
+// userPassSummary says, after a variant's cases, which of the compared
+// cases the user passes changed (changed lists them) and what that means
+// for the comparison with the reference.
+func userPassSummary(variant string, changed []string, compared int) string {
+	if len(changed) == 0 {
+		return fmt.Sprintf("%s: the user passes change no output of these %d cases (identical to the kernels without them), so none of them checks what the passes do\n", variant, compared)
+	}
+	s := fmt.Sprintf("%s: the user passes change the outputs of %d of %d cases; the reference does not include the passes, so these are compared with attention without them:\n", variant, len(changed), compared)
+	for _, c := range changed {
+		s += "  " + c + "\n"
+	}
+	return s
 }
 
 // userPassNames lists the names of the configured user passes.
