@@ -2,6 +2,8 @@ package cli
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -22,6 +24,7 @@ func newBuildCmd(cfg *config) *cobra.Command {
 		verifyEach bool
 		printAfter string
 		dumpDir    string
+		depfile    string
 	)
 	c := &cobra.Command{
 		Use:   "build SPEC... -o DIR",
@@ -55,11 +58,18 @@ To see what the compiler does, --print-after=all (or a pass name from
 --dump-dir=DIR writes it to DIR/<variant>.NN-<pass>.ir files, and
 --verify-each runs the IR verifier after every pass.
 
+--depfile FILE writes the build's dependencies in make's format (as
+gcc -MD, protoc --dependency_out): every file written depends on every
+spec file given, and each spec gets an empty rule of its own, so a deleted
+spec does not stop make. Make, Ninja (depfile = ...) and CMake
+(DEPFILE) then rebuild the kernels when a spec changes.
+
 Errors in a spec are printed as file:line:col: message; attnc exits with
 status 1 on any error.`,
 		Example: `  attnc build examples/llama3_8b.attn -o out
   attnc build a.attn b.attn --target cpu -o out --shared
   attnc build examples/llama3_8b.attn --triple aarch64-unknown-linux-gnu -o out-arm64
+  attnc build examples/llama3_8b.attn -o out --depfile out/kernels.d
   attnc build examples/llama3_8b.attn -o out --print-after=classify-tiles 2>ir.txt
   go run ./cmd/attnc build examples/llama3_8b.attn --target cpu -o out`,
 		Args: specArgs,
@@ -113,6 +123,10 @@ status 1 on any error.`,
 					return fmt.Errorf("attnc build: %w", err)
 				}
 			}
+			var written []string
+			for _, file := range out.Names() {
+				written = append(written, filepath.Join(outDir, file))
+			}
 			if shared {
 				for _, file := range out.Names() {
 					name, ok := strings.CutSuffix(file, ".ll")
@@ -123,10 +137,16 @@ status 1 on any error.`,
 						return fmt.Errorf("attnc build --shared: %w", err)
 					}
 					st.Add(name + ".so")
+					written = append(written, filepath.Join(outDir, name+".so"))
 				}
 			}
 			if err := st.Commit(c.OutOrStdout()); err != nil {
 				return fmt.Errorf("attnc build: %w", err)
+			}
+			if depfile != "" {
+				if err := os.WriteFile(depfile, []byte(makeDeps(written, args)), 0o644); err != nil {
+					return fmt.Errorf("attnc build --depfile: %w", err)
+				}
 			}
 			return nil
 		},
@@ -139,7 +159,46 @@ status 1 on any error.`,
 	f.BoolVar(&verifyEach, "verify-each", false, "run the kernel-IR verifier after every pass")
 	f.StringVar(&printAfter, "print-after", "", "print the kernel IR to stderr after every pass (all) or after the named pass")
 	f.StringVar(&dumpDir, "dump-dir", "", "write the kernel IR after lowering and after every pass into this directory")
+	f.StringVar(&depfile, "depfile", "", "write make-format dependencies (every output on every spec) to this file")
 	return c
+}
+
+// makeDeps is a make-format dependency file: every output depends on every
+// input, and each input has an empty rule (gcc's -MP), so that make does
+// not fail when a spec is deleted.
+func makeDeps(outputs, inputs []string) string {
+	var b strings.Builder
+	for i, o := range outputs {
+		if i > 0 {
+			b.WriteString(" \\\n ")
+		}
+		b.WriteString(makeEscape(o))
+	}
+	b.WriteString(":")
+	for _, in := range inputs {
+		b.WriteString(" \\\n  " + makeEscape(in))
+	}
+	b.WriteString("\n")
+	for _, in := range inputs {
+		b.WriteString("\n" + makeEscape(in) + ":\n")
+	}
+	return b.String()
+}
+
+// makeEscape escapes a path for a make rule as gcc -MD does: spaces and
+// '#' with a backslash, '$' doubled.
+func makeEscape(p string) string {
+	var b strings.Builder
+	for _, r := range p {
+		switch r {
+		case ' ', '\t', '#':
+			b.WriteByte('\\')
+		case '$':
+			b.WriteByte('$')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // knownTargets lists the registered targets with the files they write.

@@ -144,8 +144,9 @@ A typical session:
   attnc bench  [model.attn]               # decode vs stream read, prefill vs FMA peak
   attnc sass   model.attn                 # CUDA machine code: registers, spills, occupancy
 
-The spec language and the generated ABI are described in DESIGN.md (§3 and §4)
-and summarized in README.md.`,
+The spec language and the generated ABI are specified in DESIGN.md (§3 and §4);
+README.md is the guide, docs/ the reference (spec.md, abi.md, cli.md,
+semantics.md).`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		Version:       version(),

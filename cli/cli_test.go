@@ -11,9 +11,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/attnc/attnc"
 	"github.com/attnc/attnc/codegen/cuda"
@@ -868,5 +871,194 @@ func TestResourceLimits(t *testing.T) {
 	lowerSpec := writeSpec(t, "lower.attn", "variant foo {\n  heads qo = 4\n  head_dim 64\n}\n")
 	if _, e, code := runCLI(t, "build", upper, lowerSpec, "-o", t.TempDir()); code != 1 || !strings.Contains(e, lowerSpec+":1:1: variant foo collides with Foo (defined at "+upper+":1:1)") {
 		t.Errorf("build of Foo and foo: exit %d, stderr %q", code, e)
+	}
+}
+
+const smallBF16Spec = `variant smallbf {
+  heads qo = 4, kv = 2
+  head_dim 64
+  dtype bf16
+  cache paged(page_size = 4)
+  mask causal
+}
+`
+
+// TestVerifyPrintsBound: verify's half-precision lines print the bound
+// they applied and how much of it each case used, at most 1 when it passes.
+func TestVerifyPrintsBound(t *testing.T) {
+	needTools(t, true)
+	p := writeSpec(t, "smallbf.attn", smallBF16Spec)
+	o, e, code := runCLI(t, "verify", p, "--threads", "1", "--seed", "3")
+	if code != 0 {
+		t.Fatalf("verify: exit %d\nstdout:\n%s\nstderr:\n%s", code, o, e)
+	}
+	re := regexp.MustCompile(`(?m)^PASS \S+\s+.*max_err=([0-9.]+)ulp bound=0\.5ulp\+2\^-20\*mag allowance_used=([0-9.]+) `)
+	ms := re.FindAllStringSubmatch(o, -1)
+	if len(ms) == 0 {
+		t.Fatalf("no PASS line prints its bound:\n%s", o)
+	}
+	for _, m := range ms {
+		if r, _ := strconv.ParseFloat(m[2], 64); r > 1 {
+			t.Errorf("a passing case prints allowance_used=%s > 1: %s", m[2], m[0])
+		}
+	}
+	if strings.Contains(o, "tol=0.5ulp") {
+		t.Errorf("verify still prints tol=0.5ulp:\n%s", o)
+	}
+}
+
+// TestVerifyUserPasses: with user passes, verify says the reference does
+// not include them, and marks and lists the cases they change (and only
+// those).
+func TestVerifyUserPasses(t *testing.T) {
+	needTools(t, true)
+	p := writeSpec(t, "small.attn", smallSpec)
+	run := func(pass passes.Pass) (string, int) {
+		var o, e bytes.Buffer
+		code := Run([]string{"verify", p, "--threads", "1", "--seed", "3"}, &o, &e,
+			WithPasses(attnc.Insertion{Before: "inline-defs", Pass: pass}))
+		return o.String() + e.String(), code
+	}
+	local := passes.Pass{Name: "local-4", Desc: "narrow the mask to q_pos - kv_pos < 4",
+		Run: func(m *ir.Module) (*ir.Module, error) {
+			d := m.Def("mask")
+			near := ir.Bin(ir.Lt, ir.Bin(ir.Sub, ir.R("q_pos", ir.I32), ir.R("kv_pos", ir.I32)), ir.Int(4))
+			return m.WithDef(&ir.Def{Name: d.Name, Params: d.Params, Body: ir.Bin(ir.And, d.Body, near)}), nil
+		}}
+	o, _ := run(local)
+	if !strings.Contains(o, "note: these kernels include the user passes local-4; the reference computes the spec without them") {
+		t.Errorf("verify with a user pass does not say the reference lacks it:\n%s", o)
+	}
+	m := regexp.MustCompile(`(?m)^small: the user passes change the outputs of (\d+) of (\d+) cases`).FindStringSubmatch(o)
+	if m == nil {
+		t.Fatalf("verify does not list the cases local-4 changes:\n%s", o)
+	}
+	marked := strings.Count(o, "[changed by the user passes]")
+	if n, _ := strconv.Atoi(m[1]); n == 0 || n != marked {
+		t.Errorf("%s cases listed as changed, %d marked:\n%s", m[1], marked, o)
+	}
+	// The cases the pass leaves alone (queries that reach back fewer than
+	// 4 positions) are not marked.
+	if cases := regexp.MustCompile(`(?m)^(PASS|FAIL) small_`).FindAllString(o, -1); len(cases) <= marked {
+		t.Errorf("every one of %d cases is marked as changed by local-4:\n%s", len(cases), o)
+	}
+}
+
+// TestUserPassSummary: after a variant's cases verify says which ones the
+// user passes changed, or that they changed none and so went unchecked.
+func TestUserPassSummary(t *testing.T) {
+	if got, want := userPassSummary("v", nil, 12), "v: the user passes change no output of these 12 cases (identical to the kernels without them), so none of them checks what the passes do\n"; got != want {
+		t.Errorf("no change: %q, want %q", got, want)
+	}
+	got := userPassSummary("v", []string{"v_prefill long threads=1", "v_decode split threads=1"}, 12)
+	want := "v: the user passes change the outputs of 2 of 12 cases; the reference does not include the passes, so these are compared with attention without them:\n" +
+		"  v_prefill long threads=1\n  v_decode split threads=1\n"
+	if got != want {
+		t.Errorf("two changed: %q, want %q", got, want)
+	}
+}
+
+// TestBuildDepfile: --depfile writes make-format dependencies of every
+// file written on every spec given (paths escaped as gcc -MD does), and
+// make reads it: an output is out of date after its spec changes and
+// current otherwise; a deleted spec does not stop make.
+func TestBuildDepfile(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "my out")
+	spec := writeSpec(t, "small.attn", smallSpec)
+	dep := filepath.Join(t.TempDir(), "kernels.d")
+	mustRun(t, "build", llama3, spec, "--target", "cpu,cuda", "-o", dir, "--depfile", dep)
+	got, err := os.ReadFile(dep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	esc := strings.ReplaceAll(dir, " ", `\ `)
+	var outs []string
+	for _, f := range []string{"llama3_8b.cu", "llama3_8b.h", "llama3_8b.ll", "manifest.json", "small.cu", "small.h", "small.ll"} {
+		outs = append(outs, esc+"/"+f)
+	}
+	want := strings.Join(outs, " \\\n ") + ": \\\n  " + llama3 + " \\\n  " + spec + "\n\n" + llama3 + ":\n\n" + spec + ":\n"
+	if string(got) != want {
+		t.Fatalf("depfile:\n%s\nwant:\n%s", got, want)
+	}
+	makePath, err := exec.LookPath("make")
+	needtool.Check(t, err)
+	target := dir + "/small.ll"
+	mk := filepath.Join(t.TempDir(), "Makefile")
+	rule := "include " + dep + "\n" + strings.ReplaceAll(target, " ", `\ `) + ":\n\ttrue\n"
+	if err := os.WriteFile(mk, []byte(rule), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	makeQ := func() int {
+		cmd := exec.Command(makePath, "-q", "-f", mk, target)
+		if err := cmd.Run(); err != nil {
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				return ee.ExitCode()
+			}
+			t.Fatal(err)
+		}
+		return 0
+	}
+	if c := makeQ(); c != 0 {
+		t.Errorf("make -q %s after the build: exit %d, want 0 (up to date)", target, c)
+	}
+	later := time.Now().Add(2 * time.Second)
+	if err := os.Chtimes(spec, later, later); err != nil {
+		t.Fatal(err)
+	}
+	if c := makeQ(); c != 1 {
+		t.Errorf("make -q %s after touching %s: exit %d, want 1 (out of date)", target, spec, c)
+	}
+	if err := os.Remove(spec); err != nil {
+		t.Fatal(err)
+	}
+	if c := makeQ(); c != 1 {
+		t.Errorf("make -q %s after deleting %s: exit %d, want 1 (out of date, not an error)", target, spec, c)
+	}
+}
+
+// TestVersionFromBuildInfo: version prints the module version the go
+// command records (go install ...@vX.Y.Z), the version a custom attnc's
+// go.mod requires, and "(devel)" when none is recorded.
+func TestVersionFromBuildInfo(t *testing.T) {
+	for _, c := range []struct {
+		bi   *debug.BuildInfo
+		want string
+	}{
+		{&debug.BuildInfo{Main: debug.Module{Path: "github.com/attnc/attnc", Version: "v0.3.1"}}, "v0.3.1"},
+		{&debug.BuildInfo{Main: debug.Module{Path: "github.com/attnc/attnc", Version: "(devel)"}}, "(devel)"},
+		{&debug.BuildInfo{Main: debug.Module{Path: "example.com/mycc", Version: "(devel)"},
+			Deps: []*debug.Module{{Path: "github.com/attnc/attnc", Version: "v0.4.0"}}}, "v0.4.0"},
+		{nil, "(devel)"},
+	} {
+		if got := moduleVersion(c.bi, c.bi != nil); got != c.want {
+			t.Errorf("moduleVersion(%+v) = %q, want %q", c.bi, got, c.want)
+		}
+	}
+}
+
+// TestVersionOfBuiltBinary: a built attnc prints the main module version
+// that `go version -m` reads from the same binary.
+func TestVersionOfBuiltBinary(t *testing.T) {
+	gobin, err := exec.LookPath("go")
+	needtool.Check(t, err)
+	bin := filepath.Join(t.TempDir(), "attnc")
+	if out, err := exec.Command(gobin, "build", "-o", bin, "../cmd/attnc").CombinedOutput(); err != nil {
+		t.Fatalf("go build ../cmd/attnc: %v\n%s", err, out)
+	}
+	info, err := exec.Command(gobin, "version", "-m", bin).Output()
+	if err != nil {
+		t.Fatalf("go version -m: %v", err)
+	}
+	m := regexp.MustCompile(`(?m)^\s+mod\s+github\.com/attnc/attnc\s+(\S+)`).FindSubmatch(info)
+	if m == nil {
+		t.Fatalf("go version -m names no main module:\n%s", info)
+	}
+	out, err := exec.Command(bin, "version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "attnc " + string(m[1]) + " (artifact ABI 1,"; !strings.HasPrefix(string(out), want) {
+		t.Errorf("attnc version = %q, want prefix %q", out, want)
 	}
 }

@@ -62,7 +62,7 @@ compiles in:
 For a window variant, the dispatch rules include "reclaim" (which pages of
 a sequence no query can see again, as a function of kv_len), and each
 --kv-len value gets the pages an engine may reuse once the step's queries
-are answered (see README "Sliding windows: reclaiming pages").
+are answered (see docs/spec.md, "Sliding windows: reclaiming pages").
 
 Each flag takes an int or a comma list. --q-len and --kv-len give one value
 for every sequence or one per sequence; --batch and --threads lists print

@@ -49,8 +49,22 @@ same cases under qemu-aarch64 -L /usr/aarch64-linux-gnu, each case's
 buffers copied into the emulated process and the outputs back (Debian:
 apt-get install gcc-aarch64-linux-gnu qemu-user).
 
-One line is printed per case (PASS/FAIL, kernel, case, threads, max error
-of o and lse, tolerance for the dtype), then "N passed, M failed".
+One line is printed per case (PASS/FAIL, kernel, case, threads, the errors
+and the bound applied), then "N passed, M failed". f32 outputs and every
+lse must be within tol = 1e-5 of max(1, |reference|). An f16 or bf16 output
+element must be within half an ulp of the exact value (what rounding it once
+gives) plus 2^-20 of the row's magnitude mag = sum_j w_j |v_j| / sum_j w_j
+(the f32 accumulation's allowance), so max_err may exceed 0.5ulp and still
+pass: allowance_used is the largest share of that allowance an element's
+error past half an ulp used, at most 1 in a passing case (0 when every
+element is within half an ulp).
+
+User passes (a custom attnc built with cli.WithPasses) are in the kernels
+verify builds, but the reference computes the spec without them. verify
+then also runs the cases on kernels built without the passes, marks every
+case whose outputs the passes change ("[changed by the user passes]": its
+comparison is against attention without the passes) and lists them per
+variant; a case they leave unchanged does not check them.
 Variants using features that do not generate kernels yet are reported as
 "skip <variant>: <reason>" and do not fail the run. attnc exits with status
 1 if any case failed or the tools are missing. The same --seed gives the

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/attnc/attnc/build"
 	"github.com/attnc/attnc/codegen/cuda"
@@ -35,6 +37,15 @@ func runVerify(c *cobra.Command, args []string, vf verifyFlags) error {
 	if err != nil {
 		return err
 	}
+	// With user passes the kernels are also built without them: the
+	// reference computes the spec's attention and knows nothing of the
+	// passes, so verify says which cases the passes change.
+	var plain buildSuite
+	if len(vf.cfg.insert) > 0 {
+		if plain, err = suiteBuilder("attnc verify", vf.target, vf.gpu, vf.triple, &config{}); err != nil {
+			return err
+		}
+	}
 	if vf.target == "cuda" {
 		vf.threads = []int{1} // one run per case: the launchers take no thread count
 	}
@@ -44,6 +55,11 @@ func runVerify(c *cobra.Command, args []string, vf verifyFlags) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
+	if plain != nil {
+		fmt.Fprintf(stdout, "note: these kernels include the user passes %s; the reference computes the spec without them,\n"+
+			"note: so a case checks the passes only where they leave its outputs unchanged (cases they change are marked and listed)\n",
+			strings.Join(userPassNames(vf.cfg), ", "))
+	}
 	passed, failed, skipped := 0, 0, 0
 	for _, v := range vs {
 		if err := lower.Unsupported(v); err != nil {
@@ -55,7 +71,7 @@ func runVerify(c *cobra.Command, args []string, vf verifyFlags) error {
 		if err != nil {
 			return err
 		}
-		p, f, err := verifyVariant(stdout, stderr, v, dir, vf, builder)
+		p, f, err := verifyVariant(stdout, stderr, v, dir, vf, builder, plain)
 		passed, failed = passed+p, failed+f
 		if err != nil {
 			fmt.Fprintf(stdout, "FAIL %s: %v\n", v.Name, err)
@@ -76,12 +92,30 @@ func runVerify(c *cobra.Command, args []string, vf verifyFlags) error {
 // verifyVariant builds v into dir and runs its conformance matrix, printing
 // one line per result. A build error or a compiler panic is returned, so that
 // the remaining variants still run.
-func verifyVariant(stdout, stderr io.Writer, v *ir.Variant, dir string, vf verifyFlags, builder buildSuite) (passed, failed int, err error) {
+//
+// With plain (the builder without the user passes) set, it also runs the
+// matrix on those kernels and marks every case whose outputs differ.
+func verifyVariant(stdout, stderr io.Writer, v *ir.Variant, dir string, vf verifyFlags, builder, plain buildSuite) (passed, failed int, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("internal error: %v", r)
 		}
 	}()
+	var base []conformance.Result
+	if plain != nil {
+		pdir := filepath.Join(dir, "without-user-passes")
+		if err := os.Mkdir(pdir, 0o755); err != nil {
+			return 0, 0, err
+		}
+		ps, err := plain(v, pdir)
+		if err != nil {
+			return 0, 0, fmt.Errorf("build without the user passes: %w", err)
+		}
+		base = ps.RunAll(vf.threads, vf.seed)
+		if cerr := ps.Close(); cerr != nil {
+			fmt.Fprintf(stderr, "attnc verify: %s: closing library: %v\n", v.Name, cerr)
+		}
+	}
 	s, err := builder(v, dir)
 	if err != nil {
 		return 0, 0, fmt.Errorf("build: %w", err)
@@ -91,15 +125,52 @@ func verifyVariant(stdout, stderr io.Writer, v *ir.Variant, dir string, vf verif
 			fmt.Fprintf(stderr, "attnc verify: %s: closing library: %v\n", v.Name, cerr)
 		}
 	}()
-	for _, r := range s.RunAll(vf.threads, vf.seed) {
-		fmt.Fprintln(stdout, r.String())
+	results := s.RunAll(vf.threads, vf.seed)
+	var changed []string
+	compared := 0
+	for i, r := range results {
+		line := r.String()
+		if plain != nil && r.Digest != 0 && i < len(base) && base[i].Kernel == r.Kernel && base[i].Case == r.Case {
+			compared++
+			if base[i].Digest != r.Digest {
+				line += "  [changed by the user passes]"
+				changed = append(changed, fmt.Sprintf("%s %s threads=%d", r.Kernel, r.Case, r.Threads))
+			}
+		}
+		fmt.Fprintln(stdout, line)
 		if r.Pass {
 			passed++
 		} else {
 			failed++
 		}
 	}
+	if plain != nil {
+		fmt.Fprint(stdout, userPassSummary(v.Name, changed, compared))
+	}
 	return passed, failed, nil
+}
+
+// userPassSummary says, after a variant's cases, which of the compared
+// cases the user passes changed (changed lists them) and what that means
+// for the comparison with the reference.
+func userPassSummary(variant string, changed []string, compared int) string {
+	if len(changed) == 0 {
+		return fmt.Sprintf("%s: the user passes change no output of these %d cases (identical to the kernels without them), so none of them checks what the passes do\n", variant, compared)
+	}
+	s := fmt.Sprintf("%s: the user passes change the outputs of %d of %d cases; the reference does not include the passes, so these are compared with attention without them:\n", variant, len(changed), compared)
+	for _, c := range changed {
+		s += "  " + c + "\n"
+	}
+	return s
+}
+
+// userPassNames lists the names of the configured user passes.
+func userPassNames(cfg *config) []string {
+	var names []string
+	for _, in := range cfg.insert {
+		names = append(names, in.Pass.Name)
+	}
+	return names
 }
 
 // buildSuite builds and loads one variant's kernels into dir.

@@ -1,8 +1,11 @@
 package conformance
 
 import (
-	"github.com/attnc/attnc/internal/needtool"
+	"flag"
+	"slices"
 	"testing"
+
+	"github.com/attnc/attnc/internal/needtool"
 
 	"github.com/attnc/attnc/codegen/cuda"
 )
@@ -206,10 +209,28 @@ var cudaMatrix = []string{
 	  scale 0.1 }`,
 }
 
+var cudaAll = flag.Bool("cuda.all", false, "run every variant of cudaMatrix on the CUDA emulator, not only cudaShort")
+
+// cudaShort are the variants of cudaMatrix that TestCUDAEmulatedMatrix runs
+// by default (with -cuda.all, CI's long pass in .ci/run, every variant):
+// the SIMT path (f32) and the tensor cores (f16, bf16), HND and NHD, page
+// sizes 1 to 256, CSR and block tables, window masks and learned sinks, a
+// tree mask with Llama 3 RoPE, a GQA group split into head tiles, MLA,
+// base-2 lse under mask none, and 8-bit caches (e4m3 on the tensor cores,
+// e5m2 with a window and sinks, i8 per head with the page kernels on the
+// SIMT path, MLA over e4m3). TestExamples runs every example on the
+// emulator too.
+var cudaShort = []string{"cu_ps1_f32", "cu_ps16_f16", "cu_ps256_bf16", "cu_ps4_masked", "cu_block_table_f32",
+	"cu_learned_sinks_f32", "cu_rope_llama3_tree", "cu_gqa24_head_tiles", "cu_mla_f32", "cu_lse2_f32_none",
+	"cu_ps16_f16_e4m3", "cu_ps4_bf16_e5m2_window_sinks", "cu_ps32_f32_i8", "cu_ps16_mla_e4m3"}
+
 func TestCUDAEmulatedMatrix(t *testing.T) {
 	needEmu(t)
 	for _, src := range cudaMatrix {
 		v := spec(t, src)
+		if !*cudaAll && !slices.Contains(cudaShort, v.Name) {
+			continue
+		}
 		t.Run(v.Name, func(t *testing.T) {
 			t.Parallel()
 			s, err := BuildCUDA(v, t.TempDir())
@@ -228,4 +249,18 @@ func TestCUDAEmulatedMatrix(t *testing.T) {
 	t.Cleanup(func() {
 		t.Logf("%d kernel runs; max errors: o %v (f16/bf16 in ulps), lse %v, beyond rounding in 2^-24 mag %v", maxErr.cases, maxErr.o, maxErr.lse, maxErr.mag)
 	})
+}
+
+// TestCUDAShortNamesExist: every cudaShort name is a variant of cudaMatrix,
+// so the default run does not silently skip a renamed variant.
+func TestCUDAShortNamesExist(t *testing.T) {
+	names := map[string]bool{}
+	for _, src := range cudaMatrix {
+		names[spec(t, src).Name] = true
+	}
+	for _, n := range cudaShort {
+		if !names[n] {
+			t.Errorf("cudaShort names %s, which cudaMatrix does not have", n)
+		}
+	}
 }

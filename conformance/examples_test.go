@@ -2,16 +2,24 @@ package conformance
 
 import (
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/attnc/attnc/build"
 )
 
+// examplesCUDAShort are the examples TestExamples also runs on the CUDA
+// emulator by default (with -cuda.all, CI's long pass, every example):
+// GQA f16 with the tensor cores, an fp8 cache with the page kernels, a
+// bf16 sliding window over a block table, a tree mask with Llama 3 RoPE.
+var examplesCUDAShort = []string{"llama3_8b", "llama3_8b_fp8", "mistral_7b", "eagle_tree"}
+
 // TestExamples verifies every spec under examples/ — each variant's whole
 // conformance matrix (prefill, decode, merge_state, bad inputs, page
 // kernels) — on the CPU kernels at 1 and 3 threads and on the CUDA
-// launchers under the emulator. build.TestCUDAToPTX compiles the same files
-// to PTX.
+// launchers under the emulator (examplesCUDAShort by default, every
+// example with -cuda.all). build.TestCUDAToPTX compiles the same files to
+// PTX.
 func TestExamples(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("..", "examples", "*.attn"))
 	if err != nil || len(files) == 0 {
@@ -35,6 +43,9 @@ func TestExamples(t *testing.T) {
 					recordAll(t, "example "+dtypeKey(v), s.RunAll([]int{1, 3}, 5))
 				})
 				t.Run("cuda", func(t *testing.T) {
+					if !*cudaAll && !slices.Contains(examplesCUDAShort, v.Name) {
+						t.Skip("on the CUDA emulator with -cuda.all (CI's long pass, .ci/run); the default run takes examplesCUDAShort")
+					}
 					needEmu(t)
 					s, err := BuildCUDA(v, t.TempDir())
 					if err != nil {
@@ -60,5 +71,27 @@ func recordAll(t *testing.T, key string, rs []Result) {
 			t.Errorf("%s", r)
 		}
 		record(key, r)
+	}
+}
+
+// TestExamplesCUDAShortNamesExist: every examplesCUDAShort name is a
+// variant of an example, so the default run does not silently skip one.
+func TestExamplesCUDAShortNamesExist(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "examples", "*.attn"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs, err := build.ParseSpecs(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, v := range vs {
+		names[v.Name] = true
+	}
+	for _, n := range examplesCUDAShort {
+		if !names[n] {
+			t.Errorf("examplesCUDAShort names %s, which no example has", n)
+		}
 	}
 }

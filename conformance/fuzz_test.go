@@ -35,7 +35,7 @@ import (
 //
 //   - never a signal (the child survives) and no hang;
 //   - the status is the one the documented validation order gives
-//     (validateRules, an independent Go statement of DESIGN/README §4);
+//     (validateRules, an independent Go statement of DESIGN §4 and docs/abi.md);
 //   - status 0 ⇒ the outputs equal the float64 reference (attention; over
 //     an 8-bit cache, code value × a random positive scale, exactly), the
 //     byte model (append, copy_page; append into an 8-bit cache stores

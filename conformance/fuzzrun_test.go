@@ -28,7 +28,7 @@ const (
 	fuzzExactLen = 4096
 )
 
-// rules is what the documented validation order (README "Validation
+// rules is what the documented validation order (docs/abi.md "Validation
 // order", lower/table.go) says of a case: its status, how many elements of
 // each array the validation and (when valid) the computation read, and,
 // when valid, each sequence's lengths, first query row and page ids.

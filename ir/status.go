@@ -4,7 +4,7 @@ package ir
 // 0 on success, a negative code for bad input, in which case nothing was
 // written to the outputs. Statuses is the one table behind the kernels'
 // return values, <PREFIX>_<NAME> in the header, the manifest's errors,
-// <prefix>_strerror and the README's table (a test compares them).
+// <prefix>_strerror and the table in docs/abi.md (a test compares them).
 const (
 	StatusOK               = 0
 	StatusBadArgument      = -1
