@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"slices"
 	"testing"
 
 	"github.com/attnc/attnc/ir"
@@ -302,12 +303,21 @@ func TestNaNMatrix(t *testing.T) {
 		v := spec(t, src)
 		t.Run(v.Name, func(t *testing.T) {
 			t.Parallel()
-			s, err := Build(v, t.TempDir())
+			// The default run takes the widest level this CPU runs;
+			// -levels.all (CI's long pass) every level.
+			build := buildEnds
+			if *levelsAll {
+				build = Build
+			}
+			s, err := build(v, t.TempDir())
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer s.Lib.Close()
 			runNaNMatrix(t, s, "level "+s.Level)
+			if !*levelsAll {
+				return
+			}
 			// The lower levels of the same library ($ATTNC_CPU_LEVEL).
 			for _, level := range lowerLevels(t, s) {
 				ls, err := s.AtLevel(level)
@@ -321,10 +331,18 @@ func TestNaNMatrix(t *testing.T) {
 	}
 }
 
+// nanCUDAShort are the variants of nanSpecs that TestCUDAEmulatedNaNMatrix
+// runs by default (-cuda.all, CI's long pass, runs every one): a tensor-core
+// f16 variant and a score expression that gives NaN.
+var nanCUDAShort = []string{"nan_f16_gqa", "nan_score_nan"}
+
 func TestCUDAEmulatedNaNMatrix(t *testing.T) {
 	needEmu(t)
 	for _, src := range nanSpecs {
 		v := spec(t, src)
+		if !*cudaAll && !slices.Contains(nanCUDAShort, v.Name) {
+			continue
+		}
 		t.Run(v.Name, func(t *testing.T) {
 			t.Parallel()
 			s, err := BuildCUDA(v, t.TempDir())
