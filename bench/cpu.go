@@ -132,7 +132,7 @@ type CaseResult struct {
 	RatioBest float64 `json:"ratio_best"`
 	// VsCache, for a decode over an 8-bit cache, compares its time with
 	// the same run's decode of the same queries and shape over a cache of
-	// the queries' dtype (issue 9: at most CacheTimeBar); nil when the run
+	// the queries' dtype (the goal: at most CacheTimeBar); nil when the run
 	// has no such case.
 	VsCache *CacheRatio `json:"vs_cache,omitempty"`
 	// Scan, for a decode, is its paged-read yardstick: the same pages read
@@ -141,7 +141,7 @@ type CaseResult struct {
 	Scan *PagedScan `json:"paged_scan,omitempty"`
 }
 
-// CacheTimeBar is issue 9's bar: a decode over an 8-bit cache takes at
+// CacheTimeBar is the goal for 8-bit caches: a decode over an 8-bit cache takes at
 // most this fraction of the time of the same decode over an f16 (bf16)
 // cache, measured in the same run.
 const CacheTimeBar = 0.6

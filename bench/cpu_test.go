@@ -227,7 +227,7 @@ func TestCacheRatios(t *testing.T) {
 	var out strings.Builder
 	(&CPUReport{Cases: cases}).writeCacheRatios(&out)
 	t.Logf("\n%s", out.String())
-	for _, want := range []string{"(issue 9: at most 0.60×)",
+	for _, want := range []string{"(goal: at most 0.60×)",
 		"decode f16/e4m3    8x4096 32/8 d128 p16           time vs f16 cache: 0.62× (median 5.000 / 8.000 ms of decode f16; best 0.80×), above the bar",
 		"decode f16/i8      8x4096 32/8 d128 p16           time vs f16 cache: 0.75×",
 		"decode bf16/e5m2   8x4096 32/8 d128 p16           no decode bf16 over a bf16 cache of this shape in this run"} {

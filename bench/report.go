@@ -150,7 +150,7 @@ func sortedStrings(xs []string) []string {
 
 // writeCacheRatios prints, for each decode over an 8-bit cache, its time
 // against the same run's decode over a cache of its query dtype, beside
-// issue 9's bar.
+// the goal (CacheTimeBar).
 func (r *CPUReport) writeCacheRatios(w io.Writer) {
 	head := false
 	for _, c := range r.Cases {
@@ -158,7 +158,7 @@ func (r *CPUReport) writeCacheRatios(w io.Writer) {
 			continue
 		}
 		if !head {
-			fmt.Fprintf(w, "\n8-bit caches: decode time over the same decode (queries, shape) over a cache of the query dtype, this run (issue 9: at most %.2f×)\n", CacheTimeBar)
+			fmt.Fprintf(w, "\n8-bit caches: decode time over the same decode (queries, shape) over a cache of the query dtype, this run (goal: at most %.2f×)\n", CacheTimeBar)
 			head = true
 		}
 		if c.VsCache == nil {

@@ -558,10 +558,10 @@ func TestBenchBuiltin(t *testing.T) {
 		`(?m)^  the same, prefetching the next block +[\d.]+ .* GB/s$`,
 		`(?m)^fp32 fma, \S+ \(.*\), \d+ chains +[\d.]+ .* GFLOP/s$`,
 		`(?m)^fma peak: \S+, [\d.]+ GFLOP/s`,
-		`(?m)^decode f16 +2x100 4/2 d32 p4 +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +3 GB/s +[\d.]+ +[\d.]+  stream read \([\d.]+ scattered\+prefetch; pool 4 MiB, \d+ page sets\)$`,
-		`(?m)^decode bf16/e4m3 +2x100 4/2 d32 p4 +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +3 GB/s +[\d.]+ +[\d.]+  stream read \(`,
+		`(?m)^decode f16 +2x100 4/2 d32 p4 +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +3 GB/s +[\d.]+ +[\d.]+ +[\d.]+  stream read \([\d.]+ scattered\+prefetch; paged scan [\d.]+ GB/s, (no prefetch|prefetch \d+ pages? ahead); pool 4 MiB, \d+ page sets\)$`,
+		`(?m)^decode bf16/e4m3 +2x100 4/2 d32 p4 +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +3 GB/s +[\d.]+ +[\d.]+ +[\d.]+  stream read \(`,
 		`(?m)^skip decode f16/fp4: <bench decode f16/fp4>:\d+:\d+: unknown kv_dtype "fp4"`,
-		`(?m)^prefill f32 +20 causal 4/2 d32 p4 +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +3 GFLOP/s +[\d.]+ +[\d.]+  fma peak \(`,
+		`(?m)^prefill f32 +20 causal 4/2 d32 p4 +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +3 GFLOP/s +[\d.]+ +[\d.]+ +-  fma peak \(`,
 		`(?m)^load at the end: [\d.]+ [\d.]+ [\d.]+; 3 cases, 1 skipped, 0 failed$`,
 	} {
 		if !regexp.MustCompile(re).MatchString(o) {
@@ -667,8 +667,8 @@ func TestBenchSpecs(t *testing.T) {
 		}
 	}
 	for _, re := range []string{
-		`(?m)^small decode +2x100 4/2 d64 p4 .* GB/s +[\d.]+ +[\d.]+  stream read `,
-		`(?m)^small prefill +20 causal 4/2 d64 p4 .* GFLOP/s +[\d.]+ +[\d.]+  fma peak `,
+		`(?m)^small decode +2x100 4/2 d64 p4 .* GB/s +[\d.]+ +[\d.]+ +[\d.]+  stream read `,
+		`(?m)^small prefill +20 causal 4/2 d64 p4 .* GFLOP/s +[\d.]+ +[\d.]+ +-  fma peak `,
 		`(?m)^skip mla_rope decode: .*not supported yet`,
 		`(?m)^skip mla_rope prefill: .*not supported yet`,
 		`(?m)^load at the end: .*; 2 cases, 2 skipped, 0 failed$`,
