@@ -124,6 +124,8 @@ func fileCost(path string) int {
 		return 40
 	case "test_core.py":
 		return 30
+	case "test_cuda_emu.py":
+		return 20
 	}
 	return 20
 }

@@ -1,6 +1,7 @@
 """Array plumbing shared by the Variant methods and the FlashInfer wrappers:
-numpy arrays and CPU torch tensors seen as (pointer, shape, element strides),
-dtype names, allocation in the caller's kind.
+numpy arrays and torch tensors seen as (pointer, shape, element strides),
+dtype names, allocation in the caller's kind (and, for CUDA tensors, on the
+caller's device).
 
 torch is optional: it is imported only when a tensor is passed in.
 """
@@ -85,11 +86,14 @@ def describe(x):
     return "%s of %s %s" % (kind, dt, list(x.shape))
 
 
-def view(x):
-    """view returns (pointer, shape, element strides, itemsize) of x."""
+def view(x, device=False):
+    """view returns (pointer, shape, element strides, itemsize) of x; a tensor
+    outside host memory is refused unless device is true (the GPU kernels
+    take device pointers)."""
     if is_torch(x):
-        if x.device.type != "cpu":
-            raise ValueError("a %s tensor: the CPU kernels take CPU tensors" % x.device)
+        if x.device.type != "cpu" and not device:
+            raise ValueError("a %s tensor: these kernels (CPU, or CUDA emulated on the CPU) take host memory: "
+                             "numpy arrays or CPU tensors" % x.device)
         return x.data_ptr(), tuple(x.shape), tuple(x.stride()), x.element_size()
     isz = x.itemsize
     return x.__array_interface__["data"][0], x.shape, tuple(s // isz for s in x.strides), isz
@@ -107,10 +111,17 @@ def contiguous(x):
     return np.ascontiguousarray(x)
 
 
-def empty(shape, dtype, like_torch):
-    if like_torch:
+def is_cuda(x):
+    """is_cuda reports whether x is a torch tensor in CUDA device memory."""
+    return is_torch(x) and x.device.type == "cuda"
+
+
+def empty(shape, dtype, like_torch, device=None):
+    """empty allocates an uninitialized array: a torch tensor (on device, a
+    torch.device, when given) if like_torch or device, else numpy."""
+    if like_torch or device is not None:
         torch = torch_module()
-        return torch.empty(tuple(shape), dtype=torch_dtypes()[dtype])
+        return torch.empty(tuple(shape), dtype=torch_dtypes()[dtype], device=device)
     return np.empty(tuple(shape), dtype=NP_DTYPES[dtype])
 
 

@@ -1,9 +1,11 @@
-"""Finding the attnc binary, compiling specs with ``attnc build --shared`` and
-caching the results.
+"""Finding the attnc binary, compiling specs with ``attnc build --shared``
+(cpu) or ``attnc build --target cuda`` and nvcc (cuda) or g++ over attnc's
+CUDA emulator (cuda-emu), and caching the results.
 
 The cache holds one folder per compiled spec, named by a hash of the spec
 text, the attnc binary's identity (its ``attnc version`` line and the
-SHA-256 of the executable), the target and the CPU triple. A folder is
+SHA-256 of the executable), the target and the CPU triple (CUDA: the
+compiler's version line, nvcc's architectures or the emulator header). A folder is
 written under a temporary name and renamed into place, so concurrent
 processes never see a half-written library.
 """
@@ -16,7 +18,7 @@ import subprocess
 import tempfile
 import threading
 
-__all__ = ["CompileError", "default_cache_dir", "find_attnc", "cpu_triple", "build_spec"]
+__all__ = ["CompileError", "default_cache_dir", "find_attnc", "cpu_triple", "build_spec", "find_nvcc", "find_cxx", "emu_dir"]
 
 
 class CompileError(RuntimeError):
@@ -157,16 +159,153 @@ def cache_key(spec_text, target, triple, binary, cache_dir):
     return h.hexdigest()[:32]
 
 
+TARGETS = ("cpu", "cuda", "cuda-emu")
+
+# The g++ flags of the CUDA emulator build, as codegen/cuda's EmulatedFlags
+# and CompileEmulated give them (attnc has no command that links an emulated
+# library, so they are repeated here):
+#   g++ <EMU_FLAGS> -I<emu dir> -shared -fPIC k.cu -o k.so -lpthread
+EMU_FLAGS = ["-std=c++17", "-O2", "-fno-strict-aliasing", "-x", "c++", "-DATTNC_EMULATE"]
+EMU_HEADER = "attnc_cuda_emu.h"
+
+_tool_ids = {}  # (kind, path) -> identity string
+
+
+def find_nvcc():
+    """find_nvcc is nvcc's path as attnc's GPU tests find it: ``$ATTNC_NVCC``,
+    else ``nvcc`` on PATH, else ``$CUDA_HOME/bin/nvcc``, else
+    ``/usr/local/cuda/bin/nvcc``; None when there is none."""
+    p = os.environ.get("ATTNC_NVCC")
+    if p:
+        return shutil.which(p)
+    p = shutil.which("nvcc")
+    if p:
+        return p
+    for d in [os.environ.get("CUDA_HOME"), "/usr/local/cuda"]:
+        if d:
+            p = os.path.join(d, "bin", "nvcc")
+            if os.path.isfile(p) and os.access(p, os.X_OK):
+                return p
+    return None
+
+
+def nvcc_archs():
+    """nvcc_archs are the -arch values tried in order: ``$ATTNC_CUDA_ARCH``
+    alone if set, else native and then sm_90 (an nvcc older than 11.6 does
+    not know native)."""
+    a = os.environ.get("ATTNC_CUDA_ARCH")
+    return [a] if a else ["native", "sm_90"]
+
+
+def find_cxx():
+    """find_cxx is the C++ compiler of the CUDA emulator build: ``$ATTNC_CXX``,
+    else g++ on PATH; None when there is none."""
+    p = os.environ.get("ATTNC_CXX")
+    if p:
+        return shutil.which(p)
+    return shutil.which("g++")
+
+
+def emu_dir():
+    """emu_dir is the folder holding attnc's CUDA emulator header:
+    ``$ATTNC_CUDA_EMU_DIR``, else codegen/cuda/emu of the attnc checkout this
+    package sits in (or is used from)."""
+    d = os.environ.get("ATTNC_CUDA_EMU_DIR")
+    if d:
+        if not os.path.isfile(os.path.join(d, EMU_HEADER)):
+            raise CompileError("ATTNC_CUDA_EMU_DIR=%s holds no %s" % (d, EMU_HEADER))
+        return os.path.abspath(d)
+    root = _checkout_root()
+    if root is not None:
+        d = os.path.join(root, "codegen", "cuda", "emu")
+        if os.path.isfile(os.path.join(d, EMU_HEADER)):
+            return d
+    raise CompileError("target='cuda-emu' needs attnc's CUDA emulator header (%s): use the package from an attnc "
+                       "checkout, or set ATTNC_CUDA_EMU_DIR to the folder holding it (codegen/cuda/emu)" % EMU_HEADER)
+
+
+def _tool_identity(kind, path, extra=b""):
+    """_tool_identity is a compiler's path, first version line and extra
+    (the emulator header's text), memoized per process: part of the cache
+    key, so a new compiler or header builds afresh."""
+    key = (kind, path, hashlib.sha256(extra).hexdigest())
+    got = _tool_ids.get(key)
+    if got is None:
+        r = subprocess.run([path, "--version"], capture_output=True, text=True)
+        lines = [l for l in (r.stdout or "").splitlines() if l.strip()]
+        got = "%s %s %s %s" % (kind, path, lines[-1] if kind == "nvcc" and lines else (lines[0] if lines else ""), key[2])
+        _tool_ids[key] = got
+    return got
+
+
+def _device_tools(target):
+    """_device_tools returns (compile function, identity) of a CUDA target's
+    library build; it raises CompileError naming what is missing."""
+    if target == "cuda":
+        nvcc = find_nvcc()
+        if nvcc is None:
+            raise CompileError("target='cuda' needs nvcc (the CUDA toolkit: nvcc on PATH, $ATTNC_NVCC, $CUDA_HOME or "
+                               "/usr/local/cuda); target='cuda-emu' runs the same kernels on the CPU emulator with g++")
+        archs = nvcc_archs()
+        return (lambda cu, so: _nvcc(nvcc, archs, cu, so)), _tool_identity("nvcc", nvcc, ",".join(archs).encode())
+    cxx = find_cxx()
+    if cxx is None:
+        raise CompileError("target='cuda-emu' needs g++ (apt-get install g++, or set ATTNC_CXX)")
+    d = emu_dir()
+    with open(os.path.join(d, EMU_HEADER), "rb") as f:
+        header = f.read()
+    return (lambda cu, so: _emu(cxx, d, cu, so)), _tool_identity("cxx", cxx, header + " ".join(EMU_FLAGS).encode())
+
+
+def _run_tool(args):
+    r = subprocess.run(args, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise CompileError("%s failed (exit %d):\n%s" % (" ".join(args), r.returncode, (r.stderr + r.stdout).strip()))
+
+
+def _emu(cxx, d, cu, so):
+    _run_tool([cxx] + EMU_FLAGS + ["-I" + d, "-shared", "-fPIC", cu, "-o", so, "-lpthread"])
+
+
+def _nvcc(nvcc, archs, cu, so):
+    errs = []
+    for arch in archs:
+        args = [nvcc, "-O3", "-arch=" + arch, "-shared", "-Xcompiler", "-fPIC", "-o", so, cu]
+        r = subprocess.run(args, capture_output=True, text=True)
+        if r.returncode == 0:
+            return
+        out = (r.stderr + r.stdout).strip()
+        errs.append("%s failed (exit %d):\n%s" % (" ".join(args), r.returncode, out))
+        if "arch" not in out and "native" not in out:
+            break  # only an architecture nvcc does not know is worth another try
+    raise CompileError("\n".join(errs))
+
+
+def library_suffix(target):
+    """library_suffix is the file name ending of a variant's library for a
+    target: ``.so`` (cpu), ``.gpu.so`` (cuda) or ``.emu.so`` (cuda-emu)."""
+    return {"cpu": ".so", "cuda": ".gpu.so", "cuda-emu": ".emu.so"}[target]
+
+
+# TARGET_FILE records, in a folder this package built, which of TARGETS its
+# libraries are for (a cuda and a cuda-emu build share one manifest form).
+TARGET_FILE = "python-target"
+
+
 def build_spec(spec_text, target="cpu", cache_dir=None):
-    """build_spec compiles spec_text (unless the cache has it) and returns the
-    folder holding manifest.json and the libraries."""
-    if target != "cpu":
-        raise NotImplementedError(
-            "target=%r: the Python package loads CPU kernels only for now; "
-            "build CUDA kernels with `attnc build --target cuda`" % (target,))
+    """build_spec compiles spec_text for target (unless the cache has it) and
+    returns the folder holding manifest.json and the libraries. cpu runs
+    ``attnc build --shared``; cuda runs ``attnc build --target cuda`` and
+    compiles each .cu with nvcc; cuda-emu compiles it with g++ against
+    attnc's CUDA emulator instead."""
+    if target not in TARGETS:
+        raise ValueError("target: expected one of %s, got %r" % (", ".join(repr(t) for t in TARGETS), target))
     cache_dir = cache_dir or default_cache_dir()
     binary = find_attnc(cache_dir)
-    triple = cpu_triple()
+    if target == "cpu":
+        tool, triple = None, cpu_triple()
+    else:
+        tool, triple = _device_tools(target)
     key = cache_key(spec_text, target, triple, binary, cache_dir)
     final = os.path.join(cache_dir, "kernels", key)
     if os.path.isfile(os.path.join(final, "manifest.json")):
@@ -177,10 +316,19 @@ def build_spec(spec_text, target="cpu", cache_dir=None):
         spec_path = os.path.join(tmp, "spec.attn")
         with open(spec_path, "w") as f:
             f.write(spec_text)
-        args = [binary, "build", spec_path, "--target", target, "--triple", triple, "-o", tmp, "--shared"]
+        if target == "cpu":
+            args = [binary, "build", spec_path, "--target", target, "--triple", triple, "-o", tmp, "--shared"]
+        else:
+            args = [binary, "build", spec_path, "--target", "cuda", "-o", tmp]
         r = subprocess.run(args, capture_output=True, text=True)
         if r.returncode != 0:
             raise CompileError((r.stderr or r.stdout).strip())
+        if tool is not None:
+            for fn in sorted(os.listdir(tmp)):
+                if fn.endswith(".cu"):
+                    tool(os.path.join(tmp, fn), os.path.join(tmp, fn[:-3] + library_suffix(target)))
+        with open(os.path.join(tmp, TARGET_FILE), "w") as f:
+            f.write(target + "\n")
         try:
             os.rename(tmp, final)
         except OSError:

@@ -8,6 +8,12 @@ in base 2, window_left, soft cap after sm_scale, ROPE_LLAMA), compiles it
 through the cache on first use and keeps the page table on the host; run()
 calls the kernel. What FlashInfer accepts and attnc cannot serve raises
 NotImplementedError naming the option; performance hints are accepted.
+
+On CUDA tensors (a workspace buffer on a CUDA device, or CUDA inputs to
+merge_state and append_paged_kv_cache) the same specs are compiled for
+target cuda and the page tables are copied to the device once per plan; a
+plan(..., variant=v) with a cuda-emu Variant runs the CUDA launchers on the
+emulator over host arrays.
 """
 
 import math
@@ -25,15 +31,42 @@ __all__ = [
 ]
 
 _VARIANT_NAME = "fi_paged"
-_variants = {}  # spec text -> Variant
+_variants = {}  # (spec text, target) -> Variant
 
 
-def _variant(spec):
-    v = _variants.get(spec)
+def _variant(spec, target="cpu"):
+    v = _variants.get((spec, target))
     if v is None:
-        v = compile(spec)[_VARIANT_NAME]
-        _variants[spec] = v
+        v = compile(spec, target=target)[_VARIANT_NAME]
+        _variants[(spec, target)] = v
     return v
+
+
+def _target_of(x):
+    """_target_of is the target serving buffers like x: cuda for a torch CUDA
+    tensor, else cpu."""
+    return "cuda" if A.is_cuda(x) else "cpu"
+
+
+def _table(host, device, cache=None, key=None):
+    """_table is the pointer a kernel reads an int32 host table through: the
+    numpy array itself, or (device given) a copy on that device, kept in
+    cache[key] so that it lives as long as the plan."""
+    if device is None:
+        return host.ctypes.data
+    ck = (key, str(device))
+    t = cache.get(ck) if cache is not None else None
+    if t is None:
+        t = A.torch_module().from_numpy(np.ascontiguousarray(host)).to(device)
+        if cache is not None:
+            cache[ck] = t
+    return t.data_ptr(), t
+
+
+def _launch_stream(kern, device):
+    """_launch_stream is the stream argument of a CUDA launcher (torch's
+    current stream on device; None, i.e. 0, on the emulator)."""
+    return kern._stream(None, device)
 
 
 def _num(x):
@@ -169,8 +202,9 @@ class _Pages:
     __slots__ = ("k", "v", "kp", "vp", "num_pages", "m", "pages")
 
 
-def _pages(k, v, dtype, shape4, what="paged_kv_cache"):
-    """_pages validates a K/V pool against [pages, *shape4] and returns _Pages."""
+def _pages(k, v, dtype, shape4, what="paged_kv_cache", device=None):
+    """_pages validates a K/V pool against [pages, *shape4] and returns _Pages;
+    with device (CUDA kernels) both must be CUDA tensors there."""
     out = _Pages()
     keep = []
     ptrs = []
@@ -187,7 +221,9 @@ def _pages(k, v, dtype, shape4, what="paged_kv_cache"):
             pages = x.shape[0]
         elif x.shape[0] != pages:
             raise ValueError("%s: k_cache has %d pages, v_cache %d" % (what, pages, x.shape[0]))
-        ptr, shape, strides, _ = A.view(x)
+        if device is not None and (not A.is_cuda(x) or x.device != device):
+            raise ValueError("%s: %s must be a CUDA tensor on %s (q's device), got %s" % (what, name, device, A.describe(x)))
+        ptr, shape, strides, _ = A.view(x, device is not None)
         pe = shape4[0] * shape4[1] * shape4[2]
         inner = strides[3] == 1 and strides[2] == shape4[2] and strides[1] == shape4[1] * shape4[2]
         if pages <= 1:
@@ -196,14 +232,14 @@ def _pages(k, v, dtype, shape4, what="paged_kv_cache"):
             m = strides[0] // pe
         else:
             x = A.contiguous(x)
-            ptr, m = A.view(x)[0], 1
+            ptr, m = A.view(x, device is not None)[0], 1
         keep.append(x)
         ptrs.append(ptr)
         ms.append(m)
     if ms[0] != ms[1]:
         # Different page strides cannot share one table: copy both.
         keep = [A.contiguous(x) for x in keep]
-        ptrs = [A.view(x)[0] for x in keep]
+        ptrs = [A.view(x, device is not None)[0] for x in keep]
         ms = [1, 1]
     out.k, out.v = keep
     out.kp, out.vp = ptrs
@@ -240,6 +276,9 @@ class _Wrapper:
         _refuse("jit_args", jit_args, None, "FlashInfer JIT variants are CUDA templates (write the variant as an attnc spec and pass plan(..., variant=v))")
         self._kv_layout = kv_layout
         self._float_workspace_buffer = float_workspace_buffer
+        # FlashInfer runs where its workspace lives: a CUDA workspace plans
+        # for attnc's cuda target.
+        self._target = _target_of(float_workspace_buffer)
         self._plan = None
 
     @property
@@ -248,6 +287,7 @@ class _Wrapper:
 
     def reset_workspace_buffer(self, float_workspace_buffer, int_workspace_buffer=None):
         self._float_workspace_buffer = float_workspace_buffer
+        self._target = _target_of(float_workspace_buffer)
 
     def end_forward(self):
         pass
@@ -269,7 +309,7 @@ class _Wrapper:
             v = variant
         else:
             try:
-                v = _variant(_spec(cfg))
+                v = _variant(_spec(cfg), self._target)
             except Exception as e:
                 if "page_size" in str(e):
                     raise NotImplementedError("page_size=%d: %s" % (ps, e)) from e
@@ -334,9 +374,16 @@ class _Wrapper:
             c2["scale"] = cfg["scale"] * (1.0 if q_scale is None else float(q_scale)) * (1.0 if k_scale is None else float(k_scale))
             if window_left is not None:
                 c2["window"] = int(window_left)
-            v = _variant(_spec(c2))
+            v = _variant(_spec(c2), v.target)
         q = A.as_array(q, "q")
         like_torch = A.is_torch(q)
+        gpu = v.target == "cuda"
+        device = None
+        if gpu:
+            if not A.is_cuda(q):
+                raise ValueError("q: the plan runs CUDA kernels (target cuda), which take torch CUDA tensors; got %s"
+                                 % A.describe(q))
+            device = q.device
         dt = cfg["dtype"]
         if not A.dtype_ok(q, dt):
             raise ValueError("q: planned for %s, got %s" % (A.DTYPE_WORDS[dt], A.describe(q)))
@@ -351,16 +398,20 @@ class _Wrapper:
             if not A.dtype_ok(out, dt) or tuple(out.shape) != o_shape:
                 raise ValueError("out: expected %s %s, got %s" % (A.DTYPE_WORDS[dt], list(o_shape), A.describe(out)))
         else:
-            out = A.empty(o_shape, dt, like_torch)
+            out = A.empty(o_shape, dt, like_torch, device)
         want_lse = return_lse or lse is not None
         if lse is not None:
             lse = A.as_array(lse, "lse")
             if not A.dtype_ok(lse, "f32") or tuple(lse.shape) != o_shape[:2]:
                 raise ValueError("lse: expected float32 %s, got %s" % (list(o_shape[:2]), A.describe(lse)))
         elif want_lse:
-            lse = A.empty(o_shape[:2], "f32", like_torch)
+            lse = A.empty(o_shape[:2], "f32", like_torch, device)
+        if gpu:
+            for name, x in (("out", out), ("lse", lse)):
+                if x is not None and (not A.is_cuda(x) or x.device != device):
+                    raise ValueError("%s: expected a CUDA tensor on %s (q's device), got %s" % (name, device, A.describe(x)))
         k, vv = _unpack_cache(paged_kv_cache)
-        pg = _pages(k, vv, dt, _page_shape(cfg["layout"], cfg["page_size"], cfg["kv"], cfg["dqk"]))
+        pg = _pages(k, vv, dt, _page_shape(cfg["layout"], cfg["page_size"], cfg["kv"], cfg["dqk"]), device=device)
         if cfg["dv"] != cfg["dqk"]:
             raise NotImplementedError("head_dim_vo != head_dim_qk over a paged cache")
         idx = p["scaled"].get(pg.m)
@@ -371,32 +422,44 @@ class _Wrapper:
         if keep is None:
             qk = q[:rows] if n != rows else q
             qk = qk if A.is_contiguous(qk) else A.contiguous(qk)
-            ok = out if (n == rows and A.is_contiguous(out)) else A.empty((rows,) + o_shape[1:], dt, like_torch)
+            ok = out if (n == rows and A.is_contiguous(out)) else A.empty((rows,) + o_shape[1:], dt, like_torch, device)
             lk = None
             if want_lse:
-                lk = lse if (n == rows and A.is_contiguous(lse)) else A.empty((rows, cfg["qo"]), "f32", like_torch)
+                lk = lse if (n == rows and A.is_contiguous(lse)) else A.empty((rows, cfg["qo"]), "f32", like_torch, device)
         else:
-            qk = q[keep] if not like_torch else q[A.torch_module().from_numpy(keep)]
+            qk = q[keep] if not like_torch else q[_index(keep, device)]
             qk = A.contiguous(qk)
-            ok = A.empty((len(keep),) + o_shape[1:], dt, like_torch)
-            lk = A.empty((len(keep), cfg["qo"]), "f32", like_torch) if want_lse else None
+            ok = A.empty((len(keep),) + o_shape[1:], dt, like_torch, device)
+            lk = A.empty((len(keep), cfg["qo"]), "f32", like_torch, device) if want_lse else None
+        dev = p.setdefault("device_tables", {})
+        held = []  # device copies made for this call only
+
+        def table(host, key):
+            got = _table(host, device, dev, key)
+            if device is None:
+                return got
+            held.append(got[1])
+            return got[0]
+
         ka = {
-            "q": A.view(qk)[0], "k_pages": pg.kp, "v_pages": pg.vp, "num_pages": pg.num_pages,
-            "kv_indptr": p["kv_indptr"].ctypes.data, "kv_indices": idx.ctypes.data,
-            "kv_last_page_len": p["last"].ctypes.data, "batch_size": p["batch"],
-            "o": A.view(ok)[0], "lse": A.view(lk)[0] if lk is not None else None,
+            "q": A.view(qk, gpu)[0], "k_pages": pg.kp, "v_pages": pg.vp, "num_pages": pg.num_pages,
+            "kv_indptr": table(p["kv_indptr"], "kv_indptr"), "kv_indices": table(idx, ("kv_indices", pg.m)),
+            "kv_last_page_len": table(p["last"], "last"), "batch_size": p["batch"],
+            "o": A.view(ok, gpu)[0], "lse": A.view(lk, gpu)[0] if lk is not None else None,
         }
         if p["kernel"] == "prefill":
-            ka["qo_indptr"] = p["qo_indptr"].ctypes.data
+            ka["qo_indptr"] = table(p["qo_indptr"], "qo_indptr")
         if "q_rope_position" in p:
             qrp = p["q_rope_position"] if p["kernel"] == "prefill" else p["kv_len"].astype(np.int32) - 1
             p.setdefault("_qrp_" + p["kernel"], np.ascontiguousarray(qrp, dtype=np.int32))
-            ka["q_rope_position"] = p["_qrp_" + p["kernel"]].ctypes.data
-            ka["k_rope_pos_offset"] = p["k_rope_pos_offset"].ctypes.data
+            ka["q_rope_position"] = table(p["_qrp_" + p["kernel"]], "qrp_" + p["kernel"])
+            ka["k_rope_pos_offset"] = table(p["k_rope_pos_offset"], "k_rope_pos_offset")
         if "custom_mask" in p:
-            ka["custom_mask"] = p["custom_mask"].ctypes.data
-            ka["mask_indptr"] = p["mask_indptr"].ctypes.data
+            ka["custom_mask"] = table(p["custom_mask"], "custom_mask")
+            ka["mask_indptr"] = table(p["mask_indptr"], "mask_indptr")
         kern = v.kernels[p["kernel"]]
+        if v.target != "cpu":
+            ka["stream"] = _launch_stream(kern, device)
         cargs = []
         for a in kern.args:
             if a.name not in ka:
@@ -408,10 +471,10 @@ class _Wrapper:
             raise v._error(st, kern.role)
         if keep is not None:
             _fill(out, 0)
-            _scatter(out, keep, ok, like_torch)
+            _scatter(out, keep, ok, like_torch, device)
             if want_lse:
                 _fill(lse, -np.inf)
-                _scatter(lse, keep, lk, like_torch)
+                _scatter(lse, keep, lk, like_torch, device)
         else:
             if ok is not out:
                 _fill(out, 0)
@@ -435,9 +498,15 @@ def _assign(dst, idx, src):
     dst[idx] = src
 
 
-def _scatter(dst, keep, src, like_torch):
+def _index(keep, device):
+    """_index is a torch index tensor of keep's rows (on device when given)."""
+    t = A.torch_module().from_numpy(keep)
+    return t.to(device) if device is not None else t
+
+
+def _scatter(dst, keep, src, like_torch, device=None):
     if like_torch:
-        dst[A.torch_module().from_numpy(keep)] = src
+        dst[_index(keep, device)] = src
     else:
         dst[keep] = src
 
@@ -636,10 +705,10 @@ def _pack_mask(custom_mask, packed, p):
 
 # merge_state and append: one compiled variant per shape.
 
-def _merge_variant(dtype, heads, d):
+def _merge_variant(dtype, heads, d, target="cpu"):
     spec = ("variant %s {\n  heads qo = %d, kv = 1\n  head_dim %d\n  dtype %s\n  cache paged(page_size = 16)\n"
             "  mask causal\n  lse base = 2\n  kernels merge_state\n}\n" % (_VARIANT_NAME, heads, d, dtype))
-    return _variant(spec)
+    return _variant(spec, target)
 
 
 def _merge_args(v, s, name_v, name_s):
@@ -661,7 +730,7 @@ def merge_state(v_a, s_a, v_b, s_b):
     v_b, s_b, _ = _merge_args(v_b, s_b, "v_b", "s_b")
     if tuple(v_b.shape) != tuple(v_a.shape) or A.attnc_dtype_of(v_b) != dt:
         raise ValueError("v_b: expected %s like v_a, got %s" % (list(v_a.shape), A.describe(v_b)))
-    var = _merge_variant(dt, v_a.shape[1], v_a.shape[2])
+    var = _merge_variant(dt, v_a.shape[1], v_a.shape[2], _target_of(v_a))
     v = A.contiguous(v_a).clone() if A.is_torch(v_a) else np.array(v_a, copy=True, order="C")
     s = A.contiguous(s_a).clone() if A.is_torch(s_a) else np.array(s_a, copy=True, order="C")
     var.merge_state(v=v, s=s, v_other=v_b, s_other=s_b)
@@ -675,7 +744,7 @@ def merge_state_in_place(v, s, v_other, s_other, mask=None):
     v_other, s_other, _ = _merge_args(v_other, s_other, "v_other", "s_other")
     if tuple(v_other.shape) != tuple(v.shape) or A.attnc_dtype_of(v_other) != dt:
         raise ValueError("v_other: expected %s like v, got %s" % (list(v.shape), A.describe(v_other)))
-    var = _merge_variant(dt, v.shape[1], v.shape[2])
+    var = _merge_variant(dt, v.shape[1], v.shape[2], _target_of(v))
     if mask is None:
         var.merge_state(v=v, s=s, v_other=v_other, s_other=s_other)
         return
@@ -684,18 +753,18 @@ def merge_state_in_place(v, s, v_other, s_other, mask=None):
         raise ValueError("mask: expected %d entries, got %d" % (v.shape[0], m.size))
     rows = np.nonzero(m)[0]
     if A.is_torch(v):
-        rows = A.torch_module().from_numpy(rows)
+        rows = _index(rows, v.device if A.is_cuda(v) else None)
     vv, ss = A.contiguous(v[rows]), A.contiguous(s[rows])
     var.merge_state(v=vv, s=ss, v_other=A.contiguous(v_other[rows]), s_other=A.contiguous(s_other[rows]))
     v[rows] = vv
     s[rows] = ss
 
 
-def _append_variant(dtype, kv_heads, d, page_size, layout):
+def _append_variant(dtype, kv_heads, d, page_size, layout, target="cpu"):
     spec = ("variant %s {\n  heads qo = %d, kv = %d\n  head_dim %d\n  dtype %s\n"
             "  cache paged(page_size = %d, layout = %s)\n  mask causal\n  lse base = 2\n  kernels append\n}\n"
             % (_VARIANT_NAME, kv_heads, kv_heads, d, dtype, page_size, layout))
-    return _variant(spec)
+    return _variant(spec, target)
 
 
 def append_paged_kv_cache(append_key, append_value, batch_indices, positions, paged_kv_cache, kv_indices, kv_indptr,
@@ -716,7 +785,9 @@ def append_paged_kv_cache(append_key, append_value, batch_indices, positions, pa
     if len(kc.shape) != 4:
         raise ValueError("paged_kv_cache: expected 4-D k and v caches, got %s" % A.describe(kc))
     ps = kc.shape[1] if kv_layout == "NHD" else kc.shape[2]
-    pg = _pages(k_cache, v_cache, dt, _page_shape(kv_layout, ps, heads, d))
+    target = _target_of(append_key)
+    device = append_key.device if target == "cuda" else None
+    pg = _pages(k_cache, v_cache, dt, _page_shape(kv_layout, ps, heads, d), device=device)
     bi = _host_i32(batch_indices, "batch_indices").astype(np.int64)
     pos = _host_i32(positions, "positions").astype(np.int64)
     ind = _host_i32(kv_indices, "kv_indices").astype(np.int64)
@@ -736,14 +807,20 @@ def append_paged_kv_cache(append_key, append_value, batch_indices, positions, pa
     if nnz and ((page < 0) | (page >= pg.pages)).any():
         raise ValueError("kv_indices: a page id the appended rows use is outside 0..%d" % (pg.pages - 1))
     pmap = np.ascontiguousarray((page * pg.m * ps + pos % ps).astype(np.int32))
-    var = _append_variant(dt, heads, d, ps, kv_layout)
+    var = _append_variant(dt, heads, d, ps, kv_layout, target)
     kern = var.kernels["append"]
     kk = A.contiguous(append_key)
     vv = A.contiguous(append_value)
     if A.attnc_dtype_of(vv) != dt or tuple(vv.shape) != tuple(kk.shape):
         raise ValueError("append_value: expected %s like append_key, got %s" % (list(kk.shape), A.describe(vv)))
-    ka = {"k": A.view(kk)[0], "v": A.view(vv)[0], "position_map": pmap.ctypes.data, "n": nnz,
+    if device is not None and (not A.is_cuda(vv) or vv.device != device):
+        raise ValueError("append_value: expected a CUDA tensor on %s like append_key, got %s" % (device, A.describe(vv)))
+    pm = _table(pmap, device)
+    ka = {"k": A.view(kk, device is not None)[0], "v": A.view(vv, device is not None)[0],
+          "position_map": pm if device is None else pm[0], "n": nnz,
           "k_pages": pg.kp, "v_pages": pg.vp, "num_pages": pg.num_pages}
+    if var.target != "cpu":
+        ka["stream"] = _launch_stream(kern, device)
     st = kern._fn(*[ka[a.name] for a in kern.args])
     if st != 0:
         raise var._error(st, "append")
@@ -753,7 +830,7 @@ def append_paged_kv_cache(append_key, append_value, batch_indices, positions, pa
 
 
 def _same_storage(a, b):
-    return A.view(a)[0] == A.view(A.as_array(b, "paged_kv_cache"))[0]
+    return A.view(a, True)[0] == A.view(A.as_array(b, "paged_kv_cache"), True)[0]
 
 
 def get_seq_lens(kv_indptr, kv_last_page_len, page_size):
@@ -836,11 +913,11 @@ def _single(q, k, v, kv_layout, prefill_kw, run_kw, decode):
     indices = np.arange(kv_len, dtype=np.int32)
     last = np.array([1 if kv_len else 0], np.int32)
     if decode:
-        w = BatchDecodeWithPagedKVCacheWrapper(None, "NHD")
+        w = BatchDecodeWithPagedKVCacheWrapper(q if A.is_cuda(q) else None, "NHD")
         w.plan(indptr, indices, last, q.shape[0], hk, d, 1, q_data_type=qdt, **prefill_kw)
         qq = q.reshape(1, *q.shape) if not A.is_torch(q) else q.unsqueeze(0)
     else:
-        w = BatchPrefillWithPagedKVCacheWrapper(None, "NHD")
+        w = BatchPrefillWithPagedKVCacheWrapper(q if A.is_cuda(q) else None, "NHD")
         w.plan(np.array([0, q.shape[0]], np.int32), indptr, indices, last, q.shape[1], hk, d, 1, q_data_type=qdt,
                **prefill_kw)
         qq = q
