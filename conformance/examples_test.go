@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"flag"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -12,6 +13,14 @@ import (
 // emulator by default (with -cuda.all, CI's long pass, every example):
 // GQA f16 with the tensor cores and an fp8 cache with the page kernels.
 var examplesCUDAShort = []string{"llama3_8b", "llama3_8b_fp8"}
+
+// examplesLong are the examples whose CPU matrix costs the most (MLA's
+// 512-wide latent, gpt-oss's 64 heads): TestExamples runs them with
+// -examples.all (CI's long pass); the default run still builds and runs
+// them in TestSmallStacks.
+var examplesLong = []string{"deepseek_v3_mla", "gpt_oss_20b_sliding"}
+
+var examplesAll = flag.Bool("examples.all", false, "run every example's CPU matrix in TestExamples, not only those outside examplesLong")
 
 // TestExamples verifies every spec under examples/ — each variant's whole
 // conformance matrix (prefill, decode, merge_state, bad inputs, page
@@ -33,6 +42,9 @@ func TestExamples(t *testing.T) {
 			t.Run(v.Name, func(t *testing.T) {
 				t.Parallel()
 				t.Run("cpu", func(t *testing.T) {
+					if !*examplesAll && slices.Contains(examplesLong, v.Name) {
+						t.Skip("on the CPU with -examples.all (CI's long pass, .ci/run); TestSmallStacks runs it in the default run")
+					}
 					needTools(t)
 					s, err := buildEnds(v, t.TempDir())
 					if err != nil {
