@@ -9,42 +9,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
-)
 
-// snapshot reads every entry of dir (hidden ones included): regular files
-// by content, symlinks as "-> target", directories as "dir".
-func snapshot(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		switch {
-		case rel == ".":
-		case d.Type()&os.ModeSymlink != 0:
-			l, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			out[rel] = "-> " + l
-		case d.IsDir():
-			out[rel] = "dir"
-		default:
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			out[rel] = string(b)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
+	"github.com/attnc/attnc/internal/dirsnap"
+)
 
 // oldSet fills dir with an earlier build's files and a file of the user's.
 func oldSet(t *testing.T, dir string) {
@@ -90,7 +57,7 @@ func writeFailures(t *testing.T) {
 	for n := 1; n <= len(newSet().Artifacts); n++ {
 		dir := t.TempDir()
 		oldSet(t, dir)
-		before := snapshot(t, dir)
+		before := dirsnap.Read(t, dir)
 		calls := 0
 		renameFile = func(from, to string) error {
 			if calls++; calls == n {
@@ -102,7 +69,7 @@ func writeFailures(t *testing.T) {
 		if err := newSet().Write(dir, &log); err == nil || !strings.Contains(err.Error(), "injected") {
 			t.Fatalf("rename %d fails: Write returned %v", n, err)
 		}
-		if after := snapshot(t, dir); !maps.Equal(before, after) {
+		if after := dirsnap.Read(t, dir); !maps.Equal(before, after) {
 			t.Errorf("rename %d fails: the directory changed\nbefore %v\nafter  %v", n, before, after)
 		}
 		if log.Len() != 0 {
@@ -118,7 +85,7 @@ func writeFailures(t *testing.T) {
 	}
 	want := map[string]string{"a.h": "new a.h", "a.ll": "new a.ll", "b.h": "new b.h", "b.ll": "new b.ll",
 		"c.h": "new c.h", "manifest.json": "new manifest", "notes.txt": "the user's own file"}
-	if got := snapshot(t, dir); !maps.Equal(got, want) {
+	if got := dirsnap.Read(t, dir); !maps.Equal(got, want) {
 		t.Errorf("after a good write: %v, want %v", got, want)
 	}
 	lines := strings.Split(strings.TrimSpace(log.String()), "\n")
@@ -138,12 +105,12 @@ func TestWriteDirectoryInTheWay(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "c.h", "keep"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	before := snapshot(t, dir)
+	before := dirsnap.Read(t, dir)
 	err := newSet().Write(dir, nil)
 	if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "c.h")) {
 		t.Fatalf("Write returned %v, want an error naming c.h", err)
 	}
-	if after := snapshot(t, dir); !maps.Equal(before, after) {
+	if after := dirsnap.Read(t, dir); !maps.Equal(before, after) {
 		t.Errorf("the directory changed\nbefore %v\nafter  %v", before, after)
 	}
 }
@@ -166,10 +133,10 @@ func TestWriteReplacesSymlinks(t *testing.T) {
 	if err := newSet().Write(dir, nil); err != nil {
 		t.Fatal(err)
 	}
-	if got := snapshot(t, elsewhere); !maps.Equal(got, map[string]string{"victim": "not attnc's"}) {
+	if got := dirsnap.Read(t, elsewhere); !maps.Equal(got, map[string]string{"victim": "not attnc's"}) {
 		t.Errorf("the write went through a symlink: %v", got)
 	}
-	got := snapshot(t, dir)
+	got := dirsnap.Read(t, dir)
 	if got["a.h"] != "new a.h" || got["manifest.json"] != "new manifest" {
 		t.Errorf("outputs %v", got)
 	}

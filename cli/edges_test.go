@@ -11,39 +11,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
-)
 
-// tree reads every entry under dir (hidden ones included): files by
-// content, symlinks as "-> target", directories as "dir".
-func tree(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		switch {
-		case rel == ".":
-		case d.Type()&os.ModeSymlink != 0:
-			l, _ := os.Readlink(p)
-			out[rel] = "-> " + l
-		case d.IsDir():
-			out[rel] = "dir"
-		default:
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			out[rel] = string(b)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
+	"github.com/attnc/attnc/internal/dirsnap"
+)
 
 const (
 	specA = "variant a {\n  heads qo = 4\n  head_dim 32\n}\n"
@@ -64,7 +34,7 @@ func TestBuildOutputIsAllOrNothing(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(out, "b.ll", "x"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	before := tree(t, out)
+	before := dirsnap.Read(t, out)
 	if _, ok := before["a.ll"]; !ok {
 		t.Fatalf("the first build wrote %v", before)
 	}
@@ -75,14 +45,14 @@ func TestBuildOutputIsAllOrNothing(t *testing.T) {
 	if code != 1 || !strings.Contains(e, filepath.Join(out, "b.ll")+" is a directory") {
 		t.Errorf("build over a directory at b.ll: exit %d, stderr %q", code, e)
 	}
-	if after := tree(t, out); !maps.Equal(before, after) {
+	if after := dirsnap.Read(t, out); !maps.Equal(before, after) {
 		t.Errorf("a failed build changed the output directory\nbefore %v\nafter  %v", before, after)
 	}
 	bad := writeSpec(t, "bad.attn", "variant c {\n  heads qo = 4, kv = 3\n  head_dim 32\n}\n")
 	if _, e, code := runCLI(t, "build", a2, bad, "-o", out); code != 1 || !strings.Contains(e, "kv heads (3) must divide") {
 		t.Errorf("build with a bad second spec: exit %d, stderr %q", code, e)
 	}
-	if after := tree(t, out); !maps.Equal(before, after) {
+	if after := dirsnap.Read(t, out); !maps.Equal(before, after) {
 		t.Errorf("a failed build changed the output directory")
 	}
 }
@@ -101,10 +71,10 @@ func TestBuildDoesNotFollowSymlinks(t *testing.T) {
 		}
 	}
 	mustRun(t, "build", writeSpec(t, "a.attn", specA), "-o", out)
-	if got := tree(t, elsewhere); !maps.Equal(got, map[string]string{"victim.txt": "precious"}) {
+	if got := dirsnap.Read(t, elsewhere); !maps.Equal(got, map[string]string{"victim.txt": "precious"}) {
 		t.Errorf("the build wrote through a symlink: %v", got)
 	}
-	for n, data := range tree(t, out) {
+	for n, data := range dirsnap.Read(t, out) {
 		if strings.HasPrefix(data, "-> ") || strings.HasPrefix(n, ".") {
 			t.Errorf("%s left in the output: %s", n, data)
 		}
@@ -187,7 +157,7 @@ func TestEmptySpecIsAnError(t *testing.T) {
 			}
 		}
 		if _, err := os.Stat(out); err == nil {
-			t.Errorf("build of an empty spec wrote %v", tree(t, out))
+			t.Errorf("build of an empty spec wrote %v", dirsnap.Read(t, out))
 		}
 	}
 }
