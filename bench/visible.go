@@ -6,46 +6,16 @@ import (
 )
 
 // visibleRows counts the kv positions 0..kvLen-1 that the query at
-// position q sees (reference.Visible at head 0), in closed form for masks
-// made of causal, none and window clauses (an interval) with or without
-// `sinks tokens(N)`, else position by position. exact is false for tree
-// and custom masks, whose visibility depends on run-time tables: they are
-// counted as causal, an upper bound.
+// position q sees (reference.Visible at head 0): the rows of visibleSpans.
+// exact is false for tree and custom masks, whose visibility depends on
+// run-time tables: they are counted as causal, an upper bound.
 func visibleRows(v *ir.Variant, q, kvLen int) (n int64, exact bool) {
-	lo, hi := 0, kvLen-1 // the visible interval of the mask clauses
-	closed := true
-	for _, m := range v.Masks {
-		switch m.Kind {
-		case ir.MaskNone:
-		case ir.MaskCausal:
-			hi = min(hi, q)
-		case ir.MaskWindow:
-			hi = min(hi, q)
-			lo = max(lo, q-m.Left)
-		default:
-			closed = false
-		}
+	for _, sp := range visibleSpans(v, q, kvLen) {
+		n += int64(sp[1] - sp[0])
 	}
 	for _, m := range v.Masks {
 		if m.Kind == ir.MaskTree || m.Kind == ir.MaskCustom {
-			return int64(max(0, min(q, kvLen-1)+1)), false
-		}
-	}
-	if !closed {
-		for kv := range kvLen {
-			if reference.Visible(v, 0, 0, q, kv) {
-				n++
-			}
-		}
-		return n, true
-	}
-	n = int64(max(0, hi-lo+1))
-	if s := v.Sinks; s != nil && s.Kind == ir.SinkTokens {
-		// Sink tokens 0..min(N, kvLen, q+1)-1, less those already in [lo, hi].
-		sinkHi := min(s.Tokens, kvLen, q+1) - 1
-		n += int64(max(0, sinkHi+1))
-		if hi >= lo {
-			n -= int64(max(0, min(hi, sinkHi)-lo+1))
+			return n, false
 		}
 	}
 	return n, true
