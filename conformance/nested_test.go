@@ -31,28 +31,12 @@ func nestedMaskSpec() string {
 }
 
 func TestNestedMaskKernels(t *testing.T) {
-	v := spec(t, nestedMaskSpec())
-	t.Run("cpu", func(t *testing.T) {
-		needTools(t)
-		s, err := buildEnds(v, t.TempDir())
-		if err != nil {
-			t.Fatal(err)
+	peerSuites(t, nestedMaskSpec(), func(t *testing.T, s *Suite) {
+		threads := []int{1, 3}
+		if s.Target == "cuda" {
+			threads = []int{1}
 		}
-		defer s.Lib.Close()
-		for _, r := range s.RunAll([]int{1, 3}, 5) {
-			if !r.Pass {
-				t.Errorf("%s", r)
-			}
-		}
-	})
-	t.Run("cuda", func(t *testing.T) {
-		needEmu(t)
-		s, err := BuildCUDA(v, t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Lib.Close()
-		for _, r := range s.RunAll([]int{1}, 5) {
+		for _, r := range s.RunAll(threads, 5) {
 			if !r.Pass {
 				t.Errorf("%s", r)
 			}
