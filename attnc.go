@@ -23,17 +23,17 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/attnc/attnc/build"
+	"github.com/attnc/attnc/driver"
 	"github.com/attnc/attnc/frontend"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/passes"
 	"github.com/attnc/attnc/registry"
-	"github.com/attnc/attnc/target"
+	"github.com/attnc/attnc/targets"
 )
 
 // Targets are the targets Compile knows: cpu (LLVM IR, <variant>.ll) and
-// cuda (CUDA C++, <variant>.cu), the registered targets of package target.
-func Targets() []string { return target.Names() }
+// cuda (CUDA C++, <variant>.cu), the registered targets of package targets.
+func Targets() []string { return targets.Names() }
 
 // Insertion adds Pass to the pass table of every target that has a pass
 // named Before (Pass runs just before it) or After (just after it). Exactly
@@ -95,7 +95,7 @@ func Compile(filename string, src []byte, opt Options) (*Result, error) {
 // CompileFiles is Compile over spec files, as `attnc build SPEC...` reads
 // them; variant names must be unique across the files.
 func CompileFiles(paths []string, opt Options) (*Result, error) {
-	vs, err := build.ParseSpecs(paths)
+	vs, err := driver.ParseSpecs(paths)
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +120,7 @@ func CompileVariants(vs []*ir.Variant, opt Options) (r *Result, err error) {
 	if err := checkPrintAfter(tables, opt.PrintAfter); err != nil {
 		return nil, err
 	}
-	out, err := build.Build(vs, build.Options{
+	out, err := driver.Build(vs, driver.Options{
 		Targets: opt.Targets,
 		Triple:  opt.Triple,
 		Tables:  tables,
@@ -146,8 +146,8 @@ func CompileVariants(vs []*ir.Variant, opt Options) (r *Result, err error) {
 // malformed or names a pass no table has.
 func PassTables(insert []Insertion) (map[string][]passes.Pass, error) {
 	tables := map[string][]passes.Pass{}
-	for _, t := range target.Names() {
-		table, err := build.PassTable(t)
+	for _, t := range targets.Names() {
+		table, err := driver.PassTable(t)
 		if err != nil {
 			return nil, err
 		}
@@ -155,7 +155,7 @@ func PassTables(insert []Insertion) (map[string][]passes.Pass, error) {
 	}
 	for _, in := range insert {
 		found := false
-		for _, t := range target.Names() {
+		for _, t := range targets.Names() {
 			table, ok, err := passes.Insert(tables[t], in.Before, in.After, in.Pass)
 			if err != nil {
 				return nil, fmt.Errorf("attnc: insert %s: %w", in, err)
@@ -179,7 +179,7 @@ func PassTable(name string, insert []Insertion) ([]passes.Pass, error) {
 	}
 	t, ok := tables[name]
 	if !ok {
-		return nil, fmt.Errorf("attnc: unknown target %q (known: %s)", name, strings.Join(target.Names(), ", "))
+		return nil, fmt.Errorf("attnc: unknown target %q (known: %s)", name, strings.Join(targets.Names(), ", "))
 	}
 	return t, nil
 }
@@ -187,7 +187,7 @@ func PassTable(name string, insert []Insertion) ([]passes.Pass, error) {
 // allPassNames lists every pass name of the tables once, in table order.
 func allPassNames(tables map[string][]passes.Pass) []string {
 	var names []string
-	for _, t := range target.Names() {
+	for _, t := range targets.Names() {
 		for _, p := range tables[t] {
 			if !slices.Contains(names, p.Name) {
 				names = append(names, p.Name)
@@ -227,11 +227,11 @@ func (r *Result) Names() []string {
 // not written through). It logs "wrote <path>" for each file to log when
 // it is not nil.
 func (r *Result) Write(dir string, log io.Writer) error {
-	files := make([]build.Artifact, 0, len(r.Files))
+	files := make([]driver.Artifact, 0, len(r.Files))
 	for _, n := range r.Names() {
-		files = append(files, build.Artifact{Name: n, Data: r.Files[n]})
+		files = append(files, driver.Artifact{Name: n, Data: r.Files[n]})
 	}
-	return build.WriteArtifacts(dir, files, log)
+	return driver.WriteArtifacts(dir, files, log)
 }
 
 // Module returns variant's kernel-IR module for target after every pass,
@@ -256,7 +256,7 @@ func (r *Result) Select(variant, tgt string, s registry.Shape) (registry.Selecti
 	if v == nil {
 		return registry.Selection{}, fmt.Errorf("attnc: select: no variant %q", variant)
 	}
-	t, err := target.Lookup(tgt)
+	t, err := targets.Lookup(tgt)
 	if err != nil {
 		return registry.Selection{}, fmt.Errorf("attnc: select: %w", err)
 	}

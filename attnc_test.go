@@ -14,10 +14,10 @@ import (
 	"testing"
 
 	"github.com/attnc/attnc"
-	"github.com/attnc/attnc/build"
 	"github.com/attnc/attnc/codegen/cuda"
 	"github.com/attnc/attnc/conformance"
 	"github.com/attnc/attnc/cpurt"
+	"github.com/attnc/attnc/driver"
 	"github.com/attnc/attnc/frontend"
 	"github.com/attnc/attnc/internal/needtool"
 	"github.com/attnc/attnc/ir"
@@ -102,11 +102,11 @@ func TestCompileIsBuild(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		vs, err := build.ParseSpecs([]string{spec})
+		vs, err := driver.ParseSpecs([]string{spec})
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, err := build.Build(vs, build.Options{Targets: targets})
+		out, err := driver.Build(vs, driver.Options{Targets: targets})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -253,7 +253,7 @@ func TestInsertIsLocal(t *testing.T) {
 	names := func() map[string][]string {
 		out := map[string][]string{}
 		for _, tg := range attnc.Targets() {
-			table, err := build.PassTable(tg)
+			table, err := driver.PassTable(tg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -398,7 +398,7 @@ func TestSelect(t *testing.T) {
 		{QLens: []int{1, 1}, KVLens: []int{10, 300}, Threads: 2},
 		{QLens: []int{5, 1}, KVLens: []int{9, 300}, Threads: 4},
 	}
-	cv, err := build.CompileFor(variant(t, causalSpec), "cpu", build.Options{})
+	cv, err := driver.CompileFor(variant(t, causalSpec), "cpu", driver.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/attnc/attnc/build"
+	"github.com/attnc/attnc/driver"
 	"github.com/attnc/attnc/frontend"
 	"github.com/attnc/attnc/lower"
-	"github.com/attnc/attnc/target"
+	"github.com/attnc/attnc/targets"
 )
 
 // The compile-time budget of any spec within the frontend's limits: check
@@ -198,8 +198,8 @@ func TestBoundsChild(t *testing.T) {
 			if err := lower.Unsupported(v); err != nil {
 				t.Fatal(err)
 			}
-			for _, tg := range target.All() {
-				if _, err := build.Compile(v, tg, build.Options{}); err != nil {
+			for _, tg := range targets.All() {
+				if _, err := driver.Compile(v, tg, driver.Options{}); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -7,7 +7,7 @@ import (
 	"os"
 
 	"github.com/attnc/attnc/bench"
-	"github.com/attnc/attnc/build"
+	"github.com/attnc/attnc/driver"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
 	"github.com/spf13/cobra"
@@ -19,7 +19,7 @@ func runBench(c *cobra.Command, args []string, bf benchFlags) error {
 	}
 	var plan *bench.Plan
 	if len(args) > 0 {
-		vs, err := build.ParseSpecs(args)
+		vs, err := driver.ParseSpecs(args)
 		if err != nil {
 			return err
 		}
@@ -83,7 +83,7 @@ func runBench(c *cobra.Command, args []string, bf benchFlags) error {
 
 // runBenchDevice times the SPEC files' CUDA launchers on the GPU.
 func runBenchDevice(c *cobra.Command, args []string, bf benchFlags) error {
-	vs, err := build.ParseSpecs(args)
+	vs, err := driver.ParseSpecs(args)
 	if err != nil {
 		return err
 	}

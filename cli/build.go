@@ -8,10 +8,10 @@ import (
 	"strings"
 
 	"github.com/attnc/attnc"
-	"github.com/attnc/attnc/build"
 	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/cpurt"
-	"github.com/attnc/attnc/target"
+	"github.com/attnc/attnc/driver"
+	"github.com/attnc/attnc/targets"
 	"github.com/spf13/cobra"
 )
 
@@ -113,7 +113,7 @@ status 1 on any error.`,
 			}
 			// Every file, the .so files included, is made in a staging
 			// directory and moved into outDir as one set.
-			st, err := build.Stage(outDir)
+			st, err := driver.Stage(outDir)
 			if err != nil {
 				return fmt.Errorf("attnc build: %w", err)
 			}
@@ -204,7 +204,7 @@ func makeEscape(p string) string {
 // knownTargets lists the registered targets with the files they write.
 func knownTargets() string {
 	var out []string
-	for _, t := range target.All() {
+	for _, t := range targets.All() {
 		out = append(out, t.Name()+" writes "+t.Files())
 	}
 	return strings.Join(out, ", ")
@@ -223,9 +223,9 @@ func tripleNames() []string {
 // dropping duplicates and keeping the order given.
 func parseTargets(vals []string) ([]string, error) {
 	var ts []string
-	known := strings.Join(target.Names(), ", ")
+	known := strings.Join(targets.Names(), ", ")
 	for _, t := range splitList(vals) {
-		if !slices.Contains(target.Names(), t) {
+		if !slices.Contains(targets.Names(), t) {
 			return nil, fmt.Errorf("attnc build: unknown target %q (known: %s)", t, known)
 		}
 		if !slices.Contains(ts, t) {

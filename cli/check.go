@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/attnc/attnc/build"
+	"github.com/attnc/attnc/driver"
 	"github.com/attnc/attnc/frontend"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
 	"github.com/attnc/attnc/passes"
-	"github.com/attnc/attnc/target"
+	"github.com/attnc/attnc/targets"
 	"github.com/spf13/cobra"
 )
 
@@ -68,7 +68,7 @@ a regular file, or that holds no variant, is an error.`,
 					}
 					seen[key] = v
 					err := lower.Unsupported(v)
-					for _, t := range target.All() {
+					for _, t := range targets.All() {
 						if err != nil {
 							break
 						}
@@ -76,7 +76,7 @@ a regular file, or that holds no variant, is an error.`,
 						if terr != nil {
 							return terr
 						}
-						_, err = build.Compile(v, t, build.Options{Tables: map[string][]passes.Pass{t.Name(): table}})
+						_, err = driver.Compile(v, t, driver.Options{Tables: map[string][]passes.Pass{t.Name(): table}})
 					}
 					if err != nil {
 						report(err)

@@ -23,7 +23,7 @@ import (
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/passes"
-	"github.com/attnc/attnc/target"
+	"github.com/attnc/attnc/targets"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
@@ -253,7 +253,7 @@ func TestBuildPrintAfterAndDumpDir(t *testing.T) {
 	out, dump := t.TempDir(), t.TempDir()
 	_, e := mustRun(t, "build", llama3, "-o", out, "--target", "cpu,cuda", "--verify-each", "--print-after=all", "--dump-dir", dump)
 	dumped := readDir(t, dump)
-	for _, tg := range target.All() {
+	for _, tg := range targets.All() {
 		for i, p := range tg.Passes() {
 			if !strings.Contains(e, "// --- after "+p.Name+" ("+tg.Name()+") ---") {
 				t.Errorf("--print-after=all: stderr lacks the IR after %s (%s)", p.Name, tg.Name())
@@ -276,7 +276,7 @@ func TestBuildPrintAfterAndDumpDir(t *testing.T) {
 }
 
 func TestPasses(t *testing.T) {
-	for _, tg := range target.All() {
+	for _, tg := range targets.All() {
 		o, _ := mustRun(t, "passes", "--target", tg.Name())
 		lines := strings.Split(o, "\n")
 		if len(lines) < 3 || lines[0] != "target "+tg.Name()+" (writes "+tg.Files()+"):" || !strings.Contains(lines[2], "inline-defs") {

@@ -7,12 +7,12 @@ import (
 	"strings"
 
 	"github.com/attnc/attnc"
-	"github.com/attnc/attnc/build"
 	llvmgen "github.com/attnc/attnc/codegen/llvm"
+	"github.com/attnc/attnc/driver"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
 	"github.com/attnc/attnc/registry"
-	cudatarget "github.com/attnc/attnc/target/cuda"
+	cudatarget "github.com/attnc/attnc/targets/cuda"
 	"github.com/spf13/cobra"
 )
 
@@ -73,7 +73,7 @@ one decision per combination.`,
   attnc explain examples/llama3_8b.attn --target cuda --batch 1,64 --kv-len 4096`,
 		Args: specArgs,
 		RunE: func(c *cobra.Command, args []string) error {
-			vs, err := build.ParseSpecs(args)
+			vs, err := driver.ParseSpecs(args)
 			if err != nil {
 				return err
 			}

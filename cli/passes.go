@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"text/tabwriter"
 
-	"github.com/attnc/attnc/target"
+	"github.com/attnc/attnc/targets"
 	"github.com/spf13/cobra"
 )
 
 func newPassesCmd(cfg *config) *cobra.Command {
-	var targets []string
+	var targetList []string
 	c := &cobra.Command{
 		Use:   "passes [--target T]",
 		Short: "List each target's pass table in order, with its ordering constraints",
@@ -24,19 +24,19 @@ Lowering builds one target-neutral module; the neutral passes (inline-defs,
 simplify, classify-tiles, expand-calls, legalize-dtype, late-simplify) run
 in every table, and each target adds its schedule passes between them.
 The names are the values 'attnc build --print-after' accepts. The tables
-live in target/<name>/<name>.go.`,
+live in targets/<name>/<name>.go.`,
 		Example: `  attnc passes
   attnc passes --target cuda
   attnc build examples/llama3_8b.attn -o out --target cuda --print-after=map-threads`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			names := splitList(targets)
+			names := splitList(targetList)
 			if len(names) == 0 {
-				names = target.Names()
+				names = targets.Names()
 			}
 			out := c.OutOrStdout()
 			for i, n := range names {
-				t, err := target.Lookup(n)
+				t, err := targets.Lookup(n)
 				if err != nil {
 					return fmt.Errorf("attnc passes: %w", err)
 				}
@@ -68,6 +68,6 @@ live in target/<name>/<name>.go.`,
 			return nil
 		},
 	}
-	c.Flags().StringSliceVar(&targets, "target", nil, "comma list of targets whose tables to print (default: every target)")
+	c.Flags().StringSliceVar(&targetList, "target", nil, "comma list of targets whose tables to print (default: every target)")
 	return c
 }

@@ -5,9 +5,9 @@ import (
 	"os"
 
 	"github.com/attnc/attnc"
-	"github.com/attnc/attnc/build"
 	"github.com/attnc/attnc/codegen/cuda"
 	"github.com/attnc/attnc/codegen/cuda/sass"
+	"github.com/attnc/attnc/driver"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
 	"github.com/spf13/cobra"
@@ -66,7 +66,7 @@ reported as "skip <variant>: <reason>".`,
 					return fmt.Errorf("attnc sass: unknown --arch %q (known: sm_80, sm_90)", a)
 				}
 			}
-			vs, err := build.ParseSpecs(args)
+			vs, err := driver.ParseSpecs(args)
 			if err != nil {
 				return err
 			}
@@ -94,19 +94,19 @@ reported as "skip <variant>: <reason>".`,
 				if err != nil {
 					return err
 				}
-				out := &build.Output{Manifest: r.Manifest, Variants: r.Variants}
+				out := &driver.Output{Manifest: r.Manifest, Variants: r.Variants}
 				for _, name := range r.Names() {
-					out.Artifacts = append(out.Artifacts, build.Artifact{Name: name, Data: r.Files[name]})
+					out.Artifacts = append(out.Artifacts, driver.Artifact{Name: name, Data: r.Files[name]})
 				}
-				rows, err := build.SASS(out, archs, tools, tmp)
+				rows, err := driver.SASS(out, archs, tools, tmp)
 				if err != nil {
 					return err
 				}
 				fmt.Fprintf(stdout, "sass %s dtype=%s ptxas=%s\n", v.Name, v.DType, tools.Release)
-				if err := build.WriteSASSTable(stdout, rows); err != nil {
+				if err := driver.WriteSASSTable(stdout, rows); err != nil {
 					return err
 				}
-				unmet = append(unmet, build.CheckSASS(rows)...)
+				unmet = append(unmet, driver.CheckSASS(rows)...)
 			}
 			if !check {
 				return nil

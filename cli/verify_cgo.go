@@ -9,11 +9,11 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/attnc/attnc/build"
 	"github.com/attnc/attnc/codegen/cuda"
 	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/conformance"
 	"github.com/attnc/attnc/cpurt"
+	"github.com/attnc/attnc/driver"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
 	"github.com/spf13/cobra"
@@ -29,7 +29,7 @@ func runVerify(c *cobra.Command, args []string, vf verifyFlags) error {
 	if err := checkThreads("attnc verify", vf.threads); err != nil {
 		return err
 	}
-	vs, err := build.ParseSpecs(args)
+	vs, err := driver.ParseSpecs(args)
 	if err != nil {
 		return err
 	}

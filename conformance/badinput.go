@@ -10,7 +10,7 @@ import (
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
 	"github.com/attnc/attnc/reference"
-	cputarget "github.com/attnc/attnc/target/cpu"
+	cputarget "github.com/attnc/attnc/targets/cpu"
 )
 
 // The bad-input matrix: corruptions of a valid two-sequence case, with the

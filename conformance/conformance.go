@@ -9,13 +9,13 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/attnc/attnc/build"
 	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/cpurt"
+	"github.com/attnc/attnc/driver"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/passes"
 	"github.com/attnc/attnc/reference"
-	"github.com/attnc/attnc/target"
+	"github.com/attnc/attnc/targets"
 )
 
 // Tolerance is the allowed error |got - want| / max(1, |want|) of f32
@@ -160,16 +160,16 @@ type Options struct {
 
 // compileFor schedules v for a target with the verifier after every pass
 // and writes the target's files into dir.
-func compileFor(v *ir.Variant, name, dir string, o Options) (*build.Compiled, error) {
-	bo := build.Options{Passes: passes.Options{VerifyEach: true}, Triple: o.Triple}
+func compileFor(v *ir.Variant, name, dir string, o Options) (*driver.Compiled, error) {
+	bo := driver.Options{Passes: passes.Options{VerifyEach: true}, Triple: o.Triple}
 	if o.Passes != nil {
 		bo.Tables = map[string][]passes.Pass{name: o.Passes}
 	}
-	c, err := build.CompileFor(v, name, bo)
+	c, err := driver.CompileFor(v, name, bo)
 	if err != nil {
 		return nil, err
 	}
-	files, err := c.Target.Emit(v, c.Final, target.Options{Triple: o.Triple})
+	files, err := c.Target.Emit(v, c.Final, targets.Options{Triple: o.Triple})
 	if err != nil {
 		return nil, err
 	}

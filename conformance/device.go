@@ -15,7 +15,7 @@ import (
 
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/ir"
-	cudatarget "github.com/attnc/attnc/target/cuda"
+	cudatarget "github.com/attnc/attnc/targets/cuda"
 )
 
 // Device is the memory of the accelerator a Suite's launchers run on. With

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/attnc/attnc/build"
+	"github.com/attnc/attnc/driver"
 )
 
 // examplesCUDAShort are the examples TestExamples also runs on the CUDA
@@ -34,7 +34,7 @@ func TestExamples(t *testing.T) {
 		t.Fatalf("no examples: %v", err)
 	}
 	for _, f := range files {
-		vs, err := build.ParseSpecs([]string{f})
+		vs, err := driver.ParseSpecs([]string{f})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,7 +92,7 @@ func TestExamplesCUDAShortNamesExist(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vs, err := build.ParseSpecs(files)
+	vs, err := driver.ParseSpecs(files)
 	if err != nil {
 		t.Fatal(err)
 	}

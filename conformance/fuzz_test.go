@@ -23,7 +23,7 @@ import (
 	"github.com/attnc/attnc/internal/needtool"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
-	cputarget "github.com/attnc/attnc/target/cpu"
+	cputarget "github.com/attnc/attnc/targets/cpu"
 )
 
 // FuzzKernels is the property test of hostile inputs: Go fuzzing over the

@@ -10,7 +10,7 @@ import (
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
 	"github.com/attnc/attnc/reference"
-	cputarget "github.com/attnc/attnc/target/cpu"
+	cputarget "github.com/attnc/attnc/targets/cpu"
 )
 
 // What FuzzKernels allocates at most; a case whose documented reads need

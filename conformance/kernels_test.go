@@ -14,7 +14,7 @@ import (
 	"github.com/attnc/attnc/internal/needtool"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/reference"
-	"github.com/attnc/attnc/target/cpu"
+	"github.com/attnc/attnc/targets/cpu"
 )
 
 // needTools skips locally, and fails in CI, when the LLVM tools are missing.

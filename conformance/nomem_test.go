@@ -10,7 +10,7 @@ import (
 
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/reference"
-	"github.com/attnc/attnc/target/cpu"
+	"github.com/attnc/attnc/targets/cpu"
 )
 
 // faultShim is the allocation interposer, linked into a kernel library

@@ -6,7 +6,7 @@ import (
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/passes"
 	"github.com/attnc/attnc/reference"
-	cputarget "github.com/attnc/attnc/target/cpu"
+	cputarget "github.com/attnc/attnc/targets/cpu"
 )
 
 // misround is a pass, run before legalize-dtype, that changes how every

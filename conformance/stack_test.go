@@ -10,7 +10,7 @@ import (
 	"github.com/attnc/attnc/lower"
 	"github.com/attnc/attnc/reference"
 	"github.com/attnc/attnc/registry"
-	cputarget "github.com/attnc/attnc/target/cpu"
+	cputarget "github.com/attnc/attnc/targets/cpu"
 )
 
 // TestSmallStacks calls every example's prefill, decode, split-KV decode

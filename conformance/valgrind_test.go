@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/attnc/attnc/build"
 	"github.com/attnc/attnc/cpurt"
+	"github.com/attnc/attnc/driver"
 	"github.com/attnc/attnc/internal/needtool"
 )
 
@@ -28,11 +28,11 @@ func TestValgrind(t *testing.T) {
 	}
 	needtool.Check(t, err)
 	dir := t.TempDir()
-	vs, err := build.ParseSpecs([]string{"../examples/llama3_8b.attn"})
+	vs, err := driver.ParseSpecs([]string{"../examples/llama3_8b.attn"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := build.Build(vs, build.Options{})
+	out, err := driver.Build(vs, driver.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

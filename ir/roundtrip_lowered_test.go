@@ -5,9 +5,9 @@ import (
 
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
-	"github.com/attnc/attnc/target"
-	_ "github.com/attnc/attnc/target/cpu"
-	_ "github.com/attnc/attnc/target/cuda"
+	"github.com/attnc/attnc/targets"
+	_ "github.com/attnc/attnc/targets/cpu"
+	_ "github.com/attnc/attnc/targets/cuda"
 )
 
 // TestLoweredRoundTrip prints, parses and reprints real lowered modules,
@@ -31,7 +31,7 @@ func TestLoweredRoundTrip(t *testing.T) {
 			t.Fatalf("%s: round trip differs:\n%s", stage, got)
 		}
 	}
-	for _, tg := range target.All() {
+	for _, tg := range targets.All() {
 		m, err := lower.Lower(v, tg.Tiling(v))
 		if err != nil {
 			t.Fatal(err)

@@ -6,7 +6,7 @@
 // legalize-dtype; plus helpers that targets' schedule passes share
 // (matmul and reduce statements as loops, guard folding, access sets).
 // Each pass is a pure function from module to module. The tables
-// themselves belong to the targets (package target and its subpackages).
+// themselves belong to the targets (package targets and its subpackages).
 //
 // passes imports ir only; it must not import frontend, codegen, registry,
 // lower or a target.

@@ -24,7 +24,7 @@ type Pass struct {
 	Inserted bool
 }
 
-// The target-neutral passes. Each target's table (see package target)
+// The target-neutral passes. Each target's table (see package targets)
 // lists them with its own schedule passes.
 var (
 	InlineDefsPass = Pass{Name: "inline-defs", Required: true, Run: InlineDefs,

@@ -3,7 +3,7 @@ package registry_test
 import (
 	"testing"
 
-	"github.com/attnc/attnc/build"
+	"github.com/attnc/attnc/driver"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/registry"
 )
@@ -14,9 +14,9 @@ func variant() *ir.Variant {
 		Kernels: []ir.KernelRef{{Role: ir.RolePrefill}, {Role: ir.RoleDecode}, {Role: ir.RoleMergeState}}}
 }
 
-func compile(t *testing.T, v *ir.Variant, target string) *build.Compiled {
+func compile(t *testing.T, v *ir.Variant, target string) *driver.Compiled {
 	t.Helper()
-	c, err := build.CompileFor(v, target, build.Options{})
+	c, err := driver.CompileFor(v, target, driver.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func TestSelectCUDA(t *testing.T) {
 func TestManifestDeterministic(t *testing.T) {
 	v := variant()
 	mk := func() []byte {
-		out, err := build.Build([]*ir.Variant{v}, build.Options{Targets: []string{"cpu", "cuda"}})
+		out, err := driver.Build([]*ir.Variant{v}, driver.Options{Targets: []string{"cpu", "cuda"}})
 		if err != nil {
 			t.Fatal(err)
 		}

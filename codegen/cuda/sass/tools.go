@@ -3,7 +3,7 @@
 // and static shared memory that `ptxas -v` reports, the instruction counts
 // by opcode, and the occupancy a launch gets on sm_80 and sm_90 (computed
 // from the per-SM limits, see Occupancy). It is how attnc checks the CUDA
-// kernels' machine code without a GPU (attnc sass, build's TestSASS).
+// kernels' machine code without a GPU (attnc sass, driver's TestSASS).
 //
 // It imports only the standard library; it must not import frontend,
 // passes, lower, registry or build (those call it, with PTX they compiled).

@@ -16,18 +16,18 @@ import (
 	"github.com/attnc/attnc/lower"
 	"github.com/attnc/attnc/passes"
 	"github.com/attnc/attnc/registry"
-	"github.com/attnc/attnc/target"
+	"github.com/attnc/attnc/targets"
 )
 
-func init() { target.Register(Target{}) }
+func init() { targets.Register(Target{}) }
 
 // Target is the CPU target.
 type Target struct{}
 
-// Name implements target.Target.
+// Name implements targets.Target.
 func (Target) Name() string { return "cpu" }
 
-// Files implements target.Target.
+// Files implements targets.Target.
 func (Target) Files() string { return "<variant>.ll" }
 
 // Tiling is 64-position KV tiles and prefill work items of about 128
@@ -106,17 +106,17 @@ var Constraints = append(append([]passes.Constraint(nil), passes.NeutralConstrai
 	passes.Constraint{Before: "lower-tiles", After: "heap-scratch", Why: "heap-scratch moves the work items' arrays as the schedule leaves them; one a schedule pass added later would stay on the stack"},
 )
 
-// Passes implements target.Target.
+// Passes implements targets.Target.
 func (Target) Passes() []passes.Pass { return Table }
 
-// Constraints implements target.Target.
+// Constraints implements targets.Target.
 func (Target) Constraints() []passes.Constraint { return Constraints }
 
-// Assemble implements target.Target: one entry kernel per plan.
+// Assemble implements targets.Target: one entry kernel per plan.
 func (Target) Assemble(m *ir.Module) (*ir.Module, error) { return Assemble(m) }
 
-// Section implements target.Target: the triple the IR is for.
-func (Target) Section(opt target.Options) (registry.TargetManifest, error) {
+// Section implements targets.Target: the triple the IR is for.
+func (Target) Section(opt targets.Options) (registry.TargetManifest, error) {
 	t, err := llvmgen.LookupTarget(opt.Triple)
 	if err != nil {
 		return registry.TargetManifest{}, err
@@ -124,8 +124,8 @@ func (Target) Section(opt target.Options) (registry.TargetManifest, error) {
 	return registry.TargetManifest{Triple: t.Triple, Levels: t.LevelNames()}, nil
 }
 
-// Emit implements target.Target: LLVM IR for opt.Triple.
-func (Target) Emit(v *ir.Variant, m *ir.Module, opt target.Options) ([]target.Artifact, error) {
+// Emit implements targets.Target: LLVM IR for opt.Triple.
+func (Target) Emit(v *ir.Variant, m *ir.Module, opt targets.Options) ([]targets.Artifact, error) {
 	t, err := llvmgen.LookupTarget(opt.Triple)
 	if err != nil {
 		return nil, err
@@ -134,10 +134,10 @@ func (Target) Emit(v *ir.Variant, m *ir.Module, opt target.Options) ([]target.Ar
 	if err != nil {
 		return nil, fmt.Errorf("%s: %s: llvm: %w", v.Pos, v.Name, err)
 	}
-	return []target.Artifact{{Name: v.Name + ".ll", Data: []byte(ll)}}, nil
+	return []targets.Artifact{{Name: v.Name + ".ll", Data: []byte(ll)}}, nil
 }
 
-// Runtime implements target.Target: the status messages and the worker
+// Runtime implements targets.Target: the status messages and the worker
 // threads' controls, which codegen/llvm defines in every .ll.
 func (Target) Runtime(m *ir.Module) string {
 	var sb strings.Builder
@@ -147,7 +147,7 @@ func (Target) Runtime(m *ir.Module) string {
 	return sb.String()
 }
 
-// Header implements target.Target: the stack a call needs and every
+// Header implements targets.Target: the stack a call needs and every
 // entry kernel's prototype.
 func (Target) Header(v *ir.Variant, m *ir.Module) string {
 	var sb strings.Builder
@@ -163,14 +163,14 @@ func (Target) Header(v *ir.Variant, m *ir.Module) string {
 		if !p.Public {
 			entry = "internal entry, called by another role's entry"
 		}
-		fmt.Fprintf(&sb, "\n/* %s (%s; needs %d bytes of stack). */\nint32_t %s(%s);\n", p.Role, entry, llvmgen.StackBytes(m, p.Entry), p.Entry, target.CParams(p.Params, ""))
+		fmt.Fprintf(&sb, "\n/* %s (%s; needs %d bytes of stack). */\nint32_t %s(%s);\n", p.Role, entry, llvmgen.StackBytes(m, p.Entry), p.Entry, targets.CParams(p.Params, ""))
 	}
 	return sb.String()
 }
 
-// Manifest implements target.Target: the entries with their plans, then
+// Manifest implements targets.Target: the entries with their plans, then
 // the work kernels they run.
-func (Target) Manifest(v *ir.Variant, m *ir.Module, opt target.Options) []registry.KernelManifest {
+func (Target) Manifest(v *ir.Variant, m *ir.Module, opt targets.Options) []registry.KernelManifest {
 	var out []registry.KernelManifest
 	for _, p := range m.Plans {
 		out = append(out, registry.KernelManifest{Variant: v.Name, Role: string(p.Role), Symbol: p.Entry, Entry: p.Public,
@@ -189,7 +189,7 @@ func (Target) Manifest(v *ir.Variant, m *ir.Module, opt target.Options) []regist
 	return out
 }
 
-// Select implements target.Target: the plan evaluated with the call's
+// Select implements targets.Target: the plan evaluated with the call's
 // thread count and lengths.
 func (Target) Select(v *ir.Variant, m *ir.Module, s registry.Shape) (registry.Selection, error) {
 	return registry.Select(v, m, s, registry.Host{Target: "cpu", Threads: max(s.Threads, 1), Lengths: true})

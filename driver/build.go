@@ -1,4 +1,4 @@
-package build
+package driver
 
 import (
 	"fmt"
@@ -12,18 +12,18 @@ import (
 	"github.com/attnc/attnc/lower"
 	"github.com/attnc/attnc/passes"
 	"github.com/attnc/attnc/registry"
-	"github.com/attnc/attnc/target"
+	"github.com/attnc/attnc/targets"
 
 	// The registered targets: one line each.
-	_ "github.com/attnc/attnc/target/cpu"
-	_ "github.com/attnc/attnc/target/cuda"
+	_ "github.com/attnc/attnc/targets/cpu"
+	_ "github.com/attnc/attnc/targets/cuda"
 )
 
 // PassTable returns a copy of target's pass table: the passes its modules
 // go through, in order. Callers may extend the copy (passes.Insert)
 // without changing the table for anyone else.
 func PassTable(name string) ([]passes.Pass, error) {
-	t, err := target.Lookup(name)
+	t, err := targets.Lookup(name)
 	if err != nil {
 		return nil, err
 	}
@@ -42,7 +42,7 @@ type Options struct {
 }
 
 // table is the pass table Build runs for t.
-func (o Options) table(t target.Target) []passes.Pass {
+func (o Options) table(t targets.Target) []passes.Pass {
 	if tb, ok := o.Tables[t.Name()]; ok {
 		return tb
 	}
@@ -63,7 +63,7 @@ func Ran(table []passes.Pass, po passes.Options) []string {
 }
 
 // Artifact is one generated file.
-type Artifact = target.Artifact
+type Artifact = targets.Artifact
 
 // Output is what a build produced, in a fixed order.
 type Output struct {
@@ -81,7 +81,7 @@ type Output struct {
 // Compiled is one variant scheduled for one target.
 type Compiled struct {
 	V      *ir.Variant
-	Target target.Target
+	Target targets.Target
 	Table  []passes.Pass // the passes that ran, in order
 	// Lowered is the target-neutral module lowering built (with the
 	// target's tiling); Final is the module after assembly and every pass.
@@ -122,7 +122,7 @@ func ParseSpecs(paths []string) ([]*ir.Variant, error) {
 // Compile lowers v with target t's tiling, assembles its entries and runs
 // its pass table (opt.Tables may override it). A pass that changes the
 // parameters of a kernel or an entry is an error: they are the ABI.
-func Compile(v *ir.Variant, t target.Target, opt Options) (*Compiled, error) {
+func Compile(v *ir.Variant, t targets.Target, opt Options) (*Compiled, error) {
 	table := opt.table(t)
 	m, err := lower.Lower(v, t.Tiling(v))
 	if err != nil {
@@ -157,7 +157,7 @@ func Compile(v *ir.Variant, t target.Target, opt Options) (*Compiled, error) {
 
 // CompileFor is Compile for a target named by name.
 func CompileFor(v *ir.Variant, name string, opt Options) (*Compiled, error) {
-	t, err := target.Lookup(name)
+	t, err := targets.Lookup(name)
 	if err != nil {
 		return nil, err
 	}
@@ -251,9 +251,9 @@ func Build(vs []*ir.Variant, opt Options) (*Output, error) {
 	if len(names) == 0 {
 		names = []string{"cpu"}
 	}
-	var ts []target.Target
+	var ts []targets.Target
 	for _, n := range names {
-		t, err := target.Lookup(n)
+		t, err := targets.Lookup(n)
 		if err != nil {
 			return nil, err
 		}
@@ -264,7 +264,7 @@ func Build(vs []*ir.Variant, opt Options) (*Output, error) {
 	if opt.Triple != "" && !slices.Contains(names, "cpu") {
 		return nil, fmt.Errorf("triple %s applies to the cpu target, which is not among the targets (%s)", opt.Triple, strings.Join(names, ", "))
 	}
-	topt := target.Options{Triple: opt.Triple}
+	topt := targets.Options{Triple: opt.Triple}
 	man := &registry.Manifest{ABI: registry.ABI, LSEBase: registry.BuildLSEBase(vs), Targets: map[string]registry.TargetManifest{}}
 	for _, t := range ts {
 		sec, err := t.Section(topt)

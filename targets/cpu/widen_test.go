@@ -270,7 +270,7 @@ func TestCodeWidenExhaustive(t *testing.T) {
 // (32 KiB of codes, L1-resident, into f32) at each CPU level this CPU
 // runs, with legalize-dtype's integer Widen ("int") and with native-widen
 // first ("native": the half conversion where the level has one). `go test
-// ./target/cpu -run XXX -bench CodeWiden`.
+// ./targets/cpu -run XXX -bench CodeWiden`.
 func BenchmarkCodeWiden(b *testing.B) {
 	tg, err := llvmgen.LookupTarget(cpurt.HostTriple())
 	if err != nil {

@@ -17,18 +17,18 @@ import (
 	"github.com/attnc/attnc/lower"
 	"github.com/attnc/attnc/passes"
 	"github.com/attnc/attnc/registry"
-	"github.com/attnc/attnc/target"
+	"github.com/attnc/attnc/targets"
 )
 
-func init() { target.Register(Target{}) }
+func init() { targets.Register(Target{}) }
 
 // Target is the CUDA target.
 type Target struct{}
 
-// Name implements target.Target.
+// Name implements targets.Target.
 func (Target) Name() string { return "cuda" }
 
-// Files implements target.Target.
+// Files implements targets.Target.
 func (Target) Files() string { return "<variant>.cu" }
 
 // Tiling is 32-position KV tiles and work items of 16 (head, query) rows,
@@ -102,13 +102,13 @@ var Constraints = append(append([]passes.Constraint(nil), passes.NeutralConstrai
 	passes.Constraint{Before: "stage-shared", After: "map-threads", Why: "map-threads keeps the shared arrays stage-shared hoisted outside the threads loop, and the barriers it placed between phases"},
 )
 
-// Passes implements target.Target.
+// Passes implements targets.Target.
 func (Target) Passes() []passes.Pass { return Table }
 
-// Constraints implements target.Target.
+// Constraints implements targets.Target.
 func (Target) Constraints() []passes.Constraint { return Constraints }
 
-// Assemble implements target.Target: host launchers are printed from the
+// Assemble implements targets.Target: host launchers are printed from the
 // plans, so the module keeps only the kernels a public plan launches (a
 // GPU prefill never hands over to decode: the launcher cannot read the
 // query lengths).
@@ -154,31 +154,31 @@ var hostConfig = cudagen.Host{
 	MinBlocks:       MinBlocksPerSM,
 }
 
-// Section implements target.Target.
-func (Target) Section(opt target.Options) (registry.TargetManifest, error) {
+// Section implements targets.Target.
+func (Target) Section(opt targets.Options) (registry.TargetManifest, error) {
 	return registry.TargetManifest{}, nil
 }
 
-// Emit implements target.Target.
-func (Target) Emit(v *ir.Variant, m *ir.Module, opt target.Options) ([]target.Artifact, error) {
+// Emit implements targets.Target.
+func (Target) Emit(v *ir.Variant, m *ir.Module, opt targets.Options) ([]targets.Artifact, error) {
 	cu, err := cudagen.Emit(m, hostConfig)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %s: %w", v.Pos, v.Name, err)
 	}
-	return []target.Artifact{{Name: v.Name + ".cu", Data: []byte(cu)}}, nil
+	return []targets.Artifact{{Name: v.Name + ".cu", Data: []byte(cu)}}, nil
 }
 
-// Runtime implements target.Target: the .cu defines nothing besides the
+// Runtime implements targets.Target: the .cu defines nothing besides the
 // launchers (a status code's message is in the header's comments).
 func (Target) Runtime(m *ir.Module) string { return "" }
 
-// Header implements target.Target: the public launchers.
+// Header implements targets.Target: the public launchers.
 func (Target) Header(v *ir.Variant, m *ir.Module) string {
 	var sb strings.Builder
 	for _, p := range m.Plans {
 		if p.Public {
 			fmt.Fprintf(&sb, "\n/* %s on CUDA (device pointers; stream is a cudaStream_t). */\nint32_t %s(%s);\n",
-				p.Role, Launcher(p), target.CParams(p.Params, "void *stream"))
+				p.Role, Launcher(p), targets.CParams(p.Params, "void *stream"))
 		}
 	}
 	return sb.String()
@@ -200,9 +200,9 @@ func launchOf(m *ir.Module, p *ir.Plan) func(ir.Launch) registry.LaunchManifest 
 	}
 }
 
-// Manifest implements target.Target: the launchers with their plans, then
+// Manifest implements targets.Target: the launchers with their plans, then
 // the device kernels with their launch settings.
-func (Target) Manifest(v *ir.Variant, m *ir.Module, opt target.Options) []registry.KernelManifest {
+func (Target) Manifest(v *ir.Variant, m *ir.Module, opt targets.Options) []registry.KernelManifest {
 	var out []registry.KernelManifest
 	for _, p := range m.Plans {
 		if !p.Public {
@@ -227,7 +227,7 @@ func (Target) Manifest(v *ir.Variant, m *ir.Module, opt target.Options) []regist
 // gives none (an H100 SXM / H200).
 const DefaultSMs = 132
 
-// Select implements target.Target: what the launcher does for a call of
+// Select implements targets.Target: what the launcher does for a call of
 // that shape — the plan evaluated as the host evaluates it (2 x SMs
 // workers, no sequence lengths), with each launch's grid, block and shared
 // memory.

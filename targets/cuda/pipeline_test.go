@@ -4,11 +4,11 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/attnc/attnc/build"
 	cudagen "github.com/attnc/attnc/codegen/cuda"
 	"github.com/attnc/attnc/codegen/cuda/sass"
+	"github.com/attnc/attnc/driver"
 	"github.com/attnc/attnc/ir"
-	"github.com/attnc/attnc/target/cuda"
+	"github.com/attnc/attnc/targets/cuda"
 )
 
 // TestRingSlotsKeepTwoBlocks states pipeline-kv's rule on every example's
@@ -23,13 +23,13 @@ func TestRingSlotsKeepTwoBlocks(t *testing.T) {
 	if err != nil || len(specs) == 0 {
 		t.Fatalf("no examples: %v", err)
 	}
-	vs, err := build.ParseSpecs(specs)
+	vs, err := driver.ParseSpecs(specs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	slots := map[int]int{}
 	for _, v := range vs {
-		c, err := build.CompileFor(v, "cuda", build.Options{})
+		c, err := driver.CompileFor(v, "cuda", driver.Options{})
 		if err != nil {
 			t.Logf("skip %s: %v", v.Name, err)
 			continue

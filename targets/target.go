@@ -1,12 +1,12 @@
-// Package target is the seam between the target-neutral compiler (lower,
+// Package targets is the seam between the target-neutral compiler (lower,
 // the neutral passes, plans) and the code generators. A Target is
-// registered once, in one table; build and the CLI iterate the table, so
+// registered once, in one table; the driver and the CLI iterate the table, so
 // adding a target is a new package that calls Register from its init and
-// one blank import in build.
+// one blank import in driver.
 //
-// target imports ir, lower (for Tiling), passes and registry; it must not
-// import a target package, codegen, build or frontend.
-package target
+// targets imports ir, lower (for Tiling), passes and registry; it must not
+// import a target package, codegen, driver or frontend.
+package targets
 
 import (
 	"fmt"

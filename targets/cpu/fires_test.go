@@ -5,11 +5,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/attnc/attnc/build"
+	"github.com/attnc/attnc/driver"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
 	"github.com/attnc/attnc/passes"
-	"github.com/attnc/attnc/target/cpu"
+	"github.com/attnc/attnc/targets/cpu"
 )
 
 // TestBlockMatMulFires compiles every example for both triples through
@@ -23,7 +23,7 @@ func TestBlockMatMulFires(t *testing.T) {
 	if len(files) == 0 {
 		t.Fatal("no examples")
 	}
-	vs, err := build.ParseSpecs(files)
+	vs, err := driver.ParseSpecs(files)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func TestBlockMatMulFires(t *testing.T) {
 			if lower.Unsupported(v) != nil {
 				continue
 			}
-			c, err := build.Compile(v, cpu.Target{}, build.Options{Triple: triple, Tables: map[string][]passes.Pass{"cpu": table}})
+			c, err := driver.Compile(v, cpu.Target{}, driver.Options{Triple: triple, Tables: map[string][]passes.Pass{"cpu": table}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -6,8 +6,8 @@ import (
 	"math/rand"
 	"testing"
 
-	"github.com/attnc/attnc/build"
 	"github.com/attnc/attnc/conformance"
+	"github.com/attnc/attnc/driver"
 	"github.com/attnc/attnc/frontend"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/reference"
@@ -147,7 +147,7 @@ func TestInterpretCUDASchedule(t *testing.T) {
 		}
 		v := vs[0]
 		t.Run(v.Name, func(t *testing.T) {
-			c, err := build.CompileFor(v, "cuda", build.Options{})
+			c, err := driver.CompileFor(v, "cuda", driver.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -190,7 +190,7 @@ func TestAccInRegisters(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := vs[0]
-	c, err := build.CompileFor(v, "cuda", build.Options{})
+	c, err := driver.CompileFor(v, "cuda", driver.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

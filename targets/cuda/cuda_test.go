@@ -6,7 +6,7 @@ import (
 
 	"github.com/attnc/attnc/internal/passtest"
 	"github.com/attnc/attnc/passes"
-	"github.com/attnc/attnc/target/cuda"
+	"github.com/attnc/attnc/targets/cuda"
 )
 
 var update = flag.Bool("update", false, "rewrite the after sections of testdata/*.txt")
