@@ -271,7 +271,7 @@ func (l *lowering) bindItem(w *blk, it attnItem, item ir.Expr) itemVars {
 		w.when(ge(qLo, x.qLen), func(u *blk) { u.add(&ir.Continue{}) })
 		x.rows = w.let("rows", minE(i32(QT), sub(x.qLen, qLo)))
 	}
-	x.kvBeg, x.kvLen = l.seqPages(w, x.sb, "", true)
+	x.kvBeg, x.kvLen = l.pt.seqPages(w, x.sb)
 	x.qRow0 = plusE(x.qBeg, qLo)
 	x.qPos0 = w.let("q_pos0", add(sub(x.kvLen, x.qLen), qLo))
 	x.nRows = simplifyMul(x.rows, GB)
@@ -481,7 +481,7 @@ func (l *lowering) stageKV(t *blk, kvBeg, kvLo, kvN, kvRest, kvh, sb, qBase, qSe
 		j := ir.R("j", ir.I32)
 		x.guarded(lt(j, kvN), func(y *blk) {
 			pos := y.let("kv_at", add(kvLo, j))
-			page := y.let("page", l.pageAt(kvBeg, pos))
+			page := y.let("page", l.pt.pageAt(kvBeg, pos))
 			y.guarded(and(ge(page, i32(0)), lt(page, ir.R("num_pages", ir.I32))), func(z *blk) {
 				z.store("kvis", j, i32(1))
 				slot := z.let("slot", ir.Bin(ir.And, pos, i32(l.PS-1)))

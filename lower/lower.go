@@ -111,7 +111,7 @@ func Lower(v *ir.Variant, t Tiling) (*ir.Module, error) {
 		return nil, fmt.Errorf("lower: tiling %+v has an empty size", t)
 	}
 	l := &lowering{v: v, dt: v.DType.Type(), kvt: v.KVDType.Type(), H: v.QOHeads, KVH: v.KVHeads, G: v.GroupSize(),
-		D: v.HeadDimQK, DV: v.HeadDimV, PS: v.PageSize, p: v.Name, t: t}
+		D: v.HeadDimQK, DV: v.HeadDimV, PS: v.PageSize, p: v.Name, t: t, pt: newPageTable(v.Table, v.PageSize)}
 	l.GB = t.Heads(l.G)
 	m := &ir.Module{Name: v.Name, Prefix: v.Name, Errors: ir.Statuses}
 	m.Defs = []*ir.Def{MaskDef(v), ScoreDef(v), PlanSplitsDef()}
@@ -150,7 +150,8 @@ type lowering struct {
 	PS               int
 	p                string
 	t                Tiling
-	GB               int // qo heads per work item
+	pt               pageTable // the variant's page table
+	GB               int       // qo heads per work item
 	// stageStored: the K and V tiles hold the cache's elements as stored
 	// (Tiling.DecodeStageStored, where it applies).
 	stageStored bool
@@ -176,7 +177,7 @@ func (l *lowering) pageShape(d int) []string {
 // cacheParams are the paged-cache arguments shared by prefill and decode.
 func (l *lowering) cacheParams() []*ir.Param {
 	pools := append(l.pageParams(false), l.scaleParams()...)
-	return append(append(pools, scalar("num_pages")), append(l.tableParams(), scalar("batch_size"))...)
+	return append(append(pools, scalar("num_pages")), append(l.pt.params(), scalar("batch_size"))...)
 }
 
 // outParams are the learned sinks (when the variant has them) and the

@@ -9,7 +9,8 @@ import (
 
 // The page table is the only thing CSR and block-table kernels differ in:
 // its arguments, its validation, a sequence's (table offset, cached length)
-// and the page of a position. Every skeleton goes through these.
+// and the page of a position. Every skeleton goes through the pageTable
+// interface below, one implementation per encoding.
 //
 // Kernel inputs are untrusted. The CPU entries validate them completely
 // before the first read of data (q, the pools, the masks' contents), in an
@@ -47,15 +48,56 @@ const MaxSeqLen = ir.MaxSeqLen
 // count in i32); a call that needs more returns TOO_LARGE.
 const MaxItems = math.MaxInt32
 
-// tableParams are the page-table arguments.
-func (l *lowering) tableParams() []*ir.Param {
-	if l.v.Table == ir.BlockTable {
-		return []*ir.Param{
-			buf("block_table", ir.I32, false, "batch_size", "max_blocks"),
-			scalar("max_blocks"),
-			buf("kv_lens", ir.I32, false, "batch_size"),
-		}
+// pageTable is one page-table encoding: its arguments, the scalar checks
+// and indptrs of those arguments, the page walk (a sequence's first entry
+// in the page-id buffer and cached length, the page id of a position) and
+// the validation of a sequence's entries and of the page ids. Lowering
+// asks the variant's table for these and branches on its kind nowhere
+// else; a new encoding is one more implementation.
+type pageTable interface {
+	// params are the table's entry arguments.
+	params() []*ir.Param
+	// checks are step 1 for the table's scalars (beyond batch_size and
+	// num_pages).
+	checks() []ir.Check
+	// indptrs are the table's indptr arguments (step 2).
+	indptrs() []indptr
+	// seqPages binds, in a work kernel, sequence sb's offset into the
+	// page-id buffer (i64, kv_beg) and its cached length (kv_len), forced
+	// in i64 into what the table can describe and 0..MaxSeqLen: a GPU
+	// kernel cannot report bad input (the CPU entry has validated it).
+	seqPages(b *blk, sb ir.Expr) (base, kvLen ir.Expr)
+	// pageAt is the page id of position pos (base from seqPages).
+	pageAt(base, pos ir.Expr) ir.Expr
+	// validateSeq is step 3 for the table: sequence vb's cached length
+	// and, where the table holds them per sequence, its page ids; it
+	// returns the length (i32, at most MaxSeqLen).
+	validateSeq(t *blk, vb *ir.Ref) ir.Expr
+	// validatePageIDs is step 4: the page ids the sequences name, where
+	// validateSeq did not check them.
+	validatePageIDs(b *blk)
+}
+
+// newPageTable is the page table of kind t for pages of ps slots.
+func newPageTable(t ir.Table, ps int) pageTable {
+	if t == ir.BlockTable {
+		return blockTable{ps}
 	}
+	return csrTable{ps}
+}
+
+// pageIn is the page id of position pos in buffer ids, whose sequence
+// starts at base, for pages of ps slots.
+func pageIn(ids string, base, pos ir.Expr, ps int) ir.Expr {
+	return ldi(ids, add(base, i64(ir.Bin(ir.Shr, pos, i32(bits.TrailingZeros(uint(ps)))))))
+}
+
+// csrTable is FlashInfer's table: sequence b's pages are
+// kv_indices[kv_indptr[b] .. kv_indptr[b+1]), the last one filled to
+// kv_last_page_len[b].
+type csrTable struct{ ps int }
+
+func (csrTable) params() []*ir.Param {
 	return []*ir.Param{
 		buf("kv_indptr", ir.I32, false, "batch_size+1"),
 		buf("kv_indices", ir.I32, false, "nnz_pages"),
@@ -63,46 +105,90 @@ func (l *lowering) tableParams() []*ir.Param {
 	}
 }
 
-// tableBuf is the buffer holding page ids.
-func (l *lowering) tableBuf() string {
-	if l.v.Table == ir.BlockTable {
-		return "block_table"
-	}
-	return "kv_indices"
-}
+func (csrTable) checks() []ir.Check { return nil }
 
-// seqPages binds sequence sb's offset into the page-id buffer (i64) and its
-// cached length. With clamp (GPU kernels, which cannot report bad input)
-// the length is forced, in i64, into what the table can describe and
-// 0..MaxSeqLen.
-func (l *lowering) seqPages(b *blk, sb ir.Expr, prefix string, clamp bool) (base, kvLen ir.Expr) {
-	if l.v.Table == ir.BlockTable {
-		mb := ir.R("max_blocks", ir.I32)
-		base = b.let(prefix+"kv_beg", mul(i64(sb), i64(mb)))
-		n := ldi("kv_lens", sb)
-		if clamp {
-			lim := minE(mul(i64(maxE(mb, i32(0))), i64c(l.PS)), i64c(MaxSeqLen))
-			n = ir.Cvt(ir.I32, minE(i64(maxE(n, i32(0))), lim))
-		}
-		return base, b.let(prefix+"kv_len", n)
-	}
+func (csrTable) indptrs() []indptr { return []indptr{{"kv_indptr", ErrBadKVIndptr}} }
+
+func (c csrTable) seqPages(b *blk, sb ir.Expr) (base, kvLen ir.Expr) {
 	beg := ldi("kv_indptr", sb)
-	base = b.let(prefix+"kv_beg", i64(beg))
-	if clamp {
-		np := b.let(prefix+"np", maxE(sub(i64(ldi("kv_indptr", add(sb, i32(1)))), i64(beg)), i64c(0)))
-		last := minE(maxE(ldi("kv_last_page_len", sb), i32(1)), i32(l.PS))
-		n := sel(gt(np, i64c(0)), add(mul(sub(np, i64c(1)), i64c(l.PS)), i64(last)), i64c(0))
-		return base, b.let(prefix+"kv_len", ir.Cvt(ir.I32, minE(n, i64c(MaxSeqLen))))
-	}
-	npRef := b.let(prefix+"np", sub(ldi("kv_indptr", add(sb, i32(1))), beg))
-	last := ldi("kv_last_page_len", sb)
-	return base, b.let(prefix+"kv_len", sel(gt(npRef, i32(0)), add(mul(sub(npRef, i32(1)), i32(l.PS)), last), i32(0)))
+	base = b.let("kv_beg", i64(beg))
+	np := b.let("np", maxE(sub(i64(ldi("kv_indptr", add(sb, i32(1)))), i64(beg)), i64c(0)))
+	last := minE(maxE(ldi("kv_last_page_len", sb), i32(1)), i32(c.ps))
+	n := sel(gt(np, i64c(0)), add(mul(sub(np, i64c(1)), i64c(c.ps)), i64(last)), i64c(0))
+	return base, b.let("kv_len", ir.Cvt(ir.I32, minE(n, i64c(MaxSeqLen))))
 }
 
-// pageAt is the page id of position pos (base from seqPages).
-func (l *lowering) pageAt(base, pos ir.Expr) ir.Expr {
-	return ldi(l.tableBuf(), add(base, i64(ir.Bin(ir.Shr, pos, i32(bits.TrailingZeros(uint(l.PS)))))))
+func (c csrTable) pageAt(base, pos ir.Expr) ir.Expr { return pageIn("kv_indices", base, pos, c.ps) }
+
+func (c csrTable) validateSeq(t *blk, vb *ir.Ref) ir.Expr {
+	// kv_indptr is ordered (step 2): the page count cannot wrap.
+	n := t.let("v_np", sub(ldi("kv_indptr", add(vb, i32(1))), ldi("kv_indptr", vb)))
+	last := t.let("v_last", ldi("kv_last_page_len", vb))
+	t.fail(and(gt(n, i32(0)), or(lt(last, i32(1)), gt(last, i32(c.ps)))), ErrBadLastPageLen)
+	kvLen := t.let("v_kv_len64", sel(gt(n, i32(0)), add(mul(sub(i64(n), i64c(1)), i64c(c.ps)), i64(last)), i64c(0)))
+	t.fail(gt(kvLen, i64c(MaxSeqLen)), ErrBadKVLen)
+	return t.let("v_kv_len", ir.Cvt(ir.I32, kvLen))
 }
+
+// validatePageIDs checks every page id the sequences name,
+// kv_indices[kv_indptr[0] .. kv_indptr[batch_size]) (a range step 2
+// proved ordered).
+func (csrTable) validatePageIDs(b *blk) {
+	bs := ir.R("batch_size", ir.I32)
+	b.when(gt(bs, i32(0)), func(t *blk) {
+		t.loop("vj", ldi("kv_indptr", i32(0)), ldi("kv_indptr", bs), ir.Serial, ir.TagValidate, func(u *blk) {
+			pg := u.let("v_page", ldi("kv_indices", ir.R("vj", ir.I32)))
+			u.fail(badPage(pg), ErrBadPageID)
+		})
+	})
+}
+
+// blockTable is vLLM's table: row b of block_table [batch_size,
+// max_blocks] holds sequence b's pages, kv_lens[b] its cached length.
+type blockTable struct{ ps int }
+
+func (blockTable) params() []*ir.Param {
+	return []*ir.Param{
+		buf("block_table", ir.I32, false, "batch_size", "max_blocks"),
+		scalar("max_blocks"),
+		buf("kv_lens", ir.I32, false, "batch_size"),
+	}
+}
+
+func (blockTable) checks() []ir.Check {
+	return []ir.Check{{Fail: lt(ir.R("max_blocks", ir.I32), i32(0)), Code: ErrBadArgument}}
+}
+
+func (blockTable) indptrs() []indptr { return nil }
+
+func (bt blockTable) seqPages(b *blk, sb ir.Expr) (base, kvLen ir.Expr) {
+	mb := ir.R("max_blocks", ir.I32)
+	base = b.let("kv_beg", mul(i64(sb), i64(mb)))
+	lim := minE(mul(i64(maxE(mb, i32(0))), i64c(bt.ps)), i64c(MaxSeqLen))
+	return base, b.let("kv_len", ir.Cvt(ir.I32, minE(i64(maxE(ldi("kv_lens", sb), i32(0))), lim)))
+}
+
+func (bt blockTable) pageAt(base, pos ir.Expr) ir.Expr {
+	return pageIn("block_table", base, pos, bt.ps)
+}
+
+// validateSeq checks kv_lens[vb] and the sequence's ceil(kv_len /
+// page_size) page ids.
+func (bt blockTable) validateSeq(t *blk, vb *ir.Ref) ir.Expr {
+	mb := ir.R("max_blocks", ir.I32)
+	kvLen := t.let("v_kv_len", ldi("kv_lens", vb))
+	t.fail(or(or(lt(kvLen, i32(0)), gt(kvLen, i32(MaxSeqLen))), gt(i64(kvLen), mul(i64(mb), i64c(bt.ps)))), ErrBadKVLen)
+	// kv_len <= max_blocks*page_size: the row has these entries.
+	base := t.let("v_kv_beg", mul(i64(vb), i64(mb)))
+	t.loop("vj", i32(0), ceilDiv(kvLen, bt.ps), ir.Serial, ir.NoTag, func(u *blk) {
+		pg := u.let("v_page", ldi("block_table", add(base, i64(ir.R("vj", ir.I32)))))
+		u.fail(badPage(pg), ErrBadPageID)
+	})
+	return kvLen
+}
+
+// validatePageIDs does nothing: validateSeq checked each sequence's ids.
+func (blockTable) validatePageIDs(*blk) {}
 
 // badPage is true for a page id that is neither -1 (hidden) nor in
 // 0..num_pages-1.
@@ -123,9 +209,7 @@ func (l *lowering) indptrs(prefill bool) []indptr {
 	if prefill {
 		out = append(out, indptr{"qo_indptr", ErrBadQOIndptr})
 	}
-	if l.v.Table == ir.CSR {
-		out = append(out, indptr{"kv_indptr", ErrBadKVIndptr})
-	}
+	out = append(out, l.pt.indptrs()...)
 	if l.hasMask(ir.MaskTree) {
 		out = append(out, indptr{"tree_order_indptr", ErrBadMaskIndptr})
 	}
@@ -162,31 +246,6 @@ func (l *lowering) validateIndptrs(b *blk, prefill bool) {
 	})
 }
 
-// validateTable is step 3 for the table: sequence vb's cached length (and,
-// for a block table, its page ids); it returns the length (i32, at most
-// MaxSeqLen).
-func (l *lowering) validateTable(t *blk, vb *ir.Ref) ir.Expr {
-	if l.v.Table == ir.BlockTable {
-		mb := ir.R("max_blocks", ir.I32)
-		kvLen := t.let("v_kv_len", ldi("kv_lens", vb))
-		t.fail(or(or(lt(kvLen, i32(0)), gt(kvLen, i32(MaxSeqLen))), gt(i64(kvLen), mul(i64(mb), i64c(l.PS)))), ErrBadKVLen)
-		// kv_len <= max_blocks*page_size: the row has these entries.
-		base := t.let("v_kv_beg", mul(i64(vb), i64(mb)))
-		t.loop("vj", i32(0), ceilDiv(kvLen, l.PS), ir.Serial, ir.NoTag, func(u *blk) {
-			pg := u.let("v_page", ldi("block_table", add(base, i64(ir.R("vj", ir.I32)))))
-			u.fail(badPage(pg), ErrBadPageID)
-		})
-		return kvLen
-	}
-	// kv_indptr is ordered (step 2): the page count cannot wrap.
-	n := t.let("v_np", sub(ldi("kv_indptr", add(vb, i32(1))), ldi("kv_indptr", vb)))
-	last := t.let("v_last", ldi("kv_last_page_len", vb))
-	t.fail(and(gt(n, i32(0)), or(lt(last, i32(1)), gt(last, i32(l.PS)))), ErrBadLastPageLen)
-	kvLen := t.let("v_kv_len64", sel(gt(n, i32(0)), add(mul(sub(i64(n), i64c(1)), i64c(l.PS)), i64(last)), i64c(0)))
-	t.fail(gt(kvLen, i64c(MaxSeqLen)), ErrBadKVLen)
-	return t.let("v_kv_len", ir.Cvt(ir.I32, kvLen))
-}
-
 // tableChecks is step 1: the scalar checks of the cache arguments, which
 // every target runs before anything is read (a GPU launcher on the host).
 func (l *lowering) tableChecks() []ir.Check {
@@ -194,25 +253,7 @@ func (l *lowering) tableChecks() []ir.Check {
 		{Fail: lt(ir.R("batch_size", ir.I32), i32(0)), Code: ErrBadArgument},
 		{Fail: lt(ir.R("num_pages", ir.I32), i32(0)), Code: ErrBadArgument},
 	}
-	if l.v.Table == ir.BlockTable {
-		cs = append(cs, ir.Check{Fail: lt(ir.R("max_blocks", ir.I32), i32(0)), Code: ErrBadArgument})
-	}
-	return cs
-}
-
-// validatePageIDs is step 4 for CSR tables: every page id the sequences
-// name, kv_indices[kv_indptr[0] .. kv_indptr[batch_size]).
-func (l *lowering) validatePageIDs(b *blk) {
-	if l.v.Table == ir.BlockTable {
-		return // checked per sequence in validateTable
-	}
-	bs := ir.R("batch_size", ir.I32)
-	b.when(gt(bs, i32(0)), func(t *blk) {
-		t.loop("vj", ldi("kv_indptr", i32(0)), ldi("kv_indptr", bs), ir.Serial, ir.TagValidate, func(u *blk) {
-			pg := u.let("v_page", ldi("kv_indices", ir.R("vj", ir.I32)))
-			u.fail(badPage(pg), ErrBadPageID)
-		})
-	})
+	return append(cs, l.pt.checks()...)
 }
 
 // validateCache is steps 2 to 4 for an attention entry (after the scalar
@@ -232,14 +273,14 @@ func (l *lowering) validateCache(b *blk, prefill bool, each func(*blk, map[strin
 			qLen = t.let("v_q_len", sub(ldi("qo_indptr", add(vb, i32(1))), qBeg))
 			t.fail(gt(qLen, i32(MaxSeqLen)), ErrBadQOIndptr)
 		}
-		kvLen := l.validateTable(t, vb)
+		kvLen := l.pt.validateSeq(t, vb)
 		if !l.v.NonCausal() { // mask none: cross attention takes any q_len and kv_len
 			t.fail(gt(qLen, kvLen), ErrQLenExceedsKVLen)
 		}
 		l.validateMasks(t, vb, qLen, kvLen)
 		each(t, map[string]ir.Expr{ir.SeqB: vb, ir.SeqQBeg: qBeg, ir.SeqQLen: qLen, ir.SeqKVLen: kvLen})
 	})
-	l.validatePageIDs(b)
+	l.pt.validatePageIDs(b)
 }
 
 // tooLarge is step 5: TOO_LARGE when the i64 item count n exceeds
