@@ -28,7 +28,7 @@ var aarch64Short = []string{"ps16_gqa4", "ps2_block_table_f32", "ps16_mla", "ps1
 // prefill, decode with split KV, merge_state, page kernels, bad inputs.
 // By default it runs aarch64Short, which keeps the default go test ./...
 // within its time budget; -aarch64.all (CI's second pass, .ci/run) runs
-// the whole matrix, about 110 s on two cores.
+// the whole matrix.
 func TestAArch64Matrix(t *testing.T) {
 	tc, err := cpurt.ToolchainFor(aarch64)
 	needtool.Check(t, err)

@@ -32,17 +32,16 @@ func (Target) Files() string { return "<variant>.ll" }
 
 // Tiling is 64-position KV tiles and prefill work items of about 128
 // (head, query) rows, at most 16 heads of a GQA group: a K/V tile staged
-// (and packed for block-matmul) once feeds many rows — 128 rather than 64
-// made 2048-token prefill 9% faster — while a work item's arrays (heap
+// (and packed for block-matmul) once feeds many rows,
+// while a work item's arrays (heap
 // scratch, about 256 KiB at head dim 128) stay in L2. Decode tiles are the
 // TileRows of a K row as the cache stores it (16 positions of f32, f16 or
 // bf16 at head dim 128, 32 of 8-bit codes): their staged K and V (16 KiB
-// in f32 for 16 rows; 32 KiB, a Zen 4's whole L1, for 32 — still faster
-// over 8-bit caches) stay close, and the staging burst that prefetches the
+// in f32 for 16 rows; 32 KiB, a Zen 4's whole L1, for 32)
+// stay close, and the staging burst that prefetches the
 // next tile is short. They are staged in f32 (DecodeStageStored off):
 // staged as stored, the widening moves out of the copy, where it overlaps
-// the page reads, into the products (8×4096 decode, interleaved runs: f16
-// 5.0 → 6.0–6.3 ms, f16/e4m3 5.2 → 5.5–5.7, f16/i8 4.4 → 4.2).
+// the page reads, into the products.
 func (Target) Tiling(v *ir.Variant) lower.Tiling {
 	rowBytes := v.HeadDimQK * max(1, v.KVDType.Type().Bits()/8)
 	return lower.Tiling{KVTile: 64, DecodeKVTile: TileRows(rowBytes), Rows: 128, MaxHeads: 16}

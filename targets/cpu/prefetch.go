@@ -9,11 +9,9 @@ import (
 // and how far ahead PrefetchKV reaches: 16 rows of f16 at head dim 128.
 // A staging loop runs in a burst between a tile's products, so rows a few
 // iterations ahead arrive too late; the same rows of the next tile have a
-// whole tile's work to come in (decode f16 at 8×4096 tokens: 7.3 → 5.5 ms
-// with 16-row tiles, rows 8 ahead within the tile before). Over 8-bit
+// whole tile's work to come in. Over 8-bit
 // codes the same bytes are 32 rows, which halves the per-tile softmax
-// and product overheads per row (decode f16/e4m3 5.2 → 4.6–4.8 ms, f16/i8
-// 4.3 → 3.9–4.0; f16 itself 5.2 → 6.1 ms at 32 rows).
+// and product overheads per row.
 const TileKBytes = 4096
 
 // TileRows is how many K rows of rowBytes bytes make TileKBytes, as a
