@@ -83,7 +83,7 @@ func foldSeq(b *blk, sv ir.SeqValue, env map[string]ir.Expr) {
 // prefill is the ragged-query role: (sequence, kv head, head tile, query
 // tile) work items; its plan hands over to decode when every sequence has
 // exactly one query token laid out as in decode.
-func (l *lowering) prefill(decodePublic bool) ([]*ir.Kernel, *ir.Plan) {
+func (l *lowering) prefill() ([]*ir.Kernel, *ir.Plan) {
 	params := l.prefillParams()
 	work := l.attentionKernel(l.name("prefill_work"), ir.RolePrefill, params, attnItem{})
 	maxQT := l.seqMaxQT()
@@ -331,8 +331,8 @@ func (l *lowering) stageQuery(w *blk, x itemVars) {
 			for _, sg := range l.qSegs() {
 				base := u.let("qbase"+segName(sg), mul(qflat, ir.IntT(ir.I64, int64(sg.w))))
 				u.spread("d", sg.w, func(z *blk, d ir.Expr) {
-					l.stageRow(z, "qs", add(mul(row, i32(D)), plus(d, sg.off)), l.qRopePos(z, qrow), d,
-						func(k ir.Expr) ir.Expr { return tof32(ld(sg.buf, l.dt, add(base, i64(k)))) }, true)
+					l.stageRow(z, "qs", add(mul(row, i32(D)), plus(d, sg.off)), l.qRopePos(qrow), d,
+						func(k ir.Expr) ir.Expr { return tof32(ld(sg.buf, l.dt, add(base, i64(k)))) })
 				})
 			}
 		}, func(u *blk) {
@@ -488,8 +488,8 @@ func (l *lowering) stageKV(t *blk, kvBeg, kvLo, kvN, kvRest, kvh, sb, qBase, qSe
 				for _, sg := range l.kSegs() {
 					row := z.let("krow"+segName(sg), l.rowIndex(page, kvh, slot, sg.w))
 					z.spread("d", sg.w, func(u *blk, d ir.Expr) {
-						l.stageRow(u, "kb", add(mul(j, i32(D)), plus(d, sg.off)), l.kRopePos(u, pos, sb, qBase, qSeqRow), d,
-							func(k ir.Expr) ir.Expr { return l.stageLoad(sg.buf, add(row, i64(k))) }, true)
+						l.stageRow(u, "kb", add(mul(j, i32(D)), plus(d, sg.off)), l.kRopePos(pos, sb, qBase, qSeqRow), d,
+							func(k ir.Expr) ir.Expr { return l.stageLoad(sg.buf, add(row, i64(k))) })
 					})
 				}
 				for _, sg := range l.vSegs() {

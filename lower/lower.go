@@ -120,7 +120,7 @@ func Lower(v *ir.Variant, t Tiling) (*ir.Module, error) {
 		m.Plans = append(m.Plans, p)
 	}
 	if v.HasRole(ir.RolePrefill) {
-		add(l.prefill(v.HasRole(ir.RoleDecode)))
+		add(l.prefill())
 	}
 	if v.HasRole(ir.RoleDecode) || v.HasRole(ir.RolePrefill) {
 		ld := *l

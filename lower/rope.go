@@ -164,8 +164,8 @@ func (l *lowering) ropeElem(b *blk, pos, d ir.Expr, at func(ir.Expr) ir.Expr) ir
 
 // stageRow stores row element d of src (via at) into dst[idx], rotated at
 // pos when the variant has inline RoPE.
-func (l *lowering) stageRow(b *blk, dst string, idx, pos, d ir.Expr, at func(ir.Expr) ir.Expr, rope bool) {
-	if rope && l.v.Rope != nil {
+func (l *lowering) stageRow(b *blk, dst string, idx, pos, d ir.Expr, at func(ir.Expr) ir.Expr) {
+	if l.v.Rope != nil {
 		b.store(dst, idx, l.ropeElem(b, pos, d, at))
 		return
 	}
@@ -180,7 +180,7 @@ func (l *lowering) ropeParams(rows string) []*ir.Param {
 }
 
 // qRopePos is query row qrow's rotation position (nil without RoPE).
-func (l *lowering) qRopePos(b *blk, qrow ir.Expr) ir.Expr {
+func (l *lowering) qRopePos(qrow ir.Expr) ir.Expr {
 	if l.v.Rope == nil {
 		return nil
 	}
@@ -193,7 +193,7 @@ func (l *lowering) qRopePos(b *blk, qrow ir.Expr) ir.Expr {
 // q_rope_position (depth-based positions), every other key at pos +
 // k_rope_pos_offset[sb]. The sum is an i64: an offset near INT32_MAX from
 // an untrusted request rotates at the position it names, not a wrapped one.
-func (l *lowering) kRopePos(b *blk, pos, sb, qBase, qRow ir.Expr) ir.Expr {
+func (l *lowering) kRopePos(pos, sb, qBase, qRow ir.Expr) ir.Expr {
 	if l.v.Rope == nil {
 		return nil
 	}

@@ -109,9 +109,6 @@ func PageIndex(v *ir.Variant, page, h, slot, dim, d int) int {
 	return ((page*v.KVHeads+h)*v.PageSize+slot)*d + dim
 }
 
-func unsupported(v *ir.Variant) {
-}
-
 // check panics when c does not fit v.
 func check(v *ir.Variant, c *Case) {
 	if len(c.QLens) != c.Batch || len(c.KVLens) != c.Batch || len(c.Pages) != c.Batch {
@@ -233,7 +230,6 @@ func Attention(v *ir.Variant, c *Case) (o []float64, lse []float64) {
 // f32 rounding error a kernel may make before its one rounding to the
 // storage type (see CompareULP).
 func AttentionMag(v *ir.Variant, c *Case) (o, lse, mag []float64) {
-	unsupported(v)
 	check(v, c)
 	qo, dqk, dv, group := v.QOHeads, v.HeadDimQK, v.HeadDimV, v.GroupSize()
 	totalQ := c.TotalQ()

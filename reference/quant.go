@@ -140,11 +140,6 @@ func (f FP8) Encode(x float64) uint8 {
 	return hi | sign
 }
 
-// Quantize is append's code for input x and scale (DESIGN §3): x / scale
-// in f32 (IEEE division, rounded once, as vLLM's and FlashInfer's
-// quantizers compute it), encoded.
-func (f FP8) Quantize(x, scale float32) uint8 { return f.Encode(float64(x / scale)) }
-
 // I8Value is the value of int8 code c.
 func I8Value(c uint8) float64 { return float64(int8(c)) }
 
@@ -173,7 +168,9 @@ func CodeOf(dt ir.DType, x float64) uint8 {
 	return I8Encode(x)
 }
 
-// Quantize is append's code of 8-bit dtype dt for input x and scale.
+// Quantize is append's code of 8-bit dtype dt for input x and scale
+// (DESIGN §3): x / scale in f32 (IEEE division, rounded once, as vLLM's
+// and FlashInfer's quantizers compute it), encoded.
 func Quantize(dt ir.DType, x, scale float32) uint8 { return CodeOf(dt, float64(x/scale)) }
 
 // QuantEdges are the inputs of dtype in where append's rounding and
