@@ -9,13 +9,13 @@ import (
 	"strings"
 	"sync"
 
-	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/driver"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/passes"
 	"github.com/attnc/attnc/reference"
 	"github.com/attnc/attnc/targets"
+	cputarget "github.com/attnc/attnc/targets/cpu"
 )
 
 // Tolerance is the allowed error |got - want| / max(1, |want|) of f32
@@ -187,7 +187,7 @@ func Build(v *ir.Variant, dir string) (*Suite, error) { return BuildWith(v, dir,
 
 // BuildWith is Build with options.
 func BuildWith(v *ir.Variant, dir string, o Options) (*Suite, error) {
-	tgt, err := llvmgen.LookupTarget(o.Triple)
+	tgt, err := cputarget.LookupArch(o.Triple)
 	if err != nil {
 		return nil, err
 	}
@@ -234,13 +234,13 @@ func openAtLevel(so, prefix, level string) (*cpurt.Lib, string, error) {
 	levelMu.Lock()
 	defer levelMu.Unlock()
 	if level != "" {
-		old, had := os.LookupEnv(llvmgen.LevelEnv)
-		os.Setenv(llvmgen.LevelEnv, level)
+		old, had := os.LookupEnv(cputarget.LevelEnv)
+		os.Setenv(cputarget.LevelEnv, level)
 		defer func() {
 			if had {
-				os.Setenv(llvmgen.LevelEnv, old)
+				os.Setenv(cputarget.LevelEnv, old)
 			} else {
-				os.Unsetenv(llvmgen.LevelEnv)
+				os.Unsetenv(cputarget.LevelEnv)
 			}
 		}()
 	}

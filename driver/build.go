@@ -34,7 +34,7 @@ func PassTable(name string) ([]passes.Pass, error) {
 type Options struct {
 	Targets []string // default: cpu
 	// Triple is the cpu target's triple (default x86_64-unknown-linux-gnu;
-	// llvmgen.Targets lists the known ones).
+	// cpu.Arches lists the known ones).
 	Triple string
 	Passes passes.Options
 	// Tables overrides a target's pass table (default: PassTable(target)).

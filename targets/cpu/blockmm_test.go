@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/ir"
 )
 
@@ -198,7 +197,7 @@ func keepResults(t *testing.T, rng *rand.Rand, m, after *ir.Module, name, level 
 // feeding at least 6 of them, and Q·Kᵀ packs K once, before its loop.
 func TestBlockMatMulShape(t *testing.T) {
 	for _, lv := range levelsUnderTest {
-		l, err := llvmgen.LookupLevel(lv.triple, lv.level)
+		l, err := LookupLevel(lv.triple, lv.level)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,17 +1,20 @@
 // Package cpu is the CPU target: it schedules the neutral module for a
 // thread pool and vector units (work items on the pool, spread loops as
 // vector loops, tile statements as loops), assembles an entry kernel per
-// plan and prints LLVM 14 IR through codegen/llvm.
+// plan and prints LLVM 14 IR through codegen/llvm. It owns the CPU
+// machine: the architectures (triple, data layout) and their CPU levels,
+// the CPUID dispatch among the levels' clones, the runtime every .ll
+// defines (thread pool, strerror, set/get_num_threads) and the stack a
+// call needs; codegen/llvm knows none of them.
 //
-// cpu imports ir, lower (Tiling), passes, registry, target and
-// codegen/llvm; it must not import another target, build or frontend.
+// cpu imports ir, lower (Tiling), passes, registry, targets and
+// codegen/llvm; it must not import another target, driver or frontend.
 package cpu
 
 import (
 	"fmt"
 	"strings"
 
-	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
 	"github.com/attnc/attnc/passes"
@@ -117,7 +120,7 @@ func (Target) Assemble(m *ir.Module) (*ir.Module, error) { return Assemble(m) }
 
 // Section implements targets.Target: the triple the IR is for.
 func (Target) Section(opt targets.Options) (registry.TargetManifest, error) {
-	t, err := llvmgen.LookupTarget(opt.Triple)
+	t, err := LookupArch(opt.Triple)
 	if err != nil {
 		return registry.TargetManifest{}, err
 	}
@@ -126,11 +129,11 @@ func (Target) Section(opt targets.Options) (registry.TargetManifest, error) {
 
 // Emit implements targets.Target: LLVM IR for opt.Triple.
 func (Target) Emit(v *ir.Variant, m *ir.Module, opt targets.Options) ([]targets.Artifact, error) {
-	t, err := llvmgen.LookupTarget(opt.Triple)
+	a, err := LookupArch(opt.Triple)
 	if err != nil {
 		return nil, err
 	}
-	ll, err := llvmgen.EmitFor(m, t)
+	ll, err := EmitLL(m, a)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %s: llvm: %w", v.Pos, v.Name, err)
 	}
@@ -138,12 +141,12 @@ func (Target) Emit(v *ir.Variant, m *ir.Module, opt targets.Options) ([]targets.
 }
 
 // Runtime implements targets.Target: the status messages and the worker
-// threads' controls, which codegen/llvm defines in every .ll.
+// threads' controls, which the runtime (runtime.go) defines in every .ll.
 func (Target) Runtime(m *ir.Module) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "\n/* Message for a status code. */\nconst char *%s_strerror(int32_t code);\n", m.Prefix)
 	fmt.Fprintf(&sb, "/* Worker threads for later calls: n <= 0 restores the default (all online CPUs,\n   at most %d); larger n is clamped to min(%d, max(%d, %d x online CPUs)). */\nvoid %s_set_num_threads(int32_t n);\nint32_t %s_get_num_threads(void);\n",
-		llvmgen.MaxThreads, llvmgen.MaxThreads, llvmgen.MinThreadLimit, llvmgen.ThreadsPerCPU, m.Prefix, m.Prefix)
+		MaxThreads, MaxThreads, MinThreadLimit, ThreadsPerCPU, m.Prefix, m.Prefix)
 	return sb.String()
 }
 
@@ -153,17 +156,17 @@ func (Target) Header(v *ir.Variant, m *ir.Module) string {
 	var sb strings.Builder
 	var most int64
 	for _, p := range m.Plans {
-		most = max(most, llvmgen.StackBytes(m, p.Entry))
+		most = max(most, StackBytes(m, p.Entry))
 	}
 	fmt.Fprintf(&sb, "\n/* The most stack one call of any entry point needs on the calling thread\n   (large scratch is on the heap; worker threads get the default stack). */\n#define %s_STACK_BYTES %d\n", strings.ToUpper(m.Prefix), most)
 	fmt.Fprintf(&sb, "\n/* The CPU level the kernels run at (the manifest's targets.cpu.levels): the best\n   this CPU supports, chosen at the first call, or the one $%s names;\n   NULL when that variable names no level or one the CPU lacks (calls return\n   %s_CPU_LEVEL). */\nconst char *%s_cpu_level(void);\n",
-		llvmgen.LevelEnv, strings.ToUpper(m.Prefix), m.Prefix)
+		LevelEnv, strings.ToUpper(m.Prefix), m.Prefix)
 	for _, p := range m.Plans {
 		entry := "entry point"
 		if !p.Public {
 			entry = "internal entry, called by another role's entry"
 		}
-		fmt.Fprintf(&sb, "\n/* %s (%s; needs %d bytes of stack). */\nint32_t %s(%s);\n", p.Role, entry, llvmgen.StackBytes(m, p.Entry), p.Entry, targets.CParams(p.Params, ""))
+		fmt.Fprintf(&sb, "\n/* %s (%s; needs %d bytes of stack). */\nint32_t %s(%s);\n", p.Role, entry, StackBytes(m, p.Entry), p.Entry, targets.CParams(p.Params, ""))
 	}
 	return sb.String()
 }
@@ -175,7 +178,7 @@ func (Target) Manifest(v *ir.Variant, m *ir.Module, opt targets.Options) []regis
 	for _, p := range m.Plans {
 		out = append(out, registry.KernelManifest{Variant: v.Name, Role: string(p.Role), Symbol: p.Entry, Entry: p.Public,
 			Target: "cpu", File: v.Name + ".ll", Args: registry.ArgsOf(p.Params), Returns: "i32 status",
-			Constraints: registry.Constraints(v), StackBytes: llvmgen.StackBytes(m, p.Entry),
+			Constraints: registry.Constraints(v), StackBytes: StackBytes(m, p.Entry),
 			Plan: registry.PlanOf(p, registry.PlanOptions{Threads: "the worker threads (set_num_threads)", Lengths: true})})
 	}
 	for _, k := range m.Kernels {
@@ -184,7 +187,7 @@ func (Target) Manifest(v *ir.Variant, m *ir.Module, opt targets.Options) []regis
 		}
 		out = append(out, registry.KernelManifest{Variant: v.Name, Role: string(k.Role), Symbol: k.Name,
 			Target: "cpu", File: v.Name + ".ll", Args: registry.ArgsOf(k.Params), Returns: "i32 status",
-			Constraints: registry.Constraints(v), StackBytes: llvmgen.StackBytes(m, k.Name), Level: k.Level})
+			Constraints: registry.Constraints(v), StackBytes: StackBytes(m, k.Name), Level: k.Level})
 	}
 	return out
 }

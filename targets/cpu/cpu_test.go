@@ -11,7 +11,7 @@ import (
 	"github.com/attnc/attnc/passes"
 )
 
-var update = flag.Bool("update", false, "rewrite the after sections of testdata/*.txt")
+var update = flag.Bool("update", false, "rewrite the after sections of testdata/*.txt and testdata/tiny.ll.golden")
 
 func TestTableOrder(t *testing.T) {
 	if err := passes.CheckOrder(Table, Constraints); err != nil {

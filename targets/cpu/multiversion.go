@@ -3,7 +3,6 @@ package cpu
 import (
 	"fmt"
 
-	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/ir"
 )
 
@@ -26,12 +25,12 @@ func Multiversion(m *ir.Module) (*ir.Module, error) { return multiversion(m, fal
 func MultiversionEnds(m *ir.Module) (*ir.Module, error) { return multiversion(m, true) }
 
 func multiversion(m *ir.Module, ends bool) (*ir.Module, error) {
-	t, err := llvmgen.LookupTarget(m.Triple)
+	t, err := LookupArch(m.Triple)
 	if err != nil {
 		return nil, err
 	}
 	// levels are the cloned levels with their indexes in the target's.
-	levels := map[int]llvmgen.Level{}
+	levels := map[int]Level{}
 	for i, l := range t.Levels {
 		if !ends || i == 0 || i == len(t.Levels)-1 {
 			levels[i] = l
@@ -100,13 +99,13 @@ func renameCalls(b *ir.Block, cloned map[string]bool, suffix string) *ir.Block {
 // by the entry's level: the best cloned level at or below it, best first
 // (the baseline, index 0, is always cloned). A call's result stays visible
 // after the choice: it becomes a var that each clone's call sets.
-func dispatch(b *ir.Block, cloned map[string]bool, all []llvmgen.Level, levels map[int]llvmgen.Level) *ir.Block {
+func dispatch(b *ir.Block, cloned map[string]bool, all []Level, levels map[int]Level) *ir.Block {
 	return ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
 		c, ok := s.(*ir.CallStmt)
 		if !ok || !cloned[c.Fn] {
 			return []ir.Stmt{s}
 		}
-		call := func(l llvmgen.Level) *ir.Block {
+		call := func(l Level) *ir.Block {
 			n := *c
 			n.Fn += l.Suffix
 			n.Args = append([]ir.Expr(nil), c.Args...)

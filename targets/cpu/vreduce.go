@@ -3,7 +3,6 @@ package cpu
 import (
 	"fmt"
 
-	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/passes"
 )
@@ -27,7 +26,7 @@ func VectorReduce(m *ir.Module) (*ir.Module, error) {
 			out.Kernels = append(out.Kernels, k)
 			continue
 		}
-		l, err := llvmgen.LookupLevel(m.Triple, k.Level)
+		l, err := LookupLevel(m.Triple, k.Level)
 		if err != nil {
 			return nil, fmt.Errorf("vector-reduce: kernel %s: %w", k.Name, err)
 		}

@@ -3,7 +3,6 @@ package cpu
 import (
 	"fmt"
 
-	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/ir"
 )
 
@@ -25,7 +24,7 @@ func NativeWiden(m *ir.Module) (*ir.Module, error) {
 			out.Kernels = append(out.Kernels, k)
 			continue
 		}
-		l, err := llvmgen.LookupLevel(m.Triple, k.Level)
+		l, err := LookupLevel(m.Triple, k.Level)
 		if err != nil {
 			return nil, fmt.Errorf("native-widen: kernel %s: %w", k.Name, err)
 		}
