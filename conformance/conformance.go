@@ -97,6 +97,8 @@ type Suite struct {
 	// Lowered and Final are the CPU module before and after the passes
 	// (nil for CUDA suites).
 	Lowered, Final *ir.Module
+	// Triple is the CPU suite's target triple (the levels of Level).
+	Triple string
 	// Level is the CPU level the entries run at (<prefix>_cpu_level):
 	// the best this CPU supports, or the one AtLevel forced.
 	Level string
@@ -205,7 +207,7 @@ func BuildWith(v *ir.Variant, dir string, o Options) (*Suite, error) {
 	if err := tc.BuildShared(llPath, so); err != nil {
 		return nil, err
 	}
-	s := &Suite{V: v, Target: "cpu", Prefix: c.Final.Prefix, Entries: cpuEntries(c.Final), Lowered: c.Lowered, Final: c.Final, so: so}
+	s := &Suite{V: v, Target: "cpu", Prefix: c.Final.Prefix, Entries: cpuEntries(c.Final), Lowered: c.Lowered, Final: c.Final, Triple: tgt.Triple, so: so}
 	if tc.Foreign() {
 		r, err := tc.OpenRemote(so)
 		if err != nil {

@@ -51,7 +51,7 @@ func microShapeFor(l Level, vectors int) microShape {
 // whole static width (C outside the extents is unspecified). Matmuls whose
 // N (or, transposed, K) is not a multiple of the level's lanes, or whose
 // transposed B is not a local array, are left for lower-tiles.
-func BlockMatMul(m *ir.Module) (*ir.Module, error) {
+func (mc *Machine) BlockMatMul(m *ir.Module) (*ir.Module, error) {
 	out := *m
 	out.Kernels = nil
 	for _, k := range m.Kernels {
@@ -59,12 +59,12 @@ func BlockMatMul(m *ir.Module) (*ir.Module, error) {
 			out.Kernels = append(out.Kernels, k)
 			continue
 		}
-		l, err := LookupLevel(m.Triple, k.Level)
+		l, err := mc.Level(k)
 		if err != nil {
-			return nil, fmt.Errorf("block-matmul: kernel %s: %w", k.Name, err)
+			return nil, fmt.Errorf("block-matmul: %w", err)
 		}
 		c := *k
-		c.Body = blockKernel(k.Body, passes.ElemTypes(k), l)
+		c.Body = blockKernel(k.Body, passes.ElemTypes(k), *l)
 		out.Kernels = append(out.Kernels, &c)
 	}
 	return &out, nil

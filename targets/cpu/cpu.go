@@ -51,45 +51,13 @@ func (Target) Tiling(v *ir.Variant) lower.Tiling {
 	return lower.Tiling{KVTile: 64, DecodeKVTile: TileRows(rowBytes), Rows: 128, MaxHeads: 16}
 }
 
-// Table is the CPU pass table.
-var Table = []passes.Pass{
-	passes.InlineDefsPass,
-	passes.SimplifyPass,
-	passes.ClassifyTilesPass,
-	passes.ExpandCallsPass,
-	{Name: "multiversion", Required: true, Run: Multiversion,
-		Desc: "clone the work kernels per CPU level of the triple (x86-64, -v3, -v4; NEON); entries dispatch by CPUID or ATTNC_CPU_LEVEL"},
-	{Name: "vector-reduce", Required: false, Run: VectorReduce,
-		Desc: "reduce statements of prefill KV tiles (those with a matmul of M >= 32) as explicit vector loops of the clone's width and a shuffle tree"},
-	{Name: "block-matmul", Required: false, Run: BlockMatMul,
-		Desc: "tile matmuls of each level's clone as register-blocked vector micro-kernels (6x4 or 6x2 vectors of the level's width; prefill's Q·Kᵀ (M >= 32) on K packed transposed), decode's Q·Kᵀ as dot-product blocks ending in a transpose-add tree"},
-	{Name: "lower-tiles", Required: true, Run: LowerTiles,
-		Desc: "matmul and reduce statements as loops: dot products and zero-skipping row updates"},
-	{Name: "vectorize", Required: true, Run: Vectorize,
-		Desc: "spread loops as vector (innermost) or serial loops, guards folded into loop bounds"},
-	{Name: "prefetch-kv", Required: false, Run: PrefetchKV,
-		Desc: "each staging iteration prefetches the page rows of the one a decode tile ahead (TileRows: about 4 KiB of K rows), in a later tile too (guards repeated: -1 pages never touched)"},
-	{Name: "vector-exp", Required: false, Run: VectorExp,
-		Desc: "f32 exp as a polynomial in plain arithmetic (within 2 ulp; 0 below FLT_MIN, inf above): vectorized with its loop instead of a libm call per lane"},
-	{Name: "native-widen", Required: false, Run: NativeWiden,
-		Desc: "f16 and fp8 (e4m3, e5m2) K/V/Q loads of the clones whose level converts half natively (F16C, NEON) through the dtype table's hardware conversion (fp8 codes rearranged into half bits first)"},
-	passes.LegalizeDTypePass,
-	passes.LateSimplifyPass,
-	passes.HeapScratchPass,
-}
+// Table is the CPU pass table of the default architecture (DefaultTriple).
+// A build runs it bound to the machine of its triple (Bind).
+var Table = defaultMachine.Table()
 
-// EndsTable is Table with MultiversionEnds: the baseline and widest
-// levels' clones only. Tests that do not exercise every level build with
-// it to save a clone's compile time.
-var EndsTable = func() []passes.Pass {
-	t := append([]passes.Pass(nil), Table...)
-	for i := range t {
-		if t[i].Name == "multiversion" {
-			t[i].Run = MultiversionEnds
-		}
-	}
-	return t
-}()
+// EndsTable is defaultMachine's EndsTable: the baseline and widest levels'
+// clones only, for tests that do not exercise every level.
+var EndsTable = defaultMachine.EndsTable()
 
 // Constraints are the CPU table's ordering rules.
 var Constraints = append(append([]passes.Constraint(nil), passes.NeutralConstraints...),
@@ -120,20 +88,20 @@ func (Target) Assemble(m *ir.Module) (*ir.Module, error) { return Assemble(m) }
 
 // Section implements targets.Target: the triple the IR is for.
 func (Target) Section(opt targets.Options) (registry.TargetManifest, error) {
-	t, err := LookupArch(opt.Triple)
+	mc, err := NewMachine(opt.Triple)
 	if err != nil {
 		return registry.TargetManifest{}, err
 	}
-	return registry.TargetManifest{Triple: t.Triple, Levels: t.LevelNames()}, nil
+	return registry.TargetManifest{Triple: mc.Arch.Triple, Levels: mc.Arch.LevelNames()}, nil
 }
 
 // Emit implements targets.Target: LLVM IR for opt.Triple.
 func (Target) Emit(v *ir.Variant, m *ir.Module, opt targets.Options) ([]targets.Artifact, error) {
-	a, err := LookupArch(opt.Triple)
+	mc, err := NewMachine(opt.Triple)
 	if err != nil {
 		return nil, err
 	}
-	ll, err := EmitLL(m, a)
+	ll, err := mc.Emit(m)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %s: llvm: %w", v.Pos, v.Name, err)
 	}

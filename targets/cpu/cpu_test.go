@@ -31,6 +31,11 @@ func TestTableOrder(t *testing.T) {
 func TestBeforeAfter(t *testing.T) {
 	passtest.Run(t, "testdata/*.txt", Table, *update)
 	passtest.Run(t, "testdata/ends/*.txt", EndsTable, *update)
+	arm, err := NewMachine("aarch64-unknown-linux-gnu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	passtest.Run(t, "testdata/aarch64/*.txt", arm.Table(), *update)
 }
 
 // tileKernel runs a score matmul, a max reduce per row and a zeroskip P·V

@@ -7,20 +7,21 @@ import (
 	"github.com/attnc/attnc/ir"
 )
 
-// EmitLL prints the scheduled module m as LLVM 14 IR for architecture a:
-// codegen/llvm builds the kernels for a's triple and data layout, each
+// Emit prints the scheduled module m as LLVM 14 IR for the machine:
+// codegen/llvm builds the kernels for its triple and data layout, each
 // level's clone with that level's attributes, and this package's runtime
 // (the thread pool, strerror, the CPU-level dispatch) around them.
-func EmitLL(m *ir.Module, a Arch) (string, error) {
+func (mc *Machine) Emit(m *ir.Module) (string, error) {
+	a := mc.Arch
 	t := llvmgen.Target{Triple: a.Triple, DataLayout: a.DataLayout, Runtime: &runtimeEmitter{arch: a}}
 	if m != nil {
 		for _, k := range m.Kernels {
 			if k == nil || k.Level == "" {
 				continue
 			}
-			l, err := a.Level(k.Level)
+			l, err := mc.Level(k)
 			if err != nil {
-				return "", fmt.Errorf("llvm: kernel %s: %w", k.Name, err)
+				return "", fmt.Errorf("llvm: %w", err)
 			}
 			if t.Attrs == nil {
 				t.Attrs = map[string][]llvmgen.Attr{}
@@ -30,3 +31,6 @@ func EmitLL(m *ir.Module, a Arch) (string, error) {
 	}
 	return llvmgen.Emit(m, t)
 }
+
+// EmitLL is the Emit of the machine of architecture a.
+func EmitLL(m *ir.Module, a Arch) (string, error) { return (&Machine{Arch: a}).Emit(m) }

@@ -2,7 +2,6 @@ package cpu
 
 import (
 	"fmt"
-	"strings"
 
 	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	lir "github.com/llir/llvm/ir"
@@ -86,26 +85,6 @@ var x86Levels = []Level{
 // aarch64 Linux CPU has.
 var aarch64Levels = []Level{
 	{Name: "neon", Suffix: "_neon", Lanes: 4, Regs: 32, FMA: true, NativeF16: true, CPU: "generic", Features: "+fp-armv8,+neon"},
-}
-
-// LookupLevel finds level name among the levels of the architecture of
-// triple ("" is the default).
-func LookupLevel(triple, name string) (Level, error) {
-	t, err := LookupArch(triple)
-	if err != nil {
-		return Level{}, err
-	}
-	return t.Level(name)
-}
-
-// Level finds level name among a's levels.
-func (a Arch) Level(name string) (Level, error) {
-	for _, l := range a.Levels {
-		if l.Name == name {
-			return l, nil
-		}
-	}
-	return Level{}, fmt.Errorf("unknown CPU level %q for %s (known: %s)", name, a.Triple, strings.Join(a.LevelNames(), ", "))
 }
 
 // LevelNames lists the levels of an architecture, baseline first.

@@ -8,7 +8,7 @@ import (
 
 // Multiversion clones every work kernel (a kernel whose items run on the
 // thread pool: it holds a parallel loop) once per CPU level of the
-// module's triple (x86-64, x86-64-v3, x86-64-v4; NEON on aarch64): the
+// machine's architecture (x86-64, x86-64-v3, x86-64-v4; NEON on aarch64): the
 // clone of level L is named <kernel><L.Suffix> and carries L as its Level,
 // so codegen compiles it for L (target-cpu and target-features) and the
 // schedule passes after this one may specialise it (native-widen uses L's
@@ -16,19 +16,18 @@ import (
 // (an entry) asks the runtime for the level at its start (rt.cpu_level:
 // CPUID at the first call, or $ATTNC_CPU_LEVEL), returns CPU_LEVEL when
 // the variable is refused, and calls the clone of that level.
-func Multiversion(m *ir.Module) (*ir.Module, error) { return multiversion(m, false) }
+func (mc *Machine) Multiversion(m *ir.Module) (*ir.Module, error) { return mc.multiversion(m, false) }
 
 // MultiversionEnds is Multiversion with the clones of the baseline and the
 // widest level only, for tests that do not exercise every level (the
 // build costs two clones instead of three): a CPU between the two runs the
 // baseline clone, and a forced level the clone at or below it.
-func MultiversionEnds(m *ir.Module) (*ir.Module, error) { return multiversion(m, true) }
+func (mc *Machine) MultiversionEnds(m *ir.Module) (*ir.Module, error) {
+	return mc.multiversion(m, true)
+}
 
-func multiversion(m *ir.Module, ends bool) (*ir.Module, error) {
-	t, err := LookupArch(m.Triple)
-	if err != nil {
-		return nil, err
-	}
+func (mc *Machine) multiversion(m *ir.Module, ends bool) (*ir.Module, error) {
+	t := mc.Arch
 	// levels are the cloned levels with their indexes in the target's.
 	levels := map[int]Level{}
 	for i, l := range t.Levels {

@@ -97,7 +97,6 @@ kernel e%s role decode level %q (x: f32* [n], o: f32* [n] out, n: i32) {
 	if err != nil {
 		panic(err)
 	}
-	m.Triple = tg.Triple
 	return m
 }
 

@@ -47,8 +47,8 @@ func widenModule(t *testing.T, tg Arch) *ir.Module {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.Triple = tg.Triple
-	for _, p := range []func(*ir.Module) (*ir.Module, error){NativeWiden, passes.LegalizeDType} {
+	mc := &Machine{Arch: tg}
+	for _, p := range []func(*ir.Module) (*ir.Module, error){mc.NativeWiden, passes.LegalizeDType} {
 		if m, err = p(m); err != nil {
 			t.Fatal(err)
 		}
@@ -291,10 +291,9 @@ func BenchmarkCodeWiden(b *testing.B) {
 		if m, err = ir.Parse(src.String()); err != nil {
 			b.Fatal(err)
 		}
-		m.Triple = tg.Triple
 		ps := []func(*ir.Module) (*ir.Module, error){passes.LegalizeDType}
 		if native {
-			ps = append([]func(*ir.Module) (*ir.Module, error){NativeWiden}, ps...)
+			ps = append([]func(*ir.Module) (*ir.Module, error){(&Machine{Arch: tg}).NativeWiden}, ps...)
 		}
 		for _, p := range ps {
 			if m, err = p(m); err != nil {
