@@ -26,7 +26,7 @@ func TestArches(t *testing.T) {
 		if err != nil || got.Triple != a.Triple || got.DataLayout != a.DataLayout {
 			t.Errorf("LookupArch(%s) = %v, %v", a.Triple, got, err)
 		}
-		ll, err := EmitLL(m, a)
+		ll, err := emitLL(m, a)
 		if err != nil {
 			t.Fatal(err)
 		}

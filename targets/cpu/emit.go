@@ -32,5 +32,5 @@ func (mc *Machine) Emit(m *ir.Module) (string, error) {
 	return llvmgen.Emit(m, t)
 }
 
-// EmitLL is the Emit of the machine of architecture a.
-func EmitLL(m *ir.Module, a Arch) (string, error) { return (&Machine{Arch: a}).Emit(m) }
+// emitLL is the Emit of the machine of architecture a.
+func emitLL(m *ir.Module, a Arch) (string, error) { return (&Machine{Arch: a}).Emit(m) }

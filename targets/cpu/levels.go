@@ -11,9 +11,9 @@ import (
 	"github.com/llir/llvm/ir/value"
 )
 
-// Level is a CPU level of a target: the instruction set a clone of the
-// work kernels is scheduled and compiled for. One .ll carries a clone per
-// level of its target; each clone's functions carry the level's
+// Level is a CPU level of an architecture: the instruction set a clone of
+// the work kernels is scheduled and compiled for. One .ll carries a clone
+// per level of its architecture; each clone's functions carry the level's
 // "target-cpu" and "target-features" attributes, so a plain `opt -O3 &&
 // llc -O3` compiles every clone for its own level whatever -mcpu says, and
 // the entries pick the best level the CPU runs at the first call (CPUID and

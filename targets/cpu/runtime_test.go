@@ -20,9 +20,9 @@ import (
 // compiles it with the C driver.
 func build(t *testing.T, tc *lltest.Toolchain, m *ir.Module, driver string) *lltest.Built {
 	t.Helper()
-	ll, err := EmitLL(m, Arches[0])
+	ll, err := emitLL(m, Arches[0])
 	if err != nil {
-		t.Fatalf("EmitLL: %v", err)
+		t.Fatalf("emitLL: %v", err)
 	}
 	return tc.Build(t, ll, driver)
 }
@@ -255,16 +255,16 @@ int main(void) {
 }
 
 func TestDeterministic(t *testing.T) {
-	a, err := EmitLL(parallelModule(), Arches[0])
+	a, err := emitLL(parallelModule(), Arches[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := parallelModule()
-	b, err := EmitLL(m, Arches[0])
+	b, err := emitLL(m, Arches[0])
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := EmitLL(m, Arches[0])
+	c, err := emitLL(m, Arches[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +275,7 @@ func TestDeterministic(t *testing.T) {
 	outs := make(chan string, 4)
 	for range 4 {
 		go func() {
-			s, err := EmitLL(m, Arches[0])
+			s, err := emitLL(m, Arches[0])
 			if err != nil {
 				s = err.Error()
 			}
@@ -303,7 +303,7 @@ func goldenModule() *ir.Module {
 }
 
 func TestGolden(t *testing.T) {
-	got, err := EmitLL(goldenModule(), Arches[0])
+	got, err := emitLL(goldenModule(), Arches[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -416,7 +416,7 @@ kernel k` + l.Suffix + ` role decode level "` + l.Name + `" (x: f32* [32], o: f3
 			}
 			ks = append(ks, m.Kernels[0])
 		}
-		ll, err := EmitLL(lltest.Module("lv", ks...), tg)
+		ll, err := emitLL(lltest.Module("lv", ks...), tg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -466,7 +466,7 @@ func TestRuntimeErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := EmitLL(c.m, c.a)
+			_, err := emitLL(c.m, c.a)
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("error %v, want %q", err, c.want)
 			}

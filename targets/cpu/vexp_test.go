@@ -121,7 +121,7 @@ func TestPolyExpError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ll, err := EmitLL(m, tg)
+	ll, err := emitLL(m, tg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -165,7 +165,7 @@ func TestCodeWidenExhaustive(t *testing.T) {
 			}
 			m := widenModule(t, tg)
 			if tg.Levels[len(tg.Levels)-1].NativeF16 {
-				ll, err := EmitLL(m, tg)
+				ll, err := emitLL(m, tg)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -193,7 +193,7 @@ func TestCodeWidenExhaustive(t *testing.T) {
 
 			tc, err := cpurt.ToolchainFor(triple)
 			needtool.Check(t, err)
-			ll, err := EmitLL(m, tg)
+			ll, err := emitLL(m, tg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -303,7 +303,7 @@ func BenchmarkCodeWiden(b *testing.B) {
 		all = append(all, m.Kernels...)
 	}
 	m.Kernels = all
-	ll, err := EmitLL(m, tg)
+	ll, err := emitLL(m, tg)
 	if err != nil {
 		b.Fatal(err)
 	}
