@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"math"
 
-	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/lower"
 	"github.com/attnc/attnc/registry"
+	cputarget "github.com/attnc/attnc/targets/cpu"
 )
 
 // Bound is the range a number of a call shape may take, and why: the one
@@ -19,7 +19,7 @@ type Bound struct {
 // The bounds of a call shape.
 var (
 	// ThreadsBound bounds a CPU call's worker threads.
-	ThreadsBound = Bound{1, llvmgen.MaxThreads, "the kernels use at most this many threads"}
+	ThreadsBound = Bound{1, cputarget.MaxThreads, "the kernels use at most this many threads"}
 	// SMsBound bounds a GPU's multiprocessors (an H100 or H200 has 132).
 	SMsBound = Bound{1, MaxSMs, "a GPU's multiprocessors"}
 	// BatchBound bounds the number of sequences of a call.

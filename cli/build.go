@@ -8,10 +8,10 @@ import (
 	"strings"
 
 	"github.com/attnc/attnc"
-	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/driver"
 	"github.com/attnc/attnc/targets"
+	cputarget "github.com/attnc/attnc/targets/cpu"
 	"github.com/spf13/cobra"
 )
 
@@ -90,7 +90,7 @@ status 1 on any error.`,
 			if triple != "" && !slices.Contains(ts, "cpu") {
 				return fmt.Errorf("attnc build: --triple applies to the cpu target; add cpu to --target")
 			}
-			if _, err := llvmgen.LookupTarget(triple); err != nil {
+			if _, err := cputarget.LookupArch(triple); err != nil {
 				return fmt.Errorf("attnc build: --triple: %w", err)
 			}
 			var tc *cpurt.Toolchain
@@ -153,7 +153,7 @@ status 1 on any error.`,
 	}
 	f := c.Flags()
 	f.StringSliceVar(&targets, "target", []string{"cpu"}, "comma list of targets to generate (known: "+knownTargets()+")")
-	f.StringVar(&triple, "triple", "", "target triple of the cpu target's .ll (known: "+strings.Join(tripleNames(), ", ")+"; default "+llvmgen.DefaultTriple+")")
+	f.StringVar(&triple, "triple", "", "target triple of the cpu target's .ll (known: "+strings.Join(tripleNames(), ", ")+"; default "+cputarget.DefaultTriple+")")
 	f.StringVarP(&outDir, "out", "o", "", "output directory (created if missing)")
 	f.BoolVar(&shared, "shared", false, "also link DIR/<variant>.so from each .ll (needs LLVM 14 opt/llc and gcc)")
 	f.BoolVar(&verifyEach, "verify-each", false, "run the kernel-IR verifier after every pass")
@@ -213,7 +213,7 @@ func knownTargets() string {
 // tripleNames are the triples --triple accepts.
 func tripleNames() []string {
 	var ts []string
-	for _, t := range llvmgen.Targets {
+	for _, t := range cputarget.Arches {
 		ts = append(ts, t.Triple)
 	}
 	return ts

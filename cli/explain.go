@@ -7,11 +7,11 @@ import (
 	"strings"
 
 	"github.com/attnc/attnc"
-	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/driver"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
 	"github.com/attnc/attnc/registry"
+	cputarget "github.com/attnc/attnc/targets/cpu"
 	cudatarget "github.com/attnc/attnc/targets/cuda"
 	"github.com/spf13/cobra"
 )
@@ -126,7 +126,7 @@ func (s *shapeFlags) shapes() ([]registry.Shape, error) {
 	}
 	threads := s.threads
 	if len(threads) == 0 {
-		threads = []int{min(runtime.NumCPU(), llvmgen.MaxThreads)}
+		threads = []int{min(runtime.NumCPU(), cputarget.MaxThreads)}
 	}
 	const cmd = "attnc explain"
 	if err := checkBatch(cmd, batches, 0); err != nil {

@@ -10,12 +10,12 @@ import (
 	"strings"
 
 	"github.com/attnc/attnc/codegen/cuda"
-	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/conformance"
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/driver"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
+	cputarget "github.com/attnc/attnc/targets/cpu"
 	"github.com/spf13/cobra"
 )
 
@@ -188,7 +188,7 @@ func suiteBuilder(cmd, target string, gpu bool, triple string, cfg *config) (bui
 	opt := conformance.Options{Passes: table, Triple: triple}
 	switch {
 	case target == "cpu":
-		if _, err := llvmgen.LookupTarget(triple); err != nil {
+		if _, err := cputarget.LookupArch(triple); err != nil {
 			return nil, fmt.Errorf("%s --triple: %w", cmd, err)
 		}
 		if _, err := cpurt.ToolchainFor(triple); err != nil {

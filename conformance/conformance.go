@@ -9,13 +9,13 @@ import (
 	"strings"
 	"sync"
 
-	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/driver"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/passes"
 	"github.com/attnc/attnc/reference"
 	"github.com/attnc/attnc/targets"
+	cputarget "github.com/attnc/attnc/targets/cpu"
 )
 
 // Tolerance is the allowed error |got - want| / max(1, |want|) of f32
@@ -97,6 +97,8 @@ type Suite struct {
 	// Lowered and Final are the CPU module before and after the passes
 	// (nil for CUDA suites).
 	Lowered, Final *ir.Module
+	// Triple is the CPU suite's target triple (the levels of Level).
+	Triple string
 	// Level is the CPU level the entries run at (<prefix>_cpu_level):
 	// the best this CPU supports, or the one AtLevel forced.
 	Level string
@@ -187,7 +189,7 @@ func Build(v *ir.Variant, dir string) (*Suite, error) { return BuildWith(v, dir,
 
 // BuildWith is Build with options.
 func BuildWith(v *ir.Variant, dir string, o Options) (*Suite, error) {
-	tgt, err := llvmgen.LookupTarget(o.Triple)
+	tgt, err := cputarget.LookupArch(o.Triple)
 	if err != nil {
 		return nil, err
 	}
@@ -205,7 +207,7 @@ func BuildWith(v *ir.Variant, dir string, o Options) (*Suite, error) {
 	if err := tc.BuildShared(llPath, so); err != nil {
 		return nil, err
 	}
-	s := &Suite{V: v, Target: "cpu", Prefix: c.Final.Prefix, Entries: cpuEntries(c.Final), Lowered: c.Lowered, Final: c.Final, so: so}
+	s := &Suite{V: v, Target: "cpu", Prefix: c.Final.Prefix, Entries: cpuEntries(c.Final), Lowered: c.Lowered, Final: c.Final, Triple: tgt.Triple, so: so}
 	if tc.Foreign() {
 		r, err := tc.OpenRemote(so)
 		if err != nil {
@@ -234,13 +236,13 @@ func openAtLevel(so, prefix, level string) (*cpurt.Lib, string, error) {
 	levelMu.Lock()
 	defer levelMu.Unlock()
 	if level != "" {
-		old, had := os.LookupEnv(llvmgen.LevelEnv)
-		os.Setenv(llvmgen.LevelEnv, level)
+		old, had := os.LookupEnv(cputarget.LevelEnv)
+		os.Setenv(cputarget.LevelEnv, level)
 		defer func() {
 			if had {
-				os.Setenv(llvmgen.LevelEnv, old)
+				os.Setenv(cputarget.LevelEnv, old)
 			} else {
-				os.Unsetenv(llvmgen.LevelEnv)
+				os.Unsetenv(cputarget.LevelEnv)
 			}
 		}()
 	}

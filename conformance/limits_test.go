@@ -3,9 +3,9 @@ package conformance
 import (
 	"testing"
 
-	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/reference"
+	cputarget "github.com/attnc/attnc/targets/cpu"
 )
 
 // limitSpecs are variants at the largest shapes `attnc check` accepts
@@ -53,7 +53,7 @@ func TestLargestShapes(t *testing.T) {
 					// The largest shapes too need at most 64 KiB of the
 					// caller's stack, as stated and as run.
 					for _, e := range s.Entries {
-						if n := llvmgen.StackBytes(s.Final, e.Symbol); n > 64<<10 {
+						if n := cputarget.StackBytes(s.Final, e.Symbol); n > 64<<10 {
 							t.Errorf("%s needs %d bytes of stack", e.Symbol, n)
 						}
 					}

@@ -34,7 +34,7 @@ func PassTable(name string) ([]passes.Pass, error) {
 type Options struct {
 	Targets []string // default: cpu
 	// Triple is the cpu target's triple (default x86_64-unknown-linux-gnu;
-	// llvmgen.Targets lists the known ones).
+	// cpu.Arches lists the known ones).
 	Triple string
 	Passes passes.Options
 	// Tables overrides a target's pass table (default: PassTable(target)).
@@ -120,16 +120,21 @@ func ParseSpecs(paths []string) ([]*ir.Variant, error) {
 }
 
 // Compile lowers v with target t's tiling, assembles its entries and runs
-// its pass table (opt.Tables may override it). A pass that changes the
+// its pass table (opt.Tables may override it), bound to the build's
+// options when t is a targets.Binder (the CPU: the machine of the triple). A pass that changes the
 // parameters of a kernel or an entry is an error: they are the ABI.
 func Compile(v *ir.Variant, t targets.Target, opt Options) (*Compiled, error) {
 	table := opt.table(t)
+	if b, ok := t.(targets.Binder); ok {
+		bound, err := b.Bind(table, targets.Options{Triple: opt.Triple})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %s (%s): %w", v.Pos, v.Name, t.Name(), err)
+		}
+		table = bound
+	}
 	m, err := lower.Lower(v, t.Tiling(v))
 	if err != nil {
 		return nil, err
-	}
-	if t.Name() == "cpu" {
-		m.Triple = opt.Triple // the CPU schedule clones work kernels per level of the triple
 	}
 	a, err := t.Assemble(m)
 	if err != nil {

@@ -340,9 +340,6 @@ func (p *parser) module() *Module {
 	m := &Module{Name: p.ident().text}
 	p.expect("prefix")
 	m.Prefix = p.ident().text
-	if p.accept("triple") {
-		m.Triple = p.stringLit()
-	}
 	for p.accept("error") {
 		neg := p.accept("-")
 		code := p.intLit(neg)

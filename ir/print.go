@@ -38,8 +38,7 @@ import (
 // Vectors (CPU schedules): types print as f32x16, constants as
 // `0.5:f32x16`, a vector load as `buf[i]:f32x16`, a broadcast as
 // `f32x16(x)`; `muladd(x, y, z)`, `shuffle(x, y, [0, 1, 16, 17])`,
-// `prefetch buf[i]`; a scheduled clone is `kernel NAME role R level "x86-64-v4" (...)`
-// and a module for another triple `module NAME prefix P triple "aarch64-unknown-linux-gnu"`.
+// `prefetch buf[i]`; a scheduled clone is `kernel NAME role R level "x86-64-v4" (...)`.
 
 // String prints m in the text form.
 func (m *Module) String() string {
@@ -106,11 +105,7 @@ func (p *printer) line(format string, args ...any) {
 }
 
 func (p *printer) module(m *Module) {
-	if m.Triple != "" {
-		p.line("module %s prefix %s triple %s", m.Name, m.Prefix, strconv.Quote(m.Triple))
-	} else {
-		p.line("module %s prefix %s", m.Name, m.Prefix)
-	}
+	p.line("module %s prefix %s", m.Name, m.Prefix)
 	for _, e := range m.Errors {
 		p.line("error %d %s %s", e.Code, e.Name, strconv.Quote(e.Msg))
 	}

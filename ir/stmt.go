@@ -370,11 +370,6 @@ type Module struct {
 	Kernels []*Kernel
 	Errors  []ErrorCode
 	Plans   []*Plan // how each role's entry runs its kernels
-
-	// Triple is the target triple a CPU module is scheduled for ("" is
-	// the default, x86-64 Linux): it decides which CPU levels the work
-	// kernels are cloned for.
-	Triple string
 }
 
 // Def is a named pure expression function: `def NAME(a: i32, ...): T = body`.

@@ -54,6 +54,15 @@ type Target interface {
 	Select(v *ir.Variant, m *ir.Module, s registry.Shape) (registry.Selection, error)
 }
 
+// Binder is a target whose own passes depend on the build's options (the
+// CPU's on the triple: its levels). The driver binds the table it runs,
+// the target's or one a user extended, once per compile: Bind returns it
+// with the target's own passes bound to opt, the neutral and inserted
+// passes as they are; it rejects options the target cannot honour.
+type Binder interface {
+	Bind(table []passes.Pass, opt Options) ([]passes.Pass, error)
+}
+
 // Options are the per-build settings a target may read.
 type Options struct {
 	Triple string // CPU: the target triple ("" = the default)

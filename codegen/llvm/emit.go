@@ -1,6 +1,11 @@
-// Package llvm prints a legalized kernel-IR module as self-contained LLVM 14
-// IR through llir/llvm: one op → builder switch. It imports ir only; it must
-// not import frontend, passes or registry.
+// Package llvm is an op → LLVM IR builder: it prints a legalized
+// kernel-IR module as self-contained LLVM 14 IR through llir/llvm, one op
+// → builder switch, for the Target it is handed — a triple, a data layout,
+// per-kernel function attributes and a Runtime, all plain inputs. It knows
+// no machine: the CPU levels, the CPUID dispatch, the thread pool, strerror
+// and the architectures (triples and data layouts) are the CPU target's
+// (targets/cpu), which drives it and adds the runtime. It imports ir only;
+// it must not import frontend, passes, registry or a target package.
 //
 // Emit expects the module that the legalization passes produce: no f16/bf16
 // values in expressions (buffers may still be declared f16/bf16 and are
@@ -23,23 +28,15 @@
 //     the buffers it malloc'd earlier (and has not freed) and returns the
 //     code of the module error named "no_memory", else -1.
 //   - Parallel For: the body is outlined into an internal
-//     `void @<kernel>.par<N>(i8* ctx, i32 i, i8* scratch)` and run through
-//     the module's runtime `@<prefix>.parallel_for`. The body's heap arrays
-//     (Alloc with Heap) sit at fixed offsets of scratch, one block per
-//     worker thread: parallel_for mallocs every worker's block (and the
-//     thread ids) at once before any item runs, and when that fails it
-//     runs none and the kernel returns NO_MEMORY as for Malloc. A continue that targets the parallel loop
-//     itself ends that work item. Return, nested parallel loops,
-//     assignments to outer vars, malloc and free of outer buffers inside a
-//     parallel body are errors.
-//
-// Emit prints for x86-64 Linux; EmitFor prints the same IR for another
-// target of Targets (aarch64 Linux): only the triple and data layout differ.
-//
-// The runtime emitted into every module links against libc and libpthread
-// only (libm for tanh): <prefix>_set_num_threads (clamped to ThreadLimit),
-// <prefix>_get_num_threads,
-// <prefix>_strerror and the internal thread pool entry <prefix>.parallel_for.
+//     `void @<kernel>.par<N>(i8* ctx, i32 i, i8* scratch)` (BodyType) and
+//     run through the runtime's ParallelFor. The body's heap arrays (Alloc
+//     with Heap) sit at fixed offsets of scratch (HeapLayout), one block
+//     per worker thread; when the pool cannot allocate the blocks it runs
+//     no item and the kernel returns NO_MEMORY as for Malloc. A continue
+//     that targets the parallel loop itself ends that work item. Return,
+//     nested parallel loops, assignments to outer vars, malloc and free of
+//     outer buffers inside a parallel body are errors.
+//   - `call rt.NAME` calls the runtime's function NAME (Runtime.Func).
 package llvm
 
 import (
@@ -56,42 +53,75 @@ import (
 	"github.com/llir/llvm/ir/value"
 )
 
-// Target is a CPU the emitted module is for: its LLVM target triple and
-// data layout (LLVM 14's for that triple). The IR is otherwise the same for
-// every target: scalar loops that opt -O3 vectorizes for the target's SIMD
-// (AVX2 or SSE on x86-64, NEON on aarch64), libc and pthread calls whose C
-// types have the same LLVM types on every listed target.
+// Target is what the builder is told about the machine it prints for: it
+// knows no machine itself. The target package that drives it (targets/cpu)
+// chooses the triple, the data layout and each kernel's attributes, and
+// adds its runtime.
 type Target struct {
-	Triple     string
-	DataLayout string
-	// Levels are its CPU levels, baseline first (see Level).
-	Levels []Level
+	Triple     string // LLVM target triple of the module
+	DataLayout string // LLVM data layout of the triple
+	// Attrs are more function attributes of a kernel, by kernel name (the
+	// CPU target: its level's "target-cpu" and "target-features"), given
+	// to the kernel and to every function outlined from it, after nounwind.
+	Attrs map[string][]Attr
+	// Runtime is the code the target defines around the kernels (a thread
+	// pool, status messages); nil for none, and then a parallel loop or a
+	// `call rt.NAME` is an error.
+	Runtime Runtime
 }
 
-// Targets are the CPU targets Emit knows; the first is the default.
-var Targets = []Target{
-	{Triple: "x86_64-unknown-linux-gnu", DataLayout: "e-m:e-p270:32:32-p271:32:32-p272:64:64-i64:64-f80:128-n8:16:32:64-S128", Levels: x86Levels},
-	{Triple: "aarch64-unknown-linux-gnu", DataLayout: "e-m:e-i8:8:32-i16:16:32-i64:64-i128:128-n32:64-S128", Levels: aarch64Levels},
+// Attr is one function attribute: "key"="value".
+type Attr struct{ Key, Value string }
+
+// Runtime is the code a target adds to every module around the kernels.
+// Its methods report a problem with Builder.Fail.
+type Runtime interface {
+	// Declare reserves the runtime's symbols and makes its globals and
+	// functions, before the kernels are built.
+	Declare(b *Builder)
+	// Func is the function a `call rt.NAME` statement calls: i32 (), or
+	// nil when the runtime has no such function.
+	Func(name string) *lir.Func
+	// ParallelFor is the function a parallel loop runs its outlined body
+	// through (see BodyType): i32 (i32 n, BodyType body, i8* ctx, i64
+	// scratch), scratch being the bytes of heap arrays each worker needs
+	// (HeapLayout, aligned to HeapAlign); 0 when every item ran, nonzero
+	// when no item ran because the scratch could not be had. nil when the
+	// runtime has no pool.
+	ParallelFor() *lir.Func
+	// Define writes the bodies once the kernels are built and returns the
+	// runtime's functions in the order they follow the kernels.
+	Define(b *Builder) []*lir.Func
 }
 
-// DefaultTriple is the triple of the default target, Targets[0].
-const DefaultTriple = "x86_64-unknown-linux-gnu"
+// BodyType is the type of a parallel loop's outlined body: void (i8* ctx,
+// i32 index, i8* scratch), scratch being the worker's block of heap arrays.
+var BodyType = types.NewPointer(types.NewFunc(types.Void, i8p, types.I32, i8p))
 
-// LookupTarget returns the target of triple ("" is DefaultTriple), or an
-// error naming the known triples.
-func LookupTarget(triple string) (Target, error) {
-	if triple == "" {
-		triple = DefaultTriple
-	}
-	var known []string
-	for _, t := range Targets {
-		if t.Triple == triple {
-			return t, nil
-		}
-		known = append(known, t.Triple)
-	}
-	return Target{}, fmt.Errorf("unknown target triple %q (known: %s)", triple, strings.Join(known, ", "))
+// Builder is the module being built, as a Runtime sees it.
+type Builder struct{ e *emitter }
+
+// Module is the LLVM module the kernels are printed into.
+func (b *Builder) Module() *lir.Module { return b.e.mod }
+
+// IR is the kernel-IR module being printed.
+func (b *Builder) IR() *ir.Module { return b.e.m }
+
+// Prefix is the module's symbol prefix (its name when it has none).
+func (b *Builder) Prefix() string { return b.e.prefix }
+
+// Reserve claims a global symbol name; a name claimed twice fails the
+// build (kernel names must not collide with the runtime's or with libc's).
+func (b *Builder) Reserve(name string) { b.e.reserve(name) }
+
+// Decl is the declaration of an external function or intrinsic, made on
+// first use; declarations follow the defined functions, sorted by name.
+func (b *Builder) Decl(name string, ret types.Type, params ...types.Type) *lir.Func {
+	return b.e.decl(name, ret, params...)
 }
+
+// Fail stops the build with an error.
+func (b *Builder) Fail(format string, args ...any) { b.e.fail(format, args...) }
 
 // NoMemoryError is the name of the module error whose code a kernel returns
 // when malloc fails (-1 when the module has no such error).
@@ -102,12 +132,9 @@ type emitError struct{ msg string }
 
 func (e *emitError) Error() string { return e.msg }
 
-// Emit prints m as LLVM 14 IR text for the default target. The output is
+// Emit prints m as LLVM 14 IR text for target t. The output is
 // deterministic byte for byte.
-func Emit(m *ir.Module) (string, error) { return EmitFor(m, Targets[0]) }
-
-// EmitFor prints m as LLVM 14 IR text for target t.
-func EmitFor(m *ir.Module, t Target) (out string, err error) {
+func Emit(m *ir.Module, t Target) (out string, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			if ee, ok := r.(*emitError); ok {
@@ -121,7 +148,7 @@ func EmitFor(m *ir.Module, t Target) (out string, err error) {
 		return "", fmt.Errorf("llvm: nil module")
 	}
 	if t.Triple == "" || t.DataLayout == "" {
-		return "", fmt.Errorf("llvm: target %+v has no triple or data layout", t)
+		return "", fmt.Errorf("llvm: target %q has no triple or data layout", t.Triple)
 	}
 	e := newEmitter(m)
 	e.target = t
@@ -147,21 +174,7 @@ type emitter struct {
 	decls     map[string]*lir.Func
 	noMemCode int64
 
-	// runtime
-	numThreads  *lir.Global
-	getThreads  *lir.Func
-	setThreads  *lir.Func
-	strerror    *lir.Func
-	parallelFor *lir.Func
-	worker      *lir.Func
-	onlineCPUs  *lir.Func
-	msgs        []*lir.Global
-
-	// CPU levels (levels.go)
-	levelCache  *lir.Global
-	cpuLevel    *lir.Func
-	levelName   *lir.Func
-	detectLevel *lir.Func
+	pool *lir.Func // the runtime's ParallelFor, nil without one
 }
 
 func newEmitter(m *ir.Module) *emitter {
@@ -178,9 +191,9 @@ func (e *emitter) fail(format string, args ...any) {
 	panic(&emitError{msg: "llvm: " + fmt.Sprintf(format, args...)})
 }
 
-// declNames are the external functions a module may declare; kernel names
+// declNames are the external functions the kernels may call; kernel names
 // must not collide with them.
-var declNames = []string{"malloc", "free", "sysconf", "pthread_create", "pthread_join", "tanhf", "tanh", "getenv", "strcmp"}
+var declNames = []string{"malloc", "free", "tanhf", "tanh"}
 
 func (e *emitter) reserve(name string) {
 	if name == "" {
@@ -216,7 +229,11 @@ func (e *emitter) module() {
 	for _, n := range declNames {
 		e.reserve(n)
 	}
-	e.declareRuntime()
+	rt := e.target.Runtime
+	if rt != nil {
+		rt.Declare(&Builder{e})
+		e.pool = rt.ParallelFor()
+	}
 
 	// Declare every kernel first so that CallStmt may call any of them.
 	for _, k := range m.Kernels {
@@ -234,17 +251,20 @@ func (e *emitter) module() {
 	for _, kf := range e.kernels {
 		e.kernelBody(kf)
 	}
-	e.defineRuntime()
+	var runtime []*lir.Func
+	if rt != nil {
+		runtime = rt.Define(&Builder{e})
+	}
 
 	// Final function order: kernels each followed by their outlined parallel
-	// bodies, the runtime, then external declarations sorted by name.
+	// bodies, the runtime's functions, then external declarations sorted by
+	// name.
 	var funcs []*lir.Func
 	for _, kf := range e.kernels {
 		funcs = append(funcs, kf.fn)
 		funcs = append(funcs, kf.outlined...)
 	}
-	funcs = append(funcs, e.setThreads, e.getThreads, e.strerror, e.parallelFor, e.worker, e.onlineCPUs,
-		e.cpuLevel, e.levelName, e.detectLevel)
+	funcs = append(funcs, runtime...)
 	var names []string
 	for n := range e.decls {
 		names = append(names, n)
@@ -351,10 +371,18 @@ func (e *emitter) kernelDecl(k *ir.Kernel) *lir.Func {
 	f := lir.NewFunc(k.Name, types.I32, ps...)
 	f.Parent = e.mod
 	f.FuncAttrs = append(f.FuncAttrs, enum.FuncAttrNoUnwind)
-	if k.Level != "" {
-		f.FuncAttrs = append(f.FuncAttrs, e.levelAttrs(k.Level)...)
-	}
+	f.FuncAttrs = append(f.FuncAttrs, e.attrs(k)...)
 	return f
+}
+
+// attrs are the attributes the target gives kernel k and the functions
+// outlined from it.
+func (e *emitter) attrs(k *ir.Kernel) []lir.FuncAttribute {
+	var out []lir.FuncAttribute
+	for _, a := range e.target.Attrs[k.Name] {
+		out = append(out, lir.AttrPair{Key: a.Key, Value: a.Value})
+	}
+	return out
 }
 
 func (e *emitter) kernelBody(kf *kernelFn) {

@@ -12,17 +12,20 @@ import (
 )
 
 // parallel outlines the body of a parallel For into
-// `void @<kernel>.par<N>(i8* ctx, i32 idx, i8* scratch)` and calls the
-// runtime's parallel_for with n = hi - lo and the byte size of the body's
-// heap arrays, which live at fixed offsets in scratch (one block per worker
-// thread). The free variables of the body are read at loop start and
-// passed through a context struct {lo, captures...} that lives in the
-// caller's frame. When parallel_for cannot allocate the workers' scratch
-// (and thread ids) it runs no item, and the kernel frees what it malloc'd
-// and returns NO_MEMORY.
+// `void @<kernel>.par<N>(i8* ctx, i32 idx, i8* scratch)` (BodyType) and
+// calls the runtime's ParallelFor with n = hi - lo and the byte size of
+// the body's heap arrays, which live at fixed offsets in scratch (one
+// block per worker thread). The free variables of the body are read at
+// loop start and passed through a context struct {lo, captures...} that
+// lives in the caller's frame. When the pool cannot allocate the workers'
+// scratch it runs no item, and the kernel frees what it malloc'd and
+// returns NO_MEMORY.
 func (f *fnState) parallel(s *ir.For, lo, hi value.Value) {
 	if f.par {
 		f.fail("parallel loop %s nested inside a parallel loop", s.Var)
+	}
+	if f.e.pool == nil {
+		f.fail("parallel loop %s: the target's runtime has no thread pool", s.Var)
 	}
 	kf := f.kf
 	name := fmt.Sprintf("%s.par%d", kf.k.Name, len(kf.outlined))
@@ -80,14 +83,12 @@ func (f *fnState) parallel(s *ir.For, lo, hi value.Value) {
 	fn.Parent = f.e.mod
 	fn.Linkage = enum.LinkageInternal
 	fn.FuncAttrs = append(fn.FuncAttrs, enum.FuncAttrNoUnwind)
-	if kf.k.Level != "" {
-		fn.FuncAttrs = append(fn.FuncAttrs, f.e.levelAttrs(kf.k.Level)...)
-	}
+	fn.FuncAttrs = append(fn.FuncAttrs, f.e.attrs(kf.k)...)
 	kf.outlined = append(kf.outlined, fn)
 	if heapBytes > MaxHeapBytes {
 		f.fail("parallel loop %s: %d bytes of heap arrays per worker, more than %d", s.Var, heapBytes, int64(MaxHeapBytes))
 	}
-	pst := f.cur.NewCall(f.e.parallelFor, n, fn, ctxp, constant.NewInt(types.I64, heapBytes))
+	pst := f.cur.NewCall(f.e.pool, n, fn, ctxp, constant.NewInt(types.I64, heapBytes))
 	pst.SetName(f.fresh(name + ".status"))
 	failed := f.cur.NewICmp(enum.IPredNE, pst, constant.NewInt(types.I32, 0))
 	nomem := f.newBlock(name + ".nomem")
@@ -124,9 +125,7 @@ func (f *fnState) parallel(s *ir.For, lo, hi value.Value) {
 		body.Parent = f.e.mod
 		body.Linkage = enum.LinkageInternal
 		body.FuncAttrs = append(body.FuncAttrs, enum.FuncAttrNoUnwind, enum.FuncAttrAlwaysInline)
-		if kf.k.Level != "" {
-			body.FuncAttrs = append(body.FuncAttrs, f.e.levelAttrs(kf.k.Level)...)
-		}
+		body.FuncAttrs = append(body.FuncAttrs, f.e.attrs(kf.k)...)
 		kf.outlined = append(kf.outlined, body)
 		w.NewCall(body, args...)
 		w.NewRet(nil)
@@ -178,8 +177,8 @@ func (f *fnState) parallel(s *ir.For, lo, hi value.Value) {
 }
 
 // MaxHeapBytes bounds the heap arrays of one parallel loop's body (per
-// worker): with at most MaxThreads workers, parallel_for's one allocation
-// stays far from overflowing an i64.
+// worker), so that a pool allocating every worker's block at once (up to
+// 2^23 workers) does not overflow an i64.
 const MaxHeapBytes = 1 << 40
 
 // HeapAlign is the alignment of each heap array in a worker's scratch (a

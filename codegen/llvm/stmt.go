@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 
 	"github.com/attnc/attnc/ir"
 	lir "github.com/llir/llvm/ir"
@@ -470,10 +471,13 @@ func (f *fnState) ifStmt(s *ir.If) {
 }
 
 func (f *fnState) call(s *ir.CallStmt) {
-	if s.Fn == "rt.num_threads" || s.Fn == "rt.cpu_level" {
-		rt := f.e.getThreads
-		if s.Fn == "rt.cpu_level" {
-			rt = f.e.cpuLevel
+	if name, ok := strings.CutPrefix(s.Fn, "rt."); ok {
+		var rt *lir.Func
+		if f.e.target.Runtime != nil {
+			rt = f.e.target.Runtime.Func(name)
+		}
+		if rt == nil {
+			f.fail("call %s: the target's runtime has no function %s", s.Fn, name)
 		}
 		c := f.cur.NewCall(rt)
 		if s.Result != "" {

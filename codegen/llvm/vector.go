@@ -151,3 +151,5 @@ func (f *fnState) prefetch(s *ir.Prefetch) {
 	fn := f.e.decl("llvm.prefetch.p0i8", types.Void, i8p, types.I32, types.I32, types.I32)
 	f.cur.NewCall(fn, f.cur.NewBitCast(p, i8p), i32c(0), i32c(3), i32c(1))
 }
+
+func i32c(v int64) *constant.Int { return constant.NewInt(types.I32, v) }

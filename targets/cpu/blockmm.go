@@ -3,7 +3,6 @@ package cpu
 import (
 	"fmt"
 
-	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/passes"
 )
@@ -27,7 +26,7 @@ type microShape struct {
 // (each feeding NR), with the accumulators, the B vectors and a broadcast
 // within the level's vector registers: 6×4 vectors with 32 registers
 // (AVX-512, NEON), 6×2 with 16 (AVX2, SSE2).
-func microShapeFor(l llvmgen.Level, vectors int) microShape {
+func microShapeFor(l Level, vectors int) microShape {
 	nr := max(1, min(l.Regs/8, vectors))
 	mr := max(1, min(8, (l.Regs-nr-2)/nr))
 	return microShape{L: l.Lanes, MR: mr, NR: nr}
@@ -52,7 +51,7 @@ func microShapeFor(l llvmgen.Level, vectors int) microShape {
 // whole static width (C outside the extents is unspecified). Matmuls whose
 // N (or, transposed, K) is not a multiple of the level's lanes, or whose
 // transposed B is not a local array, are left for lower-tiles.
-func BlockMatMul(m *ir.Module) (*ir.Module, error) {
+func (mc *Machine) BlockMatMul(m *ir.Module) (*ir.Module, error) {
 	out := *m
 	out.Kernels = nil
 	for _, k := range m.Kernels {
@@ -60,12 +59,12 @@ func BlockMatMul(m *ir.Module) (*ir.Module, error) {
 			out.Kernels = append(out.Kernels, k)
 			continue
 		}
-		l, err := llvmgen.LookupLevel(m.Triple, k.Level)
+		l, err := mc.Level(k)
 		if err != nil {
-			return nil, fmt.Errorf("block-matmul: kernel %s: %w", k.Name, err)
+			return nil, fmt.Errorf("block-matmul: %w", err)
 		}
 		c := *k
-		c.Body = blockKernel(k.Body, passes.ElemTypes(k), l)
+		c.Body = blockKernel(k.Body, passes.ElemTypes(k), *l)
 		out.Kernels = append(out.Kernels, &c)
 	}
 	return &out, nil
@@ -73,7 +72,7 @@ func BlockMatMul(m *ir.Module) (*ir.Module, error) {
 
 // blockKernel rewrites the matmuls of one clone's body; elems are its
 // buffers' and arrays' element types.
-func blockKernel(body *ir.Block, elems map[string]ir.Type, l llvmgen.Level) *ir.Block {
+func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 	allocs := map[string]*ir.Alloc{}
 	names := map[string]bool{}
 	ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {

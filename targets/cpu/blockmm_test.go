@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/ir"
 )
 
@@ -17,7 +16,7 @@ import (
 // the row max and sum of the scores, and acc += P·V with zeroskip, every
 // extent dynamic. Only the parts inside the extents are copied out (C
 // outside them is unspecified).
-const tileKernelText = `module t prefix t%s
+const tileKernelText = `module t prefix t
 
 kernel t_k_%s role prefill level "%s" (q: f32* [Q], k: f32* [1536], v: f32* [1536], p: f32* [S], o: f32* [Q] out, s: f32* [S] out, mx: f32* [ROWS] out, sm: f32* [ROWS] out, m: i32, n: i32) {
   for item in 0 .. 1 parallel @work {
@@ -75,15 +74,11 @@ var levelsUnderTest = []struct{ triple, level string }{
 // prefillRows and decodeRows are the row counts of tileKernelText's two uses.
 const prefillRows, decodeRows = 40, 4
 
-func parseTileKernel(t *testing.T, triple, level string, rows int) *ir.Module {
+func parseTileKernel(t *testing.T, level string, rows int) *ir.Module {
 	t.Helper()
-	tl := ""
-	if triple != "" {
-		tl = fmt.Sprintf(" triple %q", triple)
-	}
 	text := strings.NewReplacer("ROWS", fmt.Sprint(rows), "Q]", fmt.Sprint(rows*32, "]"), "Q spread", fmt.Sprint(rows*32, " spread"),
 		"S]", fmt.Sprint(rows*48, "]"), "S spread", fmt.Sprint(rows*48, " spread")).Replace(tileKernelText)
-	m, err := ir.Parse(fmt.Sprintf(text, tl, strings.ReplaceAll(level, "-", "_"), level))
+	m, err := ir.Parse(fmt.Sprintf(text, strings.ReplaceAll(level, "-", "_"), level))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,10 +97,13 @@ func TestBlockMatMulKeepsResults(t *testing.T) {
 	rng := rand.New(rand.NewSource(3))
 	for _, rows := range []int{prefillRows, decodeRows} {
 		for _, lv := range levelsUnderTest {
-			m := parseTileKernel(t, lv.triple, lv.level, rows)
+			mc, err := NewMachine(lv.triple)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := parseTileKernel(t, lv.level, rows)
 			after := m
-			var err error
-			for _, p := range []func(*ir.Module) (*ir.Module, error){VectorReduce, BlockMatMul, LowerTiles, Vectorize} {
+			for _, p := range []func(*ir.Module) (*ir.Module, error){mc.VectorReduce, mc.BlockMatMul, LowerTiles, Vectorize} {
 				if after, err = p(after); err != nil {
 					t.Fatal(err)
 				}
@@ -198,11 +196,16 @@ func keepResults(t *testing.T, rng *rand.Rand, m, after *ir.Module, name, level 
 // feeding at least 6 of them, and Q·Kᵀ packs K once, before its loop.
 func TestBlockMatMulShape(t *testing.T) {
 	for _, lv := range levelsUnderTest {
-		l, err := llvmgen.LookupLevel(lv.triple, lv.level)
+		mc, err := NewMachine(lv.triple)
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := BlockMatMul(parseTileKernel(t, lv.triple, lv.level, prefillRows))
+		tile := parseTileKernel(t, lv.level, prefillRows)
+		l, err := mc.Level(tile.Kernels[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := mc.BlockMatMul(tile)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -259,7 +262,7 @@ func TestBlockMatMulShape(t *testing.T) {
 		if loops == 0 {
 			t.Errorf("%s: no contraction loop", lv.level)
 		}
-		sh := microShapeFor(l, 64/l.Lanes)
+		sh := microShapeFor(*l, 64/l.Lanes)
 		if sh.MR < 6 || sh.MR*sh.NR+sh.NR+1 > l.Regs {
 			t.Errorf("%s: register block %d×%d vectors for %d registers: want at least 6 rows, within the registers", lv.level, sh.MR, sh.NR, l.Regs)
 		}

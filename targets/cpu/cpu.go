@@ -1,17 +1,20 @@
 // Package cpu is the CPU target: it schedules the neutral module for a
 // thread pool and vector units (work items on the pool, spread loops as
 // vector loops, tile statements as loops), assembles an entry kernel per
-// plan and prints LLVM 14 IR through codegen/llvm.
+// plan and prints LLVM 14 IR through codegen/llvm. It owns the CPU
+// machine: the architectures (triple, data layout) and their CPU levels,
+// the CPUID dispatch among the levels' clones, the runtime every .ll
+// defines (thread pool, strerror, set/get_num_threads) and the stack a
+// call needs; codegen/llvm knows none of them.
 //
-// cpu imports ir, lower (Tiling), passes, registry, target and
-// codegen/llvm; it must not import another target, build or frontend.
+// cpu imports ir, lower (Tiling), passes, registry, targets and
+// codegen/llvm; it must not import another target, driver or frontend.
 package cpu
 
 import (
 	"fmt"
 	"strings"
 
-	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
 	"github.com/attnc/attnc/passes"
@@ -47,45 +50,13 @@ func (Target) Tiling(v *ir.Variant) lower.Tiling {
 	return lower.Tiling{KVTile: 64, DecodeKVTile: TileRows(rowBytes), Rows: 128, MaxHeads: 16}
 }
 
-// Table is the CPU pass table.
-var Table = []passes.Pass{
-	passes.InlineDefsPass,
-	passes.SimplifyPass,
-	passes.ClassifyTilesPass,
-	passes.ExpandCallsPass,
-	{Name: "multiversion", Required: true, Run: Multiversion,
-		Desc: "clone the work kernels per CPU level of the triple (x86-64, -v3, -v4; NEON); entries dispatch by CPUID or ATTNC_CPU_LEVEL"},
-	{Name: "vector-reduce", Required: false, Run: VectorReduce,
-		Desc: "reduce statements of prefill KV tiles (those with a matmul of M >= 32) as explicit vector loops of the clone's width and a shuffle tree"},
-	{Name: "block-matmul", Required: false, Run: BlockMatMul,
-		Desc: "tile matmuls of each level's clone as register-blocked vector micro-kernels (6x4 or 6x2 vectors of the level's width; prefill's Q·Kᵀ (M >= 32) on K packed transposed), decode's Q·Kᵀ as dot-product blocks ending in a transpose-add tree"},
-	{Name: "lower-tiles", Required: true, Run: LowerTiles,
-		Desc: "matmul and reduce statements as loops: dot products and zero-skipping row updates"},
-	{Name: "vectorize", Required: true, Run: Vectorize,
-		Desc: "spread loops as vector (innermost) or serial loops, guards folded into loop bounds"},
-	{Name: "prefetch-kv", Required: false, Run: PrefetchKV,
-		Desc: "each staging iteration prefetches the page rows of the one a decode tile ahead (TileRows: about 4 KiB of K rows), in a later tile too (guards repeated: -1 pages never touched)"},
-	{Name: "vector-exp", Required: false, Run: VectorExp,
-		Desc: "f32 exp as a polynomial in plain arithmetic (within 2 ulp; 0 below FLT_MIN, inf above): vectorized with its loop instead of a libm call per lane"},
-	{Name: "native-widen", Required: false, Run: NativeWiden,
-		Desc: "f16 and fp8 (e4m3, e5m2) K/V/Q loads of the clones whose level converts half natively (F16C, NEON) through the dtype table's hardware conversion (fp8 codes rearranged into half bits first)"},
-	passes.LegalizeDTypePass,
-	passes.LateSimplifyPass,
-	passes.HeapScratchPass,
-}
+// Table is the CPU pass table of the default architecture (DefaultTriple).
+// A build runs it bound to the machine of its triple (Bind).
+var Table = defaultMachine.Table()
 
-// EndsTable is Table with MultiversionEnds: the baseline and widest
-// levels' clones only. Tests that do not exercise every level build with
-// it to save a clone's compile time.
-var EndsTable = func() []passes.Pass {
-	t := append([]passes.Pass(nil), Table...)
-	for i := range t {
-		if t[i].Name == "multiversion" {
-			t[i].Run = MultiversionEnds
-		}
-	}
-	return t
-}()
+// EndsTable is defaultMachine's EndsTable: the baseline and widest levels'
+// clones only, for tests that do not exercise every level.
+var EndsTable = defaultMachine.EndsTable()
 
 // Constraints are the CPU table's ordering rules.
 var Constraints = append(append([]passes.Constraint(nil), passes.NeutralConstraints...),
@@ -116,20 +87,20 @@ func (Target) Assemble(m *ir.Module) (*ir.Module, error) { return Assemble(m) }
 
 // Section implements targets.Target: the triple the IR is for.
 func (Target) Section(opt targets.Options) (registry.TargetManifest, error) {
-	t, err := llvmgen.LookupTarget(opt.Triple)
+	mc, err := NewMachine(opt.Triple)
 	if err != nil {
 		return registry.TargetManifest{}, err
 	}
-	return registry.TargetManifest{Triple: t.Triple, Levels: t.LevelNames()}, nil
+	return registry.TargetManifest{Triple: mc.Arch.Triple, Levels: mc.Arch.LevelNames()}, nil
 }
 
 // Emit implements targets.Target: LLVM IR for opt.Triple.
 func (Target) Emit(v *ir.Variant, m *ir.Module, opt targets.Options) ([]targets.Artifact, error) {
-	t, err := llvmgen.LookupTarget(opt.Triple)
+	mc, err := NewMachine(opt.Triple)
 	if err != nil {
 		return nil, err
 	}
-	ll, err := llvmgen.EmitFor(m, t)
+	ll, err := mc.Emit(m)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %s: llvm: %w", v.Pos, v.Name, err)
 	}
@@ -137,12 +108,12 @@ func (Target) Emit(v *ir.Variant, m *ir.Module, opt targets.Options) ([]targets.
 }
 
 // Runtime implements targets.Target: the status messages and the worker
-// threads' controls, which codegen/llvm defines in every .ll.
+// threads' controls, which the runtime (runtime.go) defines in every .ll.
 func (Target) Runtime(m *ir.Module) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "\n/* Message for a status code. */\nconst char *%s_strerror(int32_t code);\n", m.Prefix)
 	fmt.Fprintf(&sb, "/* Worker threads for later calls: n <= 0 restores the default (all online CPUs,\n   at most %d); larger n is clamped to min(%d, max(%d, %d x online CPUs)). */\nvoid %s_set_num_threads(int32_t n);\nint32_t %s_get_num_threads(void);\n",
-		llvmgen.MaxThreads, llvmgen.MaxThreads, llvmgen.MinThreadLimit, llvmgen.ThreadsPerCPU, m.Prefix, m.Prefix)
+		MaxThreads, MaxThreads, MinThreadLimit, ThreadsPerCPU, m.Prefix, m.Prefix)
 	return sb.String()
 }
 
@@ -152,17 +123,17 @@ func (Target) Header(v *ir.Variant, m *ir.Module) string {
 	var sb strings.Builder
 	var most int64
 	for _, p := range m.Plans {
-		most = max(most, llvmgen.StackBytes(m, p.Entry))
+		most = max(most, StackBytes(m, p.Entry))
 	}
 	fmt.Fprintf(&sb, "\n/* The most stack one call of any entry point needs on the calling thread\n   (large scratch is on the heap; worker threads get the default stack). */\n#define %s_STACK_BYTES %d\n", strings.ToUpper(m.Prefix), most)
 	fmt.Fprintf(&sb, "\n/* The CPU level the kernels run at (the manifest's targets.cpu.levels): the best\n   this CPU supports, chosen at the first call, or the one $%s names;\n   NULL when that variable names no level or one the CPU lacks (calls return\n   %s_CPU_LEVEL). */\nconst char *%s_cpu_level(void);\n",
-		llvmgen.LevelEnv, strings.ToUpper(m.Prefix), m.Prefix)
+		LevelEnv, strings.ToUpper(m.Prefix), m.Prefix)
 	for _, p := range m.Plans {
 		entry := "entry point"
 		if !p.Public {
 			entry = "internal entry, called by another role's entry"
 		}
-		fmt.Fprintf(&sb, "\n/* %s (%s; needs %d bytes of stack). */\nint32_t %s(%s);\n", p.Role, entry, llvmgen.StackBytes(m, p.Entry), p.Entry, targets.CParams(p.Params, ""))
+		fmt.Fprintf(&sb, "\n/* %s (%s; needs %d bytes of stack). */\nint32_t %s(%s);\n", p.Role, entry, StackBytes(m, p.Entry), p.Entry, targets.CParams(p.Params, ""))
 	}
 	return sb.String()
 }
@@ -174,7 +145,7 @@ func (Target) Manifest(v *ir.Variant, m *ir.Module, opt targets.Options) []regis
 	for _, p := range m.Plans {
 		out = append(out, registry.KernelManifest{Variant: v.Name, Role: string(p.Role), Symbol: p.Entry, Entry: p.Public,
 			Target: "cpu", File: v.Name + ".ll", Args: registry.ArgsOf(p.Params), Returns: "i32 status",
-			Constraints: registry.Constraints(v), StackBytes: llvmgen.StackBytes(m, p.Entry),
+			Constraints: registry.Constraints(v), StackBytes: StackBytes(m, p.Entry),
 			Plan: registry.PlanOf(p, registry.PlanOptions{Threads: "the worker threads (set_num_threads)", Lengths: true})})
 	}
 	for _, k := range m.Kernels {
@@ -183,7 +154,7 @@ func (Target) Manifest(v *ir.Variant, m *ir.Module, opt targets.Options) []regis
 		}
 		out = append(out, registry.KernelManifest{Variant: v.Name, Role: string(k.Role), Symbol: k.Name,
 			Target: "cpu", File: v.Name + ".ll", Args: registry.ArgsOf(k.Params), Returns: "i32 status",
-			Constraints: registry.Constraints(v), StackBytes: llvmgen.StackBytes(m, k.Name), Level: k.Level})
+			Constraints: registry.Constraints(v), StackBytes: StackBytes(m, k.Name), Level: k.Level})
 	}
 	return out
 }

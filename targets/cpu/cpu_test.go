@@ -11,7 +11,7 @@ import (
 	"github.com/attnc/attnc/passes"
 )
 
-var update = flag.Bool("update", false, "rewrite the after sections of testdata/*.txt")
+var update = flag.Bool("update", false, "rewrite the after sections of testdata/*.txt and testdata/tiny.ll.golden")
 
 func TestTableOrder(t *testing.T) {
 	if err := passes.CheckOrder(Table, Constraints); err != nil {
@@ -31,6 +31,11 @@ func TestTableOrder(t *testing.T) {
 func TestBeforeAfter(t *testing.T) {
 	passtest.Run(t, "testdata/*.txt", Table, *update)
 	passtest.Run(t, "testdata/ends/*.txt", EndsTable, *update)
+	arm, err := NewMachine("aarch64-unknown-linux-gnu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	passtest.Run(t, "testdata/aarch64/*.txt", arm.Table(), *update)
 }
 
 // tileKernel runs a score matmul, a max reduce per row and a zeroskip P·V

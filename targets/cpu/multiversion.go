@@ -3,13 +3,12 @@ package cpu
 import (
 	"fmt"
 
-	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/ir"
 )
 
 // Multiversion clones every work kernel (a kernel whose items run on the
 // thread pool: it holds a parallel loop) once per CPU level of the
-// module's triple (x86-64, x86-64-v3, x86-64-v4; NEON on aarch64): the
+// machine's architecture (x86-64, x86-64-v3, x86-64-v4; NEON on aarch64): the
 // clone of level L is named <kernel><L.Suffix> and carries L as its Level,
 // so codegen compiles it for L (target-cpu and target-features) and the
 // schedule passes after this one may specialise it (native-widen uses L's
@@ -17,21 +16,20 @@ import (
 // (an entry) asks the runtime for the level at its start (rt.cpu_level:
 // CPUID at the first call, or $ATTNC_CPU_LEVEL), returns CPU_LEVEL when
 // the variable is refused, and calls the clone of that level.
-func Multiversion(m *ir.Module) (*ir.Module, error) { return multiversion(m, false) }
+func (mc *Machine) Multiversion(m *ir.Module) (*ir.Module, error) { return mc.multiversion(m, false) }
 
 // MultiversionEnds is Multiversion with the clones of the baseline and the
 // widest level only, for tests that do not exercise every level (the
 // build costs two clones instead of three): a CPU between the two runs the
 // baseline clone, and a forced level the clone at or below it.
-func MultiversionEnds(m *ir.Module) (*ir.Module, error) { return multiversion(m, true) }
+func (mc *Machine) MultiversionEnds(m *ir.Module) (*ir.Module, error) {
+	return mc.multiversion(m, true)
+}
 
-func multiversion(m *ir.Module, ends bool) (*ir.Module, error) {
-	t, err := llvmgen.LookupTarget(m.Triple)
-	if err != nil {
-		return nil, err
-	}
+func (mc *Machine) multiversion(m *ir.Module, ends bool) (*ir.Module, error) {
+	t := mc.Arch
 	// levels are the cloned levels with their indexes in the target's.
-	levels := map[int]llvmgen.Level{}
+	levels := map[int]Level{}
 	for i, l := range t.Levels {
 		if !ends || i == 0 || i == len(t.Levels)-1 {
 			levels[i] = l
@@ -100,13 +98,13 @@ func renameCalls(b *ir.Block, cloned map[string]bool, suffix string) *ir.Block {
 // by the entry's level: the best cloned level at or below it, best first
 // (the baseline, index 0, is always cloned). A call's result stays visible
 // after the choice: it becomes a var that each clone's call sets.
-func dispatch(b *ir.Block, cloned map[string]bool, all []llvmgen.Level, levels map[int]llvmgen.Level) *ir.Block {
+func dispatch(b *ir.Block, cloned map[string]bool, all []Level, levels map[int]Level) *ir.Block {
 	return ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
 		c, ok := s.(*ir.CallStmt)
 		if !ok || !cloned[c.Fn] {
 			return []ir.Stmt{s}
 		}
-		call := func(l llvmgen.Level) *ir.Block {
+		call := func(l Level) *ir.Block {
 			n := *c
 			n.Fn += l.Suffix
 			n.Args = append([]ir.Expr(nil), c.Args...)

@@ -42,7 +42,6 @@ func TestDecodeStageStoredKeepsResults(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			m.Triple = "x86_64-unknown-linux-gnu"
 			outs[i] = map[string]map[string]any{}
 			// The target-neutral passes leave the matmuls to the
 			// interpreter, which widens a stored B itself.

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/internal/needtool"
 	"github.com/attnc/attnc/ir"
@@ -81,7 +80,7 @@ func expErr(x, y float32) (float64, error) {
 
 // expModule is one kernel per level of the host's target computing
 // o[i] = exp(x[i]) in a vector loop.
-func expModule(tg llvmgen.Target) *ir.Module {
+func expModule(tg Arch) *ir.Module {
 	var src strings.Builder
 	src.WriteString("module e prefix e\n")
 	for _, l := range tg.Levels {
@@ -98,7 +97,6 @@ kernel e%s role decode level %q (x: f32* [n], o: f32* [n] out, n: i32) {
 	if err != nil {
 		panic(err)
 	}
-	m.Triple = tg.Triple
 	return m
 }
 
@@ -115,7 +113,7 @@ func TestPolyExpError(t *testing.T) {
 	}
 	tc, err := cpurt.ToolchainFor(host)
 	needtool.Check(t, err)
-	tg, err := llvmgen.LookupTarget(host)
+	tg, err := LookupArch(host)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +121,7 @@ func TestPolyExpError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ll, err := llvmgen.EmitFor(m, tg)
+	ll, err := emitLL(m, tg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package cpu
 import (
 	"fmt"
 
-	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/passes"
 )
@@ -19,7 +18,7 @@ import (
 // max is a serial scalar chain. A reduce over a range that is not static
 // and a multiple of L, or whose value is not a lane-by-lane function of
 // unit-stride loads and loop-invariant values, is left for lower-tiles.
-func VectorReduce(m *ir.Module) (*ir.Module, error) {
+func (mc *Machine) VectorReduce(m *ir.Module) (*ir.Module, error) {
 	out := *m
 	out.Kernels = nil
 	for _, k := range m.Kernels {
@@ -27,9 +26,9 @@ func VectorReduce(m *ir.Module) (*ir.Module, error) {
 			out.Kernels = append(out.Kernels, k)
 			continue
 		}
-		l, err := llvmgen.LookupLevel(m.Triple, k.Level)
+		l, err := mc.Level(k)
 		if err != nil {
-			return nil, fmt.Errorf("vector-reduce: kernel %s: %w", k.Name, err)
+			return nil, fmt.Errorf("vector-reduce: %w", err)
 		}
 		c := *k
 		c.Body = ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {

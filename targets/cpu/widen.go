@@ -3,7 +3,6 @@ package cpu
 import (
 	"fmt"
 
-	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/ir"
 )
 
@@ -17,7 +16,7 @@ import (
 // and the clones of the other levels, keep the exact integer Widen that
 // legalize-dtype writes. It runs before legalize-dtype, which leaves the
 // loads of carrier bits it writes alone.
-func NativeWiden(m *ir.Module) (*ir.Module, error) {
+func (mc *Machine) NativeWiden(m *ir.Module) (*ir.Module, error) {
 	out := *m
 	out.Kernels = nil
 	for _, k := range m.Kernels {
@@ -25,9 +24,9 @@ func NativeWiden(m *ir.Module) (*ir.Module, error) {
 			out.Kernels = append(out.Kernels, k)
 			continue
 		}
-		l, err := llvmgen.LookupLevel(m.Triple, k.Level)
+		l, err := mc.Level(k)
 		if err != nil {
-			return nil, fmt.Errorf("native-widen: kernel %s: %w", k.Name, err)
+			return nil, fmt.Errorf("native-widen: %w", err)
 		}
 		if !l.NativeF16 {
 			out.Kernels = append(out.Kernels, k)

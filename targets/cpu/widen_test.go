@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/internal/needtool"
 	"github.com/attnc/attnc/ir"
@@ -26,7 +25,7 @@ var codeTypes = []ir.DType{ir.DTE4M3, ir.DTE5M2, ir.DTI8}
 // does; wv<suffix>, the same as explicit vectors of the level's f32 lanes
 // (f32xL(x[i]:<dtype>xL), as block-matmul's products widen a tile staged
 // as stored) with a scalar tail.
-func widenModule(t *testing.T, tg llvmgen.Target) *ir.Module {
+func widenModule(t *testing.T, tg Arch) *ir.Module {
 	var src strings.Builder
 	src.WriteString("module w prefix w\n")
 	for _, l := range tg.Levels {
@@ -48,8 +47,8 @@ func widenModule(t *testing.T, tg llvmgen.Target) *ir.Module {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.Triple = tg.Triple
-	for _, p := range []func(*ir.Module) (*ir.Module, error){NativeWiden, passes.LegalizeDType} {
+	mc := &Machine{Arch: tg}
+	for _, p := range []func(*ir.Module) (*ir.Module, error){mc.NativeWiden, passes.LegalizeDType} {
 		if m, err = p(m); err != nil {
 			t.Fatal(err)
 		}
@@ -160,13 +159,13 @@ func TestCodeWidenExhaustive(t *testing.T) {
 	}
 	for _, triple := range cpurt.Triples() {
 		t.Run(triple, func(t *testing.T) {
-			tg, err := llvmgen.LookupTarget(triple)
+			tg, err := LookupArch(triple)
 			if err != nil {
 				t.Fatal(err)
 			}
 			m := widenModule(t, tg)
 			if tg.Levels[len(tg.Levels)-1].NativeF16 {
-				ll, err := llvmgen.EmitFor(m, tg)
+				ll, err := emitLL(m, tg)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -194,7 +193,7 @@ func TestCodeWidenExhaustive(t *testing.T) {
 
 			tc, err := cpurt.ToolchainFor(triple)
 			needtool.Check(t, err)
-			ll, err := llvmgen.EmitFor(m, tg)
+			ll, err := emitLL(m, tg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -272,7 +271,7 @@ func TestCodeWidenExhaustive(t *testing.T) {
 // first ("native": the half conversion where the level has one). `go test
 // ./targets/cpu -run XXX -bench CodeWiden`.
 func BenchmarkCodeWiden(b *testing.B) {
-	tg, err := llvmgen.LookupTarget(cpurt.HostTriple())
+	tg, err := LookupArch(cpurt.HostTriple())
 	if err != nil {
 		b.Skip(err)
 	}
@@ -292,10 +291,9 @@ func BenchmarkCodeWiden(b *testing.B) {
 		if m, err = ir.Parse(src.String()); err != nil {
 			b.Fatal(err)
 		}
-		m.Triple = tg.Triple
 		ps := []func(*ir.Module) (*ir.Module, error){passes.LegalizeDType}
 		if native {
-			ps = append([]func(*ir.Module) (*ir.Module, error){NativeWiden}, ps...)
+			ps = append([]func(*ir.Module) (*ir.Module, error){(&Machine{Arch: tg}).NativeWiden}, ps...)
 		}
 		for _, p := range ps {
 			if m, err = p(m); err != nil {
@@ -305,7 +303,7 @@ func BenchmarkCodeWiden(b *testing.B) {
 		all = append(all, m.Kernels...)
 	}
 	m.Kernels = all
-	ll, err := llvmgen.EmitFor(m, tg)
+	ll, err := emitLL(m, tg)
 	if err != nil {
 		b.Fatal(err)
 	}

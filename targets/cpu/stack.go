@@ -1,4 +1,4 @@
-package llvm
+package cpu
 
 import "github.com/attnc/attnc/ir"
 
@@ -39,7 +39,7 @@ func stackArrays(m *ir.Module, name string, seen map[string]bool) int64 {
 			switch x := s.(type) {
 			case *ir.Alloc:
 				if !x.Heap && !x.Shared {
-					*sum += int64(x.Size) * int64(elemBytes(storageType(x.T)))
+					*sum += int64(x.Size) * elemBytes(x.T)
 				}
 			case *ir.Block:
 				walk(x, sum)
@@ -61,4 +61,16 @@ func stackArrays(m *ir.Module, name string, seen map[string]bool) int64 {
 	}
 	walk(k.Body, &own)
 	return own + deepest
+}
+
+// elemBytes is the bytes of one element of an array of t as it is stored
+// (f16 and bf16 as their 16-bit carriers; bool as a byte).
+func elemBytes(t ir.Type) int64 {
+	if t.IsStorageOnly() {
+		t = ir.StorageOf(t).Carrier
+	}
+	if t == ir.Bool {
+		return 1
+	}
+	return int64(t.Bits() / 8)
 }

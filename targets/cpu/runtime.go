@@ -1,9 +1,10 @@
-package llvm
+package cpu
 
 import (
 	"fmt"
 	"math"
 
+	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	lir "github.com/llir/llvm/ir"
 	"github.com/llir/llvm/ir/constant"
 	"github.com/llir/llvm/ir/enum"
@@ -45,13 +46,82 @@ func ThreadLimit(cpus int) int {
 // allocation the loop makes before any item runs.
 
 var (
-	bodyFnType = types.NewPointer(types.NewFunc(types.Void, i8p, types.I32, i8p))
+	bodyFnType = llvmgen.BodyType
 	// pfState is parallel_for's shared state: {next, n, fn, ctx, scratch
 	// bytes per worker, next scratch block, first scratch block}.
 	pfState = types.NewStruct(types.I32, types.I32, bodyFnType, i8p, types.I64, types.I32, i8p)
 )
 
-func (e *emitter) declareRuntime() {
+// runtimeEmitter writes the CPU runtime into a module codegen/llvm builds
+// (llvmgen.Runtime): the thread pool, strerror and the CPU-level dispatch
+// of arch. One serves one Emit.
+type runtimeEmitter struct {
+	arch   Arch
+	b      *llvmgen.Builder
+	mod    *lir.Module
+	prefix string
+
+	numThreads  *lir.Global
+	getThreads  *lir.Func
+	setThreads  *lir.Func
+	strerror    *lir.Func
+	parallelFor *lir.Func
+	worker      *lir.Func
+	onlineCPUs  *lir.Func
+	msgs        int // messages made so far
+
+	// CPU levels (levels.go)
+	levelCache  *lir.Global
+	cpuLevel    *lir.Func
+	levelName   *lir.Func
+	detectLevel *lir.Func
+}
+
+// Declare implements llvmgen.Runtime.
+func (e *runtimeEmitter) Declare(b *llvmgen.Builder) {
+	e.b, e.mod, e.prefix = b, b.Module(), b.Prefix()
+	for _, n := range runtimeDecls {
+		e.reserve(n)
+	}
+	e.declareRuntime()
+}
+
+// runtimeDecls are the external functions the runtime calls besides the
+// builder's; kernel names must not collide with them.
+var runtimeDecls = []string{"sysconf", "pthread_create", "pthread_join", "getenv", "strcmp"}
+
+// Func implements llvmgen.Runtime: rt.num_threads and rt.cpu_level.
+func (e *runtimeEmitter) Func(name string) *lir.Func {
+	switch name {
+	case "num_threads":
+		return e.getThreads
+	case "cpu_level":
+		return e.cpuLevel
+	}
+	return nil
+}
+
+// ParallelFor implements llvmgen.Runtime.
+func (e *runtimeEmitter) ParallelFor() *lir.Func { return e.parallelFor }
+
+// Define implements llvmgen.Runtime.
+func (e *runtimeEmitter) Define(*llvmgen.Builder) []*lir.Func {
+	e.defineRuntime()
+	return []*lir.Func{e.setThreads, e.getThreads, e.strerror, e.parallelFor, e.worker, e.onlineCPUs,
+		e.cpuLevel, e.levelName, e.detectLevel}
+}
+
+func (e *runtimeEmitter) reserve(name string) { e.b.Reserve(name) }
+
+func (e *runtimeEmitter) decl(name string, ret types.Type, params ...types.Type) *lir.Func {
+	return e.b.Decl(name, ret, params...)
+}
+
+func (e *runtimeEmitter) fail(format string, args ...any) { e.b.Fail(format, args...) }
+
+var i8p = types.NewPointer(types.I8)
+
+func (e *runtimeEmitter) declareRuntime() {
 	p := e.prefix
 	for _, n := range []string{p + ".num_threads", p + "_set_num_threads", p + "_get_num_threads",
 		p + "_strerror", p + ".parallel_for", p + ".worker", p + ".online_cpus"} {
@@ -81,7 +151,7 @@ func (e *emitter) declareRuntime() {
 	e.declareLevelRuntime()
 }
 
-func (e *emitter) defineRuntime() {
+func (e *runtimeEmitter) defineRuntime() {
 	e.defineOnlineCPUs()
 	e.defineSetThreads()
 	e.defineGetThreads()
@@ -91,8 +161,8 @@ func (e *emitter) defineRuntime() {
 	e.defineLevelRuntime()
 }
 
-func i32c(v int64) *constant.Int { return constant.NewInt(types.I32, v) }
-func i64c(v int64) *constant.Int { return constant.NewInt(types.I64, v) }
+func llI32(v int64) *constant.Int { return constant.NewInt(types.I32, v) }
+func llI64(v int64) *constant.Int { return constant.NewInt(types.I64, v) }
 
 func named[T interface{ SetName(string) }](v T, name string) T {
 	v.SetName(name)
@@ -100,66 +170,66 @@ func named[T interface{ SetName(string) }](v T, name string) T {
 }
 
 // defineOnlineCPUs: sysconf(_SC_NPROCESSORS_ONLN) clamped to 1..MaxThreads.
-func (e *emitter) defineOnlineCPUs() {
+func (e *runtimeEmitter) defineOnlineCPUs() {
 	b := e.onlineCPUs.NewBlock("entry")
-	c := named(b.NewCall(e.decl("sysconf", types.I64, types.I32), i32c(scNProcessorsOnln)), "cpus")
-	ok := named(b.NewICmp(enum.IPredSGT, c, i64c(0)), "ok")
-	c1 := named(b.NewSelect(ok, c, i64c(1)), "cpus1")
-	big := named(b.NewICmp(enum.IPredSGT, c1, i64c(MaxThreads)), "big")
-	c2 := named(b.NewSelect(big, i64c(MaxThreads), c1), "cpus2")
+	c := named(b.NewCall(e.decl("sysconf", types.I64, types.I32), llI32(scNProcessorsOnln)), "cpus")
+	ok := named(b.NewICmp(enum.IPredSGT, c, llI64(0)), "ok")
+	c1 := named(b.NewSelect(ok, c, llI64(1)), "cpus1")
+	big := named(b.NewICmp(enum.IPredSGT, c1, llI64(MaxThreads)), "big")
+	c2 := named(b.NewSelect(big, llI64(MaxThreads), c1), "cpus2")
 	b.NewRet(named(b.NewTrunc(c2, types.I32), "r"))
 }
 
 // defineSetThreads: n <= 0 stores 0 (the default); else min(n,
 // ThreadLimit(online CPUs)).
-func (e *emitter) defineSetThreads() {
+func (e *runtimeEmitter) defineSetThreads() {
 	f := e.setThreads
 	b := f.NewBlock("entry")
 	n := f.Params[0]
 	cpus := named(b.NewCall(e.onlineCPUs), "cpus")
-	lim := named(b.NewMul(cpus, i32c(ThreadsPerCPU)), "lim") // <= 4096
-	small := named(b.NewICmp(enum.IPredSLT, lim, i32c(MinThreadLimit)), "small")
-	lim0 := named(b.NewSelect(small, i32c(MinThreadLimit), lim), "lim0")
-	big := named(b.NewICmp(enum.IPredSGT, lim0, i32c(MaxThreads)), "big")
-	lim1 := named(b.NewSelect(big, i32c(MaxThreads), lim0), "lim1")
+	lim := named(b.NewMul(cpus, llI32(ThreadsPerCPU)), "lim") // <= 4096
+	small := named(b.NewICmp(enum.IPredSLT, lim, llI32(MinThreadLimit)), "small")
+	lim0 := named(b.NewSelect(small, llI32(MinThreadLimit), lim), "lim0")
+	big := named(b.NewICmp(enum.IPredSGT, lim0, llI32(MaxThreads)), "big")
+	lim1 := named(b.NewSelect(big, llI32(MaxThreads), lim0), "lim1")
 	over := named(b.NewICmp(enum.IPredSGT, n, lim1), "over")
 	c := named(b.NewSelect(over, lim1, n), "c")
-	pos := named(b.NewICmp(enum.IPredSGT, c, i32c(0)), "pos")
-	v := named(b.NewSelect(pos, c, i32c(0)), "v")
+	pos := named(b.NewICmp(enum.IPredSGT, c, llI32(0)), "pos")
+	v := named(b.NewSelect(pos, c, llI32(0)), "v")
 	st := b.NewStore(v, e.numThreads)
 	st.Atomic, st.Ordering, st.Align = true, enum.AtomicOrderingMonotonic, 4
 	b.NewRet(nil)
 }
 
-func (e *emitter) defineGetThreads() {
+func (e *runtimeEmitter) defineGetThreads() {
 	f := e.getThreads
 	entry := f.NewBlock("entry")
 	user := f.NewBlock("user")
 	online := f.NewBlock("online")
 	n := named(entry.NewLoad(types.I32, e.numThreads), "n")
 	n.Atomic, n.Ordering, n.Align = true, enum.AtomicOrderingMonotonic, 4
-	set := named(entry.NewICmp(enum.IPredSGT, n, i32c(0)), "set")
+	set := named(entry.NewICmp(enum.IPredSGT, n, llI32(0)), "set")
 	entry.NewCondBr(set, user, online)
 	user.NewRet(n)
 	online.NewRet(named(online.NewCall(e.onlineCPUs), "cpus"))
 }
 
 // message returns a pointer to a NUL-terminated copy of s.
-func (e *emitter) message(s string) constant.Constant {
-	name := fmt.Sprintf("%s.msg.%d", e.prefix, len(e.msgs))
+func (e *runtimeEmitter) message(s string) constant.Constant {
+	name := fmt.Sprintf("%s.msg.%d", e.prefix, e.msgs)
 	e.reserve(name)
 	init := constant.NewCharArrayFromString(s + "\x00")
 	g := e.mod.NewGlobalDef(name, init)
 	g.Linkage = enum.LinkagePrivate
 	g.UnnamedAddr = enum.UnnamedAddrUnnamedAddr
 	g.Immutable = true
-	e.msgs = append(e.msgs, g)
-	gep := constant.NewGetElementPtr(init.Typ, g, i64c(0), i64c(0))
+	e.msgs++
+	gep := constant.NewGetElementPtr(init.Typ, g, llI64(0), llI64(0))
 	gep.InBounds = true
 	return gep
 }
 
-func (e *emitter) defineStrerror() {
+func (e *runtimeEmitter) defineStrerror() {
 	type entry struct {
 		code int64
 		msg  string
@@ -167,7 +237,7 @@ func (e *emitter) defineStrerror() {
 	var entries []entry
 	seen := map[int64]bool{}
 	hasOK := false
-	for _, ec := range e.m.Errors {
+	for _, ec := range e.b.IR().Errors {
 		if ec.Code == 0 {
 			hasOK = true
 		}
@@ -176,7 +246,7 @@ func (e *emitter) defineStrerror() {
 		entries = append(entries, entry{0, "ok"})
 		seen[0] = true
 	}
-	for _, ec := range e.m.Errors {
+	for _, ec := range e.b.IR().Errors {
 		c := int64(ec.Code)
 		if c < math.MinInt32 || c > math.MaxInt32 {
 			e.fail("error %s: code %d does not fit in i32", ec.Name, ec.Code)
@@ -194,7 +264,7 @@ func (e *emitter) defineStrerror() {
 	for i, en := range entries {
 		cb := f.NewBlock(fmt.Sprintf("code.%d", i))
 		cb.NewRet(e.message(en.msg))
-		cases = append(cases, lir.NewCase(i32c(en.code), cb))
+		cases = append(cases, lir.NewCase(llI32(en.code), cb))
 	}
 	unknown.NewRet(e.message("unknown status"))
 	b.NewSwitch(f.Params[0], unknown, cases...)
@@ -210,7 +280,7 @@ func (e *emitter) defineStrerror() {
 // NO_MEMORY, having written nothing); else 0, every item having run. A
 // failed pthread_create leaves the remaining work to the threads already
 // running (the caller included), each with its own block.
-func (e *emitter) defineParallelFor() {
+func (e *runtimeEmitter) defineParallelFor() {
 	f := e.parallelFor
 	n, fn, ctx, scratch := f.Params[0], f.Params[1], f.Params[2], f.Params[3]
 	entry := f.NewBlock("entry")
@@ -229,28 +299,28 @@ func (e *emitter) defineParallelFor() {
 	nothing := f.NewBlock("nothing")
 
 	st := named(entry.NewAlloca(pfState), "state")
-	some := named(entry.NewICmp(enum.IPredSGT, n, i32c(0)), "some")
+	some := named(entry.NewICmp(enum.IPredSGT, n, llI32(0)), "some")
 	entry.NewCondBr(some, start, nothing)
-	nothing.NewRet(i32c(0))
+	nothing.NewRet(llI32(0))
 
 	field := func(b *lir.Block, base value.Value, k int64, name string) *lir.InstGetElementPtr {
-		return named(b.NewGetElementPtr(pfState, base, i32c(0), i32c(k)), name)
+		return named(b.NewGetElementPtr(pfState, base, llI32(0), llI32(k)), name)
 	}
-	start.NewStore(i32c(0), field(start, st, 0, "next.p"))
+	start.NewStore(llI32(0), field(start, st, 0, "next.p"))
 	start.NewStore(n, field(start, st, 1, "n.p"))
 	start.NewStore(fn, field(start, st, 2, "fn.p"))
 	start.NewStore(ctx, field(start, st, 3, "ctx.p"))
 	start.NewStore(scratch, field(start, st, 4, "scratch.p"))
-	start.NewStore(i32c(0), field(start, st, 5, "slot.p"))
+	start.NewStore(llI32(0), field(start, st, 5, "slot.p"))
 	baseP := field(start, st, 6, "base.p")
 	start.NewStore(constant.NewNull(i8p), baseP)
 	arg := named(start.NewBitCast(st, i8p), "arg")
 	nt := named(start.NewCall(e.getThreads), "nt")
 	lt := named(start.NewICmp(enum.IPredSLT, nt, n), "lt")
 	t := named(start.NewSelect(lt, nt, n), "t")
-	nw := named(start.NewSub(t, i32c(1)), "nw")
-	multi := named(start.NewICmp(enum.IPredSGT, nw, i32c(0)), "multi")
-	needScratch := named(start.NewICmp(enum.IPredSGT, scratch, i64c(0)), "need.scratch")
+	nw := named(start.NewSub(t, llI32(1)), "nw")
+	multi := named(start.NewICmp(enum.IPredSGT, nw, llI32(0)), "multi")
+	needScratch := named(start.NewICmp(enum.IPredSGT, scratch, llI64(0)), "need.scratch")
 	need := named(start.NewOr(multi, needScratch), "need")
 	start.NewCondBr(need, alloc, ready)
 
@@ -260,16 +330,16 @@ func (e *emitter) defineParallelFor() {
 	t64 := named(alloc.NewSExt(t, types.I64), "t64")
 	nw64 := named(alloc.NewSExt(nw, types.I64), "nw64")
 	blocks := named(alloc.NewMul(t64, scratch), "blocks")
-	tidBytes := named(alloc.NewMul(nw64, i64c(8)), "tid.bytes")
+	tidBytes := named(alloc.NewMul(nw64, llI64(8)), "tid.bytes")
 	used := named(alloc.NewAdd(blocks, tidBytes), "used")
-	total := named(alloc.NewAdd(used, i64c(HeapAlign-1)), "total")
+	total := named(alloc.NewAdd(used, llI64(llvmgen.HeapAlign-1)), "total")
 	raw := named(alloc.NewCall(e.decl("malloc", i8p, types.I64), total), "raw")
 	isNull := named(alloc.NewICmp(enum.IPredEQ, raw, constant.NewNull(i8p)), "failed")
 	alloc.NewCondBr(isNull, nomem, got)
-	nomem.NewRet(i32c(1))
+	nomem.NewRet(llI32(1))
 	addr := named(got.NewPtrToInt(raw, types.I64), "addr")
-	up := named(got.NewAdd(addr, i64c(HeapAlign-1)), "up")
-	alignedAddr := named(got.NewAnd(up, i64c(^int64(HeapAlign-1))), "aligned.addr")
+	up := named(got.NewAdd(addr, llI64(llvmgen.HeapAlign-1)), "up")
+	alignedAddr := named(got.NewAnd(up, llI64(^int64(llvmgen.HeapAlign-1))), "aligned.addr")
 	pad := named(got.NewSub(alignedAddr, addr), "pad")
 	base := named(got.NewGetElementPtr(types.I8, raw, pad), "base")
 	base.InBounds = true
@@ -286,7 +356,7 @@ func (e *emitter) defineParallelFor() {
 	ready.Insts = append(ready.Insts, mem, tidsAt)
 	ready.NewBr(createCond)
 
-	k := named(lir.NewPhi(lir.NewIncoming(i32c(0), ready)), "k")
+	k := named(lir.NewPhi(lir.NewIncoming(llI32(0), ready)), "k")
 	k.Type()
 	createCond.Insts = append(createCond.Insts, k)
 	kmore := named(createCond.NewICmp(enum.IPredSLT, k, nw), "kmore")
@@ -295,9 +365,9 @@ func (e *emitter) defineParallelFor() {
 	create := e.decl("pthread_create", types.I32, types.NewPointer(types.I64), i8p,
 		types.NewPointer(types.NewFunc(i8p, i8p)), i8p)
 	rc := named(createBody.NewCall(create, slot, constant.NewNull(i8p), e.worker, arg), "rc")
-	created := named(createBody.NewICmp(enum.IPredEQ, rc, i32c(0)), "created")
+	created := named(createBody.NewICmp(enum.IPredEQ, rc, llI32(0)), "created")
 	createBody.NewCondBr(created, createNext, work)
-	knext := named(createNext.NewAdd(k, i32c(1)), "k.next")
+	knext := named(createNext.NewAdd(k, llI32(1)), "k.next")
 	knext.OverflowFlags = []enum.OverflowFlag{enum.OverflowFlagNSW}
 	createNext.NewBr(createCond)
 	k.Incs = append(k.Incs, lir.NewIncoming(knext, createNext))
@@ -308,7 +378,7 @@ func (e *emitter) defineParallelFor() {
 	work.Insts = append(work.Insts, started)
 	work.NewCall(e.worker, arg)
 	work.NewBr(joinCond)
-	j := named(lir.NewPhi(lir.NewIncoming(i32c(0), work)), "j")
+	j := named(lir.NewPhi(lir.NewIncoming(llI32(0), work)), "j")
 	j.Type()
 	joinCond.Insts = append(joinCond.Insts, j)
 	jmore := named(joinCond.NewICmp(enum.IPredSLT, j, started), "jmore")
@@ -317,20 +387,20 @@ func (e *emitter) defineParallelFor() {
 	tid := named(joinBody.NewLoad(types.I64, tslot), "tid")
 	join := e.decl("pthread_join", types.I32, types.I64, types.NewPointer(i8p))
 	joinBody.NewCall(join, tid, constant.NewNull(types.NewPointer(i8p)))
-	jnext := named(joinBody.NewAdd(j, i32c(1)), "j.next")
+	jnext := named(joinBody.NewAdd(j, llI32(1)), "j.next")
 	jnext.OverflowFlags = []enum.OverflowFlag{enum.OverflowFlagNSW}
 	joinBody.NewBr(joinCond)
 	j.Incs = append(j.Incs, lir.NewIncoming(jnext, joinBody))
 
 	done.NewCall(e.decl("free", types.Void, i8p), mem)
-	done.NewRet(i32c(0))
+	done.NewRet(llI32(0))
 }
 
 // defineWorker: scratch = the next of the blocks parallel_for allocated
 // when the loop has heap arrays (at most t workers take one each); loop {
 // i = atomicrmw add next, 1; if i >= n (unsigned) stop; fn(ctx, i,
 // scratch) }.
-func (e *emitter) defineWorker() {
+func (e *runtimeEmitter) defineWorker() {
 	f := e.worker
 	entry := f.NewBlock("entry")
 	get := f.NewBlock("scratch.take")
@@ -340,7 +410,7 @@ func (e *emitter) defineWorker() {
 	exit := f.NewBlock("exit")
 	st := named(entry.NewBitCast(f.Params[0], types.NewPointer(pfState)), "st")
 	field := func(k int64, name string) *lir.InstGetElementPtr {
-		return named(entry.NewGetElementPtr(pfState, st, i32c(0), i32c(k)), name)
+		return named(entry.NewGetElementPtr(pfState, st, llI32(0), llI32(k)), name)
 	}
 	next := field(0, "next.p")
 	n := named(entry.NewLoad(types.I32, field(1, "n.p")), "n")
@@ -349,9 +419,9 @@ func (e *emitter) defineWorker() {
 	bytes := named(entry.NewLoad(types.I64, field(4, "scratch.p")), "bytes")
 	slotP := field(5, "slot.p")
 	base := named(entry.NewLoad(i8p, field(6, "base.p")), "base")
-	need := named(entry.NewICmp(enum.IPredSGT, bytes, i64c(0)), "need")
+	need := named(entry.NewICmp(enum.IPredSGT, bytes, llI64(0)), "need")
 	entry.NewCondBr(need, get, ready)
-	s := named(get.NewAtomicRMW(enum.AtomicOpAdd, slotP, i32c(1), enum.AtomicOrderingMonotonic), "s")
+	s := named(get.NewAtomicRMW(enum.AtomicOpAdd, slotP, llI32(1), enum.AtomicOrderingMonotonic), "s")
 	s64 := named(get.NewSExt(s, types.I64), "s64")
 	off := named(get.NewMul(s64, bytes), "off")
 	mine := named(get.NewGetElementPtr(types.I8, base, off), "mine")
@@ -361,7 +431,7 @@ func (e *emitter) defineWorker() {
 	scratch.Type()
 	ready.Insts = append(ready.Insts, scratch)
 	ready.NewBr(loop)
-	i := named(loop.NewAtomicRMW(enum.AtomicOpAdd, next, i32c(1), enum.AtomicOrderingMonotonic), "i")
+	i := named(loop.NewAtomicRMW(enum.AtomicOpAdd, next, llI32(1), enum.AtomicOrderingMonotonic), "i")
 	stop := named(loop.NewICmp(enum.IPredUGE, i, n), "stop")
 	loop.NewCondBr(stop, exit, body)
 	body.NewCall(fn, ctx, i, scratch)

@@ -1,9 +1,9 @@
-package llvm
+package cpu
 
 import (
 	"fmt"
-	"strings"
 
+	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	lir "github.com/llir/llvm/ir"
 	"github.com/llir/llvm/ir/constant"
 	"github.com/llir/llvm/ir/enum"
@@ -11,9 +11,9 @@ import (
 	"github.com/llir/llvm/ir/value"
 )
 
-// Level is a CPU level of a target: the instruction set a clone of the
-// work kernels is scheduled and compiled for. One .ll carries a clone per
-// level of its target; each clone's functions carry the level's
+// Level is a CPU level of an architecture: the instruction set a clone of
+// the work kernels is scheduled and compiled for. One .ll carries a clone
+// per level of its architecture; each clone's functions carry the level's
 // "target-cpu" and "target-features" attributes, so a plain `opt -O3 &&
 // llc -O3` compiles every clone for its own level whatever -mcpu says, and
 // the entries pick the best level the CPU runs at the first call (CPUID and
@@ -87,25 +87,8 @@ var aarch64Levels = []Level{
 	{Name: "neon", Suffix: "_neon", Lanes: 4, Regs: 32, FMA: true, NativeF16: true, CPU: "generic", Features: "+fp-armv8,+neon"},
 }
 
-// LookupLevel finds level name among the levels of the target of triple
-// ("" is the default).
-func LookupLevel(triple, name string) (Level, error) {
-	t, err := LookupTarget(triple)
-	if err != nil {
-		return Level{}, err
-	}
-	var names []string
-	for _, l := range t.Levels {
-		if l.Name == name {
-			return l, nil
-		}
-		names = append(names, l.Name)
-	}
-	return Level{}, fmt.Errorf("unknown CPU level %q for %s (known: %s)", name, t.Triple, strings.Join(names, ", "))
-}
-
-// LevelNames lists the levels of a target, baseline first.
-func (t Target) LevelNames() []string {
+// LevelNames lists the levels of an architecture, baseline first.
+func (t Arch) LevelNames() []string {
 	var out []string
 	for _, l := range t.Levels {
 		out = append(out, l.Name)
@@ -119,20 +102,11 @@ const LevelEnv = "ATTNC_CPU_LEVEL"
 // levelUnknown is the cached level before the first call decides it.
 const levelUnknown = -2
 
-// levelAttrs are the function attributes of a clone for level name.
-func (e *emitter) levelAttrs(name string) []lir.FuncAttribute {
-	var l *Level
-	for i := range e.target.Levels {
-		if e.target.Levels[i].Name == name {
-			l = &e.target.Levels[i]
-		}
-	}
-	if l == nil {
-		e.fail("kernel level %q is not a level of %s (%s)", name, e.target.Triple, strings.Join(e.target.LevelNames(), ", "))
-	}
-	attrs := []lir.FuncAttribute{lir.AttrPair{Key: "target-cpu", Value: l.CPU}, lir.AttrPair{Key: "target-features", Value: l.Features}}
+// attrs are the function attributes of a clone of level l.
+func (l Level) attrs() []llvmgen.Attr {
+	attrs := []llvmgen.Attr{{Key: "target-cpu", Value: l.CPU}, {Key: "target-features", Value: l.Features}}
 	for _, a := range l.Attrs {
-		attrs = append(attrs, lir.AttrPair{Key: a[0], Value: a[1]})
+		attrs = append(attrs, llvmgen.Attr{Key: a[0], Value: a[1]})
 	}
 	return attrs
 }
@@ -143,7 +117,7 @@ func (e *emitter) levelAttrs(name string) []lir.FuncAttribute {
 //	i32 @<prefix>.cpu_level()          the level index the entries run (rt.cpu_level), -1: refused
 //	i8* @<prefix>_cpu_level()          its name, or NULL when ATTNC_CPU_LEVEL is refused
 //	i32 @<prefix>.detect_level()       the best level index this CPU runs
-func (e *emitter) declareLevelRuntime() {
+func (e *runtimeEmitter) declareLevelRuntime() {
 	p := e.prefix
 	for _, n := range []string{p + ".cpu_level_cache", p + ".cpu_level", p + "_cpu_level", p + ".detect_level"} {
 		e.reserve(n)
@@ -165,7 +139,7 @@ func (e *emitter) declareLevelRuntime() {
 	e.detectLevel.FuncAttrs = append(e.detectLevel.FuncAttrs, enum.FuncAttrNoUnwind)
 }
 
-func (e *emitter) defineLevelRuntime() {
+func (e *runtimeEmitter) defineLevelRuntime() {
 	e.defineDetectLevel()
 	e.defineCPULevel()
 	e.defineLevelName()
@@ -175,13 +149,13 @@ func (e *emitter) defineLevelRuntime() {
 // or, when ATTNC_CPU_LEVEL is set and not empty, the level it names if the
 // CPU runs it and -1 otherwise (unknown name or a level above the
 // detected one). Threads racing on the first call compute the same value.
-func (e *emitter) defineCPULevel() {
+func (e *runtimeEmitter) defineCPULevel() {
 	f := e.cpuLevel
 	entry := f.NewBlock("entry")
 	decide := f.NewBlock("decide")
 	cached := named(entry.NewLoad(types.I32, e.levelCache), "cached")
 	cached.Atomic, cached.Ordering, cached.Align = true, enum.AtomicOrderingMonotonic, 4
-	known := named(entry.NewICmp(enum.IPredNE, cached, i32c(levelUnknown)), "known")
+	known := named(entry.NewICmp(enum.IPredNE, cached, llI32(levelUnknown)), "known")
 	done := f.NewBlock("done")
 	entry.NewCondBr(known, done, decide)
 	done.NewRet(cached)
@@ -200,11 +174,11 @@ func (e *emitter) defineCPULevel() {
 	cur := f.NewBlock("env.level0")
 	check.NewCondBr(empty, store, cur)
 	strcmp := e.decl("strcmp", types.I32, i8p, i8p)
-	for i, l := range e.target.Levels {
+	for i, l := range e.arch.Levels {
 		c := named(cur.NewCall(strcmp, env, e.message(l.Name)), fmt.Sprintf("cmp%d", i))
-		is := named(cur.NewICmp(enum.IPredEQ, c, i32c(0)), fmt.Sprintf("is%d", i))
-		runs := named(cur.NewICmp(enum.IPredSLE, i32c(int64(i)), best), fmt.Sprintf("runs%d", i))
-		v := named(cur.NewSelect(runs, i32c(int64(i)), i32c(-1)), fmt.Sprintf("pick%d", i))
+		is := named(cur.NewICmp(enum.IPredEQ, c, llI32(0)), fmt.Sprintf("is%d", i))
+		runs := named(cur.NewICmp(enum.IPredSLE, llI32(int64(i)), best), fmt.Sprintf("runs%d", i))
+		v := named(cur.NewSelect(runs, llI32(int64(i)), llI32(-1)), fmt.Sprintf("pick%d", i))
 		next := f.NewBlock(fmt.Sprintf("env.level%d", i+1))
 		hit := f.NewBlock(fmt.Sprintf("env.hit%d", i))
 		cur.NewCondBr(is, hit, next)
@@ -213,7 +187,7 @@ func (e *emitter) defineCPULevel() {
 		cur = next
 	}
 	cur.NewBr(store)
-	incs = append(incs, lir.NewIncoming(i32c(-1), cur))
+	incs = append(incs, lir.NewIncoming(llI32(-1), cur))
 	lv := named(lir.NewPhi(incs...), "level")
 	lv.Type()
 	store.Insts = append(store.Insts, lv)
@@ -223,17 +197,17 @@ func (e *emitter) defineCPULevel() {
 }
 
 // defineLevelName: the chosen level's name, or NULL when it is refused.
-func (e *emitter) defineLevelName() {
+func (e *runtimeEmitter) defineLevelName() {
 	f := e.levelName
 	entry := f.NewBlock("entry")
 	lv := named(entry.NewCall(e.cpuLevel), "level")
 	refused := f.NewBlock("refused")
 	refused.NewRet(constant.NewNull(i8p))
 	var cases []*lir.Case
-	for i, l := range e.target.Levels {
+	for i, l := range e.arch.Levels {
 		b := f.NewBlock(fmt.Sprintf("level%d", i))
 		b.NewRet(e.message(l.Name))
-		cases = append(cases, lir.NewCase(i32c(int64(i)), b))
+		cases = append(cases, lir.NewCase(llI32(int64(i)), b))
 	}
 	entry.NewSwitch(lv, refused, cases...)
 }
@@ -241,17 +215,17 @@ func (e *emitter) defineLevelName() {
 // defineDetectLevel: the highest level whose CPUID bits are set and whose
 // register state the OS enabled (XGETBV, read only when OSXSAVE says it
 // may be). Levels without requirements (the baseline, NEON) always run.
-func (e *emitter) defineDetectLevel() {
+func (e *runtimeEmitter) defineDetectLevel() {
 	f := e.detectLevel
 	b := f.NewBlock("entry")
 	top := 0
-	for i, l := range e.target.Levels {
+	for i, l := range e.arch.Levels {
 		if len(l.needs) == 0 {
 			top = i
 		}
 	}
-	if top == len(e.target.Levels)-1 {
-		b.NewRet(i32c(int64(top)))
+	if top == len(e.arch.Levels)-1 {
+		b.NewRet(llI32(int64(top)))
 		return
 	}
 	regs := types.NewStruct(types.I32, types.I32, types.I32, types.I32)
@@ -259,7 +233,7 @@ func (e *emitter) defineDetectLevel() {
 		"={ax},={bx},={cx},={dx},{ax},{cx},~{dirflag},~{fpsr},~{flags}")
 	cpuid.SideEffect = true
 	call := func(b *lir.Block, leaf value.Value, name string) [4]value.Value {
-		r := named(b.NewCall(cpuid, leaf, i32c(0)), name)
+		r := named(b.NewCall(cpuid, leaf, llI32(0)), name)
 		var out [4]value.Value
 		for k := range out {
 			out[k] = named(b.NewExtractValue(r, uint64(k)), fmt.Sprintf("%s.%c", name, "abcd"[k]))
@@ -268,53 +242,53 @@ func (e *emitter) defineDetectLevel() {
 	}
 	// Leaves 0 and 0x80000000 give the highest basic and extended leaves;
 	// a leaf above them reads as zeros.
-	max0 := call(b, i32c(0), "l0")[0]
-	maxE := call(b, i32c(0x80000000), "le")[0]
+	max0 := call(b, llI32(0), "l0")[0]
+	maxE := call(b, llI32(0x80000000), "le")[0]
 	leafRegs := map[int64][4]value.Value{}
 	for _, leaf := range []int64{1, 7, 0x80000001} {
 		limit := max0
 		if leaf >= 0x80000000 {
 			limit = maxE
 		}
-		has := named(b.NewICmp(enum.IPredUGE, limit, i32c(leaf)), fmt.Sprintf("has.%x", leaf))
-		safe := named(b.NewSelect(has, i32c(leaf), i32c(0)), fmt.Sprintf("leaf.%x", leaf))
+		has := named(b.NewICmp(enum.IPredUGE, limit, llI32(leaf)), fmt.Sprintf("has.%x", leaf))
+		safe := named(b.NewSelect(has, llI32(leaf), llI32(0)), fmt.Sprintf("leaf.%x", leaf))
 		r := call(b, safe, fmt.Sprintf("l%x", leaf))
 		var masked [4]value.Value
 		for k := range r {
-			masked[k] = named(b.NewSelect(has, r[k], i32c(0)), fmt.Sprintf("l%x.%c.ok", leaf, "abcd"[k]))
+			masked[k] = named(b.NewSelect(has, r[k], llI32(0)), fmt.Sprintf("l%x.%c.ok", leaf, "abcd"[k]))
 		}
 		leafRegs[leaf] = masked
 	}
 	// XCR0, read with XGETBV only when OSXSAVE (CPUID.1:ECX bit 27) is set.
-	osx := named(b.NewAnd(leafRegs[1][2], i32c(1<<27)), "osxsave")
-	hasOSX := named(b.NewICmp(enum.IPredNE, osx, i32c(0)), "has.osxsave")
+	osx := named(b.NewAnd(leafRegs[1][2], llI32(1<<27)), "osxsave")
+	hasOSX := named(b.NewICmp(enum.IPredNE, osx, llI32(0)), "has.osxsave")
 	xget := f.NewBlock("xgetbv")
 	decide := f.NewBlock("decide")
 	b.NewCondBr(hasOSX, xget, decide)
 	xgetbv := lir.NewInlineAsm(types.NewPointer(types.NewFunc(types.NewStruct(types.I32, types.I32), types.I32)), "xgetbv",
 		"={ax},={dx},{cx},~{dirflag},~{fpsr},~{flags}")
 	xgetbv.SideEffect = true
-	xr := named(xget.NewCall(xgetbv, i32c(0)), "xcr0.r")
+	xr := named(xget.NewCall(xgetbv, llI32(0)), "xcr0.r")
 	xlo := named(xget.NewExtractValue(xr, 0), "xcr0.lo")
 	xget.NewBr(decide)
-	xcr0 := named(lir.NewPhi(lir.NewIncoming(i32c(0), b), lir.NewIncoming(xlo, xget)), "xcr0")
+	xcr0 := named(lir.NewPhi(lir.NewIncoming(llI32(0), b), lir.NewIncoming(xlo, xget)), "xcr0")
 	xcr0.Type()
 	decide.Insts = append(decide.Insts, xcr0)
-	var level value.Value = i32c(int64(top))
-	for i := top + 1; i < len(e.target.Levels); i++ {
-		l := e.target.Levels[i]
+	var level value.Value = llI32(int64(top))
+	for i := top + 1; i < len(e.arch.Levels); i++ {
+		l := e.arch.Levels[i]
 		var ok value.Value = constant.True
 		for _, nb := range l.needs {
-			bit := named(decide.NewAnd(leafRegs[nb.leaf][nb.reg], i32c(int64(int32(uint32(1)<<nb.bit)))), fmt.Sprintf("v%d.bit.%s", i, nb.name))
-			set := named(decide.NewICmp(enum.IPredNE, bit, i32c(0)), fmt.Sprintf("v%d.%s", i, nb.name))
+			bit := named(decide.NewAnd(leafRegs[nb.leaf][nb.reg], llI32(int64(int32(uint32(1)<<nb.bit)))), fmt.Sprintf("v%d.bit.%s", i, nb.name))
+			set := named(decide.NewICmp(enum.IPredNE, bit, llI32(0)), fmt.Sprintf("v%d.%s", i, nb.name))
 			ok = decide.NewAnd(ok, set)
 		}
 		if l.xcr0 != 0 {
-			st := named(decide.NewAnd(xcr0, i32c(l.xcr0)), fmt.Sprintf("state%d", i))
-			en := named(decide.NewICmp(enum.IPredEQ, st, i32c(l.xcr0)), fmt.Sprintf("enabled%d", i))
+			st := named(decide.NewAnd(xcr0, llI32(l.xcr0)), fmt.Sprintf("state%d", i))
+			en := named(decide.NewICmp(enum.IPredEQ, st, llI32(l.xcr0)), fmt.Sprintf("enabled%d", i))
 			ok = decide.NewAnd(ok, en)
 		}
-		level = named(decide.NewSelect(ok, i32c(int64(i)), level), fmt.Sprintf("upto%d", i))
+		level = named(decide.NewSelect(ok, llI32(int64(i)), level), fmt.Sprintf("upto%d", i))
 	}
 	decide.NewRet(level)
 }

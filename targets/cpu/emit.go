@@ -1,0 +1,36 @@
+package cpu
+
+import (
+	"fmt"
+
+	llvmgen "github.com/attnc/attnc/codegen/llvm"
+	"github.com/attnc/attnc/ir"
+)
+
+// Emit prints the scheduled module m as LLVM 14 IR for the machine:
+// codegen/llvm builds the kernels for its triple and data layout, each
+// level's clone with that level's attributes, and this package's runtime
+// (the thread pool, strerror, the CPU-level dispatch) around them.
+func (mc *Machine) Emit(m *ir.Module) (string, error) {
+	a := mc.Arch
+	t := llvmgen.Target{Triple: a.Triple, DataLayout: a.DataLayout, Runtime: &runtimeEmitter{arch: a}}
+	if m != nil {
+		for _, k := range m.Kernels {
+			if k == nil || k.Level == "" {
+				continue
+			}
+			l, err := mc.Level(k)
+			if err != nil {
+				return "", fmt.Errorf("llvm: %w", err)
+			}
+			if t.Attrs == nil {
+				t.Attrs = map[string][]llvmgen.Attr{}
+			}
+			t.Attrs[k.Name] = l.attrs()
+		}
+	}
+	return llvmgen.Emit(m, t)
+}
+
+// emitLL is the Emit of the machine of architecture a.
+func emitLL(m *ir.Module, a Arch) (string, error) { return (&Machine{Arch: a}).Emit(m) }

@@ -1,0 +1,119 @@
+package cpu
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/attnc/attnc/ir"
+	"github.com/attnc/attnc/passes"
+	"github.com/attnc/attnc/targets"
+)
+
+// Machine is the CPU target for one architecture, built per compile from
+// the build's options: the triple resolved once in the Arches table, its
+// levels typed values. The schedule passes that depend on the machine
+// (multiversion, vector-reduce, block-matmul, native-widen) are closures
+// over it, so none looks a triple or a level up by name in a global table,
+// and the module carries no triple. A clone's ir.Kernel.Level names one of
+// the machine's levels; Level resolves it in the machine's own table.
+type Machine struct {
+	Arch Arch
+}
+
+// NewMachine is the machine of triple ("" is DefaultTriple); an unknown
+// triple is an error naming the known ones.
+func NewMachine(triple string) (*Machine, error) {
+	a, err := LookupArch(triple)
+	if err != nil {
+		return nil, err
+	}
+	return &Machine{Arch: a}, nil
+}
+
+// defaultMachine is the machine of DefaultTriple: Table's and EndsTable's.
+var defaultMachine = func() *Machine {
+	mc, err := NewMachine(DefaultTriple)
+	if err != nil {
+		panic(err)
+	}
+	return mc
+}()
+
+// Level is the level of clone k, nil for a kernel that is not a clone; a
+// level the machine's architecture lacks is an error.
+func (mc *Machine) Level(k *ir.Kernel) (*Level, error) {
+	if k.Level == "" {
+		return nil, nil
+	}
+	for i := range mc.Arch.Levels {
+		if mc.Arch.Levels[i].Name == k.Level {
+			return &mc.Arch.Levels[i], nil
+		}
+	}
+	return nil, fmt.Errorf("kernel %s: level %q is not a level of %s (known: %s)", k.Name, k.Level, mc.Arch.Triple, strings.Join(mc.Arch.LevelNames(), ", "))
+}
+
+// Table is the CPU pass table of this machine.
+func (mc *Machine) Table() []passes.Pass { return mc.table(false) }
+
+// EndsTable is Table with MultiversionEnds: the baseline and widest
+// levels' clones only. Tests that do not exercise every level build with
+// it to save a clone's compile time.
+func (mc *Machine) EndsTable() []passes.Pass { return mc.table(true) }
+
+func (mc *Machine) table(ends bool) []passes.Pass {
+	multiversion := passes.Pass{Name: "multiversion", Required: true, Run: mc.Multiversion,
+		Desc: "clone the work kernels per CPU level of the triple (x86-64, -v3, -v4; NEON); entries dispatch by CPUID or ATTNC_CPU_LEVEL"}
+	if ends {
+		multiversion.Run = mc.MultiversionEnds
+		multiversion.Desc = "clone the work kernels for the baseline and widest CPU levels of the triple only; entries dispatch by CPUID or ATTNC_CPU_LEVEL"
+	}
+	return []passes.Pass{
+		passes.InlineDefsPass,
+		passes.SimplifyPass,
+		passes.ClassifyTilesPass,
+		passes.ExpandCallsPass,
+		multiversion,
+		{Name: "vector-reduce", Required: false, Run: mc.VectorReduce,
+			Desc: "reduce statements of prefill KV tiles (those with a matmul of M >= 32) as explicit vector loops of the clone's width and a shuffle tree"},
+		{Name: "block-matmul", Required: false, Run: mc.BlockMatMul,
+			Desc: "tile matmuls of each level's clone as register-blocked vector micro-kernels (6x4 or 6x2 vectors of the level's width; prefill's Q·Kᵀ (M >= 32) on K packed transposed), decode's Q·Kᵀ as dot-product blocks ending in a transpose-add tree"},
+		{Name: "lower-tiles", Required: true, Run: LowerTiles,
+			Desc: "matmul and reduce statements as loops: dot products and zero-skipping row updates"},
+		{Name: "vectorize", Required: true, Run: Vectorize,
+			Desc: "spread loops as vector (innermost) or serial loops, guards folded into loop bounds"},
+		{Name: "prefetch-kv", Required: false, Run: PrefetchKV,
+			Desc: "each staging iteration prefetches the page rows of the one a decode tile ahead (TileRows: about 4 KiB of K rows), in a later tile too (guards repeated: -1 pages never touched)"},
+		{Name: "vector-exp", Required: false, Run: VectorExp,
+			Desc: "f32 exp as a polynomial in plain arithmetic (within 2 ulp; 0 below FLT_MIN, inf above): vectorized with its loop instead of a libm call per lane"},
+		{Name: "native-widen", Required: false, Run: mc.NativeWiden,
+			Desc: "f16 and fp8 (e4m3, e5m2) K/V/Q loads of the clones whose level converts half natively (F16C, NEON) through the dtype table's hardware conversion (fp8 codes rearranged into half bits first)"},
+		passes.LegalizeDTypePass,
+		passes.LateSimplifyPass,
+		passes.HeapScratchPass,
+	}
+}
+
+// Bind implements targets.Binder: table with its CPU passes — those of a
+// machine's Table or EndsTable, known by name and description, not
+// inserted by a user — run on the machine of opt.Triple. The neutral and
+// the inserted passes stay as they are, in their places.
+func (Target) Bind(table []passes.Pass, opt targets.Options) ([]passes.Pass, error) {
+	mc, err := NewMachine(opt.Triple)
+	if err != nil {
+		return nil, err
+	}
+	own := map[[2]string]func(*ir.Module) (*ir.Module, error){}
+	for _, t := range [][]passes.Pass{mc.Table(), mc.EndsTable()} {
+		for _, p := range t {
+			own[[2]string{p.Name, p.Desc}] = p.Run
+		}
+	}
+	out := append([]passes.Pass(nil), table...)
+	for i, p := range out {
+		if run, ok := own[[2]string{p.Name, p.Desc}]; ok && !p.Inserted {
+			out[i].Run = run
+		}
+	}
+	return out, nil
+}
