@@ -340,6 +340,9 @@ func (p *parser) module() *Module {
 	m := &Module{Name: p.ident().text}
 	p.expect("prefix")
 	m.Prefix = p.ident().text
+	if p.accept("lanes") {
+		m.SetLaneWidth(int(p.intLit(false)))
+	}
 	for p.accept("error") {
 		neg := p.accept("-")
 		code := p.intLit(neg)

@@ -2,12 +2,13 @@ package cuda
 
 import (
 	"github.com/attnc/attnc/ir"
+	"github.com/attnc/attnc/passes"
 )
 
 // Register-resident accumulators. The P·V matmul accumulates into an array
 // C (acc[16, N]) across the KV tile loop; held in shared memory, every tile
 // reads and writes all of it twice (mma in, mma out) plus once for the
-// rescale by exp(m_old - m_new). keepAccInRegisters keeps C in the mma
+// rescale by exp(m_old - m_new). AccRegisters keeps C in the mma
 // accumulator registers instead, as FlashAttention-2 does: a Private array
 // whose elements each thread owns in the fragment layout. Inside the loop
 // the mma reads and writes the registers, and every other statement that
@@ -27,6 +28,87 @@ import (
 // memory drops from 123200 to 90432 bytes, 2 blocks per SM on sm_90).
 const MaxAccRegisters = 64
 
+// AccRegisters keeps the accumulator C of the tensor-core fragment loops
+// use-mma wrote for accumulating matmuls in registers across their KV tile
+// loops (see above): in each kernel, keepAccInRegisters.
+func AccRegisters(m *ir.Module) (*ir.Module, error) {
+	return passes.MapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
+		return keepAccInRegisters(k.Body), nil
+	})
+}
+
+// fragLoop is a fragment loop use-mma wrote for a matmul: for nt in 0 ..
+// N/8 spread { for lane lanes { ...; fd[c] = C[...] or 0; ks loop of
+// mmas; C[...] = fd[c] } }, C of 16 rows.
+type fragLoop struct {
+	loop       *ir.For
+	c          string // the matmul's C
+	n          int    // C's columns
+	accumulate bool   // fd starts from C (else from 0)
+}
+
+// fragmentOf returns the fragment loop s is, or nil.
+func fragmentOf(s ir.Stmt) *fragLoop {
+	f, ok := s.(*ir.For)
+	if !ok || f.Var != "nt" || f.Kind != ir.Spread || !isConst(f.Lo, 0) || len(f.Body.Stmts) != 1 {
+		return nil
+	}
+	hi, ok := f.Hi.(*ir.Const)
+	if !ok {
+		return nil
+	}
+	lanes, ok := f.Body.Stmts[0].(*ir.For)
+	if !ok || lanes.Kind != ir.Lanes {
+		return nil
+	}
+	fl := &fragLoop{loop: f, n: int(hi.Int) * mmaN}
+	for _, st := range lanes.Body.Stmts {
+		x, ok := st.(*ir.Store)
+		if !ok {
+			continue
+		}
+		if l, ok := x.Value.(*ir.Load); ok && l.Buf == "fd" && x.Buf != "fd" {
+			fl.c = x.Buf
+		}
+	}
+	if fl.c == "" {
+		return nil
+	}
+	for _, st := range lanes.Body.Stmts {
+		if x, ok := st.(*ir.Store); ok && x.Buf == "fd" {
+			if l, ok := x.Value.(*ir.Load); ok && l.Buf == fl.c {
+				fl.accumulate = true
+			}
+		}
+	}
+	return fl
+}
+
+// onRegisters is fragment loop fl with its accumulator in the registers
+// of a: fd starts from the lane's registers and goes back to them, the
+// n-tiles run per warp (a.loop).
+func (a *accRegs) onRegisters(fl *fragLoop) ir.Stmt {
+	lanes := fl.loop.Body.Stmts[0].(*ir.For)
+	var body []ir.Stmt
+	for _, st := range lanes.Body.Stmts {
+		if x, ok := st.(*ir.Store); ok {
+			c, isConstIdx := x.Index.(*ir.Const)
+			if l, ok := x.Value.(*ir.Load); ok && x.Buf == "fd" && l.Buf == fl.c && isConstIdx {
+				body = append(body, &ir.Store{Buf: x.Buf, Index: x.Index, Value: ir.Ld(a.name, ir.F32, a.at(i32(int(c.Int))))})
+				continue
+			}
+			if l, ok := x.Value.(*ir.Load); ok && x.Buf == fl.c && l.Buf == "fd" {
+				if lc, ok := l.Index.(*ir.Const); ok {
+					body = append(body, &ir.Store{Buf: a.name, Index: a.at(i32(int(lc.Int))), Value: x.Value})
+					continue
+				}
+			}
+		}
+		body = append(body, st)
+	}
+	return a.loop(body)
+}
+
 // accRegs is a matmul's accumulator kept in registers.
 type accRegs struct {
 	name  string // the Private array
@@ -42,17 +124,17 @@ const (
 )
 
 // newAccRegs returns the register plan for C of an accumulating
-// m16n8k16 matmul, or nil when C is too wide.
-func newAccRegs(mm *ir.MatMul) *accRegs {
-	if !mm.Accumulate || mm.M != mmaM || mm.N%mmaN != 0 {
+// fragment loop, or nil when C is too wide.
+func newAccRegs(fl *fragLoop) *accRegs {
+	if !fl.accumulate || fl.n%mmaN != 0 {
 		return nil
 	}
-	tiles := mm.N / mmaN
+	tiles := fl.n / mmaN
 	per := (tiles + warps - 1) / warps * 4
 	if per > MaxAccRegisters {
 		return nil
 	}
-	return &accRegs{name: mm.C + "_reg", tiles: tiles, per: per}
+	return &accRegs{name: fl.c + "_reg", tiles: tiles, per: per}
 }
 
 // at is the Private array's element c (an expression 0..3) of the lane
@@ -60,7 +142,7 @@ func newAccRegs(mm *ir.MatMul) *accRegs {
 // the thread that owns it (map-threads runs spread iteration aw on warp
 // aw, so slot = aw*32 + lane).
 func (a *accRegs) at(c ir.Expr) ir.Expr {
-	slot := add(mul(ir.R(fragWarp, ir.I32), i32(ir.WarpSize)), ir.R("lane", ir.I32))
+	slot := add(mul(ir.R(fragWarp, ir.I32), i32(Layer.Lanes)), ir.R("lane", ir.I32))
 	return add(mul(slot, i32(a.per)), add(mul(ir.R(fragIter, ir.I32), i32(4)), c))
 }
 
@@ -73,7 +155,7 @@ func (a *accRegs) loop(body []ir.Stmt) ir.Stmt {
 		&ir.Let{Name: "nt", Value: nt},
 		&ir.If{Cond: ir.Bin(ir.Lt, ir.R("nt", ir.I32), i32(a.tiles)), Then: &ir.Block{Stmts: body}},
 	}}}
-	lanes := &ir.For{Var: "lane", Lo: i32(0), Hi: i32(ir.WarpSize), Kind: ir.Lanes, Body: &ir.Block{Stmts: []ir.Stmt{iter}}}
+	lanes := &ir.For{Var: "lane", Lo: i32(0), Hi: i32(Layer.Lanes), Kind: ir.Lanes, Body: &ir.Block{Stmts: []ir.Stmt{iter}}}
 	return &ir.For{Var: fragWarp, Lo: i32(0), Hi: i32(warps), Kind: ir.Spread, Body: &ir.Block{Stmts: []ir.Stmt{lanes}}}
 }
 
@@ -92,28 +174,27 @@ func (a *accRegs) elems(row, col string, body []ir.Stmt) []ir.Stmt {
 }
 
 // copyLoop moves C to the registers (in) or back (out).
-func (a *accRegs) copyLoop(mm *ir.MatMul, in bool) ir.Stmt {
-	cIdx := add(mul(ir.R("acc_row", ir.I32), i32(mm.N)), ir.R("acc_col", ir.I32))
+func (a *accRegs) copyLoop(fl *fragLoop, in bool) ir.Stmt {
+	cIdx := add(mul(ir.R("acc_row", ir.I32), i32(fl.n)), ir.R("acc_col", ir.I32))
 	reg := a.at(ir.R(fragElem, ir.I32))
-	st := &ir.Store{Buf: mm.C, Index: cIdx, Value: ir.Ld(a.name, ir.F32, reg)}
+	st := &ir.Store{Buf: fl.c, Index: cIdx, Value: ir.Ld(a.name, ir.F32, reg)}
 	if in {
-		st = &ir.Store{Buf: a.name, Index: reg, Value: ir.Ld(mm.C, ir.F32, cIdx)}
+		st = &ir.Store{Buf: a.name, Index: reg, Value: ir.Ld(fl.c, ir.F32, cIdx)}
 	}
 	return a.loop(a.elems("acc_row", "acc_col", []ir.Stmt{st}))
 }
 
 // keepAccInRegisters rewrites the KV tile loops of body whose accumulating
-// matmuls (one per tile kind classify-tiles made) have a register plan
-// (see above), recording the plan on their mmaPlans; loops it cannot
-// rewrite are left as they are. Where every other statement of the work
+// fragment loops (one per tile kind classify-tiles made) have a register
+// plan (see above); loops it cannot rewrite are left as they are. Where every other statement of the work
 // item that touches C is a row nest too (the zeroing before the loop, the
 // normalizing store after it), those run on the registers as well and C
 // leaves shared memory; else C is loaded into the registers before the
 // loop and stored back after it.
-func keepAccInRegisters(body *ir.Block, byMM map[*ir.MatMul]*mmaPlan) *ir.Block {
+func keepAccInRegisters(body *ir.Block) *ir.Block {
 	body = ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
 		if f, ok := s.(*ir.For); ok && f.Kind == ir.Parallel {
-			if item := accInItem(f, byMM); item != nil {
+			if item := accInItem(f); item != nil {
 				return []ir.Stmt{item}
 			}
 		}
@@ -124,42 +205,36 @@ func keepAccInRegisters(body *ir.Block, byMM map[*ir.MatMul]*mmaPlan) *ir.Block 
 		if !ok || f.Tag != ir.TagKVTile {
 			return []ir.Stmt{s}
 		}
-		loop, a, plans := accInLoop(f, byMM)
-		if loop == nil || plans[0].reg != nil {
+		loop, a, fl := accInLoop(f)
+		if loop == nil {
 			return []ir.Stmt{s} // not possible, or done with its item
-		}
-		for _, p := range plans {
-			p.reg = a
 		}
 		return []ir.Stmt{
 			&ir.Alloc{Name: a.name, T: ir.F32, Size: BlockThreads * a.per, Private: true},
-			a.copyLoop(p0(plans).mm, true),
+			a.copyLoop(fl, true),
 			loop,
-			a.copyLoop(p0(plans).mm, false),
+			a.copyLoop(fl, false),
 		}
 	})
 }
 
-func p0(plans []*mmaPlan) *mmaPlan { return plans[0] }
-
 // accInItem rewrites a work item whose KV tile loops and every other
 // statement touching their accumulator C can run on registers, dropping
 // C; it returns nil when some statement cannot.
-func accInItem(item *ir.For, byMM map[*ir.MatMul]*mmaPlan) ir.Stmt {
+func accInItem(item *ir.For) ir.Stmt {
 	var a *accRegs
-	var mm *ir.MatMul
-	var plans []*mmaPlan
+	var fl *fragLoop
 	loops := map[int]ir.Stmt{}
 	for i, st := range item.Body.Stmts {
 		f, ok := st.(*ir.For)
 		if !ok || f.Tag != ir.TagKVTile {
 			continue
 		}
-		loop, la, lp := accInLoop(f, byMM)
+		loop, la, lf := accInLoop(f)
 		if loop == nil || (a != nil && la.name != a.name) {
 			return nil
 		}
-		a, mm, plans = la, lp[0].mm, append(plans, lp...)
+		a, fl = la, lf
 		loops[i] = loop
 	}
 	if a == nil {
@@ -171,46 +246,36 @@ func accInItem(item *ir.For, byMM map[*ir.MatMul]*mmaPlan) ir.Stmt {
 			out = append(out, loop)
 			continue
 		}
-		if al, ok := st.(*ir.Alloc); ok && al.Name == mm.C {
+		if al, ok := st.(*ir.Alloc); ok && al.Name == fl.c {
 			out = append(out, &ir.Alloc{Name: a.name, T: ir.F32, Size: BlockThreads * a.per, Private: true})
 			continue
 		}
-		if !touches(st, mm.C) {
+		if !touches(st, fl.c) {
 			out = append(out, st)
 			continue
 		}
-		rows, frag := a.splitRowNest(st, mm)
+		rows, frag := a.splitRowNest(st, fl)
 		if frag == nil {
 			return nil
 		}
 		out = append(out, rows, frag)
 	}
-	// C must be gone: its alloc replaced, every access but the planned
-	// matmuls' (which lower onto the registers) rewritten.
+	// C must be gone: its alloc replaced, every access rewritten.
 	c := *item
-	c.Body = ir.MapStmts(&ir.Block{Stmts: out}, func(st ir.Stmt) []ir.Stmt {
-		if x, ok := st.(*ir.MatMul); ok && byMM[x] != nil && byMM[x].mm.C == mm.C {
-			return nil
-		}
-		return []ir.Stmt{st}
-	})
-	if touches(&c, mm.C) {
-		return nil
-	}
 	c.Body = &ir.Block{Stmts: out}
-	for _, p := range plans {
-		p.reg = a
+	if touches(&c, fl.c) {
+		return nil
 	}
 	return &c
 }
 
 // accInLoop rewrites one KV tile loop onto the register plan of its
-// accumulating matmuls, or returns nil loop.
-func accInLoop(f *ir.For, byMM map[*ir.MatMul]*mmaPlan) (ir.Stmt, *accRegs, []*mmaPlan) {
-	var first *ir.MatMul
+// accumulating fragment loops, or returns nil loop.
+func accInLoop(f *ir.For) (ir.Stmt, *accRegs, *fragLoop) {
+	var first *fragLoop
 	ir.MapStmts(f.Body, func(st ir.Stmt) []ir.Stmt {
-		if mm, ok := st.(*ir.MatMul); ok && first == nil && byMM[mm] != nil && mm.Accumulate {
-			first = mm
+		if fl := fragmentOf(st); fl != nil && first == nil && fl.accumulate {
+			first = fl
 		}
 		return []ir.Stmt{st}
 	})
@@ -221,26 +286,29 @@ func accInLoop(f *ir.For, byMM map[*ir.MatMul]*mmaPlan) (ir.Stmt, *accRegs, []*m
 	if a == nil {
 		return nil, nil, nil
 	}
-	var plans []*mmaPlan
 	var rewrite func([]ir.Stmt) ([]ir.Stmt, bool)
 	rewrite = func(stmts []ir.Stmt) ([]ir.Stmt, bool) {
 		var out []ir.Stmt
 		for _, st := range stmts {
-			if !touches(st, first.C) {
+			if !touches(st, first.c) {
 				out = append(out, st)
 				continue
 			}
-			switch x := st.(type) {
-			case *ir.MatMul:
-				p := byMM[x]
-				if p == nil || !x.Accumulate || x.C != first.C || x.M != first.M || x.N != first.N ||
-					x.A == first.C || x.B == first.C {
+			if fl := fragmentOf(st); fl != nil {
+				if !fl.accumulate || fl.c != first.c || fl.n != first.n {
 					return nil, false
 				}
-				plans = append(plans, p)
-				out = append(out, st)
+				// Its operands must not be C: only the fd moves touch it.
+				conv := a.onRegisters(fl)
+				if touches(conv, first.c) {
+					return nil, false
+				}
+				out = append(out, conv)
+				continue
+			}
+			switch x := st.(type) {
 			case *ir.If:
-				if exprTouches(x.Cond, first.C) {
+				if exprTouches(x.Cond, first.c) {
 					return nil, false
 				}
 				c := *x
@@ -279,26 +347,26 @@ func accInLoop(f *ir.For, byMM map[*ir.MatMul]*mmaPlan) (ir.Stmt, *accRegs, []*m
 	}
 	loop := *f
 	loop.Body = &ir.Block{Stmts: stmts}
-	return &loop, a, plans
+	return &loop, a, first
 }
 
 // splitRowNest splits a row nest over C into the nest without its column
 // loops (what it does per row: the softmax state, the lse) and the column
 // loops on the fragment layout (the registers), or returns nil frag when
 // s is not such a nest.
-func (a *accRegs) splitRowNest(s ir.Stmt, mm *ir.MatMul) (rows, frag ir.Stmt) {
+func (a *accRegs) splitRowNest(s ir.Stmt, fl *fragLoop) (rows, frag ir.Stmt) {
 	f, ok := s.(*ir.For)
-	if !ok || f.Kind != ir.Spread || !isConst(f.Lo, 0) || !isConst(f.Hi, mm.M) {
+	if !ok || f.Kind != ir.Spread || !isConst(f.Lo, 0) || !isConst(f.Hi, mmaM) {
 		return nil, nil
 	}
-	n := &nestRewrite{c: mm.C, reg: a.name, row: f.Var, width: mm.N, at: a.at(ir.R(fragElem, ir.I32)), dropRowWork: true}
+	n := &nestRewrite{c: fl.c, reg: a.name, row: f.Var, width: fl.n, at: a.at(ir.R(fragElem, ir.I32)), dropRowWork: true}
 	body, ok := n.outer(f.Body.Stmts)
 	if !ok || n.col == "" {
 		return nil, nil
 	}
 	col := n.col
 	rowBody := ir.MapStmts(f.Body, func(st ir.Stmt) []ir.Stmt {
-		if x, ok := st.(*ir.For); ok && x.Var == col && touches(x, mm.C) {
+		if x, ok := st.(*ir.For); ok && x.Var == col && touches(x, fl.c) {
 			return nil
 		}
 		return []ir.Stmt{st}
@@ -352,12 +420,12 @@ func overlaps(a, b map[string]bool) bool {
 
 // rowNest rewrites a row nest over C onto the fragment layout, or returns
 // nil when s is not one.
-func (a *accRegs) rowNest(s ir.Stmt, mm *ir.MatMul) ir.Stmt {
+func (a *accRegs) rowNest(s ir.Stmt, fl *fragLoop) ir.Stmt {
 	f, ok := s.(*ir.For)
-	if !ok || f.Kind != ir.Spread || !isConst(f.Lo, 0) || !isConst(f.Hi, mm.M) {
+	if !ok || f.Kind != ir.Spread || !isConst(f.Lo, 0) || !isConst(f.Hi, mmaM) {
 		return nil
 	}
-	n := &nestRewrite{c: mm.C, reg: a.name, row: f.Var, width: mm.N, at: a.at(ir.R(fragElem, ir.I32))}
+	n := &nestRewrite{c: fl.c, reg: a.name, row: f.Var, width: fl.n, at: a.at(ir.R(fragElem, ir.I32))}
 	body, ok := n.outer(f.Body.Stmts)
 	if !ok || n.col == "" {
 		return nil

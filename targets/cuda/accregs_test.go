@@ -9,8 +9,8 @@ import (
 // splitRowNest refuses a nest whose per-row work, once moved ahead of the
 // column loop, would change what the column loop reads or writes.
 func TestSplitRowNestKeepsOrder(t *testing.T) {
-	mm := &ir.MatMul{C: "acc", A: "p", B: "v", M: 16, N: 16, K: 16, Accumulate: true}
-	a := newAccRegs(mm)
+	fl := &fragLoop{c: "acc", n: 16, accumulate: true}
+	a := newAccRegs(fl)
 	row, d := ir.R("row", ir.I32), ir.R("d", ir.I32)
 	at := add(mul(row, i32(16)), d)
 	nest := func(after ir.Stmt) ir.Stmt {
@@ -28,7 +28,7 @@ func TestSplitRowNestKeepsOrder(t *testing.T) {
 		{"reads what the columns wrote", &ir.Store{Buf: "y", Index: row, Value: ir.Ld("o", ir.F32, at)}, false},
 		{"leaves the item", &ir.If{Cond: ir.Bin(ir.Lt, row, i32(3)), Then: &ir.Block{Stmts: []ir.Stmt{&ir.Continue{}}}}, false},
 	} {
-		rows, frag := a.splitRowNest(nest(c.after), mm)
+		rows, frag := a.splitRowNest(nest(c.after), fl)
 		if got := rows != nil && frag != nil; got != c.ok {
 			t.Errorf("%s: split %v, want %v", c.name, got, c.ok)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/attnc/attnc/driver"
 	"github.com/attnc/attnc/frontend"
 	"github.com/attnc/attnc/ir"
+	"github.com/attnc/attnc/passes"
 	"github.com/attnc/attnc/reference"
 )
 
@@ -233,5 +234,52 @@ func TestAccInRegisters(t *testing.T) {
 	}
 	if removed == 0 || len(runPlans(v, &mutant)) == 0 {
 		t.Errorf("the kernels without the %d rescales of the registers still match the reference", removed)
+	}
+}
+
+// TestMMAPassesSkip runs the tensor-core passes one at a time: skipping
+// acc-registers keeps the accumulator in shared memory around the mmas,
+// skipping use-mma leaves the narrowed operands to simt-matmul (A and B
+// widened where read); both schedules still match the reference.
+func TestMMAPassesSkip(t *testing.T) {
+	vs, err := frontend.Parse("interp.attn", []byte(`variant ci_skip { heads qo = 4, kv = 2
+	  head_dim 16
+	  dtype f16
+	  cache paged(page_size = 4)
+	  mask causal }`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := vs[0]
+	for _, c := range []struct {
+		skip              string
+		mma, regs, narrow bool
+	}{
+		{"acc-registers", true, false, true},
+		{"use-mma", false, false, true},
+	} {
+		comp, err := driver.CompileFor(v, "cuda", driver.Options{Passes: passes.Options{VerifyEach: true, Skip: map[string]bool{c.skip: true}}})
+		if err != nil {
+			t.Fatalf("skip %s: %v", c.skip, err)
+		}
+		mma, regs, narrow := false, false, false
+		for _, k := range comp.Final.Kernels {
+			ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
+				switch x := s.(type) {
+				case *ir.MMA:
+					mma = true
+				case *ir.Alloc:
+					regs = regs || x.Name == "acc_reg"
+					narrow = narrow || x.T == ir.F16 || x.T == ir.I16
+				}
+				return []ir.Stmt{s}
+			})
+		}
+		if mma != c.mma || regs != c.regs || narrow != c.narrow {
+			t.Errorf("skip %s: mma %v registers %v narrowed arrays %v, want %v %v %v", c.skip, mma, regs, narrow, c.mma, c.regs, c.narrow)
+		}
+		for _, b := range runPlans(v, comp.Final) {
+			t.Errorf("skip %s: %s", c.skip, b)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/passes"
+	"github.com/attnc/attnc/targets/gpu"
 )
 
 // Tensor-core shape: mma.sync m16n8k16 (PTX ISA, "Matrix fragments for
@@ -13,32 +14,25 @@ const (
 	mmaM, mmaN, mmaK = 16, 8, 16
 )
 
-// UseMMA maps matmul statements onto tensor cores when their shapes fit
-// (M = 16, N a multiple of 8, K a multiple of 16) and their B operand
-// holds only values of a tensor-core dtype (every store into it converts
-// an element of that dtype to f32, or stores 0): that array is narrowed to
-// the dtype, and so is A when it qualifies too; an A that holds computed
-// f32 values (P) is split into a high and a low half-precision part, two
-// mmas, so P·V keeps about twice the dtype's precision. A B operand of
-// 8-bit KV codes (HalfExact) is staged as the codes, one byte each, and
-// converted exactly in registers to the kernel's query dtype (its q or
-// q_nope argument) when tensor cores take that. Each n-tile of 8
-// output columns is one spread iteration whose lanes hold the PTX
-// fragments. A zeroskip matmul (or one whose k extent is not all of K)
-// first zeroes the B rows that no A row in use reaches, so a NaN there
-// cannot become 0·NaN inside the mma. Other matmuls are left to
-// simt-matmul.
-func UseMMA(m *ir.Module) (*ir.Module, error) {
+// NarrowOperands narrows the operands of the matmuls tensor cores can
+// take: those whose shapes fit (M = 16, N a multiple of 8, K a multiple of
+// 16) and whose B operand holds only values of a tensor-core dtype (every
+// store into it converts an element of that dtype to f32, or stores 0).
+// That array is narrowed to the dtype (its stores keep the loaded element
+// unconverted), and so is A when it qualifies too; an A that holds
+// computed f32 values (P) stays f32. A B operand of 8-bit KV codes
+// (HalfExact) is narrowed to the codes, one byte each, when the kernel's
+// query dtype (its q or q_nope argument) is one tensor cores take. The
+// matmuls read the narrowed arrays widened until use-mma rewrites them.
+func NarrowOperands(m *ir.Module) (*ir.Module, error) {
 	return passes.MapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
-		stores := arrayStores(k.Body)
+		stores := gpu.ArrayStores(k.Body)
 		reads := arrayReads(k.Body)
 		narrow := map[string]ir.Type{}
-		var plans []*mmaPlan
 		qt := queryType(k)
 		ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
 			if mm, ok := s.(*ir.MatMul); ok {
 				if p := planMMA(mm, stores, reads, qt); p != nil {
-					plans = append(plans, p)
 					narrow[mm.B] = p.b
 					if p.aNarrow {
 						narrow[mm.A] = p.in
@@ -47,20 +41,11 @@ func UseMMA(m *ir.Module) (*ir.Module, error) {
 			}
 			return []ir.Stmt{s}
 		})
-		if len(plans) == 0 {
+		if len(narrow) == 0 {
 			return k.Body, nil
 		}
-		byMM := map[*ir.MatMul]*mmaPlan{}
-		for _, p := range plans {
-			byMM[p.mm] = p
-		}
-		body := keepAccInRegisters(k.Body, byMM)
-		return ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
+		return ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
 			switch x := s.(type) {
-			case *ir.MatMul:
-				if p := byMM[x]; p != nil {
-					return p.lower()
-				}
 			case *ir.Alloc:
 				if t, ok := narrow[x.Name]; ok {
 					c := *x
@@ -69,7 +54,7 @@ func UseMMA(m *ir.Module) (*ir.Module, error) {
 				}
 			case *ir.Store:
 				if t, ok := narrow[x.Buf]; ok {
-					return []ir.Stmt{&ir.Store{Buf: x.Buf, Index: x.Index, Value: narrowValue(x.Value, t)}}
+					return []ir.Stmt{&ir.Store{Buf: x.Buf, Index: x.Index, Value: gpu.NarrowValue(x.Value, t)}}
 				}
 			}
 			return []ir.Stmt{s}
@@ -77,12 +62,67 @@ func UseMMA(m *ir.Module) (*ir.Module, error) {
 	})
 }
 
+// UseMMA maps the matmuls whose operands narrow-operands narrowed onto
+// tensor cores: B of a tensor-core dtype, or of 8-bit codes converted
+// exactly in registers to the kernel's query dtype; A of the same dtype,
+// or f32 values (P) split into a high and a low half-precision part, two
+// mmas, so P·V keeps about twice the dtype's precision. Each n-tile of 8
+// output columns is one spread iteration whose lanes hold the PTX
+// fragments, reading and writing C around the mmas (acc-registers keeps
+// an accumulating C in registers instead). A zeroskip matmul (or one whose
+// k extent is not all of K) first zeroes the B rows that no A row in use
+// reaches, so a NaN there cannot become 0·NaN inside the mma. Other
+// matmuls are left to simt-matmul.
+func UseMMA(m *ir.Module) (*ir.Module, error) {
+	return passes.MapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
+		elems := passes.ElemTypes(k)
+		local := map[string]bool{}
+		ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
+			if a, ok := s.(*ir.Alloc); ok {
+				local[a.Name] = true
+			}
+			return []ir.Stmt{s}
+		})
+		reads := arrayReads(k.Body)
+		qt := queryType(k)
+		return ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
+			if mm, ok := s.(*ir.MatMul); ok {
+				if p := narrowedMMA(mm, elems, local, reads, qt); p != nil {
+					return p.lower()
+				}
+			}
+			return []ir.Stmt{s}
+		}), nil
+	})
+}
+
+// narrowedMMA is the tensor-core plan of a matmul whose operands
+// narrow-operands narrowed (B a local array of a tensor-core dtype or of
+// 8-bit codes, planMMA's conditions), or nil.
+func narrowedMMA(mm *ir.MatMul, elems map[string]ir.Type, local map[string]bool, reads map[string]int, query ir.Type) *mmaPlan {
+	if mm.M != mmaM || mm.N%mmaN != 0 || mm.K%mmaK != 0 || mm.A == mm.B || !local[mm.B] || reads[mm.B] > 0 {
+		return nil
+	}
+	b := elems[mm.B]
+	r := ir.StorageOf(b)
+	if r == nil || !(r.TensorCore || r.HalfExact) {
+		return nil
+	}
+	in := b
+	if !r.TensorCore {
+		if q := ir.StorageOf(query); q == nil || !q.TensorCore {
+			return nil
+		}
+		in = query
+	}
+	return &mmaPlan{mm: mm, in: in, b: b, aNarrow: local[mm.A] && elems[mm.A] == in && reads[mm.A] == 0}
+}
+
 type mmaPlan struct {
 	mm      *ir.MatMul
-	in      ir.Type  // the tensor-core dtype
-	b       ir.Type  // what B holds: in, or 8-bit codes converted to in
-	aNarrow bool     // A holds values of in (else f32, split hi + lo)
-	reg     *accRegs // C kept in registers across the KV tile loop (accregs.go)
+	in      ir.Type // the tensor-core dtype
+	b       ir.Type // what B holds: in, or 8-bit codes converted to in
+	aNarrow bool    // A holds values of in (else f32, split hi + lo)
 }
 
 // queryType is the element type of kernel k's queries (its q or q_nope
@@ -94,18 +134,6 @@ func queryType(k *ir.Kernel) ir.Type {
 		}
 	}
 	return ir.Void
-}
-
-// arrayStores lists the values stored into each local array.
-func arrayStores(b *ir.Block) map[string][]ir.Expr {
-	out := map[string][]ir.Expr{}
-	ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
-		if st, ok := s.(*ir.Store); ok {
-			out[st.Buf] = append(out[st.Buf], st.Value)
-		}
-		return []ir.Stmt{s}
-	})
-	return out
 }
 
 // arrayReads counts the loads of each buffer outside matmul statements.
@@ -122,38 +150,11 @@ func arrayReads(b *ir.Block) map[string]int {
 	return out
 }
 
-// narrowType is the tensor-core dtype, or the HalfExact 8-bit code, whose
-// elements are all an array holds (every store is f32(load of that dtype)
-// or the constant 0), or Void.
-func narrowType(vals []ir.Expr) ir.Type {
-	t := ir.Void
-	for _, v := range vals {
-		switch x := v.(type) {
-		case *ir.Convert:
-			l, ok := x.X.(*ir.Load)
-			if !ok {
-				return ir.Void
-			}
-			if r := ir.StorageOf(l.T); r == nil || !(r.TensorCore || r.HalfExact) || (t != ir.Void && t != l.T) {
-				return ir.Void
-			}
-			t = l.T
-		case *ir.Const:
-			if x.Float != 0 {
-				return ir.Void
-			}
-		default:
-			return ir.Void
-		}
-	}
-	return t
-}
-
 func planMMA(mm *ir.MatMul, stores map[string][]ir.Expr, reads map[string]int, query ir.Type) *mmaPlan {
 	if mm.M != mmaM || mm.N%mmaN != 0 || mm.K%mmaK != 0 || mm.A == mm.B {
 		return nil
 	}
-	b := narrowType(stores[mm.B])
+	b := gpu.NarrowType(stores[mm.B])
 	if b == ir.Void || reads[mm.B] > 0 {
 		return nil
 	}
@@ -166,16 +167,8 @@ func planMMA(mm *ir.MatMul, stores map[string][]ir.Expr, reads map[string]int, q
 		}
 		in = query
 	}
-	a := narrowType(stores[mm.A])
+	a := gpu.NarrowType(stores[mm.A])
 	return &mmaPlan{mm: mm, in: in, b: b, aNarrow: a == in && reads[mm.A] == 0}
-}
-
-// narrowValue is a stored f32 value as an element of t.
-func narrowValue(v ir.Expr, t ir.Type) ir.Expr {
-	if c, ok := v.(*ir.Convert); ok {
-		return c.X
-	}
-	return &ir.Const{T: t}
 }
 
 func i32(v int) ir.Expr { return ir.Int(int64(v)) }
@@ -237,10 +230,7 @@ func (p *mmaPlan) lower() []ir.Stmt {
 	}
 	for c := 0; c < 4; c++ {
 		var v ir.Expr = ir.Float(0)
-		switch {
-		case p.reg != nil:
-			v = ir.Ld(p.reg.name, ir.F32, p.reg.at(i32(c)))
-		case mm.Accumulate:
+		if mm.Accumulate {
 			v = ir.Ld(mm.C, ir.F32, cAt(c))
 		}
 		body = append(body, &ir.Store{Buf: "fd", Index: i32(c), Value: v})
@@ -339,16 +329,9 @@ func (p *mmaPlan) lower() []ir.Stmt {
 	}
 	body = append(body, &ir.For{Var: "ks", Lo: i32(0), Hi: i32(mm.K / mmaK), Kind: ir.Serial, Body: &ir.Block{Stmts: kLoop}})
 	for c := 0; c < 4; c++ {
-		if p.reg != nil {
-			body = append(body, &ir.Store{Buf: p.reg.name, Index: p.reg.at(i32(c)), Value: ir.Ld("fd", ir.F32, i32(c))})
-			continue
-		}
 		body = append(body, &ir.Store{Buf: mm.C, Index: cAt(c), Value: ir.Ld("fd", ir.F32, i32(c))})
 	}
-	if p.reg != nil {
-		return append(out, p.reg.loop(body))
-	}
-	lanes := &ir.For{Var: "lane", Lo: i32(0), Hi: i32(ir.WarpSize), Kind: ir.Lanes, Body: &ir.Block{Stmts: body}}
+	lanes := &ir.For{Var: "lane", Lo: i32(0), Hi: i32(Layer.Lanes), Kind: ir.Lanes, Body: &ir.Block{Stmts: body}}
 	out = append(out, &ir.For{Var: "nt", Lo: i32(0), Hi: i32(mm.N / mmaN), Kind: ir.Spread, Body: &ir.Block{Stmts: []ir.Stmt{lanes}}})
 	return out
 }

@@ -1,4 +1,4 @@
-package cuda
+package gpu
 
 import (
 	"github.com/attnc/attnc/ir"
@@ -10,16 +10,17 @@ import (
 // as the codes themselves, one byte an element in shared memory: the
 // staging stores become byte copies (which widen-copies groups) and every
 // read converts the code to f32 in registers, exactly (the dtype table's
-// Widen, after legalize-dtype). It runs after use-mma, which takes the
-// tensor-core operands, and simt-matmul, whose reads of the arrays are
-// then explicit loads.
+// Widen, after legalize-dtype). It runs after the target's operand
+// narrowing (CUDA's narrow-operands), which takes the tensor-core
+// operands, and simt-matmul, whose reads of the arrays are then explicit
+// loads.
 func StageCodes(m *ir.Module) (*ir.Module, error) {
 	return passes.MapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
-		stores := arrayStores(k.Body)
+		stores := ArrayStores(k.Body)
 		codes := map[string]ir.Type{}
 		ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
 			if a, ok := s.(*ir.Alloc); ok && a.T == ir.F32 {
-				if t := narrowType(stores[a.Name]); t != ir.Void && ir.StorageOf(t).KVOnly {
+				if t := NarrowType(stores[a.Name]); t != ir.Void && ir.StorageOf(t).KVOnly {
 					codes[a.Name] = t
 				}
 			}
@@ -38,7 +39,7 @@ func StageCodes(m *ir.Module) (*ir.Module, error) {
 				}
 			case *ir.Store:
 				if t, ok := codes[x.Buf]; ok {
-					return []ir.Stmt{&ir.Store{Buf: x.Buf, Index: x.Index, Value: narrowValue(x.Value, t)}}
+					return []ir.Stmt{&ir.Store{Buf: x.Buf, Index: x.Index, Value: NarrowValue(x.Value, t)}}
 				}
 			}
 			return []ir.Stmt{s}
