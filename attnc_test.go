@@ -253,7 +253,7 @@ func TestInsertIsLocal(t *testing.T) {
 	names := func() map[string][]string {
 		out := map[string][]string{}
 		for _, tg := range attnc.Targets() {
-			table, err := driver.PassTable(tg)
+			table, err := attnc.PassTable(tg, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -142,7 +142,7 @@ type Entry struct {
 // variant's kernels. The zero value is what `attnc build` does by default.
 type Options struct {
 	// Passes is the pass table to run (nil: the target's own,
-	// driver.PassTable), e.g. one with user passes inserted.
+	// targets.PassTable), e.g. one with user passes inserted.
 	Passes []passes.Pass
 	// Triple is the target triple of a target that takes one (the CPU;
 	// "" is the default, x86_64-unknown-linux-gnu). A triple of another architecture than

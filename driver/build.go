@@ -15,18 +15,6 @@ import (
 	"github.com/attnc/attnc/targets"
 )
 
-// PassTable returns a copy of target's pass table (targets.PassTable): the
-// passes its modules go through, in order. Callers may extend the copy
-// (passes.Insert) without changing the table for anyone else.
-func PassTable(name string) ([]passes.Pass, error) {
-	t, err := targets.Lookup(name)
-	if err != nil {
-		return nil, err
-	}
-	table, _, err := targets.PassTable(t, nil)
-	return table, err
-}
-
 // Options configures Build.
 type Options struct {
 	Targets []string // default: targets.Default (cpu)
@@ -34,7 +22,9 @@ type Options struct {
 	// the cpu target; "" is its default, which it lists first).
 	Triple string
 	Passes passes.Options
-	// Tables overrides a target's pass table (default: PassTable(target)).
+	// Tables overrides a target's pass table (default: targets.PassTable
+	// of the target, no insertions); the driver checks it against the
+	// target's constraints.
 	Tables map[string][]passes.Pass
 }
 

@@ -4,8 +4,9 @@
 // cores for tile matmuls that fit, 16-byte staging copies — and
 // codegen/cuda prints the kernels and, from the plans, the host launchers.
 //
-// cuda imports ir, lower (Tiling), passes, registry, target and
-// codegen/cuda; it must not import another target, build or frontend.
+// cuda imports ir, lower (Tiling), passes, registry, targets, codegen/cuda
+// and codegen/cuda/sass (attnc sass); it must not import another target,
+// driver or frontend.
 package cuda
 
 import (
