@@ -2,7 +2,10 @@ package cli
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
+	"github.com/attnc/attnc/targets"
 	"github.com/spf13/cobra"
 )
 
@@ -77,26 +80,27 @@ same inputs.`,
 		Args: specArgs,
 		RunE: func(c *cobra.Command, args []string) error {
 			if vf.gpu && !c.Flags().Changed("target") {
-				vf.target = "cuda"
+				t, err := gpuTarget("attnc verify")
+				if err != nil {
+					return err
+				}
+				vf.target = t
 			}
-			switch vf.target {
-			case "cpu":
-				if vf.gpu {
-					return fmt.Errorf("attnc verify: --gpu runs the CUDA kernels; use it with --target cuda")
-				}
-			case "cuda":
-				if vf.triple != "" {
-					return fmt.Errorf("attnc verify: --triple applies to the cpu target")
-				}
-			default:
-				return fmt.Errorf("attnc verify: unknown --target %q (cpu or cuda)", vf.target)
+			if !slices.Contains(harnessed(), vf.target) {
+				return fmt.Errorf("attnc verify: unknown --target %q (%s)", vf.target, orList(harnessed()))
+			}
+			if vf.gpu && !slices.Contains(deviceTargets(), vf.target) {
+				return fmt.Errorf("attnc verify: --gpu runs the %s kernels; use it with --target %s", strings.ToUpper(orList(deviceTargets())), orList(deviceTargets()))
+			}
+			if vf.triple != "" && !takesTriple(vf.target) {
+				return fmt.Errorf("attnc verify: --triple applies to the %s target", tripleTarget())
 			}
 			return runVerify(c, args, vf)
 		},
 	}
 	c.Flags().IntSliceVar(&vf.threads, "threads", []int{1, 4}, "CPU thread counts to run every case at (comma list)")
 	c.Flags().Int64Var(&vf.seed, "seed", 1, "random seed of the generated inputs")
-	c.Flags().StringVar(&vf.target, "target", "cpu", "kernels to verify: cpu, or cuda (emulated on the CPU; on the GPU with --gpu)")
+	c.Flags().StringVar(&vf.target, "target", targets.Default, "kernels to verify: cpu, or cuda (emulated on the CPU; on the GPU with --gpu)")
 	c.Flags().StringVar(&vf.triple, "triple", "", "target triple of the cpu kernels; another architecture than this machine's runs under its emulator (qemu)")
 	c.Flags().BoolVar(&vf.gpu, "gpu", false, "run the cuda target on the GPU (nvcc and libcudart); implies --target cuda")
 	return c

@@ -1,21 +1,17 @@
 package conformance
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/ir"
-	cudatarget "github.com/attnc/attnc/targets/cuda"
+	"github.com/attnc/attnc/targets"
 )
 
 // Device is the memory of the accelerator a Suite's launchers run on. With
@@ -136,65 +132,78 @@ func (d *HostDevice) Live() int {
 // launch returns.
 func (d *HostDevice) Sync() error { return nil }
 
-// cudaRuntimeNames are the sonames OpenCUDA tries, in order, first as they
-// are (the loader's search path) and then in the CUDA toolkit's lib64.
-var cudaRuntimeNames = []string{"libcudart.so", "libcudart.so.12", "libcudart.so.11.0"}
-
-// cudaLibDirs are searched for the runtime after the loader's own path.
-func cudaLibDirs() []string {
-	var dirs []string
-	for _, env := range []string{"CUDA_HOME", "CUDA_PATH"} {
-		if d := os.Getenv(env); d != "" {
-			dirs = append(dirs, filepath.Join(d, "lib64"))
-		}
-	}
-	return append(dirs, "/usr/local/cuda/lib64")
-}
-
 func fileExists(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && !st.IsDir()
 }
 
-// cudaMemcpy kinds.
+// Memcpy kinds of the runtime API (targets.DeviceRuntime).
 const (
 	memcpyH2D = 1
 	memcpyD2H = 2
 	memcpyD2D = 3
 )
 
-// cudaDevice is the CUDA runtime (libcudart) called through cpurt.Lib:
-// every function used takes integers and pointers and returns cudaError_t.
-type cudaDevice struct {
+// runtimeDevice is an accelerator runtime library (libcudart; any with the
+// CUDA runtime's API under a prefix, targets.DeviceRuntime) called through
+// cpurt.Lib: every function used takes integers and pointers and returns
+// its status.
+type runtimeDevice struct {
+	rt  targets.DeviceRuntime
 	lib *cpurt.Lib
 	mu  sync.Mutex    // guards out
-	out *cpurt.Buffer // 8 bytes: the out-parameter of cudaMalloc
+	out *cpurt.Buffer // 8 bytes: the out-parameter of Malloc
 }
 
 var (
-	cudaOnce sync.Once
-	cudaDev  *cudaDevice
-	cudaErr  error
+	devicesMu sync.Mutex
+	devices   = map[string]*openedDevice{} // by runtime prefix
 )
+
+type openedDevice struct {
+	dev *runtimeDevice
+	err error
+}
 
 // OpenCUDA loads the CUDA runtime (libcudart.so, .so.12 or .so.11.0, from
 // the loader's path, $CUDA_HOME/lib64 or /usr/local/cuda/lib64) and checks
-// that it sees at least one GPU. The runtime stays loaded for the life of
-// the process; later calls return the same Device. Device memory is that of
-// the current device (device 0 unless the process changed it), the one the
-// launchers run on.
-func OpenCUDA() (Device, error) {
-	cudaOnce.Do(func() { cudaDev, cudaErr = openCUDA() })
-	if cudaErr != nil {
-		return nil, cudaErr
+// that it sees at least one GPU: OpenDevice of the cuda target.
+func OpenCUDA() (Device, error) { return OpenDevice("cuda") }
+
+// OpenDevice loads the device runtime of the target named
+// (targets.DeviceHarness.DeviceRuntime) and checks that it sees at least
+// one device. The runtime stays loaded for the life of the process; later
+// calls return the same Device. Device memory is that of the current
+// device (device 0 unless the process changed it), the one the launchers
+// run on.
+func OpenDevice(target string) (Device, error) {
+	_, h, err := harnessOf(target)
+	if err != nil {
+		return nil, err
 	}
-	return cudaDev, nil
+	dh, ok := h.(targets.DeviceHarness)
+	if !ok {
+		return nil, fmt.Errorf("conformance: target %s runs on no device", target)
+	}
+	rt := dh.DeviceRuntime()
+	devicesMu.Lock()
+	defer devicesMu.Unlock()
+	o, ok := devices[rt.Prefix]
+	if !ok {
+		o = &openedDevice{}
+		o.dev, o.err = openRuntime(rt)
+		devices[rt.Prefix] = o
+	}
+	if o.err != nil {
+		return nil, o.err
+	}
+	return o.dev, nil
 }
 
-func openCUDA() (*cudaDevice, error) {
-	cands := append([]string(nil), cudaRuntimeNames...)
-	for _, d := range cudaLibDirs() {
-		for _, n := range cudaRuntimeNames {
+func openRuntime(rt targets.DeviceRuntime) (*runtimeDevice, error) {
+	cands := append([]string(nil), rt.Libs...)
+	for _, d := range rt.Dirs {
+		for _, n := range rt.Libs {
 			if p := filepath.Join(d, n); fileExists(p) {
 				cands = append(cands, p)
 			}
@@ -213,30 +222,30 @@ func openCUDA() (*cudaDevice, error) {
 		}
 	}
 	if lib == nil {
-		return nil, fmt.Errorf("conformance: cannot load the CUDA runtime (tried %s; install the CUDA toolkit or add its lib64 to LD_LIBRARY_PATH): %v",
-			strings.Join(cands, ", "), first)
+		return nil, fmt.Errorf("conformance: cannot load the %s runtime (tried %s; %s): %v",
+			rt.Name, strings.Join(cands, ", "), rt.Install, first)
 	}
-	d := &cudaDevice{lib: lib, out: cpurt.NewBuffer(8)}
-	// cudaGetDeviceCount(int *count)
-	st, err := lib.Call("cudaGetDeviceCount", d.out.Ptr())
+	d := &runtimeDevice{rt: rt, lib: lib, out: cpurt.NewBuffer(8)}
+	// GetDeviceCount(int *count)
+	st, err := lib.Call(rt.Prefix+"GetDeviceCount", d.out.Ptr())
 	if err != nil {
 		return nil, fmt.Errorf("conformance: %v", err)
 	}
 	if st != 0 {
-		return nil, fmt.Errorf("conformance: no usable CUDA GPU: cudaGetDeviceCount: %s", d.errString(st))
+		return nil, fmt.Errorf("conformance: no usable %s GPU: %sGetDeviceCount: %s", rt.Name, rt.Prefix, d.errString(st))
 	}
 	if n := d.out.I32()[0]; n < 1 {
-		return nil, fmt.Errorf("conformance: no CUDA GPU found (cudaGetDeviceCount = %d)", n)
+		return nil, fmt.Errorf("conformance: no %s GPU found (%sGetDeviceCount = %d)", rt.Name, rt.Prefix, n)
 	}
 	return d, nil
 }
 
-func (d *cudaDevice) errString(code int32) string {
-	return fmt.Sprintf("%s (cudaError %d)", d.lib.CallStr("cudaGetErrorString", code), code)
+func (d *runtimeDevice) errString(code int32) string {
+	return fmt.Sprintf("%s (%sError %d)", d.lib.CallStr(d.rt.Prefix+"GetErrorString", code), d.rt.Prefix, code)
 }
 
-// check turns a cudaError_t into an error naming the call.
-func (d *cudaDevice) check(what string, st int32, err error) error {
+// check turns a status into an error naming the call.
+func (d *runtimeDevice) check(what string, st int32, err error) error {
 	if err != nil {
 		return fmt.Errorf("conformance: %s: %v", what, err)
 	}
@@ -246,196 +255,94 @@ func (d *cudaDevice) check(what string, st int32, err error) error {
 	return nil
 }
 
-func (d *cudaDevice) Alloc(n int) (int64, error) {
+func (d *runtimeDevice) Alloc(n int) (int64, error) {
 	if n < 0 {
-		return 0, fmt.Errorf("conformance: cudaMalloc(%d)", n)
+		return 0, fmt.Errorf("conformance: %sMalloc(%d)", d.rt.Prefix, n)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	// cudaMalloc(void **p, size_t n); at least one byte, so that every
+	// Malloc(void **p, size_t n); at least one byte, so that every
 	// buffer, even an empty one, has a distinct non-NULL address.
-	st, err := d.lib.Call("cudaMalloc", d.out.Ptr(), int64(max(n, 1)))
-	if err := d.check(fmt.Sprintf("cudaMalloc(%d)", n), st, err); err != nil {
+	st, err := d.lib.Call(d.rt.Prefix+"Malloc", d.out.Ptr(), int64(max(n, 1)))
+	if err := d.check(fmt.Sprintf("%sMalloc(%d)", d.rt.Prefix, n), st, err); err != nil {
 		return 0, err
 	}
 	return int64(binary.LittleEndian.Uint64(d.out.U8())), nil
 }
 
-func (d *cudaDevice) memcpy(dst, src int64, n int, kind int64) error {
+func (d *runtimeDevice) memcpy(dst, src int64, n int, kind int64) error {
 	if n == 0 {
 		return nil
 	}
-	// cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind)
-	st, err := d.lib.Call("cudaMemcpy", dst, src, int64(n), kind)
-	return d.check(fmt.Sprintf("cudaMemcpy(%d bytes, kind %d)", n, kind), st, err)
+	// Memcpy(void *dst, const void *src, size_t n, kind)
+	st, err := d.lib.Call(d.rt.Prefix+"Memcpy", dst, src, int64(n), kind)
+	return d.check(fmt.Sprintf("%sMemcpy(%d bytes, kind %d)", d.rt.Prefix, n, kind), st, err)
 }
 
-func (d *cudaDevice) Upload(dst int64, src *cpurt.Buffer) error {
+func (d *runtimeDevice) Upload(dst int64, src *cpurt.Buffer) error {
 	return d.memcpy(dst, src.Ptr(), src.Len(), memcpyH2D)
 }
 
-func (d *cudaDevice) Download(dst *cpurt.Buffer, src int64) error {
+func (d *runtimeDevice) Download(dst *cpurt.Buffer, src int64) error {
 	return d.memcpy(dst.Ptr(), src, dst.Len(), memcpyD2H)
 }
 
-func (d *cudaDevice) CopyDevice(dst, src int64, n int) error {
+func (d *runtimeDevice) CopyDevice(dst, src int64, n int) error {
 	return d.memcpy(dst, src, n, memcpyD2D)
 }
 
-func (d *cudaDevice) Free(p int64) {
+func (d *runtimeDevice) Free(p int64) {
 	if p != 0 {
-		d.lib.Call("cudaFree", p) //nolint:errcheck // nothing to do about a failed free
+		d.lib.Call(d.rt.Prefix+"Free", p) //nolint:errcheck // nothing to do about a failed free
 	}
 }
 
-func (d *cudaDevice) Sync() error {
-	st, err := d.lib.Call("cudaDeviceSynchronize")
-	return d.check("cudaDeviceSynchronize", st, err)
-}
-
-// FindNVCC locates nvcc: $ATTNC_NVCC if set, else nvcc on PATH, else
-// $CUDA_HOME/bin/nvcc or /usr/local/cuda/bin/nvcc.
-func FindNVCC() (string, error) {
-	if p := os.Getenv("ATTNC_NVCC"); p != "" {
-		return exec.LookPath(p)
-	}
-	if p, err := exec.LookPath("nvcc"); err == nil {
-		return p, nil
-	}
-	var dirs []string
-	if h := os.Getenv("CUDA_HOME"); h != "" {
-		dirs = append(dirs, h)
-	}
-	for _, d := range append(dirs, "/usr/local/cuda") {
-		p := filepath.Join(d, "bin", "nvcc")
-		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", errors.New("conformance: nvcc not found (install the CUDA toolkit, put nvcc on PATH, or set ATTNC_NVCC)")
-}
-
-// NVCCArchs are the -arch values CompileNVCC tries in order: $ATTNC_CUDA_ARCH
-// alone if set, else native (the GPUs of this machine, CUDA 11.6 or newer)
-// and then sm_90 for an nvcc that does not know native.
-func NVCCArchs() []string {
-	if a := os.Getenv("ATTNC_CUDA_ARCH"); a != "" {
-		return []string{a}
-	}
-	return []string{"native", "sm_90"}
-}
-
-// CompileNVCC compiles the generated CUDA source cuPath into the shared
-// library soPath:
-//
-//	nvcc -O3 -arch=<arch> -shared -Xcompiler -fPIC -o soPath cuPath
-//
-// with the first architecture of NVCCArchs that nvcc accepts. The error
-// carries nvcc's output. When $ATTNC_NVCC_CACHE names a directory, a
-// library compiled before from the same source by the same nvcc with the
-// same architectures is copied from it instead (scripts/gpu-check.sh sets
-// it, so that verify and bench compile each variant once).
-func CompileNVCC(nvcc, cuPath, soPath string) error {
-	cache, key := os.Getenv("ATTNC_NVCC_CACHE"), ""
-	if cache != "" {
-		src, err := os.ReadFile(cuPath)
-		if err != nil {
-			return err
-		}
-		h := sha256.New()
-		fmt.Fprintf(h, "%s\x00%s\x00", nvcc, strings.Join(NVCCArchs(), ","))
-		h.Write(src)
-		key = filepath.Join(cache, hex.EncodeToString(h.Sum(nil))+".so")
-		if copyFile(key, soPath) == nil {
-			return nil
-		}
-	}
-	var errs []error
-	for _, arch := range NVCCArchs() {
-		args := []string{"-O3", "-arch=" + arch, "-shared", "-Xcompiler", "-fPIC", "-o", soPath, cuPath}
-		out, err := exec.Command(nvcc, args...).CombinedOutput()
-		if err == nil {
-			if key != "" && os.MkdirAll(cache, 0o755) == nil {
-				copyFile(soPath, key) //nolint:errcheck // the cache is an optimization
-			}
-			return nil
-		}
-		errs = append(errs, fmt.Errorf("%s %s: %v\n%s", nvcc, strings.Join(args, " "), err, strings.TrimSpace(string(out))))
-		// Only an architecture nvcc does not know is worth another try.
-		if !strings.Contains(string(out), "arch") && !strings.Contains(string(out), "native") {
-			break
-		}
-	}
-	return fmt.Errorf("conformance: nvcc failed: %w", errors.Join(errs...))
-}
-
-// copyFile copies src to dst through a temporary file renamed into place.
-func copyFile(src, dst string) error {
-	b, err := os.ReadFile(src)
-	if err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(dst), ".attnc-*.tmp")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Chmod(tmp.Name(), 0o755); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), dst)
+func (d *runtimeDevice) Sync() error {
+	st, err := d.lib.Call(d.rt.Prefix + "DeviceSynchronize")
+	return d.check(d.rt.Prefix+"DeviceSynchronize", st, err)
 }
 
 // BuildCUDADeviceWith prints v's CUDA source, built with the options o,
-// into dir, compiles it with nvcc (CompileNVCC) into a shared library,
-// loads it and opens the CUDA runtime (OpenCUDA): a Suite whose cases run
-// on the GPU, through Dev. The library stays loaded until the process
-// exits (see Suite.Close).
+// into dir, compiles it with nvcc into a shared library, loads it and
+// opens the CUDA runtime (OpenCUDA): a Suite whose cases run on the GPU,
+// through Dev. The library stays loaded until the process exits (see
+// Suite.Close).
 func BuildCUDADeviceWith(v *ir.Variant, dir, nvcc string, o Options) (*Suite, error) {
 	dev, err := OpenCUDA()
 	if err != nil {
 		return nil, err
 	}
-	cu, gm, err := writeCUDA(v, dir, o)
-	if err != nil {
-		return nil, err
-	}
-	so := filepath.Join(dir, v.Name+".gpu.so")
-	if err := CompileNVCC(nvcc, cu, so); err != nil {
-		return nil, err
-	}
-	lib, err := cpurt.Open(so)
-	if err != nil {
-		return nil, err
-	}
-	return &Suite{V: v, Target: "cuda", Prefix: gm.Prefix, Lib: lib, Entries: launcherEntries(gm), Dev: dev, keepLoaded: true}, nil
+	return BuildDeviceFor(v, "cuda", dir, nvcc, dev, o)
 }
 
-// writeCUDA compiles v with the CUDA schedule and writes dir/<variant>.cu.
-func writeCUDA(v *ir.Variant, dir string, o Options) (string, *ir.Module, error) {
-	c, err := compileFor(v, "cuda", dir, o)
+// BuildDeviceFor compiles v for the target named into dir, builds the
+// files it writes with the target's device compiler (compiler, from
+// targets.DeviceHarness.DeviceTools) into a library that runs them on the
+// device whose memory dev is, and loads it. The library stays loaded
+// until the process exits (see Suite.Close).
+func BuildDeviceFor(v *ir.Variant, target, dir, compiler string, dev Device, o Options) (*Suite, error) {
+	t, h, err := harnessOf(target)
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
-	return filepath.Join(dir, v.Name+".cu"), c.Final, nil
-}
-
-// launcherEntries lists a GPU module's host launchers by role.
-func launcherEntries(m *ir.Module) map[ir.Role]Entry {
-	es := map[ir.Role]Entry{}
-	for _, p := range m.Plans {
-		if p.Public {
-			es[p.Role] = Entry{Symbol: cudatarget.Launcher(p), Params: p.Params, Stream: true}
-		}
+	dh, ok := h.(targets.DeviceHarness)
+	if !ok {
+		return nil, fmt.Errorf("target %s has no device harness: its kernels cannot run on an accelerator here", target)
 	}
-	return es
+	c, err := compileFor(v, t.Name(), dir, o)
+	if err != nil {
+		return nil, err
+	}
+	so, err := dh.DeviceLibrary(v, c.Final, dir, compiler)
+	if err != nil {
+		return nil, err
+	}
+	s := newSuite(v, t, h, c.Lowered, c.Final)
+	if s.Lib, err = cpurt.Open(so); err != nil {
+		return nil, err
+	}
+	s.Dev, s.keepLoaded = dev, true
+	return s, nil
 }
 
 // Call runs the role's entry with the arguments named in vals (pointers as

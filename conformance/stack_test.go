@@ -85,6 +85,6 @@ func stackFor(s *Suite, role ir.Role, which string) int {
 	if which == "64 KiB" {
 		return 64 << 10
 	}
-	n := int(cputarget.StackBytes(s.Final, s.Entries[role].Symbol))
+	n := int(s.StackBytes(s.Entries[role].Symbol))
 	return max(16<<10, (n+4095)&^4095)
 }

@@ -13,40 +13,29 @@ import (
 	"github.com/attnc/attnc/passes"
 	"github.com/attnc/attnc/registry"
 	"github.com/attnc/attnc/targets"
-
-	// The registered targets: one line each.
-	_ "github.com/attnc/attnc/targets/cpu"
-	_ "github.com/attnc/attnc/targets/cuda"
 )
-
-// PassTable returns a copy of target's pass table: the passes its modules
-// go through, in order. Callers may extend the copy (passes.Insert)
-// without changing the table for anyone else.
-func PassTable(name string) ([]passes.Pass, error) {
-	t, err := targets.Lookup(name)
-	if err != nil {
-		return nil, err
-	}
-	return append([]passes.Pass(nil), t.Passes()...), nil
-}
 
 // Options configures Build.
 type Options struct {
-	Targets []string // default: cpu
-	// Triple is the cpu target's triple (default x86_64-unknown-linux-gnu;
-	// cpu.Arches lists the known ones).
+	Targets []string // default: targets.Default (cpu)
+	// Triple is the triple of the target that takes one (targets.Triples:
+	// the cpu target; "" is its default, which it lists first).
 	Triple string
 	Passes passes.Options
-	// Tables overrides a target's pass table (default: PassTable(target)).
+	// Tables overrides a target's pass table (default: targets.PassTable
+	// of the target, no insertions); the driver checks it against the
+	// target's constraints.
 	Tables map[string][]passes.Pass
 }
 
-// table is the pass table Build runs for t.
-func (o Options) table(t targets.Target) []passes.Pass {
+// table is the pass table Build runs for t, its order checked against
+// t's constraints.
+func (o Options) table(t targets.Target) ([]passes.Pass, error) {
 	if tb, ok := o.Tables[t.Name()]; ok {
-		return tb
+		return tb, targets.CheckTable(t, tb)
 	}
-	return t.Passes()
+	table, _, err := targets.PassTable(t, nil)
+	return table, err
 }
 
 // Ran lists the names of the passes of table that a run with po executes,
@@ -124,7 +113,10 @@ func ParseSpecs(paths []string) ([]*ir.Variant, error) {
 // options when t is a targets.Binder (the CPU: the machine of the triple). A pass that changes the
 // parameters of a kernel or an entry is an error: they are the ABI.
 func Compile(v *ir.Variant, t targets.Target, opt Options) (*Compiled, error) {
-	table := opt.table(t)
+	table, err := opt.table(t)
+	if err != nil {
+		return nil, err
+	}
 	if b, ok := t.(targets.Binder); ok {
 		bound, err := b.Bind(table, targets.Options{Triple: opt.Triple})
 		if err != nil {
@@ -254,7 +246,7 @@ func Build(vs []*ir.Variant, opt Options) (*Output, error) {
 	}
 	names := opt.Targets
 	if len(names) == 0 {
-		names = []string{"cpu"}
+		names = []string{targets.Default}
 	}
 	var ts []targets.Target
 	for _, n := range names {
@@ -266,17 +258,21 @@ func Build(vs []*ir.Variant, opt Options) (*Output, error) {
 			ts = append(ts, t)
 		}
 	}
-	if opt.Triple != "" && !slices.Contains(names, "cpu") {
-		return nil, fmt.Errorf("triple %s applies to the cpu target, which is not among the targets (%s)", opt.Triple, strings.Join(names, ", "))
-	}
 	topt := targets.Options{Triple: opt.Triple}
+	if err := targets.CheckOptions(ts, topt); err != nil {
+		return nil, err
+	}
 	man := &registry.Manifest{ABI: registry.ABI, LSEBase: registry.BuildLSEBase(vs), Targets: map[string]registry.TargetManifest{}}
 	for _, t := range ts {
 		sec, err := t.Section(topt)
 		if err != nil {
 			return nil, err
 		}
-		sec.Passes = Ran(opt.table(t), opt.Passes)
+		table, err := opt.table(t)
+		if err != nil {
+			return nil, err
+		}
+		sec.Passes = Ran(table, opt.Passes)
 		man.Targets[t.Name()] = sec
 	}
 	out := &Output{Manifest: man, Variants: vs, Compiled: map[string]map[string]*Compiled{}, Final: map[string]map[string]*ir.Module{}}

@@ -7,8 +7,9 @@
 // defines (thread pool, strerror, set/get_num_threads) and the stack a
 // call needs; codegen/llvm knows none of them.
 //
-// cpu imports ir, lower (Tiling), passes, registry, targets and
-// codegen/llvm; it must not import another target, driver or frontend.
+// cpu imports ir, lower (Tiling), passes, registry, targets, codegen/llvm
+// and cpurt (its harness links the .ll); it must not import another target,
+// driver or frontend.
 package cpu
 
 import (
