@@ -23,9 +23,8 @@ the pass pipeline (without writing anything).
 
 Prints "ok <variant>" for each variant that 'attnc build' will compile. A
 syntax or validation error, or a combination that is accepted by the
-language but not generated yet (rope inline with mla, the page kernels with
-mla), is printed as file:line:col: message on stderr, and attnc exits with
-status 1. Every file and every variant is checked even when an earlier one
+language but not generated yet (rope inline with mla), is printed as
+file:line:col: message on stderr, and attnc exits with status 1. Every file and every variant is checked even when an earlier one
 fails, and every error of a variant is reported; a variant name used again
 in a later file (also in another case) is an error there. A file that is not
 a regular file, or that holds no variant, is an error.`,

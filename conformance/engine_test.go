@@ -27,21 +27,21 @@ var engineSpecs = []string{
 	  cache paged(page_size = 16)
 	  mask window(left = 40)
 	  sinks tokens(4)
-	  kernels prefill, decode, append, copy_page }`,
+	  kernels prefill, decode, append, copy_page, compact_copy, gather_pages, scatter_pages }`,
 	`variant eng_bf16_ps4 { heads qo = 8, kv = 2
 	  head_dim 64
 	  dtype bf16
 	  cache paged(page_size = 4, layout = NHD)
 	  mask window(left = 15)
 	  sinks tokens(4)
-	  kernels prefill, decode, append, copy_page }`,
+	  kernels prefill, decode, append, copy_page, compact_copy, gather_pages, scatter_pages }`,
 	`variant eng_f32_ps1_bt { heads qo = 4, kv = 4
 	  head_dim 64
 	  dtype f32
 	  cache paged(page_size = 1, table = block_table)
 	  mask window(left = 20)
 	  sinks tokens(2)
-	  kernels prefill, decode, append, copy_page }`,
+	  kernels prefill, decode, append, copy_page, compact_copy, gather_pages, scatter_pages }`,
 }
 
 // TestEngineSimulation plays an inference engine's page manager through
@@ -49,7 +49,10 @@ var engineSpecs = []string{
 // (tests/python/relax/test_runtime_builtin_paged_attention_kv_cache*.py):
 // ragged and chunked prefill, decode (split-KV at some thread counts), fork
 // with shared prefixes, copy-on-write through the generated copy_page,
-// popn, removal — all K/V written by the generated append kernel — and,
+// popn, removal, speculative trees accepted through the generated
+// compact_copy, pages moved out through gather_pages and back into other
+// pages through scatter_pages — all K/V written by the generated append
+// kernel — and,
 // after every step, reclaiming the pages registry.ReclaimableRange says no
 // query can see again. Reclaimed pages are filled with NaN/Inf and reused
 // LIFO for other sequences; the table keeps naming them, or (second run)
@@ -113,13 +116,13 @@ const maxPop = 3
 // engineStats counts what a run did, for the test log.
 type engineStats struct {
 	steps, calls, decodeCalls, rows, appends, cows, forks, pops, removes int
-	reclaimed, reused                                                    int
+	reclaimed, reused, trees, compacted, moved                           int
 	maxULP, maxMag                                                       float64
 }
 
 func (s engineStats) String() string {
-	return fmt.Sprintf("%d steps (%d attention calls, %d through decode, %d query rows), %d appends, %d copy-on-write, %d forks, %d popn, %d removals, %d pages reclaimed, %d reused; max o error %.3g (f16/bf16: ulp; f32: relative), %.2f*2^-24 mag beyond rounding",
-		s.steps, s.calls, s.decodeCalls, s.rows, s.appends, s.cows, s.forks, s.pops, s.removes, s.reclaimed, s.reused, s.maxULP, s.maxMag)
+	return fmt.Sprintf("%d steps (%d attention calls, %d through decode, %d query rows), %d appends, %d copy-on-write, %d forks, %d popn, %d removals, %d pages reclaimed, %d reused, %d trees accepted (%d rows compacted), %d pages moved out and back; max o error %.3g (f16/bf16: ulp; f32: relative), %.2f*2^-24 mag beyond rounding",
+		s.steps, s.calls, s.decodeCalls, s.rows, s.appends, s.cows, s.forks, s.pops, s.removes, s.reclaimed, s.reused, s.trees, s.compacted, s.moved, s.maxULP, s.maxMag)
 }
 
 // seqState is one sequence: its table entries and its dense history.
@@ -599,6 +602,11 @@ func (e *engine) play(long bool) {
 	for range 4 {
 		e.step(task{s0, 1}, task{c0, 1}, task{s2, 1}, task{c1, 1}, task{s4, 1}, task{s1, 1})
 	}
+	// Speculative trees accepted in place, and pages moved out and back.
+	e.treeStep(c0, 7)
+	e.treeStep(s4, 1)
+	e.moveOutAndBack(s2)
+	e.step(task{s0, 1}, task{c0, 1}, task{s2, 1}, task{c1, 1}, task{s4, 1}, task{s1, 1})
 	steps := 26
 	if long {
 		steps = 400
@@ -646,6 +654,11 @@ func (e *engine) randomStep() {
 	case r < 7 && len(ids) > 3:
 		e.remove(ids[e.rng.Intn(len(ids))])
 		ids = e.live()
+	case r < 9:
+		e.treeStep(ids[e.rng.Intn(len(ids))], 1+e.rng.Intn(12))
+		return
+	case r < 10:
+		e.moveOutAndBack(ids[e.rng.Intn(len(ids))])
 	}
 	// A step over a random non-empty subset; chunked prefill or decode.
 	prefill := e.rng.Intn(3) == 0
@@ -664,4 +677,124 @@ func (e *engine) randomStep() {
 		tasks = append(tasks, task{ids[0], 1})
 	}
 	e.step(tasks...)
+}
+
+// slotOf is the slot of position pos of q.
+func (e *engine) slotOf(q *seqState, pos int) int32 {
+	ps := e.v.PageSize
+	return int32(q.pages[pos/ps]*ps + pos%ps)
+}
+
+// treeStep appends a speculative tree of m tokens to sequence id and
+// attends over them (as a prefill), then accepts a random path through
+// the generated compact_copy, as TVM's engine does: accepted token k of
+// the tree (k-th in position order, the first always) moves from its tree
+// position to base + k, in one call together with an empty sequence, and
+// the rest is dropped. The cache and the next steps must see the
+// compacted history. Without compact_copy it is an ordinary step.
+func (e *engine) treeStep(id, m int) {
+	e.t.Helper()
+	if _, ok := e.s.Entries[ir.RoleCompactCopy]; !ok {
+		e.step(task{id, m})
+		return
+	}
+	e.stats.steps++
+	q := e.seqs[id]
+	base := q.kvLen()
+	k, v := e.randRows(m, e.v.HeadDimQK), e.randRows(m, e.v.HeadDimV)
+	slots := e.reserve(q, m)
+	q.k, q.v = append(q.k, k...), append(q.v, v...)
+	e.appendKV(slots, k, v)
+	e.attend([]task{{id, m}})
+	accepted := []int{0}
+	for j := 1; j < m; j++ {
+		if e.rng.Intn(2) == 0 {
+			accepted = append(accepted, j)
+		}
+	}
+	var src, dst []int32
+	for kk, j := range accepted {
+		if j != kk {
+			src, dst = append(src, e.slotOf(q, base+j)), append(dst, e.slotOf(q, base+kk))
+		}
+	}
+	indptr := []int32{0, 0, int32(len(src))} // an empty sequence, then this one
+	cb := &caseBuffers{vals: map[string]int64{"k_pages": e.kPool.Ptr(), "v_pages": e.vPool.Ptr(),
+		"num_pages": int64(e.nPage), "batch_size": 2}}
+	defer cb.free()
+	cb.add("copy_indptr", cpurt.I32Buffer(indptr))
+	cb.add("copy_src", cpurt.I32Buffer(append(src, 0)))
+	cb.add("copy_dst", cpurt.I32Buffer(append(dst, 0)))
+	e.call(ir.RoleCompactCopy, cb.vals)
+	e.stats.trees++
+	e.stats.compacted += len(src)
+	nk, nv := q.k[:base:base], q.v[:base:base]
+	for _, j := range accepted {
+		nk, nv = append(nk, q.k[base+j]), append(nv, q.v[base+j])
+	}
+	// Drop the rest as popn does (the tree is past the reclaim point).
+	q.k, q.v = q.k[:base+len(accepted)], q.v[:base+len(accepted)]
+	copy(q.k[base:], nk[base:])
+	copy(q.v[base:], nv[base:])
+	keep := (q.kvLen() + e.v.PageSize - 1) / e.v.PageSize
+	for j := keep; j < len(q.pages); j++ {
+		if !q.reclaimed[j] {
+			e.release(q.pages[j], false)
+		}
+	}
+	q.pages, q.reclaimed = q.pages[:keep], q.reclaimed[:keep]
+	e.checkCache()
+	e.reclaim(q)
+}
+
+// moveOutAndBack moves the pages sequence id alone holds out of the pool
+// with the generated gather_pages (a transfer to another engine, or an
+// offload), frees them (filled with NaN/Inf, as any freed page), takes
+// other pages from the free list and moves the buffer into them with
+// scatter_pages. The cache must then hold the sequence's history.
+func (e *engine) moveOutAndBack(id int) {
+	e.t.Helper()
+	_, g := e.s.Entries[ir.RoleGatherPages]
+	_, sc := e.s.Entries[ir.RoleScatterPages]
+	if !g || !sc {
+		return
+	}
+	q := e.seqs[id]
+	var which []int
+	var ids []int32
+	for j, p := range q.pages {
+		if !q.reclaimed[j] && e.ref[p] == 1 {
+			which, ids = append(which, j), append(ids, int32(p))
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	kb := cpurt.NewBuffer(len(ids) * len(e.poisonK))
+	vb := cpurt.NewBuffer(len(ids) * len(e.poisonV))
+	defer kb.Free()
+	defer vb.Free()
+	move := func(role ir.Role, ids []int32) {
+		cb := &caseBuffers{vals: map[string]int64{"k_pages": e.kPool.Ptr(), "v_pages": e.vPool.Ptr(),
+			"num_pages": int64(e.nPage), "n": int64(len(ids)), "k_buf": kb.Ptr(), "v_buf": vb.Ptr()}}
+		defer cb.free()
+		cb.add("page_ids", cpurt.I32Buffer(ids))
+		e.call(role, cb.vals)
+	}
+	move(ir.RoleGatherPages, ids)
+	for _, p := range ids {
+		e.release(int(p), false)
+	}
+	// Fresh pages: the free list is LIFO, so the pages come back in
+	// reverse order (a page gets its own id back only in the middle).
+	fresh := make([]int32, len(ids))
+	for i := range fresh {
+		fresh[i] = int32(e.alloc())
+	}
+	move(ir.RoleScatterPages, fresh)
+	for i, j := range which {
+		q.pages[j] = int(fresh[i])
+	}
+	e.stats.moved += len(ids)
+	e.checkCache()
 }

@@ -38,9 +38,10 @@ import (
 //     (validateRules, an independent Go statement of DESIGN §4 and docs/abi.md);
 //   - status 0 ⇒ the outputs equal the float64 reference (attention; over
 //     an 8-bit cache, code value × a random positive scale, exactly), the
-//     byte model (append, copy_page; append into an 8-bit cache stores
-//     reference.Quantize's codes, bit for bit), and rows no sequence owns
-//     stay untouched;
+//     byte model (append, copy_page, gather_pages, scatter_pages,
+//     compact_copy; append into an 8-bit cache stores reference.Quantize's
+//     codes, bit for bit), read_kv's exact values rounded once, and rows no
+//     sequence owns (read_kv: skipped rows) stay untouched;
 //   - status < 0 ⇒ every output is untouched.
 //
 // Inputs whose documented reads need more memory than the test allocates
@@ -134,6 +135,18 @@ var fuzzSpecs = []string{
 	  dtype f32
 	  cache paged(page_size = 4, kv_dtype = i8, kv_scale = per_head)
 	  kernels decode, append, copy_page }`,
+	// The page kernels that move rows and pages, over a plain cache and
+	// an 8-bit MLA cache.
+	`variant fz_moves { heads qo = 2, kv = 2
+	  head_dim qk = 8, v = 4
+	  dtype f16
+	  cache paged(page_size = 2, layout = NHD)
+	  kernels read_kv, gather_pages, scatter_pages, compact_copy }`,
+	`variant fz_mla_pages { mla(heads = 2, kv_lora_rank = 8, rope_dim = 4)
+	  dtype bf16
+	  cache paged(page_size = 4, kv_dtype = e5m2)
+	  scale 0.1
+	  kernels append, copy_page, read_kv, gather_pages, scatter_pages, compact_copy }`,
 }
 
 // fuzzSOs are the built libraries of fuzzSpecs.
@@ -331,6 +344,8 @@ func genFuzzCase(data []byte) fuzzCase {
 		fc.Scalars["length"] = int64(r.intn(ps + 1))
 	case ir.RoleMergeState:
 		fc.Scalars["n"] = int64(r.intn(4))
+	default:
+		genFuzzMoves(r, v, fc)
 	}
 	// Mutations: scalars first, then arrays, in name order.
 	targets := sortedKeys(fc.Scalars)

@@ -246,6 +246,8 @@ func runFuzzCase(s *Suite, fc fuzzCase) fuzzResult {
 		return runFuzzPages(s, fc)
 	case ir.RoleMergeState:
 		return runFuzzMerge(s, fc)
+	case ir.RoleReadKV, ir.RoleGatherPages, ir.RoleScatterPages, ir.RoleCompactCopy:
+		return runFuzzMoves(s, fc)
 	}
 	return fuzzResult{Msg: "unknown role " + string(fc.Role)}
 }
@@ -494,6 +496,8 @@ func checkAttention(s *Suite, r rules, fc fuzzCase, a map[string][]int32, q, kp,
 func runFuzzPages(s *Suite, fc fuzzCase) fuzzResult {
 	v := s.V
 	sc := fc.Scalars
+	pa := s.pools() // K and V, or MLA's ckv and kpe
+	dk, dv := pa[0].d, pa[1].d
 	ps := int64(v.PageSize)
 	np := sc["num_pages"]
 	var st32 int32
@@ -547,12 +551,9 @@ func runFuzzPages(s *Suite, fc fuzzCase) fuzzResult {
 		// them: the same bytes, or each element quantized with its kv
 		// head's random positive scale (reference.Quantize, bit for bit).
 		ks, vs := s.appendScales(rng)
-		kNew, kStored := s.appendRows(rng, len(pm), v.HeadDimQK, ks, nil)
-		vNew, vStored := s.appendRows(rng, len(pm), v.HeadDimV, vs, nil)
-		if v.Quantized() {
-			cb.add("k_scale", cpurt.F32Buffer(ks))
-			cb.add("v_scale", cpurt.F32Buffer(vs))
-		}
+		kNew, kStored := s.appendRows(rng, len(pm), dk, ks, nil)
+		vNew, vStored := s.appendRows(rng, len(pm), dv, vs, nil)
+		s.addPoolScales(cb, ks, vs)
 		if st32 == 0 {
 			// Rows naming the same slot race: one of them lands, which one
 			// is unspecified. The model takes, per (slot, kv head), the row
@@ -567,10 +568,10 @@ func runFuzzPages(s *Suite, fc fuzzCase) fuzzResult {
 			for slot, rows := range rowsOf {
 				page, off := int(slot)/v.PageSize, int(slot)%v.PageSize
 				for h := range v.KVHeads {
-					kx, ky := s.rowSpan(page, h, off, v.HeadDimQK)
-					vx, vy := s.rowSpan(page, h, off, v.HeadDimV)
-					kRow := func(i int) []byte { return kStored[(i*v.KVHeads+h)*v.HeadDimQK*size:][:v.HeadDimQK*size] }
-					vRow := func(i int) []byte { return vStored[(i*v.KVHeads+h)*v.HeadDimV*size:][:v.HeadDimV*size] }
+					kx, ky := s.rowSpan(page, h, off, dk)
+					vx, vy := s.rowSpan(page, h, off, dv)
+					kRow := func(i int) []byte { return kStored[(i*v.KVHeads+h)*dk*size:][:dk*size] }
+					vRow := func(i int) []byte { return vStored[(i*v.KVHeads+h)*dv*size:][:dv*size] }
 					pick := rows[len(rows)-1]
 					dupes = append(dupes, func(k, vv []byte) {
 						for _, i := range rows {
@@ -584,24 +585,24 @@ func runFuzzPages(s *Suite, fc fuzzCase) fuzzResult {
 				}
 			}
 		}
-		cb.add("k", cpurt.U8Buffer(kNew))
-		cb.add("v", cpurt.U8Buffer(vNew))
+		cb.add(pa[0].in, cpurt.U8Buffer(kNew))
+		cb.add(pa[1].in, cpurt.U8Buffer(vNew))
 		cb.add("position_map", cpurt.I32Buffer(pm))
 	} else if st32 == 0 {
 		src, dst := int(sc["src_page"]), int(sc["dst_page"])
 		for slot := range int(sc["length"]) {
 			for h := range v.KVHeads {
-				a, b := s.rowSpan(src, h, slot, v.HeadDimQK)
-				x, y := s.rowSpan(dst, h, slot, v.HeadDimQK)
+				a, b := s.rowSpan(src, h, slot, dk)
+				x, y := s.rowSpan(dst, h, slot, dk)
 				copy(want.k[x:y], pool.k[a:b])
-				a, b = s.rowSpan(src, h, slot, v.HeadDimV)
-				x, y = s.rowSpan(dst, h, slot, v.HeadDimV)
+				a, b = s.rowSpan(src, h, slot, dv)
+				x, y = s.rowSpan(dst, h, slot, dv)
 				copy(want.v[x:y], pool.v[a:b])
 			}
 		}
 	}
-	kp := cb.add("k_pages", cpurt.U8Buffer(pool.k))
-	vp := cb.add("v_pages", cpurt.U8Buffer(pool.v))
+	kp := cb.add(pa[0].pages, cpurt.U8Buffer(pool.k))
+	vp := cb.add(pa[1].pages, cpurt.U8Buffer(pool.v))
 	st, err := s.run(fc.Role, cb)
 	for _, d := range dupes {
 		d(kp.U8(), vp.U8())

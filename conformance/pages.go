@@ -11,10 +11,45 @@ import (
 	"github.com/attnc/attnc/reference"
 )
 
-// pagePool is a random K/V pool in storage bytes.
+// pagePool is a random cache in storage bytes: its two pools (K and V,
+// or MLA's ckv and kpe: poolArgs).
 type pagePool struct {
 	numPages int
 	k, v     []byte
+}
+
+// poolArg is one pool of the cache and the names of the page kernels'
+// arguments that go with it.
+type poolArg struct {
+	pages, in, out, buf, scale string
+	d                          int // elements per row
+}
+
+// pools are the cache's two pools: K and V, or MLA's latent ckv and kpe
+// (one kv head; both scaled by k_scale).
+func (s *Suite) pools() [2]poolArg {
+	if m := s.V.MLA; m != nil {
+		return [2]poolArg{
+			{"ckv_pages", "ckv", "ckv_out", "ckv_buf", "k_scale", m.KVLoraRank},
+			{"kpe_pages", "kpe", "kpe_out", "kpe_buf", "k_scale", m.RopeDim},
+		}
+	}
+	return [2]poolArg{
+		{"k_pages", "k", "k_out", "k_buf", "k_scale", s.V.HeadDimQK},
+		{"v_pages", "v", "v_out", "v_buf", "v_scale", s.V.HeadDimV},
+	}
+}
+
+// addPoolScales adds a quantized cache's k_scale and v_scale (MLA: k_scale,
+// the one both pools share, which is ks) to cb.
+func (s *Suite) addPoolScales(cb *caseBuffers, ks, vs []float32) {
+	if !s.V.Quantized() {
+		return
+	}
+	cb.add("k_scale", cpurt.F32Buffer(ks))
+	if s.V.MLA == nil {
+		cb.add("v_scale", cpurt.F32Buffer(vs))
+	}
 }
 
 // randomPool is a pool of random cache elements (8-bit codes for a
@@ -33,7 +68,8 @@ func (s *Suite) randomPool(rng *rand.Rand, numPages int) pagePool {
 		}
 		return reference.Encode(v.KVDType, xs)
 	}
-	return pagePool{numPages: numPages, k: gen(slots * v.HeadDimQK), v: gen(slots * v.HeadDimV)}
+	ps := s.pools()
+	return pagePool{numPages: numPages, k: gen(slots * ps[0].d), v: gen(slots * ps[1].d)}
 }
 
 // appendRows are n new K or V rows of d elements per kv head for append:
@@ -66,7 +102,8 @@ func (s *Suite) appendRows(rng *rand.Rand, n, d int, scales []float32, edges [][
 }
 
 // appendScales are random k_scale and v_scale for append (nil for a plain
-// cache): about 1/CodeRange, so that a few values saturate.
+// cache): about 1/CodeRange, so that a few values saturate. MLA's two
+// pools share k_scale: vs is ks.
 func (s *Suite) appendScales(rng *rand.Rand) (ks, vs []float32) {
 	if !s.V.Quantized() {
 		return nil, nil
@@ -79,7 +116,11 @@ func (s *Suite) appendScales(rng *rand.Rand) (ks, vs []float32) {
 		}
 		return xs
 	}
-	return gen(), gen()
+	ks, vs = gen(), gen()
+	if s.V.MLA != nil {
+		vs = ks
+	}
+	return ks, vs
 }
 
 // headEdges are, per kv head, append's edge inputs (reference.QuantEdges)
@@ -129,13 +170,18 @@ func (s *Suite) rowSpan(page, h, slot, d int) (int, int) {
 	return i, i + d*size
 }
 
-// RunPageKernels checks append and copy_page (whichever the suite has)
-// against a byte-exact model, and, on the CPU, their bad-input statuses
-// (which must leave the pool untouched).
+// RunPageKernels checks the page kernels (append, copy_page,
+// compact_copy, read_kv, gather_pages, scatter_pages: whichever the suite
+// has) against a byte-exact model (reference's), and their bad-input
+// statuses, which must leave every output untouched (the cases a GPU
+// kernel cannot report, a bad slot or page id in device memory, on the
+// CPU only).
 func (s *Suite) RunPageKernels(seed int64) []Result {
 	var out []Result
 	v := s.V
 	rng := rand.New(rand.NewSource(seed))
+	pa := s.pools()
+	dk, dv := pa[0].d, pa[1].d
 	if _, ok := s.Entries[ir.RoleAppend]; ok {
 		// Corruptions of a valid append of n = 7 rows into a pool of 5 pages (7
 		// with page_size 1):
@@ -185,9 +231,12 @@ func (s *Suite) RunPageKernels(seed int64) []Result {
 				for h := range ks {
 					ks[h], vs[h] = edgeScale(h, false), edgeScale(h, true)
 				}
+				if v.MLA != nil {
+					vs = ks
+				}
 				var kRows, vRows int
-				kEdges, kRows = s.headEdges(ks, v.HeadDimQK)
-				vEdges, vRows = s.headEdges(vs, v.HeadDimV)
+				kEdges, kRows = s.headEdges(ks, dk)
+				vEdges, vRows = s.headEdges(vs, dv)
 				n = max(kRows, vRows)
 			}
 			pool := s.randomPool(rng, max(5, (n+v.PageSize-1)/v.PageSize)) // at least n slots
@@ -199,8 +248,8 @@ func (s *Suite) RunPageKernels(seed int64) []Result {
 					pm[i] = -1
 				}
 			}
-			kNew, kStored := s.appendRows(rng, n, v.HeadDimQK, ks, kEdges)
-			vNew, vStored := s.appendRows(rng, n, v.HeadDimV, vs, vEdges)
+			kNew, kStored := s.appendRows(rng, n, dk, ks, kEdges)
+			vNew, vStored := s.appendRows(rng, n, dv, vs, vEdges)
 			size := reference.Size(v.KVDType)
 			vals := map[string]int64{"n": int64(n), "num_pages": int64(pool.numPages)}
 			if c.brk != nil {
@@ -213,27 +262,24 @@ func (s *Suite) RunPageKernels(seed int64) []Result {
 						continue
 					}
 					for h := range v.KVHeads {
-						a, b := s.rowSpan(int(slot)/v.PageSize, h, int(slot)%v.PageSize, v.HeadDimQK)
-						copy(want.k[a:b], kStored[(i*v.KVHeads+h)*v.HeadDimQK*size:][:v.HeadDimQK*size])
-						a, b = s.rowSpan(int(slot)/v.PageSize, h, int(slot)%v.PageSize, v.HeadDimV)
-						copy(want.v[a:b], vStored[(i*v.KVHeads+h)*v.HeadDimV*size:][:v.HeadDimV*size])
+						a, b := s.rowSpan(int(slot)/v.PageSize, h, int(slot)%v.PageSize, dk)
+						copy(want.k[a:b], kStored[(i*v.KVHeads+h)*dk*size:][:dk*size])
+						a, b = s.rowSpan(int(slot)/v.PageSize, h, int(slot)%v.PageSize, dv)
+						copy(want.v[a:b], vStored[(i*v.KVHeads+h)*dv*size:][:dv*size])
 					}
 				}
 			}
 			cb := &caseBuffers{vals: vals}
-			cb.add("k", cpurt.U8Buffer(kNew))
-			cb.add("v", cpurt.U8Buffer(vNew))
+			cb.add(pa[0].in, cpurt.U8Buffer(kNew))
+			cb.add(pa[1].in, cpurt.U8Buffer(vNew))
 			cb.add("position_map", cpurt.I32Buffer(pm))
-			kp := cb.add("k_pages", cpurt.U8Buffer(pool.k))
-			vp := cb.add("v_pages", cpurt.U8Buffer(pool.v))
-			if v.Quantized() {
-				cb.add("k_scale", cpurt.F32Buffer(ks))
-				cb.add("v_scale", cpurt.F32Buffer(vs))
-			}
+			kp := cb.add(pa[0].pages, cpurt.U8Buffer(pool.k))
+			vp := cb.add(pa[1].pages, cpurt.U8Buffer(pool.v))
+			s.addPoolScales(cb, ks, vs)
 			st, err := s.run(ir.RoleAppend, cb)
 			r.Pass = err == nil && st == c.st && bytes.Equal(kp.U8(), want.k) && bytes.Equal(vp.U8(), want.v)
 			r.Note = fmt.Sprintf("status %d (want %d), pools as expected: %v %v%s%s", st, c.st, bytes.Equal(kp.U8(), want.k), bytes.Equal(vp.U8(), want.v),
-				firstDiff("k_pages", kp.U8(), want.k), firstDiff("v_pages", vp.U8(), want.v))
+				firstDiff(pa[0].pages, kp.U8(), want.k), firstDiff(pa[1].pages, vp.U8(), want.v))
 			if err != nil {
 				r.Note = err.Error()
 			}
@@ -269,11 +315,11 @@ func (s *Suite) RunPageKernels(seed int64) []Result {
 			if c.st == 0 {
 				for slot := range c.length {
 					for h := range v.KVHeads {
-						a, b := s.rowSpan(c.src, h, slot, v.HeadDimQK)
-						x, y := s.rowSpan(c.dst, h, slot, v.HeadDimQK)
+						a, b := s.rowSpan(c.src, h, slot, dk)
+						x, y := s.rowSpan(c.dst, h, slot, dk)
 						copy(want.k[x:y], pool.k[a:b])
-						a, b = s.rowSpan(c.src, h, slot, v.HeadDimV)
-						x, y = s.rowSpan(c.dst, h, slot, v.HeadDimV)
+						a, b = s.rowSpan(c.src, h, slot, dv)
+						x, y = s.rowSpan(c.dst, h, slot, dv)
 						copy(want.v[x:y], pool.v[a:b])
 					}
 				}
@@ -283,8 +329,8 @@ func (s *Suite) RunPageKernels(seed int64) []Result {
 				np = 5
 			}
 			cb := &caseBuffers{vals: map[string]int64{"num_pages": np, "src_page": int64(c.src), "dst_page": int64(c.dst), "length": int64(c.length)}}
-			kp := cb.add("k_pages", cpurt.U8Buffer(pool.k))
-			vp := cb.add("v_pages", cpurt.U8Buffer(pool.v))
+			kp := cb.add(pa[0].pages, cpurt.U8Buffer(pool.k))
+			vp := cb.add(pa[1].pages, cpurt.U8Buffer(pool.v))
 			st, err := s.run(ir.RoleCopyPage, cb)
 			r.Pass = err == nil && int(st) == c.st && bytes.Equal(kp.U8(), want.k) && bytes.Equal(vp.U8(), want.v)
 			r.Note = fmt.Sprintf("status %d (want %d)", st, c.st)
@@ -292,5 +338,5 @@ func (s *Suite) RunPageKernels(seed int64) []Result {
 			out = append(out, r)
 		}
 	}
-	return out
+	return append(out, s.runPageMoves(rng)...)
 }

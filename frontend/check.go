@@ -718,7 +718,17 @@ func styleName(st ir.RopeStyle) string {
 }
 
 // roles lists the kernel names, in message order.
-var roles = []ir.Role{ir.RolePrefill, ir.RoleDecode, ir.RoleMergeState, ir.RoleAppend, ir.RoleCopyPage}
+var roles = []ir.Role{ir.RolePrefill, ir.RoleDecode, ir.RoleMergeState, ir.RoleAppend, ir.RoleCopyPage,
+	ir.RoleCompactCopy, ir.RoleReadKV, ir.RoleGatherPages, ir.RoleScatterPages}
+
+// roleList is roles as the unknown-kernel message lists them.
+func roleList() string {
+	names := make([]string, len(roles))
+	for i, r := range roles {
+		names[i] = string(r)
+	}
+	return strings.Join(names, ", ")
+}
 
 // kernels checks `kernels a, b, ...`.
 func (c *checker) kernels(s *kernelsStmt) []ir.KernelRef {
@@ -735,7 +745,7 @@ func (c *checker) kernels(s *kernelsStmt) []ir.KernelRef {
 		}
 		switch p, dup := first[r]; {
 		case !known:
-			c.errorf(n.Pos, "unknown kernel %q (known: prefill, decode, merge_state, append, copy_page)", n.Name)
+			c.errorf(n.Pos, "unknown kernel %q (known: %s)", n.Name, roleList())
 		case dup:
 			c.errorf(n.Pos, "duplicate kernel %s (first at %s)", n.Name, c.pos(p))
 		default:

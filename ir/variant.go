@@ -199,6 +199,15 @@ const (
 	RoleMergeState Role = "merge_state"
 	RoleAppend     Role = "append"
 	RoleCopyPage   Role = "copy_page"
+	// RoleCompactCopy copies slots within each sequence, in index order
+	// (TVM's compact KV copy after a speculative tree is accepted).
+	RoleCompactCopy Role = "compact_copy"
+	// RoleReadKV reads slots back out of the cache, dequantized.
+	RoleReadKV Role = "read_kv"
+	// RoleGatherPages copies whole pages from the pool to a contiguous
+	// buffer, RoleScatterPages from a buffer into the pool (KV transfer).
+	RoleGatherPages  Role = "gather_pages"
+	RoleScatterPages Role = "scatter_pages"
 )
 
 // KernelRef is one name on the `kernels` line.

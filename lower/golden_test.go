@@ -170,6 +170,16 @@ func goldenCases() []goldenCase {
 		{feature: "page_kernels", edit: func(v *ir.Variant) {
 			v.DType, v.KVDType, v.Kernels = ir.DTF16, ir.DTF16, roles(ir.RoleAppend, ir.RoleCopyPage)
 		}},
+		{feature: "page_moves_nhd_e4m3", edit: func(v *ir.Variant) {
+			v.Layout, v.DType, v.KVDType, v.KVScale = ir.NHD, ir.DTF16, ir.DTE4M3, ir.KVScalePerHead
+			v.Kernels = roles(ir.RoleCompactCopy, ir.RoleReadKV, ir.RoleGatherPages, ir.RoleScatterPages)
+		}},
+		{feature: "mla_page_kernels", edit: func(v *ir.Variant) {
+			v.MLA = &ir.MLA{Heads: 4, KVLoraRank: 16, RopeDim: 8}
+			v.QOHeads, v.KVHeads, v.HeadDimQK, v.HeadDimV = 4, 1, 24, 16
+			v.DType, v.KVDType, v.KVScale = ir.DTBF16, ir.DTE4M3, ir.KVScalePerTensor
+			v.Kernels = roles(ir.RoleAppend, ir.RoleCopyPage, ir.RoleCompactCopy, ir.RoleReadKV, ir.RoleGatherPages, ir.RoleScatterPages)
+		}},
 		// Tilings: padded rows (tensor-core shapes), decode staging as stored.
 		{feature: "padded_rows", tiling: &padded, edit: func(v *ir.Variant) {
 			v.QOHeads, v.KVHeads = 4, 2

@@ -78,16 +78,10 @@ func Unsupported(v *ir.Variant) error {
 	if v.MLA != nil && v.Rope != nil {
 		return ir.Errorf(v.Rope.Pos, "not supported yet: rope inline with mla (MLA's rope part arrives rotated in q_pe and kpe_pages)")
 	}
-	if v.MLA != nil {
-		for _, k := range v.Kernels {
-			if k.Role == ir.RoleAppend || k.Role == ir.RoleCopyPage {
-				return ir.Errorf(k.Pos, "not supported yet: kernel %s with mla", k.Role)
-			}
-		}
-	}
 	for _, k := range v.Kernels {
 		switch k.Role {
-		case ir.RolePrefill, ir.RoleDecode, ir.RoleMergeState, ir.RoleAppend, ir.RoleCopyPage:
+		case ir.RolePrefill, ir.RoleDecode, ir.RoleMergeState, ir.RoleAppend, ir.RoleCopyPage,
+			ir.RoleCompactCopy, ir.RoleReadKV, ir.RoleGatherPages, ir.RoleScatterPages:
 		default:
 			return ir.Errorf(k.Pos, "not supported yet: kernel %s", k.Role)
 		}
@@ -138,6 +132,18 @@ func Lower(v *ir.Variant, t Tiling) (*ir.Module, error) {
 	}
 	if v.HasRole(ir.RoleCopyPage) {
 		add(l.copyPage())
+	}
+	if v.HasRole(ir.RoleCompactCopy) {
+		add(l.compactCopy())
+	}
+	if v.HasRole(ir.RoleReadKV) {
+		add(l.readKV())
+	}
+	if v.HasRole(ir.RoleGatherPages) {
+		add(l.movePages(false))
+	}
+	if v.HasRole(ir.RoleScatterPages) {
+		add(l.movePages(true))
 	}
 	return m, nil
 }

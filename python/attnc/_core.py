@@ -37,7 +37,7 @@ class Error(RuntimeError):
 # Outputs the methods allocate when the caller leaves them out; every other
 # output (merge_state's v and s, the page kernels' caches) is read as well as
 # written and must be passed.
-_ALLOCATABLE = {"o", "lse", "q_out", "k_out", "v_out", "ckv_out", "kpe_out"}
+_ALLOCATABLE = {"o", "lse", "q_out", "k_out", "v_out", "ckv_out", "kpe_out", "k_buf", "v_buf", "ckv_buf", "kpe_buf"}
 _ndarray = np.ndarray
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 _DIM = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:([+-])(\d+))?$")
