@@ -718,7 +718,7 @@ func styleName(st ir.RopeStyle) string {
 }
 
 // roles lists the kernel names, in message order.
-var roles = []ir.Role{ir.RolePrefill, ir.RoleDecode, ir.RoleMergeState, ir.RoleAppend, ir.RoleCopyPage}
+var roles = []ir.Role{ir.RolePrefill, ir.RoleDecode, ir.RoleMergeState, ir.RoleAppend, ir.RoleCopyPage, ir.RolePrefillRagged}
 
 // kernels checks `kernels a, b, ...`.
 func (c *checker) kernels(s *kernelsStmt) []ir.KernelRef {
@@ -735,7 +735,7 @@ func (c *checker) kernels(s *kernelsStmt) []ir.KernelRef {
 		}
 		switch p, dup := first[r]; {
 		case !known:
-			c.errorf(n.Pos, "unknown kernel %q (known: prefill, decode, merge_state, append, copy_page)", n.Name)
+			c.errorf(n.Pos, "unknown kernel %q (known: prefill, decode, merge_state, append, copy_page, prefill_ragged)", n.Name)
 		case dup:
 			c.errorf(n.Pos, "duplicate kernel %s (first at %s)", n.Name, c.pos(p))
 		default:

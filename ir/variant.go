@@ -199,6 +199,9 @@ const (
 	RoleMergeState Role = "merge_state"
 	RoleAppend     Role = "append"
 	RoleCopyPage   Role = "copy_page"
+	// RolePrefillRagged is prefill over K/V rows held contiguously (not
+	// in pages), ragged by kv_token_indptr.
+	RolePrefillRagged Role = "prefill_ragged"
 )
 
 // KernelRef is one name on the `kernels` line.
