@@ -119,7 +119,7 @@ func TestChunkedPrefillComposes(t *testing.T) {
 			// Chunks after a prefix of several pages, a first chunk (no
 			// prefix), a one-token chunk, an empty sequence.
 			qLens := []int{37, 20, 1, 0, 70}
-			prefix := []int{2*causal.PageSize + 5, 0, 9, 3, 3*causal.PageSize}
+			prefix := []int{2*causal.PageSize + 5, 0, 9, 3, 3 * causal.PageSize}
 			kvLens := make([]int, len(qLens))
 			for b := range kvLens {
 				kvLens[b] = prefix[b] + qLens[b]
