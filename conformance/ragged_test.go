@@ -3,6 +3,7 @@ package conformance
 import (
 	"math"
 	"math/rand"
+	"slices"
 	"sync"
 	"testing"
 
@@ -179,5 +180,65 @@ func TestChunkedPrefillComposes(t *testing.T) {
 			}
 			t.Logf("%d rows: o within %.2f of its bound to the reference, %.2f to the one paged prefill", c.TotalQ()*causal.QOHeads, worst, worstOne)
 		})
+	}
+}
+
+// cudaRaggedShort are the variants of cudaMatrix whose prefill_ragged
+// TestCUDAEmulatedRagged runs by default (with -cuda.all, every variant
+// but MLA's): the SIMT path (f32), the tensor cores (f16, bf16), a
+// window with sinks, an expression mask with softcap, an 8-bit cache
+// (ragged rows in the dtype) and a tree with llama3 RoPE.
+var cudaRaggedShort = []string{"cu_ps1_f32", "cu_ps16_f16", "cu_ps256_bf16", "cu_ps4_masked", "cu_ps16_f16_e4m3", "cu_rope_llama3_tree"}
+
+// TestCUDAEmulatedRagged runs prefill_ragged of the emulated CUDA matrix's
+// variants on the emulator: RaggedMatrix against the reference, and the
+// bad inputs a launcher checks on the host.
+func TestCUDAEmulatedRagged(t *testing.T) { emulatedRagged(t, "cuda") }
+
+// emulatedRagged is TestCUDAEmulatedRagged on the target's emulator.
+func emulatedRagged(t *testing.T, target string) {
+	needEmu(t)
+	for _, src := range cudaMatrix {
+		v := spec(t, src)
+		if v.MLA != nil || !*cudaAll && !slices.Contains(cudaRaggedShort, v.Name) {
+			continue
+		}
+		v = raggedOnly(v)
+		t.Run(v.Name, func(t *testing.T) {
+			t.Parallel()
+			s, err := BuildFor(v, target, t.TempDir(), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Lib.Close()
+			n := 0
+			for _, r := range s.RunAll([]int{1}, 11) {
+				if !r.Pass {
+					t.Errorf("%s", r)
+				}
+				record(target+" ragged "+dtypeKey(v), r)
+				n++
+			}
+			if n == 0 {
+				t.Fatal("no prefill_ragged run")
+			}
+		})
+	}
+	t.Cleanup(func() {
+		t.Logf("%d kernel runs; max errors: o %v (f16/bf16 in ulps), lse %v, beyond rounding in 2^-24 mag %v", maxErr.cases, maxErr.o, maxErr.lse, maxErr.mag)
+	})
+}
+
+// TestCUDARaggedShortNamesExist: every cudaRaggedShort name is a variant
+// of cudaMatrix.
+func TestCUDARaggedShortNamesExist(t *testing.T) {
+	names := map[string]bool{}
+	for _, src := range cudaMatrix {
+		names[spec(t, src).Name] = true
+	}
+	for _, n := range cudaRaggedShort {
+		if !names[n] {
+			t.Errorf("cudaRaggedShort names %s, which cudaMatrix does not have", n)
+		}
 	}
 }
