@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/attnc/attnc/cpurt"
+	"github.com/attnc/attnc/internal/needtool"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/reference"
 )
@@ -241,4 +243,53 @@ func TestCUDARaggedShortNamesExist(t *testing.T) {
 			t.Errorf("cudaRaggedShort names %s, which cudaMatrix does not have", n)
 		}
 	}
+}
+
+// aarch64RaggedShort are the matrix variants whose prefill_ragged
+// TestAArch64Ragged runs under qemu-aarch64 by default (with
+// -aarch64.all, every variant but MLA's): f16 GQA, bf16 with a window and
+// sinks, an e4m3 cache, f32 with RoPE.
+var aarch64RaggedShort = []string{"ps16_gqa4", "ps4_window_sinks", "ps16_e4m3_gqa4", "ps16_rope_f32"}
+
+// TestAArch64Ragged cross-compiles prefill_ragged of matrix variants for
+// aarch64 and runs RaggedMatrix and its bad inputs under qemu-aarch64.
+func TestAArch64Ragged(t *testing.T) {
+	tc, err := cpurt.ToolchainFor(aarch64)
+	needtool.Check(t, err)
+	for _, src := range matrixSpecs {
+		v := spec(t, src)
+		if v.MLA != nil || !*aarch64All && !slices.Contains(aarch64RaggedShort, v.Name) {
+			continue
+		}
+		v = raggedOnly(v)
+		t.Run(v.Name, func(t *testing.T) {
+			t.Parallel()
+			s, err := BuildWith(v, t.TempDir(), Options{Triple: aarch64})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := s.Close(); err != nil {
+					t.Error(err)
+				}
+			}()
+			if s.Dev == nil && tc.Foreign() {
+				t.Fatal("a foreign-triple suite must run through its runner's memory")
+			}
+			n := 0
+			for _, r := range s.RunAll([]int{1, 3}, 7) {
+				if !r.Pass {
+					t.Errorf("%s", r)
+				}
+				record("aarch64 ragged "+dtypeKey(v), r)
+				n++
+			}
+			if n == 0 {
+				t.Fatal("no prefill_ragged run")
+			}
+		})
+	}
+	t.Cleanup(func() {
+		t.Logf("%d kernel runs; max errors: o %v (f16/bf16 in ulps), lse %v", maxErr.cases, maxErr.o, maxErr.lse)
+	})
 }
