@@ -9,8 +9,9 @@ import (
 
 // The page table is the only thing CSR and block-table kernels differ in:
 // its arguments, its validation, a sequence's (table offset, cached length)
-// and the page of a position. Every skeleton goes through the pageTable
-// interface below, one implementation per encoding.
+// and where the K/V rows of a position are. Every skeleton goes through the
+// pageTable interface below, one implementation per encoding; the ragged
+// rows of prefill_ragged (ragged.go) are one more.
 //
 // Kernel inputs are untrusted. The CPU entries validate them completely
 // before the first read of data (q, the pools, the masks' contents), in an
