@@ -331,6 +331,21 @@ func TestExplain(t *testing.T) {
 			t.Errorf("explain --target cuda lacks %q:\n%s", want, o)
 		}
 	}
+	// --role selects an entry other than the paged prefill/decode pair.
+	ragged := filepath.Join(t.TempDir(), "ragged.attn")
+	if err := os.WriteFile(ragged, []byte("variant rg {\n heads qo = 8, kv = 2\n head_dim 64\n dtype f16\n cache paged(page_size = 16)\n kernels prefill, merge_state, prefill_ragged\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o, _ = mustRun(t, "explain", ragged, "--role", "prefill_ragged", "--q-len", "1", "--kv-len", "1", "--batch", "3", "--threads", "4")
+	for _, want := range []string{"cpu  prefill_ragged rg_prefill_ragged (entry)", "(q, qo_indptr, k, v, kv_token_indptr, batch_size, o, lse)",
+		"batch=3 q_len=1 kv_len=1 threads=4 -> prefill_ragged via rg_prefill_ragged, 6 work items"} {
+		if !strings.Contains(o, want) {
+			t.Errorf("explain --role prefill_ragged lacks %q:\n%s", want, o)
+		}
+	}
+	if _, e, code := runCLI(t, "explain", ragged, "--role", "decode", "--kv-len", "4"); code != 1 || !strings.Contains(e, "--role decode: give prefill_ragged") {
+		t.Errorf("explain --role decode: exit %d, stderr %q", code, e)
+	}
 	_, e, code := runCLI(t, "explain", llama3, "--q-len", "5,17", "--kv-len", "100,300,4")
 	if code != 1 || !strings.Contains(e, "--q-len has 2 values") {
 		t.Errorf("explain with mismatched lists: exit %d, stderr %q", code, e)

@@ -18,10 +18,11 @@ import (
 type shapeFlags struct {
 	batch, qLen, kvLen, threads []int
 	sms                         int
+	role                        string
 }
 
 func (s *shapeFlags) given(c *cobra.Command) bool {
-	for _, n := range []string{"batch", "q-len", "kv-len", "threads", "sms"} {
+	for _, n := range []string{"batch", "q-len", "kv-len", "threads", "sms", "role"} {
 		if c.Flags().Changed(n) {
 			return true
 		}
@@ -56,6 +57,9 @@ compiles in:
   --threads T    worker threads, 1..1024 (default: this machine's CPUs; cpu)
   --sms S        the GPU's multiprocessors (default 132, an H100/H200;
                  cuda: the launcher splits for 2 x S workers)
+  --role R       the entry the call goes to when it is not the paged
+                 prefill/decode pair: prefill_ragged (then --kv-len counts
+                 each sequence's ragged K/V rows)
 
 For a window variant, the dispatch rules include "reclaim" (which pages of
 a sequence no query can see again, as a function of kv_len), and each
@@ -106,6 +110,7 @@ one decision per combination.`,
 	f.IntSliceVar(&sf.qLen, "q-len", nil, "query tokens per sequence (int or comma list; default 1)")
 	f.IntSliceVar(&sf.kvLen, "kv-len", nil, "cached tokens per sequence (int or comma list)")
 	f.IntSliceVar(&sf.threads, "threads", nil, "worker threads (int or comma list; default: number of CPUs)")
+	f.StringVar(&sf.role, "role", "", "the entry called, when not prefill/decode: prefill_ragged")
 	return c
 }
 
@@ -127,6 +132,9 @@ func (s *shapeFlags) shapes() ([]registry.Shape, error) {
 		threads = []int{defaultWorkers("threads")}
 	}
 	const cmd = "attnc explain"
+	if r := ir.Role(s.role); r != "" && r != ir.RolePrefillRagged {
+		return nil, fmt.Errorf("%s: --role %s: give prefill_ragged, or no --role for the paged prefill and decode entries", cmd, s.role)
+	}
 	if err := checkBatch(cmd, batches, 0); err != nil {
 		return nil, err
 	}
@@ -180,6 +188,7 @@ func (s *shapeFlags) shapes() ([]registry.Shape, error) {
 		}
 		sh.DecodeLayout = single
 		sh.SMs = sms
+		sh.Role = ir.Role(s.role)
 		for _, t := range threads {
 			sh.Threads = t
 			out = append(out, sh)
@@ -228,7 +237,11 @@ func explainVariant(w io.Writer, v *ir.Variant, tgt string, shapes []registry.Sh
 	if len(shapes) == 0 {
 		return nil
 	}
-	if !v.HasRole(ir.RolePrefill) && !v.HasRole(ir.RoleDecode) {
+	if r := shapes[0].Role; r != "" && !v.HasRole(r) {
+		fmt.Fprintf(w, "selection: variant %s has no %s kernel\n", v.Name, r)
+		return nil
+	}
+	if shapes[0].Role == "" && !v.HasRole(ir.RolePrefill) && !v.HasRole(ir.RoleDecode) {
 		fmt.Fprintf(w, "selection: variant %s has no prefill or decode kernel\n", v.Name)
 		return nil
 	}

@@ -75,13 +75,26 @@ func badCaseSpec(v *ir.Variant, role ir.Role) reference.CaseSpec {
 
 // BadInputs lists the input errors every attention entry must reject, for
 // the variant's page table and masks.
-func BadInputs(v *ir.Variant) []BadInput {
+func BadInputs(v *ir.Variant) []BadInput { return badInputs(v, false) }
+
+// RaggedBadInputs lists the input errors the prefill_ragged entry must
+// reject: BadInputs with kv_token_indptr's in place of the page table's.
+func RaggedBadInputs(v *ir.Variant) []BadInput { return badInputs(v, true) }
+
+// badInputs is BadInputs, or with ragged RaggedBadInputs.
+func badInputs(v *ir.Variant, ragged bool) []BadInput {
 	ps := int32(v.PageSize)
 	out := []BadInput{
 		{Name: "batch_size -1", Status: lower.ErrBadArgument, Scalar: true, Break: setScalar("batch_size", -1)},
 		{Name: "batch_size INT32_MIN", Status: lower.ErrBadArgument, Scalar: true, Break: setScalar("batch_size", i32min)},
-		{Name: "num_pages -1", Status: lower.ErrBadArgument, Scalar: true, Break: setScalar("num_pages", -1)},
-		{Name: "num_pages INT32_MIN", Status: lower.ErrBadArgument, Scalar: true, Break: setScalar("num_pages", i32min)},
+	}
+	if !ragged {
+		out = append(out, []BadInput{
+			{Name: "num_pages -1", Status: lower.ErrBadArgument, Scalar: true, Break: setScalar("num_pages", -1)},
+			{Name: "num_pages INT32_MIN", Status: lower.ErrBadArgument, Scalar: true, Break: setScalar("num_pages", i32min)},
+		}...)
+	}
+	out = append(out, []BadInput{
 		{Name: "decreasing qo_indptr", Status: lower.ErrBadQOIndptr, Prefill: true, Break: setElem("qo_indptr", 1, -1)},
 		{Name: "qo_indptr[0] INT32_MIN", Status: lower.ErrBadQOIndptr, Prefill: true, Break: setElem("qo_indptr", 0, i32min)},
 		{Name: "qo_indptr[1] INT32_MAX, then decreasing", Status: lower.ErrBadQOIndptr, Prefill: true, Break: setElem("qo_indptr", 1, i32max)},
@@ -92,8 +105,26 @@ func BadInputs(v *ir.Variant) []BadInput {
 			qo[1], qo[2] = 2*ps+2, 2*ps+2
 		}},
 		{Name: "more than 2^31-1 work items", Status: lower.ErrTooLarge, Prefill: true, Break: tooManyItems},
-	}
-	if v.Table == ir.BlockTable {
+	}...)
+	switch {
+	case ragged:
+		// The valid case's kv_token_indptr is 0, 2*page_size+1, 3*page_size+2.
+		out = append(out, []BadInput{
+			{Name: "decreasing kv_token_indptr", Status: lower.ErrBadKVIndptr, Break: setElem("kv_token_indptr", 1, -1)},
+			{Name: "kv_token_indptr[0] -1", Status: lower.ErrBadKVIndptr, Break: setElem("kv_token_indptr", 0, -1)},
+			{Name: "kv_token_indptr[0] INT32_MIN", Status: lower.ErrBadKVIndptr, Break: setElem("kv_token_indptr", 0, i32min)},
+			{Name: "kv_token_indptr[1] INT32_MIN", Status: lower.ErrBadKVIndptr, Break: setElem("kv_token_indptr", 1, i32min)},
+			{Name: "kv_token_indptr[1] INT32_MAX, then decreasing", Status: lower.ErrBadKVIndptr, Break: setElem("kv_token_indptr", 1, i32max)},
+			{Name: "kv_token_indptr[2] INT32_MAX (kv_len > 2^30)", Status: lower.ErrBadKVLen, Break: setElem("kv_token_indptr", 2, i32max)},
+			{Name: "kv_len 2^30+1", Status: lower.ErrBadKVLen, Break: setElem("kv_token_indptr", 2, 2*ps+1+(1<<30)+1)},
+			// Empty sequences starting at INT32_MAX: nothing to read.
+			{Name: "kv_token_indptr all INT32_MAX", Status: lower.ErrQLenExceedsKVLen, Break: func(bc *BadCase) {
+				for i := range bc.I32("kv_token_indptr") {
+					bc.I32("kv_token_indptr")[i] = i32max
+				}
+			}},
+		}...)
+	case v.Table == ir.BlockTable:
 		out = append(out, []BadInput{
 			{Name: "page id >= num_pages", Status: lower.ErrBadPageID, Break: setScalar("num_pages", 1)},
 			{Name: "page id -2", Status: lower.ErrBadPageID, Break: setElem("block_table", 0, -2)},
@@ -108,7 +139,7 @@ func BadInputs(v *ir.Variant) []BadInput {
 			{Name: "max_blocks -1", Status: lower.ErrBadArgument, Scalar: true, Break: setScalar("max_blocks", -1)},
 			{Name: "max_blocks INT32_MIN", Status: lower.ErrBadArgument, Scalar: true, Break: setScalar("max_blocks", i32min)},
 		}...)
-	} else {
+	default:
 		out = append(out, []BadInput{
 			{Name: "page id >= num_pages", Status: lower.ErrBadPageID, Break: setScalar("num_pages", 1)},
 			{Name: "page id -3", Status: lower.ErrBadPageID, Break: setElem("kv_indices", 0, -3)},
@@ -203,11 +234,15 @@ func tooManyItems(bc *BadCase) {
 	}
 	bc.Vals["batch_size"] = int64(batch)
 	bc.Replace("qo_indptr", fill(0, n))
-	if v.Table == ir.BlockTable {
+	switch _, ragged := bc.cb.byName["kv_token_indptr"]; {
+	case ragged:
+		// Only kv_token_indptr is read before the limit fails.
+		bc.Replace("kv_token_indptr", fill(0, n))
+	case v.Table == ir.BlockTable:
 		bc.Vals["max_blocks"] = int64(pages)
 		bc.Replace("block_table", make([]int32, pages))
 		bc.Replace("kv_lens", fill(n, 0)[:batch])
-	} else {
+	default:
 		bc.Replace("kv_indptr", fill(0, int32(pages)))
 		bc.Replace("kv_indices", make([]int32, pages))
 		bc.Replace("kv_last_page_len", fill(int32(n-(pages-1)*ps), 0)[:batch])
@@ -227,11 +262,11 @@ func tooManyItems(bc *BadCase) {
 func (s *Suite) RunBadInputs(seed int64) []Result {
 	v := s.V
 	var out []Result
-	for _, role := range []ir.Role{ir.RolePrefill, ir.RoleDecode} {
+	for _, role := range []ir.Role{ir.RolePrefill, ir.RoleDecode, ir.RolePrefillRagged} {
 		if _, ok := s.Entries[role]; !ok {
 			continue
 		}
-		bads := BadInputs(v)
+		bads := badInputs(v, role == ir.RolePrefillRagged)
 		if !s.checksTables {
 			var scalar []BadInput
 			for _, b := range bads {
@@ -245,7 +280,7 @@ func (s *Suite) RunBadInputs(seed int64) []Result {
 			}
 		}
 		for _, bad := range bads {
-			if bad.Prefill && role != ir.RolePrefill {
+			if bad.Prefill && role == ir.RoleDecode {
 				continue
 			}
 			out = append(out, s.runBad(role, bad, seed))
@@ -259,6 +294,9 @@ func (s *Suite) runBad(role ir.Role, bad BadInput, seed int64) Result {
 	v := s.V
 	r := Result{Variant: v.Name, Kernel: s.Entries[role].Symbol, Case: "bad input: " + bad.Name, Threads: 1}
 	c := reference.NewCase(v, rand.New(rand.NewSource(seed)), badCaseSpec(v, role))
+	if role == ir.RolePrefillRagged {
+		c = reference.Ragged(v, c, 0)
+	}
 	cb := s.buffers(c)
 	defer cb.free()
 	bad.Break(&BadCase{V: v, Tiling: s.tgt.Tiling(v), Vals: cb.vals, cb: cb})

@@ -546,6 +546,12 @@ func (s *Suite) buffers(c *reference.Case) *caseBuffers {
 		cb.add("custom_mask", cpurt.U8Buffer(c.CustomMask))
 		cb.add("mask_indptr", cpurt.I32Buffer(c.MaskIndptr))
 	}
+	if c.KVTokenIndptr != nil {
+		// prefill_ragged's rows: the variant's dtype, whatever the cache stores.
+		cb.add("k", s.enc(c.RaggedK))
+		cb.add("v", s.enc(c.RaggedV))
+		cb.add("kv_token_indptr", cpurt.I32Buffer(c.KVTokenIndptr))
+	}
 	nOut := c.TotalQ() * v.QOHeads * v.HeadDimV
 	cb.o = cb.add("o", s.enc(nanSlice(nOut)))
 	cb.lse = cb.add("lse", cpurt.F32Buffer(nanSlice(c.TotalQ()*v.QOHeads)))
@@ -566,11 +572,21 @@ func nanSlice(n int) []float32 {
 	return xs
 }
 
-// RunAttention runs kernel (prefill or decode entry) on a random case and
-// compares o and lse with the reference.
+// RaggedLead is the number of poisoned K/V rows before the first
+// sequence's in a prefill_ragged case (kv_token_indptr[0]): no sequence
+// names them, so no kernel may read them.
+const RaggedLead = 3
+
+// RunAttention runs kernel (prefill, decode or prefill_ragged entry) on a
+// random case and compares o and lse with the reference. prefill_ragged
+// gets the case's K/V rows gathered into ragged rows
+// (reference.Ragged), after RaggedLead poisoned ones.
 func (s *Suite) RunAttention(role ir.Role, spec reference.CaseSpec, seed int64, threads int) Result {
 	r := Result{Variant: s.V.Name, Kernel: s.Entries[role].Symbol, Case: spec.Name, Threads: threads, DType: s.V.DType}
 	c := reference.NewCase(s.V, rand.New(rand.NewSource(seed)), spec)
+	if role == ir.RolePrefillRagged {
+		c = reference.Ragged(s.V, c, RaggedLead)
+	}
 	wantO, wantL, mag := reference.AttentionMag(s.V, c)
 	cb := s.buffers(c)
 	defer cb.free()
@@ -756,6 +772,21 @@ func DecodeMatrix(v *ir.Variant) []reference.CaseSpec {
 	return cases
 }
 
+// RaggedMatrix is the case list for the prefill_ragged entry: the prefill
+// matrix without hidden pages (ragged rows hide nothing), whose K/V rows
+// RunAttention gathers — poisoned rows where the mask hides a position
+// from the whole call included — plus TVM's chunk shape (kv_len = q_len
+// over a batch) with decode-like one-token sequences.
+func RaggedMatrix(v *ir.Variant) []reference.CaseSpec {
+	var out []reference.CaseSpec
+	for _, c := range Matrix(v) {
+		if c.HideBlock == 0 {
+			out = append(out, c)
+		}
+	}
+	return append(out, reference.CaseSpec{Name: "chunks of their own rows", QLens: []int{33, 1, 0, 70}, KVLens: []int{33, 1, 0, 70}, NaNMasked: true})
+}
+
 // RunAttentionAll runs the prefill and decode matrices (the entries the
 // variant has) at one thread count.
 func (s *Suite) RunAttentionAll(threads int, seed int64) []Result {
@@ -777,7 +808,7 @@ func (s *Suite) RunAttentionAll(threads int, seed int64) []Result {
 // the given thread counts.
 func (s *Suite) RunAll(threads []int, seed int64) []Result {
 	var out []Result
-	for _, role := range []ir.Role{ir.RolePrefill, ir.RoleDecode, ir.RoleMergeState} {
+	for _, role := range []ir.Role{ir.RolePrefill, ir.RoleDecode, ir.RoleMergeState, ir.RolePrefillRagged} {
 		if _, ok := s.Entries[role]; !ok {
 			continue
 		}
@@ -793,6 +824,10 @@ func (s *Suite) RunAll(threads []int, seed int64) []Result {
 				}
 			case ir.RoleMergeState:
 				out = append(out, s.RunMergeState(7, seed, t))
+			case ir.RolePrefillRagged:
+				for i, spec := range RaggedMatrix(s.V) {
+					out = append(out, s.RunAttention(role, spec, seed+int64(i), t))
+				}
 			}
 		}
 	}

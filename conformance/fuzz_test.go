@@ -65,7 +65,7 @@ func FuzzKernels(f *testing.F) {
 	f.Cleanup(child.stop)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		fc := genFuzzCase(data)
-		if fc.Role == ir.RolePrefill || fc.Role == ir.RoleDecode {
+		if fc.Role == ir.RolePrefill || fc.Role == ir.RoleDecode || fc.Role == ir.RolePrefillRagged {
 			// The rules run here too, so that the fuzzer's coverage sees
 			// which rule a case reaches (the child's coverage is not
 			// reported back).
@@ -86,8 +86,9 @@ func FuzzKernels(f *testing.F) {
 
 // fuzzSpecs are small variants that cover both tables and layouts, f32,
 // f16 and bf16, the data masks, windows with sinks, learned sinks,
-// division by zero in a mask, the page kernels and 8-bit caches (e4m3,
-// e5m2, i8; per-tensor and per-head scales).
+// division by zero in a mask, the page kernels, prefill_ragged (with a
+// tree, a custom mask, over an 8-bit cache) and 8-bit caches (e4m3, e5m2,
+// i8; per-tensor and per-head scales).
 var fuzzSpecs = []string{
 	`variant fz_csr { heads qo = 4, kv = 2
 	  head_dim 16
@@ -106,12 +107,14 @@ var fuzzSpecs = []string{
 	  dtype f32
 	  cache paged(page_size = 1)
 	  mask tree
-	  sinks learned }`,
+	  sinks learned
+	  kernels prefill, decode, merge_state, prefill_ragged }`,
 	`variant fz_custom { heads qo = 2, kv = 1
 	  head_dim 8
 	  dtype f32
 	  cache paged(page_size = 8, table = block_table)
-	  mask custom }`,
+	  mask custom
+	  kernels prefill, decode, merge_state, prefill_ragged }`,
 	`variant fz_expr { heads qo = 2, kv = 1
 	  head_dim 8
 	  dtype f32
@@ -122,7 +125,7 @@ var fuzzSpecs = []string{
 	  head_dim 16
 	  dtype f16
 	  cache paged(page_size = 4, kv_dtype = e4m3, kv_scale = per_tensor)
-	  kernels prefill, decode, append, copy_page }`,
+	  kernels prefill, decode, append, copy_page, prefill_ragged }`,
 	`variant fz_e5m2 { heads qo = 4, kv = 2
 	  head_dim qk = 16, v = 8
 	  dtype bf16
@@ -218,12 +221,13 @@ func genFuzzCase(data []byte) fuzzCase {
 	fc := fuzzCase{V: vi, Role: roles[r.intn(len(roles))], Scalars: map[string]int64{}, Arrays: map[string][]int32{}}
 	ps := v.PageSize
 	switch fc.Role {
-	case ir.RolePrefill, ir.RoleDecode:
+	case ir.RolePrefill, ir.RoleDecode, ir.RolePrefillRagged:
+		prefill := fc.Role != ir.RoleDecode
 		batch := r.intn(5)
 		qLens, kvLens := make([]int, batch), make([]int, batch)
 		for b := range batch {
 			qLens[b] = 1
-			if fc.Role == ir.RolePrefill {
+			if prefill {
 				qLens[b] = r.intn(9)
 			}
 			kvLens[b] = qLens[b] + r.intn(40)
@@ -257,8 +261,7 @@ func genFuzzCase(data []byte) fuzzCase {
 			seqPages = append(seqPages, ids)
 		}
 		fc.Scalars["batch_size"] = int64(batch)
-		fc.Scalars["num_pages"] = int64(numPages)
-		if fc.Role == ir.RolePrefill {
+		if prefill {
 			qo := make([]int32, batch+1)
 			qo[0] = int32(flags >> 6) // rows before the first sequence's are not used
 			for b, q := range qLens {
@@ -266,7 +269,16 @@ func genFuzzCase(data []byte) fuzzCase {
 			}
 			fc.Arrays["qo_indptr"] = qo
 		}
-		if v.Table == ir.BlockTable {
+		switch {
+		case fc.Role == ir.RolePrefillRagged:
+			ip := make([]int32, batch+1)
+			ip[0] = int32(flags>>4) & 3 // rows before the first sequence's are not used
+			for b, kv := range kvLens {
+				ip[b+1] = ip[b] + int32(kv)
+			}
+			fc.Arrays["kv_token_indptr"] = ip
+		case v.Table == ir.BlockTable:
+			fc.Scalars["num_pages"] = int64(numPages)
 			mb := int(flags>>2) & 3
 			for _, ids := range seqPages {
 				mb = max(mb, len(ids))
@@ -287,7 +299,8 @@ func genFuzzCase(data []byte) fuzzCase {
 				lens[b] = int32(kv)
 			}
 			fc.Arrays["kv_lens"] = lens
-		} else {
+		default:
+			fc.Scalars["num_pages"] = int64(numPages)
 			indptr := make([]int32, batch+1)
 			last := make([]int32, batch)
 			var indices []int32
@@ -301,7 +314,7 @@ func genFuzzCase(data []byte) fuzzCase {
 			fc.Arrays["kv_indptr"], fc.Arrays["kv_indices"], fc.Arrays["kv_last_page_len"] = indptr, indices, last
 		}
 		rows := func(b int) int32 {
-			if fc.Role == ir.RolePrefill {
+			if prefill {
 				return fc.Arrays["qo_indptr"][b]
 			}
 			return int32(b)

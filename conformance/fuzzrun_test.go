@@ -51,7 +51,8 @@ func (r *rules) touch(name string, idx int64) {
 func validateRules(v *ir.Variant, fc fuzzCase) (r rules) {
 	r.need = map[string]int64{}
 	a, sc := fc.Arrays, fc.Scalars
-	prefill := fc.Role == ir.RolePrefill
+	prefill := fc.Role != ir.RoleDecode
+	ragged := fc.Role == ir.RolePrefillRagged
 	bs, np := sc["batch_size"], sc["num_pages"]
 	ps := int64(v.PageSize)
 	type beyond struct{}
@@ -72,7 +73,7 @@ func validateRules(v *ir.Variant, fc fuzzCase) (r rules) {
 		}
 		return int64(a[name][i])
 	}
-	if bs < 0 || np < 0 || v.Table == ir.BlockTable && sc["max_blocks"] < 0 {
+	if bs < 0 || !ragged && (np < 0 || v.Table == ir.BlockTable && sc["max_blocks"] < 0) {
 		r.status = lower.ErrBadArgument
 		return r
 	}
@@ -87,7 +88,10 @@ func validateRules(v *ir.Variant, fc fuzzCase) (r rules) {
 	if prefill {
 		ips = append(ips, ip{"qo_indptr", lower.ErrBadQOIndptr})
 	}
-	if v.Table == ir.CSR {
+	switch {
+	case ragged:
+		ips = append(ips, ip{"kv_token_indptr", lower.ErrBadKVIndptr})
+	case v.Table == ir.CSR:
 		ips = append(ips, ip{"kv_indptr", lower.ErrBadKVIndptr})
 	}
 	hasMask := func(k ir.MaskKind) bool {
@@ -138,7 +142,13 @@ func validateRules(v *ir.Variant, fc fuzzCase) (r rules) {
 		}
 		var kvLen int64
 		var pages []int
-		if v.Table == ir.BlockTable {
+		switch {
+		case ragged:
+			if kvLen = at("kv_token_indptr", b+1) - at("kv_token_indptr", b); kvLen > lower.MaxSeqLen {
+				r.status = lower.ErrBadKVLen
+				return r
+			}
+		case v.Table == ir.BlockTable:
 			mb := sc["max_blocks"]
 			kvLen = at("kv_lens", b)
 			if kvLen < 0 || kvLen > lower.MaxSeqLen || kvLen > mb*ps {
@@ -153,7 +163,7 @@ func validateRules(v *ir.Variant, fc fuzzCase) (r rules) {
 				}
 				pages = append(pages, int(id))
 			}
-		} else {
+		default:
 			n := at("kv_indptr", b+1) - at("kv_indptr", b)
 			last := at("kv_last_page_len", b)
 			if n > 0 && (last < 1 || last > ps) {
@@ -183,7 +193,7 @@ func validateRules(v *ir.Variant, fc fuzzCase) (r rules) {
 		r.qLen, r.kvLen, r.qRow = append(r.qLen, int(qLen)), append(r.kvLen, int(kvLen)), append(r.qRow, int(qRow))
 		r.pages = append(r.pages, pages)
 	}
-	if v.Table == ir.CSR {
+	if !ragged && v.Table == ir.CSR {
 		for j := at("kv_indptr", 0); j < at("kv_indptr", bs); j++ {
 			if id := at("kv_indices", j); id < -1 || id >= np {
 				r.status = lower.ErrBadPageID
@@ -221,6 +231,9 @@ func validateRules(v *ir.Variant, fc fuzzCase) (r rules) {
 		for _, id := range r.pages[b] {
 			r.touch("pages", int64(id))
 		}
+		if ragged && r.kvLen[b] > 0 {
+			r.touch("kv_rows", int64(a["kv_token_indptr"][b+1])-1)
+		}
 	}
 	return r
 }
@@ -240,7 +253,7 @@ func pad(xs []int32, n int64, fill int32) []int32 {
 // trusts them (capped), and judges the outcome.
 func runFuzzCase(s *Suite, fc fuzzCase) fuzzResult {
 	switch fc.Role {
-	case ir.RolePrefill, ir.RoleDecode:
+	case ir.RolePrefill, ir.RoleDecode, ir.RolePrefillRagged:
 		return runFuzzAttention(s, fc)
 	case ir.RoleAppend, ir.RoleCopyPage:
 		return runFuzzPages(s, fc)
@@ -255,7 +268,8 @@ func runFuzzCase(s *Suite, fc fuzzCase) fuzzResult {
 func runFuzzAttention(s *Suite, fc fuzzCase) fuzzResult {
 	v := s.V
 	a, sc := fc.Arrays, fc.Scalars
-	prefill := fc.Role == ir.RolePrefill
+	prefill := fc.Role != ir.RoleDecode
+	ragged := fc.Role == ir.RolePrefillRagged
 	bs := sc["batch_size"]
 	ps := v.PageSize
 	// The ABI's shapes, from the (mutated) metadata.
@@ -270,9 +284,13 @@ func runFuzzAttention(s *Suite, fc fuzzCase) fuzzResult {
 		rows = lastOf("qo_indptr", 0)
 	}
 	rows = max(0, min(rows, fuzzCapRows))
-	if v.Table == ir.CSR {
+	// prefill_ragged's K/V rows: kv_token_indptr[batch_size] of them.
+	kvRows := max(0, min(lastOf("kv_token_indptr", 0), fuzzCapRows))
+	switch {
+	case ragged:
+	case v.Table == ir.CSR:
 		a["kv_indices"] = pad(a["kv_indices"], max(lastOf("kv_indptr", 0), int64(len(a["kv_indices"]))), 0)
-	} else {
+	default:
 		a["block_table"] = pad(a["block_table"], max(max(bs, 0)*sc["max_blocks"], int64(len(a["block_table"]))), -1)
 	}
 	if _, ok := a["tree_order"]; ok {
@@ -297,6 +315,8 @@ func runFuzzAttention(s *Suite, fc fuzzCase) fuzzResult {
 		switch name {
 		case "q_rows":
 			have = rows
+		case "kv_rows":
+			have = kvRows
 		case "pages":
 			have = pages
 		case "custom_mask":
@@ -342,11 +362,37 @@ func runFuzzAttention(s *Suite, fc fuzzCase) fuzzResult {
 	} else {
 		kp, vp = uniform(slots*v.HeadDimQK), uniform(slots*v.HeadDimV)
 	}
+	// prefill_ragged's rows: the dtype's values, NaN and +inf in the rows
+	// no sequence names.
+	var rk, rv []float32
+	if ragged {
+		rk, rv = uniform(int(kvRows)*v.KVHeads*v.HeadDimQK), uniform(int(kvRows)*v.KVHeads*v.HeadDimV)
+		named := make([]bool, kvRows)
+		for b := range r.qLen {
+			if r.status != 0 {
+				break
+			}
+			for j := a["kv_token_indptr"][b]; j < a["kv_token_indptr"][b+1]; j++ {
+				named[j] = true
+			}
+		}
+		for j, ok := range named {
+			if ok {
+				continue
+			}
+			for i := j * v.KVHeads * v.HeadDimQK; i < (j+1)*v.KVHeads*v.HeadDimQK; i++ {
+				rk[i] = float32(math.NaN())
+			}
+			for i := j * v.KVHeads * v.HeadDimV; i < (j+1)*v.KVHeads*v.HeadDimV; i++ {
+				rv[i] = float32(math.Inf(1))
+			}
+		}
+	}
 	var unreadK, unreadV []int // element indices no sequence reads
 	read := map[[2]int]bool{}
 	for b := range r.qLen {
-		if r.status != 0 {
-			break // the kernel reads no data
+		if r.status != 0 || ragged {
+			break // the kernel reads no data, or no pages
 		}
 		for pos := range r.kvLen[b] {
 			if id := r.pages[b][pos/ps]; id >= 0 {
@@ -388,6 +434,10 @@ func runFuzzAttention(s *Suite, fc fuzzCase) fuzzResult {
 	}
 	cb.add("q", s.enc(q))
 	kb, vb := cb.add("k_pages", s.encKV(kp)), cb.add("v_pages", s.encKV(vp))
+	if ragged {
+		cb.add("k", s.enc(rk))
+		cb.add("v", s.enc(rv))
+	}
 	if v.Quantized() {
 		// Unread rows hold the codes that poison a sum: NaN for fp8 keys,
 		// +inf (e5m2) or NaN (e4m3) values, and int8's -128, which append
@@ -433,19 +483,22 @@ func runFuzzAttention(s *Suite, fc fuzzCase) fuzzResult {
 			res.Msg = fmt.Sprintf("status %d but the outputs were written", st)
 		}
 	default:
-		res.Pass, res.Msg = checkAttention(s, r, fc, a, q, kp, vp, ks, vs, sinks, custom, int(pages), cb, oBefore, lseBefore)
+		res.Pass, res.Msg = checkAttention(s, r, fc, a, q, kp, vp, ks, vs, rk, rv, sinks, custom, int(pages), cb, oBefore, lseBefore)
 	}
 	return res
 }
 
 // checkAttention compares each sequence's rows with the reference and
 // checks that rows no sequence owns are untouched.
-func checkAttention(s *Suite, r rules, fc fuzzCase, a map[string][]int32, q, kp, vp, ks, vs, sinks []float32, custom []byte, pages int, cb *caseBuffers, oBefore, lseBefore []byte) (bool, string) {
+func checkAttention(s *Suite, r rules, fc fuzzCase, a map[string][]int32, q, kp, vp, ks, vs, rk, rv, sinks []float32, custom []byte, pages int, cb *caseBuffers, oBefore, lseBefore []byte) (bool, string) {
 	v := s.V
 	rowQ, rowO := v.QOHeads*v.HeadDimQK, v.QOHeads*v.HeadDimV
 	c := &reference.Case{Name: "fuzz", Batch: len(r.qLen), QLens: r.qLen, KVLens: r.kvLen, Pages: r.pages, NumPages: pages,
 		KPages: kp, VPages: vp, KScale: ks, VScale: vs, Sinks: sinks, CustomMask: custom, MaskIndptr: a["mask_indptr"],
 		TreeOrder: a["tree_order"], TreeIndptr: a["tree_order_indptr"]}
+	if fc.Role == ir.RolePrefillRagged {
+		c.KVTokenIndptr, c.RaggedK, c.RaggedV = a["kv_token_indptr"][:len(r.qLen)+1], rk, rv
+	}
 	for b := range r.qLen {
 		c.Q = append(c.Q, q[r.qRow[b]*rowQ:(r.qRow[b]+r.qLen[b])*rowQ]...)
 	}

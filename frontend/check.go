@@ -719,7 +719,7 @@ func styleName(st ir.RopeStyle) string {
 
 // roles lists the kernel names, in message order.
 var roles = []ir.Role{ir.RolePrefill, ir.RoleDecode, ir.RoleMergeState, ir.RoleAppend, ir.RoleCopyPage,
-	ir.RoleCompactCopy, ir.RoleReadKV, ir.RoleGatherPages, ir.RoleScatterPages}
+	ir.RoleCompactCopy, ir.RoleReadKV, ir.RoleGatherPages, ir.RoleScatterPages, ir.RolePrefillRagged}
 
 // roleList is roles as the unknown-kernel message lists them.
 func roleList() string {

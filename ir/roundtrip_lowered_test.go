@@ -10,14 +10,15 @@ import (
 	_ "github.com/attnc/attnc/targets/cuda"
 )
 
-// TestLoweredRoundTrip prints, parses and reprints real lowered modules,
-// before and after every pass of every target's table, and verifies each.
+// TestLoweredRoundTrip prints, parses and reprints real lowered modules
+// (prefill, decode, merge_state, prefill_ragged), before and after every
+// pass of every target's table, and verifies each.
 func TestLoweredRoundTrip(t *testing.T) {
 	v := &ir.Variant{Name: "rt", QOHeads: 8, KVHeads: 2, HeadDimQK: 64, HeadDimV: 64, DType: ir.DTBF16,
 		PageSize: 16, Scale: 0.125, Masks: []ir.MaskClause{{Kind: ir.MaskWindow, Left: 20}},
 		Sinks:   &ir.Sinks{Kind: ir.SinkTokens, Tokens: 4},
 		Score:   &ir.Call{Fn: "softcap", Args: []ir.Expr{ir.R("score", ir.F32), ir.Float(30)}, T: ir.F32},
-		Kernels: []ir.KernelRef{{Role: ir.RolePrefill}, {Role: ir.RoleDecode}, {Role: ir.RoleMergeState}}}
+		Kernels: []ir.KernelRef{{Role: ir.RolePrefill}, {Role: ir.RoleDecode}, {Role: ir.RoleMergeState}, {Role: ir.RolePrefillRagged}}}
 	check := func(stage string, m *ir.Module) {
 		if err := ir.Verify(m); err != nil {
 			t.Fatalf("%s: verify: %v", stage, err)

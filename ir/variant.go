@@ -208,6 +208,9 @@ const (
 	// buffer, RoleScatterPages from a buffer into the pool (KV transfer).
 	RoleGatherPages  Role = "gather_pages"
 	RoleScatterPages Role = "scatter_pages"
+	// RolePrefillRagged is prefill over K/V rows held contiguously (not
+	// in pages), ragged by kv_token_indptr.
+	RolePrefillRagged Role = "prefill_ragged"
 )
 
 // KernelRef is one name on the `kernels` line.

@@ -481,24 +481,29 @@ func (l *lowering) stageKV(t *blk, kvBeg, kvLo, kvN, kvRest, kvh, sb, qBase, qSe
 		j := ir.R("j", ir.I32)
 		x.guarded(lt(j, kvN), func(y *blk) {
 			pos := y.let("kv_at", add(kvLo, j))
-			page := y.let("page", l.pt.pageAt(kvBeg, pos))
-			y.guarded(and(ge(page, i32(0)), lt(page, ir.R("num_pages", ir.I32))), func(z *blk) {
+			readable, locate := l.pt.rowAt(y, kvBeg, pos)
+			load := func(z *blk) {
 				z.store("kvis", j, i32(1))
-				slot := z.let("slot", ir.Bin(ir.And, pos, i32(l.PS-1)))
+				rowOf := locate(z)
 				for _, sg := range l.kSegs() {
-					row := z.let("krow"+segName(sg), l.rowIndex(page, kvh, slot, sg.w))
+					row := z.let("krow"+segName(sg), rowOf(kvh, sg.w))
 					z.spread("d", sg.w, func(u *blk, d ir.Expr) {
 						l.stageRow(u, "kb", add(mul(j, i32(D)), plus(d, sg.off)), l.kRopePos(pos, sb, qBase, qSeqRow), d,
 							func(k ir.Expr) ir.Expr { return l.stageLoad(sg.buf, add(row, i64(k))) })
 					})
 				}
 				for _, sg := range l.vSegs() {
-					row := z.let("vrow"+segName(sg), l.rowIndex(page, kvh, slot, sg.w))
+					row := z.let("vrow"+segName(sg), rowOf(kvh, sg.w))
 					z.spread("d", sg.w, func(u *blk, d ir.Expr) {
 						u.store("vb", add(mul(j, i32(DV)), plus(d, sg.off)), l.stageLoad(sg.buf, add(row, i64(d))))
 					})
 				}
-			}, func(z *blk) { zero(z, j) })
+			}
+			if readable == nil {
+				load(y)
+				return
+			}
+			y.guarded(readable, load, func(z *blk) { zero(z, j) })
 		}, func(y *blk) { zero(y, j) })
 	})
 	// j up to kv_rest-1 stages a position of the item, in this tile or a

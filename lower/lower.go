@@ -78,10 +78,17 @@ func Unsupported(v *ir.Variant) error {
 	if v.MLA != nil && v.Rope != nil {
 		return ir.Errorf(v.Rope.Pos, "not supported yet: rope inline with mla (MLA's rope part arrives rotated in q_pe and kpe_pages)")
 	}
+	if v.MLA != nil {
+		for _, k := range v.Kernels {
+			if k.Role == ir.RolePrefillRagged {
+				return ir.Errorf(k.Pos, "not supported yet: kernel %s with mla", k.Role)
+			}
+		}
+	}
 	for _, k := range v.Kernels {
 		switch k.Role {
 		case ir.RolePrefill, ir.RoleDecode, ir.RoleMergeState, ir.RoleAppend, ir.RoleCopyPage,
-			ir.RoleCompactCopy, ir.RoleReadKV, ir.RoleGatherPages, ir.RoleScatterPages:
+			ir.RoleCompactCopy, ir.RoleReadKV, ir.RoleGatherPages, ir.RoleScatterPages, ir.RolePrefillRagged:
 		default:
 			return ir.Errorf(k.Pos, "not supported yet: kernel %s", k.Role)
 		}
@@ -105,7 +112,8 @@ func Lower(v *ir.Variant, t Tiling) (*ir.Module, error) {
 		return nil, fmt.Errorf("lower: tiling %+v has an empty size", t)
 	}
 	l := &lowering{v: v, dt: v.DType.Type(), kvt: v.KVDType.Type(), H: v.QOHeads, KVH: v.KVHeads, G: v.GroupSize(),
-		D: v.HeadDimQK, DV: v.HeadDimV, PS: v.PageSize, p: v.Name, t: t, pt: newPageTable(v.Table, v.PageSize)}
+		D: v.HeadDimQK, DV: v.HeadDimV, PS: v.PageSize, p: v.Name, t: t}
+	l.pt = newPageTable(v.Table, pagePool{args: append(l.pageParams(false), l.scaleParams()...), ps: v.PageSize, row: l.rowIndex})
 	l.GB = t.Heads(l.G)
 	m := &ir.Module{Name: v.Name, Prefix: v.Name, Errors: ir.Statuses}
 	m.Defs = []*ir.Def{MaskDef(v), ScoreDef(v), PlanSplitsDef()}
@@ -123,6 +131,9 @@ func Lower(v *ir.Variant, t Tiling) (*ir.Module, error) {
 		}
 		ld.stageStored = t.DecodeStageStored && l.kvt.IsStorageOnly() && v.Rope == nil && v.MLA == nil
 		add(ld.decode(v.HasRole(ir.RoleDecode)))
+	}
+	if v.HasRole(ir.RolePrefillRagged) {
+		add(l.ragged().prefillRagged())
 	}
 	if v.HasRole(ir.RoleMergeState) {
 		add(l.mergeState())
@@ -180,10 +191,10 @@ func (l *lowering) pageShape(d int) []string {
 	return []string{"num_pages", itoa(l.KVH), itoa(l.PS), itoa(d)}
 }
 
-// cacheParams are the paged-cache arguments shared by prefill and decode.
+// cacheParams are the K/V arguments of the attention roles: the table's
+// (pools and page table, or ragged rows) and batch_size.
 func (l *lowering) cacheParams() []*ir.Param {
-	pools := append(l.pageParams(false), l.scaleParams()...)
-	return append(append(pools, scalar("num_pages")), append(l.pt.params(), scalar("batch_size"))...)
+	return append(l.pt.params(), scalar("batch_size"))
 }
 
 // outParams are the learned sinks (when the variant has them) and the

@@ -164,6 +164,10 @@ func TestUnsupported(t *testing.T) {
 		"s.attn:3:5: not supported yet: rope inline with mla (MLA's rope part arrives rotated in q_pe and kpe_pages)": func(v *ir.Variant) {
 			v.MLA, v.Rope = &ir.MLA{Pos: p}, &ir.Rope{Pos: p}
 		},
+		"s.attn:3:5: not supported yet: kernel prefill_ragged with mla": func(v *ir.Variant) {
+			v.MLA = &ir.MLA{Pos: p}
+			v.Kernels = append(v.Kernels, ir.KernelRef{Role: ir.RolePrefillRagged, Pos: p})
+		},
 	}
 	for want, f := range cases {
 		v := testVariant()
@@ -204,6 +208,51 @@ func TestScoreMayHideKeepsZeroSkip(t *testing.T) {
 		tagged := strings.Contains(text, "matmul acc[64, 8] += sc[64, 64] * vb[64, 8] zeroskip extent(n_rows, 8, kv_n) @hidden")
 		if tagged == tc.hide {
 			t.Errorf("%s: P·V zero skip tagged @hidden = %v, want %v", tc.name, tagged, !tc.hide)
+		}
+	}
+}
+
+// TestPrefillRaggedReadsRows: prefill_ragged's entry takes the ragged rows
+// (k, v, kv_token_indptr) and nothing of the paged cache, its work kernel
+// reads K/V only from k and v, stores o and lse like prefill, and hands
+// over to no other role; over a quantized cache the rows are still the
+// variant's dtype, without scales.
+func TestPrefillRaggedReadsRows(t *testing.T) {
+	for _, quant := range []bool{false, true} {
+		v := testVariant()
+		v.Kernels = append(v.Kernels, ir.KernelRef{Role: ir.RolePrefillRagged})
+		if quant {
+			v.KVDType, v.KVScale = ir.DTE4M3, ir.KVScalePerTensor
+		}
+		m, err := Lower(v, cpuLike)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := m.Plan(ir.RolePrefillRagged)
+		if p == nil || p.Entry != "t_prefill_ragged" || p.Handoff != nil {
+			t.Fatalf("quant %v: plan %+v", quant, p)
+		}
+		var names []string
+		for _, a := range p.Params {
+			names = append(names, a.Name)
+			if (a.Name == "k" || a.Name == "v") && a.Elem != ir.F32 {
+				t.Errorf("quant %v: %s holds %s, want the dtype f32", quant, a.Name, a.Elem)
+			}
+		}
+		if got, want := strings.Join(names, ","), "q,qo_indptr,k,v,kv_token_indptr,batch_size,o,lse"; got != want {
+			t.Errorf("quant %v: params %s, want %s", quant, got, want)
+		}
+		k := m.Kernel("t_prefill_ragged_work")
+		if k == nil {
+			t.Fatal("no t_prefill_ragged_work")
+		}
+		for buf, want := range map[string]bool{"k": true, "v": true, "k_pages": false, "v_pages": false, "kv_indices": false, "k_scale": false} {
+			if got := countLoads(k.Body, buf) > 0; got != want {
+				t.Errorf("quant %v: work kernel loads %s: %v, want %v", quant, buf, got, want)
+			}
+		}
+		if err := ir.Verify(m); err != nil {
+			t.Errorf("quant %v: %v", quant, err)
 		}
 	}
 }

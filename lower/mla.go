@@ -26,14 +26,16 @@ func (l *lowering) kSegs() []segment {
 	if m := l.v.MLA; m != nil {
 		return []segment{{"ckv_pages", 0, m.KVLoraRank}, {"kpe_pages", m.KVLoraRank, m.RopeDim}}
 	}
-	return []segment{{"k_pages", 0, l.D}}
+	k, _ := l.pt.bufs()
+	return []segment{{k, 0, l.D}}
 }
 
 func (l *lowering) vSegs() []segment {
 	if m := l.v.MLA; m != nil {
 		return []segment{{"ckv_pages", 0, m.KVLoraRank}}
 	}
-	return []segment{{"v_pages", 0, l.DV}}
+	_, v := l.pt.bufs()
+	return []segment{{v, 0, l.DV}}
 }
 
 // qParams are the query arguments for rows named rows.
@@ -96,7 +98,7 @@ func (l *lowering) kvLoad(buf string, idx ir.Expr) ir.Expr { return tof32(ld(buf
 
 // segName suffixes names bound per segment: empty for a whole row.
 func segName(s segment) string {
-	if s.off == 0 && (s.buf == "q" || s.buf == "k_pages" || s.buf == "v_pages") {
+	if s.off == 0 && (s.buf == "q" || s.buf == "k_pages" || s.buf == "v_pages" || s.buf == "k" || s.buf == "v") {
 		return ""
 	}
 	return "_" + s.buf

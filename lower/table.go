@@ -9,8 +9,9 @@ import (
 
 // The page table is the only thing CSR and block-table kernels differ in:
 // its arguments, its validation, a sequence's (table offset, cached length)
-// and the page of a position. Every skeleton goes through the pageTable
-// interface below, one implementation per encoding.
+// and where the K/V rows of a position are. Every skeleton goes through the
+// pageTable interface below, one implementation per encoding; the ragged
+// rows of prefill_ragged (ragged.go) are one more.
 //
 // Kernel inputs are untrusted. The CPU entries validate them completely
 // before the first read of data (q, the pools, the masks' contents), in an
@@ -48,27 +49,38 @@ const MaxSeqLen = ir.MaxSeqLen
 // count in i32); a call that needs more returns TOO_LARGE.
 const MaxItems = math.MaxInt32
 
-// pageTable is one page-table encoding: its arguments, the scalar checks
-// and indptrs of those arguments, the page walk (a sequence's first entry
-// in the page-id buffer and cached length, the page id of a position) and
-// the validation of a sequence's entries and of the page ids. Lowering
-// asks the variant's table for these and branches on its kind nowhere
-// else; a new encoding is one more implementation.
+// pageTable is how the skeleton finds a position's K/V rows: one
+// page-table encoding over the paged pool (CSR, block table), or K/V held
+// contiguously and ragged by an indptr (prefill_ragged), which is a table
+// without pages. It gives its arguments, the scalar checks and indptrs of
+// those arguments, the walk (a sequence's base and length, where the rows
+// of a position are) and the validation of a sequence's entries and of
+// the page ids. Lowering asks the table for these and branches on its
+// kind nowhere else; a new encoding is one more implementation.
 type pageTable interface {
-	// params are the table's entry arguments.
+	// params are the K/V arguments: the pools (a quantized cache's scales
+	// included), num_pages and the table's own, or the ragged rows and
+	// their indptr.
 	params() []*ir.Param
-	// checks are step 1 for the table's scalars (beyond batch_size and
-	// num_pages).
+	// checks are step 1 for the table's scalars (beyond batch_size).
 	checks() []ir.Check
 	// indptrs are the table's indptr arguments (step 2).
 	indptrs() []indptr
-	// seqPages binds, in a work kernel, sequence sb's offset into the
-	// page-id buffer (i64, kv_beg) and its cached length (kv_len), forced
-	// in i64 into what the table can describe and 0..MaxSeqLen: a GPU
-	// kernel cannot report bad input (the CPU entry has validated it).
+	// seqPages binds, in a work kernel, sequence sb's base (i64, kv_beg:
+	// its offset into the page-id buffer or its first row) and its
+	// length (kv_len), forced in i64 into what the table can describe
+	// and 0..MaxSeqLen: a GPU kernel cannot report bad input (the CPU
+	// entry has validated it).
 	seqPages(b *blk, sb ir.Expr) (base, kvLen ir.Expr)
-	// pageAt is the page id of position pos (base from seqPages).
-	pageAt(base, pos ir.Expr) ir.Expr
+	// rowAt binds in b where position pos (of the sequence at base) keeps
+	// its K and V rows. It returns the condition under which they may be
+	// read (a page in the pool and not hidden; nil: always) and locate,
+	// which binds inside that condition what the rows need and returns
+	// the i64 element offset of kv head kvh's row in a K or V buffer of
+	// head dim d.
+	rowAt(b *blk, base, pos ir.Expr) (readable ir.Expr, locate func(*blk) func(kvh ir.Expr, d int) ir.Expr)
+	// bufs are the buffers holding the K and the V rows.
+	bufs() (k, v string)
 	// validateSeq is step 3 for the table: sequence vb's cached length
 	// and, where the table holds them per sequence, its page ids; it
 	// returns the length (i32, at most MaxSeqLen).
@@ -78,12 +90,39 @@ type pageTable interface {
 	validatePageIDs(b *blk)
 }
 
-// newPageTable is the page table of kind t for pages of ps slots.
-func newPageTable(t ir.Table, ps int) pageTable {
+// pagePool is the paged cache a page table points into: its arguments
+// (the pools, then a quantized cache's scales), page size and the element
+// offset of (page, kv head, slot) in a pool of head dim d.
+type pagePool struct {
+	args []*ir.Param
+	ps   int
+	row  func(page, kvh, slot ir.Expr, d int) ir.Expr
+}
+
+// newPageTable is the page table of kind t over pool.
+func newPageTable(t ir.Table, pool pagePool) pageTable {
 	if t == ir.BlockTable {
-		return blockTable{ps}
+		return blockTable{pool}
 	}
-	return csrTable{ps}
+	return csrTable{pool}
+}
+
+// poolParams are a page table's arguments: the pool's, num_pages, then
+// the table's own.
+func (p pagePool) poolParams(table ...*ir.Param) []*ir.Param {
+	return append(append(append([]*ir.Param(nil), p.args...), scalar("num_pages")), table...)
+}
+
+func (pagePool) bufs() (k, v string) { return "k_pages", "v_pages" }
+
+// rowAt reads position pos's page id from the table (pageAt); its rows
+// are readable when the page is in the pool (-1, hidden, is not).
+func (p pagePool) rowAt(b *blk, pos ir.Expr, pageAt ir.Expr) (ir.Expr, func(*blk) func(ir.Expr, int) ir.Expr) {
+	page := b.let("page", pageAt)
+	return and(ge(page, i32(0)), lt(page, ir.R("num_pages", ir.I32))), func(z *blk) func(ir.Expr, int) ir.Expr {
+		slot := z.let("slot", ir.Bin(ir.And, pos, i32(p.ps-1)))
+		return func(kvh ir.Expr, d int) ir.Expr { return p.row(page, kvh, slot, d) }
+	}
 }
 
 // pageIn is the page id of position pos in buffer ids, whose sequence
@@ -95,17 +134,17 @@ func pageIn(ids string, base, pos ir.Expr, ps int) ir.Expr {
 // csrTable is FlashInfer's table: sequence b's pages are
 // kv_indices[kv_indptr[b] .. kv_indptr[b+1]), the last one filled to
 // kv_last_page_len[b].
-type csrTable struct{ ps int }
+type csrTable struct{ pagePool }
 
-func (csrTable) params() []*ir.Param {
-	return []*ir.Param{
+func (c csrTable) params() []*ir.Param {
+	return c.poolParams(
 		buf("kv_indptr", ir.I32, false, "batch_size+1"),
 		buf("kv_indices", ir.I32, false, "nnz_pages"),
 		buf("kv_last_page_len", ir.I32, false, "batch_size"),
-	}
+	)
 }
 
-func (csrTable) checks() []ir.Check { return nil }
+func (csrTable) checks() []ir.Check { return []ir.Check{numPagesCheck()} }
 
 func (csrTable) indptrs() []indptr { return []indptr{{"kv_indptr", ErrBadKVIndptr}} }
 
@@ -118,7 +157,9 @@ func (c csrTable) seqPages(b *blk, sb ir.Expr) (base, kvLen ir.Expr) {
 	return base, b.let("kv_len", ir.Cvt(ir.I32, minE(n, i64c(MaxSeqLen))))
 }
 
-func (c csrTable) pageAt(base, pos ir.Expr) ir.Expr { return pageIn("kv_indices", base, pos, c.ps) }
+func (c csrTable) rowAt(b *blk, base, pos ir.Expr) (ir.Expr, func(*blk) func(ir.Expr, int) ir.Expr) {
+	return c.pagePool.rowAt(b, pos, pageIn("kv_indices", base, pos, c.ps))
+}
 
 func (c csrTable) validateSeq(t *blk, vb *ir.Ref) ir.Expr {
 	// kv_indptr is ordered (step 2): the page count cannot wrap.
@@ -145,18 +186,18 @@ func (csrTable) validatePageIDs(b *blk) {
 
 // blockTable is vLLM's table: row b of block_table [batch_size,
 // max_blocks] holds sequence b's pages, kv_lens[b] its cached length.
-type blockTable struct{ ps int }
+type blockTable struct{ pagePool }
 
-func (blockTable) params() []*ir.Param {
-	return []*ir.Param{
+func (bt blockTable) params() []*ir.Param {
+	return bt.poolParams(
 		buf("block_table", ir.I32, false, "batch_size", "max_blocks"),
 		scalar("max_blocks"),
 		buf("kv_lens", ir.I32, false, "batch_size"),
-	}
+	)
 }
 
 func (blockTable) checks() []ir.Check {
-	return []ir.Check{{Fail: lt(ir.R("max_blocks", ir.I32), i32(0)), Code: ErrBadArgument}}
+	return []ir.Check{numPagesCheck(), {Fail: lt(ir.R("max_blocks", ir.I32), i32(0)), Code: ErrBadArgument}}
 }
 
 func (blockTable) indptrs() []indptr { return nil }
@@ -168,8 +209,8 @@ func (bt blockTable) seqPages(b *blk, sb ir.Expr) (base, kvLen ir.Expr) {
 	return base, b.let("kv_len", ir.Cvt(ir.I32, minE(i64(maxE(ldi("kv_lens", sb), i32(0))), lim)))
 }
 
-func (bt blockTable) pageAt(base, pos ir.Expr) ir.Expr {
-	return pageIn("block_table", base, pos, bt.ps)
+func (bt blockTable) rowAt(b *blk, base, pos ir.Expr) (ir.Expr, func(*blk) func(ir.Expr, int) ir.Expr) {
+	return bt.pagePool.rowAt(b, pos, pageIn("block_table", base, pos, bt.ps))
 }
 
 // validateSeq checks kv_lens[vb] and the sequence's ceil(kv_len /
@@ -189,6 +230,11 @@ func (bt blockTable) validateSeq(t *blk, vb *ir.Ref) ir.Expr {
 
 // validatePageIDs does nothing: validateSeq checked each sequence's ids.
 func (blockTable) validatePageIDs(*blk) {}
+
+// numPagesCheck is step 1 for num_pages.
+func numPagesCheck() ir.Check {
+	return ir.Check{Fail: lt(ir.R("num_pages", ir.I32), i32(0)), Code: ErrBadArgument}
+}
 
 // badPage is true for a page id that is neither -1 (hidden) nor in
 // 0..num_pages-1.
@@ -249,10 +295,7 @@ func (l *lowering) validateIndptrs(b *blk, prefill bool) {
 // tableChecks is step 1: the scalar checks of the cache arguments, which
 // every target runs before anything is read (a GPU launcher on the host).
 func (l *lowering) tableChecks() []ir.Check {
-	cs := []ir.Check{
-		{Fail: lt(ir.R("batch_size", ir.I32), i32(0)), Code: ErrBadArgument},
-		{Fail: lt(ir.R("num_pages", ir.I32), i32(0)), Code: ErrBadArgument},
-	}
+	cs := []ir.Check{{Fail: lt(ir.R("batch_size", ir.I32), i32(0)), Code: ErrBadArgument}}
 	return append(cs, l.pt.checks()...)
 }
 

@@ -42,6 +42,122 @@ type Case struct {
 	// QRopePos [total_q] and KRopeOffset [batch] are the inline RoPE
 	// positions: q at QRopePos[t], k at kv_pos + KRopeOffset[b].
 	QRopePos, KRopeOffset []int32
+	// KVTokenIndptr [batch+1], when not nil, makes the case ragged
+	// (prefill_ragged): sequence b's K/V rows are RaggedK and RaggedV rows
+	// KVTokenIndptr[b] .. KVTokenIndptr[b+1], each [kv_heads, d], real
+	// values in the variant's dtype (no scales), and the pages (which may
+	// then be absent) are not read.
+	KVTokenIndptr    []int32
+	RaggedK, RaggedV []float32
+}
+
+// Ragged is c with its K/V rows gathered from the pages into contiguous
+// rows ragged by kv_token_indptr (real values, code value * scale for a
+// quantized cache, rounded to the variant's dtype), after lead rows of
+// poison that no sequence names (kv_token_indptr[0] = lead). Attention
+// of the result reads the ragged rows: positions, masks and RoPE are c's.
+// It panics when a page of c is hidden (-1): ragged rows hide nothing.
+func Ragged(v *ir.Variant, c *Case, lead int) *Case {
+	return gather(v, c, lead, make([]int, c.Batch))
+}
+
+// gather is Ragged of positions from[b] .. kv_len-1 of each sequence b.
+func gather(v *ir.Variant, c *Case, lead int, from []int) *Case {
+	check(v, c)
+	r := *c
+	r.KVTokenIndptr = make([]int32, c.Batch+1)
+	r.KVTokenIndptr[0] = int32(lead)
+	kvh, dqk, dv := v.KVHeads, v.HeadDimQK, v.HeadDimV
+	r.RaggedK = make([]float32, lead*kvh*dqk)
+	r.RaggedV = make([]float32, lead*kvh*dv)
+	for i := range r.RaggedK {
+		r.RaggedK[i] = poison(i)
+	}
+	for i := range r.RaggedV {
+		r.RaggedV[i] = poison(i + 3)
+	}
+	for b := range c.Batch {
+		r.KVTokenIndptr[b+1] = r.KVTokenIndptr[b] + int32(c.KVLens[b]-from[b])
+		for kv := from[b]; kv < c.KVLens[b]; kv++ {
+			page, slot := c.Pages[b][kv/v.PageSize], kv%v.PageSize
+			if page < 0 {
+				panic(fmt.Sprintf("reference: case %s: ragged rows of a hidden page", c.Name))
+			}
+			for h := range kvh {
+				ks, vs := c.scales(v, h)
+				for d := range dqk {
+					r.RaggedK = append(r.RaggedK, Round(v.DType, float32(float64(c.KPages[PageIndex(v, page, h, slot, d, dqk)])*ks)))
+				}
+				for d := range dv {
+					r.RaggedV = append(r.RaggedV, Round(v.DType, float32(float64(c.VPages[PageIndex(v, page, h, slot, d, dv)])*vs)))
+				}
+			}
+		}
+	}
+	return &r
+}
+
+// SplitChunk splits case c — each sequence's q_len new tokens (a prefill
+// chunk) over its kv_len cached ones — at prefix lengths prefix[b] <=
+// kv_len - q_len into TVM's chunked prefill: pre, the same queries over
+// positions 0 .. prefix[b]-1 in the same pages (for a `mask none`
+// variant), and chunk, the queries over positions prefix[b] .. kv_len-1
+// as ragged rows after lead poisoned ones (prefill_ragged): there kv_len
+// is kv_len - prefix[b] and every position shifts down by prefix[b], so
+// a causal mask sees the same keys, and k_rope_pos_offset grows by
+// prefix[b] so that every key rotates as before. Merging the two states
+// (merge_state) gives c's causal attention. c must have no data mask
+// (tree, custom), no sinks and no hidden page.
+func SplitChunk(v *ir.Variant, c *Case, prefix []int, lead int) (pre, chunk *Case) {
+	if hasMask(v, ir.MaskTree) || hasMask(v, ir.MaskCustom) || v.Sinks != nil {
+		panic("reference: SplitChunk of a variant with a data mask or sinks")
+	}
+	p := *c
+	p.KVLens = make([]int, c.Batch)
+	p.Pages = make([][]int, c.Batch)
+	for b := range c.Batch {
+		if prefix[b] < 0 || prefix[b] > c.KVLens[b]-c.QLens[b] {
+			panic(fmt.Sprintf("reference: case %s: prefix %d of sequence %d is not below its queries", c.Name, prefix[b], b))
+		}
+		p.KVLens[b] = prefix[b]
+		p.Pages[b] = c.Pages[b][:(prefix[b]+v.PageSize-1)/v.PageSize]
+	}
+	chunk = gather(v, c, lead, prefix)
+	chunk.KVLens = make([]int, c.Batch)
+	chunk.Pages = make([][]int, c.Batch)
+	if c.KRopeOffset != nil {
+		chunk.KRopeOffset = make([]int32, c.Batch)
+	}
+	for b := range c.Batch {
+		chunk.KVLens[b] = c.KVLens[b] - prefix[b]
+		chunk.Pages[b] = make([]int, (chunk.KVLens[b]+v.PageSize-1)/v.PageSize) // unread: the rows are ragged
+		if c.KRopeOffset != nil {
+			chunk.KRopeOffset[b] = c.KRopeOffset[b] + int32(prefix[b])
+		}
+	}
+	return &p, chunk
+}
+
+// kvRow is the element offset of dimension 0 of kv head kh's row at
+// position kv of sequence b in the K (d = HeadDimQK) or V (d = HeadDimV)
+// data, and that data: the pages, or the ragged rows. hidden is true for a
+// position of a page the table hides.
+func (c *Case) kvRow(v *ir.Variant, b, kv, kh, d int, isK bool) (data []float32, at int, hidden bool) {
+	if c.KVTokenIndptr != nil {
+		row := int(c.KVTokenIndptr[b]) + kv
+		if isK {
+			return c.RaggedK, (row*v.KVHeads + kh) * d, false
+		}
+		return c.RaggedV, (row*v.KVHeads + kh) * d, false
+	}
+	page, slot := c.Pages[b][kv/v.PageSize], kv%v.PageSize
+	if page < 0 {
+		return nil, 0, true
+	}
+	if isK {
+		return c.KPages, PageIndex(v, page, kh, slot, 0, d), false
+	}
+	return c.VPages, PageIndex(v, page, kh, slot, 0, d), false
 }
 
 // TotalQ is the number of query tokens over all sequences.
@@ -118,6 +234,9 @@ func check(v *ir.Variant, c *Case) {
 		if c.QLens[b] > c.KVLens[b] && !v.NonCausal() || c.QLens[b] < 0 {
 			panic(fmt.Sprintf("reference: case %s: sequence %d has q_len %d > kv_len %d", c.Name, b, c.QLens[b], c.KVLens[b]))
 		}
+		if c.KVTokenIndptr != nil {
+			continue // ragged rows: the pages are not read
+		}
 		if want := (c.KVLens[b] + v.PageSize - 1) / v.PageSize; len(c.Pages[b]) != want {
 			panic(fmt.Sprintf("reference: case %s: sequence %d has %d pages, want %d", c.Name, b, len(c.Pages[b]), want))
 		}
@@ -134,11 +253,24 @@ func check(v *ir.Variant, c *Case) {
 		panic(fmt.Sprintf("reference: case %s: len(Q) = %d, want %d", c.Name, len(c.Q), c.TotalQ()*v.QOHeads*v.HeadDimQK))
 	}
 	pool := c.NumPages * v.KVHeads * v.PageSize
-	if len(c.KPages) != pool*v.HeadDimQK || len(c.VPages) != pool*v.HeadDimV {
+	if c.KVTokenIndptr == nil && (len(c.KPages) != pool*v.HeadDimQK || len(c.VPages) != pool*v.HeadDimV) {
 		panic(fmt.Sprintf("reference: case %s: K/V pools have %d/%d elements, want %d/%d", c.Name, len(c.KPages), len(c.VPages), pool*v.HeadDimQK, pool*v.HeadDimV))
 	}
 	if v.Quantized() && (len(c.KScale) != v.ScaleLen() || len(c.VScale) != v.ScaleLen()) {
 		panic(fmt.Sprintf("reference: case %s: %d/%d kv scales, want %d", c.Name, len(c.KScale), len(c.VScale), v.ScaleLen()))
+	}
+	if ip := c.KVTokenIndptr; ip != nil {
+		if len(ip) != c.Batch+1 {
+			panic(fmt.Sprintf("reference: case %s: %d kv_token_indptr entries, want %d", c.Name, len(ip), c.Batch+1))
+		}
+		for b := range c.Batch {
+			if int(ip[b+1]-ip[b]) != c.KVLens[b] {
+				panic(fmt.Sprintf("reference: case %s: sequence %d has %d ragged rows, kv_len %d", c.Name, b, ip[b+1]-ip[b], c.KVLens[b]))
+			}
+		}
+		if rows := int(ip[c.Batch]) * v.KVHeads; len(c.RaggedK) < rows*v.HeadDimQK || len(c.RaggedV) < rows*v.HeadDimV {
+			panic(fmt.Sprintf("reference: case %s: ragged K/V have %d/%d elements, want at least %d/%d", c.Name, len(c.RaggedK), len(c.RaggedV), rows*v.HeadDimQK, rows*v.HeadDimV))
+		}
 	}
 	if learned(v) && len(c.Sinks) != v.QOHeads {
 		panic(fmt.Sprintf("reference: case %s: %d learned sinks, want %d", c.Name, len(c.Sinks), v.QOHeads))
@@ -254,13 +386,13 @@ func AttentionMag(v *ir.Variant, c *Case) (o, lse, mag []float64) {
 				var pos []int
 				var s []float64
 				for kv := range kvLen {
-					page, slot := c.Pages[b][kv/v.PageSize], kv%v.PageSize
-					if !visible(v, c, b, h, i, qPos, kv) || page < 0 { // -1: the table hides the page
+					kd, at, hidden := c.kvRow(v, b, kv, kh, dqk, true)
+					if !visible(v, c, b, h, i, qPos, kv) || hidden { // -1: the table hides the page
 						continue
 					}
 					k := make([]float64, dqk)
 					for d := range dqk {
-						k[d] = float64(c.KPages[PageIndex(v, page, kh, slot, d, dqk)]) * ks
+						k[d] = float64(kd[at+d]) * ks
 					}
 					if v.Rope != nil {
 						k = rotate(v.Rope, k, keyRopePos(v, c, b, row, kv))
@@ -303,9 +435,9 @@ func AttentionMag(v *ir.Variant, c *Case) (o, lse, mag []float64) {
 				for j, kv := range pos {
 					w := math.Exp(s[j] - m)
 					sum += w
-					page, slot := c.Pages[b][kv/v.PageSize], kv%v.PageSize
+					vd, at, _ := c.kvRow(v, b, kv, kh, dv, false)
 					for d := range dv {
-						x := float64(c.VPages[PageIndex(v, page, kh, slot, d, dv)]) * vs
+						x := float64(vd[at+d]) * vs
 						out[d] += w * x
 						outMag[d] += w * math.Abs(x)
 					}
@@ -341,10 +473,10 @@ func NaNMin(x, y float64) float64 {
 }
 
 // scales are kv head kh's key and value scales in float64: 1 for a plain
-// cache; MLA's values are its latent cache, scaled by KScale. A code value
+// cache and for ragged rows; MLA's values are its latent cache, scaled by KScale. A code value
 // times a scale is exact in float64 (at most 8 + 24 significant bits).
 func (c *Case) scales(v *ir.Variant, kh int) (ks, vs float64) {
-	if !v.Quantized() {
+	if !v.Quantized() || c.KVTokenIndptr != nil {
 		return 1, 1
 	}
 	i := 0

@@ -177,3 +177,34 @@ func TestSelectTooLarge(t *testing.T) {
 		t.Errorf("cuda decode of 2^31-1 sequences: got %+v, %v; want TOO_LARGE", sel, err)
 	}
 }
+
+// TestSelectRole: a shape with Role selects that entry, prefill_ragged,
+// whatever the lengths (one-token sequences do not go to decode, which
+// reads pages); a module without the entry is an error.
+func TestSelectRole(t *testing.T) {
+	v := variant()
+	v.Kernels = append(v.Kernels, ir.KernelRef{Role: ir.RolePrefillRagged})
+	c := compile(t, v, "cpu")
+	for _, tc := range []struct {
+		shape registry.Shape
+		items int
+	}{
+		// 1 sequence x 8 kv heads x ceil(100 / 32 query rows per item).
+		{registry.Shape{QLens: []int{100}, KVLens: []int{100}, Threads: 8, Role: ir.RolePrefillRagged}, 8 * 4},
+		{registry.Shape{QLens: []int{1, 1}, KVLens: []int{7, 9}, Threads: 8, DecodeLayout: true, Role: ir.RolePrefillRagged}, 2 * 8},
+	} {
+		s, err := c.Select(tc.shape)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Role != ir.RolePrefillRagged || s.Symbol != "r_prefill_ragged" || s.Items != tc.items || s.Splits != 1 {
+			t.Errorf("%+v: got %+v, want prefill_ragged with %d items", tc.shape, s, tc.items)
+		}
+	}
+	if _, err := c.Select(registry.Shape{QLens: []int{5}, KVLens: []int{4}, Role: ir.RolePrefillRagged}); err == nil {
+		t.Error("q_len > kv_len must be rejected")
+	}
+	if _, err := compile(t, variant(), "cpu").Select(registry.Shape{QLens: []int{5}, KVLens: []int{5}, Role: ir.RolePrefillRagged}); err == nil {
+		t.Error("a module without prefill_ragged selected it")
+	}
+}

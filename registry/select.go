@@ -20,12 +20,16 @@ type Shape struct {
 	// lays rows out packed in sequence order, which for one-token
 	// sequences is that layout.
 	DecodeLayout bool
+	// Role, when set, is the entry the call is made to (prefill_ragged,
+	// whose kv lengths are the ragged rows' counts); empty: the paged
+	// attention entries, prefill or decode by the shape.
+	Role ir.Role
 }
 
 // Selection is what serves a call.
 type Selection struct {
 	Target   string
-	Role     ir.Role // the entry that does the work: prefill or decode
+	Role     ir.Role // the entry that does the work: prefill, decode or Shape.Role
 	Symbol   string  // that entry's symbol
 	Splits   int     // KV chunks per work item; > 1 adds a merge
 	Items    int     // work items of the launches that run (CPU); 0 when unknown
@@ -62,9 +66,10 @@ type Host struct {
 }
 
 // Select says what serves a call of shape s to the module's entries on a
-// host: decode when every sequence has one query token and the module has
-// a public decode entry, prefill otherwise (and prefill hands over to
-// decode when its plan says so and the host can tell). Every number comes
+// host: s.Role's entry when it is set, else decode when every sequence has
+// one query token and the module has a public decode entry, prefill
+// otherwise (and prefill hands over to decode when its plan says so and
+// the host can tell). Every number comes
 // from evaluating the module's plans with the IR interpreter: the very
 // expressions the entries compile.
 func Select(v *ir.Variant, m *ir.Module, s Shape, h Host) (Selection, error) {
@@ -88,6 +93,11 @@ func Select(v *ir.Variant, m *ir.Module, s Shape, h Host) (Selection, error) {
 	p := m.Plan(ir.RolePrefill)
 	if d := m.Plan(ir.RoleDecode); d != nil && (p == nil || single && d.Public) {
 		p = d
+	}
+	if s.Role != "" {
+		if p = m.Plan(s.Role); p == nil || !p.Public {
+			return Selection{}, fmt.Errorf("module %s has no %s entry", m.Name, s.Role)
+		}
 	}
 	if p == nil {
 		return Selection{}, fmt.Errorf("module %s has no prefill or decode plan", m.Name)
