@@ -60,7 +60,8 @@ func (l *lowering) qkvAppend() ([]*ir.Kernel, *ir.Plan) {
 		page := w.let("page", sel(cached, div(slot, i32(l.PS)), i32(0)))
 		off := w.let("off", sel(cached, rem(slot, i32(l.PS)), i32(0)))
 		src := func(x *blk, name string, head ir.Expr) ir.Expr {
-			return x.let(name, mul(i64(add(mul(i, i32(rowHeads)), head)), i64c(D)))
+			// i64: n * (qo_heads + 2*kv_heads) may pass 2^31.
+			return x.let(name, mul(rowHead(i, rowHeads, head), i64c(D)))
 		}
 		// The GQA group's q heads, in turn.
 		w.loop("qh", i32(0), i32(l.G), ir.Serial, ir.NoTag, func(x *blk) {
