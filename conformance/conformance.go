@@ -834,5 +834,8 @@ func (s *Suite) RunAll(threads []int, seed int64) []Result {
 	out = append(out, s.RunBadInputs(seed)...)
 	out = append(out, s.RunMergeStateBad(seed)...)
 	out = append(out, s.RunPageKernels(seed)...)
+	if _, ok := s.Entries[ir.RoleQKVAppend]; ok {
+		out = append(out, s.RunQKVAppend(seed, 1<<20)...)
+	}
 	return out
 }

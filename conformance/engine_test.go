@@ -42,6 +42,17 @@ var engineSpecs = []string{
 	  mask window(left = 20)
 	  sinks tokens(2)
 	  kernels prefill, decode, append, copy_page, compact_copy, gather_pages, scatter_pages }`,
+	// Qwen3's path: K/V and q through qkv_append (qk_norm, rope at_append),
+	// the attention kernels over the rotated cache.
+	`variant eng_qwen3_f16_ps8 { heads qo = 8, kv = 2
+	  head_dim 64
+	  dtype f16
+	  cache paged(page_size = 8)
+	  mask window(left = 30)
+	  sinks tokens(4)
+	  qk_norm rms(eps = 1e-6)
+	  rope at_append(theta = 1000000)
+	  kernels prefill, decode, qkv_append, copy_page, compact_copy, gather_pages, scatter_pages }`,
 }
 
 // TestEngineSimulation plays an inference engine's page manager through
@@ -52,7 +63,8 @@ var engineSpecs = []string{
 // popn, removal, speculative trees accepted through the generated
 // compact_copy, pages moved out through gather_pages and back into other
 // pages through scatter_pages — all K/V written by the generated append
-// kernel — and,
+// kernel (or, for a Qwen3-like variant, by qkv_append with qk_norm and
+// rope at_append, whose q_out rows are the step's queries) — and,
 // after every step, reclaiming the pages registry.ReclaimableRange says no
 // query can see again. Reclaimed pages are filled with NaN/Inf and reused
 // LIFO for other sequences; the table keeps naming them, or (second run)
@@ -155,6 +167,10 @@ type engine struct {
 	seqs             map[int]*seqState
 	nextID           int
 	stats            engineStats
+	// qw, kw are qkv_append's qk_norm weights; stepQ, when not nil, is the
+	// q_out rows of the last qkv_append (the next attention's queries).
+	qw, kw []float32
+	stepQ  []float32
 }
 
 func newEngine(t *testing.T, s *Suite, mode reclaimMode, seed int64) *engine {
@@ -286,8 +302,13 @@ func (e *engine) reserve(q *seqState, n int) []int32 {
 }
 
 // appendKV writes rows through the generated append kernel, with a few -1
-// rows in between that it must skip.
-func (e *engine) appendKV(slots []int32, k, v [][]float32) {
+// rows in between that it must skip; a variant with qkv_append writes
+// them through it instead (qkvAppendKV), the tokens at positions.
+func (e *engine) appendKV(slots, positions []int32, k, v [][]float32) {
+	if _, ok := e.s.Entries[ir.RoleQKVAppend]; ok {
+		e.qkvAppendKV(slots, positions, k, v)
+		return
+	}
 	var pm []int32
 	var kf, vf []float32
 	junk := e.randRows(1, e.v.HeadDimQK)[0]
@@ -310,6 +331,66 @@ func (e *engine) appendKV(slots []int32, k, v [][]float32) {
 	e.stats.appends++
 }
 
+// qkvAppendKV is Qwen3's path: every token's q, k (the raw rows k) and v
+// in one qkv row, a few -1 tokens in between, through qkv_append. q_out
+// and the cached K rows must be within the rounding bound of
+// reference.QKVAppend; then k takes the K rows as cached (normed and
+// rotated: the history every later step and byte check sees) and the
+// tokens' q_out rows become the next attention's queries.
+func (e *engine) qkvAppendKV(slots, positions []int32, k, v [][]float32) {
+	vr := e.v
+	d, H, KVH := vr.HeadDimQK, vr.QOHeads, vr.KVHeads
+	if e.qw == nil {
+		for range d {
+			e.qw, e.kw = append(e.qw, 2*e.rng.Float32()), append(e.kw, 2*e.rng.Float32())
+		}
+	}
+	var pm, pos []int32
+	var qkv []float32
+	var tok []int // the qkv row of each of slots
+	for i := range slots {
+		if e.rng.Intn(8) == 0 {
+			pm, pos = append(pm, -1), append(pos, int32(e.rng.Intn(1<<20)))
+			qkv = append(qkv, e.randRows(1, (H+2*KVH)*d/KVH)[0]...)
+		}
+		tok = append(tok, len(pm))
+		pm, pos = append(pm, slots[i]), append(pos, positions[i])
+		qkv = append(qkv, e.randRows(1, H*d/KVH)[0]...)
+		qkv = append(append(qkv, k[i]...), v[i]...)
+	}
+	n := len(pm)
+	cb := &caseBuffers{vals: map[string]int64{"n": int64(n), "num_pages": int64(e.nPage),
+		"k_pages": e.kPool.Ptr(), "v_pages": e.vPool.Ptr()}}
+	defer cb.free()
+	cb.add("qkv", e.s.enc(qkv))
+	cb.add("positions", cpurt.I32Buffer(pos))
+	cb.add("position_map", cpurt.I32Buffer(pm))
+	cb.add("q_norm_weight", cpurt.F32Buffer(e.qw))
+	cb.add("k_norm_weight", cpurt.F32Buffer(e.kw))
+	qo := cb.add("q_out", e.s.enc(nanSlice(n*H*d)))
+	e.call(ir.RoleQKVAppend, cb.vals)
+	e.stats.appends++
+	want := reference.QKVAppend(vr, qkv, pos, e.qw, e.kw)
+	gotQ := e.s.dec(qo)
+	if used := AllowanceUsed(vr.DType, gotQ, want.Q, want.QMag); used > 1 {
+		e.fatalf("qkv_append: q_out off the reference (allowance used %.3g)", used)
+	}
+	e.stepQ = e.stepQ[:0]
+	for i, t := range tok {
+		e.stepQ = append(e.stepQ, gotQ[t*H*d:(t+1)*H*d]...)
+		slot := int(slots[i])
+		for h := range KVH {
+			a, b := e.s.rowSpan(slot/vr.PageSize, h, slot%vr.PageSize, d)
+			got := reference.Decode(vr.DType, e.kPool.U8()[a:b])
+			at := (t*KVH + h) * d
+			if used := AllowanceUsed(vr.DType, got, want.K[at:at+d], want.KMag[at:at+d]); used > 1 {
+				e.fatalf("qkv_append: token %d kv head %d: cached K off the reference (allowance used %.3g)", t, h, used)
+			}
+			copy(k[i][h*d:(h+1)*d], got)
+		}
+	}
+}
+
 // task is one sequence's part of a step: n new tokens, all of them queries.
 type task struct{ id, n int }
 
@@ -322,14 +403,18 @@ func (e *engine) step(tasks ...task) {
 	e.stats.steps++
 	var slots []int32
 	var ks, vs [][]float32
+	var positions []int32
 	for _, tk := range tasks {
 		q := e.seqs[tk.id]
 		k, v := e.randRows(tk.n, e.v.HeadDimQK), e.randRows(tk.n, e.v.HeadDimV)
+		for i := range tk.n {
+			positions = append(positions, int32(q.kvLen()+i))
+		}
 		slots = append(slots, e.reserve(q, tk.n)...)
 		q.k, q.v = append(q.k, k...), append(q.v, v...)
 		ks, vs = append(ks, k...), append(vs, v...)
 	}
-	e.appendKV(slots, ks, vs)
+	e.appendKV(slots, positions, ks, vs)
 	e.checkCache()
 	e.attend(tasks)
 	for _, tk := range tasks {
@@ -367,8 +452,13 @@ func (e *engine) attend(tasks []task) {
 		}
 	}
 	c.Q = make([]float32, c.TotalQ()*v.QOHeads*v.HeadDimQK)
-	for i := range c.Q {
-		c.Q[i] = reference.Round(v.DType, 2*e.rng.Float32()-1)
+	if e.stepQ != nil {
+		// qkv_append's q_out of the step's tokens, which are its queries.
+		copy(c.Q, e.stepQ)
+	} else {
+		for i := range c.Q {
+			c.Q[i] = reference.Round(v.DType, 2*e.rng.Float32()-1)
+		}
 	}
 	wantO, wantL, mag := reference.AttentionMag(v, c)
 
@@ -704,7 +794,11 @@ func (e *engine) treeStep(id, m int) {
 	k, v := e.randRows(m, e.v.HeadDimQK), e.randRows(m, e.v.HeadDimV)
 	slots := e.reserve(q, m)
 	q.k, q.v = append(q.k, k...), append(q.v, v...)
-	e.appendKV(slots, k, v)
+	positions := make([]int32, m)
+	for i := range positions {
+		positions[i] = int32(base + i)
+	}
+	e.appendKV(slots, positions, k, v)
 	e.attend([]task{{id, m}})
 	accepted := []int{0}
 	for j := 1; j < m; j++ {

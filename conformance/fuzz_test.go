@@ -40,7 +40,9 @@ import (
 //     an 8-bit cache, code value × a random positive scale, exactly), the
 //     byte model (append, copy_page, gather_pages, scatter_pages,
 //     compact_copy; append into an 8-bit cache stores reference.Quantize's
-//     codes, bit for bit), read_kv's exact values rounded once, and rows no
+//     codes, bit for bit), qkv_append's q_out and K rows within the
+//     rounding bound of reference.QKVAppend and its V rows as append
+//     stores them, read_kv's exact values rounded once, and rows no
 //     sequence owns (read_kv: skipped rows) stay untouched;
 //   - status < 0 ⇒ every output is untouched.
 //
@@ -86,7 +88,8 @@ func FuzzKernels(f *testing.F) {
 
 // fuzzSpecs are small variants that cover both tables and layouts, f32,
 // f16 and bf16, the data masks, windows with sinks, learned sinks,
-// division by zero in a mask, the page kernels, prefill_ragged (with a
+// division by zero in a mask, the page kernels, qkv_append (qk_norm, rope
+// at_append), prefill_ragged (with a
 // tree, a custom mask, over an 8-bit cache) and 8-bit caches (e4m3, e5m2,
 // i8; per-tensor and per-head scales).
 var fuzzSpecs = []string{
@@ -150,6 +153,14 @@ var fuzzSpecs = []string{
 	  cache paged(page_size = 4, kv_dtype = e5m2)
 	  scale 0.1
 	  kernels append, copy_page, read_kv, gather_pages, scatter_pages, compact_copy }`,
+	// qkv_append with qk_norm and rope at_append.
+	`variant fz_qkv { heads qo = 4, kv = 2
+	  head_dim 8
+	  dtype f16
+	  cache paged(page_size = 2, layout = NHD)
+	  qk_norm rms(offset = 1)
+	  rope at_append(theta = 10000, pairs = interleaved)
+	  kernels qkv_append }`,
 }
 
 // fuzzSOs are the built libraries of fuzzSpecs.
@@ -341,7 +352,7 @@ func genFuzzCase(data []byte) fuzzCase {
 				fc.Arrays["mask_indptr"] = mi
 			}
 		}
-	case ir.RoleAppend:
+	case ir.RoleAppend, ir.RoleQKVAppend:
 		n := r.intn(6)
 		np := 2 + r.intn(3)
 		pm := make([]int32, n)
@@ -350,6 +361,14 @@ func genFuzzCase(data []byte) fuzzCase {
 		}
 		fc.Scalars["n"], fc.Scalars["num_pages"] = int64(n), int64(np)
 		fc.Arrays["position_map"] = pm
+		if fc.Role == ir.RoleQKVAppend {
+			// Any position is valid (rope at_append rotates at it).
+			pos := make([]int32, n)
+			for i := range pos {
+				pos[i] = int32(r.byte())<<12 | int32(r.byte())
+			}
+			fc.Arrays["positions"] = pos
+		}
 	case ir.RoleCopyPage:
 		np := 2 + r.intn(3)
 		fc.Scalars["num_pages"] = int64(np)

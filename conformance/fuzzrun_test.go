@@ -257,6 +257,8 @@ func runFuzzCase(s *Suite, fc fuzzCase) fuzzResult {
 		return runFuzzAttention(s, fc)
 	case ir.RoleAppend, ir.RoleCopyPage:
 		return runFuzzPages(s, fc)
+	case ir.RoleQKVAppend:
+		return runFuzzQKV(s, fc)
 	case ir.RoleMergeState:
 		return runFuzzMerge(s, fc)
 	case ir.RoleReadKV, ir.RoleGatherPages, ir.RoleScatterPages, ir.RoleCompactCopy:

@@ -40,7 +40,7 @@ func sortErrors(errs []*ir.PosError) {
 func (c *checker) pos(p lexer.Position) ir.Pos { return position(c.file, p) }
 
 // settings lists the keywords that may start a line of a variant.
-var settings = []string{"heads", "head_dim", "dtype", "cache", "mask", "sinks", "score", "scale", "rope", "mla", "lse", "kernels"}
+var settings = []string{"heads", "head_dim", "dtype", "cache", "mask", "sinks", "score", "scale", "rope", "mla", "lse", "kernels", "qk_norm"}
 
 // Checked is one variant of a spec file as the checker saw it: the
 // variant, or the errors found in it (in source order).
@@ -108,6 +108,7 @@ type lines struct {
 	dtype          *wordStmt
 	cache, rope    *callStmt
 	sinks          *callStmt
+	qkNorm         *callStmt
 	mask           *maskStmt
 	score          *scoreStmt
 	scale          *scaleStmt
@@ -191,6 +192,8 @@ func (c *checker) collect(va *variantAST) *lines {
 			l.rope = s.Call
 		case "sinks":
 			l.sinks = s.Call
+		case "qk_norm":
+			l.qkNorm = s.Call
 		case "mask":
 			l.mask = s.Mask
 		case "score":
@@ -277,6 +280,17 @@ func (c *checker) variant(va *variantAST) *ir.Variant {
 	v.Kernels = []ir.KernelRef{{Role: ir.RolePrefill, Pos: v.Pos}, {Role: ir.RoleDecode, Pos: v.Pos}, {Role: ir.RoleMergeState, Pos: v.Pos}}
 	if l.kernels != nil {
 		v.Kernels = c.kernels(l.kernels)
+	}
+	if l.qkNorm != nil {
+		v.QKNorm = c.qkNorm(l.qkNorm)
+		if !v.HasRole(ir.RoleQKVAppend) {
+			c.errorf(l.qkNorm.Pos, "qk_norm needs qkv_append in the kernels line (qkv_append applies it)")
+		}
+	}
+	for _, k := range v.Kernels {
+		if k.Role == ir.RoleQKVAppend && v.HeadDimQK != v.HeadDimV && v.MLA == nil {
+			c.errs = append(c.errs, &ir.PosError{Pos: k.Pos, Msg: fmt.Sprintf("kernel qkv_append needs head_dim qk = v, got qk = %d, v = %d", v.HeadDimQK, v.HeadDimV)})
+		}
 	}
 	return v
 }
@@ -618,10 +632,15 @@ var ropeNonNegative = map[string]bool{"mscale": true, "mscale_all_dim": true}
 // dqk (0 when the head_dim line has an error).
 func (c *checker) rope(s *callStmt, dqk int) *ir.Rope {
 	out := &ir.Rope{Style: ir.RopeNormal, Params: map[string]float64{}, Pos: c.pos(s.Pos)}
-	if s.Name.Name != "inline" {
-		c.errorf(s.Name.Pos, "unknown rope %q (known: inline)", s.Name.Name)
+	switch s.Name.Name {
+	case "inline":
+	case "at_append":
+		out.AtAppend = true
+	default:
+		c.errorf(s.Name.Pos, "unknown rope %q (known: inline, at_append)", s.Name.Name)
 		return out
 	}
+	what := "rope " + s.Name.Name
 	for _, a := range s.Args.list() {
 		if a != nil && a.Key != nil && *a.Key == "style" {
 			if w, ok := c.wordVal(a.Val, "style"); ok {
@@ -634,7 +653,7 @@ func (c *checker) rope(s *callStmt, dqk int) *ir.Rope {
 			break
 		}
 	}
-	args, argsOK := c.kwargs("rope inline(...) with style "+styleName(out.Style), s.Args.list(), ropeArgs[out.Style]...)
+	args, argsOK := c.kwargs(what+"(...) with style "+styleName(out.Style), s.Args.list(), ropeArgs[out.Style]...)
 	for k, d := range ropeDefaults[out.Style] {
 		out.Params[k] = d
 	}
@@ -686,7 +705,7 @@ func (c *checker) rope(s *callStmt, dqk int) *ir.Rope {
 		}
 	}
 	if args["rotary_dim"] == nil && dqk%2 != 0 {
-		c.errorf(s.Pos, "rope inline needs an even head_dim qk, got %d (or rotary_dim = R, an even R < %d)", dqk, dqk)
+		c.errorf(s.Pos, "%s needs an even head_dim qk, got %d (or rotary_dim = R, an even R < %d)", what, dqk, dqk)
 	}
 	for _, k := range ropeRequired[out.Style] {
 		if args[k] == nil && argsOK {
@@ -707,6 +726,34 @@ func (c *checker) rope(s *callStmt, dqk int) *ir.Rope {
 	return out
 }
 
+// qkNorm checks `qk_norm rms(eps = E, offset = 0 | 1)` (defaults 1e-6
+// and 0).
+func (c *checker) qkNorm(s *callStmt) *ir.QKNorm {
+	out := &ir.QKNorm{Eps: 1e-6, Pos: c.pos(s.Pos)}
+	if s.Name.Name != "rms" {
+		c.errorf(s.Name.Pos, "unknown qk_norm %q (known: rms)", s.Name.Name)
+		return out
+	}
+	args, _ := c.kwargs("qk_norm rms(...)", s.Args.list(), "eps", "offset")
+	if a := args["eps"]; a != nil {
+		if f, ok := c.floatVal(a.Val, "eps"); ok {
+			if !(f > 0) || math.IsInf(f, 0) {
+				c.errorf(a.Val.Pos, "qk_norm eps must be positive, got %s", a.Val.text())
+			}
+			out.Eps = f
+		}
+	}
+	if a := args["offset"]; a != nil {
+		if f, ok := c.floatVal(a.Val, "offset"); ok {
+			if f != 0 && f != 1 {
+				c.errorf(a.Val.Pos, "qk_norm offset must be 0 (Qwen3) or 1 (Gemma 3), got %s", a.Val.text())
+			}
+			out.Offset = f
+		}
+	}
+	return out
+}
+
 // styleName is the spec spelling of st.
 func styleName(st ir.RopeStyle) string {
 	for n, s := range ropeStyles {
@@ -719,7 +766,7 @@ func styleName(st ir.RopeStyle) string {
 
 // roles lists the kernel names, in message order.
 var roles = []ir.Role{ir.RolePrefill, ir.RoleDecode, ir.RoleMergeState, ir.RoleAppend, ir.RoleCopyPage,
-	ir.RoleCompactCopy, ir.RoleReadKV, ir.RoleGatherPages, ir.RoleScatterPages, ir.RolePrefillRagged}
+	ir.RoleCompactCopy, ir.RoleReadKV, ir.RoleGatherPages, ir.RoleScatterPages, ir.RolePrefillRagged, ir.RoleQKVAppend}
 
 // roleList is roles as the unknown-kernel message lists them.
 func roleList() string {

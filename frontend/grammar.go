@@ -79,11 +79,11 @@ type wordStmt struct {
 	Word *nameAST `parser:"@@"`
 }
 
-// callStmt is `cache NAME(args)`, `rope NAME(args)` or `sinks NAME(args)`;
-// the argument list is optional.
+// callStmt is `cache NAME(args)`, `rope NAME(args)`, `sinks NAME(args)`
+// or `qk_norm NAME(args)`; the argument list is optional.
 type callStmt struct {
 	Pos  lexer.Position
-	Kw   string   `parser:"@( 'cache' | 'rope' | 'sinks' )"`
+	Kw   string   `parser:"@( 'cache' | 'rope' | 'sinks' | 'qk_norm' )"`
 	Name *nameAST `parser:"@@"`
 	Args *argList `parser:"@@?"`
 }
@@ -128,7 +128,7 @@ type kernelsStmt struct {
 // so that the checker can say which settings exist.
 type unknownStmt struct {
 	Pos  lexer.Position
-	Word string   `parser:"@!( 'heads' | 'head_dim' | 'lse' | 'mla' | 'dtype' | 'cache' | 'rope' | 'sinks' | 'mask' | 'score' | 'scale' | 'kernels' | '}' | NL )"`
+	Word string   `parser:"@!( 'heads' | 'head_dim' | 'lse' | 'mla' | 'dtype' | 'cache' | 'rope' | 'sinks' | 'mask' | 'score' | 'scale' | 'kernels' | 'qk_norm' | '}' | NL )"`
 	Rest []string `parser:"@( !( NL | '}' ) )*"`
 }
 

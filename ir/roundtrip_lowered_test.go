@@ -11,14 +11,17 @@ import (
 )
 
 // TestLoweredRoundTrip prints, parses and reprints real lowered modules
-// (prefill, decode, merge_state, prefill_ragged), before and after every
+// (prefill, decode, merge_state, prefill_ragged, and qkv_append with
+// qk_norm and rope at_append), before and after every
 // pass of every target's table, and verifies each.
 func TestLoweredRoundTrip(t *testing.T) {
-	v := &ir.Variant{Name: "rt", QOHeads: 8, KVHeads: 2, HeadDimQK: 64, HeadDimV: 64, DType: ir.DTBF16,
+	v := &ir.Variant{Name: "rt", QOHeads: 8, KVHeads: 2, HeadDimQK: 64, HeadDimV: 64, DType: ir.DTBF16, KVDType: ir.DTBF16,
 		PageSize: 16, Scale: 0.125, Masks: []ir.MaskClause{{Kind: ir.MaskWindow, Left: 20}},
 		Sinks:   &ir.Sinks{Kind: ir.SinkTokens, Tokens: 4},
 		Score:   &ir.Call{Fn: "softcap", Args: []ir.Expr{ir.R("score", ir.F32), ir.Float(30)}, T: ir.F32},
-		Kernels: []ir.KernelRef{{Role: ir.RolePrefill}, {Role: ir.RoleDecode}, {Role: ir.RoleMergeState}, {Role: ir.RolePrefillRagged}}}
+		Kernels: []ir.KernelRef{{Role: ir.RolePrefill}, {Role: ir.RoleDecode}, {Role: ir.RoleMergeState}, {Role: ir.RolePrefillRagged}, {Role: ir.RoleQKVAppend}},
+		Rope:    &ir.Rope{Theta: 1e6, AtAppend: true},
+		QKNorm:  &ir.QKNorm{Eps: 1e-6, Offset: 1}}
 	check := func(stage string, m *ir.Module) {
 		if err := ir.Verify(m); err != nil {
 			t.Fatalf("%s: verify: %v", stage, err)

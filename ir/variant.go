@@ -125,7 +125,7 @@ func (p RopePairs) String() string {
 	return "half"
 }
 
-// Rope is `rope inline(...)`.
+// Rope is `rope inline(...)` or `rope at_append(...)`.
 type Rope struct {
 	Theta  float64
 	Style  RopeStyle
@@ -139,6 +139,11 @@ type Rope struct {
 	// range keeps fractional dims instead of HF's default floor/ceil.
 	Untruncated bool
 	Pos         Pos
+	// AtAppend is `rope at_append(...)`: qkv_append rotates q and k at
+	// their positions before it writes them, so the cache holds rotated K
+	// and the attention kernels rotate nothing. Otherwise (inline) the
+	// attention kernels rotate q and k as they stage them.
+	AtAppend bool
 }
 
 // Dim is the number of rotated dims for a head_dim qk of dqk.
@@ -147,6 +152,15 @@ func (r *Rope) Dim(dqk int) int {
 		return r.RotaryDim
 	}
 	return dqk
+}
+
+// QKNorm is `qk_norm rms(eps = E, offset = O)`: qkv_append applies
+// RMSNorm over the head dim to every q and k head, in f32, before any
+// rotation: x / sqrt(mean(x^2) + Eps) * (Offset + w).
+type QKNorm struct {
+	Eps    float64
+	Offset float64 // 0 (Qwen3) or 1 (Gemma 3)
+	Pos    Pos
 }
 
 // MLA is `mla(heads, kv_lora_rank, rope_dim)`.
@@ -211,6 +225,10 @@ const (
 	// RolePrefillRagged is prefill over K/V rows held contiguously (not
 	// in pages), ragged by kv_token_indptr.
 	RolePrefillRagged Role = "prefill_ragged"
+	// RoleQKVAppend splits fused qkv rows into q, k and v heads, applies
+	// qk_norm and rope at_append when declared, writes k and v into the
+	// cache and q to q_out.
+	RoleQKVAppend Role = "qkv_append"
 )
 
 // KernelRef is one name on the `kernels` line.
@@ -238,6 +256,7 @@ type Variant struct {
 	Scale               float64 // always set: explicit or 1/sqrt(HeadDimQK)
 	ScaleExplicit       bool
 	Rope                *Rope
+	QKNorm              *QKNorm
 	MLA                 *MLA
 	Kernels             []KernelRef
 	CachePos, HeadsPos  Pos
@@ -274,6 +293,16 @@ func (v *Variant) NonCausal() bool {
 		}
 	}
 	return len(v.Masks) > 0
+}
+
+// InlineRope is the RoPE the attention kernels apply as they stage q and
+// k: the variant's rope unless it is rope at_append (then nil: the cache
+// and q_out already hold rotated rows).
+func (v *Variant) InlineRope() *Rope {
+	if v.Rope == nil || v.Rope.AtAppend {
+		return nil
+	}
+	return v.Rope
 }
 
 // GroupSize is qo heads per kv head.

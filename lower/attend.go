@@ -307,7 +307,7 @@ func (l *lowering) allocItem(w *blk, x itemVars) {
 	w.alloc("den", ir.F32, R)
 	w.alloc("alpha", ir.F32, R)
 	w.alloc("kvis", ir.I32, KT)
-	if l.v.Rope != nil {
+	if l.v.InlineRope() != nil {
 		l.ropeTable(w)
 		l.fillRopeTable(w)
 	}

@@ -4,7 +4,9 @@
 // GQA grouping (a K/V tile staged once serves every qo head of the work
 // item), RoPE staging, and the one attention skeleton (attend.go) that every
 // role runs — prefill query tiles (over pages or ragged rows), decode items
-// and split-KV chunks — plus merge_state and the page kernels. Work inside
+// and split-KV chunks — plus merge_state, the page kernels and qkv_append
+// (qk_norm, then the same RoPE rotation for rope at_append, then append's
+// quantization into the cache). Work inside
 // an item is written with spread loops, reduce and matmul statements with
 // static bounds and guards; the target's schedule passes map them (CPU:
 // vector loops; CUDA: threads, warps, shared memory, tensor cores). The only

@@ -180,6 +180,13 @@ func goldenCases() []goldenCase {
 			v.DType, v.KVDType, v.KVScale = ir.DTBF16, ir.DTE4M3, ir.KVScalePerTensor
 			v.Kernels = roles(ir.RoleAppend, ir.RoleCopyPage, ir.RoleCompactCopy, ir.RoleReadKV, ir.RoleGatherPages, ir.RoleScatterPages)
 		}},
+		{feature: "qkv_append_norm_rope_e4m3", edit: func(v *ir.Variant) {
+			v.QOHeads, v.KVHeads, v.HeadDimQK, v.HeadDimV = 4, 2, 8, 8
+			v.DType, v.KVDType, v.KVScale = ir.DTF16, ir.DTE4M3, ir.KVScalePerHead
+			v.Rope = &ir.Rope{Theta: 1e6, AtAppend: true, Params: map[string]float64{"theta": 1e6}}
+			v.QKNorm = &ir.QKNorm{Eps: 1e-6}
+			v.Kernels = roles(ir.RoleQKVAppend, ir.RoleDecode)
+		}},
 		// Tilings: padded rows (tensor-core shapes), decode staging as stored.
 		{feature: "padded_rows", tiling: &padded, edit: func(v *ir.Variant) {
 			v.QOHeads, v.KVHeads = 4, 2

@@ -76,11 +76,15 @@ func (t Tiling) QTile(g int) int { return max(1, t.Rows/t.Heads(g)) }
 // generate kernels for, as file:line:col: not supported yet: <feature>.
 func Unsupported(v *ir.Variant) error {
 	if v.MLA != nil && v.Rope != nil {
-		return ir.Errorf(v.Rope.Pos, "not supported yet: rope inline with mla (MLA's rope part arrives rotated in q_pe and kpe_pages)")
+		mode := "inline"
+		if v.Rope.AtAppend {
+			mode = "at_append"
+		}
+		return ir.Errorf(v.Rope.Pos, "not supported yet: rope %s with mla (MLA's rope part arrives rotated in q_pe and kpe_pages)", mode)
 	}
 	if v.MLA != nil {
 		for _, k := range v.Kernels {
-			if k.Role == ir.RolePrefillRagged {
+			if k.Role == ir.RolePrefillRagged || k.Role == ir.RoleQKVAppend {
 				return ir.Errorf(k.Pos, "not supported yet: kernel %s with mla", k.Role)
 			}
 		}
@@ -88,7 +92,8 @@ func Unsupported(v *ir.Variant) error {
 	for _, k := range v.Kernels {
 		switch k.Role {
 		case ir.RolePrefill, ir.RoleDecode, ir.RoleMergeState, ir.RoleAppend, ir.RoleCopyPage,
-			ir.RoleCompactCopy, ir.RoleReadKV, ir.RoleGatherPages, ir.RoleScatterPages, ir.RolePrefillRagged:
+			ir.RoleCompactCopy, ir.RoleReadKV, ir.RoleGatherPages, ir.RoleScatterPages, ir.RolePrefillRagged,
+			ir.RoleQKVAppend:
 		default:
 			return ir.Errorf(k.Pos, "not supported yet: kernel %s", k.Role)
 		}
@@ -129,7 +134,7 @@ func Lower(v *ir.Variant, t Tiling) (*ir.Module, error) {
 		if t.DecodeKVTile > 0 {
 			ld.t.KVTile = t.DecodeKVTile
 		}
-		ld.stageStored = t.DecodeStageStored && l.kvt.IsStorageOnly() && v.Rope == nil && v.MLA == nil
+		ld.stageStored = t.DecodeStageStored && l.kvt.IsStorageOnly() && v.InlineRope() == nil && v.MLA == nil
 		add(ld.decode(v.HasRole(ir.RoleDecode)))
 	}
 	if v.HasRole(ir.RolePrefillRagged) {
@@ -155,6 +160,9 @@ func Lower(v *ir.Variant, t Tiling) (*ir.Module, error) {
 	}
 	if v.HasRole(ir.RoleScatterPages) {
 		add(l.movePages(true))
+	}
+	if v.HasRole(ir.RoleQKVAppend) {
+		add(l.qkvAppend())
 	}
 	return m, nil
 }

@@ -168,6 +168,13 @@ func TestUnsupported(t *testing.T) {
 			v.MLA = &ir.MLA{Pos: p}
 			v.Kernels = append(v.Kernels, ir.KernelRef{Role: ir.RolePrefillRagged, Pos: p})
 		},
+		"s.attn:3:5: not supported yet: rope at_append with mla (MLA's rope part arrives rotated in q_pe and kpe_pages)": func(v *ir.Variant) {
+			v.MLA, v.Rope = &ir.MLA{Pos: p}, &ir.Rope{Pos: p, AtAppend: true}
+		},
+		"s.attn:3:5: not supported yet: kernel qkv_append with mla": func(v *ir.Variant) {
+			v.MLA = &ir.MLA{Pos: p}
+			v.Kernels = append(v.Kernels, ir.KernelRef{Role: ir.RoleQKVAppend, Pos: p})
+		},
 	}
 	for want, f := range cases {
 		v := testVariant()
@@ -253,6 +260,53 @@ func TestPrefillRaggedReadsRows(t *testing.T) {
 		}
 		if err := ir.Verify(m); err != nil {
 			t.Errorf("quant %v: %v", quant, err)
+		}
+	}
+}
+
+// TestAtAppendAttentionTakesNoRope: with rope at_append the attention
+// entries take no RoPE positions and stage nothing rotated (the cache and
+// q_out hold rotated rows); with rope inline they do. qkv_append takes
+// positions only with rope at_append, the norm weights only with qk_norm.
+func TestAtAppendAttentionTakesNoRope(t *testing.T) {
+	for _, atAppend := range []bool{false, true} {
+		v := testVariant()
+		v.Rope = &ir.Rope{Theta: 10000, AtAppend: atAppend}
+		v.Kernels = append(v.Kernels, ir.KernelRef{Role: ir.RoleQKVAppend})
+		m, err := Lower(v, cpuLike)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range m.Plans {
+			has := map[string]bool{}
+			for _, a := range p.Params {
+				has[a.Name] = true
+			}
+			switch p.Role {
+			case ir.RolePrefill, ir.RoleDecode:
+				if has["q_rope_position"] == atAppend || has["k_rope_pos_offset"] == atAppend {
+					t.Errorf("rope at_append %v: %s takes q_rope_position %v, k_rope_pos_offset %v", atAppend, p.Role, has["q_rope_position"], has["k_rope_pos_offset"])
+				}
+			case ir.RoleQKVAppend:
+				if has["positions"] != atAppend || has["q_norm_weight"] || has["k_norm_weight"] {
+					t.Errorf("rope at_append %v, no qk_norm: qkv_append's arguments %v", atAppend, has)
+				}
+			}
+		}
+		// The rotation (its turns table) is in qkv_append's kernel with
+		// rope at_append, in the attention kernels otherwise.
+		for _, k := range m.Kernels {
+			rotates := strings.Contains(k.String(), "rope_turns")
+			switch k.Role {
+			case ir.RoleQKVAppend:
+				if rotates != atAppend {
+					t.Errorf("rope at_append %v: %s rotates %v", atAppend, k.Name, rotates)
+				}
+			case ir.RolePrefill, ir.RoleDecode:
+				if rotates == atAppend {
+					t.Errorf("rope at_append %v: %s rotates %v", atAppend, k.Name, rotates)
+				}
+			}
 		}
 	}
 }

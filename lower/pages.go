@@ -162,9 +162,7 @@ func (l *lowering) appendKernel() ([]*ir.Kernel, *ir.Plan) {
 			value := func(d ir.Expr) ir.Expr { return ld(p.in, l.dt, add(src, i64(d))) }
 			if l.v.Quantized() {
 				sc := l.scaleOnce(x, scales, p, kvh)
-				value = func(d ir.Expr) ir.Expr {
-					return ir.Cvt(l.kvt, div(tof32(ld(p.in, l.dt, add(src, i64(d)))), sc))
-				}
+				value = func(d ir.Expr) ir.Expr { return l.kvCode(tof32(ld(p.in, l.dt, add(src, i64(d)))), sc) }
 			}
 			x.spread("d", p.d, func(y *blk, d ir.Expr) { y.store(p.pages, add(dst, i64(d)), value(d)) })
 		}
@@ -178,6 +176,12 @@ func (l *lowering) appendKernel() ([]*ir.Kernel, *ir.Plan) {
 		Direct: []ir.Launch{{Kernel: k.Name, Items: mul(n, i32(l.KVH))}}}
 	return []*ir.Kernel{k}, p
 }
+
+// kvCode is the 8-bit code a quantized cache stores for the f32 value x
+// under scale sc: x / sc in f32, narrowed by the dtype table (nearest
+// even, saturated; NaN stays NaN for fp8, 0 for int8; DESIGN §3). append
+// and qkv_append both store through it.
+func (l *lowering) kvCode(x, sc ir.Expr) ir.Expr { return ir.Cvt(l.kvt, div(x, sc)) }
 
 // readKV is the read_kv role (TVM's debug_get_kv; prefix-cache offload):
 // the rows of every kv head at slot position_map[i] go to row i of each

@@ -7,13 +7,14 @@ import (
 )
 
 // Inline RoPE: the cache holds un-rotated K; queries and keys are rotated
-// as they are staged. With R = rotary_dim, pair i < R/2 — (x[i], x[i+R/2])
-// for pairs = half ("rotate_half"), (x[2i], x[2i+1]) for pairs =
-// interleaved — turns by angle pos * f_i; dims R.. pass through. The angle
-// is computed exactly modulo one turn in 64-bit fixed point — turns_i =
-// frac(f_i / 2π) · 2^64 is a constant and pos · turns_i wraps — so precision
-// does not decay with the position, on CPU and GPU alike; only the final
-// sin/cos run in f32.
+// as they are staged (rope at_append rotates the same way in qkv_append,
+// before the rows are stored, and the attention kernels rotate nothing).
+// With R = rotary_dim, pair i < R/2 — (x[i], x[i+R/2]) for pairs = half
+// ("rotate_half"), (x[2i], x[2i+1]) for pairs = interleaved — turns by
+// angle pos * f_i; dims R.. pass through. The angle is computed exactly
+// modulo one turn in 64-bit fixed point — turns_i = frac(f_i / 2π) · 2^64
+// is a constant and pos · turns_i wraps — so precision does not decay with
+// the position, on CPU and GPU alike; only the final sin/cos run in f32.
 
 // RopeFreqs is f_i, i < R/2 for R = r.Dim(d), in radians per position, for
 // style normal (θ^(-2i/R)), llama3 (Llama 3.1's rescaling by factor,
@@ -165,7 +166,7 @@ func (l *lowering) ropeElem(b *blk, pos, d ir.Expr, at func(ir.Expr) ir.Expr) ir
 // stageRow stores row element d of src (via at) into dst[idx], rotated at
 // pos when the variant has inline RoPE.
 func (l *lowering) stageRow(b *blk, dst string, idx, pos, d ir.Expr, at func(ir.Expr) ir.Expr) {
-	if l.v.Rope != nil {
+	if l.v.InlineRope() != nil {
 		b.store(dst, idx, l.ropeElem(b, pos, d, at))
 		return
 	}
@@ -173,7 +174,7 @@ func (l *lowering) stageRow(b *blk, dst string, idx, pos, d ir.Expr, at func(ir.
 }
 
 func (l *lowering) ropeParams(rows string) []*ir.Param {
-	if l.v.Rope == nil {
+	if l.v.InlineRope() == nil {
 		return nil
 	}
 	return []*ir.Param{buf("q_rope_position", ir.I32, false, rows), buf("k_rope_pos_offset", ir.I32, false, "batch_size")}
@@ -181,7 +182,7 @@ func (l *lowering) ropeParams(rows string) []*ir.Param {
 
 // qRopePos is query row qrow's rotation position (nil without RoPE).
 func (l *lowering) qRopePos(qrow ir.Expr) ir.Expr {
-	if l.v.Rope == nil {
+	if l.v.InlineRope() == nil {
 		return nil
 	}
 	return ldi("q_rope_position", qrow)
@@ -194,7 +195,7 @@ func (l *lowering) qRopePos(qrow ir.Expr) ir.Expr {
 // k_rope_pos_offset[sb]. The sum is an i64: an offset near INT32_MAX from
 // an untrusted request rotates at the position it names, not a wrapped one.
 func (l *lowering) kRopePos(pos, sb, qBase, qRow ir.Expr) ir.Expr {
-	if l.v.Rope == nil {
+	if l.v.InlineRope() == nil {
 		return nil
 	}
 	seq := add(i64(pos), i64(ldi("k_rope_pos_offset", sb)))

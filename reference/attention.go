@@ -380,7 +380,7 @@ func AttentionMag(v *ir.Variant, c *Case) (o, lse, mag []float64) {
 				for d, x := range c.Q[((row+i)*qo+h)*dqk:][:dqk] {
 					q[d] = float64(x)
 				}
-				if v.Rope != nil {
+				if v.InlineRope() != nil {
 					q = rotate(v.Rope, q, int(c.QRopePos[row+i]))
 				}
 				var pos []int
@@ -394,7 +394,7 @@ func AttentionMag(v *ir.Variant, c *Case) (o, lse, mag []float64) {
 					for d := range dqk {
 						k[d] = float64(kd[at+d]) * ks
 					}
-					if v.Rope != nil {
+					if v.InlineRope() != nil {
 						k = rotate(v.Rope, k, keyRopePos(v, c, b, row, kv))
 					}
 					dot := 0.0

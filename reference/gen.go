@@ -145,7 +145,7 @@ func NewCase(v *ir.Variant, rng *rand.Rand, spec CaseSpec) *Case {
 			c.Sinks[h] = 4*rng.Float32() - 2
 		}
 	}
-	if v.Rope != nil {
+	if v.InlineRope() != nil {
 		// Large offsets exercise the angle's precision far from position 0.
 		c.KRopeOffset = make([]int32, batch)
 		for b := range batch {
@@ -180,7 +180,7 @@ func NewCase(v *ir.Variant, rng *rand.Rand, spec CaseSpec) *Case {
 			}
 		}
 	}
-	if v.Rope != nil && c.TreeOrder != nil {
+	if v.InlineRope() != nil && c.TreeOrder != nil {
 		// A draft tree's tokens sit at depth-based positions (EAGLE,
 		// Medusa): prefix length + depth, so siblings share a position.
 		row := 0

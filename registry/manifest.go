@@ -271,6 +271,15 @@ func Constraints(v *ir.Variant) map[string]any {
 		c["kv_dtype"] = v.KVDType.String()
 		c["kv_scale"] = v.KVScale.String()
 	}
+	if v.Rope != nil && v.Rope.AtAppend {
+		// The cache holds rotated K and the attention entries take q
+		// rotated (qkv_append's q_out): they rotate nothing.
+		c["rope"] = "at_append"
+	}
+	if n := v.QKNorm; n != nil {
+		c["qk_norm_eps"] = n.Eps
+		c["qk_norm_offset"] = n.Offset
+	}
 	return c
 }
 

@@ -208,3 +208,26 @@ func TestSelectRole(t *testing.T) {
 		t.Error("a module without prefill_ragged selected it")
 	}
 }
+
+// TestConstraintsQKVAppend: a variant with rope at_append and qk_norm says
+// so in its constraints (the cache holds rotated K; the weights' offset),
+// and one without either has no such keys.
+func TestConstraintsQKVAppend(t *testing.T) {
+	v := variant()
+	c := registry.Constraints(v)
+	for _, k := range []string{"rope", "qk_norm_eps", "qk_norm_offset"} {
+		if _, ok := c[k]; ok {
+			t.Errorf("plain variant: constraint %s = %v, want none", k, c[k])
+		}
+	}
+	v.Rope = &ir.Rope{Theta: 1e6, AtAppend: true}
+	v.QKNorm = &ir.QKNorm{Eps: 1e-6, Offset: 1}
+	c = registry.Constraints(v)
+	if c["rope"] != "at_append" || c["qk_norm_eps"] != 1e-6 || c["qk_norm_offset"] != 1.0 {
+		t.Errorf("constraints %v: want rope at_append, qk_norm_eps 1e-6, qk_norm_offset 1", c)
+	}
+	v.Rope.AtAppend = false
+	if _, ok := registry.Constraints(v)["rope"]; ok {
+		t.Errorf("rope inline: constraint rope present, want none (the attention entries take the positions)")
+	}
+}

@@ -1,0 +1,140 @@
+package conformance
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand"
+
+	"github.com/attnc/attnc/cpurt"
+	"github.com/attnc/attnc/ir"
+	"github.com/attnc/attnc/lower"
+	"github.com/attnc/attnc/reference"
+)
+
+// runFuzzQKV runs qkv_append with fuzzed n, num_pages, position_map and
+// positions: the status append's rules give (n or num_pages negative:
+// BAD_ARGUMENT; n * kv_heads items past the limit: TOO_LARGE; a slot
+// neither -1 nor in the pool: BAD_SLOT), every output untouched on a bad
+// status; on success q_out within the rounding bound of
+// reference.QKVAppend for every token, each written (slot, kv head) holding
+// the K row (within the bound) and V row (as append stores it) of one of
+// the tokens naming that slot (tokens naming one slot race), and every
+// other byte of the pools untouched.
+func runFuzzQKV(s *Suite, fc fuzzCase) fuzzResult {
+	v := s.V
+	sc := fc.Scalars
+	d, H, KVH := v.HeadDimQK, v.QOHeads, v.KVHeads
+	ps := int64(v.PageSize)
+	n, np := sc["n"], sc["num_pages"]
+	var st32 int32
+	need := int64(0)
+	switch {
+	case n < 0 || np < 0:
+		st32 = lower.ErrBadArgument
+	case n*int64(KVH) > lower.MaxItems:
+		st32 = lower.ErrTooLarge
+	default:
+		for _, slot := range fc.Arrays["position_map"][:n] {
+			if slot < -1 || int64(slot) >= np*ps {
+				st32 = lower.ErrBadSlot
+				break
+			}
+			need = max(need, int64(slot)/ps+1)
+		}
+	}
+	pages := max(1, min(max(np, need), fuzzCapPages))
+	if need > pages {
+		return fuzzResult{Skip: true, Pass: true}
+	}
+	rng := rand.New(rand.NewSource(fc.Seed))
+	pool := s.randomPool(rng, int(pages))
+	pm, pos := fc.Arrays["position_map"], fc.Arrays["positions"]
+	rows := len(pm) // the arrays hold the original count, n at most
+	in := s.randomQKV(rng, rows, 0)
+	in.positions = pos
+	ks, vs := s.appendScales(rng)
+	cb := &caseBuffers{vals: map[string]int64{}}
+	defer cb.free()
+	for k, x := range sc {
+		cb.vals[k] = x
+	}
+	in.add(cb, s)
+	cb.add("position_map", cpurt.I32Buffer(pm))
+	kp := cb.add("k_pages", cpurt.U8Buffer(pool.k))
+	vp := cb.add("v_pages", cpurt.U8Buffer(pool.v))
+	s.addPoolScales(cb, ks, vs)
+	qo := cb.add("q_out", s.enc(nanSlice(max(rows, 1)*H*d)))
+	qBefore := bytes.Clone(qo.U8())
+	st, err := s.run(ir.RoleQKVAppend, cb)
+	res := fuzzResult{Status: st}
+	switch {
+	case err != nil:
+		res.Msg = err.Error()
+		return res
+	case st != st32:
+		res.Msg = fmt.Sprintf("status %d, the documented rules give %d", st, st32)
+		return res
+	case st != 0:
+		res.Pass = bytes.Equal(kp.U8(), pool.k) && bytes.Equal(vp.U8(), pool.v) && bytes.Equal(qo.U8(), qBefore)
+		if !res.Pass {
+			res.Msg = fmt.Sprintf("status %d but an output was written", st)
+		}
+		return res
+	}
+	want := reference.QKVAppend(v, in.qkv, in.positions, in.qw, in.kw)
+	var w qkvWorst
+	m := int(n) * H * d
+	gotQ := s.dec(qo)
+	okQ := w.note(v.DType, gotQ[:m], want.Q[:m], want.QMag[:m]) && bytes.Equal(qo.U8()[m*reference.Size(v.DType):], qBefore[m*reference.Size(v.DType):])
+	// Per (slot, kv head): the rows of one of the tokens naming the slot.
+	rowsOf := map[int32][]int{}
+	for i, slot := range pm[:n] {
+		if slot >= 0 {
+			rowsOf[slot] = append(rowsOf[slot], i)
+		}
+	}
+	wantK, wantV := bytes.Clone(pool.k), bytes.Clone(pool.v)
+	gotK, gotV := kp.U8(), vp.U8()
+	okRows := true
+	for slot, toks := range rowsOf {
+		for h := range KVH {
+			a, b := s.rowSpan(int(slot)/v.PageSize, h, int(slot)%v.PageSize, d)
+			found := false
+			for _, i := range toks {
+				row := (i*KVH + h) * d
+				okK := true
+				if v.Quantized() {
+					for j, c := range gotK[a:b] {
+						okK = okK && codeWithin(v.KVDType, c, want.K[row+j], reference.HalfAllowance*want.KMag[row+j], ks[h%len(ks)])
+					}
+				} else {
+					okK = AllowanceUsed(v.DType, reference.Decode(v.DType, gotK[a:b]), want.K[row:row+d], want.KMag[row:row+d]) <= 1
+				}
+				xs := make([]float32, d)
+				for j := range xs {
+					xs[j] = float32(want.V[row+j])
+				}
+				vb := reference.Encode(v.DType, xs)
+				if v.Quantized() {
+					vb = make([]byte, d)
+					for j, x := range xs {
+						vb[j] = reference.Quantize(v.KVDType, x, vs[h%len(vs)])
+					}
+				}
+				if okK && bytes.Equal(gotV[a:b], vb) {
+					found = true
+					break
+				}
+			}
+			okRows = okRows && found
+			copy(wantK[a:b], gotK[a:b])
+			copy(wantV[a:b], gotV[a:b])
+		}
+	}
+	rest := bytes.Equal(gotK, wantK) && bytes.Equal(gotV, wantV)
+	res.Pass = okQ && okRows && rest
+	if !res.Pass {
+		res.Msg = fmt.Sprintf("qkv_append of %d tokens: q_out ok %v, cached rows ok %v, other pool bytes untouched %v", n, okQ, okRows, rest)
+	}
+	return res
+}
