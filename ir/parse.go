@@ -990,6 +990,11 @@ func (p *parser) identExpr(t token) Expr {
 			if len(args) == 3 {
 				e = &Select{Cond: args[0], X: args[1], Y: args[2]}
 			}
+		} else if t.text == "guarded" {
+			want = 2
+			if len(args) == 2 {
+				e = &Guarded{Cond: args[0], X: args[1]}
+			}
 		} else {
 			p.failAt(t, "unknown function %s", t.text)
 		}

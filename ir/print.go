@@ -394,6 +394,14 @@ func writeExprIn(sb *strings.Builder, e Expr, elems func(string) (Type, bool)) {
 		if t, ok := elems(e.Buf); ok && t != e.T {
 			sb.WriteString(":" + e.T.String()) // carrier bits of a storage-only element
 		}
+	case *Guarded:
+		sb.WriteString("guarded(")
+		writeExprIn(sb, e.Cond, elems)
+		sb.WriteString(", ")
+		writeExprIn(sb, e.X, elems)
+		sb.WriteString(")")
+	case *ParamRead:
+		sb.WriteString("param." + e.Name + "." + e.T.String() + "(" + exprListIn(e.Index, elems) + ")")
 	case *Call:
 		sb.WriteString("@" + e.Fn + "." + e.T.String() + "(" + exprListIn(e.Args, elems) + ")")
 	case *MulAdd:

@@ -33,7 +33,65 @@ func MaskDef(v *ir.Variant) *ir.Def {
 	if v.Sinks != nil && v.Sinks.Kind == ir.SinkTokens {
 		vis = or(vis, and(lt(kvPos, i32(v.Sinks.Tokens)), le(kvPos, qPos)))
 	}
-	return &ir.Def{Name: "mask", Params: []*ir.Param{scalar("q_pos"), scalar("kv_pos"), scalar("head"), scalar("batch")}, Body: vis}
+	return &ir.Def{Name: "mask", Params: []*ir.Param{scalar("q_pos"), scalar("kv_pos"), scalar("head"), scalar("batch")}, Body: ParamLoads(v, vis)}
+}
+
+// ParamLoads rewrites every param read of e (ir.ParamRead) as a guarded
+// load of the param's buffer: the index, row-major over the declared
+// shape, is computed in i64 and the load runs only when every index lies
+// in its dimension; outside the shape the read gives 0.
+func ParamLoads(v *ir.Variant, e ir.Expr) ir.Expr {
+	return ir.MapExpr(e, func(x ir.Expr) ir.Expr {
+		r, ok := x.(*ir.ParamRead)
+		if !ok {
+			return x
+		}
+		p := v.Param(r.Name)
+		var in ir.Expr
+		var flat ir.Expr
+		for k, d := range p.Dims {
+			size := ParamDimSize(v, d)
+			ik := r.Index[k]
+			ok := and(ge(ik, i32(0)), lt(ik, size))
+			if in == nil {
+				in, flat = ok, i64(ik)
+			} else {
+				in, flat = and(in, ok), add(mul(flat, i64(size)), i64(ik))
+			}
+		}
+		return &ir.Guarded{Cond: in, X: ld(p.Name, p.T, flat)}
+	})
+}
+
+// ParamDimSize is dimension d of a param as an i32 expression: a
+// literal, the variant's head counts, batch_size, or the dim's own i32
+// argument.
+func ParamDimSize(v *ir.Variant, d ir.ParamDim) ir.Expr {
+	switch d.Name {
+	case "":
+		return i32(d.Size)
+	case "qo_heads":
+		return i32(v.QOHeads)
+	case "kv_heads":
+		return i32(v.KVHeads)
+	case "batch":
+		return ir.R("batch_size", ir.I32)
+	}
+	return ir.R(d.Name, ir.I32)
+}
+
+// ScoreReadsBatch reports whether v's score expression reads batch, which
+// the @score Def then takes as a fifth parameter.
+func ScoreReadsBatch(v *ir.Variant) bool {
+	found := false
+	if v.Score != nil {
+		ir.VisitExpr(v.Score, func(e ir.Expr) {
+			if r, ok := e.(*ir.Ref); ok && r.Name == "batch" {
+				found = true
+			}
+		})
+	}
+	return found
 }
 
 // ScoreDef states the score transform over score (already scaled), q_pos,
@@ -41,9 +99,13 @@ func MaskDef(v *ir.Variant) *ir.Def {
 func ScoreDef(v *ir.Variant) *ir.Def {
 	var body ir.Expr = ir.R("score", ir.F32)
 	if v.Score != nil {
-		body = ir.Cvt(ir.F32, v.Score)
+		body = ParamLoads(v, ir.Cvt(ir.F32, v.Score))
 	}
-	return &ir.Def{Name: "score", Params: []*ir.Param{{Name: "score", Elem: ir.F32}, scalar("q_pos"), scalar("kv_pos"), scalar("head")}, Body: body}
+	params := []*ir.Param{{Name: "score", Elem: ir.F32}, scalar("q_pos"), scalar("kv_pos"), scalar("head")}
+	if ScoreReadsBatch(v) {
+		params = append(params, scalar("batch"))
+	}
+	return &ir.Def{Name: "score", Params: params, Body: body}
 }
 
 // PlanSplitsDef is the split-KV rule shared by the registry (evaluated in Go)

@@ -26,6 +26,38 @@ func (l *lowering) maskParams(rows string) []*ir.Param {
 	if l.hasMask(ir.MaskCustom) {
 		ps = append(ps, buf("custom_mask", ir.U8, false, "mask_bytes"), buf("mask_indptr", ir.I32, false, "batch_size+1"))
 	}
+	return append(ps, l.paramArgs()...)
+}
+
+// paramArgs are the variant's param tensors, each followed by the named
+// dims it declares first (i32 scalars): the mask and score expressions
+// read them.
+func (l *lowering) paramArgs() []*ir.Param {
+	var ps []*ir.Param
+	seen := map[string]bool{}
+	for _, p := range l.v.Params {
+		shape := make([]string, len(p.Dims))
+		var dims []*ir.Param
+		for k, d := range p.Dims {
+			switch {
+			case d.Name == "":
+				shape[k] = itoa(d.Size)
+			case d.Name == "qo_heads":
+				shape[k] = itoa(l.v.QOHeads)
+			case d.Name == "kv_heads":
+				shape[k] = itoa(l.v.KVHeads)
+			case d.Name == "batch":
+				shape[k] = "batch_size"
+			default:
+				shape[k] = d.Name
+				if !seen[d.Name] {
+					seen[d.Name] = true
+					dims = append(dims, scalar(d.Name))
+				}
+			}
+		}
+		ps = append(append(ps, buf(p.Name, p.T, false, shape...)), dims...)
+	}
 	return ps
 }
 
