@@ -18,6 +18,9 @@ import (
 type checker struct {
 	file string
 	errs []*ir.PosError
+	// badParams are the params of the variant being checked whose line
+	// has an error: reads of them report nothing more.
+	badParams map[string]bool
 }
 
 // errorf records an error at p.
@@ -282,7 +285,9 @@ func (c *checker) variant(va *variantAST) *ir.Variant {
 	} else if v.HeadDimQK > 0 {
 		v.Scale = 1 / math.Sqrt(float64(v.HeadDimQK))
 	}
-	c.paramsRead(l.params, v)
+	if len(c.errs) == 0 { // an expression with an error reads nothing
+		c.paramsRead(l.params, v)
+	}
 	v.Kernels = []ir.KernelRef{{Role: ir.RolePrefill, Pos: v.Pos}, {Role: ir.RoleDecode, Pos: v.Pos}, {Role: ir.RoleMergeState, Pos: v.Pos}}
 	if l.kernels != nil {
 		v.Kernels = c.kernels(l.kernels)
@@ -992,6 +997,7 @@ func (c *checker) argName(p lexer.Position, what, name string) bool {
 // or a new name (an i32 argument).
 func (c *checker) params(ps []*paramStmt, v *ir.Variant) []*ir.ParamDecl {
 	var out []*ir.ParamDecl
+	c.badParams = map[string]bool{}
 	first := map[string]lexer.Position{}
 	for i, s := range ps {
 		if s == nil || s.Name == nil || s.DType == nil {
@@ -1054,6 +1060,8 @@ func (c *checker) params(ps []*paramStmt, v *ir.Variant) []*ir.ParamDecl {
 		}
 		if ok {
 			out = append(out, d)
+		} else {
+			c.badParams[d.Name] = true
 		}
 	}
 	// A named dim declared after a param of its name is caught above; a

@@ -306,6 +306,9 @@ func findParam(ps []*ir.ParamDecl, name string) *ir.ParamDecl {
 // per dimension.
 func (c *checker) paramRead(p lexer.Position, name string, ix *indexExprs, s *scope) val {
 	pd := findParam(s.params, name)
+	if pd == nil && c.badParams[name] {
+		return val{} // its param line has an error
+	}
 	if pd == nil {
 		var names []string
 		for _, q := range s.params {
