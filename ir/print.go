@@ -119,7 +119,15 @@ func (p *printer) module(m *Module) {
 		for _, pr := range d.Params {
 			ps = append(ps, ParamString(pr))
 		}
-		p.line("def %s(%s): %s = %s", d.Name, strings.Join(ps, ", "), d.Body.Type(), ExprString(d.Body))
+		uses := ""
+		if len(d.Uses) > 0 {
+			var us []string
+			for _, u := range d.Uses {
+				us = append(us, ParamString(u))
+			}
+			uses = " uses(" + strings.Join(us, ", ") + ")"
+		}
+		p.line("def %s(%s)%s: %s = %s", d.Name, strings.Join(ps, ", "), uses, d.Body.Type(), ExprString(d.Body))
 	}
 	for _, k := range m.Kernels {
 		p.sb.WriteByte('\n')

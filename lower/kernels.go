@@ -33,7 +33,7 @@ func MaskDef(v *ir.Variant) *ir.Def {
 	if v.Sinks != nil && v.Sinks.Kind == ir.SinkTokens {
 		vis = or(vis, and(lt(kvPos, i32(v.Sinks.Tokens)), le(kvPos, qPos)))
 	}
-	return &ir.Def{Name: "mask", Params: []*ir.Param{scalar("q_pos"), scalar("kv_pos"), scalar("head"), scalar("batch")}, Body: ParamLoads(v, vis)}
+	return &ir.Def{Name: "mask", Params: []*ir.Param{scalar("q_pos"), scalar("kv_pos"), scalar("head"), scalar("batch")}, Uses: paramUses(v, vis), Body: ParamLoads(v, vis)}
 }
 
 // ParamLoads rewrites every param read of e (ir.ParamRead) as a guarded
@@ -61,6 +61,56 @@ func ParamLoads(v *ir.Variant, e ir.Expr) ir.Expr {
 		}
 		return &ir.Guarded{Cond: in, X: ld(p.Name, p.T, flat)}
 	})
+}
+
+// paramUses are the kernel arguments that the param reads of e need: each
+// param's buffer and the scalars its dims name (batch_size included).
+func paramUses(v *ir.Variant, e ir.Expr) []*ir.Param {
+	read := map[string]bool{}
+	ir.VisitExpr(e, func(x ir.Expr) {
+		if r, ok := x.(*ir.ParamRead); ok {
+			read[r.Name] = true
+		}
+	})
+	var out []*ir.Param
+	seen := map[string]bool{}
+	for _, p := range v.Params {
+		if !read[p.Name] {
+			continue
+		}
+		out = append(out, buf(p.Name, p.T, false, paramShape(v, p)...))
+		for _, d := range p.Dims {
+			n := d.Name
+			if n == "batch" {
+				n = "batch_size"
+			}
+			if (d.Runtime() || n == "batch_size") && !seen[n] {
+				seen[n] = true
+				out = append(out, scalar(n))
+			}
+		}
+	}
+	return out
+}
+
+// paramShape is param p's symbolic shape as the argument lists give it.
+func paramShape(v *ir.Variant, p *ir.ParamDecl) []string {
+	shape := make([]string, len(p.Dims))
+	for k, d := range p.Dims {
+		switch d.Name {
+		case "":
+			shape[k] = itoa(d.Size)
+		case "qo_heads":
+			shape[k] = itoa(v.QOHeads)
+		case "kv_heads":
+			shape[k] = itoa(v.KVHeads)
+		case "batch":
+			shape[k] = "batch_size"
+		default:
+			shape[k] = d.Name
+		}
+	}
+	return shape
 }
 
 // ParamDimSize is dimension d of a param as an i32 expression: a
@@ -98,14 +148,15 @@ func ScoreReadsBatch(v *ir.Variant) bool {
 // kv_pos and head; the identity when the variant has none.
 func ScoreDef(v *ir.Variant) *ir.Def {
 	var body ir.Expr = ir.R("score", ir.F32)
+	var uses []*ir.Param
 	if v.Score != nil {
-		body = ParamLoads(v, ir.Cvt(ir.F32, v.Score))
+		body, uses = ParamLoads(v, ir.Cvt(ir.F32, v.Score)), paramUses(v, v.Score)
 	}
 	params := []*ir.Param{{Name: "score", Elem: ir.F32}, scalar("q_pos"), scalar("kv_pos"), scalar("head")}
 	if ScoreReadsBatch(v) {
 		params = append(params, scalar("batch"))
 	}
-	return &ir.Def{Name: "score", Params: params, Body: body}
+	return &ir.Def{Name: "score", Params: params, Uses: uses, Body: body}
 }
 
 // PlanSplitsDef is the split-KV rule shared by the registry (evaluated in Go)

@@ -36,27 +36,14 @@ func (l *lowering) paramArgs() []*ir.Param {
 	var ps []*ir.Param
 	seen := map[string]bool{}
 	for _, p := range l.v.Params {
-		shape := make([]string, len(p.Dims))
 		var dims []*ir.Param
-		for k, d := range p.Dims {
-			switch {
-			case d.Name == "":
-				shape[k] = itoa(d.Size)
-			case d.Name == "qo_heads":
-				shape[k] = itoa(l.v.QOHeads)
-			case d.Name == "kv_heads":
-				shape[k] = itoa(l.v.KVHeads)
-			case d.Name == "batch":
-				shape[k] = "batch_size"
-			default:
-				shape[k] = d.Name
-				if !seen[d.Name] {
-					seen[d.Name] = true
-					dims = append(dims, scalar(d.Name))
-				}
+		for _, d := range p.Dims {
+			if d.Runtime() && !seen[d.Name] {
+				seen[d.Name] = true
+				dims = append(dims, scalar(d.Name))
 			}
 		}
-		ps = append(append(ps, buf(p.Name, p.T, false, shape...)), dims...)
+		ps = append(append(ps, buf(p.Name, p.T, false, paramShape(l.v, p)...)), dims...)
 	}
 	return ps
 }
