@@ -33,8 +33,8 @@ func TestLoweredRoundTripParams(t *testing.T) {
 			{Name: "doc", T: ir.I32, Dims: []ir.ParamDim{{Name: "batch"}, {Name: "max_len"}}},
 			{Name: "bias", T: ir.F32, Dims: []ir.ParamDim{{Name: "qo_heads"}, {Size: 7}}},
 		},
-		Masks: []ir.MaskClause{{Kind: ir.MaskExpr, Expr: ir.Bin(ir.And, ir.Bin(ir.Le, kvPos, qPos), ir.Bin(ir.Eq, doc(qPos), doc(kvPos)))}},
-		Score: ir.Bin(ir.Add, ir.R("score", ir.F32), &ir.ParamRead{Name: "bias", Index: []ir.Expr{head, ir.Bin(ir.Rem, kvPos, ir.Int(9))}, T: ir.F32}),
+		Masks:   []ir.MaskClause{{Kind: ir.MaskExpr, Expr: ir.Bin(ir.And, ir.Bin(ir.Le, kvPos, qPos), ir.Bin(ir.Eq, doc(qPos), doc(kvPos)))}},
+		Score:   ir.Bin(ir.Add, ir.R("score", ir.F32), &ir.ParamRead{Name: "bias", Index: []ir.Expr{head, ir.Bin(ir.Rem, kvPos, ir.Int(9))}, T: ir.F32}),
 		Kernels: []ir.KernelRef{{Role: ir.RolePrefill}, {Role: ir.RoleDecode}, {Role: ir.RolePrefillRagged}}}
 	roundTripAllPasses(t, v)
 }
