@@ -13,7 +13,8 @@ import (
 
 // paramSpecs are variants whose masks and scores read param tensors:
 // FlexAttention's packed-document mask, per-head slopes, a 2-D f32 table
-// in a score indexed partly outside its shape, an i32 param as a boolean.
+// in a score indexed partly outside its shape, an i32 param as a boolean,
+// params indexed by batch in a score.
 var paramSpecs = []string{
 	`variant pm_docs { heads qo = 8, kv = 2
 	  head_dim 64
@@ -42,6 +43,14 @@ var paramSpecs = []string{
 	  cache paged(page_size = 4, table = block_table)
 	  param keep i32[qo_heads, 5]
 	  mask window(left = 40), expr(keep[head, kv_pos % 7] || kv_pos == q_pos)
+	  kernels prefill, decode }`,
+	`variant pm_batch { heads qo = 4, kv = 1
+	  head_dim 64
+	  dtype f16
+	  cache paged(page_size = 2, layout = NHD)
+	  param bb f32[batch, qo_heads]
+	  param doc i32[batch, doc_len]
+	  score score * (1.0 + bb[batch, head]) - 0.5 * doc[batch, kv_pos]
 	  kernels prefill, decode }`,
 }
 
@@ -111,7 +120,7 @@ func runParamDims(s *Suite, threads int) []Result {
 
 // paramEmulated are the param variants the CUDA emulator and qemu-aarch64
 // run (the emulators are slow: a subset).
-var paramEmulated = []string{"pm_docs", "pm_table"}
+var paramEmulated = []string{"pm_docs", "pm_table", "pm_batch"}
 
 // TestParamEmulated runs paramEmulated on the emulated CUDA target and
 // on aarch64 under qemu, named dims inside and outside the positions.
