@@ -317,7 +317,8 @@ func learned(v *ir.Variant) bool { return v.Sinks != nil && v.Sinks.Kind == ir.S
 
 // Visible reports whether kv position kv is visible to the query at q for qo
 // head h of sequence b: every mask clause must allow it, then `sinks
-// tokens(N)` makes kv < N visible again (still causal).
+// tokens(N)` makes kv < N visible again (still causal). Without a case,
+// every param reads 0 (an empty tensor).
 func Visible(v *ir.Variant, b, h, q, kv int) bool { return visible(v, nil, b, h, 0, q, kv) }
 
 // visible is Visible with the case's tree and custom masks: i is the query

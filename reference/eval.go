@@ -13,7 +13,8 @@ type Env struct {
 	Score                    float64
 	QPos, KVPos, Head, Batch int64
 	QOHeads                  int // for alibi_slope(h) with one argument
-	// Params are the param tensors a ParamRead reads, by name.
+	// Params are the param tensors a ParamRead reads, by name; nil reads
+	// every param as an empty tensor (0 at every index).
 	Params map[string]*ParamValue
 }
 
@@ -175,6 +176,10 @@ func eval(e ir.Expr, env *Env) value {
 	case *ir.Call:
 		return evalCall(e, env)
 	case *ir.ParamRead:
+		if env.Params == nil {
+			// No case (Visible): every param is an empty tensor.
+			return value{}
+		}
 		p := env.Params[e.Name]
 		if p == nil {
 			panic("reference: param " + e.Name + " has no value")

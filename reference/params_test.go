@@ -45,4 +45,8 @@ func TestEvalParams(t *testing.T) {
 			t.Errorf("q %d kv %d: w %v, want %v", c.q, c.kv, got, c.w)
 		}
 	}
+	// Without a case (Visible), every param is empty: 0 at every index.
+	if got := EvalFloat(w, &Env{QPos: 1}); got != 0 {
+		t.Errorf("w without params %v, want 0", got)
+	}
 }
