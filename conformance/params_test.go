@@ -22,7 +22,7 @@ var paramSpecs = []string{
 	  cache paged(page_size = 16)
 	  param doc i32[batch, max_len]
 	  mask expr(kv_pos <= q_pos && doc[batch, q_pos] == doc[batch, kv_pos])
-	  kernels prefill, decode }`,
+	  kernels prefill, decode, prefill_ragged }`,
 	`variant pm_slopes { heads qo = 4, kv = 4
 	  head_dim 128
 	  dtype bf16
@@ -36,7 +36,7 @@ var paramSpecs = []string{
 	  cache paged(page_size = 8)
 	  param bias f32[16, kv_heads]
 	  score score + 4.0 * bias[kv_pos - q_pos + 11, head / 2]
-	  kernels prefill, decode }`,
+	  kernels prefill, decode, prefill_ragged }`,
 	`variant pm_keep { heads qo = 2, kv = 1
 	  head_dim 64
 	  dtype f32
@@ -60,10 +60,11 @@ var paramSpecs = []string{
 // 0, none touches memory).
 var paramDimCases = []int{5, 0}
 
-// TestParamMatrix runs the param variants on prefill and decode against
-// the float64 reference: the whole matrix at 1 and 3 threads (bad inputs
-// included: a negative named dim is a status with nothing written), then
-// again with named dims that put indices outside the param's shape.
+// TestParamMatrix runs the param variants on prefill, decode and
+// prefill_ragged against the float64 reference: the whole matrix at 1 and
+// 3 threads (bad inputs included: a negative named dim is a status with
+// nothing written), then prefill and decode again with named dims that put
+// indices outside the param's shape.
 func TestParamMatrix(t *testing.T) {
 	needTools(t)
 	for _, src := range paramSpecs {
