@@ -152,14 +152,20 @@ func TestParamEmulated(t *testing.T) {
 						t.Fatal(err)
 					}
 					defer s.Close()
+					n := 0
 					for _, r := range append(s.RunAll([]int{1}, 11), runParamDims(s, 1)...) {
 						if !r.Pass {
 							t.Errorf("%s", r)
 						}
 						record(target+" param "+dtypeKey(v), r)
+						n++
 					}
+					t.Logf("%d runs", n)
 				})
 			}
 		})
 	}
+	t.Cleanup(func() {
+		t.Logf("%d kernel runs; max errors: o %v (f16/bf16 in ulps), lse %v", maxErr.cases, maxErr.o, maxErr.lse)
+	})
 }
