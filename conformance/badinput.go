@@ -88,6 +88,10 @@ func badInputs(v *ir.Variant, ragged bool) []BadInput {
 		{Name: "batch_size -1", Status: lower.ErrBadArgument, Scalar: true, Break: setScalar("batch_size", -1)},
 		{Name: "batch_size INT32_MIN", Status: lower.ErrBadArgument, Scalar: true, Break: setScalar("batch_size", i32min)},
 	}
+	for _, d := range v.ParamDimNames() { // a param's runtime dims
+		out = append(out, BadInput{Name: d + " -1", Status: lower.ErrBadArgument, Scalar: true, Break: setScalar(d, -1)},
+			BadInput{Name: d + " INT32_MIN", Status: lower.ErrBadArgument, Scalar: true, Break: setScalar(d, i32min)})
+	}
 	if !ragged {
 		out = append(out, []BadInput{
 			{Name: "num_pages -1", Status: lower.ErrBadArgument, Scalar: true, Break: setScalar("num_pages", -1)},

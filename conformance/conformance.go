@@ -552,6 +552,25 @@ func (s *Suite) buffers(c *reference.Case) *caseBuffers {
 		cb.add("v", s.enc(c.RaggedV))
 		cb.add("kv_token_indptr", cpurt.I32Buffer(c.KVTokenIndptr))
 	}
+	for _, p := range v.Params {
+		xs := c.Params[p.Name]
+		if p.T == ir.I32 {
+			is := make([]int32, len(xs))
+			for i, x := range xs {
+				is[i] = int32(x)
+			}
+			cb.add(p.Name, cpurt.I32Buffer(is))
+		} else {
+			fs := make([]float32, len(xs))
+			for i, x := range xs {
+				fs[i] = float32(x)
+			}
+			cb.add(p.Name, cpurt.F32Buffer(fs))
+		}
+	}
+	for name, d := range c.ParamDims {
+		cb.vals[name] = int64(d)
+	}
 	nOut := c.TotalQ() * v.QOHeads * v.HeadDimV
 	cb.o = cb.add("o", s.enc(nanSlice(nOut)))
 	cb.lse = cb.add("lse", cpurt.F32Buffer(nanSlice(c.TotalQ()*v.QOHeads)))

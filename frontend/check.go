@@ -18,6 +18,9 @@ import (
 type checker struct {
 	file string
 	errs []*ir.PosError
+	// badParams are the params of the variant being checked whose line
+	// has an error: reads of them report nothing more.
+	badParams map[string]bool
 }
 
 // errorf records an error at p.
@@ -40,7 +43,7 @@ func sortErrors(errs []*ir.PosError) {
 func (c *checker) pos(p lexer.Position) ir.Pos { return position(c.file, p) }
 
 // settings lists the keywords that may start a line of a variant.
-var settings = []string{"heads", "head_dim", "dtype", "cache", "mask", "sinks", "score", "scale", "rope", "mla", "lse", "kernels", "qk_norm"}
+var settings = []string{"heads", "head_dim", "dtype", "cache", "mask", "sinks", "score", "scale", "rope", "mla", "lse", "kernels", "qk_norm", "param"}
 
 // Checked is one variant of a spec file as the checker saw it: the
 // variant, or the errors found in it (in source order).
@@ -113,6 +116,7 @@ type lines struct {
 	score          *scoreStmt
 	scale          *scaleStmt
 	kernels        *kernelsStmt
+	params         []*paramStmt // one per param line, in source order
 	// guessed are the settings an unknown setting's name is close to
 	// (head_dims: head_dim); their "missing line" errors would only
 	// repeat that error.
@@ -138,6 +142,8 @@ func (s *stmtAST) keyword() (string, lexer.Position) {
 		return s.Scale.Kw, s.Scale.Pos
 	case s.Kernels != nil:
 		return s.Kernels.Kw, s.Kernels.Pos
+	case s.Param != nil:
+		return s.Param.Kw, s.Param.Pos
 	case s.Unknown != nil:
 		return s.Unknown.Word, s.Unknown.Pos
 	}
@@ -168,6 +174,10 @@ func (c *checker) collect(va *variantAST) *lines {
 			} else {
 				c.errorf(pos, "unknown setting %q (known: %s)", kw, strings.Join(settings, ", "))
 			}
+			continue
+		}
+		if s.Param != nil {
+			l.params = append(l.params, s.Param)
 			continue
 		}
 		if p, dup := first[kw]; dup {
@@ -250,9 +260,10 @@ func (c *checker) variant(va *variantAST) *ir.Variant {
 	if l.cache != nil {
 		c.cache(v, l.cache)
 	}
+	v.Params = c.params(l.params, v)
 	v.Masks = []ir.MaskClause{{Kind: ir.MaskCausal, Pos: v.Pos}}
 	if l.mask != nil {
-		v.Masks = c.mask(l.mask)
+		v.Masks = c.mask(l.mask, v)
 	}
 	if l.sinks != nil {
 		v.Sinks = c.sinks(l.sinks)
@@ -265,7 +276,7 @@ func (c *checker) variant(va *variantAST) *ir.Variant {
 	}
 	if l.score != nil {
 		v.ScorePos = c.pos(l.score.Pos)
-		v.Score = c.scoreExpr(l.score.Expr, v.QOHeads)
+		v.Score = c.scoreExpr(l.score.Expr, v)
 	}
 	if l.scale != nil {
 		if f, ok := c.floatVal(l.scale.Val, "scale"); ok {
@@ -276,6 +287,9 @@ func (c *checker) variant(va *variantAST) *ir.Variant {
 		}
 	} else if v.HeadDimQK > 0 {
 		v.Scale = 1 / math.Sqrt(float64(v.HeadDimQK))
+	}
+	if len(c.errs) == 0 { // an expression with an error reads nothing
+		c.paramsRead(l.params, v)
 	}
 	v.Kernels = []ir.KernelRef{{Role: ir.RolePrefill, Pos: v.Pos}, {Role: ir.RoleDecode, Pos: v.Pos}, {Role: ir.RoleMergeState, Pos: v.Pos}}
 	if l.kernels != nil {
@@ -498,7 +512,7 @@ func (c *checker) kvDType(v *ir.Variant, dt, scale *argAST) {
 var maskKinds = map[string]ir.MaskKind{"causal": ir.MaskCausal, "none": ir.MaskNone, "tree": ir.MaskTree, "custom": ir.MaskCustom}
 
 // mask checks the clauses of a mask line.
-func (c *checker) mask(s *maskStmt) []ir.MaskClause {
+func (c *checker) mask(s *maskStmt, v *ir.Variant) []ir.MaskClause {
 	var out []ir.MaskClause
 	for _, cl := range s.Clauses {
 		if cl == nil {
@@ -511,7 +525,7 @@ func (c *checker) mask(s *maskStmt) []ir.MaskClause {
 				c.errorf(cl.Args.Pos, "mask %s takes no arguments", cl.Name)
 			}
 		} else if cl.Expr != nil {
-			mc.Kind, mc.Expr = ir.MaskExpr, c.maskExpr(cl.Expr)
+			mc.Kind, mc.Expr = ir.MaskExpr, c.maskExpr(cl.Expr, v)
 		} else if cl.Name == "window" {
 			mc.Kind = ir.MaskWindow
 			mc.Left = c.window(cl)
@@ -973,4 +987,162 @@ func editDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+// MaxParams bounds the param lines of a variant, MaxParamDims the
+// dimensions of one param.
+const (
+	MaxParams    = 8
+	MaxParamDims = 4
+)
+
+// reservedArgs are the names of kernel arguments (and scalars the kernels
+// define) that a param or a named dim may not take: they share the C
+// argument lists.
+var reservedArgs = []string{
+	"q", "qo_indptr", "k_pages", "v_pages", "num_pages", "kv_indptr", "kv_indices", "kv_last_page_len",
+	"block_table", "max_blocks", "kv_lens", "batch_size", "o", "lse", "tree_order", "tree_order_indptr",
+	"custom_mask", "mask_indptr", "mask_bytes", "q_rope_position", "k_rope_pos_offset", "k_scale", "v_scale", "sinks",
+	"v", "s", "v_other", "s_other", "n", "k", "position_map", "src_page", "dst_page", "length",
+	"q_nope", "q_pe", "ckv_pages", "kpe_pages", "ckv", "kpe", "rope_cos", "rope_sin", "rope_positions", "rope_factors",
+	"q_norm_weight", "k_norm_weight", "qkv", "positions", "q_out", "kv_token_indptr", "copy_indptr", "copy_src",
+	"copy_dst", "k_out", "v_out", "ckv_out", "kpe_out", "page_ids", "k_buf", "v_buf", "ckv_buf", "kpe_buf",
+	"total_q", "total_kv", "splits", "part_o", "part_lse", "plan_splits", "threads", "items",
+	// expression names and functions
+	"q_pos", "kv_pos", "head", "score", "qo_heads", "kv_heads", "batch",
+	"min", "max", "abs", "tanh", "exp", "log", "sqrt", "softcap", "alibi_slope", "expr",
+}
+
+// cKeywords are C and C++ keywords and names the generated code defines,
+// which a param or dim name cannot be.
+var cKeywords = []string{
+	"auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum", "extern",
+	"float", "for", "goto", "if", "inline", "int", "long", "register", "restrict", "return", "short", "signed",
+	"sizeof", "static", "struct", "switch", "typedef", "union", "unsigned", "void", "volatile", "while",
+	"bool", "true", "false", "class", "delete", "new", "namespace", "template", "this", "private", "public",
+	"protected", "operator", "virtual", "friend", "using", "try", "catch", "throw", "typename", "nullptr",
+	"main", "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize", "half", "NULL",
+}
+
+// argName checks a name a param or a named dim gives a kernel argument.
+func (c *checker) argName(p lexer.Position, what, name string) bool {
+	switch {
+	case slices.Contains(reservedArgs, name):
+		c.errorf(p, "%s name %q is taken: it names a kernel argument or an expression name", what, name)
+	case slices.Contains(cKeywords, name) || strings.HasPrefix(name, "__") || strings.HasPrefix(name, "attnc"):
+		c.errorf(p, "%s name %q is reserved in the generated C/CUDA code", what, name)
+	case len(name) > ir.MaxNameLen:
+		c.errorf(p, "%s name is %d characters long; the limit is %d", what, len(name), ir.MaxNameLen)
+	default:
+		return true
+	}
+	return false
+}
+
+// params checks the param lines: `param NAME DTYPE[DIM, ...]`, DTYPE f32
+// or i32, each DIM a positive integer literal, qo_heads, kv_heads, batch
+// or a new name (an i32 argument).
+func (c *checker) params(ps []*paramStmt, v *ir.Variant) []*ir.ParamDecl {
+	var out []*ir.ParamDecl
+	c.badParams = map[string]bool{}
+	first := map[string]lexer.Position{}
+	for i, s := range ps {
+		if s == nil || s.Name == nil || s.DType == nil {
+			continue
+		}
+		if i == MaxParams {
+			c.errorf(s.Pos, "more than %d param lines; the limit is %d", MaxParams, MaxParams)
+		}
+		ok := c.argName(s.Name.Pos, "param", s.Name.Name)
+		if p, dup := first[s.Name.Name]; dup {
+			c.errorf(s.Name.Pos, "duplicate param %s (first at %s)", s.Name.Name, c.pos(p))
+			ok = false
+		} else {
+			first[s.Name.Name] = s.Name.Pos
+		}
+		d := &ir.ParamDecl{Name: s.Name.Name, Pos: c.pos(s.Pos)}
+		switch s.DType.Name {
+		case "f32":
+			d.T = ir.F32
+		case "i32":
+			d.T = ir.I32
+		default:
+			c.errorf(s.DType.Pos, "param dtype must be f32 or i32, got %q", s.DType.Name)
+			ok = false
+		}
+		if len(s.Dims) == 0 {
+			c.errorf(s.DType.Pos, "param %s needs at least one dimension (%s %s[DIM, ...])", s.Name.Name, s.Name.Name, s.DType.Name)
+			ok = false
+		}
+		if len(s.Dims) > MaxParamDims {
+			c.errorf(s.Dims[MaxParamDims].Pos, "param %s has %d dimensions; the limit is %d", s.Name.Name, len(s.Dims), MaxParamDims)
+			ok = false
+		}
+		for _, dim := range s.Dims {
+			if dim == nil {
+				ok = false
+				continue
+			}
+			switch {
+			case dim.Int != nil:
+				n, good := c.parseInt(dim.Pos, *dim.Int)
+				if good && n < 1 {
+					c.errorf(dim.Pos, "param dimension must be at least 1, got %d", n)
+					good = false
+				}
+				ok = ok && good
+				d.Dims = append(d.Dims, ir.ParamDim{Size: int(n)})
+			case dim.Name != nil:
+				pd := ir.ParamDim{Name: *dim.Name}
+				switch {
+				case !pd.Runtime():
+				case first[pd.Name] != (lexer.Position{}) || findParam(out, pd.Name) != nil:
+					c.errorf(dim.Pos, "param dimension %s is the name of a param", pd.Name)
+					ok = false
+				case !c.argName(dim.Pos, "param dimension", pd.Name):
+					ok = false
+				}
+				d.Dims = append(d.Dims, pd)
+			}
+		}
+		if ok {
+			out = append(out, d)
+		} else {
+			c.badParams[d.Name] = true
+		}
+	}
+	// A named dim declared after a param of its name is caught above; a
+	// param declared after a dim of its name is caught here.
+	for _, d := range out {
+		for _, n := range v.ParamDimNamesOf(out) {
+			if d.Name == n {
+				c.errorf(lexer.Position{Filename: c.file, Line: d.Pos.Line, Column: d.Pos.Col}, "param %s has the name of a param dimension", d.Name)
+			}
+		}
+	}
+	return out
+}
+
+// paramsRead reports every param that no mask or score expression reads:
+// it would be an argument of no kernel.
+func (c *checker) paramsRead(ps []*paramStmt, v *ir.Variant) {
+	read := map[string]bool{}
+	mark := func(e ir.Expr) {
+		if e != nil {
+			ir.VisitExpr(e, func(x ir.Expr) {
+				if r, ok := x.(*ir.ParamRead); ok {
+					read[r.Name] = true
+				}
+			})
+		}
+	}
+	for _, m := range v.Masks {
+		mark(m.Expr)
+	}
+	mark(v.Score)
+	for _, s := range ps {
+		if s != nil && s.Name != nil && v.Param(s.Name.Name) != nil && !read[s.Name.Name] {
+			c.errorf(s.Name.Pos, "param %s is never read: index it in mask expr(...) or score", s.Name.Name)
+		}
+	}
 }

@@ -16,6 +16,15 @@ type val struct {
 	t ir.Type
 }
 
+// asBool turns an i32 param read into its truth value (!= 0); any other
+// value is returned as it is.
+func asBool(v val) val {
+	if _, ok := v.e.(*ir.ParamRead); ok && v.t == ir.I32 {
+		return val{ir.Bin(ir.Ne, v.e, ir.Int(0)), ir.Bool}
+	}
+	return v
+}
+
 // cvt converts v to t unless it already has type t.
 func cvt(t ir.Type, v val) val {
 	if v.t == t {
@@ -29,7 +38,8 @@ type scope struct {
 	kind    string   // "mask" or "score", for messages
 	names   []string // known identifiers, in message order
 	qoHeads int      // for alibi_slope
-	ops     int      // operators and calls converted so far
+	params  []*ir.ParamDecl
+	ops     int // operators and calls converted so far
 }
 
 // MaxExprOps bounds the operators and function calls of one mask or score
@@ -48,8 +58,9 @@ func (c *checker) count(s *scope, p lexer.Position) {
 }
 
 // maskExpr converts a mask expression, which must be a bool.
-func (c *checker) maskExpr(e *orExpr) ir.Expr {
-	x := c.orE(e, &scope{kind: "mask", names: []string{"q_pos", "kv_pos", "head", "batch"}})
+func (c *checker) maskExpr(e *orExpr, v *ir.Variant) ir.Expr {
+	x := c.orE(e, &scope{kind: "mask", names: []string{"q_pos", "kv_pos", "head", "batch"}, params: v.Params})
+	x = asBool(x)
 	if x.e != nil && x.t != ir.Bool {
 		c.errorf(e.Pos, "mask expression must be a bool, got %s", x.t)
 		return nil
@@ -59,8 +70,8 @@ func (c *checker) maskExpr(e *orExpr) ir.Expr {
 
 // scoreExpr converts a score expression, which must be a number, to f32. The
 // identity (`score score`) gives nil.
-func (c *checker) scoreExpr(e *orExpr, qoHeads int) ir.Expr {
-	x := c.orE(e, &scope{kind: "score", names: []string{"score", "q_pos", "kv_pos", "head", "batch"}, qoHeads: qoHeads})
+func (c *checker) scoreExpr(e *orExpr, v *ir.Variant) ir.Expr {
+	x := c.orE(e, &scope{kind: "score", names: []string{"score", "q_pos", "kv_pos", "head", "batch"}, qoHeads: v.QOHeads, params: v.Params})
 	if x.e == nil {
 		return nil
 	}
@@ -170,6 +181,9 @@ func (c *checker) binary(p lexer.Position, op string, x, y val) val {
 	if x.e == nil || y.e == nil || !known {
 		return val{}
 	}
+	if bop == ir.And || bop == ir.Or || (bop == ir.Eq || bop == ir.Ne) && (x.t == ir.Bool) != (y.t == ir.Bool) {
+		x, y = asBool(x), asBool(y)
+	}
 	switch {
 	case bop == ir.And || bop == ir.Or:
 		if x.t != ir.Bool || y.t != ir.Bool {
@@ -219,6 +233,9 @@ func (c *checker) unaryE(e *unaryExpr, s *scope) val {
 	}
 	c.count(s, e.Pos)
 	x := c.unaryE(e.X, s)
+	if e.Op == "!" {
+		x = asBool(x)
+	}
 	switch {
 	case x.e == nil:
 	case e.Op == "!" && x.t == ir.Bool:
@@ -252,7 +269,14 @@ func (c *checker) primaryE(p *primary, s *scope) val {
 	case p.Name != nil && p.Call != nil:
 		c.count(s, p.Pos)
 		return c.call(p.Pos, *p.Name, p.Call.Args, s)
+	case p.Name != nil && p.Index != nil:
+		c.count(s, p.Pos)
+		return c.paramRead(p.Pos, *p.Name, p.Index, s)
 	case p.Name != nil:
+		if pd := findParam(s.params, *p.Name); pd != nil {
+			c.errorf(p.Pos, "param %s is a tensor: index it with one integer expression per dimension (%s[%s])", pd.Name, pd.Name, strings.Repeat("i, ", len(pd.Dims)-1)+"i")
+			return val{}
+		}
 		for _, n := range s.names {
 			if n == *p.Name {
 				if n == "score" {
@@ -266,6 +290,65 @@ func (c *checker) primaryE(p *primary, s *scope) val {
 		return c.orE(p.Paren, s)
 	}
 	return val{}
+}
+
+// findParam returns the param named name, or nil.
+func findParam(ps []*ir.ParamDecl, name string) *ir.ParamDecl {
+	for _, p := range ps {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// paramRead types NAME[e1, ...]: NAME a declared param, one integer index
+// per dimension.
+func (c *checker) paramRead(p lexer.Position, name string, ix *indexExprs, s *scope) val {
+	pd := findParam(s.params, name)
+	if pd == nil && c.badParams[name] {
+		return val{} // its param line has an error
+	}
+	if pd == nil {
+		var names []string
+		for _, q := range s.params {
+			names = append(names, q.Name)
+		}
+		if len(names) == 0 {
+			c.errorf(p, "unknown param %q: declare it with a param line (param %s f32[DIM, ...])", name, name)
+		} else {
+			c.errorf(p, "unknown param %q (declared: %s)", name, strings.Join(names, ", "))
+		}
+		return val{}
+	}
+	if len(ix.Args) != len(pd.Dims) {
+		c.errorf(ix.Pos, "param %s has %d dimension%s, indexed with %d", name, len(pd.Dims), plural(len(pd.Dims)), len(ix.Args))
+		return val{}
+	}
+	idx := make([]ir.Expr, len(ix.Args))
+	for i, a := range ix.Args {
+		if a == nil {
+			return val{}
+		}
+		x := c.orE(a, s)
+		if x.e == nil {
+			return val{}
+		}
+		if x.t != ir.I32 {
+			c.errorf(a.Pos, "index %d of param %s must be an integer, got %s", i+1, name, x.t)
+			return val{}
+		}
+		idx[i] = x.e
+	}
+	return val{&ir.ParamRead{Name: name, Index: idx, T: pd.T}, pd.T}
+}
+
+// plural is "s" unless n is 1.
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
 }
 
 // funcs lists the callable functions and their arities, in message order.

@@ -12,7 +12,7 @@ var specLexer = lexer.MustSimple([]lexer.SimpleRule{
 	{Name: "Float", Pattern: `\d+\.\d*([eE][-+]?\d+)?|\.\d+([eE][-+]?\d+)?|\d+[eE][-+]?\d+`},
 	{Name: "Int", Pattern: `\d+`},
 	{Name: "Ident", Pattern: `[A-Za-z_][A-Za-z0-9_]*`},
-	{Name: "Punct", Pattern: `&&|\|\||==|!=|<=|>=|[-+*/%<>!(),={}]`},
+	{Name: "Punct", Pattern: `&&|\|\||==|!=|<=|>=|[-+*/%<>!(),={}\[\]]`},
 	{Name: "NL", Pattern: `\n`},
 	{Name: "Space", Pattern: `[ \t\r]+`},
 })
@@ -54,6 +54,7 @@ type stmtAST struct {
 	Score   *scoreStmt   `parser:"| @@"`
 	Scale   *scaleStmt   `parser:"| @@"`
 	Kernels *kernelsStmt `parser:"| @@"`
+	Param   *paramStmt   `parser:"| @@"`
 	Unknown *unknownStmt `parser:"| @@"`
 }
 
@@ -124,11 +125,27 @@ type kernelsStmt struct {
 	Names []*nameAST `parser:"@@ ( ',' NL* @@ )*"`
 }
 
+// paramStmt is `param NAME DTYPE[DIM, ...]`.
+type paramStmt struct {
+	Pos   lexer.Position
+	Kw    string    `parser:"@'param'"`
+	Name  *nameAST  `parser:"@@"`
+	DType *nameAST  `parser:"@@"`
+	Dims  []*dimAST `parser:"'[' ( @@ ( ',' @@ )* )? ']'"`
+}
+
+// dimAST is one dimension of a param: an integer literal or a name.
+type dimAST struct {
+	Pos  lexer.Position
+	Int  *string `parser:"@Int"`
+	Name *string `parser:"| @Ident"`
+}
+
 // unknownStmt swallows a line that starts with anything but a known keyword,
 // so that the checker can say which settings exist.
 type unknownStmt struct {
 	Pos  lexer.Position
-	Word string   `parser:"@!( 'heads' | 'head_dim' | 'lse' | 'mla' | 'dtype' | 'cache' | 'rope' | 'sinks' | 'mask' | 'score' | 'scale' | 'kernels' | 'qk_norm' | '}' | NL )"`
+	Word string   `parser:"@!( 'heads' | 'head_dim' | 'lse' | 'mla' | 'dtype' | 'cache' | 'rope' | 'sinks' | 'mask' | 'score' | 'scale' | 'kernels' | 'qk_norm' | 'param' | '}' | NL )"`
 	Rest []string `parser:"@( !( NL | '}' ) )*"`
 }
 
@@ -239,11 +256,18 @@ type unaryExpr struct {
 // primary is a literal, an identifier, a call or a parenthesized expression.
 type primary struct {
 	Pos   lexer.Position
-	Float *string   `parser:"@Float"`
-	Int   *string   `parser:"| @Int"`
-	Name  *string   `parser:"| @Ident"`
-	Call  *argExprs `parser:"@@?"`
-	Paren *orExpr   `parser:"| '(' NL* @@ NL* ')'"`
+	Float *string     `parser:"@Float"`
+	Int   *string     `parser:"| @Int"`
+	Name  *string     `parser:"| @Ident"`
+	Call  *argExprs   `parser:"( @@"`
+	Index *indexExprs `parser:"| @@ )?"`
+	Paren *orExpr     `parser:"| '(' NL* @@ NL* ')'"`
+}
+
+// indexExprs is a param read's index list, `[e1, e2, ...]`.
+type indexExprs struct {
+	Pos  lexer.Position
+	Args []*orExpr `parser:"'[' NL* ( @@ NL* ( ',' NL* @@ NL* )* )? ']'"`
 }
 
 // argExprs is a call's argument list.

@@ -232,3 +232,27 @@ func IsTrue(e Expr) bool { c, ok := e.(*Const); return ok && c.T == Bool && c.In
 
 // IsFalse reports whether e is the constant false.
 func IsFalse(e Expr) bool { c, ok := e.(*Const); return ok && c.T == Bool && c.Int == 0 }
+
+// Guarded is X when Cond holds and the zero of X's type otherwise; X is
+// not evaluated (its loads touch no memory) unless Cond holds. It is how
+// a kernel reads a `param` tensor: Cond is the bounds check of the index,
+// X the load.
+type Guarded struct {
+	Cond, X Expr
+}
+
+func (g *Guarded) Type() Type { return g.X.Type() }
+func (*Guarded) isExpr()      {}
+
+// ParamRead is `NAME[e1, e2, ...]` in a spec's mask or score expression:
+// a read of the `param` tensor NAME at one integer index per dimension,
+// 0 outside the declared shape. It lives only in ir.Variant expressions;
+// lowering turns it into a Guarded load with the index in i64.
+type ParamRead struct {
+	Name  string
+	Index []Expr
+	T     Type
+}
+
+func (p *ParamRead) Type() Type { return p.T }
+func (*ParamRead) isExpr()      {}

@@ -601,6 +601,11 @@ func (f *frame) eval(e Expr) val {
 	case *Load:
 		b := f.buffer(e.Buf)
 		return f.load(b, f.index(e.Index), e.T)
+	case *Guarded:
+		if f.eval(e.Cond) == 0 {
+			return 0
+		}
+		return f.eval(e.X)
 	case *NotNull:
 		return b2v(f.buffer(e.Buf).data != nil)
 	case *Shuffle:

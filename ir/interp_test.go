@@ -49,6 +49,11 @@ func TestEvalExpr(t *testing.T) {
 		{"(true ^ true)", false},
 		{"((a < 0) & (a > -10))", true},
 		{"select((a < 0), 1, 2)", int32(1)},
+		// A guarded load reads only when its guard holds: buf[7] is
+		// outside buf and is never read.
+		{"guarded((a < 0), buf[2])", float32(3)},
+		{"guarded((a > 0), buf[7])", float32(0)},
+		{"guarded(false, buf[-1])", float32(0)},
 		{"x", float32(0.1)},
 		{"0.1:f32", float32(0.1)},
 		{"(x + 0.2:f32)", float32(0.1) + float32(0.2)},

@@ -362,7 +362,8 @@ func (p *parser) module() *Module {
 	return m
 }
 
-// def reads `def NAME(a: i32, ...): T = expr`.
+// def reads `def NAME(a: i32, ...): T = expr`, with `uses(b: T*, ...)`
+// after the parameters when the body reads kernel arguments.
 func (p *parser) def() *Def {
 	p.expect("def")
 	d := &Def{Name: p.ident().text}
@@ -375,6 +376,17 @@ func (p *parser) def() *Def {
 		d.Params = append(d.Params, p.param())
 	}
 	p.expect(")")
+	if p.isKw("uses") {
+		p.next()
+		p.expect("(")
+		for !p.isPunct(")") {
+			if len(d.Uses) > 0 {
+				p.expect(",")
+			}
+			d.Uses = append(d.Uses, p.param())
+		}
+		p.expect(")")
+	}
 	p.expect(":")
 	tt := p.peek()
 	t := p.typ()
@@ -989,6 +1001,11 @@ func (p *parser) identExpr(t token) Expr {
 			want = 3
 			if len(args) == 3 {
 				e = &Select{Cond: args[0], X: args[1], Y: args[2]}
+			}
+		} else if t.text == "guarded" {
+			want = 2
+			if len(args) == 2 {
+				e = &Guarded{Cond: args[0], X: args[1]}
 			}
 		} else {
 			p.failAt(t, "unknown function %s", t.text)

@@ -119,7 +119,15 @@ func (p *printer) module(m *Module) {
 		for _, pr := range d.Params {
 			ps = append(ps, ParamString(pr))
 		}
-		p.line("def %s(%s): %s = %s", d.Name, strings.Join(ps, ", "), d.Body.Type(), ExprString(d.Body))
+		uses := ""
+		if len(d.Uses) > 0 {
+			var us []string
+			for _, u := range d.Uses {
+				us = append(us, ParamString(u))
+			}
+			uses = " uses(" + strings.Join(us, ", ") + ")"
+		}
+		p.line("def %s(%s)%s: %s = %s", d.Name, strings.Join(ps, ", "), uses, d.Body.Type(), ExprString(d.Body))
 	}
 	for _, k := range m.Kernels {
 		p.sb.WriteByte('\n')
@@ -394,6 +402,14 @@ func writeExprIn(sb *strings.Builder, e Expr, elems func(string) (Type, bool)) {
 		if t, ok := elems(e.Buf); ok && t != e.T {
 			sb.WriteString(":" + e.T.String()) // carrier bits of a storage-only element
 		}
+	case *Guarded:
+		sb.WriteString("guarded(")
+		writeExprIn(sb, e.Cond, elems)
+		sb.WriteString(", ")
+		writeExprIn(sb, e.X, elems)
+		sb.WriteString(")")
+	case *ParamRead:
+		sb.WriteString("param." + e.Name + "." + e.T.String() + "(" + exprListIn(e.Index, elems) + ")")
 	case *Call:
 		sb.WriteString("@" + e.Fn + "." + e.T.String() + "(" + exprListIn(e.Args, elems) + ")")
 	case *MulAdd:

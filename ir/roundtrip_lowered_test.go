@@ -22,6 +22,29 @@ func TestLoweredRoundTrip(t *testing.T) {
 		Kernels: []ir.KernelRef{{Role: ir.RolePrefill}, {Role: ir.RoleDecode}, {Role: ir.RoleMergeState}, {Role: ir.RolePrefillRagged}, {Role: ir.RoleQKVAppend}},
 		Rope:    &ir.Rope{Theta: 1e6, AtAppend: true},
 		QKNorm:  &ir.QKNorm{Eps: 1e-6, Offset: 1}}
+	roundTripAllPasses(t, v)
+}
+
+// TestLoweredRoundTripParams is TestLoweredRoundTrip for a variant whose
+// mask and score read param tensors (guarded loads in the kernels).
+func TestLoweredRoundTripParams(t *testing.T) {
+	batch, qPos, kvPos, head := ir.R("batch", ir.I32), ir.R("q_pos", ir.I32), ir.R("kv_pos", ir.I32), ir.R("head", ir.I32)
+	doc := func(i ir.Expr) ir.Expr { return &ir.ParamRead{Name: "doc", Index: []ir.Expr{batch, i}, T: ir.I32} }
+	v := &ir.Variant{Name: "rtp", QOHeads: 8, KVHeads: 2, HeadDimQK: 64, HeadDimV: 64, DType: ir.DTF16,
+		PageSize: 16, Scale: 0.125,
+		Params: []*ir.ParamDecl{
+			{Name: "doc", T: ir.I32, Dims: []ir.ParamDim{{Name: "batch"}, {Name: "max_len"}}},
+			{Name: "bias", T: ir.F32, Dims: []ir.ParamDim{{Name: "qo_heads"}, {Size: 7}}},
+		},
+		Masks:   []ir.MaskClause{{Kind: ir.MaskExpr, Expr: ir.Bin(ir.And, ir.Bin(ir.Le, kvPos, qPos), ir.Bin(ir.Eq, doc(qPos), doc(kvPos)))}},
+		Score:   ir.Bin(ir.Add, ir.R("score", ir.F32), &ir.ParamRead{Name: "bias", Index: []ir.Expr{head, ir.Bin(ir.Rem, kvPos, ir.Int(9))}, T: ir.F32}),
+		Kernels: []ir.KernelRef{{Role: ir.RolePrefill}, {Role: ir.RoleDecode}, {Role: ir.RolePrefillRagged}}}
+	roundTripAllPasses(t, v)
+}
+
+// roundTripAllPasses lowers v for every target and round-trips the module
+// before and after every pass.
+func roundTripAllPasses(t *testing.T, v *ir.Variant) {
 	check := func(stage string, m *ir.Module) {
 		if err := ir.Verify(m); err != nil {
 			t.Fatalf("%s: verify: %v", stage, err)

@@ -409,7 +409,10 @@ func (m *Module) SetLaneWidth(n int) {
 type Def struct {
 	Name   string
 	Params []*Param // scalars only
-	Body   Expr
+	// Uses are kernel arguments the body reads by name (param tensors and
+	// their dims): every kernel that calls the Def declares them.
+	Uses []*Param
+	Body Expr
 }
 
 // Def finds a def by name.

@@ -269,6 +269,74 @@ type Variant struct {
 	// KVScale is `kv_scale = per_tensor | per_head` (KVScaleNone unless
 	// KVDType is an 8-bit code; per_tensor by default).
 	KVScale KVScale
+	// Params are the `param` lines, in source order: read-only tensors
+	// that mask and score expressions index (ParamRead).
+	Params []*ParamDecl
+}
+
+// ParamDim is one dimension of a `param` tensor: a literal Size, or a
+// Name — qo_heads and kv_heads (the variant's, known when compiling),
+// batch (the batch_size argument) or a new name, an i32 scalar argument.
+type ParamDim struct {
+	Size int
+	Name string
+}
+
+// ParamDecl is `param NAME DTYPE[DIM, ...]`: a read-only row-major kernel
+// argument of type T (F32 or I32).
+type ParamDecl struct {
+	Name string
+	T    Type
+	Dims []ParamDim
+	Pos  Pos
+}
+
+// Runtime reports whether d is an i32 argument of its own (a named dim
+// other than qo_heads, kv_heads and batch).
+func (d ParamDim) Runtime() bool {
+	return d.Name != "" && d.Name != "qo_heads" && d.Name != "kv_heads" && d.Name != "batch"
+}
+
+// Param returns the param named name, or nil.
+func (v *Variant) Param(name string) *ParamDecl {
+	for _, p := range v.Params {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// ParamDimNames lists the runtime dims of v's params (i32 arguments), in
+// the order their params declare them first.
+func (v *Variant) ParamDimNames() []string { return v.ParamDimNamesOf(v.Params) }
+
+// ParamDimNamesOf is ParamDimNames over ps.
+func (*Variant) ParamDimNamesOf(ps []*ParamDecl) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, p := range ps {
+		for _, d := range p.Dims {
+			if d.Runtime() && !seen[d.Name] {
+				seen[d.Name] = true
+				out = append(out, d.Name)
+			}
+		}
+	}
+	return out
+}
+
+// ReadsParams reports whether e reads a param tensor.
+func ReadsParams(e Expr) bool {
+	found := false
+	if e != nil {
+		VisitExpr(e, func(x Expr) {
+			if _, ok := x.(*ParamRead); ok {
+				found = true
+			}
+		})
+	}
+	return found
 }
 
 // Quantized reports whether the cache holds 8-bit codes with scales.

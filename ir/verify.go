@@ -223,6 +223,18 @@ func nodeRule(e Expr) string {
 		if t := e.Index.Type(); t != I32 && t != I64 {
 			return fmt.Sprintf("index of %s is %s, want i32 or i64", e.Buf, t)
 		}
+	case *Guarded:
+		if e.Cond == nil || e.X == nil {
+			return "guarded: missing operand"
+		}
+		if c := e.Cond.Type(); c != Bool {
+			return fmt.Sprintf("guarded condition is %s, want bool", c)
+		}
+		if _, ok := e.X.(*Load); !ok {
+			return fmt.Sprintf("guarded reads %T, want a load", e.X)
+		}
+	case *ParamRead:
+		return fmt.Sprintf("param %s read in a kernel (lowering turns it into a guarded load)", e.Name)
 	case *MulAdd, *VShuffle:
 		return vectorRule(e)
 	case *Call:
@@ -714,6 +726,9 @@ func (v *verifier) expr(e Expr) {
 			v.fail("load %s has type %s, buffer element is %s", e.Buf, e.T, d.t)
 		}
 		v.expr(e.Index)
+	case *Guarded:
+		v.expr(e.Cond)
+		v.expr(e.X)
 	case *Binary:
 		v.expr(e.X)
 		v.expr(e.Y)

@@ -24,6 +24,14 @@ func MapExpr(e Expr, f func(Expr) Expr) Expr {
 		e = &Call{Fn: x.Fn, Args: args, T: x.T}
 	case *Shuffle:
 		e = &Shuffle{X: MapExpr(x.X, f), Mask: x.Mask}
+	case *Guarded:
+		e = &Guarded{Cond: MapExpr(x.Cond, f), X: MapExpr(x.X, f)}
+	case *ParamRead:
+		idx := make([]Expr, len(x.Index))
+		for i, a := range x.Index {
+			idx[i] = MapExpr(a, f)
+		}
+		e = &ParamRead{Name: x.Name, Index: idx, T: x.T}
 	case *MulAdd:
 		e = &MulAdd{X: MapExpr(x.X, f), Y: MapExpr(x.Y, f), Z: MapExpr(x.Z, f)}
 	case *VShuffle:
@@ -59,6 +67,13 @@ func VisitExpr(e Expr, f func(Expr)) {
 		VisitExpr(x.Index, f)
 	case *Shuffle:
 		VisitExpr(x.X, f)
+	case *Guarded:
+		VisitExpr(x.Cond, f)
+		VisitExpr(x.X, f)
+	case *ParamRead:
+		for _, a := range x.Index {
+			VisitExpr(a, f)
+		}
 	case *MulAdd:
 		VisitExpr(x.X, f)
 		VisitExpr(x.Y, f)

@@ -517,7 +517,11 @@ func (l *lowering) stageKV(t *blk, kvBeg, kvLo, kvN, kvRest, kvh, sb, qBase, qSe
 func (l *lowering) scoreStep(b *blk, at, j, qPos, kvPosE, head, sb, qBase, kvLen, scale ir.Expr) {
 	kvPos := b.let("kv_pos", kvPosE)
 	scaled := mul(ld("sc", ir.F32, at), scale)
-	b.vr("s", &ir.Call{Fn: "score", Args: []ir.Expr{scaled, qPos, kvPos, head}, T: ir.F32})
+	scoreArgs := []ir.Expr{scaled, qPos, kvPos, head}
+	if ScoreReadsBatch(l.v) {
+		scoreArgs = append(scoreArgs, sb)
+	}
+	b.vr("s", &ir.Call{Fn: "score", Args: scoreArgs, T: ir.F32})
 	b.add(&ir.If{Tag: ir.TagMask, Cond: not(&ir.Call{Fn: "mask", Args: []ir.Expr{qPos, kvPos, head, sb}, T: ir.Bool}),
 		Then: &ir.Block{Stmts: []ir.Stmt{&ir.Assign{Name: "s", Value: negInf()}}}})
 	hideUnless(b, l.dataVisible(b, sb, qPos, kvPos, qBase, kvLen))

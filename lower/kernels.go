@@ -33,17 +33,130 @@ func MaskDef(v *ir.Variant) *ir.Def {
 	if v.Sinks != nil && v.Sinks.Kind == ir.SinkTokens {
 		vis = or(vis, and(lt(kvPos, i32(v.Sinks.Tokens)), le(kvPos, qPos)))
 	}
-	return &ir.Def{Name: "mask", Params: []*ir.Param{scalar("q_pos"), scalar("kv_pos"), scalar("head"), scalar("batch")}, Body: vis}
+	return &ir.Def{Name: "mask", Params: []*ir.Param{scalar("q_pos"), scalar("kv_pos"), scalar("head"), scalar("batch")}, Uses: paramUses(v, vis), Body: ParamLoads(v, vis)}
+}
+
+// ParamLoads rewrites every param read of e (ir.ParamRead) as a guarded
+// load of the param's buffer: the index, row-major over the declared
+// shape, is computed in i64 and the load runs only when every index lies
+// in its dimension; outside the shape the read gives 0.
+func ParamLoads(v *ir.Variant, e ir.Expr) ir.Expr {
+	return ir.MapExpr(e, func(x ir.Expr) ir.Expr {
+		r, ok := x.(*ir.ParamRead)
+		if !ok {
+			return x
+		}
+		p := v.Param(r.Name)
+		var in ir.Expr
+		var flat ir.Expr
+		for k, d := range p.Dims {
+			size := ParamDimSize(v, d)
+			ik := r.Index[k]
+			ok := and(ge(ik, i32(0)), lt(ik, size))
+			if in == nil {
+				in, flat = ok, i64(ik)
+			} else {
+				in, flat = and(in, ok), add(mul(flat, i64(size)), i64(ik))
+			}
+		}
+		return &ir.Guarded{Cond: in, X: ld(p.Name, p.T, flat)}
+	})
+}
+
+// paramUses are the kernel arguments that the param reads of e need: each
+// param's buffer and the scalars its dims name (batch_size included).
+func paramUses(v *ir.Variant, e ir.Expr) []*ir.Param {
+	read := map[string]bool{}
+	ir.VisitExpr(e, func(x ir.Expr) {
+		if r, ok := x.(*ir.ParamRead); ok {
+			read[r.Name] = true
+		}
+	})
+	var out []*ir.Param
+	seen := map[string]bool{}
+	for _, p := range v.Params {
+		if !read[p.Name] {
+			continue
+		}
+		out = append(out, buf(p.Name, p.T, false, paramShape(v, p)...))
+		for _, d := range p.Dims {
+			n := d.Name
+			if n == "batch" {
+				n = "batch_size"
+			}
+			if (d.Runtime() || n == "batch_size") && !seen[n] {
+				seen[n] = true
+				out = append(out, scalar(n))
+			}
+		}
+	}
+	return out
+}
+
+// paramShape is param p's symbolic shape as the argument lists give it.
+func paramShape(v *ir.Variant, p *ir.ParamDecl) []string {
+	shape := make([]string, len(p.Dims))
+	for k, d := range p.Dims {
+		switch d.Name {
+		case "":
+			shape[k] = itoa(d.Size)
+		case "qo_heads":
+			shape[k] = itoa(v.QOHeads)
+		case "kv_heads":
+			shape[k] = itoa(v.KVHeads)
+		case "batch":
+			shape[k] = "batch_size"
+		default:
+			shape[k] = d.Name
+		}
+	}
+	return shape
+}
+
+// ParamDimSize is dimension d of a param as an i32 expression: a
+// literal, the variant's head counts, batch_size, or the dim's own i32
+// argument.
+func ParamDimSize(v *ir.Variant, d ir.ParamDim) ir.Expr {
+	switch d.Name {
+	case "":
+		return i32(d.Size)
+	case "qo_heads":
+		return i32(v.QOHeads)
+	case "kv_heads":
+		return i32(v.KVHeads)
+	case "batch":
+		return ir.R("batch_size", ir.I32)
+	}
+	return ir.R(d.Name, ir.I32)
+}
+
+// ScoreReadsBatch reports whether v's score expression reads batch, which
+// the @score Def then takes as a fifth parameter.
+func ScoreReadsBatch(v *ir.Variant) bool {
+	found := false
+	if v.Score != nil {
+		ir.VisitExpr(v.Score, func(e ir.Expr) {
+			if r, ok := e.(*ir.Ref); ok && r.Name == "batch" {
+				found = true
+			}
+		})
+	}
+	return found
 }
 
 // ScoreDef states the score transform over score (already scaled), q_pos,
 // kv_pos and head; the identity when the variant has none.
 func ScoreDef(v *ir.Variant) *ir.Def {
 	var body ir.Expr = ir.R("score", ir.F32)
+	var uses []*ir.Param
 	if v.Score != nil {
-		body = ir.Cvt(ir.F32, v.Score)
+		body, uses = ParamLoads(v, ir.Cvt(ir.F32, v.Score)), paramUses(v, v.Score)
 	}
-	return &ir.Def{Name: "score", Params: []*ir.Param{{Name: "score", Elem: ir.F32}, scalar("q_pos"), scalar("kv_pos"), scalar("head")}, Body: body}
+	params := []*ir.Param{{Name: "score", Elem: ir.F32}, scalar("q_pos"), scalar("kv_pos"), scalar("head")}
+	if ScoreReadsBatch(v) {
+		params = append(params, scalar("batch"))
+	}
+	return &ir.Def{Name: "score", Params: params, Uses: uses, Body: body}
 }
 
 // PlanSplitsDef is the split-KV rule shared by the registry (evaluated in Go)

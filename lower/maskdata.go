@@ -26,6 +26,25 @@ func (l *lowering) maskParams(rows string) []*ir.Param {
 	if l.hasMask(ir.MaskCustom) {
 		ps = append(ps, buf("custom_mask", ir.U8, false, "mask_bytes"), buf("mask_indptr", ir.I32, false, "batch_size+1"))
 	}
+	return append(ps, l.paramArgs()...)
+}
+
+// paramArgs are the variant's param tensors, each followed by the named
+// dims it declares first (i32 scalars): the mask and score expressions
+// read them.
+func (l *lowering) paramArgs() []*ir.Param {
+	var ps []*ir.Param
+	seen := map[string]bool{}
+	for _, p := range l.v.Params {
+		var dims []*ir.Param
+		for _, d := range p.Dims {
+			if d.Runtime() && !seen[d.Name] {
+				seen[d.Name] = true
+				dims = append(dims, scalar(d.Name))
+			}
+		}
+		ps = append(append(ps, buf(p.Name, p.T, false, paramShape(l.v, p)...)), dims...)
+	}
 	return ps
 }
 

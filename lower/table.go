@@ -296,6 +296,9 @@ func (l *lowering) validateIndptrs(b *blk, prefill bool) {
 // every target runs before anything is read (a GPU launcher on the host).
 func (l *lowering) tableChecks() []ir.Check {
 	cs := []ir.Check{{Fail: lt(ir.R("batch_size", ir.I32), i32(0)), Code: ErrBadArgument}}
+	for _, d := range l.v.ParamDimNames() { // a param's runtime dims
+		cs = append(cs, ir.Check{Fail: lt(ir.R(d, ir.I32), i32(0)), Code: ErrBadArgument})
+	}
 	return append(cs, l.pt.checks()...)
 }
 

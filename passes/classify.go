@@ -322,6 +322,12 @@ func boolInterval(e ir.Expr, env *ienv) (bval, bool) {
 			return bval{ir.Un(ir.Not, a.must), ir.Un(ir.Not, a.may)}, true
 		}
 	case *ir.Binary:
+		if x.Op != ir.And && x.Op != ir.Or && readsGuarded(x) {
+			// A param read (a guarded load) is runtime data: the
+			// comparison may hold or fail anywhere in the tile, so the
+			// tile is neither skipped nor full on its account.
+			return bval{may: ir.BoolConst(true), must: ir.BoolConst(false)}, true
+		}
 		if x.Op == ir.And || x.Op == ir.Or {
 			a, ok1 := boolInterval(x.X, env)
 			b, ok2 := boolInterval(x.Y, env)
@@ -374,4 +380,15 @@ func compareInterval(op ir.BinOp, a, b ival) (bval, bool) {
 		return bval{ir.Un(ir.Not, single), ir.Un(ir.Not, overlap)}, true
 	}
 	return bval{}, false
+}
+
+// readsGuarded reports whether e holds a guarded load (a param read).
+func readsGuarded(e ir.Expr) bool {
+	found := false
+	ir.VisitExpr(e, func(x ir.Expr) {
+		if _, ok := x.(*ir.Guarded); ok {
+			found = true
+		}
+	})
+	return found
 }

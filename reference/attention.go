@@ -49,6 +49,42 @@ type Case struct {
 	// then be absent) are not read.
 	KVTokenIndptr    []int32
 	RaggedK, RaggedV []float32
+	// Params holds each param tensor's row-major values (i32 params hold
+	// integers), ParamDims the value of each named param dimension.
+	Params    map[string][]float64
+	ParamDims map[string]int
+}
+
+// ParamShape is param p's shape in case c.
+func (c *Case) ParamShape(v *ir.Variant, p *ir.ParamDecl) []int64 {
+	dims := make([]int64, len(p.Dims))
+	for k, d := range p.Dims {
+		switch d.Name {
+		case "":
+			dims[k] = int64(d.Size)
+		case "qo_heads":
+			dims[k] = int64(v.QOHeads)
+		case "kv_heads":
+			dims[k] = int64(v.KVHeads)
+		case "batch":
+			dims[k] = int64(c.Batch)
+		default:
+			dims[k] = int64(c.ParamDims[d.Name])
+		}
+	}
+	return dims
+}
+
+// paramEnv is the case's param tensors for expression evaluation.
+func (c *Case) paramEnv(v *ir.Variant) map[string]*ParamValue {
+	if c == nil || len(v.Params) == 0 {
+		return nil
+	}
+	out := map[string]*ParamValue{}
+	for _, p := range v.Params {
+		out[p.Name] = &ParamValue{Dims: c.ParamShape(v, p), Data: c.Params[p.Name]}
+	}
+	return out
 }
 
 // Ragged is c with its K/V rows gathered from the pages into contiguous
@@ -281,7 +317,8 @@ func learned(v *ir.Variant) bool { return v.Sinks != nil && v.Sinks.Kind == ir.S
 
 // Visible reports whether kv position kv is visible to the query at q for qo
 // head h of sequence b: every mask clause must allow it, then `sinks
-// tokens(N)` makes kv < N visible again (still causal).
+// tokens(N)` makes kv < N visible again (still causal). Without a case,
+// every param reads 0 (an empty tensor).
 func Visible(v *ir.Variant, b, h, q, kv int) bool { return visible(v, nil, b, h, 0, q, kv) }
 
 // visible is Visible with the case's tree and custom masks: i is the query
@@ -312,7 +349,7 @@ func visible(v *ir.Variant, c *Case, b, h, i, q, kv int) bool {
 		case ir.MaskWindow:
 			ok = kv <= q && q-kv <= m.Left
 		case ir.MaskExpr:
-			ok = EvalBool(m.Expr, &Env{QPos: int64(q), KVPos: int64(kv), Head: int64(h), Batch: int64(b), QOHeads: v.QOHeads})
+			ok = EvalBool(m.Expr, &Env{QPos: int64(q), KVPos: int64(kv), Head: int64(h), Batch: int64(b), QOHeads: v.QOHeads, Params: c.paramEnv(v)})
 		default:
 			panic(fmt.Sprintf("reference: mask %s not supported by reference", m.Kind))
 		}
@@ -369,6 +406,7 @@ func AttentionMag(v *ir.Variant, c *Case) (o, lse, mag []float64) {
 	mag = make([]float64, totalQ*qo*dv)
 	lse = make([]float64, totalQ*qo)
 	row := 0
+	params := c.paramEnv(v)
 	for b := range c.Batch {
 		qLen, kvLen := c.QLens[b], c.KVLens[b]
 		for i := range qLen {
@@ -403,7 +441,7 @@ func AttentionMag(v *ir.Variant, c *Case) (o, lse, mag []float64) {
 					}
 					x := v.Scale * dot
 					if v.Score != nil {
-						x = EvalFloat(v.Score, &Env{Score: x, QPos: int64(qPos), KVPos: int64(kv), Head: int64(h), Batch: int64(b), QOHeads: qo})
+						x = EvalFloat(v.Score, &Env{Score: x, QPos: int64(qPos), KVPos: int64(kv), Head: int64(h), Batch: int64(b), QOHeads: qo, Params: params})
 					}
 					if math.IsInf(x, -1) {
 						// A -inf score hides its position like the mask:

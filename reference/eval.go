@@ -13,6 +13,31 @@ type Env struct {
 	Score                    float64
 	QPos, KVPos, Head, Batch int64
 	QOHeads                  int // for alibi_slope(h) with one argument
+	// Params are the param tensors a ParamRead reads, by name; nil reads
+	// every param as an empty tensor (0 at every index).
+	Params map[string]*ParamValue
+}
+
+// ParamValue is a param tensor: its shape and its row-major values (i32
+// values exactly as floats).
+type ParamValue struct {
+	Dims []int64
+	Data []float64
+}
+
+// read is the element at idx, 0 when an index lies outside the shape.
+func (p *ParamValue) read(idx []int64) float64 {
+	if len(idx) != len(p.Dims) {
+		panic(fmt.Sprintf("reference: param of %d dims read with %d indices", len(p.Dims), len(idx)))
+	}
+	flat := int64(0)
+	for k, i := range idx {
+		if i < 0 || i >= p.Dims[k] {
+			return 0
+		}
+		flat = flat*p.Dims[k] + i
+	}
+	return p.Data[flat]
 }
 
 // value is an evaluated expression: floats in F, ints and bools in I.
@@ -150,6 +175,24 @@ func eval(e ir.Expr, env *Env) value {
 		panic(fmt.Sprintf("reference: bitcast %s to %s", e.X.Type(), e.To))
 	case *ir.Call:
 		return evalCall(e, env)
+	case *ir.ParamRead:
+		if env.Params == nil {
+			// No case (Visible): every param is an empty tensor.
+			return value{}
+		}
+		p := env.Params[e.Name]
+		if p == nil {
+			panic("reference: param " + e.Name + " has no value")
+		}
+		idx := make([]int64, len(e.Index))
+		for k, a := range e.Index {
+			idx[k] = eval(a, env).I
+		}
+		x := p.read(idx)
+		if e.T.IsFloat() {
+			return value{F: x}
+		}
+		return value{I: int64(x)}
 	case *ir.Load:
 		panic("reference: load from " + e.Buf + " not supported by reference")
 	}

@@ -32,6 +32,9 @@ type CaseSpec struct {
 	// has more pages than that with -1 (a block-table entry or a CSR
 	// kv_indices entry): its positions are hidden and its page is never read.
 	HideBlock int
+	// ParamDims sets named param dimensions; one left out is the longest
+	// kv_len of the case (at least 1), so every position indexes inside.
+	ParamDims map[string]int
 }
 
 // poison is the filler of slots no kernel may read: mostly NaN, some ±Inf.
@@ -180,6 +183,7 @@ func NewCase(v *ir.Variant, rng *rand.Rand, spec CaseSpec) *Case {
 			}
 		}
 	}
+	c.randomParams(v, rng, spec)
 	if v.InlineRope() != nil && c.TreeOrder != nil {
 		// A draft tree's tokens sit at depth-based positions (EAGLE,
 		// Medusa): prefix length + depth, so siblings share a position.
@@ -334,5 +338,51 @@ func (c *Case) poisonMasked(v *ir.Variant) {
 				}
 			}
 		}
+	}
+}
+
+// randomParams fills the case's param tensors. Each row (the last
+// dimension) of an i32 param is a packed-document id sequence: it starts
+// at 0 and grows by one at random boundaries (about every 6 elements), so
+// an equality of two entries holds for runs of positions and fails across
+// them; f32 params are uniform in [-0.5, 0.5).
+func (c *Case) randomParams(v *ir.Variant, rng *rand.Rand, spec CaseSpec) {
+	if len(v.Params) == 0 {
+		return
+	}
+	longest := 1
+	for _, n := range c.KVLens {
+		longest = max(longest, n)
+	}
+	c.ParamDims = map[string]int{}
+	for _, n := range v.ParamDimNames() {
+		c.ParamDims[n] = longest
+		if d, ok := spec.ParamDims[n]; ok {
+			c.ParamDims[n] = d
+		}
+	}
+	c.Params = map[string][]float64{}
+	for _, p := range v.Params {
+		dims := c.ParamShape(v, p)
+		n := int64(1)
+		for _, d := range dims {
+			n *= max(d, 0)
+		}
+		row := max(dims[len(dims)-1], 1)
+		xs := make([]float64, n)
+		id := 0.0
+		for i := range xs {
+			if p.T == ir.I32 {
+				if int64(i)%row == 0 {
+					id = 0
+				} else if rng.Intn(6) == 0 {
+					id++
+				}
+				xs[i] = id
+			} else {
+				xs[i] = float64(rng.Float32() - 0.5)
+			}
+		}
+		c.Params[p.Name] = xs
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/attnc/attnc/ir"
@@ -280,7 +281,30 @@ func Constraints(v *ir.Variant) map[string]any {
 		c["qk_norm_eps"] = n.Eps
 		c["qk_norm_offset"] = n.Offset
 	}
+	if len(v.Params) > 0 {
+		c["params"] = ParamDecls(v)
+	}
 	return c
+}
+
+// ParamDecls lists v's params as the spec declares them, e.g.
+// "doc i32[batch, max_len]": the kernels take each as a buffer argument
+// of that name, and each named dim other than qo_heads, kv_heads and
+// batch as an i32 argument.
+func ParamDecls(v *ir.Variant) []string {
+	var out []string
+	for _, p := range v.Params {
+		dims := make([]string, len(p.Dims))
+		for k, d := range p.Dims {
+			if d.Name != "" {
+				dims[k] = d.Name
+			} else {
+				dims[k] = strconv.Itoa(d.Size)
+			}
+		}
+		out = append(out, p.Name+" "+p.T.String()+"["+strings.Join(dims, ", ")+"]")
+	}
+	return out
 }
 
 // BuildLSEBase is the manifest's top-level lse_base for a build of vs: the
@@ -392,7 +416,14 @@ func Explain(vm VariantManifest, ks []KernelManifest) string {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		fmt.Fprintf(&sb, "  %-12s %v\n", k, vm.Constraints[k])
+		val := vm.Constraints[k]
+		switch ps := val.(type) { // params, as the spec declares them
+		case []string:
+			val = strings.Join(ps, ", ")
+		case []any:
+			val = strings.Trim(fmt.Sprint(ps...), "[]")
+		}
+		fmt.Fprintf(&sb, "  %-12s %v\n", k, val)
 	}
 	sb.WriteString("kernels:\n")
 	for _, k := range ks {

@@ -512,6 +512,9 @@ func (p *printer) expr(e ir.Expr) string {
 		}
 	case *ir.Select:
 		return fmt.Sprintf("(%s ? %s : %s)", p.expr(e.Cond), p.expr(e.X), p.expr(e.Y))
+	case *ir.Guarded:
+		// A guarded load: ?: evaluates the load only when the guard holds.
+		return fmt.Sprintf("(%s ? %s : (%s)0)", p.expr(e.Cond), p.expr(e.X), p.d.ctype(e.X.Type()))
 	case *ir.Convert:
 		return fmt.Sprintf("((%s)%s)", p.d.ctype(e.To), p.expr(e.X))
 	case *ir.Bitcast:

@@ -2,6 +2,7 @@ package llvm
 
 import (
 	"github.com/attnc/attnc/ir"
+	lir "github.com/llir/llvm/ir"
 	"github.com/llir/llvm/ir/constant"
 	"github.com/llir/llvm/ir/enum"
 	"github.com/llir/llvm/ir/types"
@@ -100,6 +101,8 @@ func (f *fnState) expr(e ir.Expr) (value.Value, ir.Type) {
 			return f.vectorLoad(p, x.T), x.T
 		}
 		return f.cur.NewLoad(lt, p), b.t
+	case *ir.Guarded:
+		return f.guarded(x)
 	case *ir.MulAdd:
 		return f.mulAdd(x)
 	case *ir.VShuffle:
@@ -421,4 +424,33 @@ func (f *fnState) convertValue(v value.Value, from, to ir.Type, what string) val
 		r = v
 	}
 	return r
+}
+
+// guarded emits a guarded load: a branch around the load on the
+// condition, and a phi of the loaded value and zero, so that no memory is
+// touched when the condition fails (a param read outside its shape).
+func (f *fnState) guarded(x *ir.Guarded) (value.Value, ir.Type) {
+	c, ct := f.expr(x.Cond)
+	if ct != ir.Bool {
+		f.fail("guarded condition has type %s in %s", ct, exprString(x))
+	}
+	t := x.X.Type()
+	if t.IsVector() || !(t == ir.F32 || t.IsInt()) {
+		f.fail("guarded read of %s in %s: want a scalar f32 or integer", typeName(t), exprString(x))
+	}
+	from := f.cur
+	read, end := f.newBlock("param.read"), f.newBlock("param.end")
+	from.NewCondBr(c, read, end)
+	f.place(read)
+	v, _ := f.expr(x.X)
+	last := f.cur
+	last.NewBr(end)
+	f.place(end)
+	var zero value.Value
+	if t == ir.F32 {
+		zero = newFloatConst(t, 0)
+	} else {
+		zero = intConst(t, 0)
+	}
+	return end.NewPhi(lir.NewIncoming(v, last), lir.NewIncoming(zero, from)), t
 }
