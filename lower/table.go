@@ -296,7 +296,7 @@ func (l *lowering) validateIndptrs(b *blk, prefill bool) {
 // every target runs before anything is read (a GPU launcher on the host).
 func (l *lowering) tableChecks() []ir.Check {
 	cs := []ir.Check{{Fail: lt(ir.R("batch_size", ir.I32), i32(0)), Code: ErrBadArgument}}
-	return append(cs, l.pt.checks()...)
+	return append(append(cs, l.pt.checks()...), l.ropeChecks()...)
 }
 
 // validateCache is steps 2 to 4 for an attention entry (after the scalar
@@ -321,6 +321,7 @@ func (l *lowering) validateCache(b *blk, prefill bool, each func(*blk, map[strin
 			t.fail(gt(qLen, kvLen), ErrQLenExceedsKVLen)
 		}
 		l.validateMasks(t, vb, qLen, kvLen)
+		l.validateRopePositions(t, vb, qBeg, qLen, kvLen)
 		each(t, map[string]ir.Expr{ir.SeqB: vb, ir.SeqQBeg: qBeg, ir.SeqQLen: qLen, ir.SeqKVLen: kvLen})
 	})
 	l.pt.validatePageIDs(b)
