@@ -353,12 +353,14 @@ func genFuzzCase(data []byte) fuzzCase {
 		if v.Rope != nil {
 			// Positions as an engine sends them (each token at its
 			// position plus the sequence's offset), a table with up to 2
-			// spare rows; mutations move them out of range.
+			// spare rows; mutations move them out of range. They come
+			// from the flags, so the seeds' mutation bytes stay in place.
+			rng := rand.New(rand.NewSource(int64(flags) + 1))
 			offs := make([]int32, batch)
 			var qpos []int32
 			top := int32(-1)
 			for b := range batch {
-				offs[b] = int32(r.intn(8))
+				offs[b] = int32(rng.Intn(8))
 				for i := range qLens[b] {
 					qpos = append(qpos, int32(kvLens[b]-qLens[b]+i)+offs[b])
 				}
@@ -367,7 +369,7 @@ func genFuzzCase(data []byte) fuzzCase {
 			lead := make([]int32, max(rows(0), 0)) // rows before the first sequence's
 			fc.Arrays["q_rope_position"] = append(lead, qpos...)
 			fc.Arrays["k_rope_pos_offset"] = offs
-			fc.Scalars["rope_positions"] = int64(top + 1 + int32(r.intn(3)))
+			fc.Scalars["rope_positions"] = int64(top + 1 + int32(rng.Intn(3)))
 		}
 	case ir.RoleAppend:
 		n := r.intn(6)
