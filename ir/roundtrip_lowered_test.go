@@ -11,13 +11,24 @@ import (
 )
 
 // TestLoweredRoundTrip prints, parses and reprints real lowered modules
-// (prefill, decode, merge_state, prefill_ragged), before and after every
-// pass of every target's table, and verifies each.
+// (prefill, decode, merge_state, prefill_ragged; without RoPE, and with
+// RoPE from a table and from factors, whose turns are computed in f64),
+// before and after every pass of every target's table, and verifies each.
 func TestLoweredRoundTrip(t *testing.T) {
+	for _, rope := range []*ir.Rope{nil,
+		{Style: ir.RopeTable, RotaryDim: 32, Pairs: ir.RopeInterleaved, Params: map[string]float64{}},
+		{Style: ir.RopeFactors, Theta: 10000, Params: map[string]float64{"theta": 10000, "attn_factor": 1.19}},
+	} {
+		roundTripLowered(t, rope)
+	}
+}
+
+func roundTripLowered(t *testing.T, rope *ir.Rope) {
 	v := &ir.Variant{Name: "rt", QOHeads: 8, KVHeads: 2, HeadDimQK: 64, HeadDimV: 64, DType: ir.DTBF16,
 		PageSize: 16, Scale: 0.125, Masks: []ir.MaskClause{{Kind: ir.MaskWindow, Left: 20}},
 		Sinks:   &ir.Sinks{Kind: ir.SinkTokens, Tokens: 4},
 		Score:   &ir.Call{Fn: "softcap", Args: []ir.Expr{ir.R("score", ir.F32), ir.Float(30)}, T: ir.F32},
+		Rope:    rope,
 		Kernels: []ir.KernelRef{{Role: ir.RolePrefill}, {Role: ir.RoleDecode}, {Role: ir.RoleMergeState}, {Role: ir.RolePrefillRagged}}}
 	check := func(stage string, m *ir.Module) {
 		if err := ir.Verify(m); err != nil {
