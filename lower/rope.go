@@ -245,10 +245,8 @@ func (l *lowering) validateRopePositions(t *blk, vb, qBeg, qLen, kvLen ir.Expr) 
 	if l.v.Rope == nil || l.v.Rope.Style != ir.RopeTable {
 		return
 	}
-	np := ir.R("rope_positions", ir.I32)
 	t.loop("vr", i32(0), qLen, ir.Serial, ir.TagValidate, func(u *blk) {
-		p := ldi("q_rope_position", add(qBeg, ir.R("vr", ir.I32)))
-		u.fail(or(lt(p, i32(0)), ge(p, np)), ErrBadArgument)
+		u.fail(ropePosOutside(ldi("q_rope_position", add(qBeg, ir.R("vr", ir.I32)))), ErrBadArgument)
 	})
 	keys := kvLen
 	if l.hasMask(ir.MaskTree) {
@@ -257,8 +255,15 @@ func (l *lowering) validateRopePositions(t *blk, vb, qBeg, qLen, kvLen ir.Expr) 
 	t.when(gt(keys, i32(0)), func(u *blk) {
 		off := u.let("v_rope_off", i64(ldi("k_rope_pos_offset", vb)))
 		last := add(off, i64(sub(keys, i32(1))))
-		u.fail(or(lt(off, i64c(0)), ge(last, i64(np))), ErrBadArgument)
+		u.fail(or(lt(off, i64c(0)), ge(last, i64(ir.R("rope_positions", ir.I32)))), ErrBadArgument)
 	})
+}
+
+// ropePosOutside is true for an i32 position a table cannot rotate at:
+// outside 0..rope_positions-1 (a kernel that rotates at per-token
+// positions fails BAD_ARGUMENT on it before reading any table).
+func ropePosOutside(p ir.Expr) ir.Expr {
+	return or(lt(p, i32(0)), ge(p, ir.R("rope_positions", ir.I32)))
 }
 
 // ropeElem is element d of the rotated row whose element k is at(k): d
