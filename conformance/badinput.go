@@ -199,6 +199,7 @@ func badInputs(v *ir.Variant, ragged bool) []BadInput {
 			}...)
 		}
 	}
+	out = append(out, ropeBadInputs(v)...)
 	if v.NonCausal() {
 		// mask none takes any q_len and kv_len (cross attention).
 		kept := out[:0]
@@ -253,6 +254,12 @@ func tooManyItems(bc *BadCase) {
 	}
 	if _, ok := bc.cb.byName["tree_order_indptr"]; ok {
 		bc.Replace("tree_order_indptr", fill(0, n))
+	}
+	if _, ok := bc.Vals["rope_positions"]; ok {
+		// A table's positions are validated before the limit: valid ones.
+		bc.Replace("q_rope_position", make([]int32, n))
+		bc.Replace("k_rope_pos_offset", make([]int32, batch))
+		bc.Vals["rope_positions"] = n
 	}
 	if _, ok := bc.cb.byName["mask_indptr"]; ok {
 		bc.Replace("mask_indptr", fill(0, n/8*n))
@@ -361,4 +368,53 @@ func (s *Suite) RunMergeStateBad(seed int64) []Result {
 		out = append(out, r)
 	}
 	return out
+}
+
+// ropeBadInputs are the positions a `rope inline(table)` entry must refuse
+// (BAD_ARGUMENT): a negative rope_positions, a query position or a key
+// position (kv_pos + k_rope_pos_offset, in i64) outside
+// 0..rope_positions-1. The key corruptions move sequence 0's offset,
+// whose keys before a tree exist when page_size >= 2.
+func ropeBadInputs(v *ir.Variant) []BadInput {
+	if v.Rope == nil || v.Rope.Style != ir.RopeTable {
+		return nil
+	}
+	out := []BadInput{
+		{Name: "rope_positions -1", Status: lower.ErrBadArgument, Scalar: true, Break: setScalar("rope_positions", -1)},
+		{Name: "rope_positions INT32_MIN", Status: lower.ErrBadArgument, Scalar: true, Break: setScalar("rope_positions", i32min)},
+		{Name: "rope_positions 0", Status: lower.ErrBadArgument, Break: setScalar("rope_positions", 0)},
+		{Name: "q_rope_position = rope_positions", Status: lower.ErrBadArgument, Break: func(bc *BadCase) {
+			bc.I32("q_rope_position")[1] = int32(bc.Vals["rope_positions"])
+		}},
+		{Name: "q_rope_position -1", Status: lower.ErrBadArgument, Break: setElem("q_rope_position", 0, -1)},
+		{Name: "q_rope_position INT32_MIN", Status: lower.ErrBadArgument, Break: setElem("q_rope_position", 1, i32min)},
+	}
+	if v.PageSize >= 2 || !hasTree(v) {
+		out = append(out, []BadInput{
+			{Name: "key position = rope_positions", Status: lower.ErrBadArgument, Break: func(bc *BadCase) {
+				bc.I32("k_rope_pos_offset")[0] = int32(bc.Vals["rope_positions"])
+			}},
+			{Name: "last key one past rope_positions", Status: lower.ErrBadArgument, Break: func(bc *BadCase) {
+				// Sequence 0's last key (kv_len 2*page_size+1) lands on rope_positions.
+				keys := int32(2*v.PageSize + 1)
+				if hasTree(v) {
+					keys -= 3 // prefill's tree keys rotate at their queries' positions
+				}
+				bc.I32("k_rope_pos_offset")[0] = int32(bc.Vals["rope_positions"]) - keys + 1
+			}},
+			{Name: "k_rope_pos_offset -1", Status: lower.ErrBadArgument, Break: setElem("k_rope_pos_offset", 0, -1)},
+			{Name: "k_rope_pos_offset INT32_MAX", Status: lower.ErrBadArgument, Break: setElem("k_rope_pos_offset", 0, i32max)},
+		}...)
+	}
+	return out
+}
+
+// hasTree reports whether v has `mask tree`.
+func hasTree(v *ir.Variant) bool {
+	for _, m := range v.Masks {
+		if m.Kind == ir.MaskTree {
+			return true
+		}
+	}
+	return false
 }

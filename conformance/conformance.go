@@ -538,6 +538,14 @@ func (s *Suite) buffers(c *reference.Case) *caseBuffers {
 		cb.add("q_rope_position", cpurt.I32Buffer(c.QRopePos))
 		cb.add("k_rope_pos_offset", cpurt.I32Buffer(c.KRopeOffset))
 	}
+	if c.RopeCos != nil {
+		cb.add("rope_cos", cpurt.F32Buffer(c.RopeCos))
+		cb.add("rope_sin", cpurt.F32Buffer(c.RopeSin))
+		cb.vals["rope_positions"] = int64(c.RopePositions)
+	}
+	if c.RopeFactors != nil {
+		cb.add("rope_factors", cpurt.F32Buffer(c.RopeFactors))
+	}
 	if c.TreeOrder != nil {
 		cb.add("tree_order", cpurt.I32Buffer(c.TreeOrder))
 		cb.add("tree_order_indptr", cpurt.I32Buffer(c.TreeIndptr))

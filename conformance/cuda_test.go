@@ -112,6 +112,18 @@ var cudaMatrix = []string{
 	  mask window(size = 50)
 	  sinks learned
 	  rope inline(theta = 150000, style = yarn, factor = 32, original_max = 4096, truncate = false, mscale = 1, mscale_all_dim = 0) }`,
+	`variant cu_rope_table_f16 { heads qo = 8, kv = 2
+	  head_dim 64
+	  dtype f16
+	  cache paged(page_size = 16)
+	  mask tree
+	  rope inline(table, rotary_dim = 48, pairs = interleaved)
+	  kernels prefill, decode, merge_state, prefill_ragged }`,
+	`variant cu_rope_factors_f32 { heads qo = 4, kv = 1
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 8, layout = NHD, table = block_table)
+	  rope inline(style = factors, theta = 10000, attn_factor = 1.19) }`,
 	`variant cu_lse2_mma { heads qo = 8, kv = 2
 	  head_dim 64
 	  dtype f16
@@ -214,10 +226,12 @@ var cudaAll = flag.Bool("cuda.all", false, "run every variant of cudaMatrix on t
 // cudaShort are the variants of cudaMatrix that TestCUDAEmulatedMatrix runs
 // by default (with -cuda.all, CI's long pass in .ci/run, every variant):
 // the SIMT path (f32) and the tensor cores (f16, bf16), page sizes 1 to
-// 256, a window mask, MLA and an 8-bit cache on the tensor cores; the
+// 256, a window mask, MLA, an 8-bit cache on the tensor cores, RoPE from
+// a table (tensor cores, tree, prefill_ragged) and from factors (SIMT); the
 // other features run in the long pass. TestExamples runs every example on
 // the emulator there too.
-var cudaShort = []string{"cu_ps1_f32", "cu_ps16_f16", "cu_ps256_bf16", "cu_ps4_masked", "cu_mla_f32", "cu_ps16_f16_e4m3"}
+var cudaShort = []string{"cu_ps1_f32", "cu_ps16_f16", "cu_ps256_bf16", "cu_ps4_masked", "cu_mla_f32", "cu_ps16_f16_e4m3",
+	"cu_rope_table_f16", "cu_rope_factors_f32"}
 
 func TestCUDAEmulatedMatrix(t *testing.T) { emulatedMatrix(t, "cuda") }
 

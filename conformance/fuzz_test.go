@@ -89,9 +89,9 @@ func FuzzKernels(f *testing.F) {
 // fuzzSpecs are small variants that cover both tables and layouts, f32,
 // f16 and bf16, the data masks, windows with sinks, learned sinks,
 // division by zero in a mask, the page kernels, qkv_append (qk_norm, rope
-// at_append), prefill_ragged (with a
-// tree, a custom mask, over an 8-bit cache) and 8-bit caches (e4m3, e5m2,
-// i8; per-tensor and per-head scales).
+// at_append), prefill_ragged (with a tree, a custom mask, over an 8-bit
+// cache), 8-bit caches (e4m3, e5m2, i8; per-tensor and per-head scales)
+// and a RoPE table.
 var fuzzSpecs = []string{
 	`variant fz_csr { heads qo = 4, kv = 2
 	  head_dim 16
@@ -148,6 +148,15 @@ var fuzzSpecs = []string{
 	  dtype f16
 	  cache paged(page_size = 2, layout = NHD)
 	  kernels read_kv, gather_pages, scatter_pages, compact_copy }`,
+	// RoPE from a table: rope_positions and every rotated position are
+	// checked before any table row is read.
+	`variant fz_rope_table { heads qo = 2, kv = 1
+	  head_dim 8
+	  dtype f32
+	  cache paged(page_size = 2)
+	  mask tree
+	  rope inline(table, rotary_dim = 4, pairs = interleaved)
+	  kernels prefill, decode, prefill_ragged }`,
 	`variant fz_mla_pages { mla(heads = 2, kv_lora_rank = 8, rope_dim = 4)
 	  dtype bf16
 	  cache paged(page_size = 4, kv_dtype = e5m2)
@@ -351,6 +360,27 @@ func genFuzzCase(data []byte) fuzzCase {
 				}
 				fc.Arrays["mask_indptr"] = mi
 			}
+		}
+		if v.InlineRope() != nil {
+			// Positions as an engine sends them (each token at its
+			// position plus the sequence's offset), a table with up to 2
+			// spare rows; mutations move them out of range. They come
+			// from the flags, so the seeds' mutation bytes stay in place.
+			rng := rand.New(rand.NewSource(int64(flags) + 1))
+			offs := make([]int32, batch)
+			var qpos []int32
+			top := int32(-1)
+			for b := range batch {
+				offs[b] = int32(rng.Intn(8))
+				for i := range qLens[b] {
+					qpos = append(qpos, int32(kvLens[b]-qLens[b]+i)+offs[b])
+				}
+				top = max(top, offs[b]+int32(kvLens[b])-1)
+			}
+			lead := make([]int32, max(rows(0), 0)) // rows before the first sequence's
+			fc.Arrays["q_rope_position"] = append(lead, qpos...)
+			fc.Arrays["k_rope_pos_offset"] = offs
+			fc.Scalars["rope_positions"] = int64(top + 1 + int32(rng.Intn(3)))
 		}
 	case ir.RoleAppend, ir.RoleQKVAppend:
 		n := r.intn(6)

@@ -73,7 +73,9 @@ func validateRules(v *ir.Variant, fc fuzzCase) (r rules) {
 		}
 		return int64(a[name][i])
 	}
-	if bs < 0 || !ragged && (np < 0 || v.Table == ir.BlockTable && sc["max_blocks"] < 0) {
+	table := v.Rope != nil && v.Rope.Style == ir.RopeTable
+	rp := sc["rope_positions"]
+	if bs < 0 || !ragged && (np < 0 || v.Table == ir.BlockTable && sc["max_blocks"] < 0) || table && rp < 0 {
 		r.status = lower.ErrBadArgument
 		return r
 	}
@@ -190,6 +192,26 @@ func validateRules(v *ir.Variant, fc fuzzCase) (r rules) {
 			r.status = lower.ErrBadMaskIndptr
 			return r
 		}
+		if table {
+			// Every rotated position in 0..rope_positions-1: the queries',
+			// then the keys' (a tree's own keys rotate at their queries').
+			for i := range qLen {
+				if p := at("q_rope_position", qRow+i); p < 0 || p >= rp {
+					r.status = lower.ErrBadArgument
+					return r
+				}
+			}
+			keys := kvLen
+			if hasMask(ir.MaskTree) {
+				keys -= qLen
+			}
+			if off := int64(0); keys > 0 {
+				if off = at("k_rope_pos_offset", b); off < 0 || off+keys-1 >= rp {
+					r.status = lower.ErrBadArgument
+					return r
+				}
+			}
+		}
 		r.qLen, r.kvLen, r.qRow = append(r.qLen, int(qLen)), append(r.kvLen, int(kvLen)), append(r.qRow, int(qRow))
 		r.pages = append(r.pages, pages)
 	}
@@ -234,6 +256,12 @@ func validateRules(v *ir.Variant, fc fuzzCase) (r rules) {
 		if ragged && r.kvLen[b] > 0 {
 			r.touch("kv_rows", int64(a["kv_token_indptr"][b+1])-1)
 		}
+		if v.Rope != nil {
+			r.touch("k_rope_pos_offset", int64(b))
+		}
+	}
+	if table {
+		r.touch("rope_rows", rp-1)
 	}
 	return r
 }
@@ -298,6 +326,19 @@ func runFuzzAttention(s *Suite, fc fuzzCase) fuzzResult {
 	if _, ok := a["tree_order"]; ok {
 		a["tree_order"] = pad(a["tree_order"], 2*rows, 0)
 	}
+	if _, ok := a["q_rope_position"]; ok {
+		a["q_rope_position"] = pad(a["q_rope_position"], rows, 0)
+		a["k_rope_pos_offset"] = pad(a["k_rope_pos_offset"], max(bs, 0), 0)
+	}
+	// A RoPE table's rows: rope_positions of them, capped.
+	half := 0
+	if v.Rope != nil && v.Rope.Style == ir.RopeTable {
+		half = v.Rope.Dim(v.HeadDimQK) / 2
+	}
+	ropeRows := int64(0)
+	if half > 0 {
+		ropeRows = max(0, min(sc["rope_positions"], fuzzCapElems/int64(half)))
+	}
 	var custom []byte
 	if _, ok := a["mask_indptr"]; ok {
 		custom = make([]byte, max(0, min(lastOf("mask_indptr", 0), fuzzCapElems)))
@@ -323,6 +364,8 @@ func runFuzzAttention(s *Suite, fc fuzzCase) fuzzResult {
 			have = pages
 		case "custom_mask":
 			have = int64(len(custom))
+		case "rope_rows":
+			have = ropeRows
 		default:
 			have = int64(len(a[name]))
 		}
@@ -425,6 +468,10 @@ func runFuzzAttention(s *Suite, fc fuzzCase) fuzzResult {
 	if v.Sinks != nil && v.Sinks.Kind == ir.SinkLearned {
 		sinks = uniform(v.QOHeads)
 	}
+	var ropeCos, ropeSin []float32
+	if half > 0 {
+		ropeCos, ropeSin = uniform(int(ropeRows)*half), uniform(int(ropeRows)*half)
+	}
 
 	cb := &caseBuffers{vals: map[string]int64{}}
 	defer cb.free()
@@ -466,6 +513,10 @@ func runFuzzAttention(s *Suite, fc fuzzCase) fuzzResult {
 	if sinks != nil {
 		cb.add("sinks", cpurt.F32Buffer(sinks))
 	}
+	if half > 0 {
+		cb.add("rope_cos", cpurt.F32Buffer(ropeCos))
+		cb.add("rope_sin", cpurt.F32Buffer(ropeSin))
+	}
 	cb.o = cb.add("o", s.enc(nanSlice(int(rows)*v.QOHeads*v.HeadDimV)))
 	cb.lse = cb.add("lse", cpurt.F32Buffer(nanSlice(int(rows)*v.QOHeads)))
 	oBefore, lseBefore := bytes.Clone(cb.o.U8()), bytes.Clone(cb.lse.U8())
@@ -485,14 +536,15 @@ func runFuzzAttention(s *Suite, fc fuzzCase) fuzzResult {
 			res.Msg = fmt.Sprintf("status %d but the outputs were written", st)
 		}
 	default:
-		res.Pass, res.Msg = checkAttention(s, r, fc, a, q, kp, vp, ks, vs, rk, rv, sinks, custom, int(pages), cb, oBefore, lseBefore)
+		rope := fuzzRope{cos: ropeCos, sin: ropeSin, positions: int32(sc["rope_positions"])}
+		res.Pass, res.Msg = checkAttention(s, r, fc, a, q, kp, vp, ks, vs, rk, rv, sinks, custom, rope, int(pages), cb, oBefore, lseBefore)
 	}
 	return res
 }
 
 // checkAttention compares each sequence's rows with the reference and
 // checks that rows no sequence owns are untouched.
-func checkAttention(s *Suite, r rules, fc fuzzCase, a map[string][]int32, q, kp, vp, ks, vs, rk, rv, sinks []float32, custom []byte, pages int, cb *caseBuffers, oBefore, lseBefore []byte) (bool, string) {
+func checkAttention(s *Suite, r rules, fc fuzzCase, a map[string][]int32, q, kp, vp, ks, vs, rk, rv, sinks []float32, custom []byte, rope fuzzRope, pages int, cb *caseBuffers, oBefore, lseBefore []byte) (bool, string) {
 	v := s.V
 	rowQ, rowO := v.QOHeads*v.HeadDimQK, v.QOHeads*v.HeadDimV
 	c := &reference.Case{Name: "fuzz", Batch: len(r.qLen), QLens: r.qLen, KVLens: r.kvLen, Pages: r.pages, NumPages: pages,
@@ -503,6 +555,13 @@ func checkAttention(s *Suite, r rules, fc fuzzCase, a map[string][]int32, q, kp,
 	}
 	for b := range r.qLen {
 		c.Q = append(c.Q, q[r.qRow[b]*rowQ:(r.qRow[b]+r.qLen[b])*rowQ]...)
+		if v.Rope != nil {
+			c.QRopePos = append(c.QRopePos, a["q_rope_position"][r.qRow[b]:r.qRow[b]+r.qLen[b]]...)
+		}
+	}
+	if v.Rope != nil {
+		c.KRopeOffset = a["k_rope_pos_offset"][:len(r.qLen)]
+		c.RopeCos, c.RopeSin, c.RopePositions = rope.cos, rope.sin, rope.positions
 	}
 	wantO, wantL, mag := reference.AttentionMag(v, c)
 	gotO, gotL := s.dec(cb.o), cb.lse.F32()
@@ -740,4 +799,10 @@ func runFuzzMerge(s *Suite, fc fuzzCase) fuzzResult {
 		}
 	}
 	return res
+}
+
+// fuzzRope is a fuzz case's RoPE table: rope_positions rows of cos and sin.
+type fuzzRope struct {
+	cos, sin  []float32
+	positions int32
 }

@@ -153,6 +153,46 @@ var matrixSpecs = []string{
 	  mask window(size = 50)
 	  sinks learned
 	  rope inline(theta = 150000, style = yarn, factor = 32, original_max = 4096, beta_fast = 32, beta_slow = 1, truncate = false) }`,
+	// RoPE from runtime arguments: cos/sin tables (GQA, interleaved and
+	// partial rotary_dim, a tree whose keys rotate at their queries'
+	// table rows, a window, prefill_ragged) and style factors (with
+	// attn_factor, partial and interleaved), f16, bf16 and f32.
+	`variant ps16_rope_table_f16 { heads qo = 8, kv = 2
+	  head_dim 64
+	  dtype f16
+	  cache paged(page_size = 16)
+	  rope inline(table) }`,
+	`variant ps4_rope_table_tree_interleaved { heads qo = 4, kv = 4
+	  head_dim 96
+	  dtype bf16
+	  cache paged(page_size = 4, table = block_table)
+	  mask tree
+	  rope inline(table, rotary_dim = 32, pairs = interleaved) }`,
+	`variant ps8_rope_table_window_f32 { heads qo = 6, kv = 2
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 8, layout = NHD)
+	  mask window(left = 20)
+	  rope inline(table, rotary_dim = 16)
+	  kernels prefill, decode, merge_state, prefill_ragged }`,
+	`variant ps16_rope_factors_bf16 { heads qo = 8, kv = 2
+	  head_dim 96
+	  dtype bf16
+	  cache paged(page_size = 16)
+	  mask causal
+	  rope inline(style = factors, theta = 10000, attn_factor = 1.1902380714238083)
+	  kernels prefill, decode, merge_state, prefill_ragged }`,
+	`variant ps32_rope_factors_f32_partial { heads qo = 4, kv = 1
+	  head_dim 64
+	  dtype f32
+	  cache paged(page_size = 32, layout = NHD, table = block_table)
+	  rope inline(style = factors, theta = 500000, rotary_dim = 48, pairs = interleaved) }`,
+	`variant ps8_rope_factors_f16_tree { heads qo = 8, kv = 4
+	  head_dim 64
+	  dtype f16
+	  cache paged(page_size = 8)
+	  mask tree
+	  rope inline(style = factors, attn_factor = 0.8) }`,
 	`variant ps16_lse2_learned_sinks { heads qo = 8, kv = 2
 	  head_dim 64
 	  dtype f32
@@ -298,7 +338,7 @@ func TestKernelMatrix(t *testing.T) {
 		v := spec(t, src)
 		// The default run takes every other variant and levelShort;
 		// -levels.all (CI's long pass) every variant.
-		if !*levelsAll && i%2 == 1 && !slices.Contains(levelShort, v.Name) {
+		if !*levelsAll && i%2 == 1 && !slices.Contains(levelShort, v.Name) && !slices.Contains(matrixAlways, v.Name) {
 			continue
 		}
 		t.Run(v.Name, func(t *testing.T) {
@@ -359,6 +399,12 @@ func buildEnds(v *ir.Variant, dir string) (*Suite, error) {
 // also runs at the lower CPU levels (with -levels.all, every variant): f32,
 // f16 and bf16, GQA, a window mask, MLA and RoPE.
 var levelShort = []string{"ps16_gqa4", "ps256_gqa8", "ps8_window", "ps16_mla", "ps8_eagle_like"}
+
+// matrixAlways are the variants of matrixSpecs that the default run of
+// TestKernelMatrix takes whatever their place: RoPE from runtime
+// arguments (tables and factors).
+var matrixAlways = []string{"ps16_rope_table_f16", "ps4_rope_table_tree_interleaved", "ps8_rope_table_window_f32",
+	"ps16_rope_factors_bf16", "ps32_rope_factors_f32_partial", "ps8_rope_factors_f16_tree"}
 
 // lowerLevels are the CPU levels of s's triple below the one its entries
 // chose: the best this CPU runs, unless $ATTNC_CPU_LEVEL forced one.

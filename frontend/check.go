@@ -618,21 +618,30 @@ func (c *checker) sinks(s *callStmt) *ir.Sinks {
 }
 
 // ropeStyles names the RoPE styles.
-var ropeStyles = map[string]ir.RopeStyle{"normal": ir.RopeNormal, "llama3": ir.RopeLlama3, "yarn": ir.RopeYarn}
+var ropeStyles = map[string]ir.RopeStyle{"normal": ir.RopeNormal, "llama3": ir.RopeLlama3, "yarn": ir.RopeYarn, "factors": ir.RopeFactors}
 
 // ropeArgs lists the arguments each style accepts, in message order.
 var ropeArgs = map[ir.RopeStyle][]string{
-	ir.RopeNormal: {"theta", "style", "pairs", "rotary_dim"},
-	ir.RopeLlama3: {"theta", "style", "pairs", "rotary_dim", "factor", "low_freq", "high_freq", "original_max"},
-	ir.RopeYarn:   {"theta", "style", "pairs", "rotary_dim", "factor", "original_max", "beta_fast", "beta_slow", "attn_factor", "mscale", "mscale_all_dim", "truncate"},
+	ir.RopeNormal:  {"theta", "style", "pairs", "rotary_dim"},
+	ir.RopeLlama3:  {"theta", "style", "pairs", "rotary_dim", "factor", "low_freq", "high_freq", "original_max"},
+	ir.RopeYarn:    {"theta", "style", "pairs", "rotary_dim", "factor", "original_max", "beta_fast", "beta_slow", "attn_factor", "mscale", "mscale_all_dim", "truncate"},
+	ir.RopeFactors: {"theta", "style", "pairs", "rotary_dim", "attn_factor"},
+	ir.RopeTable:   {"pairs", "rotary_dim"},
+}
+
+// ropeRuntimeArgs are kernel arguments a spec might try to give values.
+var ropeRuntimeArgs = map[string]string{
+	"rope_factors": "style = factors", "factors": "style = factors",
+	"rope_cos": "rope inline(table, ...)", "rope_sin": "rope inline(table, ...)", "rope_positions": "rope inline(table, ...)",
 }
 
 // ropeDefaults are filled in when a spec leaves an argument out; a style's
 // arguments in neither ropeDefaults nor ropeRequired stay absent.
 var ropeDefaults = map[ir.RopeStyle]map[string]float64{
-	ir.RopeNormal: {"theta": 10000},
-	ir.RopeLlama3: {"theta": 10000, "factor": 8, "low_freq": 1, "high_freq": 4, "original_max": 8192},
-	ir.RopeYarn:   {"theta": 10000, "beta_fast": 32, "beta_slow": 1},
+	ir.RopeNormal:  {"theta": 10000},
+	ir.RopeLlama3:  {"theta": 10000, "factor": 8, "low_freq": 1, "high_freq": 4, "original_max": 8192},
+	ir.RopeYarn:    {"theta": 10000, "beta_fast": 32, "beta_slow": 1},
+	ir.RopeFactors: {"theta": 10000, "attn_factor": 1},
 }
 
 // ropeRequired lists the arguments a style cannot do without.
@@ -654,20 +663,46 @@ func (c *checker) rope(s *callStmt, dqk int) *ir.Rope {
 		c.errorf(s.Name.Pos, "unknown rope %q (known: inline, at_append)", s.Name.Name)
 		return out
 	}
-	what := "rope " + s.Name.Name
-	for _, a := range s.Args.list() {
-		if a != nil && a.Key != nil && *a.Key == "style" {
+	list := s.Args.list()
+	// A leading positional `table`: the angles come from rope_cos/rope_sin.
+	if len(list) > 0 && list[0] != nil && list[0].Key == nil && list[0].Val != nil && list[0].Val.Word != nil && *list[0].Val.Word == "table" {
+		out.Style, list = ir.RopeTable, list[1:]
+	}
+	for _, a := range list {
+		if a == nil || a.Val == nil {
+			continue
+		}
+		if a.Key == nil && a.Val.Word != nil && *a.Val.Word == "table" {
+			c.errorf(a.Pos, "rope %s: table must be the first argument: rope %s(table, rotary_dim = R, pairs = ...)", s.Name.Name, s.Name.Name)
+			return out
+		}
+		if a.Key == nil {
+			continue
+		}
+		if how, ok := ropeRuntimeArgs[*a.Key]; ok {
+			c.errorf(a.Pos, "rope %s is a kernel argument, given at run time, not in the spec (write %s)", *a.Key, how)
+			return out
+		}
+		if *a.Key == "style" {
+			if out.Style == ir.RopeTable {
+				c.errorf(a.Pos, "rope %s(table, ...) takes no style: rope_cos and rope_sin give every angle (known: pairs, rotary_dim)", s.Name.Name)
+				return out
+			}
 			if w, ok := c.wordVal(a.Val, "style"); ok {
 				st, known := ropeStyles[w]
 				if !known {
-					c.errorf(a.Val.Pos, "unknown rope style %q (known: normal, llama3, yarn)", w)
+					c.errorf(a.Val.Pos, "unknown rope style %q (known: normal, llama3, yarn, factors; or rope inline(table, ...))", w)
 				}
 				out.Style = st
 			}
-			break
 		}
 	}
-	args, argsOK := c.kwargs(what+"(...) with style "+styleName(out.Style), s.Args.list(), ropeArgs[out.Style]...)
+	what := "rope " + s.Name.Name
+	label := what + "(...) with style " + styleName(out.Style)
+	if out.Style == ir.RopeTable {
+		label = what + "(table, ...)"
+	}
+	args, argsOK := c.kwargs(label, list, ropeArgs[out.Style]...)
 	for k, d := range ropeDefaults[out.Style] {
 		out.Params[k] = d
 	}

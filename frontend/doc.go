@@ -27,6 +27,7 @@
 // rope theta 10000 and style normal. RoPE llama3 fills factor = 8,
 // low_freq = 1, high_freq = 4, original_max = 8192 (Llama 3.1's values);
 // yarn requires factor and original_max and fills beta_fast = 32,
-// beta_slow = 1. Rope.Params holds every numeric argument, theta included,
-// after defaults.
+// beta_slow = 1; factors fills attn_factor = 1. `rope inline(table, ...)`
+// (Style RopeTable) takes only pairs and rotary_dim. Rope.Params holds
+// every numeric argument, theta included, after defaults.
 package frontend

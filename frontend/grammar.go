@@ -164,7 +164,7 @@ type argList struct {
 // argAST is `key = value` or a positional value.
 type argAST struct {
 	Pos lexer.Position
-	Key *string   `parser:"( @Ident '=' )?"`
+	Key *string   `parser:"( (?= Ident '=') @Ident '=' )?"`
 	Val *valueAST `parser:"@@"`
 }
 

@@ -99,13 +99,22 @@ type Sinks struct {
 	Pos    Pos
 }
 
-// RopeStyle is the frequency schedule of inline RoPE.
+// RopeStyle is the source of inline RoPE's angles: a frequency schedule,
+// runtime per-pair factors, or runtime cos/sin tables.
 type RopeStyle int
 
 const (
 	RopeNormal RopeStyle = iota
 	RopeLlama3
 	RopeYarn
+	// RopeFactors is `style = factors`: f_i = θ^(-2i/R) / rope_factors[i],
+	// the factors a runtime argument f32[R/2]; Params["attn_factor"]
+	// multiplies cos and sin.
+	RopeFactors
+	// RopeTable is `rope inline(table, ...)`: cos and sin of pair i at
+	// position p are the runtime arguments rope_cos[p, i], rope_sin[p, i]
+	// (f32[rope_positions, R/2]).
+	RopeTable
 )
 
 // RopePairs says which elements a RoPE rotation pairs.

@@ -2,7 +2,8 @@
 // module: the page table (CSR or block table, or prefill_ragged's
 // contiguous rows) and page walk, page size and layout, row segments (MLA),
 // GQA grouping (a K/V tile staged once serves every qo head of the work
-// item), RoPE staging, and the one attention skeleton (attend.go) that every
+// item), RoPE staging (angles from a frequency schedule, from runtime
+// factors or from cos/sin tables: rope.go), and the one attention skeleton (attend.go) that every
 // role runs — prefill query tiles (over pages or ragged rows), decode items
 // and split-KV chunks — plus merge_state, the page kernels and qkv_append
 // (qk_norm, then the same RoPE rotation for rope at_append, then append's

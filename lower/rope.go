@@ -9,12 +9,31 @@ import (
 // Inline RoPE: the cache holds un-rotated K; queries and keys are rotated
 // as they are staged (rope at_append rotates the same way in qkv_append,
 // before the rows are stored, and the attention kernels rotate nothing).
-// With R = rotary_dim, pair i < R/2 — (x[i], x[i+R/2]) for pairs = half
-// ("rotate_half"), (x[2i], x[2i+1]) for pairs = interleaved — turns by
-// angle pos * f_i; dims R.. pass through. The angle is computed exactly
-// modulo one turn in 64-bit fixed point — turns_i = frac(f_i / 2π) · 2^64
-// is a constant and pos · turns_i wraps — so precision does not decay with
-// the position, on CPU and GPU alike; only the final sin/cos run in f32.
+// The angles' source is one piece — ropeSourceParams
+// (the runtime arguments it reads), ropeTable and fillRopeTable (the
+// per-item table it needs), ropeCosSin (cos and sin of pair i at a
+// position), ropeChecks and validateRopePositions (what a plan checks
+// before anything is read) — so that every kernel that rotates uses the
+// same angles: schedule styles (normal, llama3, yarn) as constant turns,
+// `style = factors` as turns computed per item from rope_factors, and
+// `table` as loads of rope_cos/rope_sin. With R = rotary_dim, pair i < R/2 — (x[i], x[i+R/2])
+// for pairs = half ("rotate_half"), (x[2i], x[2i+1]) for pairs =
+// interleaved — turns by angle pos * f_i; dims R.. pass through. The angle
+// is computed exactly modulo one turn in 64-bit fixed point — turns_i =
+// frac(f_i / 2π) · 2^64 is a constant and pos · turns_i wraps — so precision
+// does not decay with the position, on CPU and GPU alike; only the final
+// sin/cos run in f32.
+
+// RopeBaseFreqs is θ^(-2i/R), i < R/2 for R = r.Dim(d): the frequencies
+// before any rescaling (style factors divides them by rope_factors[i]).
+func RopeBaseFreqs(r *ir.Rope, d int) []float64 {
+	rd := r.Dim(d)
+	out := make([]float64, rd/2)
+	for i := range out {
+		out[i] = math.Pow(r.Theta, -2*float64(i)/float64(rd))
+	}
+	return out
+}
 
 // RopeFreqs is f_i, i < R/2 for R = r.Dim(d), in radians per position, for
 // style normal (θ^(-2i/R)), llama3 (Llama 3.1's rescaling by factor,
@@ -25,10 +44,7 @@ import (
 func RopeFreqs(r *ir.Rope, d int) []float64 {
 	p := r.Params
 	rd := r.Dim(d)
-	out := make([]float64, rd/2)
-	for i := range out {
-		out[i] = math.Pow(r.Theta, -2*float64(i)/float64(rd))
-	}
+	out := RopeBaseFreqs(r, d)
 	switch r.Style {
 	case ir.RopeLlama3:
 		factor, lo, hi, orig := p["factor"], p["low_freq"], p["high_freq"], p["original_max"]
@@ -66,11 +82,18 @@ func RopeFreqs(r *ir.Rope, d int) []float64 {
 	return out
 }
 
-// RopeScale is the factor YaRN applies to cos and sin (1 otherwise), as HF's
-// attention_factor: attn_factor when given, else the ratio of mscale terms
-// when mscale and mscale_all_dim are both nonzero (DeepSeek; HF treats 0 as
-// absent), else 0.1·ln(factor) + 1.
+// RopeScale is the factor YaRN and style factors apply to cos and sin (1
+// otherwise), as HF's attention_factor: attn_factor when given (style
+// factors: default 1), else the ratio of mscale terms when mscale and
+// mscale_all_dim are both nonzero (DeepSeek; HF treats 0 as absent), else
+// 0.1·ln(factor) + 1.
 func RopeScale(r *ir.Rope) float64 {
+	if r.Style == ir.RopeFactors {
+		if a, ok := r.Params["attn_factor"]; ok {
+			return a
+		}
+		return 1
+	}
 	if r.Style != ir.RopeYarn {
 		return 1
 	}
@@ -107,27 +130,142 @@ func ropeTurns(r *ir.Rope, d int) []int64 {
 // rotDim is the number of rotated dims.
 func (l *lowering) rotDim() int { return l.v.Rope.Dim(l.D) }
 
-// ropeTable appends the turns table, a local i64 array named rope_turns
-// (GPU kernels declare it with their shared arrays and fill it from thread
-// 0 before a barrier).
+// ropeSourceParams are the runtime arguments the angles come from, in
+// DESIGN §4 order: rope_cos, rope_sin f32[rope_positions, R/2] and the
+// scalar rope_positions for a table, rope_factors f32[R/2] for style
+// factors, none for the schedule styles.
+func (l *lowering) ropeSourceParams() []*ir.Param {
+	if l.v.Rope == nil {
+		return nil
+	}
+	half := itoa(l.rotDim() / 2)
+	switch l.v.Rope.Style {
+	case ir.RopeTable:
+		return []*ir.Param{buf("rope_cos", ir.F32, false, "rope_positions", half),
+			buf("rope_sin", ir.F32, false, "rope_positions", half), scalar("rope_positions")}
+	case ir.RopeFactors:
+		return []*ir.Param{buf("rope_factors", ir.F32, false, half)}
+	}
+	return nil
+}
+
+// ropeTable appends the per-item table the angles need: a local i64 array
+// rope_turns of 64-bit fixed-point turns per position, and for style
+// factors a local f32 array rope_amp of each pair's factor on cos and sin
+// (GPU kernels declare them with their shared arrays). A table source
+// needs none.
 func (l *lowering) ropeTable(b *blk) {
+	switch l.v.Rope.Style {
+	case ir.RopeTable:
+		return
+	case ir.RopeFactors:
+		b.add(&ir.Alloc{Name: "rope_amp", T: ir.F32, Size: l.rotDim() / 2})
+	}
 	b.add(&ir.Alloc{Name: "rope_turns", T: ir.I64, Size: l.rotDim() / 2})
 }
 
-// fillRopeTable stores the turn constants.
+// fillRopeTable stores the turns: constants for the schedule styles (GPU
+// kernels store them from thread 0 before a barrier), computed from
+// rope_factors for style factors in a spread over the pairs.
+//
+// Style factors: turns_i = frac(f_i / 2π)·2^64 with f_i / 2π =
+// (θ^(-2i/R) / 2π) / rope_factors[i], one f64 division of an f64 constant
+// by the widened factor (correctly rounded, as the constant path's f64
+// f_i is). x - trunc(x) is exact in f64, and its product with 2^63 is an
+// integer in (-2^63, 2^63) up to bits below 2^-63 turn, so the i64
+// conversion is exact and doubling it (a shift, wrapping) gives the turns
+// modulo 2^64: pos · turns_i then wraps to the angle as exactly as in the
+// constant path (|x| >= 2^62 is a whole number of turns in f64: 0). A
+// factor that makes f_i infinite or NaN (0, NaN) makes the pair's
+// rope_amp NaN, so the rotation gives NaN as pos · f_i does in f64.
 func (l *lowering) fillRopeTable(b *blk) {
+	switch l.v.Rope.Style {
+	case ir.RopeTable:
+		return
+	case ir.RopeFactors:
+		base := RopeBaseFreqs(l.v.Rope, l.D)
+		amp := f32(float64(float32(RopeScale(l.v.Rope))))
+		b.spread("rope_p", len(base), func(u *blk, i ir.Expr) {
+			// The constant of pair i, picked by a select chain over the pairs.
+			var c ir.Expr = f64c(base[0] / (2 * math.Pi))
+			for k := 1; k < len(base); k++ {
+				c = sel(eq(i, i32(k)), f64c(base[k]/(2*math.Pi)), c)
+			}
+			x := u.let("rope_x64", ir.Bin(ir.Div, c, ir.Cvt(ir.F64, ld("rope_factors", ir.F32, i))))
+			inRange := and(lt(x, f64c(1<<62)), gt(x, f64c(-(1<<62))))
+			frac := sel(inRange, sub(x, ir.Cvt(ir.F64, i64(x))), f64c(0))
+			half := ir.Cvt(ir.I64, mul(frac, f64c(1<<63)))
+			u.store("rope_turns", i, ir.Bin(ir.Shl, half, ir.IntT(ir.I64, 1)))
+			u.store("rope_amp", i, sel(ne(sub(x, x), f64c(0)), nan(), amp))
+		})
+		return
+	}
 	for i, t := range ropeTurns(l.v.Rope, l.D) {
 		b.store("rope_turns", i32(i), ir.IntT(ir.I64, t))
 	}
 }
 
-// ropeCosSin binds cos and sin (times RopeScale) of pair i's angle at pos.
+// f64c is an f64 constant.
+func f64c(v float64) *ir.Const { return &ir.Const{T: ir.F64, Float: v} }
+
+// ropeCosSin binds cos and sin of pair i's angle at pos (an i32 or i64
+// expression that validateRopePositions has checked for a table source),
+// times RopeScale (style factors: times the pair's rope_amp).
 func (l *lowering) ropeCosSin(b *blk, pos, i ir.Expr) (c, s ir.Expr) {
+	if l.v.Rope.Style == ir.RopeTable {
+		at := b.let("rope_at", add(mul(i64(pos), i64c(l.rotDim()/2)), i64(i)))
+		return b.let("rope_c", ld("rope_cos", ir.F32, at)), b.let("rope_s", ld("rope_sin", ir.F32, at))
+	}
 	prod := ir.Bin(ir.Mul, i64(pos), ld("rope_turns", ir.I64, i))
 	turn24 := ir.Bin(ir.And, ir.Bin(ir.Shr, prod, ir.IntT(ir.I64, 40)), ir.IntT(ir.I64, 0xffffff))
 	ang := b.let("rope_ang", mul(tof32(ir.Cvt(ir.I32, turn24)), f32(float64(float32(2*math.Pi/(1<<24))))))
-	scale := f32(float64(float32(RopeScale(l.v.Rope))))
+	var scale ir.Expr = f32(float64(float32(RopeScale(l.v.Rope))))
+	if l.v.Rope.Style == ir.RopeFactors {
+		scale = b.let("rope_a", ld("rope_amp", ir.F32, i))
+	}
 	return b.let("rope_c", mul(ir.Un(ir.Cos, ang), scale)), b.let("rope_s", mul(ir.Un(ir.Sin, ang), scale))
+}
+
+// ropeChecks are the scalar checks of the angles' arguments: a negative
+// rope_positions is a bad argument.
+func (l *lowering) ropeChecks() []ir.Check {
+	if l.v.Rope == nil || l.v.Rope.Style != ir.RopeTable {
+		return nil
+	}
+	return []ir.Check{{Fail: lt(ir.R("rope_positions", ir.I32), i32(0)), Code: ErrBadArgument}}
+}
+
+// validateRopePositions checks, for a table source, that every position
+// sequence vb rotates lies in 0..rope_positions-1 before any table is
+// read: its queries' q_rope_position[qBeg..qBeg+qLen) and its keys'
+// kv_pos + k_rope_pos_offset[vb] for kv_pos in 0..kvLen-1 (in i64; with
+// `mask tree` the tree's own last qLen keys rotate at their queries'
+// positions instead, so only the kvLen - qLen keys before the tree). Keys
+// the kernel may skip (hidden pages, positions outside a window) count
+// too: the range is the sequence's.
+func (l *lowering) validateRopePositions(t *blk, vb, qBeg, qLen, kvLen ir.Expr) {
+	if l.v.Rope == nil || l.v.Rope.Style != ir.RopeTable {
+		return
+	}
+	t.loop("vr", i32(0), qLen, ir.Serial, ir.TagValidate, func(u *blk) {
+		u.fail(ropePosOutside(ldi("q_rope_position", add(qBeg, ir.R("vr", ir.I32)))), ErrBadArgument)
+	})
+	keys := kvLen
+	if l.hasMask(ir.MaskTree) {
+		keys = sub(kvLen, qLen)
+	}
+	t.when(gt(keys, i32(0)), func(u *blk) {
+		off := u.let("v_rope_off", i64(ldi("k_rope_pos_offset", vb)))
+		last := add(off, i64(sub(keys, i32(1))))
+		u.fail(or(lt(off, i64c(0)), ge(last, i64(ir.R("rope_positions", ir.I32)))), ErrBadArgument)
+	})
+}
+
+// ropePosOutside is true for an i32 position a table cannot rotate at:
+// outside 0..rope_positions-1 (a kernel that rotates at per-token
+// positions fails BAD_ARGUMENT on it before reading any table).
+func ropePosOutside(p ir.Expr) ir.Expr {
+	return or(lt(p, i32(0)), ge(p, ir.R("rope_positions", ir.I32)))
 }
 
 // ropeElem is element d of the rotated row whose element k is at(k): d
@@ -173,11 +311,14 @@ func (l *lowering) stageRow(b *blk, dst string, idx, pos, d ir.Expr, at func(ir.
 	b.store(dst, idx, at(d))
 }
 
+// ropeParams are an attention entry's RoPE arguments: the positions, then
+// the angles' source (ropeSourceParams).
 func (l *lowering) ropeParams(rows string) []*ir.Param {
 	if l.v.InlineRope() == nil {
 		return nil
 	}
-	return []*ir.Param{buf("q_rope_position", ir.I32, false, rows), buf("k_rope_pos_offset", ir.I32, false, "batch_size")}
+	return append([]*ir.Param{buf("q_rope_position", ir.I32, false, rows), buf("k_rope_pos_offset", ir.I32, false, "batch_size")},
+		l.ropeSourceParams()...)
 }
 
 // qRopePos is query row qrow's rotation position (nil without RoPE).

@@ -299,7 +299,7 @@ func (l *lowering) tableChecks() []ir.Check {
 	for _, d := range l.v.ParamDimNames() { // a param's runtime dims
 		cs = append(cs, ir.Check{Fail: lt(ir.R(d, ir.I32), i32(0)), Code: ErrBadArgument})
 	}
-	return append(cs, l.pt.checks()...)
+	return append(append(cs, l.pt.checks()...), l.ropeChecks()...)
 }
 
 // validateCache is steps 2 to 4 for an attention entry (after the scalar
@@ -324,6 +324,7 @@ func (l *lowering) validateCache(b *blk, prefill bool, each func(*blk, map[strin
 			t.fail(gt(qLen, kvLen), ErrQLenExceedsKVLen)
 		}
 		l.validateMasks(t, vb, qLen, kvLen)
+		l.validateRopePositions(t, vb, qBeg, qLen, kvLen)
 		each(t, map[string]ir.Expr{ir.SeqB: vb, ir.SeqQBeg: qBeg, ir.SeqQLen: qLen, ir.SeqKVLen: kvLen})
 	})
 	l.pt.validatePageIDs(b)

@@ -152,7 +152,7 @@ func NewCase(v *ir.Variant, rng *rand.Rand, spec CaseSpec) *Case {
 		// Large offsets exercise the angle's precision far from position 0.
 		c.KRopeOffset = make([]int32, batch)
 		for b := range batch {
-			c.KRopeOffset[b] = int32(rng.Intn(200000))
+			c.KRopeOffset[b] = int32(rng.Intn(ropeOffsetRange(v.Rope)))
 			for i := range c.QLens[b] {
 				qPos := c.KVLens[b] - c.QLens[b] + i
 				c.QRopePos = append(c.QRopePos, int32(qPos)+c.KRopeOffset[b]-int32(rng.Intn(2)))
@@ -195,6 +195,9 @@ func NewCase(v *ir.Variant, rng *rand.Rand, spec CaseSpec) *Case {
 			}
 			row += c.QLens[b]
 		}
+	}
+	if v.Rope != nil {
+		ropeArgs(v, rng, c)
 	}
 	if spec.HideBlock > 0 {
 		for _, pages := range c.Pages {
@@ -384,5 +387,48 @@ func (c *Case) randomParams(v *ir.Variant, rng *rand.Rand, spec CaseSpec) {
 			}
 		}
 		c.Params[p.Name] = xs
+	}
+}
+
+// ropeOffsetRange bounds the random k_rope_pos_offset: large offsets
+// exercise the angle's precision far from position 0; a table source
+// keeps its rows (and so the table) small.
+func ropeOffsetRange(r *ir.Rope) int {
+	if r.Style == ir.RopeTable {
+		return 2000
+	}
+	return 200000
+}
+
+// ropeArgs draws the angles' runtime arguments: for a table, rows of
+// cos and sin of random angles with random amplitudes in [0.5, 1.5]
+// (any values are valid; the amplitude checks they are used as given)
+// covering every position the case rotates and up to 3 more; for style
+// factors, factors in [0.6, 55] (HF longrope's range), log-uniform.
+func ropeArgs(v *ir.Variant, rng *rand.Rand, c *Case) {
+	half := v.Rope.Dim(v.HeadDimQK) / 2
+	switch v.Rope.Style {
+	case ir.RopeTable:
+		top := int32(-1)
+		for _, p := range c.QRopePos {
+			top = max(top, p)
+		}
+		for b := range c.Batch {
+			if c.KVLens[b] > 0 {
+				top = max(top, c.KRopeOffset[b]+int32(c.KVLens[b])-1)
+			}
+		}
+		c.RopePositions = top + 1 + int32(rng.Intn(4))
+		n := int(c.RopePositions) * half
+		c.RopeCos, c.RopeSin = make([]float32, n), make([]float32, n)
+		for k := range n {
+			a, th := 0.5+rng.Float64(), 2*math.Pi*rng.Float64()
+			c.RopeCos[k], c.RopeSin[k] = float32(a*math.Cos(th)), float32(a*math.Sin(th))
+		}
+	case ir.RopeFactors:
+		c.RopeFactors = make([]float32, half)
+		for i := range c.RopeFactors {
+			c.RopeFactors[i] = float32(math.Exp(-0.5 + 4.5*rng.Float64()))
+		}
 	}
 }

@@ -57,7 +57,7 @@ func QKVAppend(v *ir.Variant, qkv []float32, positions []int32, qw, kw []float32
 				m := math.Hypot(x[a], x[b]) * s
 				mag[a], mag[b] = m, m
 			}
-			x = rotate(r, x, int(positions[t]))
+			x = rotate(r, nil, x, int(positions[t])) // at_append: schedule styles only (lower refuses table and factors)
 		}
 		return x, mag
 	}

@@ -1,6 +1,7 @@
 package reference
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/attnc/attnc/ir"
@@ -54,6 +55,12 @@ func ropeFreq(r *ir.Rope, i, rdim int) float64 {
 // mscale_all_dim) when both are given and nonzero (a zero counts as
 // absent, as in HF), else mscale(factor, 1).
 func ropeAttnScale(r *ir.Rope) float64 {
+	if r.Style == ir.RopeFactors {
+		if v, ok := r.Params["attn_factor"]; ok {
+			return v
+		}
+		return 1
+	}
 	if r.Style != ir.RopeYarn {
 		return 1
 	}
@@ -73,23 +80,44 @@ func ropeAttnScale(r *ir.Rope) float64 {
 	return mscale(1)
 }
 
+// ropeCosSin is cos and sin of pair i at position pos, times the
+// attention factor: for `rope inline(table)` c's RopeCos[pos, i] and
+// RopeSin[pos, i] (a position outside 0..RopePositions-1 panics: the
+// kernels refuse it), for `style = factors` the angle pos · θ^(-2i/R) /
+// RopeFactors[i], for the other styles pos · f_i.
+func ropeCosSin(r *ir.Rope, c *Case, i, rdim, pos int) (float64, float64) {
+	if r.Style == ir.RopeTable {
+		if pos < 0 || pos >= int(c.RopePositions) {
+			panic(fmt.Sprintf("reference: case %s: rope position %d outside 0..%d", c.Name, pos, c.RopePositions-1))
+		}
+		at := pos*(rdim/2) + i
+		return float64(c.RopeCos[at]), float64(c.RopeSin[at])
+	}
+	f := ropeFreq(r, i, rdim)
+	if r.Style == ir.RopeFactors {
+		f = 1 / math.Pow(r.Theta, float64(2*i)/float64(rdim)) / float64(c.RopeFactors[i])
+	}
+	a := float64(pos) * f
+	s := ropeAttnScale(r)
+	return math.Cos(a) * s, math.Sin(a) * s
+}
+
 // rotate returns x (d values) rotated at position pos: with R = rotary_dim,
 // pair i < R/2 — (x[i], x[i+R/2]) for pairs = half, (x[2i], x[2i+1]) for
-// pairs = interleaved — turns by pos·f_i; x[R:] passes through unchanged.
-func rotate(r *ir.Rope, x []float64, pos int) []float64 {
+// pairs = interleaved — turns by pos·f_i (or by c's table); x[R:] passes
+// through unchanged.
+func rotate(r *ir.Rope, c *Case, x []float64, pos int) []float64 {
 	d := len(x)
 	rdim := r.Dim(d)
 	out := append([]float64(nil), x...)
-	s := ropeAttnScale(r)
 	for i := 0; i < rdim/2; i++ {
-		a := float64(pos) * ropeFreq(r, i, rdim)
-		c, sn := math.Cos(a)*s, math.Sin(a)*s
+		cs, sn := ropeCosSin(r, c, i, rdim, pos)
 		j, k := i, i+rdim/2
 		if r.Pairs == ir.RopeInterleaved {
 			j, k = 2*i, 2*i+1
 		}
-		out[j] = x[j]*c - x[k]*sn
-		out[k] = x[k]*c + x[j]*sn
+		out[j] = x[j]*cs - x[k]*sn
+		out[k] = x[k]*cs + x[j]*sn
 	}
 	return out
 }
