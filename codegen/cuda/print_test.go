@@ -6,13 +6,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/attnc/attnc/codegen/cstyle"
 	"github.com/attnc/attnc/ir"
 )
 
 var updateGolden = flag.Lookup("update")
 
 func TestExprTable(t *testing.T) {
-	p := &printer{}
 	x, y := ir.R("x", ir.I32), ir.R("y", ir.I32)
 	f := ir.R("f", ir.F32)
 	cases := map[string]ir.Expr{
@@ -38,7 +38,7 @@ func TestExprTable(t *testing.T) {
 		"((float)x)":                             ir.Cvt(ir.F32, x),
 	}
 	for want, e := range cases {
-		if got := p.expr(e); got != want {
+		if got := Dialect.Expr(e); got != want {
 			t.Errorf("%s: got %s, want %s", ir.ExprString(e), got, want)
 		}
 	}
@@ -120,7 +120,7 @@ kernel g_k role decode (x: f32* [n] out, n: i32) {
 	if got != string(want) {
 		t.Errorf("printed CUDA differs from %s (go test ./codegen/cuda -update, then review):\n%s", path, got)
 	}
-	if SharedBytes(m.Kernels[0]) != 512+16 || BlockSize(m.Kernels[0]) != 128 {
-		t.Errorf("shared %d block %d", SharedBytes(m.Kernels[0]), BlockSize(m.Kernels[0]))
+	if cstyle.SharedBytes(m.Kernels[0]) != 512+16 || cstyle.BlockSize(m.Kernels[0]) != 128 {
+		t.Errorf("shared %d block %d", cstyle.SharedBytes(m.Kernels[0]), cstyle.BlockSize(m.Kernels[0]))
 	}
 }

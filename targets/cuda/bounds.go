@@ -3,7 +3,7 @@ package cuda
 import (
 	"strings"
 
-	cudagen "github.com/attnc/attnc/codegen/cuda"
+	"github.com/attnc/attnc/codegen/cstyle"
 	"github.com/attnc/attnc/codegen/cuda/sass"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/registry"
@@ -38,7 +38,7 @@ func MinBlocksPerSM(k *ir.Kernel) int {
 		return LightMinBlocks
 	}
 	a := sass.Archs["sm_80"]
-	fit := a.SmemPerSM / roundUp(cudagen.SharedBytes(k)+a.SmemReserved, a.SmemUnit)
+	fit := a.SmemPerSM / roundUp(cstyle.SharedBytes(k)+a.SmemReserved, a.SmemUnit)
 	return max(1, min(AttentionMinBlocks, fit))
 }
 
@@ -72,10 +72,10 @@ func MaxRegisters(block, minBlocks int) int {
 // out.
 func boundsOf(k *ir.Kernel, lm *registry.LaunchManifest) {
 	lm.MinBlocksPerSM = MinBlocksPerSM(k)
-	lm.MaxRegisters = MaxRegisters(cudagen.BlockSize(k), lm.MinBlocksPerSM)
+	lm.MaxRegisters = MaxRegisters(cstyle.BlockSize(k), lm.MinBlocksPerSM)
 	lm.Occupancy = map[string]registry.OccupancyManifest{}
 	for _, name := range boundArchs {
-		o, err := sass.Archs[name].Occupancy(lm.MaxRegisters, 0, cudagen.BlockSize(k), cudagen.SharedBytes(k))
+		o, err := sass.Archs[name].Occupancy(lm.MaxRegisters, 0, cstyle.BlockSize(k), cstyle.SharedBytes(k))
 		if err != nil {
 			continue
 		}

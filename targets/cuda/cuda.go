@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/attnc/attnc/codegen/cstyle"
 	cudagen "github.com/attnc/attnc/codegen/cuda"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
@@ -189,11 +190,11 @@ func (Target) Header(v *ir.Variant, m *ir.Module) string {
 func launchOf(m *ir.Module, p *ir.Plan) func(ir.Launch) registry.LaunchManifest {
 	return func(l ir.Launch) registry.LaunchManifest {
 		lm := registry.LaunchManifest{Kernel: l.Kernel, Items: ir.ExprString(l.Items), Grid: "items", Block: BlockThreads}
-		if !cudagen.HostKnown(p, l.Items) {
+		if !cstyle.HostKnown(p, l.Items) {
 			lm.Grid = fmt.Sprintf("%d * SMs (grid-stride: the item count depends on device memory)", GridStrideBlocks)
 		}
 		if k := m.Kernel(l.Kernel); k != nil {
-			lm.Smem = cudagen.SharedBytes(k)
+			lm.Smem = cstyle.SharedBytes(k)
 			boundsOf(k, &lm)
 		}
 		return lm
@@ -214,7 +215,7 @@ func (Target) Manifest(v *ir.Variant, m *ir.Module, opt targets.Options) []regis
 			Plan: registry.PlanOf(p, registry.PlanOptions{Threads: "2 * SMs", Launch: launchOf(m, p)})})
 	}
 	for _, k := range m.Kernels {
-		lm := &registry.LaunchManifest{Block: cudagen.BlockSize(k), Smem: cudagen.SharedBytes(k)}
+		lm := &registry.LaunchManifest{Block: cstyle.BlockSize(k), Smem: cstyle.SharedBytes(k)}
 		boundsOf(k, lm)
 		out = append(out, registry.KernelManifest{Variant: v.Name, Role: string(k.Role), Symbol: k.Name,
 			Target: "cuda", File: v.Name + ".cu", Args: registry.ArgsOf(k.Params), Returns: "void (__global__)",
@@ -243,7 +244,7 @@ func (Target) Select(v *ir.Variant, m *ir.Module, s registry.Shape) (registry.Se
 				l.Grid = GridStrideBlocks * sms
 			}
 			if k := m.Kernel(l.Kernel); k != nil {
-				l.Block, l.Smem = cudagen.BlockSize(k), cudagen.SharedBytes(k)
+				l.Block, l.Smem = cstyle.BlockSize(k), cstyle.SharedBytes(k)
 			}
 		}})
 	if p := m.Plan(sel.Role); err == nil && p != nil {

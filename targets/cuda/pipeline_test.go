@@ -4,7 +4,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	cudagen "github.com/attnc/attnc/codegen/cuda"
+	"github.com/attnc/attnc/codegen/cstyle"
 	"github.com/attnc/attnc/codegen/cuda/sass"
 	"github.com/attnc/attnc/driver"
 	"github.com/attnc/attnc/ir"
@@ -70,7 +70,7 @@ func TestRingSlotsKeepTwoBlocks(t *testing.T) {
 				}
 				slotBytes += (a.Size/n*a.T.Bits()/8 + 15) &^ 15
 			}
-			smem, block := cudagen.SharedBytes(k), cudagen.BlockSize(k)
+			smem, block := cstyle.SharedBytes(k), cstyle.BlockSize(k)
 			if n == 1 {
 				smem += slotBytes
 			}
