@@ -4,6 +4,9 @@
 // AMDGPU code), and as C++ against the CPU emulator of codegen/cuda with
 // 64-lane warps, and the helpers that run those compilers.
 //
-// hip imports ir and codegen/cuda (the emulator and the compiler lookups);
-// it must not import frontend, lower, passes or registry.
+// The printer is codegen/cstyle with this package's Dialect.
+//
+// hip imports ir, codegen/cstyle and codegen/cuda (the emulator and the
+// compiler lookups); it must not import frontend, lower, passes or
+// registry.
 package hip

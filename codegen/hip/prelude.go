@@ -274,10 +274,10 @@ static inline int attnc_num_sms(void) {
 static inline int attnc_last_error(void) { return (int)hipGetLastError(); }
 #endif /* GPU */
 
-/* ---- every branch: copies that complete at once ---- */
-typedef uint32_t attnc_u32x4_ __attribute__((vector_size(16)));
+/* ---- every branch: 16-byte copies (also the printer's Vec16), completing at once ---- */
+typedef uint32_t attnc_v16 __attribute__((vector_size(16)));
 ATTNC_FN_ void attnc_cp_async16(void *smem_dst, const void *gmem_src) {
-  *(attnc_u32x4_ *)smem_dst = *(const attnc_u32x4_ *)gmem_src;
+  *(attnc_v16 *)smem_dst = *(const attnc_v16 *)gmem_src;
 }
 ATTNC_FN_ void attnc_cp_async16_zfill(void *smem_dst, const void *gmem_src, int src_bytes) {
   if (src_bytes >= 16) {
