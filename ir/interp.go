@@ -30,7 +30,7 @@ import (
 //     Parallel, Spread and Vector loops run serially in order; Continue ends
 //     the iteration of the innermost For; Alloc and Malloc give zeroed arrays;
 //   - Threads and Lanes loops run their iterations as threads that meet at
-//     Barriers (the group) and Shuffles and MMAs (each warp of 32), as on a
+//     Barriers (the group) and Shuffles and MMAs (each warp of the module's LaneWidth), as on a
 //     GPU (see spmd.go); a Barrier outside them is a no-op (a work item run
 //     as one thread); Reduce folds in order; MatMul sums over k in order,
 //     sets C outside the extents to NaN and rejects a nonzero A beyond the

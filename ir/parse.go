@@ -343,6 +343,9 @@ func (p *parser) module() *Module {
 	if p.accept("triple") {
 		m.Triple = p.stringLit()
 	}
+	if p.accept("lanes") {
+		m.SetLaneWidth(int(p.intLit(false)))
+	}
 	for p.accept("error") {
 		neg := p.accept("-")
 		code := p.intLit(neg)

@@ -40,6 +40,7 @@ import (
 // `f32x16(x)`; `muladd(x, y, z)`, `shuffle(x, y, [0, 1, 16, 17])`,
 // `prefetch buf[i]`; a scheduled clone is `kernel NAME role R level "x86-64-v4" (...)`
 // and a module for another triple `module NAME prefix P triple "aarch64-unknown-linux-gnu"`.
+// A GPU module whose warps are not of 32 lanes says so: `module NAME prefix P lanes 64`.
 
 // String prints m in the text form.
 func (m *Module) String() string {
@@ -106,11 +107,14 @@ func (p *printer) line(format string, args ...any) {
 }
 
 func (p *printer) module(m *Module) {
+	head := fmt.Sprintf("module %s prefix %s", m.Name, m.Prefix)
 	if m.Triple != "" {
-		p.line("module %s prefix %s triple %s", m.Name, m.Prefix, strconv.Quote(m.Triple))
-	} else {
-		p.line("module %s prefix %s", m.Name, m.Prefix)
+		head += " triple " + strconv.Quote(m.Triple)
 	}
+	if m.Lanes != 0 {
+		head += fmt.Sprintf(" lanes %d", m.Lanes)
+	}
+	p.line("%s", head)
 	for _, e := range m.Errors {
 		p.line("error %d %s %s", e.Code, e.Name, strconv.Quote(e.Msg))
 	}

@@ -9,7 +9,7 @@ import (
 // every thread of a Threads loop (or lane of a Lanes loop) is a goroutine
 // with its own frame, and exactly one runs at a time, up to its next
 // synchronization point — a Barrier (the whole group), a Shuffle or an MMA
-// (its warp of 32). When every unfinished thread waits, the scheduler
+// (its warp: Module.LaneWidth lanes, 32 unless the module says). When every unfinished thread waits, the scheduler
 // completes the warp exchanges whose lanes all arrived, else releases the
 // barrier if every thread reached it; anything else (a barrier some thread
 // skipped, a shuffle some lane of the warp did not reach, two different
@@ -85,8 +85,9 @@ func (f *frame) spmd(s *For) {
 	if n <= 0 {
 		return
 	}
-	if n%WarpSize != 0 {
-		f.fail("%s loop %s: %d threads, want a multiple of %d", s.Kind, s.Var, n, WarpSize)
+	width := f.m.LaneWidth()
+	if n%width != 0 {
+		f.fail("%s loop %s: %d threads, want a multiple of %d", s.Kind, s.Var, n, width)
 	}
 	g := &spmdGroup{yielded: make(chan *spmdThread), abort: make(chan struct{})}
 	for i := 0; i < n; i++ {
@@ -149,8 +150,8 @@ func (f *frame) spmd(s *For) {
 			return
 		}
 		// Warp exchanges whose lanes all arrived.
-		for w := 0; w < n; w += WarpSize {
-			lanes := g.threads[w : w+WarpSize]
+		for w := 0; w < n; w += width {
+			lanes := g.threads[w : w+width]
 			op := lanes[0].wait
 			if op != syncShuffle && op != syncMMA && op != syncLdMatrix {
 				continue
@@ -158,7 +159,7 @@ func (f *frame) spmd(s *For) {
 			for _, l := range lanes {
 				if l.wait != op {
 					f.fail("%s: lane %d of warp %d is at %s, lane %d at %s: warp operations must be uniform",
-						s.Var, lanes[0].id, w/WarpSize, syncNames[op], l.id, syncNames[l.wait])
+						s.Var, lanes[0].id, w/width, syncNames[op], l.id, syncNames[l.wait])
 				}
 			}
 			switch op {
@@ -197,12 +198,20 @@ func (f *frame) shuffle(x val, mask int) val {
 	if f.thr == nil {
 		f.fail("shfl_xor outside a threads or lanes loop")
 	}
-	if mask <= 0 || mask >= WarpSize {
-		f.fail("shfl_xor mask %d, want 1..31", mask)
+	if n := f.m.LaneWidth(); mask <= 0 || mask >= n {
+		f.fail("shfl_xor mask %d, want 1..%d", mask, n-1)
 	}
 	f.thr.val, f.thr.mask = x, mask
 	f.thr.sync(syncShuffle)
 	return f.thr.res
+}
+
+// fragmentLanes fails unless the warps have the 32 lanes mma's and
+// ldmatrix's fragment layouts are defined for.
+func (f *frame) fragmentLanes(op string) {
+	if n := f.m.LaneWidth(); n != DefaultLanes {
+		f.fail("%s: its fragments are laid out over %d lanes, the warps have %d", op, DefaultLanes, n)
+	}
 }
 
 // barrier waits for every thread of the group.
@@ -218,6 +227,7 @@ func (f *frame) mmaStmt(s *MMA) {
 	if f.thr == nil {
 		f.fail("mma outside a threads or lanes loop")
 	}
+	f.fragmentLanes("mma")
 	fr := &mmaFrag{in: s.In}
 	a, b, d := f.buffer(s.A), f.buffer(s.B), f.buffer(s.D)
 	for i := 0; i < 4; i++ {
@@ -263,7 +273,7 @@ func (f *frame) mma(lanes []*spmdThread) {
 		i := (k>>3)<<1 | k&1
 		return half(lanes[src].mma.b[i>>1], i&1 == 1)
 	}
-	var out [WarpSize][4]float32
+	out := make([][4]float32, len(lanes))
 	for l := range lanes {
 		g, t := l>>2, l&3
 		for i := 0; i < 4; i++ {
@@ -298,8 +308,9 @@ func (f *frame) ldmatrixStmt(s *LdMatrix) {
 	if f.thr == nil {
 		f.fail("ldmatrix outside a threads or lanes loop")
 	}
+	f.fragmentLanes("ldmatrix")
 	fr := &ldmFrag{n: s.N, trans: s.Trans, src: f.buffer(s.Src), row: f.index(s.Index)}
-	if f.thr.id%WarpSize < 8*s.N { // the other lanes' addresses are ignored
+	if f.thr.id%f.m.LaneWidth() < 8*s.N { // the other lanes' addresses are ignored
 		if fr.row%8 != 0 {
 			f.fail("ldmatrix row %s[%d] is not 16-byte aligned", s.Src, fr.row)
 		}

@@ -223,7 +223,8 @@ const (
 	// threads, or one iteration per warp when the body reduces).
 	Spread
 	// Lanes loops are GPU warp-level SPMD regions: `for lane in 0 .. 32
-	// lanes` runs the body once per lane of one warp, together, with the
+	// lanes` (the module's LaneWidth: 64 on AMD's wavefronts) runs the
+	// body once per lane of one warp, together, with the
 	// loop variable bound to the lane index. They sit directly in the body
 	// of a Spread loop (one iteration per warp) and may hold Shuffles and
 	// MMAs, which every lane must reach uniformly.
@@ -249,8 +250,12 @@ func LoopKindByName(s string) (LoopKind, bool) {
 	return Serial, false
 }
 
-// WarpSize is the lane count of a Lanes loop (and the GPU warp).
-const WarpSize = 32
+// DefaultLanes is the lane count of a warp (the GPU's SIMD group: NVIDIA's
+// warp, AMD's wavefront) in a module that sets no other: NVIDIA's 32.
+const DefaultLanes = 32
+
+// MaxWarpLanes is the widest warp a module may set (AMD's wavefront of 64).
+const MaxWarpLanes = 64
 
 // Range names the bounds [Lo, Hi] (inclusive) that a position variable
 // takes inside a tile loop. Passes such as classify-tiles read them.
@@ -375,6 +380,31 @@ type Module struct {
 	// the default, x86-64 Linux): it decides which CPU levels the work
 	// kernels are cloned for.
 	Triple string
+
+	// Lanes is the lane count of a warp — the extent of every Lanes
+	// loop, the lanes a shuffle exchanges among and the threads a warp
+	// operation waits for — when it is not DefaultLanes (0). A GPU target's
+	// schedule sets it (SetLaneWidth); the verifier and the interpreter
+	// honour it.
+	Lanes int
+}
+
+// LaneWidth is the lane count of m's warps (DefaultLanes for a nil module
+// or one that sets none).
+func (m *Module) LaneWidth() int {
+	if m == nil || m.Lanes == 0 {
+		return DefaultLanes
+	}
+	return m.Lanes
+}
+
+// SetLaneWidth sets the lane count of m's warps (stored as 0 when it is
+// DefaultLanes, so that a module of 32-lane warps prints without it).
+func (m *Module) SetLaneWidth(n int) {
+	if n == DefaultLanes {
+		n = 0
+	}
+	m.Lanes = n
 }
 
 // Def is a named pure expression function: `def NAME(a: i32, ...): T = body`.

@@ -12,6 +12,9 @@ func Verify(m *Module) error {
 	if m == nil {
 		return errors.New("nil module")
 	}
+	if n := m.Lanes; n != 0 && (n < 2 || n > MaxWarpLanes || n&(n-1) != 0) {
+		return fmt.Errorf("module %s: lanes %d, want a power of two from 2 to %d", m.Name, n, MaxWarpLanes)
+	}
 	seen := map[string]bool{}
 	for _, k := range m.Kernels {
 		if k != nil {
@@ -58,9 +61,11 @@ func MustVerify(pass string, m *Module) {
 //   - Threads, Spread and Lanes bodies likewise assign no outer var and do
 //     not return; a Continue never targets a Spread or Lanes loop; a Spread
 //     holds no Parallel loop and sits in no Threads or Lanes loop; a Lanes
-//     loop runs 0 .. 32 directly inside a Spread loop;
+//     loop runs 0 .. m.LaneWidth() directly inside a Spread loop;
 //   - Barriers sit in a Threads loop or in a work item's own body (outside
-//     any Spread); Shuffles and MMAs in a Threads or Lanes loop;
+//     any Spread); Shuffles and MMAs in a Threads or Lanes loop; a
+//     shuffle's mask is below the lane width; MMA and LdMatrix (NVIDIA's
+//     m16n8k16 and m8n8 fragments) only in modules of 32 lanes;
 //   - Reduce bounds are i32 and its value an int or a float (Var is in
 //     scope in the value only); MatMul operands are f32 arrays or buffers
 //     (B may hold a storage type) large enough for the static shape, with
@@ -425,6 +430,7 @@ func (v *verifier) stmt(s Stmt) {
 		if v.thr == 0 && v.lanes == 0 {
 			v.fail("ldmatrix outside a threads or lanes loop")
 		}
+		v.fragmentLanes("ldmatrix")
 		if s.N != 1 && s.N != 2 && s.N != 4 {
 			v.fail("ldmatrix.x%d, want x1, x2 or x4", s.N)
 		}
@@ -461,6 +467,7 @@ func (v *verifier) stmt(s Stmt) {
 		if v.thr == 0 && v.lanes == 0 {
 			v.fail("mma outside a threads or lanes loop")
 		}
+		v.fragmentLanes("mma")
 		if r := StorageOf(s.In); r == nil || !r.TensorCore {
 			v.fail("mma input type %s is not a tensor-core dtype", s.In)
 		}
@@ -560,8 +567,8 @@ func (v *verifier) forStmt(s *For) {
 		if c, ok := s.Lo.(*Const); !ok || c.Int != 0 {
 			v.fail("lanes loop %s must start at 0", s.Var)
 		}
-		if c, ok := s.Hi.(*Const); !ok || c.Int != WarpSize {
-			v.fail("lanes loop %s must run to %d", s.Var, WarpSize)
+		if c, ok := s.Hi.(*Const); !ok || c.Int != int64(v.m.LaneWidth()) {
+			v.fail("lanes loop %s must run to %d", s.Var, v.m.LaneWidth())
 		}
 		if len(v.kinds) == 0 || v.kinds[len(v.kinds)-1] != Spread || v.lanes > 0 || v.thr > 0 {
 			v.fail("lanes loop %s must sit directly in a spread loop, outside other lanes and threads loops", s.Var)
@@ -698,8 +705,8 @@ func (v *verifier) expr(e Expr) {
 		if v.thr == 0 && v.lanes == 0 {
 			v.fail("shfl_xor outside a threads or lanes loop")
 		}
-		if e.Mask <= 0 || e.Mask >= 32 {
-			v.fail("shfl_xor mask %d, want 1..31", e.Mask)
+		if n := v.m.LaneWidth(); e.Mask <= 0 || e.Mask >= n {
+			v.fail("shfl_xor mask %d, want 1..%d", e.Mask, n-1)
 		}
 	case *Load:
 		d := v.buffer(e.Buf, "load from")
@@ -734,5 +741,13 @@ func (v *verifier) expr(e Expr) {
 	}
 	if msg := nodeRule(e); msg != "" {
 		v.fail("%s", msg)
+	}
+}
+
+// fragmentLanes fails unless the module's warps have the 32 lanes the
+// fragment layouts of mma (m16n8k16) and ldmatrix (m8n8) are defined for.
+func (v *verifier) fragmentLanes(op string) {
+	if n := v.m.LaneWidth(); n != DefaultLanes {
+		v.fail("%s: its fragments are laid out over %d lanes, the module's warps have %d", op, DefaultLanes, n)
 	}
 }

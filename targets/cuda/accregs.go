@@ -60,7 +60,7 @@ func newAccRegs(mm *ir.MatMul) *accRegs {
 // the thread that owns it (map-threads runs spread iteration aw on warp
 // aw, so slot = aw*32 + lane).
 func (a *accRegs) at(c ir.Expr) ir.Expr {
-	slot := add(mul(ir.R(fragWarp, ir.I32), i32(ir.WarpSize)), ir.R("lane", ir.I32))
+	slot := add(mul(ir.R(fragWarp, ir.I32), i32(Layer.Lanes)), ir.R("lane", ir.I32))
 	return add(mul(slot, i32(a.per)), add(mul(ir.R(fragIter, ir.I32), i32(4)), c))
 }
 
@@ -73,7 +73,7 @@ func (a *accRegs) loop(body []ir.Stmt) ir.Stmt {
 		&ir.Let{Name: "nt", Value: nt},
 		&ir.If{Cond: ir.Bin(ir.Lt, ir.R("nt", ir.I32), i32(a.tiles)), Then: &ir.Block{Stmts: body}},
 	}}}
-	lanes := &ir.For{Var: "lane", Lo: i32(0), Hi: i32(ir.WarpSize), Kind: ir.Lanes, Body: &ir.Block{Stmts: []ir.Stmt{iter}}}
+	lanes := &ir.For{Var: "lane", Lo: i32(0), Hi: i32(Layer.Lanes), Kind: ir.Lanes, Body: &ir.Block{Stmts: []ir.Stmt{iter}}}
 	return &ir.For{Var: fragWarp, Lo: i32(0), Hi: i32(warps), Kind: ir.Spread, Body: &ir.Block{Stmts: []ir.Stmt{lanes}}}
 }
 

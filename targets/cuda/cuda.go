@@ -1,11 +1,15 @@
-// Package cuda is the CUDA target: its schedule passes map the neutral
-// module onto NVIDIA GPUs — a block of threads per work item, warps for
-// reductions, shared memory between phases with barriers, m16n8k16 tensor
-// cores for tile matmuls that fit, 16-byte staging copies — and
-// codegen/cuda prints the kernels and, from the plans, the host launchers.
+// Package cuda is the CUDA target: the GPU layer (targets/gpu) at 32
+// lanes maps the neutral module onto NVIDIA GPUs — a block of threads per
+// work item, warps for reductions, shared memory between phases with
+// barriers, 16-byte staging copies, the cp.async K/V ring — and the
+// target's own passes add what is NVIDIA's: m16n8k16 tensor cores with
+// ldmatrix fragments for tile matmuls that fit, the swizzled layout they
+// read, the occupancy rule of the ring. codegen/cuda prints the kernels
+// and, from the plans, the host launchers.
 //
-// cuda imports ir, lower (Tiling), passes, registry, target and
-// codegen/cuda; it must not import another target, build or frontend.
+// cuda imports ir, lower (Tiling), passes, registry, targets, targets/gpu,
+// codegen/cstyle and codegen/cuda; it must not import another target,
+// driver or frontend.
 package cuda
 
 import (
@@ -19,6 +23,7 @@ import (
 	"github.com/attnc/attnc/passes"
 	"github.com/attnc/attnc/registry"
 	"github.com/attnc/attnc/targets"
+	"github.com/attnc/attnc/targets/gpu"
 )
 
 func init() { targets.Register(Target{}) }
@@ -39,20 +44,6 @@ func (Target) Tiling(v *ir.Variant) lower.Tiling {
 	return lower.Tiling{KVTile: 32, Rows: mmaM, PadRows: true, MaxHeads: mmaM}
 }
 
-// SIMTMatMul writes the matmuls use-mma left as one dot product per output
-// element (a serial loop) inside spreads over the static shape.
-func SIMTMatMul(m *ir.Module) (*ir.Module, error) {
-	return passes.MapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
-		elems := passes.ElemTypes(k)
-		return ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
-			if mm, ok := s.(*ir.MatMul); ok {
-				return passes.MatMulLoops(mm, elems[mm.B], passes.DotPerElement, ir.Serial)
-			}
-			return []ir.Stmt{s}
-		}), nil
-	})
-}
-
 // Table is the CUDA pass table.
 var Table = []passes.Pass{
 	passes.InlineDefsPass,
@@ -61,21 +52,21 @@ var Table = []passes.Pass{
 	passes.ExpandCallsPass,
 	{Name: "use-mma", Run: UseMMA,
 		Desc: "matmuls on f16/bf16 operands as m16n8k16 tensor-core fragments per warp (P split hi + lo), when the shapes fit; the P·V accumulator in registers (up to 64 per thread)"},
-	{Name: "simt-matmul", Required: true, Run: SIMTMatMul,
+	{Name: "simt-matmul", Required: true, Run: gpu.SIMTMatMul,
 		Desc: "the remaining matmuls as a dot product per output element"},
-	{Name: "stage-codes", Run: StageCodes,
+	{Name: "stage-codes", Run: gpu.StageCodes,
 		Desc: "arrays of 8-bit KV codes staged as the codes (a byte each), converted to f32 where read"},
-	{Name: "widen-copies", Run: WidenCopies,
+	{Name: "widen-copies", Run: gpu.WidenCopies,
 		Desc: "row copies of 16-bit or 32-bit elements as 16-byte copies"},
 	{Name: "swizzle-shared", Run: SwizzleShared,
 		Desc: "arrays ldmatrix reads laid out with 16-byte chunks XOR-swizzled by row, so ldmatrix and cp.async hit no bank conflicts"},
-	{Name: "pipeline-kv", Run: PipelineKV,
+	{Name: "pipeline-kv", Run: Layer.PipelineKV,
 		Desc: "K/V tiles staged with cp.async into a two-stage shared-memory ring (tile kt+1 in flight while tile kt computes) when the block still gets 2 blocks per SM on sm_80 and sm_90, else into one slot"},
-	{Name: "map-warps", Required: true, Run: MapWarps,
+	{Name: "map-warps", Required: true, Run: Layer.MapWarps,
 		Desc: "spreads that reduce: one iteration per warp, reductions over lanes with butterfly shuffles"},
-	{Name: "stage-shared", Required: true, Run: StageShared,
+	{Name: "stage-shared", Required: true, Run: gpu.StageShared,
 		Desc: "a work item's arrays in shared memory, barriers between phases that share memory"},
-	{Name: "map-threads", Required: true, Run: MapThreads,
+	{Name: "map-threads", Required: true, Run: Layer.MapThreads,
 		Desc: "work items on blocks of 128 threads: spreads flattened and strided over threads, warps for lanes"},
 	passes.LegalizeDTypePass,
 	passes.LateSimplifyPass,
@@ -90,17 +81,17 @@ var Constraints = append(append([]passes.Constraint(nil), passes.NeutralConstrai
 	passes.Constraint{Before: "use-mma", After: "swizzle-shared", Why: "swizzle-shared lays out the arrays use-mma reads with ldmatrix"},
 	passes.Constraint{Before: "widen-copies", After: "swizzle-shared", Why: "a swizzled index is no longer a unit-stride row copy"},
 	passes.Constraint{Before: "swizzle-shared", After: "pipeline-kv", Why: "swizzle-shared reads the row width from ldmatrix addresses before ring offsets are added to them"},
-	passes.Constraint{Before: "widen-copies", After: "pipeline-kv", Why: "pipeline-kv makes the 16-byte copies widen-copies grouped asynchronous"},
+	gpu.Constraint("widen-copies", "pipeline-kv"),
 	passes.Constraint{Before: "use-mma", After: "pipeline-kv", Why: "the zeroing of V rows use-mma adds must use the ring slot of its tile"},
-	passes.Constraint{Before: "pipeline-kv", After: "stage-shared", Why: "stage-shared hoists the ring arrays into shared memory and places the barriers around its phases"},
-	passes.Constraint{Before: "simt-matmul", After: "map-threads", Why: "map-threads maps loops; a matmul left over has no thread mapping"},
+	gpu.Constraint("pipeline-kv", "stage-shared"),
+	gpu.Constraint("simt-matmul", "map-threads"),
 	passes.Constraint{Before: "use-mma", After: "stage-codes", Why: "use-mma takes the code arrays tensor cores read, converting them itself"},
-	passes.Constraint{Before: "simt-matmul", After: "stage-codes", Why: "stage-codes rewrites the explicit loads simt-matmul writes for the matmuls' operands"},
-	passes.Constraint{Before: "stage-codes", After: "widen-copies", Why: "the staging stores stage-codes leaves are byte row copies that widen-copies groups"},
-	passes.Constraint{Before: "stage-codes", After: "legalize-dtype", Why: "the code arrays' loads and stores become u8 bits and the table's conversions in legalize-dtype"},
-	passes.Constraint{Before: "widen-copies", After: "map-threads", Why: "the copies must be grouped before their loops are strided over threads"},
-	passes.Constraint{Before: "map-warps", After: "map-threads", Why: "map-threads runs a spread holding a lanes loop one iteration per warp; a reduce left in a spread would have no lanes"},
-	passes.Constraint{Before: "stage-shared", After: "map-threads", Why: "map-threads keeps the shared arrays stage-shared hoisted outside the threads loop, and the barriers it placed between phases"},
+	gpu.Constraint("simt-matmul", "stage-codes"),
+	gpu.Constraint("stage-codes", "widen-copies"),
+	gpu.Constraint("stage-codes", "legalize-dtype"),
+	gpu.Constraint("widen-copies", "map-threads"),
+	gpu.Constraint("map-warps", "map-threads"),
+	gpu.Constraint("stage-shared", "map-threads"),
 )
 
 // Passes implements targets.Target.

@@ -5,6 +5,7 @@ import (
 
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/passes"
+	"github.com/attnc/attnc/targets/gpu"
 )
 
 // Tensor-core shape: mma.sync m16n8k16 (PTX ISA, "Matrix fragments for
@@ -30,7 +31,7 @@ const (
 // simt-matmul.
 func UseMMA(m *ir.Module) (*ir.Module, error) {
 	return passes.MapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
-		stores := arrayStores(k.Body)
+		stores := gpu.ArrayStores(k.Body)
 		reads := arrayReads(k.Body)
 		narrow := map[string]ir.Type{}
 		var plans []*mmaPlan
@@ -69,7 +70,7 @@ func UseMMA(m *ir.Module) (*ir.Module, error) {
 				}
 			case *ir.Store:
 				if t, ok := narrow[x.Buf]; ok {
-					return []ir.Stmt{&ir.Store{Buf: x.Buf, Index: x.Index, Value: narrowValue(x.Value, t)}}
+					return []ir.Stmt{&ir.Store{Buf: x.Buf, Index: x.Index, Value: gpu.NarrowValue(x.Value, t)}}
 				}
 			}
 			return []ir.Stmt{s}
@@ -96,18 +97,6 @@ func queryType(k *ir.Kernel) ir.Type {
 	return ir.Void
 }
 
-// arrayStores lists the values stored into each local array.
-func arrayStores(b *ir.Block) map[string][]ir.Expr {
-	out := map[string][]ir.Expr{}
-	ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
-		if st, ok := s.(*ir.Store); ok {
-			out[st.Buf] = append(out[st.Buf], st.Value)
-		}
-		return []ir.Stmt{s}
-	})
-	return out
-}
-
 // arrayReads counts the loads of each buffer outside matmul statements.
 func arrayReads(b *ir.Block) map[string]int {
 	out := map[string]int{}
@@ -122,38 +111,11 @@ func arrayReads(b *ir.Block) map[string]int {
 	return out
 }
 
-// narrowType is the tensor-core dtype, or the HalfExact 8-bit code, whose
-// elements are all an array holds (every store is f32(load of that dtype)
-// or the constant 0), or Void.
-func narrowType(vals []ir.Expr) ir.Type {
-	t := ir.Void
-	for _, v := range vals {
-		switch x := v.(type) {
-		case *ir.Convert:
-			l, ok := x.X.(*ir.Load)
-			if !ok {
-				return ir.Void
-			}
-			if r := ir.StorageOf(l.T); r == nil || !(r.TensorCore || r.HalfExact) || (t != ir.Void && t != l.T) {
-				return ir.Void
-			}
-			t = l.T
-		case *ir.Const:
-			if x.Float != 0 {
-				return ir.Void
-			}
-		default:
-			return ir.Void
-		}
-	}
-	return t
-}
-
 func planMMA(mm *ir.MatMul, stores map[string][]ir.Expr, reads map[string]int, query ir.Type) *mmaPlan {
 	if mm.M != mmaM || mm.N%mmaN != 0 || mm.K%mmaK != 0 || mm.A == mm.B {
 		return nil
 	}
-	b := narrowType(stores[mm.B])
+	b := gpu.NarrowType(stores[mm.B])
 	if b == ir.Void || reads[mm.B] > 0 {
 		return nil
 	}
@@ -166,16 +128,8 @@ func planMMA(mm *ir.MatMul, stores map[string][]ir.Expr, reads map[string]int, q
 		}
 		in = query
 	}
-	a := narrowType(stores[mm.A])
+	a := gpu.NarrowType(stores[mm.A])
 	return &mmaPlan{mm: mm, in: in, b: b, aNarrow: a == in && reads[mm.A] == 0}
-}
-
-// narrowValue is a stored f32 value as an element of t.
-func narrowValue(v ir.Expr, t ir.Type) ir.Expr {
-	if c, ok := v.(*ir.Convert); ok {
-		return c.X
-	}
-	return &ir.Const{T: t}
 }
 
 func i32(v int) ir.Expr { return ir.Int(int64(v)) }
@@ -348,7 +302,7 @@ func (p *mmaPlan) lower() []ir.Stmt {
 	if p.reg != nil {
 		return append(out, p.reg.loop(body))
 	}
-	lanes := &ir.For{Var: "lane", Lo: i32(0), Hi: i32(ir.WarpSize), Kind: ir.Lanes, Body: &ir.Block{Stmts: body}}
+	lanes := &ir.For{Var: "lane", Lo: i32(0), Hi: i32(Layer.Lanes), Kind: ir.Lanes, Body: &ir.Block{Stmts: body}}
 	out = append(out, &ir.For{Var: "nt", Lo: i32(0), Hi: i32(mm.N / mmaN), Kind: ir.Spread, Body: &ir.Block{Stmts: []ir.Stmt{lanes}}})
 	return out
 }

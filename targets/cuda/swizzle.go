@@ -3,6 +3,7 @@ package cuda
 import (
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/passes"
+	"github.com/attnc/attnc/targets/gpu"
 )
 
 // swizzleChunk is the unit SwizzleShared permutes: 16 bytes, one ldmatrix
@@ -52,14 +53,14 @@ func SwizzleShared(m *ir.Module) (*ir.Module, error) {
 			}
 			return []ir.Stmt{s}
 		})
-		env := letValues(k.Body)
+		env := gpu.LetValues(k.Body)
 		ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
 			if c, ok := s.(*ir.Copy); ok {
 				for _, x := range []struct {
 					name string
 					idx  ir.Expr
 				}{{c.Dst, c.DstIndex}, {c.Src, c.SrcIndex}} {
-					if _, ok := width[x.name]; ok && (c.N != swizzleChunk || multiple(x.idx, env)%swizzleChunk != 0) {
+					if _, ok := width[x.name]; ok && (c.N != swizzleChunk || gpu.Multiple(x.idx, env)%swizzleChunk != 0) {
 						bad[x.name] = true
 					}
 				}
@@ -79,7 +80,7 @@ func SwizzleShared(m *ir.Module) (*ir.Module, error) {
 			}
 			return swizzled(idx, w)
 		}
-		return reindex(k.Body, at), nil
+		return gpu.Reindex(k.Body, at), nil
 	})
 }
 
@@ -114,36 +115,4 @@ func swizzled(idx ir.Expr, w int) ir.Expr {
 	}
 	chunk := ir.Bin(ir.Xor, ir.Bin(ir.Shr, col, i32(3)), ir.Bin(ir.And, row, i32(7)))
 	return add(mul(row, i32(w)), ir.Bin(ir.Or, ir.Bin(ir.Shl, chunk, i32(3)), ir.Bin(ir.And, col, i32(7))))
-}
-
-// reindex rewrites the element index of every load, store, copy (both
-// sides) and ldmatrix source through at(array, index); at returns the
-// index unchanged for arrays it leaves alone. SwizzleShared and
-// PipelineKV move arrays in shared memory with it.
-func reindex(b *ir.Block, at func(name string, idx ir.Expr) ir.Expr) *ir.Block {
-	b = ir.MapExprs(b, func(e ir.Expr) ir.Expr {
-		if l, ok := e.(*ir.Load); ok {
-			if idx := at(l.Buf, l.Index); idx != l.Index {
-				c := *l
-				c.Index = idx
-				return &c
-			}
-		}
-		return e
-	})
-	return ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
-		switch x := s.(type) {
-		case *ir.Store:
-			return []ir.Stmt{&ir.Store{Buf: x.Buf, Index: at(x.Buf, x.Index), Value: x.Value}}
-		case *ir.Copy:
-			c := *x
-			c.DstIndex, c.SrcIndex = at(x.Dst, x.DstIndex), at(x.Src, x.SrcIndex)
-			return []ir.Stmt{&c}
-		case *ir.LdMatrix:
-			c := *x
-			c.Index = at(x.Src, x.Index)
-			return []ir.Stmt{&c}
-		}
-		return []ir.Stmt{s}
-	})
 }

@@ -1,4 +1,4 @@
-package cuda
+package gpu
 
 import (
 	"fmt"
@@ -7,12 +7,7 @@ import (
 	"github.com/attnc/attnc/passes"
 )
 
-// BlockThreads is the block size of every work kernel: 4 warps.
-const BlockThreads = 128
-
-const warps = BlockThreads / ir.WarpSize
-
-// MapThreads runs each work item on one block of BlockThreads threads: the
+// MapThreads runs each work item on one block of l.BlockThreads threads: the
 // item's own statements (outside spreads) run on every thread, stores among
 // them on thread 0 only; a spread loop whose body holds a lanes loop runs
 // one iteration per warp; any other spread loop, its perfectly nested inner
@@ -21,7 +16,11 @@ const warps = BlockThreads / ir.WarpSize
 // sibling loops and moving invariant branches inside) run serially in the
 // thread that runs their outer iteration. Shared arrays stay outside the
 // threads loop.
-func MapThreads(m *ir.Module) (*ir.Module, error) {
+func (l *Layer) MapThreads(m *ir.Module) (*ir.Module, error) {
+	return l.withLanes(m, l.mapThreads)
+}
+
+func (l *Layer) mapThreads(m *ir.Module) (*ir.Module, error) {
 	return passes.MapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
 		var err error
 		body := ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
@@ -38,9 +37,9 @@ func MapThreads(m *ir.Module) (*ir.Module, error) {
 				}
 			}
 			t := ir.R("t", ir.I32)
-			mp := &mapper{t: t}
+			mp := &mapper{l: l, t: t}
 			inner := []ir.Stmt{
-				&ir.Let{Name: "warp", Value: ir.Bin(ir.Div, t, i32(ir.WarpSize))},
+				&ir.Let{Name: "warp", Value: ir.Bin(ir.Div, t, i32(l.Lanes))},
 			}
 			inner = append(inner, mp.item(rest)...)
 			inner = privatize(inner, mp)
@@ -48,7 +47,7 @@ func MapThreads(m *ir.Module) (*ir.Module, error) {
 				err = mp.err
 			}
 			c := *f
-			c.Body = &ir.Block{Stmts: append(shared, &ir.For{Var: "t", Lo: i32(0), Hi: i32(BlockThreads), Kind: ir.Threads,
+			c.Body = &ir.Block{Stmts: append(shared, &ir.For{Var: "t", Lo: i32(0), Hi: i32(l.BlockThreads), Kind: ir.Threads,
 				Body: &ir.Block{Stmts: inner}})}
 			return []ir.Stmt{&c}
 		})
@@ -57,6 +56,7 @@ func MapThreads(m *ir.Module) (*ir.Module, error) {
 }
 
 type mapper struct {
+	l   *Layer
 	t   ir.Expr
 	n   int // phases mapped, for unique names
 	err error
@@ -178,14 +178,14 @@ func (mp *mapper) phase(f *ir.For) ir.Stmt {
 	var trips ir.Expr
 	guard := true
 	if c, ok := total.(*ir.Const); ok && allStatic {
-		trips = i32((int(c.Int) + BlockThreads - 1) / BlockThreads)
-		guard = int(c.Int)%BlockThreads != 0
+		trips = i32((int(c.Int) + mp.l.BlockThreads - 1) / mp.l.BlockThreads)
+		guard = int(c.Int)%mp.l.BlockThreads != 0
 	} else {
-		trips = ir.Bin(ir.Div, add(total, i32(BlockThreads-1)), i32(BlockThreads))
+		trips = ir.Bin(ir.Div, add(total, i32(mp.l.BlockThreads-1)), i32(mp.l.BlockThreads))
 	}
 	stmts := append(binds, body.Stmts...)
 	var loopBody []ir.Stmt
-	loopBody = append(loopBody, &ir.Let{Name: e.Name, Value: add(mp.t, mul(k, i32(BlockThreads)))})
+	loopBody = append(loopBody, &ir.Let{Name: e.Name, Value: add(mp.t, mul(k, i32(mp.l.BlockThreads)))})
 	if guard {
 		loopBody = append(loopBody, &ir.If{Cond: ir.Bin(ir.Lt, e, total), Then: &ir.Block{Stmts: stmts}})
 	} else {
@@ -199,11 +199,12 @@ func (mp *mapper) phase(f *ir.For) ir.Stmt {
 func (mp *mapper) warpPhase(f *ir.For) ir.Stmt {
 	k := ir.R(f.Var+"_w", ir.I32)
 	n := ir.Bin(ir.Sub, f.Hi, f.Lo)
+	warps := mp.l.Warps()
 	trips := passes.SimplifyExpr(ir.Bin(ir.Div, add(n, i32(warps-1)), i32(warps)))
 	var body []ir.Stmt
 	for _, s := range f.Body.Stmts {
 		if l, ok := s.(*ir.For); ok && l.Kind == ir.Lanes {
-			body = append(body, &ir.Let{Name: l.Var, Value: ir.Bin(ir.Rem, mp.t, i32(ir.WarpSize))})
+			body = append(body, &ir.Let{Name: l.Var, Value: ir.Bin(ir.Rem, mp.t, i32(mp.l.Lanes))})
 			body = append(body, l.Body.Stmts...)
 			continue
 		}
@@ -403,7 +404,7 @@ func fuse(a, b *ir.For) *ir.For {
 
 // privatize gives each thread its own elements of the item's Private
 // arrays: an array of BlockThreads*N elements indexed slot*N + i, where
-// slot is the thread (warp*32 + lane) that alone touches the element (the
+// slot is the thread (warp*Lanes + lane) that alone touches the element (the
 // pass that made the array guarantees it), becomes a per-thread array of
 // N elements indexed i (registers, once the indices are constants after
 // unrolling).
@@ -414,12 +415,13 @@ func privatize(stmts []ir.Stmt, mp *mapper) []ir.Stmt {
 		if !ok || !a.Private {
 			return []ir.Stmt{s}
 		}
-		if a.Size%BlockThreads != 0 {
-			mp.fail("private array %s of %d elements, not a multiple of %d threads", a.Name, a.Size, BlockThreads)
+		n := mp.l.BlockThreads
+		if a.Size%n != 0 {
+			mp.fail("private array %s of %d elements, not a multiple of %d threads", a.Name, a.Size, n)
 			return []ir.Stmt{s}
 		}
-		per[a.Name] = a.Size / BlockThreads
-		return []ir.Stmt{&ir.Alloc{Name: a.Name, T: a.T, Size: a.Size / BlockThreads}}
+		per[a.Name] = a.Size / n
+		return []ir.Stmt{&ir.Alloc{Name: a.Name, T: a.T, Size: a.Size / n}}
 	})
 	if len(per) == 0 {
 		return stmts

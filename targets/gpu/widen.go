@@ -1,4 +1,4 @@
-package cuda
+package gpu
 
 import (
 	"github.com/attnc/attnc/ir"
@@ -19,7 +19,7 @@ const copyBytes = 16
 // aligned, so the copies are too.
 func WidenCopies(m *ir.Module) (*ir.Module, error) {
 	return passes.MapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
-		env := letValues(k.Body)
+		env := LetValues(k.Body)
 		elems := elemTypes(k)
 		return ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
 			f, ok := s.(*ir.For)
@@ -51,7 +51,7 @@ func widen(f *ir.For, st *ir.Store, env map[string]ir.Expr, elems map[string]ir.
 		return nil
 	}
 	dstBase, ok := unitStride(st.Index, f.Var)
-	if !ok || multiple(dstBase, env)%int64(n) != 0 {
+	if !ok || Multiple(dstBase, env)%int64(n) != 0 {
 		return nil
 	}
 	c := ir.R(f.Var+"_c", ir.I32)
@@ -61,7 +61,7 @@ func widen(f *ir.For, st *ir.Store, env map[string]ir.Expr, elems map[string]ir.
 	var body ir.Stmt
 	if l, ok := st.Value.(*ir.Load); ok && l.T == t {
 		srcBase, ok := unitStride(l.Index, f.Var)
-		if st2, known := elems[l.Buf]; !ok || !known || st2.Bits() != t.Bits() || multiple(srcBase, env)%int64(n) != 0 {
+		if st2, known := elems[l.Buf]; !ok || !known || st2.Bits() != t.Bits() || Multiple(srcBase, env)%int64(n) != 0 {
 			return nil
 		}
 		body = &ir.Copy{Dst: st.Buf, DstIndex: at(st.Index, 0), Src: l.Buf, SrcIndex: at(l.Index, 0), N: n}
@@ -124,9 +124,9 @@ func coefficient(e ir.Expr, v string) (int64, bool) {
 	return 0, false
 }
 
-// multiple is a number that e is known to be a multiple of (1 when
+// Multiple is a number that e is known to be a multiple of (1 when
 // nothing is known; 0 stands for the value 0, a multiple of everything).
-func multiple(e ir.Expr, env map[string]ir.Expr) int64 {
+func Multiple(e ir.Expr, env map[string]ir.Expr) int64 {
 	var m func(e ir.Expr, depth int) int64
 	m = func(e ir.Expr, depth int) int64 {
 		if depth > 32 {
@@ -171,10 +171,10 @@ func gcd(a, b int64) int64 {
 	return a
 }
 
-// letValues maps every let of b to its value; a name bound twice (in
+// LetValues maps every let of b to its value; a name bound twice (in
 // sibling scopes, e.g. the two copies of a tile body classify-tiles makes)
-// to different values maps to nil, which multiple treats as unknown.
-func letValues(b *ir.Block) map[string]ir.Expr {
+// to different values maps to nil, which Multiple treats as unknown.
+func LetValues(b *ir.Block) map[string]ir.Expr {
 	env := map[string]ir.Expr{}
 	ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
 		if l, ok := s.(*ir.Let); ok {

@@ -1,4 +1,4 @@
-package cuda
+package gpu
 
 import (
 	"github.com/attnc/attnc/ir"
@@ -15,11 +15,11 @@ import (
 // then explicit loads.
 func StageCodes(m *ir.Module) (*ir.Module, error) {
 	return passes.MapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
-		stores := arrayStores(k.Body)
+		stores := ArrayStores(k.Body)
 		codes := map[string]ir.Type{}
 		ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
 			if a, ok := s.(*ir.Alloc); ok && a.T == ir.F32 {
-				if t := narrowType(stores[a.Name]); t != ir.Void && ir.StorageOf(t).KVOnly {
+				if t := NarrowType(stores[a.Name]); t != ir.Void && ir.StorageOf(t).KVOnly {
 					codes[a.Name] = t
 				}
 			}
@@ -38,7 +38,7 @@ func StageCodes(m *ir.Module) (*ir.Module, error) {
 				}
 			case *ir.Store:
 				if t, ok := codes[x.Buf]; ok {
-					return []ir.Stmt{&ir.Store{Buf: x.Buf, Index: x.Index, Value: narrowValue(x.Value, t)}}
+					return []ir.Stmt{&ir.Store{Buf: x.Buf, Index: x.Index, Value: NarrowValue(x.Value, t)}}
 				}
 			}
 			return []ir.Stmt{s}

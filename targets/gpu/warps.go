@@ -1,4 +1,4 @@
-package cuda
+package gpu
 
 import (
 	"github.com/attnc/attnc/ir"
@@ -6,12 +6,16 @@ import (
 )
 
 // MapWarps gives each iteration of a spread loop whose body reduces one
-// warp: `for v spread { body }` becomes `for v spread { for lane in 0 .. 32
-// lanes { body' } }`, where each reduce of the body is a lane-strided
+// warp: `for v spread { body }` becomes `for v spread { for lane in 0 ..
+// l.Lanes lanes { body' } }`, where each reduce of the body is a lane-strided
 // partial folded by butterfly shuffles (every lane ends with the result),
 // spreads nested in the body are strided over the lanes, and a store
 // outside them is made by lane 0 alone.
-func MapWarps(m *ir.Module) (*ir.Module, error) {
+func (l *Layer) MapWarps(m *ir.Module) (*ir.Module, error) {
+	return l.withLanes(m, l.mapWarps)
+}
+
+func (l *Layer) mapWarps(m *ir.Module) (*ir.Module, error) {
 	return passes.MapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
 		var err error
 		body := ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
@@ -21,8 +25,8 @@ func MapWarps(m *ir.Module) (*ir.Module, error) {
 			}
 			c := *f
 			lane := ir.R("lane", ir.I32)
-			c.Body = &ir.Block{Stmts: []ir.Stmt{&ir.For{Var: "lane", Lo: i32(0), Hi: i32(ir.WarpSize), Kind: ir.Lanes,
-				Body: warpBody(f.Body, lane)}}}
+			c.Body = &ir.Block{Stmts: []ir.Stmt{&ir.For{Var: "lane", Lo: i32(0), Hi: i32(l.Lanes), Kind: ir.Lanes,
+				Body: l.warpBody(f.Body, lane)}}}
 			return []ir.Stmt{&c}
 		})
 		return body, err
@@ -49,29 +53,29 @@ func reducesDirectly(b *ir.Block) bool {
 }
 
 // warpBody rewrites a spread body for the lanes of one warp.
-func warpBody(b *ir.Block, lane ir.Expr) *ir.Block {
+func (l *Layer) warpBody(b *ir.Block, lane ir.Expr) *ir.Block {
 	out := &ir.Block{}
 	for _, s := range b.Stmts {
 		switch x := s.(type) {
 		case *ir.Reduce:
-			out.Stmts = append(out.Stmts, laneReduce(x, lane)...)
+			out.Stmts = append(out.Stmts, l.laneReduce(x, lane)...)
 		case *ir.For:
 			if x.Kind == ir.Spread {
-				out.Stmts = append(out.Stmts, laneStrided(x.Var, x.Lo, x.Hi, lane, serialize(x.Body)))
+				out.Stmts = append(out.Stmts, l.laneStrided(x.Var, x.Lo, x.Hi, lane, serialize(x.Body)))
 				continue
 			}
 			c := *x
-			c.Body = warpBody(x.Body, lane)
+			c.Body = l.warpBody(x.Body, lane)
 			out.Stmts = append(out.Stmts, &c)
 		case *ir.If:
 			c := *x
-			c.Then = warpBody(x.Then, lane)
+			c.Then = l.warpBody(x.Then, lane)
 			if x.Else != nil {
-				c.Else = warpBody(x.Else, lane)
+				c.Else = l.warpBody(x.Else, lane)
 			}
 			out.Stmts = append(out.Stmts, &c)
 		case *ir.Block:
-			out.Stmts = append(out.Stmts, warpBody(x, lane))
+			out.Stmts = append(out.Stmts, l.warpBody(x, lane))
 		case *ir.Store, *ir.Copy:
 			out.Stmts = append(out.Stmts, &ir.If{Cond: ir.Bin(ir.Eq, lane, i32(0)), Then: &ir.Block{Stmts: []ir.Stmt{s}}})
 		default:
@@ -81,14 +85,14 @@ func warpBody(b *ir.Block, lane ir.Expr) *ir.Block {
 	return out
 }
 
-// laneStrided runs body for v in [lo, hi), lane + 32*k for k = 0, 1, ...:
-// `for v_k in 0 .. ceil((hi-lo)/32) serial { let v = lo + lane + v_k*32;
-// if v < hi { body } }`.
-func laneStrided(v string, lo, hi, lane ir.Expr, body *ir.Block) ir.Stmt {
+// laneStrided runs body for v in [lo, hi), lane + Lanes*k for k = 0, 1,
+// ...: `for v_k in 0 .. ceil((hi-lo)/Lanes) serial { let v = lo + lane +
+// v_k*Lanes; if v < hi { body } }`.
+func (l *Layer) laneStrided(v string, lo, hi, lane ir.Expr, body *ir.Block) ir.Stmt {
 	k := ir.R(v+"_k", ir.I32)
 	n := ir.Bin(ir.Sub, hi, lo)
-	trips := ir.Bin(ir.Div, add(n, i32(ir.WarpSize-1)), i32(ir.WarpSize))
-	at := add(lo, add(lane, mul(k, i32(ir.WarpSize))))
+	trips := ir.Bin(ir.Div, add(n, i32(l.Lanes-1)), i32(l.Lanes))
+	at := add(lo, add(lane, mul(k, i32(l.Lanes))))
 	return &ir.For{Var: k.Name, Lo: i32(0), Hi: trips, Kind: ir.Serial, Body: &ir.Block{Stmts: []ir.Stmt{
 		&ir.Let{Name: v, Value: at},
 		&ir.If{Cond: ir.Bin(ir.Lt, ir.R(v, ir.I32), hi), Then: body},
@@ -96,17 +100,17 @@ func laneStrided(v string, lo, hi, lane ir.Expr, body *ir.Block) ir.Stmt {
 }
 
 // laneReduce folds a reduce over the warp: each lane folds its strided
-// share, then log2(32) butterfly shuffles combine the lanes.
-func laneReduce(r *ir.Reduce, lane ir.Expr) []ir.Stmt {
+// share, then log2(Lanes) butterfly shuffles combine the lanes.
+func (l *Layer) laneReduce(r *ir.Reduce, lane ir.Expr) []ir.Stmt {
 	t := r.Value.Type()
 	acc := r.Name + "_part"
 	accR := ir.R(acc, t)
 	op := r.Op.BinOp()
 	out := []ir.Stmt{
 		&ir.Var{Name: acc, Init: r.Op.Identity(t)},
-		laneStrided(r.Var, r.Lo, r.Hi, lane, &ir.Block{Stmts: []ir.Stmt{&ir.Assign{Name: acc, Value: ir.Bin(op, accR, r.Value)}}}),
+		l.laneStrided(r.Var, r.Lo, r.Hi, lane, &ir.Block{Stmts: []ir.Stmt{&ir.Assign{Name: acc, Value: ir.Bin(op, accR, r.Value)}}}),
 	}
-	for s := ir.WarpSize / 2; s >= 1; s /= 2 {
+	for s := l.Lanes / 2; s >= 1; s /= 2 {
 		out = append(out, &ir.Assign{Name: acc, Value: ir.Bin(op, accR, &ir.Shuffle{X: accR, Mask: s})})
 	}
 	return append(out, &ir.Let{Name: r.Name, Value: accR})

@@ -1,39 +1,15 @@
-package cuda
+package gpu
 
 import (
-	"github.com/attnc/attnc/codegen/cuda/sass"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/passes"
 )
 
 // RingStages is the depth of the shared-memory ring PipelineKV stages K/V
-// tiles into when the block fits (see RingSlots): tile kt lives in slot
+// tiles into when the block fits (see Layer.RingSlots): tile kt lives in slot
 // kt % RingStages, and the copies of tile kt+1 are in flight while tile kt
 // is computed.
 const RingStages = 2
-
-// RingSlots is the number of ring slots a work item gets whose shared
-// arrays take smem bytes with one slot, ringBytes of them the staged K/V
-// tiles: RingStages when the block, its tiles doubled, still holds
-// AttentionMinBlocks blocks per SM on every bound architecture (sm_80,
-// sm_90) with BlockThreads threads and the register budget
-// __launch_bounds__ then gives it (MaxRegisters); else 1 (cp.async still,
-// waiting for every copy before the tile's compute, no overlap across
-// tiles). Two resident blocks per SM (split-KV at small batch) are worth
-// more than the overlap of one block's loads with its own compute; the
-// figures are the manifest's occupancy model, so the choice needs no
-// ptxas and is deterministic.
-func RingSlots(smem, ringBytes int) int {
-	doubled := smem + ringBytes*(RingStages-1)
-	regs := MaxRegisters(BlockThreads, AttentionMinBlocks)
-	for _, name := range boundArchs {
-		o, err := sass.Archs[name].Occupancy(regs, 0, BlockThreads, doubled)
-		if err != nil || o.BlocksPerSM < AttentionMinBlocks {
-			return 1
-		}
-	}
-	return RingStages
-}
 
 // PipelineKV stages each work item's K/V tiles with cp.async into a ring
 // of RingStages shared-memory slots, so that the global-memory latency of
@@ -62,10 +38,10 @@ func RingSlots(smem, ringBytes int) int {
 // fetched. Kernels whose stage does not fit this shape (two stage loops
 // that differ, staged arrays used outside the tile loop, a stage that
 // reads what the tile body writes) keep their synchronous staging. When
-// RingSlots says the doubled tiles would cost the block its second
+// Layer.RingSlots says the doubled tiles would cost the block its second
 // resident block per SM, the ring has one slot and the wait is for every
 // group (wait 0).
-func PipelineKV(m *ir.Module) (*ir.Module, error) {
+func (l *Layer) PipelineKV(m *ir.Module) (*ir.Module, error) {
 	return passes.MapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
 		params := map[string]bool{}
 		for _, p := range k.Params {
@@ -79,7 +55,7 @@ func PipelineKV(m *ir.Module) (*ir.Module, error) {
 				return []ir.Stmt{s}
 			}
 			c := *f
-			c.Body = pipelineItem(f.Body, params)
+			c.Body = l.pipelineItem(f.Body, params)
 			return []ir.Stmt{&c}
 		}), nil
 	})
@@ -87,7 +63,7 @@ func PipelineKV(m *ir.Module) (*ir.Module, error) {
 
 // pipelineItem rewrites the KV tile loop among a work item's own
 // statements.
-func pipelineItem(body *ir.Block, params map[string]bool) *ir.Block {
+func (l *Layer) pipelineItem(body *ir.Block, params map[string]bool) *ir.Block {
 	allocs := map[string]*ir.Alloc{}
 	itemAllocs(body, allocs)
 	idx := -1
@@ -144,7 +120,10 @@ func pipelineItem(body *ir.Block, params map[string]bool) *ir.Block {
 	for _, a := range ring {
 		ringBytes += align16(a.Size * a.T.Bits() / 8)
 	}
-	stages := RingSlots(itemSmem(allocs), ringBytes)
+	stages := RingStages
+	if l.RingSlots != nil {
+		stages = l.RingSlots(itemSmem(allocs), ringBytes)
+	}
 	kt := tile.Var
 	ktR := ir.R(kt, ir.I32)
 	slot := func(t ir.Expr) ir.Expr {
@@ -368,7 +347,7 @@ func offsetRing(b *ir.Block, ring map[string]*ir.Alloc, slot ir.Expr) *ir.Block 
 		}
 		return add(idx, o)
 	}
-	return reindex(b, off)
+	return Reindex(b, off)
 }
 
 // itemAllocs collects the arrays a work item declares outside its spread
