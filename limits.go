@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"math"
 
-	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/lower"
 	"github.com/attnc/attnc/registry"
+	"github.com/attnc/attnc/targets"
 )
 
 // Bound is the range a number of a call shape may take, and why: the one
@@ -18,19 +18,36 @@ type Bound struct {
 
 // The bounds of a call shape.
 var (
-	// ThreadsBound bounds a CPU call's worker threads.
-	ThreadsBound = Bound{1, llvmgen.MaxThreads, "the kernels use at most this many threads"}
+	// ThreadsBound bounds a CPU call's worker threads (the worker count
+	// of the target that runs on threads).
+	ThreadsBound = workersBound("threads")
 	// SMsBound bounds a GPU's multiprocessors (an H100 or H200 has 132).
-	SMsBound = Bound{1, MaxSMs, "a GPU's multiprocessors"}
+	SMsBound = workersBound("sms")
 	// BatchBound bounds the number of sequences of a call.
 	BatchBound = Bound{1, math.MaxInt32, "batch_size is an int32_t"}
 	// SeqLenBound bounds a sequence's q_len and kv_len.
 	SeqLenBound = Bound{0, lower.MaxSeqLen, "a sequence holds at most 2^30 tokens"}
 )
 
-// MaxSMs is the most multiprocessors a shape may give: the launchers run
-// 2 x SMs workers of 128 threads in an int.
-const MaxSMs = 1 << 16
+// workersBound is the bound of the registered targets' worker count named
+// flag (targets.WorkerCount): 1 up to the largest any of them takes.
+func workersBound(flag string) Bound {
+	b := Bound{Lo: 1}
+	for _, t := range targets.All() {
+		if w, ok := t.(targets.WorkerCount); ok && w.Workers().Flag == flag && w.Workers().Max > b.Hi {
+			b.Hi, b.Why = w.Workers().Max, w.Workers().Why
+		}
+	}
+	return b
+}
+
+// boundOf is the bound of the call-shape field flag names.
+func boundOf(flag string) Bound {
+	if flag == "sms" {
+		return SMsBound
+	}
+	return ThreadsBound
+}
 
 // Check returns an error naming what when x is outside b.
 func (b Bound) Check(what string, x int) error {
@@ -42,8 +59,9 @@ func (b Bound) Check(what string, x int) error {
 
 // CheckShape validates a call shape for target tgt with the bounds above:
 // the lengths (one q and one kv length per sequence, or one each with
-// Batch), Threads for the cpu target, SMs for the cuda target (the other
-// may be 0, never negative).
+// Batch), and the worker count the target takes (targets.WorkerCount:
+// Threads for the cpu target, SMs for the cuda target; the other may be 0,
+// never negative).
 func CheckShape(tgt string, s registry.Shape) error {
 	if len(s.QLens) != len(s.KVLens) {
 		return fmt.Errorf("%d q lengths but %d kv lengths", len(s.QLens), len(s.KVLens))
@@ -69,21 +87,23 @@ func CheckShape(tgt string, s registry.Shape) error {
 			return err
 		}
 	}
-	switch {
-	case tgt == "cpu":
-		if err := ThreadsBound.Check("threads", s.Threads); err != nil {
-			return err
+	// The worker count tgt's calls take must be in its bound; the others
+	// may be 0, never negative.
+	var own string
+	if t, err := targets.Lookup(tgt); err == nil {
+		if w, ok := t.(targets.WorkerCount); ok {
+			own = w.Workers().Flag
 		}
-	case s.Threads < 0:
-		return ThreadsBound.Check("threads", s.Threads)
 	}
-	switch {
-	case tgt == "cuda":
-		if err := SMsBound.Check("sms", s.SMs); err != nil {
-			return err
+	for _, f := range []struct {
+		flag string
+		n    int
+	}{{"threads", s.Threads}, {"sms", s.SMs}} {
+		if f.flag == own || f.n < 0 {
+			if err := boundOf(f.flag).Check(f.flag, f.n); err != nil {
+				return err
+			}
 		}
-	case s.SMs < 0:
-		return SMsBound.Check("sms", s.SMs)
 	}
 	return nil
 }

@@ -2,8 +2,11 @@ package cli
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/attnc/attnc"
+	"github.com/attnc/attnc/targets"
 	"github.com/spf13/cobra"
 )
 
@@ -45,15 +48,29 @@ var builtinFlags = []string{"qo-heads", "kv-heads", "head-dim", "page-size", "de
 // check validates the flags; c tells which were given.
 func (bf *benchFlags) check(c *cobra.Command, specs int) error {
 	if bf.gpu && !c.Flags().Changed("target") {
-		bf.target = "cuda"
+		t, err := gpuTarget("attnc bench")
+		if err != nil {
+			return err
+		}
+		bf.target = t
+	}
+	// The host bench measures a target whose kernels run on this CPU's
+	// worker threads against the machine yardsticks; --gpu one whose
+	// kernels run on an accelerator.
+	devs := deviceTargets()
+	var known []string
+	for _, t := range targets.Names() {
+		if threaded(t) || slices.Contains(devs, t) {
+			known = append(known, t)
+		}
 	}
 	switch {
-	case bf.target == "cpu" && bf.gpu:
-		return fmt.Errorf("attnc bench: --gpu runs the CUDA kernels; use it with --target cuda")
-	case bf.target == "cuda" && !bf.gpu:
-		return fmt.Errorf("attnc bench: --target cuda measures the GPU; add --gpu (the CUDA emulator is for correctness only: attnc verify --target cuda)")
-	case bf.target != "cpu" && bf.target != "cuda":
-		return fmt.Errorf("attnc bench: unknown --target %q (cpu or cuda)", bf.target)
+	case !slices.Contains(known, bf.target):
+		return fmt.Errorf("attnc bench: unknown --target %q (%s)", bf.target, orList(known))
+	case bf.gpu && !slices.Contains(devs, bf.target):
+		return fmt.Errorf("attnc bench: --gpu runs the %s kernels; use it with --target %s", strings.ToUpper(orList(devs)), orList(devs))
+	case !bf.gpu && !threaded(bf.target):
+		return fmt.Errorf("attnc bench: --target %s measures the GPU; add --gpu (the %s emulator is for correctness only: attnc verify --target %s)", bf.target, strings.ToUpper(bf.target), bf.target)
 	}
 	if !(bf.seconds > 0 && bf.seconds <= maxBenchSeconds) {
 		return fmt.Errorf("attnc bench: --seconds must be in (0, %d] (got %g)", maxBenchSeconds, bf.seconds)
@@ -82,7 +99,7 @@ func (bf *benchFlags) check(c *cobra.Command, specs int) error {
 			}
 		}
 	}
-	if bf.target == "cuda" {
+	if bf.gpu {
 		if specs == 0 {
 			return fmt.Errorf("attnc bench: --gpu measures the variants of SPEC files; give at least one")
 		}
@@ -181,7 +198,7 @@ generate kernels yet are reported as "skip <variant>: <reason>".`,
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&bf.target, "target", "cpu", "kernels to measure: cpu, or cuda (with --gpu)")
+	f.StringVar(&bf.target, "target", targets.Default, "kernels to measure: cpu, or cuda (with --gpu)")
 	f.BoolVar(&bf.gpu, "gpu", false, "run the cuda target on the GPU (nvcc and libcudart); implies --target cuda")
 	f.Float64Var(&bf.seconds, "seconds", 1, "least wall time of each measurement (at least 5 repetitions)")
 	f.IntVar(&bf.reps, "reps", 0, "exact repetitions of each measurement (0: by --seconds)")

@@ -14,7 +14,7 @@ import (
 )
 
 func runBench(c *cobra.Command, args []string, bf benchFlags) error {
-	if bf.target == "cuda" {
+	if bf.gpu {
 		return runBenchDevice(c, args, bf)
 	}
 	var plan *bench.Plan

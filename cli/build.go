@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/attnc/attnc"
-	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/driver"
 	"github.com/attnc/attnc/targets"
@@ -17,7 +16,7 @@ import (
 
 func newBuildCmd(cfg *config) *cobra.Command {
 	var (
-		targets    []string
+		targetList []string
 		triple     string
 		outDir     string
 		shared     bool
@@ -77,21 +76,26 @@ status 1 on any error.`,
 			if outDir == "" {
 				return fmt.Errorf("attnc build: -o DIR is required")
 			}
-			ts, err := parseTargets(targets)
+			ts, err := parseTargets(targetList)
 			if err != nil {
 				return err
 			}
-			if shared && !slices.Contains(ts, "cpu") {
-				return fmt.Errorf("attnc build: --shared links the cpu target's .ll files; add cpu to --target")
+			// --shared links the .ll files of the target that takes
+			// triples (the cpu target) with the triple's toolchain.
+			tt := tripleTarget()
+			if shared && !slices.Contains(ts, tt) {
+				return fmt.Errorf("attnc build: --shared links the %s target's .ll files; add %s to --target", tt, tt)
 			}
 			if err := checkPassName(printAfter, ts, cfg); err != nil {
 				return err
 			}
-			if triple != "" && !slices.Contains(ts, "cpu") {
-				return fmt.Errorf("attnc build: --triple applies to the cpu target; add cpu to --target")
+			if triple != "" && !slices.Contains(ts, tt) {
+				return fmt.Errorf("attnc build: --triple applies to the %s target; add %s to --target", tt, tt)
 			}
-			if _, err := llvmgen.LookupTarget(triple); err != nil {
-				return fmt.Errorf("attnc build: --triple: %w", err)
+			if tr, ok := targets.TripleTarget().(targets.Triples); ok {
+				if err := tr.CheckTriple(triple); err != nil {
+					return fmt.Errorf("attnc build: --triple: %w", err)
+				}
 			}
 			var tc *cpurt.Toolchain
 			if shared {
@@ -152,8 +156,8 @@ status 1 on any error.`,
 		},
 	}
 	f := c.Flags()
-	f.StringSliceVar(&targets, "target", []string{"cpu"}, "comma list of targets to generate (known: "+knownTargets()+")")
-	f.StringVar(&triple, "triple", "", "target triple of the cpu target's .ll (known: "+strings.Join(tripleNames(), ", ")+"; default "+llvmgen.DefaultTriple+")")
+	f.StringSliceVar(&targetList, "target", []string{targets.Default}, "comma list of targets to generate (known: "+knownTargets()+")")
+	f.StringVar(&triple, "triple", "", "target triple of the "+tripleTarget()+" target's .ll (known: "+strings.Join(tripleNames(), ", ")+"; default "+tripleNames()[0]+")")
 	f.StringVarP(&outDir, "out", "o", "", "output directory (created if missing)")
 	f.BoolVar(&shared, "shared", false, "also link DIR/<variant>.so from each .ll (needs LLVM 14 opt/llc and gcc)")
 	f.BoolVar(&verifyEach, "verify-each", false, "run the kernel-IR verifier after every pass")
@@ -210,13 +214,12 @@ func knownTargets() string {
 	return strings.Join(out, ", ")
 }
 
-// tripleNames are the triples --triple accepts.
+// tripleNames are the triples --triple accepts, the default first.
 func tripleNames() []string {
-	var ts []string
-	for _, t := range llvmgen.Targets {
-		ts = append(ts, t.Triple)
+	if tr, ok := targets.TripleTarget().(targets.Triples); ok {
+		return tr.Triples()
 	}
-	return ts
+	return []string{""}
 }
 
 // parseTargets validates a --target list against the registered targets,

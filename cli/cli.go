@@ -164,10 +164,10 @@ semantics.md).`,
 		newCheckCmd(cfg),
 		newExplainCmd(cfg),
 		newPassesCmd(cfg),
-		newSASSCmd(cfg),
 		newVerifyCmd(cfg),
 		newVersionCmd(),
 	)
+	root.AddCommand(newMachineCodeCmds(cfg)...)
 	return root
 }
 

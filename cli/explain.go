@@ -3,16 +3,14 @@ package cli
 import (
 	"fmt"
 	"io"
-	"runtime"
 	"strings"
 
 	"github.com/attnc/attnc"
-	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/driver"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
 	"github.com/attnc/attnc/registry"
-	cudatarget "github.com/attnc/attnc/targets/cuda"
+	"github.com/attnc/attnc/targets"
 	"github.com/spf13/cobra"
 )
 
@@ -102,7 +100,7 @@ one decision per combination.`,
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&tgt, "target", "cpu", "the target whose kernels and launches to explain")
+	f.StringVar(&tgt, "target", targets.Default, "the target whose kernels and launches to explain")
 	f.IntVar(&sf.sms, "sms", 0, "GPU multiprocessors for --target cuda (default 132)")
 	f.IntSliceVar(&sf.batch, "batch", nil, "number of sequences (int or comma list)")
 	f.IntSliceVar(&sf.qLen, "q-len", nil, "query tokens per sequence (int or comma list; default 1)")
@@ -126,7 +124,7 @@ func (s *shapeFlags) shapes() ([]registry.Shape, error) {
 	}
 	threads := s.threads
 	if len(threads) == 0 {
-		threads = []int{min(runtime.NumCPU(), llvmgen.MaxThreads)}
+		threads = []int{defaultWorkers("threads")}
 	}
 	const cmd = "attnc explain"
 	if err := checkBatch(cmd, batches, 0); err != nil {
@@ -143,7 +141,7 @@ func (s *shapeFlags) shapes() ([]registry.Shape, error) {
 	}
 	sms := s.sms
 	if sms == 0 {
-		sms = cudatarget.DefaultSMs
+		sms = defaultWorkers("sms")
 	}
 	if err := checkSMs(cmd, []int{sms}); err != nil {
 		return nil, err
@@ -245,9 +243,9 @@ func explainVariant(w io.Writer, v *ir.Variant, tgt string, shapes []registry.Sh
 		if sel.TooLarge {
 			how = fmt.Sprintf("%s via %s: status %d TOO_LARGE, more than %d work items (nothing is computed; split the batch)", sel.Role, sel.Symbol, ir.StatusTooLarge, lower.MaxItems)
 		}
-		who := fmt.Sprintf("threads=%d", s.Threads)
-		if tgt != "cpu" {
-			who = fmt.Sprintf("sms=%d", s.SMs)
+		who := ""
+		if w, ok := workersOf(tgt); ok {
+			who = fmt.Sprintf("%s=%d", w.Flag, w.Get(s))
 		}
 		batch := len(s.QLens)
 		if s.Batch > 0 {

@@ -3,81 +3,60 @@ package cli
 import (
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/attnc/attnc"
-	"github.com/attnc/attnc/codegen/cuda"
-	"github.com/attnc/attnc/codegen/cuda/sass"
 	"github.com/attnc/attnc/driver"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
+	"github.com/attnc/attnc/targets"
 	"github.com/spf13/cobra"
 )
 
-func newSASSCmd(cfg *config) *cobra.Command {
+// newMachineCodeCmds adds one command per registered target that can
+// assemble its kernels and read the machine code back here
+// (targets.MachineCode: attnc sass for CUDA).
+func newMachineCodeCmds(cfg *config) []*cobra.Command {
+	var cs []*cobra.Command
+	for _, t := range targets.All() {
+		if mc, ok := t.(targets.MachineCode); ok {
+			cs = append(cs, newMachineCodeCmd(cfg, t.Name(), mc))
+		}
+	}
+	return cs
+}
+
+func newMachineCodeCmd(cfg *config, target string, mc targets.MachineCode) *cobra.Command {
+	mcmd := mc.MachineCommand()
+	name := mcmd.Name
 	var archs []string
 	var check bool
 	c := &cobra.Command{
-		Use:   "sass SPEC... [--arch sm_80,sm_90] [--check]",
-		Short: "Assemble each variant's CUDA kernels with ptxas and tabulate the machine code",
-		Long: `Build the CUDA kernels of every supported variant, compile them to PTX with
-clang-19, assemble the PTX with NVIDIA's ptxas for each --arch and read the
-machine code (SASS) back with cuobjdump. Per variant, one line per kernel
-and architecture:
-
-  regs     registers per thread
-  stack    stack frame bytes per thread (local memory)
-  spill    spill stores/loads, bytes per thread
-  smem     static + dynamic shared memory bytes per block (the manifest's launch)
-  block    threads per block (the manifest's launch)
-  blk/SM   blocks of that launch resident on one SM, warps (and the share of
-           the 64 warp slots), and what limits them (warps, regs, smem,
-           blocks): computed from the architecture's per-SM limits
-  LDGSTS LDSM HMMA LDL STL LDG.128 LDS.U16 BAR SHFL
-           instruction counts: cp.async, ldmatrix, tensor-core mma, local
-           loads/stores, 128-bit global loads, 16-bit shared loads,
-           barriers, warp shuffles
-  insns    all instructions
-
---check also tests the targets the CUDA kernels are built towards (no
-spills and no stack frame in any kernel; LDGSTS, LDSM and HMMA and no
-LDL/STL in every f16/bf16 prefill; LDGSTS or LDG.128 in decode; registers
-within the manifest launch's max_registers and occupancy at least its
-occupancy), prints
-"target not met: ..." for each one missed and exits with status 1 if any
-is, else prints "all targets met".
-
-Needs clang-19 and ptxas/cuobjdump from CUDA 11.8 or newer:
-scripts/fetch-ptxas.sh unpacks them from Debian's non-free archive into
-~/.cache/attnc/cuda-tools, where attnc finds them ($ATTNC_PTXAS and
-$ATTNC_CUOBJDUMP, PATH and /usr/local/cuda/bin are searched too). No GPU is
-needed. Variants using features that do not generate kernels yet are
-reported as "skip <variant>: <reason>".`,
-		Example: `  attnc sass examples/llama3_8b.attn
-  attnc sass examples/*.attn --arch sm_90
-  attnc sass examples/*.attn --check`,
-		Args: specArgs,
+		Use:     mcmd.Use,
+		Short:   mcmd.Short,
+		Long:    mcmd.Long,
+		Example: mcmd.Example,
+		Args:    specArgs,
 		RunE: func(c *cobra.Command, args []string) error {
 			archs = splitList(archs)
 			if len(archs) == 0 {
-				return fmt.Errorf("attnc sass: --arch is empty")
+				return fmt.Errorf("attnc %s: --arch is empty", name)
 			}
 			for _, a := range archs {
-				if _, ok := sass.Archs[a]; !ok {
-					return fmt.Errorf("attnc sass: unknown --arch %q (known: sm_80, sm_90)", a)
+				if !slices.Contains(mcmd.Archs, a) {
+					return fmt.Errorf("attnc %s: unknown --arch %q (known: %s)", name, a, strings.Join(mcmd.Archs, ", "))
 				}
 			}
 			vs, err := driver.ParseSpecs(args)
 			if err != nil {
 				return err
 			}
-			if _, err := cuda.ClangCUDA(); err != nil {
-				return fmt.Errorf("attnc sass: %w", err)
-			}
-			tools, err := sass.FindTools()
+			tools, err := mc.MachineTools()
 			if err != nil {
-				return fmt.Errorf("attnc sass: %w", err)
+				return fmt.Errorf("attnc %s: %w", name, err)
 			}
-			tmp, err := os.MkdirTemp("", "attnc-sass-")
+			tmp, err := os.MkdirTemp("", "attnc-"+name+"-")
 			if err != nil {
 				return err
 			}
@@ -89,24 +68,21 @@ reported as "skip <variant>: <reason>".`,
 					fmt.Fprintf(stdout, "skip %s: %v\n", v.Name, err)
 					continue
 				}
-				// What build writes for the cuda target, user passes included.
-				r, err := attnc.CompileVariants([]*ir.Variant{v}, attnc.Options{Targets: []string{"cuda"}, Insert: cfg.insert})
+				// What build writes for the target, user passes included.
+				r, err := attnc.CompileVariants([]*ir.Variant{v}, attnc.Options{Targets: []string{target}, Insert: cfg.insert})
 				if err != nil {
 					return err
 				}
-				out := &driver.Output{Manifest: r.Manifest, Variants: r.Variants}
-				for _, name := range r.Names() {
-					out.Artifacts = append(out.Artifacts, driver.Artifact{Name: name, Data: r.Files[name]})
+				var files []targets.Artifact
+				for _, n := range r.Names() {
+					files = append(files, targets.Artifact{Name: n, Data: r.Files[n]})
 				}
-				rows, err := driver.SASS(out, archs, tools, tmp)
+				fmt.Fprintf(stdout, "%s %s dtype=%s %s\n", name, v.Name, v.DType, tools.Describe())
+				u, err := tools.Check(stdout, v, files, r.Manifest.Kernels, archs, tmp)
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(stdout, "sass %s dtype=%s ptxas=%s\n", v.Name, v.DType, tools.Release)
-				if err := driver.WriteSASSTable(stdout, rows); err != nil {
-					return err
-				}
-				unmet = append(unmet, driver.CheckSASS(rows)...)
+				unmet = append(unmet, u...)
 			}
 			if !check {
 				return nil
@@ -115,14 +91,14 @@ reported as "skip <variant>: <reason>".`,
 				fmt.Fprintf(stdout, "target not met: %s\n", u)
 			}
 			if len(unmet) > 0 {
-				fmt.Fprintf(c.ErrOrStderr(), "attnc sass: %d machine-code targets not met\n", len(unmet))
+				fmt.Fprintf(c.ErrOrStderr(), "attnc %s: %d machine-code targets not met\n", name, len(unmet))
 				return errReported
 			}
 			fmt.Fprintln(stdout, "all targets met")
 			return nil
 		},
 	}
-	c.Flags().StringSliceVar(&archs, "arch", []string{"sm_80", "sm_90"}, "GPU architectures to assemble for (comma list)")
+	c.Flags().StringSliceVar(&archs, "arch", mcmd.DefaultArchs, "GPU architectures to assemble for (comma list)")
 	c.Flags().BoolVar(&check, "check", false, "test the machine-code targets; exit 1 if any is not met")
 	return c
 }

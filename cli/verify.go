@@ -2,6 +2,8 @@ package cli
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -77,19 +79,20 @@ same inputs.`,
 		Args: specArgs,
 		RunE: func(c *cobra.Command, args []string) error {
 			if vf.gpu && !c.Flags().Changed("target") {
-				vf.target = "cuda"
+				t, err := gpuTarget("attnc verify")
+				if err != nil {
+					return err
+				}
+				vf.target = t
 			}
-			switch vf.target {
-			case "cpu":
-				if vf.gpu {
-					return fmt.Errorf("attnc verify: --gpu runs the CUDA kernels; use it with --target cuda")
-				}
-			case "cuda":
-				if vf.triple != "" {
-					return fmt.Errorf("attnc verify: --triple applies to the cpu target")
-				}
-			default:
-				return fmt.Errorf("attnc verify: unknown --target %q (cpu or cuda)", vf.target)
+			if !slices.Contains(harnessed(), vf.target) {
+				return fmt.Errorf("attnc verify: unknown --target %q (%s)", vf.target, orList(harnessed()))
+			}
+			if vf.gpu && !slices.Contains(deviceTargets(), vf.target) {
+				return fmt.Errorf("attnc verify: --gpu runs the %s kernels; use it with --target %s", strings.ToUpper(orList(deviceTargets())), orList(deviceTargets()))
+			}
+			if vf.triple != "" && !takesTriple(vf.target) {
+				return fmt.Errorf("attnc verify: --triple applies to the %s target", tripleTarget())
 			}
 			return runVerify(c, args, vf)
 		},

@@ -9,13 +9,11 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/attnc/attnc/codegen/cuda"
-	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/conformance"
-	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/driver"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
+	"github.com/attnc/attnc/targets"
 	"github.com/spf13/cobra"
 )
 
@@ -46,7 +44,7 @@ func runVerify(c *cobra.Command, args []string, vf verifyFlags) error {
 			return err
 		}
 	}
-	if vf.target == "cuda" {
+	if !threaded(vf.target) {
 		vf.threads = []int{1} // one run per case: the launchers take no thread count
 	}
 	stdout, stderr := c.OutOrStdout(), c.ErrOrStderr()
@@ -176,44 +174,53 @@ func userPassNames(cfg *config) []string {
 // buildSuite builds and loads one variant's kernels into dir.
 type buildSuite func(v *ir.Variant, dir string) (*conformance.Suite, error)
 
-// suiteBuilder checks the tools a target needs, before any work, and
-// returns how to build its suites with the configured passes: cpu (LLVM 14
-// and gcc), cuda on the emulator (g++), cuda on the GPU (nvcc and
-// libcudart with a GPU).
+// suiteBuilder checks the tools a target's harness needs, before any
+// work, and returns how to build its suites with the configured passes:
+// cpu (LLVM 14 and gcc), cuda on the emulator (g++), cuda on the GPU (nvcc
+// and libcudart with a GPU).
 func suiteBuilder(cmd, target string, gpu bool, triple string, cfg *config) (buildSuite, error) {
 	table, err := cfg.table(target)
 	if err != nil {
 		return nil, err
 	}
 	opt := conformance.Options{Passes: table, Triple: triple}
-	switch {
-	case target == "cpu":
-		if _, err := llvmgen.LookupTarget(triple); err != nil {
+	t, err := targets.Lookup(target)
+	if err != nil {
+		return nil, err
+	}
+	h, ok := t.(targets.Harness)
+	if !ok {
+		return nil, fmt.Errorf("%s: target %s has no harness: its kernels cannot run on this machine", cmd, target)
+	}
+	if tr, ok := t.(targets.Triples); ok {
+		if err := tr.CheckTriple(triple); err != nil {
 			return nil, fmt.Errorf("%s --triple: %w", cmd, err)
 		}
-		if _, err := cpurt.ToolchainFor(triple); err != nil {
-			return nil, err
+	}
+	if gpu {
+		dh, ok := t.(targets.DeviceHarness)
+		if !ok {
+			return nil, fmt.Errorf("%s --gpu: target %s does not run on a GPU", cmd, target)
 		}
-		return func(v *ir.Variant, dir string) (*conformance.Suite, error) {
-			return conformance.BuildWith(v, dir, opt)
-		}, nil
-	case gpu:
-		nvcc, err := conformance.FindNVCC()
+		compiler, err := dh.DeviceTools()
 		if err != nil {
 			return nil, fmt.Errorf("%s --gpu: %w", cmd, err)
 		}
-		if _, err := conformance.OpenCUDA(); err != nil {
+		dev, err := conformance.OpenCUDA()
+		if err != nil {
 			return nil, fmt.Errorf("%s --gpu: %w", cmd, err)
 		}
 		return func(v *ir.Variant, dir string) (*conformance.Suite, error) {
-			return conformance.BuildCUDADeviceWith(v, dir, nvcc, opt)
-		}, nil
-	default:
-		if _, err := cuda.GXX(); err != nil {
-			return nil, fmt.Errorf("%s --target cuda needs g++ for the CUDA emulator: %w", cmd, err)
-		}
-		return func(v *ir.Variant, dir string) (*conformance.Suite, error) {
-			return conformance.BuildCUDAWith(v, dir, opt)
+			return conformance.BuildDeviceFor(v, target, dir, compiler, dev, opt)
 		}, nil
 	}
+	if err := h.HarnessTools(targets.Options{Triple: triple}); err != nil {
+		if _, ok := t.(targets.Triples); ok {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%s --target %s: %w", cmd, target, err)
+	}
+	return func(v *ir.Variant, dir string) (*conformance.Suite, error) {
+		return conformance.BuildFor(v, target, dir, opt)
+	}, nil
 }

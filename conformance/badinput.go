@@ -10,7 +10,6 @@ import (
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
 	"github.com/attnc/attnc/reference"
-	cputarget "github.com/attnc/attnc/targets/cpu"
 )
 
 // The bad-input matrix: corruptions of a valid two-sequence case, with the
@@ -41,9 +40,11 @@ type BadInput struct {
 // BadCase is the case a BadInput corrupts: the variant, the scalar
 // arguments and the buffers by name.
 type BadCase struct {
-	V    *ir.Variant
-	Vals map[string]int64
-	cb   *caseBuffers
+	V *ir.Variant
+	// Tiling is the work-item shape of the target the entries are for.
+	Tiling lower.Tiling
+	Vals   map[string]int64
+	cb     *caseBuffers
 }
 
 // I32 views buffer name as int32.
@@ -184,7 +185,7 @@ func BadInputs(v *ir.Variant) []BadInput {
 // row is ever read, so the block table holds just that row.
 func tooManyItems(bc *BadCase) {
 	v := bc.V
-	t := cputarget.Target{}.Tiling(v)
+	t := bc.Tiling
 	units := v.KVHeads * v.GroupSize() / t.Heads(v.GroupSize())
 	const n = 1 << 16
 	qt := t.QTile(v.GroupSize())
@@ -231,7 +232,7 @@ func (s *Suite) RunBadInputs(seed int64) []Result {
 			continue
 		}
 		bads := BadInputs(v)
-		if s.Target != "cpu" {
+		if !s.checksTables {
 			var scalar []BadInput
 			for _, b := range bads {
 				if b.Scalar {
@@ -260,7 +261,7 @@ func (s *Suite) runBad(role ir.Role, bad BadInput, seed int64) Result {
 	c := reference.NewCase(v, rand.New(rand.NewSource(seed)), badCaseSpec(v, role))
 	cb := s.buffers(c)
 	defer cb.free()
-	bad.Break(&BadCase{V: v, Vals: cb.vals, cb: cb})
+	bad.Break(&BadCase{V: v, Tiling: s.tgt.Tiling(v), Vals: cb.vals, cb: cb})
 	before := append([]byte(nil), cb.o.U8()...)
 	beforeLSE := append([]byte(nil), cb.lse.U8()...)
 	st, err := s.run(role, cb)

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 
-	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/driver"
 	"github.com/attnc/attnc/ir"
@@ -78,11 +77,12 @@ func (r Result) String() string {
 	return s
 }
 
-// Suite holds one variant's built library: CPU kernels, or CUDA launchers
-// compiled for the emulator (or a GPU).
+// Suite holds one variant's built library: a target's entries built by
+// its harness (targets.Harness) — CPU kernels, or CUDA launchers compiled
+// for the emulator (or a GPU).
 type Suite struct {
 	V       *ir.Variant
-	Target  string // cpu or cuda
+	Target  string // the target's name
 	Prefix  string
 	Lib     Library
 	Entries map[ir.Role]Entry
@@ -94,14 +94,23 @@ type Suite struct {
 	// Stack, when > 0, runs every host call on a new thread with a stack of
 	// this many bytes (the caller's stack a kernel may use).
 	Stack int
-	// Lowered and Final are the CPU module before and after the passes
-	// (nil for CUDA suites).
+	// Lowered and Final are the module before and after the passes.
 	Lowered, Final *ir.Module
 	// Level is the CPU level the entries run at (<prefix>_cpu_level):
-	// the best this CPU supports, or the one AtLevel forced.
+	// the best this CPU supports, or the one AtLevel forced ("" for a
+	// target without levels).
 	Level string
 
-	so string // the CPU library, which AtLevel loads again
+	tgt targets.Target
+	// rt is the runtime the library defines besides the entries (nil:
+	// none; the CPU's messages, threads and levels).
+	rt *targets.RuntimeSymbols
+	// checksTables: the entries validate every table they read (else
+	// only scalars are checked, on the host, and tables in device memory
+	// are trusted).
+	checksTables bool
+
+	so string // the library loaded in this process, which AtLevel loads again
 
 	keepLoaded bool // Close leaves Lib loaded (nvcc builds)
 
@@ -129,32 +138,21 @@ type Entry struct {
 	Stream bool
 }
 
-// cpuEntries lists the public entries of a scheduled CPU module.
-func cpuEntries(m *ir.Module) map[ir.Role]Entry {
-	es := map[ir.Role]Entry{}
-	for _, p := range m.Plans {
-		if p.Public {
-			es[p.Role] = Entry{Symbol: p.Entry, Params: p.Params}
-		}
-	}
-	return es
-}
-
-// Options says how BuildWith and BuildCUDAWith compile a variant's
-// kernels. The zero value is what `attnc build` does by default.
+// Options says how BuildFor (BuildWith, BuildCUDAWith) compiles a
+// variant's kernels. The zero value is what `attnc build` does by default.
 type Options struct {
 	// Passes is the pass table to run (nil: the target's own,
-	// build.PassTable), e.g. one with user passes inserted.
+	// driver.PassTable), e.g. one with user passes inserted.
 	Passes []passes.Pass
-	// Triple is the CPU target triple (BuildWith only; "" is the default,
-	// x86_64-unknown-linux-gnu). A triple of another architecture than
+	// Triple is the target triple of a target that takes one (the CPU;
+	// "" is the default, x86_64-unknown-linux-gnu). A triple of another architecture than
 	// this machine's runs the kernels in the target's emulator
 	// (cpurt.Remote): every case's buffers are copied to the runner and
 	// the outputs back, through the suite's Dev.
 	Triple string
-	// Link are more arguments of the library's link step: the CPU
-	// library's (cpurt.Toolchain.Link), the emulated CUDA library's
-	// (BuildCUDAWith).
+	// Link are more arguments of the library's link step
+	// (targets.Harness.HostLibrary): the CPU library's
+	// (cpurt.Toolchain.Link), the emulated CUDA library's.
 	Link []string
 }
 
@@ -187,38 +185,105 @@ func Build(v *ir.Variant, dir string) (*Suite, error) { return BuildWith(v, dir,
 
 // BuildWith is Build with options.
 func BuildWith(v *ir.Variant, dir string, o Options) (*Suite, error) {
-	tgt, err := llvmgen.LookupTarget(o.Triple)
+	return BuildFor(v, "cpu", dir, o)
+}
+
+// harnessOf finds a registered target and its harness.
+func harnessOf(name string) (targets.Target, targets.Harness, error) {
+	t, err := targets.Lookup(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	h, ok := t.(targets.Harness)
+	if !ok {
+		return nil, nil, fmt.Errorf("target %s has no harness: its kernels cannot run on this machine", name)
+	}
+	return t, h, nil
+}
+
+// Harnessed lists the registered targets whose kernels run on this
+// machine (targets.Harness), in name order.
+func Harnessed() []string {
+	var out []string
+	for _, t := range targets.All() {
+		if _, ok := t.(targets.Harness); ok {
+			out = append(out, t.Name())
+		}
+	}
+	return out
+}
+
+// BuildFor compiles v for the target named into dir, builds the files it
+// writes into a library with the target's harness (targets.Harness) and
+// loads it: in this process, or in a runner under the emulator of a
+// foreign triple.
+func BuildFor(v *ir.Variant, target, dir string, o Options) (*Suite, error) {
+	t, h, err := harnessOf(target)
 	if err != nil {
 		return nil, err
 	}
-	tc, err := cpurt.ToolchainFor(tgt.Triple)
+	topt := targets.Options{Triple: o.Triple}
+	if err := targets.CheckOptions([]targets.Target{t}, topt); err != nil {
+		return nil, err
+	}
+	if err := h.HarnessTools(topt); err != nil {
+		return nil, err
+	}
+	c, err := compileFor(v, t.Name(), dir, o)
 	if err != nil {
 		return nil, err
 	}
-	c, err := compileFor(v, "cpu", dir, o)
+	hl, err := h.HostLibrary(v, c.Final, dir, topt, o.Link)
 	if err != nil {
 		return nil, err
 	}
-	llPath := filepath.Join(dir, v.Name+".ll")
-	so := filepath.Join(dir, v.Name+".so")
-	tc.Link = o.Link
-	if err := tc.BuildShared(llPath, so); err != nil {
-		return nil, err
-	}
-	s := &Suite{V: v, Target: "cpu", Prefix: c.Final.Prefix, Entries: cpuEntries(c.Final), Lowered: c.Lowered, Final: c.Final, so: so}
-	if tc.Foreign() {
-		r, err := tc.OpenRemote(so)
+	s := newSuite(v, t, h, c.Lowered, c.Final)
+	if hl.Runner != "" {
+		tc, err := cpurt.ToolchainFor(hl.Runner)
+		if err != nil {
+			return nil, err
+		}
+		r, err := tc.OpenRemote(hl.Path)
 		if err != nil {
 			return nil, err
 		}
 		s.Lib, s.Dev = r, &remoteDevice{r}
-		s.Level = r.CallStr(s.Prefix+"_cpu_level", 0)
+		if s.rt != nil {
+			s.Level = r.CallStr(s.rt.Level, 0)
+		}
 		return s, nil
 	}
-	if s.Lib, s.Level, err = openAtLevel(so, s.Prefix, ""); err != nil {
+	s.so = hl.Path
+	if s.Lib, s.Level, err = s.open(hl.Path, ""); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// newSuite is the suite of v on target t, lowered to lowered and
+// scheduled to final, before its library is loaded.
+func newSuite(v *ir.Variant, t targets.Target, h targets.Harness, lowered, final *ir.Module) *Suite {
+	s := &Suite{V: v, Target: t.Name(), tgt: t, Prefix: final.Prefix, Entries: map[ir.Role]Entry{},
+		Lowered: lowered, Final: final, checksTables: true}
+	for _, e := range h.Entries(final) {
+		s.Entries[e.Role] = Entry{Symbol: e.Symbol, Params: e.Params, Stream: e.Stream}
+		s.checksTables = s.checksTables && e.ChecksTables
+	}
+	if r, ok := t.(targets.HostRuntime); ok {
+		rt := r.RuntimeSymbols(final.Prefix)
+		s.rt = &rt
+	}
+	return s
+}
+
+// open loads the library at path in this process; with a runtime that has
+// levels, it has the library decide its level (see openAtLevel).
+func (s *Suite) open(path, level string) (*cpurt.Lib, string, error) {
+	if s.rt == nil || s.rt.Level == "" {
+		lib, err := cpurt.Open(path)
+		return lib, "", err
+	}
+	return openAtLevel(path, s.rt, level)
 }
 
 // levelMu serializes the first call into every CPU library this package
@@ -227,20 +292,20 @@ func BuildWith(v *ir.Variant, dir string, o Options) (*Suite, error) {
 // library decides its level meanwhile.
 var levelMu sync.Mutex
 
-// openAtLevel loads so and has it decide its CPU level with
-// $ATTNC_CPU_LEVEL set to level ("": the process's own environment); it
-// returns the level the library reports.
-func openAtLevel(so, prefix, level string) (*cpurt.Lib, string, error) {
+// openAtLevel loads so and has it decide its CPU level with the runtime's
+// level variable ($ATTNC_CPU_LEVEL) set to level ("": the process's own
+// environment); it returns the level the library reports.
+func openAtLevel(so string, rt *targets.RuntimeSymbols, level string) (*cpurt.Lib, string, error) {
 	levelMu.Lock()
 	defer levelMu.Unlock()
 	if level != "" {
-		old, had := os.LookupEnv(llvmgen.LevelEnv)
-		os.Setenv(llvmgen.LevelEnv, level)
+		old, had := os.LookupEnv(rt.LevelEnv)
+		os.Setenv(rt.LevelEnv, level)
 		defer func() {
 			if had {
-				os.Setenv(llvmgen.LevelEnv, old)
+				os.Setenv(rt.LevelEnv, old)
 			} else {
-				os.Unsetenv(llvmgen.LevelEnv)
+				os.Unsetenv(rt.LevelEnv)
 			}
 		}()
 	}
@@ -248,7 +313,7 @@ func openAtLevel(so, prefix, level string) (*cpurt.Lib, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	got := lib.CallStr(prefix+"_cpu_level", 0)
+	got := lib.CallStr(rt.Level, 0)
 	if level != "" && got != level {
 		lib.Close()
 		return nil, "", fmt.Errorf("%s: CPU level %s refused (%s): the CPU cannot run it", filepath.Base(so), level, got)
@@ -261,7 +326,7 @@ func openAtLevel(so, prefix, level string) (*cpurt.Lib, string, error) {
 // $ATTNC_CPU_LEVEL=level does for a program; the copy shares everything
 // else with s. It fails for a level the CPU cannot run.
 func (s *Suite) AtLevel(level string) (*Suite, error) {
-	if s.Target != "cpu" || s.so == "" || s.Dev != nil {
+	if s.rt == nil || s.rt.LevelEnv == "" || s.so == "" || s.Dev != nil {
 		return nil, fmt.Errorf("%s: only a CPU library loaded in this process can be forced to a level", s.V.Name)
 	}
 	data, err := os.ReadFile(s.so)
@@ -272,7 +337,7 @@ func (s *Suite) AtLevel(level string) (*Suite, error) {
 	if err := os.WriteFile(cp, data, 0o755); err != nil {
 		return nil, err
 	}
-	lib, got, err := openAtLevel(cp, s.Prefix, level)
+	lib, got, err := openAtLevel(cp, s.rt, level)
 	if err != nil {
 		return nil, err
 	}
@@ -322,19 +387,35 @@ func (s *Suite) callEntry(role ir.Role, vals map[string]int64) (int32, error) {
 	return s.Lib.Call(e.Symbol, args...)
 }
 
-// SetThreads sets the CPU library's worker count (CUDA: no effect).
+// SetThreads sets the library's worker count (no effect for a target
+// whose runtime has none, e.g. CUDA).
 func (s *Suite) SetThreads(n int) error {
-	if s.Target != "cpu" {
+	if s.rt == nil || s.rt.SetThreads == "" {
 		return nil
 	}
-	return s.Lib.CallVoid(s.Prefix+"_set_num_threads", int64(n))
+	return s.Lib.CallVoid(s.rt.SetThreads, int64(n))
+}
+
+// Threaded reports whether the library runs on a worker count SetThreads
+// sets (the CPU): cases are worth running at several counts.
+func (s *Suite) Threaded() bool { return s.rt != nil && s.rt.SetThreads != "" }
+
+// StackBytes is the most stack a call of the role's entry needs on the
+// calling thread (0 for a target whose runtime does not say).
+func (s *Suite) StackBytes(role ir.Role) int64 {
+	r, ok := s.tgt.(targets.HostRuntime)
+	e, has := s.Entries[role]
+	if !ok || !has {
+		return 0
+	}
+	return r.StackBytes(s.Final, e.Symbol)
 }
 
 func (s *Suite) strerror(code int32) string {
-	if s.Target != "cpu" {
+	if s.rt == nil || s.rt.Strerror == "" {
 		return fmt.Sprintf("status %d", code)
 	}
-	return s.Lib.CallStr(s.Prefix+"_strerror", code)
+	return s.Lib.CallStr(s.rt.Strerror, code)
 }
 
 func (s *Suite) enc(xs []float32) *cpurt.Buffer {

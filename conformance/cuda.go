@@ -1,10 +1,6 @@
 package conformance
 
 import (
-	"path/filepath"
-
-	"github.com/attnc/attnc/codegen/cuda"
-	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/ir"
 )
 
@@ -15,17 +11,5 @@ func BuildCUDA(v *ir.Variant, dir string) (*Suite, error) { return BuildCUDAWith
 
 // BuildCUDAWith is BuildCUDA with options.
 func BuildCUDAWith(v *ir.Variant, dir string, o Options) (*Suite, error) {
-	cu, gm, err := writeCUDA(v, dir, o)
-	if err != nil {
-		return nil, err
-	}
-	so := filepath.Join(dir, v.Name+".emu.so")
-	if err := cuda.CompileEmulated(cu, so, o.Link...); err != nil {
-		return nil, err
-	}
-	lib, err := cpurt.Open(so)
-	if err != nil {
-		return nil, err
-	}
-	return &Suite{V: v, Target: "cuda", Prefix: gm.Prefix, Lib: lib, Entries: launcherEntries(gm)}, nil
+	return BuildFor(v, "cuda", dir, o)
 }

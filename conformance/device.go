@@ -1,21 +1,17 @@
 package conformance
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/ir"
-	cudatarget "github.com/attnc/attnc/targets/cuda"
+	"github.com/attnc/attnc/targets"
 )
 
 // Device is the memory of the accelerator a Suite's launchers run on. With
@@ -293,149 +289,47 @@ func (d *cudaDevice) Sync() error {
 	return d.check("cudaDeviceSynchronize", st, err)
 }
 
-// FindNVCC locates nvcc: $ATTNC_NVCC if set, else nvcc on PATH, else
-// $CUDA_HOME/bin/nvcc or /usr/local/cuda/bin/nvcc.
-func FindNVCC() (string, error) {
-	if p := os.Getenv("ATTNC_NVCC"); p != "" {
-		return exec.LookPath(p)
-	}
-	if p, err := exec.LookPath("nvcc"); err == nil {
-		return p, nil
-	}
-	var dirs []string
-	if h := os.Getenv("CUDA_HOME"); h != "" {
-		dirs = append(dirs, h)
-	}
-	for _, d := range append(dirs, "/usr/local/cuda") {
-		p := filepath.Join(d, "bin", "nvcc")
-		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", errors.New("conformance: nvcc not found (install the CUDA toolkit, put nvcc on PATH, or set ATTNC_NVCC)")
-}
-
-// NVCCArchs are the -arch values CompileNVCC tries in order: $ATTNC_CUDA_ARCH
-// alone if set, else native (the GPUs of this machine, CUDA 11.6 or newer)
-// and then sm_90 for an nvcc that does not know native.
-func NVCCArchs() []string {
-	if a := os.Getenv("ATTNC_CUDA_ARCH"); a != "" {
-		return []string{a}
-	}
-	return []string{"native", "sm_90"}
-}
-
-// CompileNVCC compiles the generated CUDA source cuPath into the shared
-// library soPath:
-//
-//	nvcc -O3 -arch=<arch> -shared -Xcompiler -fPIC -o soPath cuPath
-//
-// with the first architecture of NVCCArchs that nvcc accepts. The error
-// carries nvcc's output. When $ATTNC_NVCC_CACHE names a directory, a
-// library compiled before from the same source by the same nvcc with the
-// same architectures is copied from it instead (scripts/gpu-check.sh sets
-// it, so that verify and bench compile each variant once).
-func CompileNVCC(nvcc, cuPath, soPath string) error {
-	cache, key := os.Getenv("ATTNC_NVCC_CACHE"), ""
-	if cache != "" {
-		src, err := os.ReadFile(cuPath)
-		if err != nil {
-			return err
-		}
-		h := sha256.New()
-		fmt.Fprintf(h, "%s\x00%s\x00", nvcc, strings.Join(NVCCArchs(), ","))
-		h.Write(src)
-		key = filepath.Join(cache, hex.EncodeToString(h.Sum(nil))+".so")
-		if copyFile(key, soPath) == nil {
-			return nil
-		}
-	}
-	var errs []error
-	for _, arch := range NVCCArchs() {
-		args := []string{"-O3", "-arch=" + arch, "-shared", "-Xcompiler", "-fPIC", "-o", soPath, cuPath}
-		out, err := exec.Command(nvcc, args...).CombinedOutput()
-		if err == nil {
-			if key != "" && os.MkdirAll(cache, 0o755) == nil {
-				copyFile(soPath, key) //nolint:errcheck // the cache is an optimization
-			}
-			return nil
-		}
-		errs = append(errs, fmt.Errorf("%s %s: %v\n%s", nvcc, strings.Join(args, " "), err, strings.TrimSpace(string(out))))
-		// Only an architecture nvcc does not know is worth another try.
-		if !strings.Contains(string(out), "arch") && !strings.Contains(string(out), "native") {
-			break
-		}
-	}
-	return fmt.Errorf("conformance: nvcc failed: %w", errors.Join(errs...))
-}
-
-// copyFile copies src to dst through a temporary file renamed into place.
-func copyFile(src, dst string) error {
-	b, err := os.ReadFile(src)
-	if err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(dst), ".attnc-*.tmp")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Chmod(tmp.Name(), 0o755); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), dst)
-}
-
 // BuildCUDADeviceWith prints v's CUDA source, built with the options o,
-// into dir, compiles it with nvcc (CompileNVCC) into a shared library,
-// loads it and opens the CUDA runtime (OpenCUDA): a Suite whose cases run
-// on the GPU, through Dev. The library stays loaded until the process
-// exits (see Suite.Close).
+// into dir, compiles it with nvcc into a shared library, loads it and
+// opens the CUDA runtime (OpenCUDA): a Suite whose cases run on the GPU,
+// through Dev. The library stays loaded until the process exits (see
+// Suite.Close).
 func BuildCUDADeviceWith(v *ir.Variant, dir, nvcc string, o Options) (*Suite, error) {
 	dev, err := OpenCUDA()
 	if err != nil {
 		return nil, err
 	}
-	cu, gm, err := writeCUDA(v, dir, o)
-	if err != nil {
-		return nil, err
-	}
-	so := filepath.Join(dir, v.Name+".gpu.so")
-	if err := CompileNVCC(nvcc, cu, so); err != nil {
-		return nil, err
-	}
-	lib, err := cpurt.Open(so)
-	if err != nil {
-		return nil, err
-	}
-	return &Suite{V: v, Target: "cuda", Prefix: gm.Prefix, Lib: lib, Entries: launcherEntries(gm), Dev: dev, keepLoaded: true}, nil
+	return BuildDeviceFor(v, "cuda", dir, nvcc, dev, o)
 }
 
-// writeCUDA compiles v with the CUDA schedule and writes dir/<variant>.cu.
-func writeCUDA(v *ir.Variant, dir string, o Options) (string, *ir.Module, error) {
-	c, err := compileFor(v, "cuda", dir, o)
+// BuildDeviceFor compiles v for the target named into dir, builds the
+// files it writes with the target's device compiler (compiler, from
+// targets.DeviceHarness.DeviceTools) into a library that runs them on the
+// device whose memory dev is, and loads it. The library stays loaded
+// until the process exits (see Suite.Close).
+func BuildDeviceFor(v *ir.Variant, target, dir, compiler string, dev Device, o Options) (*Suite, error) {
+	t, h, err := harnessOf(target)
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
-	return filepath.Join(dir, v.Name+".cu"), c.Final, nil
-}
-
-// launcherEntries lists a GPU module's host launchers by role.
-func launcherEntries(m *ir.Module) map[ir.Role]Entry {
-	es := map[ir.Role]Entry{}
-	for _, p := range m.Plans {
-		if p.Public {
-			es[p.Role] = Entry{Symbol: cudatarget.Launcher(p), Params: p.Params, Stream: true}
-		}
+	dh, ok := h.(targets.DeviceHarness)
+	if !ok {
+		return nil, fmt.Errorf("target %s has no device harness: its kernels cannot run on an accelerator here", target)
 	}
-	return es
+	c, err := compileFor(v, t.Name(), dir, o)
+	if err != nil {
+		return nil, err
+	}
+	so, err := dh.DeviceLibrary(v, c.Final, dir, compiler)
+	if err != nil {
+		return nil, err
+	}
+	s := newSuite(v, t, h, c.Lowered, c.Final)
+	if s.Lib, err = cpurt.Open(so); err != nil {
+		return nil, err
+	}
+	s.Dev, s.keepLoaded = dev, true
+	return s, nil
 }
 
 // Call runs the role's entry with the arguments named in vals (pointers as

@@ -542,7 +542,12 @@ func TestFuzzChild(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s = &Suite{V: v, Target: "cpu", Prefix: m.Prefix, Lib: lib, Entries: cpuEntries(m)}
+			tgt, h, err := harnessOf("cpu")
+			if err != nil {
+				t.Fatal(err)
+			}
+			s = newSuite(v, tgt, h, m, m)
+			s.Lib = lib
 			suites[fc.V] = s
 		}
 		b, _ := json.Marshal(runGuarded(s, fc))

@@ -13,10 +13,6 @@ import (
 	"github.com/attnc/attnc/passes"
 	"github.com/attnc/attnc/registry"
 	"github.com/attnc/attnc/targets"
-
-	// The registered targets: one line each.
-	_ "github.com/attnc/attnc/targets/cpu"
-	_ "github.com/attnc/attnc/targets/cuda"
 )
 
 // PassTable returns a copy of target's pass table: the passes its modules
@@ -32,9 +28,9 @@ func PassTable(name string) ([]passes.Pass, error) {
 
 // Options configures Build.
 type Options struct {
-	Targets []string // default: cpu
-	// Triple is the cpu target's triple (default x86_64-unknown-linux-gnu;
-	// llvmgen.Targets lists the known ones).
+	Targets []string // default: targets.Default (cpu)
+	// Triple is the triple of the target that takes one (targets.Triples:
+	// the cpu target; "" is its default, which it lists first).
 	Triple string
 	Passes passes.Options
 	// Tables overrides a target's pass table (default: PassTable(target)).
@@ -128,8 +124,8 @@ func Compile(v *ir.Variant, t targets.Target, opt Options) (*Compiled, error) {
 	if err != nil {
 		return nil, err
 	}
-	if t.Name() == "cpu" {
-		m.Triple = opt.Triple // the CPU schedule clones work kernels per level of the triple
+	if _, ok := t.(targets.Triples); ok {
+		m.Triple = opt.Triple // the schedule clones work kernels per level of the triple
 	}
 	a, err := t.Assemble(m)
 	if err != nil {
@@ -249,7 +245,7 @@ func Build(vs []*ir.Variant, opt Options) (*Output, error) {
 	}
 	names := opt.Targets
 	if len(names) == 0 {
-		names = []string{"cpu"}
+		names = []string{targets.Default}
 	}
 	var ts []targets.Target
 	for _, n := range names {
@@ -261,10 +257,10 @@ func Build(vs []*ir.Variant, opt Options) (*Output, error) {
 			ts = append(ts, t)
 		}
 	}
-	if opt.Triple != "" && !slices.Contains(names, "cpu") {
-		return nil, fmt.Errorf("triple %s applies to the cpu target, which is not among the targets (%s)", opt.Triple, strings.Join(names, ", "))
-	}
 	topt := targets.Options{Triple: opt.Triple}
+	if err := targets.CheckOptions(ts, topt); err != nil {
+		return nil, err
+	}
 	man := &registry.Manifest{ABI: registry.ABI, LSEBase: registry.BuildLSEBase(vs), Targets: map[string]registry.TargetManifest{}}
 	for _, t := range ts {
 		sec, err := t.Section(topt)

@@ -16,6 +16,7 @@ import (
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/frontend"
 	"github.com/attnc/attnc/ir"
+	cudatarget "github.com/attnc/attnc/targets/cuda"
 )
 
 func needTools(t *testing.T) {
@@ -202,7 +203,7 @@ func TestCUDAToPTX(t *testing.T) {
 		for _, arch := range []string{"sm_80", "sm_90"} {
 			ptx := filepath.Join(dir, ex+"."+arch+".ptx")
 			start := time.Now()
-			if err := compilePTX(cu, ptx, arch); err != nil {
+			if err := cudatarget.CompilePTX(cu, ptx, arch); err != nil {
 				t.Fatalf("%s %s: %v", ex, arch, err)
 			}
 			t.Logf("%s %s: PTX in %v", ex, arch, time.Since(start).Round(time.Millisecond))

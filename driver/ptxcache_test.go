@@ -9,18 +9,20 @@ import (
 	"testing"
 
 	"github.com/attnc/attnc/codegen/cuda"
+	cudatarget "github.com/attnc/attnc/targets/cuda"
 )
 
 // TestMain compiles each CUDA source to PTX once per architecture for all
 // of the package's tests (TestCUDAToPTX and TestSASS compile the same
-// examples): compilePTX keeps the PTX by the source's content hash.
+// examples): the CUDA target's CompilePTX keeps the PTX by the source's
+// content hash.
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "attnc-ptx-cache-")
 	if err != nil {
 		panic(err)
 	}
 	cache := &ptxCache{dir: dir, done: map[string]string{}}
-	compilePTX = cache.compile
+	cudatarget.CompilePTX = cache.compile
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

@@ -31,6 +31,10 @@ type Selection struct {
 	Items    int     // work items of the launches that run (CPU); 0 when unknown
 	Merge    bool    // chunks are merged with the merge_state update
 	Launches []LaunchSelection
+	// Grids says the launches have a grid, block and shared memory (a GPU
+	// target's: Host.Launch filled them); else the work items run on
+	// worker threads and Items counts them.
+	Grids bool
 	// TooLarge says the call needs more work items than the parallel
 	// loops count (a limit of the plan fails with TOO_LARGE): the entry
 	// returns that status without computing anything (Items is 0).
@@ -116,7 +120,7 @@ func Select(v *ir.Variant, m *ir.Module, s Shape, h Host) (Selection, error) {
 			}
 		}
 	}
-	sel := Selection{Target: h.Target, Role: p.Role, Symbol: p.Entry, Splits: 1}
+	sel := Selection{Target: h.Target, Role: p.Role, Symbol: p.Entry, Splits: 1, Grids: h.Launch != nil}
 	for _, c := range append(append([]ir.Check(nil), p.Checks...), p.Limits...) {
 		if fail, known := evalBool(m, c.Fail, env); known && fail && c.Code == ir.StatusTooLarge {
 			sel.TooLarge = true

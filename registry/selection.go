@@ -14,7 +14,7 @@ func (s Selection) String() string {
 		return fmt.Sprintf("%s via %s: status %d TOO_LARGE, more work items than the parallel loops count (nothing is computed; split the batch)", s.Role, s.Symbol, ir.StatusTooLarge)
 	}
 	out := fmt.Sprintf("%s via %s", s.Role, s.Symbol)
-	if s.Target == "cpu" {
+	if !s.Grids {
 		out += fmt.Sprintf(", %d work items", s.Items)
 	}
 	if s.Splits > 1 {
@@ -23,7 +23,7 @@ func (s Selection) String() string {
 	if s.Merge {
 		out += ", merged with merge_state"
 	}
-	if s.Target != "cpu" {
+	if s.Grids {
 		for _, l := range s.Launches {
 			out += fmt.Sprintf("; %s grid=%d block=%d smem=%d", l.Kernel, l.Grid, l.Block, l.Smem)
 		}

@@ -150,3 +150,6 @@ func CParams(params []*ir.Param, extra string) string {
 	}
 	return sb.String()
 }
+
+// Default is the target a build that names none compiles for.
+const Default = "cpu"

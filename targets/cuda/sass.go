@@ -1,4 +1,4 @@
-package driver
+package cuda
 
 import (
 	"fmt"
@@ -9,8 +9,9 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/attnc/attnc/codegen/cuda"
+	cudagen "github.com/attnc/attnc/codegen/cuda"
 	"github.com/attnc/attnc/codegen/cuda/sass"
+	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/registry"
 )
 
@@ -30,89 +31,77 @@ type SASSRow struct {
 	Occupancy sass.Occupancy
 }
 
-// SASS compiles every variant's CUDA source in out to PTX with clang-19
-// (cuda.CompilePTX) for each architecture, assembles and disassembles it
-// (sass.Assemble) in dir, and returns one row per device kernel and
-// architecture, ordered by variant, kernel name, architecture. Every device
-// kernel of the manifest must come out of ptxas, and nothing else.
-func SASS(out *Output, archs []string, tools sass.Tools, dir string) ([]SASSRow, error) {
+// SASS compiles v's CUDA source cu to PTX with clang-19
+// (codegen/cuda.CompilePTX) for each architecture, assembles and
+// disassembles it (sass.Assemble) in dir, and returns one row per device
+// kernel and architecture, ordered by kernel name, then architecture.
+// kernels are the manifest's kernels of v on this target:
+// every device kernel among them must come out of ptxas, and nothing else.
+func SASS(v *ir.Variant, cu []byte, kernels []registry.KernelManifest, archs []string, tools sass.Tools, dir string) ([]SASSRow, error) {
 	for _, a := range archs {
 		if _, ok := sass.Archs[a]; !ok {
 			return nil, fmt.Errorf("sass: unknown architecture %q (known: %s)", a, strings.Join(sass.ArchNames(), ", "))
 		}
 	}
+	if cu == nil {
+		return nil, fmt.Errorf("sass: no %s.cu in the build (build with the cuda target)", v.Name)
+	}
+	launches := map[string]SASSRow{}
+	guaranteed := map[string]map[string]registry.OccupancyManifest{}
+	for _, k := range kernels {
+		if k.Variant != v.Name || k.Target != "cuda" || k.Entry {
+			continue
+		}
+		if k.Launch == nil || k.Launch.Block <= 0 {
+			return nil, fmt.Errorf("sass: manifest kernel %s has no launch block/smem", k.Symbol)
+		}
+		launches[k.Symbol] = SASSRow{Variant: v.Name, Role: k.Role, DType: v.DType.String(), Block: k.Launch.Block,
+			DynSmem: k.Launch.Smem, MaxRegisters: k.Launch.MaxRegisters}
+		guaranteed[k.Symbol] = k.Launch.Occupancy
+	}
+	cuPath := filepath.Join(dir, v.Name+".cu")
+	if err := os.WriteFile(cuPath, cu, 0o644); err != nil {
+		return nil, err
+	}
 	var rows []SASSRow
-	for _, v := range out.Variants {
-		cu := artifactData(out, v.Name+".cu")
-		if cu == nil {
-			return nil, fmt.Errorf("sass: no %s.cu in the build (build with the cuda target)", v.Name)
-		}
-		launches := map[string]SASSRow{}
-		guaranteed := map[string]map[string]registry.OccupancyManifest{}
-		for _, k := range out.Manifest.Kernels {
-			if k.Variant != v.Name || k.Target != "cuda" || k.Entry {
-				continue
-			}
-			if k.Launch == nil || k.Launch.Block <= 0 {
-				return nil, fmt.Errorf("sass: manifest kernel %s has no launch block/smem", k.Symbol)
-			}
-			launches[k.Symbol] = SASSRow{Variant: v.Name, Role: k.Role, DType: v.DType.String(), Block: k.Launch.Block,
-				DynSmem: k.Launch.Smem, MaxRegisters: k.Launch.MaxRegisters}
-			guaranteed[k.Symbol] = k.Launch.Occupancy
-		}
-		cuPath := filepath.Join(dir, v.Name+".cu")
-		if err := os.WriteFile(cuPath, cu, 0o644); err != nil {
+	for _, arch := range archs {
+		base := filepath.Join(dir, v.Name+"."+arch)
+		if err := CompilePTX(cuPath, base+".ptx", arch); err != nil {
 			return nil, err
 		}
-		var vrows []SASSRow
-		for _, arch := range archs {
-			base := filepath.Join(dir, v.Name+"."+arch)
-			if err := compilePTX(cuPath, base+".ptx", arch); err != nil {
-				return nil, err
+		ks, err := sass.Assemble(tools, base+".ptx", arch, base+".cubin")
+		if err != nil {
+			return nil, err
+		}
+		seen := map[string]bool{}
+		for _, k := range ks {
+			r, ok := launches[k.Name]
+			if !ok {
+				return nil, fmt.Errorf("sass: %s: ptxas compiled the kernel %s, which the manifest does not list", v.Name, k.Name)
 			}
-			ks, err := sass.Assemble(tools, base+".ptx", arch, base+".cubin")
+			seen[k.Name] = true
+			r.Kernel = k
+			r.MinBlocks = guaranteed[k.Name][arch].BlocksPerSM
+			r.Occupancy, err = sass.Archs[arch].Occupancy(k.Registers, k.StaticSmem, r.Block, r.DynSmem)
 			if err != nil {
-				return nil, err
+				return nil, fmt.Errorf("sass: %s %s: %w", k.Name, arch, err)
 			}
-			seen := map[string]bool{}
-			for _, k := range ks {
-				r, ok := launches[k.Name]
-				if !ok {
-					return nil, fmt.Errorf("sass: %s: ptxas compiled the kernel %s, which the manifest does not list", v.Name, k.Name)
-				}
-				seen[k.Name] = true
-				r.Kernel = k
-				r.MinBlocks = guaranteed[k.Name][arch].BlocksPerSM
-				r.Occupancy, err = sass.Archs[arch].Occupancy(k.Registers, k.StaticSmem, r.Block, r.DynSmem)
-				if err != nil {
-					return nil, fmt.Errorf("sass: %s %s: %w", k.Name, arch, err)
-				}
-				vrows = append(vrows, r)
-			}
-			for name := range launches {
-				if !seen[name] {
-					return nil, fmt.Errorf("sass: %s: no %s code for the manifest's kernel %s", v.Name, arch, name)
-				}
+			rows = append(rows, r)
+		}
+		for name := range launches {
+			if !seen[name] {
+				return nil, fmt.Errorf("sass: %s: no %s code for the manifest's kernel %s", v.Name, arch, name)
 			}
 		}
-		sort.SliceStable(vrows, func(i, j int) bool { return vrows[i].Name < vrows[j].Name })
-		rows = append(rows, vrows...)
 	}
+	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Name < rows[j].Name })
 	return rows, nil
 }
 
-// compilePTX is cuda.CompilePTX; the package's tests share one compile per
-// source and architecture between their PTX and SASS checks.
-var compilePTX = cuda.CompilePTX
-
-func artifactData(o *Output, name string) []byte {
-	for _, a := range o.Artifacts {
-		if a.Name == name {
-			return a.Data
-		}
-	}
-	return nil
-}
+// CompilePTX is codegen/cuda.CompilePTX, which SASS calls; tests that
+// compile the same sources for their PTX and SASS checks may share one
+// compile per source and architecture through it.
+var CompilePTX = cudagen.CompilePTX
 
 // WriteSASSTable writes rows as an aligned table: per kernel and
 // architecture the registers, stack frame, spill stores/loads (bytes),

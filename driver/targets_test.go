@@ -1,0 +1,7 @@
+package driver
+
+// The targets the tests build for, registered as attnc registers them.
+import (
+	_ "github.com/attnc/attnc/targets/cpu"
+	_ "github.com/attnc/attnc/targets/cuda"
+)
