@@ -1,0 +1,56 @@
+package hip
+
+import (
+	"testing"
+
+	"github.com/attnc/attnc/frontend"
+	"github.com/attnc/attnc/ir"
+	"github.com/attnc/attnc/passes"
+)
+
+func TestTableOrder(t *testing.T) {
+	if err := passes.CheckOrder(Table, Constraints); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func parse(t *testing.T, src string) *ir.Variant {
+	t.Helper()
+	vs, err := frontend.Parse("t.attn", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vs[0]
+}
+
+// FitTiling keeps the largest tiles where they fit half the LDS, and
+// shrinks them for MLA's 576-wide latent rows (which at 16 rows and
+// 32-position tiles need several times a CU's LDS).
+func TestFitTiling(t *testing.T) {
+	small := parse(t, `variant small { heads qo = 8, kv = 2
+	  head_dim 64
+	  dtype f16
+	  cache paged(page_size = 16) }`)
+	if got := FitTiling(small); got != Tilings[0] {
+		t.Errorf("head_dim 64: %+v, want %+v", got, Tilings[0])
+	}
+	mla := parse(t, `variant mla { mla(heads = 128, kv_lora_rank = 512, rope_dim = 64)
+	  dtype bf16
+	  scale 0.07
+	  cache paged(page_size = 64) }`)
+	got := FitTiling(mla)
+	if got == Tilings[0] {
+		t.Errorf("MLA 512+64: the largest tiling, which needs %v bytes", must(sharedBytes(mla, Tilings[0])))
+	}
+	lds, ok := sharedBytes(mla, got)
+	if !ok || lds > 32<<10 {
+		t.Errorf("MLA 512+64: %+v takes %d bytes of LDS, want at most 32 KiB", got, lds)
+	}
+}
+
+func must(n int, ok bool) int {
+	if !ok {
+		return -1
+	}
+	return n
+}
