@@ -43,6 +43,11 @@ type Dialect struct {
 	// thread's index in its block, the block's index in the grid and the
 	// number of blocks (x dimension only).
 	ThreadIndex, BlockIndex, GridBlocks string
+	// PhaseLoop, when not "", is the line printed before each serial loop
+	// that strides a spread over a block's threads (tag phase: a thread's
+	// share of independent iterations), e.g. a pragma that keeps the
+	// compiler from unrolling them.
+	PhaseLoop string
 	// Barrier is the statement that waits for every thread of the block
 	// (and makes their shared-memory writes visible).
 	Barrier string

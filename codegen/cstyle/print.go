@@ -342,6 +342,8 @@ func (p *printer) forStmt(s *ir.For) {
 			// A register array indexed by the loop variable stays in
 			// registers only when the loop is unrolled.
 			p.line("#pragma unroll")
+		} else if s.Tag == ir.TagPhase && p.d.PhaseLoop != "" {
+			p.line("%s", p.d.PhaseLoop)
 		}
 		p.line("for (int32_t %s = %s, %s_end = %s; %s < %s_end; ++%s) {", s.Var, lo, s.Var, hi, s.Var, s.Var, s.Var)
 	}

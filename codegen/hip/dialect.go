@@ -23,10 +23,14 @@ var Dialect = &cstyle.Dialect{
 	LaunchBounds: func(block, minWaves int) string {
 		return fmt.Sprintf("__launch_bounds__(%d, %d) ", block, minWaves)
 	},
-	Restrict:      "__restrict__",
-	ThreadIndex:   "attnc_tid()",
-	BlockIndex:    "attnc_bid()",
-	GridBlocks:    "attnc_nblocks()",
+	Restrict:    "__restrict__",
+	ThreadIndex: "attnc_tid()",
+	BlockIndex:  "attnc_bid()",
+	GridBlocks:  "attnc_nblocks()",
+	// LLVM's AMDGPU unroller would unroll a thread's share of a staging
+	// loop whole, and the scheduler then hoists every iteration's loads:
+	// hundreds of VGPRs and spills where the RoPE staging of K is inline.
+	PhaseLoop:     "#pragma nounroll",
 	Barrier:       "attnc_sync();",
 	DynamicShared: "ATTNC_DYN_SMEM(%s);",
 	ShuffleXor:    map[ir.Type]string{ir.F32: "attnc_shfl_xor_f32(%s, %d)", ir.I32: "attnc_shfl_xor_i32(%s, %d)"},
