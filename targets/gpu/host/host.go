@@ -184,3 +184,16 @@ func HasTileLoop(k *ir.Kernel) bool {
 	})
 	return found
 }
+
+// Entries are the host launchers of m's public plans as a harness calls
+// them: each with a trailing stream; they check their scalars on the host
+// and trust the tables in device memory.
+func Entries(m *ir.Module) []targets.Entry {
+	var es []targets.Entry
+	for _, p := range m.Plans {
+		if p.Public {
+			es = append(es, targets.Entry{Role: p.Role, Symbol: Launcher(p), Params: p.Params, Stream: true})
+		}
+	}
+	return es
+}
