@@ -308,6 +308,11 @@ func (p *printer) stmt(s ir.Stmt) {
 			return
 		}
 		p.line("for (int32_t c_ = 0; c_ < %d; ++c_) %s[%s + c_] = %s[%s + c_];", s.N, s.Dst, dst, s.Src, src)
+	case *ir.MFMA:
+		if p.d.MFMA == "" {
+			panic(fmt.Sprintf("mfma has no %s form", p.d.Name))
+		}
+		p.line(p.d.MFMA, s.In, s.D, s.A, s.B)
 	case *ir.MMA:
 		p.line(p.d.MMA, s.In, s.D, s.A, s.B)
 	case *ir.AsyncCommit:

@@ -38,7 +38,7 @@ var Dialect = &cstyle.Dialect{
 	AsyncCopy16:   "attnc_cp_async16(%s, %s);",
 	AsyncCommit:   "attnc_cp_async_commit();",
 	AsyncWait:     "attnc_cp_async_wait<%d>();",
-	MMA:           "attnc_mfma_%s(%s, %s, %s);",
+	MFMA:          "attnc_mfma_%s(%s, %s, %s);",
 	LdMatrix: func(n int, trans bool, dst, addr string) string {
 		panic(fmt.Sprintf("ldmatrix x%d into %s has no HIP form (CDNA3 has no ldmatrix: the HIP target reads fragments per element)", n, dst))
 	},
