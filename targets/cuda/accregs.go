@@ -133,9 +133,9 @@ func keepAccInRegisters(body *ir.Block, byMM map[*ir.MatMul]*mmaPlan) *ir.Block 
 		}
 		return []ir.Stmt{
 			&ir.Alloc{Name: a.name, T: ir.F32, Size: BlockThreads * a.per, Private: true},
-			a.copyLoop(p0(plans).mm, true),
+			a.copyLoop(p0(plans).MM, true),
 			loop,
-			a.copyLoop(p0(plans).mm, false),
+			a.copyLoop(p0(plans).MM, false),
 		}
 	})
 }
@@ -159,7 +159,7 @@ func accInItem(item *ir.For, byMM map[*ir.MatMul]*mmaPlan) ir.Stmt {
 		if loop == nil || (a != nil && la.name != a.name) {
 			return nil
 		}
-		a, mm, plans = la, lp[0].mm, append(plans, lp...)
+		a, mm, plans = la, lp[0].MM, append(plans, lp...)
 		loops[i] = loop
 	}
 	if a == nil {
@@ -189,7 +189,7 @@ func accInItem(item *ir.For, byMM map[*ir.MatMul]*mmaPlan) ir.Stmt {
 	// matmuls' (which lower onto the registers) rewritten.
 	c := *item
 	c.Body = ir.MapStmts(&ir.Block{Stmts: out}, func(st ir.Stmt) []ir.Stmt {
-		if x, ok := st.(*ir.MatMul); ok && byMM[x] != nil && byMM[x].mm.C == mm.C {
+		if x, ok := st.(*ir.MatMul); ok && byMM[x] != nil && byMM[x].MM.C == mm.C {
 			return nil
 		}
 		return []ir.Stmt{st}
