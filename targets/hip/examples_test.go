@@ -18,10 +18,12 @@ import (
 // TestExamplesISA compiles every example for gfx942 with clang-19 (no
 // ROCm) and checks the machine code against ISATargets: no scratch, no VGPR
 // spills, VGPRs within the manifest's bound and occupancy at least the
-// manifest's, in every kernel. SGPR spills (to lanes of a VGPR, no memory)
-// are reported, not failed: two prefill kernels with inline RoPE and many
-// table arguments (eagle_tree, gptj_6b) still spill a few (attnc isa
-// --check lists them).
+// manifest's in every kernel, MFMA in every f16/bf16 prefill scheduled on
+// 16-row items. Reported, not failed: SGPR spills (to lanes of a VGPR, no
+// memory) — prefill kernels with inline RoPE and many table arguments
+// (eagle_tree, gptj_6b) still spill a few — and the f16/bf16 prefills whose
+// LDS only fits items of fewer rows than an MFMA's 16 (deepseek_v3_mla's
+// 576-wide latent rows); attnc isa --check lists both.
 func TestExamplesISA(t *testing.T) {
 	if _, err := hipgen.Clang(); err != nil {
 		needtool.Check(t, fmt.Errorf("clang++-19 not found: %w", err))
@@ -55,8 +57,9 @@ func TestExamplesISA(t *testing.T) {
 			if len(rows) != len(c.Final.Kernels) {
 				t.Errorf("%d kernels in the assembly, %d in the module", len(rows), len(c.Final.Kernels))
 			}
+			rows16 := hip.FitTiling(v).Rows == 16
 			for _, u := range hip.CheckISA(rows) {
-				if strings.Contains(u, ": zero SGPR spills (") {
+				if strings.Contains(u, ": zero SGPR spills (") || strings.Contains(u, ": f16/bf16 prefill has MFMA (") && !rows16 {
 					t.Logf("%s", u)
 					continue
 				}

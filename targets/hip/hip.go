@@ -2,7 +2,8 @@
 // layer (targets/gpu) at 64 lanes — AMD's wavefront — maps the neutral
 // module onto workgroups of four wavefronts, reductions over a wavefront's
 // 64 lanes with butterfly shuffles, the item's arrays in LDS with barriers
-// between phases and 16-byte staging copies; the matmuls run as SIMT dot
+// between phases and 16-byte staging copies; tile matmuls on f16/bf16
+// operands run on the MFMA matrix cores (use-mfma), the others as SIMT dot
 // products. codegen/hip prints the kernels in HIP C++ (the C-style core
 // with HIP's dialect) and, from the plans, host launchers for the HIP
 // runtime; targets/gpu/host is the host side it shares with CUDA.
@@ -50,6 +51,7 @@ const BlockThreads = 256
 var Layer = &gpu.Layer{
 	Lanes:        Lanes,
 	BlockThreads: BlockThreads,
+	Matrix:       []gpu.MatrixShape{{M: mfmaM, N: mfmaN, K: mfmaK, In: []ir.Type{ir.F16, ir.BF16}}},
 	RingSlots:    func(smem, ringBytes int) int { return 1 },
 }
 
@@ -63,8 +65,10 @@ var Table = []passes.Pass{
 	passes.SimplifyPass,
 	passes.ClassifyTilesPass,
 	passes.ExpandCallsPass,
+	{Name: "use-mfma", Run: UseMFMA,
+		Desc: "matmuls on f16/bf16 operands as MFMA 16x16x16 fragments per wavefront (P split into half-precision parts), when the shapes fit"},
 	{Name: "simt-matmul", Required: true, Run: gpu.SIMTMatMul,
-		Desc: "matmuls as a dot product per output element"},
+		Desc: "the remaining matmuls as a dot product per output element"},
 	{Name: "stage-stored", Run: gpu.StageStored,
 		Desc: "arrays that hold cache elements (f16, bf16, 8-bit codes) staged in LDS as stored, converted to f32 where read"},
 	{Name: "widen-copies", Run: gpu.WidenCopies,
@@ -82,8 +86,15 @@ var Table = []passes.Pass{
 }
 
 // Constraints are the HIP table's ordering rules: the neutral ones, the
-// layer's, and stage-stored's (the place of the layer's stage-codes).
+// layer's, stage-stored's (the place of the layer's stage-codes) and
+// use-mfma's.
 var Constraints = append(append([]passes.Constraint(nil), passes.NeutralConstraints...),
+	passes.Constraint{Before: "use-mfma", After: "simt-matmul", Why: "simt-matmul takes the matmuls the matrix cores could not"},
+	passes.Constraint{Before: "use-mfma", After: "stage-stored", Why: "use-mfma narrows the operand arrays it reads itself, codes included"},
+	passes.Constraint{Before: "use-mfma", After: "widen-copies", Why: "only the staging stores use-mfma narrowed to f16/bf16 are raw 16-bit row copies"},
+	passes.Constraint{Before: "use-mfma", After: "pipeline-kv", Why: "the zeroing of B rows use-mfma adds must use the ring slot of its tile"},
+	passes.Constraint{Before: "use-mfma", After: "map-warps", Why: "use-mfma's zeroing step reduces over A's rows"},
+	passes.Constraint{Before: "use-mfma", After: "legalize-dtype", Why: "use-mfma narrows operand arrays to f16/bf16, whose accesses legalize-dtype turns into carrier bits"},
 	gpu.Constraint("widen-copies", "pipeline-kv"),
 	gpu.Constraint("pipeline-kv", "stage-shared"),
 	gpu.Constraint("simt-matmul", "map-threads"),

@@ -141,8 +141,8 @@ type ISATarget struct {
 // ISATargets are the HIP kernels' targets: no scratch (no private
 // segment, no dynamic stack) and no spills in any kernel (VGPR spills go to
 // scratch; SGPR spills go to lanes of a VGPR, or to scratch when none is
-// free); VGPRs within the manifest's launch bound and occupancy at least
-// the manifest's.
+// free); MFMA in every f16/bf16 prefill; VGPRs within the manifest's
+// launch bound and occupancy at least the manifest's.
 var ISATargets = []ISATarget{
 	{"no scratch", func(ISARow) bool { return true },
 		func(r ISARow) bool { return r.Scratch == 0 && !r.DynamicStack }},
@@ -150,6 +150,8 @@ var ISATargets = []ISATarget{
 		func(r ISARow) bool { return r.VGPRSpills == 0 }},
 	{"zero SGPR spills", func(ISARow) bool { return true },
 		func(r ISARow) bool { return r.SGPRSpills == 0 }},
+	{"f16/bf16 prefill has MFMA", func(r ISARow) bool { return r.Role == "prefill" && (r.DType == "f16" || r.DType == "bf16") },
+		func(r ISARow) bool { return r.Count("v_mfma") > 0 }},
 	{"VGPRs within the manifest's launch bound", func(r ISARow) bool { return r.MaxVGPRs > 0 },
 		func(r ISARow) bool { return r.VGPRs <= r.MaxVGPRs }},
 	{"occupancy at least the manifest's", func(r ISARow) bool { return r.MinGroups > 0 },

@@ -20,29 +20,39 @@ var Tilings = []lower.Tiling{
 	{KVTile: 4, Rows: 4, PadRows: true, MaxHeads: 4},
 }
 
-// FitTiling is the first of Tilings whose kernels, scheduled by Table,
-// leave room for AttentionMinWaves wavefronts per SIMD (two workgroups per
-// CU: at most half the LDS each); failing that, the first that fits the
-// LDS at all (a CU's 64 KiB, one workgroup); failing that, the last. The
-// choice comes from the schedule itself, so it follows every pass.
+// FitTiling picks from Tilings by LDS, measured on the schedule itself
+// (so it follows every pass): first a tiling of 16 rows (the MFMA's M:
+// f16/bf16 tile matmuls run on the matrix cores) that leaves room for
+// AttentionMinWaves wavefronts per SIMD (two workgroups per CU: half the
+// LDS each), then one of 16 rows that fits the LDS at all (one workgroup
+// per CU), then the others in the same two steps; failing all, the last.
+// Within each step the larger tiles come first.
 func FitTiling(v *ir.Variant) lower.Tiling {
 	a := isa.Archs[arch]
 	twoGroups := a.LDSPerCU * BlockThreads / Lanes / a.SIMDsPerCU / AttentionMinWaves
-	var fits *lower.Tiling
-	for i := range Tilings {
-		lds, ok := sharedBytes(v, Tilings[i])
+	lds := map[int]int{} // measured lazily: each is a lowering and a schedule
+	measure := func(i int) int {
+		if n, ok := lds[i]; ok {
+			return n
+		}
+		n, ok := sharedBytes(v, Tilings[i])
 		if !ok {
-			continue
+			n = -1
 		}
-		if lds <= twoGroups {
-			return Tilings[i]
-		}
-		if fits == nil && lds <= a.LDSPerCU {
-			fits = &Tilings[i]
-		}
+		lds[i] = n
+		return n
 	}
-	if fits != nil {
-		return *fits
+	for _, mfma := range []bool{true, false} {
+		for _, room := range []int{twoGroups, a.LDSPerCU} {
+			for i, t := range Tilings {
+				if (t.Rows == mfmaM) != mfma {
+					continue
+				}
+				if n := measure(i); n >= 0 && n <= room {
+					return t
+				}
+			}
+		}
 	}
 	return Tilings[len(Tilings)-1]
 }
