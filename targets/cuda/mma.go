@@ -32,14 +32,12 @@ func UseMMA(m *ir.Module) (*ir.Module, error) {
 	return passes.MapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
 		stores := gpu.ArrayStores(k.Body)
 		reads := gpu.ArrayReads(k.Body)
-		var plans []*mmaPlan
-		var matrix []*gpu.MatrixPlan
+		var plans []*gpu.MatrixPlan
 		qt := gpu.QueryType(k)
 		ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
 			if mm, ok := s.(*ir.MatMul); ok {
 				if p := gpu.PlanMatrix(mm, shape, stores, reads, qt); p != nil {
-					plans = append(plans, &mmaPlan{MatrixPlan: p})
-					matrix = append(matrix, p)
+					plans = append(plans, p)
 				}
 			}
 			return []ir.Stmt{s}
@@ -47,17 +45,17 @@ func UseMMA(m *ir.Module) (*ir.Module, error) {
 		if len(plans) == 0 {
 			return k.Body, nil
 		}
-		narrow := gpu.Narrowed(matrix)
-		byMM := map[*ir.MatMul]*mmaPlan{}
+		narrow := gpu.Narrowed(plans)
+		byMM := map[*ir.MatMul]*gpu.MatrixPlan{}
 		for _, p := range plans {
 			byMM[p.MM] = p
 		}
-		body := keepAccInRegisters(k.Body, byMM)
+		body := Layer.KeepAccInRegisters(k.Body, byMM, mmaFragment)
 		return ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
 			switch x := s.(type) {
 			case *ir.MatMul:
 				if p := byMM[x]; p != nil {
-					return p.lower()
+					return lowerMMA(p)
 				}
 			case *ir.Alloc:
 				if t, ok := narrow[x.Name]; ok {
@@ -75,11 +73,16 @@ func UseMMA(m *ir.Module) (*ir.Module, error) {
 	})
 }
 
-// mmaPlan is a matmul use-mma takes (gpu.PlanMatrix), with the registers
-// its accumulator stays in across the KV tile loop (accregs.go), if any.
-type mmaPlan struct {
-	*gpu.MatrixPlan
-	reg *accRegs
+// mmaFragment is where mma.m16n8k16 leaves its accumulator (PTX ISA
+// "Matrix Fragments for mma.m16n8k16"): element c of lane l at row
+// l/4 + 8*(c/2), column 2*(l%4) + c%2 of the 8-column n-tile.
+var mmaFragment = &gpu.Fragment{M: mmaM, N: mmaN, Regs: 4,
+	Row: func(lane, c ir.Expr) ir.Expr {
+		return add(ir.Bin(ir.Div, lane, i32(4)), mul(ir.Bin(ir.Div, c, i32(2)), i32(8)))
+	},
+	Col: func(lane, c ir.Expr) ir.Expr {
+		return add(mul(ir.Bin(ir.Rem, lane, i32(4)), i32(2)), ir.Bin(ir.Rem, c, i32(2)))
+	},
 }
 
 func i32(v int) ir.Expr { return ir.Int(int64(v)) }
@@ -87,8 +90,8 @@ func i32(v int) ir.Expr { return ir.Int(int64(v)) }
 func add(x, y ir.Expr) ir.Expr { return ir.Bin(ir.Add, x, y) }
 func mul(x, y ir.Expr) ir.Expr { return ir.Bin(ir.Mul, x, y) }
 
-// lower writes the matmul as per-warp fragment code.
-func (p *mmaPlan) lower() []ir.Stmt {
+// lowerMMA writes the matmul as per-warp fragment code.
+func lowerMMA(p *gpu.MatrixPlan) []ir.Stmt {
 	mm := p.MM
 	out := p.ZeroUnreached()
 	lane := ir.R("lane", ir.I32)
@@ -109,8 +112,8 @@ func (p *mmaPlan) lower() []ir.Stmt {
 	for c := 0; c < 4; c++ {
 		var v ir.Expr = ir.Float(0)
 		switch {
-		case p.reg != nil:
-			v = ir.Ld(p.reg.name, ir.F32, p.reg.at(i32(c)))
+		case p.Reg != nil:
+			v = ir.Ld(p.Reg.Name(), ir.F32, p.Reg.At(i32(c)))
 		case mm.Accumulate:
 			v = ir.Ld(mm.C, ir.F32, cAt(c))
 		}
@@ -177,14 +180,14 @@ func (p *mmaPlan) lower() []ir.Stmt {
 	}
 	body = append(body, &ir.For{Var: "ks", Lo: i32(0), Hi: i32(mm.K / mmaK), Kind: ir.Serial, Body: &ir.Block{Stmts: kLoop}})
 	for c := 0; c < 4; c++ {
-		if p.reg != nil {
-			body = append(body, &ir.Store{Buf: p.reg.name, Index: p.reg.at(i32(c)), Value: ir.Ld("fd", ir.F32, i32(c))})
+		if p.Reg != nil {
+			body = append(body, &ir.Store{Buf: p.Reg.Name(), Index: p.Reg.At(i32(c)), Value: ir.Ld("fd", ir.F32, i32(c))})
 			continue
 		}
 		body = append(body, &ir.Store{Buf: mm.C, Index: cAt(c), Value: ir.Ld("fd", ir.F32, i32(c))})
 	}
-	if p.reg != nil {
-		return append(out, p.reg.loop(body))
+	if p.Reg != nil {
+		return append(out, p.Reg.Loop(body))
 	}
 	lanes := &ir.For{Var: "lane", Lo: i32(0), Hi: i32(Layer.Lanes), Kind: ir.Lanes, Body: &ir.Block{Stmts: body}}
 	out = append(out, &ir.For{Var: "nt", Lo: i32(0), Hi: i32(mm.N / mmaN), Kind: ir.Spread, Body: &ir.Block{Stmts: []ir.Stmt{lanes}}})

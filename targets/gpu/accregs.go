@@ -1,4 +1,4 @@
-package cuda
+package gpu
 
 import (
 	"github.com/attnc/attnc/ir"
@@ -6,14 +6,15 @@ import (
 
 // Register-resident accumulators. The P·V matmul accumulates into an array
 // C (acc[16, N]) across the KV tile loop; held in shared memory, every tile
-// reads and writes all of it twice (mma in, mma out) plus once for the
-// rescale by exp(m_old - m_new). keepAccInRegisters keeps C in the mma
-// accumulator registers instead, as FlashAttention-2 does: a Private array
-// whose elements each thread owns in the fragment layout. Inside the loop
-// the mma reads and writes the registers, and every other statement that
-// touches C must be a row nest (for row spread 0..16 { lets, ifs, for d
-// spread 0..N { C[row*N + d] and stores of element (row, d) } }), which is
-// rewritten onto the fragment layout. When the work item's other
+// reads and writes all of it twice (matrix instruction in and out) plus
+// once for the rescale by exp(m_old - m_new). KeepAccInRegisters keeps C
+// in the matrix instruction's accumulator registers instead, as
+// FlashAttention-2 does: a Private array whose elements each thread owns in
+// the target's fragment layout (Fragment). Inside the loop the matrix
+// instruction reads and writes the registers, and every other statement
+// that touches C must be a row nest (for row spread 0..16 { lets, ifs, for
+// d spread 0..N { C[row*N + d] and stores of element (row, d) } }), which
+// is rewritten onto the fragment layout. When the work item's other
 // statements touching C are row nests too (the zeroing, the normalized
 // store of o), their column loops run on the registers, what they do per
 // row stays a row nest, and C is gone from shared memory; otherwise C is
@@ -27,12 +28,26 @@ import (
 // memory drops from 123200 to 90432 bytes, 2 blocks per SM on sm_90).
 const MaxAccRegisters = 64
 
-// accRegs is a matmul's accumulator kept in registers.
-type accRegs struct {
-	name  string // the Private array
-	tiles int    // n-tiles of 8 columns
-	per   int    // elements per thread: 4 per n-tile the thread's warp runs
+// Fragment is where a matrix instruction leaves its accumulator: an M x N
+// tile of C per warp, Regs elements per lane, element c of a lane at row
+// Row(lane, c) and column n0 + Col(lane, c) of the n-tile starting at
+// column n0.
+type Fragment struct {
+	M, N, Regs int
+	Row, Col   func(lane, c ir.Expr) ir.Expr
 }
+
+// AccRegs is a matmul's accumulator kept in registers.
+type AccRegs struct {
+	name  string // the Private array
+	tiles int    // n-tiles of the fragment's N columns
+	per   int    // elements per thread: Regs per n-tile the thread's warp runs
+	l     *Layer
+	f     *Fragment
+}
+
+// Name is the Private array that holds the accumulator.
+func (a *AccRegs) Name() string { return a.name }
 
 // Names the fragment loops bind.
 const (
@@ -41,79 +56,87 @@ const (
 	fragElem = "ac" // the lane's accumulator element 0..3
 )
 
-// newAccRegs returns the register plan for C of an accumulating
-// m16n8k16 matmul, or nil when C is too wide.
-func newAccRegs(mm *ir.MatMul) *accRegs {
-	if !mm.Accumulate || mm.M != mmaM || mm.N%mmaN != 0 {
+// newAccRegs returns the register plan for C of an accumulating matmul of
+// the fragment's shape, or nil when C is too wide.
+func (ctx *accCtx) newAccRegs(mm *ir.MatMul) *AccRegs {
+	if !mm.Accumulate || mm.M != ctx.f.M || mm.N%ctx.f.N != 0 {
 		return nil
 	}
-	tiles := mm.N / mmaN
-	per := (tiles + warps - 1) / warps * 4
+	tiles := mm.N / ctx.f.N
+	warps := ctx.l.Warps()
+	per := (tiles + warps - 1) / warps * ctx.f.Regs
 	if per > MaxAccRegisters {
 		return nil
 	}
-	return &accRegs{name: mm.C + "_reg", tiles: tiles, per: per}
+	return &AccRegs{name: mm.C + "_reg", tiles: tiles, per: per, l: ctx.l, f: ctx.f}
 }
 
-// at is the Private array's element c (an expression 0..3) of the lane
-// in the current fragment loop iteration: slot*(per) + ai*4 + c, slot
-// the thread that owns it (map-threads runs spread iteration aw on warp
-// aw, so slot = aw*32 + lane).
-func (a *accRegs) at(c ir.Expr) ir.Expr {
-	slot := add(mul(ir.R(fragWarp, ir.I32), i32(Layer.Lanes)), ir.R("lane", ir.I32))
-	return add(mul(slot, i32(a.per)), add(mul(ir.R(fragIter, ir.I32), i32(4)), c))
+// accCtx is the layer and fragment layout a register plan is made for.
+type accCtx struct {
+	l *Layer
+	f *Fragment
+}
+
+// At is the Private array's element c (an expression 0..Regs-1) of the
+// lane in the current fragment loop iteration: slot*(per) + ai*Regs + c,
+// slot the thread that owns it (map-threads runs spread iteration aw on
+// warp aw, so slot = aw*lanes + lane).
+func (a *AccRegs) At(c ir.Expr) ir.Expr {
+	slot := add(mul(ir.R(fragWarp, ir.I32), i32(a.l.Lanes)), ir.R("lane", ir.I32))
+	return add(mul(slot, i32(a.per)), add(mul(ir.R(fragIter, ir.I32), i32(a.f.Regs)), c))
 }
 
 // loop runs body once per (warp, n-tile) the warp owns, with lane and nt
 // bound: for aw spread 0..warps { for lane lanes { for ai { let nt; if nt
 // < tiles { body } } } }.
-func (a *accRegs) loop(body []ir.Stmt) ir.Stmt {
+func (a *AccRegs) Loop(body []ir.Stmt) ir.Stmt {
+	warps := a.l.Warps()
 	nt := add(ir.R(fragWarp, ir.I32), mul(ir.R(fragIter, ir.I32), i32(warps)))
-	iter := &ir.For{Var: fragIter, Lo: i32(0), Hi: i32(a.per / 4), Kind: ir.Serial, Body: &ir.Block{Stmts: []ir.Stmt{
+	iter := &ir.For{Var: fragIter, Lo: i32(0), Hi: i32(a.per / a.f.Regs), Kind: ir.Serial, Body: &ir.Block{Stmts: []ir.Stmt{
 		&ir.Let{Name: "nt", Value: nt},
 		&ir.If{Cond: ir.Bin(ir.Lt, ir.R("nt", ir.I32), i32(a.tiles)), Then: &ir.Block{Stmts: body}},
 	}}}
-	lanes := &ir.For{Var: "lane", Lo: i32(0), Hi: i32(Layer.Lanes), Kind: ir.Lanes, Body: &ir.Block{Stmts: []ir.Stmt{iter}}}
+	lanes := &ir.For{Var: "lane", Lo: i32(0), Hi: i32(a.l.Lanes), Kind: ir.Lanes, Body: &ir.Block{Stmts: []ir.Stmt{iter}}}
 	return &ir.For{Var: fragWarp, Lo: i32(0), Hi: i32(warps), Kind: ir.Spread, Body: &ir.Block{Stmts: []ir.Stmt{lanes}}}
 }
 
 // elems runs body per accumulator element of the lane, with row and col
-// bound to its row and column of C (rows gid and gid+8, columns n0 + 2*tig
-// and +1).
-func (a *accRegs) elems(row, col string, body []ir.Stmt) []ir.Stmt {
+// bound to its row and column of C (the fragment's layout).
+func (a *AccRegs) elems(row, col string, body []ir.Stmt) []ir.Stmt {
 	lane, c := ir.R("lane", ir.I32), ir.R(fragElem, ir.I32)
 	stmts := []ir.Stmt{
-		&ir.Let{Name: row, Value: add(ir.Bin(ir.Div, lane, i32(4)), mul(ir.Bin(ir.Div, c, i32(2)), i32(8)))},
-		&ir.Let{Name: col, Value: add(mul(ir.R("nt", ir.I32), i32(mmaN)),
-			add(mul(ir.Bin(ir.Rem, lane, i32(4)), i32(2)), ir.Bin(ir.Rem, c, i32(2))))},
+		&ir.Let{Name: row, Value: a.f.Row(lane, c)},
+		&ir.Let{Name: col, Value: add(mul(ir.R("nt", ir.I32), i32(a.f.N)), a.f.Col(lane, c))},
 	}
-	return []ir.Stmt{&ir.For{Var: fragElem, Lo: i32(0), Hi: i32(4), Kind: ir.Serial,
+	return []ir.Stmt{&ir.For{Var: fragElem, Lo: i32(0), Hi: i32(a.f.Regs), Kind: ir.Serial,
 		Body: &ir.Block{Stmts: append(stmts, body...)}}}
 }
 
 // copyLoop moves C to the registers (in) or back (out).
-func (a *accRegs) copyLoop(mm *ir.MatMul, in bool) ir.Stmt {
+func (a *AccRegs) copyLoop(mm *ir.MatMul, in bool) ir.Stmt {
 	cIdx := add(mul(ir.R("acc_row", ir.I32), i32(mm.N)), ir.R("acc_col", ir.I32))
-	reg := a.at(ir.R(fragElem, ir.I32))
+	reg := a.At(ir.R(fragElem, ir.I32))
 	st := &ir.Store{Buf: mm.C, Index: cIdx, Value: ir.Ld(a.name, ir.F32, reg)}
 	if in {
 		st = &ir.Store{Buf: a.name, Index: reg, Value: ir.Ld(mm.C, ir.F32, cIdx)}
 	}
-	return a.loop(a.elems("acc_row", "acc_col", []ir.Stmt{st}))
+	return a.Loop(a.elems("acc_row", "acc_col", []ir.Stmt{st}))
 }
 
-// keepAccInRegisters rewrites the KV tile loops of body whose accumulating
-// matmuls (one per tile kind classify-tiles made) have a register plan
-// (see above), recording the plan on their mmaPlans; loops it cannot
+// KeepAccInRegisters rewrites the KV tile loops of body whose accumulating
+// matmuls (one per tile kind classify-tiles made) have a register plan in
+// the fragment layout f (see above), recording the plan on their
+// MatrixPlans (Reg); loops it cannot
 // rewrite are left as they are. Where every other statement of the work
 // item that touches C is a row nest too (the zeroing before the loop, the
 // normalizing store after it), those run on the registers as well and C
 // leaves shared memory; else C is loaded into the registers before the
 // loop and stored back after it.
-func keepAccInRegisters(body *ir.Block, byMM map[*ir.MatMul]*mmaPlan) *ir.Block {
+func (l *Layer) KeepAccInRegisters(body *ir.Block, byMM map[*ir.MatMul]*MatrixPlan, f *Fragment) *ir.Block {
+	c := &accCtx{l: l, f: f}
 	body = ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
 		if f, ok := s.(*ir.For); ok && f.Kind == ir.Parallel {
-			if item := accInItem(f, byMM); item != nil {
+			if item := c.accInItem(f, byMM); item != nil {
 				return []ir.Stmt{item}
 			}
 		}
@@ -124,15 +147,15 @@ func keepAccInRegisters(body *ir.Block, byMM map[*ir.MatMul]*mmaPlan) *ir.Block 
 		if !ok || f.Tag != ir.TagKVTile {
 			return []ir.Stmt{s}
 		}
-		loop, a, plans := accInLoop(f, byMM)
-		if loop == nil || plans[0].reg != nil {
+		loop, a, plans := c.accInLoop(f, byMM)
+		if loop == nil || plans[0].Reg != nil {
 			return []ir.Stmt{s} // not possible, or done with its item
 		}
 		for _, p := range plans {
-			p.reg = a
+			p.Reg = a
 		}
 		return []ir.Stmt{
-			&ir.Alloc{Name: a.name, T: ir.F32, Size: BlockThreads * a.per, Private: true},
+			&ir.Alloc{Name: a.name, T: ir.F32, Size: a.l.BlockThreads * a.per, Private: true},
 			a.copyLoop(p0(plans).MM, true),
 			loop,
 			a.copyLoop(p0(plans).MM, false),
@@ -140,22 +163,22 @@ func keepAccInRegisters(body *ir.Block, byMM map[*ir.MatMul]*mmaPlan) *ir.Block 
 	})
 }
 
-func p0(plans []*mmaPlan) *mmaPlan { return plans[0] }
+func p0(plans []*MatrixPlan) *MatrixPlan { return plans[0] }
 
 // accInItem rewrites a work item whose KV tile loops and every other
 // statement touching their accumulator C can run on registers, dropping
 // C; it returns nil when some statement cannot.
-func accInItem(item *ir.For, byMM map[*ir.MatMul]*mmaPlan) ir.Stmt {
-	var a *accRegs
+func (ctx *accCtx) accInItem(item *ir.For, byMM map[*ir.MatMul]*MatrixPlan) ir.Stmt {
+	var a *AccRegs
 	var mm *ir.MatMul
-	var plans []*mmaPlan
+	var plans []*MatrixPlan
 	loops := map[int]ir.Stmt{}
 	for i, st := range item.Body.Stmts {
 		f, ok := st.(*ir.For)
 		if !ok || f.Tag != ir.TagKVTile {
 			continue
 		}
-		loop, la, lp := accInLoop(f, byMM)
+		loop, la, lp := ctx.accInLoop(f, byMM)
 		if loop == nil || (a != nil && la.name != a.name) {
 			return nil
 		}
@@ -172,7 +195,7 @@ func accInItem(item *ir.For, byMM map[*ir.MatMul]*mmaPlan) ir.Stmt {
 			continue
 		}
 		if al, ok := st.(*ir.Alloc); ok && al.Name == mm.C {
-			out = append(out, &ir.Alloc{Name: a.name, T: ir.F32, Size: BlockThreads * a.per, Private: true})
+			out = append(out, &ir.Alloc{Name: a.name, T: ir.F32, Size: a.l.BlockThreads * a.per, Private: true})
 			continue
 		}
 		if !touches(st, mm.C) {
@@ -199,14 +222,14 @@ func accInItem(item *ir.For, byMM map[*ir.MatMul]*mmaPlan) ir.Stmt {
 	}
 	c.Body = &ir.Block{Stmts: out}
 	for _, p := range plans {
-		p.reg = a
+		p.Reg = a
 	}
 	return &c
 }
 
 // accInLoop rewrites one KV tile loop onto the register plan of its
 // accumulating matmuls, or returns nil loop.
-func accInLoop(f *ir.For, byMM map[*ir.MatMul]*mmaPlan) (ir.Stmt, *accRegs, []*mmaPlan) {
+func (ctx *accCtx) accInLoop(f *ir.For, byMM map[*ir.MatMul]*MatrixPlan) (ir.Stmt, *AccRegs, []*MatrixPlan) {
 	var first *ir.MatMul
 	ir.MapStmts(f.Body, func(st ir.Stmt) []ir.Stmt {
 		if mm, ok := st.(*ir.MatMul); ok && first == nil && byMM[mm] != nil && mm.Accumulate {
@@ -217,11 +240,11 @@ func accInLoop(f *ir.For, byMM map[*ir.MatMul]*mmaPlan) (ir.Stmt, *accRegs, []*m
 	if first == nil {
 		return nil, nil, nil
 	}
-	a := newAccRegs(first)
+	a := ctx.newAccRegs(first)
 	if a == nil {
 		return nil, nil, nil
 	}
-	var plans []*mmaPlan
+	var plans []*MatrixPlan
 	var rewrite func([]ir.Stmt) ([]ir.Stmt, bool)
 	rewrite = func(stmts []ir.Stmt) ([]ir.Stmt, bool) {
 		var out []ir.Stmt
@@ -286,12 +309,12 @@ func accInLoop(f *ir.For, byMM map[*ir.MatMul]*mmaPlan) (ir.Stmt, *accRegs, []*m
 // loops (what it does per row: the softmax state, the lse) and the column
 // loops on the fragment layout (the registers), or returns nil frag when
 // s is not such a nest.
-func (a *accRegs) splitRowNest(s ir.Stmt, mm *ir.MatMul) (rows, frag ir.Stmt) {
+func (a *AccRegs) splitRowNest(s ir.Stmt, mm *ir.MatMul) (rows, frag ir.Stmt) {
 	f, ok := s.(*ir.For)
 	if !ok || f.Kind != ir.Spread || !isConst(f.Lo, 0) || !isConst(f.Hi, mm.M) {
 		return nil, nil
 	}
-	n := &nestRewrite{c: mm.C, reg: a.name, row: f.Var, width: mm.N, at: a.at(ir.R(fragElem, ir.I32)), dropRowWork: true}
+	n := &nestRewrite{c: mm.C, reg: a.name, row: f.Var, width: mm.N, at: a.At(ir.R(fragElem, ir.I32)), dropRowWork: true}
 	body, ok := n.outer(f.Body.Stmts)
 	if !ok || n.col == "" {
 		return nil, nil
@@ -305,7 +328,7 @@ func (a *accRegs) splitRowNest(s ir.Stmt, mm *ir.MatMul) (rows, frag ir.Stmt) {
 	})
 	r := *f
 	r.Body = rowBody
-	frag = a.loop(a.elems(n.row, n.col, body))
+	frag = a.Loop(a.elems(n.row, n.col, body))
 	// The row part runs first: it must not write what the column loops
 	// read, nor read what they write, and nothing may leave the nest early.
 	rowLoads, rowStores, rowExits := accesses(&r)
@@ -352,17 +375,17 @@ func overlaps(a, b map[string]bool) bool {
 
 // rowNest rewrites a row nest over C onto the fragment layout, or returns
 // nil when s is not one.
-func (a *accRegs) rowNest(s ir.Stmt, mm *ir.MatMul) ir.Stmt {
+func (a *AccRegs) rowNest(s ir.Stmt, mm *ir.MatMul) ir.Stmt {
 	f, ok := s.(*ir.For)
 	if !ok || f.Kind != ir.Spread || !isConst(f.Lo, 0) || !isConst(f.Hi, mm.M) {
 		return nil
 	}
-	n := &nestRewrite{c: mm.C, reg: a.name, row: f.Var, width: mm.N, at: a.at(ir.R(fragElem, ir.I32))}
+	n := &nestRewrite{c: mm.C, reg: a.name, row: f.Var, width: mm.N, at: a.At(ir.R(fragElem, ir.I32))}
 	body, ok := n.outer(f.Body.Stmts)
 	if !ok || n.col == "" {
 		return nil
 	}
-	return a.loop(a.elems(n.row, n.col, body))
+	return a.Loop(a.elems(n.row, n.col, body))
 }
 
 // nestRewrite rewrites the statements of one row nest.
