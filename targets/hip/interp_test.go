@@ -14,7 +14,7 @@ import (
 // TestInterpretHIPSchedule runs small variants' HIP-scheduled work
 // kernels — workgroups of 256 work-items meeting at barriers, 64-lane
 // wavefront shuffles, MFMA 16x16x16 fragments (f16, bf16; P split into
-// parts), LDS — in the IR interpreter against the float64 reference. The
+// parts; the P·V accumulator in registers), LDS — in the IR interpreter against the float64 reference. The
 // same schedule with each MFMA's A and B swapped (D += B·A: the wrong
 // product, in a layout that still verifies) must fail.
 func TestInterpretHIPSchedule(t *testing.T) {
@@ -61,6 +61,9 @@ func TestInterpretHIPSchedule(t *testing.T) {
 			}
 			if !strings.Contains(text, "mfma."+v.DType.String()) {
 				t.Fatalf("no mfma.%s in the schedule", v.DType)
+			}
+			if !strings.Contains(text, "_reg: f32[") {
+				t.Errorf("the P·V accumulator is not in registers")
 			}
 			mutant := *c.Final
 			mutant.Kernels = nil

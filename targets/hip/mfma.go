@@ -20,9 +20,11 @@ const mfmaM, mfmaN, mfmaK = 16, 16, 16
 // values (P) is split into half-precision parts, one MFMA each, so P·V
 // keeps about f32 precision. Each n-tile of 16 output columns is one
 // spread iteration whose 64 lanes hold the MFMA fragments, read from LDS
-// element by element (CDNA3 has no ldmatrix); the accumulator is loaded
-// from C before the k steps and stored back after them. Other matmuls are
-// left to simt-matmul.
+// element by element (CDNA3 has no ldmatrix). The P·V accumulator stays in
+// the MFMA accumulator registers across the KV tile loop when it needs at
+// most gpu.MaxAccRegisters per work-item (gpu's KeepAccInRegisters in
+// MFMA's layout), else it is loaded from C before the k steps and stored
+// back after them. Other matmuls are left to simt-matmul.
 //
 // Its lanes loops and MFMAs span 64 lanes: it sets the module's lane width
 // (as the layer's lane passes do).
@@ -52,7 +54,8 @@ func UseMFMA(m *ir.Module) (*ir.Module, error) {
 			return k.Body, nil
 		}
 		narrow := gpu.Narrowed(plans)
-		return ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
+		body := Layer.KeepAccInRegisters(k.Body, byMM, mfmaFragment)
+		return ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
 			switch x := s.(type) {
 			case *ir.MatMul:
 				if p := byMM[x]; p != nil {
@@ -72,6 +75,14 @@ func UseMFMA(m *ir.Module) (*ir.Module, error) {
 			return []ir.Stmt{s}
 		}), nil
 	})
+}
+
+// mfmaFragment is where MFMA 16x16x16 leaves its accumulator (ir.MFMA):
+// element c of lane l at row 4*(l/16) + c, column l%16 of the 16-column
+// n-tile.
+var mfmaFragment = &gpu.Fragment{M: mfmaM, N: mfmaN, Regs: 4,
+	Row: func(lane, c ir.Expr) ir.Expr { return add(mul(ir.Bin(ir.Div, lane, i32(16)), i32(4)), c) },
+	Col: func(lane, c ir.Expr) ir.Expr { return ir.Bin(ir.Rem, lane, i32(16)) },
 }
 
 func i32(v int) ir.Expr { return ir.Int(int64(v)) }
@@ -97,7 +108,10 @@ func lowerMFMA(p *gpu.MatrixPlan) []ir.Stmt {
 	cAt := func(r int) ir.Expr { return add(mul(add(mul(g, i32(4)), i32(r)), i32(mm.N)), add(n0, j)) }
 	for r := 0; r < 4; r++ {
 		var v ir.Expr = ir.Float(0)
-		if mm.Accumulate {
+		switch {
+		case p.Reg != nil:
+			v = ir.Ld(p.Reg.Name(), ir.F32, p.Reg.At(i32(r)))
+		case mm.Accumulate:
 			v = ir.Ld(mm.C, ir.F32, cAt(r))
 		}
 		body = append(body, &ir.Store{Buf: "fd", Index: i32(r), Value: v})
@@ -126,7 +140,14 @@ func lowerMFMA(p *gpu.MatrixPlan) []ir.Stmt {
 	}
 	body = append(body, &ir.For{Var: "ks", Lo: i32(0), Hi: i32(mm.K / mfmaK), Kind: ir.Serial, Body: &ir.Block{Stmts: kLoop}})
 	for r := 0; r < 4; r++ {
+		if p.Reg != nil {
+			body = append(body, &ir.Store{Buf: p.Reg.Name(), Index: p.Reg.At(i32(r)), Value: ir.Ld("fd", ir.F32, i32(r))})
+			continue
+		}
 		body = append(body, &ir.Store{Buf: mm.C, Index: cAt(r), Value: ir.Ld("fd", ir.F32, i32(r))})
+	}
+	if p.Reg != nil {
+		return append(out, p.Reg.Loop(body))
 	}
 	lanes := &ir.For{Var: "lane", Lo: i32(0), Hi: i32(Layer.Lanes), Kind: ir.Lanes, Body: &ir.Block{Stmts: body}}
 	return append(out, &ir.For{Var: "nt", Lo: i32(0), Hi: i32(mm.N / mfmaN), Kind: ir.Spread, Body: &ir.Block{Stmts: []ir.Stmt{lanes}}})
