@@ -2,8 +2,11 @@ package conformance
 
 import (
 	"flag"
+	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/attnc/attnc/driver"
 )
 
 var hipAll = flag.Bool("hip.all", false, "run every variant of cudaMatrix on the HIP emulator (64-lane warps), not only cudaShort")
@@ -32,5 +35,36 @@ func TestHIPEmulatedMatrix(t *testing.T) {
 				record("hip "+dtypeKey(v), r)
 			}
 		})
+	}
+}
+
+// TestHIPExamples runs examples' whole conformance matrices on the HIP
+// emulator (64-lane warps): examplesCUDAShort by default, every example
+// with -hip.all.
+func TestHIPExamples(t *testing.T) {
+	needEmu(t)
+	files, err := filepath.Glob(filepath.Join("..", "examples", "*.attn"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no examples: %v", err)
+	}
+	for _, f := range files {
+		vs, err := driver.ParseSpecs([]string{f})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range vs {
+			if !*hipAll && !slices.Contains(examplesCUDAShort, v.Name) {
+				continue
+			}
+			t.Run(v.Name, func(t *testing.T) {
+				t.Parallel()
+				s, err := BuildFor(v, "hip", t.TempDir(), Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Lib.Close()
+				recordAll(t, "example hip "+dtypeKey(v), s.RunAll([]int{1}, 5))
+			})
+		}
 	}
 }
