@@ -66,7 +66,7 @@ var Table = []passes.Pass{
 	passes.ClassifyTilesPass,
 	passes.ExpandCallsPass,
 	{Name: "use-mfma", Run: UseMFMA,
-		Desc: "matmuls on f16/bf16 operands as MFMA 16x16x16 fragments per wavefront (P split into half-precision parts), when the shapes fit"},
+		Desc: "matmuls on f16/bf16 operands as MFMA 16x16x16 fragments per wavefront (P split into half-precision parts), when the shapes fit; the P·V accumulator in registers (up to 64 per work-item)"},
 	{Name: "simt-matmul", Required: true, Run: gpu.SIMTMatMul,
 		Desc: "the remaining matmuls as a dot product per output element"},
 	{Name: "stage-stored", Run: gpu.StageStored,
