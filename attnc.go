@@ -38,18 +38,11 @@ func Targets() []string { return targets.Names() }
 // Insertion adds Pass to the pass table of every target that has a pass
 // named Before (Pass runs just before it) or After (just after it). Exactly
 // one of Before and After is set, and at least one target's table must have
-// that pass.
-type Insertion struct {
-	Before, After string
-	Pass          passes.Pass
-}
-
-func (in Insertion) String() string {
-	if in.Before != "" {
-		return fmt.Sprintf("pass %s before %s", in.Pass.Name, in.Before)
-	}
-	return fmt.Sprintf("pass %s after %s", in.Pass.Name, in.After)
-}
+// that pass. Constraints (optional) are the ordering rules Pass needs
+// beyond its place, each naming Pass and a pass of the table: an insertion
+// that breaks one of them or one of the target's is an error naming both
+// passes.
+type Insertion = passes.Insertion
 
 // Options configures Compile. The zero value builds the cpu target with the
 // standard pass tables.
@@ -142,27 +135,24 @@ func CompileVariants(vs []*ir.Variant, opt Options) (r *Result, err error) {
 }
 
 // PassTables returns the pass table of every target (see Targets) with the
-// insertions applied in order. It is an error when an insertion is
-// malformed or names a pass no table has.
+// insertions applied in order (targets.PassTable). It is an error when an
+// insertion is malformed, names a pass no table has, or breaks an ordering
+// constraint (the target's or its own).
 func PassTables(insert []Insertion) (map[string][]passes.Pass, error) {
 	tables := map[string][]passes.Pass{}
-	for _, t := range targets.Names() {
-		table, err := driver.PassTable(t)
+	found := make([]bool, len(insert))
+	for _, t := range targets.All() {
+		table, applied, err := targets.PassTable(t, insert)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("attnc: %w", err)
 		}
-		tables[t] = table
+		tables[t.Name()] = table
+		for i, ok := range applied {
+			found[i] = found[i] || ok
+		}
 	}
-	for _, in := range insert {
-		found := false
-		for _, t := range targets.Names() {
-			table, ok, err := passes.Insert(tables[t], in.Before, in.After, in.Pass)
-			if err != nil {
-				return nil, fmt.Errorf("attnc: insert %s: %w", in, err)
-			}
-			tables[t], found = table, found || ok
-		}
-		if !found {
+	for i, in := range insert {
+		if !found[i] {
 			anchor := in.Before + in.After
 			return nil, fmt.Errorf("attnc: insert %s: no target's pass table has a pass named %q (passes: %s)",
 				in, anchor, strings.Join(allPassNames(tables), ", "))

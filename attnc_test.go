@@ -253,7 +253,7 @@ func TestInsertIsLocal(t *testing.T) {
 	names := func() map[string][]string {
 		out := map[string][]string{}
 		for _, tg := range attnc.Targets() {
-			table, err := driver.PassTable(tg)
+			table, err := attnc.PassTable(tg, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -337,6 +337,11 @@ func TestInsertErrors(t *testing.T) {
 		{"unknown target", attnc.Options{Targets: []string{"tpu"}}, `unknown target "tpu"`},
 		{"unknown triple", attnc.Options{Triple: "riscv64-unknown-linux-gnu"}, `unknown target triple "riscv64-unknown-linux-gnu"`},
 		{"triple without cpu", attnc.Options{Targets: []string{"cuda"}, Triple: "aarch64-unknown-linux-gnu"}, "applies to the cpu target"},
+		{"placed after a pass it must precede", attnc.Options{Insert: []attnc.Insertion{{After: "legalize-dtype", Pass: p,
+			Constraints: []passes.Constraint{{Before: "window-7", After: "expand-calls", Why: "it writes calls"}}}}},
+			"window-7 must run before expand-calls: it writes calls"},
+		{"constraint without the pass", attnc.Options{Insert: []attnc.Insertion{{Before: "simplify", Pass: p,
+			Constraints: []passes.Constraint{{Before: "simplify", After: "expand-calls"}}}}}, "does not name it"},
 	}
 	for _, c := range cases {
 		_, err := attnc.Compile("win.attn", []byte(causalSpec), c.opt)

@@ -12,7 +12,11 @@
 // sass) runs the pass; `passes` lists it and `build --print-after`
 // accepts its name (see examples/custompass).
 //
-// It may import every attnc package; nothing but main packages imports it.
+// The commands ask the registered targets for what they offer (package
+// targets' hooks: the triple, the worker count, a harness, a machine-code
+// check — `attnc sass` is the CUDA target's) instead of naming them. It
+// may import every attnc package except codegen and the target packages;
+// nothing but main packages imports it.
 package cli
 
 import (

@@ -527,7 +527,7 @@ func TestGPUWithoutNVCC(t *testing.T) {
 		{"bench", llama3, "--target", "cuda", "--gpu"},
 	} {
 		o, e, code := runCLI(t, args...)
-		if code != 1 || !strings.Contains(e, "--gpu: conformance: nvcc not found") || o != "" {
+		if code != 1 || !strings.Contains(e, "--gpu: cuda: nvcc not found") || o != "" {
 			t.Errorf("attnc %s: exit %d, stdout %q, stderr %q", strings.Join(args, " "), code, o, e)
 		}
 	}

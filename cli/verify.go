@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/attnc/attnc/targets"
 	"github.com/spf13/cobra"
 )
 
@@ -99,7 +100,7 @@ same inputs.`,
 	}
 	c.Flags().IntSliceVar(&vf.threads, "threads", []int{1, 4}, "CPU thread counts to run every case at (comma list)")
 	c.Flags().Int64Var(&vf.seed, "seed", 1, "random seed of the generated inputs")
-	c.Flags().StringVar(&vf.target, "target", "cpu", "kernels to verify: cpu, or cuda (emulated on the CPU; on the GPU with --gpu)")
+	c.Flags().StringVar(&vf.target, "target", targets.Default, "kernels to verify: cpu, or cuda (emulated on the CPU; on the GPU with --gpu)")
 	c.Flags().StringVar(&vf.triple, "triple", "", "target triple of the cpu kernels; another architecture than this machine's runs under its emulator (qemu)")
 	c.Flags().BoolVar(&vf.gpu, "gpu", false, "run the cuda target on the GPU (nvcc and libcudart); implies --target cuda")
 	return c

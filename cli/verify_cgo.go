@@ -206,7 +206,7 @@ func suiteBuilder(cmd, target string, gpu bool, triple string, cfg *config) (bui
 		if err != nil {
 			return nil, fmt.Errorf("%s --gpu: %w", cmd, err)
 		}
-		dev, err := conformance.OpenCUDA()
+		dev, err := conformance.OpenDevice(target)
 		if err != nil {
 			return nil, fmt.Errorf("%s --gpu: %w", cmd, err)
 		}

@@ -142,7 +142,7 @@ type Entry struct {
 // variant's kernels. The zero value is what `attnc build` does by default.
 type Options struct {
 	// Passes is the pass table to run (nil: the target's own,
-	// driver.PassTable), e.g. one with user passes inserted.
+	// targets.PassTable), e.g. one with user passes inserted.
 	Passes []passes.Pass
 	// Triple is the target triple of a target that takes one (the CPU;
 	// "" is the default, x86_64-unknown-linux-gnu). A triple of another architecture than
@@ -400,15 +400,24 @@ func (s *Suite) SetThreads(n int) error {
 // sets (the CPU): cases are worth running at several counts.
 func (s *Suite) Threaded() bool { return s.rt != nil && s.rt.SetThreads != "" }
 
-// StackBytes is the most stack a call of the role's entry needs on the
+// StackBytes is the most stack a call of the entry sym needs on the
 // calling thread (0 for a target whose runtime does not say).
-func (s *Suite) StackBytes(role ir.Role) int64 {
+func (s *Suite) StackBytes(sym string) int64 {
 	r, ok := s.tgt.(targets.HostRuntime)
-	e, has := s.Entries[role]
-	if !ok || !has {
+	if !ok {
 		return 0
 	}
-	return r.StackBytes(s.Final, e.Symbol)
+	return r.StackBytes(s.Final, sym)
+}
+
+// Levels lists the CPU levels of the suite's triple, baseline first (nil
+// for a target without levels).
+func (s *Suite) Levels() ([]string, error) {
+	tr, ok := s.tgt.(targets.Triples)
+	if !ok {
+		return nil, nil
+	}
+	return tr.Levels(s.Final.Triple)
 }
 
 func (s *Suite) strerror(code int32) string {

@@ -5,9 +5,9 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/attnc/attnc/internal/needtool"
-
 	"github.com/attnc/attnc/codegen/cuda"
+	"github.com/attnc/attnc/internal/needtool"
+	"github.com/attnc/attnc/targets"
 )
 
 // needEmu skips locally, and fails in CI, without g++ for the emulator.
@@ -219,7 +219,32 @@ var cudaAll = flag.Bool("cuda.all", false, "run every variant of cudaMatrix on t
 // the emulator there too.
 var cudaShort = []string{"cu_ps1_f32", "cu_ps16_f16", "cu_ps256_bf16", "cu_ps4_masked", "cu_mla_f32", "cu_ps16_f16_e4m3"}
 
-func TestCUDAEmulatedMatrix(t *testing.T) {
+func TestCUDAEmulatedMatrix(t *testing.T) { emulatedMatrix(t, "cuda") }
+
+// TestEmulatedMatrices runs the emulated GPU matrix (cudaMatrix, cudaShort
+// and -cuda.all as for CUDA) on every other registered target whose
+// kernels run on this machine on an emulator rather than on the CPU's
+// worker threads: a new GPU target gets its matrix by registering.
+func TestEmulatedMatrices(t *testing.T) {
+	ran := false
+	for _, name := range Harnessed() {
+		tg, _, err := harnessOf(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, threads := tg.(targets.HostRuntime); threads || name == "cuda" {
+			continue // TestKernelMatrix, TestCUDAEmulatedMatrix
+		}
+		ran = true
+		t.Run(name, func(t *testing.T) { emulatedMatrix(t, name) })
+	}
+	if !ran {
+		t.Skip("no other emulated target is registered")
+	}
+}
+
+// emulatedMatrix runs the matrix of GPU variants on the target's emulator.
+func emulatedMatrix(t *testing.T, target string) {
 	needEmu(t)
 	for _, src := range cudaMatrix {
 		v := spec(t, src)
@@ -228,7 +253,7 @@ func TestCUDAEmulatedMatrix(t *testing.T) {
 		}
 		t.Run(v.Name, func(t *testing.T) {
 			t.Parallel()
-			s, err := BuildCUDA(v, t.TempDir())
+			s, err := BuildFor(v, target, t.TempDir(), Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -237,7 +262,7 @@ func TestCUDAEmulatedMatrix(t *testing.T) {
 				if !r.Pass {
 					t.Errorf("%s", r)
 				}
-				record("cuda "+dtypeKey(v), r)
+				record(target+" "+dtypeKey(v), r)
 			}
 		})
 	}

@@ -132,65 +132,78 @@ func (d *HostDevice) Live() int {
 // launch returns.
 func (d *HostDevice) Sync() error { return nil }
 
-// cudaRuntimeNames are the sonames OpenCUDA tries, in order, first as they
-// are (the loader's search path) and then in the CUDA toolkit's lib64.
-var cudaRuntimeNames = []string{"libcudart.so", "libcudart.so.12", "libcudart.so.11.0"}
-
-// cudaLibDirs are searched for the runtime after the loader's own path.
-func cudaLibDirs() []string {
-	var dirs []string
-	for _, env := range []string{"CUDA_HOME", "CUDA_PATH"} {
-		if d := os.Getenv(env); d != "" {
-			dirs = append(dirs, filepath.Join(d, "lib64"))
-		}
-	}
-	return append(dirs, "/usr/local/cuda/lib64")
-}
-
 func fileExists(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && !st.IsDir()
 }
 
-// cudaMemcpy kinds.
+// Memcpy kinds of the runtime API (targets.DeviceRuntime).
 const (
 	memcpyH2D = 1
 	memcpyD2H = 2
 	memcpyD2D = 3
 )
 
-// cudaDevice is the CUDA runtime (libcudart) called through cpurt.Lib:
-// every function used takes integers and pointers and returns cudaError_t.
-type cudaDevice struct {
+// runtimeDevice is an accelerator runtime library (libcudart; any with the
+// CUDA runtime's API under a prefix, targets.DeviceRuntime) called through
+// cpurt.Lib: every function used takes integers and pointers and returns
+// its status.
+type runtimeDevice struct {
+	rt  targets.DeviceRuntime
 	lib *cpurt.Lib
 	mu  sync.Mutex    // guards out
-	out *cpurt.Buffer // 8 bytes: the out-parameter of cudaMalloc
+	out *cpurt.Buffer // 8 bytes: the out-parameter of Malloc
 }
 
 var (
-	cudaOnce sync.Once
-	cudaDev  *cudaDevice
-	cudaErr  error
+	devicesMu sync.Mutex
+	devices   = map[string]*openedDevice{} // by runtime prefix
 )
+
+type openedDevice struct {
+	dev *runtimeDevice
+	err error
+}
 
 // OpenCUDA loads the CUDA runtime (libcudart.so, .so.12 or .so.11.0, from
 // the loader's path, $CUDA_HOME/lib64 or /usr/local/cuda/lib64) and checks
-// that it sees at least one GPU. The runtime stays loaded for the life of
-// the process; later calls return the same Device. Device memory is that of
-// the current device (device 0 unless the process changed it), the one the
-// launchers run on.
-func OpenCUDA() (Device, error) {
-	cudaOnce.Do(func() { cudaDev, cudaErr = openCUDA() })
-	if cudaErr != nil {
-		return nil, cudaErr
+// that it sees at least one GPU: OpenDevice of the cuda target.
+func OpenCUDA() (Device, error) { return OpenDevice("cuda") }
+
+// OpenDevice loads the device runtime of the target named
+// (targets.DeviceHarness.DeviceRuntime) and checks that it sees at least
+// one device. The runtime stays loaded for the life of the process; later
+// calls return the same Device. Device memory is that of the current
+// device (device 0 unless the process changed it), the one the launchers
+// run on.
+func OpenDevice(target string) (Device, error) {
+	_, h, err := harnessOf(target)
+	if err != nil {
+		return nil, err
 	}
-	return cudaDev, nil
+	dh, ok := h.(targets.DeviceHarness)
+	if !ok {
+		return nil, fmt.Errorf("conformance: target %s runs on no device", target)
+	}
+	rt := dh.DeviceRuntime()
+	devicesMu.Lock()
+	defer devicesMu.Unlock()
+	o, ok := devices[rt.Prefix]
+	if !ok {
+		o = &openedDevice{}
+		o.dev, o.err = openRuntime(rt)
+		devices[rt.Prefix] = o
+	}
+	if o.err != nil {
+		return nil, o.err
+	}
+	return o.dev, nil
 }
 
-func openCUDA() (*cudaDevice, error) {
-	cands := append([]string(nil), cudaRuntimeNames...)
-	for _, d := range cudaLibDirs() {
-		for _, n := range cudaRuntimeNames {
+func openRuntime(rt targets.DeviceRuntime) (*runtimeDevice, error) {
+	cands := append([]string(nil), rt.Libs...)
+	for _, d := range rt.Dirs {
+		for _, n := range rt.Libs {
 			if p := filepath.Join(d, n); fileExists(p) {
 				cands = append(cands, p)
 			}
@@ -209,30 +222,30 @@ func openCUDA() (*cudaDevice, error) {
 		}
 	}
 	if lib == nil {
-		return nil, fmt.Errorf("conformance: cannot load the CUDA runtime (tried %s; install the CUDA toolkit or add its lib64 to LD_LIBRARY_PATH): %v",
-			strings.Join(cands, ", "), first)
+		return nil, fmt.Errorf("conformance: cannot load the %s runtime (tried %s; %s): %v",
+			rt.Name, strings.Join(cands, ", "), rt.Install, first)
 	}
-	d := &cudaDevice{lib: lib, out: cpurt.NewBuffer(8)}
-	// cudaGetDeviceCount(int *count)
-	st, err := lib.Call("cudaGetDeviceCount", d.out.Ptr())
+	d := &runtimeDevice{rt: rt, lib: lib, out: cpurt.NewBuffer(8)}
+	// GetDeviceCount(int *count)
+	st, err := lib.Call(rt.Prefix+"GetDeviceCount", d.out.Ptr())
 	if err != nil {
 		return nil, fmt.Errorf("conformance: %v", err)
 	}
 	if st != 0 {
-		return nil, fmt.Errorf("conformance: no usable CUDA GPU: cudaGetDeviceCount: %s", d.errString(st))
+		return nil, fmt.Errorf("conformance: no usable %s GPU: %sGetDeviceCount: %s", rt.Name, rt.Prefix, d.errString(st))
 	}
 	if n := d.out.I32()[0]; n < 1 {
-		return nil, fmt.Errorf("conformance: no CUDA GPU found (cudaGetDeviceCount = %d)", n)
+		return nil, fmt.Errorf("conformance: no %s GPU found (%sGetDeviceCount = %d)", rt.Name, rt.Prefix, n)
 	}
 	return d, nil
 }
 
-func (d *cudaDevice) errString(code int32) string {
-	return fmt.Sprintf("%s (cudaError %d)", d.lib.CallStr("cudaGetErrorString", code), code)
+func (d *runtimeDevice) errString(code int32) string {
+	return fmt.Sprintf("%s (%sError %d)", d.lib.CallStr(d.rt.Prefix+"GetErrorString", code), d.rt.Prefix, code)
 }
 
-// check turns a cudaError_t into an error naming the call.
-func (d *cudaDevice) check(what string, st int32, err error) error {
+// check turns a status into an error naming the call.
+func (d *runtimeDevice) check(what string, st int32, err error) error {
 	if err != nil {
 		return fmt.Errorf("conformance: %s: %v", what, err)
 	}
@@ -242,51 +255,51 @@ func (d *cudaDevice) check(what string, st int32, err error) error {
 	return nil
 }
 
-func (d *cudaDevice) Alloc(n int) (int64, error) {
+func (d *runtimeDevice) Alloc(n int) (int64, error) {
 	if n < 0 {
-		return 0, fmt.Errorf("conformance: cudaMalloc(%d)", n)
+		return 0, fmt.Errorf("conformance: %sMalloc(%d)", d.rt.Prefix, n)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	// cudaMalloc(void **p, size_t n); at least one byte, so that every
+	// Malloc(void **p, size_t n); at least one byte, so that every
 	// buffer, even an empty one, has a distinct non-NULL address.
-	st, err := d.lib.Call("cudaMalloc", d.out.Ptr(), int64(max(n, 1)))
-	if err := d.check(fmt.Sprintf("cudaMalloc(%d)", n), st, err); err != nil {
+	st, err := d.lib.Call(d.rt.Prefix+"Malloc", d.out.Ptr(), int64(max(n, 1)))
+	if err := d.check(fmt.Sprintf("%sMalloc(%d)", d.rt.Prefix, n), st, err); err != nil {
 		return 0, err
 	}
 	return int64(binary.LittleEndian.Uint64(d.out.U8())), nil
 }
 
-func (d *cudaDevice) memcpy(dst, src int64, n int, kind int64) error {
+func (d *runtimeDevice) memcpy(dst, src int64, n int, kind int64) error {
 	if n == 0 {
 		return nil
 	}
-	// cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind)
-	st, err := d.lib.Call("cudaMemcpy", dst, src, int64(n), kind)
-	return d.check(fmt.Sprintf("cudaMemcpy(%d bytes, kind %d)", n, kind), st, err)
+	// Memcpy(void *dst, const void *src, size_t n, kind)
+	st, err := d.lib.Call(d.rt.Prefix+"Memcpy", dst, src, int64(n), kind)
+	return d.check(fmt.Sprintf("%sMemcpy(%d bytes, kind %d)", d.rt.Prefix, n, kind), st, err)
 }
 
-func (d *cudaDevice) Upload(dst int64, src *cpurt.Buffer) error {
+func (d *runtimeDevice) Upload(dst int64, src *cpurt.Buffer) error {
 	return d.memcpy(dst, src.Ptr(), src.Len(), memcpyH2D)
 }
 
-func (d *cudaDevice) Download(dst *cpurt.Buffer, src int64) error {
+func (d *runtimeDevice) Download(dst *cpurt.Buffer, src int64) error {
 	return d.memcpy(dst.Ptr(), src, dst.Len(), memcpyD2H)
 }
 
-func (d *cudaDevice) CopyDevice(dst, src int64, n int) error {
+func (d *runtimeDevice) CopyDevice(dst, src int64, n int) error {
 	return d.memcpy(dst, src, n, memcpyD2D)
 }
 
-func (d *cudaDevice) Free(p int64) {
+func (d *runtimeDevice) Free(p int64) {
 	if p != 0 {
-		d.lib.Call("cudaFree", p) //nolint:errcheck // nothing to do about a failed free
+		d.lib.Call(d.rt.Prefix+"Free", p) //nolint:errcheck // nothing to do about a failed free
 	}
 }
 
-func (d *cudaDevice) Sync() error {
-	st, err := d.lib.Call("cudaDeviceSynchronize")
-	return d.check("cudaDeviceSynchronize", st, err)
+func (d *runtimeDevice) Sync() error {
+	st, err := d.lib.Call(d.rt.Prefix + "DeviceSynchronize")
+	return d.check(d.rt.Prefix+"DeviceSynchronize", st, err)
 }
 
 // BuildCUDADeviceWith prints v's CUDA source, built with the options o,

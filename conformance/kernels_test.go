@@ -8,7 +8,6 @@ import (
 	"sync"
 	"testing"
 
-	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/frontend"
 	"github.com/attnc/attnc/internal/needtool"
@@ -365,11 +364,10 @@ var levelShort = []string{"ps16_gqa4", "ps256_gqa8", "ps8_window", "ps16_mla", "
 // chose: the best this CPU runs, unless $ATTNC_CPU_LEVEL forced one.
 func lowerLevels(t *testing.T, s *Suite) []string {
 	t.Helper()
-	tg, err := llvmgen.LookupTarget(s.Final.Triple)
+	names, err := s.Levels()
 	if err != nil {
 		t.Fatal(err)
 	}
-	names := tg.LevelNames()
 	i := slices.Index(names, s.Level)
 	if i < 0 {
 		t.Fatalf("the library runs CPU level %q, not one of %v", s.Level, names)

@@ -3,7 +3,6 @@ package conformance
 import (
 	"testing"
 
-	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/reference"
 )
@@ -23,7 +22,8 @@ var limitSpecs = []string{
 }
 
 // TestLargestShapes runs prefill and (split-KV) decode at the limits on the
-// CPU and on the CUDA emulator: what check accepts, the kernels serve.
+// CPU and on the CUDA emulator (every target with a harness): what check
+// accepts, the kernels serve.
 func TestLargestShapes(t *testing.T) {
 	needTools(t)
 	needEmu(t)
@@ -37,23 +37,20 @@ func TestLargestShapes(t *testing.T) {
 	}
 	for _, src := range limitSpecs {
 		v := spec(t, src)
-		for _, target := range []string{"cpu", "cuda"} {
+		for _, target := range Harnessed() {
 			t.Run(v.Name+"/"+target, func(t *testing.T) {
 				t.Parallel()
-				build := Build
-				if target == "cuda" {
-					build = BuildCUDA
-				}
-				s, err := build(v, t.TempDir())
+				s, err := BuildFor(v, target, t.TempDir(), Options{})
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer s.Lib.Close()
-				if target == "cpu" {
+				if s.rt != nil {
 					// The largest shapes too need at most 64 KiB of the
-					// caller's stack, as stated and as run.
+					// caller's stack, as stated and as run (a target
+					// whose runtime states the stack: the CPU).
 					for _, e := range s.Entries {
-						if n := llvmgen.StackBytes(s.Final, e.Symbol); n > 64<<10 {
+						if n := s.StackBytes(e.Symbol); n > 64<<10 {
 							t.Errorf("%s needs %d bytes of stack", e.Symbol, n)
 						}
 					}

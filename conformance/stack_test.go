@@ -4,7 +4,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/frontend"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
@@ -86,6 +85,6 @@ func stackFor(s *Suite, role ir.Role, which string) int {
 	if which == "64 KiB" {
 		return 64 << 10
 	}
-	n := int(llvmgen.StackBytes(s.Final, s.Entries[role].Symbol))
+	n := int(s.StackBytes(s.Entries[role].Symbol))
 	return max(16<<10, (n+4095)&^4095)
 }

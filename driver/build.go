@@ -15,17 +15,6 @@ import (
 	"github.com/attnc/attnc/targets"
 )
 
-// PassTable returns a copy of target's pass table: the passes its modules
-// go through, in order. Callers may extend the copy (passes.Insert)
-// without changing the table for anyone else.
-func PassTable(name string) ([]passes.Pass, error) {
-	t, err := targets.Lookup(name)
-	if err != nil {
-		return nil, err
-	}
-	return append([]passes.Pass(nil), t.Passes()...), nil
-}
-
 // Options configures Build.
 type Options struct {
 	Targets []string // default: targets.Default (cpu)
@@ -33,16 +22,20 @@ type Options struct {
 	// the cpu target; "" is its default, which it lists first).
 	Triple string
 	Passes passes.Options
-	// Tables overrides a target's pass table (default: PassTable(target)).
+	// Tables overrides a target's pass table (default: targets.PassTable
+	// of the target, no insertions); the driver checks it against the
+	// target's constraints.
 	Tables map[string][]passes.Pass
 }
 
-// table is the pass table Build runs for t.
-func (o Options) table(t targets.Target) []passes.Pass {
+// table is the pass table Build runs for t, its order checked against
+// t's constraints.
+func (o Options) table(t targets.Target) ([]passes.Pass, error) {
 	if tb, ok := o.Tables[t.Name()]; ok {
-		return tb
+		return tb, targets.CheckTable(t, tb)
 	}
-	return t.Passes()
+	table, _, err := targets.PassTable(t, nil)
+	return table, err
 }
 
 // Ran lists the names of the passes of table that a run with po executes,
@@ -119,7 +112,10 @@ func ParseSpecs(paths []string) ([]*ir.Variant, error) {
 // its pass table (opt.Tables may override it). A pass that changes the
 // parameters of a kernel or an entry is an error: they are the ABI.
 func Compile(v *ir.Variant, t targets.Target, opt Options) (*Compiled, error) {
-	table := opt.table(t)
+	table, err := opt.table(t)
+	if err != nil {
+		return nil, err
+	}
 	m, err := lower.Lower(v, t.Tiling(v))
 	if err != nil {
 		return nil, err
@@ -267,7 +263,11 @@ func Build(vs []*ir.Variant, opt Options) (*Output, error) {
 		if err != nil {
 			return nil, err
 		}
-		sec.Passes = Ran(opt.table(t), opt.Passes)
+		table, err := opt.table(t)
+		if err != nil {
+			return nil, err
+		}
+		sec.Passes = Ran(table, opt.Passes)
 		man.Targets[t.Name()] = sec
 	}
 	out := &Output{Manifest: man, Variants: vs, Compiled: map[string]map[string]*Compiled{}, Final: map[string]map[string]*ir.Module{}}

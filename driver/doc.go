@@ -4,7 +4,9 @@
 // (<variant>.ll, <variant>.cu, <variant>.h, manifest.json)
 // deterministically and as one set (WriteArtifacts, Staging: the library's
 // Result.Write and `attnc build` share the writer). The targets are the ones registered in package
-// targets; the blank imports in build.go are the one line each. It may
-// import every other attnc package except the library API (the module
-// root), cli and conformance, which import it.
+// targets (the attnc package's blank imports register the built-in ones;
+// the driver's tests import them in targets_test.go), reached only through
+// package targets: the driver imports no target package and no code
+// generator. It must not import the library API (the module root), cli,
+// conformance or bench, which import it.
 package driver

@@ -50,3 +50,33 @@ func checkInsert(table []Pass, before, after string, p Pass) error {
 	}
 	return nil
 }
+
+// Insertion adds Pass to a table just before the pass named Before or just
+// after the pass named After (exactly one of the two is set). A user pass
+// has no ordering rules of its own beyond its place unless Constraints
+// declares them: each names Pass on one side and a pass of the table on
+// the other, and holds wherever the table has both (targets.PassTable
+// checks them with the target's own after every insertion).
+type Insertion struct {
+	Before, After string
+	Pass          Pass
+	Constraints   []Constraint
+}
+
+func (in Insertion) String() string {
+	if in.Before != "" {
+		return fmt.Sprintf("pass %s before %s", in.Pass.Name, in.Before)
+	}
+	return fmt.Sprintf("pass %s after %s", in.Pass.Name, in.After)
+}
+
+// Apply is Insert of in, after checking that each of in's constraints
+// names in.Pass on one side.
+func (in Insertion) Apply(table []Pass) (out []Pass, found bool, err error) {
+	for _, c := range in.Constraints {
+		if c.Before != in.Pass.Name && c.After != in.Pass.Name {
+			return nil, false, fmt.Errorf("pass %s: constraint %s before %s does not name it", in.Pass.Name, c.Before, c.After)
+		}
+	}
+	return Insert(table, in.Before, in.After, in.Pass)
+}

@@ -86,6 +86,28 @@ func CheckOrder(table []Pass, cs []Constraint) error {
 	return nil
 }
 
+// CheckPresent is CheckOrder for a table built from a target's (with
+// passes inserted, or a prefix of it): the constraints whose two passes
+// are both in table must hold; one naming a pass the table lacks does not
+// apply to it. A pass listed twice is an error too.
+func CheckPresent(table []Pass, cs []Constraint) error {
+	idx := map[string]int{}
+	for i, p := range table {
+		if _, dup := idx[p.Name]; dup {
+			return fmt.Errorf("pass %s listed twice", p.Name)
+		}
+		idx[p.Name] = i
+	}
+	for _, c := range cs {
+		b, ok1 := idx[c.Before]
+		a, ok2 := idx[c.After]
+		if ok1 && ok2 && b >= a {
+			return fmt.Errorf("%s must run before %s: %s", c.Before, c.After, c.Why)
+		}
+	}
+	return nil
+}
+
 // Options controls a pipeline run.
 type Options struct {
 	VerifyEach bool      // run ir.Verify after every pass (an error names the pass)

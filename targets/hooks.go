@@ -145,6 +145,25 @@ type DeviceHarness interface {
 	// scheduled module m with compiler into a shared library that runs
 	// them on the device.
 	DeviceLibrary(v *ir.Variant, m *ir.Module, dir, compiler string) (string, error)
+	// DeviceRuntime names the runtime library through which the harness
+	// reaches the device's memory.
+	DeviceRuntime() DeviceRuntime
+}
+
+// DeviceRuntime is an accelerator runtime library with the CUDA runtime's
+// C API under a prefix (HIP's is the same under "hip"):
+// <Prefix>GetDeviceCount(int *), <Prefix>Malloc(void **, size_t),
+// <Prefix>Memcpy(dst, src, n, kind) with kinds 1 host to device, 2 device
+// to host, 3 device to device, <Prefix>Free, <Prefix>DeviceSynchronize and
+// <Prefix>GetErrorString, each but the last returning an int status.
+type DeviceRuntime struct {
+	Name   string   // for messages: "CUDA"
+	Prefix string   // of the functions: "cuda"
+	Libs   []string // library names tried in the loader's path, in order
+	// Dirs are searched for Libs after the loader's path.
+	Dirs []string
+	// Install says how to get the library, for the error when none loads.
+	Install string
 }
 
 // RuntimeSymbols names the functions a target's library defines besides the

@@ -1,8 +1,11 @@
 // Package targets is the seam between the target-neutral compiler (lower,
 // the neutral passes, plans) and the code generators. A Target is
-// registered once, in one table; the driver and the CLI iterate the table, so
-// adding a target is a new package that calls Register from its init and
-// one blank import in driver.
+// registered once, in one table; the driver, the CLI, conformance and bench
+// iterate the table and ask each target through its optional hooks
+// (hooks.go) for what it offers, so adding a target is a new package that
+// calls Register from its init and one blank import in the attnc package
+// (targets.go), the way database/sql drivers register. PassTable is the
+// one way to a target's pass table, its order checked.
 //
 // targets imports ir, lower (for Tiling), passes and registry; it must not
 // import a target package, codegen, driver or frontend.

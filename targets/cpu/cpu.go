@@ -3,8 +3,9 @@
 // vector loops, tile statements as loops), assembles an entry kernel per
 // plan and prints LLVM 14 IR through codegen/llvm.
 //
-// cpu imports ir, lower (Tiling), passes, registry, target and
-// codegen/llvm; it must not import another target, build or frontend.
+// cpu imports ir, lower (Tiling), passes, registry, targets, codegen/llvm
+// and cpurt (its harness links the .ll); it must not import another target,
+// driver or frontend.
 package cpu
 
 import (

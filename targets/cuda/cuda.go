@@ -8,7 +8,8 @@
 // and, from the plans, the host launchers.
 //
 // cuda imports ir, lower (Tiling), passes, registry, targets, targets/gpu,
-// codegen/cstyle and codegen/cuda; it must not import another target,
+// targets/gpu/host, codegen/cstyle, codegen/cuda and codegen/cuda/sass
+// (attnc sass); it must not import another target,
 // driver or frontend.
 package cuda
 

@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 
 	cudagen "github.com/attnc/attnc/codegen/cuda"
@@ -132,6 +133,22 @@ func (t sassTools) Check(w io.Writer, v *ir.Variant, files []targets.Artifact, k
 		return nil, err
 	}
 	return CheckSASS(rows), nil
+}
+
+// DeviceRuntime implements targets.DeviceHarness: libcudart (.so, .so.12
+// or .so.11.0), from the loader's path, $CUDA_HOME/lib64, $CUDA_PATH/lib64
+// or /usr/local/cuda/lib64.
+func (Target) DeviceRuntime() targets.DeviceRuntime {
+	var dirs []string
+	for _, env := range []string{"CUDA_HOME", "CUDA_PATH"} {
+		if d := os.Getenv(env); d != "" {
+			dirs = append(dirs, filepath.Join(d, "lib64"))
+		}
+	}
+	return targets.DeviceRuntime{Name: "CUDA", Prefix: "cuda",
+		Libs:    []string{"libcudart.so", "libcudart.so.12", "libcudart.so.11.0"},
+		Dirs:    append(dirs, "/usr/local/cuda/lib64"),
+		Install: "install the CUDA toolkit or add its lib64 to LD_LIBRARY_PATH"}
 }
 
 // DeviceTools implements targets.DeviceHarness: nvcc.
