@@ -33,13 +33,18 @@ var allowedImports = map[string][]string{
 	"reference":         {"ir"},
 	"cpurt":             {"ir"},
 	"codegen/llvm":      {"ir"},
-	"codegen/cuda":      {"ir"},
+	"codegen/cstyle":    {"ir"},
+	"codegen/cuda":      {"ir", "codegen/cstyle"},
 	"codegen/cuda/sass": {},
+	"codegen/hip":       {"ir", "codegen/cstyle", "codegen/cuda", "codegen/hip/isa"},
+	"codegen/hip/isa":   {},
 	"targets":           {"ir", "lower", "passes", "registry"},
 	// A target: the neutral compiler, the seam, a code generator (its
 	// own, or one it is a dialect of) and the CPU runtime tools its
 	// harness builds libraries with; never another target.
-	"targets/*":           {"ir", "lower", "passes", "registry", "targets", "cpurt", "codegen/*", "codegen/cuda/sass"},
+	"targets/gpu":         {"ir", "passes"},
+	"targets/gpu/host":    {"ir", "registry", "targets", "codegen/cstyle"},
+	"targets/*":           {"ir", "lower", "passes", "registry", "targets", "cpurt", "codegen/*", "codegen/cuda/sass", "codegen/hip/isa", "targets/gpu", "targets/gpu/host"},
 	"driver":              {"frontend", "ir", "lower", "passes", "registry", "targets"},
 	"conformance":         {"cpurt", "driver", "frontend", "ir", "lower", "passes", "reference", "registry", "targets"},
 	"bench":               {"conformance", "cpurt", "driver", "frontend", "ir", "lower", "passes", "reference", "registry", "targets"},
@@ -47,6 +52,7 @@ var allowedImports = map[string][]string{
 	"cli":                 {"", "bench", "conformance", "cpurt", "driver", "frontend", "ir", "lower", "passes", "registry", "targets"},
 	"cmd/attnc":           {"cli"},
 	"internal/passtest":   {"ir", "passes"},
+	"internal/plantest":   {"conformance", "ir", "reference"},
 	"internal/*":          {},
 	"examples/custompass": {"", "cli", "ir", "passes"},
 	"python":              {},
