@@ -442,7 +442,7 @@ func (f *frame) reduce(s *Reduce) val {
 	return acc
 }
 
-// matmul runs a MatMul in f32 (B widened from its storage type), summing
+// matmul runs a MatMul in f32 (A and B widened from a storage type), summing
 // over k in order. C elements of the static shape outside the extents
 // become NaN (they are unspecified), and a nonzero A element beyond the k
 // extent is an error.
@@ -457,20 +457,23 @@ func (f *frame) matmul(s *MatMul) {
 	me, ne, ke := ext(s.MExt, s.M, "m"), ext(s.NExt, s.N, "n"), ext(s.KExt, s.K, "k")
 	c, a, b := f.buffer(s.C), f.buffer(s.A), f.buffer(s.B)
 	get := func(buf *buffer, i int64) float32 { return math.Float32frombits(uint32(f.load(buf, i, F32))) }
-	getB := get
-	if b.t.IsStorageOnly() {
-		// B as stored (f16, bf16, 8-bit codes): each element widened.
-		getB = func(buf *buffer, i int64) float32 {
-			x := f.load(buf, i, b.t)
-			if b.t == I8 {
+	// An operand as stored (f16, bf16, 8-bit codes): each element widened.
+	widened := func(op *buffer) func(*buffer, int64) float32 {
+		if !op.t.IsStorageOnly() {
+			return get
+		}
+		return func(buf *buffer, i int64) float32 {
+			x := f.load(buf, i, op.t)
+			if op.t == I8 {
 				x = wrap(I8, int64(x)) // legalize-dtype stores i8 codes as u8 bits
 			}
-			return math.Float32frombits(uint32(f.convert(F32, b.t, x)))
+			return math.Float32frombits(uint32(f.convert(F32, op.t, x)))
 		}
 	}
+	getA, getB := widened(a), widened(b)
 	for m := int64(0); m < me; m++ {
 		for k := ke; k < int64(s.K); k++ {
-			if x := get(a, m*int64(s.K)+k); x != 0 {
+			if x := getA(a, m*int64(s.K)+k); x != 0 {
 				f.fail("matmul %s: %s[%d, %d] = %g beyond the k extent %d must be 0", s.C, s.A, m, k, x, ke)
 			}
 		}
@@ -488,7 +491,7 @@ func (f *frame) matmul(s *MatMul) {
 				sum = get(c, ci)
 			}
 			for k := int64(0); k < ke; k++ {
-				x := get(a, m*int64(s.K)+k)
+				x := getA(a, m*int64(s.K)+k)
 				bi := k*int64(s.N) + n
 				if s.TransB {
 					bi = n*int64(s.K) + k

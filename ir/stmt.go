@@ -169,9 +169,10 @@ type Reduce struct {
 	Value  Expr
 }
 
-// MatMul is a tile matrix product on local arrays of f32 values (B may
-// hold a storage type, f16 to 8-bit codes, each element widened to f32 as
-// the product reads it):
+// MatMul is a tile matrix product on local arrays of f32 values (A and B
+// may hold a storage type, f16 to 8-bit codes, each element widened to f32
+// as the product reads it: a GPU schedule narrows the operands tensor
+// cores take before it rewrites the product):
 //
 //	C[m, n] (+)= sum over k < KExt of A[m, k] * B[k, n]   for m < MExt, n < NExt
 //

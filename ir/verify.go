@@ -68,7 +68,7 @@ func MustVerify(pass string, m *Module) {
 //     m16n8k16 and m8n8 fragments) only in modules of 32 lanes;
 //   - Reduce bounds are i32 and its value an int or a float (Var is in
 //     scope in the value only); MatMul operands are f32 arrays or buffers
-//     (B may hold a storage type) large enough for the static shape, with
+//     (A and B may hold a storage type) large enough for the static shape, with
 //     i32 extents;
 //   - CallStmt names a kernel of m with as many params as args, scalar args
 //     have the param's type and buffer args are Refs to buffers of the same
@@ -649,8 +649,8 @@ func (v *verifier) matmul(s *MatMul) {
 		n    int
 	}{{s.C, s.M * s.N}, {s.A, s.M * s.K}, {s.B, s.K * s.N}} {
 		d := v.buffer(x.name, "matmul operand")
-		if d.t != F32 && !(x.name == s.B && d.t.IsStorageOnly()) {
-			v.fail("matmul operand %s has %s elements, want f32 (B: or a storage type, widened)", x.name, d.t)
+		if d.t != F32 && !(x.name != s.C && d.t.IsStorageOnly()) {
+			v.fail("matmul operand %s has %s elements, want f32 (A, B: or a storage type, widened)", x.name, d.t)
 		}
 		if d.size > 0 && d.size < x.n {
 			v.fail("matmul operand %s holds %d elements, the shape needs %d", x.name, d.size, x.n)

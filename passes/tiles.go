@@ -27,9 +27,17 @@ const (
 // kind of the innermost loop of a dot product (vector on a CPU). bElem is
 // the element type of B's array (f32, or a storage type the loads widen).
 func MatMulLoops(mm *ir.MatMul, bElem ir.Type, order DotOrder, dotKind ir.LoopKind) []ir.Stmt {
+	return MatMulLoopsOf(mm, ir.F32, bElem, order, dotKind)
+}
+
+// MatMulLoopsOf is MatMulLoops for an A of element type aElem too (f32 or
+// a storage type, widened where read).
+func MatMulLoopsOf(mm *ir.MatMul, aElem, bElem ir.Type, order DotOrder, dotKind ir.LoopKind) []ir.Stmt {
 	i32 := func(v int) ir.Expr { return ir.Int(int64(v)) }
 	m, n, k := ir.R("mm_m", ir.I32), ir.R("mm_n", ir.I32), ir.R("mm_k", ir.I32)
-	aAt := func(k ir.Expr) ir.Expr { return ir.Ld(mm.A, ir.F32, ir.Bin(ir.Add, ir.Bin(ir.Mul, m, i32(mm.K)), k)) }
+	aAt := func(k ir.Expr) ir.Expr {
+		return LoadF32(mm.A, aElem, 1, ir.Bin(ir.Add, ir.Bin(ir.Mul, m, i32(mm.K)), k))
+	}
 	bAt := func(k ir.Expr) ir.Expr {
 		if mm.TransB {
 			return LoadF32(mm.B, bElem, 1, ir.Bin(ir.Add, ir.Bin(ir.Mul, n, i32(mm.K)), k))

@@ -28,6 +28,13 @@ func (t laneTarget) Tiling(v *ir.Variant) lower.Tiling {
 	return tl
 }
 
+// Constraints are the rules of its table: the neutral ones and the
+// layer's (the table builder checks them, and CUDA's name passes this
+// table does not have).
+func (t laneTarget) Constraints() []passes.Constraint {
+	return append(append([]passes.Constraint(nil), passes.NeutralConstraints...), gpu.Constraints...)
+}
+
 func (t laneTarget) Passes() []passes.Pass {
 	l := t.layer
 	return []passes.Pass{

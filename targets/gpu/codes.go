@@ -10,9 +10,10 @@ import (
 // as the codes themselves, one byte an element in shared memory: the
 // staging stores become byte copies (which widen-copies groups) and every
 // read converts the code to f32 in registers, exactly (the dtype table's
-// Widen, after legalize-dtype). It runs after use-mma, which takes the
-// tensor-core operands, and simt-matmul, whose reads of the arrays are
-// then explicit loads.
+// Widen, after legalize-dtype). It runs after the target's operand
+// narrowing (CUDA's narrow-operands), which takes the tensor-core
+// operands, and simt-matmul, whose reads of the arrays are then explicit
+// loads.
 func StageCodes(m *ir.Module) (*ir.Module, error) {
 	return stageAs(m, func(r *ir.DTypeInfo) bool { return r.KVOnly })
 }

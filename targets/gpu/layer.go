@@ -71,7 +71,7 @@ func SIMTMatMul(m *ir.Module) (*ir.Module, error) {
 		elems := passes.ElemTypes(k)
 		return ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
 			if mm, ok := s.(*ir.MatMul); ok {
-				return passes.MatMulLoops(mm, elems[mm.B], passes.DotPerElement, ir.Serial)
+				return passes.MatMulLoopsOf(mm, elems[mm.A], elems[mm.B], passes.DotPerElement, ir.Serial)
 			}
 			return []ir.Stmt{s}
 		}), nil

@@ -98,7 +98,7 @@ func (mp *mapper) item(stmts []ir.Stmt) []ir.Stmt {
 		case *ir.Reduce:
 			out = append(out, passes.ReduceLoop(x, ir.Serial)...)
 		case *ir.MatMul:
-			mp.fail("matmul %s left for map-threads (use-mma or simt-matmul must run first)", x.C)
+			mp.fail("matmul %s left for map-threads (a matrix rewrite or simt-matmul must run first)", x.C)
 		default:
 			out = append(out, s)
 		}
