@@ -54,7 +54,7 @@ var Table = []passes.Pass{
 		Desc: "the operand arrays of matmuls tensor cores can take (m16n8k16 shapes; f16/bf16 values, or 8-bit codes under f16/bf16 queries) narrowed to that type"},
 	{Name: "use-mma", Run: UseMMA,
 		Desc: "matmuls on narrowed f16/bf16 operands as m16n8k16 tensor-core fragments per warp (P split hi + lo)"},
-	{Name: "acc-registers", Run: AccRegisters,
+	{Name: "acc-registers", Run: Layer.AccRegisters(mmaFragment),
 		Desc: "the P·V accumulator of the tensor-core fragments in registers across the KV tile loop (up to 64 per thread)"},
 	{Name: "simt-matmul", Required: true, Run: gpu.SIMTMatMul,
 		Desc: "the remaining matmuls as a dot product per output element"},

@@ -14,6 +14,18 @@ const (
 	mmaM, mmaN, mmaK = 16, 8, 16
 )
 
+// mmaFragment is where mma.m16n8k16 leaves its accumulator (PTX ISA
+// "Matrix Fragments for mma.m16n8k16"): element c of lane l at row
+// l/4 + 8*(c/2), column 2*(l%4) + c%2 of the 8-column n-tile.
+var mmaFragment = &gpu.Fragment{M: mmaM, N: mmaN, Regs: 4,
+	Row: func(lane, c ir.Expr) ir.Expr {
+		return add(ir.Bin(ir.Div, lane, i32(4)), mul(ir.Bin(ir.Div, c, i32(2)), i32(8)))
+	},
+	Col: func(lane, c ir.Expr) ir.Expr {
+		return add(mul(ir.Bin(ir.Rem, lane, i32(4)), i32(2)), ir.Bin(ir.Rem, c, i32(2)))
+	},
+}
+
 // NarrowOperands narrows the operands of the matmuls tensor cores can
 // take: those whose shapes fit (M = 16, N a multiple of 8, K a multiple of
 // 16) and whose B operand holds only values of a tensor-core dtype (every

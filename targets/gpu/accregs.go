@@ -2,19 +2,19 @@ package gpu
 
 import (
 	"github.com/attnc/attnc/ir"
+	"github.com/attnc/attnc/passes"
 )
 
 // Register-resident accumulators. The P·V matmul accumulates into an array
 // C (acc[16, N]) across the KV tile loop; held in shared memory, every tile
-// reads and writes all of it twice (matrix instruction in and out) plus
-// once for the rescale by exp(m_old - m_new). KeepAccInRegisters keeps C
-// in the matrix instruction's accumulator registers instead, as
-// FlashAttention-2 does: a Private array whose elements each thread owns in
-// the target's fragment layout (Fragment). Inside the loop the matrix
-// instruction reads and writes the registers, and every other statement
-// that touches C must be a row nest (for row spread 0..16 { lets, ifs, for
-// d spread 0..N { C[row*N + d] and stores of element (row, d) } }), which
-// is rewritten onto the fragment layout. When the work item's other
+// reads and writes all of it twice (mma in, mma out) plus once for the
+// rescale by exp(m_old - m_new). AccRegisters keeps C in the mma
+// accumulator registers instead, as FlashAttention-2 does: a Private array
+// whose elements each thread owns in the fragment layout. Inside the loop
+// the mma reads and writes the registers, and every other statement that
+// touches C must be a row nest (for row spread 0..16 { lets, ifs, for d
+// spread 0..N { C[row*N + d] and stores of element (row, d) } }), which is
+// rewritten onto the fragment layout. When the work item's other
 // statements touching C are row nests too (the zeroing, the normalized
 // store of o), their column loops run on the registers, what they do per
 // row stays a row nest, and C is gone from shared memory; otherwise C is
@@ -31,23 +31,109 @@ const MaxAccRegisters = 64
 // Fragment is where a matrix instruction leaves its accumulator: an M x N
 // tile of C per warp, Regs elements per lane, element c of a lane at row
 // Row(lane, c) and column n0 + Col(lane, c) of the n-tile starting at
-// column n0.
+// column n0 (nt*N).
 type Fragment struct {
 	M, N, Regs int
 	Row, Col   func(lane, c ir.Expr) ir.Expr
 }
 
-// AccRegs is a matmul's accumulator kept in registers.
-type AccRegs struct {
+// AccRegisters is the pass that keeps the accumulator C of the fragment
+// loops a target's matrix rewrite wrote for accumulating matmuls (in the
+// layout f) in registers across their KV tile loops (see above).
+func (l *Layer) AccRegisters(f *Fragment) func(*ir.Module) (*ir.Module, error) {
+	ctx := &accCtx{l: l, f: f}
+	return func(m *ir.Module) (*ir.Module, error) {
+		return passes.MapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
+			return ctx.keepAccInRegisters(k.Body), nil
+		})
+	}
+}
+
+// accCtx is the layer and fragment layout the register plans are made for.
+type accCtx struct {
+	l *Layer
+	f *Fragment
+}
+
+// fragLoop is a fragment loop a matrix rewrite wrote for a matmul: for nt
+// in 0 .. N/f.N spread { for lane lanes { ...; fd[c] = C[...] or 0; ks loop
+// of matrix instructions; C[...] = fd[c] } }, C of f.M rows.
+type fragLoop struct {
+	loop       *ir.For
+	c          string // the matmul's C
+	n          int    // C's columns
+	accumulate bool   // fd starts from C (else from 0)
+}
+
+// fragmentOf returns the fragment loop s is, or nil.
+func (ctx *accCtx) fragmentOf(s ir.Stmt) *fragLoop {
+	f, ok := s.(*ir.For)
+	if !ok || f.Var != "nt" || f.Kind != ir.Spread || !isConst(f.Lo, 0) || len(f.Body.Stmts) != 1 {
+		return nil
+	}
+	hi, ok := f.Hi.(*ir.Const)
+	if !ok {
+		return nil
+	}
+	lanes, ok := f.Body.Stmts[0].(*ir.For)
+	if !ok || lanes.Kind != ir.Lanes {
+		return nil
+	}
+	fl := &fragLoop{loop: f, n: int(hi.Int) * ctx.f.N}
+	for _, st := range lanes.Body.Stmts {
+		x, ok := st.(*ir.Store)
+		if !ok {
+			continue
+		}
+		if l, ok := x.Value.(*ir.Load); ok && l.Buf == "fd" && x.Buf != "fd" {
+			fl.c = x.Buf
+		}
+	}
+	if fl.c == "" {
+		return nil
+	}
+	for _, st := range lanes.Body.Stmts {
+		if x, ok := st.(*ir.Store); ok && x.Buf == "fd" {
+			if l, ok := x.Value.(*ir.Load); ok && l.Buf == fl.c {
+				fl.accumulate = true
+			}
+		}
+	}
+	return fl
+}
+
+// onRegisters is fragment loop fl with its accumulator in the registers
+// of a: fd starts from the lane's registers and goes back to them, the
+// n-tiles run per warp (a.loop).
+func (a *accRegs) onRegisters(fl *fragLoop) ir.Stmt {
+	lanes := fl.loop.Body.Stmts[0].(*ir.For)
+	var body []ir.Stmt
+	for _, st := range lanes.Body.Stmts {
+		if x, ok := st.(*ir.Store); ok {
+			c, isConstIdx := x.Index.(*ir.Const)
+			if l, ok := x.Value.(*ir.Load); ok && x.Buf == "fd" && l.Buf == fl.c && isConstIdx {
+				body = append(body, &ir.Store{Buf: x.Buf, Index: x.Index, Value: ir.Ld(a.name, ir.F32, a.at(i32(int(c.Int))))})
+				continue
+			}
+			if l, ok := x.Value.(*ir.Load); ok && x.Buf == fl.c && l.Buf == "fd" {
+				if lc, ok := l.Index.(*ir.Const); ok {
+					body = append(body, &ir.Store{Buf: a.name, Index: a.at(i32(int(lc.Int))), Value: x.Value})
+					continue
+				}
+			}
+		}
+		body = append(body, st)
+	}
+	return a.loop(body)
+}
+
+// accRegs is a matmul's accumulator kept in registers.
+type accRegs struct {
+	*accCtx
 	name  string // the Private array
 	tiles int    // n-tiles of the fragment's N columns
 	per   int    // elements per thread: Regs per n-tile the thread's warp runs
-	l     *Layer
-	f     *Fragment
 }
-
-// Name is the Private array that holds the accumulator.
-func (a *AccRegs) Name() string { return a.name }
 
 // Names the fragment loops bind.
 const (
@@ -56,32 +142,26 @@ const (
 	fragElem = "ac" // the lane's accumulator element 0..3
 )
 
-// newAccRegs returns the register plan for C of an accumulating matmul of
-// the fragment's shape, or nil when C is too wide.
-func (ctx *accCtx) newAccRegs(mm *ir.MatMul) *AccRegs {
-	if !mm.Accumulate || mm.M != ctx.f.M || mm.N%ctx.f.N != 0 {
+// newAccRegs returns the register plan for C of an accumulating
+// fragment loop, or nil when C is too wide.
+func (ctx *accCtx) newAccRegs(fl *fragLoop) *accRegs {
+	if !fl.accumulate || fl.n%ctx.f.N != 0 {
 		return nil
 	}
-	tiles := mm.N / ctx.f.N
+	tiles := fl.n / ctx.f.N
 	warps := ctx.l.Warps()
 	per := (tiles + warps - 1) / warps * ctx.f.Regs
 	if per > MaxAccRegisters {
 		return nil
 	}
-	return &AccRegs{name: mm.C + "_reg", tiles: tiles, per: per, l: ctx.l, f: ctx.f}
+	return &accRegs{accCtx: ctx, name: fl.c + "_reg", tiles: tiles, per: per}
 }
 
-// accCtx is the layer and fragment layout a register plan is made for.
-type accCtx struct {
-	l *Layer
-	f *Fragment
-}
-
-// At is the Private array's element c (an expression 0..Regs-1) of the
+// at is the Private array's element c (an expression 0..Regs-1) of the
 // lane in the current fragment loop iteration: slot*(per) + ai*Regs + c,
 // slot the thread that owns it (map-threads runs spread iteration aw on
 // warp aw, so slot = aw*lanes + lane).
-func (a *AccRegs) At(c ir.Expr) ir.Expr {
+func (a *accRegs) at(c ir.Expr) ir.Expr {
 	slot := add(mul(ir.R(fragWarp, ir.I32), i32(a.l.Lanes)), ir.R("lane", ir.I32))
 	return add(mul(slot, i32(a.per)), add(mul(ir.R(fragIter, ir.I32), i32(a.f.Regs)), c))
 }
@@ -89,7 +169,7 @@ func (a *AccRegs) At(c ir.Expr) ir.Expr {
 // loop runs body once per (warp, n-tile) the warp owns, with lane and nt
 // bound: for aw spread 0..warps { for lane lanes { for ai { let nt; if nt
 // < tiles { body } } } }.
-func (a *AccRegs) Loop(body []ir.Stmt) ir.Stmt {
+func (a *accRegs) loop(body []ir.Stmt) ir.Stmt {
 	warps := a.l.Warps()
 	nt := add(ir.R(fragWarp, ir.I32), mul(ir.R(fragIter, ir.I32), i32(warps)))
 	iter := &ir.For{Var: fragIter, Lo: i32(0), Hi: i32(a.per / a.f.Regs), Kind: ir.Serial, Body: &ir.Block{Stmts: []ir.Stmt{
@@ -102,7 +182,7 @@ func (a *AccRegs) Loop(body []ir.Stmt) ir.Stmt {
 
 // elems runs body per accumulator element of the lane, with row and col
 // bound to its row and column of C (the fragment's layout).
-func (a *AccRegs) elems(row, col string, body []ir.Stmt) []ir.Stmt {
+func (a *accRegs) elems(row, col string, body []ir.Stmt) []ir.Stmt {
 	lane, c := ir.R("lane", ir.I32), ir.R(fragElem, ir.I32)
 	stmts := []ir.Stmt{
 		&ir.Let{Name: row, Value: a.f.Row(lane, c)},
@@ -113,30 +193,27 @@ func (a *AccRegs) elems(row, col string, body []ir.Stmt) []ir.Stmt {
 }
 
 // copyLoop moves C to the registers (in) or back (out).
-func (a *AccRegs) copyLoop(mm *ir.MatMul, in bool) ir.Stmt {
-	cIdx := add(mul(ir.R("acc_row", ir.I32), i32(mm.N)), ir.R("acc_col", ir.I32))
-	reg := a.At(ir.R(fragElem, ir.I32))
-	st := &ir.Store{Buf: mm.C, Index: cIdx, Value: ir.Ld(a.name, ir.F32, reg)}
+func (a *accRegs) copyLoop(fl *fragLoop, in bool) ir.Stmt {
+	cIdx := add(mul(ir.R("acc_row", ir.I32), i32(fl.n)), ir.R("acc_col", ir.I32))
+	reg := a.at(ir.R(fragElem, ir.I32))
+	st := &ir.Store{Buf: fl.c, Index: cIdx, Value: ir.Ld(a.name, ir.F32, reg)}
 	if in {
-		st = &ir.Store{Buf: a.name, Index: reg, Value: ir.Ld(mm.C, ir.F32, cIdx)}
+		st = &ir.Store{Buf: a.name, Index: reg, Value: ir.Ld(fl.c, ir.F32, cIdx)}
 	}
-	return a.Loop(a.elems("acc_row", "acc_col", []ir.Stmt{st}))
+	return a.loop(a.elems("acc_row", "acc_col", []ir.Stmt{st}))
 }
 
-// KeepAccInRegisters rewrites the KV tile loops of body whose accumulating
-// matmuls (one per tile kind classify-tiles made) have a register plan in
-// the fragment layout f (see above), recording the plan on their
-// MatrixPlans (Reg); loops it cannot
-// rewrite are left as they are. Where every other statement of the work
+// keepAccInRegisters rewrites the KV tile loops of body whose accumulating
+// fragment loops (one per tile kind classify-tiles made) have a register
+// plan (see above); loops it cannot rewrite are left as they are. Where every other statement of the work
 // item that touches C is a row nest too (the zeroing before the loop, the
 // normalizing store after it), those run on the registers as well and C
 // leaves shared memory; else C is loaded into the registers before the
 // loop and stored back after it.
-func (l *Layer) KeepAccInRegisters(body *ir.Block, byMM map[*ir.MatMul]*MatrixPlan, f *Fragment) *ir.Block {
-	c := &accCtx{l: l, f: f}
+func (ctx *accCtx) keepAccInRegisters(body *ir.Block) *ir.Block {
 	body = ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
 		if f, ok := s.(*ir.For); ok && f.Kind == ir.Parallel {
-			if item := c.accInItem(f, byMM); item != nil {
+			if item := ctx.accInItem(f); item != nil {
 				return []ir.Stmt{item}
 			}
 		}
@@ -147,42 +224,36 @@ func (l *Layer) KeepAccInRegisters(body *ir.Block, byMM map[*ir.MatMul]*MatrixPl
 		if !ok || f.Tag != ir.TagKVTile {
 			return []ir.Stmt{s}
 		}
-		loop, a, plans := c.accInLoop(f, byMM)
-		if loop == nil || plans[0].Reg != nil {
+		loop, a, fl := ctx.accInLoop(f)
+		if loop == nil {
 			return []ir.Stmt{s} // not possible, or done with its item
-		}
-		for _, p := range plans {
-			p.Reg = a
 		}
 		return []ir.Stmt{
 			&ir.Alloc{Name: a.name, T: ir.F32, Size: a.l.BlockThreads * a.per, Private: true},
-			a.copyLoop(p0(plans).MM, true),
+			a.copyLoop(fl, true),
 			loop,
-			a.copyLoop(p0(plans).MM, false),
+			a.copyLoop(fl, false),
 		}
 	})
 }
 
-func p0(plans []*MatrixPlan) *MatrixPlan { return plans[0] }
-
 // accInItem rewrites a work item whose KV tile loops and every other
 // statement touching their accumulator C can run on registers, dropping
 // C; it returns nil when some statement cannot.
-func (ctx *accCtx) accInItem(item *ir.For, byMM map[*ir.MatMul]*MatrixPlan) ir.Stmt {
-	var a *AccRegs
-	var mm *ir.MatMul
-	var plans []*MatrixPlan
+func (ctx *accCtx) accInItem(item *ir.For) ir.Stmt {
+	var a *accRegs
+	var fl *fragLoop
 	loops := map[int]ir.Stmt{}
 	for i, st := range item.Body.Stmts {
 		f, ok := st.(*ir.For)
 		if !ok || f.Tag != ir.TagKVTile {
 			continue
 		}
-		loop, la, lp := ctx.accInLoop(f, byMM)
+		loop, la, lf := ctx.accInLoop(f)
 		if loop == nil || (a != nil && la.name != a.name) {
 			return nil
 		}
-		a, mm, plans = la, lp[0].MM, append(plans, lp...)
+		a, fl = la, lf
 		loops[i] = loop
 	}
 	if a == nil {
@@ -194,46 +265,36 @@ func (ctx *accCtx) accInItem(item *ir.For, byMM map[*ir.MatMul]*MatrixPlan) ir.S
 			out = append(out, loop)
 			continue
 		}
-		if al, ok := st.(*ir.Alloc); ok && al.Name == mm.C {
+		if al, ok := st.(*ir.Alloc); ok && al.Name == fl.c {
 			out = append(out, &ir.Alloc{Name: a.name, T: ir.F32, Size: a.l.BlockThreads * a.per, Private: true})
 			continue
 		}
-		if !touches(st, mm.C) {
+		if !touches(st, fl.c) {
 			out = append(out, st)
 			continue
 		}
-		rows, frag := a.splitRowNest(st, mm)
+		rows, frag := a.splitRowNest(st, fl)
 		if frag == nil {
 			return nil
 		}
 		out = append(out, rows, frag)
 	}
-	// C must be gone: its alloc replaced, every access but the planned
-	// matmuls' (which lower onto the registers) rewritten.
+	// C must be gone: its alloc replaced, every access rewritten.
 	c := *item
-	c.Body = ir.MapStmts(&ir.Block{Stmts: out}, func(st ir.Stmt) []ir.Stmt {
-		if x, ok := st.(*ir.MatMul); ok && byMM[x] != nil && byMM[x].MM.C == mm.C {
-			return nil
-		}
-		return []ir.Stmt{st}
-	})
-	if touches(&c, mm.C) {
-		return nil
-	}
 	c.Body = &ir.Block{Stmts: out}
-	for _, p := range plans {
-		p.Reg = a
+	if touches(&c, fl.c) {
+		return nil
 	}
 	return &c
 }
 
 // accInLoop rewrites one KV tile loop onto the register plan of its
-// accumulating matmuls, or returns nil loop.
-func (ctx *accCtx) accInLoop(f *ir.For, byMM map[*ir.MatMul]*MatrixPlan) (ir.Stmt, *AccRegs, []*MatrixPlan) {
-	var first *ir.MatMul
+// accumulating fragment loops, or returns nil loop.
+func (ctx *accCtx) accInLoop(f *ir.For) (ir.Stmt, *accRegs, *fragLoop) {
+	var first *fragLoop
 	ir.MapStmts(f.Body, func(st ir.Stmt) []ir.Stmt {
-		if mm, ok := st.(*ir.MatMul); ok && first == nil && byMM[mm] != nil && mm.Accumulate {
-			first = mm
+		if fl := ctx.fragmentOf(st); fl != nil && first == nil && fl.accumulate {
+			first = fl
 		}
 		return []ir.Stmt{st}
 	})
@@ -244,26 +305,29 @@ func (ctx *accCtx) accInLoop(f *ir.For, byMM map[*ir.MatMul]*MatrixPlan) (ir.Stm
 	if a == nil {
 		return nil, nil, nil
 	}
-	var plans []*MatrixPlan
 	var rewrite func([]ir.Stmt) ([]ir.Stmt, bool)
 	rewrite = func(stmts []ir.Stmt) ([]ir.Stmt, bool) {
 		var out []ir.Stmt
 		for _, st := range stmts {
-			if !touches(st, first.C) {
+			if !touches(st, first.c) {
 				out = append(out, st)
 				continue
 			}
-			switch x := st.(type) {
-			case *ir.MatMul:
-				p := byMM[x]
-				if p == nil || !x.Accumulate || x.C != first.C || x.M != first.M || x.N != first.N ||
-					x.A == first.C || x.B == first.C {
+			if fl := ctx.fragmentOf(st); fl != nil {
+				if !fl.accumulate || fl.c != first.c || fl.n != first.n {
 					return nil, false
 				}
-				plans = append(plans, p)
-				out = append(out, st)
+				// Its operands must not be C: only the fd moves touch it.
+				conv := a.onRegisters(fl)
+				if touches(conv, first.c) {
+					return nil, false
+				}
+				out = append(out, conv)
+				continue
+			}
+			switch x := st.(type) {
 			case *ir.If:
-				if exprTouches(x.Cond, first.C) {
+				if exprTouches(x.Cond, first.c) {
 					return nil, false
 				}
 				c := *x
@@ -302,33 +366,33 @@ func (ctx *accCtx) accInLoop(f *ir.For, byMM map[*ir.MatMul]*MatrixPlan) (ir.Stm
 	}
 	loop := *f
 	loop.Body = &ir.Block{Stmts: stmts}
-	return &loop, a, plans
+	return &loop, a, first
 }
 
 // splitRowNest splits a row nest over C into the nest without its column
 // loops (what it does per row: the softmax state, the lse) and the column
 // loops on the fragment layout (the registers), or returns nil frag when
 // s is not such a nest.
-func (a *AccRegs) splitRowNest(s ir.Stmt, mm *ir.MatMul) (rows, frag ir.Stmt) {
+func (a *accRegs) splitRowNest(s ir.Stmt, fl *fragLoop) (rows, frag ir.Stmt) {
 	f, ok := s.(*ir.For)
-	if !ok || f.Kind != ir.Spread || !isConst(f.Lo, 0) || !isConst(f.Hi, mm.M) {
+	if !ok || f.Kind != ir.Spread || !isConst(f.Lo, 0) || !isConst(f.Hi, a.f.M) {
 		return nil, nil
 	}
-	n := &nestRewrite{c: mm.C, reg: a.name, row: f.Var, width: mm.N, at: a.At(ir.R(fragElem, ir.I32)), dropRowWork: true}
+	n := &nestRewrite{c: fl.c, reg: a.name, row: f.Var, width: fl.n, at: a.at(ir.R(fragElem, ir.I32)), dropRowWork: true}
 	body, ok := n.outer(f.Body.Stmts)
 	if !ok || n.col == "" {
 		return nil, nil
 	}
 	col := n.col
 	rowBody := ir.MapStmts(f.Body, func(st ir.Stmt) []ir.Stmt {
-		if x, ok := st.(*ir.For); ok && x.Var == col && touches(x, mm.C) {
+		if x, ok := st.(*ir.For); ok && x.Var == col && touches(x, fl.c) {
 			return nil
 		}
 		return []ir.Stmt{st}
 	})
 	r := *f
 	r.Body = rowBody
-	frag = a.Loop(a.elems(n.row, n.col, body))
+	frag = a.loop(a.elems(n.row, n.col, body))
 	// The row part runs first: it must not write what the column loops
 	// read, nor read what they write, and nothing may leave the nest early.
 	rowLoads, rowStores, rowExits := accesses(&r)
@@ -375,17 +439,17 @@ func overlaps(a, b map[string]bool) bool {
 
 // rowNest rewrites a row nest over C onto the fragment layout, or returns
 // nil when s is not one.
-func (a *AccRegs) rowNest(s ir.Stmt, mm *ir.MatMul) ir.Stmt {
+func (a *accRegs) rowNest(s ir.Stmt, fl *fragLoop) ir.Stmt {
 	f, ok := s.(*ir.For)
-	if !ok || f.Kind != ir.Spread || !isConst(f.Lo, 0) || !isConst(f.Hi, mm.M) {
+	if !ok || f.Kind != ir.Spread || !isConst(f.Lo, 0) || !isConst(f.Hi, a.f.M) {
 		return nil
 	}
-	n := &nestRewrite{c: mm.C, reg: a.name, row: f.Var, width: mm.N, at: a.At(ir.R(fragElem, ir.I32))}
+	n := &nestRewrite{c: fl.c, reg: a.name, row: f.Var, width: fl.n, at: a.at(ir.R(fragElem, ir.I32))}
 	body, ok := n.outer(f.Body.Stmts)
 	if !ok || n.col == "" {
 		return nil
 	}
-	return a.Loop(a.elems(n.row, n.col, body))
+	return a.loop(a.elems(n.row, n.col, body))
 }
 
 // nestRewrite rewrites the statements of one row nest.

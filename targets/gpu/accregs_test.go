@@ -9,7 +9,7 @@ import (
 // splitRowNest refuses a nest whose per-row work, once moved ahead of the
 // column loop, would change what the column loop reads or writes.
 func TestSplitRowNestKeepsOrder(t *testing.T) {
-	mm := &ir.MatMul{C: "acc", A: "p", B: "v", M: 16, N: 16, K: 16, Accumulate: true}
+	fl := &fragLoop{c: "acc", n: 16, accumulate: true}
 	frag := &Fragment{M: 16, N: 8, Regs: 4,
 		Row: func(lane, c ir.Expr) ir.Expr {
 			return add(ir.Bin(ir.Div, lane, i32(4)), mul(ir.Bin(ir.Div, c, i32(2)), i32(8)))
@@ -17,7 +17,7 @@ func TestSplitRowNestKeepsOrder(t *testing.T) {
 		Col: func(lane, c ir.Expr) ir.Expr {
 			return add(mul(ir.Bin(ir.Rem, lane, i32(4)), i32(2)), ir.Bin(ir.Rem, c, i32(2)))
 		}}
-	a := (&accCtx{l: &Layer{Lanes: 32, BlockThreads: 128}, f: frag}).newAccRegs(mm)
+	a := (&accCtx{l: &Layer{Lanes: 32, BlockThreads: 128}, f: frag}).newAccRegs(fl)
 	row, d := ir.R("row", ir.I32), ir.R("d", ir.I32)
 	at := add(mul(row, i32(16)), d)
 	nest := func(after ir.Stmt) ir.Stmt {
@@ -35,7 +35,7 @@ func TestSplitRowNestKeepsOrder(t *testing.T) {
 		{"reads what the columns wrote", &ir.Store{Buf: "y", Index: row, Value: ir.Ld("o", ir.F32, at)}, false},
 		{"leaves the item", &ir.If{Cond: ir.Bin(ir.Lt, row, i32(3)), Then: &ir.Block{Stmts: []ir.Stmt{&ir.Continue{}}}}, false},
 	} {
-		rows, frag := a.splitRowNest(nest(c.after), mm)
+		rows, frag := a.splitRowNest(nest(c.after), fl)
 		if got := rows != nil && frag != nil; got != c.ok {
 			t.Errorf("%s: split %v, want %v", c.name, got, c.ok)
 		}

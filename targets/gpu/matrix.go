@@ -20,9 +20,6 @@ type MatrixPlan struct {
 	In, B ir.Type
 	// ANarrow says A holds values of In (else f32, split into parts).
 	ANarrow bool
-	// Reg, when not nil, is C kept in registers across the KV tile loop
-	// (Layer.KeepAccInRegisters).
-	Reg *AccRegs
 }
 
 // QueryType is the element type of kernel k's queries (its q or q_nope

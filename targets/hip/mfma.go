@@ -20,11 +20,9 @@ const mfmaM, mfmaN, mfmaK = 16, 16, 16
 // values (P) is split into half-precision parts, one MFMA each, so P·V
 // keeps about f32 precision. Each n-tile of 16 output columns is one
 // spread iteration whose 64 lanes hold the MFMA fragments, read from LDS
-// element by element (CDNA3 has no ldmatrix). The P·V accumulator stays in
-// the MFMA accumulator registers across the KV tile loop when it needs at
-// most gpu.MaxAccRegisters per work-item (gpu's KeepAccInRegisters in
-// MFMA's layout), else it is loaded from C before the k steps and stored
-// back after them. Other matmuls are left to simt-matmul.
+// element by element (CDNA3 has no ldmatrix), reading and writing C
+// around the MFMAs (acc-registers keeps an accumulating C in registers
+// instead). Other matmuls are left to simt-matmul.
 //
 // Its lanes loops and MFMAs span 64 lanes: it sets the module's lane width
 // (as the layer's lane passes do).
@@ -54,8 +52,7 @@ func UseMFMA(m *ir.Module) (*ir.Module, error) {
 			return k.Body, nil
 		}
 		narrow := gpu.Narrowed(plans)
-		body := Layer.KeepAccInRegisters(k.Body, byMM, mfmaFragment)
-		return ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
+		return ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
 			switch x := s.(type) {
 			case *ir.MatMul:
 				if p := byMM[x]; p != nil {
@@ -108,10 +105,7 @@ func lowerMFMA(p *gpu.MatrixPlan) []ir.Stmt {
 	cAt := func(r int) ir.Expr { return add(mul(add(mul(g, i32(4)), i32(r)), i32(mm.N)), add(n0, j)) }
 	for r := 0; r < 4; r++ {
 		var v ir.Expr = ir.Float(0)
-		switch {
-		case p.Reg != nil:
-			v = ir.Ld(p.Reg.Name(), ir.F32, p.Reg.At(i32(r)))
-		case mm.Accumulate:
+		if mm.Accumulate {
 			v = ir.Ld(mm.C, ir.F32, cAt(r))
 		}
 		body = append(body, &ir.Store{Buf: "fd", Index: i32(r), Value: v})
@@ -140,14 +134,7 @@ func lowerMFMA(p *gpu.MatrixPlan) []ir.Stmt {
 	}
 	body = append(body, &ir.For{Var: "ks", Lo: i32(0), Hi: i32(mm.K / mfmaK), Kind: ir.Serial, Body: &ir.Block{Stmts: kLoop}})
 	for r := 0; r < 4; r++ {
-		if p.Reg != nil {
-			body = append(body, &ir.Store{Buf: p.Reg.Name(), Index: p.Reg.At(i32(r)), Value: ir.Ld("fd", ir.F32, i32(r))})
-			continue
-		}
 		body = append(body, &ir.Store{Buf: mm.C, Index: cAt(r), Value: ir.Ld("fd", ir.F32, i32(r))})
-	}
-	if p.Reg != nil {
-		return append(out, p.Reg.Loop(body))
 	}
 	lanes := &ir.For{Var: "lane", Lo: i32(0), Hi: i32(Layer.Lanes), Kind: ir.Lanes, Body: &ir.Block{Stmts: body}}
 	return append(out, &ir.For{Var: "nt", Lo: i32(0), Hi: i32(mm.N / mfmaN), Kind: ir.Spread, Body: &ir.Block{Stmts: []ir.Stmt{lanes}}})
