@@ -36,14 +36,17 @@ var allowedImports = map[string][]string{
 	"codegen/cstyle":    {"ir"},
 	"codegen/cuda":      {"ir", "codegen/cstyle"},
 	"codegen/cuda/sass": {},
+	"codegen/hip":       {"ir", "codegen/cstyle", "codegen/cuda", "codegen/hip/isa"},
+	"codegen/hip/isa":   {},
 	"targets":           {"ir", "lower", "passes", "registry"},
 	// The GPU schedule layer GPU targets instantiate (lane width, block,
 	// matrix shapes): not a target, so targets may share it.
-	"targets/gpu": {"ir", "passes"},
+	"targets/gpu":      {"ir", "passes"},
+	"targets/gpu/host": {"ir", "registry", "targets", "codegen/cstyle"},
 	// A target: the neutral compiler, the seam, a code generator (its
 	// own, or one it is a dialect of) and the CPU runtime tools its
 	// harness builds libraries with; never another target.
-	"targets/*":           {"ir", "lower", "passes", "registry", "targets", "targets/gpu", "cpurt", "codegen/*", "codegen/cuda/sass"},
+	"targets/*":           {"ir", "lower", "passes", "registry", "targets", "cpurt", "codegen/*", "codegen/cuda/sass", "codegen/hip/isa", "targets/gpu", "targets/gpu/host"},
 	"driver":              {"frontend", "ir", "lower", "passes", "registry", "targets"},
 	"conformance":         {"cpurt", "driver", "frontend", "ir", "lower", "passes", "reference", "registry", "targets"},
 	"bench":               {"conformance", "cpurt", "driver", "frontend", "ir", "lower", "passes", "reference", "registry", "targets"},
@@ -52,6 +55,7 @@ var allowedImports = map[string][]string{
 	"cmd/attnc":           {"cli"},
 	"internal/passtest":   {"ir", "passes"},
 	"internal/lltest":     {"ir", "internal/needtool"},
+	"internal/plantest":   {"conformance", "ir", "reference"},
 	"internal/*":          {},
 	"examples/custompass": {"", "cli", "ir", "passes"},
 	"python":              {},

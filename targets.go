@@ -7,4 +7,5 @@ package attnc
 import (
 	_ "github.com/attnc/attnc/targets/cpu"
 	_ "github.com/attnc/attnc/targets/cuda"
+	_ "github.com/attnc/attnc/targets/hip"
 )

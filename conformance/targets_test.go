@@ -4,4 +4,5 @@ package conformance
 import (
 	_ "github.com/attnc/attnc/targets/cpu"
 	_ "github.com/attnc/attnc/targets/cuda"
+	_ "github.com/attnc/attnc/targets/hip"
 )

@@ -401,6 +401,8 @@ func (f *frame) stmt(s Stmt, u *[]undo) (flow, int32) {
 		f.barrier()
 	case *MMA:
 		f.mmaStmt(s)
+	case *MFMA:
+		f.mfmaStmt(s)
 	case *MatMul:
 		f.matmul(s)
 	case *If:

@@ -617,6 +617,15 @@ func (p *parser) stmt() Stmt {
 		p.expect(",")
 		s.B = p.ident().text
 		return s
+	case "mfma":
+		p.expect(".")
+		in := p.typ()
+		s := &MFMA{In: in, D: p.ident().text}
+		p.expect(",")
+		s.A = p.ident().text
+		p.expect(",")
+		s.B = p.ident().text
+		return s
 	case "malloc":
 		name := p.ident().text
 		p.expect(":")

@@ -230,6 +230,8 @@ func (p *printer) stmt(s Stmt) {
 		p.line("ldmatrix.x%d%s %s, %s[%s]", s.N, tr, s.Dst, s.Src, p.ex(s.Index))
 	case *MMA:
 		p.line("mma.%s %s, %s, %s", s.In, s.D, s.A, s.B)
+	case *MFMA:
+		p.line("mfma.%s %s, %s, %s", s.In, s.D, s.A, s.B)
 	case *Reduce:
 		p.line("reduce %s = %s over %s in %s .. %s of %s", s.Name, s.Op, s.Var, p.ex(s.Lo), p.ex(s.Hi), p.ex(s.Value))
 	case *MatMul:

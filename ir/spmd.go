@@ -29,7 +29,7 @@ const (
 	syncDone
 )
 
-var syncNames = [...]string{"", "barrier", "shfl_xor", "mma", "ldmatrix", "the end"}
+var syncNames = [...]string{"", "barrier", "shfl_xor", "mma or mfma", "ldmatrix", "the end"}
 
 // spmdThread is one thread (or lane) of an SPMD group.
 type spmdThread struct {
@@ -50,6 +50,7 @@ type spmdThread struct {
 // mmaFrag is one lane's part of an m16n8k16 mma.
 type mmaFrag struct {
 	in   Type
+	amd  bool // MFMA 16x16x16 (a and b: two registers each), else mma.m16n8k16
 	a    [4]uint32
 	b    [2]uint32
 	d    [4]float32
@@ -170,7 +171,11 @@ func (f *frame) spmd(s *For) {
 			case syncLdMatrix:
 				f.ldmatrix(lanes)
 			default:
-				f.mma(lanes)
+				if lanes[0].mma.amd {
+					f.mfma(lanes)
+				} else {
+					f.mma(lanes)
+				}
 			}
 			for _, l := range lanes {
 				l.wait = syncNone
@@ -242,6 +247,67 @@ func (f *frame) mmaStmt(s *MMA) {
 	f.thr.sync(syncMMA)
 	for i := 0; i < 4; i++ {
 		f.store(d, int64(i), val(math.Float32bits(fr.d[i])))
+	}
+}
+
+// mfmaStmt posts the lane's MFMA fragments and waits for the warp.
+func (f *frame) mfmaStmt(s *MFMA) {
+	if f.thr == nil {
+		f.fail("mfma outside a threads or lanes loop")
+	}
+	if n := f.m.LaneWidth(); n != MFMALanes {
+		f.fail("mfma: its fragments are laid out over %d lanes, the warps have %d", MFMALanes, n)
+	}
+	fr := &mmaFrag{in: s.In, amd: true}
+	a, b, d := f.buffer(s.A), f.buffer(s.B), f.buffer(s.D)
+	for i := 0; i < 2; i++ {
+		fr.a[i] = uint32(f.load(a, int64(i), I32))
+		fr.b[i] = uint32(f.load(b, int64(i), I32))
+	}
+	for i := 0; i < 4; i++ {
+		fr.d[i] = math.Float32frombits(uint32(f.load(d, int64(i), F32)))
+	}
+	fr.dOut = d
+	f.thr.mma = fr
+	f.thr.sync(syncMMA)
+	for i := 0; i < 4; i++ {
+		f.store(d, int64(i), val(math.Float32bits(fr.d[i])))
+	}
+}
+
+// mfma computes D += A x B for one 64-lane warp in the layout of AMD's
+// v_mfma_f32_16x16x16_{f16,bf16} (the MFMA statement's comment): with
+// j = lane % 16 and g = lane / 16, element r of a lane's A is A[j][4g+r],
+// of its B B[4g+r][j], and d[r] is D[4g+r][j]. Products and sums run in
+// float64 and round once per element, as the emulator does.
+func (f *frame) mfma(lanes []*spmdThread) {
+	in := lanes[0].mma.in
+	half := func(regs [4]uint32, r int) float64 {
+		h := regs[r>>1] & 0xffff
+		if r&1 == 1 {
+			h = regs[r>>1] >> 16
+		}
+		return toF64(in, val(h))
+	}
+	A := func(row, k int) float64 { return half(lanes[row+16*(k>>2)].mma.a, k&3) }
+	B := func(k, col int) float64 {
+		var regs [4]uint32
+		copy(regs[:2], lanes[col+16*(k>>2)].mma.b[:])
+		return half(regs, k&3)
+	}
+	out := make([][4]float32, len(lanes))
+	for l := range lanes {
+		j, g := l&15, l>>4
+		for r := 0; r < 4; r++ {
+			s := float64(lanes[l].mma.d[r])
+			for k := 0; k < 16; k++ {
+				s += A(4*g+r, k) * B(k, j)
+			}
+			out[l][r] = float32(s)
+		}
+	}
+	for l, ln := range lanes {
+		ln.mma.d = out[l]
 	}
 }
 

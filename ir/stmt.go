@@ -61,6 +61,21 @@ type MMA struct {
 	In      Type
 }
 
+// MFMA is one wavefront-wide matrix multiply-accumulate 16x16x16 of AMD
+// CDNA (v_mfma_f32_16x16x16_f16, v_mfma_f32_16x16x16_bf16): D (f32[4] per
+// lane) += A (16x16, i32[2] per lane, two In values each) x B (16x16, i32[2]
+// per lane). With j = lane % 16 and g = lane / 16, a lane holds A[j][4g+r]
+// and B[4g+r][j] as element r (register r/2, the low half for even r) and
+// D[4g+r][j] in d[r]. In is F16 or BF16. All 64 lanes of a warp of a
+// 64-lane module must execute it.
+type MFMA struct {
+	D, A, B string
+	In      Type
+}
+
+// MFMALanes is the lane width MFMA's fragment layout spans.
+const MFMALanes = 64
+
 // Copy copies N consecutive elements Src[SrcIndex ...] to Dst[DstIndex ...]
 // (element types of equal width; the bits move unchanged). GPU printers use
 // 128-bit accesses when N elements make 16 aligned bytes. An Async copy
@@ -191,6 +206,7 @@ func (*AsyncWait) isStmt()   {}
 func (*LdMatrix) isStmt()    {}
 func (*Barrier) isStmt()     {}
 func (*MMA) isStmt()         {}
+func (*MFMA) isStmt()        {}
 
 // Store writes Value to element Index of buffer or local array Buf.
 type Store struct {

@@ -491,6 +491,25 @@ func (v *verifier) stmt(s Stmt) {
 				v.fail("mma operand %s has %s elements, want %s", x.name, d.t, x.t)
 			}
 		}
+	case *MFMA:
+		if v.thr == 0 && v.lanes == 0 {
+			v.fail("mfma outside a threads or lanes loop")
+		}
+		if n := v.m.LaneWidth(); n != MFMALanes {
+			v.fail("mfma: its fragments are laid out over %d lanes, the module's warps have %d", MFMALanes, n)
+		}
+		if r := StorageOf(s.In); r == nil || !r.TensorCore {
+			v.fail("mfma input type %s is not a matrix-core dtype", s.In)
+		}
+		for _, x := range []struct {
+			name string
+			t    Type
+			size int
+		}{{s.D, F32, 4}, {s.A, I32, 2}, {s.B, I32, 2}} {
+			if d := v.buffer(x.name, "mfma operand"); d.t != x.t || d.kind != dAlloc || d.size < x.size {
+				v.fail("mfma operand %s: want a local %s array of at least %d elements", x.name, x.t, x.size)
+			}
+		}
 	case *Malloc:
 		v.expr(s.Size)
 		if t := s.Size.Type(); t != I32 && t != I64 {

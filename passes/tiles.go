@@ -255,6 +255,8 @@ func Accesses(s ir.Stmt) (reads, writes map[string]bool) {
 			reads[x.Src] = true
 		case *ir.MMA:
 			reads[x.A], reads[x.B], reads[x.D], writes[x.D] = true, true, true, true
+		case *ir.MFMA:
+			reads[x.A], reads[x.B], reads[x.D], writes[x.D] = true, true, true, true
 		case *ir.LdMatrix:
 			reads[x.Src], writes[x.Dst] = true, true
 		case *ir.MatMul:

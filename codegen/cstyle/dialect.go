@@ -43,6 +43,11 @@ type Dialect struct {
 	// thread's index in its block, the block's index in the grid and the
 	// number of blocks (x dimension only).
 	ThreadIndex, BlockIndex, GridBlocks string
+	// PhaseLoop, when not "", is the line printed before each serial loop
+	// that strides a spread over a block's threads (tag phase: a thread's
+	// share of independent iterations), e.g. a pragma that keeps the
+	// compiler from unrolling them.
+	PhaseLoop string
 	// Barrier is the statement that waits for every thread of the block
 	// (and makes their shared-memory writes visible).
 	Barrier string
@@ -64,6 +69,10 @@ type Dialect struct {
 	// MMA is the format of one matrix instruction d += a·b on fragments
 	// (arguments: the operand dtype's name, e.g. f16, then d, a, b).
 	MMA string
+	// MFMA is the format of one wavefront matrix instruction d += a·b on
+	// AMD's 16x16x16 fragments (arguments as MMA's); "" when the language
+	// has none.
+	MFMA string
 	// LdMatrix prints a fragment load of n 8×8 matrices (transposed or
 	// not) into the register array dst from the shared address addr.
 	LdMatrix func(n int, trans bool, dst, addr string) string

@@ -308,6 +308,11 @@ func (p *printer) stmt(s ir.Stmt) {
 			return
 		}
 		p.line("for (int32_t c_ = 0; c_ < %d; ++c_) %s[%s + c_] = %s[%s + c_];", s.N, s.Dst, dst, s.Src, src)
+	case *ir.MFMA:
+		if p.d.MFMA == "" {
+			panic(fmt.Sprintf("mfma has no %s form", p.d.Name))
+		}
+		p.line(p.d.MFMA, s.In, s.D, s.A, s.B)
 	case *ir.MMA:
 		p.line(p.d.MMA, s.In, s.D, s.A, s.B)
 	case *ir.AsyncCommit:
@@ -342,6 +347,8 @@ func (p *printer) forStmt(s *ir.For) {
 			// A register array indexed by the loop variable stays in
 			// registers only when the loop is unrolled.
 			p.line("#pragma unroll")
+		} else if s.Tag == ir.TagPhase && p.d.PhaseLoop != "" {
+			p.line("%s", p.d.PhaseLoop)
 		}
 		p.line("for (int32_t %s = %s, %s_end = %s; %s < %s_end; ++%s) {", s.Var, lo, s.Var, hi, s.Var, s.Var, s.Var)
 	}

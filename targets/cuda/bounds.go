@@ -7,6 +7,7 @@ import (
 	"github.com/attnc/attnc/codegen/cuda/sass"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/registry"
+	"github.com/attnc/attnc/targets/gpu/host"
 )
 
 // Launch bounds. Every work kernel is printed with
@@ -34,7 +35,7 @@ var boundArchs = []string{"sm_80", "sm_90"}
 // __launch_bounds__: AttentionMinBlocks (or fewer, as many as sm_80's
 // shared memory holds) for an attention kernel, LightMinBlocks otherwise.
 func MinBlocksPerSM(k *ir.Kernel) int {
-	if !hasTileLoop(k) {
+	if !host.HasTileLoop(k) {
 		return LightMinBlocks
 	}
 	a := sass.Archs["sm_80"]
@@ -82,18 +83,6 @@ func boundsOf(k *ir.Kernel, lm *registry.LaunchManifest) {
 		lm.Occupancy[name] = registry.OccupancyManifest{BlocksPerSM: o.BlocksPerSM, WarpsPerSM: o.WarpsPerSM,
 			Limit: strings.Join(o.Limiters, "+")}
 	}
-}
-
-// hasTileLoop reports whether k walks KV tiles (an attention kernel).
-func hasTileLoop(k *ir.Kernel) bool {
-	found := false
-	ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
-		if f, ok := s.(*ir.For); ok && f.Tag == ir.TagKVTile {
-			found = true
-		}
-		return []ir.Stmt{s}
-	})
-	return found
 }
 
 func roundUp(x, m int) int { return (x + m - 1) / m * m }

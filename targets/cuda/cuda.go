@@ -8,16 +8,14 @@
 // and, from the plans, the host launchers.
 //
 // cuda imports ir, lower (Tiling), passes, registry, targets, targets/gpu,
-// codegen/cstyle, codegen/cuda and codegen/cuda/sass (attnc sass); it must
-// not import another target,
+// targets/gpu/host, codegen/cstyle, codegen/cuda and codegen/cuda/sass
+// (attnc sass); it must not import another target,
 // driver or frontend.
 package cuda
 
 import (
 	"fmt"
-	"strings"
 
-	"github.com/attnc/attnc/codegen/cstyle"
 	cudagen "github.com/attnc/attnc/codegen/cuda"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
@@ -25,6 +23,7 @@ import (
 	"github.com/attnc/attnc/registry"
 	"github.com/attnc/attnc/targets"
 	"github.com/attnc/attnc/targets/gpu"
+	"github.com/attnc/attnc/targets/gpu/host"
 )
 
 func init() { targets.Register(Target{}) }
@@ -55,7 +54,7 @@ var Table = []passes.Pass{
 		Desc: "the operand arrays of matmuls tensor cores can take (m16n8k16 shapes; f16/bf16 values, or 8-bit codes under f16/bf16 queries) narrowed to that type"},
 	{Name: "use-mma", Run: UseMMA,
 		Desc: "matmuls on narrowed f16/bf16 operands as m16n8k16 tensor-core fragments per warp (P split hi + lo)"},
-	{Name: "acc-registers", Run: AccRegisters,
+	{Name: "acc-registers", Run: Layer.AccRegisters(mmaFragment),
 		Desc: "the P·V accumulator of the tensor-core fragments in registers across the KV tile loop (up to 64 per thread)"},
 	{Name: "simt-matmul", Required: true, Run: gpu.SIMTMatMul,
 		Desc: "the remaining matmuls as a dot product per output element"},
@@ -110,49 +109,29 @@ func (Target) Passes() []passes.Pass { return Table }
 func (Target) Constraints() []passes.Constraint { return Constraints }
 
 // Assemble implements targets.Target: host launchers are printed from the
-// plans, so the module keeps only the kernels a public plan launches (a
-// GPU prefill never hands over to decode: the launcher cannot read the
-// query lengths).
-func (Target) Assemble(m *ir.Module) (*ir.Module, error) {
-	used := map[string]bool{}
-	for _, p := range m.Plans {
-		if !p.Public {
-			continue
-		}
-		for _, l := range p.Direct {
-			used[l.Kernel] = true
-		}
-		if s := p.Split; s != nil {
-			for _, l := range s.Launches {
-				used[l.Kernel] = true
-			}
-		}
-	}
-	out := *m
-	out.Kernels = nil
-	for _, k := range m.Kernels {
-		if used[k.Name] {
-			out.Kernels = append(out.Kernels, k)
-		}
-	}
-	return &out, nil
-}
+// plans, so the module keeps only the kernels a public plan launches
+// (host.Assemble).
+func (Target) Assemble(m *ir.Module) (*ir.Module, error) { return host.Assemble(m) }
 
 // Launcher is the host launcher symbol of a plan's entry.
-func Launcher(p *ir.Plan) string { return p.Entry + "_launch" }
+func Launcher(p *ir.Plan) string { return host.Launcher(p) }
 
 // GridStrideBlocks is the grid of a launch whose item count depends on
 // device memory: the kernel strides its items over this many blocks per
 // multiprocessor.
 const GridStrideBlocks = 4
 
-// hostConfig is what the printer needs to write launchers.
-var hostConfig = cudagen.Host{
-	Launcher:        Launcher,
-	Threads:         "2 * attnc_num_sms()",
-	GridStrideGrid:  fmt.Sprintf("%d * attnc_num_sms()", GridStrideBlocks),
-	ThreadsPerBlock: BlockThreads,
-	MinBlocks:       MinBlocksPerSM,
+// DefaultSMs is the multiprocessor count Select assumes when the shape
+// gives none (an H100 SXM / H200).
+const DefaultSMs = 132
+
+// Host is the CUDA target's host side: launchers with 2 x SMs workers,
+// grid-stride launches of GridStrideBlocks per SM, the launch bounds of
+// bounds.go.
+var Host = &host.Target{
+	Name: "cuda", Language: "CUDA", Ext: ".cu", Stream: "cudaStream_t",
+	Units: "SMs", DefaultUnits: DefaultSMs, ThreadsPerUnit: 2, GridStrideBlocks: GridStrideBlocks,
+	BlockThreads: BlockThreads, Bounds: boundsOf,
 }
 
 // Section implements targets.Target.
@@ -162,7 +141,7 @@ func (Target) Section(opt targets.Options) (registry.TargetManifest, error) {
 
 // Emit implements targets.Target.
 func (Target) Emit(v *ir.Variant, m *ir.Module, opt targets.Options) ([]targets.Artifact, error) {
-	cu, err := cudagen.Emit(m, hostConfig)
+	cu, err := cudagen.Emit(m, Host.Printer(MinBlocksPerSM))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %s: %w", v.Pos, v.Name, err)
 	}
@@ -174,81 +153,18 @@ func (Target) Emit(v *ir.Variant, m *ir.Module, opt targets.Options) ([]targets.
 func (Target) Runtime(m *ir.Module) string { return "" }
 
 // Header implements targets.Target: the public launchers.
-func (Target) Header(v *ir.Variant, m *ir.Module) string {
-	var sb strings.Builder
-	for _, p := range m.Plans {
-		if p.Public {
-			fmt.Fprintf(&sb, "\n/* %s on CUDA (device pointers; stream is a cudaStream_t). */\nint32_t %s(%s);\n",
-				p.Role, Launcher(p), targets.CParams(p.Params, "void *stream"))
-		}
-	}
-	return sb.String()
-}
-
-// launchOf renders a plan launch with its grid rule, block and shared
-// memory (from the scheduled kernel).
-func launchOf(m *ir.Module, p *ir.Plan) func(ir.Launch) registry.LaunchManifest {
-	return func(l ir.Launch) registry.LaunchManifest {
-		lm := registry.LaunchManifest{Kernel: l.Kernel, Items: ir.ExprString(l.Items), Grid: "items", Block: BlockThreads}
-		if !cstyle.HostKnown(p, l.Items) {
-			lm.Grid = fmt.Sprintf("%d * SMs (grid-stride: the item count depends on device memory)", GridStrideBlocks)
-		}
-		if k := m.Kernel(l.Kernel); k != nil {
-			lm.Smem = cstyle.SharedBytes(k)
-			boundsOf(k, &lm)
-		}
-		return lm
-	}
-}
+func (Target) Header(v *ir.Variant, m *ir.Module) string { return Host.Header(v, m) }
 
 // Manifest implements targets.Target: the launchers with their plans, then
 // the device kernels with their launch settings.
 func (Target) Manifest(v *ir.Variant, m *ir.Module, opt targets.Options) []registry.KernelManifest {
-	var out []registry.KernelManifest
-	for _, p := range m.Plans {
-		if !p.Public {
-			continue
-		}
-		args := append(registry.ArgsOf(p.Params), registry.Arg{Name: "stream", Kind: "scalar", DType: "cudaStream_t"})
-		out = append(out, registry.KernelManifest{Variant: v.Name, Role: string(p.Role), Symbol: Launcher(p), Entry: true,
-			Target: "cuda", File: v.Name + ".cu", Args: args, Returns: "i32 status", Constraints: registry.Constraints(v),
-			Plan: registry.PlanOf(p, registry.PlanOptions{Threads: "2 * SMs", Launch: launchOf(m, p)})})
-	}
-	for _, k := range m.Kernels {
-		lm := &registry.LaunchManifest{Block: cstyle.BlockSize(k), Smem: cstyle.SharedBytes(k)}
-		boundsOf(k, lm)
-		out = append(out, registry.KernelManifest{Variant: v.Name, Role: string(k.Role), Symbol: k.Name,
-			Target: "cuda", File: v.Name + ".cu", Args: registry.ArgsOf(k.Params), Returns: "void (__global__)",
-			Constraints: registry.Constraints(v), Launch: lm})
-	}
-	return out
+	return Host.Manifest(v, m)
 }
-
-// DefaultSMs is the multiprocessor count Select assumes when the shape
-// gives none (an H100 SXM / H200).
-const DefaultSMs = 132
 
 // Select implements targets.Target: what the launcher does for a call of
 // that shape — the plan evaluated as the host evaluates it (2 x SMs
 // workers, no sequence lengths), with each launch's grid, block and shared
 // memory.
 func (Target) Select(v *ir.Variant, m *ir.Module, s registry.Shape) (registry.Selection, error) {
-	sms := s.SMs
-	if sms < 1 {
-		sms = DefaultSMs
-	}
-	sel, err := registry.Select(v, m, s, registry.Host{Target: "cuda", Threads: 2 * sms, Lengths: false,
-		Launch: func(l *registry.LaunchSelection) {
-			l.Grid = l.Items
-			if !l.Known {
-				l.Grid = GridStrideBlocks * sms
-			}
-			if k := m.Kernel(l.Kernel); k != nil {
-				l.Block, l.Smem = cstyle.BlockSize(k), cstyle.SharedBytes(k)
-			}
-		}})
-	if p := m.Plan(sel.Role); err == nil && p != nil {
-		sel.Symbol = Launcher(p) // the host entry point a caller calls
-	}
-	return sel, err
+	return Host.Select(v, m, s)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/registry"
 	"github.com/attnc/attnc/targets"
+	"github.com/attnc/attnc/targets/gpu/host"
 )
 
 // The CUDA target's optional hooks (package targets): the multiprocessors
@@ -47,15 +48,7 @@ func (Target) HostLibrary(v *ir.Variant, m *ir.Module, dir string, opt targets.O
 
 // Entries implements targets.Harness: the host launchers of the public
 // plans, each with a trailing stream.
-func (Target) Entries(m *ir.Module) []targets.Entry {
-	var es []targets.Entry
-	for _, p := range m.Plans {
-		if p.Public {
-			es = append(es, targets.Entry{Role: p.Role, Symbol: Launcher(p), Params: p.Params, Stream: true})
-		}
-	}
-	return es
-}
+func (Target) Entries(m *ir.Module) []targets.Entry { return host.Entries(m) }
 
 // MachineCommand implements targets.MachineCode: attnc sass.
 func (Target) MachineCommand() targets.MachineCommand {

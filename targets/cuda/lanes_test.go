@@ -28,8 +28,9 @@ func (t laneTarget) Tiling(v *ir.Variant) lower.Tiling {
 	return tl
 }
 
-// Constraints are the neutral and the layer's rules: the table has no
-// tensor-core passes, so CUDA's rules about them do not apply.
+// Constraints are the rules of its table: the neutral ones and the
+// layer's (the table builder checks them, and CUDA's name passes this
+// table does not have).
 func (t laneTarget) Constraints() []passes.Constraint {
 	return append(append([]passes.Constraint(nil), passes.NeutralConstraints...), gpu.Constraints...)
 }

@@ -20,9 +20,6 @@ var Layer = &gpu.Layer{
 	RingSlots:    RingSlots,
 }
 
-// warps is the number of warps in a block.
-var warps = Layer.Warps()
-
 // RingSlots is the number of ring slots a work item gets whose shared
 // arrays take smem bytes with one slot, ringBytes of them the staged K/V
 // tiles: gpu.RingStages when the block, its tiles doubled, still holds

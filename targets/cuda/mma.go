@@ -14,6 +14,18 @@ const (
 	mmaM, mmaN, mmaK = 16, 8, 16
 )
 
+// mmaFragment is where mma.m16n8k16 leaves its accumulator (PTX ISA
+// "Matrix Fragments for mma.m16n8k16"): element c of lane l at row
+// l/4 + 8*(c/2), column 2*(l%4) + c%2 of the 8-column n-tile.
+var mmaFragment = &gpu.Fragment{M: mmaM, N: mmaN, Regs: 4,
+	Row: func(lane, c ir.Expr) ir.Expr {
+		return add(ir.Bin(ir.Div, lane, i32(4)), mul(ir.Bin(ir.Div, c, i32(2)), i32(8)))
+	},
+	Col: func(lane, c ir.Expr) ir.Expr {
+		return add(mul(ir.Bin(ir.Rem, lane, i32(4)), i32(2)), ir.Bin(ir.Rem, c, i32(2)))
+	},
+}
+
 // NarrowOperands narrows the operands of the matmuls tensor cores can
 // take: those whose shapes fit (M = 16, N a multiple of 8, K a multiple of
 // 16) and whose B operand holds only values of a tensor-core dtype (every
@@ -27,20 +39,18 @@ const (
 func NarrowOperands(m *ir.Module) (*ir.Module, error) {
 	return passes.MapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
 		stores := gpu.ArrayStores(k.Body)
-		reads := arrayReads(k.Body)
-		narrow := map[string]ir.Type{}
-		qt := queryType(k)
+		reads := gpu.ArrayReads(k.Body)
+		var plans []*gpu.MatrixPlan
+		qt := gpu.QueryType(k)
 		ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
 			if mm, ok := s.(*ir.MatMul); ok {
-				if p := planMMA(mm, stores, reads, qt); p != nil {
-					narrow[mm.B] = p.b
-					if p.aNarrow {
-						narrow[mm.A] = p.in
-					}
+				if p := gpu.PlanMatrix(mm, Layer.Matrix[0], stores, reads, qt); p != nil {
+					plans = append(plans, p)
 				}
 			}
 			return []ir.Stmt{s}
 		})
+		narrow := gpu.Narrowed(plans)
 		if len(narrow) == 0 {
 			return k.Body, nil
 		}
@@ -83,8 +93,8 @@ func UseMMA(m *ir.Module) (*ir.Module, error) {
 			}
 			return []ir.Stmt{s}
 		})
-		reads := arrayReads(k.Body)
-		qt := queryType(k)
+		reads := gpu.ArrayReads(k.Body)
+		qt := gpu.QueryType(k)
 		return ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
 			if mm, ok := s.(*ir.MatMul); ok {
 				if p := narrowedMMA(mm, elems, local, reads, qt); p != nil {
@@ -98,7 +108,7 @@ func UseMMA(m *ir.Module) (*ir.Module, error) {
 
 // narrowedMMA is the tensor-core plan of a matmul whose operands
 // narrow-operands narrowed (B a local array of a tensor-core dtype or of
-// 8-bit codes, planMMA's conditions), or nil.
+// 8-bit codes, gpu.PlanMatrix's conditions), or nil.
 func narrowedMMA(mm *ir.MatMul, elems map[string]ir.Type, local map[string]bool, reads map[string]int, query ir.Type) *mmaPlan {
 	if mm.M != mmaM || mm.N%mmaN != 0 || mm.K%mmaK != 0 || mm.A == mm.B || !local[mm.B] || reads[mm.B] > 0 {
 		return nil
@@ -125,52 +135,6 @@ type mmaPlan struct {
 	aNarrow bool    // A holds values of in (else f32, split hi + lo)
 }
 
-// queryType is the element type of kernel k's queries (its q or q_nope
-// argument), or Void.
-func queryType(k *ir.Kernel) ir.Type {
-	for _, name := range []string{"q", "q_nope"} {
-		if p := k.Param(name); p != nil {
-			return p.Elem
-		}
-	}
-	return ir.Void
-}
-
-// arrayReads counts the loads of each buffer outside matmul statements.
-func arrayReads(b *ir.Block) map[string]int {
-	out := map[string]int{}
-	ir.MapStmtExprs(b, func(e ir.Expr) ir.Expr {
-		ir.VisitExpr(e, func(n ir.Expr) {
-			if l, ok := n.(*ir.Load); ok {
-				out[l.Buf]++
-			}
-		})
-		return e
-	})
-	return out
-}
-
-func planMMA(mm *ir.MatMul, stores map[string][]ir.Expr, reads map[string]int, query ir.Type) *mmaPlan {
-	if mm.M != mmaM || mm.N%mmaN != 0 || mm.K%mmaK != 0 || mm.A == mm.B {
-		return nil
-	}
-	b := gpu.NarrowType(stores[mm.B])
-	if b == ir.Void || reads[mm.B] > 0 {
-		return nil
-	}
-	in := b
-	if !ir.StorageOf(b).TensorCore {
-		// 8-bit codes: f16/bf16 queries take the tensor cores after an
-		// exact conversion; f32 queries keep f32 arithmetic (simt).
-		if r := ir.StorageOf(query); r == nil || !r.TensorCore {
-			return nil
-		}
-		in = query
-	}
-	a := gpu.NarrowType(stores[mm.A])
-	return &mmaPlan{mm: mm, in: in, b: b, aNarrow: a == in && reads[mm.A] == 0}
-}
-
 func i32(v int) ir.Expr { return ir.Int(int64(v)) }
 
 func add(x, y ir.Expr) ir.Expr { return ir.Bin(ir.Add, x, y) }
@@ -178,9 +142,7 @@ func mul(x, y ir.Expr) ir.Expr { return ir.Bin(ir.Mul, x, y) }
 
 // pack2 packs two 16-bit patterns into one mma operand register, the first
 // in the low half (PTX: the lower-indexed element in the low bits).
-func pack2(lo, hi ir.Expr) ir.Expr {
-	return ir.Bin(ir.Or, ir.Bin(ir.And, ir.Cvt(ir.I32, lo), i32(0xffff)), ir.Bin(ir.Shl, ir.Cvt(ir.I32, hi), i32(16)))
-}
+var pack2 = gpu.Pack2
 
 // aF32 reads A's element idx as f32.
 func (p *mmaPlan) aF32(idx ir.Expr) ir.Expr {

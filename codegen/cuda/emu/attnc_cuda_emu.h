@@ -23,14 +23,22 @@
 //    already overwritten) in at least some blocks and phases.
 //  - Dynamic shared memory is filled with 0xFF (a NaN pattern) at every block
 //    start and ends exactly at a PROT_NONE guard page.
+//  - A warp has ATTNC_EMU_LANES lanes (define it before including this
+//    header; default 32). 32 models NVIDIA GPUs: CUDA's mma, ldmatrix and
+//    cp.async names are defined, with a 48 KiB default and a 227 KiB opt-in
+//    limit of dynamic shared memory per block. 64 models AMD CDNA3 (gfx942)
+//    wavefronts: the MFMA names (attnc_mfma_f16, attnc_mfma_bf16) are defined
+//    instead, and a block gets at most 64 KiB of LDS. Shuffles exchange values
+//    across all lanes of the warp either way.
 //  - attnc_sync() waits until every thread of the block has arrived. A thread
 //    that returns while others wait (or will wait) at a barrier, a warp
-//    operation that not all 32 lanes reach, lanes of a warp in different warp
-//    operations, and warp operations in a partial warp make the launch fail:
+//    operation that not all lanes of the warp reach, lanes of a warp in
+//    different warp operations, and warp operations in a partial warp make
+//    the launch fail:
 //    a message goes to stderr (and attnc_emu_last_message()), the remaining
 //    blocks are skipped and attnc_last_error() returns nonzero.
 //    ATTNC_EMU_QUIET=1 keeps such messages off stderr.
-//  - Warp shuffles, mma and ldmatrix exchange values through per-warp slots
+//  - Warp shuffles, mma, mfma and ldmatrix exchange values through per-warp slots
 //    between two warp barriers; ldmatrix hands out fragments lane by lane as
 //    the PTX ISA defines them (see Sched::ldmatrix) and checks that every row
 //    address in use is 16-byte aligned and inside the block's shared memory.
@@ -52,6 +60,13 @@
 
 #if !defined(__cplusplus) || __cplusplus < 201703L
 #error "attnc_cuda_emu.h needs C++17 (g++ -std=c++17)"
+#endif
+
+#ifndef ATTNC_EMU_LANES
+#define ATTNC_EMU_LANES 32
+#endif
+#if ATTNC_EMU_LANES != 32 && ATTNC_EMU_LANES != 64
+#error "ATTNC_EMU_LANES must be 32 (NVIDIA warps) or 64 (AMD CDNA wavefronts)"
 #endif
 
 #include <math.h>
@@ -120,8 +135,16 @@ enum {
   kErrLaunchFailure = 719,       // cudaErrorLaunchFailure
 };
 
+// Lanes per warp (wavefront).
+const int kLanes = ATTNC_EMU_LANES;
+
+#if ATTNC_EMU_LANES == 32
 const int kDefaultSmem = 48 * 1024;  // without attnc_set_smem
 const int kMaxSmem = 227 * 1024;     // sm_90 opt-in limit per block
+#else
+const int kDefaultSmem = 64 * 1024;  // CDNA3: 64 KiB of LDS per workgroup
+const int kMaxSmem = 64 * 1024;
+#endif
 const int kMaxThreads = 1024;
 
 std::atomic<int> g_last_error{0};
@@ -278,6 +301,8 @@ enum WarpOp {
   kOpMmaF16 = 5,
   kOpMmaBF16 = 7,
   kOpLdmatrix = 9,  // + 2 * (3 * trans + log2(num)): x1 x2 x4, then their .trans
+  kOpMfmaF16 = 21,
+  kOpMfmaBF16 = 23,
 };
 
 const char *op_name(int tag) {  // tag is an op or op + 1
@@ -292,6 +317,8 @@ const char *op_name(int tag) {  // tag is an op or op + 1
     case (kOpLdmatrix + 5) / 2: return "attnc_ldmatrix_x1_trans";
     case (kOpLdmatrix + 7) / 2: return "attnc_ldmatrix_x2_trans";
     case (kOpLdmatrix + 9) / 2: return "attnc_ldmatrix_x4_trans";
+    case (kOpMfmaF16 - 1) / 2: return "attnc_mfma_f16";
+    case (kOpMfmaBF16 - 1) / 2: return "attnc_mfma_bf16";
   }
   return "?";
 }
@@ -299,10 +326,10 @@ const char *op_name(int tag) {  // tag is an op or op + 1
 struct Warp {
   int arrived = 0;
   int tag = 0;
-  uint32_t slot[32];
-  int32_t a[32][4];
-  int32_t b[32][2];
-  const unsigned char *row[32];  // ldmatrix row addresses
+  uint32_t slot[kLanes];
+  int32_t a[kLanes][4];
+  int32_t b[kLanes][2];
+  const unsigned char *row[kLanes];  // ldmatrix row addresses
 };
 
 struct Launch {
@@ -390,7 +417,7 @@ struct Sched {
     }
     smem = (unsigned char *)(smem_map + smem_maplen - ps - need);
     smem_bytes = need;
-    warps.resize((size_t)(n + 31) / 32);
+    warps.resize((size_t)(n + kLanes - 1) / kLanes);
     q.resize((size_t)n);
     return true;
   }
@@ -489,7 +516,7 @@ struct Sched {
         case kWaitWarp:
           if (nw++ == 0) {
             fw = i;
-            wtag = warps[(size_t)i / 32].tag;
+            wtag = warps[(size_t)(i / kLanes)].tag;
           }
           break;
         case kDone:
@@ -499,7 +526,7 @@ struct Sched {
     }
     char parts[3][128] = {"", "", ""};
     if (nb) snprintf(parts[0], sizeof parts[0], "; %d thread(s) wait at attnc_sync() (first: %d)", nb, fb);
-    if (nw) snprintf(parts[1], sizeof parts[1], "; %d thread(s) wait in %s (first: %d, warp %d)", nw, op_name(wtag), fw, fw / 32);
+    if (nw) snprintf(parts[1], sizeof parts[1], "; %d thread(s) wait in %s (first: %d, warp %d)", nw, op_name(wtag), fw, fw / kLanes);
     if (nd) snprintf(parts[2], sizeof parts[2], "; %d thread(s) have returned (first: %d)", nd, fd);
     report(kErrLaunchFailure,
            "attnc emu: kernel %s, block %d: deadlock: a barrier that not every thread reaches "
@@ -536,9 +563,9 @@ struct Sched {
   }
 
   Warp &warp_enter(const char *what) {
-    int w = cur->tid >> 5;
-    if ((w + 1) * 32 > n)
-      fail_fiber("%s in a partial warp (block of %d threads; warp operations need all 32 lanes)", what, n);
+    int w = cur->tid / kLanes;
+    if ((w + 1) * kLanes > n)
+      fail_fiber("%s in a partial warp (block of %d threads; warp operations need all %d lanes)", what, n, kLanes);
     return warps[(size_t)w];
   }
 
@@ -547,14 +574,14 @@ struct Sched {
     if (W.arrived == 0) {
       W.tag = tag;
     } else if (W.tag != tag) {
-      fail_fiber("lanes of warp %d are in different warp operations (%s and %s)", f->tid >> 5, op_name(W.tag),
+      fail_fiber("lanes of warp %d are in different warp operations (%s and %s)", f->tid / kLanes, op_name(W.tag),
                  op_name(tag));
     }
-    if (++W.arrived == 32) {
+    if (++W.arrived == kLanes) {
       W.arrived = 0;
-      int base = f->tid & ~31;
-      for (int l = 0; l < 32; l++) {
-        int t = base + (reverse() ? 31 - l : l);
+      int base = f->tid - f->tid % kLanes;
+      for (int l = 0; l < kLanes; l++) {
+        int t = base + (reverse() ? kLanes - 1 - l : l);
         if (t == f->tid) continue;
         fibers[t].state = kRunnable;
         push(t);
@@ -565,13 +592,18 @@ struct Sched {
     switch_away();
   }
 
+  // 32 lanes: shfl.sync.{bfly,idx} with clamp 31 (an xor source outside the
+  // warp gives the lane its own value). 64 lanes: ds_bpermute_b32, whose
+  // source lane is the address's bits 2..7 (lane ^ mask and src wrap
+  // modulo 64).
   uint32_t shfl(uint32_t v, int src_or_mask, int tag) {
     Warp &W = warp_enter(op_name(tag));
-    int lane = cur->tid & 31;
+    int lane = cur->tid % kLanes;
     W.slot[lane] = v;
     warp_barrier(W, tag);
-    int src = tag == kOpShflXor ? (lane ^ src_or_mask) : (src_or_mask & 31);
-    uint32_t r = (src >= 0 && src < 32) ? W.slot[src] : v;  // PTX: out-of-range source gives own value
+    int src = tag == kOpShflXor ? (lane ^ src_or_mask) : (src_or_mask & (kLanes - 1));
+    if (kLanes == 64) src &= 63;
+    uint32_t r = (src >= 0 && src < kLanes) ? W.slot[src] : v;  // PTX: out-of-range source gives own value
     warp_barrier(W, tag + 1);
     return r;
   }
@@ -592,7 +624,7 @@ struct Sched {
   void mma(float d[4], const int32_t a[4], const int32_t b[2], bool bf16) {
     int tag = bf16 ? kOpMmaBF16 : kOpMmaF16;
     Warp &W = warp_enter(op_name(tag));
-    int lane = cur->tid & 31;
+    int lane = cur->tid % kLanes;
     for (int i = 0; i < 4; i++) W.a[lane][i] = a[i];
     W.b[lane][0] = b[0];
     W.b[lane][1] = b[1];
@@ -621,6 +653,49 @@ struct Sched {
     }
     warp_barrier(W, tag + 1);
     for (int i = 0; i < 4; i++) d[i] = out[i];
+  }
+
+  // v_mfma_f32_16x16x16_f16 / v_mfma_f32_16x16x16_bf16 (CDNA3 ISA, "Matrix
+  // Arithmetic Instructions"; the register layout AMD's matrix instruction
+  // calculator prints for them) on a 64-lane wavefront: D = A*B + C with A
+  // 16x16 (M x K), B 16x16 (K x N), C and D 16x16 f32. With j = lane % 16
+  // and g = lane / 16, lane `lane` holds
+  //   A: four elements in a[0..1], element r (0..3) = A[j][4g + r];
+  //   B: four elements in b[0..1], element r = B[4g + r][j];
+  //   C, D: d[r] = D[4g + r][j];
+  // element r of a pair of 32-bit registers is register r/2, low 16 bits for
+  // even r. Products and sums are computed in double and rounded once per
+  // element.
+  void mfma(float d[4], const int32_t a[2], const int32_t b[2], bool bf16) {
+    int tag = bf16 ? kOpMfmaBF16 : kOpMfmaF16;
+    Warp &W = warp_enter(op_name(tag));
+    int lane = cur->tid % kLanes;
+    W.a[lane][0] = a[0];
+    W.a[lane][1] = a[1];
+    W.b[lane][0] = b[0];
+    W.b[lane][1] = b[1];
+    warp_barrier(W, tag);
+    auto cvt = [bf16](uint32_t reg, int hi) {
+      uint16_t h = (uint16_t)(hi ? reg >> 16 : reg & 0xffff);
+      return (double)(bf16 ? bf16_to_f32(h) : f16_to_f32(h));
+    };
+    auto A = [&](int row, int k) {  // inverse of the A layout above
+      int src = row + 16 * (k >> 2), r = k & 3;
+      return cvt((uint32_t)W.a[src][r >> 1], r & 1);
+    };
+    auto B = [&](int k, int col) {
+      int src = col + 16 * (k >> 2), r = k & 3;
+      return cvt((uint32_t)W.b[src][r >> 1], r & 1);
+    };
+    int j = lane & 15, g = lane >> 4;
+    float out[4];
+    for (int r = 0; r < 4; r++) {
+      double s = d[r];
+      for (int k = 0; k < 16; k++) s += A(4 * g + r, k) * B(k, j);
+      out[r] = (float)s;
+    }
+    warp_barrier(W, tag + 1);
+    for (int r = 0; r < 4; r++) d[r] = out[r];
   }
 
   // ---- cp.async: asynchronous until its wait -------------------------------
@@ -708,7 +783,7 @@ struct Sched {
     int log2n = num == 1 ? 0 : num == 2 ? 1 : 2;
     int tag = kOpLdmatrix + 2 * (3 * (int)trans + log2n);
     Warp &W = warp_enter(op_name(tag));
-    int lane = cur->tid & 31;
+    int lane = cur->tid % kLanes;
     if (lane < 8 * num) {
       if ((uintptr_t)row % 16 != 0)
         fail_fiber("%s: lane %d's row address %p is not 16-byte aligned", op_name(tag), lane, row);
@@ -935,6 +1010,8 @@ static inline int32_t attnc_shfl_idx_i32(int32_t v, int src) {
   return (int32_t)attnc_emu::sched()->shfl((uint32_t)v, src, attnc_emu::kOpShflIdx);
 }
 
+#if ATTNC_EMU_LANES == 32
+// NVIDIA-only names: tensor-core mma, cp.async and ldmatrix.
 static inline void attnc_mma_f16(float d[4], const int32_t a[4], const int32_t b[2]) {
   attnc_emu::sched()->mma(d, a, b, false);
 }
@@ -968,6 +1045,15 @@ static inline void attnc_ldmatrix_x2_trans(int32_t r[2], const void *row) {
 static inline void attnc_ldmatrix_x4_trans(int32_t r[4], const void *row) {
   attnc_emu::sched()->ldmatrix(r, 4, true, row);
 }
+#else
+// AMD-only names: MFMA 16x16x16 on a 64-lane wavefront.
+static inline void attnc_mfma_f16(float d[4], const int32_t a[2], const int32_t b[2]) {
+  attnc_emu::sched()->mfma(d, a, b, false);
+}
+static inline void attnc_mfma_bf16(float d[4], const int32_t a[2], const int32_t b[2]) {
+  attnc_emu::sched()->mfma(d, a, b, true);
+}
+#endif
 
 static inline float attnc_exp(float x) { return expf(x); }
 static inline float attnc_log(float x) { return logf(x); }

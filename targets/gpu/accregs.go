@@ -1,4 +1,4 @@
-package cuda
+package gpu
 
 import (
 	"github.com/attnc/attnc/ir"
@@ -28,18 +28,36 @@ import (
 // memory drops from 123200 to 90432 bytes, 2 blocks per SM on sm_90).
 const MaxAccRegisters = 64
 
-// AccRegisters keeps the accumulator C of the tensor-core fragment loops
-// use-mma wrote for accumulating matmuls in registers across their KV tile
-// loops (see above): in each kernel, keepAccInRegisters.
-func AccRegisters(m *ir.Module) (*ir.Module, error) {
-	return passes.MapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
-		return keepAccInRegisters(k.Body), nil
-	})
+// Fragment is where a matrix instruction leaves its accumulator: an M x N
+// tile of C per warp, Regs elements per lane, element c of a lane at row
+// Row(lane, c) and column n0 + Col(lane, c) of the n-tile starting at
+// column n0 (nt*N).
+type Fragment struct {
+	M, N, Regs int
+	Row, Col   func(lane, c ir.Expr) ir.Expr
 }
 
-// fragLoop is a fragment loop use-mma wrote for a matmul: for nt in 0 ..
-// N/8 spread { for lane lanes { ...; fd[c] = C[...] or 0; ks loop of
-// mmas; C[...] = fd[c] } }, C of 16 rows.
+// AccRegisters is the pass that keeps the accumulator C of the fragment
+// loops a target's matrix rewrite wrote for accumulating matmuls (in the
+// layout f) in registers across their KV tile loops (see above).
+func (l *Layer) AccRegisters(f *Fragment) func(*ir.Module) (*ir.Module, error) {
+	ctx := &accCtx{l: l, f: f}
+	return func(m *ir.Module) (*ir.Module, error) {
+		return passes.MapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
+			return ctx.keepAccInRegisters(k.Body), nil
+		})
+	}
+}
+
+// accCtx is the layer and fragment layout the register plans are made for.
+type accCtx struct {
+	l *Layer
+	f *Fragment
+}
+
+// fragLoop is a fragment loop a matrix rewrite wrote for a matmul: for nt
+// in 0 .. N/f.N spread { for lane lanes { ...; fd[c] = C[...] or 0; ks loop
+// of matrix instructions; C[...] = fd[c] } }, C of f.M rows.
 type fragLoop struct {
 	loop       *ir.For
 	c          string // the matmul's C
@@ -48,7 +66,7 @@ type fragLoop struct {
 }
 
 // fragmentOf returns the fragment loop s is, or nil.
-func fragmentOf(s ir.Stmt) *fragLoop {
+func (ctx *accCtx) fragmentOf(s ir.Stmt) *fragLoop {
 	f, ok := s.(*ir.For)
 	if !ok || f.Var != "nt" || f.Kind != ir.Spread || !isConst(f.Lo, 0) || len(f.Body.Stmts) != 1 {
 		return nil
@@ -61,7 +79,7 @@ func fragmentOf(s ir.Stmt) *fragLoop {
 	if !ok || lanes.Kind != ir.Lanes {
 		return nil
 	}
-	fl := &fragLoop{loop: f, n: int(hi.Int) * mmaN}
+	fl := &fragLoop{loop: f, n: int(hi.Int) * ctx.f.N}
 	for _, st := range lanes.Body.Stmts {
 		x, ok := st.(*ir.Store)
 		if !ok {
@@ -111,9 +129,10 @@ func (a *accRegs) onRegisters(fl *fragLoop) ir.Stmt {
 
 // accRegs is a matmul's accumulator kept in registers.
 type accRegs struct {
+	*accCtx
 	name  string // the Private array
-	tiles int    // n-tiles of 8 columns
-	per   int    // elements per thread: 4 per n-tile the thread's warp runs
+	tiles int    // n-tiles of the fragment's N columns
+	per   int    // elements per thread: Regs per n-tile the thread's warp runs
 }
 
 // Names the fragment loops bind.
@@ -125,51 +144,51 @@ const (
 
 // newAccRegs returns the register plan for C of an accumulating
 // fragment loop, or nil when C is too wide.
-func newAccRegs(fl *fragLoop) *accRegs {
-	if !fl.accumulate || fl.n%mmaN != 0 {
+func (ctx *accCtx) newAccRegs(fl *fragLoop) *accRegs {
+	if !fl.accumulate || fl.n%ctx.f.N != 0 {
 		return nil
 	}
-	tiles := fl.n / mmaN
-	per := (tiles + warps - 1) / warps * 4
+	tiles := fl.n / ctx.f.N
+	warps := ctx.l.Warps()
+	per := (tiles + warps - 1) / warps * ctx.f.Regs
 	if per > MaxAccRegisters {
 		return nil
 	}
-	return &accRegs{name: fl.c + "_reg", tiles: tiles, per: per}
+	return &accRegs{accCtx: ctx, name: fl.c + "_reg", tiles: tiles, per: per}
 }
 
-// at is the Private array's element c (an expression 0..3) of the lane
-// in the current fragment loop iteration: slot*(per) + ai*4 + c, slot
-// the thread that owns it (map-threads runs spread iteration aw on warp
-// aw, so slot = aw*32 + lane).
+// at is the Private array's element c (an expression 0..Regs-1) of the
+// lane in the current fragment loop iteration: slot*(per) + ai*Regs + c,
+// slot the thread that owns it (map-threads runs spread iteration aw on
+// warp aw, so slot = aw*lanes + lane).
 func (a *accRegs) at(c ir.Expr) ir.Expr {
-	slot := add(mul(ir.R(fragWarp, ir.I32), i32(Layer.Lanes)), ir.R("lane", ir.I32))
-	return add(mul(slot, i32(a.per)), add(mul(ir.R(fragIter, ir.I32), i32(4)), c))
+	slot := add(mul(ir.R(fragWarp, ir.I32), i32(a.l.Lanes)), ir.R("lane", ir.I32))
+	return add(mul(slot, i32(a.per)), add(mul(ir.R(fragIter, ir.I32), i32(a.f.Regs)), c))
 }
 
 // loop runs body once per (warp, n-tile) the warp owns, with lane and nt
 // bound: for aw spread 0..warps { for lane lanes { for ai { let nt; if nt
 // < tiles { body } } } }.
 func (a *accRegs) loop(body []ir.Stmt) ir.Stmt {
+	warps := a.l.Warps()
 	nt := add(ir.R(fragWarp, ir.I32), mul(ir.R(fragIter, ir.I32), i32(warps)))
-	iter := &ir.For{Var: fragIter, Lo: i32(0), Hi: i32(a.per / 4), Kind: ir.Serial, Body: &ir.Block{Stmts: []ir.Stmt{
+	iter := &ir.For{Var: fragIter, Lo: i32(0), Hi: i32(a.per / a.f.Regs), Kind: ir.Serial, Body: &ir.Block{Stmts: []ir.Stmt{
 		&ir.Let{Name: "nt", Value: nt},
 		&ir.If{Cond: ir.Bin(ir.Lt, ir.R("nt", ir.I32), i32(a.tiles)), Then: &ir.Block{Stmts: body}},
 	}}}
-	lanes := &ir.For{Var: "lane", Lo: i32(0), Hi: i32(Layer.Lanes), Kind: ir.Lanes, Body: &ir.Block{Stmts: []ir.Stmt{iter}}}
+	lanes := &ir.For{Var: "lane", Lo: i32(0), Hi: i32(a.l.Lanes), Kind: ir.Lanes, Body: &ir.Block{Stmts: []ir.Stmt{iter}}}
 	return &ir.For{Var: fragWarp, Lo: i32(0), Hi: i32(warps), Kind: ir.Spread, Body: &ir.Block{Stmts: []ir.Stmt{lanes}}}
 }
 
 // elems runs body per accumulator element of the lane, with row and col
-// bound to its row and column of C (rows gid and gid+8, columns n0 + 2*tig
-// and +1).
+// bound to its row and column of C (the fragment's layout).
 func (a *accRegs) elems(row, col string, body []ir.Stmt) []ir.Stmt {
 	lane, c := ir.R("lane", ir.I32), ir.R(fragElem, ir.I32)
 	stmts := []ir.Stmt{
-		&ir.Let{Name: row, Value: add(ir.Bin(ir.Div, lane, i32(4)), mul(ir.Bin(ir.Div, c, i32(2)), i32(8)))},
-		&ir.Let{Name: col, Value: add(mul(ir.R("nt", ir.I32), i32(mmaN)),
-			add(mul(ir.Bin(ir.Rem, lane, i32(4)), i32(2)), ir.Bin(ir.Rem, c, i32(2))))},
+		&ir.Let{Name: row, Value: a.f.Row(lane, c)},
+		&ir.Let{Name: col, Value: add(mul(ir.R("nt", ir.I32), i32(a.f.N)), a.f.Col(lane, c))},
 	}
-	return []ir.Stmt{&ir.For{Var: fragElem, Lo: i32(0), Hi: i32(4), Kind: ir.Serial,
+	return []ir.Stmt{&ir.For{Var: fragElem, Lo: i32(0), Hi: i32(a.f.Regs), Kind: ir.Serial,
 		Body: &ir.Block{Stmts: append(stmts, body...)}}}
 }
 
@@ -191,10 +210,10 @@ func (a *accRegs) copyLoop(fl *fragLoop, in bool) ir.Stmt {
 // normalizing store after it), those run on the registers as well and C
 // leaves shared memory; else C is loaded into the registers before the
 // loop and stored back after it.
-func keepAccInRegisters(body *ir.Block) *ir.Block {
+func (ctx *accCtx) keepAccInRegisters(body *ir.Block) *ir.Block {
 	body = ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
 		if f, ok := s.(*ir.For); ok && f.Kind == ir.Parallel {
-			if item := accInItem(f); item != nil {
+			if item := ctx.accInItem(f); item != nil {
 				return []ir.Stmt{item}
 			}
 		}
@@ -205,12 +224,12 @@ func keepAccInRegisters(body *ir.Block) *ir.Block {
 		if !ok || f.Tag != ir.TagKVTile {
 			return []ir.Stmt{s}
 		}
-		loop, a, fl := accInLoop(f)
+		loop, a, fl := ctx.accInLoop(f)
 		if loop == nil {
 			return []ir.Stmt{s} // not possible, or done with its item
 		}
 		return []ir.Stmt{
-			&ir.Alloc{Name: a.name, T: ir.F32, Size: BlockThreads * a.per, Private: true},
+			&ir.Alloc{Name: a.name, T: ir.F32, Size: a.l.BlockThreads * a.per, Private: true},
 			a.copyLoop(fl, true),
 			loop,
 			a.copyLoop(fl, false),
@@ -221,7 +240,7 @@ func keepAccInRegisters(body *ir.Block) *ir.Block {
 // accInItem rewrites a work item whose KV tile loops and every other
 // statement touching their accumulator C can run on registers, dropping
 // C; it returns nil when some statement cannot.
-func accInItem(item *ir.For) ir.Stmt {
+func (ctx *accCtx) accInItem(item *ir.For) ir.Stmt {
 	var a *accRegs
 	var fl *fragLoop
 	loops := map[int]ir.Stmt{}
@@ -230,7 +249,7 @@ func accInItem(item *ir.For) ir.Stmt {
 		if !ok || f.Tag != ir.TagKVTile {
 			continue
 		}
-		loop, la, lf := accInLoop(f)
+		loop, la, lf := ctx.accInLoop(f)
 		if loop == nil || (a != nil && la.name != a.name) {
 			return nil
 		}
@@ -247,7 +266,7 @@ func accInItem(item *ir.For) ir.Stmt {
 			continue
 		}
 		if al, ok := st.(*ir.Alloc); ok && al.Name == fl.c {
-			out = append(out, &ir.Alloc{Name: a.name, T: ir.F32, Size: BlockThreads * a.per, Private: true})
+			out = append(out, &ir.Alloc{Name: a.name, T: ir.F32, Size: a.l.BlockThreads * a.per, Private: true})
 			continue
 		}
 		if !touches(st, fl.c) {
@@ -271,10 +290,10 @@ func accInItem(item *ir.For) ir.Stmt {
 
 // accInLoop rewrites one KV tile loop onto the register plan of its
 // accumulating fragment loops, or returns nil loop.
-func accInLoop(f *ir.For) (ir.Stmt, *accRegs, *fragLoop) {
+func (ctx *accCtx) accInLoop(f *ir.For) (ir.Stmt, *accRegs, *fragLoop) {
 	var first *fragLoop
 	ir.MapStmts(f.Body, func(st ir.Stmt) []ir.Stmt {
-		if fl := fragmentOf(st); fl != nil && first == nil && fl.accumulate {
+		if fl := ctx.fragmentOf(st); fl != nil && first == nil && fl.accumulate {
 			first = fl
 		}
 		return []ir.Stmt{st}
@@ -282,7 +301,7 @@ func accInLoop(f *ir.For) (ir.Stmt, *accRegs, *fragLoop) {
 	if first == nil {
 		return nil, nil, nil
 	}
-	a := newAccRegs(first)
+	a := ctx.newAccRegs(first)
 	if a == nil {
 		return nil, nil, nil
 	}
@@ -294,7 +313,7 @@ func accInLoop(f *ir.For) (ir.Stmt, *accRegs, *fragLoop) {
 				out = append(out, st)
 				continue
 			}
-			if fl := fragmentOf(st); fl != nil {
+			if fl := ctx.fragmentOf(st); fl != nil {
 				if !fl.accumulate || fl.c != first.c || fl.n != first.n {
 					return nil, false
 				}
@@ -356,7 +375,7 @@ func accInLoop(f *ir.For) (ir.Stmt, *accRegs, *fragLoop) {
 // s is not such a nest.
 func (a *accRegs) splitRowNest(s ir.Stmt, fl *fragLoop) (rows, frag ir.Stmt) {
 	f, ok := s.(*ir.For)
-	if !ok || f.Kind != ir.Spread || !isConst(f.Lo, 0) || !isConst(f.Hi, mmaM) {
+	if !ok || f.Kind != ir.Spread || !isConst(f.Lo, 0) || !isConst(f.Hi, a.f.M) {
 		return nil, nil
 	}
 	n := &nestRewrite{c: fl.c, reg: a.name, row: f.Var, width: fl.n, at: a.at(ir.R(fragElem, ir.I32)), dropRowWork: true}
@@ -422,7 +441,7 @@ func overlaps(a, b map[string]bool) bool {
 // nil when s is not one.
 func (a *accRegs) rowNest(s ir.Stmt, fl *fragLoop) ir.Stmt {
 	f, ok := s.(*ir.For)
-	if !ok || f.Kind != ir.Spread || !isConst(f.Lo, 0) || !isConst(f.Hi, mmaM) {
+	if !ok || f.Kind != ir.Spread || !isConst(f.Lo, 0) || !isConst(f.Hi, a.f.M) {
 		return nil
 	}
 	n := &nestRewrite{c: fl.c, reg: a.name, row: f.Var, width: fl.n, at: a.at(ir.R(fragElem, ir.I32))}

@@ -1,4 +1,4 @@
-package cuda
+package gpu
 
 import (
 	"testing"
@@ -10,7 +10,14 @@ import (
 // column loop, would change what the column loop reads or writes.
 func TestSplitRowNestKeepsOrder(t *testing.T) {
 	fl := &fragLoop{c: "acc", n: 16, accumulate: true}
-	a := newAccRegs(fl)
+	frag := &Fragment{M: 16, N: 8, Regs: 4,
+		Row: func(lane, c ir.Expr) ir.Expr {
+			return add(ir.Bin(ir.Div, lane, i32(4)), mul(ir.Bin(ir.Div, c, i32(2)), i32(8)))
+		},
+		Col: func(lane, c ir.Expr) ir.Expr {
+			return add(mul(ir.Bin(ir.Rem, lane, i32(4)), i32(2)), ir.Bin(ir.Rem, c, i32(2)))
+		}}
+	a := (&accCtx{l: &Layer{Lanes: 32, BlockThreads: 128}, f: frag}).newAccRegs(fl)
 	row, d := ir.R("row", ir.I32), ir.R("d", ir.I32)
 	at := add(mul(row, i32(16)), d)
 	nest := func(after ir.Stmt) ir.Stmt {

@@ -1,0 +1,57 @@
+package conformance
+
+import (
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/attnc/attnc/driver"
+	"github.com/attnc/attnc/targets"
+)
+
+// TestEmulatedExamples runs examples' whole conformance matrices on every
+// registered target besides cuda (TestExamples) whose kernels run on an
+// emulator: examplesCUDAShort by default, every example with -cuda.all.
+func TestEmulatedExamples(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "examples", "*.attn"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no examples: %v", err)
+	}
+	ran := false
+	for _, name := range Harnessed() {
+		tg, _, err := harnessOf(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, threads := tg.(targets.HostRuntime); threads || name == "cuda" {
+			continue // TestExamples
+		}
+		ran = true
+		t.Run(name, func(t *testing.T) {
+			needEmu(t)
+			for _, f := range files {
+				vs, err := driver.ParseSpecs([]string{f})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, v := range vs {
+					if !*cudaAll && !slices.Contains(examplesCUDAShort, v.Name) {
+						continue
+					}
+					t.Run(v.Name, func(t *testing.T) {
+						t.Parallel()
+						s, err := BuildFor(v, name, t.TempDir(), Options{})
+						if err != nil {
+							t.Fatal(err)
+						}
+						defer s.Lib.Close()
+						recordAll(t, "example "+name+" "+dtypeKey(v), s.RunAll([]int{1}, 5))
+					})
+				}
+			}
+		})
+	}
+	if !ran {
+		t.Skip("no other emulated target is registered")
+	}
+}

@@ -1,0 +1,194 @@
+package gpu
+
+import (
+	"fmt"
+
+	"github.com/attnc/attnc/ir"
+)
+
+// What a matrix-core rewrite (CUDA's use-mma, HIP's use-mfma) decides the
+// same way whatever the instruction: which matmuls it takes, which
+// operand arrays it narrows, how an f32 A is split into half-precision
+// parts, and which B rows it zeroes first. The fragment layouts are the
+// targets' own.
+
+// MatrixPlan is a matmul a matrix rewrite takes.
+type MatrixPlan struct {
+	MM *ir.MatMul
+	// In is the matrix instruction's input dtype (f16 or bf16); B is what
+	// the B array holds: In, or 8-bit codes converted to In in registers.
+	In, B ir.Type
+	// ANarrow says A holds values of In (else f32, split into parts).
+	ANarrow bool
+}
+
+// QueryType is the element type of kernel k's queries (its q or q_nope
+// argument), or Void.
+func QueryType(k *ir.Kernel) ir.Type {
+	for _, name := range []string{"q", "q_nope"} {
+		if p := k.Param(name); p != nil {
+			return p.Elem
+		}
+	}
+	return ir.Void
+}
+
+// ArrayReads counts the loads of each buffer outside matmul statements.
+func ArrayReads(b *ir.Block) map[string]int {
+	out := map[string]int{}
+	ir.MapStmtExprs(b, func(e ir.Expr) ir.Expr {
+		ir.VisitExpr(e, func(n ir.Expr) {
+			if l, ok := n.(*ir.Load); ok {
+				out[l.Buf]++
+			}
+		})
+		return e
+	})
+	return out
+}
+
+// PlanMatrix says whether a matrix instruction of shape s takes mm: M is
+// s.M, N and K multiples of s.N and s.K, and B holds only values of a
+// matrix-core dtype (every store converts an element of it to f32, or
+// stores 0) and is read nowhere else — or 8-bit codes, when the kernel's
+// queries are of a matrix-core dtype to convert them to. A qualifies as
+// narrow when it holds only values of that dtype too. stores are
+// ArrayStores, reads ArrayReads of the kernel.
+func PlanMatrix(mm *ir.MatMul, s MatrixShape, stores map[string][]ir.Expr, reads map[string]int, query ir.Type) *MatrixPlan {
+	if mm.M != s.M || mm.N%s.N != 0 || mm.K%s.K != 0 || mm.A == mm.B {
+		return nil
+	}
+	b := NarrowType(stores[mm.B])
+	if b == ir.Void || reads[mm.B] > 0 {
+		return nil
+	}
+	in := b
+	if !ir.StorageOf(b).TensorCore {
+		// 8-bit codes: f16/bf16 queries take the matrix cores after an
+		// exact conversion; f32 queries keep f32 arithmetic (simt).
+		if r := ir.StorageOf(query); r == nil || !r.TensorCore {
+			return nil
+		}
+		in = query
+	}
+	a := NarrowType(stores[mm.A])
+	return &MatrixPlan{MM: mm, In: in, B: b, ANarrow: a == in && reads[mm.A] == 0}
+}
+
+// Narrowed are the element types the plans' operand arrays take: B's
+// dtype, and A's where it is narrow.
+func Narrowed(plans []*MatrixPlan) map[string]ir.Type {
+	out := map[string]ir.Type{}
+	for _, p := range plans {
+		out[p.MM.B] = p.B
+		if p.ANarrow {
+			out[p.MM.A] = p.In
+		}
+	}
+	return out
+}
+
+// AF32 reads A's element idx as f32.
+func (p *MatrixPlan) AF32(idx ir.Expr) ir.Expr {
+	if p.ANarrow {
+		return ir.Cvt(ir.F32, ir.Ld(p.MM.A, p.In, idx))
+	}
+	return ir.Ld(p.MM.A, ir.F32, idx)
+}
+
+// BIndex is the index of B's element (k, n) (B stored [N, K] when TransB).
+func (p *MatrixPlan) BIndex(k, n ir.Expr) ir.Expr {
+	if p.MM.TransB {
+		return add(mul(n, i32(p.MM.K)), k)
+	}
+	return add(mul(k, i32(p.MM.N)), n)
+}
+
+// ZeroUnreached zeroes the B rows that no A row in use reaches, for a
+// zeroskip matmul (or one whose k extent is not all of K): a zero A
+// element then contributes exactly nothing inside the matrix instruction,
+// even against NaN or inf. It returns nothing when nothing needs it.
+func (p *MatrixPlan) ZeroUnreached() []ir.Stmt {
+	mm := p.MM
+	if kx, ok := mm.KExt.(*ir.Const); !mm.ZeroSkip && ok && int(kx.Int) == mm.K {
+		return nil
+	}
+	k, mr := ir.R("zk", ir.I32), ir.R("zm", ir.I32)
+	nz := &ir.Reduce{Name: "zk_used", Op: ir.ReduceAdd, Var: "zm", Lo: i32(0), Hi: i32(mm.M),
+		Value: ir.Sel(ir.Bin(ir.And, ir.Bin(ir.Lt, mr, mm.MExt),
+			ir.Bin(ir.Ne, p.AF32(add(mul(mr, i32(mm.K)), k)), ir.Float(0))), i32(1), i32(0))}
+	zero := &ir.For{Var: "zn", Lo: i32(0), Hi: i32(mm.N), Kind: ir.Spread, Body: &ir.Block{Stmts: []ir.Stmt{
+		&ir.Store{Buf: mm.B, Index: p.BIndex(k, ir.R("zn", ir.I32)), Value: &ir.Const{T: p.B}}}}}
+	return []ir.Stmt{&ir.For{Var: "zk", Lo: i32(0), Hi: i32(mm.K), Kind: ir.Spread, Body: &ir.Block{Stmts: []ir.Stmt{
+		nz, &ir.If{Cond: ir.Bin(ir.Eq, ir.R("zk_used", ir.I32), i32(0)), Then: &ir.Block{Stmts: []ir.Stmt{zero}}}}}}}
+}
+
+// Raw is the bits of a narrow array's element as In's carrier.
+func (p *MatrixPlan) Raw(arr string, idx ir.Expr) ir.Expr {
+	return &ir.Bitcast{To: ir.StorageOf(p.In).Carrier, X: ir.Ld(arr, p.In, idx)}
+}
+
+// BRaw is the bits of B's element (k, n) as In's carrier: as stored, or an
+// 8-bit code converted exactly in registers.
+func (p *MatrixPlan) BRaw(k, n ir.Expr) ir.Expr {
+	if p.B == p.In {
+		return p.Raw(p.MM.B, p.BIndex(k, n))
+	}
+	code := &ir.Bitcast{To: ir.StorageOf(p.B).Carrier, X: ir.Ld(p.MM.B, p.B, p.BIndex(k, n))}
+	return ir.CodeToHalf(p.B, p.In, code)
+}
+
+// Parts is how many parts of In an f32 A element is split into: one for a
+// narrow A; else enough that their sum holds about 22 significant bits
+// (f16: two parts of 11, the rest below 2^-22 of the element; bf16: three
+// of 8), so f16/bf16 outputs of P·V stay within half an ulp.
+func (p *MatrixPlan) Parts() int {
+	if p.ANarrow {
+		return 1
+	}
+	r := ir.StorageOf(p.In)
+	n := 1
+	for n*(r.MantBits+1) < 22 {
+		n++
+	}
+	return n
+}
+
+// SplitA reads A's elements at idxs into Parts() parts each (as In's
+// carrier bits): parts[k][i] is part k of element i. For an f32 A the
+// lets that compute them are returned (element i is named prefix+i): part
+// k holds what parts 0..k-1 left of the element, each remainder exact (x
+// and its rounding are within a factor 2: Sterbenz).
+func (p *MatrixPlan) SplitA(prefix string, idxs []ir.Expr) (lets []ir.Stmt, parts [][]ir.Expr) {
+	r := ir.StorageOf(p.In)
+	parts = make([][]ir.Expr, p.Parts())
+	for k := range parts {
+		parts[k] = make([]ir.Expr, len(idxs))
+	}
+	for i, idx := range idxs {
+		if p.ANarrow {
+			parts[0][i] = p.Raw(p.MM.A, idx)
+			continue
+		}
+		x := fmt.Sprintf("%s%d", prefix, i)
+		rest := x
+		lets = append(lets, &ir.Let{Name: x, Value: ir.Ld(p.MM.A, ir.F32, idx)})
+		for k := range parts {
+			part := fmt.Sprintf("%s_p%d", x, k)
+			lets = append(lets, &ir.Let{Name: part, Value: r.Narrow(ir.R(rest, ir.F32))})
+			parts[k][i] = ir.R(part, r.Carrier)
+			if k+1 < len(parts) {
+				next := fmt.Sprintf("%s_r%d", x, k)
+				lets = append(lets, &ir.Let{Name: next, Value: ir.Bin(ir.Sub, ir.R(rest, ir.F32), r.Widen(ir.R(part, r.Carrier)))})
+				rest = next
+			}
+		}
+	}
+	return lets, parts
+}
+
+// Pack2 packs two 16-bit patterns into one matrix operand register, the
+// first in the low half.
+func Pack2(lo, hi ir.Expr) ir.Expr {
+	return ir.Bin(ir.Or, ir.Bin(ir.And, ir.Cvt(ir.I32, lo), i32(0xffff)), ir.Bin(ir.Shl, ir.Cvt(ir.I32, hi), i32(16)))
+}
