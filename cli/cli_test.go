@@ -251,7 +251,7 @@ func TestBuildErrors(t *testing.T) {
 
 func TestBuildPrintAfterAndDumpDir(t *testing.T) {
 	out, dump := t.TempDir(), t.TempDir()
-	_, e := mustRun(t, "build", llama3, "-o", out, "--target", "cpu,cuda", "--verify-each", "--print-after=all", "--dump-dir", dump)
+	_, e := mustRun(t, "build", llama3, "-o", out, "--target", strings.Join(targets.Names(), ","), "--verify-each", "--print-after=all", "--dump-dir", dump)
 	dumped := readDir(t, dump)
 	for _, tg := range targets.All() {
 		for i, p := range tg.Passes() {
@@ -493,7 +493,7 @@ func TestVerifyAndBenchFlagErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"verify", llama3, "--target", "cpu", "--gpu"}, "use it with --target cuda"},
-		{[]string{"verify", llama3, "--target", "tpu"}, `unknown --target "tpu" (cpu or cuda)`},
+		{[]string{"verify", llama3, "--target", "tpu"}, `unknown --target "tpu" (cpu or cuda or hip)`},
 		{[]string{"bench", llama3, "--target", "cuda"}, "add --gpu"},
 		{[]string{"bench", llama3, "--target", "cpu", "--gpu"}, "use it with --target cuda"},
 		{[]string{"bench", llama3, "--target", "tpu"}, `unknown --target "tpu"`},
