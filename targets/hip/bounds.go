@@ -25,7 +25,8 @@ import (
 const AttentionMinWaves = 2
 
 // LightMinWaves is the bound of the other kernels (merge_state, the split
-// merge, append, copy_page): every wavefront slot of a SIMD, 64 VGPRs.
+// merge, the page kernels) but qkv_append, which is bounded as an
+// attention kernel: every wavefront slot of a SIMD, 64 VGPRs.
 const LightMinWaves = 8
 
 // arch is the architecture the manifest states occupancy for.
@@ -33,10 +34,15 @@ const arch = "gfx942"
 
 // MinWavesPerSIMD is a work kernel's second __launch_bounds__ argument:
 // AttentionMinWaves (or fewer, as many as the LDS of a CU holds) for an
-// attention kernel, LightMinWaves otherwise.
+// attention kernel and for qkv_append, LightMinWaves otherwise.
 func MinWavesPerSIMD(k *ir.Kernel) int {
 	a := isa.Archs[arch]
 	if !host.HasTileLoop(k) {
+		if k.Role == ir.RoleQKVAppend {
+			// A work-item holds a head row through the norm and the
+			// rotation: 64 VGPRs would spill it to scratch.
+			return AttentionMinWaves
+		}
 		return LightMinWaves
 	}
 	lds := roundUp(cstyle.SharedBytes(k), a.LDSGranule)
