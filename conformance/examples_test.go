@@ -15,10 +15,11 @@ import (
 var examplesCUDAShort = []string{"llama3_8b", "llama3_8b_fp8"}
 
 // examplesLong are the examples whose CPU matrix costs the most (MLA's
-// 512-wide latent, gpt-oss's 64 heads): TestExamples runs them with
-// -examples.all (CI's long pass); the default run still builds and runs
-// them in TestSmallStacks.
-var examplesLong = []string{"deepseek_v3_mla", "gpt_oss_20b_sliding"}
+// 512-wide latent, gpt-oss's 64 heads; Phi-3's 32 MHA heads at head dim
+// 96, whose RoPE factors the kernel matrix covers): TestExamples runs them
+// with -examples.all (CI's long pass); the default run still builds and
+// runs them in TestSmallStacks.
+var examplesLong = []string{"deepseek_v3_mla", "gpt_oss_20b_sliding", "phi3_mini_longrope"}
 
 var examplesAll = flag.Bool("examples.all", false, "run every example's CPU matrix in TestExamples, not only those outside examplesLong")
 

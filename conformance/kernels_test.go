@@ -402,9 +402,9 @@ var levelShort = []string{"ps16_gqa4", "ps256_gqa8", "ps8_window", "ps16_mla", "
 
 // matrixAlways are the variants of matrixSpecs that the default run of
 // TestKernelMatrix takes whatever their place: RoPE from runtime
-// arguments (tables and factors).
-var matrixAlways = []string{"ps16_rope_table_f16", "ps4_rope_table_tree_interleaved", "ps8_rope_table_window_f32",
-	"ps16_rope_factors_bf16", "ps32_rope_factors_f32_partial", "ps8_rope_factors_f16_tree"}
+// arguments, one table and one factors variant (the others run when their
+// place comes, and with -levels.all).
+var matrixAlways = []string{"ps4_rope_table_tree_interleaved", "ps16_rope_factors_bf16"}
 
 // lowerLevels are the CPU levels of s's triple below the one its entries
 // chose: the best this CPU runs, unless $ATTNC_CPU_LEVEL forced one.
