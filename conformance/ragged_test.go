@@ -28,10 +28,9 @@ var raggedErr = struct {
 	runs          int
 }{o: map[string]float64{}, lse: map[string]float64{}, allow: map[string]float64{}}
 
-// TestRaggedMatrix runs prefill_ragged of every third matrix variant (every one with
-// -levels.all) but MLA's
-// (which refuses it) against the float64 reference over the gathered rows
-// (RaggedMatrix: ragged batches with empty sequences, shared prefixes,
+// TestRaggedMatrix runs prefill_ragged of every third matrix variant
+// (every one with -levels.all) but MLA's (which refuses it) against the
+// float64 reference over the gathered rows (RaggedMatrix: ragged batches with empty sequences, shared prefixes,
 // chunks over many tiles, poisoned rows before the first sequence and
 // wherever the mask hides a position from the whole call, cross attention
 // for mask none) at 1 and 3 threads, and its bad inputs (status, outputs
