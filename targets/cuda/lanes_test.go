@@ -6,6 +6,7 @@ import (
 
 	"github.com/attnc/attnc/driver"
 	"github.com/attnc/attnc/frontend"
+	"github.com/attnc/attnc/internal/plantest"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
 	"github.com/attnc/attnc/passes"
@@ -96,13 +97,13 @@ func TestInterpretLaneWidth64(t *testing.T) {
 				if wide := strings.Contains(text, ", 32)"); wide != (lanes == 64) {
 					t.Errorf("%d lanes: a shuffle with mask 32 present: %v", lanes, wide)
 				}
-				for _, b := range runPlans(v, c.Final) {
+				for _, b := range plantest.RunPlans(v, c.Final) {
 					t.Errorf("%d lanes: %s", lanes, b)
 				}
 				if lanes == 64 {
 					narrow := *c.Final
 					narrow.SetLaneWidth(32)
-					if len(runPlans(v, &narrow)) == 0 {
+					if len(plantest.RunPlans(v, &narrow)) == 0 {
 						t.Errorf("the 64-lane schedule still runs as 32 lanes")
 					}
 				}
