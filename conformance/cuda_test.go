@@ -227,11 +227,11 @@ var cudaAll = flag.Bool("cuda.all", false, "run every variant of cudaMatrix on t
 // by default (with -cuda.all, CI's long pass in .ci/run, every variant):
 // the SIMT path (f32) and the tensor cores (f16, bf16), page sizes 1 to
 // 256, a window mask, MLA, an 8-bit cache on the tensor cores, RoPE from
-// a table (tensor cores, tree, prefill_ragged) and from factors (SIMT); the
-// other features run in the long pass. TestExamples runs every example on
-// the emulator there too.
+// a table (tensor cores, tree, prefill_ragged); the other features (RoPE
+// factors among them) run in the long pass. TestExamples runs every
+// example on the emulator there too.
 var cudaShort = []string{"cu_ps1_f32", "cu_ps16_f16", "cu_ps256_bf16", "cu_ps4_masked", "cu_mla_f32", "cu_ps16_f16_e4m3",
-	"cu_rope_table_f16", "cu_rope_factors_f32"}
+	"cu_rope_table_f16"}
 
 func TestCUDAEmulatedMatrix(t *testing.T) { emulatedMatrix(t, "cuda") }
 

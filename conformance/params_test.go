@@ -120,7 +120,8 @@ func runParamDims(s *Suite, threads int) []Result {
 }
 
 // paramEmulated are the param variants the CUDA emulator and qemu-aarch64
-// run (the emulators are slow: a subset).
+// run with -cuda.all and -aarch64.all (CI's long pass); the default run
+// takes the first (the emulators are slow).
 var paramEmulated = []string{"pm_docs", "pm_table", "pm_batch"}
 
 // TestParamEmulated runs paramEmulated on the emulated CUDA target and
@@ -136,7 +137,8 @@ func TestParamEmulated(t *testing.T) {
 			}
 			for _, src := range paramSpecs {
 				v := spec(t, src)
-				if !slices.Contains(paramEmulated, v.Name) {
+				all := target == "cuda" && *cudaAll || target == "aarch64" && *aarch64All
+				if !slices.Contains(paramEmulated, v.Name) || !all && v.Name != paramEmulated[0] {
 					continue
 				}
 				t.Run(v.Name, func(t *testing.T) {
