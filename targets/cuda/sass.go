@@ -13,6 +13,7 @@ import (
 	"github.com/attnc/attnc/codegen/cuda/sass"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/registry"
+	"github.com/attnc/attnc/targets/gpu/host"
 )
 
 // SASSRow is one CUDA device kernel's machine code for one architecture,
@@ -46,18 +47,16 @@ func SASS(v *ir.Variant, cu []byte, kernels []registry.KernelManifest, archs []s
 	if cu == nil {
 		return nil, fmt.Errorf("sass: no %s.cu in the build (build with the cuda target)", v.Name)
 	}
+	manifest, err := host.Launches("sass", v, kernels, "cuda")
+	if err != nil {
+		return nil, err
+	}
 	launches := map[string]SASSRow{}
 	guaranteed := map[string]map[string]registry.OccupancyManifest{}
-	for _, k := range kernels {
-		if k.Variant != v.Name || k.Target != "cuda" || k.Entry {
-			continue
-		}
-		if k.Launch == nil || k.Launch.Block <= 0 {
-			return nil, fmt.Errorf("sass: manifest kernel %s has no launch block/smem", k.Symbol)
-		}
-		launches[k.Symbol] = SASSRow{Variant: v.Name, Role: k.Role, DType: v.DType.String(), Block: k.Launch.Block,
+	for sym, k := range manifest {
+		launches[sym] = SASSRow{Variant: v.Name, Role: k.Role, DType: v.DType.String(), Block: k.Launch.Block,
 			DynSmem: k.Launch.Smem, MaxRegisters: k.Launch.MaxRegisters}
-		guaranteed[k.Symbol] = k.Launch.Occupancy
+		guaranteed[sym] = k.Launch.Occupancy
 	}
 	cuPath := filepath.Join(dir, v.Name+".cu")
 	if err := os.WriteFile(cuPath, cu, 0o644); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/attnc/attnc/codegen/hip/isa"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/registry"
+	"github.com/attnc/attnc/targets/gpu/host"
 )
 
 // ISARow is one HIP device kernel's machine code for one architecture,
@@ -45,18 +46,16 @@ func ISA(v *ir.Variant, src []byte, kernels []registry.KernelManifest, archs []s
 	if src == nil {
 		return nil, fmt.Errorf("isa: no %s.hip in the build (build with the hip target)", v.Name)
 	}
+	manifest, err := host.Launches("isa", v, kernels, "hip")
+	if err != nil {
+		return nil, err
+	}
 	launches := map[string]ISARow{}
 	guaranteed := map[string]map[string]registry.OccupancyManifest{}
-	for _, k := range kernels {
-		if k.Variant != v.Name || k.Target != "hip" || k.Entry {
-			continue
-		}
-		if k.Launch == nil || k.Launch.Block <= 0 {
-			return nil, fmt.Errorf("isa: manifest kernel %s has no launch block/smem", k.Symbol)
-		}
-		launches[k.Symbol] = ISARow{Variant: v.Name, Role: k.Role, DType: v.DType.String(), Block: k.Launch.Block,
+	for sym, k := range manifest {
+		launches[sym] = ISARow{Variant: v.Name, Role: k.Role, DType: v.DType.String(), Block: k.Launch.Block,
 			DynLDS: k.Launch.Smem, MaxVGPRs: k.Launch.MaxRegisters}
-		guaranteed[k.Symbol] = k.Launch.Occupancy
+		guaranteed[sym] = k.Launch.Occupancy
 	}
 	path := filepath.Join(dir, v.Name+".hip")
 	if err := os.WriteFile(path, src, 0o644); err != nil {

@@ -197,3 +197,21 @@ func Entries(m *ir.Module) []targets.Entry {
 	}
 	return es
 }
+
+// Launches gathers, by symbol, the launch settings the manifest states for
+// v's device kernels of target t (its entries excluded): what a
+// machine-code check compares the assembled kernels with. A kernel
+// without a launch block is an error, prefixed by cmd.
+func Launches(cmd string, v *ir.Variant, kernels []registry.KernelManifest, t string) (map[string]*registry.KernelManifest, error) {
+	out := map[string]*registry.KernelManifest{}
+	for i, k := range kernels {
+		if k.Variant != v.Name || k.Target != t || k.Entry {
+			continue
+		}
+		if k.Launch == nil || k.Launch.Block <= 0 {
+			return nil, fmt.Errorf("%s: manifest kernel %s has no launch block/smem", cmd, k.Symbol)
+		}
+		out[k.Symbol] = &kernels[i]
+	}
+	return out, nil
+}
