@@ -25,8 +25,8 @@ const issue11Targets = true
 
 func sassStrict() bool { return issue11Targets || os.Getenv("ATTNC_SASS_STRICT") == "1" }
 
-// TestSASS assembles every in-scope example's CUDA kernels with NVIDIA's
-// ptxas for sm_80 and sm_90, reads the SASS back with cuobjdump and logs
+// TestSASS assembles the CUDA kernels of cudaExamples (every example with
+// -examples.all) with NVIDIA's ptxas for sm_80 and sm_90, reads the SASS back with cuobjdump and logs
 // the table (registers, stack frame, spills, shared memory, occupancy,
 // opcode families). It asserts that every kernel assembles, that the
 // manifest's launch fits on an SM, and that what the PTX asks for shows up
@@ -43,7 +43,7 @@ func TestSASS(t *testing.T) {
 	var mu sync.Mutex
 	// The examples assemble in parallel; the group returns when all have.
 	t.Run("examples", func(t *testing.T) {
-		for _, ex := range inScope {
+		for _, ex := range cudaExamples() {
 			t.Run(ex, func(t *testing.T) {
 				t.Parallel()
 				out := buildTargets(t, ex, "cuda")
