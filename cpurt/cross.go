@@ -2,12 +2,15 @@ package cpurt
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 )
 
 // Toolchain is how this machine compiles and runs generated IR for one
@@ -115,8 +118,30 @@ func (tc *Toolchain) Foreign() bool { return len(tc.Emulator) > 0 }
 // BuildShared compiles the LLVM IR file llPath into the shared library
 // soPath for the toolchain's target: opt -O3 and llc -O3
 // -relocation-model=pic with -mtriple, then the target's gcc -shared (with
-// Link) -lm -lpthread. Errors carry the failing tool's output.
+// Link) -lm -lpthread. Errors carry the failing tool's output. With
+// Objects set, the object of IR compiled before with the same settings is
+// reused.
 func (tc *Toolchain) BuildShared(llPath, soPath string) error {
+	tmp, err := os.MkdirTemp("", "attnc-build-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	obj := filepath.Join(tmp, "k.o")
+	if Objects != nil {
+		obj, err = Objects.compile(tc, llPath)
+	} else {
+		err = tc.compileObject(llPath, obj)
+	}
+	if err != nil {
+		return err
+	}
+	return runSteps(llPath, [][]string{append(append([]string{tc.CC, "-shared", "-o", soPath, obj}, tc.Link...), "-lm", "-lpthread")})
+}
+
+// compileObject runs opt -O3 and llc -O3 on llPath into the object file
+// obj, for the toolchain's triple and MCPU.
+func (tc *Toolchain) compileObject(llPath, obj string) error {
 	opt, err := findLLVM("opt")
 	if err != nil {
 		return err
@@ -125,19 +150,79 @@ func (tc *Toolchain) BuildShared(llPath, soPath string) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.MkdirTemp("", "attnc-build-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
-	bc, obj := filepath.Join(tmp, "k.bc"), filepath.Join(tmp, "k.o")
+	bc := obj + ".bc"
+	defer os.Remove(bc)
 	mtriple := "-mtriple=" + tc.Triple
-	steps := [][]string{
+	return runSteps(llPath, [][]string{
 		append(append([]string{opt, "-O3", mtriple}, tc.MCPU...), llPath, "-o", bc),
 		append(append([]string{llc, "-O3", mtriple}, tc.MCPU...), "-relocation-model=pic", "-filetype=obj", bc, "-o", obj),
-		append(append([]string{tc.CC, "-shared", "-o", soPath, obj}, tc.Link...), "-lm", "-lpthread"),
+	})
+}
+
+// Objects, when set, is the cache Toolchain.BuildShared keeps its objects
+// in: a test package that builds the same IR in several tests (the same
+// example in two suites, a library linked once plainly and once with an
+// allocation shim) runs opt and llc on it once. nil, the default,
+// compiles every time.
+var Objects *ObjectCache
+
+// ObjectCache holds compiled objects by the SHA-256 of the IR's text, the
+// triple and the -mcpu flags, in a directory of its own.
+type ObjectCache struct {
+	dir    string
+	mu     sync.Mutex
+	objs   map[string]*cachedObject
+	builds int // BuildShared calls that asked for an object
+}
+
+// cachedObject is one object, compiled once: waiters for the same key
+// share the compile and its error.
+type cachedObject struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// NewObjectCache makes an empty cache in a new temporary directory.
+func NewObjectCache() (*ObjectCache, error) {
+	dir, err := os.MkdirTemp("", "attnc-objects-")
+	if err != nil {
+		return nil, err
 	}
-	return runSteps(llPath, steps)
+	return &ObjectCache{dir: dir, objs: map[string]*cachedObject{}}, nil
+}
+
+// Stats are the builds that asked the cache for an object and the
+// distinct objects compiled for them so far.
+func (c *ObjectCache) Stats() (builds, objects int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.builds, len(c.objs)
+}
+
+// Remove deletes the cache's directory.
+func (c *ObjectCache) Remove() error { return os.RemoveAll(c.dir) }
+
+// compile is the path of llPath's object for tc, compiled on first use.
+func (c *ObjectCache) compile(tc *Toolchain, llPath string) (string, error) {
+	src, err := os.ReadFile(llPath)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	h.Write(src)
+	fmt.Fprintf(h, "\x00%s\x00%s", tc.Triple, strings.Join(tc.MCPU, "\x00"))
+	key := hex.EncodeToString(h.Sum(nil))
+	c.mu.Lock()
+	c.builds++
+	o, ok := c.objs[key]
+	if !ok {
+		o = &cachedObject{path: filepath.Join(c.dir, key+".o")}
+		c.objs[key] = o
+	}
+	c.mu.Unlock()
+	o.once.Do(func() { o.err = tc.compileObject(llPath, o.path) })
+	return o.path, o.err
 }
 
 // runSteps runs each command in turn, stopping at the first failure.
