@@ -21,7 +21,7 @@ func TestRowsPast2To31(t *testing.T) {
 	  head_dim 16
 	  dtype f32
 	  cache paged(page_size = 16) }`)
-	s, err := buildEnds(v, t.TempDir())
+	s, err := buildHostLevel(v, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

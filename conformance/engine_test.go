@@ -86,7 +86,7 @@ func TestEngineSimulation(t *testing.T) {
 				var s *Suite
 				var err error
 				if target == "cpu" {
-					s, err = buildEnds(v, t.TempDir())
+					s, err = buildHostLevel(v, t.TempDir())
 				} else {
 					needEmu(t)
 					s, err = BuildCUDA(v, t.TempDir())

@@ -47,7 +47,7 @@ func TestExamples(t *testing.T) {
 						t.Skip("on the CPU with -examples.all (CI's long pass, .ci/run); TestSmallStacks runs it in the default run")
 					}
 					needTools(t)
-					s, err := buildEnds(v, t.TempDir())
+					s, err := buildHostLevel(v, t.TempDir())
 					if err != nil {
 						t.Fatal(err)
 					}

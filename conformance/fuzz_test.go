@@ -53,7 +53,7 @@ func FuzzKernels(f *testing.F) {
 	needtool.Check(f, cpurt.Tools())
 	dir := f.TempDir()
 	for i, v := range fuzzVariants() {
-		s, err := buildEnds(v, dir)
+		s, err := buildHostLevel(v, dir)
 		if err != nil {
 			f.Fatalf("%s: %v", v.Name, err)
 		}

@@ -2,8 +2,10 @@ package conformance
 
 import (
 	"flag"
+	"fmt"
 	"math"
 	"math/rand"
+	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"github.com/attnc/attnc/frontend"
 	"github.com/attnc/attnc/internal/needtool"
 	"github.com/attnc/attnc/ir"
+	"github.com/attnc/attnc/passes"
 	"github.com/attnc/attnc/reference"
 	"github.com/attnc/attnc/targets/cpu"
 )
@@ -345,7 +348,7 @@ func TestKernelMatrix(t *testing.T) {
 			t.Parallel()
 			// Every level's clone only where the lower levels run below.
 			atLevels := *levelsAll || slices.Contains(levelShort, v.Name)
-			build := buildEnds
+			build := buildHostLevel
 			if atLevels {
 				build = Build
 			}
@@ -387,12 +390,86 @@ func TestKernelMatrix(t *testing.T) {
 
 var levelsAll = flag.Bool("levels.all", false, "run every matrix variant at every lower CPU level too, not only levelShort")
 
-// buildEnds builds v for this machine's CPU like Build, with the clones of
-// the baseline and widest CPU levels only (cpu.EndsTable): the tests that
-// do not exercise every level save a clone's compile time; TestKernelMatrix
-// builds every level and runs them.
-func buildEnds(v *ir.Variant, dir string) (*Suite, error) {
-	return BuildWith(v, dir, Options{Passes: cpu.EndsTable})
+// buildHostLevel builds v for this machine's CPU like Build, with the
+// clone of the CPU level this machine runs only (cpu.LevelTable of
+// hostLevel): the tests that do not exercise the levels save two clones'
+// compile time; TestKernelMatrix builds every level and runs them.
+func buildHostLevel(v *ir.Variant, dir string) (*Suite, error) {
+	table, err := hostLevelTable()
+	if err != nil {
+		return nil, err
+	}
+	return BuildWith(v, dir, Options{Passes: table})
+}
+
+// hostLevelTable is the CPU pass table that clones the level this
+// machine's entries run (CPUID, or $ATTNC_CPU_LEVEL), read once from a
+// small library built with every level.
+var hostLevelTable = sync.OnceValues(func() ([]passes.Pass, error) {
+	vs, err := frontend.Parse("level.attn", []byte(`variant host_level { heads qo = 2, kv = 1
+	  head_dim 16
+	  dtype f32
+	  cache paged(page_size = 4)
+	  kernels decode }`))
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "attnc-level-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	s, err := Build(vs[0], dir)
+	if err != nil {
+		return nil, fmt.Errorf("finding this machine's CPU level: %w", err)
+	}
+	defer s.Lib.Close()
+	return cpu.LevelTable(s.Level)
+})
+
+// TestHostLevelBuild: a library built with buildHostLevel runs the level
+// this machine picks and matches the reference there; forced to a lower
+// level (the clone it lacks) every entry returns CPU_LEVEL at once.
+func TestHostLevelBuild(t *testing.T) {
+	needTools(t)
+	v := spec(t, `variant host_only { heads qo = 4, kv = 2
+	  head_dim 32
+	  dtype f16
+	  cache paged(page_size = 8)
+	  mask causal }`)
+	s, err := buildHostLevel(v, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Lib.Close()
+	full, err := Build(v, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer full.Lib.Close()
+	if s.Level != full.Level {
+		t.Fatalf("the host-level library runs %q, a library of every level %q", s.Level, full.Level)
+	}
+	for _, r := range s.RunAttentionAll(2, 7) {
+		if !r.Pass {
+			t.Errorf("%s", r)
+		}
+	}
+	lower := lowerLevels(t, s)
+	if len(lower) == 0 {
+		t.Skipf("this machine runs the baseline level %s: no lower level to refuse", s.Level)
+	}
+	ls, err := s.AtLevel(lower[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ls.Lib.Close()
+	for role, e := range ls.Entries {
+		args := make([]int64, len(e.Params))
+		if got, err := ls.Lib.Call(e.Symbol, args...); err != nil || got != ir.StatusCPULevel {
+			t.Errorf("%s at %s: status %d (%v), want CPU_LEVEL %d", role, lower[0], got, err, ir.StatusCPULevel)
+		}
+	}
 }
 
 // levelShort are the variants of matrixSpecs whose library TestKernelMatrix
@@ -431,7 +508,7 @@ func TestMergeHalvesEqualsWhole(t *testing.T) {
 	  dtype f32
 	  cache paged(page_size = 8)
 	  mask none }`)
-	s, err := buildEnds(v, t.TempDir())
+	s, err := buildHostLevel(v, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -494,7 +571,7 @@ func TestFullyMaskedRow(t *testing.T) {
 	  dtype f16
 	  cache paged(page_size = 16)
 	  mask expr(q_pos >= 20 && kv_pos <= q_pos) }`)
-	s, err := buildEnds(v, t.TempDir())
+	s, err := buildHostLevel(v, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -530,7 +607,7 @@ func TestNullLSE(t *testing.T) {
 	  head_dim 64
 	  dtype f32
 	  cache paged(page_size = 4) }`)
-	s, err := buildEnds(v, t.TempDir())
+	s, err := buildHostLevel(v, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

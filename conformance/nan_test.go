@@ -305,7 +305,7 @@ func TestNaNMatrix(t *testing.T) {
 			t.Parallel()
 			// The default run takes the widest level this CPU runs;
 			// -levels.all (CI's long pass) every level.
-			build := buildEnds
+			build := buildHostLevel
 			if *levelsAll {
 				build = Build
 			}

@@ -130,7 +130,7 @@ func runPageKernelSpecs(t *testing.T, only []string, build func(v *ir.Variant, d
 // machine's CPU against the reference's byte models, bad inputs included.
 func TestPageKernelMatrix(t *testing.T) {
 	needTools(t)
-	runPageKernelSpecs(t, nil, buildEnds)
+	runPageKernelSpecs(t, nil, buildHostLevel)
 }
 
 // TestPageKernelsAArch64 runs pageKernelShort's page kernels built for

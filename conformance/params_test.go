@@ -71,7 +71,7 @@ func TestParamMatrix(t *testing.T) {
 		v := spec(t, src)
 		t.Run(v.Name, func(t *testing.T) {
 			t.Parallel()
-			s, err := buildEnds(v, t.TempDir())
+			s, err := buildHostLevel(v, t.TempDir())
 			if err != nil {
 				t.Fatal(err)
 			}

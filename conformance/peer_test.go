@@ -130,7 +130,7 @@ func peerSuites(t *testing.T, src string, f func(t *testing.T, s *Suite)) {
 	v := spec(t, src)
 	t.Run("cpu", func(t *testing.T) {
 		needTools(t)
-		s, err := buildEnds(v, t.TempDir())
+		s, err := buildHostLevel(v, t.TempDir())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -143,7 +143,7 @@ func runQKVAppendSpecs(t *testing.T, only []string, build func(v *ir.Variant, di
 // at_append against the reference attention with inline RoPE.
 func TestQKVAppendMatrix(t *testing.T) {
 	needTools(t)
-	runQKVAppendSpecs(t, nil, buildEnds)
+	runQKVAppendSpecs(t, nil, buildHostLevel)
 }
 
 // TestQKVAppendAArch64 runs qkvAppendShort built for aarch64 under qemu.

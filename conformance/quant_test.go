@@ -46,7 +46,7 @@ func TestAppendQuantizerEdges(t *testing.T) {
 						var err error
 						if target == "cpu" {
 							needTools(t)
-							s, err = buildEnds(v, t.TempDir())
+							s, err = buildHostLevel(v, t.TempDir())
 						} else {
 							needEmu(t)
 							s, err = BuildCUDA(v, t.TempDir())

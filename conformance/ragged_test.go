@@ -52,7 +52,7 @@ func TestRaggedMatrix(t *testing.T) {
 		v = raggedOnly(v)
 		t.Run(v.Name, func(t *testing.T) {
 			t.Parallel()
-			s, err := buildEnds(v, t.TempDir())
+			s, err := buildHostLevel(v, t.TempDir())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -114,12 +114,12 @@ func TestChunkedPrefillComposes(t *testing.T) {
 			t.Parallel()
 			causal := spec(t, "variant chunk_"+tc.name+" {\n"+tc.body+"\n mask causal\n kernels prefill, merge_state, prefill_ragged }")
 			none := spec(t, "variant prefix_"+tc.name+" {\n"+tc.body+"\n mask none\n kernels prefill }")
-			sc, err := buildEnds(causal, t.TempDir())
+			sc, err := buildHostLevel(causal, t.TempDir())
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer sc.Lib.Close()
-			sn, err := buildEnds(none, t.TempDir())
+			sn, err := buildHostLevel(none, t.TempDir())
 			if err != nil {
 				t.Fatal(err)
 			}

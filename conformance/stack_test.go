@@ -35,7 +35,7 @@ func TestSmallStacks(t *testing.T) {
 			}
 			t.Run(v.Name, func(t *testing.T) {
 				t.Parallel()
-				s, err := buildEnds(v, t.TempDir())
+				s, err := buildHostLevel(v, t.TempDir())
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -55,9 +55,8 @@ func (Target) Tiling(v *ir.Variant) lower.Tiling {
 // A build runs it bound to the machine of its triple (Bind).
 var Table = defaultMachine.Table()
 
-// EndsTable is defaultMachine's EndsTable: the baseline and widest levels'
-// clones only, for tests that do not exercise every level.
-var EndsTable = defaultMachine.EndsTable()
+// LevelTable is defaultMachine's LevelTable: the named level's clone only.
+func LevelTable(name string) ([]passes.Pass, error) { return defaultMachine.LevelTable(name) }
 
 // Constraints are the CPU table's ordering rules.
 var Constraints = append(append([]passes.Constraint(nil), passes.NeutralConstraints...),

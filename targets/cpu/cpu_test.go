@@ -30,7 +30,11 @@ func TestTableOrder(t *testing.T) {
 
 func TestBeforeAfter(t *testing.T) {
 	passtest.Run(t, "testdata/*.txt", Table, *update)
-	passtest.Run(t, "testdata/ends/*.txt", EndsTable, *update)
+	v3, err := LevelTable("x86-64-v3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	passtest.Run(t, "testdata/v3/*.txt", v3, *update)
 	arm, err := NewMachine("aarch64-unknown-linux-gnu")
 	if err != nil {
 		t.Fatal(err)

@@ -54,20 +54,26 @@ func (mc *Machine) Level(k *ir.Kernel) (*Level, error) {
 }
 
 // Table is the CPU pass table of this machine.
-func (mc *Machine) Table() []passes.Pass { return mc.table(false) }
+func (mc *Machine) Table() []passes.Pass {
+	return mc.table(passes.Pass{Name: "multiversion", Required: true, Run: mc.Multiversion,
+		Desc: "clone the work kernels per CPU level of the triple (x86-64, -v3, -v4; NEON); entries dispatch by CPUID or ATTNC_CPU_LEVEL"})
+}
 
-// EndsTable is Table with MultiversionEnds: the baseline and widest
-// levels' clones only. Tests that do not exercise every level build with
-// it to save a clone's compile time.
-func (mc *Machine) EndsTable() []passes.Pass { return mc.table(true) }
-
-func (mc *Machine) table(ends bool) []passes.Pass {
-	multiversion := passes.Pass{Name: "multiversion", Required: true, Run: mc.Multiversion,
-		Desc: "clone the work kernels per CPU level of the triple (x86-64, -v3, -v4; NEON); entries dispatch by CPUID or ATTNC_CPU_LEVEL"}
-	if ends {
-		multiversion.Run = mc.MultiversionEnds
-		multiversion.Desc = "clone the work kernels for the baseline and widest CPU levels of the triple only; entries dispatch by CPUID or ATTNC_CPU_LEVEL"
+// LevelTable is Table with the clone of the named level only
+// (MultiversionAt): tests that run the level their machine picks build
+// with it, one clone instead of three. The entries return CPU_LEVEL
+// on a CPU below the level. An unknown name is an error naming the known.
+func (mc *Machine) LevelTable(name string) ([]passes.Pass, error) {
+	for i, l := range mc.Arch.Levels {
+		if l.Name == name {
+			return mc.table(passes.Pass{Name: "multiversion", Required: true, Run: mc.MultiversionAt(i),
+				Desc: "clone the work kernels for CPU level " + name + " only; entries return CPU_LEVEL below it"}), nil
+		}
 	}
+	return nil, fmt.Errorf("%q is not a CPU level of %s (known: %s)", name, mc.Arch.Triple, strings.Join(mc.Arch.LevelNames(), ", "))
+}
+
+func (mc *Machine) table(multiversion passes.Pass) []passes.Pass {
 	return []passes.Pass{
 		passes.InlineDefsPass,
 		passes.SimplifyPass,
@@ -95,7 +101,7 @@ func (mc *Machine) table(ends bool) []passes.Pass {
 }
 
 // Bind implements targets.Binder: table with its CPU passes — those of a
-// machine's Table or EndsTable, known by name and description, not
+// machine's Table or LevelTable, known by name and description, not
 // inserted by a user — run on the machine of opt.Triple. The neutral and
 // the inserted passes stay as they are, in their places.
 func (Target) Bind(table []passes.Pass, opt targets.Options) ([]passes.Pass, error) {
@@ -104,7 +110,15 @@ func (Target) Bind(table []passes.Pass, opt targets.Options) ([]passes.Pass, err
 		return nil, err
 	}
 	own := map[[2]string]func(*ir.Module) (*ir.Module, error){}
-	for _, t := range [][]passes.Pass{mc.Table(), mc.EndsTable()} {
+	tables := [][]passes.Pass{mc.Table()}
+	for _, l := range mc.Arch.Levels {
+		t, err := mc.LevelTable(l.Name)
+		if err != nil {
+			return nil, err
+		}
+		tables = append(tables, t)
+	}
+	for _, t := range tables {
 		for _, p := range t {
 			own[[2]string{p.Name, p.Desc}] = p.Run
 		}

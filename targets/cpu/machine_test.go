@@ -52,7 +52,7 @@ func cloneLevels(t *testing.T, table []passes.Pass) []string {
 }
 
 // TestBind: a table bound to a triple runs that machine's passes — the
-// clones are of its levels, the ends table still clones only the ends —
+// clones are of its levels, a level table still clones only its level —
 // whatever machine the table was made from, and a user's inserted pass
 // keeps its own Run; an unknown triple is an error naming the known ones.
 func TestBind(t *testing.T) {
@@ -60,8 +60,15 @@ func TestBind(t *testing.T) {
 	if got := cloneLevels(t, Table); !slices.Equal(got, []string{"x86-64", "x86-64-v3", "x86-64-v4"}) {
 		t.Errorf("Table clones %v", got)
 	}
-	if got := cloneLevels(t, EndsTable); !slices.Equal(got, []string{"x86-64", "x86-64-v4"}) {
-		t.Errorf("EndsTable clones %v", got)
+	v3, err := LevelTable("x86-64-v3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cloneLevels(t, v3); !slices.Equal(got, []string{"x86-64-v3"}) {
+		t.Errorf("LevelTable(x86-64-v3) clones %v", got)
+	}
+	if _, err := LevelTable("neon"); err == nil || !strings.Contains(err.Error(), `"neon" is not a CPU level of x86_64-unknown-linux-gnu (known: x86-64, x86-64-v3, x86-64-v4)`) {
+		t.Errorf("LevelTable(neon) on x86-64: %v", err)
 	}
 	ran := false
 	user := passes.Pass{Name: "user", Run: func(m *ir.Module) (*ir.Module, error) { ran = true; return m, nil }}
@@ -76,8 +83,8 @@ func TestBind(t *testing.T) {
 		want   []string
 	}{
 		{"table on aarch64", Table, arm, []string{"neon"}},
-		{"ends on aarch64", EndsTable, arm, []string{"neon"}},
-		{"aarch64 table on x86-64", mustMachine(t, arm).EndsTable(), "", []string{"x86-64", "x86-64-v4"}},
+		{"aarch64 table on x86-64", mustMachine(t, arm).Table(), "", []string{"x86-64", "x86-64-v3", "x86-64-v4"}},
+		{"v3 table on x86-64", v3, "", []string{"x86-64-v3"}},
 		{"user table on aarch64", withUser, arm, []string{"neon"}},
 	} {
 		bound, err := Target{}.Bind(c.table, targets.Options{Triple: c.triple})

@@ -16,24 +16,38 @@ import (
 // (an entry) asks the runtime for the level at its start (rt.cpu_level:
 // CPUID at the first call, or $ATTNC_CPU_LEVEL), returns CPU_LEVEL when
 // the variable is refused, and calls the clone of that level.
-func (mc *Machine) Multiversion(m *ir.Module) (*ir.Module, error) { return mc.multiversion(m, false) }
-
-// MultiversionEnds is Multiversion with the clones of the baseline and the
-// widest level only, for tests that do not exercise every level (the
-// build costs two clones instead of three): a CPU between the two runs the
-// baseline clone, and a forced level the clone at or below it.
-func (mc *Machine) MultiversionEnds(m *ir.Module) (*ir.Module, error) {
-	return mc.multiversion(m, true)
+func (mc *Machine) Multiversion(m *ir.Module) (*ir.Module, error) {
+	return mc.multiversion(m, func(int) bool { return true })
 }
 
-func (mc *Machine) multiversion(m *ir.Module, ends bool) (*ir.Module, error) {
+// MultiversionAt is Multiversion with the clone of level i only, for tests
+// that run one level (the one their machine picks): the entries return
+// CPU_LEVEL on a CPU below it, or when ATTNC_CPU_LEVEL names a lower one.
+func (mc *Machine) MultiversionAt(i int) func(*ir.Module) (*ir.Module, error) {
+	return func(m *ir.Module) (*ir.Module, error) {
+		return mc.multiversion(m, func(j int) bool { return j == i })
+	}
+}
+
+// multiversion clones the work kernels at the levels keep takes (by index
+// in the architecture's levels); an entry on a CPU below the lowest of them
+// returns CPU_LEVEL.
+func (mc *Machine) multiversion(m *ir.Module, keep func(int) bool) (*ir.Module, error) {
 	t := mc.Arch
-	// levels are the cloned levels with their indexes in the target's.
+	// levels are the cloned levels with their indexes in the target's, lo
+	// the lowest index.
 	levels := map[int]Level{}
+	lo := -1
 	for i, l := range t.Levels {
-		if !ends || i == 0 || i == len(t.Levels)-1 {
+		if keep(i) {
 			levels[i] = l
+			if lo < 0 {
+				lo = i
+			}
 		}
+	}
+	if lo < 0 {
+		return nil, fmt.Errorf("multiversion: no level of %s to clone", t.Triple)
 	}
 	out := *m
 	out.Kernels = nil
@@ -68,9 +82,9 @@ func (mc *Machine) multiversion(m *ir.Module, ends bool) (*ir.Module, error) {
 		e := *k
 		e.Body = &ir.Block{Stmts: append([]ir.Stmt{
 			&ir.CallStmt{Result: levelVar, Fn: "rt.cpu_level"},
-			&ir.If{Cond: ir.Bin(ir.Lt, ir.R(levelVar, ir.I32), ir.Int(0)),
+			&ir.If{Cond: ir.Bin(ir.Lt, ir.R(levelVar, ir.I32), ir.Int(int64(lo))),
 				Then: &ir.Block{Stmts: []ir.Stmt{&ir.Return{Value: ir.Int(ir.StatusCPULevel)}}}},
-		}, dispatch(k.Body, cloned, t.Levels, levels).Stmts...)}
+		}, dispatch(k.Body, cloned, lo, levels).Stmts...)}
 		out.Kernels = append(out.Kernels, &e)
 	}
 	if err := ir.Verify(&out); err != nil {
@@ -96,9 +110,10 @@ func renameCalls(b *ir.Block, cloned map[string]bool, suffix string) *ir.Block {
 
 // dispatch turns each call of a cloned kernel into a choice of its clones
 // by the entry's level: the best cloned level at or below it, best first
-// (the baseline, index 0, is always cloned). A call's result stays visible
-// after the choice: it becomes a var that each clone's call sets.
-func dispatch(b *ir.Block, cloned map[string]bool, all []Level, levels map[int]Level) *ir.Block {
+// (the entry has returned CPU_LEVEL below lo, the lowest cloned index). A
+// call's result stays visible after the choice: it becomes a var that each
+// clone's call sets.
+func dispatch(b *ir.Block, cloned map[string]bool, lo int, levels map[int]Level) *ir.Block {
 	return ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
 		c, ok := s.(*ir.CallStmt)
 		if !ok || !cloned[c.Fn] {
@@ -114,8 +129,8 @@ func dispatch(b *ir.Block, cloned map[string]bool, all []Level, levels map[int]L
 			n.Result = c.Result + l.Suffix
 			return &ir.Block{Stmts: []ir.Stmt{&n, &ir.Assign{Name: c.Result, Value: ir.R(n.Result, ir.I32)}}}
 		}
-		tail := call(all[0])
-		for i := 1; i < len(all); i++ {
+		tail := call(levels[lo])
+		for i := lo + 1; i <= maxIndex(levels); i++ {
 			l, ok := levels[i]
 			if !ok {
 				continue
@@ -128,6 +143,15 @@ func dispatch(b *ir.Block, cloned map[string]bool, all []Level, levels map[int]L
 		}
 		return tail.Stmts
 	})
+}
+
+// maxIndex is the highest index of levels.
+func maxIndex(levels map[int]Level) int {
+	hi := -1
+	for i := range levels {
+		hi = max(hi, i)
+	}
+	return hi
 }
 
 // hasParallel reports whether b holds a parallel loop.
