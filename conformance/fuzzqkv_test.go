@@ -81,7 +81,7 @@ func runFuzzQKV(s *Suite, fc fuzzCase) fuzzResult {
 		}
 		return res
 	}
-	want := reference.QKVAppend(v, in.qkv, in.positions, in.qw, in.kw)
+	want := reference.QKVAppend(v, in.qkv, in.positions, in.qw, in.kw, &in.rope)
 	var w qkvWorst
 	m := int(n) * H * d
 	gotQ := s.dec(qo)

@@ -226,10 +226,11 @@ func (l *lowering) ropeCosSin(b *blk, pos, i ir.Expr) (c, s ir.Expr) {
 	return b.let("rope_c", mul(ir.Un(ir.Cos, ang), scale)), b.let("rope_s", mul(ir.Un(ir.Sin, ang), scale))
 }
 
-// ropeChecks are the scalar checks of the angles' arguments: a negative
-// rope_positions is a bad argument.
-func (l *lowering) ropeChecks() []ir.Check {
-	if l.v.Rope == nil || l.v.Rope.Style != ir.RopeTable {
+// ropeChecks are the scalar checks of the angles' arguments when rope r
+// (the attention kernels' InlineRope, or qkv_append's atAppendRope) reads
+// a table: a negative rope_positions is a bad argument.
+func ropeChecks(r *ir.Rope) []ir.Check {
+	if r == nil || r.Style != ir.RopeTable {
 		return nil
 	}
 	return []ir.Check{{Fail: lt(ir.R("rope_positions", ir.I32), i32(0)), Code: ErrBadArgument}}
@@ -244,7 +245,7 @@ func (l *lowering) ropeChecks() []ir.Check {
 // the kernel may skip (hidden pages, positions outside a window) count
 // too: the range is the sequence's.
 func (l *lowering) validateRopePositions(t *blk, vb, qBeg, qLen, kvLen ir.Expr) {
-	if l.v.Rope == nil || l.v.Rope.Style != ir.RopeTable {
+	if r := l.v.InlineRope(); r == nil || r.Style != ir.RopeTable {
 		return
 	}
 	t.loop("vr", i32(0), qLen, ir.Serial, ir.TagValidate, func(u *blk) {
@@ -258,6 +259,19 @@ func (l *lowering) validateRopePositions(t *blk, vb, qBeg, qLen, kvLen ir.Expr) 
 		off := u.let("v_rope_off", i64(ldi("k_rope_pos_offset", vb)))
 		last := add(off, i64(sub(keys, i32(1))))
 		u.fail(or(lt(off, i64c(0)), ge(last, i64(ir.R("rope_positions", ir.I32)))), ErrBadArgument)
+	})
+}
+
+// validateAppendPositions checks, for qkv_append with a table source,
+// that every token's positions[t], t < n, lies in 0..rope_positions-1
+// before any table is read (every token's q is rotated, a skipped slot's
+// too).
+func (l *lowering) validateAppendPositions(v *blk) {
+	if r := l.atAppendRope(); r == nil || r.Style != ir.RopeTable {
+		return
+	}
+	v.loop("vp", i32(0), ir.R("n", ir.I32), ir.Serial, ir.TagValidate, func(t *blk) {
+		t.fail(ropePosOutside(ldi("positions", ir.R("vp", ir.I32))), ErrBadArgument)
 	})
 }
 
