@@ -9,6 +9,7 @@ import (
 	"github.com/attnc/attnc/internal/needtool"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/reference"
+	"github.com/attnc/attnc/targets"
 )
 
 // qkvAppendSpecs are variants with qkv_append: f32, f16 and bf16; plain,
@@ -206,4 +207,36 @@ func TestQKVAppendAArch64(t *testing.T) {
 func TestQKVAppendCUDAEmulated(t *testing.T) {
 	needEmu(t)
 	runQKVAppendSpecs(t, qkvAppendShort, BuildCUDA)
+}
+
+// qkvAppendOtherGPUs are the variants of qkvAppendSpecs that run on the
+// other emulated GPU targets (HIP at 64 lanes): the angles from a table
+// and from factors, both composed with prefill and decode, and GQA f16
+// over an 8-bit cache.
+var qkvAppendOtherGPUs = []string{"qa_f32_table_norm", "qa_f32_factors_nhd", "qa_f16_e4m3_perhead"}
+
+// TestQKVAppendEmulatedTargets runs qkvAppendOtherGPUs through the
+// launchers of every emulated GPU target other than CUDA (its own test),
+// as TestEmulatedMatrices does for the attention matrix.
+func TestQKVAppendEmulatedTargets(t *testing.T) {
+	needEmu(t)
+	ran := false
+	for _, name := range Harnessed() {
+		tg, _, err := harnessOf(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, threads := tg.(targets.HostRuntime); threads || name == "cuda" {
+			continue // TestQKVAppendMatrix, TestQKVAppendCUDAEmulated
+		}
+		ran = true
+		t.Run(name, func(t *testing.T) {
+			runQKVAppendSpecs(t, qkvAppendOtherGPUs, func(v *ir.Variant, dir string) (*Suite, error) {
+				return BuildFor(v, name, dir, Options{})
+			})
+		})
+	}
+	if !ran {
+		t.Skip("no other emulated target is registered")
+	}
 }
