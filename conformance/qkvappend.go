@@ -112,9 +112,11 @@ func codeWithin(dt ir.DType, c uint8, x, allow float64, sc float32) bool {
 // within the dtype's rounding bound; the cached K rows too (8-bit codes:
 // the code of a value within that bound), the V rows byte for byte as
 // append stores them, and every other byte of the pools untouched. Bad
-// inputs (slots, n, num_pages) must return their status with the pools
-// and q_out untouched (bad slots on the CPU only: a GPU kernel skips
-// them). pos0 places the tokens' positions (within 64 below it).
+// inputs (slots, n, num_pages; with a table rope rope_positions and
+// positions outside the table) must return their status with the pools
+// and q_out untouched (bad slots and positions on the CPU only: a GPU
+// kernel skips them, which the emulators check for a position). pos0
+// places the tokens' positions (within 64 below it).
 func (s *Suite) RunQKVAppend(seed int64, pos0 int) []Result {
 	var out []Result
 	v := s.V
