@@ -240,3 +240,47 @@ func TestQKVAppendEmulatedTargets(t *testing.T) {
 		t.Skip("no other emulated target is registered")
 	}
 }
+
+// qkvAppendLevels are the variants of qkvAppendSpecs that
+// TestQKVAppendLevels runs at every lower CPU level: the angles from a
+// table (f16, GQA, block table) and from factors (bf16, partial,
+// interleaved).
+var qkvAppendLevels = []string{"qa_f16_table_bt_gqa", "qa_bf16_factors_partial_ps1"}
+
+// TestQKVAppendLevels runs qkv_append of qkvAppendLevels at every CPU level
+// below the one this machine's entries choose ($ATTNC_CPU_LEVEL), valid
+// and bad inputs, against the float64 reference.
+func TestQKVAppendLevels(t *testing.T) {
+	needTools(t)
+	for _, src := range qkvAppendSpecs {
+		v := spec(t, src)
+		if !slices.Contains(qkvAppendLevels, v.Name) {
+			continue
+		}
+		t.Run(v.Name, func(t *testing.T) {
+			t.Parallel()
+			s, err := Build(v, t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			for _, level := range lowerLevels(t, s) {
+				ls, err := s.AtLevel(level)
+				if err != nil {
+					t.Fatal(err)
+				}
+				worst, ran := 0.0, 0
+				for i, pos0 := range []int{300, 1 << 20} {
+					for _, r := range ls.RunQKVAppend(int64(11+i), pos0) {
+						if !r.Pass {
+							t.Errorf("level %s: %s", level, r)
+						}
+						worst, ran = max(worst, r.MaxErr), ran+1
+					}
+				}
+				t.Logf("level %s %s: %d cases; max error %.3g ulps of %s", level, v.Name, ran, worst, v.DType)
+				ls.Lib.Close()
+			}
+		})
+	}
+}
