@@ -12,9 +12,10 @@ import (
 // The angles' source is one piece — ropeSourceParams
 // (the runtime arguments it reads), ropeTable and fillRopeTable (the
 // per-item table it needs), ropeCosSin (cos and sin of pair i at a
-// position), ropeChecks and validateRopePositions (what a plan checks
-// before anything is read) — so that every kernel that rotates uses the
-// same angles: schedule styles (normal, llama3, yarn) as constant turns,
+// position), ropeChecks, validateRopePositions and validateAppendPositions
+// (what a plan checks before anything is read: the attention entries for
+// rope inline, qkv_append for rope at_append) — so that every kernel that
+// rotates uses the same angles: schedule styles (normal, llama3, yarn) as constant turns,
 // `style = factors` as turns computed per item from rope_factors, and
 // `table` as loads of rope_cos/rope_sin. With R = rotary_dim, pair i < R/2 — (x[i], x[i+R/2])
 // for pairs = half ("rotate_half"), (x[2i], x[2i+1]) for pairs =
