@@ -370,7 +370,7 @@ func (e *engine) qkvAppendKV(slots, positions []int32, k, v [][]float32) {
 	qo := cb.add("q_out", e.s.enc(nanSlice(n*H*d)))
 	e.call(ir.RoleQKVAppend, cb.vals)
 	e.stats.appends++
-	want := reference.QKVAppend(vr, qkv, pos, e.qw, e.kw)
+	want := reference.QKVAppend(vr, qkv, pos, e.qw, e.kw, nil)
 	gotQ := e.s.dec(qo)
 	if used := AllowanceUsed(vr.DType, gotQ, want.Q, want.QMag); used > 1 {
 		e.fatalf("qkv_append: q_out off the reference (allowance used %.3g)", used)

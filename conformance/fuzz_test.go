@@ -89,9 +89,9 @@ func FuzzKernels(f *testing.F) {
 // fuzzSpecs are small variants that cover both tables and layouts, f32,
 // f16 and bf16, the data masks, windows with sinks, learned sinks,
 // division by zero in a mask, the page kernels, qkv_append (qk_norm, rope
-// at_append), prefill_ragged (with a tree, a custom mask, over an 8-bit
-// cache), 8-bit caches (e4m3, e5m2, i8; per-tensor and per-head scales)
-// and a RoPE table.
+// at_append, from a schedule and from a table), prefill_ragged (with a
+// tree, a custom mask, over an 8-bit cache), 8-bit caches (e4m3, e5m2,
+// i8; per-tensor and per-head scales) and a RoPE table.
 var fuzzSpecs = []string{
 	`variant fz_csr { heads qo = 4, kv = 2
 	  head_dim 16
@@ -169,6 +169,14 @@ var fuzzSpecs = []string{
 	  cache paged(page_size = 2, layout = NHD)
 	  qk_norm rms(offset = 1)
 	  rope at_append(theta = 10000, pairs = interleaved)
+	  kernels qkv_append }`,
+	// qkv_append with rope at_append from a table: rope_positions and
+	// every token's position are checked before any table row is read.
+	`variant fz_qkv_table { heads qo = 2, kv = 1
+	  head_dim 8
+	  dtype f32
+	  cache paged(page_size = 4)
+	  rope at_append(table, rotary_dim = 4)
 	  kernels qkv_append }`,
 }
 
@@ -391,7 +399,19 @@ func genFuzzCase(data []byte) fuzzCase {
 		}
 		fc.Scalars["n"], fc.Scalars["num_pages"] = int64(n), int64(np)
 		fc.Arrays["position_map"] = pm
-		if fc.Role == ir.RoleQKVAppend {
+		switch {
+		case fc.Role == ir.RoleQKVAppend && v.Rope != nil && v.Rope.Style == ir.RopeTable:
+			// Positions inside a table with up to 2 spare rows; mutations
+			// move them or rope_positions out of range.
+			pos := make([]int32, n)
+			top := int32(-1)
+			for i := range pos {
+				pos[i] = int32(r.byte())
+				top = max(top, pos[i])
+			}
+			fc.Arrays["positions"] = pos
+			fc.Scalars["rope_positions"] = int64(top + 1 + int32(r.intn(3)))
+		case fc.Role == ir.RoleQKVAppend:
 			// Any position is valid (rope at_append rotates at it).
 			pos := make([]int32, n)
 			for i := range pos {

@@ -12,10 +12,12 @@ import (
 )
 
 // runFuzzQKV runs qkv_append with fuzzed n, num_pages, position_map and
-// positions: the status append's rules give (n or num_pages negative:
+// positions (and, with a table rope, rope_positions): the status append's
+// rules give (n or num_pages negative, or a table's rope_positions:
 // BAD_ARGUMENT; n * kv_heads items past the limit: TOO_LARGE; a slot
-// neither -1 nor in the pool: BAD_SLOT), every output untouched on a bad
-// status; on success q_out within the rounding bound of
+// neither -1 nor in the pool: BAD_SLOT; then, with a table, a position
+// outside 0..rope_positions-1: BAD_ARGUMENT), every output untouched on a
+// bad status; on success q_out within the rounding bound of
 // reference.QKVAppend for every token, each written (slot, kv head) holding
 // the K row (within the bound) and V row (as append stores it) of one of
 // the tokens naming that slot (tokens naming one slot race), and every
@@ -26,10 +28,12 @@ func runFuzzQKV(s *Suite, fc fuzzCase) fuzzResult {
 	d, H, KVH := v.HeadDimQK, v.QOHeads, v.KVHeads
 	ps := int64(v.PageSize)
 	n, np := sc["n"], sc["num_pages"]
+	table := v.Rope != nil && v.Rope.AtAppend && v.Rope.Style == ir.RopeTable
+	rp := sc["rope_positions"]
 	var st32 int32
 	need := int64(0)
 	switch {
-	case n < 0 || np < 0:
+	case n < 0 || np < 0 || table && rp < 0:
 		st32 = lower.ErrBadArgument
 	case n*int64(KVH) > lower.MaxItems:
 		st32 = lower.ErrTooLarge
@@ -41,10 +45,25 @@ func runFuzzQKV(s *Suite, fc fuzzCase) fuzzResult {
 			}
 			need = max(need, int64(slot)/ps+1)
 		}
+		for _, p := range fc.Arrays["positions"][:n] {
+			if table && st32 == 0 && (p < 0 || int64(p) >= rp) {
+				st32 = lower.ErrBadArgument
+			}
+		}
 	}
 	pages := max(1, min(max(np, need), fuzzCapPages))
 	if need > pages {
 		return fuzzResult{Skip: true, Pass: true}
+	}
+	// A table's rows: rope_positions of them, capped (a valid case whose
+	// table the cap cuts is skipped).
+	var ropeRows int64
+	if table {
+		half := int64(v.Rope.Dim(d) / 2)
+		ropeRows = max(0, min(rp, fuzzCapElems/half))
+		if st32 == 0 && ropeRows < rp {
+			return fuzzResult{Skip: true, Pass: true}
+		}
 	}
 	rng := rand.New(rand.NewSource(fc.Seed))
 	pool := s.randomPool(rng, int(pages))
@@ -52,6 +71,14 @@ func runFuzzQKV(s *Suite, fc fuzzCase) fuzzResult {
 	rows := len(pm) // the arrays hold the original count, n at most
 	in := s.randomQKV(rng, rows, 0)
 	in.positions = pos
+	if table {
+		half := v.Rope.Dim(d) / 2
+		in.rope = reference.RopeSource{RopePositions: int32(rp),
+			RopeCos: make([]float32, ropeRows*int64(half)), RopeSin: make([]float32, ropeRows*int64(half))}
+		for k := range in.rope.RopeCos {
+			in.rope.RopeCos[k], in.rope.RopeSin[k] = rng.Float32()*3-1.5, rng.Float32()*3-1.5
+		}
+	}
 	ks, vs := s.appendScales(rng)
 	cb := &caseBuffers{vals: map[string]int64{}}
 	defer cb.free()
@@ -81,7 +108,7 @@ func runFuzzQKV(s *Suite, fc fuzzCase) fuzzResult {
 		}
 		return res
 	}
-	want := reference.QKVAppend(v, in.qkv, in.positions, in.qw, in.kw)
+	want := reference.QKVAppend(v, in.qkv, in.positions, in.qw, in.kw, &in.rope)
 	var w qkvWorst
 	m := int(n) * H * d
 	gotQ := s.dec(qo)

@@ -73,7 +73,7 @@ func validateRules(v *ir.Variant, fc fuzzCase) (r rules) {
 		}
 		return int64(a[name][i])
 	}
-	table := v.Rope != nil && v.Rope.Style == ir.RopeTable
+	table := v.InlineRope() != nil && v.Rope.Style == ir.RopeTable
 	rp := sc["rope_positions"]
 	if bs < 0 || !ragged && (np < 0 || v.Table == ir.BlockTable && sc["max_blocks"] < 0) || table && rp < 0 {
 		r.status = lower.ErrBadArgument
@@ -332,7 +332,7 @@ func runFuzzAttention(s *Suite, fc fuzzCase) fuzzResult {
 	}
 	// A RoPE table's rows: rope_positions of them, capped.
 	half := 0
-	if v.Rope != nil && v.Rope.Style == ir.RopeTable {
+	if v.InlineRope() != nil && v.Rope.Style == ir.RopeTable {
 		half = v.Rope.Dim(v.HeadDimQK) / 2
 	}
 	ropeRows := int64(0)

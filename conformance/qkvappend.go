@@ -14,16 +14,25 @@ import (
 )
 
 // qkvInputs are a qkv_append call's inputs: qkv rows of the variant's
-// dtype, positions, the qk_norm weights.
+// dtype, positions, the qk_norm weights, and the angles' source of a
+// table or factors rope.
 type qkvInputs struct {
 	qkv       []float32
 	positions []int32
 	qw, kw    []float32
+	rope      reference.RopeSource
 }
 
+// qkvTableTop bounds the positions of a table rope's tokens: the table
+// holds every row up to the highest, and a table's rows are any values,
+// so positions near 2^20 would only make it large.
+const qkvTableTop = 4096
+
 // randomQKV draws n tokens of qkv (uniform in [-1, 1], rounded to the
-// dtype), positions near pos0 (each within 64 of it, never negative),
-// and qk_norm weights uniform in [-1, 1.5].
+// dtype), positions near pos0 (each within 64 of it, never negative; for
+// a table near min(pos0, qkvTableTop)), qk_norm weights uniform in
+// [-1, 1.5] and, for a table or factors rope at append,
+// reference.RandomRopeSource covering the positions.
 func (s *Suite) randomQKV(rng *rand.Rand, n, pos0 int) qkvInputs {
 	v := s.V
 	d := v.HeadDimQK
@@ -31,12 +40,21 @@ func (s *Suite) randomQKV(rng *rand.Rand, n, pos0 int) qkvInputs {
 	for i := range in.qkv {
 		in.qkv[i] = reference.Round(v.DType, rng.Float32()*2-1)
 	}
+	table := v.Rope != nil && v.Rope.Style == ir.RopeTable
+	if table {
+		pos0 = min(pos0, qkvTableTop)
+	}
+	top := int32(-1)
 	for range n {
 		in.positions = append(in.positions, int32(max(0, pos0-rng.Intn(64))))
+		top = max(top, in.positions[len(in.positions)-1])
 	}
 	for range d {
 		in.qw = append(in.qw, rng.Float32()*2.5-1)
 		in.kw = append(in.kw, rng.Float32()*2.5-1)
+	}
+	if v.Rope != nil && v.Rope.AtAppend {
+		in.rope = reference.RandomRopeSource(v, rng, top)
 	}
 	return in
 }
@@ -47,6 +65,14 @@ func (in qkvInputs) add(cb *caseBuffers, s *Suite) {
 	cb.add("positions", cpurt.I32Buffer(in.positions))
 	cb.add("q_norm_weight", cpurt.F32Buffer(in.qw))
 	cb.add("k_norm_weight", cpurt.F32Buffer(in.kw))
+	if in.rope.RopeCos != nil {
+		cb.add("rope_cos", cpurt.F32Buffer(in.rope.RopeCos))
+		cb.add("rope_sin", cpurt.F32Buffer(in.rope.RopeSin))
+		cb.vals["rope_positions"] = int64(in.rope.RopePositions)
+	}
+	if in.rope.RopeFactors != nil {
+		cb.add("rope_factors", cpurt.F32Buffer(in.rope.RopeFactors))
+	}
 }
 
 // qkvWorst is the worst error of a run's checked outputs: the largest
@@ -86,9 +112,11 @@ func codeWithin(dt ir.DType, c uint8, x, allow float64, sc float32) bool {
 // within the dtype's rounding bound; the cached K rows too (8-bit codes:
 // the code of a value within that bound), the V rows byte for byte as
 // append stores them, and every other byte of the pools untouched. Bad
-// inputs (slots, n, num_pages) must return their status with the pools
-// and q_out untouched (bad slots on the CPU only: a GPU kernel skips
-// them). pos0 places the tokens' positions (within 64 below it).
+// inputs (slots, n, num_pages; with a table rope rope_positions and
+// positions outside the table) must return their status with the pools
+// and q_out untouched (bad slots and positions on the CPU only: a GPU
+// kernel skips them, which the emulators check for a position). pos0
+// places the tokens' positions (within 64 below it).
 func (s *Suite) RunQKVAppend(seed int64, pos0 int) []Result {
 	var out []Result
 	v := s.V
@@ -99,6 +127,12 @@ func (s *Suite) RunQKVAppend(seed int64, pos0 int) []Result {
 		st      int32
 		cpuOnly bool
 		brk     func(pm []int32, vals map[string]int64)
+		// pos breaks the inputs' positions (a table rope's cases).
+		pos func(in *qkvInputs)
+		// gpuSkip: on a target whose launchers cannot read positions, the
+		// kernel skips token 1 (its position outside the table): status 0,
+		// its q_out row and slot untouched, every other token written.
+		gpuSkip bool
 	}
 	cases := []qkvCase{
 		{name: fmt.Sprintf("qkv_append rows near position %d (some slots -1)", pos0)},
@@ -116,8 +150,32 @@ func (s *Suite) RunQKVAppend(seed int64, pos0 int) []Result {
 	if KVH > 1 { // n * kv_heads items pass 2^31-1
 		cases = append(cases, qkvCase{name: "qkv_append: n INT32_MAX", st: lower.ErrTooLarge, brk: func(pm []int32, vals map[string]int64) { vals["n"] = i32max }})
 	}
+	if v.Rope != nil && v.Rope.AtAppend && v.Rope.Style == ir.RopeTable {
+		// rope_positions negative: a scalar check (GPU launchers too); a
+		// position outside 0..rope_positions-1: the validation's.
+		setRP := func(x int32) func(in *qkvInputs) { return func(in *qkvInputs) { in.rope.RopePositions = x } }
+		cases = append(cases,
+			qkvCase{name: "qkv_append: rope_positions -1", st: lower.ErrBadArgument, pos: setRP(-1)},
+			qkvCase{name: "qkv_append: rope_positions INT32_MIN", st: lower.ErrBadArgument, pos: setRP(i32min)},
+			qkvCase{name: "qkv_append: n 0, rope_positions -1", st: lower.ErrBadArgument, pos: setRP(-1),
+				brk: func(pm []int32, vals map[string]int64) { vals["n"] = 0 }},
+			qkvCase{name: "qkv_append: rope_positions 0", st: lower.ErrBadArgument, cpuOnly: true, pos: setRP(0)},
+			qkvCase{name: "qkv_append: a position = rope_positions (a token with slot -1)", st: lower.ErrBadArgument, cpuOnly: true, pos: func(in *qkvInputs) {
+				in.positions[2] = in.rope.RopePositions
+			}},
+			qkvCase{name: "qkv_append: last position -1", st: lower.ErrBadArgument, cpuOnly: true, pos: func(in *qkvInputs) {
+				in.positions[len(in.positions)-1] = -1
+			}},
+			qkvCase{name: "qkv_append: a position INT32_MAX", st: lower.ErrBadArgument, cpuOnly: true, pos: func(in *qkvInputs) {
+				in.positions[0] = i32max
+			}},
+			qkvCase{name: "qkv_append: a position = rope_positions (GPU: the token skipped)", gpuSkip: true, pos: func(in *qkvInputs) {
+				in.positions[1] = in.rope.RopePositions
+			}},
+		)
+	}
 	for _, c := range cases {
-		if c.cpuOnly && !s.checksTables {
+		if c.cpuOnly && !s.checksTables || c.gpuSkip && s.checksTables {
 			continue
 		}
 		r := Result{Variant: v.Name, Kernel: s.Entries[ir.RoleQKVAppend].Symbol, Case: c.name, DType: v.DType}
@@ -136,6 +194,9 @@ func (s *Suite) RunQKVAppend(seed int64, pos0 int) []Result {
 		vals := map[string]int64{"n": int64(n), "num_pages": int64(pool.numPages)}
 		if c.brk != nil {
 			c.brk(pm, vals)
+		}
+		if c.pos != nil {
+			c.pos(&in)
 		}
 		cb := &caseBuffers{vals: vals}
 		in.add(cb, s)
@@ -156,7 +217,11 @@ func (s *Suite) RunQKVAppend(seed int64, pos0 int) []Result {
 			r.Pass = bytes.Equal(kp.U8(), pool.k) && bytes.Equal(vp.U8(), pool.v) && bytes.Equal(qo.U8(), qBefore)
 			r.Note = fmt.Sprintf("status %d (want %d), outputs untouched: %v", st, c.st, r.Pass)
 		default:
-			r.Pass, r.Note = s.checkQKV(in, pm, ks, vs, pool, kp.U8(), vp.U8(), s.dec(qo), &r)
+			skip := -1
+			if c.gpuSkip {
+				skip = 1
+			}
+			r.Pass, r.Note = s.checkQKV(in, pm, skip, ks, vs, pool, kp.U8(), vp.U8(), s.dec(qo), &r)
 		}
 		cb.free()
 		out = append(out, r)
@@ -165,13 +230,29 @@ func (s *Suite) RunQKVAppend(seed int64, pos0 int) []Result {
 }
 
 // checkQKV judges a valid qkv_append's outputs (see RunQKVAppend) and
-// records its worst errors in r.
-func (s *Suite) checkQKV(in qkvInputs, pm []int32, ks, vs []float32, pool pagePool, gotK, gotV []byte, gotQ []float32, r *Result) (bool, string) {
+// records its worst errors in r. Token skip (-1: none) must have been
+// skipped: its q_out row left as the NaN it was, its slot untouched.
+func (s *Suite) checkQKV(in qkvInputs, pm []int32, skip int, ks, vs []float32, pool pagePool, gotK, gotV []byte, gotQ []float32, r *Result) (bool, string) {
 	v := s.V
 	d, KVH, ps := v.HeadDimQK, v.KVHeads, v.PageSize
-	want := reference.QKVAppend(v, in.qkv, in.positions, in.qw, in.kw)
+	okSkip := true
+	if skip >= 0 {
+		in.positions, pm = slices.Clone(in.positions), slices.Clone(pm)
+		in.positions[skip], pm[skip] = 0, -1 // the reference's row is not compared
+		row := v.QOHeads * d
+		for _, x := range gotQ[skip*row : (skip+1)*row] {
+			okSkip = okSkip && math.IsNaN(float64(x))
+		}
+		gotQ = slices.Concat(gotQ[:skip*row], gotQ[(skip+1)*row:])
+	}
+	want := reference.QKVAppend(v, in.qkv, in.positions, in.qw, in.kw, &in.rope)
+	if skip >= 0 {
+		row := v.QOHeads * d
+		want.Q = slices.Concat(want.Q[:skip*row], want.Q[(skip+1)*row:])
+		want.QMag = slices.Concat(want.QMag[:skip*row], want.QMag[(skip+1)*row:])
+	}
 	var w qkvWorst
-	okQ := w.note(v.DType, gotQ, want.Q, want.QMag)
+	okQ := w.note(v.DType, gotQ, want.Q, want.QMag) && okSkip
 	// The K rows written: judged, then copied into the model pool, so that
 	// a byte compare checks that nothing else changed.
 	wantK, wantV := bytes.Clone(pool.k), bytes.Clone(pool.v)
@@ -241,6 +322,7 @@ func (s *Suite) RunQKVThenAttention(role ir.Role, spec reference.CaseSpec, seed 
 	}
 	in := s.randomQKV(rng, n, 0)
 	in.positions = in.positions[:0]
+	in.rope = c.RopeSource // a table or factors: the inline reference's own
 	pm := make([]int32, 0, n)
 	qTok := make([]int, 0, c.TotalQ()) // token of each query row
 	t := 0
@@ -258,7 +340,7 @@ func (s *Suite) RunQKVThenAttention(role ir.Role, spec reference.CaseSpec, seed 
 	// .QKVAppend of the variant without rope), the V rows as given.
 	noRope := *v
 	noRope.Rope = nil
-	norm := reference.QKVAppend(&noRope, in.qkv, in.positions, in.qw, in.kw)
+	norm := reference.QKVAppend(&noRope, in.qkv, in.positions, in.qw, in.kw, nil)
 	for row, tok := range qTok {
 		for h := range H {
 			for j := range d {

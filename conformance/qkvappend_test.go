@@ -9,14 +9,16 @@ import (
 	"github.com/attnc/attnc/internal/needtool"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/reference"
+	"github.com/attnc/attnc/targets"
 )
 
 // qkvAppendSpecs are variants with qkv_append: f32, f16 and bf16; plain,
 // e4m3, e5m2 and i8 caches (both scale kinds); GQA and MHA; HND and NHD;
 // page sizes 1 to 256; a block table; qk_norm with offset 0 and 1 and
-// none; rope at_append of every style (normal, llama3, yarn), both pairs,
-// partial rotary_dim, and none. The first two also list prefill and
-// decode for the composition test.
+// none; rope at_append of every style (normal, llama3, yarn, factors), from
+// a table, both pairs, partial rotary_dim, and none. The f32 variants
+// with qk_norm or a table or factors also list prefill and decode for the
+// composition test.
 var qkvAppendSpecs = []string{
 	`variant qa_f32_norm0 { heads qo = 4, kv = 2
 	  head_dim 16
@@ -69,12 +71,56 @@ var qkvAppendSpecs = []string{
 	  cache paged(page_size = 32)
 	  rope at_append(theta = 10000, rotary_dim = 8)
 	  kernels qkv_append }`,
+	// The angles from a table (rope_cos, rope_sin, rope_positions) or
+	// from rope_factors; the first two compose with prefill and decode.
+	`variant qa_f32_table_norm { heads qo = 4, kv = 2
+	  head_dim 16
+	  dtype f32
+	  cache paged(page_size = 4)
+	  qk_norm rms(eps = 1e-6)
+	  rope at_append(table, rotary_dim = 8, pairs = interleaved)
+	  kernels prefill, decode, qkv_append }`,
+	`variant qa_f32_factors_nhd { heads qo = 8, kv = 2
+	  head_dim 32
+	  dtype f32
+	  cache paged(page_size = 8, layout = NHD)
+	  rope at_append(style = factors, theta = 10000, attn_factor = 1.19)
+	  kernels qkv_append, prefill, decode }`,
+	`variant qa_f16_table_bt_gqa { heads qo = 8, kv = 2
+	  head_dim 32
+	  dtype f16
+	  cache paged(page_size = 16, table = block_table)
+	  qk_norm rms(offset = 1)
+	  rope at_append(table)
+	  kernels qkv_append }`,
+	`variant qa_bf16_factors_partial_ps1 { heads qo = 2, kv = 1
+	  head_dim 32
+	  dtype bf16
+	  cache paged(page_size = 1)
+	  rope at_append(style = factors, theta = 500000, rotary_dim = 16, pairs = interleaved, attn_factor = 0.8)
+	  kernels qkv_append }`,
+	`variant qa_f16_e4m3_table_perhead { heads qo = 4, kv = 2
+	  head_dim 16
+	  dtype f16
+	  cache paged(page_size = 8, kv_dtype = e4m3, kv_scale = per_head)
+	  qk_norm rms(eps = 1e-5)
+	  rope at_append(table, pairs = interleaved)
+	  kernels qkv_append }`,
+	`variant qa_bf16_i8_factors { heads qo = 4, kv = 1
+	  head_dim 16
+	  dtype bf16
+	  cache paged(page_size = 4, layout = NHD, kv_dtype = i8)
+	  qk_norm rms(offset = 1)
+	  rope at_append(style = factors, theta = 10000)
+	  kernels qkv_append }`,
 }
 
 // qkvAppendShort are the variants of qkvAppendSpecs that run under
 // qemu-aarch64 and on the CUDA emulator: f32 with qk_norm and yarn over
-// NHD (also the composition), f16 llama3 GQA, an e4m3 cache.
-var qkvAppendShort = []string{"qa_f32_yarn_norm1_nhd", "qa_f16_llama3_nhd_gqa", "qa_f16_e4m3_perhead"}
+// NHD (also the composition), f16 llama3 GQA, an e4m3 cache, and the
+// angles from a table and from factors (both also composed).
+var qkvAppendShort = []string{"qa_f32_yarn_norm1_nhd", "qa_f16_llama3_nhd_gqa", "qa_f16_e4m3_perhead",
+	"qa_f32_table_norm", "qa_f32_factors_nhd"}
 
 // qkvComposeSpecs are the composition's cases: prefill (several
 // sequences, chunks after a cached prefix) and decode.
@@ -161,4 +207,80 @@ func TestQKVAppendAArch64(t *testing.T) {
 func TestQKVAppendCUDAEmulated(t *testing.T) {
 	needEmu(t)
 	runQKVAppendSpecs(t, qkvAppendShort, BuildCUDA)
+}
+
+// qkvAppendOtherGPUs are the variants of qkvAppendSpecs that run on the
+// other emulated GPU targets (HIP at 64 lanes): the angles from a table
+// and from factors, both composed with prefill and decode, and GQA f16
+// over an 8-bit cache.
+var qkvAppendOtherGPUs = []string{"qa_f32_table_norm", "qa_f32_factors_nhd", "qa_f16_e4m3_perhead"}
+
+// TestQKVAppendEmulatedTargets runs qkvAppendOtherGPUs through the
+// launchers of every emulated GPU target other than CUDA (its own test),
+// as TestEmulatedMatrices does for the attention matrix.
+func TestQKVAppendEmulatedTargets(t *testing.T) {
+	needEmu(t)
+	ran := false
+	for _, name := range Harnessed() {
+		tg, _, err := harnessOf(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, threads := tg.(targets.HostRuntime); threads || name == "cuda" {
+			continue // TestQKVAppendMatrix, TestQKVAppendCUDAEmulated
+		}
+		ran = true
+		t.Run(name, func(t *testing.T) {
+			runQKVAppendSpecs(t, qkvAppendOtherGPUs, func(v *ir.Variant, dir string) (*Suite, error) {
+				return BuildFor(v, name, dir, Options{})
+			})
+		})
+	}
+	if !ran {
+		t.Skip("no other emulated target is registered")
+	}
+}
+
+// qkvAppendLevels are the variants of qkvAppendSpecs that
+// TestQKVAppendLevels runs at every lower CPU level: the angles from a
+// table (f16, GQA, block table) and from factors (bf16, partial,
+// interleaved).
+var qkvAppendLevels = []string{"qa_f16_table_bt_gqa", "qa_bf16_factors_partial_ps1"}
+
+// TestQKVAppendLevels runs qkv_append of qkvAppendLevels at every CPU level
+// below the one this machine's entries choose ($ATTNC_CPU_LEVEL), valid
+// and bad inputs, against the float64 reference.
+func TestQKVAppendLevels(t *testing.T) {
+	needTools(t)
+	for _, src := range qkvAppendSpecs {
+		v := spec(t, src)
+		if !slices.Contains(qkvAppendLevels, v.Name) {
+			continue
+		}
+		t.Run(v.Name, func(t *testing.T) {
+			t.Parallel()
+			s, err := Build(v, t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			for _, level := range lowerLevels(t, s) {
+				ls, err := s.AtLevel(level)
+				if err != nil {
+					t.Fatal(err)
+				}
+				worst, ran := 0.0, 0
+				for i, pos0 := range []int{300, 1 << 20} {
+					for _, r := range ls.RunQKVAppend(int64(11+i), pos0) {
+						if !r.Pass {
+							t.Errorf("level %s: %s", level, r)
+						}
+						worst, ran = max(worst, r.MaxErr), ran+1
+					}
+				}
+				t.Logf("level %s %s: %d cases; max error %.3g ulps of %s", level, v.Name, ran, worst, v.DType)
+				ls.Lib.Close()
+			}
+		})
+	}
 }

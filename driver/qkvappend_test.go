@@ -10,15 +10,17 @@ import (
 	"github.com/attnc/attnc/codegen/cuda"
 	"github.com/attnc/attnc/frontend"
 	"github.com/attnc/attnc/internal/needtool"
+	"github.com/attnc/attnc/ir"
 	cudatarget "github.com/attnc/attnc/targets/cuda"
 )
 
 // TestQKVAppendCUDAToPTX compiles qkv_append's CUDA (Qwen3's shape with
 // qk_norm and rope at_append over an f16 cache; bf16 over an e4m3 cache
-// with per-head scales, llama3 RoPE, interleaved, partial) to PTX for
-// sm_80 and sm_90: its work kernel is there, with the norm's reduction
-// and the rotation's sin/cos; and the nvcc branch (host launchers)
-// compiles with -Werror.
+// with per-head scales, llama3 RoPE, interleaved, partial; f16 with the
+// angles from rope_factors; f32 from a table) to PTX for sm_80 and sm_90:
+// its work kernel is there, with the norm's reduction and the rotation's
+// sin/cos (none from a table: it loads cos and sin); and the nvcc branch
+// (host launchers) compiles with -Werror.
 func TestQKVAppendCUDAToPTX(t *testing.T) {
 	clang, err := cuda.ClangCUDA()
 	needtool.Check(t, err)
@@ -39,6 +41,24 @@ func TestQKVAppendCUDAToPTX(t *testing.T) {
 	  qk_norm rms(offset = 1)
 	  rope at_append(style = llama3, theta = 500000, pairs = interleaved, rotary_dim = 32)
 	  kernels qkv_append
+	}
+	variant qa_factors {
+	  heads qo = 8, kv = 2
+	  head_dim 64
+	  dtype f16
+	  cache paged(page_size = 16)
+	  qk_norm rms(eps = 1e-6)
+	  rope at_append(style = factors, theta = 10000, attn_factor = 1.19)
+	  kernels qkv_append, decode
+	}
+	variant qa_table {
+	  heads qo = 4, kv = 4
+	  head_dim 32
+	  dtype f32
+	  cache paged(page_size = 8, layout = NHD)
+	  qk_norm rms(eps = 1e-6)
+	  rope at_append(table, rotary_dim = 16, pairs = interleaved)
+	  kernels qkv_append, prefill
 	}`
 	vs, err := frontend.Parse("qkv.attn", []byte(src))
 	if err != nil {
@@ -72,9 +92,11 @@ func TestQKVAppendCUDAToPTX(t *testing.T) {
 			if j := strings.Index(body[len(entry):], ".entry "); j >= 0 {
 				body = body[:len(entry)+j]
 			}
-			for _, want := range []string{"sqrt.rn.f32", "sin.approx", "cos.approx"} {
-				if !strings.Contains(body, want) {
-					t.Errorf("%s %s: no %s in the qkv_append kernel", v.Name, arch, want)
+			fromTable := v.Rope.Style == ir.RopeTable
+			for _, op := range []string{"sqrt.rn.f32", "sin.approx", "cos.approx"} {
+				want := op == "sqrt.rn.f32" || !fromTable
+				if got := strings.Contains(body, op); got != want {
+					t.Errorf("%s %s: %s in the qkv_append kernel: %v, want %v", v.Name, arch, op, got, want)
 				}
 			}
 		}

@@ -43,18 +43,27 @@ func TestLoweredRoundTripParams(t *testing.T) {
 }
 
 // TestLoweredRoundTripRopeSources is TestLoweredRoundTrip for RoPE from
-// a table and from factors, whose turns are computed in f64.
+// a table and from factors, whose turns are computed in f64, inline and
+// at append (qkv_append rotates).
 func TestLoweredRoundTripRopeSources(t *testing.T) {
 	for _, rope := range []*ir.Rope{
 		{Style: ir.RopeTable, RotaryDim: 32, Pairs: ir.RopeInterleaved, Params: map[string]float64{}},
 		{Style: ir.RopeFactors, Theta: 10000, Params: map[string]float64{"theta": 10000, "attn_factor": 1.19}},
+		{Style: ir.RopeTable, AtAppend: true, RotaryDim: 32, Params: map[string]float64{}},
+		{Style: ir.RopeFactors, AtAppend: true, Theta: 10000, Pairs: ir.RopeInterleaved, Params: map[string]float64{"theta": 10000, "attn_factor": 1.19}},
 	} {
-		v := &ir.Variant{Name: "rt", QOHeads: 8, KVHeads: 2, HeadDimQK: 64, HeadDimV: 64, DType: ir.DTBF16,
+		kernels := []ir.KernelRef{{Role: ir.RolePrefill}, {Role: ir.RoleDecode}, {Role: ir.RoleMergeState}, {Role: ir.RolePrefillRagged}}
+		var norm *ir.QKNorm
+		if rope.AtAppend {
+			kernels, norm = append(kernels, ir.KernelRef{Role: ir.RoleQKVAppend}), &ir.QKNorm{Eps: 1e-6}
+		}
+		v := &ir.Variant{Name: "rt", QOHeads: 8, KVHeads: 2, HeadDimQK: 64, HeadDimV: 64, DType: ir.DTBF16, KVDType: ir.DTBF16,
 			PageSize: 16, Scale: 0.125, Masks: []ir.MaskClause{{Kind: ir.MaskWindow, Left: 20}},
 			Sinks:   &ir.Sinks{Kind: ir.SinkTokens, Tokens: 4},
 			Score:   &ir.Call{Fn: "softcap", Args: []ir.Expr{ir.R("score", ir.F32), ir.Float(30)}, T: ir.F32},
 			Rope:    rope,
-			Kernels: []ir.KernelRef{{Role: ir.RolePrefill}, {Role: ir.RoleDecode}, {Role: ir.RoleMergeState}, {Role: ir.RolePrefillRagged}}}
+			QKNorm:  norm,
+			Kernels: kernels}
 		roundTripAllPasses(t, v)
 	}
 }

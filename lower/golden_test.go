@@ -187,6 +187,21 @@ func goldenCases() []goldenCase {
 			v.QKNorm = &ir.QKNorm{Eps: 1e-6}
 			v.Kernels = roles(ir.RoleQKVAppend, ir.RoleDecode)
 		}},
+		// rope at_append from a table and from factors: qkv_append takes the
+		// angles' source and checks positions against rope_positions;
+		// decode takes no RoPE argument.
+		{feature: "qkv_append_rope_table", edit: func(v *ir.Variant) {
+			v.QOHeads, v.KVHeads, v.HeadDimQK, v.HeadDimV = 4, 2, 8, 8
+			v.Rope = &ir.Rope{AtAppend: true, Style: ir.RopeTable, RotaryDim: 4, Pairs: ir.RopeInterleaved}
+			v.Kernels = roles(ir.RoleQKVAppend, ir.RoleDecode)
+		}},
+		{feature: "qkv_append_rope_factors", edit: func(v *ir.Variant) {
+			v.QOHeads, v.KVHeads, v.HeadDimQK, v.HeadDimV = 2, 1, 8, 8
+			v.DType, v.KVDType = ir.DTBF16, ir.DTBF16
+			v.Rope = &ir.Rope{Theta: 10000, AtAppend: true, Style: ir.RopeFactors, Params: map[string]float64{"theta": 10000, "attn_factor": 1.25}}
+			v.QKNorm = &ir.QKNorm{Eps: 1e-6, Offset: 1}
+			v.Kernels = roles(ir.RoleQKVAppend, ir.RolePrefill)
+		}},
 		// Tilings: padded rows (tensor-core shapes), decode staging as stored.
 		{feature: "padded_rows", tiling: &padded, edit: func(v *ir.Variant) {
 			v.QOHeads, v.KVHeads = 4, 2

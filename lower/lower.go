@@ -75,13 +75,6 @@ func (t Tiling) QTile(g int) int { return max(1, t.Rows/t.Heads(g)) }
 // Unsupported reports the first feature of v that this version cannot
 // generate kernels for, as file:line:col: not supported yet: <feature>.
 func Unsupported(v *ir.Variant) error {
-	if r := v.Rope; r != nil && r.AtAppend && (r.Style == ir.RopeTable || r.Style == ir.RopeFactors) {
-		what := "a table"
-		if r.Style == ir.RopeFactors {
-			what = "style = factors"
-		}
-		return ir.Errorf(r.Pos, "not supported yet: rope at_append with %s (rope inline takes it)", what)
-	}
 	if v.MLA != nil && v.Rope != nil {
 		mode := "inline"
 		if v.Rope.AtAppend {

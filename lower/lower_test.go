@@ -171,12 +171,6 @@ func TestUnsupported(t *testing.T) {
 		"s.attn:3:5: not supported yet: rope at_append with mla (MLA's rope part arrives rotated in q_pe and kpe_pages)": func(v *ir.Variant) {
 			v.MLA, v.Rope = &ir.MLA{Pos: p}, &ir.Rope{Pos: p, AtAppend: true}
 		},
-		"s.attn:3:5: not supported yet: rope at_append with a table (rope inline takes it)": func(v *ir.Variant) {
-			v.Rope = &ir.Rope{Pos: p, AtAppend: true, Style: ir.RopeTable}
-		},
-		"s.attn:3:5: not supported yet: rope at_append with style = factors (rope inline takes it)": func(v *ir.Variant) {
-			v.Rope = &ir.Rope{Pos: p, AtAppend: true, Style: ir.RopeFactors, Theta: 10000}
-		},
 		"s.attn:3:5: not supported yet: kernel qkv_append with mla": func(v *ir.Variant) {
 			v.MLA = &ir.MLA{Pos: p}
 			v.Kernels = append(v.Kernels, ir.KernelRef{Role: ir.RoleQKVAppend, Pos: p})

@@ -10,13 +10,14 @@ import "github.com/attnc/attnc/ir"
 // rounded once from its f32 value (8-bit codes through kvCode, as append
 // stores them). A slot of -1 skips the cache write, not q_out.
 
-// qkvAppendParams are qkv_append's arguments: its inputs (qkv, positions
-// with rope at_append, position_map, n, the qk_norm weights), the cache
-// as append takes it, and q_out.
+// qkvAppendParams are qkv_append's arguments: its inputs (qkv; with rope
+// at_append positions and the angles' source, ropeSourceParams;
+// position_map, n, the qk_norm weights), the cache as append takes it,
+// and q_out.
 func (l *lowering) qkvAppendParams() []*ir.Param {
 	ps := []*ir.Param{buf("qkv", l.dt, false, "n", itoa(l.H+2*l.KVH), itoa(l.D))}
 	if l.atAppendRope() != nil {
-		ps = append(ps, buf("positions", ir.I32, false, "n"))
+		ps = append(append(ps, buf("positions", ir.I32, false, "n")), l.ropeSourceParams()...)
 	}
 	ps = append(ps, buf("position_map", ir.I32, false, "n"), scalar("n"))
 	if l.v.QKNorm != nil {
@@ -40,67 +41,87 @@ func (l *lowering) atAppendRope() *ir.Rope {
 // (every entry -1 or a slot of the pool) before anything is written.
 func (l *lowering) qkvAppend() ([]*ir.Kernel, *ir.Plan) {
 	n := ir.R("n", ir.I32)
-	D, rowHeads := l.D, l.H+2*l.KVH
 	var b blk
 	item := ir.R("item", ir.I32)
 	b.loop("item", i32(0), mul(n, i32(l.KVH)), ir.Parallel, ir.TagWork, func(w *blk) {
 		i := w.let("i", div(item, i32(l.KVH)))
 		kvh := w.let("kvh", rem(item, i32(l.KVH)))
-		w.alloc("xs", ir.F32, D)
-		w.alloc("xn", ir.F32, D)
+		w.alloc("xs", ir.F32, l.D)
+		w.alloc("xn", ir.F32, l.D)
 		var pos ir.Expr
 		if l.atAppendRope() != nil {
 			l.ropeTable(w)
 			l.fillRopeTable(w)
 			pos = w.let("rope_pos", ldi("positions", i))
 		}
-		slot := w.let("slot_at", ldi("position_map", i))
-		// The validated entry or, on a GPU, a slot outside the pool: skipped.
-		cached := w.let("cached", and(ge(slot, i32(0)), not(l.badMapSlot(slot))))
-		page := w.let("page", sel(cached, div(slot, i32(l.PS)), i32(0)))
-		off := w.let("off", sel(cached, rem(slot, i32(l.PS)), i32(0)))
-		src := func(x *blk, name string, head ir.Expr) ir.Expr {
-			// i64: n * (qo_heads + 2*kv_heads) may pass 2^31.
-			return x.let(name, mul(rowHead(i, rowHeads, head), i64c(D)))
+		if r := l.atAppendRope(); r != nil && r.Style == ir.RopeTable {
+			// The validated entry or, on a GPU (whose launcher cannot read
+			// positions), a position outside the table: the token is
+			// skipped, q_out included, and no table row is read.
+			w.when(not(ropePosOutside(pos)), func(x *blk) { l.qkvToken(x, i, kvh, pos) })
+			return
 		}
-		// The GQA group's q heads, in turn.
-		w.loop("qh", i32(0), i32(l.G), ir.Serial, ir.NoTag, func(x *blk) {
-			head := x.let("q_head", add(mul(kvh, i32(l.G)), ir.R("qh", ir.I32)))
-			dst := x.let("q_out_row", mul(rowHead(i, l.H, head), i64c(D)))
-			l.qkRow(x, src(x, "q_src", head), "q_norm_weight", pos, func(y *blk, d, val ir.Expr) {
-				y.store("q_out", add(dst, i64(d)), ir.Cvt(l.dt, val))
-			})
-		})
-		w.when(cached, func(x *blk) {
-			var sc map[string]ir.Expr
-			if l.v.Quantized() {
-				sc = map[string]ir.Expr{}
-			}
-			pools := l.kvPools()
-			k, v := pools[0], pools[1]
-			kDst := x.let("k_pages_row", l.rowIndex(page, kvh, off, D))
-			l.qkRow(x, src(x, "k_src", add(i32(l.H), kvh)), "k_norm_weight", pos, func(y *blk, d, val ir.Expr) {
-				y.store(k.pages, add(kDst, i64(d)), l.cacheElem(x, sc, k, kvh, val))
-			})
-			vSrc := src(x, "v_src", add(i32(l.H+l.KVH), kvh))
-			vDst := x.let("v_pages_row", l.rowIndex(page, kvh, off, D))
-			x.spread("d", D, func(y *blk, d ir.Expr) {
-				if sc == nil {
-					y.store(v.pages, add(vDst, i64(d)), ld("qkv", l.dt, add(vSrc, i64(d))))
-					return
-				}
-				y.store(v.pages, add(vDst, i64(d)), l.cacheElem(x, sc, v, kvh, tof32(ld("qkv", l.dt, add(vSrc, i64(d))))))
-			})
-		})
+		l.qkvToken(w, i, kvh, pos)
 	})
 	b.add(&ir.Return{Value: i32(0)})
 	params := l.qkvAppendParams()
 	k := &ir.Kernel{Name: l.name("qkv_append_work"), Role: ir.RoleQKVAppend, Params: params, Body: b.block()}
+	// Step 1 (n, num_pages, rope_positions not negative), TOO_LARGE, then
+	// the tables: position_map (BAD_SLOT), positions (BAD_ARGUMENT).
+	sizes := sizeChecks("n", mul(i64(n), i64c(l.KVH)))
+	checks := append(append(sizes[:1:1], ropeChecks(l.atAppendRope())...), sizes[1:]...)
+	var v blk
+	v.add(l.validateMap().Stmts...)
+	l.validateAppendPositions(&v)
 	p := &ir.Plan{Role: ir.RoleQKVAppend, Entry: l.name("qkv_append"), Public: true, Params: params,
-		Checks:   sizeChecks("n", mul(i64(n), i64c(l.KVH))),
-		Validate: l.validateMap(), Skip: eq(n, i32(0)),
+		Checks: checks, Validate: v.block(), Skip: eq(n, i32(0)),
 		Direct: []ir.Launch{{Kernel: k.Name, Items: mul(n, i32(l.KVH))}}}
 	return []*ir.Kernel{k}, p
+}
+
+// qkvToken writes work item (token i, kv head kvh) of qkv_append: the kv
+// head's GQA group of q heads to q_out, rotated at pos (nil: no rope at
+// append), and its k and v rows to the token's slot when it has one.
+func (l *lowering) qkvToken(w *blk, i, kvh, pos ir.Expr) {
+	D, rowHeads := l.D, l.H+2*l.KVH
+	slot := w.let("slot_at", ldi("position_map", i))
+	// The validated entry or, on a GPU, a slot outside the pool: skipped.
+	cached := w.let("cached", and(ge(slot, i32(0)), not(l.badMapSlot(slot))))
+	page := w.let("page", sel(cached, div(slot, i32(l.PS)), i32(0)))
+	off := w.let("off", sel(cached, rem(slot, i32(l.PS)), i32(0)))
+	src := func(x *blk, name string, head ir.Expr) ir.Expr {
+		// i64: n * (qo_heads + 2*kv_heads) may pass 2^31.
+		return x.let(name, mul(rowHead(i, rowHeads, head), i64c(D)))
+	}
+	// The GQA group's q heads, in turn.
+	w.loop("qh", i32(0), i32(l.G), ir.Serial, ir.NoTag, func(x *blk) {
+		head := x.let("q_head", add(mul(kvh, i32(l.G)), ir.R("qh", ir.I32)))
+		dst := x.let("q_out_row", mul(rowHead(i, l.H, head), i64c(D)))
+		l.qkRow(x, src(x, "q_src", head), "q_norm_weight", pos, func(y *blk, d, val ir.Expr) {
+			y.store("q_out", add(dst, i64(d)), ir.Cvt(l.dt, val))
+		})
+	})
+	w.when(cached, func(x *blk) {
+		var sc map[string]ir.Expr
+		if l.v.Quantized() {
+			sc = map[string]ir.Expr{}
+		}
+		pools := l.kvPools()
+		k, v := pools[0], pools[1]
+		kDst := x.let("k_pages_row", l.rowIndex(page, kvh, off, D))
+		l.qkRow(x, src(x, "k_src", add(i32(l.H), kvh)), "k_norm_weight", pos, func(y *blk, d, val ir.Expr) {
+			y.store(k.pages, add(kDst, i64(d)), l.cacheElem(x, sc, k, kvh, val))
+		})
+		vSrc := src(x, "v_src", add(i32(l.H+l.KVH), kvh))
+		vDst := x.let("v_pages_row", l.rowIndex(page, kvh, off, D))
+		x.spread("d", D, func(y *blk, d ir.Expr) {
+			if sc == nil {
+				y.store(v.pages, add(vDst, i64(d)), ld("qkv", l.dt, add(vSrc, i64(d))))
+				return
+			}
+			y.store(v.pages, add(vDst, i64(d)), l.cacheElem(x, sc, v, kvh, tof32(ld("qkv", l.dt, add(vSrc, i64(d))))))
+		})
+	})
 }
 
 // cacheElem is what pool p stores for the f32 value val: the dtype rounded

@@ -12,9 +12,10 @@ import (
 // The angles' source is one piece — ropeSourceParams
 // (the runtime arguments it reads), ropeTable and fillRopeTable (the
 // per-item table it needs), ropeCosSin (cos and sin of pair i at a
-// position), ropeChecks and validateRopePositions (what a plan checks
-// before anything is read) — so that every kernel that rotates uses the
-// same angles: schedule styles (normal, llama3, yarn) as constant turns,
+// position), ropeChecks, validateRopePositions and validateAppendPositions
+// (what a plan checks before anything is read: the attention entries for
+// rope inline, qkv_append for rope at_append) — so that every kernel that
+// rotates uses the same angles: schedule styles (normal, llama3, yarn) as constant turns,
 // `style = factors` as turns computed per item from rope_factors, and
 // `table` as loads of rope_cos/rope_sin. With R = rotary_dim, pair i < R/2 — (x[i], x[i+R/2])
 // for pairs = half ("rotate_half"), (x[2i], x[2i+1]) for pairs =
@@ -226,10 +227,11 @@ func (l *lowering) ropeCosSin(b *blk, pos, i ir.Expr) (c, s ir.Expr) {
 	return b.let("rope_c", mul(ir.Un(ir.Cos, ang), scale)), b.let("rope_s", mul(ir.Un(ir.Sin, ang), scale))
 }
 
-// ropeChecks are the scalar checks of the angles' arguments: a negative
-// rope_positions is a bad argument.
-func (l *lowering) ropeChecks() []ir.Check {
-	if l.v.Rope == nil || l.v.Rope.Style != ir.RopeTable {
+// ropeChecks are the scalar checks of the angles' arguments when rope r
+// (the attention kernels' InlineRope, or qkv_append's atAppendRope) reads
+// a table: a negative rope_positions is a bad argument.
+func ropeChecks(r *ir.Rope) []ir.Check {
+	if r == nil || r.Style != ir.RopeTable {
 		return nil
 	}
 	return []ir.Check{{Fail: lt(ir.R("rope_positions", ir.I32), i32(0)), Code: ErrBadArgument}}
@@ -244,7 +246,7 @@ func (l *lowering) ropeChecks() []ir.Check {
 // the kernel may skip (hidden pages, positions outside a window) count
 // too: the range is the sequence's.
 func (l *lowering) validateRopePositions(t *blk, vb, qBeg, qLen, kvLen ir.Expr) {
-	if l.v.Rope == nil || l.v.Rope.Style != ir.RopeTable {
+	if r := l.v.InlineRope(); r == nil || r.Style != ir.RopeTable {
 		return
 	}
 	t.loop("vr", i32(0), qLen, ir.Serial, ir.TagValidate, func(u *blk) {
@@ -258,6 +260,19 @@ func (l *lowering) validateRopePositions(t *blk, vb, qBeg, qLen, kvLen ir.Expr) 
 		off := u.let("v_rope_off", i64(ldi("k_rope_pos_offset", vb)))
 		last := add(off, i64(sub(keys, i32(1))))
 		u.fail(or(lt(off, i64c(0)), ge(last, i64(ir.R("rope_positions", ir.I32)))), ErrBadArgument)
+	})
+}
+
+// validateAppendPositions checks, for qkv_append with a table source,
+// that every token's positions[t], t < n, lies in 0..rope_positions-1
+// before any table is read (every token's q is rotated, a skipped slot's
+// too).
+func (l *lowering) validateAppendPositions(v *blk) {
+	if r := l.atAppendRope(); r == nil || r.Style != ir.RopeTable {
+		return
+	}
+	v.loop("vp", i32(0), ir.R("n", ir.I32), ir.Serial, ir.TagValidate, func(t *blk) {
+		t.fail(ropePosOutside(ldi("positions", ir.R("vp", ir.I32))), ErrBadArgument)
 	})
 }
 

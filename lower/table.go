@@ -299,7 +299,7 @@ func (l *lowering) tableChecks() []ir.Check {
 	for _, d := range l.v.ParamDimNames() { // a param's runtime dims
 		cs = append(cs, ir.Check{Fail: lt(ir.R(d, ir.I32), i32(0)), Code: ErrBadArgument})
 	}
-	return append(append(cs, l.pt.checks()...), l.ropeChecks()...)
+	return append(append(cs, l.pt.checks()...), ropeChecks(l.v.InlineRope())...)
 }
 
 // validateCache is steps 2 to 4 for an attention entry (after the scalar

@@ -42,12 +42,9 @@ type Case struct {
 	// QRopePos [total_q] and KRopeOffset [batch] are the inline RoPE
 	// positions: q at QRopePos[t], k at kv_pos + KRopeOffset[b].
 	QRopePos, KRopeOffset []int32
-	// RopeCos and RopeSin [rope_positions, R/2] are `rope inline(table)`'s
-	// cos and sin of pair i at position p (RopePositions rows); RopeFactors
-	// [R/2] are `style = factors`' per-pair divisors of θ^(-2i/R).
-	RopeCos, RopeSin []float32
-	RopePositions    int32
-	RopeFactors      []float32
+	// RopeSource holds the angles' runtime arguments of a table or
+	// factors rope.
+	RopeSource
 	// KVTokenIndptr [batch+1], when not nil, makes the case ragged
 	// (prefill_ragged): sequence b's K/V rows are RaggedK and RaggedV rows
 	// KVTokenIndptr[b] .. KVTokenIndptr[b+1], each [kv_heads, d], real
@@ -425,7 +422,7 @@ func AttentionMag(v *ir.Variant, c *Case) (o, lse, mag []float64) {
 					q[d] = float64(x)
 				}
 				if v.InlineRope() != nil {
-					q = rotate(v.Rope, c, q, int(c.QRopePos[row+i]))
+					q = rotate(v.Rope, &c.RopeSource, q, int(c.QRopePos[row+i]))
 				}
 				var pos []int
 				var s []float64
@@ -439,7 +436,7 @@ func AttentionMag(v *ir.Variant, c *Case) (o, lse, mag []float64) {
 						k[d] = float64(kd[at+d]) * ks
 					}
 					if v.InlineRope() != nil {
-						k = rotate(v.Rope, c, k, keyRopePos(v, c, b, row, kv))
+						k = rotate(v.Rope, &c.RopeSource, k, keyRopePos(v, c, b, row, kv))
 					}
 					dot := 0.0
 					for d := range dqk {

@@ -400,16 +400,11 @@ func ropeOffsetRange(r *ir.Rope) int {
 	return 200000
 }
 
-// ropeArgs draws the angles' runtime arguments: for a table, rows of
-// cos and sin of random angles with random amplitudes in [0.5, 1.5]
-// (any values are valid; the amplitude checks they are used as given)
-// covering every position the case rotates and up to 3 more; for style
-// factors, factors in [0.6, 55] (HF longrope's range), log-uniform.
+// ropeArgs draws the angles' runtime arguments (RandomRopeSource), a
+// table covering every position the case rotates.
 func ropeArgs(v *ir.Variant, rng *rand.Rand, c *Case) {
-	half := v.Rope.Dim(v.HeadDimQK) / 2
-	switch v.Rope.Style {
-	case ir.RopeTable:
-		top := int32(-1)
+	top := int32(-1)
+	if v.Rope.Style == ir.RopeTable {
 		for _, p := range c.QRopePos {
 			top = max(top, p)
 		}
@@ -418,17 +413,6 @@ func ropeArgs(v *ir.Variant, rng *rand.Rand, c *Case) {
 				top = max(top, c.KRopeOffset[b]+int32(c.KVLens[b])-1)
 			}
 		}
-		c.RopePositions = top + 1 + int32(rng.Intn(4))
-		n := int(c.RopePositions) * half
-		c.RopeCos, c.RopeSin = make([]float32, n), make([]float32, n)
-		for k := range n {
-			a, th := 0.5+rng.Float64(), 2*math.Pi*rng.Float64()
-			c.RopeCos[k], c.RopeSin[k] = float32(a*math.Cos(th)), float32(a*math.Sin(th))
-		}
-	case ir.RopeFactors:
-		c.RopeFactors = make([]float32, half)
-		for i := range c.RopeFactors {
-			c.RopeFactors[i] = float32(math.Exp(-0.5 + 4.5*rng.Float64()))
-		}
 	}
+	c.RopeSource = RandomRopeSource(v, rng, top)
 }

@@ -10,9 +10,9 @@ import (
 // rounding: Q [n, qo_heads, d] (q_out), K and V [n, kv_heads, d] (the
 // rows the cache stores at position_map[t]), and, for each element of Q
 // and K, the magnitude the kernel's f32 arithmetic works at (the norm of
-// the rotated pair the element belongs to, times the rotation's cos/sin
-// factor; the element itself past rotary_dim): the kernel's error before
-// rounding is a few units of 2^-24 of it.
+// the rotated pair the element belongs to, times the rotation's amplitude
+// when above 1; the element itself past rotary_dim): the kernel's error
+// before rounding is a few units of 2^-24 of it.
 type QKVRows struct {
 	Q, K, V    []float64
 	QMag, KMag []float64
@@ -22,9 +22,11 @@ type QKVRows struct {
 // qkv [n, qo_heads + 2*kv_heads, d] (q heads, then k, then v): every q
 // and k head is normed when the variant has qk_norm — x / sqrt(mean(x^2)
 // + eps) * (offset + w), weights qw for q heads and kw for k heads — and
-// then rotated at positions[t] when it has rope at_append; v heads pass
-// unchanged.
-func QKVAppend(v *ir.Variant, qkv []float32, positions []int32, qw, kw []float32) QKVRows {
+// then rotated at positions[t] when it has rope at_append (a table or
+// factors rope takes its angles from src, independently of the kernels'
+// fixed-point turns: the reference's f64 angle pos · f_i, or the table's
+// cos and sin as given); v heads pass unchanged.
+func QKVAppend(v *ir.Variant, qkv []float32, positions []int32, qw, kw []float32, src *RopeSource) QKVRows {
 	d, H, KVH := v.HeadDimQK, v.QOHeads, v.KVHeads
 	n := len(qkv) / ((H + 2*KVH) * d)
 	var out QKVRows
@@ -48,16 +50,22 @@ func QKVAppend(v *ir.Variant, qkv []float32, positions []int32, qw, kw []float32
 			mag[j] = math.Abs(e)
 		}
 		if r := v.Rope; r != nil && r.AtAppend {
-			rd, s := r.Dim(d), math.Max(1, math.Abs(ropeAttnScale(r)))
+			rd, pos := r.Dim(d), int(positions[t])
 			for i := range rd / 2 {
 				a, b := i, i+rd/2
 				if r.Pairs == ir.RopeInterleaved {
 					a, b = 2*i, 2*i+1
 				}
-				m := math.Hypot(x[a], x[b]) * s
+				// The rotation's amplitude: the attention factor, or a
+				// table's hypot(cos, sin) at the pair and position.
+				amp := math.Abs(ropeAttnScale(r))
+				if r.Style == ir.RopeTable {
+					amp = math.Hypot(ropeCosSin(r, src, i, rd, pos))
+				}
+				m := math.Hypot(x[a], x[b]) * math.Max(1, amp)
 				mag[a], mag[b] = m, m
 			}
-			x = rotate(r, nil, x, int(positions[t])) // at_append: schedule styles only (lower refuses table and factors)
+			x = rotate(r, src, x, pos)
 		}
 		return x, mag
 	}

@@ -16,7 +16,7 @@ func TestQKVAppendByHand(t *testing.T) {
 		Rope:   &ir.Rope{Theta: 10000, AtAppend: true},
 		QKNorm: &ir.QKNorm{Eps: 0, Offset: 1}}
 	qkv := []float32{3, 4, 0, -2, 5, 6}
-	rows := QKVAppend(v, qkv, []int32{1}, []float32{0, 1}, []float32{1, 0})
+	rows := QKVAppend(v, qkv, []int32{1}, []float32{0, 1}, []float32{1, 0}, nil)
 	rot := func(x, y float64) []float64 {
 		return []float64{x*math.Cos(1) - y*math.Sin(1), y*math.Cos(1) + x*math.Sin(1)}
 	}
@@ -39,11 +39,11 @@ func TestQKVAppendByHand(t *testing.T) {
 	}
 	// Without qk_norm and rope the rows pass through; offset 0 scales by w.
 	v.Rope, v.QKNorm = nil, nil
-	if rows := QKVAppend(v, qkv, []int32{7}, nil, nil); rows.Q[0] != 3 || rows.Q[1] != 4 || rows.K[1] != -2 {
+	if rows := QKVAppend(v, qkv, []int32{7}, nil, nil, nil); rows.Q[0] != 3 || rows.Q[1] != 4 || rows.K[1] != -2 {
 		t.Errorf("plain: q %v, k %v", rows.Q, rows.K)
 	}
 	v.QKNorm = &ir.QKNorm{Eps: 0}
-	if rows := QKVAppend(v, qkv, []int32{0}, []float32{0, 1}, []float32{1, 1}); rows.Q[0] != 0 || math.Abs(rows.Q[1]-4/r) > 1e-15 {
+	if rows := QKVAppend(v, qkv, []int32{0}, []float32{0, 1}, []float32{1, 1}, nil); rows.Q[0] != 0 || math.Abs(rows.Q[1]-4/r) > 1e-15 {
 		t.Errorf("offset 0: q %v, want [0 %v]", rows.Q, 4/r)
 	}
 }

@@ -3,6 +3,7 @@ package reference
 import (
 	"fmt"
 	"math"
+	"math/rand"
 
 	"github.com/attnc/attnc/ir"
 )
@@ -80,15 +81,53 @@ func ropeAttnScale(r *ir.Rope) float64 {
 	return mscale(1)
 }
 
+// RopeSource is what the angles of a `table` or `style = factors` rope
+// (inline or at_append) come from at run time: RopeCos and RopeSin
+// [rope_positions, R/2], the cos and sin of pair i at position p
+// (RopePositions rows), or RopeFactors [R/2], the per-pair divisors of
+// θ^(-2i/R). The schedule styles need none.
+type RopeSource struct {
+	RopeCos, RopeSin []float32
+	RopePositions    int32
+	RopeFactors      []float32
+}
+
+// RandomRopeSource draws the angles' runtime arguments of v's rope: for a
+// table, rows of cos and sin of random angles with random amplitudes in
+// [0.5, 1.5] (any values are valid; the amplitude checks they are used
+// as given) covering positions 0..top and up to 3 more; for style
+// factors, factors in [0.6, 55] (HF longrope's range), log-uniform; for
+// the schedule styles nothing.
+func RandomRopeSource(v *ir.Variant, rng *rand.Rand, top int32) RopeSource {
+	var src RopeSource
+	half := v.Rope.Dim(v.HeadDimQK) / 2
+	switch v.Rope.Style {
+	case ir.RopeTable:
+		src.RopePositions = top + 1 + int32(rng.Intn(4))
+		n := int(src.RopePositions) * half
+		src.RopeCos, src.RopeSin = make([]float32, n), make([]float32, n)
+		for k := range n {
+			a, th := 0.5+rng.Float64(), 2*math.Pi*rng.Float64()
+			src.RopeCos[k], src.RopeSin[k] = float32(a*math.Cos(th)), float32(a*math.Sin(th))
+		}
+	case ir.RopeFactors:
+		src.RopeFactors = make([]float32, half)
+		for i := range src.RopeFactors {
+			src.RopeFactors[i] = float32(math.Exp(-0.5 + 4.5*rng.Float64()))
+		}
+	}
+	return src
+}
+
 // ropeCosSin is cos and sin of pair i at position pos, times the
-// attention factor: for `rope inline(table)` c's RopeCos[pos, i] and
-// RopeSin[pos, i] (a position outside 0..RopePositions-1 panics: the
-// kernels refuse it), for `style = factors` the angle pos · θ^(-2i/R) /
-// RopeFactors[i], for the other styles pos · f_i.
-func ropeCosSin(r *ir.Rope, c *Case, i, rdim, pos int) (float64, float64) {
+// attention factor: for a table c's RopeCos[pos, i] and RopeSin[pos, i]
+// (a position outside 0..RopePositions-1 panics: the kernels refuse it),
+// for `style = factors` the angle pos · θ^(-2i/R) / RopeFactors[i], for
+// the other styles pos · f_i.
+func ropeCosSin(r *ir.Rope, c *RopeSource, i, rdim, pos int) (float64, float64) {
 	if r.Style == ir.RopeTable {
 		if pos < 0 || pos >= int(c.RopePositions) {
-			panic(fmt.Sprintf("reference: case %s: rope position %d outside 0..%d", c.Name, pos, c.RopePositions-1))
+			panic(fmt.Sprintf("reference: rope position %d outside 0..%d", pos, c.RopePositions-1))
 		}
 		at := pos*(rdim/2) + i
 		return float64(c.RopeCos[at]), float64(c.RopeSin[at])
@@ -104,9 +143,9 @@ func ropeCosSin(r *ir.Rope, c *Case, i, rdim, pos int) (float64, float64) {
 
 // rotate returns x (d values) rotated at position pos: with R = rotary_dim,
 // pair i < R/2 — (x[i], x[i+R/2]) for pairs = half, (x[2i], x[2i+1]) for
-// pairs = interleaved — turns by pos·f_i (or by c's table); x[R:] passes
-// through unchanged.
-func rotate(r *ir.Rope, c *Case, x []float64, pos int) []float64 {
+// pairs = interleaved — turns by pos·f_i (or by c's table or factors);
+// x[R:] passes through unchanged.
+func rotate(r *ir.Rope, c *RopeSource, x []float64, pos int) []float64 {
 	d := len(x)
 	rdim := r.Dim(d)
 	out := append([]float64(nil), x...)

@@ -299,6 +299,55 @@ class BeyondFlashInferTest(unittest.TestCase):
                 ref.check_close(self, o[b, h], w @ vb[:, h // 2] / den, "f32")
                 ref.check_lse(self, lse[b, h], m + math.log(den))
 
+    def test_qkv_append_rope_table(self):
+        # rope at_append from a table: qkv_append takes rope_cos and
+        # rope_sin (rope_positions from their first dimension) and rotates
+        # q and K with them, half pairs over the first 8 dims.
+        v = attnc.compile("""
+variant core_qkv_table {
+  heads qo = 4, kv = 2
+  head_dim 16
+  dtype f32
+  cache paged(page_size = 4, layout = HND)
+  rope at_append(table, rotary_dim = 8)
+  kernels qkv_append, decode
+}
+""")["core_qkv_table"]
+        self.assertEqual(v.qkv_append.arg_names[:5], ["qkv", "positions", "rope_cos", "rope_sin", "rope_positions"])
+        rng = np.random.default_rng(4)
+        n, rows, half = 5, 40, 4
+        qkv = ref.make(rng, (n, QO + 2 * KV, D), "f32")
+        amp, ang = 0.5 + rng.random((rows, half)), 2 * math.pi * rng.random((rows, half))
+        cos, sin = (amp * np.cos(ang)).astype(np.float32), (amp * np.sin(ang)).astype(np.float32)
+        pos = np.array([39, 0, 7, 12, 3], np.int32)
+        pm = np.array([5, -1, 0, 9, 14], np.int32)
+        k = np.full((4, KV, PS, D), np.nan, np.float32)
+        vv = np.full((4, KV, PS, D), np.nan, np.float32)
+        _, _, q_out = v.qkv_append(qkv=qkv, positions=pos, rope_cos=cos, rope_sin=sin, position_map=pm,
+                                   k_pages=k, v_pages=vv)
+
+        def rotated(x, p):
+            x = x.astype(np.float64)
+            c, s = cos[p].astype(np.float64), sin[p].astype(np.float64)
+            out = x.copy()
+            out[..., :half] = x[..., :half] * c - x[..., half:2 * half] * s
+            out[..., half:2 * half] = x[..., half:2 * half] * c + x[..., :half] * s
+            return out
+
+        for t in range(n):
+            ref.check_close(self, q_out[t], rotated(qkv[t, :QO], pos[t]), "f32", what="q_out")
+            if pm[t] >= 0:
+                pg, off = divmod(int(pm[t]), PS)
+                ref.check_close(self, k[pg, :, off], rotated(qkv[t, QO:QO + KV], pos[t]), "f32", what="k")
+                np.testing.assert_array_equal(vv[pg, :, off], qkv[t, QO + KV:])
+        # A position outside the table: BAD_ARGUMENT, nothing written.
+        before = k.copy()
+        with self.assertRaises(attnc.Error) as e:
+            v.qkv_append(qkv=qkv, positions=np.array([0, 1, 40, 2, 3], np.int32), rope_cos=cos, rope_sin=sin,
+                         position_map=pm, k_pages=k, v_pages=vv, q_out=q_out)
+        self.assertEqual(e.exception.name, "bad_argument")
+        np.testing.assert_array_equal(k, before)
+
 
 if __name__ == "__main__":
     unittest.main()
