@@ -30,7 +30,7 @@ func NewMachine(triple string) (*Machine, error) {
 	return &Machine{Arch: a}, nil
 }
 
-// defaultMachine is the machine of DefaultTriple: Table's and EndsTable's.
+// defaultMachine is the machine of DefaultTriple: Table's and LevelTable's.
 var defaultMachine = func() *Machine {
 	mc, err := NewMachine(DefaultTriple)
 	if err != nil {
