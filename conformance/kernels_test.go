@@ -378,6 +378,9 @@ func TestKernelMatrix(t *testing.T) {
 				}
 				ls.Lib.Close()
 			}
+			for _, level := range higherLevels(t, s) {
+				t.Logf("level %s not run: this CPU lacks it, or %s's kernels have no clone for it", level, v.Name)
+			}
 		})
 	}
 	t.Cleanup(func() {
@@ -419,6 +422,18 @@ func lowerLevels(t *testing.T, s *Suite) []string {
 		t.Fatalf("the library runs CPU level %q, not one of %v", s.Level, names)
 	}
 	return names[:i]
+}
+
+// higherLevels are the CPU levels of s's triple above the one its entries
+// chose: levels this CPU lacks (or, for x86-64-v4-bf16, that the kernels
+// have no clone for: their Q·Kᵀ does not read exact bf16 operands).
+func higherLevels(t *testing.T, s *Suite) []string {
+	t.Helper()
+	names, err := s.Levels()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names[slices.Index(names, s.Level)+1:]
 }
 
 // TestMergeHalvesEqualsWhole splits every sequence's cache into two halves,

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/attnc/attnc/ir"
 )
@@ -27,41 +28,54 @@ func (mc *Machine) MultiversionEnds(m *ir.Module) (*ir.Module, error) {
 }
 
 func (mc *Machine) multiversion(m *ir.Module, ends bool) (*ir.Module, error) {
-	t := mc.Arch
-	// levels are the cloned levels with their indexes in the target's.
-	levels := map[int]Level{}
-	for i, l := range t.Levels {
-		if !ends || i == 0 || i == len(t.Levels)-1 {
-			levels[i] = l
+	all := mc.Arch.Levels
+	// top is the widest level every module has (a DotBF16 level is
+	// cloned only where it changes code).
+	top := 0
+	for i, l := range all {
+		if !l.DotBF16 {
+			top = i
 		}
+	}
+	// at lists, for each cloned kernel, the indexes in all of the levels
+	// it is cloned at, ascending.
+	at := map[string][]int{}
+	for _, k := range m.Kernels {
+		if k.Level != "" || !hasParallel(k.Body) {
+			continue
+		}
+		for i, l := range all {
+			if ends && i != 0 && i != top && !l.DotBF16 || l.DotBF16 && !hasBF16Product(k.Body, l) {
+				continue
+			}
+			at[k.Name] = append(at[k.Name], i)
+		}
+	}
+	// index maps a level of all to its index among the module's levels
+	// (moduleLevels: the runtime's numbering).
+	index := map[int]int{}
+	for i, l := range all {
+		if l.DotBF16 && !clonedAt(at, i) {
+			continue
+		}
+		index[i] = len(index)
 	}
 	out := *m
 	out.Kernels = nil
-	cloned := map[string]bool{}
 	for _, k := range m.Kernels {
-		if k.Level == "" && hasParallel(k.Body) {
-			cloned[k.Name] = true
-		}
-	}
-	for _, k := range m.Kernels {
-		if !cloned[k.Name] {
-			continue
-		}
-		for i, l := range t.Levels {
-			if _, ok := levels[i]; !ok {
-				continue
-			}
+		for _, i := range at[k.Name] {
+			l := all[i]
 			c := *k
 			c.Name, c.Level = k.Name+l.Suffix, l.Name
-			c.Body = renameCalls(ir.CloneBlock(k.Body), cloned, l.Suffix)
+			c.Body = renameCalls(ir.CloneBlock(k.Body), at, all, i)
 			out.Kernels = append(out.Kernels, &c)
 		}
 	}
 	for _, k := range m.Kernels {
-		if cloned[k.Name] {
+		if at[k.Name] != nil {
 			continue
 		}
-		if !callsAny(k.Body, cloned) {
+		if !callsAny(k.Body, at) {
 			out.Kernels = append(out.Kernels, k)
 			continue
 		}
@@ -70,7 +84,7 @@ func (mc *Machine) multiversion(m *ir.Module, ends bool) (*ir.Module, error) {
 			&ir.CallStmt{Result: levelVar, Fn: "rt.cpu_level"},
 			&ir.If{Cond: ir.Bin(ir.Lt, ir.R(levelVar, ir.I32), ir.Int(0)),
 				Then: &ir.Block{Stmts: []ir.Stmt{&ir.Return{Value: ir.Int(ir.StatusCPULevel)}}}},
-		}, dispatch(k.Body, cloned, t.Levels, levels).Stmts...)}
+		}, dispatch(k.Body, at, all, index).Stmts...)}
 		out.Kernels = append(out.Kernels, &e)
 	}
 	if err := ir.Verify(&out); err != nil {
@@ -79,15 +93,60 @@ func (mc *Machine) multiversion(m *ir.Module, ends bool) (*ir.Module, error) {
 	return &out, nil
 }
 
+// clonedAt reports whether some kernel is cloned at level index i.
+func clonedAt(at map[string][]int, i int) bool {
+	for _, is := range at {
+		if slices.Contains(is, i) {
+			return true
+		}
+	}
+	return false
+}
+
+// moduleLevels are the levels of the architecture that module m's clones
+// and runtime know, baseline first: every level but a DotBF16 one no
+// kernel is cloned at. The runtime numbers them in this order
+// (rt.cpu_level), and a module without a bf16 product is the same as
+// before that level existed.
+func (mc *Machine) moduleLevels(m *ir.Module) []Level {
+	var out []Level
+	for _, l := range mc.Arch.Levels {
+		used := !l.DotBF16
+		if m != nil {
+			for _, k := range m.Kernels {
+				used = used || k != nil && k.Level == l.Name
+			}
+		}
+		if used {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// bestAt is the highest of levels (ascending indexes) at or below i; the
+// baseline, always cloned, is the last resort.
+func bestAt(levels []int, i int) int {
+	best := levels[0]
+	for _, j := range levels {
+		if j <= i {
+			best = j
+		}
+	}
+	return best
+}
+
 // levelVar holds an entry's CPU level.
 const levelVar = "cpu_level"
 
-// renameCalls points the calls of a clone at the clones of the same level.
-func renameCalls(b *ir.Block, cloned map[string]bool, suffix string) *ir.Block {
+// renameCalls points the calls of a clone of level index i at the
+// callees' clones of the same level, or of the best level below it they
+// are cloned at.
+func renameCalls(b *ir.Block, at map[string][]int, all []Level, i int) *ir.Block {
 	return ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
-		if c, ok := s.(*ir.CallStmt); ok && cloned[c.Fn] {
+		if c, ok := s.(*ir.CallStmt); ok && at[c.Fn] != nil {
 			n := *c
-			n.Fn += suffix
+			n.Fn += all[bestAt(at[c.Fn], i)].Suffix
 			return []ir.Stmt{&n}
 		}
 		return []ir.Stmt{s}
@@ -95,13 +154,14 @@ func renameCalls(b *ir.Block, cloned map[string]bool, suffix string) *ir.Block {
 }
 
 // dispatch turns each call of a cloned kernel into a choice of its clones
-// by the entry's level: the best cloned level at or below it, best first
-// (the baseline, index 0, is always cloned). A call's result stays visible
-// after the choice: it becomes a var that each clone's call sets.
-func dispatch(b *ir.Block, cloned map[string]bool, all []Level, levels map[int]Level) *ir.Block {
+// by the entry's level: the best level it is cloned at at or below it,
+// best first (the baseline, index 0, is always cloned). index numbers the
+// levels of all as the runtime does (moduleLevels). A call's result stays
+// visible after the choice: it becomes a var that each clone's call sets.
+func dispatch(b *ir.Block, at map[string][]int, all []Level, index map[int]int) *ir.Block {
 	return ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
 		c, ok := s.(*ir.CallStmt)
-		if !ok || !cloned[c.Fn] {
+		if !ok || at[c.Fn] == nil {
 			return []ir.Stmt{s}
 		}
 		call := func(l Level) *ir.Block {
@@ -114,14 +174,11 @@ func dispatch(b *ir.Block, cloned map[string]bool, all []Level, levels map[int]L
 			n.Result = c.Result + l.Suffix
 			return &ir.Block{Stmts: []ir.Stmt{&n, &ir.Assign{Name: c.Result, Value: ir.R(n.Result, ir.I32)}}}
 		}
-		tail := call(all[0])
-		for i := 1; i < len(all); i++ {
-			l, ok := levels[i]
-			if !ok {
-				continue
-			}
-			cond := ir.Bin(ir.Ge, ir.R(levelVar, ir.I32), ir.Int(int64(i)))
-			tail = &ir.Block{Stmts: []ir.Stmt{&ir.If{Cond: cond, Then: call(l), Else: tail}}}
+		levels := at[c.Fn]
+		tail := call(all[levels[0]])
+		for _, i := range levels[1:] {
+			cond := ir.Bin(ir.Ge, ir.R(levelVar, ir.I32), ir.Int(int64(index[i])))
+			tail = &ir.Block{Stmts: []ir.Stmt{&ir.If{Cond: cond, Then: call(all[i]), Else: tail}}}
 		}
 		if c.Result != "" {
 			return append([]ir.Stmt{&ir.Var{Name: c.Result, Init: ir.Int(0)}}, tail.Stmts...)
@@ -143,11 +200,13 @@ func hasParallel(b *ir.Block) bool {
 }
 
 // callsAny reports whether b calls a kernel of names.
-func callsAny(b *ir.Block, names map[string]bool) bool {
+func callsAny[V any](b *ir.Block, names map[string]V) bool {
 	found := false
 	ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
-		if c, ok := s.(*ir.CallStmt); ok && names[c.Fn] {
-			found = true
+		if c, ok := s.(*ir.CallStmt); ok {
+			if _, ok := names[c.Fn]; ok {
+				found = true
+			}
 		}
 		return []ir.Stmt{s}
 	})
