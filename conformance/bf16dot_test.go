@@ -29,6 +29,9 @@ func TestBF16DenormalOperands(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Lib.Close()
+	if !hasClone(s.Final, "x86-64-v4-bf16") {
+		t.Fatalf("no kernel of %s is cloned at x86-64-v4-bf16", v.Name)
+	}
 	d := v.HeadDimQK
 	denormal := func(rng *rand.Rand) float32 {
 		if rng.Intn(5) == 0 {
@@ -80,6 +83,6 @@ func TestBF16DenormalOperands(t *testing.T) {
 		ls.Lib.Close()
 	}
 	if !ran {
-		t.Logf("x86-64-v4-bf16 not run: this CPU or these kernels lack it")
+		t.Logf("level x86-64-v4-bf16 not run: this CPU lacks it")
 	}
 }
