@@ -9,20 +9,25 @@ import (
 
 // Multiversion clones every work kernel (a kernel whose items run on the
 // thread pool: it holds a parallel loop) once per CPU level of the
-// machine's architecture (x86-64, x86-64-v3, x86-64-v4; NEON on aarch64): the
+// machine's architecture (x86-64, x86-64-v3, x86-64-v4; NEON on aarch64),
+// and at a DotBF16 level (x86-64-v4-bf16) only the work kernels whose
+// prefill Q·Kᵀ that level runs on bf16 pairs (hasBF16Product): the
 // clone of level L is named <kernel><L.Suffix> and carries L as its Level,
 // so codegen compiles it for L (target-cpu and target-features) and the
-// schedule passes after this one may specialise it (native-widen uses L's
-// half conversion; none fits the vector width to L yet). A kernel that calls work kernels
-// (an entry) asks the runtime for the level at its start (rt.cpu_level:
-// CPUID at the first call, or $ATTNC_CPU_LEVEL), returns CPU_LEVEL when
-// the variable is refused, and calls the clone of that level.
+// schedule passes after this one specialise it (block-matmul fits its
+// micro-kernels to L, native-widen uses L's half conversion). A kernel
+// that calls work kernels (an entry) asks the runtime for the level at its
+// start (rt.cpu_level: CPUID at the first call, or $ATTNC_CPU_LEVEL; the
+// runtime numbers the module's levels, moduleLevels), returns CPU_LEVEL
+// when the variable is refused, and calls the callee's clone of the best
+// level at or below it.
 func (mc *Machine) Multiversion(m *ir.Module) (*ir.Module, error) { return mc.multiversion(m, false) }
 
 // MultiversionEnds is Multiversion with the clones of the baseline and the
-// widest level only, for tests that do not exercise every level (the
-// build costs two clones instead of three): a CPU between the two runs the
-// baseline clone, and a forced level the clone at or below it.
+// widest level every module has only (and of a DotBF16 level where
+// Multiversion makes one), for tests that do not exercise every level
+// (the build costs two clones instead of three): a CPU between the two
+// runs the baseline clone, and a forced level the clone at or below it.
 func (mc *Machine) MultiversionEnds(m *ir.Module) (*ir.Module, error) {
 	return mc.multiversion(m, true)
 }
