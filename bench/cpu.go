@@ -90,7 +90,12 @@ type CaseResult struct {
 	DType   string `json:"dtype"`
 	// KVDType is the 8-bit K/V storage (e4m3, e5m2, i8); empty: K/V are
 	// stored as DType.
-	KVDType   string `json:"kv_dtype,omitempty"`
+	KVDType string `json:"kv_dtype,omitempty"`
+	// Level is the CPU level the case's entries ran at (its library's
+	// <prefix>_cpu_level), where it differs from the report's
+	// KernelLevel: x86-64-v4-bf16 exists only in the libraries whose
+	// prefill Q·Kᵀ reads exact bf16 operands.
+	Level     string `json:"level,omitempty"`
 	QOHeads   int    `json:"qo_heads"`
 	KVHeads   int    `json:"kv_heads"`
 	HeadDimQK int    `json:"head_dim_qk"`
@@ -297,6 +302,9 @@ func RunCPU(p *Plan, o CPUOptions) (_ *CPUReport, err error) {
 			r.Failed = append(r.Failed, Skip{Name: pc.Name, Reason: err.Error()})
 			continue
 		}
+		if c.Level == r.KernelLevel.MCPU {
+			c.Level = ""
+		}
 		r.Cases = append(r.Cases, c)
 		writeCase(o.Out, c)
 	}
@@ -340,6 +348,9 @@ func runCase(s *conformance.Suite, pc PlannedCase, o CPUOptions, threads int, m 
 		Mask: maskText(v), Batch: len(sh.qLens), QLen: sh.qLens[0], KVLen: sh.kvLens[0], Threads: threads,
 		KVBytes: w.kvBytes, Flops: w.flops, Exact: w.exact,
 		PoolBytes: int64(w.poolPages) * w.pageBytes, PageSets: len(w.tables)}
+	if s.Lib != nil {
+		c.Level = s.Lib.CallStr(s.Prefix+"_cpu_level", 0)
+	}
 	c.M.Amount, c.Unit = c.Flops, "GFLOP/s"
 	if pc.Role == ir.RoleDecode {
 		c.M.Amount, c.Unit = float64(c.KVBytes), "GB/s"

@@ -119,6 +119,9 @@ func writeCase(w io.Writer, c *CaseResult) {
 	if !c.Exact {
 		also = append(also, "counted as causal (mask depends on run-time tables)")
 	}
+	if c.Level != "" {
+		also = append(also, "kernels at "+c.Level)
+	}
 	of := strings.ReplaceAll(c.RatioTo, "_", " ")
 	if len(also) > 0 {
 		of += " (" + strings.Join(sortedStrings(also), "; ") + ")"

@@ -319,7 +319,7 @@ func openAtLevel(so string, rt *targets.RuntimeSymbols, level string) (*cpurt.Li
 	got := lib.CallStr(rt.Level, 0)
 	if level != "" && got != level {
 		lib.Close()
-		return nil, "", fmt.Errorf("%s: CPU level %s refused (%s): the CPU cannot run it", filepath.Base(so), level, got)
+		return nil, "", fmt.Errorf("%s: CPU level %s refused (%s): the CPU cannot run it, or these kernels have no clone for it", filepath.Base(so), level, got)
 	}
 	return lib, got, nil
 }
@@ -609,11 +609,18 @@ const RaggedLead = 3
 // gets the case's K/V rows gathered into ragged rows
 // (reference.Ragged), after RaggedLead poisoned ones.
 func (s *Suite) RunAttention(role ir.Role, spec reference.CaseSpec, seed int64, threads int) Result {
-	r := Result{Variant: s.V.Name, Kernel: s.Entries[role].Symbol, Case: spec.Name, Threads: threads, DType: s.V.DType}
 	c := reference.NewCase(s.V, rand.New(rand.NewSource(seed)), spec)
 	if role == ir.RolePrefillRagged {
 		c = reference.Ragged(s.V, c, RaggedLead)
 	}
+	return s.RunAttentionCase(role, c, threads)
+}
+
+// RunAttentionCase runs kernel (prefill, decode or prefill_ragged entry)
+// on case c, whose values the variant's dtype must represent exactly, and
+// compares o and lse with the reference.
+func (s *Suite) RunAttentionCase(role ir.Role, c *reference.Case, threads int) Result {
+	r := Result{Variant: s.V.Name, Kernel: s.Entries[role].Symbol, Case: c.Name, Threads: threads, DType: s.V.DType}
 	wantO, wantL, mag := reference.AttentionMag(s.V, c)
 	cb := s.buffers(c)
 	defer cb.free()

@@ -381,6 +381,13 @@ func TestKernelMatrix(t *testing.T) {
 				}
 				ls.Lib.Close()
 			}
+			for _, level := range higherLevels(t, s) {
+				if hasClone(s.Final, level) {
+					t.Logf("level %s not run: this CPU lacks it", level)
+				} else {
+					t.Logf("level %s not run: no kernel of %s is cloned at it", level, v.Name)
+				}
+			}
 		})
 	}
 	t.Cleanup(func() {
@@ -404,13 +411,14 @@ func buildHostLevel(v *ir.Variant, dir string) (*Suite, error) {
 
 // hostLevelTable is the CPU pass table that clones the level this
 // machine's entries run (CPUID, or $ATTNC_CPU_LEVEL), read once from a
-// small library built with every level.
+// small library built with every level: a bf16 prefill, whose library has
+// every level there is, x86-64-v4-bf16 included.
 var hostLevelTable = sync.OnceValues(func() ([]passes.Pass, error) {
 	vs, err := frontend.Parse("level.attn", []byte(`variant host_level { heads qo = 2, kv = 1
-	  head_dim 16
-	  dtype f32
+	  head_dim 64
+	  dtype bf16
 	  cache paged(page_size = 4)
-	  kernels decode }`))
+	  kernels prefill }`))
 	if err != nil {
 		return nil, err
 	}
@@ -432,9 +440,18 @@ var hostLevelTable = sync.OnceValues(func() ([]passes.Pass, error) {
 // level (the clone it lacks) every entry returns CPU_LEVEL at once.
 func TestHostLevelBuild(t *testing.T) {
 	needTools(t)
+	for _, dt := range []string{"f16", "bf16"} {
+		t.Run(dt, func(t *testing.T) { testHostLevelBuild(t, dt) })
+	}
+}
+
+// testHostLevelBuild is TestHostLevelBuild for one dtype (bf16 prefill
+// has the x86-64-v4-bf16 level where the CPU has AVX512-BF16; f16 does
+// not).
+func testHostLevelBuild(t *testing.T, dtype string) {
 	v := spec(t, `variant host_only { heads qo = 4, kv = 2
-	  head_dim 32
-	  dtype f16
+	  head_dim 64
+	  dtype `+dtype+`
 	  cache paged(page_size = 8)
 	  mask causal }`)
 	s, err := buildHostLevel(v, t.TempDir())
@@ -496,6 +513,29 @@ func lowerLevels(t *testing.T, s *Suite) []string {
 		t.Fatalf("the library runs CPU level %q, not one of %v", s.Level, names)
 	}
 	return names[:i]
+}
+
+// higherLevels are the CPU levels of s's triple above the one its entries
+// chose: levels this CPU lacks, or that no kernel of s is cloned at.
+func higherLevels(t *testing.T, s *Suite) []string {
+	t.Helper()
+	names, err := s.Levels()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names[slices.Index(names, s.Level)+1:]
+}
+
+// hasClone reports whether a kernel of m is a clone at CPU level level
+// (x86-64-v4-bf16 clones only the kernels whose Q·Kᵀ reads exact bf16
+// operands).
+func hasClone(m *ir.Module, level string) bool {
+	for _, k := range m.Kernels {
+		if k.Level == level {
+			return true
+		}
+	}
+	return false
 }
 
 // TestMergeHalvesEqualsWhole splits every sequence's cache into two halves,

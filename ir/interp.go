@@ -556,7 +556,7 @@ func (f *frame) eval(e Expr) val {
 		f.fail("vector %s used as a scalar", t)
 	}
 	switch e := e.(type) {
-	case *MulAdd, *VShuffle:
+	case *MulAdd, *VShuffle, *DotBF16:
 		return f.evalVec(e)[0]
 	case *Const:
 		switch {

@@ -975,6 +975,12 @@ func (p *parser) identExpr(t token) Expr {
 			p.failAt(t, "muladd takes 3 arguments, got %d", len(args))
 		}
 		return p.check(t, &MulAdd{X: args[0], Y: args[1], Z: args[2]})
+	case t.text == "dotbf16" && nt.is(tPunct, "("):
+		args := p.args()
+		if len(args) != 3 {
+			p.failAt(t, "dotbf16 takes 3 arguments, got %d", len(args))
+		}
+		return p.check(t, &DotBF16{X: args[0], Y: args[1], Z: args[2]})
 	case t.text == "nonnull" && nt.is(tPunct, "("):
 		p.next()
 		bt := p.ident()

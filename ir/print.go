@@ -416,6 +416,8 @@ func writeExprIn(sb *strings.Builder, e Expr, elems func(string) (Type, bool)) {
 		sb.WriteString("@" + e.Fn + "." + e.T.String() + "(" + exprListIn(e.Args, elems) + ")")
 	case *MulAdd:
 		sb.WriteString("muladd(" + exprListIn([]Expr{e.X, e.Y, e.Z}, elems) + ")")
+	case *DotBF16:
+		sb.WriteString("dotbf16(" + exprListIn([]Expr{e.X, e.Y, e.Z}, elems) + ")")
 	case *VShuffle:
 		sb.WriteString("shuffle(" + exprListIn([]Expr{e.X, e.Y}, elems) + ", [")
 		for i, k := range e.Mask {

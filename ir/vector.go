@@ -2,6 +2,8 @@ package ir
 
 import (
 	"fmt"
+	"math"
+	"math/big"
 	"math/bits"
 	"strconv"
 	"strings"
@@ -25,7 +27,8 @@ import (
 //   - a Load of vector type T reads T.Lanes() consecutive elements from
 //     Index on; a Store of a vector value writes them;
 //   - MulAdd is x*y+z, VShuffle picks lanes of two vectors, Prefetch hints
-//     that an element will be read soon.
+//     that an element will be read soon, DotBF16 adds the products of bf16
+//     pairs (AVX512-BF16's vdpbf16ps).
 
 // laneShift is where a vector type keeps log2 of its lane count.
 const laneShift = 4
@@ -95,6 +98,23 @@ type VShuffle struct {
 func (s *VShuffle) Type() Type { return Vec(s.X.Type().Elem(), len(s.Mask)) }
 func (*VShuffle) isExpr()      {}
 
+// DotBF16 is Z plus the dot products of bf16 pairs: X and Y are i32
+// vectors whose lanes each hold two bf16 values (the element at the lower
+// address in the low 16 bits, as two adjacent bf16 elements read as one
+// i32), Z an f32 vector of the same lane count. Lane i of the result is
+// (Z[i] + xh·yh) + xl·yl, each product exact in f32 (bf16 × bf16 has 16
+// significant bits), each addition rounded to nearest even; bf16 inputs
+// below the smallest normal are read as zero and a result below it is
+// flushed to zero (DAZ and FTZ, whatever the floating-point environment
+// says). It is AVX512-BF16's vdpbf16ps; only a schedule for a CPU level
+// that has it writes one.
+type DotBF16 struct {
+	X, Y, Z Expr
+}
+
+func (d *DotBF16) Type() Type { return d.Z.Type() }
+func (*DotBF16) isExpr()      {}
+
 // Prefetch hints that element Index of buffer Buf will be read soon (a
 // software prefetch into the data cache); it reads nothing and never
 // faults. Index must still address an element of the buffer.
@@ -115,6 +135,44 @@ func Splat(x Expr, n int) Expr {
 		return &Const{T: t, Int: c.Int, Float: c.Float}
 	}
 	return &Convert{To: t, X: x}
+}
+
+// dotBF16Lane is one lane of DotBF16: ((z + xh·yh) + xl·yl), each
+// product exact (bf16 × bf16 has 16 significant bits; its exponent range
+// is twice f32's, so a product neither overflows nor underflows before it
+// is added), each sum rounded to f32 once, bf16 and z denormal inputs read
+// as zeros of their sign, a denormal sum flushed to a zero of its sign.
+func dotBF16Lane(x, y uint32, z float32) float32 {
+	daz := func(v float32) float32 {
+		if v != 0 && math.Abs(float64(v)) < 0x1p-126 {
+			return math.Float32frombits(math.Float32bits(v) & 0x80000000)
+		}
+		return v
+	}
+	bf := func(h uint32) float64 { return float64(daz(math.Float32frombits(h << 16))) }
+	t := daz(z)
+	for _, sh := range []uint32{16, 0} {
+		p := bf(x>>sh&0xFFFF) * bf(y>>sh&0xFFFF) // exact in float64
+		t = daz(roundSum32(t, p))
+	}
+	return t
+}
+
+// roundSum32 is f32 t plus float64 p (a bf16 product, exact) rounded once
+// to f32 (nearest even; NaN for inf - inf).
+func roundSum32(t float32, p float64) float32 {
+	a := float64(t)
+	if math.IsInf(a, 0) || math.IsInf(p, 0) || math.IsNaN(a) || math.IsNaN(p) || a == 0 || p == 0 {
+		return float32(a + p) // exact in float64 before its one rounding
+	}
+	var s big.Float
+	s.SetPrec(600).SetMode(big.ToNearestEven)
+	s.Add(new(big.Float).SetPrec(600).SetFloat64(a), new(big.Float).SetPrec(600).SetFloat64(p))
+	if s.Sign() == 0 {
+		return 0 // x + (-x) is +0 in nearest even
+	}
+	f, _ := s.Float32()
+	return f
 }
 
 // vectorRule checks the typing rules of nodes that involve vectors and
@@ -145,6 +203,14 @@ func vectorRule(e Expr) string {
 		t := e.X.Type()
 		if e.Y.Type() != t || e.Z.Type() != t || !t.IsFloat() {
 			return fmt.Sprintf("muladd of %s, %s, %s: want one float type", t, e.Y.Type(), e.Z.Type())
+		}
+	case *DotBF16:
+		if e.X == nil || e.Y == nil || e.Z == nil {
+			return "dotbf16: missing operand"
+		}
+		x, y, z := e.X.Type(), e.Y.Type(), e.Z.Type()
+		if !z.IsVector() || z.Elem() != F32 || x != Vec(I32, z.Lanes()) || y != x {
+			return fmt.Sprintf("dotbf16 of %s, %s, %s: want two i32xN (bf16 pairs) and an f32xN", x, y, z)
 		}
 	case *VShuffle:
 		if e.X == nil || e.Y == nil {
@@ -180,6 +246,13 @@ func (f *frame) evalVec(e Expr) []val {
 		out := make([]val, n)
 		for i := range out {
 			out[i] = f.binary(Add, et, f.binary(Mul, et, x[i], y[i]), z[i])
+		}
+		return out
+	case *DotBF16:
+		x, y, z := f.evalVec(e.X), f.evalVec(e.Y), f.evalVec(e.Z)
+		out := make([]val, n)
+		for i := range out {
+			out[i] = val(math.Float32bits(dotBF16Lane(uint32(x[i]), uint32(y[i]), math.Float32frombits(uint32(z[i])))))
 		}
 		return out
 	case *VShuffle:

@@ -101,3 +101,54 @@ func TestVectorVerifyErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestDotBF16 parses, prints and runs dotbf16: lane i is (z + xh·yh) +
+// xl·yl with exact products (2^64 · 2^127 is no infinity: added to -inf
+// it gives -inf, not NaN, as vdpbf16ps does), denormal bf16 inputs and z
+// read as zero and denormal sums flushed to zeros of their sign; operands
+// of other types are refused.
+func TestDotBF16(t *testing.T) {
+	const src = `module d prefix d
+
+kernel d role decode (x: i32* [4], y: i32* [4], z: f32* [4], o: f32* [4] out) {
+  store o[0] = dotbf16(x[0]:i32x4, y[0]:i32x4, z[0]:f32x4)
+  return 0
+}
+`
+	m, err := Parse(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.String(); got != src {
+		t.Fatalf("round trip differs:\n%s\nwant\n%s", got, src)
+	}
+	pair := func(hi, lo uint16) int32 { return int32(uint32(hi)<<16 | uint32(lo)) }
+	const one, two, big, inf, neg, den = 0x3F80, 0x4000, 0x7F00, 0x7F80, 0xBF80, 0x0001 // 1, 2, 2^127, inf, -1, 2^-133
+	x := []int32{pair(one, two), pair(inf, 0x5F80), pair(den, one), pair(0x0080, 0x8000)}
+	y := []int32{pair(two, two), pair(neg, big), pair(big, 0x0040), pair(0x3F00, 0x0000)}
+	z := []float32{0.5, 1, math.Float32frombits(0x00000001), 0}
+	o := make([]float32, 4)
+	if st, err := Run(m, "d", map[string]any{"x": x, "y": y, "z": z, "o": o}); err != nil || st != 0 {
+		t.Fatalf("status %d, %v", st, err)
+	}
+	want := []float32{
+		6.5,                   // (0.5 + 1·2) + 2·2
+		float32(math.Inf(-1)), // (1 + inf·-1) + 2^64·2^127
+		0,                     // den·2^127 reads 0; 1·(0x0040, denormal) reads 0; z denormal reads 0
+		0,                     // 2^-126·0.5 = 2^-127 is denormal: flushed
+	}
+	for i := range want {
+		if math.Float32bits(o[i]) != math.Float32bits(want[i]) {
+			t.Errorf("lane %d: %v (%#08x), want %v", i, o[i], math.Float32bits(o[i]), want[i])
+		}
+	}
+	for _, body := range []string{
+		"let a = dotbf16(x[0]:f32x4, x[0]:f32x4, x[0]:f32x4)",
+		"let a = dotbf16(bitcast.i32x4(x[0]:f32x4), bitcast.i32x4(x[0]:f32x4), x[0]:f32x8)",
+	} {
+		src := "module m prefix m\nkernel k role decode (x: f32* [8]) {\n  " + body + "\n  return 0\n}\n"
+		if _, err := Parse(src); err == nil || !strings.Contains(err.Error(), "dotbf16 of") {
+			t.Errorf("%s: error %v, want a dotbf16 type error", body, err)
+		}
+	}
+}

@@ -235,7 +235,7 @@ func nodeRule(e Expr) string {
 		}
 	case *ParamRead:
 		return fmt.Sprintf("param %s read in a kernel (lowering turns it into a guarded load)", e.Name)
-	case *MulAdd, *VShuffle:
+	case *MulAdd, *VShuffle, *DotBF16:
 		return vectorRule(e)
 	case *Call:
 		if e.Fn == "" {
@@ -768,6 +768,10 @@ func (v *verifier) expr(e Expr) {
 	case *VShuffle:
 		v.expr(e.X)
 		v.expr(e.Y)
+	case *DotBF16:
+		v.expr(e.X)
+		v.expr(e.Y)
+		v.expr(e.Z)
 	case *Call:
 		for _, a := range e.Args {
 			v.expr(a)

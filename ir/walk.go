@@ -34,6 +34,8 @@ func MapExpr(e Expr, f func(Expr) Expr) Expr {
 		e = &ParamRead{Name: x.Name, Index: idx, T: x.T}
 	case *MulAdd:
 		e = &MulAdd{X: MapExpr(x.X, f), Y: MapExpr(x.Y, f), Z: MapExpr(x.Z, f)}
+	case *DotBF16:
+		e = &DotBF16{X: MapExpr(x.X, f), Y: MapExpr(x.Y, f), Z: MapExpr(x.Z, f)}
 	case *VShuffle:
 		e = &VShuffle{X: MapExpr(x.X, f), Y: MapExpr(x.Y, f), Mask: append([]int(nil), x.Mask...)}
 	case *Const:
@@ -81,6 +83,10 @@ func VisitExpr(e Expr, f func(Expr)) {
 	case *VShuffle:
 		VisitExpr(x.X, f)
 		VisitExpr(x.Y, f)
+	case *DotBF16:
+		VisitExpr(x.X, f)
+		VisitExpr(x.Y, f)
+		VisitExpr(x.Z, f)
 	case *Call:
 		for _, a := range x.Args {
 			VisitExpr(a, f)

@@ -107,6 +107,8 @@ func (f *fnState) expr(e ir.Expr) (value.Value, ir.Type) {
 		return f.mulAdd(x)
 	case *ir.VShuffle:
 		return f.shuffle(x)
+	case *ir.DotBF16:
+		return f.dotBF16(x)
 	case *ir.Call:
 		f.fail("call @%s must be expanded by legalization before LLVM codegen", x.Fn)
 	default:

@@ -114,6 +114,24 @@ func (f *fnState) mulAdd(x *ir.MulAdd) (value.Value, ir.Type) {
 	return f.cur.NewCall(fn, a, b, c), t
 }
 
+// dotBF16 calls AVX512-BF16's vdpbf16ps for 4, 8 or 16 lanes (LLVM 14
+// spells its bf16 pairs as i32 lanes); the function must carry
+// "+avx512bf16" (and "+avx512vl" below 16 lanes) in its target-features.
+func (f *fnState) dotBF16(x *ir.DotBF16) (value.Value, ir.Type) {
+	a, at := f.expr(x.X)
+	b, bt := f.expr(x.Y)
+	c, ct := f.expr(x.Z)
+	n := ct.Lanes()
+	bits := map[int]int{4: 128, 8: 256, 16: 512}[n]
+	if bits == 0 || ct.Elem() != ir.F32 || at != ir.Vec(ir.I32, n) || bt != at {
+		f.fail("dotbf16 of %s, %s, %s in %s: want i32x4/8/16 pairs and f32 of the same lanes", at, bt, ct, exprString(x))
+	}
+	lt := f.e.valueType(ct, "dotbf16")
+	it := f.e.valueType(at, "dotbf16")
+	fn := f.e.decl(fmt.Sprintf("llvm.x86.avx512bf16.dpbf16ps.%d", bits), lt, lt, it, it)
+	return f.cur.NewCall(fn, c, a, b), ct
+}
+
 func (f *fnState) shuffle(x *ir.VShuffle) (value.Value, ir.Type) {
 	a, t := f.expr(x.X)
 	b, bt := f.expr(x.Y)

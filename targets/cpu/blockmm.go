@@ -121,12 +121,47 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 		}
 		return []ir.Stmt{s}
 	})
+	// On a DotBF16 level, the matmuls dotBF16Fits takes also get their
+	// operands as bf16 pairs (arrays named here, sized like packed's).
+	exact := map[string]bool{}
+	if l.DotBF16 {
+		exact = bf16Exact(body)
+	}
+	fits := func(mm *ir.MatMul) bool { return blocks(mm) && dotBF16Fits(mm, exact, l) }
+	pairs := map[string]string{}
+	ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
+		if mm, ok := s.(*ir.MatMul); ok && fits(mm) {
+			for _, x := range []string{mm.A, mm.B} {
+				if pairs[x] == "" {
+					name := x + "_bp"
+					for i := 2; names[name]; i++ {
+						name = fmt.Sprintf("%s_bp%d", x, i)
+					}
+					names[name] = true
+					pairs[x] = name
+				}
+			}
+			size[pairs[mm.A]] = max(size[pairs[mm.A]], mm.M*mm.K/2)
+			size[pairs[mm.B]] = max(size[pairs[mm.B]], mm.N*mm.K/2)
+		}
+		return []ir.Stmt{s}
+	})
+	den := func(x string) string { return pairs[x] + "den" }
+	hoisted := map[*ir.MatMul]bool{}
+	if len(pairs) > 0 {
+		body = hoistPairs(body, fits, pairs, den, hoisted, l.Lanes)
+	}
 	return ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
 		switch x := s.(type) {
 		case *ir.Alloc:
+			out := []ir.Stmt{x}
 			if p := packed[x.Name]; p != "" {
-				return []ir.Stmt{x, &ir.Alloc{Name: p, T: ir.F32, Size: size[p]}}
+				out = append(out, &ir.Alloc{Name: p, T: ir.F32, Size: size[p]})
 			}
+			if p := pairs[x.Name]; p != "" {
+				out = append(out, &ir.Alloc{Name: p, T: ir.I32, Size: size[p]})
+			}
+			return out
 		case *ir.MatMul:
 			bElem := elems[x.B]
 			if dotBlocks(x, allocs, l.Lanes) {
@@ -142,7 +177,21 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 				b, bElem = packed[x.B], ir.F32
 				out = append(out, packTransposed(x, b, l.Lanes)...)
 			}
-			return append(out, blockedMatMul(x, b, bElem, sh)...)
+			out = append(out, blockedMatMul(x, b, bElem, sh)...)
+			if !fits(x) {
+				return out
+			}
+			// bf16 pairs on vdpbf16ps, unless an operand holds a
+			// denormal, which vdpbf16ps would read as zero: then the
+			// f32 micro-kernels above.
+			var dot []ir.Stmt
+			if !hoisted[x] {
+				dot = append(dot, packPairs(x.A, pairs[x.A], den(x.A), x.M, x.K, l.Lanes)...)
+			}
+			dot = append(dot, packPairsTransposed(x, pairs[x.B], den(x.B), l.Lanes)...)
+			dot = append(dot, &ir.If{Cond: ir.Bin(ir.Ne, ir.Bin(ir.Or, ir.R(den(x.A), ir.I32), ir.R(den(x.B), ir.I32)), i32c(0)),
+				Then: &ir.Block{Stmts: out}, Else: &ir.Block{Stmts: dotBF16MatMul(x, pairs[x.A], pairs[x.B], sh)}})
+			return []ir.Stmt{&ir.Block{Stmts: dot}}
 		}
 		return []ir.Stmt{s}
 	})

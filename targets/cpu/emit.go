@@ -10,10 +10,15 @@ import (
 // Emit prints the scheduled module m as LLVM 14 IR for the machine:
 // codegen/llvm builds the kernels for its triple and data layout, each
 // level's clone with that level's attributes, and this package's runtime
-// (the thread pool, strerror, the CPU-level dispatch) around them.
+// (the thread pool, strerror, the CPU-level dispatch among the module's
+// levels) around them.
 func (mc *Machine) Emit(m *ir.Module) (string, error) {
 	a := mc.Arch
-	t := llvmgen.Target{Triple: a.Triple, DataLayout: a.DataLayout, Runtime: &runtimeEmitter{arch: a}}
+	// The runtime knows the module's levels: a DotBF16 level only where
+	// some kernel is cloned at it.
+	ra := a
+	ra.Levels = mc.moduleLevels(m)
+	t := llvmgen.Target{Triple: a.Triple, DataLayout: a.DataLayout, Runtime: &runtimeEmitter{arch: ra}}
 	if m != nil {
 		for _, k := range m.Kernels {
 			if k == nil || k.Level == "" {

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"slices"
 
 	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	lir "github.com/llir/llvm/ir"
@@ -30,6 +31,13 @@ type Level struct {
 	// the schedule may print f16 widening as fpext; without it fpext
 	// would be a libgcc call, so the dtype table's conversion is used.
 	NativeF16 bool
+	// DotBF16: AVX512-BF16's vdpbf16ps (ir.DotBF16). Block-matmul runs
+	// prefill's Q·Kᵀ whose operands are exact bf16 values on it, and the
+	// level is cloned only for the work kernels that have such a product
+	// (bf16Products): elsewhere its code would be the level below's, so
+	// those kernels, and a module without any, run that level's clone
+	// and its .ll does not name this level at all.
+	DotBF16 bool
 	// CPU and Features are LLVM's "target-cpu" and "target-features";
 	// Attrs more function attributes (AVX-512: use 512-bit registers).
 	CPU, Features string
@@ -40,44 +48,56 @@ type Level struct {
 	xcr0  int64
 }
 
-// cpuidBit is one feature bit: CPUID leaf (subleaf 0), register (0 eax, 1
+// cpuidBit is one feature bit: CPUID leaf and subleaf, register (0 eax, 1
 // ebx, 2 ecx, 3 edx) and bit.
 type cpuidBit struct {
 	leaf     int64
 	reg, bit int
 	name     string
+	sub      int64
 }
 
 // x86-64 feature bits (Intel SDM vol. 2A, CPUID; AMD APM vol. 3).
 var (
 	bitsV2 = []cpuidBit{
-		{1, 2, 0, "sse3"}, {1, 2, 9, "ssse3"}, {1, 2, 13, "cx16"}, {1, 2, 19, "sse4.1"}, {1, 2, 20, "sse4.2"},
-		{1, 2, 23, "popcnt"}, {0x80000001, 2, 0, "lahf_lm"},
+		{1, 2, 0, "sse3", 0}, {1, 2, 9, "ssse3", 0}, {1, 2, 13, "cx16", 0}, {1, 2, 19, "sse4.1", 0}, {1, 2, 20, "sse4.2", 0},
+		{1, 2, 23, "popcnt", 0}, {0x80000001, 2, 0, "lahf_lm", 0},
 	}
 	bitsV3 = append(append([]cpuidBit(nil), bitsV2...),
-		cpuidBit{1, 2, 12, "fma"}, cpuidBit{1, 2, 22, "movbe"}, cpuidBit{1, 2, 27, "osxsave"}, cpuidBit{1, 2, 28, "avx"},
-		cpuidBit{1, 2, 29, "f16c"}, cpuidBit{7, 1, 3, "bmi1"}, cpuidBit{7, 1, 5, "avx2"}, cpuidBit{7, 1, 8, "bmi2"},
-		cpuidBit{0x80000001, 2, 5, "abm"})
+		cpuidBit{1, 2, 12, "fma", 0}, cpuidBit{1, 2, 22, "movbe", 0}, cpuidBit{1, 2, 27, "osxsave", 0}, cpuidBit{1, 2, 28, "avx", 0},
+		cpuidBit{1, 2, 29, "f16c", 0}, cpuidBit{7, 1, 3, "bmi1", 0}, cpuidBit{7, 1, 5, "avx2", 0}, cpuidBit{7, 1, 8, "bmi2", 0},
+		cpuidBit{0x80000001, 2, 5, "abm", 0})
 	bitsV4 = append(append([]cpuidBit(nil), bitsV3...),
-		cpuidBit{7, 1, 16, "avx512f"}, cpuidBit{7, 1, 17, "avx512dq"}, cpuidBit{7, 1, 28, "avx512cd"},
-		cpuidBit{7, 1, 30, "avx512bw"}, cpuidBit{7, 1, 31, "avx512vl"})
+		cpuidBit{7, 1, 16, "avx512f", 0}, cpuidBit{7, 1, 17, "avx512dq", 0}, cpuidBit{7, 1, 28, "avx512cd", 0},
+		cpuidBit{7, 1, 30, "avx512bw", 0}, cpuidBit{7, 1, 31, "avx512vl", 0})
 )
 
 const (
 	featuresX86   = "+cx8,+fxsr,+mmx,+sse,+sse2,+x87"
 	featuresX86V3 = "+avx,+avx2,+bmi,+bmi2,+cx16,+cx8,+f16c,+fma,+fxsr,+lzcnt,+mmx,+movbe,+popcnt,+sahf,+sse,+sse2,+sse3,+sse4.1,+sse4.2,+ssse3,+x87,+xsave"
 	featuresX86V4 = featuresX86V3 + ",+avx512bw,+avx512cd,+avx512dq,+avx512f,+avx512vl"
+	// featuresX86V4BF16 adds AVX512-BF16 (vcvtne2ps2bf16, vdpbf16ps).
+	featuresX86V4BF16 = featuresX86V4 + ",+avx512bf16"
 )
 
+// bitsV4BF16 are x86-64-v4's bits and AVX512_BF16: CPUID leaf 7, subleaf
+// 1, EAX bit 5 (Cooper Lake, Sapphire Rapids, Zen 4 and later).
+var bitsV4BF16 = append(append([]cpuidBit(nil), bitsV4...), cpuidBit{leaf: 7, sub: 1, reg: 0, bit: 5, name: "avx512_bf16"})
+
 // x86Levels are x86-64's levels, baseline first: SSE2 (any x86-64),
-// x86-64-v3 (AVX2, FMA, F16C: Haswell, Zen) and x86-64-v4 (AVX-512 F, BW,
-// CD, DQ, VL: Skylake-SP, Zen 4).
+// x86-64-v3 (AVX2, FMA, F16C: Haswell, Zen), x86-64-v4 (AVX-512 F, BW,
+// CD, DQ, VL: Skylake-SP, Zen 4) and x86-64-v4-bf16 (x86-64-v4 with
+// AVX512-BF16: Cooper Lake, Sapphire Rapids, Zen 4), cloned only for the
+// work kernels whose prefill Q·Kᵀ reads exact bf16 operands.
 var x86Levels = []Level{
 	{Name: "x86-64", Suffix: "_x86_64", Lanes: 4, Regs: 16, CPU: "x86-64", Features: featuresX86},
 	{Name: "x86-64-v3", Suffix: "_x86_64_v3", Lanes: 8, Regs: 16, FMA: true, NativeF16: true, CPU: "x86-64-v3",
 		Features: featuresX86V3, needs: bitsV3, xcr0: 0x6},
 	{Name: "x86-64-v4", Suffix: "_x86_64_v4", Lanes: 16, Regs: 32, FMA: true, NativeF16: true, CPU: "x86-64-v4",
 		Features: featuresX86V4, needs: bitsV4, xcr0: 0xe6,
+		Attrs: [][2]string{{"prefer-vector-width", "512"}, {"min-legal-vector-width", "512"}}},
+	{Name: "x86-64-v4-bf16", Suffix: "_x86_64_v4_bf16", Lanes: 16, Regs: 32, FMA: true, NativeF16: true, DotBF16: true, CPU: "x86-64-v4",
+		Features: featuresX86V4BF16, needs: bitsV4BF16, xcr0: 0xe6,
 		Attrs: [][2]string{{"prefer-vector-width", "512"}, {"min-legal-vector-width", "512"}}},
 }
 
@@ -232,8 +252,8 @@ func (e *runtimeEmitter) defineDetectLevel() {
 	cpuid := lir.NewInlineAsm(types.NewPointer(types.NewFunc(regs, types.I32, types.I32)), "cpuid",
 		"={ax},={bx},={cx},={dx},{ax},{cx},~{dirflag},~{fpsr},~{flags}")
 	cpuid.SideEffect = true
-	call := func(b *lir.Block, leaf value.Value, name string) [4]value.Value {
-		r := named(b.NewCall(cpuid, leaf, llI32(0)), name)
+	call := func(b *lir.Block, leaf, sub value.Value, name string) [4]value.Value {
+		r := named(b.NewCall(cpuid, leaf, sub), name)
 		var out [4]value.Value
 		for k := range out {
 			out[k] = named(b.NewExtractValue(r, uint64(k)), fmt.Sprintf("%s.%c", name, "abcd"[k]))
@@ -242,25 +262,49 @@ func (e *runtimeEmitter) defineDetectLevel() {
 	}
 	// Leaves 0 and 0x80000000 give the highest basic and extended leaves;
 	// a leaf above them reads as zeros.
-	max0 := call(b, llI32(0), "l0")[0]
-	maxE := call(b, llI32(0x80000000), "le")[0]
-	leafRegs := map[int64][4]value.Value{}
-	for _, leaf := range []int64{1, 7, 0x80000001} {
+	// A subleaf above 0 (leaf 7's) is read when a level needs it and
+	// counts only when leaf 7 subleaf 0's EAX (the highest subleaf)
+	// reaches it.
+	max0 := call(b, llI32(0), llI32(0), "l0")[0]
+	maxE := call(b, llI32(0x80000000), llI32(0), "le")[0]
+	leafRegs := map[[2]int64][4]value.Value{}
+	leaves := [][2]int64{{1, 0}, {7, 0}, {0x80000001, 0}}
+	for _, l := range e.arch.Levels {
+		for _, nb := range l.needs {
+			if nb.sub != 0 && !slices.Contains(leaves, [2]int64{nb.leaf, nb.sub}) {
+				leaves = append(leaves, [2]int64{nb.leaf, nb.sub})
+			}
+		}
+	}
+	for _, ls := range leaves {
+		leaf, sub := ls[0], ls[1]
+		name := fmt.Sprintf("%x", leaf)
+		if sub != 0 {
+			name = fmt.Sprintf("%x.%d", leaf, sub)
+		}
 		limit := max0
 		if leaf >= 0x80000000 {
 			limit = maxE
 		}
-		has := named(b.NewICmp(enum.IPredUGE, limit, llI32(leaf)), fmt.Sprintf("has.%x", leaf))
-		safe := named(b.NewSelect(has, llI32(leaf), llI32(0)), fmt.Sprintf("leaf.%x", leaf))
-		r := call(b, safe, fmt.Sprintf("l%x", leaf))
+		var has value.Value = named(b.NewICmp(enum.IPredUGE, limit, llI32(leaf)), "has."+name)
+		if sub != 0 {
+			maxSub, ok := leafRegs[[2]int64{leaf, 0}]
+			if !ok {
+				e.fail("CPUID leaf %x subleaf %d: leaf %x subleaf 0 is not read", leaf, sub, leaf)
+			}
+			subOK := named(b.NewICmp(enum.IPredUGE, maxSub[0], llI32(sub)), "hassub."+name)
+			has = named(b.NewAnd(has, subOK), "has.both."+name)
+		}
+		safe := named(b.NewSelect(has, llI32(leaf), llI32(0)), "leaf."+name)
+		r := call(b, safe, llI32(sub), "l"+name)
 		var masked [4]value.Value
 		for k := range r {
-			masked[k] = named(b.NewSelect(has, r[k], llI32(0)), fmt.Sprintf("l%x.%c.ok", leaf, "abcd"[k]))
+			masked[k] = named(b.NewSelect(has, r[k], llI32(0)), fmt.Sprintf("l%s.%c.ok", name, "abcd"[k]))
 		}
-		leafRegs[leaf] = masked
+		leafRegs[ls] = masked
 	}
 	// XCR0, read with XGETBV only when OSXSAVE (CPUID.1:ECX bit 27) is set.
-	osx := named(b.NewAnd(leafRegs[1][2], llI32(1<<27)), "osxsave")
+	osx := named(b.NewAnd(leafRegs[[2]int64{1, 0}][2], llI32(1<<27)), "osxsave")
 	hasOSX := named(b.NewICmp(enum.IPredNE, osx, llI32(0)), "has.osxsave")
 	xget := f.NewBlock("xgetbv")
 	decide := f.NewBlock("decide")
@@ -279,7 +323,7 @@ func (e *runtimeEmitter) defineDetectLevel() {
 		l := e.arch.Levels[i]
 		var ok value.Value = constant.True
 		for _, nb := range l.needs {
-			bit := named(decide.NewAnd(leafRegs[nb.leaf][nb.reg], llI32(int64(int32(uint32(1)<<nb.bit)))), fmt.Sprintf("v%d.bit.%s", i, nb.name))
+			bit := named(decide.NewAnd(leafRegs[[2]int64{nb.leaf, nb.sub}][nb.reg], llI32(int64(int32(uint32(1)<<nb.bit)))), fmt.Sprintf("v%d.bit.%s", i, nb.name))
 			set := named(decide.NewICmp(enum.IPredNE, bit, llI32(0)), fmt.Sprintf("v%d.%s", i, nb.name))
 			ok = decide.NewAnd(ok, set)
 		}

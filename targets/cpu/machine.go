@@ -56,13 +56,14 @@ func (mc *Machine) Level(k *ir.Kernel) (*Level, error) {
 // Table is the CPU pass table of this machine.
 func (mc *Machine) Table() []passes.Pass {
 	return mc.table(passes.Pass{Name: "multiversion", Required: true, Run: mc.Multiversion,
-		Desc: "clone the work kernels per CPU level of the triple (x86-64, -v3, -v4; NEON); entries dispatch by CPUID or ATTNC_CPU_LEVEL"})
+		Desc: "clone the work kernels per CPU level of the triple (x86-64, -v3, -v4, and -v4-bf16 for those with a bf16 Q·Kᵀ; NEON); entries dispatch by CPUID or ATTNC_CPU_LEVEL"})
 }
 
 // LevelTable is Table with the clone of the named level only
-// (MultiversionAt): tests that run the level their machine picks build
-// with it, one clone instead of three. The entries return CPU_LEVEL
-// on a CPU below the level. An unknown name is an error naming the known.
+// (MultiversionAt: a kernel without a bf16 product is cloned at the best
+// level below a DotBF16 one): tests that run the level their machine picks
+// build with it, one clone instead of three or four. The entries return
+// CPU_LEVEL on a CPU below the level. An unknown name is an error naming the known.
 func (mc *Machine) LevelTable(name string) ([]passes.Pass, error) {
 	for i, l := range mc.Arch.Levels {
 		if l.Name == name {
@@ -83,7 +84,7 @@ func (mc *Machine) table(multiversion passes.Pass) []passes.Pass {
 		{Name: "vector-reduce", Required: false, Run: mc.VectorReduce,
 			Desc: "reduce statements of prefill KV tiles (those with a matmul of M >= 32) as explicit vector loops of the clone's width and a shuffle tree"},
 		{Name: "block-matmul", Required: false, Run: mc.BlockMatMul,
-			Desc: "tile matmuls of each level's clone as register-blocked vector micro-kernels (6x4 or 6x2 vectors of the level's width; prefill's Q·Kᵀ (M >= 32) on K packed transposed), decode's Q·Kᵀ as dot-product blocks ending in a transpose-add tree"},
+			Desc: "tile matmuls of each level's clone as register-blocked vector micro-kernels (6x4 or 6x2 vectors of the level's width; prefill's Q·Kᵀ (M >= 32) on K packed transposed; on x86-64-v4-bf16, with exact bf16 Q and K, as vdpbf16ps on bf16 pairs), decode's Q·Kᵀ as dot-product blocks ending in a transpose-add tree"},
 		{Name: "lower-tiles", Required: true, Run: LowerTiles,
 			Desc: "matmul and reduce statements as loops: dot products and zero-skipping row updates"},
 		{Name: "vectorize", Required: true, Run: Vectorize,

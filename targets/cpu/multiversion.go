@@ -2,89 +2,98 @@ package cpu
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/attnc/attnc/ir"
 )
 
 // Multiversion clones every work kernel (a kernel whose items run on the
 // thread pool: it holds a parallel loop) once per CPU level of the
-// machine's architecture (x86-64, x86-64-v3, x86-64-v4; NEON on aarch64): the
+// machine's architecture (x86-64, x86-64-v3, x86-64-v4; NEON on aarch64),
+// and at a DotBF16 level (x86-64-v4-bf16) only the work kernels whose
+// prefill Q·Kᵀ that level runs on bf16 pairs (hasBF16Product): the
 // clone of level L is named <kernel><L.Suffix> and carries L as its Level,
 // so codegen compiles it for L (target-cpu and target-features) and the
-// schedule passes after this one may specialise it (native-widen uses L's
-// half conversion; none fits the vector width to L yet). A kernel that calls work kernels
-// (an entry) asks the runtime for the level at its start (rt.cpu_level:
-// CPUID at the first call, or $ATTNC_CPU_LEVEL), returns CPU_LEVEL when
-// the variable is refused, and calls the clone of that level.
+// schedule passes after this one specialise it (block-matmul fits its
+// micro-kernels to L, native-widen uses L's half conversion). A kernel
+// that calls work kernels (an entry) asks the runtime for the level at its
+// start (rt.cpu_level: CPUID at the first call, or $ATTNC_CPU_LEVEL; the
+// runtime numbers the module's levels, moduleLevels), returns CPU_LEVEL
+// when the variable is refused, and calls the callee's clone of the best
+// level at or below it.
 func (mc *Machine) Multiversion(m *ir.Module) (*ir.Module, error) {
-	return mc.multiversion(m, func(int) bool { return true })
+	return mc.multiversion(m, func(levels []int) []int { return levels })
 }
 
-// MultiversionAt is Multiversion with the clone of level i only, for tests
-// that run one level (the one their machine picks): the entries return
-// CPU_LEVEL on a CPU below it, or when ATTNC_CPU_LEVEL names a lower one.
+// MultiversionAt is Multiversion with one clone of each work kernel: of
+// the best level at or below level i it would be cloned at (a kernel
+// without a bf16 product takes x86-64-v4 where i is x86-64-v4-bf16). Tests
+// that run the level their machine picks build with it, one clone instead
+// of three or four. The entries return CPU_LEVEL below the highest level
+// cloned, whether the CPU is below it or ATTNC_CPU_LEVEL names a lower one.
 func (mc *Machine) MultiversionAt(i int) func(*ir.Module) (*ir.Module, error) {
 	return func(m *ir.Module) (*ir.Module, error) {
-		return mc.multiversion(m, func(j int) bool { return j == i })
+		return mc.multiversion(m, func(levels []int) []int { return []int{bestAt(levels, i)} })
 	}
 }
 
-// multiversion clones the work kernels at the levels keep takes (by index
-// in the architecture's levels); an entry on a CPU below the lowest of them
-// returns CPU_LEVEL.
-func (mc *Machine) multiversion(m *ir.Module, keep func(int) bool) (*ir.Module, error) {
-	t := mc.Arch
-	// levels are the cloned levels with their indexes in the target's, lo
-	// the lowest index.
-	levels := map[int]Level{}
-	lo := -1
-	for i, l := range t.Levels {
-		if keep(i) {
-			levels[i] = l
-			if lo < 0 {
-				lo = i
-			}
+// multiversion clones each work kernel at the levels keep takes of those
+// it can be cloned at (indexes into the architecture's levels, ascending).
+func (mc *Machine) multiversion(m *ir.Module, keep func([]int) []int) (*ir.Module, error) {
+	all := mc.Arch.Levels
+	// at lists, for each cloned kernel, the indexes in all of the levels
+	// it is cloned at, ascending; lo is the highest index of a kernel's
+	// lowest clone, below which the entries refuse to run.
+	at := map[string][]int{}
+	lo := 0
+	for _, k := range m.Kernels {
+		if k.Level != "" || !hasParallel(k.Body) {
+			continue
 		}
+		var can []int
+		for i, l := range all {
+			if l.DotBF16 && !hasBF16Product(k.Body, l) {
+				continue
+			}
+			can = append(can, i)
+		}
+		at[k.Name] = keep(can)
+		lo = max(lo, at[k.Name][0])
 	}
-	if lo < 0 {
-		return nil, fmt.Errorf("multiversion: no level of %s to clone", t.Triple)
+	// index maps a level of all to its index among the module's levels
+	// (moduleLevels: the runtime's numbering).
+	index := map[int]int{}
+	for i, l := range all {
+		if l.DotBF16 && !clonedAt(at, i) {
+			continue
+		}
+		index[i] = len(index)
 	}
 	out := *m
 	out.Kernels = nil
-	cloned := map[string]bool{}
 	for _, k := range m.Kernels {
-		if k.Level == "" && hasParallel(k.Body) {
-			cloned[k.Name] = true
-		}
-	}
-	for _, k := range m.Kernels {
-		if !cloned[k.Name] {
-			continue
-		}
-		for i, l := range t.Levels {
-			if _, ok := levels[i]; !ok {
-				continue
-			}
+		for _, i := range at[k.Name] {
+			l := all[i]
 			c := *k
 			c.Name, c.Level = k.Name+l.Suffix, l.Name
-			c.Body = renameCalls(ir.CloneBlock(k.Body), cloned, l.Suffix)
+			c.Body = renameCalls(ir.CloneBlock(k.Body), at, all, i)
 			out.Kernels = append(out.Kernels, &c)
 		}
 	}
 	for _, k := range m.Kernels {
-		if cloned[k.Name] {
+		if at[k.Name] != nil {
 			continue
 		}
-		if !callsAny(k.Body, cloned) {
+		if !callsAny(k.Body, at) {
 			out.Kernels = append(out.Kernels, k)
 			continue
 		}
 		e := *k
 		e.Body = &ir.Block{Stmts: append([]ir.Stmt{
 			&ir.CallStmt{Result: levelVar, Fn: "rt.cpu_level"},
-			&ir.If{Cond: ir.Bin(ir.Lt, ir.R(levelVar, ir.I32), ir.Int(int64(lo))),
+			&ir.If{Cond: ir.Bin(ir.Lt, ir.R(levelVar, ir.I32), ir.Int(int64(index[lo]))),
 				Then: &ir.Block{Stmts: []ir.Stmt{&ir.Return{Value: ir.Int(ir.StatusCPULevel)}}}},
-		}, dispatch(k.Body, cloned, lo, levels).Stmts...)}
+		}, dispatch(k.Body, at, all, index).Stmts...)}
 		out.Kernels = append(out.Kernels, &e)
 	}
 	if err := ir.Verify(&out); err != nil {
@@ -93,15 +102,60 @@ func (mc *Machine) multiversion(m *ir.Module, keep func(int) bool) (*ir.Module, 
 	return &out, nil
 }
 
+// clonedAt reports whether some kernel is cloned at level index i.
+func clonedAt(at map[string][]int, i int) bool {
+	for _, is := range at {
+		if slices.Contains(is, i) {
+			return true
+		}
+	}
+	return false
+}
+
+// moduleLevels are the levels of the architecture that module m's clones
+// and runtime know, baseline first: every level but a DotBF16 one no
+// kernel is cloned at. The runtime numbers them in this order
+// (rt.cpu_level), and a module without a bf16 product is the same as
+// before that level existed.
+func (mc *Machine) moduleLevels(m *ir.Module) []Level {
+	var out []Level
+	for _, l := range mc.Arch.Levels {
+		used := !l.DotBF16
+		if m != nil {
+			for _, k := range m.Kernels {
+				used = used || k != nil && k.Level == l.Name
+			}
+		}
+		if used {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// bestAt is the highest of levels (ascending indexes) at or below i; the
+// lowest is the last resort.
+func bestAt(levels []int, i int) int {
+	best := levels[0]
+	for _, j := range levels {
+		if j <= i {
+			best = j
+		}
+	}
+	return best
+}
+
 // levelVar holds an entry's CPU level.
 const levelVar = "cpu_level"
 
-// renameCalls points the calls of a clone at the clones of the same level.
-func renameCalls(b *ir.Block, cloned map[string]bool, suffix string) *ir.Block {
+// renameCalls points the calls of a clone of level index i at the
+// callees' clones of the same level, or of the best level below it they
+// are cloned at.
+func renameCalls(b *ir.Block, at map[string][]int, all []Level, i int) *ir.Block {
 	return ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
-		if c, ok := s.(*ir.CallStmt); ok && cloned[c.Fn] {
+		if c, ok := s.(*ir.CallStmt); ok && at[c.Fn] != nil {
 			n := *c
-			n.Fn += suffix
+			n.Fn += all[bestAt(at[c.Fn], i)].Suffix
 			return []ir.Stmt{&n}
 		}
 		return []ir.Stmt{s}
@@ -109,14 +163,15 @@ func renameCalls(b *ir.Block, cloned map[string]bool, suffix string) *ir.Block {
 }
 
 // dispatch turns each call of a cloned kernel into a choice of its clones
-// by the entry's level: the best cloned level at or below it, best first
-// (the entry has returned CPU_LEVEL below lo, the lowest cloned index). A
-// call's result stays visible after the choice: it becomes a var that each
-// clone's call sets.
-func dispatch(b *ir.Block, cloned map[string]bool, lo int, levels map[int]Level) *ir.Block {
+// by the entry's level: the best level it is cloned at at or below it,
+// best first (the entry has refused levels below every kernel's lowest
+// clone). index numbers the
+// levels of all as the runtime does (moduleLevels). A call's result stays
+// visible after the choice: it becomes a var that each clone's call sets.
+func dispatch(b *ir.Block, at map[string][]int, all []Level, index map[int]int) *ir.Block {
 	return ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
 		c, ok := s.(*ir.CallStmt)
-		if !ok || !cloned[c.Fn] {
+		if !ok || at[c.Fn] == nil {
 			return []ir.Stmt{s}
 		}
 		call := func(l Level) *ir.Block {
@@ -129,29 +184,17 @@ func dispatch(b *ir.Block, cloned map[string]bool, lo int, levels map[int]Level)
 			n.Result = c.Result + l.Suffix
 			return &ir.Block{Stmts: []ir.Stmt{&n, &ir.Assign{Name: c.Result, Value: ir.R(n.Result, ir.I32)}}}
 		}
-		tail := call(levels[lo])
-		for i := lo + 1; i <= maxIndex(levels); i++ {
-			l, ok := levels[i]
-			if !ok {
-				continue
-			}
-			cond := ir.Bin(ir.Ge, ir.R(levelVar, ir.I32), ir.Int(int64(i)))
-			tail = &ir.Block{Stmts: []ir.Stmt{&ir.If{Cond: cond, Then: call(l), Else: tail}}}
+		levels := at[c.Fn]
+		tail := call(all[levels[0]])
+		for _, i := range levels[1:] {
+			cond := ir.Bin(ir.Ge, ir.R(levelVar, ir.I32), ir.Int(int64(index[i])))
+			tail = &ir.Block{Stmts: []ir.Stmt{&ir.If{Cond: cond, Then: call(all[i]), Else: tail}}}
 		}
 		if c.Result != "" {
 			return append([]ir.Stmt{&ir.Var{Name: c.Result, Init: ir.Int(0)}}, tail.Stmts...)
 		}
 		return tail.Stmts
 	})
-}
-
-// maxIndex is the highest index of levels.
-func maxIndex(levels map[int]Level) int {
-	hi := -1
-	for i := range levels {
-		hi = max(hi, i)
-	}
-	return hi
 }
 
 // hasParallel reports whether b holds a parallel loop.
@@ -167,11 +210,13 @@ func hasParallel(b *ir.Block) bool {
 }
 
 // callsAny reports whether b calls a kernel of names.
-func callsAny(b *ir.Block, names map[string]bool) bool {
+func callsAny[V any](b *ir.Block, names map[string]V) bool {
 	found := false
 	ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
-		if c, ok := s.(*ir.CallStmt); ok && names[c.Fn] {
-			found = true
+		if c, ok := s.(*ir.CallStmt); ok {
+			if _, ok := names[c.Fn]; ok {
+				found = true
+			}
 		}
 		return []ir.Stmt{s}
 	})
