@@ -113,6 +113,9 @@ type Host struct {
 	// MinBlocks, when set, is each kernel's minBlocksPerMultiprocessor:
 	// kernels are printed with __launch_bounds__(block, MinBlocks(k)).
 	MinBlocks func(*ir.Kernel) int
+	// ArgsAtUse, when set, names the parameters of kernel k that every use
+	// reads from the argument segment (Dialect.ArgAtUse, which must be set).
+	ArgsAtUse func(k *ir.Kernel) map[string]bool
 }
 
 // Emit prints the source of a legalized GPU module in dialect d: its
@@ -132,6 +135,11 @@ func Emit(m *ir.Module, d *Dialect, h Host) (out string, err error) {
 		p := &printer{d: d, sb: &sb, m: m}
 		if h.MinBlocks != nil {
 			p.minBlocks = h.MinBlocks(k)
+		}
+		if h.ArgsAtUse != nil {
+			if p.atUse = h.ArgsAtUse(k); len(p.atUse) > 0 && d.ArgAtUse == "" {
+				return "", fmt.Errorf("%s: kernel %s reads parameters at their uses, which the dialect cannot print", strings.ToLower(d.Name), k.Name)
+			}
 		}
 		p.kernel(k)
 	}
@@ -197,9 +205,50 @@ type printer struct {
 	m         *ir.Module
 	k         *ir.Kernel
 	indent    int
-	smem      int  // bytes of dynamic shared memory carved so far
-	host      bool // printing host code
-	minBlocks int  // __launch_bounds__ minimum blocks per SM (0: no bounds)
+	smem      int             // bytes of dynamic shared memory carved so far
+	host      bool            // printing host code
+	minBlocks int             // __launch_bounds__ minimum blocks per SM (0: no bounds)
+	atUse     map[string]bool // parameters read from the argument segment at each use
+}
+
+// ArgOffsets are the byte offsets of k's parameters in its argument
+// segment: in order, each at a multiple of its size — buffers are 8-byte
+// pointers, scalars their type's bytes — as the AMDGPU kernel ABI lays
+// out explicit arguments (and C lays out a struct of them).
+func ArgOffsets(k *ir.Kernel) []int {
+	var offs []int
+	at := 0
+	for _, pr := range k.Params {
+		size := 8
+		if !pr.Buffer {
+			size = max(1, pr.Elem.Bits()/8)
+		}
+		at = (at + size - 1) / size * size
+		offs = append(offs, at)
+		at += size
+	}
+	return offs
+}
+
+// name prints a reference to the kernel variable, buffer or parameter n:
+// a parameter read at its use goes through Dialect.ArgAtUse.
+func (p *printer) name(n string) string {
+	if !p.atUse[n] || p.host {
+		return n
+	}
+	for i, pr := range p.k.Params {
+		if pr.Name == n {
+			t := p.d.ctype(pr.Elem)
+			if pr.Buffer {
+				t += "*"
+				if !pr.Output {
+					t = "const " + t
+				}
+			}
+			return fmt.Sprintf(p.d.ArgAtUse, t, ArgOffsets(p.k)[i], n)
+		}
+	}
+	return n
 }
 
 func (p *printer) line(format string, args ...any) {
@@ -273,7 +322,7 @@ func (p *printer) stmt(s ir.Stmt) {
 			p.line("%s %s[%d];", p.d.ctype(s.T), s.Name, s.Size)
 		}
 	case *ir.Store:
-		p.line("%s[%s] = %s;", s.Buf, p.expr(s.Index), p.expr(s.Value))
+		p.line("%s[%s] = %s;", p.name(s.Buf), p.expr(s.Index), p.expr(s.Value))
 	case *ir.For:
 		p.forStmt(s)
 	case *ir.If:
@@ -299,15 +348,15 @@ func (p *printer) stmt(s ir.Stmt) {
 		if s.Async {
 			// 16 bytes from global into shared memory, complete at the
 			// async wait that covers its group.
-			p.line(p.d.AsyncCopy16, s.Dst+" + "+dst, s.Src+" + "+src)
+			p.line(p.d.AsyncCopy16, p.name(s.Dst)+" + "+dst, p.name(s.Src)+" + "+src)
 			return
 		}
 		if s.N*p.elemBits(s.Src)/8 == 16 {
 			// One 128-bit access; lowering guarantees 16-byte alignment.
-			p.line("*(%s*)(%s + %s) = *(const %s*)(%s + %s);", p.d.Vec16, s.Dst, dst, p.d.Vec16, s.Src, src)
+			p.line("*(%s*)(%s + %s) = *(const %s*)(%s + %s);", p.d.Vec16, p.name(s.Dst), dst, p.d.Vec16, p.name(s.Src), src)
 			return
 		}
-		p.line("for (int32_t c_ = 0; c_ < %d; ++c_) %s[%s + c_] = %s[%s + c_];", s.N, s.Dst, dst, s.Src, src)
+		p.line("for (int32_t c_ = 0; c_ < %d; ++c_) %s[%s + c_] = %s[%s + c_];", s.N, p.name(s.Dst), dst, p.name(s.Src), src)
 	case *ir.MFMA:
 		if p.d.MFMA == "" {
 			panic(fmt.Sprintf("mfma has no %s form", p.d.Name))
@@ -460,11 +509,11 @@ func (p *printer) expr(e ir.Expr) string {
 	case *ir.Const:
 		return p.constText(e)
 	case *ir.Ref:
-		return e.Name
+		return p.name(e.Name)
 	case *ir.NotNull:
-		return "(" + e.Buf + " != 0)"
+		return "(" + p.name(e.Buf) + " != 0)"
 	case *ir.Load:
-		return e.Buf + "[" + p.expr(e.Index) + "]"
+		return p.name(e.Buf) + "[" + p.expr(e.Index) + "]"
 	case *ir.Binary:
 		x, y := p.expr(e.X), p.expr(e.Y)
 		t := e.X.Type()
