@@ -115,20 +115,44 @@ func TestDialectSettings(t *testing.T) {
 	}
 }
 
+const argsSrc = `module g prefix g
+
+kernel g_k role decode (x: f32* [n] out, h: f32* [n], n: i32) {
+  for item in 0 .. n parallel @work {
+    for t in 0 .. 128 threads {
+      for e in 0 .. 2 serial @phase {
+        copy x[e] = h[e] x 4
+        store x[(e + item)] = h[n]
+      }
+      for kt in 0 .. n serial @kv_tile [kv_pos = kt .. kt] {
+        for j in 0 .. 2 serial @phase {
+          store x[j] = h[n]
+        }
+      }
+    }
+  }
+  return 0
+}
+`
+
 // TestArgAtUse checks that the parameters Host.ArgsAtUse names print
-// through Dialect.ArgAtUse at every use in the kernel — loads, stores,
-// copies, loop bounds — with their ArgOffsets, while the signature and the
-// host launcher keep the plain names; and that a dialect without ArgAtUse
-// is an error, not a kernel that silently holds them.
+// through Dialect.ArgAtUse with their ArgOffsets: each use on its own
+// (ArgEachUse, and every use inside a KV tile loop), or once per phase loop
+// outside the tile loops into a local (ArgPerPhase); the signature and the
+// host launcher keep the plain names. A dialect without ArgAtUse is an
+// error, not a kernel that silently holds them.
 func TestArgAtUse(t *testing.T) {
-	m, err := ir.Parse(toySrc)
+	m, err := ir.Parse(argsSrc)
 	if err != nil {
 		t.Fatal(err)
 	}
+	ir.MustVerify("test", m)
 	k := m.Kernels[0]
 	m.Plans = []*ir.Plan{{Role: ir.RoleDecode, Entry: "g_k", Public: true, Params: k.Params,
 		Direct: []ir.Launch{{Kernel: "g_k", Items: ir.R("n", ir.I32)}}}}
-	at := func(*ir.Kernel) map[string]bool { return map[string]bool{"x": true, "h": true, "n": true} }
+	at := func(*ir.Kernel) map[string]cstyle.ArgRead {
+		return map[string]cstyle.ArgRead{"x": cstyle.ArgPerPhase, "h": cstyle.ArgEachUse, "n": cstyle.ArgPerPhase}
+	}
 	h := cstyle.Host{Launcher: func(p *ir.Plan) string { return p.Entry + "_launch" }, Threads: "TOY_WORKERS",
 		GridStrideGrid: "TOY_GRID", ThreadsPerBlock: 128, ArgsAtUse: at}
 	d := *toy
@@ -137,21 +161,30 @@ func TestArgAtUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{
-		"TOY_KERNEL void g_k(float* TOY_RESTRICT x, const TOY_HALF* TOY_RESTRICT h, int32_t n)",
-		"item_end = TOY_ARG(int32_t, 16, n);",
-		"TOY_CP(hs + ((int32_t)0), TOY_ARG(const TOY_HALF*, 8, h) + ((int32_t)0));",
-		"*(const TOY_V16*)(TOY_ARG(const TOY_HALF*, 8, h) + ((int32_t)8));",
-		"buf[t] = TOY_ARG(float*, 0, x)[item];",
-		"TOY_ARG(float*, 0, x)[item] = s;",
-		"TOY_LAUNCH(g_k, grid, 128, 640, stream, x, h, n);",
-	} {
-		if !strings.Contains(got, want) {
-			t.Errorf("missing %q", want)
+	want := `  for (int32_t item = ((int32_t)0) + TOY_BID, item_end = TOY_ARG(int32_t, 16, n); item < item_end; item += TOY_NBLOCKS) {
+    {
+      const int32_t t = TOY_TID;
+      {
+        float* const attnc_arg_x = TOY_ARG(float*, 0, x);
+        int32_t const attnc_arg_n = TOY_ARG(int32_t, 16, n);
+        for (int32_t e = ((int32_t)0), e_end = ((int32_t)2); e < e_end; ++e) {
+          *(TOY_V16*)(attnc_arg_x + e) = *(const TOY_V16*)(TOY_ARG(const float*, 8, h) + e);
+          attnc_arg_x[attnc_add_i32(e, item)] = TOY_ARG(const float*, 8, h)[attnc_arg_n];
+        }
+      }
+      for (int32_t kt = ((int32_t)0), kt_end = TOY_ARG(int32_t, 16, n); kt < kt_end; ++kt) {
+        for (int32_t j = ((int32_t)0), j_end = ((int32_t)2); j < j_end; ++j) {
+          TOY_ARG(float*, 0, x)[j] = TOY_ARG(const float*, 8, h)[TOY_ARG(int32_t, 16, n)];
+        }
+      }
+    }
+  }
+`
+	for _, w := range []string{want, "TOY_KERNEL void g_k(float* TOY_RESTRICT x, const float* TOY_RESTRICT h, int32_t n)",
+		"TOY_LAUNCH(g_k, grid, 128, 0, stream, x, h, n);"} {
+		if !strings.Contains(got, w) {
+			t.Errorf("missing\n%s\nin\n%s", w, got[strings.Index(got, "TOY_KERNEL"):])
 		}
-	}
-	if strings.Count(got, "TOY_ARG(") != 5 {
-		t.Errorf("%d parameter reads, want 5:\n%s", strings.Count(got, "TOY_ARG("), got)
 	}
 	if _, err := cstyle.Emit(m, toy, h); err == nil || !strings.Contains(err.Error(), "cannot print") {
 		t.Errorf("a dialect without ArgAtUse: %v, want an error", err)

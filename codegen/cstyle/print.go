@@ -3,6 +3,7 @@ package cstyle
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -113,10 +114,23 @@ type Host struct {
 	// MinBlocks, when set, is each kernel's minBlocksPerMultiprocessor:
 	// kernels are printed with __launch_bounds__(block, MinBlocks(k)).
 	MinBlocks func(*ir.Kernel) int
-	// ArgsAtUse, when set, names the parameters of kernel k that every use
-	// reads from the argument segment (Dialect.ArgAtUse, which must be set).
-	ArgsAtUse func(k *ir.Kernel) map[string]bool
+	// ArgsAtUse, when set, says which parameters of kernel k are read from
+	// the argument segment where they are used (Dialect.ArgAtUse, which
+	// must be set), and how; parameters it does not name are held.
+	ArgsAtUse func(k *ir.Kernel) map[string]ArgRead
 }
+
+// ArgRead is how a kernel parameter is read where it is used.
+type ArgRead uint8
+
+const (
+	// ArgEachUse: every use reads it.
+	ArgEachUse ArgRead = iota + 1
+	// ArgPerPhase: a phase loop (tag phase) outside the KV tile loops that
+	// uses it reads it once, at its start, into a local its uses read;
+	// other uses read it each.
+	ArgPerPhase
+)
 
 // Emit prints the source of a legalized GPU module in dialect d: its
 // kernels and, from its plans, a host launcher per public entry.
@@ -132,7 +146,7 @@ func Emit(m *ir.Module, d *Dialect, h Host) (out string, err error) {
 	sb.WriteString(d.Prelude)
 	sb.WriteString(Helpers)
 	for _, k := range m.Kernels {
-		p := &printer{d: d, sb: &sb, m: m}
+		p := &printer{d: d, sb: &sb, m: m, bound: map[string]bool{}}
 		if h.MinBlocks != nil {
 			p.minBlocks = h.MinBlocks(k)
 		}
@@ -205,10 +219,12 @@ type printer struct {
 	m         *ir.Module
 	k         *ir.Kernel
 	indent    int
-	smem      int             // bytes of dynamic shared memory carved so far
-	host      bool            // printing host code
-	minBlocks int             // __launch_bounds__ minimum blocks per SM (0: no bounds)
-	atUse     map[string]bool // parameters read from the argument segment at each use
+	smem      int                // bytes of dynamic shared memory carved so far
+	host      bool               // printing host code
+	minBlocks int                // __launch_bounds__ minimum blocks per SM (0: no bounds)
+	atUse     map[string]ArgRead // parameters read from the argument segment where used
+	bound     map[string]bool    // those a phase loop being printed has read into its local
+	inTile    int                // KV tile loops around the statement being printed
 }
 
 // ArgOffsets are the byte offsets of k's parameters in its argument
@@ -231,24 +247,73 @@ func ArgOffsets(k *ir.Kernel) []int {
 }
 
 // name prints a reference to the kernel variable, buffer or parameter n:
-// a parameter read at its use goes through Dialect.ArgAtUse.
+// a parameter read at its uses is the local its phase loop read it into
+// (argLocal), or elsewhere a read of its own (Dialect.ArgAtUse).
 func (p *printer) name(n string) string {
-	if !p.atUse[n] || p.host {
+	if p.atUse[n] == 0 || p.host {
 		return n
 	}
-	for i, pr := range p.k.Params {
-		if pr.Name == n {
-			t := p.d.ctype(pr.Elem)
-			if pr.Buffer {
-				t += "*"
-				if !pr.Output {
-					t = "const " + t
-				}
-			}
-			return fmt.Sprintf(p.d.ArgAtUse, t, ArgOffsets(p.k)[i], n)
+	if p.bound[n] {
+		return argLocal + n
+	}
+	return p.argRead(n)
+}
+
+// argLocal prefixes the local a phase loop reads a parameter into.
+const argLocal = "attnc_arg_"
+
+// argRead prints the read of parameter n from the argument segment.
+func (p *printer) argRead(n string) string {
+	i := slices.IndexFunc(p.k.Params, func(pr *ir.Param) bool { return pr.Name == n })
+	return fmt.Sprintf(p.d.ArgAtUse, p.argType(p.k.Params[i]), ArgOffsets(p.k)[i], n)
+}
+
+// argType is parameter pr's C type without restrict.
+func (p *printer) argType(pr *ir.Param) string {
+	t := p.d.ctype(pr.Elem)
+	if pr.Buffer {
+		t += "*"
+		if !pr.Output {
+			t = "const " + t
 		}
 	}
-	return n
+	return t
+}
+
+// Mentions are the names statement s (its expressions and nested
+// statements) reads or writes: variables, buffers and arrays.
+func Mentions(s ir.Stmt) map[string]bool {
+	names := map[string]bool{}
+	body := &ir.Block{Stmts: []ir.Stmt{s}}
+	ir.MapStmtExprs(body, func(e ir.Expr) ir.Expr {
+		ir.VisitExpr(e, func(n ir.Expr) {
+			switch x := n.(type) {
+			case *ir.Ref:
+				names[x.Name] = true
+			case *ir.Load:
+				names[x.Buf] = true
+			case *ir.NotNull:
+				names[x.Buf] = true
+			}
+		})
+		return e
+	})
+	ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
+		switch x := s.(type) {
+		case *ir.Store:
+			names[x.Buf] = true
+		case *ir.Copy:
+			names[x.Dst], names[x.Src] = true, true
+		case *ir.LdMatrix:
+			names[x.Src] = true
+		case *ir.Prefetch:
+			names[x.Buf] = true
+		case *ir.Assign:
+			names[x.Name] = true
+		}
+		return []ir.Stmt{s}
+	})
+	return names
 }
 
 func (p *printer) line(format string, args ...any) {
@@ -376,6 +441,38 @@ func (p *printer) stmt(s ir.Stmt) {
 }
 
 func (p *printer) forStmt(s *ir.For) {
+	if s.Tag == ir.TagKVTile {
+		p.inTile++
+		defer func() { p.inTile-- }()
+	}
+	if s.Tag == ir.TagPhase && len(p.atUse) > 0 && !p.host && p.inTile == 0 {
+		// A phase outside the KV tile loops reads the parameters it uses
+		// once, at its start: one read per work item, held only through
+		// the phase. Inside a tile loop, where the registers are scarcest,
+		// each use reads its own.
+		used := Mentions(s)
+		var read []*ir.Param
+		for _, pr := range p.k.Params {
+			if used[pr.Name] && p.atUse[pr.Name] == ArgPerPhase && !p.bound[pr.Name] {
+				read = append(read, pr)
+			}
+		}
+		if len(read) > 0 {
+			p.line("{")
+			p.indent++
+			for _, pr := range read {
+				p.line("%s const %s%s = %s;", p.argType(pr), argLocal, pr.Name, p.argRead(pr.Name))
+				p.bound[pr.Name] = true
+			}
+			p.forStmt(s)
+			for _, pr := range read {
+				delete(p.bound, pr.Name)
+			}
+			p.indent--
+			p.line("}")
+			return
+		}
+	}
 	lo, hi := p.expr(s.Lo), p.expr(s.Hi)
 	switch s.Kind {
 	case ir.Parallel:

@@ -150,9 +150,9 @@ extern __shared__ __attribute__((aligned(16))) unsigned char attnc_smem_[];
    segment at its byte offset: a volatile scalar load (s_load) the compiler
    neither hoists to the kernel's start nor merges with another, so the
    parameter does not hold scalar registers across the loops between. */
-#define ATTNC_ARG(T, offset, name) attnc_arg_<T>(offset)
+#define ATTNC_ARG(T, offset, name) attnc_kernarg_<T>(offset)
 template <class T>
-ATTNC_FN_ T attnc_arg_(int offset) {
+ATTNC_FN_ T attnc_kernarg_(int offset) {
   typedef const volatile __attribute__((address_space(4))) T seg_t;
   return *(seg_t *)((const __attribute__((address_space(4))) char *)__builtin_amdgcn_kernarg_segment_ptr() + offset);
 }

@@ -2,9 +2,9 @@ package hip
 
 import (
 	"maps"
-	"slices"
 	"testing"
 
+	"github.com/attnc/attnc/codegen/cstyle"
 	"github.com/attnc/attnc/ir"
 )
 
@@ -31,17 +31,19 @@ kernel a_light role decode (x: f32* [n] out, n: i32) {
 }
 `
 
-// An attention kernel reads at their uses the buffers its tile loop does
-// not mention (q before it, o after it) and every scalar (n, np — np
-// inside the loop too); it holds the buffers the loop reads (kv, idx). A
-// kernel without a tile loop is left alone.
+// An attention kernel reads where they are used the buffers its tile loop
+// does not mention — the input q at each use, the output o once per phase —
+// and every scalar (n, np — np inside the loop too) once per phase; it
+// holds the buffers the loop reads (kv, idx). A kernel without a tile loop
+// is left alone.
 func TestArgsAtUse(t *testing.T) {
 	m, err := ir.Parse(argsSrc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := slices.Sorted(maps.Keys(ArgsAtUse(m.Kernel("a_attn"))))
-	if want := []string{"n", "np", "o", "q"}; !slices.Equal(got, want) {
+	got := ArgsAtUse(m.Kernel("a_attn"))
+	want := map[string]cstyle.ArgRead{"q": cstyle.ArgEachUse, "o": cstyle.ArgPerPhase, "n": cstyle.ArgPerPhase, "np": cstyle.ArgPerPhase}
+	if !maps.Equal(got, want) {
 		t.Errorf("attention kernel: %v, want %v", got, want)
 	}
 	if got := ArgsAtUse(m.Kernel("a_light")); len(got) != 0 {
