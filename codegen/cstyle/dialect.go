@@ -76,6 +76,12 @@ type Dialect struct {
 	// LdMatrix prints a fragment load of n 8×8 matrices (transposed or
 	// not) into the register array dst from the shared address addr.
 	LdMatrix func(n int, trans bool, dst, addr string) string
+	// ArgAtUse, when not "", is the format of a kernel parameter read from
+	// the kernel's argument segment where the code uses it (arguments: the
+	// parameter's C type without restrict, its byte offset (ArgOffsets), its
+	// name), so that the compiler does not hold it in registers from the
+	// kernel's start; Host.ArgsAtUse names the parameters printed this way.
+	ArgAtUse string
 
 	// Host side: launchers are written against these names.
 

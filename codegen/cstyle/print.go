@@ -3,6 +3,7 @@ package cstyle
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -113,7 +114,23 @@ type Host struct {
 	// MinBlocks, when set, is each kernel's minBlocksPerMultiprocessor:
 	// kernels are printed with __launch_bounds__(block, MinBlocks(k)).
 	MinBlocks func(*ir.Kernel) int
+	// ArgsAtUse, when set, says which parameters of kernel k are read from
+	// the argument segment where they are used (Dialect.ArgAtUse, which
+	// must be set), and how; parameters it does not name are held.
+	ArgsAtUse func(k *ir.Kernel) map[string]ArgRead
 }
+
+// ArgRead is how a kernel parameter is read where it is used.
+type ArgRead uint8
+
+const (
+	// ArgEachUse: every use reads it.
+	ArgEachUse ArgRead = iota + 1
+	// ArgPerPhase: a phase loop (tag phase) outside the KV tile loops that
+	// uses it reads it once, at its start, into a local its uses read;
+	// other uses read it each.
+	ArgPerPhase
+)
 
 // Emit prints the source of a legalized GPU module in dialect d: its
 // kernels and, from its plans, a host launcher per public entry.
@@ -129,9 +146,14 @@ func Emit(m *ir.Module, d *Dialect, h Host) (out string, err error) {
 	sb.WriteString(d.Prelude)
 	sb.WriteString(Helpers)
 	for _, k := range m.Kernels {
-		p := &printer{d: d, sb: &sb, m: m}
+		p := &printer{d: d, sb: &sb, m: m, bound: map[string]bool{}}
 		if h.MinBlocks != nil {
 			p.minBlocks = h.MinBlocks(k)
+		}
+		if h.ArgsAtUse != nil {
+			if p.atUse = h.ArgsAtUse(k); len(p.atUse) > 0 && d.ArgAtUse == "" {
+				return "", fmt.Errorf("%s: kernel %s reads parameters at their uses, which the dialect cannot print", strings.ToLower(d.Name), k.Name)
+			}
 		}
 		p.kernel(k)
 	}
@@ -197,9 +219,101 @@ type printer struct {
 	m         *ir.Module
 	k         *ir.Kernel
 	indent    int
-	smem      int  // bytes of dynamic shared memory carved so far
-	host      bool // printing host code
-	minBlocks int  // __launch_bounds__ minimum blocks per SM (0: no bounds)
+	smem      int                // bytes of dynamic shared memory carved so far
+	host      bool               // printing host code
+	minBlocks int                // __launch_bounds__ minimum blocks per SM (0: no bounds)
+	atUse     map[string]ArgRead // parameters read from the argument segment where used
+	bound     map[string]bool    // those a phase loop being printed has read into its local
+	inTile    int                // KV tile loops around the statement being printed
+}
+
+// ArgOffsets are the byte offsets of k's parameters in its argument
+// segment: in order, each at a multiple of its size — buffers are 8-byte
+// pointers, scalars their type's bytes — as the AMDGPU kernel ABI lays
+// out explicit arguments (and C lays out a struct of them).
+func ArgOffsets(k *ir.Kernel) []int {
+	var offs []int
+	at := 0
+	for _, pr := range k.Params {
+		size := 8
+		if !pr.Buffer {
+			size = max(1, pr.Elem.Bits()/8)
+		}
+		at = (at + size - 1) / size * size
+		offs = append(offs, at)
+		at += size
+	}
+	return offs
+}
+
+// name prints a reference to the kernel variable, buffer or parameter n:
+// a parameter read at its uses is the local its phase loop read it into
+// (argLocal), or elsewhere a read of its own (Dialect.ArgAtUse).
+func (p *printer) name(n string) string {
+	if p.atUse[n] == 0 || p.host {
+		return n
+	}
+	if p.bound[n] {
+		return argLocal + n
+	}
+	return p.argRead(n)
+}
+
+// argLocal prefixes the local a phase loop reads a parameter into.
+const argLocal = "attnc_arg_"
+
+// argRead prints the read of parameter n from the argument segment.
+func (p *printer) argRead(n string) string {
+	i := slices.IndexFunc(p.k.Params, func(pr *ir.Param) bool { return pr.Name == n })
+	return fmt.Sprintf(p.d.ArgAtUse, p.argType(p.k.Params[i]), ArgOffsets(p.k)[i], n)
+}
+
+// argType is parameter pr's C type without restrict.
+func (p *printer) argType(pr *ir.Param) string {
+	t := p.d.ctype(pr.Elem)
+	if pr.Buffer {
+		t += "*"
+		if !pr.Output {
+			t = "const " + t
+		}
+	}
+	return t
+}
+
+// Mentions are the names statement s (its expressions and nested
+// statements) reads or writes: variables, buffers and arrays.
+func Mentions(s ir.Stmt) map[string]bool {
+	names := map[string]bool{}
+	body := &ir.Block{Stmts: []ir.Stmt{s}}
+	ir.MapStmtExprs(body, func(e ir.Expr) ir.Expr {
+		ir.VisitExpr(e, func(n ir.Expr) {
+			switch x := n.(type) {
+			case *ir.Ref:
+				names[x.Name] = true
+			case *ir.Load:
+				names[x.Buf] = true
+			case *ir.NotNull:
+				names[x.Buf] = true
+			}
+		})
+		return e
+	})
+	ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
+		switch x := s.(type) {
+		case *ir.Store:
+			names[x.Buf] = true
+		case *ir.Copy:
+			names[x.Dst], names[x.Src] = true, true
+		case *ir.LdMatrix:
+			names[x.Src] = true
+		case *ir.Prefetch:
+			names[x.Buf] = true
+		case *ir.Assign:
+			names[x.Name] = true
+		}
+		return []ir.Stmt{s}
+	})
+	return names
 }
 
 func (p *printer) line(format string, args ...any) {
@@ -273,7 +387,7 @@ func (p *printer) stmt(s ir.Stmt) {
 			p.line("%s %s[%d];", p.d.ctype(s.T), s.Name, s.Size)
 		}
 	case *ir.Store:
-		p.line("%s[%s] = %s;", s.Buf, p.expr(s.Index), p.expr(s.Value))
+		p.line("%s[%s] = %s;", p.name(s.Buf), p.expr(s.Index), p.expr(s.Value))
 	case *ir.For:
 		p.forStmt(s)
 	case *ir.If:
@@ -299,15 +413,15 @@ func (p *printer) stmt(s ir.Stmt) {
 		if s.Async {
 			// 16 bytes from global into shared memory, complete at the
 			// async wait that covers its group.
-			p.line(p.d.AsyncCopy16, s.Dst+" + "+dst, s.Src+" + "+src)
+			p.line(p.d.AsyncCopy16, p.name(s.Dst)+" + "+dst, p.name(s.Src)+" + "+src)
 			return
 		}
 		if s.N*p.elemBits(s.Src)/8 == 16 {
 			// One 128-bit access; lowering guarantees 16-byte alignment.
-			p.line("*(%s*)(%s + %s) = *(const %s*)(%s + %s);", p.d.Vec16, s.Dst, dst, p.d.Vec16, s.Src, src)
+			p.line("*(%s*)(%s + %s) = *(const %s*)(%s + %s);", p.d.Vec16, p.name(s.Dst), dst, p.d.Vec16, p.name(s.Src), src)
 			return
 		}
-		p.line("for (int32_t c_ = 0; c_ < %d; ++c_) %s[%s + c_] = %s[%s + c_];", s.N, s.Dst, dst, s.Src, src)
+		p.line("for (int32_t c_ = 0; c_ < %d; ++c_) %s[%s + c_] = %s[%s + c_];", s.N, p.name(s.Dst), dst, p.name(s.Src), src)
 	case *ir.MFMA:
 		if p.d.MFMA == "" {
 			panic(fmt.Sprintf("mfma has no %s form", p.d.Name))
@@ -327,6 +441,38 @@ func (p *printer) stmt(s ir.Stmt) {
 }
 
 func (p *printer) forStmt(s *ir.For) {
+	if s.Tag == ir.TagKVTile {
+		p.inTile++
+		defer func() { p.inTile-- }()
+	}
+	if s.Tag == ir.TagPhase && len(p.atUse) > 0 && !p.host && p.inTile == 0 {
+		// A phase outside the KV tile loops reads the parameters it uses
+		// once, at its start: one read per work item, held only through
+		// the phase. Inside a tile loop, where the registers are scarcest,
+		// each use reads its own.
+		used := Mentions(s)
+		var read []*ir.Param
+		for _, pr := range p.k.Params {
+			if used[pr.Name] && p.atUse[pr.Name] == ArgPerPhase && !p.bound[pr.Name] {
+				read = append(read, pr)
+			}
+		}
+		if len(read) > 0 {
+			p.line("{")
+			p.indent++
+			for _, pr := range read {
+				p.line("%s const %s%s = %s;", p.argType(pr), argLocal, pr.Name, p.argRead(pr.Name))
+				p.bound[pr.Name] = true
+			}
+			p.forStmt(s)
+			for _, pr := range read {
+				delete(p.bound, pr.Name)
+			}
+			p.indent--
+			p.line("}")
+			return
+		}
+	}
 	lo, hi := p.expr(s.Lo), p.expr(s.Hi)
 	switch s.Kind {
 	case ir.Parallel:
@@ -460,11 +606,11 @@ func (p *printer) expr(e ir.Expr) string {
 	case *ir.Const:
 		return p.constText(e)
 	case *ir.Ref:
-		return e.Name
+		return p.name(e.Name)
 	case *ir.NotNull:
-		return "(" + e.Buf + " != 0)"
+		return "(" + p.name(e.Buf) + " != 0)"
 	case *ir.Load:
-		return e.Buf + "[" + p.expr(e.Index) + "]"
+		return p.name(e.Buf) + "[" + p.expr(e.Index) + "]"
 	case *ir.Binary:
 		x, y := p.expr(e.X), p.expr(e.Y)
 		t := e.X.Type()

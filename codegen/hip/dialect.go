@@ -39,6 +39,7 @@ var Dialect = &cstyle.Dialect{
 	AsyncCommit:   "attnc_cp_async_commit();",
 	AsyncWait:     "attnc_cp_async_wait<%d>();",
 	MFMA:          "attnc_mfma_%s(%s, %s, %s);",
+	ArgAtUse:      "ATTNC_ARG(%s, %d, %s)",
 	LdMatrix: func(n int, trans bool, dst, addr string) string {
 		panic(fmt.Sprintf("ldmatrix x%d into %s has no HIP form (CDNA3 has no ldmatrix: the HIP target reads fragments per element)", n, dst))
 	},

@@ -22,6 +22,11 @@ package hip
 // dimension exists). A warp is a wavefront of 64 lanes:
 //
 //	ATTNC_KERNEL, ATTNC_DEV, ATTNC_DYN_SMEM(name)   as in the CUDA prelude
+//	ATTNC_ARG(T, offset, name)   the kernel parameter name of C type T, read
+//	                             where it is used: on the GPU a volatile load
+//	                             from the argument segment at byte offset
+//	                             (cstyle.ArgOffsets), in the emulator the
+//	                             parameter itself
 //	attnc_tid() attnc_bid() attnc_nblocks() attnc_nthreads()
 //	                             work-item and workgroup ids and counts (x) as int
 //	attnc_sync()                 s_barrier between workgroup release and
@@ -75,6 +80,8 @@ const Prelude = `/* attnc HIP prelude (ABI 1) */
 #include "attnc_cuda_emu.h"
 typedef void *hipStream_t;
 #define ATTNC_FN_ static inline
+/* The emulator's kernels are C++ functions: a parameter is its argument. */
+#define ATTNC_ARG(T, offset, name) (name)
 
 #else
 #if !defined(ATTNC_HIP_NO_HEADERS) && defined(__has_include)
@@ -139,6 +146,16 @@ hipError_t hipGetLastError(void);
 #define ATTNC_FN_ static __device__ __forceinline__
 extern __shared__ __attribute__((aligned(16))) unsigned char attnc_smem_[];
 #define ATTNC_DYN_SMEM(name) unsigned char *name = attnc_smem_
+/* A kernel parameter read where it is used, from the kernel's argument
+   segment at its byte offset: a volatile scalar load (s_load) the compiler
+   neither hoists to the kernel's start nor merges with another, so the
+   parameter does not hold scalar registers across the loops between. */
+#define ATTNC_ARG(T, offset, name) attnc_kernarg_<T>(offset)
+template <class T>
+ATTNC_FN_ T attnc_kernarg_(int offset) {
+  typedef const volatile __attribute__((address_space(4))) T seg_t;
+  return *(seg_t *)((const __attribute__((address_space(4))) char *)__builtin_amdgcn_kernarg_segment_ptr() + offset);
+}
 
 ATTNC_FN_ int attnc_tid(void) { return (int)__builtin_amdgcn_workitem_id_x(); }
 ATTNC_FN_ int attnc_bid(void) { return (int)__builtin_amdgcn_workgroup_id_x(); }
@@ -301,7 +318,7 @@ ATTNC_FN_ void attnc_cp_async_wait_all(void) {}
 // PreludeDeviceNames are the names the prelude defines for kernels, in every
 // branch.
 var PreludeDeviceNames = []string{
-	"ATTNC_KERNEL", "ATTNC_DEV", "ATTNC_DYN_SMEM",
+	"ATTNC_KERNEL", "ATTNC_DEV", "ATTNC_DYN_SMEM", "ATTNC_ARG",
 	"attnc_tid", "attnc_bid", "attnc_nblocks", "attnc_nthreads", "attnc_sync",
 	"attnc_shfl_xor_f32", "attnc_shfl_xor_i32", "attnc_shfl_idx_f32", "attnc_shfl_idx_i32",
 	"attnc_mfma_f16", "attnc_mfma_bf16",

@@ -137,6 +137,12 @@ ATTNC_KERNEL void k_math(const float *x, float *out, const uint16_t *h, int n) {
 
 ATTNC_KERNEL void __launch_bounds__(256, 2) k_bounded(float *out) { out[attnc_tid()] = 1.0f; }
 
+/* ---- parameters read where they are used ---- */
+ATTNC_KERNEL void k_args(const float *__restrict__ a, int32_t n, float *__restrict__ out) {
+  for (int32_t i = attnc_tid(); i < ATTNC_ARG(int32_t, 8, n); i += 64)
+    ATTNC_ARG(float *, 16, out)[i] = 2.0f * ATTNC_ARG(const float *, 0, a)[i];
+}
+
 extern "C" int launch_rev(const float *in, float *out, int n, int grid, int bar, void *stream) {
   if (bar) ATTNC_LAUNCH(k_rev, grid, n, n * sizeof(float), stream, in, out, n);
   else ATTNC_LAUNCH(k_rev_nobar, grid, n, n * sizeof(float), stream, in, out, n);
@@ -235,6 +241,18 @@ func TestPreludeGfx942(t *testing.T) {
 	for _, k := range regexp.MustCompile(`ATTNC_KERNEL void (?:__launch_bounds__\([^)]*\) )?(\w+)`).FindAllStringSubmatch(testKernels, -1) {
 		if !kernels[k[1]] {
 			t.Errorf("no kernel %s (extern \"C\" __global__) in the assembly", k[1])
+		}
+	}
+	// ATTNC_ARG reads the argument segment at the offset it is given, as
+	// a scalar load inside the loop (the compiler may not hoist it).
+	body := regexp.MustCompile(`(?s)\nk_args:(.*?)\.Lfunc_end`).FindStringSubmatch(asm)
+	if body == nil {
+		t.Fatal("no code for k_args")
+	}
+	for _, want := range []string{`s_load_dwordx2 s\[\d+:\d+\], s\[\d+:\d+\], 0x0\n`, `s_load_dword s\d+, s\[\d+:\d+\], 0x8\n`,
+		`s_load_dwordx2 s\[\d+:\d+\], s\[\d+:\d+\], 0x10\n`} {
+		if !regexp.MustCompile(`(?s)\.LBB\d+_\d+:.*` + want).MatchString(body[1]) {
+			t.Errorf("k_args: no %s in a loop block", want)
 		}
 	}
 	// __launch_bounds__ has HIP's meaning: at most 256 work-items, at least

@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/attnc/attnc/codegen/cstyle"
 	hipgen "github.com/attnc/attnc/codegen/hip"
 	"github.com/attnc/attnc/driver"
 	"github.com/attnc/attnc/internal/needtool"
@@ -16,13 +18,12 @@ import (
 )
 
 // TestExamplesISA compiles every example for gfx942 with clang-19 (no
-// ROCm) and checks the machine code against ISATargets: no scratch, no VGPR
-// spills, VGPRs within the manifest's bound and occupancy at least the
-// manifest's in every kernel, MFMA in every f16/bf16 prefill scheduled on
-// 16-row items. Reported, not failed: SGPR spills (to lanes of a VGPR, no
-// memory), which the prefill kernels with many table arguments, inline
-// RoPE or the accumulator in registers still have (a few to a few tens of
-// SGPRs); attnc isa --check lists them as unmet.
+// ROCm) and checks the machine code against every ISATarget: no scratch and
+// no VGPR or SGPR spills in any kernel, VGPRs within the manifest's bound
+// and occupancy at least the manifest's, MFMA in every f16/bf16 prefill on
+// 16-row items. It also checks that the argument offsets the printer gives
+// ATTNC_ARG (cstyle.ArgOffsets) are those of the code object's argument
+// segment, kernel by kernel.
 func TestExamplesISA(t *testing.T) {
 	if _, err := hipgen.Clang(); err != nil {
 		needtool.Check(t, fmt.Errorf("clang++-19 not found: %w", err))
@@ -56,13 +57,25 @@ func TestExamplesISA(t *testing.T) {
 			if len(rows) != len(c.Final.Kernels) {
 				t.Errorf("%d kernels in the assembly, %d in the module", len(rows), len(c.Final.Kernels))
 			}
-			rows16 := hip.FitTiling(v).Rows == 16
 			for _, u := range hip.CheckISA(rows) {
-				if strings.Contains(u, ": zero SGPR spills (") || strings.Contains(u, ": f16/bf16 prefill has MFMA (") && !rows16 {
-					t.Logf("%s", u)
+				t.Errorf("%s", u)
+			}
+			for _, r := range rows {
+				k := c.Final.Kernel(r.Name)
+				if k == nil {
+					t.Errorf("%s: not in the module", r.Name)
 					continue
 				}
-				t.Errorf("%s", u)
+				var got []int
+				for _, a := range r.Explicit() {
+					got = append(got, a.Offset)
+				}
+				if want := cstyle.ArgOffsets(k); !reflect.DeepEqual(got, want) {
+					t.Errorf("%s: argument offsets %v in the code object, ArgOffsets %v", r.Name, got, want)
+				}
+				if r.ItemRows != 16 {
+					t.Logf("%s: %d-row items, no MFMA expected", r.Name, r.ItemRows)
+				}
 			}
 			if os.Getenv("ATTNC_ISA_TABLE") != "" {
 				var sb strings.Builder

@@ -146,7 +146,9 @@ func (Target) Section(opt targets.Options) (registry.TargetManifest, error) {
 
 // Emit implements targets.Target.
 func (Target) Emit(v *ir.Variant, m *ir.Module, opt targets.Options) ([]targets.Artifact, error) {
-	src, err := hipgen.Emit(m, Host.Printer(MinWavesPerSIMD))
+	h := Host.Printer(MinWavesPerSIMD)
+	h.ArgsAtUse = ArgsAtUse
+	src, err := hipgen.Emit(m, h)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %s: %w", v.Pos, v.Name, err)
 	}

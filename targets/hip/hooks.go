@@ -77,10 +77,11 @@ instructions. Per variant, one line per kernel and architecture:
   insns           all instructions
 
 --check also tests the targets the HIP kernels are built towards (no
-scratch and no spills in any kernel; MFMA in every f16/bf16 prefill; VGPRs
-within the manifest launch's max_registers and occupancy at least its
-occupancy), prints "target not met: ..." for each one missed and exits
-with status 1 if any is, else prints "all targets met".
+scratch and no VGPR or SGPR spills in any kernel; MFMA in every f16/bf16
+prefill whose work items have 16 rows, MFMA's M; VGPRs within the manifest
+launch's max_registers and occupancy at least its occupancy), prints
+"target not met: ..." for each one missed and exits with status 1 if any
+is, else prints "all targets met".
 
 Needs clang-19 only; no GPU. Variants using features that do not generate
 kernels yet are reported as "skip <variant>: <reason>".`,

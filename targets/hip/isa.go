@@ -28,6 +28,9 @@ type ISARow struct {
 	// The manifest's launch bound: the VGPR budget and the workgroups per
 	// CU it guarantees on this architecture (0 when it states none).
 	MaxVGPRs, MinGroups int
+	// ItemRows is the rows of a work item in the tiling the target lowered
+	// the variant with (FitTiling): MFMA takes items of 16 rows (its M).
+	ItemRows int
 	isa.Kernel
 	Occupancy isa.Occupancy
 }
@@ -52,9 +55,10 @@ func ISA(v *ir.Variant, src []byte, kernels []registry.KernelManifest, archs []s
 	}
 	launches := map[string]ISARow{}
 	guaranteed := map[string]map[string]registry.OccupancyManifest{}
+	itemRows := FitTiling(v).Rows
 	for sym, k := range manifest {
 		launches[sym] = ISARow{Variant: v.Name, Role: k.Role, DType: v.DType.String(), Block: k.Launch.Block,
-			DynLDS: k.Launch.Smem, MaxVGPRs: k.Launch.MaxRegisters}
+			DynLDS: k.Launch.Smem, MaxVGPRs: k.Launch.MaxRegisters, ItemRows: itemRows}
 		guaranteed[sym] = k.Launch.Occupancy
 	}
 	path := filepath.Join(dir, v.Name+".hip")
@@ -140,8 +144,10 @@ type ISATarget struct {
 // ISATargets are the HIP kernels' targets: no scratch (no private
 // segment, no dynamic stack) and no spills in any kernel (VGPR spills go to
 // scratch; SGPR spills go to lanes of a VGPR, or to scratch when none is
-// free); MFMA in every f16/bf16 prefill; VGPRs within the manifest's
-// launch bound and occupancy at least the manifest's.
+// free); MFMA in every f16/bf16 prefill whose work items have 16 rows
+// (MFMA's M: a variant whose 16-row schedule does not fit the LDS is tiled
+// with 8 or 4 rows, and its matmuls run on the vector ALUs); VGPRs within
+// the manifest's launch bound and occupancy at least the manifest's.
 var ISATargets = []ISATarget{
 	{"no scratch", func(ISARow) bool { return true },
 		func(r ISARow) bool { return r.Scratch == 0 && !r.DynamicStack }},
@@ -149,7 +155,9 @@ var ISATargets = []ISATarget{
 		func(r ISARow) bool { return r.VGPRSpills == 0 }},
 	{"zero SGPR spills", func(ISARow) bool { return true },
 		func(r ISARow) bool { return r.SGPRSpills == 0 }},
-	{"f16/bf16 prefill has MFMA", func(r ISARow) bool { return r.Role == "prefill" && (r.DType == "f16" || r.DType == "bf16") },
+	{"f16/bf16 prefill on 16-row items has MFMA", func(r ISARow) bool {
+		return r.Role == "prefill" && (r.DType == "f16" || r.DType == "bf16") && r.ItemRows == mfmaM
+	},
 		func(r ISARow) bool { return r.Count("v_mfma") > 0 }},
 	{"VGPRs within the manifest's launch bound", func(r ISARow) bool { return r.MaxVGPRs > 0 },
 		func(r ISARow) bool { return r.VGPRs <= r.MaxVGPRs }},

@@ -48,6 +48,28 @@ type Kernel struct {
 	Occupancy    int
 	Opcodes      map[string]int // instruction count by mnemonic ("v_mfma_f32_16x16x16_f16")
 	Instructions int
+	// Args are the kernel's arguments as the code object lays them out in
+	// its argument segment (.args), the hidden ones (launch sizes) included.
+	Args []Arg
+}
+
+// Arg is one argument of a kernel's argument segment: its byte offset and
+// size, and its .value_kind ("global_buffer", "by_value", "hidden_...").
+type Arg struct {
+	Offset, Size int
+	Kind         string
+}
+
+// Explicit are the arguments of the kernel's own parameters, in order:
+// Args without the hidden ones the runtime appends.
+func (k Kernel) Explicit() []Arg {
+	var out []Arg
+	for _, a := range k.Args {
+		if !strings.HasPrefix(a.Kind, "hidden_") {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // Count returns how many instructions have a mnemonic that starts with
@@ -216,7 +238,7 @@ func parseMetadata(text string) ([]Kernel, error) {
 		return nil, fmt.Errorf("isa: no .amdgpu_metadata block (not clang -S output for an amdhsa target?)")
 	}
 	var ks []Kernel
-	in := false
+	in, inArgs := false, false
 	fieldIndent := -1
 	for _, line := range strings.Split(text[start:end], "\n") {
 		trimmed := strings.TrimLeft(line, " ")
@@ -235,10 +257,37 @@ func parseMetadata(text string) ([]Kernel, error) {
 		if strings.HasPrefix(trimmed, "- ") && (fieldIndent < 0 || indent+2 == fieldIndent) {
 			ks = append(ks, Kernel{})
 			fieldIndent = indent + 2
+			inArgs = false
 			trimmed = strings.TrimPrefix(trimmed, "- ")
 			indent = fieldIndent
 		}
-		if len(ks) == 0 || indent != fieldIndent || !strings.HasPrefix(trimmed, ".") {
+		if len(ks) == 0 {
+			continue
+		}
+		k := &ks[len(ks)-1]
+		if inArgs && indent > fieldIndent {
+			// An .args item: "- " at the list's indentation starts it,
+			// its fields are at the item's.
+			if strings.HasPrefix(trimmed, "- ") && indent == fieldIndent+2 {
+				k.Args = append(k.Args, Arg{Offset: -1, Size: -1})
+				trimmed = strings.TrimPrefix(trimmed, "- ")
+				indent += 2
+			}
+			if key, val, ok := strings.Cut(trimmed, ":"); ok && indent == fieldIndent+4 && len(k.Args) > 0 {
+				a := &k.Args[len(k.Args)-1]
+				val = strings.TrimSpace(val)
+				switch key {
+				case ".offset":
+					a.Offset = atoi(val)
+				case ".size":
+					a.Size = atoi(val)
+				case ".value_kind":
+					a.Kind = val
+				}
+			}
+			continue
+		}
+		if indent != fieldIndent || !strings.HasPrefix(trimmed, ".") {
 			continue
 		}
 		key, val, ok := strings.Cut(trimmed, ":")
@@ -246,14 +295,8 @@ func parseMetadata(text string) ([]Kernel, error) {
 			continue
 		}
 		val = strings.TrimSpace(val)
-		k := &ks[len(ks)-1]
-		num := func() int {
-			n, err := strconv.Atoi(val)
-			if err != nil {
-				return -1
-			}
-			return n
-		}
+		inArgs = key == ".args"
+		num := func() int { return atoi(val) }
 		switch key {
 		case ".name":
 			k.Name = strings.Trim(val, `"'`)
@@ -283,6 +326,11 @@ func parseMetadata(text string) ([]Kernel, error) {
 		if k.Name == "" {
 			return nil, fmt.Errorf("isa: a kernel in the metadata has no .name")
 		}
+		for i, a := range k.Args {
+			if a.Offset < 0 || a.Size < 0 || a.Kind == "" {
+				return nil, fmt.Errorf("isa: kernel %s: argument %d has no .offset, .size or .value_kind", k.Name, i)
+			}
+		}
 		for f, v := range map[string]int{".vgpr_count": k.VGPRs, ".sgpr_count": k.SGPRs, ".private_segment_fixed_size": k.Scratch,
 			".group_segment_fixed_size": k.LDS, ".vgpr_spill_count": k.VGPRSpills, ".sgpr_spill_count": k.SGPRSpills} {
 			if v < 0 {
@@ -291,4 +339,13 @@ func parseMetadata(text string) ([]Kernel, error) {
 		}
 	}
 	return ks, nil
+}
+
+// atoi is the number val, or -1.
+func atoi(val string) int {
+	n, err := strconv.Atoi(val)
+	if err != nil {
+		return -1
+	}
+	return n
 }

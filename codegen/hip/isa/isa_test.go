@@ -132,6 +132,9 @@ amdhsa.kernels:
         .offset:         0
         .size:           8
         .value_kind:     global_buffer
+      - .offset:         8
+        .size:           4
+        .value_kind:     hidden_block_count_x
     .group_segment_fixed_size: 8192
     .max_flat_workgroup_size: 256
     .name:           k_a
@@ -172,7 +175,8 @@ func TestParse(t *testing.T) {
 		{Name: "k_a", Arch: "gfx942", VGPRs: 72, AGPRs: 4, SGPRs: 22, VGPRSpills: 2, SGPRSpills: 1, Scratch: 8,
 			LDS: 8192, MaxBlock: 256, Wavefront: 64, Occupancy: 7, Instructions: 6,
 			Opcodes: map[string]int{"s_load_dwordx2": 1, "v_mfma_f32_16x16x16_f16": 2, "v_mfma_f32_16x16x16_bf16": 1,
-				"scratch_store_dword": 1, "s_endpgm": 1}},
+				"scratch_store_dword": 1, "s_endpgm": 1},
+			Args: []Arg{{Offset: 0, Size: 8, Kind: "global_buffer"}, {Offset: 8, Size: 4, Kind: "hidden_block_count_x"}}},
 		{Name: "k_b", Arch: "gfx942", VGPRs: 1, SGPRs: 6, DynamicStack: true, MaxBlock: 1024, Wavefront: 64,
 			Occupancy: 8, Instructions: 1, Opcodes: map[string]int{"s_endpgm": 1}},
 	}
@@ -182,10 +186,14 @@ func TestParse(t *testing.T) {
 	if n := ks[0].Count("v_mfma"); n != 3 {
 		t.Errorf("Count(v_mfma) = %d, want 3", n)
 	}
+	if e := ks[0].Explicit(); !reflect.DeepEqual(e, ks[0].Args[:1]) {
+		t.Errorf("Explicit() = %+v, want the global buffer only", e)
+	}
 	for _, bad := range []string{
 		"no metadata",
 		strings.Replace(parseText, "k_b:\n", "k_c:\n", 1), // k_b without code
 		strings.Replace(parseText, ".vgpr_count:     72", ".vgpr_count:     x", 1),
+		strings.Replace(parseText, ".size:           4", ".size:           y", 1),
 	} {
 		if _, err := Parse(bad); err == nil {
 			t.Errorf("Parse accepted %.40q...", bad)
