@@ -364,9 +364,9 @@ func isNaNBits(s string) bool {
 // ATTNC_CPU_LEVEL where CPUID says AVX512_BF16 (leaf 7 subleaf 1, EAX bit
 // 5; /proc/cpuinfo's avx512_bf16) and x86-64-v4 is there, else the best
 // of the others, and takes it forced only then; x86-64-v4 forced is
-// index 2 in both. One without such a clone does not name the level: its
-// runtime is the one it had before the level existed, so forcing it is
-// refused and the CPU's best is at most x86-64-v4.
+// index 2 in both. One without such a clone has three levels (its CPU's
+// best is at most x86-64-v4) and runs x86-64-v4 when the variable names
+// x86-64-v4-bf16.
 func TestCPULevelBF16(t *testing.T) {
 	t.Parallel()
 	if runtime.GOARCH != "amd64" {
@@ -399,8 +399,8 @@ int main(void) {
 			ks = append(ks, clone)
 		}
 		bl := build(t, tc, lltest.Module("lvl", ks...), driver)
-		if strings.Contains(bl.LL, bf16Level) != withClone {
-			t.Errorf("clone %v: the runtime names %s: %v", withClone, bf16Level, !withClone)
+		if strings.Contains(bl.LL, "k_x86_64_v4_bf16") != withClone {
+			t.Errorf("clone %v: the module has the clone: %v", withClone, !withClone)
 		}
 		run := func(env ...string) map[string]string {
 			cmd := exec.Command(bl.Exe)
@@ -427,13 +427,24 @@ int main(void) {
 				t.Errorf("clone %v: x86-64-v4 forced: %v", withClone, r)
 			}
 		}
+		// Forced: a library with the clone runs it where the CPU has
+		// AVX512_BF16 and refuses it elsewhere; a library without it runs
+		// its best level below, x86-64-v4, wherever the CPU runs that (one
+		// ATTNC_CPU_LEVEL serves every library of a process).
 		r = run(LevelEnv + "=" + bf16Level)
-		if withClone && hasBF16 {
+		switch {
+		case withClone && hasBF16:
 			if r["name"] != bf16Level || r["index"] != "3" {
 				t.Errorf("clone %v: %s forced: %v", withClone, bf16Level, r)
 			}
-		} else if r["name"] != "(null)" || r["index"] != "-1" {
-			t.Errorf("clone %v, AVX512_BF16 %v: %s forced was not refused: %v", withClone, hasBF16, bf16Level, r)
+		case !withClone && v4:
+			if r["name"] != "x86-64-v4" || r["index"] != "2" {
+				t.Errorf("no clone: %s forced: %v, want x86-64-v4 (2)", bf16Level, r)
+			}
+		default:
+			if r["name"] != "(null)" || r["index"] != "-1" {
+				t.Errorf("clone %v, AVX512_BF16 %v: %s forced was not refused: %v", withClone, hasBF16, bf16Level, r)
+			}
 		}
 	}
 }

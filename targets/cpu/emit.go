@@ -18,7 +18,7 @@ func (mc *Machine) Emit(m *ir.Module) (string, error) {
 	// some kernel is cloned at it.
 	ra := a
 	ra.Levels = mc.moduleLevels(m)
-	t := llvmgen.Target{Triple: a.Triple, DataLayout: a.DataLayout, Runtime: &runtimeEmitter{arch: ra}}
+	t := llvmgen.Target{Triple: a.Triple, DataLayout: a.DataLayout, Runtime: &runtimeEmitter{arch: ra, absent: absentLevels(a.Levels, ra.Levels)}}
 	if m != nil {
 		for _, k := range m.Kernels {
 			if k == nil || k.Level == "" {
@@ -39,3 +39,25 @@ func (mc *Machine) Emit(m *ir.Module) (string, error) {
 
 // emitLL is the Emit of the machine of architecture a.
 func emitLL(m *ir.Module, a Arch) (string, error) { return (&Machine{Arch: a}).Emit(m) }
+
+// absentLevel is a level of the architecture that a module lacks, and the
+// index among the module's levels of the best one below it.
+type absentLevel struct {
+	name  string
+	below int
+}
+
+// absentLevels are the levels of all that module lacks, in order, each
+// with the index in module of the last level before it in all.
+func absentLevels(all, module []Level) []absentLevel {
+	var out []absentLevel
+	below := -1
+	for _, l := range all {
+		if below+1 < len(module) && module[below+1].Name == l.Name {
+			below++
+			continue
+		}
+		out = append(out, absentLevel{name: l.Name, below: below})
+	}
+	return out
+}

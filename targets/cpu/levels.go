@@ -194,17 +194,28 @@ func (e *runtimeEmitter) defineCPULevel() {
 	cur := f.NewBlock("env.level0")
 	check.NewCondBr(empty, store, cur)
 	strcmp := e.decl("strcmp", types.I32, i8p, i8p)
-	for i, l := range e.arch.Levels {
-		c := named(cur.NewCall(strcmp, env, e.message(l.Name)), fmt.Sprintf("cmp%d", i))
+	// match: a variable equal to name picks level index pick if the CPU
+	// runs it, else -1; the i-th comparison.
+	match := func(i int, name string, pick int64) {
+		c := named(cur.NewCall(strcmp, env, e.message(name)), fmt.Sprintf("cmp%d", i))
 		is := named(cur.NewICmp(enum.IPredEQ, c, llI32(0)), fmt.Sprintf("is%d", i))
-		runs := named(cur.NewICmp(enum.IPredSLE, llI32(int64(i)), best), fmt.Sprintf("runs%d", i))
-		v := named(cur.NewSelect(runs, llI32(int64(i)), llI32(-1)), fmt.Sprintf("pick%d", i))
+		runs := named(cur.NewICmp(enum.IPredSLE, llI32(pick), best), fmt.Sprintf("runs%d", i))
+		v := named(cur.NewSelect(runs, llI32(pick), llI32(-1)), fmt.Sprintf("pick%d", i))
 		next := f.NewBlock(fmt.Sprintf("env.level%d", i+1))
 		hit := f.NewBlock(fmt.Sprintf("env.hit%d", i))
 		cur.NewCondBr(is, hit, next)
 		hit.NewBr(store)
 		incs = append(incs, lir.NewIncoming(v, hit))
 		cur = next
+	}
+	for i, l := range e.arch.Levels {
+		match(i, l.Name, int64(i))
+	}
+	// A level of the architecture the module lacks (a DotBF16 level no
+	// kernel of it is cloned at) runs the best level below it, if the CPU
+	// runs that: one ATTNC_CPU_LEVEL serves every library of a process.
+	for j, a := range e.absent {
+		match(len(e.arch.Levels)+j, a.name, int64(a.below))
 	}
 	cur.NewBr(store)
 	incs = append(incs, lir.NewIncoming(llI32(-1), cur))

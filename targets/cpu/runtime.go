@@ -56,7 +56,12 @@ var (
 // (llvmgen.Runtime): the thread pool, strerror and the CPU-level dispatch
 // of arch. One serves one Emit.
 type runtimeEmitter struct {
-	arch   Arch
+	arch Arch // with the module's levels (moduleLevels)
+	// absent are the architecture's levels the module lacks (a DotBF16
+	// level no kernel is cloned at), each with the index among arch's
+	// levels of the best level below it: ATTNC_CPU_LEVEL may still name
+	// them, and runs that level.
+	absent []absentLevel
 	b      *llvmgen.Builder
 	mod    *lir.Module
 	prefix string
