@@ -135,6 +135,28 @@ var nanEdits = []nanEdit{
 		}
 		return true
 	}},
+	// +inf in K times a negative q element is a -inf score from the data:
+	// it hides its position like the mask, its NaN and inf V row included,
+	// in a tile every row sees (nanHiddenVEdit places it). The last row's
+	// q element is positive: +inf there, NaN o and lse.
+	{name: nanHiddenVEdit, wantNaN: true, edit: func(v *ir.Variant, c *reference.Case, b, pos, row int) bool {
+		if v.Quantized() || v.Score != nil { // E4M3 has no inf; a softcap bounds -inf
+			return false
+		}
+		kh := kvHead(v)
+		c.KPages[kvAt(v, c, b, pos, kh, 9, v.HeadDimQK)] = float32(math.Inf(1))
+		for r := range c.TotalQ() {
+			for h := kh * v.GroupSize(); h < (kh+1)*v.GroupSize(); h++ {
+				c.Q[(r*v.QOHeads+h)*v.HeadDimQK+9] = -0.5 // exact in every dtype
+				if r == row {
+					c.Q[(r*v.QOHeads+h)*v.HeadDimQK+9] = 0.5
+				}
+			}
+		}
+		c.VPages[kvAt(v, c, b, pos, kh, 7, v.HeadDimV)] = float32(math.NaN())
+		c.VPages[kvAt(v, c, b, pos, kh, 8, v.HeadDimV)] = float32(math.Inf(1))
+		return true
+	}},
 	// The score expression makes kv_pos 5's score NaN or -inf by itself.
 	{name: "score expression", wantNaN: true, edit: func(v *ir.Variant, c *reference.Case, b, pos, row int) bool {
 		return v.Name == "nan_score_nan"
@@ -156,7 +178,10 @@ var nanEdits = []nanEdit{
 	}},
 }
 
-const nanVEdit = "NaN and inf in a V row later rows see"
+const (
+	nanVEdit       = "NaN and inf in a V row later rows see"
+	nanHiddenVEdit = "+inf K and negative q hide NaN and inf V"
+)
 
 // tensorCores reports whether s runs P·V on CUDA's tensor cores (f16 and
 // bf16 queries), where the weights are split into half-precision parts:
@@ -202,6 +227,10 @@ func runNaNMatrix(t *testing.T, s *Suite, label string) {
 				// no row of the block weighs it, so a row that sees the
 				// position masked gets 0 · NaN. Here every row sees it.
 				pos = c.KVLens[b] - c.QLens[b] - 1
+			} else if ed.name == nanHiddenVEdit {
+				// In the first KV tile, which every row of the sequence
+				// sees: no mask hides anything there.
+				pos = (c.KVLens[b] - c.QLens[b]) / 4
 			}
 			if !ed.edit(s.V, c, b, pos, row) {
 				continue

@@ -116,7 +116,7 @@ func (p *MatrixPlan) ZeroUnreached() []ir.Stmt {
 	k, mr := ir.R("zk", ir.I32), ir.R("zm", ir.I32)
 	nz := &ir.Reduce{Name: "zk_used", Op: ir.ReduceAdd, Var: "zm", Lo: i32(0), Hi: i32(mm.M),
 		Value: ir.Sel(ir.Bin(ir.And, ir.Bin(ir.Lt, mr, mm.MExt),
-			ir.Bin(ir.Ne, p.AF32(add(mul(mr, i32(mm.K)), k)), ir.Float(0))), i32(1), i32(0))}
+			ir.Un(ir.Not, ir.IsNegZero(p.AF32(add(mul(mr, i32(mm.K)), k))))), i32(1), i32(0))}
 	zero := &ir.For{Var: "zn", Lo: i32(0), Hi: i32(mm.N), Kind: ir.Spread, Body: &ir.Block{Stmts: []ir.Stmt{
 		&ir.Store{Buf: mm.B, Index: p.BIndex(k, ir.R("zn", ir.I32)), Value: &ir.Const{T: p.B}}}}}
 	return []ir.Stmt{&ir.For{Var: "zk", Lo: i32(0), Hi: i32(mm.K), Kind: ir.Spread, Body: &ir.Block{Stmts: []ir.Stmt{
