@@ -1,7 +1,6 @@
 package lower
 
 import (
-
 	"github.com/attnc/attnc/ir"
 )
 
