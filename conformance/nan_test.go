@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/attnc/attnc/cpurt"
+	"github.com/attnc/attnc/internal/needtool"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/reference"
 )
@@ -388,6 +390,30 @@ func TestHIPEmulatedNaNMatrix(t *testing.T) {
 			}
 			defer s.Lib.Close()
 			runNaNMatrix(t, s, "hip")
+		})
+	}
+}
+
+// TestAArch64NaNMatrix runs the NaN matrix on aarch64 (NEON) under qemu:
+// the float variants, whose fully visible tiles take the P·V without
+// selects when no weight is -0.
+func TestAArch64NaNMatrix(t *testing.T) {
+	_, err := cpurt.ToolchainFor(aarch64)
+	needtool.Check(t, err)
+	for _, src := range nanSpecs[:2] {
+		v := spec(t, src)
+		t.Run(v.Name, func(t *testing.T) {
+			t.Parallel()
+			s, err := BuildWith(v, t.TempDir(), Options{Triple: aarch64})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := s.Close(); err != nil {
+					t.Error(err)
+				}
+			}()
+			runNaNMatrix(t, s, "aarch64")
 		})
 	}
 }
