@@ -80,9 +80,9 @@ func NarrowOperands(m *ir.Module) (*ir.Module, error) {
 // output columns is one spread iteration whose lanes hold the PTX
 // fragments, reading and writing C around the mmas (acc-registers keeps
 // an accumulating C in registers instead). A zeroskip matmul (or one whose
-// k extent is not all of K) checks its B fragments as it loads them and,
-// when the warp finds a non-finite element, recomputes its accumulators
-// exactly (gpu.FiniteGuard), so a hidden position's NaN cannot become
+// k extent is not all of K) checks its B fragments first and, when the
+// warp finds a non-finite element, computes its accumulators exactly
+// instead (gpu.FiniteGuard), so a hidden position's NaN cannot become
 // 0·NaN inside the mma. Other matmuls are left to simt-matmul.
 func UseMMA(m *ir.Module) (*ir.Module, error) {
 	return passes.MapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
@@ -190,9 +190,6 @@ func (p *mmaPlan) lower() []ir.Stmt {
 		}
 		body = append(body, &ir.Store{Buf: "fd", Index: i32(c), Value: v})
 	}
-	if guard != nil {
-		body = append(body, guard.Start()...)
-	}
 	ks := ir.R("ks", ir.I32)
 	c0 := ir.R("c0", ir.I32)
 	raw := func(arr string, idx ir.Expr) ir.Expr { return &ir.Bitcast{To: r.Carrier, X: ir.Ld(arr, p.in, idx)} }
@@ -227,9 +224,7 @@ func (p *mmaPlan) lower() []ir.Stmt {
 			&ir.Store{Buf: "fb", Index: i32(0), Value: pack2(bAt(c0, n), bAt(add(c0, i32(1)), n))},
 			&ir.Store{Buf: "fb", Index: i32(1), Value: pack2(bAt(add(c0, i32(8)), n), bAt(add(c0, i32(9)), n))})
 	}
-	if guard != nil {
-		kLoop = append(kLoop, guard.Check([]ir.Expr{ir.Ld("fb", ir.I32, i32(0)), ir.Ld("fb", ir.I32, i32(1))}))
-	}
+	fill := kLoop
 	// The lane's eight A elements: (row, column) of register i/2, low
 	// half first (PTX fragment layout for A).
 	g8 := add(gid, i32(8))
@@ -288,9 +283,11 @@ func (p *mmaPlan) lower() []ir.Stmt {
 	for k := len(parts) - 1; k >= 0; k-- {
 		kLoop = append(kLoop, step(parts[k])...)
 	}
-	body = append(body, &ir.For{Var: "ks", Lo: i32(0), Hi: i32(mm.K / mmaK), Kind: ir.Serial, Body: &ir.Block{Stmts: kLoop}})
+	ksLoop := &ir.For{Var: "ks", Lo: i32(0), Hi: i32(mm.K / mmaK), Kind: ir.Serial, Body: &ir.Block{Stmts: kLoop}}
 	if guard != nil {
-		body = append(body, guard.Finish(lane, n0)...)
+		body = append(body, guard.Guard(fill, []ir.Expr{ir.Ld("fb", ir.I32, i32(0)), ir.Ld("fb", ir.I32, i32(1))}, ksLoop, lane, n0)...)
+	} else {
+		body = append(body, ksLoop)
 	}
 	for c := 0; c < 4; c++ {
 		body = append(body, &ir.Store{Buf: mm.C, Index: cAt(c), Value: ir.Ld("fd", ir.F32, i32(c))})

@@ -178,25 +178,24 @@ func Pack2(lo, hi ir.Expr) ir.Expr {
 // whole column of P, so a V row that some rows of the block see and others
 // hide (weight -0) would reach the hiding rows as 0·NaN inside the
 // instruction. A matmul that skips (zeroskip, or a k extent that is not all
-// of K) therefore checks its B fragments as it loads them: while every B
-// element of the warp's n-tile is finite, the matrix instruction is exact
-// (a zero weight times a finite value adds nothing); when one is not (a
-// vote of the warp's lanes), the warp recomputes its accumulator elements
-// from the values they started with, one dot product each over k <
-// KExt in f32, skipping -0 weights: hidden positions never reach C and a
+// of K) therefore first loads its B fragments once to check them: while
+// every B element of the warp's n-tile is finite, the matrix instructions
+// are exact (a zero weight times a finite value adds nothing) and run as
+// before; when one is not (a vote of the warp's lanes), the warp computes
+// its accumulator elements instead as one dot product each over k < KExt
+// in f32, skipping -0 weights: hidden positions never reach C and a
 // visible position's NaN or inf does, as IEEE arithmetic gives it (no
 // half-precision parts of the weight).
 
 // GuardsB reports whether the matmul skips weights (zeroskip) or runs
-// past its k extent: the fragment loop then checks B (FiniteGuard).
+// past its k extent: its fragment loop then checks B (FiniteGuard).
 func (p *MatrixPlan) GuardsB() bool {
 	kx, ok := p.MM.KExt.(*ir.Const)
 	return p.MM.ZeroSkip || !ok || int(kx.Int) != p.MM.K
 }
 
-// FiniteGuard is the check of a fragment loop's B operand registers and
-// its exact fallback: fragment f, accumulator registers in Acc (f.Regs
-// f32), B's registers in BRegs (2 registers of two packed elements of In).
+// FiniteGuard guards the matrix instructions of a fragment loop: fragment
+// F, accumulator registers in Acc (F.Regs f32), warps of Lanes lanes.
 type FiniteGuard struct {
 	P     *MatrixPlan
 	F     *Fragment
@@ -207,20 +206,15 @@ type FiniteGuard struct {
 // nfVar is the lane's running "some B element is not finite" flag.
 const nfVar = "b_nonfinite"
 
-// Start saves the accumulator registers as they start (lets: no store
-// reads them, so acc-registers sees the fragment loop unchanged) and
-// clears the flag; it goes right after the registers are set.
-func (g *FiniteGuard) Start() []ir.Stmt {
-	out := []ir.Stmt{&ir.Var{Name: nfVar, Init: i32(0)}}
-	for c := 0; c < g.F.Regs; c++ {
-		out = append(out, &ir.Let{Name: fmt.Sprintf("acc_in%d", c), Value: ir.Ld(g.Acc, ir.F32, i32(c))})
-	}
-	return out
-}
-
-// Check folds the B registers regs (each two packed elements of In) into
-// the flag: an element is not finite when its exponent bits are all set.
-func (g *FiniteGuard) Check(regs []ir.Expr) ir.Stmt {
+// Guard returns the statements that replace ksLoop, the loop of matrix
+// instructions over k steps "ks" (ks from 0 to ksSteps): a first pass of
+// the loop's B loads alone (fill, which leaves B's registers in regs, each
+// two packed elements of In) folds the flag, an element being not finite
+// when its exponent bits are all set; butterfly shuffles vote over the
+// warp; then either ksLoop or the exact dot products, accumulated into the
+// registers over k < KExt. n0 is the n-tile's
+// first column.
+func (g *FiniteGuard) Guard(fill []ir.Stmt, regs []ir.Expr, ksLoop *ir.For, lane, n0 ir.Expr) []ir.Stmt {
 	r := ir.StorageOf(g.P.In)
 	exp := int64((1<<r.ExpBits - 1) << r.MantBits)
 	var nf ir.Expr = ir.R(nfVar, ir.I32)
@@ -230,40 +224,35 @@ func (g *FiniteGuard) Check(regs []ir.Expr) ir.Stmt {
 			nf = ir.Bin(ir.Or, nf, ir.Sel(ir.Bin(ir.Eq, ir.Bin(ir.And, x, mask), mask), i32(1), i32(0)))
 		}
 	}
-	return &ir.Assign{Name: nfVar, Value: nf}
-}
-
-// Finish votes over the warp (butterfly shuffles) and, when some lane saw
-// a non-finite B element, recomputes the lane's accumulator registers
-// exactly; n0 is the n-tile's first column. It goes after the matrix
-// instructions, before the registers are stored.
-func (g *FiniteGuard) Finish(lane, n0 ir.Expr) []ir.Stmt {
-	var out []ir.Stmt
+	check := &ir.For{Var: ksLoop.Var, Lo: ksLoop.Lo, Hi: ksLoop.Hi, Kind: ir.Serial,
+		Body: &ir.Block{Stmts: append(ir.CloneBlock(&ir.Block{Stmts: fill}).Stmts, &ir.Assign{Name: nfVar, Value: nf})}}
+	out := []ir.Stmt{&ir.Var{Name: nfVar, Init: i32(0)}, check}
 	vote := ir.Expr(ir.R(nfVar, ir.I32))
 	for m, i := 1, 0; m < g.Lanes; m, i = m*2, i+1 {
 		name := fmt.Sprintf("b_vote%d", i)
 		out = append(out, &ir.Let{Name: name, Value: ir.Bin(ir.Or, vote, &ir.Shuffle{X: vote, Mask: m})})
 		vote = ir.R(name, ir.I32)
 	}
-	mm, r := g.P.MM, ir.StorageOf(g.P.In)
-	var exact []ir.Stmt
+	mm := g.P.MM
+	k := ir.R("ex_k", ir.I32)
+	var exact, step []ir.Stmt
 	for c := 0; c < g.F.Regs; c++ {
 		row, col := fmt.Sprintf("ex_row%d", c), fmt.Sprintf("ex_col%d", c)
-		sum, k := fmt.Sprintf("ex_sum%d", c), ir.R("ex_k", ir.I32)
-		a := ir.R("ex_a", ir.F32)
-		term := ir.Bin(ir.Add, ir.R(sum, ir.F32), ir.Bin(ir.Mul, a, r.Widen(g.P.BRaw(k, ir.R(col, ir.I32)))))
-		var next ir.Expr = term
-		if mm.ZeroSkip {
-			next = ir.Sel(ir.IsNegZero(a), ir.R(sum, ir.F32), term)
-		}
+		a, b := fmt.Sprintf("ex_a%d", c), fmt.Sprintf("ex_b%d", c)
 		exact = append(exact,
 			&ir.Let{Name: row, Value: g.F.Row(lane, i32(c))},
-			&ir.Let{Name: col, Value: add(n0, g.F.Col(lane, i32(c)))},
-			&ir.Var{Name: sum, Init: ir.R(fmt.Sprintf("acc_in%d", c), ir.F32)},
-			&ir.For{Var: "ex_k", Lo: i32(0), Hi: mm.KExt, Kind: ir.Serial, Body: &ir.Block{Stmts: []ir.Stmt{
-				&ir.Let{Name: "ex_a", Value: g.P.AF32(add(mul(ir.R(row, ir.I32), i32(mm.K)), k))},
-				&ir.Assign{Name: sum, Value: next}}}},
-			&ir.Store{Buf: g.Acc, Index: i32(c), Value: ir.R(sum, ir.F32)})
+			&ir.Let{Name: col, Value: add(n0, g.F.Col(lane, i32(c)))})
+		acc := ir.Ld(g.Acc, ir.F32, i32(c))
+		var next ir.Expr = ir.Bin(ir.Add, acc, ir.Bin(ir.Mul, ir.R(a, ir.F32), ir.R(b, ir.F32)))
+		if mm.ZeroSkip {
+			next = ir.Sel(ir.IsNegZero(ir.R(a, ir.F32)), acc, next)
+		}
+		step = append(step,
+			&ir.Let{Name: a, Value: g.P.AF32(add(mul(ir.R(row, ir.I32), i32(mm.K)), k))},
+			&ir.Let{Name: b, Value: r.Widen(g.P.BRaw(k, ir.R(col, ir.I32)))},
+			&ir.Store{Buf: g.Acc, Index: i32(c), Value: next})
 	}
-	return append(out, &ir.If{Cond: ir.Bin(ir.Ne, vote, i32(0)), Then: &ir.Block{Stmts: exact}})
+	exact = append(exact, &ir.For{Var: "ex_k", Lo: i32(0), Hi: mm.KExt, Kind: ir.Serial, Body: &ir.Block{Stmts: step}})
+	return append(out, &ir.If{Cond: ir.Bin(ir.Ne, vote, i32(0)), Then: &ir.Block{Stmts: exact},
+		Else: &ir.Block{Stmts: []ir.Stmt{ksLoop}}})
 }

@@ -22,9 +22,9 @@ const mfmaM, mfmaN, mfmaK = 16, 16, 16
 // spread iteration whose 64 lanes hold the MFMA fragments, read from LDS
 // element by element (CDNA3 has no ldmatrix), reading and writing C
 // around the MFMAs (acc-registers keeps an accumulating C in registers
-// instead). A skipping matmul (P·V) checks its B fragments and, when the
-// wavefront finds a non-finite element, recomputes its accumulators
-// exactly (gpu.FiniteGuard). Other matmuls are left to simt-matmul.
+// instead). A skipping matmul (P·V) checks its B fragments first and, when
+// the wavefront finds a non-finite element, computes its accumulators
+// exactly instead (gpu.FiniteGuard). Other matmuls are left to simt-matmul.
 //
 // Its lanes loops and MFMAs span 64 lanes: it sets the module's lane width
 // (as the layer's lane passes do).
@@ -116,9 +116,6 @@ func lowerMFMA(p *gpu.MatrixPlan) []ir.Stmt {
 		}
 		body = append(body, &ir.Store{Buf: "fd", Index: i32(r), Value: v})
 	}
-	if guard != nil {
-		body = append(body, guard.Start()...)
-	}
 	c0 := ir.R("c0", ir.I32)
 	kc := func(r int) ir.Expr { return add(c0, i32(r)) }
 	n := add(n0, j)
@@ -127,9 +124,7 @@ func lowerMFMA(p *gpu.MatrixPlan) []ir.Stmt {
 		&ir.Store{Buf: "fb", Index: i32(0), Value: gpu.Pack2(p.BRaw(kc(0), n), p.BRaw(kc(1), n))},
 		&ir.Store{Buf: "fb", Index: i32(1), Value: gpu.Pack2(p.BRaw(kc(2), n), p.BRaw(kc(3), n))},
 	}
-	if guard != nil {
-		kLoop = append(kLoop, guard.Check([]ir.Expr{ir.Ld("fb", ir.I32, i32(0)), ir.Ld("fb", ir.I32, i32(1))}))
-	}
+	fill := kLoop
 	var idxs []ir.Expr
 	for r := 0; r < 4; r++ {
 		idxs = append(idxs, add(mul(j, i32(mm.K)), kc(r)))
@@ -144,9 +139,11 @@ func lowerMFMA(p *gpu.MatrixPlan) []ir.Stmt {
 			&ir.Store{Buf: "fa", Index: i32(1), Value: gpu.Pack2(v[2], v[3])},
 			&ir.MFMA{D: "fd", A: "fa", B: "fb", In: p.In})
 	}
-	body = append(body, &ir.For{Var: "ks", Lo: i32(0), Hi: i32(mm.K / mfmaK), Kind: ir.Serial, Body: &ir.Block{Stmts: kLoop}})
+	ks := &ir.For{Var: "ks", Lo: i32(0), Hi: i32(mm.K / mfmaK), Kind: ir.Serial, Body: &ir.Block{Stmts: kLoop}}
 	if guard != nil {
-		body = append(body, guard.Finish(lane, n0)...)
+		body = append(body, guard.Guard(fill, []ir.Expr{ir.Ld("fb", ir.I32, i32(0)), ir.Ld("fb", ir.I32, i32(1))}, ks, lane, n0)...)
+	} else {
+		body = append(body, ks)
 	}
 	for r := 0; r < 4; r++ {
 		body = append(body, &ir.Store{Buf: mm.C, Index: cAt(r), Value: ir.Ld("fd", ir.F32, i32(r))})
