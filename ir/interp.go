@@ -496,7 +496,7 @@ func (f *frame) matmul(s *MatMul) {
 				if s.TransB {
 					bi = n*int64(s.K) + k
 				}
-				if s.ZeroSkip && x == 0 {
+				if s.ZeroSkip && math.Float32bits(x) == 1<<31 {
 					continue
 				}
 				sum += float32(x * getB(b, bi)) // rounded: no fused multiply-add

@@ -181,12 +181,14 @@ type Reduce struct {
 // M, N and K are static; MExt, NExt and KExt (i32 expressions, at most the
 // static sizes) are the extents that matter. Elements of C outside them are
 // unspecified afterwards, so a target may compute the static shape. A target
-// may also run the sum over all K: A must be 0 at k >= KExt (for m < MExt).
-// With ZeroSkip a zero A element contributes exactly nothing, even against
-// a NaN or infinite B element (select, don't multiply), so masked positions
-// whose values may hold any bits cannot reach C; tagged TagHidden, the
-// skip only matters for positions the mask hides. The summation order is
-// the target's.
+// may also run the sum over all K: A must be +0 or -0 at k >= KExt (for
+// m < MExt). With ZeroSkip an A element of -0 (the weight of a hidden
+// position: the attention lowering writes exp(-inf - max) as -0, while exp
+// gives +0 when it underflows) contributes exactly nothing, even against a
+// NaN or infinite B element (select, don't multiply), so hidden positions
+// whose values may hold any bits cannot reach C; a +0 element multiplies
+// as IEEE arithmetic does (0·NaN is NaN). The summation order is the
+// target's.
 type MatMul struct {
 	C, A, B          string
 	M, N, K          int

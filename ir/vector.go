@@ -361,3 +361,14 @@ func Lanewise(f func(Expr) Expr, x Expr) Expr {
 		return e
 	})
 }
+
+// IsNegZero is true where x (f32, or a vector of f32) is -0: its bits are
+// exactly the sign bit. A zeroskip matmul skips such A elements (see
+// MatMul).
+func IsNegZero(x Expr) Expr {
+	n := x.Type().Lanes()
+	return Bin(Eq, &Bitcast{To: Vec(I32, n), X: x}, Splat(Int(math.MinInt32), n))
+}
+
+// NegZero is the f32 constant -0: the weight of a hidden position.
+func NegZero() *Const { return &Const{T: F32, Float: math.Copysign(0, -1)} }

@@ -1,8 +1,6 @@
 package lower
 
 import (
-	"math"
-
 	"github.com/attnc/attnc/ir"
 )
 
@@ -372,10 +370,12 @@ func (l *lowering) tileStep(t *blk, x itemVars, kt ir.Expr) {
 		}, nil)
 	})
 	l.softmaxUpdate(t, R, x.nRows, kvN)
-	// P·V: a zero weight (a hidden position) contributes exactly nothing
-	// (DESIGN §3); fully visible tiles need no such care.
+	// P·V: a hidden position's weight (-0: masked, or a -inf score from
+	// the mask, the score expression or the data) contributes exactly
+	// nothing, its V row included, in every tile (DESIGN §3); a visible
+	// position's weight multiplies its V row as IEEE arithmetic does.
 	t.add(&ir.MatMul{C: "acc", A: "sc", B: "vb", M: R, N: DV, K: KT, Accumulate: true, ZeroSkip: true,
-		MExt: x.nRows, NExt: i32(DV), KExt: kvN, Tag: l.hiddenTag()})
+		MExt: x.nRows, NExt: i32(DV), KExt: kvN})
 }
 
 // storeItem normalizes each row and stores it: o and lse, or a split
@@ -409,41 +409,6 @@ func (l *lowering) storeItem(w *blk, x itemVars) {
 			u.when(&ir.NotNull{Buf: "lse"}, func(z *blk) { z.store("lse", flat, l.userLSE(lse)) })
 		}, nil)
 	})
-}
-
-// hiddenTag is the tag of statements that only matter for positions the
-// mask hides: ir.TagHidden when the @mask Def decides every hidden
-// position (a table's -1 pages are staged as zeros), NoTag (never
-// dropped) when data masks (tree, custom) hide positions in any tile, or
-// when the score expression may give -inf at a visible position (which
-// hides it like a mask, its V row included: DESIGN §3).
-func (l *lowering) hiddenTag() ir.Tag {
-	if l.hasMask(ir.MaskTree) || l.hasMask(ir.MaskCustom) || ScoreMayHide(l.v) {
-		return ir.NoTag
-	}
-	return ir.TagHidden
-}
-
-// ScoreMayHide reports whether v's score expression may turn a finite
-// score into -inf: it holds exp, exp2, log or a float division (an
-// overflow or log(0)), or an infinite constant. Softcap (tanh), ALiBi and
-// plain arithmetic on the score keep finite scores finite.
-func ScoreMayHide(v *ir.Variant) bool {
-	if v.Score == nil {
-		return false
-	}
-	may := false
-	ir.VisitExpr(v.Score, func(e ir.Expr) {
-		switch x := e.(type) {
-		case *ir.Unary:
-			may = may || x.Op == ir.Exp || x.Op == ir.Exp2 || x.Op == ir.Log
-		case *ir.Binary:
-			may = may || x.Op == ir.Div && x.Type().IsFloat()
-		case *ir.Const:
-			may = may || x.T.IsFloat() && math.IsInf(x.Float, 0)
-		}
-	})
-	return may
 }
 
 // stageType is the element type of the staged K and V tiles: f32, or the
@@ -535,7 +500,9 @@ func (l *lowering) scoreStep(b *blk, at, j, qPos, kvPosE, head, sb, qBase, kvLen
 // whose scores are all -inf so far keeps max -inf and adds nothing. A NaN
 // or +inf score makes the max NaN or +inf (Max propagates NaN), so p, the
 // denominator and the accumulator become NaN from that tile on (DESIGN §3:
-// the row's o and lse are NaN); -inf scores are p = 0, as a mask's.
+// the row's o and lse are NaN). A -inf score (a hidden position) gives p =
+// -0, which the zeroskip P·V skips; exp gives +0 when it underflows, and
+// that weight multiplies its V row (0·NaN is NaN: the position is visible).
 func (l *lowering) softmaxUpdate(b *blk, R int, nRows, kvN ir.Expr) {
 	KT, DV := l.t.KVTile, l.DV
 	b.spread("row", R, func(x *blk, row ir.Expr) {
@@ -550,7 +517,9 @@ func (l *lowering) softmaxUpdate(b *blk, R int, nRows, kvN ir.Expr) {
 			live := y.let("live", not(eq(mNew, negInf())))
 			y.spread("j", KT, func(z *blk, j ir.Expr) {
 				z.guarded(lt(j, kvN), func(u *blk) {
-					u.store("sc", at(j), sel(live, ir.Un(ir.Exp, sub(ld("sc", ir.F32, at(j)), mNew)), f32(0)))
+					// A row that is not live has only -inf scores so far.
+					s := u.let("s_j", ld("sc", ir.F32, at(j)))
+					u.store("sc", at(j), sel(eq(s, negInf()), ir.NegZero(), ir.Un(ir.Exp, sub(s, mNew))))
 				}, func(u *blk) { u.store("sc", at(j), f32(0)) })
 			})
 			y.add(&ir.Reduce{Name: "psum", Op: ir.ReduceAdd, Var: "j", Lo: i32(0), Hi: i32(KT),

@@ -186,39 +186,6 @@ func TestUnsupported(t *testing.T) {
 	}
 }
 
-// TestScoreMayHideKeepsZeroSkip: a score expression that may give -inf
-// (log(0) here) hides positions in any tile, so the P·V matmul keeps its
-// zero skip untagged (classify-tiles never drops it); softcap and ALiBi
-// keep finite scores finite and leave it tagged @hidden.
-func TestScoreMayHideKeepsZeroSkip(t *testing.T) {
-	score := ir.R("score", ir.F32)
-	kvPos := ir.R("kv_pos", ir.I32)
-	for _, tc := range []struct {
-		name  string
-		score ir.Expr
-		hide  bool
-	}{
-		{"identity", nil, false},
-		{"softcap", &ir.Call{Fn: "softcap", Args: []ir.Expr{score, ir.Float(30)}, T: ir.F32}, false},
-		{"alibi", ir.Bin(ir.Sub, score, ir.Bin(ir.Mul, &ir.Call{Fn: "alibi_slope", Args: []ir.Expr{ir.R("head", ir.I32), ir.Int(4)}, T: ir.F32}, ir.Cvt(ir.F32, kvPos))), false},
-		{"log", ir.Bin(ir.Add, score, ir.Un(ir.Log, ir.Cvt(ir.F32, kvPos))), true},
-		{"exp", ir.Bin(ir.Sub, score, ir.Un(ir.Exp, ir.Cvt(ir.F32, kvPos))), true},
-		{"division", ir.Bin(ir.Div, score, ir.Cvt(ir.F32, kvPos)), true},
-	} {
-		v := testVariant()
-		v.Score = tc.score
-		if got := ScoreMayHide(v); got != tc.hide {
-			t.Errorf("%s: ScoreMayHide = %v, want %v", tc.name, got, tc.hide)
-		}
-		m, _ := Lower(v, cpuLike)
-		text := m.Kernel("t_prefill_work").String()
-		tagged := strings.Contains(text, "matmul acc[64, 8] += sc[64, 64] * vb[64, 8] zeroskip extent(n_rows, 8, kv_n) @hidden")
-		if tagged == tc.hide {
-			t.Errorf("%s: P·V zero skip tagged @hidden = %v, want %v", tc.name, tagged, !tc.hide)
-		}
-	}
-}
-
 // TestPrefillRaggedReadsRows: prefill_ragged's entry takes the ragged rows
 // (k, v, kv_token_indptr) and nothing of the paged cache, its work kernel
 // reads K/V only from k and v, stores o and lse like prefill, and hands

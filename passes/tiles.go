@@ -47,7 +47,7 @@ func MatMulLoopsOf(mm *ir.MatMul, aElem, bElem ir.Type, order DotOrder, dotKind 
 	cAt := ir.Bin(ir.Add, ir.Bin(ir.Mul, m, i32(mm.N)), n)
 	prod := func(a, b ir.Expr) ir.Expr {
 		if mm.ZeroSkip {
-			return ir.Sel(ir.Bin(ir.Eq, a, ir.Float(0)), ir.Float(0), ir.Bin(ir.Mul, a, b))
+			return ir.Sel(ir.IsNegZero(a), ir.Float(0), ir.Bin(ir.Mul, a, b))
 		}
 		return ir.Bin(ir.Mul, a, b)
 	}
@@ -64,9 +64,9 @@ func MatMulLoopsOf(mm *ir.MatMul, aElem, bElem ir.Type, order DotOrder, dotKind 
 		row := ir.Stmt(loop("mm_n", mm.NExt, ir.Spread,
 			&ir.Store{Buf: mm.C, Index: cAt, Value: ir.Bin(ir.Add, ir.Ld(mm.C, ir.F32, cAt), ir.Bin(ir.Mul, a, bAt(k)))}))
 		if mm.ZeroSkip {
-			// Select, don't multiply: a zero A element adds nothing, even
-			// against NaN or infinite B elements.
-			row = &ir.If{Cond: ir.Bin(ir.Ne, a, ir.Float(0)), Then: &ir.Block{Stmts: []ir.Stmt{row}}}
+			// Skip, don't multiply: a -0 A element (a hidden position's
+			// weight) adds nothing, even against NaN or infinite B elements.
+			row = &ir.If{Cond: ir.Un(ir.Not, ir.IsNegZero(a)), Then: &ir.Block{Stmts: []ir.Stmt{row}}}
 		}
 		return append(out, loop("mm_m", mm.MExt, ir.Spread,
 			loop("mm_k", mm.KExt, ir.Serial, &ir.Let{Name: "mm_a", Value: aAt(k)}, row)))

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/passes"
@@ -43,10 +44,11 @@ func microShapeFor(l Level, vectors int) microShape {
 // once. A matmul with B transposed (Q·Kᵀ) first packs B into an
 // array laid out [K, N] (16×16, 8×8 or 4×4 blocks transposed with
 // shuffles), declared beside B's, so both products run the same
-// outer-product kernel. With zeroskip a zero A element leaves the
-// accumulators as they are (a select on A ≠ 0 around the multiply-add,
-// never a multiply by zero), so NaN or infinite B rows it weights cannot
-// reach C. Blocks of rows at or past MExt and of columns at or past NExt
+// outer-product kernel. With zeroskip a -0 A element (a hidden
+// position's weight) leaves the accumulators as they are (a select around
+// the multiply-add, never a multiply by zero), so NaN or infinite B rows
+// it weights cannot reach C; A is scanned for -0 first (negZeroScan), and
+// a tile with none runs the kernel without the selects. Blocks of rows at or past MExt and of columns at or past NExt
 // are skipped; the last block that starts before an extent computes its
 // whole static width (C outside the extents is unspecified). Matmuls whose
 // N (or, transposed, K) is not a multiple of the level's lanes, or whose
@@ -176,6 +178,16 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 			if x.TransB {
 				b, bElem = packed[x.B], ir.F32
 				out = append(out, packTransposed(x, b, l.Lanes)...)
+			}
+			if x.ZeroSkip && x.K%l.Lanes == 0 {
+				// Most tiles hide nothing: scan A for -0 first and run
+				// the selects only where some element is.
+				plain := *x
+				plain.ZeroSkip = false
+				scan, hides := negZeroScan(x, l.Lanes)
+				return append(append(out, scan...), &ir.If{Cond: hides,
+					Then: &ir.Block{Stmts: blockedMatMul(x, b, bElem, sh)},
+					Else: &ir.Block{Stmts: blockedMatMul(&plain, b, bElem, sh)}})
 			}
 			out = append(out, blockedMatMul(x, b, bElem, sh)...)
 			if !fits(x) {
@@ -313,9 +325,10 @@ func microKernel(mm *ir.MatMul, b string, bElem ir.Type, L int, m0, n0 ir.Expr, 
 		step = append(step, &ir.Let{Name: a, Value: ir.Splat(ir.Ld(mm.A, ir.F32, addE(mulE(addE(m0, i32c(i)), mm.K), k)), L)})
 		z := fmt.Sprintf("bm_z%d", i)
 		if mm.ZeroSkip {
-			// Select, don't multiply: a zero weight keeps the
-			// accumulators, even against NaN or infinite B elements.
-			step = append(step, &ir.Let{Name: z, Value: ir.Bin(ir.Ne, ir.R(a, vt), &ir.Const{T: vt})})
+			// Select, don't multiply: a -0 weight (a hidden position)
+			// keeps the accumulators, even against NaN or infinite B
+			// elements.
+			step = append(step, &ir.Let{Name: z, Value: ir.Un(ir.Not, ir.IsNegZero(ir.R(a, vt)))})
 		}
 		for j := 0; j < nr; j++ {
 			c := ir.R(acc(i, j), vt)
@@ -333,6 +346,36 @@ func microKernel(mm *ir.MatMul, b string, bElem ir.Type, L int, m0, n0 ir.Expr, 
 		}
 	}
 	return out
+}
+
+// negZeroScan scans the rows of A below MExt (all K columns, whole
+// vectors of L lanes: A is ±0 past KExt) for an element that is -0, the
+// weight of a hidden position that a zeroskip matmul must skip: the
+// smallest of their bits as i32, a vector running minimum folded by a
+// shuffle tree, is the sign bit alone exactly then (a NaN's bits are
+// larger). It returns the statements and the condition that one was
+// found.
+func negZeroScan(mm *ir.MatMul, L int) ([]ir.Stmt, ir.Expr) {
+	vt := ir.Vec(ir.I32, L)
+	r, kb := ir.R("bm_zr", ir.I32), ir.R("bm_zk", ir.I32)
+	bits := &ir.Bitcast{To: vt, X: ir.Ld(mm.A, ir.Vec(ir.F32, L), addE(mulE(r, mm.K), mulE(kb, L)))}
+	out := []ir.Stmt{
+		&ir.Var{Name: "bm_nz", Init: ir.Splat(ir.Int(math.MaxInt32), L)},
+		&ir.For{Var: "bm_zr", Lo: i32c(0), Hi: mm.MExt, Kind: ir.Serial, Body: &ir.Block{Stmts: []ir.Stmt{
+			&ir.For{Var: "bm_zk", Lo: i32c(0), Hi: i32c(mm.K / L), Kind: ir.Serial, Body: &ir.Block{Stmts: []ir.Stmt{
+				&ir.Assign{Name: "bm_nz", Value: ir.Bin(ir.Min, ir.R("bm_nz", vt), bits)}}}}}}},
+	}
+	var cur ir.Expr = ir.R("bm_nz", vt)
+	for n, step := L, 0; n > 1; n, step = n/2, step+1 {
+		lowHalf, highHalf := make([]int, n/2), make([]int, n/2)
+		for i := range lowHalf {
+			lowHalf[i], highHalf[i] = i, n/2+i
+		}
+		name := fmt.Sprintf("bm_nz_h%d", step)
+		out = append(out, &ir.Let{Name: name, Value: ir.Bin(ir.Min, &ir.VShuffle{X: cur, Y: cur, Mask: lowHalf}, &ir.VShuffle{X: cur, Y: cur, Mask: highHalf})})
+		cur = ir.R(name, ir.Vec(ir.I32, n/2))
+	}
+	return out, ir.Bin(ir.Eq, cur, ir.Int(math.MinInt32))
 }
 
 // packTransposed writes B (stored [N, K]) into bt as [K, N], in L×L blocks

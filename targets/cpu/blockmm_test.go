@@ -92,7 +92,7 @@ func parseTileKernel(t *testing.T, level string, rows int) *ir.Module {
 // vector-reduce, block-matmul, lower-tiles and vectorize, at every level,
 // for extents that cut blocks and vectors anywhere: the results agree to
 // f32 rounding (each maximum exactly the largest of its row's scores), and
-// V rows that P zeroes — NaN, and infinite — never reach o.
+// V rows that P hides (-0 weights) — NaN, and infinite — never reach o.
 func TestBlockMatMulKeepsResults(t *testing.T) {
 	rng := rand.New(rand.NewSource(3))
 	for _, rows := range []int{prefillRows, decodeRows} {
@@ -134,13 +134,16 @@ func keepResults(t *testing.T, rng *rand.Rand, m, after *ir.Module, name, level 
 	}
 	for r := 0; r < rows; r++ {
 		for j := 0; j < 48; j++ {
-			if j < n && j%5 != 2 {
+			switch {
+			case j < n && j%5 != 2:
 				p[r*48+j] = rng.Float32()
+			case j < n:
+				p[r*48+j] = float32(math.Copysign(0, -1)) // a hidden position's weight
 			}
 		}
 	}
 	// V rows whose weights are all zero: beyond n (the contract has A = 0
-	// there) and every fifth position below it.
+	// there) and every fifth position below it, hidden (-0: skipped).
 	for j := 0; j < 48; j++ {
 		if j >= n || j%5 == 2 {
 			for d := 0; d < 32; d++ {

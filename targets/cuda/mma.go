@@ -80,9 +80,10 @@ func NarrowOperands(m *ir.Module) (*ir.Module, error) {
 // output columns is one spread iteration whose lanes hold the PTX
 // fragments, reading and writing C around the mmas (acc-registers keeps
 // an accumulating C in registers instead). A zeroskip matmul (or one whose
-// k extent is not all of K) first zeroes the B rows that no A row in use
-// reaches, so a NaN there cannot become 0·NaN inside the mma. Other
-// matmuls are left to simt-matmul.
+// k extent is not all of K) checks its B fragments first and, when the
+// warp finds a non-finite element, computes its accumulators exactly
+// instead (gpu.FiniteGuard), so a hidden position's NaN cannot become
+// 0·NaN inside the mma. Other matmuls are left to simt-matmul.
 func UseMMA(m *ir.Module) (*ir.Module, error) {
 	return passes.MapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
 		elems := passes.ElemTypes(k)
@@ -163,17 +164,9 @@ func (p *mmaPlan) lower() []ir.Stmt {
 		}
 		return add(mul(k, i32(mm.N)), n)
 	}
-	if kx, ok := mm.KExt.(*ir.Const); mm.ZeroSkip || !ok || int(kx.Int) != mm.K {
-		// Zero the B rows that no A row in use reaches: a zero A element
-		// then contributes exactly nothing, even against NaN or inf.
-		k, mr := ir.R("zk", ir.I32), ir.R("zm", ir.I32)
-		nz := &ir.Reduce{Name: "zk_used", Op: ir.ReduceAdd, Var: "zm", Lo: i32(0), Hi: i32(mm.M),
-			Value: ir.Sel(ir.Bin(ir.And, ir.Bin(ir.Lt, mr, mm.MExt),
-				ir.Bin(ir.Ne, p.aF32(add(mul(mr, i32(mm.K)), k)), ir.Float(0))), i32(1), i32(0))}
-		zero := &ir.For{Var: "zn", Lo: i32(0), Hi: i32(mm.N), Kind: ir.Spread, Body: &ir.Block{Stmts: []ir.Stmt{
-			&ir.Store{Buf: mm.B, Index: bIdx(k, ir.R("zn", ir.I32)), Value: &ir.Const{T: p.b}}}}}
-		out = append(out, &ir.For{Var: "zk", Lo: i32(0), Hi: i32(mm.K), Kind: ir.Spread, Body: &ir.Block{Stmts: []ir.Stmt{
-			nz, &ir.If{Cond: ir.Bin(ir.Eq, ir.R("zk_used", ir.I32), i32(0)), Then: &ir.Block{Stmts: []ir.Stmt{zero}}}}}})
+	var guard *gpu.FiniteGuard
+	if mp := (&gpu.MatrixPlan{MM: mm, In: p.in, B: p.b, ANarrow: p.aNarrow}); mp.GuardsB() {
+		guard = &gpu.FiniteGuard{P: mp, F: mmaFragment, Lanes: Layer.Lanes, Acc: "fd"}
 	}
 	lane := ir.R("lane", ir.I32)
 	gid, tig, nt := ir.R("gid", ir.I32), ir.R("tig", ir.I32), ir.R("nt", ir.I32)
@@ -231,6 +224,7 @@ func (p *mmaPlan) lower() []ir.Stmt {
 			&ir.Store{Buf: "fb", Index: i32(0), Value: pack2(bAt(c0, n), bAt(add(c0, i32(1)), n))},
 			&ir.Store{Buf: "fb", Index: i32(1), Value: pack2(bAt(add(c0, i32(8)), n), bAt(add(c0, i32(9)), n))})
 	}
+	fill := kLoop
 	// The lane's eight A elements: (row, column) of register i/2, low
 	// half first (PTX fragment layout for A).
 	g8 := add(gid, i32(8))
@@ -289,7 +283,12 @@ func (p *mmaPlan) lower() []ir.Stmt {
 	for k := len(parts) - 1; k >= 0; k-- {
 		kLoop = append(kLoop, step(parts[k])...)
 	}
-	body = append(body, &ir.For{Var: "ks", Lo: i32(0), Hi: i32(mm.K / mmaK), Kind: ir.Serial, Body: &ir.Block{Stmts: kLoop}})
+	ksLoop := &ir.For{Var: "ks", Lo: i32(0), Hi: i32(mm.K / mmaK), Kind: ir.Serial, Body: &ir.Block{Stmts: kLoop}}
+	if guard != nil {
+		body = append(body, guard.Guard(fill, []ir.Expr{ir.Ld("fb", ir.I32, i32(0)), ir.Ld("fb", ir.I32, i32(1))}, ksLoop, lane, n0)...)
+	} else {
+		body = append(body, ksLoop)
+	}
 	for c := 0; c < 4; c++ {
 		body = append(body, &ir.Store{Buf: mm.C, Index: cAt(c), Value: ir.Ld("fd", ir.F32, i32(c))})
 	}

@@ -9,8 +9,8 @@ import (
 // What a matrix-core rewrite (CUDA's use-mma, HIP's use-mfma) decides the
 // same way whatever the instruction: which matmuls it takes, which
 // operand arrays it narrows, how an f32 A is split into half-precision
-// parts, and which B rows it zeroes first. The fragment layouts are the
-// targets' own.
+// parts, and how a skipping matmul keeps hidden positions out
+// (FiniteGuard). The fragment layouts are the targets' own.
 
 // MatrixPlan is a matmul a matrix rewrite takes.
 type MatrixPlan struct {
@@ -104,25 +104,6 @@ func (p *MatrixPlan) BIndex(k, n ir.Expr) ir.Expr {
 	return add(mul(k, i32(p.MM.N)), n)
 }
 
-// ZeroUnreached zeroes the B rows that no A row in use reaches, for a
-// zeroskip matmul (or one whose k extent is not all of K): a zero A
-// element then contributes exactly nothing inside the matrix instruction,
-// even against NaN or inf. It returns nothing when nothing needs it.
-func (p *MatrixPlan) ZeroUnreached() []ir.Stmt {
-	mm := p.MM
-	if kx, ok := mm.KExt.(*ir.Const); !mm.ZeroSkip && ok && int(kx.Int) == mm.K {
-		return nil
-	}
-	k, mr := ir.R("zk", ir.I32), ir.R("zm", ir.I32)
-	nz := &ir.Reduce{Name: "zk_used", Op: ir.ReduceAdd, Var: "zm", Lo: i32(0), Hi: i32(mm.M),
-		Value: ir.Sel(ir.Bin(ir.And, ir.Bin(ir.Lt, mr, mm.MExt),
-			ir.Bin(ir.Ne, p.AF32(add(mul(mr, i32(mm.K)), k)), ir.Float(0))), i32(1), i32(0))}
-	zero := &ir.For{Var: "zn", Lo: i32(0), Hi: i32(mm.N), Kind: ir.Spread, Body: &ir.Block{Stmts: []ir.Stmt{
-		&ir.Store{Buf: mm.B, Index: p.BIndex(k, ir.R("zn", ir.I32)), Value: &ir.Const{T: p.B}}}}}
-	return []ir.Stmt{&ir.For{Var: "zk", Lo: i32(0), Hi: i32(mm.K), Kind: ir.Spread, Body: &ir.Block{Stmts: []ir.Stmt{
-		nz, &ir.If{Cond: ir.Bin(ir.Eq, ir.R("zk_used", ir.I32), i32(0)), Then: &ir.Block{Stmts: []ir.Stmt{zero}}}}}}}
-}
-
 // Raw is the bits of a narrow array's element as In's carrier.
 func (p *MatrixPlan) Raw(arr string, idx ir.Expr) ir.Expr {
 	return &ir.Bitcast{To: ir.StorageOf(p.In).Carrier, X: ir.Ld(arr, p.In, idx)}
@@ -191,4 +172,87 @@ func (p *MatrixPlan) SplitA(prefix string, idxs []ir.Expr) (lets []ir.Stmt, part
 // first in the low half.
 func Pack2(lo, hi ir.Expr) ir.Expr {
 	return ir.Bin(ir.Or, ir.Bin(ir.And, ir.Cvt(ir.I32, lo), i32(0xffff)), ir.Bin(ir.Shl, ir.Cvt(ir.I32, hi), i32(16)))
+}
+
+// Hidden positions inside a matrix instruction. P·V weighs each V row by a
+// whole column of P, so a V row that some rows of the block see and others
+// hide (weight -0) would reach the hiding rows as 0·NaN inside the
+// instruction. A matmul that skips (zeroskip, or a k extent that is not all
+// of K) therefore first loads its B fragments once to check them: while
+// every B element of the warp's n-tile is finite, the matrix instructions
+// are exact (a zero weight times a finite value adds nothing) and run as
+// before; when one is not (a vote of the warp's lanes), the warp computes
+// its accumulator elements instead as one dot product each over k < KExt
+// in f32, skipping -0 weights: hidden positions never reach C and a
+// visible position's NaN or inf does, as IEEE arithmetic gives it (no
+// half-precision parts of the weight).
+
+// GuardsB reports whether the matmul skips weights (zeroskip) or runs
+// past its k extent: its fragment loop then checks B (FiniteGuard).
+func (p *MatrixPlan) GuardsB() bool {
+	kx, ok := p.MM.KExt.(*ir.Const)
+	return p.MM.ZeroSkip || !ok || int(kx.Int) != p.MM.K
+}
+
+// FiniteGuard guards the matrix instructions of a fragment loop: fragment
+// F, accumulator registers in Acc (F.Regs f32), warps of Lanes lanes.
+type FiniteGuard struct {
+	P     *MatrixPlan
+	F     *Fragment
+	Lanes int
+	Acc   string
+}
+
+// nfVar is the lane's running "some B element is not finite" flag.
+const nfVar = "b_nonfinite"
+
+// Guard returns the statements that replace ksLoop, the loop of matrix
+// instructions over k steps "ks" (ks from 0 to ksSteps): a first pass of
+// the loop's B loads alone (fill, which leaves B's registers in regs, each
+// two packed elements of In) folds the flag, an element being not finite
+// when its exponent bits are all set; butterfly shuffles vote over the
+// warp; then either ksLoop or the exact dot products, accumulated into the
+// registers over k < KExt. n0 is the n-tile's
+// first column.
+func (g *FiniteGuard) Guard(fill []ir.Stmt, regs []ir.Expr, ksLoop *ir.For, lane, n0 ir.Expr) []ir.Stmt {
+	r := ir.StorageOf(g.P.In)
+	exp := int64((1<<r.ExpBits - 1) << r.MantBits)
+	var nf ir.Expr = ir.R(nfVar, ir.I32)
+	for _, x := range regs {
+		for _, m := range []int64{exp, exp << 16} {
+			mask := ir.Int(int64(int32(uint32(m))))
+			nf = ir.Bin(ir.Or, nf, ir.Sel(ir.Bin(ir.Eq, ir.Bin(ir.And, x, mask), mask), i32(1), i32(0)))
+		}
+	}
+	check := &ir.For{Var: ksLoop.Var, Lo: ksLoop.Lo, Hi: ksLoop.Hi, Kind: ir.Serial,
+		Body: &ir.Block{Stmts: append(ir.CloneBlock(&ir.Block{Stmts: fill}).Stmts, &ir.Assign{Name: nfVar, Value: nf})}}
+	out := []ir.Stmt{&ir.Var{Name: nfVar, Init: i32(0)}, check}
+	vote := ir.Expr(ir.R(nfVar, ir.I32))
+	for m, i := 1, 0; m < g.Lanes; m, i = m*2, i+1 {
+		name := fmt.Sprintf("b_vote%d", i)
+		out = append(out, &ir.Let{Name: name, Value: ir.Bin(ir.Or, vote, &ir.Shuffle{X: vote, Mask: m})})
+		vote = ir.R(name, ir.I32)
+	}
+	mm := g.P.MM
+	k := ir.R("ex_k", ir.I32)
+	var exact, step []ir.Stmt
+	for c := 0; c < g.F.Regs; c++ {
+		row, col := fmt.Sprintf("ex_row%d", c), fmt.Sprintf("ex_col%d", c)
+		a, b := fmt.Sprintf("ex_a%d", c), fmt.Sprintf("ex_b%d", c)
+		exact = append(exact,
+			&ir.Let{Name: row, Value: g.F.Row(lane, i32(c))},
+			&ir.Let{Name: col, Value: add(n0, g.F.Col(lane, i32(c)))})
+		acc := ir.Ld(g.Acc, ir.F32, i32(c))
+		var next ir.Expr = ir.Bin(ir.Add, acc, ir.Bin(ir.Mul, ir.R(a, ir.F32), ir.R(b, ir.F32)))
+		if mm.ZeroSkip {
+			next = ir.Sel(ir.IsNegZero(ir.R(a, ir.F32)), acc, next)
+		}
+		step = append(step,
+			&ir.Let{Name: a, Value: g.P.AF32(add(mul(ir.R(row, ir.I32), i32(mm.K)), k))},
+			&ir.Let{Name: b, Value: r.Widen(g.P.BRaw(k, ir.R(col, ir.I32)))},
+			&ir.Store{Buf: g.Acc, Index: i32(c), Value: next})
+	}
+	exact = append(exact, &ir.For{Var: "ex_k", Lo: i32(0), Hi: mm.KExt, Kind: ir.Serial, Body: &ir.Block{Stmts: step}})
+	return append(out, &ir.If{Cond: ir.Bin(ir.Ne, vote, i32(0)), Then: &ir.Block{Stmts: exact},
+		Else: &ir.Block{Stmts: []ir.Stmt{ksLoop}}})
 }

@@ -22,7 +22,9 @@ const mfmaM, mfmaN, mfmaK = 16, 16, 16
 // spread iteration whose 64 lanes hold the MFMA fragments, read from LDS
 // element by element (CDNA3 has no ldmatrix), reading and writing C
 // around the MFMAs (acc-registers keeps an accumulating C in registers
-// instead). Other matmuls are left to simt-matmul.
+// instead). A skipping matmul (P·V) checks its B fragments first and, when
+// the wavefront finds a non-finite element, computes its accumulators
+// exactly instead (gpu.FiniteGuard). Other matmuls are left to simt-matmul.
 //
 // Its lanes loops and MFMAs span 64 lanes: it sets the module's lane width
 // (as the layer's lane passes do).
@@ -92,8 +94,12 @@ func mul(x, y ir.Expr) ir.Expr { return ir.Bin(ir.Mul, x, y) }
 // B[k0+4g+r][n0+j] and C[4g+r][n0+j] (ir.MFMA's layout).
 func lowerMFMA(p *gpu.MatrixPlan) []ir.Stmt {
 	mm := p.MM
-	out := p.ZeroUnreached()
+	var out []ir.Stmt
 	lane := ir.R("lane", ir.I32)
+	var guard *gpu.FiniteGuard
+	if p.GuardsB() {
+		guard = &gpu.FiniteGuard{P: p, F: mfmaFragment, Lanes: Layer.Lanes, Acc: "fd"}
+	}
 	j, g, nt, n0 := ir.R("mj", ir.I32), ir.R("mg", ir.I32), ir.R("nt", ir.I32), ir.R("n0", ir.I32)
 	body := []ir.Stmt{
 		&ir.Let{Name: "mj", Value: ir.Bin(ir.Rem, lane, i32(16))},
@@ -118,6 +124,7 @@ func lowerMFMA(p *gpu.MatrixPlan) []ir.Stmt {
 		&ir.Store{Buf: "fb", Index: i32(0), Value: gpu.Pack2(p.BRaw(kc(0), n), p.BRaw(kc(1), n))},
 		&ir.Store{Buf: "fb", Index: i32(1), Value: gpu.Pack2(p.BRaw(kc(2), n), p.BRaw(kc(3), n))},
 	}
+	fill := kLoop
 	var idxs []ir.Expr
 	for r := 0; r < 4; r++ {
 		idxs = append(idxs, add(mul(j, i32(mm.K)), kc(r)))
@@ -132,7 +139,12 @@ func lowerMFMA(p *gpu.MatrixPlan) []ir.Stmt {
 			&ir.Store{Buf: "fa", Index: i32(1), Value: gpu.Pack2(v[2], v[3])},
 			&ir.MFMA{D: "fd", A: "fa", B: "fb", In: p.In})
 	}
-	body = append(body, &ir.For{Var: "ks", Lo: i32(0), Hi: i32(mm.K / mfmaK), Kind: ir.Serial, Body: &ir.Block{Stmts: kLoop}})
+	ks := &ir.For{Var: "ks", Lo: i32(0), Hi: i32(mm.K / mfmaK), Kind: ir.Serial, Body: &ir.Block{Stmts: kLoop}}
+	if guard != nil {
+		body = append(body, guard.Guard(fill, []ir.Expr{ir.Ld("fb", ir.I32, i32(0)), ir.Ld("fb", ir.I32, i32(1))}, ks, lane, n0)...)
+	} else {
+		body = append(body, ks)
+	}
 	for r := 0; r < 4; r++ {
 		body = append(body, &ir.Store{Buf: mm.C, Index: cAt(r), Value: ir.Ld("fd", ir.F32, i32(r))})
 	}
