@@ -327,6 +327,10 @@ func learned(v *ir.Variant) bool { return v.Sinks != nil && v.Sinks.Kind == ir.S
 // every param reads 0 (an empty tensor).
 func Visible(v *ir.Variant, b, h, q, kv int) bool { return visible(v, nil, b, h, 0, q, kv) }
 
+// VisibleIn is Visible with the param tensors of c (Params, ParamDims and
+// Batch): a mask that reads a param reads c's values.
+func VisibleIn(v *ir.Variant, c *Case, b, h, q, kv int) bool { return visible(v, c, b, h, 0, q, kv) }
+
 // visible is Visible with the case's tree and custom masks: i is the query
 // token's index in its segment.
 func visible(v *ir.Variant, c *Case, b, h, i, q, kv int) bool {
