@@ -7,7 +7,6 @@ import (
 
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/ir"
-	"github.com/attnc/attnc/lower"
 	"github.com/attnc/attnc/reference"
 )
 
@@ -24,24 +23,8 @@ func runFuzzQKV(s *Suite, fc fuzzCase) fuzzResult {
 	v := s.V
 	sc := fc.Scalars
 	d, H, KVH := v.HeadDimQK, v.QOHeads, v.KVHeads
-	ps := int64(v.PageSize)
 	n, np := sc["n"], sc["num_pages"]
-	var st32 int32
-	need := int64(0)
-	switch {
-	case n < 0 || np < 0:
-		st32 = lower.ErrBadArgument
-	case n*int64(KVH) > lower.MaxItems:
-		st32 = lower.ErrTooLarge
-	default:
-		for _, slot := range fc.Arrays["position_map"][:n] {
-			if slot < -1 || int64(slot) >= np*ps {
-				st32 = lower.ErrBadSlot
-				break
-			}
-			need = max(need, int64(slot)/ps+1)
-		}
-	}
+	st32, need := slotRules(v, fc)
 	pages := max(1, min(max(np, need), fuzzCapPages))
 	if need > pages {
 		return fuzzResult{Skip: true, Pass: true}

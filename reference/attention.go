@@ -59,6 +59,9 @@ type Case struct {
 	// integers), ParamDims the value of each named param dimension.
 	Params    map[string][]float64
 	ParamDims map[string]int
+	// ParamAt, for a param in it, gives the value at a flat index in
+	// place of Params (ParamValue.At).
+	ParamAt map[string]func(flat int64) float64
 }
 
 // ParamShape is param p's shape in case c.
@@ -88,7 +91,7 @@ func (c *Case) paramEnv(v *ir.Variant) map[string]*ParamValue {
 	}
 	out := map[string]*ParamValue{}
 	for _, p := range v.Params {
-		out[p.Name] = &ParamValue{Dims: c.ParamShape(v, p), Data: c.Params[p.Name]}
+		out[p.Name] = &ParamValue{Dims: c.ParamShape(v, p), Data: c.Params[p.Name], At: c.ParamAt[p.Name]}
 	}
 	return out
 }
