@@ -46,8 +46,12 @@ import (
 //     sequence owns (read_kv: skipped rows) stay untouched;
 //   - status < 0 ⇒ every output is untouched.
 //
-// Inputs whose documented reads need more memory than the test allocates
-// (a valid table naming a billion pages) are skipped. Run it with
+// Param tensors are as large as their (fuzzed) named dims say, every
+// element a hash of its index; one past 2^20 elements is mapped sparse, up
+// to 64 GiB, with only the elements the reference reads written, so a flat
+// index computed in 32 bits reads outside the mapping. Inputs whose
+// documented reads need more memory than the test allocates (a valid
+// table naming a billion pages) are skipped. Run it with
 // `go test ./conformance -run XXX -fuzz FuzzKernels -fuzztime 60s`.
 func FuzzKernels(f *testing.F) {
 	needtool.Check(f, cpurt.Tools())
