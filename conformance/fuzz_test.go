@@ -442,6 +442,7 @@ func genFuzzCase(data []byte) fuzzCase {
 	// Mutations: scalars first, then arrays, in name order.
 	targets := sortedKeys(fc.Scalars)
 	targets = append(targets, sortedKeys(fc.Arrays)...)
+	orig := maps.Clone(fc.Scalars)
 	for range r.intn(5) {
 		t := targets[r.intn(len(targets))]
 		idx, kind, val := int(r.byte()), r.intn(3), r.byte()
@@ -451,8 +452,10 @@ func genFuzzCase(data []byte) fuzzCase {
 			if (t == "batch_size" || t == "n") && !fuzzTooLarge(v, fc.Role, t, x) {
 				// Arrays hold the original count; a larger one would lie
 				// about them, unless the count alone is TOO_LARGE, which
-				// every entry decides before it reads an array.
-				x = min(x, s)
+				// every entry decides before it reads an array (a count
+				// grown so is capped again by a later mutation that
+				// brings it back under the limit).
+				x = min(x, orig[t])
 			}
 			fc.Scalars[t] = x
 			continue
