@@ -320,8 +320,14 @@ func runFuzzAttention(s *Suite, fc fuzzCase) fuzzResult {
 		rows = lastOf("qo_indptr", 0)
 	}
 	rows = max(0, min(rows, fuzzCapRows))
-	// prefill_ragged's K/V rows: kv_token_indptr[batch_size] of them.
-	kvRows := max(0, min(lastOf("kv_token_indptr", 0), fuzzCapRows))
+	// prefill_ragged's K/V rows: kv_token_indptr[batch_size] of them (with
+	// no sequence, entry 0: rows before the first sequence's, which the
+	// reference's case still describes).
+	kvRows := lastOf("kv_token_indptr", 0)
+	if ip := a["kv_token_indptr"]; bs == 0 && len(ip) > 0 {
+		kvRows = int64(ip[0])
+	}
+	kvRows = max(0, min(kvRows, fuzzCapRows))
 	switch {
 	case ragged:
 	case v.Table == ir.CSR:
