@@ -46,8 +46,12 @@ import (
 //     sequence owns (read_kv: skipped rows) stay untouched;
 //   - status < 0 ⇒ every output is untouched.
 //
-// Inputs whose documented reads need more memory than the test allocates
-// (a valid table naming a billion pages) are skipped. Run it with
+// Param tensors are as large as their (fuzzed) named dims say, every
+// element a hash of its index; one past 2^20 elements is mapped sparse, up
+// to 64 GiB, with only the elements the reference reads written, so a flat
+// index computed in 32 bits reads outside the mapping. Inputs whose
+// documented reads need more memory than the test allocates (a valid
+// table naming a billion pages) are skipped. Run it with
 // `go test ./conformance -run XXX -fuzz FuzzKernels -fuzztime 60s`.
 func FuzzKernels(f *testing.F) {
 	needtool.Check(f, cpurt.Tools())
@@ -91,7 +95,7 @@ func FuzzKernels(f *testing.F) {
 // division by zero in a mask, the page kernels, qkv_append (qk_norm, rope
 // at_append, from a schedule and from a table), prefill_ragged (with a
 // tree, a custom mask, over an 8-bit cache), 8-bit caches (e4m3, e5m2,
-// i8; per-tensor and per-head scales) and a RoPE table.
+// i8; per-tensor and per-head scales), a RoPE table and param tensors.
 var fuzzSpecs = []string{
 	`variant fz_csr { heads qo = 4, kv = 2
 	  head_dim 16
@@ -178,6 +182,18 @@ var fuzzSpecs = []string{
 	  cache paged(page_size = 4)
 	  rope at_append(table, rotary_dim = 4)
 	  kernels qkv_append }`,
+	// Param tensors: FlexAttention's packed-document mask and a score
+	// table, with named dims (i32 arguments: negative, zero, short of the
+	// positions, or huge).
+	`variant fz_params { heads qo = 4, kv = 2
+	  head_dim 8
+	  dtype f32
+	  cache paged(page_size = 4)
+	  param doc i32[batch, max_len]
+	  param bias f32[nb, kv_heads]
+	  mask expr(kv_pos <= q_pos && doc[batch, q_pos] == doc[batch, kv_pos])
+	  score score + bias[kv_pos - q_pos + 8, head / 2]
+	  kernels prefill, decode, prefill_ragged }`,
 }
 
 // fuzzSOs are the built libraries of fuzzSpecs.
@@ -390,6 +406,20 @@ func genFuzzCase(data []byte) fuzzCase {
 			fc.Arrays["k_rope_pos_offset"] = offs
 			fc.Scalars["rope_positions"] = int64(top + 1 + int32(rng.Intn(3)))
 		}
+		if len(v.Params) > 0 {
+			// Named param dims as an engine sends them: about the longest
+			// kv_len (one short of it reads past the shape at the last
+			// position), from the flags; mutations make them negative, 0
+			// or huge (a tensor of 2^31 elements and more).
+			rng := rand.New(rand.NewSource(int64(flags) + 2))
+			longest := 0
+			for _, kv := range kvLens {
+				longest = max(longest, kv)
+			}
+			for _, name := range v.ParamDimNames() {
+				fc.Scalars[name] = int64(max(0, longest+rng.Intn(4)-1))
+			}
+		}
 	case ir.RoleAppend, ir.RoleQKVAppend:
 		n := r.intn(6)
 		np := 2 + r.intn(3)
@@ -432,14 +462,20 @@ func genFuzzCase(data []byte) fuzzCase {
 	// Mutations: scalars first, then arrays, in name order.
 	targets := sortedKeys(fc.Scalars)
 	targets = append(targets, sortedKeys(fc.Arrays)...)
+	orig := maps.Clone(fc.Scalars)
 	for range r.intn(5) {
 		t := targets[r.intn(len(targets))]
 		idx, kind, val := int(r.byte()), r.intn(3), r.byte()
 		var x int64
 		if s, ok := fc.Scalars[t]; ok {
 			x = mutate(s, kind, val)
-			if t == "batch_size" || t == "n" {
-				x = min(x, s) // arrays hold the original count; a larger one would lie about them
+			if (t == "batch_size" || t == "n") && !fuzzTooLarge(v, fc.Role, t, x) {
+				// Arrays hold the original count; a larger one would lie
+				// about them, unless the count alone is TOO_LARGE, which
+				// every entry decides before it reads an array (a count
+				// grown so is capped again by a later mutation that
+				// brings it back under the limit).
+				x = min(x, orig[t])
 			}
 			fc.Scalars[t] = x
 			continue
@@ -454,6 +490,26 @@ func genFuzzCase(data []byte) fuzzCase {
 		fc.Seed = fc.Seed<<8 | int64(r.byte())
 	}
 	return fc
+}
+
+// fuzzTooLarge reports whether count name = x of a call of role is
+// TOO_LARGE by its count alone (the items it makes: x rows times the kv
+// heads for append, qkv_append and read_kv, x pages of page_size rows for
+// gather_pages and scatter_pages, x sequences for compact_copy, x rows
+// times the qo heads for merge_state, each past 2^31-1).
+func fuzzTooLarge(v *ir.Variant, role ir.Role, name string, x int64) bool {
+	per := int64(0)
+	switch {
+	case name == "n" && (role == ir.RoleAppend || role == ir.RoleQKVAppend || role == ir.RoleReadKV):
+		per = int64(v.KVHeads)
+	case name == "n" && (role == ir.RoleGatherPages || role == ir.RoleScatterPages):
+		per = int64(v.PageSize * v.KVHeads)
+	case name == "batch_size" && role == ir.RoleCompactCopy:
+		per = int64(v.KVHeads)
+	case name == "n" && role == ir.RoleMergeState:
+		per = int64(v.QOHeads)
+	}
+	return per > 0 && x*per > lower.MaxItems
 }
 
 // mutate is x shifted by a small delta (kind 0), an extreme (kind 1) or a
@@ -474,7 +530,8 @@ func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys
 // mutation to each INT32 extreme of each scalar and array entry 0..2. An
 // 8-bit cache's validation is the others' (its metadata is the same), so
 // its variants seed a few unmutated cases with other lengths and data
-// instead of the mutations.
+// instead of the mutations; the MLA cache's page kernels are its own, so
+// it gets both (the mutations of entry 0 of each array).
 func fuzzSeeds() [][]byte {
 	var out [][]byte
 	for vi, v := range fuzzVariants() {
@@ -485,11 +542,17 @@ func fuzzSeeds() [][]byte {
 				out = append(out,
 					[]byte{byte(vi), byte(ri), 4, 1, 39, 8, 30, 0, 5, 3, 1, 2, 0b0000_0001, 0, 1, 2, 3, 4, 5, 6, 7, 8},
 					[]byte{byte(vi), byte(ri), 1, 8, 38, 3, 0b0000_0010, 0, 0x80, 0, 0, 0, 0, 0, 0, 0x2a})
-				continue
+				if v.MLA == nil {
+					continue
+				}
+			}
+			idxs := 3
+			if v.Quantized() {
+				idxs = 1 // MLA: entry 0 of each array, the others' checks are its own
 			}
 			for t := range 8 {
 				for e := range fuzzExtremes {
-					for idx := range 3 {
+					for idx := range idxs {
 						out = append(out, append(append([]byte(nil), base...), 1, byte(t), byte(idx), 1, byte(e)))
 					}
 				}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/ir"
-	"github.com/attnc/attnc/lower"
 	"github.com/attnc/attnc/reference"
 )
 
@@ -26,31 +25,10 @@ func runFuzzQKV(s *Suite, fc fuzzCase) fuzzResult {
 	v := s.V
 	sc := fc.Scalars
 	d, H, KVH := v.HeadDimQK, v.QOHeads, v.KVHeads
-	ps := int64(v.PageSize)
 	n, np := sc["n"], sc["num_pages"]
+	st32, need := slotRules(v, fc)
 	table := v.Rope != nil && v.Rope.AtAppend && v.Rope.Style == ir.RopeTable
 	rp := sc["rope_positions"]
-	var st32 int32
-	need := int64(0)
-	switch {
-	case n < 0 || np < 0 || table && rp < 0:
-		st32 = lower.ErrBadArgument
-	case n*int64(KVH) > lower.MaxItems:
-		st32 = lower.ErrTooLarge
-	default:
-		for _, slot := range fc.Arrays["position_map"][:n] {
-			if slot < -1 || int64(slot) >= np*ps {
-				st32 = lower.ErrBadSlot
-				break
-			}
-			need = max(need, int64(slot)/ps+1)
-		}
-		for _, p := range fc.Arrays["positions"][:n] {
-			if table && st32 == 0 && (p < 0 || int64(p) >= rp) {
-				st32 = lower.ErrBadArgument
-			}
-		}
-	}
 	pages := max(1, min(max(np, need), fuzzCapPages))
 	if need > pages {
 		return fuzzResult{Skip: true, Pass: true}

@@ -79,6 +79,12 @@ func validateRules(v *ir.Variant, fc fuzzCase) (r rules) {
 		r.status = lower.ErrBadArgument
 		return r
 	}
+	for _, d := range v.ParamDimNames() { // a param's named dims
+		if sc[d] < 0 {
+			r.status = lower.ErrBadArgument
+			return r
+		}
+	}
 	if bs == 0 {
 		return r
 	}
@@ -517,6 +523,10 @@ func runFuzzAttention(s *Suite, fc fuzzCase) fuzzResult {
 		cb.add("rope_cos", cpurt.F32Buffer(ropeCos))
 		cb.add("rope_sin", cpurt.F32Buffer(ropeSin))
 	}
+	params, big := fuzzParamBuffers(v, fc, r, cb)
+	if big != "" {
+		return fuzzResult{Skip: true, Pass: true, Msg: "param " + big + " is larger than the test maps"}
+	}
 	cb.o = cb.add("o", s.enc(nanSlice(int(rows)*v.QOHeads*v.HeadDimV)))
 	cb.lse = cb.add("lse", cpurt.F32Buffer(nanSlice(int(rows)*v.QOHeads)))
 	oBefore, lseBefore := bytes.Clone(cb.o.U8()), bytes.Clone(cb.lse.U8())
@@ -537,14 +547,14 @@ func runFuzzAttention(s *Suite, fc fuzzCase) fuzzResult {
 		}
 	default:
 		rope := fuzzRope{cos: ropeCos, sin: ropeSin, positions: int32(sc["rope_positions"])}
-		res.Pass, res.Msg = checkAttention(s, r, fc, a, q, kp, vp, ks, vs, rk, rv, sinks, custom, rope, int(pages), cb, oBefore, lseBefore)
+		res.Pass, res.Msg = checkAttention(s, r, fc, a, q, kp, vp, ks, vs, rk, rv, sinks, custom, rope, params, int(pages), cb, oBefore, lseBefore)
 	}
 	return res
 }
 
 // checkAttention compares each sequence's rows with the reference and
 // checks that rows no sequence owns are untouched.
-func checkAttention(s *Suite, r rules, fc fuzzCase, a map[string][]int32, q, kp, vp, ks, vs, rk, rv, sinks []float32, custom []byte, rope fuzzRope, pages int, cb *caseBuffers, oBefore, lseBefore []byte) (bool, string) {
+func checkAttention(s *Suite, r rules, fc fuzzCase, a map[string][]int32, q, kp, vp, ks, vs, rk, rv, sinks []float32, custom []byte, rope fuzzRope, params map[string]func(int64) float64, pages int, cb *caseBuffers, oBefore, lseBefore []byte) (bool, string) {
 	v := s.V
 	rowQ, rowO := v.QOHeads*v.HeadDimQK, v.QOHeads*v.HeadDimV
 	c := &reference.Case{Name: "fuzz", Batch: len(r.qLen), QLens: r.qLen, KVLens: r.kvLen, Pages: r.pages, NumPages: pages,
@@ -559,11 +569,23 @@ func checkAttention(s *Suite, r rules, fc fuzzCase, a map[string][]int32, q, kp,
 			c.QRopePos = append(c.QRopePos, a["q_rope_position"][r.qRow[b]:r.qRow[b]+r.qLen[b]]...)
 		}
 	}
+	if len(v.Params) > 0 {
+		c.ParamDims, c.ParamAt = map[string]int{}, params
+		for _, d := range v.ParamDimNames() {
+			c.ParamDims[d] = int(fc.Scalars[d])
+		}
+	}
 	if v.Rope != nil {
 		c.KRopeOffset = a["k_rope_pos_offset"][:len(r.qLen)]
 		c.RopeCos, c.RopeSin, c.RopePositions = rope.cos, rope.sin, rope.positions
 	}
-	wantO, wantL, mag := reference.AttentionMag(v, c)
+	var wantO, wantL, mag []float64
+	if len(r.qLen) > 0 {
+		// (With no sequence there is nothing to compare, and the case's
+		// rows before the first sequence, kv_token_indptr[0] of them, may
+		// be more than the test lays out.)
+		wantO, wantL, mag = reference.AttentionMag(v, c)
+	}
 	gotO, gotL := s.dec(cb.o), cb.lse.F32()
 	owned := map[int]bool{}
 	row := 0
@@ -605,6 +627,55 @@ func checkAttention(s *Suite, r rules, fc fuzzCase, a map[string][]int32, q, kp,
 	return true, ""
 }
 
+// slotRules states the rules of append and qkv_append (DESIGN §3.2):
+// n or num_pages negative is BAD_ARGUMENT, n * kv_heads items past the
+// limit TOO_LARGE, a position_map entry neither -1 (skipped) nor a slot of
+// the pool BAD_SLOT; need is the pool pages a valid call writes.
+func slotRules(v *ir.Variant, fc fuzzCase) (st int32, need int64) {
+	n, np, ps := fc.Scalars["n"], fc.Scalars["num_pages"], int64(v.PageSize)
+	// qkv_append with rope at_append from a table: rope_positions < 0 is
+	// a scalar check, every position is checked against it after the slots.
+	table := v.Rope != nil && v.Rope.AtAppend && v.Rope.Style == ir.RopeTable
+	rp := fc.Scalars["rope_positions"]
+	switch {
+	case n < 0 || np < 0 || table && rp < 0:
+		return lower.ErrBadArgument, 0
+	case n*int64(v.KVHeads) > lower.MaxItems:
+		return lower.ErrTooLarge, 0
+	}
+	for _, slot := range fc.Arrays["position_map"][:n] {
+		if slot < -1 || int64(slot) >= np*ps {
+			return lower.ErrBadSlot, 0
+		}
+		need = max(need, int64(slot)/ps+1)
+	}
+	if table {
+		for _, p := range fc.Arrays["positions"][:n] {
+			if p < 0 || int64(p) >= rp {
+				return lower.ErrBadArgument, 0
+			}
+		}
+	}
+	return 0, need
+}
+
+// copyPageRules states copy_page's: num_pages negative is BAD_ARGUMENT, a
+// source or destination outside the pool BAD_PAGE_ID, a length outside
+// 0..page_size BAD_LENGTH.
+func copyPageRules(v *ir.Variant, fc fuzzCase) (st int32, need int64) {
+	sc := fc.Scalars
+	np, src, dst, length := sc["num_pages"], sc["src_page"], sc["dst_page"], sc["length"]
+	switch {
+	case np < 0:
+		return lower.ErrBadArgument, 0
+	case src < 0 || src >= np || dst < 0 || dst >= np:
+		return lower.ErrBadPageID, 0
+	case length < 0 || length > int64(v.PageSize):
+		return lower.ErrBadLength, 0
+	}
+	return 0, max(src, dst) + 1
+}
+
 // runFuzzPages runs append or copy_page and checks the pool against the
 // byte model (or untouched on a bad status).
 func runFuzzPages(s *Suite, fc fuzzCase) fuzzResult {
@@ -612,39 +683,12 @@ func runFuzzPages(s *Suite, fc fuzzCase) fuzzResult {
 	sc := fc.Scalars
 	pa := s.pools() // K and V, or MLA's ckv and kpe
 	dk, dv := pa[0].d, pa[1].d
-	ps := int64(v.PageSize)
 	np := sc["num_pages"]
-	var st32 int32
-	need := int64(0) // pool pages the call writes or reads
-	if fc.Role == ir.RoleAppend {
-		n := sc["n"]
-		switch {
-		case n < 0 || np < 0:
-			st32 = lower.ErrBadArgument
-		case n*int64(v.KVHeads) > lower.MaxItems:
-			st32 = lower.ErrTooLarge
-		default:
-			for _, slot := range fc.Arrays["position_map"][:n] {
-				if slot < -1 || int64(slot) >= np*ps {
-					st32 = lower.ErrBadSlot
-					break
-				}
-				need = max(need, int64(slot)/ps+1)
-			}
-		}
-	} else {
-		src, dst, length := sc["src_page"], sc["dst_page"], sc["length"]
-		switch {
-		case np < 0:
-			st32 = lower.ErrBadArgument
-		case src < 0 || src >= np || dst < 0 || dst >= np:
-			st32 = lower.ErrBadPageID
-		case length < 0 || length > ps:
-			st32 = lower.ErrBadLength
-		default:
-			need = max(src, dst) + 1
-		}
+	stated := slotRules
+	if fc.Role == ir.RoleCopyPage {
+		stated = copyPageRules
 	}
+	st32, need := stated(v, fc) // need: pool pages the call writes or reads
 	pages := max(1, min(max(np, need), fuzzCapPages))
 	if need > pages {
 		return fuzzResult{Skip: true, Pass: true}

@@ -124,12 +124,13 @@ func runParamDims(s *Suite, threads int) []Result {
 // takes the first (the emulators are slow).
 var paramEmulated = []string{"pm_docs", "pm_table", "pm_batch"}
 
-// TestParamEmulated runs paramEmulated on the emulated CUDA target and
-// on aarch64 under qemu, named dims inside and outside the positions.
+// TestParamEmulated runs paramEmulated on the emulated CUDA target, on
+// every other registered target whose kernels run on an emulator (HIP),
+// and on aarch64 under qemu, named dims inside and outside the positions.
 func TestParamEmulated(t *testing.T) {
-	for _, target := range []string{"cuda", "aarch64"} {
+	for _, target := range append([]string{"cuda", "aarch64"}, otherEmulated(t)...) {
 		t.Run(target, func(t *testing.T) {
-			if target == "cuda" {
+			if target != "aarch64" {
 				needEmu(t)
 			} else {
 				_, err := cpurt.ToolchainFor(aarch64)
@@ -137,7 +138,7 @@ func TestParamEmulated(t *testing.T) {
 			}
 			for _, src := range paramSpecs {
 				v := spec(t, src)
-				all := target == "cuda" && *cudaAll || target == "aarch64" && *aarch64All
+				all := target != "aarch64" && *cudaAll || target == "aarch64" && *aarch64All
 				if !slices.Contains(paramEmulated, v.Name) || !all && v.Name != paramEmulated[0] {
 					continue
 				}
@@ -145,8 +146,8 @@ func TestParamEmulated(t *testing.T) {
 					t.Parallel()
 					var s *Suite
 					var err error
-					if target == "cuda" {
-						s, err = BuildFor(v, "cuda", t.TempDir(), Options{})
+					if target != "aarch64" {
+						s, err = BuildFor(v, target, t.TempDir(), Options{})
 					} else {
 						s, err = BuildWith(v, t.TempDir(), Options{Triple: aarch64})
 					}

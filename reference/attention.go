@@ -56,6 +56,9 @@ type Case struct {
 	// integers), ParamDims the value of each named param dimension.
 	Params    map[string][]float64
 	ParamDims map[string]int
+	// ParamAt, for a param in it, gives the value at a flat index in
+	// place of Params (ParamValue.At).
+	ParamAt map[string]func(flat int64) float64
 }
 
 // ParamShape is param p's shape in case c.
@@ -85,7 +88,7 @@ func (c *Case) paramEnv(v *ir.Variant) map[string]*ParamValue {
 	}
 	out := map[string]*ParamValue{}
 	for _, p := range v.Params {
-		out[p.Name] = &ParamValue{Dims: c.ParamShape(v, p), Data: c.Params[p.Name]}
+		out[p.Name] = &ParamValue{Dims: c.ParamShape(v, p), Data: c.Params[p.Name], At: c.ParamAt[p.Name]}
 	}
 	return out
 }
@@ -323,6 +326,10 @@ func learned(v *ir.Variant) bool { return v.Sinks != nil && v.Sinks.Kind == ir.S
 // tokens(N)` makes kv < N visible again (still causal). Without a case,
 // every param reads 0 (an empty tensor).
 func Visible(v *ir.Variant, b, h, q, kv int) bool { return visible(v, nil, b, h, 0, q, kv) }
+
+// VisibleIn is Visible with the param tensors of c (Params, ParamDims and
+// Batch): a mask that reads a param reads c's values.
+func VisibleIn(v *ir.Variant, c *Case, b, h, q, kv int) bool { return visible(v, c, b, h, 0, q, kv) }
 
 // visible is Visible with the case's tree and custom masks: i is the query
 // token's index in its segment.

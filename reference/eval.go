@@ -23,6 +23,9 @@ type Env struct {
 type ParamValue struct {
 	Dims []int64
 	Data []float64
+	// At, when set, gives the value at a flat index instead of Data (a
+	// tensor too large to hold, of which a test writes only what is read).
+	At func(flat int64) float64
 }
 
 // read is the element at idx, 0 when an index lies outside the shape.
@@ -36,6 +39,9 @@ func (p *ParamValue) read(idx []int64) float64 {
 			return 0
 		}
 		flat = flat*p.Dims[k] + i
+	}
+	if p.At != nil {
+		return p.At(flat)
 	}
 	return p.Data[flat]
 }
