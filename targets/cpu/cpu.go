@@ -74,7 +74,7 @@ var Constraints = append(append([]passes.Constraint(nil), passes.NeutralConstrai
 	passes.Constraint{Before: "block-matmul", After: "lower-tiles", Why: "lower-tiles writes the matmuls block-matmul left (decode tiles, odd shapes) as loops"},
 	passes.Constraint{Before: "block-matmul", After: "heap-scratch", Why: "the packed transposed K tile block-matmul declares is large: heap-scratch must see it"},
 	passes.Constraint{Before: "multiversion", After: "vector-reduce", Why: "vector-reduce uses each clone's vector width"},
-	passes.Constraint{Before: "vector-reduce", After: "block-matmul", Why: "vector-reduce finds the prefill tiles by their matmuls, which block-matmul replaces"},
+	passes.Constraint{Before: "vector-reduce", After: "block-matmul", Why: "vector-reduce finds the KV tiles by their matmuls, which block-matmul replaces"},
 	passes.Constraint{Before: "vector-reduce", After: "lower-tiles", Why: "lower-tiles writes the reduces vector-reduce left as loops"},
 	passes.Constraint{Before: "lower-tiles", After: "heap-scratch", Why: "heap-scratch moves the work items' arrays as the schedule leaves them; one a schedule pass added later would stay on the stack"},
 )
