@@ -436,6 +436,10 @@ func (l *lowering) stageLoad(buf string, idx ir.Expr) ir.Expr {
 // blocks) kvis[j] = 0 masks them. kvRest counts the item's positions
 // from the tile's first on, this tile's and the later ones'.
 func (l *lowering) stageKV(t *blk, kvBeg, kvLo, kvN, kvRest, kvh, sb, qBase, qSeqRow ir.Expr) {
+	if l.t.PageRuns {
+		l.stageKVRuns(t, kvBeg, kvLo, kvN, kvRest, kvh, sb, qBase, qSeqRow)
+		return
+	}
 	D, DV := l.D, l.DV
 	zero := func(x *blk, j ir.Expr) {
 		x.store("kvis", j, i32(0))
@@ -451,14 +455,14 @@ func (l *lowering) stageKV(t *blk, kvBeg, kvLo, kvN, kvRest, kvh, sb, qBase, qSe
 				z.store("kvis", j, i32(1))
 				rowOf := locate(z)
 				for _, sg := range l.kSegs() {
-					row := z.let("krow"+segName(sg), rowOf(kvh, sg.w))
+					row := z.let("krow"+segName(sg), rowOf(nil, kvh, sg.w))
 					z.spread("d", sg.w, func(u *blk, d ir.Expr) {
 						l.stageRow(u, "kb", add(mul(j, i32(D)), plus(d, sg.off)), l.kRopePos(pos, sb, qBase, qSeqRow), d,
 							func(k ir.Expr) ir.Expr { return l.stageLoad(sg.buf, add(row, i64(k))) })
 					})
 				}
 				for _, sg := range l.vSegs() {
-					row := z.let("vrow"+segName(sg), rowOf(kvh, sg.w))
+					row := z.let("vrow"+segName(sg), rowOf(nil, kvh, sg.w))
 					z.spread("d", sg.w, func(u *blk, d ir.Expr) {
 						u.store("vb", add(mul(j, i32(DV)), plus(d, sg.off)), l.stageLoad(sg.buf, add(row, i64(d))))
 					})
@@ -474,6 +478,68 @@ func (l *lowering) stageKV(t *blk, kvBeg, kvLo, kvN, kvRest, kvh, sb, qBase, qSe
 	// j up to kv_rest-1 stages a position of the item, in this tile or a
 	// later one: what a pass that looks ahead (prefetch-kv) may touch.
 	stage.Ranges = []ir.Range{{Var: "j", Lo: i32(0), Hi: sub(kvRest, i32(1))}}
+}
+
+// stageKVRuns is stageKV a page run at a time (Tiling.PageRuns): the
+// tile's positions split into runs of min(page size, tile) positions, each
+// on one page (tiles and pages are powers of two and tiles start at a
+// multiple of their size, so no run crosses a page). Each run looks its
+// page up once and, when it is readable, copies its rows from the page's
+// base, row js at slot + js; a hidden or outside page zeros the run.
+// Positions past the tile's end are never read, as in stageKV. The
+// staging loop (TagStage) is over runs; its range on the run index says
+// how many runs the item has left (this tile's and the later ones'), for
+// prefetch-kv.
+func (l *lowering) stageKVRuns(t *blk, kvBeg, kvLo, kvN, kvRest, kvh, sb, qBase, qSeqRow ir.Expr) {
+	D, DV, KT := l.D, l.DV, l.t.KVTile
+	run := min(l.pt.pageRun(), KT)
+	zero := func(x *blk, j ir.Expr) {
+		x.store("kvis", j, i32(0))
+		x.spread("d", D, func(y *blk, d ir.Expr) { y.store("kb", add(mul(j, i32(D)), d), ir.Cvt(l.stageType(), f32(0))) })
+		x.spread("d", DV, func(y *blk, d ir.Expr) { y.store("vb", add(mul(j, i32(DV)), d), ir.Cvt(l.stageType(), f32(0))) })
+	}
+	zeroRun := func(x *blk, j0 ir.Expr) {
+		x.spread("js", run, func(y *blk, js ir.Expr) { zero(y, add(j0, js)) })
+	}
+	pj := ir.R("pj", ir.I32)
+	stage := t.loop("pj", i32(0), i32(KT/run), ir.Spread, ir.TagStage, func(x *blk) {
+		x.guarded(lt(pj, ceilDiv(kvN, run)), func(y *blk) {
+			j0 := y.let("j0", mul(pj, i32(run)))
+			pos0 := y.let("kv_at", add(kvLo, j0))
+			nRun := y.let("n_run", minE(i32(run), sub(kvN, j0)))
+			readable, locate := l.pt.rowAt(y, kvBeg, pos0)
+			load := func(z *blk) {
+				rowOf := locate(z)
+				z.spread("js", run, func(u *blk, js ir.Expr) {
+					u.guarded(lt(js, nRun), func(w *blk) {
+						j := w.let("jr", add(j0, js))
+						w.store("kvis", j, i32(1))
+						for _, sg := range l.kSegs() {
+							row := w.let("krow"+segName(sg), rowOf(js, kvh, sg.w))
+							w.spread("d", sg.w, func(v *blk, d ir.Expr) {
+								l.stageRow(v, "kb", add(mul(j, i32(D)), plus(d, sg.off)), l.kRopePos(add(pos0, js), sb, qBase, qSeqRow), d,
+									func(k ir.Expr) ir.Expr { return l.stageLoad(sg.buf, add(row, i64(k))) })
+							})
+						}
+						for _, sg := range l.vSegs() {
+							row := w.let("vrow"+segName(sg), rowOf(js, kvh, sg.w))
+							w.spread("d", sg.w, func(v *blk, d ir.Expr) {
+								v.store("vb", add(mul(j, i32(DV)), plus(d, sg.off)), l.stageLoad(sg.buf, add(row, i64(d))))
+							})
+						}
+					}, func(w *blk) { zero(w, add(j0, js)) })
+				})
+			}
+			if readable == nil {
+				load(y)
+				return
+			}
+			y.guarded(readable, load, func(z *blk) { zeroRun(z, j0) })
+		}, func(y *blk) { zeroRun(y, mul(pj, i32(run))) })
+	})
+	// pj up to (kv_rest-1)/run stages a run of the item, in this tile or
+	// a later one: what prefetch-kv may touch.
+	stage.Ranges = []ir.Range{{Var: "pj", Lo: i32(0), Hi: div(sub(kvRest, i32(1)), i32(run))}}
 }
 
 // scoreStep finishes the score at sc[at] (the dot product of a query row

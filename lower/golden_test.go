@@ -55,6 +55,7 @@ var (
 func goldenCases() []goldenCase {
 	padded := Tiling{KVTile: 16, Rows: 16, PadRows: true, MaxHeads: 8}
 	stored := Tiling{KVTile: 16, DecodeKVTile: 32, Rows: 16, MaxHeads: 8, DecodeStageStored: true}
+	runs := Tiling{KVTile: 16, Rows: 16, MaxHeads: 8, PageRuns: true}
 	return []goldenCase{
 		// The skeleton's roles.
 		{feature: "mha_causal_prefill", edit: func(v *ir.Variant) {}},
@@ -210,6 +211,22 @@ func goldenCases() []goldenCase {
 			v.DType, v.KVDType, v.KVScale = ir.DTF16, ir.DTE4M3, ir.KVScalePerHead
 			v.Kernels = roles(ir.RoleDecode)
 		}},
+		// Page runs: 4-slot pages under 16-position tiles (four lookups a
+		// tile), a 32-slot page holding the tile (one), NHD rows of a block
+		// table, MLA's segments, an 8-bit cache, K/V rows without pages.
+		{feature: "page_runs_csr_decode", tiling: &runs, edit: func(v *ir.Variant) { v.Kernels = roles(ir.RoleDecode) }},
+		{feature: "page_runs_page_32", tiling: &runs, edit: func(v *ir.Variant) { v.PageSize, v.Kernels = 32, roles(ir.RoleDecode) }},
+		{feature: "page_runs_nhd_block_table_rope", tiling: &runs, edit: func(v *ir.Variant) {
+			v.Layout, v.Table, v.Kernels = ir.NHD, ir.BlockTable, roles(ir.RoleDecode)
+			v.Rope = &ir.Rope{Theta: 10000, Style: ir.RopeNormal}
+		}},
+		{feature: "page_runs_mla_e4m3", tiling: &runs, edit: func(v *ir.Variant) {
+			v.MLA = &ir.MLA{Heads: 4, KVLoraRank: 16, RopeDim: 8}
+			v.QOHeads, v.KVHeads, v.HeadDimQK, v.HeadDimV = 4, 1, 24, 16
+			v.DType, v.KVDType, v.KVScale = ir.DTBF16, ir.DTE4M3, ir.KVScalePerTensor
+			v.Kernels = roles(ir.RoleDecode)
+		}},
+		{feature: "page_runs_ragged", tiling: &runs, edit: func(v *ir.Variant) { v.Kernels = roles(ir.RolePrefillRagged) }},
 	}
 }
 

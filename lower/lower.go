@@ -50,6 +50,11 @@ type Tiling struct {
 	// tile's products widen B as they read it, so the scratch is the size
 	// of the cached rows and the copy converts nothing.
 	DecodeStageStored bool
+	// PageRuns makes the K/V staging walk a tile page run by page run:
+	// one page-table lookup and validity check per page (per tile when
+	// the page holds it), the rows of a run copied from the page's base;
+	// off, every position looks its page up.
+	PageRuns bool
 }
 
 // HeadTile is how many qo heads of a GQA group of g heads a work item

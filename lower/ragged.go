@@ -44,14 +44,21 @@ func (raggedRows) seqPages(b *blk, sb ir.Expr) (base, kvLen ir.Expr) {
 }
 
 // rowAt is row kv_beg + pos of k and v: always readable.
-func (r raggedRows) rowAt(b *blk, base, pos ir.Expr) (ir.Expr, func(*blk) func(ir.Expr, int) ir.Expr) {
-	return nil, func(z *blk) func(ir.Expr, int) ir.Expr {
+func (r raggedRows) rowAt(b *blk, base, pos ir.Expr) (ir.Expr, func(*blk) func(ir.Expr, ir.Expr, int) ir.Expr) {
+	return nil, func(z *blk) func(ir.Expr, ir.Expr, int) ir.Expr {
 		tok := z.let("kv_row", add(base, i64(pos)))
-		return func(kvh ir.Expr, d int) ir.Expr {
-			return mul(add(mul(tok, i64c(r.kvh)), i64(kvh)), i64c(d))
+		return func(js, kvh ir.Expr, d int) ir.Expr {
+			row := ir.Expr(tok)
+			if js != nil {
+				row = add(tok, i64(js))
+			}
+			return mul(add(mul(row, i64c(r.kvh)), i64(kvh)), i64c(d))
 		}
 	}
 }
+
+// pageRun is MaxSeqLen: the rows have no pages, one lookup serves a tile.
+func (raggedRows) pageRun() int { return MaxSeqLen }
 
 // validateSeq checks that sequence vb's row count (kv_token_indptr is
 // ordered: the difference cannot wrap) is at most MaxSeqLen.

@@ -73,12 +73,17 @@ type pageTable interface {
 	// entry has validated it).
 	seqPages(b *blk, sb ir.Expr) (base, kvLen ir.Expr)
 	// rowAt binds in b where position pos (of the sequence at base) keeps
-	// its K and V rows. It returns the condition under which they may be
-	// read (a page in the pool and not hidden; nil: always) and locate,
-	// which binds inside that condition what the rows need and returns
-	// the i64 element offset of kv head kvh's row in a K or V buffer of
-	// head dim d.
-	rowAt(b *blk, base, pos ir.Expr) (readable ir.Expr, locate func(*blk) func(kvh ir.Expr, d int) ir.Expr)
+	// its K and V rows: one page-table lookup, which also serves the
+	// positions after pos on its page (a page run). It returns the
+	// condition under which they may be read (a page in the pool and not
+	// hidden; nil: always) and locate, which binds inside that condition
+	// what the rows need and returns the i64 element offset of the row of
+	// position pos+js (js nil: 0; pos+js on pos's page) and kv head kvh in
+	// a K or V buffer of head dim d.
+	rowAt(b *blk, base, pos ir.Expr) (readable ir.Expr, locate func(*blk) func(js, kvh ir.Expr, d int) ir.Expr)
+	// pageRun is how many positions, from a multiple of it, one rowAt
+	// lookup serves: the page size, or MaxSeqLen for rows without pages.
+	pageRun() int
 	// bufs are the buffers holding the K and the V rows.
 	bufs() (k, v string)
 	// validateSeq is step 3 for the table: sequence vb's cached length
@@ -116,14 +121,22 @@ func (p pagePool) poolParams(table ...*ir.Param) []*ir.Param {
 func (pagePool) bufs() (k, v string) { return "k_pages", "v_pages" }
 
 // rowAt reads position pos's page id from the table (pageAt); its rows
-// are readable when the page is in the pool (-1, hidden, is not).
-func (p pagePool) rowAt(b *blk, pos ir.Expr, pageAt ir.Expr) (ir.Expr, func(*blk) func(ir.Expr, int) ir.Expr) {
+// are readable when the page is in the pool (-1, hidden, is not). The
+// rows of pos+js are slot (pos's) + js of the same page.
+func (p pagePool) rowAt(b *blk, pos ir.Expr, pageAt ir.Expr) (ir.Expr, func(*blk) func(ir.Expr, ir.Expr, int) ir.Expr) {
 	page := b.let("page", pageAt)
-	return and(ge(page, i32(0)), lt(page, ir.R("num_pages", ir.I32))), func(z *blk) func(ir.Expr, int) ir.Expr {
+	return and(ge(page, i32(0)), lt(page, ir.R("num_pages", ir.I32))), func(z *blk) func(ir.Expr, ir.Expr, int) ir.Expr {
 		slot := z.let("slot", ir.Bin(ir.And, pos, i32(p.ps-1)))
-		return func(kvh ir.Expr, d int) ir.Expr { return p.row(page, kvh, slot, d) }
+		return func(js, kvh ir.Expr, d int) ir.Expr {
+			if js == nil {
+				return p.row(page, kvh, slot, d)
+			}
+			return p.row(page, kvh, add(slot, js), d)
+		}
 	}
 }
+
+func (p pagePool) pageRun() int { return p.ps }
 
 // pageIn is the page id of position pos in buffer ids, whose sequence
 // starts at base, for pages of ps slots.
@@ -157,7 +170,7 @@ func (c csrTable) seqPages(b *blk, sb ir.Expr) (base, kvLen ir.Expr) {
 	return base, b.let("kv_len", ir.Cvt(ir.I32, minE(n, i64c(MaxSeqLen))))
 }
 
-func (c csrTable) rowAt(b *blk, base, pos ir.Expr) (ir.Expr, func(*blk) func(ir.Expr, int) ir.Expr) {
+func (c csrTable) rowAt(b *blk, base, pos ir.Expr) (ir.Expr, func(*blk) func(ir.Expr, ir.Expr, int) ir.Expr) {
 	return c.pagePool.rowAt(b, pos, pageIn("kv_indices", base, pos, c.ps))
 }
 
@@ -209,7 +222,7 @@ func (bt blockTable) seqPages(b *blk, sb ir.Expr) (base, kvLen ir.Expr) {
 	return base, b.let("kv_len", ir.Cvt(ir.I32, minE(i64(maxE(ldi("kv_lens", sb), i32(0))), lim)))
 }
 
-func (bt blockTable) rowAt(b *blk, base, pos ir.Expr) (ir.Expr, func(*blk) func(ir.Expr, int) ir.Expr) {
+func (bt blockTable) rowAt(b *blk, base, pos ir.Expr) (ir.Expr, func(*blk) func(ir.Expr, ir.Expr, int) ir.Expr) {
 	return bt.pagePool.rowAt(b, pos, pageIn("block_table", base, pos, bt.ps))
 }
 

@@ -43,12 +43,14 @@ func (Target) Files() string { return "<variant>.ll" }
 // bf16 at head dim 128, 32 of 8-bit codes): their staged K and V (16 KiB
 // in f32 for 16 rows; 32 KiB, a Zen 4's whole L1, for 32)
 // stay close, and the staging burst that prefetches the
-// next tile is short. They are staged in f32 (DecodeStageStored off):
+// next tile is short. The staging walks a tile page run by page run
+// (PageRuns): one page-table lookup per page, not per position. They are
+// staged in f32 (DecodeStageStored off):
 // staged as stored, the widening moves out of the copy, where it overlaps
 // the page reads, into the products.
 func (Target) Tiling(v *ir.Variant) lower.Tiling {
 	rowBytes := v.HeadDimQK * max(1, v.KVDType.Type().Bits()/8)
-	return lower.Tiling{KVTile: 64, DecodeKVTile: TileRows(rowBytes), Rows: 128, MaxHeads: 16}
+	return lower.Tiling{KVTile: 64, DecodeKVTile: TileRows(rowBytes), Rows: 128, MaxHeads: 16, PageRuns: true}
 }
 
 // Table is the CPU pass table of the default architecture (DefaultTriple).
@@ -71,7 +73,7 @@ var Constraints = append(append([]passes.Constraint(nil), passes.NeutralConstrai
 	passes.Constraint{Before: "block-matmul", After: "lower-tiles", Why: "lower-tiles writes the matmuls block-matmul left (decode tiles, odd shapes) as loops"},
 	passes.Constraint{Before: "block-matmul", After: "heap-scratch", Why: "the packed transposed K tile block-matmul declares is large: heap-scratch must see it"},
 	passes.Constraint{Before: "multiversion", After: "vector-reduce", Why: "vector-reduce uses each clone's vector width"},
-	passes.Constraint{Before: "vector-reduce", After: "block-matmul", Why: "vector-reduce finds the prefill tiles by their matmuls, which block-matmul replaces"},
+	passes.Constraint{Before: "vector-reduce", After: "block-matmul", Why: "vector-reduce finds the KV tiles by their matmuls, which block-matmul replaces"},
 	passes.Constraint{Before: "vector-reduce", After: "lower-tiles", Why: "lower-tiles writes the reduces vector-reduce left as loops"},
 	passes.Constraint{Before: "lower-tiles", After: "heap-scratch", Why: "heap-scratch moves the work items' arrays as the schedule leaves them; one a schedule pass added later would stay on the stack"},
 )

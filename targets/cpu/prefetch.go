@@ -1,6 +1,8 @@
 package cpu
 
 import (
+	"fmt"
+
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/passes"
 )
@@ -26,15 +28,17 @@ func TileRows(rowBytes int) int {
 }
 
 // PrefetchKV makes each iteration of a staging loop (TagStage, from 0 to
-// its bound) prefetch the pool rows that iteration j+n copies, n the
-// TileRows of the widest row the loop copies (a decode tile's worth), in
-// this tile or, when the loop's range on j says how many rows the item
-// has left (the lowering's j = 0 .. kv_rest-1), in a later one: the
-// iteration's lets and guards are repeated for j+n (the page index read
-// only when that row exists, the page only when the guards hold: -1 pages
-// are never touched), and each copy loop over a constant extent becomes
-// one prefetch per 64-byte line of the row it reads. Scattered pages
-// defeat the hardware prefetcher; each row is one page's slot.
+// its bound) prefetch the pool rows that iteration j+n copies, n
+// iterations covering the TileRows of the widest row the loop copies (a
+// decode tile's worth), in this tile or, when the loop's range on j says
+// how many iterations the item has left (the lowering's page runs up to
+// kv_rest-1), in a later one: the iteration's lets and guards are
+// repeated for j+n (the page index read only when that run exists, the
+// page only when the guards hold: -1 pages are never touched), each copy
+// loop over a constant extent becomes one prefetch per 64-byte line of
+// the row it reads, and a run loop (the rows of one page run) is unrolled
+// over every row of the run — one page-table lookup, then the run's
+// lines. Scattered pages defeat the hardware prefetcher.
 func PrefetchKV(m *ir.Module) (*ir.Module, error) {
 	return passes.MapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
 		elemBytes := map[string]int{}
@@ -51,8 +55,11 @@ func PrefetchKV(m *ir.Module) (*ir.Module, error) {
 			if c, ok := ir.IsConst(f.Lo); !ok || c.Int != 0 {
 				return []ir.Stmt{s}
 			}
-			ahead := ir.Bin(ir.Add, ir.R(f.Var, ir.I32), ir.Int(int64(TileRows(rowBytes(f.Body, elemBytes)))))
-			body, n := prefetchBlock(f.Body, map[string]ir.Expr{f.Var: ahead}, elemBytes)
+			// An iteration that copies a page run of r rows looks a tile
+			// ahead in TileRows/r iterations (at least one).
+			rows := max(1, runRows(f.Body, elemBytes))
+			ahead := ir.Bin(ir.Add, ir.R(f.Var, ir.I32), ir.Int(int64(max(1, TileRows(rowBytes(f.Body, elemBytes))/rows))))
+			body, n := prefetchBlock(f.Body, map[string]ir.Expr{f.Var: ahead}, elemBytes, "_pf")
 			if n == 0 {
 				return []ir.Stmt{s}
 			}
@@ -69,8 +76,8 @@ func PrefetchKV(m *ir.Module) (*ir.Module, error) {
 	})
 }
 
-// rowBytes is the most bytes one copy loop in b (or its ifs) reads from a
-// param: a staged row.
+// rowBytes is the most bytes one copy loop in b (or its ifs, or a run
+// loop's body) reads from a param: a staged row.
 func rowBytes(b *ir.Block, elemBytes map[string]int) int {
 	n := 0
 	for _, s := range b.Stmts {
@@ -80,32 +87,92 @@ func rowBytes(b *ir.Block, elemBytes map[string]int) int {
 		case *ir.For:
 			if src, extent := copyRead(x, elemBytes); src != nil {
 				n = max(n, int(extent)*elemBytes[src.Buf])
+			} else if runExtent(x) > 0 {
+				n = max(n, rowBytes(x.Body, elemBytes))
 			}
 		}
 	}
 	return n
 }
 
-// prefetchBlock is b for another row: lets renamed (sub maps the old names
-// to the new), ifs kept without their else, copy loops reading a param as
-// prefetches, every other statement dropped. n counts the prefetches.
-func prefetchBlock(b *ir.Block, sub map[string]ir.Expr, elemBytes map[string]int) (*ir.Block, int) {
+// runRows is how many rows one iteration of a staging loop whose body is
+// b copies: the static extent of the run loop (a loop over rows that
+// holds copy loops; the lowering's page runs) it holds, 1 when its copy
+// loops are its own (a row per iteration), 0 when it copies nothing.
+func runRows(b *ir.Block, elemBytes map[string]int) int {
+	for _, s := range b.Stmts {
+		switch x := s.(type) {
+		case *ir.If:
+			if n := runRows(x.Then, elemBytes); n > 0 {
+				return n
+			}
+		case *ir.For:
+			if src, _ := copyRead(x, elemBytes); src != nil {
+				return 1
+			}
+			if e := runExtent(x); e > 0 {
+				if n := runRows(x.Body, elemBytes); n > 0 {
+					return int(e) * n
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// runExtent is the static extent of a loop from 0 whose bound is a
+// constant or, once vectorize folded a guard into it, min(constant, e):
+// the rows a run loop may copy; 0 for any other loop.
+func runExtent(f *ir.For) int64 {
+	if lo, ok := ir.IsConst(f.Lo); !ok || lo.Int != 0 {
+		return 0
+	}
+	if c, ok := ir.IsConst(f.Hi); ok {
+		return c.Int
+	}
+	if b, ok := f.Hi.(*ir.Binary); ok && b.Op == ir.Min {
+		if c, ok := ir.IsConst(b.X); ok {
+			return c.Int
+		}
+	}
+	return 0
+}
+
+// prefetchBlock is b for another row: lets renamed with suffix (sub maps
+// the old names to the new), ifs kept without their else, copy loops
+// reading a param as prefetches, a run loop (runExtent) unrolled over its
+// static extent — every row its page may hold, whatever the guard folded
+// into its bound — every other statement dropped. n counts the
+// prefetches.
+func prefetchBlock(b *ir.Block, sub map[string]ir.Expr, elemBytes map[string]int, suffix string) (*ir.Block, int) {
 	out := &ir.Block{}
 	n := 0
 	for _, s := range b.Stmts {
 		switch x := s.(type) {
 		case *ir.Let:
-			name := x.Name + "_pf"
+			name := x.Name + suffix
 			v := ir.Subst(x.Value, sub)
 			out.Stmts = append(out.Stmts, &ir.Let{Name: name, Value: v})
 			sub[x.Name] = ir.R(name, v.Type())
 		case *ir.If:
-			then, k := prefetchBlock(x.Then, sub, elemBytes)
+			then, k := prefetchBlock(x.Then, sub, elemBytes, suffix)
 			if k > 0 {
 				out.Stmts = append(out.Stmts, &ir.If{Cond: ir.Subst(x.Cond, sub), Then: then})
 				n += k
 			}
 		case *ir.For:
+			if src, _ := copyRead(x, elemBytes); src == nil && runRows(x.Body, elemBytes) > 0 {
+				for js := range runExtent(x) {
+					inner := map[string]ir.Expr{x.Var: ir.Int(js)}
+					for k, v := range sub {
+						inner[k] = v
+					}
+					body, k := prefetchBlock(x.Body, inner, elemBytes, fmt.Sprintf("%s%d", suffix, js))
+					out.Stmts = append(out.Stmts, body.Stmts...)
+					n += k
+				}
+				continue
+			}
 			ps := copyPrefetches(x, sub, elemBytes)
 			out.Stmts = append(out.Stmts, ps...)
 			n += len(ps)

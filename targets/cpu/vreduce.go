@@ -7,9 +7,10 @@ import (
 	"github.com/attnc/attnc/passes"
 )
 
-// VectorReduce writes the f32 reduce statements of prefill KV tiles (the
-// @kv_tile loops that hold a matmul of at least BlockMinRows static rows)
-// of each level's clone as explicit vector code of the level's width: a
+// VectorReduce writes the f32 reduce statements of KV tiles (the @kv_tile
+// loops that hold a tile matmul: prefill's, and decode's, whose few rows
+// each reduce a tile's scores) of each level's clone as explicit vector
+// code of the level's width: a
 // vector running value over whole L-lane blocks, a shuffle tree to one
 // lane, and, when the value is guarded (select(VAR < e, x, identity)), the
 // blocks wholly below e only and a scalar loop over the rest below e. The
@@ -33,7 +34,7 @@ func (mc *Machine) VectorReduce(m *ir.Module) (*ir.Module, error) {
 		c := *k
 		c.Body = ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
 			f, ok := s.(*ir.For)
-			if !ok || f.Tag != ir.TagKVTile || l.Lanes < 2 || !holdsPrefillMatMul(f.Body) {
+			if !ok || f.Tag != ir.TagKVTile || l.Lanes < 2 || !holdsMatMul(f.Body) {
 				return []ir.Stmt{s}
 			}
 			t := *f
@@ -52,12 +53,11 @@ func (mc *Machine) VectorReduce(m *ir.Module) (*ir.Module, error) {
 	return &out, nil
 }
 
-// holdsPrefillMatMul reports whether b holds a matmul of at least
-// BlockMinRows static rows.
-func holdsPrefillMatMul(b *ir.Block) bool {
+// holdsMatMul reports whether b holds a matmul.
+func holdsMatMul(b *ir.Block) bool {
 	found := false
 	ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
-		if mm, ok := s.(*ir.MatMul); ok && mm.M >= BlockMinRows {
+		if _, ok := s.(*ir.MatMul); ok {
 			found = true
 		}
 		return []ir.Stmt{s}
