@@ -10,6 +10,7 @@ import (
 
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/internal/needtool"
+	"github.com/attnc/attnc/ir"
 )
 
 const aarch64 = "aarch64-unknown-linux-gnu"
@@ -32,7 +33,7 @@ var aarch64Short = []string{"ps16_gqa4", "ps2_block_table_f32", "ps16_mla", "ps1
 // within its time budget; -aarch64.all (CI's second pass, .ci/run) runs
 // the whole matrix.
 func TestAArch64Matrix(t *testing.T) {
-	tc, err := cpurt.ToolchainFor(aarch64)
+	_, err := cpurt.ToolchainFor(aarch64)
 	needtool.Check(t, err)
 	var mu sync.Mutex
 	oErr, lseErr := map[string]float64{}, map[string]float64{}
@@ -46,18 +47,7 @@ func TestAArch64Matrix(t *testing.T) {
 			}
 			t.Run(v.Name, func(t *testing.T) {
 				t.Parallel()
-				s, err := BuildWith(v, t.TempDir(), Options{Triple: aarch64})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer func() {
-					if err := s.Close(); err != nil {
-						t.Error(err)
-					}
-				}()
-				if s.Dev == nil && tc.Foreign() {
-					t.Fatal("a foreign-triple suite must run through its runner's memory")
-				}
+				s := buildAArch64(t, v)
 				rs := s.RunAll([]int{1, 3}, 7)
 				mu.Lock()
 				defer mu.Unlock()
@@ -75,4 +65,26 @@ func TestAArch64Matrix(t *testing.T) {
 	})
 	t.Logf("aarch64 under qemu: %d variants, %d kernel runs in %v; max errors: o %v, lse %v",
 		variants, cases, time.Since(start).Round(time.Millisecond), oErr, lseErr)
+}
+
+// buildAArch64 builds v for aarch64 and loads it in a runner under the
+// emulator (on an aarch64 machine, in this process), closed when t ends; a
+// foreign-triple suite must run through its runner's memory.
+func buildAArch64(t *testing.T, v *ir.Variant) *Suite {
+	t.Helper()
+	tc, err := cpurt.ToolchainFor(aarch64)
+	needtool.Check(t, err)
+	s, err := BuildWith(v, t.TempDir(), Options{Triple: aarch64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	if s.Dev == nil && tc.Foreign() {
+		t.Fatal("a foreign-triple suite must run through its runner's memory")
+	}
+	return s
 }

@@ -404,15 +404,7 @@ func TestAArch64NaNMatrix(t *testing.T) {
 		v := spec(t, src)
 		t.Run(v.Name, func(t *testing.T) {
 			t.Parallel()
-			s, err := BuildWith(v, t.TempDir(), Options{Triple: aarch64})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
-				if err := s.Close(); err != nil {
-					t.Error(err)
-				}
-			}()
+			s := buildAArch64(t, v)
 			runNaNMatrix(t, s, "aarch64")
 		})
 	}

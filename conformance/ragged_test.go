@@ -260,7 +260,7 @@ var aarch64RaggedShort = []string{"ps16_gqa4", "ps4_window_sinks", "ps16_e4m3_gq
 // TestAArch64Ragged cross-compiles prefill_ragged of matrix variants for
 // aarch64 and runs RaggedMatrix and its bad inputs under qemu-aarch64.
 func TestAArch64Ragged(t *testing.T) {
-	tc, err := cpurt.ToolchainFor(aarch64)
+	_, err := cpurt.ToolchainFor(aarch64)
 	needtool.Check(t, err)
 	for _, src := range matrixSpecs {
 		v := spec(t, src)
@@ -270,18 +270,7 @@ func TestAArch64Ragged(t *testing.T) {
 		v = raggedOnly(v)
 		t.Run(v.Name, func(t *testing.T) {
 			t.Parallel()
-			s, err := BuildWith(v, t.TempDir(), Options{Triple: aarch64})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
-				if err := s.Close(); err != nil {
-					t.Error(err)
-				}
-			}()
-			if s.Dev == nil && tc.Foreign() {
-				t.Fatal("a foreign-triple suite must run through its runner's memory")
-			}
+			s := buildAArch64(t, v)
 			n := 0
 			for _, r := range s.RunAll([]int{1, 3}, 7) {
 				if !r.Pass {
