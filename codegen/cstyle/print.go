@@ -43,8 +43,22 @@ var boolOps = map[ir.BinOp]string{ir.And: "(%s & %s)", ir.Or: "(%s | %s)", ir.Xo
 // intOps are the integer forms of And/Or and the wrapping left shift.
 var intOps = map[ir.BinOp]string{ir.And: "(%s & %s)", ir.Or: "(%s | %s)"}
 
-// wrapOps are i32 + - *, which wrap in the IR (the prelude's helpers).
-var wrapOps = map[ir.BinOp]string{ir.Add: "attnc_add_i32(%s, %s)", ir.Sub: "attnc_sub_i32(%s, %s)", ir.Mul: "attnc_mul_i32(%s, %s)"}
+// wrapOps are i32 and i64 + - *, which wrap in the IR (the prelude's
+// helpers; the name takes the width: attnc_add_i32, attnc_mul_i64). i16
+// and u8 operands promote to int, whose results cannot overflow.
+var wrapOps = map[ir.BinOp]string{ir.Add: "attnc_add_%s(%s, %s)", ir.Sub: "attnc_sub_%s(%s, %s)", ir.Mul: "attnc_mul_%s(%s, %s)"}
+
+// wrapWidth is the suffix of the wrapping helpers for t: i32, i64, or ""
+// for a type whose C arithmetic cannot overflow.
+func wrapWidth(t ir.Type) string {
+	switch t {
+	case ir.I32:
+		return "i32"
+	case ir.I64:
+		return "i64"
+	}
+	return ""
+}
 
 // PreludeNames are the functions the op table calls that a dialect's
 // Prelude must define (for f32; the bit casts between f32 and i32), besides
@@ -96,6 +110,11 @@ static __host__ __device__ inline int32_t attnc_add_i32(int32_t a, int32_t b) { 
 static __host__ __device__ inline int32_t attnc_sub_i32(int32_t a, int32_t b) { return (int32_t)((uint32_t)a - (uint32_t)b); }
 static __host__ __device__ inline int32_t attnc_mul_i32(int32_t a, int32_t b) { return (int32_t)((uint32_t)a * (uint32_t)b); }
 static __host__ __device__ inline int32_t attnc_neg_i32(int32_t a) { return (int32_t)(0u - (uint32_t)a); }
+// i64 the same (RoPE's fixed-point angle pos * turns wraps by design).
+static __host__ __device__ inline int64_t attnc_add_i64(int64_t a, int64_t b) { return (int64_t)((uint64_t)a + (uint64_t)b); }
+static __host__ __device__ inline int64_t attnc_sub_i64(int64_t a, int64_t b) { return (int64_t)((uint64_t)a - (uint64_t)b); }
+static __host__ __device__ inline int64_t attnc_mul_i64(int64_t a, int64_t b) { return (int64_t)((uint64_t)a * (uint64_t)b); }
+static __host__ __device__ inline int64_t attnc_neg_i64(int64_t a) { return (int64_t)(0ull - (uint64_t)a); }
 // |a| as a call, so that nested abs prints its operand once (abs(MIN) = MIN).
 static __host__ __device__ inline int32_t attnc_abs_i32(int32_t a) { return attnc_max(a, attnc_neg_i32(a)); }
 ATTNC_HD_DIV(int32_t, uint32_t)
@@ -630,8 +649,8 @@ func (p *printer) expr(e ir.Expr) string {
 		if f, ok := intOps[e.Op]; ok && t != ir.Bool {
 			return fmt.Sprintf(f, x, y)
 		}
-		if f, ok := wrapOps[e.Op]; ok && t == ir.I32 {
-			return fmt.Sprintf(f, x, y)
+		if f, ok := wrapOps[e.Op]; ok && wrapWidth(t) != "" {
+			return fmt.Sprintf(f, wrapWidth(t), x, y)
 		}
 		if (e.Op == ir.Div || e.Op == ir.Rem) && t.IsInt() && !safeDivisor(e.Y) {
 			return fmt.Sprintf("attnc_%s(%s, %s)", map[ir.BinOp]string{ir.Div: "div", ir.Rem: "rem"}[e.Op], x, y)
@@ -643,8 +662,8 @@ func (p *printer) expr(e ir.Expr) string {
 		x := p.expr(e.X)
 		switch e.Op {
 		case ir.Neg:
-			if e.X.Type() == ir.I32 {
-				return "attnc_neg_i32(" + x + ")"
+			if w := wrapWidth(e.X.Type()); w != "" {
+				return "attnc_neg_" + w + "(" + x + ")"
 			}
 			return "(-" + x + ")"
 		case ir.Not:
@@ -655,6 +674,9 @@ func (p *printer) expr(e ir.Expr) string {
 		case ir.Abs:
 			if e.X.Type() == ir.I32 {
 				return "attnc_abs_i32(" + x + ")"
+			}
+			if e.X.Type() == ir.I64 {
+				return fmt.Sprintf("attnc_max(%s, attnc_neg_i64(%s))", x, x)
 			}
 			if !e.X.Type().IsFloat() {
 				return fmt.Sprintf("attnc_max(%s, -%s)", x, x)

@@ -18,8 +18,12 @@ func TestExprTable(t *testing.T) {
 	cases := map[string]ir.Expr{
 		"attnc_add_i32(x, y)":                    ir.Bin(ir.Add, x, y), // i32 wraps
 		"attnc_mul_i32(x, y)":                    ir.Bin(ir.Mul, x, y),
-		"(l - l)":                                ir.Bin(ir.Sub, ir.R("l", ir.I64), ir.R("l", ir.I64)),
-		"attnc_div(x, y)":                        ir.Bin(ir.Div, x, y), // by zero: 0
+		"attnc_sub_i64(l, l)":                    ir.Bin(ir.Sub, ir.R("l", ir.I64), ir.R("l", ir.I64)), // i64 wraps too
+		"attnc_mul_i64(l, ((int64_t)3LL))":       ir.Bin(ir.Mul, ir.R("l", ir.I64), ir.IntT(ir.I64, 3)),
+		"attnc_neg_i64(l)":                       ir.Un(ir.Neg, ir.R("l", ir.I64)),
+		"attnc_max(l, attnc_neg_i64(l))":         ir.Un(ir.Abs, ir.R("l", ir.I64)),
+		"(s + s)":                                ir.Bin(ir.Add, ir.R("s", ir.I16), ir.R("s", ir.I16)), // promotes to int
+		"attnc_div(x, y)":                        ir.Bin(ir.Div, x, y),                                 // by zero: 0
 		"(x / ((int32_t)4))":                     ir.Bin(ir.Div, x, ir.Int(4)),
 		"attnc_rem(x, ((int32_t)-1))":            ir.Bin(ir.Rem, x, ir.Int(-1)),
 		"attnc_neg_i32(x)":                       ir.Un(ir.Neg, x),
