@@ -58,12 +58,7 @@ func (bf *benchFlags) check(c *cobra.Command, specs int) error {
 	// worker threads against the machine yardsticks; --gpu one whose
 	// kernels run on an accelerator.
 	devs := deviceTargets()
-	var known []string
-	for _, t := range targets.Names() {
-		if threaded(t) || slices.Contains(devs, t) {
-			known = append(known, t)
-		}
-	}
+	known := benchTargets()
 	switch {
 	case !slices.Contains(known, bf.target):
 		return fmt.Errorf("attnc bench: unknown --target %q (%s)", bf.target, orList(known))
@@ -198,7 +193,7 @@ generate kernels yet are reported as "skip <variant>: <reason>".`,
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&bf.target, "target", targets.Default, "kernels to measure: cpu, or cuda (with --gpu)")
+	f.StringVar(&bf.target, "target", targets.Default, "kernels to measure: "+orList(benchTargets())+" (a GPU target with --gpu)")
 	f.BoolVar(&bf.gpu, "gpu", false, "run the cuda target on the GPU (nvcc and libcudart); implies --target cuda")
 	f.Float64Var(&bf.seconds, "seconds", 1, "least wall time of each measurement (at least 5 repetitions)")
 	f.IntVar(&bf.reps, "reps", 0, "exact repetitions of each measurement (0: by --seconds)")

@@ -743,7 +743,10 @@ func TestGolden(t *testing.T) {
 		help.WriteString("$ attnc " + strings.Join(args, " ") + "\n" + o + "\n")
 	}
 	// The target list grows with the backends; keep it out of the golden file.
-	golden(t, "help.golden", strings.ReplaceAll(help.String(), "(known: "+knownTargets()+")", "(known: TARGETS)"))
+	r := strings.NewReplacer("(known: "+knownTargets()+")", "(known: TARGETS)",
+		"to verify: "+orList(harnessed()), "to verify: TARGETS", "--target "+strings.Join(harnessed(), "|")+"]", "--target TARGETS]",
+		"to measure: "+orList(benchTargets()), "to measure: TARGETS")
+	golden(t, "help.golden", r.Replace(help.String()))
 }
 
 // TestWithPasses runs the command line with a user pass: passes lists it in

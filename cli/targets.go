@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/attnc/attnc/targets"
@@ -29,6 +30,20 @@ func deviceTargets() []string {
 	for _, t := range targets.All() {
 		if _, ok := t.(targets.DeviceHarness); ok {
 			out = append(out, t.Name())
+		}
+	}
+	return out
+}
+
+// benchTargets lists the registered targets bench measures: those whose
+// kernels run on this CPU's worker threads, and those with a device
+// harness (with --gpu).
+func benchTargets() []string {
+	devs := deviceTargets()
+	var out []string
+	for _, t := range targets.Names() {
+		if threaded(t) || slices.Contains(devs, t) {
+			out = append(out, t)
 		}
 	}
 	return out

@@ -22,7 +22,7 @@ type verifyFlags struct {
 func newVerifyCmd(cfg *config) *cobra.Command {
 	vf := verifyFlags{cfg: cfg}
 	c := &cobra.Command{
-		Use:   "verify SPEC... [--threads 1,4] [--seed N] [--target cpu|cuda] [--gpu]",
+		Use:   "verify SPEC... [--threads 1,4] [--seed N] [--target " + strings.Join(harnessed(), "|") + "] [--gpu]",
 		Short: "Build each variant's kernels and check them against the reference",
 		Long: `Compile every supported variant, load its kernels, and run each one on
 random paged caches against the float64 reference implementation: ragged
@@ -43,6 +43,9 @@ documented status code.
          pointers, the outputs are copied back after cudaDeviceSynchronize.
          --gpu needs nvcc (PATH, $ATTNC_NVCC or /usr/local/cuda/bin) and
          libcudart. --threads does not apply: each case runs once.
+  hip    the HIP source (<variant>.hip) and its launchers, compiled as C++
+         against the same emulator with 64-lane wavefronts (gfx942's); it
+         runs on the CPU only (--gpu is CUDA's).
 
 --gpu alone implies --target cuda.
 
@@ -100,7 +103,7 @@ same inputs.`,
 	}
 	c.Flags().IntSliceVar(&vf.threads, "threads", []int{1, 4}, "CPU thread counts to run every case at (comma list)")
 	c.Flags().Int64Var(&vf.seed, "seed", 1, "random seed of the generated inputs")
-	c.Flags().StringVar(&vf.target, "target", targets.Default, "kernels to verify: cpu, or cuda (emulated on the CPU; on the GPU with --gpu)")
+	c.Flags().StringVar(&vf.target, "target", targets.Default, "kernels to verify: "+orList(harnessed())+" (GPU targets emulated on the CPU; on the GPU with --gpu)")
 	c.Flags().StringVar(&vf.triple, "triple", "", "target triple of the cpu kernels; another architecture than this machine's runs under its emulator (qemu)")
 	c.Flags().BoolVar(&vf.gpu, "gpu", false, "run the cuda target on the GPU (nvcc and libcudart); implies --target cuda")
 	return c
