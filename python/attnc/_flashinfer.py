@@ -873,8 +873,11 @@ class BatchPrefillWithRaggedKVCacheWrapper(_Wrapper):
         var = p["variant"]
         gpu = var.target == "cuda"
         qa = A.as_array(q, "q")
-        device = qa.device if gpu and A.is_cuda(qa) else None
-        total_kv = int(p["kv_token_indptr"][-1]) if p["batch"] >= 0 and len(p["kv_token_indptr"]) else 0
+        if gpu and not A.is_cuda(qa):
+            raise ValueError("q: the plan runs CUDA kernels (target cuda), which take torch CUDA tensors; got %s"
+                             % A.describe(qa))
+        device = qa.device if gpu else None
+        total_kv = int(p["kv_token_indptr"][-1])
         kv_rows = {}
         for name, x, d in (("k", k, cfg["dqk"]), ("v", v, cfg["dv"])):
             x = A.as_array(x, name)
@@ -1029,7 +1032,10 @@ class BatchMLAPagedAttentionWrapper:
             v = _variant(_mla_spec(c2), v.target)
         gpu = v.target == "cuda"
         first = A.as_array(q_nope, "q_nope")
-        device = first.device if gpu and A.is_cuda(first) else None
+        if gpu and not A.is_cuda(first):
+            raise ValueError("q_nope: the plan runs CUDA kernels (target cuda), which take torch CUDA tensors; got %s"
+                             % A.describe(first))
+        device = first.device if gpu else None
         pools = {}
         for name, x, d in (("ckv_cache", ckv_cache, cfg["r"]), ("kpe_cache", kpe_cache, cfg["dr"])):
             x = A.as_array(x, name)
