@@ -1,6 +1,7 @@
 """FlashInfer's Python API over attnc kernels: the paged prefill and decode
-wrappers (constructed, planned and run with FlashInfer's arguments),
-merge_state, merge_state_in_place, append_paged_kv_cache,
+wrappers, the ragged-KV prefill wrapper (attnc's prefill_ragged kernel) and
+the MLA paged wrapper (attnc's mla variants), constructed, planned and run
+with FlashInfer's arguments; merge_state, merge_state_in_place, append_paged_kv_cache,
 get_batch_indices_positions and get_seq_lens.
 
 plan() writes an attnc spec for its arguments (FlashInfer's semantics: lse
