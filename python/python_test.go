@@ -122,6 +122,8 @@ func fileCost(path string) int {
 		return 60
 	case "test_model.py":
 		return 40
+	case "test_flashinfer_ragged_mla.py":
+		return 35
 	case "test_core.py":
 		return 30
 	case "test_cuda_emu.py":

@@ -12,7 +12,9 @@ from ._build import CompileError, default_cache_dir, find_attnc
 from ._core import Error, Kernel, Module, Variant, compile, get_num_threads, load, set_num_threads
 from ._flashinfer import (
     BatchDecodeWithPagedKVCacheWrapper,
+    BatchMLAPagedAttentionWrapper,
     BatchPrefillWithPagedKVCacheWrapper,
+    BatchPrefillWithRaggedKVCacheWrapper,
     append_paged_kv_cache,
     get_batch_indices_positions,
     get_seq_lens,
@@ -22,7 +24,7 @@ from ._flashinfer import (
     single_decode_with_kv_cache,
     single_prefill_with_kv_cache,
 )
-from . import cascade, decode, page, prefill  # noqa: F401  (flashinfer.decode, ... as in FlashInfer)
+from . import cascade, decode, mla, page, prefill  # noqa: F401  (flashinfer.decode, ... as in FlashInfer)
 
 __version__ = "0.1.0"
 
@@ -30,6 +32,7 @@ __all__ = [
     "compile", "load", "Module", "Variant", "Kernel", "Error", "CompileError",
     "set_num_threads", "get_num_threads", "default_cache_dir", "find_attnc",
     "BatchDecodeWithPagedKVCacheWrapper", "BatchPrefillWithPagedKVCacheWrapper",
+    "BatchPrefillWithRaggedKVCacheWrapper", "BatchMLAPagedAttentionWrapper",
     "merge_state", "merge_state_in_place", "append_paged_kv_cache",
     "get_batch_indices_positions", "get_seq_lens", "merge_states",
     "single_decode_with_kv_cache", "single_prefill_with_kv_cache",

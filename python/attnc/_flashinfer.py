@@ -1,6 +1,7 @@
 """FlashInfer's Python API over attnc kernels: the paged prefill and decode
-wrappers (constructed, planned and run with FlashInfer's arguments),
-merge_state, merge_state_in_place, append_paged_kv_cache,
+wrappers, the ragged-KV prefill wrapper (attnc's prefill_ragged kernel) and
+the MLA paged wrapper (attnc's mla variants), constructed, planned and run
+with FlashInfer's arguments; merge_state, merge_state_in_place, append_paged_kv_cache,
 get_batch_indices_positions and get_seq_lens.
 
 plan() writes an attnc spec for its arguments (FlashInfer's semantics: lse
@@ -25,6 +26,7 @@ from ._core import Variant, compile
 
 __all__ = [
     "BatchDecodeWithPagedKVCacheWrapper", "BatchPrefillWithPagedKVCacheWrapper",
+    "BatchPrefillWithRaggedKVCacheWrapper", "BatchMLAPagedAttentionWrapper",
     "merge_state", "merge_state_in_place", "append_paged_kv_cache",
     "get_batch_indices_positions", "get_seq_lens", "merge_states",
     "single_decode_with_kv_cache", "single_prefill_with_kv_cache",
@@ -158,7 +160,7 @@ def _spec(cfg):
             lines.append("  rope inline(theta = %s, style = llama3, factor = %s, low_freq = 1, high_freq = 2, "
                          "original_max = 0.000001)" % (_num(theta), _num(rscale)))
     lines.append("  lse base = 2")
-    lines.append("  kernels prefill, decode")
+    lines.append("  kernels %s" % cfg.get("kernels", "prefill, decode"))
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -317,43 +319,13 @@ class _Wrapper:
         npages = np.diff(kv_indptr.astype(np.int64))
         kv_len = np.where(npages > 0, (npages - 1) * ps + last_page_len.astype(np.int64), 0)
         q_len = np.ones(batch, np.int64) if decode else np.diff(qo_indptr.astype(np.int64))
-        if cfg["custom"] or (not cfg["causal"] and cfg["window"] >= 0):
-            bad = (kv_len > 0) & (q_len > kv_len)
-            if bad.any():
-                b = int(np.nonzero(bad)[0][0])
-                raise NotImplementedError(
-                    "request %d has qo_len %d > kv_len %d with %s: its first rows sit before the cache, "
-                    "which attnc's masks do not place" % (b, q_len[b], kv_len[b], "a custom mask" if cfg["custom"] else "a non-causal window"))
-            drop = np.where(kv_len == 0, q_len, 0)
-        elif cfg["causal"] or decode:
-            drop = np.maximum(q_len - kv_len, 0)
-        else:
-            drop = np.zeros(batch, np.int64)
         p = {"cfg": cfg, "variant": v, "batch": batch, "kv_indptr": kv_indptr, "kv_indices": kv_indices,
              "last": last_page_len, "kv_len": kv_len, "q_len": q_len, "scaled": {}}
-        qbeg = np.arange(batch, dtype=np.int64) if decode else qo_indptr[:-1].astype(np.int64)
-        p["total_q"] = batch if decode else int(qo_indptr[-1]) if batch else 0
-        if drop.any():
-            # Rows that see no position (before the cache, or an empty
-            # request) give o = 0 and lse = -inf without a kernel call; the
-            # kernel runs on the others, gathered.
-            keep = np.concatenate([np.arange(qbeg[b] + drop[b], qbeg[b] + q_len[b]) for b in range(batch)]
-                                  ) if batch else np.zeros(0, np.int64)
-            p["keep"] = keep.astype(np.int64)
-            p["qo_indptr"] = np.concatenate([[0], np.cumsum(q_len - drop)]).astype(np.int32)
-            p["kernel"] = "prefill"
-        else:
-            p["keep"] = None
-            p["qo_indptr"] = None if decode else qo_indptr
-            p["kernel"] = "decode" if decode else "prefill"
+        _place_rows(p, cfg, qo_indptr, decode)
+        p["kernel"] = "prefill" if (p["keep"] is not None or not decode) else "decode"
         if p["kernel"] not in v.kernels:
             raise NotImplementedError("variant %s has no %s kernel, which this plan needs" % (v.name, p["kernel"]))
-        kept_q_len = q_len - drop
-        if cfg["rope"] is not None or "q_rope_position" in v.kernels[p["kernel"]].arg_names:
-            pos = [np.arange(kv_len[b] - kept_q_len[b], kv_len[b]) for b in range(batch)]
-            p["q_rope_position"] = (np.concatenate(pos) if pos else np.zeros(0)).astype(np.int32)
-            p["k_rope_pos_offset"] = np.zeros(batch, np.int32)
-        p["kept_q_len"] = kept_q_len
+        _rope_rows(p, cfg, v)
         return p
 
     def _run(self, q, paged_kv_cache, args, q_scale, k_scale, v_scale, out, lse, return_lse, window_left, sinks):
@@ -485,6 +457,51 @@ class _Wrapper:
         if v_scale is not None:
             out *= v_scale
         return (out, lse) if return_lse else out
+
+
+def _place_rows(p, cfg, qo_indptr, decode):
+    """_place_rows decides which query rows the kernel runs on, from the
+    plan's q_len and kv_len (FlashInfer's bottom-right alignment: query i of
+    a request sits at kv_len - qo_len + i). Rows that see no position (causal
+    rows before the cache, every row of an empty request) give o = 0 and
+    lse = -inf without a kernel call; the kernel runs on the others,
+    gathered (p["keep"], p["qo_indptr"]). A custom mask or a non-causal
+    window on a request with 0 < kv_len < qo_len is refused: attnc's masks
+    do not place rows before the cache."""
+    q_len, kv_len, batch = p["q_len"], p["kv_len"], p["batch"]
+    if cfg["custom"] or (not cfg["causal"] and cfg["window"] >= 0):
+        bad = (kv_len > 0) & (q_len > kv_len)
+        if bad.any():
+            b = int(np.nonzero(bad)[0][0])
+            raise NotImplementedError(
+                "request %d has qo_len %d > kv_len %d with %s: its first rows sit before the cache, "
+                "which attnc's masks do not place" % (b, q_len[b], kv_len[b], "a custom mask" if cfg["custom"] else "a non-causal window"))
+        drop = np.where(kv_len == 0, q_len, 0)
+    elif cfg["causal"] or decode:
+        drop = np.maximum(q_len - kv_len, 0)
+    else:
+        drop = np.zeros(batch, np.int64)
+    qbeg = np.arange(batch, dtype=np.int64) if decode else qo_indptr[:-1].astype(np.int64)
+    p["total_q"] = batch if decode else int(qo_indptr[-1]) if batch else 0
+    if drop.any():
+        keep = np.concatenate([np.arange(qbeg[b] + drop[b], qbeg[b] + q_len[b]) for b in range(batch)]
+                              ) if batch else np.zeros(0, np.int64)
+        p["keep"] = keep.astype(np.int64)
+        p["qo_indptr"] = np.concatenate([[0], np.cumsum(q_len - drop)]).astype(np.int32)
+    else:
+        p["keep"] = None
+        p["qo_indptr"] = None if decode else qo_indptr
+    p["kept_q_len"] = q_len - drop
+
+
+def _rope_rows(p, cfg, v):
+    """_rope_rows sets the inline-RoPE positions of the kept rows: query i
+    at kv_len - kept_q_len + i, keys at their own positions."""
+    if cfg.get("rope") is not None or "q_rope_position" in v.kernels[p["kernel"]].arg_names:
+        kv_len, kept = p["kv_len"], p["kept_q_len"]
+        pos = [np.arange(kv_len[b] - kept[b], kv_len[b]) for b in range(p["batch"])]
+        p["q_rope_position"] = (np.concatenate(pos) if pos else np.zeros(0)).astype(np.int32)
+        p["k_rope_pos_offset"] = np.zeros(p["batch"], np.int32)
 
 
 def _fill(x, val):
@@ -662,6 +679,404 @@ class BatchPrefillWithPagedKVCacheWrapper(_Wrapper):
     def run_return_lse(self, q, paged_kv_cache, *args, **kw):
         kw["return_lse"] = True
         return self.run(q, paged_kv_cache, *args, **kw)
+
+
+def _run_rows(p, v, queries, heads, dv, extra, out, lse, return_lse):
+    """_run_rows runs a planned ragged or MLA kernel: queries is a list of
+    (argument name, array [>= total_q, heads, d]); extra(table) gives the
+    kernel's other arguments (K/V or pools, page tables) as pointers. Rows
+    the plan dropped get o = 0 and lse = -inf."""
+    dt = p["cfg"]["dtype"]
+    first = A.as_array(queries[0][1], queries[0][0])
+    like_torch = A.is_torch(first)
+    gpu = v.target == "cuda"
+    device = None
+    if gpu:
+        if not A.is_cuda(first):
+            raise ValueError("%s: the plan runs CUDA kernels (target cuda), which take torch CUDA tensors; got %s"
+                             % (queries[0][0], A.describe(first)))
+        device = first.device
+    rows = p["total_q"]
+    n = None
+    qs = []
+    for name, x in queries:
+        x = A.as_array(x, name)
+        d = x.shape[2] if len(x.shape) == 3 else None
+        if not A.dtype_ok(x, dt):
+            raise ValueError("%s: planned for %s, got %s" % (name, A.DTYPE_WORDS[dt], A.describe(x)))
+        want_d = p["qdims"][name]
+        if len(x.shape) != 3 or x.shape[1] != heads or d != want_d or x.shape[0] < rows or (n is not None and x.shape[0] != n):
+            raise ValueError("%s: expected [%s, %d, %d], got %s"
+                             % (name, ">= %d" % rows if n is None else str(n), heads, want_d, A.describe(x)))
+        if gpu and (not A.is_cuda(x) or x.device != device):
+            raise ValueError("%s: expected a CUDA tensor on %s, got %s" % (name, device, A.describe(x)))
+        n = x.shape[0]
+        qs.append((name, x))
+    o_shape = (n, heads, dv)
+    if out is not None:
+        out = A.as_array(out, "out")
+        if not A.dtype_ok(out, dt) or tuple(out.shape) != o_shape:
+            raise ValueError("out: expected %s %s, got %s" % (A.DTYPE_WORDS[dt], list(o_shape), A.describe(out)))
+    else:
+        out = A.empty(o_shape, dt, like_torch, device)
+    want_lse = return_lse or lse is not None
+    if lse is not None:
+        lse = A.as_array(lse, "lse")
+        if not A.dtype_ok(lse, "f32") or tuple(lse.shape) != o_shape[:2]:
+            raise ValueError("lse: expected float32 %s, got %s" % (list(o_shape[:2]), A.describe(lse)))
+    elif want_lse:
+        lse = A.empty(o_shape[:2], "f32", like_torch, device)
+    if gpu:
+        for name, x in (("out", out), ("lse", lse)):
+            if x is not None and (not A.is_cuda(x) or x.device != device):
+                raise ValueError("%s: expected a CUDA tensor on %s, got %s" % (name, device, A.describe(x)))
+    keep = p["keep"]
+    kept = rows if keep is None else len(keep)
+    sel = []
+    for name, x in qs:
+        if keep is None:
+            x = x[:rows] if n != rows else x
+        else:
+            x = x[keep] if not like_torch else x[_index(keep, device)]
+        sel.append((name, x if A.is_contiguous(x) else A.contiguous(x)))
+    direct = keep is None and n == rows
+    ok = out if direct and A.is_contiguous(out) else A.empty((kept, heads, dv), dt, like_torch, device)
+    lk = None
+    if want_lse:
+        lk = lse if direct and A.is_contiguous(lse) else A.empty((kept, heads), "f32", like_torch, device)
+    dev = p.setdefault("device_tables", {})
+    held = []  # device copies made for this call only
+
+    def table(host, key):
+        got = _table(host, device, dev, key)
+        if device is None:
+            return got
+        held.append(got[1])
+        return got[0]
+
+    ka = {name: A.view(x, gpu)[0] for name, x in sel}
+    ka.update({"qo_indptr": table(p["qo_indptr"], "qo_indptr"), "batch_size": p["batch"],
+               "o": A.view(ok, gpu)[0], "lse": A.view(lk, gpu)[0] if lk is not None else None})
+    ka.update(extra(table))
+    if "q_rope_position" in p:
+        ka["q_rope_position"] = table(p["q_rope_position"], "q_rope_position")
+        ka["k_rope_pos_offset"] = table(p["k_rope_pos_offset"], "k_rope_pos_offset")
+    if "custom_mask" in p:
+        ka["custom_mask"] = table(p["custom_mask"], "custom_mask")
+        ka["mask_indptr"] = table(p["mask_indptr"], "mask_indptr")
+    kern = v.kernels[p["kernel"]]
+    if v.target != "cpu":
+        ka["stream"] = _launch_stream(kern, device)
+    cargs = []
+    for a in kern.args:
+        if a.name not in ka:
+            raise NotImplementedError("variant %s's %s takes %s, which the FlashInfer wrapper cannot supply; "
+                                      "call variant.%s(...) directly" % (v.name, kern.role, a.name, kern.role))
+        cargs.append(ka[a.name])
+    st = kern._fn(*cargs)
+    if st != 0:
+        raise v._error(st, kern.role)
+    if ok is not out:
+        _fill(out, 0)
+        if keep is None:
+            _assign(out, slice(0, rows), ok)
+        else:
+            _scatter(out, keep, ok, like_torch, device)
+    if want_lse and lk is not lse:
+        _fill(lse, -np.inf)
+        if keep is None:
+            _assign(lse, slice(0, rows), lk)
+        else:
+            _scatter(lse, keep, lk, like_torch, device)
+    return (out, lse) if return_lse else out
+
+
+class BatchPrefillWithRaggedKVCacheWrapper(_Wrapper):
+    """BatchPrefillWithRaggedKVCacheWrapper is FlashInfer's prefill wrapper
+    over K/V held contiguously (ragged by kv_indptr), served by attnc's
+    prefill_ragged kernel. Keys of request b are k[kv_indptr[b]:kv_indptr[b+1]];
+    its query i sits at kv_len - qo_len + i (FlashInfer's bottom-right causal
+    alignment). HND k/v ([num_kv_heads, nnz_kv, d]) are copied to NHD rows,
+    the only layout the kernel takes."""
+
+    def __init__(self, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False, qo_indptr_buf=None,
+                 kv_indptr_buf=None, custom_mask_buf=None, mask_indptr_buf=None, backend="auto", jit_args=None,
+                 jit_kwargs=None):
+        super().__init__(float_workspace_buffer, kv_layout, use_cuda_graph, backend, jit_args)
+        _refuse("jit_kwargs", jit_kwargs, None, "FlashInfer JIT variants are CUDA templates (write the variant as an "
+                "attnc spec and pass plan(..., variant=v))")
+
+    def plan(self, qo_indptr, kv_indptr, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo=None, custom_mask=None,
+             packed_custom_mask=None, causal=False, pos_encoding_mode="NONE", use_fp16_qk_reduction=False,
+             window_left=-1, logits_soft_cap=None, sm_scale=None, rope_scale=None, rope_theta=None,
+             q_data_type="float16", kv_data_type=None, o_data_type=None, non_blocking=True, prefix_len_ptr=None,
+             token_pos_in_items_ptr=None, token_pos_in_items_len=0, max_item_len_ptr=None, fixed_split_size=None,
+             disable_split_kv=False, variant=None):
+        """plan keeps the indptrs (and packs custom_mask) and compiles (first
+        use) the prefill_ragged variant for these arguments; variant=v uses a
+        compiled attnc Variant (with a prefill_ragged kernel) instead."""
+        for name, val in (("prefix_len_ptr", prefix_len_ptr), ("token_pos_in_items_ptr", token_pos_in_items_ptr),
+                          ("max_item_len_ptr", max_item_len_ptr)):
+            _refuse(name, val, None, "multi-item scoring")
+        _refuse("token_pos_in_items_len", token_pos_in_items_len, 0, "multi-item scoring")
+        # use_fp16_qk_reduction, fixed_split_size, disable_split_kv: speed
+        # hints (attnc reduces in f32).
+        cfg = _common_cfg(num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo, 16, "NHD", q_data_type, kv_data_type,
+                          o_data_type, None, pos_encoding_mode, window_left, logits_soft_cap, sm_scale, rope_scale,
+                          rope_theta)
+        cfg["kernels"] = "prefill_ragged"
+        qo = _host_i32(qo_indptr, "qo_indptr")
+        kv = _host_i32(kv_indptr, "kv_indptr")
+        batch = len(qo) - 1
+        if batch < 0:
+            raise ValueError("qo_indptr: expected batch_size + 1 >= 1 entries, got none")
+        if len(kv) != batch + 1:
+            raise ValueError("kv_indptr: expected batch_size + 1 = %d entries (as qo_indptr), got %d" % (batch + 1, len(kv)))
+        for name, ind in (("qo_indptr", qo), ("kv_indptr", kv)):
+            if len(ind) and (ind[0] < 0 or (np.diff(ind.astype(np.int64)) < 0).any()):
+                raise ValueError("%s: must start at or above 0 and never decrease" % name)
+        if cfg["qo"] % max(cfg["kv"], 1) != 0:
+            raise ValueError("num_qo_heads=%d must be a multiple of num_kv_heads=%d" % (cfg["qo"], cfg["kv"]))
+        has_mask = custom_mask is not None or packed_custom_mask is not None
+        cfg["custom"] = has_mask
+        cfg["causal"] = bool(causal) and not has_mask
+        p = {"cfg": cfg, "batch": batch, "kv_token_indptr": kv, "kernel": "prefill_ragged",
+             "q_len": np.diff(qo.astype(np.int64)), "kv_len": np.diff(kv.astype(np.int64)),
+             "user_variant": variant is not None}
+        _place_rows(p, cfg, qo, False)  # refuses what the masks cannot place before compiling
+        if variant is not None:
+            c = dict(cfg)
+            c["page_size"] = variant.constraints.get("page_size") if isinstance(variant, Variant) else None
+            c["layout"] = variant.constraints.get("layout") if isinstance(variant, Variant) else None
+            _check_variant(variant, c, ["prefill_ragged"])
+            v = variant
+        else:
+            v = _variant(_spec(cfg), self._target)
+        p["variant"] = v
+        _rope_rows(p, cfg, v)
+        if has_mask:
+            p["custom_mask"], p["mask_indptr"] = _pack_mask(custom_mask, packed_custom_mask, p)
+        p["qdims"] = {"q": cfg["dqk"]}
+        self._plan = p
+
+    begin_forward = plan
+
+    def run(self, q, k, v, *args, out=None, lse=None, return_lse=False, enable_pdl=None):
+        """run computes prefill attention of q over the ragged k, v: o (and
+        the base-2 lse with return_lse=True)."""
+        p = self._plan
+        if p is None:
+            raise RuntimeError("run() before plan()")
+        if args:
+            raise NotImplementedError("run(): extra positional arguments are FlashInfer JIT variant arguments; "
+                                      "attnc's wrappers take none")
+        cfg = p["cfg"]
+        var = p["variant"]
+        gpu = var.target == "cuda"
+        qa = A.as_array(q, "q")
+        if gpu and not A.is_cuda(qa):
+            raise ValueError("q: the plan runs CUDA kernels (target cuda), which take torch CUDA tensors; got %s"
+                             % A.describe(qa))
+        device = qa.device if gpu else None
+        total_kv = int(p["kv_token_indptr"][-1])
+        kv_rows = {}
+        for name, x, d in (("k", k, cfg["dqk"]), ("v", v, cfg["dv"])):
+            x = A.as_array(x, name)
+            if not A.dtype_ok(x, cfg["dtype"]):
+                raise ValueError("%s: planned for %s, got %s" % (name, A.DTYPE_WORDS[cfg["dtype"]], A.describe(x)))
+            if self._kv_layout == "NHD":
+                ok = len(x.shape) == 3 and x.shape[1] == cfg["kv"] and x.shape[2] == d and x.shape[0] >= total_kv
+                want = "[>= %d, %d, %d] (NHD)" % (total_kv, cfg["kv"], d)
+            else:
+                ok = len(x.shape) == 3 and x.shape[0] == cfg["kv"] and x.shape[2] == d and x.shape[1] >= total_kv
+                want = "[%d, >= %d, %d] (HND)" % (cfg["kv"], total_kv, d)
+            if not ok:
+                raise ValueError("%s: expected %s, got %s" % (name, want, A.describe(x)))
+            if gpu and (not A.is_cuda(x) or x.device != device):
+                raise ValueError("%s: expected a CUDA tensor on %s (q's device), got %s" % (name, device, A.describe(x)))
+            if self._kv_layout == "HND":
+                x = x.transpose(0, 1) if A.is_torch(x) else x.transpose(1, 0, 2)
+            kv_rows[name] = x if A.is_contiguous(x) else A.contiguous(x)
+
+        def extra(table):
+            return {"k": A.view(kv_rows["k"], gpu)[0], "v": A.view(kv_rows["v"], gpu)[0],
+                    "kv_token_indptr": table(p["kv_token_indptr"], "kv_token_indptr")}
+
+        return _run_rows(p, var, [("q", q)], cfg["qo"], cfg["dv"], extra, out, lse, return_lse)
+
+    def forward(self, q, k, v, causal=False, pos_encoding_mode="NONE", use_fp16_qk_reduction=False, window_left=-1,
+                logits_soft_cap=None, sm_scale=None, rope_scale=None, rope_theta=None):
+        return self.run(q, k, v)
+
+    def run_return_lse(self, q, k, v, *args, **kw):
+        kw["return_lse"] = True
+        return self.run(q, k, v, *args, **kw)
+
+    def forward_return_lse(self, q, k, v, causal=False, pos_encoding_mode="NONE", use_fp16_qk_reduction=False,
+                           window_left=-1, logits_soft_cap=None, sm_scale=None, rope_scale=None, rope_theta=None):
+        return self.run(q, k, v, return_lse=True)
+
+
+def _mla_spec(cfg):
+    """_mla_spec writes the attnc spec of an MLA plan (absorbed attention:
+    q_nope·ckv + q_pe·kpe, o = weights·ckv)."""
+    return ("variant %s {\n  mla(heads = %d, kv_lora_rank = %d, rope_dim = %d)\n  dtype %s\n"
+            "  cache paged(page_size = %d)\n  mask %s\n  scale %s\n  lse base = %s\n  kernels prefill, decode\n}\n"
+            % (_VARIANT_NAME, cfg["heads"], cfg["r"], cfg["dr"], cfg["dtype"], cfg["page_size"],
+               "causal" if cfg["causal"] else "none", _num(cfg["scale"]), cfg["lse_base"]))
+
+
+class BatchMLAPagedAttentionWrapper:
+    """BatchMLAPagedAttentionWrapper is FlashInfer's MLA wrapper (DeepSeek's
+    absorbed multi-head latent attention over a paged latent cache) served by
+    attnc's mla variants: q_nope [total_q, heads, head_dim_ckv] and q_pe
+    [total_q, heads, head_dim_kpe] against ckv_cache [pages, page_size,
+    head_dim_ckv] and kpe_cache [pages, page_size, head_dim_kpe], o
+    [total_q, heads, head_dim_ckv]; the kernels take the split q and the two
+    pools as FlashInfer does (no concatenation). Decode (qo_len 1) and
+    incremental prefill, causal aligned bottom-right."""
+
+    def __init__(self, float_workspace_buffer, use_cuda_graph=False, qo_indptr=None, kv_indptr=None, kv_indices=None,
+                 kv_len_arr=None, backend="auto"):
+        _refuse("use_cuda_graph", use_cuda_graph, False, "CUDA graphs are a GPU feature")
+        if backend not in ("auto", "fa2"):
+            raise NotImplementedError("backend=%r: a GPU backend (fa3, cutlass); attnc's kernels serve backend='auto'"
+                                      % (backend,))
+        self._float_workspace_buffer = float_workspace_buffer
+        self._target = _target_of(float_workspace_buffer)
+        self._plan = None
+
+    def plan(self, qo_indptr, kv_indptr, kv_indices, kv_len_arr, num_heads, head_dim_ckv, head_dim_kpe, page_size,
+             causal, sm_scale, q_data_type, kv_data_type, use_profiler=False, variant=None):
+        """plan keeps the page table (pages past each request's kv_len are
+        dropped from it) and compiles (first use) the MLA variant for these
+        arguments; variant=v uses a compiled attnc MLA Variant instead."""
+        _refuse("use_profiler", use_profiler, False, "FlashInfer's intra-kernel profiler is a GPU feature")
+        qd = _dtype(q_data_type, "q_data_type")
+        kd = _dtype(kv_data_type, "kv_data_type") or qd
+        if kd != qd:
+            raise NotImplementedError("kv_data_type=%s with q_data_type=%s: attnc's MLA caches store q's type (fp8 "
+                                      "latent caches: compile a spec with cache paged(kv_dtype = e4m3) and call "
+                                      "variant.prefill(..., k_scale=...))" % (kv_data_type, q_data_type))
+        if sm_scale is None:
+            raise ValueError("sm_scale: required for MLA (1/sqrt of the head dim before absorption)")
+        cfg = {"heads": int(num_heads), "r": int(head_dim_ckv), "dr": int(head_dim_kpe), "dtype": qd,
+               "page_size": int(page_size), "causal": bool(causal), "scale": float(sm_scale), "lse_base": 2,
+               "custom": False, "window": -1, "rope": None}
+        ps = cfg["page_size"]
+        if ps < 1:
+            raise ValueError("page_size: must be positive, got %d" % ps)
+        qo = _host_i32(qo_indptr, "qo_indptr")
+        kvp = _host_i32(kv_indptr, "kv_indptr")
+        ind = _host_i32(kv_indices, "kv_indices")
+        kvl = _host_i32(kv_len_arr, "kv_len_arr").astype(np.int64)
+        batch = len(qo) - 1
+        if batch < 0:
+            raise ValueError("qo_indptr: expected batch_size + 1 >= 1 entries, got none")
+        if len(kvp) != batch + 1 or len(kvl) != batch:
+            raise ValueError("kv_indptr, kv_len_arr: expected %d and %d entries (batch_size from qo_indptr), got %d "
+                             "and %d" % (batch + 1, batch, len(kvp), len(kvl)))
+        for name, x in (("qo_indptr", qo), ("kv_indptr", kvp)):
+            if len(x) and (x[0] < 0 or (np.diff(x.astype(np.int64)) < 0).any()):
+                raise ValueError("%s: must start at or above 0 and never decrease" % name)
+        if len(kvp) and kvp[-1] > len(ind):
+            raise ValueError("kv_indices: kv_indptr[-1] = %d, but kv_indices has %d entries" % (kvp[-1], len(ind)))
+        if (kvl < 0).any():
+            raise ValueError("kv_len_arr: lengths must be >= 0")
+        need = (kvl + ps - 1) // ps
+        have = np.diff(kvp.astype(np.int64))
+        if (need > have).any():
+            b = int(np.nonzero(need > have)[0][0])
+            raise ValueError("kv_len_arr: request %d has kv_len %d, which needs %d pages of %d, but kv_indptr gives it %d"
+                             % (b, kvl[b], need[b], ps, have[b]))
+        # attnc's tables name exactly the pages kv_len covers: drop the rest.
+        tbl = np.concatenate([ind[kvp[b]:kvp[b] + need[b]] for b in range(batch)] + [np.zeros(0, np.int32)])
+        kv_indptr2 = np.concatenate([[0], np.cumsum(need)]).astype(np.int32)
+        last = np.where(need > 0, kvl - (need - 1) * ps, 0).astype(np.int32)
+        if variant is not None:
+            v = variant
+            _check_mla_variant(v, cfg)
+        else:
+            try:
+                v = _variant(_mla_spec(cfg), self._target)
+            except Exception as e:
+                if "page_size" in str(e):
+                    raise NotImplementedError("page_size=%d: %s" % (ps, e)) from e
+                raise
+        p = {"cfg": cfg, "variant": v, "batch": batch, "kv_indptr": kv_indptr2,
+             "kv_indices": np.ascontiguousarray(tbl.astype(np.int32)), "last": last,
+             "q_len": np.diff(qo.astype(np.int64)), "kv_len": kvl, "kernel": "prefill",
+             "qdims": {"q_nope": cfg["r"], "q_pe": cfg["dr"]}, "user_variant": variant is not None}
+        _place_rows(p, cfg, qo, False)
+        if p["kernel"] not in v.kernels:
+            raise NotImplementedError("variant %s has no prefill kernel, which this plan needs" % v.name)
+        self._plan = p
+
+    def run(self, q_nope, q_pe, ckv_cache, kpe_cache, out=None, lse=None, return_lse=False, profiler_buffer=None,
+            kv_len=None, page_table=None, return_lse_base_on_e=False):
+        """run computes MLA attention for the planned batch: o [total_q,
+        heads, head_dim_ckv] (and lse, base 2 unless return_lse_base_on_e)."""
+        p = self._plan
+        if p is None:
+            raise RuntimeError("run() before plan()")
+        _refuse("profiler_buffer", profiler_buffer, None, "FlashInfer's intra-kernel profiler is a GPU feature")
+        _refuse("kv_len", kv_len, None, "an argument of the cutlass backend (the plan's kv_len_arr is used)")
+        _refuse("page_table", page_table, None, "an argument of the cutlass backend (the plan's kv_indices are used)")
+        cfg = p["cfg"]
+        v = p["variant"]
+        if return_lse_base_on_e:
+            if p["user_variant"]:
+                raise NotImplementedError("return_lse_base_on_e with plan(..., variant=v): compile the variant with "
+                                          "`lse base = e`")
+            c2 = dict(cfg)
+            c2["lse_base"] = "e"
+            v = _variant(_mla_spec(c2), v.target)
+        gpu = v.target == "cuda"
+        first = A.as_array(q_nope, "q_nope")
+        if gpu and not A.is_cuda(first):
+            raise ValueError("q_nope: the plan runs CUDA kernels (target cuda), which take torch CUDA tensors; got %s"
+                             % A.describe(first))
+        device = first.device if gpu else None
+        pools = {}
+        for name, x, d in (("ckv_cache", ckv_cache, cfg["r"]), ("kpe_cache", kpe_cache, cfg["dr"])):
+            x = A.as_array(x, name)
+            if not A.dtype_ok(x, cfg["dtype"]):
+                raise ValueError("%s: planned for %s, got %s" % (name, A.DTYPE_WORDS[cfg["dtype"]], A.describe(x)))
+            if len(x.shape) != 3 or x.shape[1] != cfg["page_size"] or x.shape[2] != d:
+                raise ValueError("%s: expected [num_pages, %d, %d], got %s" % (name, cfg["page_size"], d, A.describe(x)))
+            if gpu and (not A.is_cuda(x) or x.device != device):
+                raise ValueError("%s: expected a CUDA tensor on %s (q_nope's device), got %s" % (name, device, A.describe(x)))
+            # The kernels read whole contiguous pages: a strided view (e.g.
+            # the two halves of one [pages, page_size, ckv + kpe] buffer) is
+            # copied.
+            pools[name] = x if A.is_contiguous(x) else A.contiguous(x)
+        pages = pools["ckv_cache"].shape[0]
+        if pools["kpe_cache"].shape[0] != pages:
+            raise ValueError("kpe_cache: %d pages, but ckv_cache has %d" % (pools["kpe_cache"].shape[0], pages))
+
+        def extra(table):
+            return {"ckv_pages": A.view(pools["ckv_cache"], gpu)[0], "kpe_pages": A.view(pools["kpe_cache"], gpu)[0],
+                    "num_pages": pages, "kv_indptr": table(p["kv_indptr"], "kv_indptr"),
+                    "kv_indices": table(p["kv_indices"], "kv_indices"), "kv_last_page_len": table(p["last"], "last")}
+
+        return _run_rows(p, v, [("q_nope", q_nope), ("q_pe", q_pe)], cfg["heads"], cfg["r"], extra, out, lse, return_lse)
+
+
+def _check_mla_variant(v, cfg):
+    """_check_mla_variant checks that a caller's MLA Variant agrees with the
+    plan."""
+    if not isinstance(v, Variant):
+        raise ValueError("variant: expected an attnc.Variant (attnc.compile(spec)[name]), got %s" % type(v).__name__)
+    c = v.constraints
+    for key, want, what in (("qo_heads", cfg["heads"], "num_heads"), ("head_dim_qk", cfg["r"] + cfg["dr"],
+                            "head_dim_ckv + head_dim_kpe"), ("head_dim_v", cfg["r"], "head_dim_ckv"),
+                            ("page_size", cfg["page_size"], "page_size"), ("dtype", cfg["dtype"], "q_data_type")):
+        if key in c and c[key] != want:
+            raise ValueError("variant %s has %s = %r, but the plan's %s is %r" % (v.name, key, c[key], what, want))
+    if "scale" in c and abs(c["scale"] - cfg["scale"]) > 1e-6 * abs(cfg["scale"]):
+        raise ValueError("variant %s has scale %r, but the plan's sm_scale is %r" % (v.name, c["scale"], cfg["scale"]))
+    if "prefill" not in v.kernels or "ckv_pages" not in v.kernels["prefill"].arg_names:
+        raise ValueError("variant %s is not an MLA variant with a prefill kernel (mla(...) and `kernels prefill`)" % v.name)
 
 
 def _pack_mask(custom_mask, packed, p):

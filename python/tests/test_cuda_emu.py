@@ -53,6 +53,27 @@ variant emu_fi {
 }
 """
 
+# The ragged-KV and MLA wrappers' kernels for the CUDA target.
+FI_MORE_SPEC = """
+variant emu_ragged {
+  heads qo = 4, kv = 2
+  head_dim 32
+  dtype f32
+  mask causal
+  lse base = 2
+  kernels prefill_ragged
+}
+variant emu_mla {
+  mla(heads = 4, kv_lora_rank = 32, rope_dim = 16)
+  dtype f32
+  cache paged(page_size = 8)
+  mask causal
+  scale 0.2
+  lse base = 2
+  kernels prefill, decode
+}
+"""
+
 
 def need_cxx(tc):
     """need_cxx skips tc without g++, and fails it in CI, where the emulator
@@ -221,6 +242,49 @@ class EmulatedFlashInferTest(unittest.TestCase):
         ref.check_close(self, o[keep], wo, "f32")
         ref.check_lse(self, lse[keep], wl)
         self.assertTrue(np.all(o[4:6] == 0) and np.all(lse[4:6] == -np.inf))
+
+    def test_ragged_and_mla_wrappers_with_cuda_variants(self):
+        need_cxx(self)
+        mod = attnc.compile(FI_MORE_SPEC, target="cuda-emu")
+        rng = np.random.default_rng(12)
+        # Ragged: request 1 has no keys, request 2 more queries than keys.
+        q_lens, kv_lens = [4, 2, 5], [9, 0, 3]
+        qo = np.array([0, 4, 6, 11], np.int32)
+        kvp = np.array([0, 9, 9, 12], np.int32)
+        q = ref.make(rng, (11, QO, D), "f32")
+        k = ref.make(rng, (12, KV, D), "f32")
+        v = ref.make(rng, (12, KV, D), "f32")
+        w = attnc.BatchPrefillWithRaggedKVCacheWrapper(np.zeros(16, np.uint8))
+        w.plan(qo, kvp, QO, KV, D, causal=True, q_data_type="float32", variant=mod["emu_ragged"])
+        o, lse = w.run(q, k, v, return_lse=True)
+        for b in range(3):
+            nq, nk = q_lens[b], kv_lens[b]
+            vis = np.arange(nk)[None, :] <= (nk - nq + np.arange(nq))[:, None]
+            wo, wl = ref.attend(q[qo[b]:qo[b + 1]].astype(np.float64), k[kvp[b]:kvp[b + 1]].astype(np.float64),
+                                v[kvp[b]:kvp[b + 1]].astype(np.float64), vis, 1 / math.sqrt(D))
+            ref.check_close(self, o[qo[b]:qo[b + 1]], wo, "f32", what="ragged request %d o" % b)
+            ref.check_lse(self, lse[qo[b]:qo[b + 1]], wl, what="ragged request %d lse" % b)
+        # MLA decode over pages of 8 latent rows.
+        r, dr, mps = 32, 16, 8
+        ckv = ref.make(rng, (5, mps, r), "f32")
+        kpe = ref.make(rng, (5, mps, dr), "f32")
+        mla_lens = [13, 1]
+        kv_indptr, kv_indices = np.array([0, 2, 3], np.int32), np.array([4, 0, 2], np.int32)
+        qn = ref.make(rng, (2, QO, r), "f32")
+        qp = ref.make(rng, (2, QO, dr), "f32")
+        m = attnc.BatchMLAPagedAttentionWrapper(np.zeros(16, np.uint8))
+        m.plan(np.array([0, 1, 2], np.int32), kv_indptr, kv_indices, np.array(mla_lens, np.int32), QO, r, dr, mps,
+               True, 0.2, "float32", "float32", variant=mod["emu_mla"])
+        o, lse = m.run(qn, qp, ckv, kpe, return_lse=True)
+        for b in range(2):
+            ids = kv_indices[kv_indptr[b]:kv_indptr[b + 1]]
+            c = ckv[ids].reshape(-1, r)[:mla_lens[b]].astype(np.float64)
+            e = kpe[ids].reshape(-1, dr)[:mla_lens[b]].astype(np.float64)
+            kk = np.concatenate([c, e], axis=1)[:, None, :]
+            qq = np.concatenate([qn[b:b + 1], qp[b:b + 1]], axis=2).astype(np.float64)
+            wo, wl = ref.attend(qq, kk, c[:, None, :], np.ones((1, mla_lens[b]), bool), 0.2)
+            ref.check_close(self, o[b:b + 1], wo, "f32", what="mla request %d o" % b)
+            ref.check_lse(self, lse[b:b + 1], wl, what="mla request %d lse" % b)
 
 
 def _gpu_reason():

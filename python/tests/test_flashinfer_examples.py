@@ -1,9 +1,10 @@
-"""FlashInfer's documented batch decode and batch prefill examples (the
-docstrings of BatchDecodeWithPagedKVCacheWrapper and
-BatchPrefillWithPagedKVCacheWrapper), run unchanged after
+"""FlashInfer's documented batch decode, batch prefill (paged and ragged)
+and MLA examples (the docstrings of BatchDecodeWithPagedKVCacheWrapper,
+BatchPrefillWithPagedKVCacheWrapper, BatchPrefillWithRaggedKVCacheWrapper
+and BatchMLAPagedAttentionWrapper), run unchanged after
 ``import attnc as flashinfer`` with the one adaptation CPU tensors need
-(device "cuda:0" -> "cpu"), and every layer's output compared with the
-float64 reference."""
+(the device: "cuda:0", "cuda" or 0 -> "cpu"), and the outputs compared
+with the float64 reference."""
 
 import os
 import sys
@@ -154,6 +155,128 @@ for i in range(num_layers):
     assert torch.allclose(o_custom, outputs[i], rtol=1e-3, atol=1e-3)
 '''
 
+RAGGED_EXAMPLE = '''
+import torch
+import flashinfer
+num_layers = 32
+num_qo_heads = 64
+num_kv_heads = 16
+head_dim = 128
+# allocate 128MB workspace buffer
+workspace_buffer = torch.empty(128 * 1024 * 1024, dtype=torch.uint8, device="cuda:0")
+prefill_wrapper = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(
+    workspace_buffer, "NHD"
+)
+batch_size = 7
+nnz_kv = 100
+nnz_qo = 100
+qo_indptr = torch.tensor(
+    [0, 33, 44, 55, 66, 77, 88, nnz_qo], dtype=torch.int32, device="cuda:0"
+)
+kv_indptr = qo_indptr.clone()
+q_at_layer = torch.randn(num_layers, nnz_qo, num_qo_heads, head_dim).half().to("cuda:0")
+k_at_layer = torch.randn(num_layers, nnz_kv, num_kv_heads, head_dim).half().to("cuda:0")
+v_at_layer = torch.randn(num_layers, nnz_kv, num_kv_heads, head_dim).half().to("cuda:0")
+# create auxiliary data structures for batch prefill attention
+prefill_wrapper.plan(
+    qo_indptr,
+    kv_indptr,
+    num_qo_heads,
+    num_kv_heads,
+    head_dim,
+    causal=True,
+)
+outputs = []
+for i in range(num_layers):
+    q = q_at_layer[i]
+    k = k_at_layer[i]
+    v = v_at_layer[i]
+    # compute batch prefill attention, reuse auxiliary data structures
+    o = prefill_wrapper.run(q, k, v)
+    outputs.append(o)
+
+assert outputs[0].shape == torch.Size([100, 64, 128])
+
+# below is another example of creating custom mask for batch prefill attention
+mask_arr = []
+qo_len = (qo_indptr[1:] - qo_indptr[:-1]).cpu().tolist()
+kv_len = (kv_indptr[1:] - kv_indptr[:-1]).cpu().tolist()
+for i in range(batch_size):
+    mask_i = torch.tril(
+        torch.full((qo_len[i], kv_len[i]), True, device="cuda:0"),
+        diagonal=(kv_len[i] - qo_len[i]),
+    )
+    mask_arr.append(mask_i.flatten())
+
+mask = torch.cat(mask_arr, dim=0)
+prefill_wrapper.plan(
+    qo_indptr,
+    kv_indptr,
+    num_qo_heads,
+    num_kv_heads,
+    head_dim,
+    custom_mask=mask
+)
+outputs_custom_mask = []
+for i in range(num_layers):
+    q = q_at_layer[i]
+    k = k_at_layer[i]
+    v = v_at_layer[i]
+    # compute batch prefill attention, reuse auxiliary data structures
+    o_custom = prefill_wrapper.run(q, k, v)
+    assert torch.allclose(o_custom, outputs[i], rtol=1e-3, atol=1e-3)
+# (The docstring ends with `outputs_custom_mask[0].shape`, but its loop never
+# appends to that list: the line raises IndexError under FlashInfer too, so
+# it is left out here.)
+'''
+
+MLA_EXAMPLE = '''
+import torch
+import flashinfer
+num_local_heads = 128
+batch_size = 114
+head_dim_ckv = 512
+head_dim_kpe = 64
+page_size = 1
+mla_wrapper = flashinfer.mla.BatchMLAPagedAttentionWrapper(
+    torch.empty(128 * 1024 * 1024, dtype=torch.int8).to(0),
+    backend="fa2"
+)
+q_indptr = torch.arange(0, batch_size + 1).to(0).int() # for decode, each query length is 1
+kv_lens = torch.full((batch_size,), 999, dtype=torch.int32).to(0)
+kv_indptr = torch.arange(0, batch_size + 1).to(0).int() * 999
+kv_indices = torch.arange(0, batch_size * 999).to(0).int()
+q_nope = torch.randn(
+    batch_size * 1, num_local_heads, head_dim_ckv, dtype=torch.bfloat16, device="cuda"
+)
+q_pe = torch.zeros(
+    batch_size * 1, num_local_heads, head_dim_kpe, dtype=torch.bfloat16, device="cuda"
+)
+ckv = torch.randn(
+    batch_size * 999, 1, head_dim_ckv, dtype=torch.bfloat16, device="cuda"
+)
+kpe = torch.zeros(
+    batch_size * 999, 1, head_dim_kpe, dtype=torch.bfloat16, device="cuda"
+)
+sm_scale = 1.0 / ((128 + 64) ** 0.5)  # use head dimension before matrix absorption
+mla_wrapper.plan(
+    q_indptr,
+    kv_indptr,
+    kv_indices,
+    kv_lens,
+    num_local_heads,
+    head_dim_ckv,
+    head_dim_kpe,
+    page_size,
+    False,  # causal
+    sm_scale,
+    q_nope.dtype,
+    ckv.dtype,
+)
+o = mla_wrapper.run(q_nope, q_pe, ckv, kpe, return_lse=False)
+assert o.shape == torch.Size([114, 128, 512])
+'''
+
 
 def run_example(src):
     """run_example runs a FlashInfer example with attnc as flashinfer and
@@ -163,7 +286,8 @@ def run_example(src):
     sys.modules["flashinfer"] = attnc
     try:
         env = {}
-        exec(compile(src.replace('"cuda:0"', '"cpu"'), "<flashinfer example>", "exec"), env)
+        src = src.replace('"cuda:0"', '"cpu"').replace('device="cuda"', 'device="cpu"').replace(".to(0)", '.to("cpu")')
+        exec(compile(src, "<flashinfer example>", "exec"), env)
         return env
     finally:
         if saved is None:
@@ -238,6 +362,46 @@ class ExamplesTest(unittest.TestCase):
             ref.check_close(self, env["outputs"][i].numpy(), want, "f16", vmax=vmax, what="layer %d o" % i)
             o_custom = w.run(env["q_at_layer"][i], env["kv_cache_at_layer"][i])
             ref.check_close(self, o_custom.numpy(), want, "f16", vmax=vmax, what="layer %d o_custom" % i)
+
+    def test_batch_ragged_prefill_example(self):
+        env = run_example(RAGGED_EXAMPLE)
+        qo = env["qo_indptr"].numpy()
+        kv = env["kv_indptr"].numpy()
+        self.assertEqual(len(env["outputs"]), 32)
+        w = env["prefill_wrapper"]  # planned with the custom mask last
+        for i in range(32):
+            q = env["q_at_layer"][i].numpy().astype(np.float64)
+            k = env["k_at_layer"][i].numpy().astype(np.float64)
+            v = env["v_at_layer"][i].numpy().astype(np.float64)
+            want = np.zeros_like(q)
+            for b in range(7):
+                nq, nk = qo[b + 1] - qo[b], kv[b + 1] - kv[b]
+                vis = np.arange(nk)[None, :] <= (nk - nq + np.arange(nq))[:, None]
+                want[qo[b]:qo[b + 1]] = ref.attend(q[qo[b]:qo[b + 1]], k[kv[b]:kv[b + 1]], v[kv[b]:kv[b + 1]], vis,
+                                                   1 / np.sqrt(128))[0]
+            vmax = np.abs(v).max()
+            ref.check_close(self, env["outputs"][i].numpy(), want, "f16", vmax=vmax, what="layer %d o" % i)
+            o_custom = w.run(env["q_at_layer"][i], env["k_at_layer"][i], env["v_at_layer"][i])
+            ref.check_close(self, o_custom.numpy(), want, "f16", vmax=vmax, what="layer %d o_custom" % i)
+
+    def test_mla_example(self):
+        env = run_example(MLA_EXAMPLE)
+        o = env["o"]
+        self.assertEqual(o.dtype, torch.bfloat16)
+        bits = o.view(torch.int16).numpy().view(np.uint16)
+        qn = ref.bf16_to_f64(env["q_nope"].view(torch.int16).numpy().view(np.uint16))
+        ckv = ref.bf16_to_f64(env["ckv"].view(torch.int16).numpy().view(np.uint16))[:, 0]  # [114*999, 512]
+        self.assertFalse(env["q_pe"].any() or env["kpe"].any())  # the example's rope parts are zero
+        scale = 1.0 / ((128 + 64) ** 0.5)
+        vmax = np.abs(ckv).max()
+        # Every 8th request (and the last) against the float64 reference:
+        # softmax(q_nope·ckvᵀ·scale)·ckv over its 999 rows (pages of one row).
+        for b in list(range(0, 114, 8)) + [113]:
+            c = ckv[b * 999:(b + 1) * 999]
+            s = qn[b] @ c.T * scale  # [128, 999]
+            w = np.exp(s - s.max(axis=1, keepdims=True))
+            want = (w @ c) / w.sum(axis=1, keepdims=True)
+            ref.check_close(self, bits[b], want, "bf16", vmax=vmax, what="request %d o" % b)
 
 
 if __name__ == "__main__":
