@@ -80,6 +80,7 @@ type runtimeEmitter struct {
 	cpuLevel    *lir.Func
 	levelName   *lir.Func
 	detectLevel *lir.Func
+	amxPermit   *lir.Func // nil without an AMX level
 }
 
 // Declare implements llvmgen.Runtime.
@@ -112,8 +113,12 @@ func (e *runtimeEmitter) ParallelFor() *lir.Func { return e.parallelFor }
 // Define implements llvmgen.Runtime.
 func (e *runtimeEmitter) Define(*llvmgen.Builder) []*lir.Func {
 	e.defineRuntime()
-	return []*lir.Func{e.setThreads, e.getThreads, e.strerror, e.parallelFor, e.worker, e.onlineCPUs,
+	fs := []*lir.Func{e.setThreads, e.getThreads, e.strerror, e.parallelFor, e.worker, e.onlineCPUs,
 		e.cpuLevel, e.levelName, e.detectLevel}
+	if e.amxPermit != nil {
+		fs = append(fs, e.amxPermit)
+	}
+	return fs
 }
 
 func (e *runtimeEmitter) reserve(name string) { e.b.Reserve(name) }
