@@ -2,6 +2,8 @@ package cpu
 
 import (
 	"fmt"
+	"math"
+	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,8 +12,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/internal/amxemu"
 	"github.com/attnc/attnc/internal/lltest"
+	"github.com/attnc/attnc/internal/needtool"
 	"github.com/attnc/attnc/ir"
 	lir "github.com/llir/llvm/ir"
 	"github.com/llir/llvm/ir/enum"
@@ -306,4 +310,95 @@ func TestAMXBlockEmulated(t *testing.T) {
 		}
 		t.Logf("%s inputs: %v", name, r)
 	}
+}
+
+// TestAMXBlockInProcess loads the block kernel, linked with the emulator
+// (installed by the library's constructor), into this Go test process
+// through cpurt, as the conformance harness loads kernel libraries, and
+// checks a 64×64×64 Q·Kᵀ against float64 within (K+2)·2^-24·Σ|a·b|: the
+// SIGILL handler works beside the Go runtime, for in-process harnesses.
+func TestAMXBlockInProcess(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("AMX is x86-64's")
+	}
+	tc, err := cpurt.ToolchainFor(DefaultTriple)
+	needtool.Check(t, err)
+	needtool.Check(t, cpurt.Tools())
+	mod := lir.NewModule()
+	mod.TargetTriple, mod.DataLayout = Arches[0].Triple, Arches[0].DataLayout
+	defineAMXQKBlock(mod, "amx_qk", amxLevelOf(t)).Linkage = enum.LinkageNone
+	dir := t.TempDir()
+	ll, so := filepath.Join(dir, "k.ll"), filepath.Join(dir, "k.so")
+	if err := os.WriteFile(ll, []byte(mod.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	emu, err := amxemu.WriteSource(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.Link = []string{"-fPIC", "-DAMXEMU_CONSTRUCTOR", emu}
+	if err := tc.BuildShared(ll, so); err != nil {
+		t.Fatal(err)
+	}
+	lib, err := cpurt.Open(so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lib.Close()
+	const M, N, K = 64, 64, 64
+	rng := rand.New(rand.NewSource(5))
+	a, b := make([]float32, M*K), make([]float32, N*K)
+	bf := func() float32 { return math.Float32frombits(math.Float32bits(float32(rng.NormFloat64())) &^ 0xFFFF) }
+	for i := range a {
+		a[i] = bf()
+	}
+	for i := range b {
+		b[i] = bf()
+	}
+	ap, bp, c := cpurt.NewBuffer(M*K*2), cpurt.NewBuffer(N*K*2), cpurt.NewBuffer(M*N*4)
+	defer ap.Free()
+	defer bp.Free()
+	defer c.Free()
+	hi := func(x float32) int32 { return int32(math.Float32bits(x) >> 16) }
+	for m := range M {
+		for k := range K / 2 {
+			ap.I32()[m*K/2+k] = hi(a[m*K+2*k]) | hi(a[m*K+2*k+1])<<16
+		}
+	}
+	for k := range K / 2 {
+		for n := range N {
+			bp.I32()[k*N+n] = hi(b[n*K+2*k]) | hi(b[n*K+2*k+1])<<16
+		}
+	}
+	for m0 := 0; m0 < M; m0 += 32 {
+		for n0 := 0; n0 < N; n0 += 32 {
+			if err := lib.CallVoid("amx_qk", ap.Ptr()+int64(m0*K/2*4), K/2*4, bp.Ptr()+int64(n0*4), N*4, c.Ptr()+int64((m0*N+n0)*4), N*4, K/32); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	dps, err := lib.Call("amxemu_count_dp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dps != 4*4*2 {
+		t.Errorf("%d TDPBF16PS emulated, want %d", dps, 4*4*2)
+	}
+	worst := 0.0
+	for m := range M {
+		for n := range N {
+			ref, mag := 0.0, 0.0
+			for k := range K {
+				p := float64(a[m*K+k]) * float64(b[n*K+k])
+				ref, mag = ref+p, mag+math.Abs(p)
+			}
+			got := float64(c.F32()[m*N+n])
+			if d := math.Abs(got - ref); d > (K+2)*0x1p-24*mag {
+				t.Fatalf("C[%d][%d] = %g, float64 %g", m, n, got, ref)
+			} else if d/mag > worst {
+				worst = d / mag
+			}
+		}
+	}
+	t.Logf("%d TDPBF16PS emulated in-process; worst |error|/Σ|a·b| %.3g", dps, worst)
 }

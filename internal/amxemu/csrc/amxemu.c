@@ -279,7 +279,12 @@ void amxemu_install(void) {
 }
 
 /* Built into a kernel library (or a runner) with -DAMXEMU_CONSTRUCTOR, the
- * handler is installed when the library loads. */
+ * handler is installed when the library loads (in a shared library compile
+ * with -fPIC: the tile state is then global-dynamic TLS, whose first use
+ * on a thread may allocate; kernels do not allocate while they hold tiles).
+ * It works in a Go test process that dlopens the library (cpurt.Open):
+ * the handler replaces the Go runtime's SIGILL handler, which Go code
+ * never needs. */
 #ifdef AMXEMU_CONSTRUCTOR
 __attribute__((constructor)) static void amxemu_ctor(void) { amxemu_install(); }
 #endif
