@@ -176,7 +176,7 @@ const amxBlockDriver = `
 void amxemu_install(void);
 long amxemu_count_dp(void);
 void model_dpbf16ps(int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb, float *C, int ldc);
-void amx_qk(int32_t *a, int64_t lda, int32_t *b, int64_t ldb, float *c, int64_t ldc, int64_t steps);
+int32_t amx_qk(int32_t *a, int32_t aoff, int32_t lda, int32_t *b, int32_t boff, int32_t ldb, float *c, int32_t coff, int32_t ldc, int32_t steps);
 enum { M = 64, N = 96, K = 96 };
 static uint16_t A[M * K], B[N * K];
 static int32_t AP[M * K / 2], BP[K / 2 * N];
@@ -202,7 +202,7 @@ static void *run(void *arg) {
   job *j = arg;
   for (int m0 = j->m0; m0 < M; m0 += 64)
     for (int n0 = 0; n0 < N; n0 += 32)
-      amx_qk(AP + m0 * (K / 2), K / 2 * 4, BP + n0, N * 4, C + m0 * N + n0, N * 4, K / 32);
+      amx_qk(AP, m0 * (K / 2), K / 2, BP, n0, N, C, m0 * N + n0, N, K / 32);
   return NULL;
 }
 int main(int argc, char **argv) {
@@ -269,8 +269,9 @@ func TestAMXBlockEmulated(t *testing.T) {
 	tc := lltest.NeedToolchain(t)
 	mod := lir.NewModule()
 	mod.TargetTriple, mod.DataLayout = Arches[0].Triple, Arches[0].DataLayout
-	f := defineAMXQKBlock(mod, "amx_qk", amxLevelOf(t))
-	f.Linkage = enum.LinkageNone // the test's driver calls it
+	f := newAMXQKBlock("amx_qk", amxLevelOf(t))
+	f.Linkage, f.Parent = enum.LinkageNone, mod // the test's driver calls it
+	mod.Funcs = append(mod.Funcs, f)
 	dir := t.TempDir()
 	ll := filepath.Join(dir, "k.ll")
 	if err := os.WriteFile(ll, []byte(mod.String()), 0o644); err != nil {
@@ -326,7 +327,9 @@ func TestAMXBlockInProcess(t *testing.T) {
 	needtool.Check(t, cpurt.Tools())
 	mod := lir.NewModule()
 	mod.TargetTriple, mod.DataLayout = Arches[0].Triple, Arches[0].DataLayout
-	defineAMXQKBlock(mod, "amx_qk", amxLevelOf(t)).Linkage = enum.LinkageNone
+	f := newAMXQKBlock("amx_qk", amxLevelOf(t))
+	f.Linkage, f.Parent = enum.LinkageNone, mod
+	mod.Funcs = append(mod.Funcs, f)
 	dir := t.TempDir()
 	ll, so := filepath.Join(dir, "k.ll"), filepath.Join(dir, "k.so")
 	if err := os.WriteFile(ll, []byte(mod.String()), 0o644); err != nil {
@@ -372,7 +375,7 @@ func TestAMXBlockInProcess(t *testing.T) {
 	}
 	for m0 := 0; m0 < M; m0 += 32 {
 		for n0 := 0; n0 < N; n0 += 32 {
-			if err := lib.CallVoid("amx_qk", ap.Ptr()+int64(m0*K/2*4), K/2*4, bp.Ptr()+int64(n0*4), N*4, c.Ptr()+int64((m0*N+n0)*4), N*4, K/32); err != nil {
+			if _, err := lib.Call("amx_qk", ap.Ptr(), int64(m0*K/2), K/2, bp.Ptr(), int64(n0), N, c.Ptr(), int64(m0*N+n0), N, K/32); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -81,6 +81,7 @@ type runtimeEmitter struct {
 	levelName   *lir.Func
 	detectLevel *lir.Func
 	amxPermit   *lir.Func // nil without an AMX level
+	amxQK       *lir.Func // rt.amx_qk32; nil without an AMX level
 }
 
 // Declare implements llvmgen.Runtime.
@@ -103,6 +104,8 @@ func (e *runtimeEmitter) Func(name string) *lir.Func {
 		return e.getThreads
 	case "cpu_level":
 		return e.cpuLevel
+	case "amx_qk32":
+		return e.amxQK
 	}
 	return nil
 }
@@ -116,7 +119,7 @@ func (e *runtimeEmitter) Define(*llvmgen.Builder) []*lir.Func {
 	fs := []*lir.Func{e.setThreads, e.getThreads, e.strerror, e.parallelFor, e.worker, e.onlineCPUs,
 		e.cpuLevel, e.levelName, e.detectLevel}
 	if e.amxPermit != nil {
-		fs = append(fs, e.amxPermit)
+		fs = append(fs, e.amxPermit, e.amxQK)
 	}
 	return fs
 }
