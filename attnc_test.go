@@ -452,7 +452,7 @@ func TestTriple(t *testing.T) {
 	if !strings.Contains(string(arm.Files["win.ll"]), "target triple = \"aarch64-unknown-linux-gnu\"\n") {
 		t.Error("the aarch64 .ll does not name its triple")
 	}
-	if got := strings.Join(x86.Manifest.Targets["cpu"].Levels, " "); got != "x86-64 x86-64-v3 x86-64-v4 x86-64-v4-bf16" {
+	if got := strings.Join(x86.Manifest.Targets["cpu"].Levels, " "); got != "x86-64 x86-64-v3 x86-64-v4 x86-64-v4-bf16 x86-64-amx" {
 		t.Errorf("x86-64 levels in the manifest: %q", got)
 	}
 	if got := strings.Join(arm.Manifest.Targets["cpu"].Levels, " "); got != "neon" {

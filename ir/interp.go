@@ -513,6 +513,10 @@ func (f *frame) call(s *CallStmt) int32 {
 	if s.Fn == "rt.cpu_level" {
 		return InterpCPULevel
 	}
+	if s.Fn == "rt.amx_qk32" {
+		f.amxQK32(s)
+		return 0
+	}
 	k := f.m.Kernel(s.Fn)
 	if f.depth >= 200 {
 		f.fail("call %s: recursion too deep", s.Fn)
@@ -1026,4 +1030,32 @@ func valToAny(t Type, v val) any {
 		return math.Float64frombits(uint64(v))
 	}
 	return nil
+}
+
+// amxQK32 is rt.amx_qk32: steps of AMXBlockStep into a zeroed 32×32 block.
+func (f *frame) amxQK32(s *CallStmt) {
+	a, b, c := f.buffer(s.Args[0].(*Ref).Name), f.buffer(s.Args[3].(*Ref).Name), f.buffer(s.Args[6].(*Ref).Name)
+	arg := func(i int) int64 { return int64(f.eval(s.Args[i])) }
+	aoff, lda, boff, ldb, coff, ldc, steps := arg(1), arg(2), arg(4), arg(5), arg(7), arg(8), arg(9)
+	var acc [32][32]float32
+	var ap [32][16]uint32
+	var bp [16][32]uint32
+	for st := int64(0); st < steps; st++ {
+		for m := range int64(32) {
+			for k := range int64(16) {
+				ap[m][k] = uint32(f.load(a, aoff+m*lda+16*st+k, I32))
+			}
+		}
+		for k := range int64(16) {
+			for n := range int64(32) {
+				bp[k][n] = uint32(f.load(b, boff+(16*st+k)*ldb+n, I32))
+			}
+		}
+		AMXBlockStep(&acc, &ap, &bp)
+	}
+	for m := range int64(32) {
+		for n := range int64(32) {
+			f.store(c, coff+m*ldc+n, val(math.Float32bits(acc[m][n])))
+		}
+	}
 }

@@ -372,3 +372,40 @@ func IsNegZero(x Expr) Expr {
 
 // NegZero is the f32 constant -0: the weight of a hidden position.
 func NegZero() *Const { return &Const{T: F32, Float: math.Copysign(0, -1)} }
+
+// AMXBlockStep is one K step of rt.amx_qk32: for each 16×16 quarter of
+// the 32×32 f32 block c, TDPBF16PS (Intel SDM) of A's 16 rows × 16 bf16
+// pairs and B's 16 pair rows × 16 columns: per element, the even and the
+// odd products each accumulate from +0 over the 16 pairs in order (f32
+// fused multiply-add), then c += (even + odd); every step reads denormal
+// inputs as zero, flushes denormal results to zero and rounds to nearest
+// even.
+func AMXBlockStep(c *[32][32]float32, a *[32][16]uint32, b *[16][32]uint32) {
+	flush := func(x float32) float32 {
+		if u := math.Float32bits(x); u&0x7F800000 == 0 {
+			return math.Float32frombits(u & 0x80000000)
+		}
+		return x
+	}
+	half := func(p uint32, hi bool) float32 {
+		if hi {
+			p >>= 16
+		}
+		return flush(math.Float32frombits(p << 16))
+	}
+	// fma of bf16 values: their product is exact in f32 unless it
+	// overflows or is below the normal range, so one f32 addition rounds
+	// the sum once (and a product below the normal range changes it only
+	// where it would be flushed anyway).
+	fma := func(x, y, z float32) float32 { return flush(float32(x*y) + flush(z)) }
+	for m := range 32 {
+		for n := range 32 {
+			even, odd := float32(0), float32(0)
+			for k := range 16 {
+				even = fma(half(a[m][k], false), half(b[k][n], false), even)
+				odd = fma(half(a[m][k], true), half(b[k][n], true), odd)
+			}
+			c[m][n] = flush(flush(c[m][n]) + flush(flush(even)+flush(odd)))
+		}
+	}
+}

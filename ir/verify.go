@@ -3,6 +3,7 @@ package ir
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -683,6 +684,20 @@ func (v *verifier) call(s *CallStmt) {
 	if n, ok := RuntimeRoutines[s.Fn]; ok {
 		if len(s.Args) != n {
 			v.fail("call %s: %d args, routine takes %d", s.Fn, len(s.Args), n)
+		}
+		bufs := RuntimeBuffers[s.Fn]
+		for i, a := range s.Args {
+			r, ok := a.(*Ref)
+			if ok {
+				d, _ := v.lookup(r.Name)
+				ok = d.isBuffer()
+			}
+			if slices.Contains(bufs, i) && !ok {
+				v.fail("call %s: arg %d is not a buffer name", s.Fn, i)
+			}
+			if !slices.Contains(bufs, i) && a.Type() != I32 {
+				v.fail("call %s: arg %d is %s, want i32", s.Fn, i, a.Type())
+			}
 		}
 		if s.Result != "" {
 			v.declare(s.Result, dResult, I32)

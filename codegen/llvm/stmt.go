@@ -3,6 +3,7 @@ package llvm
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -479,7 +480,24 @@ func (f *fnState) call(s *ir.CallStmt) {
 		if rt == nil {
 			f.fail("call %s: the target's runtime has no function %s", s.Fn, name)
 		}
-		c := f.cur.NewCall(rt)
+		if len(s.Args) != len(rt.Params) {
+			f.fail("call %s: %d arguments for %d parameters", s.Fn, len(s.Args), len(rt.Params))
+		}
+		// Buffers (ir.RuntimeBuffers) pass their pointers, the rest i32s.
+		var args []value.Value
+		for i, a := range s.Args {
+			if slices.Contains(ir.RuntimeBuffers[s.Fn], i) {
+				b := f.buffer(a.(*ir.Ref).Name, "call "+s.Fn)
+				if !b.v.Type().Equal(rt.Params[i].Typ) {
+					f.fail("call %s: buffer argument %d is %s, want %s", s.Fn, i, b.v.Type(), rt.Params[i].Typ)
+				}
+				args = append(args, b.v)
+				continue
+			}
+			v, _ := f.expr(a)
+			args = append(args, v)
+		}
+		c := f.cur.NewCall(rt, args...)
 		if s.Result != "" {
 			c.SetName(f.fresh(s.Result))
 			f.bind(s.Result, &binding{kind: bindValue, t: ir.I32, v: c})

@@ -71,7 +71,8 @@ func dotBF16Fits(mm *ir.MatMul, exact map[string]bool, l Level) bool {
 }
 
 // hasBF16Product reports whether body holds a matmul level l runs on
-// vdpbf16ps: the kernels multiversion clones at a DotBF16 level.
+// vdpbf16ps (on AMX tiles at an AMX level): the kernels multiversion
+// clones at a DotBF16 level.
 func hasBF16Product(body *ir.Block, l Level) bool {
 	if !l.DotBF16 {
 		return false
@@ -79,7 +80,7 @@ func hasBF16Product(body *ir.Block, l Level) bool {
 	exact := bf16Exact(body)
 	found := false
 	ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
-		if mm, ok := s.(*ir.MatMul); ok && dotBF16Fits(mm, exact, l) {
+		if mm, ok := s.(*ir.MatMul); ok && dotBF16Fits(mm, exact, l) && (!l.AMX || amxBlockFits(l, mm.M, mm.N, mm.K)) {
 			found = true
 		}
 		return []ir.Stmt{s}

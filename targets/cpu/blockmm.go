@@ -202,7 +202,7 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 			}
 			dot = append(dot, packPairsTransposed(x, pairs[x.B], den(x.B), l.Lanes)...)
 			dot = append(dot, &ir.If{Cond: ir.Bin(ir.Ne, ir.Bin(ir.Or, ir.R(den(x.A), ir.I32), ir.R(den(x.B), ir.I32)), i32c(0)),
-				Then: &ir.Block{Stmts: out}, Else: &ir.Block{Stmts: dotBF16MatMul(x, pairs[x.A], pairs[x.B], sh)}})
+				Then: &ir.Block{Stmts: out}, Else: &ir.Block{Stmts: pairsMatMul(x, pairs[x.A], pairs[x.B], sh, l)}})
 			return []ir.Stmt{&ir.Block{Stmts: dot}}
 		}
 		return []ir.Stmt{s}

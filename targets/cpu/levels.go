@@ -38,6 +38,18 @@ type Level struct {
 	// those kernels, and a module without any, run that level's clone
 	// and its .ll does not name this level at all.
 	DotBF16 bool
+	// AMX: Intel AMX-TILE and AMX-BF16 (tdpbf16ps on tiles). Such a
+	// level is also DotBF16 (cloned where vdpbf16ps is, and running it
+	// where tiles do not fit); using the tiles needs the OS's permission
+	// for the tile state, asked once (arch_prctl ARCH_REQ_XCOMP_PERM) when
+	// ATTNC_CPU_LEVEL names the level; refused, the level below runs.
+	AMX bool
+	// Manual: detection alone never picks the level, only ATTNC_CPU_LEVEL
+	// naming it does (on a CPU that has it). x86-64-amx is Manual until
+	// its code has run on AMX hardware: so far it ran only under the
+	// tests' emulator (internal/amxemu). Manual levels sit at the top of
+	// the table.
+	Manual bool
 	// CPU and Features are LLVM's "target-cpu" and "target-features";
 	// Attrs more function attributes (AVX-512: use 512-bit registers).
 	CPU, Features string
@@ -84,11 +96,35 @@ const (
 // 1, EAX bit 5 (Cooper Lake, Sapphire Rapids, Zen 4 and later).
 var bitsV4BF16 = append(append([]cpuidBit(nil), bitsV4...), cpuidBit{leaf: 7, sub: 1, reg: 0, bit: 5, name: "avx512_bf16"})
 
+// bitsAMX are x86-64-v4-bf16's bits and AMX-BF16 and AMX-TILE: CPUID leaf
+// 7, subleaf 0, EDX bits 22 and 24 (Sapphire Rapids and later).
+var bitsAMX = append(append([]cpuidBit(nil), bitsV4BF16...),
+	cpuidBit{leaf: 7, reg: 3, bit: 22, name: "amx_bf16"}, cpuidBit{leaf: 7, reg: 3, bit: 24, name: "amx_tile"})
+
+const (
+	// featuresX86AMX adds AMX-TILE and AMX-BF16 (the clone's tile code
+	// is inline assembly; the features let llc accept it).
+	featuresX86AMX = featuresX86V4BF16 + ",+amx-bf16,+amx-tile"
+	// xcr0AMX: x86-64-v4's AVX-512 state and XTILECFG (bit 17) and
+	// XTILEDATA (bit 18) enabled by the OS.
+	xcr0AMX = 0xe6 | 1<<17 | 1<<18
+	// archReqXcompPerm and xfeatureXtiledata are arch_prctl's request for
+	// a state component's permission and the tile data's component
+	// (Linux, arch/x86/include/uapi/asm/prctl.h); sysArchPrctl its
+	// syscall number on x86-64.
+	archReqXcompPerm  = 0x1023
+	xfeatureXtiledata = 18
+	sysArchPrctl      = 158
+)
+
 // x86Levels are x86-64's levels, baseline first: SSE2 (any x86-64),
 // x86-64-v3 (AVX2, FMA, F16C: Haswell, Zen), x86-64-v4 (AVX-512 F, BW,
 // CD, DQ, VL: Skylake-SP, Zen 4) and x86-64-v4-bf16 (x86-64-v4 with
 // AVX512-BF16: Cooper Lake, Sapphire Rapids, Zen 4), cloned only for the
-// work kernels whose prefill Q·Kᵀ reads exact bf16 operands.
+// work kernels whose prefill Q·Kᵀ reads exact bf16 operands, and
+// x86-64-amx (x86-64-v4-bf16 with AMX-TILE and AMX-BF16: Sapphire Rapids
+// and later), cloned for the same kernels and Manual: only ATTNC_CPU_LEVEL
+// selects it until it has run on AMX hardware.
 var x86Levels = []Level{
 	{Name: "x86-64", Suffix: "_x86_64", Lanes: 4, Regs: 16, CPU: "x86-64", Features: featuresX86},
 	{Name: "x86-64-v3", Suffix: "_x86_64_v3", Lanes: 8, Regs: 16, FMA: true, NativeF16: true, CPU: "x86-64-v3",
@@ -98,6 +134,9 @@ var x86Levels = []Level{
 		Attrs: [][2]string{{"prefer-vector-width", "512"}, {"min-legal-vector-width", "512"}}},
 	{Name: "x86-64-v4-bf16", Suffix: "_x86_64_v4_bf16", Lanes: 16, Regs: 32, FMA: true, NativeF16: true, DotBF16: true, CPU: "x86-64-v4",
 		Features: featuresX86V4BF16, needs: bitsV4BF16, xcr0: 0xe6,
+		Attrs: [][2]string{{"prefer-vector-width", "512"}, {"min-legal-vector-width", "512"}}},
+	{Name: "x86-64-amx", Suffix: "_x86_64_amx", Lanes: 16, Regs: 32, FMA: true, NativeF16: true, DotBF16: true, AMX: true, Manual: true,
+		CPU: "x86-64-v4", Features: featuresX86AMX, needs: bitsAMX, xcr0: xcr0AMX,
 		Attrs: [][2]string{{"prefer-vector-width", "512"}, {"min-legal-vector-width", "512"}}},
 }
 
@@ -142,6 +181,20 @@ func (e *runtimeEmitter) declareLevelRuntime() {
 	for _, n := range []string{p + ".cpu_level_cache", p + ".cpu_level", p + "_cpu_level", p + ".detect_level"} {
 		e.reserve(n)
 	}
+	if e.hasAMX() {
+		e.reserve(p + ".amx_permit")
+		e.amxPermit = lir.NewFunc(p+".amx_permit", types.I1)
+		e.amxPermit.Parent = e.mod
+		e.amxPermit.Linkage = enum.LinkageInternal
+		e.amxPermit.FuncAttrs = append(e.amxPermit.FuncAttrs, enum.FuncAttrNoUnwind)
+		e.reserve(p + ".amx_qk32")
+		for _, l := range e.arch.Levels {
+			if l.AMX {
+				e.amxQK = newAMXQKBlock(p+".amx_qk32", l)
+			}
+		}
+		e.amxQK.Parent = e.mod
+	}
 	e.levelCache = lir.NewGlobalDef(p+".cpu_level_cache", constant.NewInt(types.I32, levelUnknown))
 	e.levelCache.Linkage = enum.LinkageInternal
 	e.levelCache.Align = 4
@@ -160,15 +213,21 @@ func (e *runtimeEmitter) declareLevelRuntime() {
 }
 
 func (e *runtimeEmitter) defineLevelRuntime() {
+	if e.amxPermit != nil {
+		e.defineAMXPermit()
+	}
 	e.defineDetectLevel()
 	e.defineCPULevel()
 	e.defineLevelName()
 }
 
-// defineCPULevel: the cached value when decided; else the detected level,
-// or, when ATTNC_CPU_LEVEL is set and not empty, the level it names if the
-// CPU runs it and -1 otherwise (unknown name or a level above the
-// detected one). Threads racing on the first call compute the same value.
+// defineCPULevel: the cached value when decided; else the detected level
+// (capped below the Manual levels: detection alone never picks one), or,
+// when ATTNC_CPU_LEVEL is set and not empty, the level it names if the CPU
+// runs it and -1 otherwise (unknown name or a level above the detected
+// one). An AMX level named runs only once the OS grants the tile state
+// (amx_permit); refused, the level below it runs. Threads racing on the
+// first call compute the same value.
 func (e *runtimeEmitter) defineCPULevel() {
 	f := e.cpuLevel
 	entry := f.NewBlock("entry")
@@ -181,41 +240,71 @@ func (e *runtimeEmitter) defineCPULevel() {
 	done.NewRet(cached)
 
 	best := named(decide.NewCall(e.detectLevel), "best")
+	// auto: the best level that is not Manual (Manual levels are the
+	// table's top ones).
+	var auto value.Value = best
+	lastAuto := -1
+	for i, l := range e.arch.Levels {
+		if !l.Manual {
+			if lastAuto != i-1 {
+				e.fail("CPU level %s is above a Manual level", l.Name)
+			}
+			lastAuto = i
+		}
+	}
+	if lastAuto < len(e.arch.Levels)-1 {
+		above := named(decide.NewICmp(enum.IPredSGT, best, llI32(int64(lastAuto))), "above.auto")
+		auto = named(decide.NewSelect(above, llI32(int64(lastAuto)), best), "auto")
+	}
 	env := named(decide.NewCall(e.decl("getenv", i8p, i8p), e.message(LevelEnv)), "env")
 	isNull := named(decide.NewICmp(enum.IPredEQ, env, constant.NewNull(i8p)), "unset")
 	check := f.NewBlock("env.check")
 	store := f.NewBlock("store")
 	var incs []*lir.Incoming
-	incs = append(incs, lir.NewIncoming(best, decide))
+	incs = append(incs, lir.NewIncoming(auto, decide))
 	decide.NewCondBr(isNull, store, check)
 	first := named(check.NewLoad(types.I8, env), "first")
 	empty := named(check.NewICmp(enum.IPredEQ, first, constant.NewInt(types.I8, 0)), "empty")
-	incs = append(incs, lir.NewIncoming(best, check))
+	incs = append(incs, lir.NewIncoming(auto, check))
 	cur := f.NewBlock("env.level0")
 	check.NewCondBr(empty, store, cur)
 	strcmp := e.decl("strcmp", types.I32, i8p, i8p)
 	// match: a variable equal to name picks level index pick if the CPU
-	// runs it, else -1; the i-th comparison.
-	match := func(i int, name string, pick int64) {
+	// runs it, else -1; the i-th comparison. amx: pick needs the tile
+	// state's permission too, and refused runs pick-1.
+	match := func(i int, name string, pick int64, amx bool) {
 		c := named(cur.NewCall(strcmp, env, e.message(name)), fmt.Sprintf("cmp%d", i))
 		is := named(cur.NewICmp(enum.IPredEQ, c, llI32(0)), fmt.Sprintf("is%d", i))
 		runs := named(cur.NewICmp(enum.IPredSLE, llI32(pick), best), fmt.Sprintf("runs%d", i))
-		v := named(cur.NewSelect(runs, llI32(pick), llI32(-1)), fmt.Sprintf("pick%d", i))
+		var v value.Value
+		if !amx {
+			v = named(cur.NewSelect(runs, llI32(pick), llI32(-1)), fmt.Sprintf("pick%d", i))
+		}
 		next := f.NewBlock(fmt.Sprintf("env.level%d", i+1))
 		hit := f.NewBlock(fmt.Sprintf("env.hit%d", i))
 		cur.NewCondBr(is, hit, next)
-		hit.NewBr(store)
-		incs = append(incs, lir.NewIncoming(v, hit))
+		if !amx {
+			hit.NewBr(store)
+			incs = append(incs, lir.NewIncoming(v, hit))
+		} else {
+			perm := f.NewBlock(fmt.Sprintf("env.permit%d", i))
+			hit.NewCondBr(runs, perm, store)
+			incs = append(incs, lir.NewIncoming(llI32(-1), hit))
+			ok := named(perm.NewCall(e.amxPermit), fmt.Sprintf("granted%d", i))
+			v = named(perm.NewSelect(ok, llI32(pick), llI32(pick-1)), fmt.Sprintf("pick%d", i))
+			perm.NewBr(store)
+			incs = append(incs, lir.NewIncoming(v, perm))
+		}
 		cur = next
 	}
 	for i, l := range e.arch.Levels {
-		match(i, l.Name, int64(i))
+		match(i, l.Name, int64(i), l.AMX)
 	}
 	// A level of the architecture the module lacks (a DotBF16 level no
 	// kernel of it is cloned at) runs the best level below it, if the CPU
 	// runs that: one ATTNC_CPU_LEVEL serves every library of a process.
 	for j, a := range e.absent {
-		match(len(e.arch.Levels)+j, a.name, int64(a.below))
+		match(len(e.arch.Levels)+j, a.name, int64(a.below), false)
 	}
 	cur.NewBr(store)
 	incs = append(incs, lir.NewIncoming(llI32(-1), cur))
@@ -225,6 +314,34 @@ func (e *runtimeEmitter) defineCPULevel() {
 	st := store.NewStore(lv, e.levelCache)
 	st.Atomic, st.Ordering, st.Align = true, enum.AtomicOrderingMonotonic, 4
 	store.NewRet(lv)
+}
+
+// hasAMX reports whether the module has an AMX level.
+func (e *runtimeEmitter) hasAMX() bool {
+	for _, l := range e.arch.Levels {
+		if l.AMX {
+			return true
+		}
+	}
+	return false
+}
+
+// defineAMXPermit: i1 @<prefix>.amx_permit() asks Linux for this process's
+// permission to use the AMX tile data (arch_prctl(ARCH_REQ_XCOMP_PERM,
+// XFEATURE_XTILEDATA), a raw syscall: the .ll needs no libc symbol for
+// it) and says whether it was granted (0 returned; granted before also
+// returns 0). Called once, when ATTNC_CPU_LEVEL names the level on a CPU
+// with AMX-TILE, AMX-BF16 and XCR0's tile bits.
+func (e *runtimeEmitter) defineAMXPermit() {
+	f := e.amxPermit
+	b := f.NewBlock("entry")
+	sc := lir.NewInlineAsm(types.NewPointer(types.NewFunc(types.I64, types.I64, types.I64, types.I64)), "syscall",
+		"={ax},{ax},{di},{si},~{rcx},~{r11},~{memory},~{dirflag},~{fpsr},~{flags}")
+	sc.SideEffect = true
+	r := named(b.NewCall(sc, constant.NewInt(types.I64, sysArchPrctl), constant.NewInt(types.I64, archReqXcompPerm),
+		constant.NewInt(types.I64, xfeatureXtiledata)), "r")
+	ok := named(b.NewICmp(enum.IPredEQ, r, constant.NewInt(types.I64, 0)), "granted")
+	b.NewRet(ok)
 }
 
 // defineLevelName: the chosen level's name, or NULL when it is refused.

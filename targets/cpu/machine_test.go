@@ -67,7 +67,7 @@ func TestBind(t *testing.T) {
 	if got := cloneLevels(t, v3); !slices.Equal(got, []string{"x86-64-v3"}) {
 		t.Errorf("LevelTable(x86-64-v3) clones %v", got)
 	}
-	if _, err := LevelTable("neon"); err == nil || !strings.Contains(err.Error(), `"neon" is not a CPU level of x86_64-unknown-linux-gnu (known: x86-64, x86-64-v3, x86-64-v4, x86-64-v4-bf16)`) {
+	if _, err := LevelTable("neon"); err == nil || !strings.Contains(err.Error(), `"neon" is not a CPU level of x86_64-unknown-linux-gnu (known: x86-64, x86-64-v3, x86-64-v4, x86-64-v4-bf16, x86-64-amx)`) {
 		t.Errorf("LevelTable(neon) on x86-64: %v", err)
 	}
 	ran := false

@@ -80,6 +80,8 @@ type runtimeEmitter struct {
 	cpuLevel    *lir.Func
 	levelName   *lir.Func
 	detectLevel *lir.Func
+	amxPermit   *lir.Func // nil without an AMX level
+	amxQK       *lir.Func // rt.amx_qk32; nil without an AMX level
 }
 
 // Declare implements llvmgen.Runtime.
@@ -102,6 +104,8 @@ func (e *runtimeEmitter) Func(name string) *lir.Func {
 		return e.getThreads
 	case "cpu_level":
 		return e.cpuLevel
+	case "amx_qk32":
+		return e.amxQK
 	}
 	return nil
 }
@@ -112,8 +116,12 @@ func (e *runtimeEmitter) ParallelFor() *lir.Func { return e.parallelFor }
 // Define implements llvmgen.Runtime.
 func (e *runtimeEmitter) Define(*llvmgen.Builder) []*lir.Func {
 	e.defineRuntime()
-	return []*lir.Func{e.setThreads, e.getThreads, e.strerror, e.parallelFor, e.worker, e.onlineCPUs,
+	fs := []*lir.Func{e.setThreads, e.getThreads, e.strerror, e.parallelFor, e.worker, e.onlineCPUs,
 		e.cpuLevel, e.levelName, e.detectLevel}
+	if e.amxPermit != nil {
+		fs = append(fs, e.amxPermit, e.amxQK)
+	}
+	return fs
 }
 
 func (e *runtimeEmitter) reserve(name string) { e.b.Reserve(name) }

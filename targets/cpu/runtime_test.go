@@ -462,7 +462,7 @@ func TestRuntimeErrors(t *testing.T) {
 		{"libc clash", lltest.Module("e", lltest.Kernel("pthread_create", nil)), Arches[0], `symbol "pthread_create" is defined twice`},
 		{"dup code", &ir.Module{Name: "x", Errors: []ir.ErrorCode{{Code: -1, Name: "a"}, {Code: -1, Name: "b"}}}, Arches[0], "code -1 is used twice"},
 		{"foreign level", &ir.Module{Name: "x", Kernels: []*ir.Kernel{{Name: "k_neon", Level: "neon", Body: lltest.Blk()}}}, Arches[0],
-			`kernel k_neon: level "neon" is not a level of x86_64-unknown-linux-gnu (known: x86-64, x86-64-v3, x86-64-v4, x86-64-v4-bf16)`},
+			`kernel k_neon: level "neon" is not a level of x86_64-unknown-linux-gnu (known: x86-64, x86-64-v3, x86-64-v4, x86-64-v4-bf16, x86-64-amx)`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -1,0 +1,132 @@
+package conformance
+
+import (
+	"fmt"
+	"math"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"regexp"
+	"testing"
+
+	"github.com/attnc/attnc/cpurt"
+	"github.com/attnc/attnc/internal/amxemu"
+	"github.com/attnc/attnc/ir"
+	"github.com/attnc/attnc/reference"
+)
+
+// overrideLL replaces the definition of internal function @name() in ll
+// by one returning ret (the original stays, renamed, unused).
+func overrideLL(t *testing.T, ll, name, typ, ret string) string {
+	t.Helper()
+	re := regexp.MustCompile(`(?m)^define internal ` + regexp.QuoteMeta(typ) + ` @` + regexp.QuoteMeta(name) + `\(\)`)
+	if len(re.FindAllStringIndex(ll, -1)) != 1 {
+		t.Fatalf("no single definition of @%s() in the .ll", name)
+	}
+	ll = re.ReplaceAllLiteralString(ll, "define internal "+typ+" @"+name+".hw()")
+	return ll + fmt.Sprintf("\ndefine internal %s @%s() {\nentry:\n\tret %s %s\n}\n", typ, name, typ, ret)
+}
+
+// TestAMXPrefillEmulated runs bf16 prefill's x86-64-amx clone — Q·Kᵀ on
+// rt.amx_qk32's AMX tiles — under the tests' AMX emulator
+// (internal/amxemu, linked into the kernel library and installed by its
+// constructor) and checks it with the conformance rule against the
+// float64 reference, on random cases and on TestBF16DenormalOperands'
+// denormal operands (TDPBF16PS flushes them: those tiles must take the
+// f32 micro-kernels). This CPU lacks AMX, so the test makes detect_level
+// report it and amx_permit grant it in the .ll text, then forces the
+// level. Emulated only: not a run on AMX hardware.
+func TestAMXPrefillEmulated(t *testing.T) {
+	needTools(t)
+	v := spec(t, `variant bf16_amx { heads qo = 4, kv = 2
+	  head_dim 64
+	  dtype bf16
+	  cache paged(page_size = 16)
+	  mask causal }`)
+	dir := t.TempDir()
+	emu, err := amxemu.WriteSource(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := []string{"-fPIC", "-DAMXEMU_CONSTRUCTOR", emu}
+	s, err := BuildWith(v, dir, Options{Link: link})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Lib.Close()
+	if !hasClone(s.Final, "x86-64-amx") {
+		t.Fatalf("no kernel of %s is cloned at x86-64-amx", v.Name)
+	}
+	llPath := filepath.Join(dir, v.Name+".ll")
+	data, err := os.ReadFile(llPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ll := overrideLL(t, string(data), s.Prefix+".detect_level", "i32", "4")
+	ll = overrideLL(t, ll, s.Prefix+".amx_permit", "i1", "true")
+	if err := os.WriteFile(llPath, []byte(ll), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tc, err := cpurt.ToolchainFor("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.Link = link
+	if err := tc.BuildShared(llPath, s.so); err != nil {
+		t.Fatal(err)
+	}
+	ls, err := s.AtLevel("x86-64-amx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ls.Lib.Close()
+	d := v.HeadDimQK
+	denormal := func(rng *rand.Rand) float32 {
+		if rng.Intn(5) == 0 {
+			return 0
+		}
+		return float32(math.Ldexp(float64(1+rng.Intn(127)), -133) * float64(1-2*rng.Intn(2)))
+	}
+	cases := 0
+	for seed := int64(1); seed <= 3; seed++ {
+		for _, den := range []bool{false, true} {
+			rng := rand.New(rand.NewSource(seed))
+			c := reference.NewCase(v, rng, reference.CaseSpec{Name: fmt.Sprintf("seed %d denormal %v", seed, den), QLens: []int{70, 33, 128}, KVLens: []int{150, 97, 128}})
+			if den {
+				for i := range c.Q {
+					switch i % d {
+					case 5:
+						c.Q[i] = denormal(rng)
+					case 9:
+						c.Q[i] = 0x1p116
+					}
+				}
+				for i := range c.KPages {
+					switch i % d {
+					case 5:
+						if rng.Intn(3) == 0 {
+							c.KPages[i] = 0x1p120
+						}
+					case 9:
+						c.KPages[i] = denormal(rng)
+					}
+				}
+			}
+			r := ls.RunAttentionCase(ir.RolePrefill, c, 2)
+			if !r.Pass {
+				t.Errorf("x86-64-amx (emulated): %s", r)
+			} else {
+				t.Logf("x86-64-amx (emulated): %s", r)
+			}
+			cases++
+		}
+	}
+	dps, err := ls.Lib.Call("amxemu_count_dp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dps == 0 {
+		t.Fatal("no TDPBF16PS ran: the x86-64-amx clone did not use the tiles")
+	}
+	t.Logf("%d prefill cases at x86-64-amx (emulated), %d TDPBF16PS emulated", cases, dps)
+}
