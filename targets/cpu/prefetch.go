@@ -39,7 +39,10 @@ func TileRows(rowBytes int) int {
 // loop over a constant extent becomes one prefetch per 64-byte line of
 // the row it reads, and a run loop (the rows of one page run) is unrolled
 // over every row of the run — one page-table lookup, then the run's
-// lines. Scattered pages defeat the hardware prefetcher.
+// lines. A staging iteration that records row offsets instead of copying
+// (Tiling.DecodeDirect: the products read the rows in the pool) prefetches
+// the rows whose offsets the iteration j+n records, as it would copies.
+// Scattered pages defeat the hardware prefetcher.
 func PrefetchKV(m *ir.Module) (*ir.Module, error) {
 	return passes.MapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
 		elemBytes := map[string]int{}
