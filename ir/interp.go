@@ -456,6 +456,10 @@ func (f *frame) matmul(s *MatMul) {
 	}
 	me, ne, ke := ext(s.MExt, s.M, "m"), ext(s.NExt, s.N, "n"), ext(s.KExt, s.K, "k")
 	c, a, b := f.buffer(s.C), f.buffer(s.A), f.buffer(s.B)
+	var rows *buffer
+	if s.BRows != "" {
+		rows = f.buffer(s.BRows)
+	}
 	get := func(buf *buffer, i int64) float32 { return math.Float32frombits(uint32(f.load(buf, i, F32))) }
 	// An operand as stored (f16, bf16, 8-bit codes): each element widened.
 	widened := func(op *buffer) func(*buffer, int64) float32 {
@@ -495,6 +499,13 @@ func (f *frame) matmul(s *MatMul) {
 				bi := k*int64(s.N) + n
 				if s.TransB {
 					bi = n*int64(s.K) + k
+				}
+				if s.BRows != "" {
+					r, c := k, n
+					if s.TransB {
+						r, c = n, k
+					}
+					bi = int64(f.load(rows, r, I64)) + c
 				}
 				if s.ZeroSkip && math.Float32bits(x) == 1<<31 {
 					continue

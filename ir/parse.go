@@ -795,8 +795,9 @@ func (p *parser) reduce() *Reduce {
 	return s
 }
 
-// matmul reads `matmul C[M, N] (=|+=) A[M, K] * B[K, N] [zeroskip]
-// extent(m, n, k) [@tag]`, or `* B^T[N, K]` for a transposed B.
+// matmul reads `matmul C[M, N] (=|+=) A[M, K] * B[K, N] [rows(R)]
+// [zeroskip] extent(m, n, k) [@tag]`, or `* B^T[N, K]` for a transposed
+// B; rows(R) reads B through the row offsets in R (MatMul.BRows).
 func (p *parser) matmul() *MatMul {
 	s := &MatMul{}
 	shape := func() (name token, a, b int) {
@@ -837,6 +838,13 @@ func (p *parser) matmul() *MatMul {
 	p.expect("]")
 	if wantR, wantC := k, n; s.TransB && (b0 != n || b1 != k) || !s.TransB && (b0 != wantR || b1 != wantC) {
 		p.failAt(bt, "matmul: B shape [%d, %d] does not fit A [%d, %d] and C [%d, %d]", b0, b1, m, k, m, n)
+	}
+	if p.accept("rows") {
+		p.expect("(")
+		rt := p.ident()
+		p.bufferDecl(rt)
+		s.BRows = rt.text
+		p.expect(")")
 	}
 	s.ZeroSkip = p.accept("zeroskip")
 	p.expect("extent")

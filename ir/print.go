@@ -242,6 +242,9 @@ func (p *printer) stmt(s Stmt) {
 		if s.TransB {
 			bt, bshape = "^T", fmt.Sprintf("[%d, %d]", s.N, s.K)
 		}
+		if s.BRows != "" {
+			bshape += " rows(" + s.BRows + ")"
+		}
 		if s.ZeroSkip {
 			zs = " zeroskip"
 		}

@@ -189,6 +189,14 @@ type Reduce struct {
 // whose values may hold any bits cannot reach C; a +0 element multiplies
 // as IEEE arithmetic does (0·NaN is NaN). The summation order is the
 // target's.
+//
+// With BRows, B is read through row offsets instead of as a dense array:
+// BRows names a local array of i64 element offsets into B (a buffer, the
+// cache pool), one for each row of B as stored (N rows when TransB, else
+// K), and B's stored row r is B[BRows[r] ..]. Only the rows below the
+// extent that indexes them (NExt when TransB, else KExt) are read, so the
+// offsets of the rows past it need not be set: a decode tile reads its K
+// and V rows straight from the pages.
 type MatMul struct {
 	C, A, B          string
 	M, N, K          int
@@ -197,6 +205,21 @@ type MatMul struct {
 	ZeroSkip         bool
 	MExt, NExt, KExt Expr
 	Tag              Tag
+	BRows            string
+}
+
+// BAt is the index of element (row r, column c) of B as stored (r < N
+// and c < K when TransB, else r < K and c < N): r·width + c, or, with
+// BRows, BRows[r] + c in i64. r and c are i32.
+func (s *MatMul) BAt(r, c Expr) Expr {
+	if s.BRows != "" {
+		return Bin(Add, Ld(s.BRows, I64, r), Cvt(I64, c))
+	}
+	w := s.N
+	if s.TransB {
+		w = s.K
+	}
+	return Bin(Add, Bin(Mul, r, Int(int64(w))), c)
 }
 
 func (*Reduce) isStmt() {}

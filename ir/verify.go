@@ -662,6 +662,10 @@ func (v *verifier) matmul(s *MatMul) {
 		n    int
 	}{{s.C, s.M * s.N}, {s.A, s.M * s.K}, {s.B, s.K * s.N}} {
 		d := v.buffer(x.name, "matmul operand")
+		if x.name == s.B && s.BRows != "" {
+			// Rows at offsets: B is a buffer of any size (the pool).
+			x.n = 0
+		}
 		if d.t != F32 && !(x.name != s.C && d.t.IsStorageOnly()) {
 			v.fail("matmul operand %s has %s elements, want f32 (A, B: or a storage type, widened)", x.name, d.t)
 		}
@@ -673,6 +677,19 @@ func (v *verifier) matmul(s *MatMul) {
 		v.expr(e)
 		if t := e.Type(); t != I32 {
 			v.fail("matmul %s: extent is %s, want i32", s.C, t)
+		}
+	}
+	if s.BRows != "" {
+		rows := s.K
+		if s.TransB {
+			rows = s.N
+		}
+		d := v.buffer(s.BRows, "matmul row offsets")
+		if d.t != I64 {
+			v.fail("matmul %s: row offsets %s have %s elements, want i64", s.C, s.BRows, d.t)
+		}
+		if d.size > 0 && d.size < rows {
+			v.fail("matmul %s: row offsets %s hold %d elements, B has %d rows", s.C, s.BRows, d.size, rows)
 		}
 	}
 }

@@ -305,6 +305,12 @@ func (l *lowering) allocItem(w *blk, x itemVars) {
 	w.alloc("den", ir.F32, R)
 	w.alloc("alpha", ir.F32, R)
 	w.alloc("kvis", ir.I32, KT)
+	if l.directK {
+		w.alloc("koff", ir.I64, KT)
+	}
+	if l.directV {
+		w.alloc("voff", ir.I64, KT)
+	}
 	if l.v.InlineRope() != nil {
 		l.ropeTable(w)
 		l.fillRopeTable(w)
@@ -352,8 +358,20 @@ func (l *lowering) tileStep(t *blk, x itemVars, kt ir.Expr) {
 	kvLo := t.let("kv_lo", mul(kt, i32(KT)))
 	kvN := t.let("kv_n", minE(i32(KT), sub(x.kvLen, kvLo)))
 	l.stageKV(t, x.kvBeg, kvLo, kvN, sub(x.kvLen, kvLo), x.kvh, x.sb, sub(x.kvLen, x.qLen), x.qBeg)
-	t.add(&ir.MatMul{C: "sc", A: "qs", B: "kb", M: R, N: KT, K: D, TransB: true,
-		MExt: x.nRows, NExt: kvN, KExt: i32(D)})
+	// direct: every position of the tile is on a readable page, so the
+	// products read the rows where the staging found them.
+	var direct ir.Expr
+	if l.directK || l.directV {
+		j := ir.R("j", ir.I32)
+		t.add(&ir.Reduce{Name: "kv_seen", Op: ir.ReduceAdd, Var: "j", Lo: i32(0), Hi: i32(KT),
+			Value: sel(lt(j, kvN), ld("kvis", ir.I32, j), i32(0))})
+		direct = t.let("kv_direct", eq(ir.R("kv_seen", ir.I32), kvN))
+		t.add(&ir.If{Cond: not(direct), Then: l.stageRunsBlock(x.kvBeg, kvLo, kvN, x.kvh, x.sb, sub(x.kvLen, x.qLen), x.qBeg,
+			l.directK, l.directV, false, ir.NoTag)})
+	}
+	qk := &ir.MatMul{C: "sc", A: "qs", B: "kb", M: R, N: KT, K: D, TransB: true,
+		MExt: x.nRows, NExt: kvN, KExt: i32(D)}
+	t.add(directOr(direct, l.directK, qk, l.kSegs()[0].buf, "koff"))
 	// Score: scale, @score, @mask, the data masks and hidden blocks, once
 	// per (row, position).
 	t.spread("row", R, func(y *blk, row ir.Expr) {
@@ -374,8 +392,20 @@ func (l *lowering) tileStep(t *blk, x itemVars, kt ir.Expr) {
 	// the mask, the score expression or the data) contributes exactly
 	// nothing, its V row included, in every tile (DESIGN §3); a visible
 	// position's weight multiplies its V row as IEEE arithmetic does.
-	t.add(&ir.MatMul{C: "acc", A: "sc", B: "vb", M: R, N: DV, K: KT, Accumulate: true, ZeroSkip: true,
-		MExt: x.nRows, NExt: i32(DV), KExt: kvN})
+	pv := &ir.MatMul{C: "acc", A: "sc", B: "vb", M: R, N: DV, K: KT, Accumulate: true, ZeroSkip: true,
+		MExt: x.nRows, NExt: i32(DV), KExt: kvN}
+	t.add(directOr(direct, l.directV, pv, l.vSegs()[0].buf, "voff"))
+}
+
+// directOr is mm, or, when its B is read in place (on), `if direct { mm
+// reading B's rows in pool at the offsets rows } else { mm }`.
+func directOr(direct ir.Expr, on bool, mm *ir.MatMul, pool, rows string) ir.Stmt {
+	if !on {
+		return mm
+	}
+	in := *mm
+	in.B, in.BRows = pool, rows
+	return &ir.If{Cond: direct, Then: &ir.Block{Stmts: []ir.Stmt{&in}}, Else: &ir.Block{Stmts: []ir.Stmt{mm}}}
 }
 
 // storeItem normalizes each row and stores it: o and lse, or a split
@@ -491,18 +521,41 @@ func (l *lowering) stageKV(t *blk, kvBeg, kvLo, kvN, kvRest, kvh, sb, qBase, qSe
 // how many runs the item has left (this tile's and the later ones'), for
 // prefetch-kv.
 func (l *lowering) stageKVRuns(t *blk, kvBeg, kvLo, kvN, kvRest, kvh, sb, qBase, qSeqRow ir.Expr) {
+	KT := l.t.KVTile
+	run := min(l.pt.pageRun(), KT)
+	stage := l.stageRunsBlock(kvBeg, kvLo, kvN, kvh, sb, qBase, qSeqRow, !l.directK, !l.directV, l.directK || l.directV, ir.TagStage)
+	t.add(stage.Stmts...)
+	// pj up to (kv_rest-1)/run stages a run of the item, in this tile or
+	// a later one: what prefetch-kv may touch.
+	stage.Stmts[0].(*ir.For).Ranges = []ir.Range{{Var: "pj", Lo: i32(0), Hi: div(sub(kvRest, i32(1)), i32(run))}}
+}
+
+// stageRunsBlock is the loop over a tile's page runs (tagged tag) that
+// copies the K rows (copyK) and V rows (copyV) of the readable runs and
+// zeros the others', and, with offsets, records kvis and the pool offset
+// of each row read in place (koff, voff: Tiling.DecodeDirect). Without
+// offsets it marks kvis itself.
+func (l *lowering) stageRunsBlock(kvBeg, kvLo, kvN, kvh, sb, qBase, qSeqRow ir.Expr, copyK, copyV, offsets bool, tag ir.Tag) *ir.Block {
 	D, DV, KT := l.D, l.DV, l.t.KVTile
 	run := min(l.pt.pageRun(), KT)
+	marks := offsets || (copyK && !l.directK) || (copyV && !l.directV) || !(l.directK || l.directV)
 	zero := func(x *blk, j ir.Expr) {
-		x.store("kvis", j, i32(0))
-		x.spread("d", D, func(y *blk, d ir.Expr) { y.store("kb", add(mul(j, i32(D)), d), ir.Cvt(l.stageType(), f32(0))) })
-		x.spread("d", DV, func(y *blk, d ir.Expr) { y.store("vb", add(mul(j, i32(DV)), d), ir.Cvt(l.stageType(), f32(0))) })
+		if marks {
+			x.store("kvis", j, i32(0))
+		}
+		if copyK {
+			x.spread("d", D, func(y *blk, d ir.Expr) { y.store("kb", add(mul(j, i32(D)), d), ir.Cvt(l.stageType(), f32(0))) })
+		}
+		if copyV {
+			x.spread("d", DV, func(y *blk, d ir.Expr) { y.store("vb", add(mul(j, i32(DV)), d), ir.Cvt(l.stageType(), f32(0))) })
+		}
 	}
 	zeroRun := func(x *blk, j0 ir.Expr) {
 		x.spread("js", run, func(y *blk, js ir.Expr) { zero(y, add(j0, js)) })
 	}
 	pj := ir.R("pj", ir.I32)
-	stage := t.loop("pj", i32(0), i32(KT/run), ir.Spread, ir.TagStage, func(x *blk) {
+	var t blk
+	t.loop("pj", i32(0), i32(KT/run), ir.Spread, tag, func(x *blk) {
 		x.guarded(lt(pj, ceilDiv(kvN, run)), func(y *blk) {
 			j0 := y.let("j0", mul(pj, i32(run)))
 			pos0 := y.let("kv_at", add(kvLo, j0))
@@ -513,9 +566,17 @@ func (l *lowering) stageKVRuns(t *blk, kvBeg, kvLo, kvN, kvRest, kvh, sb, qBase,
 				z.spread("js", run, func(u *blk, js ir.Expr) {
 					u.guarded(lt(js, nRun), func(w *blk) {
 						j := w.let("jr", add(j0, js))
-						w.store("kvis", j, i32(1))
+						if marks {
+							w.store("kvis", j, i32(1))
+						}
 						for _, sg := range l.kSegs() {
 							row := w.let("krow"+segName(sg), rowOf(js, kvh, sg.w))
+							if offsets && l.directK {
+								w.store("koff", j, row)
+							}
+							if !copyK {
+								continue
+							}
 							w.spread("d", sg.w, func(v *blk, d ir.Expr) {
 								l.stageRow(v, "kb", add(mul(j, i32(D)), plus(d, sg.off)), l.kRopePos(add(pos0, js), sb, qBase, qSeqRow), d,
 									func(k ir.Expr) ir.Expr { return l.stageLoad(sg.buf, add(row, i64(k))) })
@@ -523,6 +584,12 @@ func (l *lowering) stageKVRuns(t *blk, kvBeg, kvLo, kvN, kvRest, kvh, sb, qBase,
 						}
 						for _, sg := range l.vSegs() {
 							row := w.let("vrow"+segName(sg), rowOf(js, kvh, sg.w))
+							if offsets && l.directV {
+								w.store("voff", j, row)
+							}
+							if !copyV {
+								continue
+							}
 							w.spread("d", sg.w, func(v *blk, d ir.Expr) {
 								v.store("vb", add(mul(j, i32(DV)), plus(d, sg.off)), l.stageLoad(sg.buf, add(row, i64(d))))
 							})
@@ -537,9 +604,7 @@ func (l *lowering) stageKVRuns(t *blk, kvBeg, kvLo, kvN, kvRest, kvh, sb, qBase,
 			y.guarded(readable, load, func(z *blk) { zeroRun(z, j0) })
 		}, func(y *blk) { zeroRun(y, mul(pj, i32(run))) })
 	})
-	// pj up to (kv_rest-1)/run stages a run of the item, in this tile or
-	// a later one: what prefetch-kv may touch.
-	stage.Ranges = []ir.Range{{Var: "pj", Lo: i32(0), Hi: div(sub(kvRest, i32(1)), i32(run))}}
+	return t.block()
 }
 
 // scoreStep finishes the score at sc[at] (the dot product of a query row

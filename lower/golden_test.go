@@ -56,6 +56,7 @@ func goldenCases() []goldenCase {
 	padded := Tiling{KVTile: 16, Rows: 16, PadRows: true, MaxHeads: 8}
 	stored := Tiling{KVTile: 16, DecodeKVTile: 32, Rows: 16, MaxHeads: 8, DecodeStageStored: true}
 	runs := Tiling{KVTile: 16, Rows: 16, MaxHeads: 8, PageRuns: true}
+	direct := Tiling{KVTile: 16, Rows: 16, MaxHeads: 8, PageRuns: true, DecodeDirect: true}
 	return []goldenCase{
 		// The skeleton's roles.
 		{feature: "mha_causal_prefill", edit: func(v *ir.Variant) {}},
@@ -227,6 +228,22 @@ func goldenCases() []goldenCase {
 			v.Kernels = roles(ir.RoleDecode)
 		}},
 		{feature: "page_runs_ragged", tiling: &runs, edit: func(v *ir.Variant) { v.Kernels = roles(ir.RolePrefillRagged) }},
+		// Decode rows read in place (row offsets): both K and V; MLA's
+		// latent V alone (K has two segments); V alone under inline RoPE.
+		{feature: "direct_csr_decode_i8", tiling: &direct, edit: func(v *ir.Variant) {
+			v.DType, v.KVDType, v.KVScale = ir.DTF16, ir.DTI8, ir.KVScalePerTensor
+			v.Kernels = roles(ir.RoleDecode)
+		}},
+		{feature: "direct_mla_e4m3", tiling: &direct, edit: func(v *ir.Variant) {
+			v.MLA = &ir.MLA{Heads: 4, KVLoraRank: 16, RopeDim: 8}
+			v.QOHeads, v.KVHeads, v.HeadDimQK, v.HeadDimV = 4, 1, 24, 16
+			v.DType, v.KVDType, v.KVScale = ir.DTBF16, ir.DTE4M3, ir.KVScalePerTensor
+			v.Kernels = roles(ir.RoleDecode)
+		}},
+		{feature: "direct_block_table_rope", tiling: &direct, edit: func(v *ir.Variant) {
+			v.Table, v.Kernels = ir.BlockTable, roles(ir.RoleDecode)
+			v.Rope = &ir.Rope{Theta: 10000, Style: ir.RopeNormal}
+		}},
 	}
 }
 

@@ -55,6 +55,16 @@ type Tiling struct {
 	// the page holds it), the rows of a run copied from the page's base;
 	// off, every position looks its page up.
 	PageRuns bool
+	// DecodeDirect (with PageRuns) makes the decode kernels read K and V
+	// rows straight from the pages: the staging walk records each row's
+	// pool offset (MatMul.BRows) instead of copying it, and the tile's
+	// products read the rows there, widening them as they read. A tile
+	// with a page the table hides or that lies outside the pool is
+	// staged as before (copied, hidden rows zeroed) and runs the products
+	// on the copies; so is K under inline RoPE (rotated as staged) and a
+	// K row of MLA's two segments (its V, the latent alone, is read in
+	// place).
+	DecodeDirect bool
 }
 
 // HeadTile is how many qo heads of a GQA group of g heads a work item
@@ -140,6 +150,10 @@ func Lower(v *ir.Variant, t Tiling) (*ir.Module, error) {
 			ld.t.KVTile = t.DecodeKVTile
 		}
 		ld.stageStored = t.DecodeStageStored && l.kvt.IsStorageOnly() && v.InlineRope() == nil && v.MLA == nil
+		if t.DecodeDirect && t.PageRuns {
+			ld.directK = v.InlineRope() == nil && len(ld.kSegs()) == 1
+			ld.directV = len(ld.vSegs()) == 1
+		}
 		add(ld.decode(v.HasRole(ir.RoleDecode)))
 	}
 	if v.HasRole(ir.RolePrefillRagged) {
@@ -185,6 +199,10 @@ type lowering struct {
 	// stageStored: the K and V tiles hold the cache's elements as stored
 	// (Tiling.DecodeStageStored, where it applies).
 	stageStored bool
+	// directK, directV: the decode tiles' products read K, V rows in the
+	// pool at the offsets koff, voff (Tiling.DecodeDirect, where it
+	// applies).
+	directK, directV bool
 }
 
 func scalar(name string) *ir.Param { return &ir.Param{Name: name, Elem: ir.I32} }

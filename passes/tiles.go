@@ -40,9 +40,9 @@ func MatMulLoopsOf(mm *ir.MatMul, aElem, bElem ir.Type, order DotOrder, dotKind 
 	}
 	bAt := func(k ir.Expr) ir.Expr {
 		if mm.TransB {
-			return LoadF32(mm.B, bElem, 1, ir.Bin(ir.Add, ir.Bin(ir.Mul, n, i32(mm.K)), k))
+			return LoadF32(mm.B, bElem, 1, mm.BAt(n, k))
 		}
-		return LoadF32(mm.B, bElem, 1, ir.Bin(ir.Add, ir.Bin(ir.Mul, k, i32(mm.N)), n))
+		return LoadF32(mm.B, bElem, 1, mm.BAt(k, n))
 	}
 	cAt := ir.Bin(ir.Add, ir.Bin(ir.Mul, m, i32(mm.N)), n)
 	prod := func(a, b ir.Expr) ir.Expr {
@@ -261,6 +261,9 @@ func Accesses(s ir.Stmt) (reads, writes map[string]bool) {
 			reads[x.Src], writes[x.Dst] = true, true
 		case *ir.MatMul:
 			reads[x.A], reads[x.B], writes[x.C] = true, true, true
+			if x.BRows != "" {
+				reads[x.BRows] = true
+			}
 			if x.Accumulate {
 				reads[x.C] = true
 			}

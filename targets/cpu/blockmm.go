@@ -98,7 +98,7 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 		if !mm.TransB {
 			return true
 		}
-		if mm.M < BlockMinRows {
+		if mm.M < BlockMinRows || mm.BRows != "" {
 			return false
 		}
 		a, ok := allocs[mm.B]
@@ -318,7 +318,11 @@ func microKernel(mm *ir.MatMul, b string, bElem ir.Type, L int, m0, n0 ir.Expr, 
 	k := ir.R("bm_k", ir.I32)
 	var step []ir.Stmt
 	for j := 0; j < nr; j++ {
-		step = append(step, &ir.Let{Name: fmt.Sprintf("bm_b%d", j), Value: passes.LoadF32(b, bElem, L, addE(mulE(k, mm.N), addE(n0, i32c(j*L))))})
+		at := addE(mulE(k, mm.N), addE(n0, i32c(j*L)))
+		if b == mm.B {
+			at = bAt(mm, k, mm.N, addE(n0, i32c(j*L)))
+		}
+		step = append(step, &ir.Let{Name: fmt.Sprintf("bm_b%d", j), Value: passes.LoadF32(b, bElem, L, at)})
 	}
 	for i := 0; i < mr; i++ {
 		a := fmt.Sprintf("bm_a%d", i)

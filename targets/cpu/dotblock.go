@@ -11,13 +11,17 @@ import (
 // Q·Kᵀ of a decode tile (B transposed, fewer than BlockMinRows rows, too
 // few for packing B to pay), with K a whole number of vectors, read to its
 // end, and B a local array (f32, or a storage type its loads widen) that
-// holds every row of N.
+// holds every row of N — or B's rows read at row offsets (BRows: K rows
+// straight from the pages), each a whole row of K elements.
 func dotBlocks(mm *ir.MatMul, allocs map[string]*ir.Alloc, lanes int) bool {
 	if !mm.TransB || mm.M >= BlockMinRows || lanes < 2 || mm.N%lanes != 0 || mm.K%lanes != 0 {
 		return false
 	}
 	if c, ok := ir.IsConst(mm.KExt); !ok || c.Int != int64(mm.K) {
 		return false
+	}
+	if mm.BRows != "" {
+		return true
 	}
 	a, ok := allocs[mm.B]
 	return ok && (a.T == ir.F32 || a.T.IsStorageOnly()) && a.Size >= mm.N*mm.K
@@ -73,7 +77,14 @@ func dotKernel(mm *ir.MatMul, bElem ir.Type, L, R int, m0, n0 ir.Expr) []ir.Stmt
 		step = append(step, &ir.Let{Name: fmt.Sprintf("db_a%d", r), Value: ir.Ld(mm.A, vt, addE(mulE(addE(m0, i32c(r)), mm.K), k0))})
 	}
 	for c := 0; c < C; c++ {
-		step = append(step, &ir.Let{Name: fmt.Sprintf("db_b%d", c), Value: passes.LoadF32(mm.B, bElem, L, addE(mulE(addE(n0, i32c(c)), mm.K), k0))})
+		row := addE(n0, i32c(c))
+		if mm.BRows != "" {
+			// The block's last columns may lie past NExt (C there is
+			// unspecified), where no row offset is set: they read the
+			// last row instead.
+			row = ir.Bin(ir.Min, row, addE(mm.NExt, i32c(-1)))
+		}
+		step = append(step, &ir.Let{Name: fmt.Sprintf("db_b%d", c), Value: passes.LoadF32(mm.B, bElem, L, bAt(mm, row, mm.K, k0))})
 	}
 	for s := 0; s < L; s++ {
 		r, c := lane[s]/C, lane[s]%C
@@ -166,4 +177,16 @@ func transposeAddColumns(L int) []int {
 		col[s] = t
 	}
 	return col
+}
+
+// bAt is the index of element (row r, column c) of B as stored, rows of
+// w elements: r·w + c folded as the kernels write it, or, with row
+// offsets (BRows: rows read straight from the pages), BRows[r] + c. A row
+// offset is an i64 load that LLVM hoists out of the contraction loop, so
+// each vector of B costs one address add.
+func bAt(mm *ir.MatMul, r ir.Expr, w int, c ir.Expr) ir.Expr {
+	if mm.BRows != "" {
+		return mm.BAt(r, c)
+	}
+	return addE(mulE(r, w), c)
 }

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/passes"
@@ -38,7 +39,10 @@ func TileRows(rowBytes int) int {
 // loop over a constant extent becomes one prefetch per 64-byte line of
 // the row it reads, and a run loop (the rows of one page run) is unrolled
 // over every row of the run — one page-table lookup, then the run's
-// lines. Scattered pages defeat the hardware prefetcher.
+// lines. A staging iteration that records row offsets instead of copying
+// (Tiling.DecodeDirect: the products read the rows in the pool) prefetches
+// the rows whose offsets the iteration j+n records, as it would copies.
+// Scattered pages defeat the hardware prefetcher.
 func PrefetchKV(m *ir.Module) (*ir.Module, error) {
 	return passes.MapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
 		elemBytes := map[string]int{}
@@ -47,6 +51,7 @@ func PrefetchKV(m *ir.Module) (*ir.Module, error) {
 				elemBytes[p.Name] = max(1, p.Elem.Bits()/8)
 			}
 		}
+		offs := rowOffsetArrays(k, elemBytes)
 		return ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
 			f, ok := s.(*ir.For)
 			if !ok || f.Tag != ir.TagStage {
@@ -57,9 +62,9 @@ func PrefetchKV(m *ir.Module) (*ir.Module, error) {
 			}
 			// An iteration that copies a page run of r rows looks a tile
 			// ahead in TileRows/r iterations (at least one).
-			rows := max(1, runRows(f.Body, elemBytes))
-			ahead := ir.Bin(ir.Add, ir.R(f.Var, ir.I32), ir.Int(int64(max(1, TileRows(rowBytes(f.Body, elemBytes))/rows))))
-			body, n := prefetchBlock(f.Body, map[string]ir.Expr{f.Var: ahead}, elemBytes, "_pf")
+			rows := max(1, runRows(f.Body, elemBytes, offs))
+			ahead := ir.Bin(ir.Add, ir.R(f.Var, ir.I32), ir.Int(int64(max(1, TileRows(rowBytes(f.Body, elemBytes, offs))/rows))))
+			body, n := prefetchBlock(f.Body, map[string]ir.Expr{f.Var: ahead}, elemBytes, offs, "_pf")
 			if n == 0 {
 				return []ir.Stmt{s}
 			}
@@ -78,17 +83,21 @@ func PrefetchKV(m *ir.Module) (*ir.Module, error) {
 
 // rowBytes is the most bytes one copy loop in b (or its ifs, or a run
 // loop's body) reads from a param: a staged row.
-func rowBytes(b *ir.Block, elemBytes map[string]int) int {
+func rowBytes(b *ir.Block, elemBytes map[string]int, rows map[string]rowRead) int {
 	n := 0
 	for _, s := range b.Stmts {
 		switch x := s.(type) {
+		case *ir.Store:
+			if r, ok := rows[x.Buf]; ok {
+				n = max(n, int(r.n)*elemBytes[r.buf])
+			}
 		case *ir.If:
-			n = max(n, rowBytes(x.Then, elemBytes))
+			n = max(n, rowBytes(x.Then, elemBytes, rows))
 		case *ir.For:
 			if src, extent := copyRead(x, elemBytes); src != nil {
 				n = max(n, int(extent)*elemBytes[src.Buf])
 			} else if runExtent(x) > 0 {
-				n = max(n, rowBytes(x.Body, elemBytes))
+				n = max(n, rowBytes(x.Body, elemBytes, rows))
 			}
 		}
 	}
@@ -99,11 +108,15 @@ func rowBytes(b *ir.Block, elemBytes map[string]int) int {
 // b copies: the static extent of the run loop (a loop over rows that
 // holds copy loops; the lowering's page runs) it holds, 1 when its copy
 // loops are its own (a row per iteration), 0 when it copies nothing.
-func runRows(b *ir.Block, elemBytes map[string]int) int {
+func runRows(b *ir.Block, elemBytes map[string]int, rows map[string]rowRead) int {
 	for _, s := range b.Stmts {
 		switch x := s.(type) {
+		case *ir.Store:
+			if _, ok := rows[x.Buf]; ok {
+				return 1
+			}
 		case *ir.If:
-			if n := runRows(x.Then, elemBytes); n > 0 {
+			if n := runRows(x.Then, elemBytes, rows); n > 0 {
 				return n
 			}
 		case *ir.For:
@@ -111,7 +124,7 @@ func runRows(b *ir.Block, elemBytes map[string]int) int {
 				return 1
 			}
 			if e := runExtent(x); e > 0 {
-				if n := runRows(x.Body, elemBytes); n > 0 {
+				if n := runRows(x.Body, elemBytes, rows); n > 0 {
 					return int(e) * n
 				}
 			}
@@ -144,30 +157,38 @@ func runExtent(f *ir.For) int64 {
 // static extent — every row its page may hold, whatever the guard folded
 // into its bound — every other statement dropped. n counts the
 // prefetches.
-func prefetchBlock(b *ir.Block, sub map[string]ir.Expr, elemBytes map[string]int, suffix string) (*ir.Block, int) {
+func prefetchBlock(b *ir.Block, sub map[string]ir.Expr, elemBytes map[string]int, rows map[string]rowRead, suffix string) (*ir.Block, int) {
 	out := &ir.Block{}
 	n := 0
 	for _, s := range b.Stmts {
 		switch x := s.(type) {
+		case *ir.Store:
+			if r, ok := rows[x.Buf]; ok {
+				row := ir.Subst(x.Value, sub)
+				for d := int64(0); d < r.n; d += int64(64 / elemBytes[r.buf]) {
+					out.Stmts = append(out.Stmts, &ir.Prefetch{Buf: r.buf, Index: ir.Bin(ir.Add, row, ir.IntT(ir.I64, d))})
+					n++
+				}
+			}
 		case *ir.Let:
 			name := x.Name + suffix
 			v := ir.Subst(x.Value, sub)
 			out.Stmts = append(out.Stmts, &ir.Let{Name: name, Value: v})
 			sub[x.Name] = ir.R(name, v.Type())
 		case *ir.If:
-			then, k := prefetchBlock(x.Then, sub, elemBytes, suffix)
+			then, k := prefetchBlock(x.Then, sub, elemBytes, rows, suffix)
 			if k > 0 {
 				out.Stmts = append(out.Stmts, &ir.If{Cond: ir.Subst(x.Cond, sub), Then: then})
 				n += k
 			}
 		case *ir.For:
-			if src, _ := copyRead(x, elemBytes); src == nil && runRows(x.Body, elemBytes) > 0 {
+			if src, _ := copyRead(x, elemBytes); src == nil && runRows(x.Body, elemBytes, rows) > 0 {
 				for js := range runExtent(x) {
 					inner := map[string]ir.Expr{x.Var: ir.Int(js)}
 					for k, v := range sub {
 						inner[k] = v
 					}
-					body, k := prefetchBlock(x.Body, inner, elemBytes, fmt.Sprintf("%s%d", suffix, js))
+					body, k := prefetchBlock(x.Body, inner, elemBytes, rows, fmt.Sprintf("%s%d", suffix, js))
 					out.Stmts = append(out.Stmts, body.Stmts...)
 					n += k
 				}
@@ -223,4 +244,44 @@ func copyRead(f *ir.For, elemBytes map[string]int) (*ir.Load, int64) {
 		return nil, 0
 	}
 	return src, hi.Int
+}
+
+// rowRead is a row of n elements of param buf that a product reads at
+// an offset held in a row-offset array (MatMul.BRows, written out by
+// block-matmul or lower-tiles as loads buf[arr[r] + c]).
+type rowRead struct {
+	buf string
+	n   int64
+}
+
+// rowOffsetArrays finds k's row-offset arrays: i64 arrays whose elements
+// index a param's loads, each a row of the param's last dimension (a
+// pool's row). A staging loop that stores such an offset reads that row
+// (in the products, not in the loop), so prefetch-kv prefetches it as it
+// would a copy.
+func rowOffsetArrays(k *ir.Kernel, elemBytes map[string]int) map[string]rowRead {
+	width := map[string]int64{}
+	for _, p := range k.Params {
+		if p.Buffer && !p.Output && len(p.Shape) > 0 {
+			if n, err := strconv.ParseInt(p.Shape[len(p.Shape)-1], 10, 64); err == nil && n > 0 {
+				width[p.Name] = n
+			}
+		}
+	}
+	out := map[string]rowRead{}
+	ir.MapStmtExprs(k.Body, func(e ir.Expr) ir.Expr {
+		ir.VisitExpr(e, func(n ir.Expr) {
+			l, ok := n.(*ir.Load)
+			if !ok || elemBytes[l.Buf] == 0 || width[l.Buf] == 0 {
+				return
+			}
+			ir.VisitExpr(l.Index, func(m ir.Expr) {
+				if r, ok := m.(*ir.Load); ok && r.T == ir.I64 && elemBytes[r.Buf] == 0 {
+					out[r.Buf] = rowRead{buf: l.Buf, n: width[l.Buf]}
+				}
+			})
+		})
+		return e
+	})
+	return out
 }

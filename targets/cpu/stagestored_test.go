@@ -108,6 +108,12 @@ func stagedDecodeArgs(v *ir.Variant) map[string]any {
 				out[i] = uint16(rng.Intn(2)<<15 | e<<10 | rng.Intn(1<<10))
 			}
 			return out
+		case ir.DTF32:
+			out := make([]float32, n)
+			for i := range out {
+				out[i] = float32(rng.Intn(2)*2-1) * (0.5 + 1.5*rng.Float32())
+			}
+			return out
 		case ir.DTI8:
 			out := make([]byte, n)
 			rng.Read(out)
