@@ -91,7 +91,8 @@ func recordAll(t *testing.T, key string, rs []Result) {
 	}
 }
 
-// TestExamplesCUDAShortNamesExist: every examplesCUDAShort name is a
+// TestExamplesCUDAShortNamesExist: every examplesCUDAShort (and
+// examplesEmulatedShort, examplesLong) name is a
 // variant of an example, so the default run does not silently skip one.
 func TestExamplesCUDAShortNamesExist(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("..", "examples", "*.attn"))
@@ -106,9 +107,11 @@ func TestExamplesCUDAShortNamesExist(t *testing.T) {
 	for _, v := range vs {
 		names[v.Name] = true
 	}
-	for _, n := range examplesCUDAShort {
-		if !names[n] {
-			t.Errorf("examplesCUDAShort names %s, which no example has", n)
+	for list, ns := range map[string][]string{"examplesCUDAShort": examplesCUDAShort, "examplesEmulatedShort": examplesEmulatedShort, "examplesLong": examplesLong} {
+		for _, n := range ns {
+			if !names[n] {
+				t.Errorf("%s names %s, which no example has", list, n)
+			}
 		}
 	}
 }

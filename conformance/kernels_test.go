@@ -517,6 +517,27 @@ var matrixAlways = []string{"ps4_rope_table_tree_interleaved", "ps16_rope_factor
 // (bf16), f16 GQA 4 over pages of 16 in ps16_gqa4).
 var matrixLong = []string{"ps128_gqa4", "ps16_learned_sinks"}
 
+// TestMatrixListsNameVariants: every name of levelShort, matrixAlways and
+// matrixLong is a variant of matrixSpecs (matrixLong's at an even place,
+// which the default run would take otherwise), and TestAArch64Matrix's
+// aarch64Short too, so that no list silently names nothing.
+func TestMatrixListsNameVariants(t *testing.T) {
+	at := map[string]int{}
+	for i, src := range matrixSpecs {
+		at[spec(t, src).Name] = i
+	}
+	for list, ns := range map[string][]string{"levelShort": levelShort, "matrixAlways": matrixAlways, "matrixLong": matrixLong, "aarch64Short": aarch64Short} {
+		for _, n := range ns {
+			i, ok := at[n]
+			if !ok {
+				t.Errorf("%s names %s, which matrixSpecs does not have", list, n)
+			} else if list == "matrixLong" && i%2 == 1 {
+				t.Errorf("matrixLong names %s, at an odd place, which the default run leaves out anyway", n)
+			}
+		}
+	}
+}
+
 // lowerLevels are the CPU levels of s's triple below the one its entries
 // chose: the best this CPU runs, unless $ATTNC_CPU_LEVEL forced one.
 func lowerLevels(t *testing.T, s *Suite) []string {
