@@ -161,24 +161,30 @@ type Options struct {
 // compileFor schedules v for a target with the verifier after every pass
 // and writes the target's files into dir.
 func compileFor(v *ir.Variant, name, dir string, o Options) (*driver.Compiled, error) {
+	c, _, err := compileFiles(v, name, dir, o)
+	return c, err
+}
+
+// compileFiles is compileFor that returns the files it wrote too.
+func compileFiles(v *ir.Variant, name, dir string, o Options) (*driver.Compiled, []targets.Artifact, error) {
 	bo := driver.Options{Passes: passes.Options{VerifyEach: true}, Triple: o.Triple}
 	if o.Passes != nil {
 		bo.Tables = map[string][]passes.Pass{name: o.Passes}
 	}
 	c, err := driver.CompileFor(v, name, bo)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	files, err := c.Target.Emit(v, c.Final, targets.Options{Triple: o.Triple})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, f := range files {
 		if err := os.WriteFile(filepath.Join(dir, f.Name), f.Data, 0o644); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return c, nil
+	return c, files, nil
 }
 
 // Build compiles v for the CPU into dir, links a shared library with the
@@ -231,11 +237,17 @@ func BuildFor(v *ir.Variant, target, dir string, o Options) (*Suite, error) {
 	if err := h.HarnessTools(topt); err != nil {
 		return nil, err
 	}
-	c, err := compileFor(v, t.Name(), dir, o)
+	c, files, err := compileFiles(v, t.Name(), dir, o)
 	if err != nil {
 		return nil, err
 	}
-	hl, err := h.HostLibrary(v, c.Final, dir, topt, o.Link)
+	build := func() (targets.HostLibrary, error) { return h.HostLibrary(v, c.Final, dir, topt, o.Link) }
+	var hl targets.HostLibrary
+	if _, cpu := t.(targets.HostRuntime); HostLibraries != nil && !cpu && o.Triple == "" {
+		hl, err = HostLibraries.hostLibrary(libKey(t.Name(), files, o.Link), dir, build)
+	} else {
+		hl, err = build()
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -16,10 +16,15 @@ var examplesCUDAShort = []string{"llama3_8b", "llama3_8b_fp8"}
 
 // examplesLong are the examples whose CPU matrix costs the most (MLA's
 // 512-wide latent, gpt-oss's 64 heads; Phi-3's 32 MHA heads at head dim
-// 96, whose RoPE factors the kernel matrix covers): TestExamples runs them
-// with -examples.all (CI's long pass); the default run still builds and
-// runs them in TestSmallStacks.
-var examplesLong = []string{"deepseek_v3_mla", "gpt_oss_20b_sliding", "phi3_mini_longrope"}
+// 96, whose RoPE factors the kernel matrix covers) and those whose
+// features the default kernel matrix runs in a smaller shape (eagle_tree:
+// ps8_eagle_like's tree and llama3 RoPE, f16, GQA 4, head dim 128;
+// mistral_7b: ps32_block_table_sinks' bf16 window over a block table in
+// NHD; llama2_streaming: the same window with sink tokens): TestExamples
+// runs them with -examples.all (CI's long pass); the default run still
+// builds them and checks their prefill, decode and split-KV decode against
+// the reference in TestSmallStacks.
+var examplesLong = []string{"deepseek_v3_mla", "gpt_oss_20b_sliding", "phi3_mini_longrope", "eagle_tree", "mistral_7b", "llama2_streaming"}
 
 var examplesAll = flag.Bool("examples.all", false, "run every example's CPU matrix in TestExamples, not only those outside examplesLong")
 
@@ -86,7 +91,8 @@ func recordAll(t *testing.T, key string, rs []Result) {
 	}
 }
 
-// TestExamplesCUDAShortNamesExist: every examplesCUDAShort name is a
+// TestExamplesCUDAShortNamesExist: every examplesCUDAShort (and
+// examplesEmulatedShort, examplesLong) name is a
 // variant of an example, so the default run does not silently skip one.
 func TestExamplesCUDAShortNamesExist(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("..", "examples", "*.attn"))
@@ -101,9 +107,11 @@ func TestExamplesCUDAShortNamesExist(t *testing.T) {
 	for _, v := range vs {
 		names[v.Name] = true
 	}
-	for _, n := range examplesCUDAShort {
-		if !names[n] {
-			t.Errorf("examplesCUDAShort names %s, which no example has", n)
+	for list, ns := range map[string][]string{"examplesCUDAShort": examplesCUDAShort, "examplesEmulatedShort": examplesEmulatedShort, "examplesLong": examplesLong} {
+		for _, n := range ns {
+			if !names[n] {
+				t.Errorf("%s names %s, which no example has", list, n)
+			}
 		}
 	}
 }

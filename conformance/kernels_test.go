@@ -339,9 +339,11 @@ func TestKernelMatrix(t *testing.T) {
 	needTools(t)
 	for i, src := range matrixSpecs {
 		v := spec(t, src)
-		// The default run takes every other variant and levelShort;
-		// -levels.all (CI's long pass) every variant.
-		if !*levelsAll && i%2 == 1 && !slices.Contains(levelShort, v.Name) && !slices.Contains(matrixAlways, v.Name) {
+		// The default run takes every other variant but matrixLong,
+		// levelShort and matrixAlways; -levels.all (CI's long pass)
+		// every variant.
+		if !*levelsAll && !slices.Contains(levelShort, v.Name) && !slices.Contains(matrixAlways, v.Name) &&
+			(i%2 == 1 || slices.Contains(matrixLong, v.Name)) {
 			continue
 		}
 		t.Run(v.Name, func(t *testing.T) {
@@ -437,23 +439,26 @@ var hostLevelTable = sync.OnceValues(func() ([]passes.Pass, error) {
 
 // TestHostLevelBuild: a library built with buildHostLevel runs the level
 // this machine picks and matches the reference there; forced to a lower
-// level (the clone it lacks) every entry returns CPU_LEVEL at once.
+// level (the clone it lacks) every entry returns CPU_LEVEL at once. Its
+// variants are TestKernelMatrix's levelShort f16 and bf16 ones, whose
+// library of every level that test builds too: the package's object
+// cache (TestMain) compiles it once.
 func TestHostLevelBuild(t *testing.T) {
 	needTools(t)
-	for _, dt := range []string{"f16", "bf16"} {
-		t.Run(dt, func(t *testing.T) { testHostLevelBuild(t, dt) })
+	for _, name := range []string{"ps16_gqa4", "ps256_gqa8"} {
+		i := slices.IndexFunc(matrixSpecs, func(src string) bool { return spec(t, src).Name == name })
+		if i < 0 || !slices.Contains(levelShort, name) {
+			t.Fatalf("%s is not a levelShort variant of matrixSpecs", name)
+		}
+		v := spec(t, matrixSpecs[i])
+		t.Run(v.DType.String(), func(t *testing.T) { testHostLevelBuild(t, v) })
 	}
 }
 
-// testHostLevelBuild is TestHostLevelBuild for one dtype (bf16 prefill
+// testHostLevelBuild is TestHostLevelBuild for one variant (bf16 prefill
 // has the x86-64-v4-bf16 level where the CPU has AVX512-BF16; f16 does
 // not).
-func testHostLevelBuild(t *testing.T, dtype string) {
-	v := spec(t, `variant host_only { heads qo = 4, kv = 2
-	  head_dim 64
-	  dtype `+dtype+`
-	  cache paged(page_size = 8)
-	  mask causal }`)
+func testHostLevelBuild(t *testing.T, v *ir.Variant) {
 	s, err := buildHostLevel(v, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -490,15 +495,48 @@ func testHostLevelBuild(t *testing.T, dtype string) {
 }
 
 // levelShort are the variants of matrixSpecs whose library TestKernelMatrix
-// also runs at the lower CPU levels (with -levels.all, every variant): f32,
-// f16 and bf16, GQA, a window mask, MLA and RoPE.
-var levelShort = []string{"ps16_gqa4", "ps256_gqa8", "ps8_window", "ps16_mla", "ps8_eagle_like"}
+// also runs at the lower CPU levels (with -levels.all, CI's long pass,
+// every variant): f32, f16 and bf16, GQA, page sizes 8 to 256, both
+// layouts, a window mask. MLA and RoPE at the lower levels (ps16_mla,
+// ps8_eagle_like) run in the long pass; at this machine's level they run
+// by default (ps64_mla_f32, ps2_mla_e5m2_f16, ps8_eagle_like and the other
+// RoPE variants).
+var levelShort = []string{"ps16_gqa4", "ps256_gqa8", "ps8_window"}
 
 // matrixAlways are the variants of matrixSpecs that the default run of
 // TestKernelMatrix takes whatever their place: RoPE from runtime
 // arguments, one table and one factors variant (the others run when their
 // place comes, and with -levels.all).
 var matrixAlways = []string{"ps4_rope_table_tree_interleaved", "ps16_rope_factors_bf16"}
+
+// matrixLong are the variants of matrixSpecs at an even place that
+// TestKernelMatrix leaves to -levels.all (CI's long pass): what they
+// check, the default run checks in other variants (ps128_gqa4: page size
+// 128 in ps128_e5m2_f32_none, f32 GQA in ps2_none, f32 NHD in ps8_window;
+// ps16_learned_sinks: a window with learned sinks in ps16_gptoss_like
+// (bf16), f16 GQA 4 over pages of 16 in ps16_gqa4).
+var matrixLong = []string{"ps128_gqa4", "ps16_learned_sinks"}
+
+// TestMatrixListsNameVariants: every name of levelShort, matrixAlways and
+// matrixLong is a variant of matrixSpecs (matrixLong's at an even place,
+// which the default run would take otherwise), and TestAArch64Matrix's
+// aarch64Short too, so that no list silently names nothing.
+func TestMatrixListsNameVariants(t *testing.T) {
+	at := map[string]int{}
+	for i, src := range matrixSpecs {
+		at[spec(t, src).Name] = i
+	}
+	for list, ns := range map[string][]string{"levelShort": levelShort, "matrixAlways": matrixAlways, "matrixLong": matrixLong, "aarch64Short": aarch64Short} {
+		for _, n := range ns {
+			i, ok := at[n]
+			if !ok {
+				t.Errorf("%s names %s, which matrixSpecs does not have", list, n)
+			} else if list == "matrixLong" && i%2 == 1 {
+				t.Errorf("matrixLong names %s, at an odd place, which the default run leaves out anyway", n)
+			}
+		}
+	}
+}
 
 // lowerLevels are the CPU levels of s's triple below the one its entries
 // chose: the best this CPU runs, unless $ATTNC_CPU_LEVEL forced one.

@@ -10,7 +10,8 @@ import (
 var _ = flag.Bool("update", false, "regenerate golden files (none in this package)")
 
 // examplesAll runs the CUDA toolchain tests (TestSASS, TestCUDAToPTX at
-// sm_80, TestCUDANVCCBranch) on every example; CI's long pass sets it.
+// sm_80, TestCUDANVCCBranch) on every example, and TestSASS at sm_80 on
+// sassSM90Only too; CI's long pass sets it.
 var examplesAll = flag.Bool("examples.all", false, "run the CUDA toolchain tests (SASS, PTX at sm_80, the nvcc branch) on every example, not only cudaShort")
 
 // cudaShort are the examples the default run takes through the slow CUDA
