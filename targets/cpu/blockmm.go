@@ -153,6 +153,8 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 	if len(pairs) > 0 {
 		body = hoistPairs(body, fits, pairs, den, hoisted, l.Lanes)
 	}
+	scales := map[*ir.MatMul]string{}
+	body = fuseRowScales(body, blocks, scales)
 	return ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
 		switch x := s.(type) {
 		case *ir.Alloc:
@@ -186,10 +188,10 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 				plain.ZeroSkip = false
 				scan, hides := negZeroScan(x, l.Lanes)
 				return append(append(out, scan...), &ir.If{Cond: hides,
-					Then: &ir.Block{Stmts: blockedMatMul(x, b, bElem, sh)},
-					Else: &ir.Block{Stmts: blockedMatMul(&plain, b, bElem, sh)}})
+					Then: &ir.Block{Stmts: blockedMatMul(x, b, bElem, sh, scales[x])},
+					Else: &ir.Block{Stmts: blockedMatMul(&plain, b, bElem, sh, scales[x])}})
 			}
-			out = append(out, blockedMatMul(x, b, bElem, sh)...)
+			out = append(out, blockedMatMul(x, b, bElem, sh, scales[x])...)
 			if !fits(x) {
 				return out
 			}
@@ -289,19 +291,68 @@ func blockLoop(v string, total, n int, ext ir.Expr, body func(off ir.Expr, w int
 }
 
 // blockedMatMul writes mm as micro-kernels of shape sh, reading B (or its
-// packed transpose) from b laid out [K, N].
-func blockedMatMul(mm *ir.MatMul, b string, bElem ir.Type, sh microShape) []ir.Stmt {
+// packed transpose) from b laid out [K, N]; with a scale array (not ""),
+// the accumulators loaded from C are first multiplied by scale[row]
+// (fuseRowScales).
+func blockedMatMul(mm *ir.MatMul, b string, bElem ir.Type, sh microShape, scale string) []ir.Stmt {
 	L := sh.L
 	return blockLoop("bm_nb", mm.N, sh.NR*L, mm.NExt, func(n0 ir.Expr, nw int) []ir.Stmt {
-		return blockLoop("bm_mb", mm.M, sh.MR, mm.MExt, func(m0 ir.Expr, mr int) []ir.Stmt {
-			return microKernel(mm, b, bElem, L, m0, n0, mr, nw/L)
-		})
+		var out []ir.Stmt
+		for i, sg := range rowBlocks(mm.M, sh.MR) {
+			v := "bm_mb"
+			if i > 0 {
+				v = fmt.Sprintf("bm_mb%d", i)
+			}
+			// The segment's blocks that start before MExt, counted
+			// from its first row.
+			ext := mm.MExt
+			if sg.at > 0 {
+				if c, ok := ext.(*ir.Const); ok {
+					ext = i32c(int(c.Int) - sg.at)
+				} else {
+					ext = ir.Bin(ir.Sub, ext, i32c(sg.at))
+				}
+			}
+			blk := blockLoop(v, sg.rows, sg.mr, ext, func(m0 ir.Expr, mr int) []ir.Stmt {
+				return microKernel(mm, b, bElem, L, addE(m0, i32c(sg.at)), n0, mr, nw/L, scale)
+			})
+			cond := startsBefore(sg.at, mm.MExt)
+			switch {
+			case ir.IsFalse(cond):
+			case ir.IsTrue(cond) || sg.at == 0:
+				out = append(out, blk...)
+			default:
+				out = append(out, &ir.If{Cond: cond, Then: &ir.Block{Stmts: blk}})
+			}
+		}
+		return out
 	})
 }
 
+// rowSegment is rows rows of C from row at, in blocks of mr rows.
+type rowSegment struct{ at, rows, mr int }
+
+// rowBlocks splits m rows into the fewest blocks of at most mr rows, as
+// even as they come: blocks of one row more first, then the rest (128
+// rows at mr 6: 18 blocks of 6, 4 of 5), so that no block is left with a
+// row or two (too few accumulators to cover the multiply-add latency).
+func rowBlocks(m, mr int) []rowSegment {
+	if mr <= 1 || m <= 0 {
+		return []rowSegment{{0, m, max(mr, 1)}}
+	}
+	nb := (m + mr - 1) / mr
+	q, r := m/nb, m%nb
+	var out []rowSegment
+	if r > 0 {
+		out = append(out, rowSegment{0, r * (q + 1), q + 1})
+	}
+	return append(out, rowSegment{r * (q + 1), (nb - r) * q, q})
+}
+
 // microKernel is C[m0 .. m0+mr, n0 .. n0+nr·L] (+)= A·B over k < KExt with
-// mr·nr vector accumulators.
-func microKernel(mm *ir.MatMul, b string, bElem ir.Type, L int, m0, n0 ir.Expr, mr, nr int) []ir.Stmt {
+// mr·nr vector accumulators (C's rows scaled by scale[row] first, with a
+// scale array).
+func microKernel(mm *ir.MatMul, b string, bElem ir.Type, L int, m0, n0 ir.Expr, mr, nr int, scale string) []ir.Stmt {
 	vt := ir.Vec(ir.F32, L)
 	acc := func(i, j int) string { return fmt.Sprintf("bm_c%d_%d", i, j) }
 	cAt := func(i, j int) ir.Expr { return addE(mulE(addE(m0, i32c(i)), mm.N), addE(n0, i32c(j*L))) }
@@ -311,6 +362,9 @@ func microKernel(mm *ir.MatMul, b string, bElem ir.Type, L int, m0, n0 ir.Expr, 
 			var init ir.Expr = &ir.Const{T: vt}
 			if mm.Accumulate {
 				init = ir.Ld(mm.C, vt, cAt(i, j))
+				if scale != "" {
+					init = ir.Bin(ir.Mul, init, ir.Splat(ir.Ld(scale, ir.F32, addE(m0, i32c(i))), L))
+				}
 			}
 			out = append(out, &ir.Var{Name: acc(i, j), Init: init})
 		}
@@ -332,7 +386,15 @@ func microKernel(mm *ir.MatMul, b string, bElem ir.Type, L int, m0, n0 ir.Expr, 
 			// Select, don't multiply: a -0 weight (a hidden position)
 			// keeps the accumulators, even against NaN or infinite B
 			// elements.
-			step = append(step, &ir.Let{Name: z, Value: ir.Un(ir.Not, ir.IsNegZero(ir.R(a, vt)))})
+			// Not -0: nonzero (or NaN), or sign bit clear. Written
+			// so (not as the negation of IsNegZero, which LLVM turns
+			// into a select of the accumulator under the -0 test)
+			// that the select below is a multiply-add under this
+			// mask, vfmadd231ps {k} on AVX-512, not a multiply-add
+			// into a copy and a blend.
+			av := ir.R(a, vt)
+			step = append(step, &ir.Let{Name: z, Value: ir.Bin(ir.Or, ir.Bin(ir.Ne, av, ir.Splat(ir.Float(0), L)),
+				ir.Bin(ir.Gt, &ir.Bitcast{To: ir.Vec(ir.I32, L), X: av}, ir.Splat(ir.Int(-1), L)))})
 		}
 		for j := 0; j < nr; j++ {
 			c := ir.R(acc(i, j), vt)
@@ -418,3 +480,113 @@ func packTransposed(mm *ir.MatMul, bt string, L int) []ir.Stmt {
 		return []ir.Stmt{&ir.For{Var: "bm_db", Lo: i32c(0), Hi: i32c(mm.K / L), Kind: ir.Serial, Body: &ir.Block{Stmts: body}}}
 	})
 }
+
+// fuseRowScales finds, in the blocks of body, each prefill accumulating
+// matmul (at least BlockMinRows rows, one block-matmul takes) that follows
+// a loop scaling every row of its C by an array element of the row (the
+// online softmax's rescale: for row < MExt, C[row, :] = C[row, :] ·
+// S[row]), drops the loop and records S for the matmul: its
+// micro-kernels multiply the accumulators they load from C by S[row]
+// instead (the same product, rounded once as before), so C makes one trip
+// through the registers per tile instead of two.
+func fuseRowScales(body *ir.Block, blocks func(*ir.MatMul) bool, scales map[*ir.MatMul]string) *ir.Block {
+	if body == nil {
+		return nil
+	}
+	out := &ir.Block{}
+	for i, s := range body.Stmts {
+		if i+1 < len(body.Stmts) {
+			if mm, ok := body.Stmts[i+1].(*ir.MatMul); ok && mm.Accumulate && !mm.TransB && mm.M >= BlockMinRows && blocks(mm) {
+				if sc := rowScaleOf(s, mm); sc != "" {
+					scales[mm] = sc
+					continue
+				}
+			}
+		}
+		switch x := s.(type) {
+		case *ir.Block:
+			s = fuseRowScales(x, blocks, scales)
+		case *ir.For:
+			c := *x
+			c.Body = fuseRowScales(x.Body, blocks, scales)
+			s = &c
+		case *ir.If:
+			c := *x
+			c.Then, c.Else = fuseRowScales(x.Then, blocks, scales), fuseRowScales(x.Else, blocks, scales)
+			s = &c
+		}
+		out.Stmts = append(out.Stmts, s)
+	}
+	return out
+}
+
+// rowScaleOf is S when s is
+//
+//	for row in 0 .. M spread { if row < MExt { let a = S[row]
+//	  for d in 0 .. N spread { C[row*N + d] = C[row*N + d] * a } } }
+//
+// (the guard may be absent when MExt is M) for mm's C, M, N and MExt, and
+// S an f32 array; else "".
+func rowScaleOf(s ir.Stmt, mm *ir.MatMul) string {
+	f, ok := s.(*ir.For)
+	if !ok || f.Kind != ir.Spread || !isConstInt(f.Lo, 0) || !isConstInt(f.Hi, mm.M) || len(f.Body.Stmts) != 1 {
+		return ""
+	}
+	row := f.Var
+	body := f.Body
+	if g, ok := body.Stmts[0].(*ir.If); ok {
+		b, ok := g.Cond.(*ir.Binary)
+		if !ok || b.Op != ir.Lt || !isRef(b.X, row) || !sameExpr(b.Y, mm.MExt) || g.Else != nil && len(g.Else.Stmts) > 0 {
+			return ""
+		}
+		body = g.Then
+	} else if !isConstInt(mm.MExt, mm.M) {
+		return ""
+	}
+	if body == nil || len(body.Stmts) != 2 {
+		return ""
+	}
+	a, ok := body.Stmts[0].(*ir.Let)
+	if !ok {
+		return ""
+	}
+	ld, ok := a.Value.(*ir.Load)
+	if !ok || ld.T != ir.F32 || !isRef(ld.Index, row) || ld.Buf == mm.C {
+		return ""
+	}
+	inner, ok := body.Stmts[1].(*ir.For)
+	if !ok || inner.Kind != ir.Spread || !isConstInt(inner.Lo, 0) || !isConstInt(inner.Hi, mm.N) || inner.Body == nil || len(inner.Body.Stmts) != 1 {
+		return ""
+	}
+	st, ok := inner.Body.Stmts[0].(*ir.Store)
+	if !ok || st.Buf != mm.C {
+		return ""
+	}
+	// C[row*N + d]
+	want := ir.Bin(ir.Add, ir.Bin(ir.Mul, ir.R(row, ir.I32), i32c(mm.N)), ir.R(inner.Var, ir.I32))
+	if !sameExpr(st.Index, want) {
+		return ""
+	}
+	m, ok := st.Value.(*ir.Binary)
+	if !ok || m.Op != ir.Mul || !isRef(m.Y, a.Name) {
+		return ""
+	}
+	cl, ok := m.X.(*ir.Load)
+	if !ok || cl.Buf != mm.C || cl.T != ir.F32 || !sameExpr(cl.Index, want) {
+		return ""
+	}
+	return ld.Buf
+}
+
+func isConstInt(e ir.Expr, v int) bool {
+	c, ok := e.(*ir.Const)
+	return ok && c.T == ir.I32 && c.Int == int64(v)
+}
+
+func isRef(e ir.Expr, name string) bool {
+	r, ok := e.(*ir.Ref)
+	return ok && r.Name == name
+}
+
+// sameExpr compares two expressions by their printed form.
+func sameExpr(a, b ir.Expr) bool { return ir.ExprString(a) == ir.ExprString(b) }

@@ -26,6 +26,7 @@ kernel t_k_%s role prefill level "%s" (q: f32* [Q], k: f32* [1536], v: f32* [153
     alloc sc: f32[S]
     alloc ps: f32[S]
     alloc acc: f32[Q]
+    alloc al: f32[ROWS]
     for i in 0 .. Q spread {
       store qs[i] = q[i]
       store acc[i] = 0.25:f32
@@ -49,6 +50,17 @@ kernel t_k_%s role prefill level "%s" (q: f32* [Q], k: f32* [1536], v: f32* [153
             if (j < n) {
               store s[((r * 48) + j)] = sc[((r * 48) + j)]
             }
+          }
+        }
+      }
+      for r in 0 .. ROWS spread {
+        store al[r] = ((f32(r) * 0.125:f32) + 0.5:f32)
+      }
+      for r in 0 .. ROWS spread {
+        if (r < m) {
+          let a = al[r]
+          for d in 0 .. 32 spread {
+            store acc[((r * 32) + d)] = (acc[((r * 32) + d)] * a)
           }
         }
       }
@@ -111,6 +123,9 @@ func TestBlockMatMulKeepsResults(t *testing.T) {
 			}
 			if strings.Contains(after.String(), "matmul") {
 				t.Errorf("%d rows, %s: a matmul is left for lower-tiles", rows, lv.level)
+			}
+			if fused := !strings.Contains(after.String(), "* a)"); fused != (rows >= BlockMinRows) {
+				t.Errorf("%d rows, %s: the rescale loop folded into P·V: %v, want %v", rows, lv.level, fused, rows >= BlockMinRows)
 			}
 			name := m.Kernels[0].Name
 			for _, ext := range [][2]int{{40, 48}, {1, 1}, {7, 17}, {36, 32}, {37, 47}, {40, 5}, {6, 16}, {0, 0}, {3, 31}, {2, 33}} {
@@ -268,6 +283,29 @@ func TestBlockMatMulShape(t *testing.T) {
 		sh := microShapeFor(*l, 64/l.Lanes)
 		if sh.MR < 6 || sh.MR*sh.NR+sh.NR+1 > l.Regs {
 			t.Errorf("%s: register block %d×%d vectors for %d registers: want at least 6 rows, within the registers", lv.level, sh.MR, sh.NR, l.Regs)
+		}
+	}
+}
+
+// TestRowBlocks checks the row blocks of the micro-kernels: every row in
+// exactly one block, at most mr rows each, the fewest blocks, and sizes
+// differing by at most one (no block of a row or two after full ones).
+func TestRowBlocks(t *testing.T) {
+	for m := 1; m <= 200; m++ {
+		for _, mr := range []int{1, 2, 4, 6, 8} {
+			segs := rowBlocks(m, mr)
+			at, blocks, lo, hi := 0, 0, mr, 0
+			for _, sg := range segs {
+				if sg.at != at || sg.mr < 1 || sg.mr > mr || sg.rows%sg.mr != 0 && len(segs) > 1 {
+					t.Fatalf("rowBlocks(%d, %d) = %v", m, mr, segs)
+				}
+				at += sg.rows
+				blocks += (sg.rows + sg.mr - 1) / sg.mr
+				lo, hi = min(lo, min(sg.mr, sg.rows)), max(hi, sg.mr)
+			}
+			if at != m || blocks != (m+mr-1)/mr || hi-lo > 1 {
+				t.Errorf("rowBlocks(%d, %d) = %v: %d rows in %d blocks of %d..%d", m, mr, segs, at, blocks, lo, hi)
+			}
 		}
 	}
 }

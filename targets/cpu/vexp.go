@@ -104,6 +104,10 @@ const (
 	ExpMinArg = -87.33654022216796875 // about ln(FLT_MIN): below, exp flushes to 0
 )
 
+// expRoundMagic is 1.5·2^23: c·log2 e + expRoundMagic rounds to an
+// integer, n + 1.5·2^23, whose bits are n + its bits.
+const expRoundMagic = 12582912.0
+
 // expPoly are P's coefficients, highest degree first.
 var expPoly = []float64{1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1}
 
@@ -125,21 +129,27 @@ func PolyExp(prefix string, x ir.Expr) ([]ir.Stmt, ir.Expr) {
 	// defined, and the result's last select gives NaN back.
 	hi := let("hi", ir.Sel(ir.Bin(ir.Lt, xv, f(ExpMaxArg)), xv, f(ExpMaxArg)))
 	c := let("c", ir.Sel(ir.Bin(ir.Gt, hi, f(ExpMinArg)), hi, f(ExpMinArg)))
-	// n = floor(c·log2 e + 1/2) through a truncating conversion (the
-	// argument is within ±129).
-	t := let("t", &ir.MulAdd{X: c, Y: f(ExpLog2E), Z: f(0.5)})
-	ti := let("ti", ir.Cvt(ir.I32, t))
-	ni := let("n", ir.Sel(ir.Bin(ir.Gt, ir.Cvt(ir.F32, ti), t), ir.Bin(ir.Sub, ti, ir.Int(1)), ti))
+	// n = round(c·log2 e) by the round-to-nearest of adding 1.5·2^23 (the
+	// sum's low mantissa bits are n: |n| ≤ 128), read back as integer
+	// bits rather than by subtracting 1.5·2^23 again (which fast-math
+	// inside vector loops may fold away). Two dependent operations and a
+	// conversion, where a truncation corrected to a floor took six.
+	k := let("k", &ir.MulAdd{X: c, Y: f(ExpLog2E), Z: f(expRoundMagic)})
+	ni := let("n", ir.Bin(ir.Sub, &ir.Bitcast{To: ir.I32, X: k}, ir.Int(int64(math.Float32bits(expRoundMagic)))))
 	nf := let("nf", ir.Cvt(ir.F32, ni))
 	// MulAdds: fast-math reassociation inside vector loops must not merge
 	// the two halves of ln 2.
 	r := let("r", &ir.MulAdd{X: nf, Y: f(-ExpLn2Lo), Z: &ir.MulAdd{X: nf, Y: f(-ExpLn2Hi), Z: c}})
-	var p ir.Expr = f(expPoly[0])
-	for _, k := range expPoly[1:] {
-		p = &ir.MulAdd{X: p, Y: r, Z: f(k)}
-	}
-	pv := let("p", p)
-	y := let("y", ir.Bin(ir.Add, &ir.MulAdd{X: pv, Y: ir.Bin(ir.Mul, r, r), Z: r}, f(1)))
+	// P(r) by Estrin's scheme: three independent pairs, combined with r²
+	// and r⁴, half the dependent multiply-adds of Horner's. Vectorized
+	// exp is bound by its dependency chain (a loop iteration's ~40
+	// operations fill the scheduler before the next iteration's can
+	// issue), so the chain's length is its cost.
+	r2 := let("r2", ir.Bin(ir.Mul, r, r))
+	r4 := let("r4", ir.Bin(ir.Mul, r2, r2))
+	pair := func(i int) ir.Expr { return &ir.MulAdd{X: f(expPoly[i]), Y: r, Z: f(expPoly[i+1])} }
+	pv := let("p", &ir.MulAdd{X: r4, Y: pair(0), Z: &ir.MulAdd{X: r2, Y: pair(2), Z: pair(4)}})
+	y := let("y", ir.Bin(ir.Add, &ir.MulAdd{X: pv, Y: r2, Z: r}, f(1)))
 	// 2^n as exponent bits; n = 128 (x just below ExpMaxArg) as 2·2^127.
 	scale := let("s", &ir.Bitcast{To: ir.F32, X: ir.Bin(ir.Shl, ir.Bin(ir.Add, ir.Bin(ir.Min, ni, ir.Int(127)), ir.Int(127)), ir.Int(23))})
 	y2 := ir.Sel(ir.Bin(ir.Gt, ni, ir.Int(127)), ir.Bin(ir.Mul, y, f(2)), y)
