@@ -65,6 +65,25 @@ def _table(host, device, cache=None, key=None):
     return t.data_ptr(), t
 
 
+def _call_kernel(v, role, ka, device):
+    """_call_kernel calls variant v's kernel for role with the arguments
+    ka names (by the manifest's argument names; the launch stream added on
+    a GPU target), raising the variant's error for a nonzero status and
+    NotImplementedError for an argument the wrapper cannot supply."""
+    kern = v.kernels[role]
+    if v.target != "cpu":
+        ka["stream"] = _launch_stream(kern, device)
+    cargs = []
+    for a in kern.args:
+        if a.name not in ka:
+            raise NotImplementedError("variant %s's %s takes %s, which the FlashInfer wrapper cannot supply; "
+                                      "call variant.%s(...) directly" % (v.name, kern.role, a.name, kern.role))
+        cargs.append(ka[a.name])
+    st = kern._fn(*cargs)
+    if st != 0:
+        raise v._error(st, kern.role)
+
+
 def _launch_stream(kern, device):
     """_launch_stream is the stream argument of a CUDA launcher (torch's
     current stream on device; None, i.e. 0, on the emulator)."""
@@ -429,18 +448,7 @@ class _Wrapper:
         if "custom_mask" in p:
             ka["custom_mask"] = table(p["custom_mask"], "custom_mask")
             ka["mask_indptr"] = table(p["mask_indptr"], "mask_indptr")
-        kern = v.kernels[p["kernel"]]
-        if v.target != "cpu":
-            ka["stream"] = _launch_stream(kern, device)
-        cargs = []
-        for a in kern.args:
-            if a.name not in ka:
-                raise NotImplementedError("variant %s's %s takes %s, which the FlashInfer wrapper cannot supply; "
-                                          "call variant.%s(...) directly" % (v.name, kern.role, a.name, kern.role))
-            cargs.append(ka[a.name])
-        st = kern._fn(*cargs)
-        if st != 0:
-            raise v._error(st, kern.role)
+        _call_kernel(v, p["kernel"], ka, device)
         if keep is not None:
             _fill(out, 0)
             _scatter(out, keep, ok, like_torch, device)
@@ -764,18 +772,7 @@ def _run_rows(p, v, queries, heads, dv, extra, out, lse, return_lse):
     if "custom_mask" in p:
         ka["custom_mask"] = table(p["custom_mask"], "custom_mask")
         ka["mask_indptr"] = table(p["mask_indptr"], "mask_indptr")
-    kern = v.kernels[p["kernel"]]
-    if v.target != "cpu":
-        ka["stream"] = _launch_stream(kern, device)
-    cargs = []
-    for a in kern.args:
-        if a.name not in ka:
-            raise NotImplementedError("variant %s's %s takes %s, which the FlashInfer wrapper cannot supply; "
-                                      "call variant.%s(...) directly" % (v.name, kern.role, a.name, kern.role))
-        cargs.append(ka[a.name])
-    st = kern._fn(*cargs)
-    if st != 0:
-        raise v._error(st, kern.role)
+    _call_kernel(v, p["kernel"], ka, device)
     if ok is not out:
         _fill(out, 0)
         if keep is None:
