@@ -65,6 +65,31 @@ def _table(host, device, cache=None, key=None):
     return t.data_ptr(), t
 
 
+def _outputs(out, lse, return_lse, o_shape, dt, like_torch, device, gpu):
+    """_outputs checks the caller's out ([o_shape] of dtype dt) and lse
+    (float32 [o_shape[:2]]) or allocates them like q (lse only when it is
+    wanted), and returns (out, lse, want_lse); on a GPU plan both must sit
+    on q's device."""
+    if out is not None:
+        out = A.as_array(out, "out")
+        if not A.dtype_ok(out, dt) or tuple(out.shape) != o_shape:
+            raise ValueError("out: expected %s %s, got %s" % (A.DTYPE_WORDS[dt], list(o_shape), A.describe(out)))
+    else:
+        out = A.empty(o_shape, dt, like_torch, device)
+    want_lse = return_lse or lse is not None
+    if lse is not None:
+        lse = A.as_array(lse, "lse")
+        if not A.dtype_ok(lse, "f32") or tuple(lse.shape) != o_shape[:2]:
+            raise ValueError("lse: expected float32 %s, got %s" % (list(o_shape[:2]), A.describe(lse)))
+    elif want_lse:
+        lse = A.empty(o_shape[:2], "f32", like_torch, device)
+    if gpu:
+        for name, x in (("out", out), ("lse", lse)):
+            if x is not None and (not A.is_cuda(x) or x.device != device):
+                raise ValueError("%s: expected a CUDA tensor on %s (q's device), got %s" % (name, device, A.describe(x)))
+    return out, lse, want_lse
+
+
 def _call_kernel(v, role, ka, device):
     """_call_kernel calls variant v's kernel for role with the arguments
     ka names (by the manifest's argument names; the launch stream added on
@@ -384,23 +409,7 @@ class _Wrapper:
                              % ("" if p["qo_indptr"] is None and p["keep"] is None else ">= ", rows, cfg["qo"], cfg["dqk"], A.describe(q)))
         n = q.shape[0]
         o_shape = (n, cfg["qo"], cfg["dv"])
-        if out is not None:
-            out = A.as_array(out, "out")
-            if not A.dtype_ok(out, dt) or tuple(out.shape) != o_shape:
-                raise ValueError("out: expected %s %s, got %s" % (A.DTYPE_WORDS[dt], list(o_shape), A.describe(out)))
-        else:
-            out = A.empty(o_shape, dt, like_torch, device)
-        want_lse = return_lse or lse is not None
-        if lse is not None:
-            lse = A.as_array(lse, "lse")
-            if not A.dtype_ok(lse, "f32") or tuple(lse.shape) != o_shape[:2]:
-                raise ValueError("lse: expected float32 %s, got %s" % (list(o_shape[:2]), A.describe(lse)))
-        elif want_lse:
-            lse = A.empty(o_shape[:2], "f32", like_torch, device)
-        if gpu:
-            for name, x in (("out", out), ("lse", lse)):
-                if x is not None and (not A.is_cuda(x) or x.device != device):
-                    raise ValueError("%s: expected a CUDA tensor on %s (q's device), got %s" % (name, device, A.describe(x)))
+        out, lse, want_lse = _outputs(out, lse, return_lse, o_shape, dt, like_torch, device, gpu)
         k, vv = _unpack_cache(paged_kv_cache)
         pg = _pages(k, vv, dt, _page_shape(cfg["layout"], cfg["page_size"], cfg["kv"], cfg["dqk"]), device=device)
         if cfg["dv"] != cfg["dqk"]:
@@ -721,23 +730,7 @@ def _run_rows(p, v, queries, heads, dv, extra, out, lse, return_lse):
         n = x.shape[0]
         qs.append((name, x))
     o_shape = (n, heads, dv)
-    if out is not None:
-        out = A.as_array(out, "out")
-        if not A.dtype_ok(out, dt) or tuple(out.shape) != o_shape:
-            raise ValueError("out: expected %s %s, got %s" % (A.DTYPE_WORDS[dt], list(o_shape), A.describe(out)))
-    else:
-        out = A.empty(o_shape, dt, like_torch, device)
-    want_lse = return_lse or lse is not None
-    if lse is not None:
-        lse = A.as_array(lse, "lse")
-        if not A.dtype_ok(lse, "f32") or tuple(lse.shape) != o_shape[:2]:
-            raise ValueError("lse: expected float32 %s, got %s" % (list(o_shape[:2]), A.describe(lse)))
-    elif want_lse:
-        lse = A.empty(o_shape[:2], "f32", like_torch, device)
-    if gpu:
-        for name, x in (("out", out), ("lse", lse)):
-            if x is not None and (not A.is_cuda(x) or x.device != device):
-                raise ValueError("%s: expected a CUDA tensor on %s, got %s" % (name, device, A.describe(x)))
+    out, lse, want_lse = _outputs(out, lse, return_lse, o_shape, dt, like_torch, device, gpu)
     keep = p["keep"]
     kept = rows if keep is None else len(keep)
     sel = []
