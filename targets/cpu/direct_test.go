@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -58,30 +59,8 @@ func TestDecodeDirectKeepsResults(t *testing.T) {
 			if m, err = passes.RunTable(Table, m, passes.Options{VerifyEach: true}); err != nil {
 				t.Fatalf("%s direct=%v: %v", name, direct, err)
 			}
-			for _, k := range m.Kernels {
-				if k.Role != ir.RoleDecode || !strings.HasPrefix(k.Name, "t_decode_work") || k.Level == "" {
-					continue
-				}
-				args := stagedDecodeArgs(v)
-				if st, err := ir.Run(m, k.Name, args); err != nil || st != 0 {
-					t.Fatalf("%s direct=%v %s: status %d, %v", name, direct, k.Name, st, err)
-				}
-				outs[i][k.Name] = args
-			}
+			runLevelDecodes(t, fmt.Sprintf("%s direct=%v", name, direct), m, v, outs[i])
 		}
-		if len(outs[0]) != 4 || len(outs[1]) != 4 {
-			t.Fatalf("%s: ran %d and %d kernels, want the neutral one and 3 levels' each", name, len(outs[0]), len(outs[1]))
-		}
-		for k, a := range outs[0] {
-			b := outs[1][k]
-			for _, buf := range []string{"o", "lse"} {
-				x, y := bitsOf(a[buf]), bitsOf(b[buf])
-				for j := range x {
-					if x[j] != y[j] {
-						t.Fatalf("%s %s: %s[%d] copied %#x, read in place %#x", name, k, buf, j, x[j], y[j])
-					}
-				}
-			}
-		}
+		sameDecodeOutputs(t, name, outs, "copied", "read in place")
 	}
 }

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
 	"math/rand"
 	"regexp"
@@ -62,28 +63,44 @@ func TestDecodeStageStoredKeepsResults(t *testing.T) {
 			if stored != want.MatchString(text) {
 				t.Fatalf("%s stored=%v: %s in the scheduled module is %v", name, stored, want, !stored)
 			}
-			for _, k := range m.Kernels {
-				if k.Role != ir.RoleDecode || !strings.HasPrefix(k.Name, "t_decode_work") || k.Level == "" {
-					continue
-				}
-				args := stagedDecodeArgs(v)
-				if st, err := ir.Run(m, k.Name, args); err != nil || st != 0 {
-					t.Fatalf("%s stored=%v %s: status %d, %v", name, stored, k.Name, st, err)
-				}
-				outs[i][k.Name] = args
-			}
+			runLevelDecodes(t, fmt.Sprintf("%s stored=%v", name, stored), m, v, outs[i])
 		}
-		if len(outs[0]) != 4 || len(outs[1]) != 4 {
-			t.Fatalf("%s: ran %d and %d kernels, want the neutral one and 3 levels' each", name, len(outs[0]), len(outs[1]))
+		sameDecodeOutputs(t, name, outs, "staged as f32", "as stored")
+	}
+}
+
+// runLevelDecodes runs every level clone of m's decode work kernel on
+// stagedDecodeArgs(v) in the interpreter and records its arguments (the
+// outputs included) in outs by kernel name; what names the module in
+// failures.
+func runLevelDecodes(t *testing.T, what string, m *ir.Module, v *ir.Variant, outs map[string]map[string]any) {
+	t.Helper()
+	for _, k := range m.Kernels {
+		if k.Role != ir.RoleDecode || !strings.HasPrefix(k.Name, "t_decode_work") || k.Level == "" {
+			continue
 		}
-		for k, a := range outs[0] {
-			b := outs[1][k]
-			for _, buf := range []string{"o", "lse"} {
-				x, y := bitsOf(a[buf]), bitsOf(b[buf])
-				for j := range x {
-					if x[j] != y[j] {
-						t.Fatalf("%s %s: %s[%d] staged as f32 %#x, as stored %#x", name, k, buf, j, x[j], y[j])
-					}
+		args := stagedDecodeArgs(v)
+		if st, err := ir.Run(m, k.Name, args); err != nil || st != 0 {
+			t.Fatalf("%s %s: status %d, %v", what, k.Name, st, err)
+		}
+		outs[k.Name] = args
+	}
+}
+
+// sameDecodeOutputs checks that the two runs (the neutral kernel and 3
+// levels' clones each) wrote bit-identical o and lse; as names the runs.
+func sameDecodeOutputs(t *testing.T, name string, outs [2]map[string]map[string]any, as0, as1 string) {
+	t.Helper()
+	if len(outs[0]) != 4 || len(outs[1]) != 4 {
+		t.Fatalf("%s: ran %d and %d kernels, want the neutral one and 3 levels' each", name, len(outs[0]), len(outs[1]))
+	}
+	for k, a := range outs[0] {
+		b := outs[1][k]
+		for _, buf := range []string{"o", "lse"} {
+			x, y := bitsOf(a[buf]), bitsOf(b[buf])
+			for j := range x {
+				if x[j] != y[j] {
+					t.Fatalf("%s %s: %s[%d] %s %#x, %s %#x", name, k, buf, j, as0, x[j], as1, y[j])
 				}
 			}
 		}
