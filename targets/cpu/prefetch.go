@@ -2,6 +2,8 @@ package cpu
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 
 	"github.com/attnc/attnc/ir"
@@ -190,7 +192,7 @@ func newSpread(k *ir.Kernel, offs map[string]rowRead) *spread {
 	if !ok {
 		return nil
 	}
-	for a := range offs {
+	for _, a := range slices.Sorted(maps.Keys(offs)) {
 		if sp.size[a] <= 0 {
 			return nil
 		}
