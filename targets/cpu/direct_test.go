@@ -17,9 +17,19 @@ import (
 // interpreter's own products) on the same paged inputs — f32, f16, bf16
 // and 8-bit caches, a hidden (-1) page (its tile takes the copy), an
 // empty sequence and a partial last tile: o and lse are bit for bit the
-// same. The interpreter fails a read outside the pools, so a row offset
-// of the hidden page that a product read would fail the run.
+// same. The interpreter fails a read (or prefetch) outside the pools, so a
+// row offset of the hidden page that a product read would fail the run.
+// A second page table puts the hidden page and one past the pool
+// (num_pages) in the third sequence's last tile, right after a tile read
+// in place, whose products prefetch the rows a tile ahead: an offset from
+// either page would fail the run there.
 func TestDecodeDirectKeepsResults(t *testing.T) {
+	for _, indices := range [][]int32{stagedIndices, {3, 9, 0, 14, 5, 12, 7, 1, 11, 2, -1, 16}} {
+		decodeDirectKeepsResults(t, indices)
+	}
+}
+
+func decodeDirectKeepsResults(t *testing.T, indices []int32) {
 	for _, c := range []struct {
 		dt, kv ir.DType
 		scale  ir.KVScale
@@ -48,7 +58,7 @@ func TestDecodeDirectKeepsResults(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s direct=%v: %v", name, direct, err)
 			}
-			args := stagedDecodeArgs(v)
+			args := stagedDecodeArgs(v, indices)
 			if st, err := ir.Run(neutral, "t_decode_work", args); err != nil || st != 0 {
 				t.Fatalf("%s direct=%v neutral: status %d, %v", name, direct, st, err)
 			}
@@ -59,7 +69,7 @@ func TestDecodeDirectKeepsResults(t *testing.T) {
 			if m, err = passes.RunTable(Table, m, passes.Options{VerifyEach: true}); err != nil {
 				t.Fatalf("%s direct=%v: %v", name, direct, err)
 			}
-			runLevelDecodes(t, fmt.Sprintf("%s direct=%v", name, direct), m, v, outs[i])
+			runLevelDecodes(t, fmt.Sprintf("%s direct=%v", name, direct), m, v, indices, outs[i])
 		}
 		sameDecodeOutputs(t, name, outs, "copied", "read in place")
 	}

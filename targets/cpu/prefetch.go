@@ -2,6 +2,8 @@ package cpu
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 
 	"github.com/attnc/attnc/ir"
@@ -29,19 +31,31 @@ func TileRows(rowBytes int) int {
 }
 
 // PrefetchKV makes each iteration of a staging loop (TagStage, from 0 to
-// its bound) prefetch the pool rows that iteration j+n copies, n
-// iterations covering the TileRows of the widest row the loop copies (a
+// its bound) fetch ahead the pool rows that iteration j+n reads, n
+// iterations covering the TileRows of the widest row the loop stages (a
 // decode tile's worth), in this tile or, when the loop's range on j says
 // how many iterations the item has left (the lowering's page runs up to
 // kv_rest-1), in a later one: the iteration's lets and guards are
 // repeated for j+n (the page index read only when that run exists, the
-// page only when the guards hold: -1 pages are never touched), each copy
-// loop over a constant extent becomes one prefetch per 64-byte line of
-// the row it reads, and a run loop (the rows of one page run) is unrolled
-// over every row of the run — one page-table lookup, then the run's
-// lines. A staging iteration that records row offsets instead of copying
-// (Tiling.DecodeDirect: the products read the rows in the pool) prefetches
-// the rows whose offsets the iteration j+n records, as it would copies.
+// page only when the guards hold: -1 pages are never touched), and a run
+// loop (the rows of one page run) is unrolled over every row of the run —
+// one page-table lookup, then the run's rows.
+//
+// A copy loop over a constant extent becomes one prefetch per 64-byte
+// line of the row it reads, at the head of the iteration. A staging
+// iteration that records row offsets instead of copying (Tiling.
+// DecodeDirect: the products read the rows in the pool at
+// buf[off[r] + c]) records, beside each offset off[jr], the offset of the
+// row a tile ahead in a companion array off_pf (slot (jr+n) mod its
+// length; a row whose run does not exist or whose page fails the guards
+// leaves the row's own offset there), and every product load
+// buf[off[r] + c] that starts one of its row's 64-byte lines is followed
+// by prefetch buf[off_pf[r] + c]: the next tile's lines stream in as the
+// current tile's products consume their own, instead of a burst of a
+// whole tile's prefetches that fills the miss buffers while the
+// arithmetic waits. A kernel with a product load of another form (or
+// inside a vector loop) prefetches its recorded rows at the head of the
+// staging iteration, as copies.
 // Scattered pages defeat the hardware prefetcher.
 func PrefetchKV(m *ir.Module) (*ir.Module, error) {
 	return passes.MapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
@@ -52,7 +66,8 @@ func PrefetchKV(m *ir.Module) (*ir.Module, error) {
 			}
 		}
 		offs := rowOffsetArrays(k, elemBytes)
-		return ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
+		sp := newSpread(k, offs)
+		body := ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
 			f, ok := s.(*ir.For)
 			if !ok || f.Tag != ir.TagStage {
 				return []ir.Stmt{s}
@@ -64,7 +79,8 @@ func PrefetchKV(m *ir.Module) (*ir.Module, error) {
 			// ahead in TileRows/r iterations (at least one).
 			rows := max(1, runRows(f.Body, elemBytes, offs))
 			ahead := ir.Bin(ir.Add, ir.R(f.Var, ir.I32), ir.Int(int64(max(1, TileRows(rowBytes(f.Body, elemBytes, offs))/rows))))
-			body, n := prefetchBlock(f.Body, map[string]ir.Expr{f.Var: ahead}, elemBytes, offs, "_pf")
+			pf := &pfBlock{elemBytes: elemBytes, rows: offs, spread: sp}
+			body, n := pf.block(f.Body, map[string]ir.Expr{f.Var: ahead}, "_pf")
 			if n == 0 {
 				return []ir.Stmt{s}
 			}
@@ -75,10 +91,282 @@ func PrefetchKV(m *ir.Module) (*ir.Module, error) {
 				}
 			}
 			c := *f
-			c.Body = &ir.Block{Stmts: append([]ir.Stmt{&ir.If{Cond: exists, Then: body}}, f.Body.Stmts...)}
+			if pf.recorded == 0 {
+				c.Body = &ir.Block{Stmts: append([]ir.Stmt{&ir.If{Cond: exists, Then: body}}, f.Body.Stmts...)}
+				return []ir.Stmt{&c}
+			}
+			// The row's own offset first, the row a tile ahead over it
+			// where that row exists.
+			own := ir.MapStmts(f.Body, func(s ir.Stmt) []ir.Stmt {
+				if st, ok := s.(*ir.Store); ok && sp.pf[st.Buf] != "" {
+					return []ir.Stmt{s, &ir.Store{Buf: sp.pf[st.Buf], Index: st.Index, Value: st.Value}}
+				}
+				return []ir.Stmt{s}
+			})
+			c.Body = &ir.Block{Stmts: append(own.Stmts, &ir.If{Cond: exists, Then: body})}
 			return []ir.Stmt{&c}
-		}), nil
+		})
+		if sp == nil {
+			return body, nil
+		}
+		return sp.products(body, elemBytes), nil
 	})
+}
+
+// spread is a kernel's plan for prefetching its recorded rows from the
+// products: pf names each row-offset array's companion, size its length.
+type spread struct {
+	offs map[string]rowRead
+	pf   map[string]string
+	size map[string]int
+}
+
+// newSpread is the spread plan of k, or nil when some product load of a
+// row-offset array is not of the form buf[off[r] + c], sits in a vector
+// loop, or the array is no local array of known length.
+func newSpread(k *ir.Kernel, offs map[string]rowRead) *spread {
+	if len(offs) == 0 {
+		return nil
+	}
+	sp := &spread{offs: offs, pf: map[string]string{}, size: map[string]int{}}
+	names := map[string]bool{}
+	for _, p := range k.Params {
+		names[p.Name] = true
+	}
+	ok := true
+	var walk func(b *ir.Block, inVector bool)
+	walk = func(b *ir.Block, inVector bool) {
+		for _, s := range b.Stmts {
+			switch x := s.(type) {
+			case *ir.Alloc:
+				names[x.Name] = true
+				if _, isOff := offs[x.Name]; isOff {
+					sp.size[x.Name] = x.Size
+				}
+			case *ir.Let:
+				names[x.Name] = true
+			case *ir.Var:
+				names[x.Name] = true
+			case *ir.For:
+				names[x.Var] = true
+				walk(x.Body, inVector || x.Kind == ir.Vector)
+				continue
+			case *ir.If:
+				walk(x.Then, inVector)
+				if x.Else != nil {
+					walk(x.Else, inVector)
+				}
+				continue
+			case *ir.Block:
+				walk(x, inVector)
+				continue
+			}
+			for _, e := range stmtExprs(s) {
+				ir.VisitExpr(e, func(n ir.Expr) {
+					l, isLoad := n.(*ir.Load)
+					if !isLoad {
+						return
+					}
+					if _, isOff := offs[l.Buf]; isOff {
+						return // the index of a row read, checked there
+					}
+					uses := false
+					ir.VisitExpr(l.Index, func(m ir.Expr) {
+						if r, isLoad := m.(*ir.Load); isLoad {
+							if _, isOff := offs[r.Buf]; isOff {
+								uses = true
+							}
+						}
+					})
+					if !uses {
+						return
+					}
+					if _, _, match := rowLoad(l, offs); !match || inVector {
+						ok = false
+					}
+				})
+			}
+		}
+	}
+	walk(k.Body, false)
+	if !ok {
+		return nil
+	}
+	for _, a := range slices.Sorted(maps.Keys(offs)) {
+		if sp.size[a] <= 0 {
+			return nil
+		}
+		name := a + "_pf"
+		for names[name] {
+			name += "_"
+		}
+		names[name] = true
+		sp.pf[a] = name
+	}
+	return sp
+}
+
+// stmtExprs are the expressions a statement holds directly.
+func stmtExprs(s ir.Stmt) []ir.Expr {
+	switch x := s.(type) {
+	case *ir.Let:
+		return []ir.Expr{x.Value}
+	case *ir.Var:
+		return []ir.Expr{x.Init}
+	case *ir.Assign:
+		return []ir.Expr{x.Value}
+	case *ir.Store:
+		return []ir.Expr{x.Index, x.Value}
+	case *ir.Prefetch:
+		return []ir.Expr{x.Index}
+	case *ir.For:
+		return []ir.Expr{x.Lo, x.Hi}
+	case *ir.If:
+		return []ir.Expr{x.Cond}
+	}
+	var out []ir.Expr
+	ir.MapStmtExprs(&ir.Block{Stmts: []ir.Stmt{s}}, func(e ir.Expr) ir.Expr {
+		out = append(out, e)
+		return e
+	})
+	return out
+}
+
+// rowLoad matches a product load buf[off[r] + c] of row-offset array off:
+// off's load and the column c.
+func rowLoad(l *ir.Load, offs map[string]rowRead) (*ir.Load, ir.Expr, bool) {
+	b, ok := l.Index.(*ir.Binary)
+	if !ok || b.Op != ir.Add {
+		return nil, nil, false
+	}
+	for _, xy := range [][2]ir.Expr{{b.X, b.Y}, {b.Y, b.X}} {
+		r, ok := xy[0].(*ir.Load)
+		if !ok {
+			continue
+		}
+		if rr, isOff := offs[r.Buf]; isOff && rr.buf == l.Buf && !usesLoad(xy[1], offs) {
+			return r, xy[1], true
+		}
+	}
+	return nil, nil, false
+}
+
+// usesLoad says whether e loads a row-offset array.
+func usesLoad(e ir.Expr, offs map[string]rowRead) bool {
+	found := false
+	ir.VisitExpr(e, func(n ir.Expr) {
+		if l, ok := n.(*ir.Load); ok {
+			if _, isOff := offs[l.Buf]; isOff {
+				found = true
+			}
+		}
+	})
+	return found
+}
+
+// products declares each companion array beside its row-offset array and
+// follows the product loads buf[off[r] + c] that start a 64-byte line of
+// their row (lineStart) by prefetch buf[off_pf[r] + c]: after a run of
+// lets, one if per condition over the run's prefetches.
+func (sp *spread) products(b *ir.Block, elemBytes map[string]int) *ir.Block {
+	out := &ir.Block{}
+	var always []ir.Stmt
+	conds := map[string]*ir.If{}
+	var order []string
+	flush := func() {
+		out.Stmts = append(out.Stmts, always...)
+		for _, key := range order {
+			out.Stmts = append(out.Stmts, conds[key])
+		}
+		always, conds, order = nil, map[string]*ir.If{}, nil
+	}
+	for _, s := range b.Stmts {
+		if _, ok := s.(*ir.Let); !ok {
+			flush()
+		}
+		switch x := s.(type) {
+		case *ir.Alloc:
+			out.Stmts = append(out.Stmts, s)
+			if name := sp.pf[x.Name]; name != "" {
+				c := *x
+				c.Name = name
+				out.Stmts = append(out.Stmts, &c)
+			}
+			continue
+		case *ir.For:
+			c := *x
+			if x.Tag != ir.TagStage {
+				c.Body = sp.products(x.Body, elemBytes)
+			}
+			out.Stmts = append(out.Stmts, &c)
+			continue
+		case *ir.If:
+			c := *x
+			c.Then = sp.products(x.Then, elemBytes)
+			if x.Else != nil {
+				c.Else = sp.products(x.Else, elemBytes)
+			}
+			out.Stmts = append(out.Stmts, &c)
+			continue
+		case *ir.Block:
+			out.Stmts = append(out.Stmts, sp.products(x, elemBytes))
+			continue
+		}
+		out.Stmts = append(out.Stmts, s)
+		for _, e := range stmtExprs(s) {
+			ir.VisitExpr(e, func(n ir.Expr) {
+				l, ok := n.(*ir.Load)
+				if !ok {
+					return
+				}
+				off, col, ok := rowLoad(l, sp.offs)
+				if !ok {
+					return
+				}
+				eb := int64(elemBytes[l.Buf])
+				cond := lineStart(col, eb, int64(l.T.Lanes())*eb)
+				if cond == nil {
+					return
+				}
+				p := &ir.Prefetch{Buf: l.Buf, Index: ir.Bin(ir.Add, ir.Ld(sp.pf[off.Buf], off.T, off.Index), col)}
+				if ir.IsTrue(cond) {
+					always = append(always, p)
+					return
+				}
+				key := ir.ExprString(cond)
+				if conds[key] == nil {
+					conds[key] = &ir.If{Cond: cond, Then: &ir.Block{}}
+					order = append(order, key)
+				}
+				conds[key].Then.Stmts = append(conds[key].Then.Stmts, p)
+			})
+		}
+		if _, ok := s.(*ir.Let); !ok {
+			flush()
+		}
+	}
+	flush()
+	return out
+}
+
+// lineStart is the condition that a load of vb bytes at column c of
+// elements of eb bytes starts within the first vb bytes of a 64-byte line
+// of its row: true, false (nil) or a test of c.
+func lineStart(c ir.Expr, eb, vb int64) ir.Expr {
+	if vb >= 64 {
+		return ir.BoolConst(true)
+	}
+	if k, ok := ir.IsConst(c); ok {
+		if (k.Int*eb)&63 < vb {
+			return ir.BoolConst(true)
+		}
+		return nil
+	}
+	at := c
+	if eb != 1 {
+		at = ir.Bin(ir.Mul, c, ir.IntT(c.Type(), eb))
+	}
+	return ir.Bin(ir.Lt, ir.Bin(ir.And, at, ir.IntT(c.Type(), 63)), ir.IntT(c.Type(), vb))
 }
 
 // rowBytes is the most bytes one copy loop in b (or its ifs, or a run
@@ -151,21 +439,41 @@ func runExtent(f *ir.For) int64 {
 	return 0
 }
 
-// prefetchBlock is b for another row: lets renamed with suffix (sub maps
-// the old names to the new), ifs kept without their else, copy loops
-// reading a param as prefetches, a run loop (runExtent) unrolled over its
-// static extent — every row its page may hold, whatever the guard folded
-// into its bound — every other statement dropped. n counts the
-// prefetches.
-func prefetchBlock(b *ir.Block, sub map[string]ir.Expr, elemBytes map[string]int, rows map[string]rowRead, suffix string) (*ir.Block, int) {
+// pfBlock writes a staging iteration's block for the iteration a tile
+// ahead (block). recorded counts the row offsets it records in companion
+// arrays (spread) instead of prefetching their rows.
+type pfBlock struct {
+	elemBytes map[string]int
+	rows      map[string]rowRead
+	spread    *spread
+	recorded  int
+}
+
+// block is b for another row: lets renamed with suffix (sub maps the old
+// names to the new), ifs kept without their else, copy loops reading a
+// param as prefetches, a stored row offset as the prefetches of its row
+// or, with a spread plan, as a store of the offset into the companion
+// array (at the slot mod the array's length), a run loop (runExtent)
+// unrolled over its static extent — every row its page may hold, whatever
+// the guard folded into its bound — every other statement dropped. n
+// counts the prefetches and recorded offsets.
+func (pf *pfBlock) block(b *ir.Block, sub map[string]ir.Expr, suffix string) (*ir.Block, int) {
 	out := &ir.Block{}
 	n := 0
 	for _, s := range b.Stmts {
 		switch x := s.(type) {
 		case *ir.Store:
-			if r, ok := rows[x.Buf]; ok {
+			if r, ok := pf.rows[x.Buf]; ok {
 				row := ir.Subst(x.Value, sub)
-				for d := int64(0); d < r.n; d += int64(64 / elemBytes[r.buf]) {
+				if pf.spread != nil {
+					slot := ir.Subst(x.Index, sub)
+					slot = ir.Bin(ir.Rem, slot, ir.IntT(slot.Type(), int64(pf.spread.size[x.Buf])))
+					out.Stmts = append(out.Stmts, &ir.Store{Buf: pf.spread.pf[x.Buf], Index: slot, Value: row})
+					pf.recorded++
+					n++
+					continue
+				}
+				for d := int64(0); d < r.n; d += int64(64 / pf.elemBytes[r.buf]) {
 					out.Stmts = append(out.Stmts, &ir.Prefetch{Buf: r.buf, Index: ir.Bin(ir.Add, row, ir.IntT(ir.I64, d))})
 					n++
 				}
@@ -176,25 +484,25 @@ func prefetchBlock(b *ir.Block, sub map[string]ir.Expr, elemBytes map[string]int
 			out.Stmts = append(out.Stmts, &ir.Let{Name: name, Value: v})
 			sub[x.Name] = ir.R(name, v.Type())
 		case *ir.If:
-			then, k := prefetchBlock(x.Then, sub, elemBytes, rows, suffix)
+			then, k := pf.block(x.Then, sub, suffix)
 			if k > 0 {
 				out.Stmts = append(out.Stmts, &ir.If{Cond: ir.Subst(x.Cond, sub), Then: then})
 				n += k
 			}
 		case *ir.For:
-			if src, _ := copyRead(x, elemBytes); src == nil && runRows(x.Body, elemBytes, rows) > 0 {
+			if src, _ := copyRead(x, pf.elemBytes); src == nil && runRows(x.Body, pf.elemBytes, pf.rows) > 0 {
 				for js := range runExtent(x) {
 					inner := map[string]ir.Expr{x.Var: ir.Int(js)}
 					for k, v := range sub {
 						inner[k] = v
 					}
-					body, k := prefetchBlock(x.Body, inner, elemBytes, rows, fmt.Sprintf("%s%d", suffix, js))
+					body, k := pf.block(x.Body, inner, fmt.Sprintf("%s%d", suffix, js))
 					out.Stmts = append(out.Stmts, body.Stmts...)
 					n += k
 				}
 				continue
 			}
-			ps := copyPrefetches(x, sub, elemBytes)
+			ps := copyPrefetches(x, sub, pf.elemBytes)
 			out.Stmts = append(out.Stmts, ps...)
 			n += len(ps)
 		}

@@ -2,6 +2,7 @@ package cpu_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/attnc/attnc/driver"
@@ -15,8 +16,11 @@ import (
 // CPU table up to prefetch-kv and checks every decode work clone's staging
 // loop: one iteration per page run (min(page size, decode tile)
 // positions), which reads the page table twice — once for the run it
-// copies, once for the run a tile ahead that it prefetches — and
-// prefetches every 64-byte line of that run's K and V rows.
+// records, once for the run a tile ahead — records the offsets of every
+// K and V row of that run ahead in the companion arrays (koff_pf, voff_pf),
+// over its own rows' offsets there, and prefetches nothing itself; the products prefetch instead: every
+// prefetch reads a companion array where a product load reads its row
+// offset array, at the same row and column, K and V both.
 func TestStagingLooksPagesUpOncePerRun(t *testing.T) {
 	var table []passes.Pass
 	for i, p := range cpu.Table {
@@ -27,17 +31,16 @@ func TestStagingLooksPagesUpOncePerRun(t *testing.T) {
 	for _, c := range []struct {
 		ps     int
 		cache  string // the cache's extra settings
-		rowsPF int    // rows one staging iteration copies and prefetches
-		lines  int    // 64-byte lines of one K (or V) row
+		rowsPF int    // rows one staging iteration records and looks ahead
 	}{
 		// f16 rows of head dim 128 are 256 bytes: 16-position decode tiles.
-		{ps: 1, cache: "layout = NHD", rowsPF: 1, lines: 4},
-		{ps: 4, cache: "layout = HND", rowsPF: 4, lines: 4},
-		{ps: 16, cache: "table = block_table", rowsPF: 16, lines: 4},
-		{ps: 256, cache: "layout = NHD", rowsPF: 16, lines: 4},
+		{ps: 1, cache: "layout = NHD", rowsPF: 1},
+		{ps: 4, cache: "layout = HND", rowsPF: 4},
+		{ps: 16, cache: "table = block_table", rowsPF: 16},
+		{ps: 256, cache: "layout = NHD", rowsPF: 16},
 		// 8-bit codes: 32-position tiles.
-		{ps: 16, cache: "kv_dtype = e4m3", rowsPF: 16, lines: 2},
-		{ps: 64, cache: "kv_dtype = i8, layout = NHD", rowsPF: 32, lines: 2},
+		{ps: 16, cache: "kv_dtype = e4m3", rowsPF: 16},
+		{ps: 64, cache: "kv_dtype = i8, layout = NHD", rowsPF: 32},
 	} {
 		name := fmt.Sprintf("ps%d %s", c.ps, c.cache)
 		src := fmt.Sprintf("variant v {\n heads qo = 8, kv = 2\n head_dim 128\n dtype f16\n cache paged(page_size = %d, %s)\n kernels decode\n}\n", c.ps, c.cache)
@@ -63,10 +66,15 @@ func TestStagingLooksPagesUpOncePerRun(t *testing.T) {
 					return []ir.Stmt{s} // the zeros past the tile's end
 				}
 				stages++
-				lookups, prefetches := 0, 0
+				lookups, prefetches, records := 0, 0, 0
 				ir.MapStmts(f.Body, func(s ir.Stmt) []ir.Stmt {
-					if _, ok := s.(*ir.Prefetch); ok {
+					switch x := s.(type) {
+					case *ir.Prefetch:
 						prefetches++
+					case *ir.Store:
+						if x.Buf == "koff_pf" || x.Buf == "voff_pf" {
+							records++
+						}
 					}
 					return []ir.Stmt{s}
 				})
@@ -79,11 +87,40 @@ func TestStagingLooksPagesUpOncePerRun(t *testing.T) {
 				if lookups != 2 {
 					t.Errorf("%s: %s: the staging iteration reads the page table %d times, want 2 (its run and the run a tile ahead)", name, k.Name, lookups)
 				}
-				if want := 2 * c.rowsPF * c.lines; prefetches != want {
-					t.Errorf("%s: %s: %d prefetches per staging iteration, want %d (%d rows of K and V, %d lines each)", name, k.Name, prefetches, want, c.rowsPF, c.lines)
+				if prefetches != 0 {
+					t.Errorf("%s: %s: %d prefetches in the staging iteration, want none (the products prefetch)", name, k.Name, prefetches)
+				}
+				// The run ahead unrolled, and the iteration's own K and V
+				// row offsets (in its run loop) under them.
+				if want := 2*c.rowsPF + 2; records != want {
+					t.Errorf("%s: %s: the staging iteration records %d companion offsets, want %d (%d rows ahead of K and V, then its own K and V row)", name, k.Name, records, want, c.rowsPF)
 				}
 				return []ir.Stmt{s}
 			})
+			loads := map[string]bool{}
+			ir.MapExprs(k.Body, func(e ir.Expr) ir.Expr {
+				if l, ok := e.(*ir.Load); ok && (l.Buf == "k_pages" || l.Buf == "v_pages") {
+					loads[l.Buf+"["+ir.ExprString(l.Index)+"]"] = true
+				}
+				return e
+			})
+			pfs := map[string]int{}
+			ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
+				p, ok := s.(*ir.Prefetch)
+				if !ok {
+					return []ir.Stmt{s}
+				}
+				at := ir.ExprString(p.Index)
+				row := strings.NewReplacer("koff_pf[", "koff[", "voff_pf[", "voff[").Replace(at)
+				if row == at || !loads[p.Buf+"["+row+"]"] {
+					t.Errorf("%s: %s: prefetch %s[%s] pairs no product load of a row offset", name, k.Name, p.Buf, at)
+				}
+				pfs[p.Buf]++
+				return []ir.Stmt{s}
+			})
+			if pfs["k_pages"] == 0 || pfs["v_pages"] == 0 {
+				t.Errorf("%s: %s: the products prefetch K %d and V %d times, want both", name, k.Name, pfs["k_pages"], pfs["v_pages"])
+			}
 		}
 		if stages == 0 {
 			t.Errorf("%s: no staging loop", name)

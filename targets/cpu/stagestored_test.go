@@ -50,7 +50,7 @@ func TestDecodeStageStoredKeepsResults(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s stored=%v: %v", name, stored, err)
 			}
-			args := stagedDecodeArgs(v)
+			args := stagedDecodeArgs(v, nil)
 			if st, err := ir.Run(neutral, "t_decode_work", args); err != nil || st != 0 {
 				t.Fatalf("%s stored=%v neutral: status %d, %v", name, stored, st, err)
 			}
@@ -63,23 +63,23 @@ func TestDecodeStageStoredKeepsResults(t *testing.T) {
 			if stored != want.MatchString(text) {
 				t.Fatalf("%s stored=%v: %s in the scheduled module is %v", name, stored, want, !stored)
 			}
-			runLevelDecodes(t, fmt.Sprintf("%s stored=%v", name, stored), m, v, outs[i])
+			runLevelDecodes(t, fmt.Sprintf("%s stored=%v", name, stored), m, v, nil, outs[i])
 		}
 		sameDecodeOutputs(t, name, outs, "staged as f32", "as stored")
 	}
 }
 
 // runLevelDecodes runs every level clone of m's decode work kernel on
-// stagedDecodeArgs(v) in the interpreter and records its arguments (the
+// stagedDecodeArgs(v, indices) in the interpreter and records its arguments (the
 // outputs included) in outs by kernel name; what names the module in
 // failures.
-func runLevelDecodes(t *testing.T, what string, m *ir.Module, v *ir.Variant, outs map[string]map[string]any) {
+func runLevelDecodes(t *testing.T, what string, m *ir.Module, v *ir.Variant, indices []int32, outs map[string]map[string]any) {
 	t.Helper()
 	for _, k := range m.Kernels {
 		if k.Role != ir.RoleDecode || !strings.HasPrefix(k.Name, "t_decode_work") || k.Level == "" {
 			continue
 		}
-		args := stagedDecodeArgs(v)
+		args := stagedDecodeArgs(v, indices)
 		if st, err := ir.Run(m, k.Name, args); err != nil || st != 0 {
 			t.Fatalf("%s %s: status %d, %v", what, k.Name, st, err)
 		}
@@ -108,8 +108,9 @@ func sameDecodeOutputs(t *testing.T, name string, outs [2]map[string]map[string]
 }
 
 // stagedDecodeArgs are fixed random decode inputs for v: 3 sequences of
-// 0, 5 and 37 positions over 4-position pages, one page hidden (-1).
-func stagedDecodeArgs(v *ir.Variant) map[string]any {
+// 0, 5 and 37 positions over 4-position pages, one page hidden (-1), with
+// the page table indices (2 pages, then 10; nil: stagedIndices).
+func stagedDecodeArgs(v *ir.Variant, indices []int32) map[string]any {
 	rng := rand.New(rand.NewSource(7))
 	const pages, bs = 16, 3
 	elems := func(dt ir.DType, n int) any {
@@ -143,7 +144,9 @@ func stagedDecodeArgs(v *ir.Variant) map[string]any {
 		return out
 	}
 	row := v.KVHeads * v.PageSize * v.HeadDimQK
-	indices := []int32{3, 9, 0, 14, 5, -1, 12, 7, 1, 11, 2, 15}
+	if indices == nil {
+		indices = stagedIndices
+	}
 	a := map[string]any{
 		"q":                elems(v.DType, bs*v.QOHeads*v.HeadDimQK),
 		"k_pages":          elems(v.KVDType, pages*row),
@@ -169,6 +172,10 @@ func stagedDecodeArgs(v *ir.Variant) map[string]any {
 	}
 	return a
 }
+
+// stagedIndices is the page table of stagedDecodeArgs: the third
+// sequence's first tile holds the hidden page.
+var stagedIndices = []int32{3, 9, 0, 14, 5, -1, 12, 7, 1, 11, 2, 15}
 
 // bitsOf is the bits of each element of an f32 or 16-bit output.
 func bitsOf(x any) []uint32 {
