@@ -13,8 +13,11 @@ import (
 // the extents of the score, softmax and P·V loops, the reduces' guards
 // and tails and the matmuls' extents are constants, which LLVM folds: no
 // loop bound, guard or tail is computed per tile. The arithmetic is the
-// same, in the same order: the output is bit-identical. Prefill's tiles
-// (bigger bodies, a few dozen per work item) are left as they are.
+// same, in the same order: the output is bit-identical. Where
+// classify-tiles split the tile on `if tile_full` (no position masked),
+// only that branch is versioned: the masked tiles (a window's edges) are
+// few, and each version is another copy of the tile's code. Prefill's
+// tiles (bigger bodies, a few dozen per work item) are left as they are.
 func FullTiles(m *ir.Module) (*ir.Module, error) {
 	return passes.MapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
 		if k.Level == "" || k.Role != ir.RoleDecode {
@@ -58,7 +61,10 @@ func versionFull(b *ir.Block) *ir.Block {
 			s = versionFull(x)
 		case *ir.If:
 			c := *x
-			c.Then, c.Else = versionFull(x.Then), versionFull(x.Else)
+			c.Then = versionFull(x.Then)
+			if r, ok := x.Cond.(*ir.Ref); !ok || r.Name != "tile_full" {
+				c.Else = versionFull(x.Else)
+			}
 			s = &c
 		}
 		out.Stmts = append(out.Stmts, s)
