@@ -481,14 +481,16 @@ func packTransposed(mm *ir.MatMul, bt string, L int) []ir.Stmt {
 	})
 }
 
-// fuseRowScales finds, in the blocks of body, each prefill accumulating
-// matmul (at least BlockMinRows rows, one block-matmul takes) that follows
-// a loop scaling every row of its C by an array element of the row (the
-// online softmax's rescale: for row < MExt, C[row, :] = C[row, :] ·
-// S[row]), drops the loop and records S for the matmul: its
-// micro-kernels multiply the accumulators they load from C by S[row]
-// instead (the same product, rounded once as before), so C makes one trip
-// through the registers per tile instead of two.
+// fuseRowScales finds, in the blocks of body, each accumulating P·V
+// matmul that block-matmul takes (prefill's, and decode's of any row
+// count) that follows a loop scaling every row of its C by an array
+// element of the row (the online softmax's rescale: for row < MExt,
+// C[row, :] = C[row, :] · S[row]), drops the loop and records S for the
+// matmul: its micro-kernels multiply the accumulators they load from C by
+// S[row] instead (the same product, rounded once as before: the output is
+// bit-identical), so C makes one trip through the registers per tile
+// instead of two. The matmul may also be the pair `if direct { mm reading
+// B in place } else { mm }` (a decode tile's P·V): then both take S.
 func fuseRowScales(body *ir.Block, blocks func(*ir.MatMul) bool, scales map[*ir.MatMul]string) *ir.Block {
 	if body == nil {
 		return nil
@@ -496,9 +498,17 @@ func fuseRowScales(body *ir.Block, blocks func(*ir.MatMul) bool, scales map[*ir.
 	out := &ir.Block{}
 	for i, s := range body.Stmts {
 		if i+1 < len(body.Stmts) {
-			if mm, ok := body.Stmts[i+1].(*ir.MatMul); ok && mm.Accumulate && !mm.TransB && mm.M >= BlockMinRows && blocks(mm) {
-				if sc := rowScaleOf(s, mm); sc != "" {
-					scales[mm] = sc
+			if mms := rescaledMatMuls(body.Stmts[i+1], blocks); mms != nil {
+				sc := rowScaleOf(s, mms[0])
+				for _, mm := range mms[1:] {
+					if rowScaleOf(s, mm) != sc {
+						sc = ""
+					}
+				}
+				if sc != "" {
+					for _, mm := range mms {
+						scales[mm] = sc
+					}
 					continue
 				}
 			}
@@ -518,6 +528,31 @@ func fuseRowScales(body *ir.Block, blocks func(*ir.MatMul) bool, scales map[*ir.
 		out.Stmts = append(out.Stmts, s)
 	}
 	return out
+}
+
+// rescaledMatMuls is the matmuls of s that can take a row scale: s
+// itself, an accumulating P·V matmul block-matmul takes, or both branches
+// of an If that holds one such matmul in each (directOr's pair); else nil.
+func rescaledMatMuls(s ir.Stmt, blocks func(*ir.MatMul) bool) []*ir.MatMul {
+	ok := func(s ir.Stmt) *ir.MatMul {
+		mm, is := s.(*ir.MatMul)
+		if is && mm.Accumulate && !mm.TransB && blocks(mm) {
+			return mm
+		}
+		return nil
+	}
+	if mm := ok(s); mm != nil {
+		return []*ir.MatMul{mm}
+	}
+	f, is := s.(*ir.If)
+	if !is || f.Then == nil || f.Else == nil || len(f.Then.Stmts) != 1 || len(f.Else.Stmts) != 1 {
+		return nil
+	}
+	a, b := ok(f.Then.Stmts[0]), ok(f.Else.Stmts[0])
+	if a == nil || b == nil || a.C != b.C || a.M != b.M || a.N != b.N || !sameExpr(a.MExt, b.MExt) {
+		return nil
+	}
+	return []*ir.MatMul{a, b}
 }
 
 // rowScaleOf is S when s is

@@ -75,6 +75,8 @@ var Constraints = append(append([]passes.Constraint(nil), passes.NeutralConstrai
 	passes.Constraint{Before: "multiversion", After: "block-matmul", Why: "block-matmul fits each clone's micro-kernels to its level's vector width and registers"},
 	passes.Constraint{Before: "block-matmul", After: "lower-tiles", Why: "lower-tiles writes the matmuls block-matmul left (decode tiles, odd shapes) as loops"},
 	passes.Constraint{Before: "block-matmul", After: "heap-scratch", Why: "the packed transposed K tile block-matmul declares is large: heap-scratch must see it"},
+	passes.Constraint{Before: "multiversion", After: "full-tiles", Why: "full-tiles versions the clones' decode tiles"},
+	passes.Constraint{Before: "full-tiles", After: "vector-reduce", Why: "the reduces and matmuls of a whole tile's version get constant extents, which the schedule passes use"},
 	passes.Constraint{Before: "multiversion", After: "vector-reduce", Why: "vector-reduce uses each clone's vector width"},
 	passes.Constraint{Before: "vector-reduce", After: "block-matmul", Why: "vector-reduce finds the KV tiles by their matmuls, which block-matmul replaces"},
 	passes.Constraint{Before: "vector-reduce", After: "lower-tiles", Why: "lower-tiles writes the reduces vector-reduce left as loops"},

@@ -13,11 +13,44 @@ import (
 // polynomial in plain arithmetic (PolyExp), hoisted into lets before the
 // statement: LLVM vectorizes it with the loop around it, where exp would
 // stay a scalar call of libm's expf per lane.
+//
+// A scalar let (outside vector loops) of the form select(c, exp(x), 1) —
+// the online softmax's rescale factor alpha = exp(m_old - m_new) of a live
+// row — branches instead: the exp runs only when c holds and x is not 0,
+// since exp(±0) is exactly 1 (PolyExp too). The running max of a row
+// rarely moves after its first tiles, so most tiles skip the exp: the
+// same value, bit for bit.
 func VectorExp(m *ir.Module) (*ir.Module, error) {
 	return passes.MapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
 		prefix := freePrefix(k, "vexp")
 		n := 0
+		inVector := map[ir.Stmt]bool{}
+		ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
+			if f, ok := s.(*ir.For); ok && f.Kind == ir.Vector {
+				ir.MapStmts(f.Body, func(t ir.Stmt) []ir.Stmt {
+					inVector[t] = true
+					return []ir.Stmt{t}
+				})
+			}
+			return []ir.Stmt{s}
+		})
 		return ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
+			if x, ok := s.(*ir.Let); ok && !inVector[s] {
+				if c, arg, ok := expOrOne(x.Value); ok {
+					// var a = 1; if c & x != 0 { a = exp(x) }; let NAME = a
+					pfx := fmt.Sprintf("%s%d_", prefix, n)
+					n++
+					xv := ir.R(pfx+"arg", ir.F32)
+					lets, v := PolyExp(pfx, xv)
+					then := append(lets, &ir.Assign{Name: pfx + "one", Value: v})
+					return []ir.Stmt{
+						&ir.Let{Name: pfx + "arg", Value: arg},
+						&ir.Var{Name: pfx + "one", Init: ir.Float(1)},
+						&ir.If{Cond: ir.Bin(ir.And, c, ir.Bin(ir.Ne, xv, ir.Float(0))), Then: &ir.Block{Stmts: then}},
+						&ir.Let{Name: x.Name, Value: ir.R(pfx+"one", ir.F32)},
+					}
+				}
+			}
 			var pre []ir.Stmt
 			rw := func(e ir.Expr) ir.Expr {
 				return ir.MapExpr(e, func(x ir.Expr) ir.Expr {
@@ -50,6 +83,20 @@ func VectorExp(m *ir.Module) (*ir.Module, error) {
 			return append(pre, out)
 		}), nil
 	})
+}
+
+// expOrOne is c and x when e is select(c, exp(x), 1.0) in scalar f32.
+func expOrOne(e ir.Expr) (c, x ir.Expr, ok bool) {
+	sel, ok := e.(*ir.Select)
+	if !ok || sel.Type() != ir.F32 {
+		return nil, nil, false
+	}
+	u, ok := sel.X.(*ir.Unary)
+	one, isConst := sel.Y.(*ir.Const)
+	if !ok || u.Op != ir.Exp || u.Type() != ir.F32 || !isConst || one.T != ir.F32 || one.Float != 1 || sel.Cond.Type() != ir.Bool {
+		return nil, nil, false
+	}
+	return sel.Cond, u.X, true
 }
 
 // freePrefix is a name prefix no let, var, loop variable, array or param

@@ -190,3 +190,60 @@ func TestPolyExpError(t *testing.T) {
 		t.Errorf("interpreter: %.3f ulp, above the bound %g", worst, expULPBound)
 	}
 }
+
+// TestVectorExpAlphaBranch checks the branch VectorExp writes for a
+// scalar select(c, exp(x), 1) (the online softmax's alpha): taken in a
+// serial loop, not in a vector loop, and bit for bit the select's value
+// (run in the interpreter against the same expression in a vector loop,
+// which keeps the select) for arguments 0 and -0 (the exp skipped),
+// -inf, +inf, NaN, tiny, negative and c false.
+func TestVectorExpAlphaBranch(t *testing.T) {
+	m, err := ir.Parse(`module e prefix e
+
+kernel e_k role decode level "x86-64" (x: f32* [n], y: f32* [n], o1: f32* [n] out, o2: f32* [n] out, n: i32) {
+  for i in 0 .. n serial {
+    let m_new = max(x[i], y[i])
+    let a = select(not((m_new == -inf:f32)), exp((x[i] - m_new)), 1.0:f32)
+    store o1[i] = a
+  }
+  for i in 0 .. n vector {
+    let m_new = max(x[i], y[i])
+    let a = select(not((m_new == -inf:f32)), exp((x[i] - m_new)), 1.0:f32)
+    store o2[i] = a
+  }
+  return 0
+}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := VectorExp(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ir.MustVerify("vector-exp", after)
+	text := after.String()
+	if strings.Count(text, "if (not((m_new == -inf:f32)) &") != 1 {
+		t.Fatalf("want the serial loop's alpha (only) as a branch:\n%s", text)
+	}
+	inf, nan, nz := float32(math.Inf(1)), float32(math.NaN()), float32(math.Copysign(0, -1))
+	pairs := [][2]float32{{0, 0}, {nz, 0}, {0, nz}, {nz, nz}, {1.5, 1.5}, {-3, -3}, {-3, 2}, {2, -3}, {-inf, -inf}, {-inf, 1},
+		{1, -inf}, {inf, inf}, {inf, 1}, {1, inf}, {nan, 1}, {1, nan}, {-100, 0}, {-87.5, 0}, {1e-30, 0}, {-1e-30, 0}, {-0.25, 0.5}}
+	n := len(pairs)
+	x, y := make([]float32, n), make([]float32, n)
+	for i, p := range pairs {
+		x[i], y[i] = p[0], p[1]
+	}
+	o1, o2 := make([]float32, n), make([]float32, n)
+	if st, err := ir.Run(after, "e_k", map[string]any{"x": x, "y": y, "o1": o1, "o2": o2, "n": int32(n)}); err != nil || st != 0 {
+		t.Fatalf("status %d, %v", st, err)
+	}
+	for i := range pairs {
+		if math.Float32bits(o1[i]) != math.Float32bits(o2[i]) {
+			t.Errorf("x=%v y=%v: branch gives %v, select %v", x[i], y[i], o1[i], o2[i])
+		}
+	}
+	if o1[0] != 1 || o1[4] != 1 || o1[8] != 1 {
+		t.Errorf("alpha of an unmoved max (or a dead row) is %v %v %v, want 1", o1[0], o1[4], o1[8])
+	}
+}
