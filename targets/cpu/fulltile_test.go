@@ -51,28 +51,8 @@ func TestFullTilesKeepsResults(t *testing.T) {
 				}
 			}
 			outs[i] = map[string]map[string]any{}
-			runLevelDecodes(t, name, m, v, outs[i])
+			runLevelDecodes(t, name, m, v, nil, outs[i])
 		}
-		sameFullTileOutputs(t, name, outs)
-	}
-}
-
-// sameFullTileOutputs checks that each level's kernel wrote bit-identical
-// o and lse with and without full-tiles.
-func sameFullTileOutputs(t *testing.T, name string, outs [2]map[string]map[string]any) {
-	t.Helper()
-	if len(outs[0]) != 3 || len(outs[1]) != 3 {
-		t.Fatalf("%s: ran %d and %d kernels, want 3 levels' each", name, len(outs[0]), len(outs[1]))
-	}
-	for k, a := range outs[0] {
-		b := outs[1][k]
-		for _, buf := range []string{"o", "lse"} {
-			x, y := bitsOf(a[buf]), bitsOf(b[buf])
-			for j := range x {
-				if x[j] != y[j] {
-					t.Fatalf("%s %s: %s[%d] without full-tiles %#x, with %#x", name, k, buf, j, x[j], y[j])
-				}
-			}
-		}
+		sameDecodeOutputs(t, name, outs, 3, "without full-tiles", "with")
 	}
 }

@@ -65,7 +65,7 @@ func TestDecodeStageStoredKeepsResults(t *testing.T) {
 			}
 			runLevelDecodes(t, fmt.Sprintf("%s stored=%v", name, stored), m, v, nil, outs[i])
 		}
-		sameDecodeOutputs(t, name, outs, "staged as f32", "as stored")
+		sameDecodeOutputs(t, name, outs, 4, "staged as f32", "as stored")
 	}
 }
 
@@ -87,12 +87,13 @@ func runLevelDecodes(t *testing.T, what string, m *ir.Module, v *ir.Variant, ind
 	}
 }
 
-// sameDecodeOutputs checks that the two runs (the neutral kernel and 3
-// levels' clones each) wrote bit-identical o and lse; as names the runs.
-func sameDecodeOutputs(t *testing.T, name string, outs [2]map[string]map[string]any, as0, as1 string) {
+// sameDecodeOutputs checks that the two runs (kernels each: the level
+// clones runLevelDecodes ran) wrote bit-identical o and lse; as names the
+// runs.
+func sameDecodeOutputs(t *testing.T, name string, outs [2]map[string]map[string]any, kernels int, as0, as1 string) {
 	t.Helper()
-	if len(outs[0]) != 4 || len(outs[1]) != 4 {
-		t.Fatalf("%s: ran %d and %d kernels, want the neutral one and 3 levels' each", name, len(outs[0]), len(outs[1]))
+	if len(outs[0]) != kernels || len(outs[1]) != kernels {
+		t.Fatalf("%s: ran %d and %d kernels, want %d each", name, len(outs[0]), len(outs[1]), kernels)
 	}
 	for k, a := range outs[0] {
 		b := outs[1][k]
