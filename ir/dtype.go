@@ -40,6 +40,13 @@ type DTypeInfo struct {
 	// exact 2^8). A CPU level with native half conversions uses it; nil for
 	// the other rows (i8's Widen is already one sitofp).
 	HalfWiden func(Expr) Expr
+	// FiniteHalfWiden is HalfWiden for codes known not to be NaN, cheaper
+	// where HalfWiden spends operations on the NaN codes (e4m3: code &
+	// NaNMask == NaNMask); nil where HalfWiden has no NaN path to drop.
+	FiniteHalfWiden func(Expr) Expr
+	// NaNMask says which codes are NaN for FiniteHalfWiden: those with
+	// every bit of the mask set.
+	NaNMask int64
 	// TensorCore says GPU tensor cores take it as an mma input.
 	TensorCore bool
 	// KVOnly marks the 8-bit codes of a quantized KV cache: only a
@@ -59,7 +66,8 @@ var DTypes = []DTypeInfo{
 	{DType: DTBF16, Name: "bf16", Type: BF16, Bits: 16, Carrier: I16, CType: "uint16_t", ExpBits: 8, MantBits: 7,
 		Widen: BF16ToF32, Narrow: F32ToBF16, TensorCore: true},
 	{DType: DTE4M3, Name: "e4m3", Type: E4M3, Bits: 8, Carrier: U8, CType: "uint8_t", ExpBits: 4, MantBits: 3,
-		Widen: E4M3ToF32, Narrow: F32ToE4M3, HalfWiden: E4M3HalfWiden, KVOnly: true, HalfExact: true},
+		Widen: E4M3ToF32, Narrow: F32ToE4M3, HalfWiden: E4M3HalfWiden,
+		FiniteHalfWiden: E4M3FiniteHalfWiden, NaNMask: 0x7f, KVOnly: true, HalfExact: true},
 	{DType: DTE5M2, Name: "e5m2", Type: E5M2, Bits: 8, Carrier: U8, CType: "uint8_t", ExpBits: 5, MantBits: 2,
 		Widen: E5M2ToF32, Narrow: F32ToE5M2, HalfWiden: E5M2HalfWiden, KVOnly: true, HalfExact: true},
 	{DType: DTI8, Name: "i8", Type: I8, Bits: 8, Carrier: U8, CType: "int8_t", MantBits: 7,

@@ -113,6 +113,19 @@ func E4M3HalfWiden(c Expr) Expr {
 	return Bin(Mul, halfBitsToF32(Bin(Or, bits, nan)), Float(pow2(e5m2Format.bias-e4m3Format.bias)))
 }
 
+// E4M3FiniteHalfWiden is E4M3HalfWiden for codes that are not NaN (code
+// & 0x7f != 0x7f): the same half bits without the NaN select. The code
+// sign-extended to 16 bits and shifted left by 7 puts the exponent and
+// mantissa where E4M3HalfWiden does and copies the sign into bits 15 and
+// 14; bit 14 is cleared. A NaN code would give ±480: a caller uses it only
+// where it has checked that the codes hold no NaN (CodeNaNMask).
+func E4M3FiniteHalfWiden(c Expr) Expr {
+	h := Cvt(I16, c)
+	sext := Bin(Shr, Bin(Shl, h, IntT(I16, 8)), IntT(I16, 8))
+	bits := Bin(And, Bin(Shl, sext, IntT(I16, 7)), IntT(I16, -0x4001))
+	return Bin(Mul, halfBitsToF32(bits), Float(pow2(e5m2Format.bias-e4m3Format.bias)))
+}
+
 // I8ToF32 widens int8 bits (u8, two's complement) to f32 exactly.
 func I8ToF32(c Expr) Expr {
 	return Cvt(F32, Bin(Sub, Bin(Xor, codeI32(c), c32(0x80)), c32(0x80)))

@@ -27,9 +27,14 @@ const (
 	// TagPhase is a loop map-threads made from a spread: one phase of a
 	// GPU block, whose threads share memory only across barriers.
 	TagPhase
+	// TagFinite is an if whose condition has checked that the 8-bit codes
+	// its Then branch reads hold no NaN code (the dtype table's NaNMask):
+	// a CPU level that converts half natively widens them there without
+	// the NaN path (FiniteHalfWiden). Both branches compute the same.
+	TagFinite
 )
 
-var tagNames = [...]string{"", "work", "kv_tile", "stage", "mask", "validate", "hidden", "phase"}
+var tagNames = [...]string{"", "work", "kv_tile", "stage", "mask", "validate", "hidden", "phase", "finite"}
 
 func (t Tag) String() string {
 	if int(t) < len(tagNames) {

@@ -40,7 +40,7 @@ func dotBlocks(mm *ir.MatMul, allocs map[string]*ir.Alloc, lanes int) bool {
 // C outside the extents' blocks is unspecified, as with the
 // micro-kernels.
 func dotBlockedMatMul(mm *ir.MatMul, bElem ir.Type, L int) []ir.Stmt {
-	R := dotBlockRows(mm.M, L)
+	R := dotBlockRows(mm.M, L, codes(bElem))
 	return blockLoop("db_m", mm.M, R, mm.MExt, func(m0 ir.Expr, _ int) []ir.Stmt {
 		return blockLoop("db_nb", mm.N, L/R, mm.NExt, func(n0 ir.Expr, _ int) []ir.Stmt {
 			return dotKernel(mm, bElem, L, R, m0, n0)
@@ -51,13 +51,30 @@ func dotBlockedMatMul(mm *ir.MatMul, bElem ir.Type, L int) []ir.Stmt {
 // dotBlockRows is how many rows of C a dot-product block of L
 // accumulators covers for a matmul of M rows: the largest power of two
 // that divides M, at most L/4 (so each row's piece of the result is at
-// least 4 lanes wide).
-func dotBlockRows(M, L int) int {
+// least 4 lanes wide) — or, when B holds 8-bit codes (wide: each vector
+// of B costs several operations to widen, against one load of A), at most
+// L/2, so a decode tile's GQA group of 4 rows widens each K vector once
+// at 8 lanes (x86-64-v3) too, not twice. The pieces then are 2 lanes
+// wide. Each accumulator sums the same products in the same lanes and
+// the tree adds its lanes in the same order whatever R is, so R does
+// not change a result's bits.
+func dotBlockRows(M, L int, wide bool) int {
+	most := L / 4
+	if wide {
+		most = L / 2
+	}
 	R := 1
-	for 2*R <= L/4 && M%(2*R) == 0 {
+	for 2*R <= most && M%(2*R) == 0 {
 		R *= 2
 	}
 	return R
+}
+
+// codes reports whether t is an 8-bit code type (e4m3, e5m2, i8), whose
+// widening costs more than a load.
+func codes(t ir.Type) bool {
+	r := ir.StorageOf(t)
+	return t.IsStorageOnly() && r != nil && r.Bits == 8
 }
 
 // dotKernel is C[m0 .. m0+R, n0 .. n0+L/R] (+)= the dot products of A's

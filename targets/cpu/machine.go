@@ -85,6 +85,8 @@ func (mc *Machine) table(multiversion passes.Pass) []passes.Pass {
 			Desc: "each decode KV tile's statements versioned on a whole tile (kv_n == KT): constant extents, guards and tails there"},
 		{Name: "vector-reduce", Required: false, Run: mc.VectorReduce,
 			Desc: "reduce statements of KV tiles (prefill's and decode's) as explicit vector loops of the clone's width and a shuffle tree"},
+		{Name: "finite-codes", Required: false, Run: mc.FiniteCodes,
+			Desc: "decode products reading e4m3 K/V codes in place (clones with native half conversion): the tile's rows checked for NaN codes first (a vector max over their bytes), and a copy that widens them without the NaN path (native-widen) for tiles that have none"},
 		{Name: "block-matmul", Required: false, Run: mc.BlockMatMul,
 			Desc: "tile matmuls of each level's clone as register-blocked vector micro-kernels (6x4 or 6x2 vectors of the level's width; prefill's Q·Kᵀ (M >= 32) on K packed transposed; on x86-64-v4-bf16, with exact bf16 Q and K, as vdpbf16ps on bf16 pairs; on x86-64-amx as AMX tdpbf16ps on 32x32 tile blocks), decode's Q·Kᵀ as dot-product blocks ending in a transpose-add tree"},
 		{Name: "lower-tiles", Required: true, Run: LowerTiles,

@@ -15,7 +15,9 @@ import (
 // bits). The other loads (bf16; i8, whose integer Widen is one sitofp),
 // and the clones of the other levels, keep the exact integer Widen that
 // legalize-dtype writes. It runs before legalize-dtype, which leaves the
-// loads of carrier bits it writes alone.
+// loads of carrier bits it writes alone. In the Then branch of an if
+// tagged finite (finite-codes: the codes there hold no NaN) it widens
+// with the table's FiniteHalfWiden where a dtype has one.
 func (mc *Machine) NativeWiden(m *ir.Module) (*ir.Module, error) {
 	out := *m
 	out.Kernels = nil
@@ -33,23 +35,44 @@ func (mc *Machine) NativeWiden(m *ir.Module) (*ir.Module, error) {
 			continue
 		}
 		c := *k
-		c.Body = ir.MapExprs(k.Body, func(e ir.Expr) ir.Expr {
-			cv, ok := e.(*ir.Convert)
-			if !ok || cv.To.Elem() != ir.F32 {
-				return e
+		// The Then branches of finite-codes' ifs first: codes there hold
+		// no NaN.
+		body := ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
+			if x, ok := s.(*ir.If); ok && x.Tag == ir.TagFinite {
+				f := *x
+				f.Then = ir.MapExprs(x.Then, halfWiden(true))
+				return []ir.Stmt{&f}
 			}
-			ld, ok := cv.X.(*ir.Load)
-			if !ok || !ld.T.Elem().IsStorageOnly() {
-				return e
-			}
-			r := ir.StorageOf(ld.T.Elem())
-			if r == nil || r.HalfWiden == nil {
-				return e
-			}
-			bits := &ir.Load{Buf: ld.Buf, Index: ld.Index, T: ir.Vec(r.Carrier, ld.T.Lanes())}
-			return ir.Cvt(cv.To, ir.Lanewise(r.HalfWiden, bits))
+			return []ir.Stmt{s}
 		})
+		c.Body = ir.MapExprs(body, halfWiden(false))
 		out.Kernels = append(out.Kernels, &c)
 	}
 	return &out, nil
+}
+
+// halfWiden rewrites a widening load of a storage type with the table's
+// HalfWiden, or, finite (the codes hold no NaN), its FiniteHalfWiden
+// where it has one.
+func halfWiden(finite bool) func(ir.Expr) ir.Expr {
+	return func(e ir.Expr) ir.Expr {
+		cv, ok := e.(*ir.Convert)
+		if !ok || cv.To.Elem() != ir.F32 {
+			return e
+		}
+		ld, ok := cv.X.(*ir.Load)
+		if !ok || !ld.T.Elem().IsStorageOnly() {
+			return e
+		}
+		r := ir.StorageOf(ld.T.Elem())
+		if r == nil || r.HalfWiden == nil {
+			return e
+		}
+		w := r.HalfWiden
+		if finite && r.FiniteHalfWiden != nil {
+			w = r.FiniteHalfWiden
+		}
+		bits := &ir.Load{Buf: ld.Buf, Index: ld.Index, T: ir.Vec(r.Carrier, ld.T.Lanes())}
+		return ir.Cvt(cv.To, ir.Lanewise(w, bits))
+	}
 }
