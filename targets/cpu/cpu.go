@@ -50,10 +50,14 @@ func (Target) Files() string { return "<variant>.ll" }
 // in registers (f16 decode at x86-64-v3: 635 → 454 instructions per
 // (position, kv head) row); only a tile with a hidden or outside page is
 // copied, in f32 (DecodeStageStored off: staged as stored, the widening
-// moved out of the copy into the products).
+// moved out of the copy into the products). Prefill over an f32 cache
+// reads its tiles in place too (PrefillDirect): block-matmul packs K
+// transposed from the pool rows and P·V reads V there, so the staging
+// copy (a plain copy of f32 rows) is gone; over f16 or bf16 the copy
+// widens each row once for many query rows' products and stays.
 func (Target) Tiling(v *ir.Variant) lower.Tiling {
 	rowBytes := v.HeadDimQK * max(1, v.KVDType.Type().Bits()/8)
-	return lower.Tiling{KVTile: 64, DecodeKVTile: TileRows(rowBytes), Rows: 128, MaxHeads: 16, PageRuns: true, DecodeDirect: true}
+	return lower.Tiling{KVTile: 64, DecodeKVTile: TileRows(rowBytes), Rows: 128, MaxHeads: 16, PageRuns: true, DecodeDirect: true, PrefillDirect: true}
 }
 
 // Table is the CPU pass table of the default architecture (DefaultTriple).
