@@ -72,6 +72,14 @@ type Tiling struct {
 	// offsets. A tile with a hidden or outside page, K under inline RoPE
 	// and a K row of MLA's two segments are staged as before.
 	PrefillDirect bool
+	// PrefillAlphaLoop makes the prefill kernels' online-softmax update
+	// compute each row's rescale factor alpha = exp(m_old - m_new), its
+	// denominator and its max in a loop of its own over the tile's rows,
+	// after the loop that takes each row's max, exp and sum: the same
+	// arithmetic, in a loop with no inner loop that a CPU vectorizes
+	// across rows (a vector exp per L rows instead of a scalar exp per
+	// row).
+	PrefillAlphaLoop bool
 }
 
 // HeadTile is how many qo heads of a GQA group of g heads a work item

@@ -81,25 +81,48 @@ func decodeDirectKeepsResults(t *testing.T, indices []int32) {
 // for the micro-kernels from the pool rows, P·V reading V there) and
 // copied into f32 tiles, runs the CPU pass table on both and interprets
 // the neutral module and every level's prefill kernel on the same paged
-// inputs — GQA and MHA, pages of 4 and 32 positions, an empty sequence, a
-// tile wholly on readable pages with a partial one after it, and a
-// sequence with a hidden (-1) page, whose tile takes the copy: o and lse
-// are bit for bit the same. The interpreter fails a read outside the
-// pools, so a row offset of the hidden page (or one past a tile's end)
-// that the packing or P·V read would fail the run.
+// inputs (prefillBothWays): o and lse are bit for bit the same. The
+// interpreter fails a read outside the pools, so a row offset of the
+// hidden page (or one past a tile's end) that the packing or P·V read
+// would fail the run.
 func TestPrefillDirectKeepsResults(t *testing.T) {
+	prefillBothWays(t, "copied", "read in place", func(tl *lower.Tiling) *bool { return &tl.PrefillDirect },
+		func(m *ir.Module) bool {
+			work := m.Kernel("t_prefill_work").String()
+			return strings.Contains(work, "rows(koff)") && strings.Contains(work, "rows(voff)")
+		})
+}
+
+// TestPrefillAlphaLoopKeepsResults is the same with prefill's rescale
+// factors computed in the row loop and in a loop over the rows of their
+// own (Tiling.PrefillAlphaLoop): the same arithmetic, bit for bit.
+func TestPrefillAlphaLoopKeepsResults(t *testing.T) {
+	prefillBothWays(t, "per row", "in a loop of their own", func(tl *lower.Tiling) *bool { return &tl.PrefillAlphaLoop },
+		func(m *ir.Module) bool { return strings.Contains(m.Kernel("t_prefill_work").String(), "tsum") })
+}
+
+// prefillBothWays lowers f32 prefill variants (GQA and MHA, pages of 4
+// and 32 positions) with the CPU tiling's switch (at) off and on, checks
+// that on shows in the neutral work kernel (shows), runs the CPU pass
+// table on both and interprets the neutral module and every level's
+// prefill kernel on directPrefillArgs — an empty sequence, a tile wholly
+// on readable pages with a partial one after it, and a sequence with a
+// hidden (-1) page — and checks that o and lse are bit for bit the same;
+// as0 and as1 name the two ways.
+func prefillBothWays(t *testing.T, as0, as1 string, at func(*lower.Tiling) *bool, shows func(*ir.Module) bool) {
+	t.Helper()
 	for _, c := range []struct{ qo, kv, ps int }{{8, 2, 4}, {4, 4, 4}, {8, 2, 32}} {
 		v := &ir.Variant{Name: "t", QOHeads: c.qo, KVHeads: c.kv, HeadDimQK: 32, HeadDimV: 32, DType: ir.DTF32, KVDType: ir.DTF32,
 			PageSize: c.ps, Scale: 0.25, Masks: []ir.MaskClause{{Kind: ir.MaskCausal}}, Kernels: []ir.KernelRef{{Role: ir.RolePrefill}}}
 		name := fmt.Sprintf("%d/%d heads, page %d", c.qo, c.kv, c.ps)
 		tiling := Target{}.Tiling(v)
-		if !tiling.PrefillDirect {
-			t.Fatalf("%s: the CPU tiling reads prefill's rows through copies", name)
+		if !*at(&tiling) {
+			t.Fatalf("%s: the CPU tiling has the switch off", name)
 		}
 		var outs [2]map[string]map[string]any
-		for i, direct := range []bool{false, true} {
+		for i, on := range []bool{false, true} {
 			tl := tiling
-			tl.PrefillDirect = direct
+			*at(&tl) = on
 			m, err := lower.Lower(v, tl)
 			if err != nil {
 				t.Fatal(err)
@@ -107,19 +130,18 @@ func TestPrefillDirectKeepsResults(t *testing.T) {
 			outs[i] = map[string]map[string]any{}
 			neutral, err := passes.RunTable(passes.Neutral, m, passes.Options{VerifyEach: true})
 			if err != nil {
-				t.Fatalf("%s direct=%v: %v", name, direct, err)
+				t.Fatalf("%s on=%v: %v", name, on, err)
 			}
 			args := directPrefillArgs(v)
 			if st, err := ir.Run(neutral, "t_prefill_work", args); err != nil || st != 0 {
-				t.Fatalf("%s direct=%v neutral: status %d, %v", name, direct, st, err)
+				t.Fatalf("%s on=%v neutral: status %d, %v", name, on, st, err)
 			}
 			outs[i]["neutral"] = args
-			work := neutral.Kernel("t_prefill_work").String()
-			if got := strings.Contains(work, "rows(koff)") && strings.Contains(work, "rows(voff)"); got != direct {
-				t.Fatalf("%s direct=%v: the products read K and V at row offsets: %v", name, direct, got)
+			if got := shows(neutral); got != on {
+				t.Fatalf("%s on=%v: the work kernel shows it: %v", name, on, got)
 			}
 			if m, err = passes.RunTable(Table, m, passes.Options{VerifyEach: true}); err != nil {
-				t.Fatalf("%s direct=%v: %v", name, direct, err)
+				t.Fatalf("%s on=%v: %v", name, on, err)
 			}
 			for _, k := range m.Kernels {
 				if k.Role != ir.RolePrefill || !strings.HasPrefix(k.Name, "t_prefill_work") || k.Level == "" {
@@ -127,12 +149,12 @@ func TestPrefillDirectKeepsResults(t *testing.T) {
 				}
 				args := directPrefillArgs(v)
 				if st, err := ir.Run(m, k.Name, args); err != nil || st != 0 {
-					t.Fatalf("%s direct=%v %s: status %d, %v", name, direct, k.Name, st, err)
+					t.Fatalf("%s on=%v %s: status %d, %v", name, on, k.Name, st, err)
 				}
 				outs[i][k.Name] = args
 			}
 		}
-		sameDecodeOutputs(t, name, outs, "copied", "read in place")
+		sameDecodeOutputs(t, name, outs, as0, as1)
 	}
 }
 
