@@ -154,7 +154,7 @@ func prefillBothWays(t *testing.T, as0, as1 string, at func(*lower.Tiling) *bool
 				outs[i][k.Name] = args
 			}
 		}
-		sameDecodeOutputs(t, name, outs, as0, as1)
+		sameDecodeOutputs(t, name, outs, 4, as0, as1)
 	}
 }
 
