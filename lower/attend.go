@@ -304,6 +304,9 @@ func (l *lowering) allocItem(w *blk, x itemVars) {
 	w.alloc("mx", ir.F32, R)
 	w.alloc("den", ir.F32, R)
 	w.alloc("alpha", ir.F32, R)
+	if l.alphaLoop(x.it) {
+		w.alloc("tsum", ir.F32, R)
+	}
 	w.alloc("kvis", ir.I32, KT)
 	if l.directK {
 		w.alloc("koff", ir.I64, KT)
@@ -387,7 +390,7 @@ func (l *lowering) tileStep(t *blk, x itemVars, kt ir.Expr) {
 			})
 		}, nil)
 	})
-	l.softmaxUpdate(t, R, x.nRows, kvN)
+	l.softmaxUpdate(t, R, x.nRows, kvN, l.alphaLoop(x.it))
 	// P·V: a hidden position's weight (-0: masked, or a -inf score from
 	// the mask, the score expression or the data) contributes exactly
 	// nothing, its V row included, in every tile (DESIGN §3); a visible
@@ -396,6 +399,10 @@ func (l *lowering) tileStep(t *blk, x itemVars, kt ir.Expr) {
 		MExt: x.nRows, NExt: i32(DV), KExt: kvN}
 	t.add(directOr(direct, l.directV, pv, l.vSegs()[0].buf, "voff"))
 }
+
+// alphaLoop reports whether the work item's softmax update computes alpha
+// in a loop of its own (Tiling.PrefillAlphaLoop, prefill items).
+func (l *lowering) alphaLoop(it attnItem) bool { return l.t.PrefillAlphaLoop && !it.decode }
 
 // directOr is mm, or, when its B is read in place (on), `if direct { mm
 // reading B's rows in pool at the offsets rows } else { mm }`.
@@ -634,8 +641,23 @@ func (l *lowering) scoreStep(b *blk, at, j, qPos, kvPosE, head, sb, qBase, kvLen
 // the row's o and lse are NaN). A -inf score (a hidden position) gives p =
 // -0, which the zeroskip P·V skips; exp gives +0 when it underflows, and
 // that weight multiplies its V row (0·NaN is NaN: the position is visible).
-func (l *lowering) softmaxUpdate(b *blk, R int, nRows, kvN ir.Expr) {
+//
+// With alphaLoop (Tiling.PrefillAlphaLoop) the row loop leaves each row's
+// new max in alpha and its tile sum in tsum, and a loop of its own over
+// the rows then computes alpha = exp(m_old - m_new), the denominator and
+// the max: the same arithmetic, with no inner loop, so that a CPU runs it
+// as a vector loop (one vector exp for a vector of rows, not a scalar exp
+// per row).
+func (l *lowering) softmaxUpdate(b *blk, R int, nRows, kvN ir.Expr, alphaLoop bool) {
 	KT, DV := l.t.KVTile, l.DV
+	// Not > -inf: a NaN max is live, so that the NaN reaches p.
+	isLive := func(y *blk, mNew ir.Expr) ir.Expr { return y.let("live", not(eq(mNew, negInf()))) }
+	fold := func(y *blk, row, mOld, mNew, live, psum ir.Expr) {
+		a := y.let("a", sel(live, ir.Un(ir.Exp, sub(mOld, mNew)), f32(1)))
+		y.store("den", row, add(mul(ld("den", ir.F32, row), a), psum))
+		y.store("mx", row, mNew)
+		y.store("alpha", row, a)
+	}
 	b.spread("row", R, func(x *blk, row ir.Expr) {
 		x.guarded(lt(row, nRows), func(y *blk) {
 			at := func(j ir.Expr) ir.Expr { return add(mul(row, i32(KT)), j) }
@@ -644,8 +666,10 @@ func (l *lowering) softmaxUpdate(b *blk, R int, nRows, kvN ir.Expr) {
 				Value: sel(lt(j, kvN), ld("sc", ir.F32, at(j)), negInf())})
 			mOld := y.let("m_old", ld("mx", ir.F32, row))
 			mNew := y.let("m_new", maxE(mOld, ir.R("m_tile", ir.F32)))
-			// Not > -inf: a NaN max is live, so that the NaN reaches p.
-			live := y.let("live", not(eq(mNew, negInf())))
+			var live ir.Expr
+			if !alphaLoop {
+				live = isLive(y, mNew)
+			}
 			y.spread("j", KT, func(z *blk, j ir.Expr) {
 				z.guarded(lt(j, kvN), func(u *blk) {
 					// A row that is not live has only -inf scores so far.
@@ -655,12 +679,22 @@ func (l *lowering) softmaxUpdate(b *blk, R int, nRows, kvN ir.Expr) {
 			})
 			y.add(&ir.Reduce{Name: "psum", Op: ir.ReduceAdd, Var: "j", Lo: i32(0), Hi: i32(KT),
 				Value: sel(lt(j, kvN), ld("sc", ir.F32, at(j)), f32(0))})
-			a := y.let("a", sel(live, ir.Un(ir.Exp, sub(mOld, mNew)), f32(1)))
-			y.store("den", row, add(mul(ld("den", ir.F32, row), a), ir.R("psum", ir.F32)))
-			y.store("mx", row, mNew)
-			y.store("alpha", row, a)
+			if alphaLoop {
+				y.store("alpha", row, mNew)
+				y.store("tsum", row, ir.R("psum", ir.F32))
+				return
+			}
+			fold(y, row, mOld, mNew, live, ir.R("psum", ir.F32))
 		}, nil)
 	})
+	if alphaLoop {
+		b.spread("row", R, func(x *blk, row ir.Expr) {
+			x.guarded(lt(row, nRows), func(y *blk) {
+				mNew := y.let("m_new", ld("alpha", ir.F32, row))
+				fold(y, row, y.let("m_old", ld("mx", ir.F32, row)), mNew, isLive(y, mNew), ld("tsum", ir.F32, row))
+			}, nil)
+		})
+	}
 	b.spread("row", R, func(x *blk, row ir.Expr) {
 		x.guarded(lt(row, nRows), func(y *blk) {
 			a := y.let("a", ld("alpha", ir.F32, row))

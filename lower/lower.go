@@ -65,6 +65,21 @@ type Tiling struct {
 	// K row of MLA's two segments (its V, the latent alone, is read in
 	// place).
 	DecodeDirect bool
+	// PrefillDirect (with PageRuns) makes the prefill kernel read K and V
+	// rows straight from the pages as DecodeDirect does for decode, where
+	// the cache is f32 (its staging would be a plain copy): the packing
+	// of K for the products and P·V read the pool rows at the recorded
+	// offsets. A tile with a hidden or outside page, K under inline RoPE
+	// and a K row of MLA's two segments are staged as before.
+	PrefillDirect bool
+	// PrefillAlphaLoop makes the prefill kernels' online-softmax update
+	// compute each row's rescale factor alpha = exp(m_old - m_new), its
+	// denominator and its max in a loop of its own over the tile's rows,
+	// after the loop that takes each row's max, exp and sum: the same
+	// arithmetic, in a loop with no inner loop that a CPU vectorizes
+	// across rows (a vector exp per L rows instead of a scalar exp per
+	// row).
+	PrefillAlphaLoop bool
 }
 
 // HeadTile is how many qo heads of a GQA group of g heads a work item
@@ -142,7 +157,12 @@ func Lower(v *ir.Variant, t Tiling) (*ir.Module, error) {
 		m.Plans = append(m.Plans, p)
 	}
 	if v.HasRole(ir.RolePrefill) {
-		add(l.prefill())
+		lp := *l
+		if t.PrefillDirect && t.PageRuns && l.kvt == ir.F32 {
+			lp.directK = v.InlineRope() == nil && len(lp.kSegs()) == 1
+			lp.directV = len(lp.vSegs()) == 1
+		}
+		add(lp.prefill())
 	}
 	if v.HasRole(ir.RoleDecode) || v.HasRole(ir.RolePrefill) {
 		ld := *l
@@ -199,9 +219,9 @@ type lowering struct {
 	// stageStored: the K and V tiles hold the cache's elements as stored
 	// (Tiling.DecodeStageStored, where it applies).
 	stageStored bool
-	// directK, directV: the decode tiles' products read K, V rows in the
-	// pool at the offsets koff, voff (Tiling.DecodeDirect, where it
-	// applies).
+	// directK, directV: the tiles' products read K, V rows in the pool
+	// at the offsets koff, voff (Tiling.DecodeDirect for decode,
+	// Tiling.PrefillDirect for prefill, where they apply).
 	directK, directV bool
 }
 

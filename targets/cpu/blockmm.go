@@ -89,7 +89,10 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 		}
 		return []ir.Stmt{s}
 	})
-	// packed names the array each transposed B is packed into.
+	// packed names the array each transposed B is packed into, by
+	// packKey: B's array, or, for B's rows read at row offsets (BRows:
+	// prefill's K rows in the pool), the offsets' array, beside whose
+	// declaration the packed array goes.
 	packed := map[string]string{}
 	blocks := func(mm *ir.MatMul) bool {
 		if l.Lanes < 2 || mm.N%l.Lanes != 0 {
@@ -98,20 +101,25 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 		if !mm.TransB {
 			return true
 		}
-		if mm.M < BlockMinRows || mm.BRows != "" {
+		if mm.M < BlockMinRows || mm.K%l.Lanes != 0 {
 			return false
 		}
+		if mm.BRows != "" {
+			_, ok := allocs[mm.BRows]
+			c, whole := ir.IsConst(mm.KExt)
+			return ok && elems[mm.B] == ir.F32 && whole && c.Int == int64(mm.K)
+		}
 		a, ok := allocs[mm.B]
-		return ok && a.T == ir.F32 && mm.K%l.Lanes == 0 && a.Size >= mm.N*mm.K
+		return ok && a.T == ir.F32 && a.Size >= mm.N*mm.K
 	}
 	ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
-		if mm, ok := s.(*ir.MatMul); ok && blocks(mm) && mm.TransB && packed[mm.B] == "" {
+		if mm, ok := s.(*ir.MatMul); ok && blocks(mm) && mm.TransB && packed[packKey(mm)] == "" {
 			name := mm.B + "_t"
 			for i := 2; names[name]; i++ {
 				name = fmt.Sprintf("%s_t%d", mm.B, i)
 			}
 			names[name] = true
-			packed[mm.B] = name
+			packed[packKey(mm)] = name
 		}
 		return []ir.Stmt{s}
 	})
@@ -119,7 +127,8 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 	size := map[string]int{}
 	ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
 		if mm, ok := s.(*ir.MatMul); ok && blocks(mm) && mm.TransB {
-			size[packed[mm.B]] = max(size[packed[mm.B]], mm.N*mm.K)
+			p := packed[packKey(mm)]
+			size[p] = max(size[p], mm.N*mm.K)
 		}
 		return []ir.Stmt{s}
 	})
@@ -178,7 +187,7 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 			b := x.B
 			var out []ir.Stmt
 			if x.TransB {
-				b, bElem = packed[x.B], ir.F32
+				b, bElem = packed[packKey(x)], ir.F32
 				out = append(out, packTransposed(x, b, l.Lanes)...)
 			}
 			if x.ZeroSkip && x.K%l.Lanes == 0 {
@@ -212,6 +221,15 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 }
 
 func i32c(v int) ir.Expr { return ir.Int(int64(v)) }
+
+// packKey is the name packed keeps a transposed B's packed array under:
+// B's array, or its row offsets' array when B is read through them.
+func packKey(mm *ir.MatMul) string {
+	if mm.BRows != "" {
+		return mm.BRows
+	}
+	return mm.B
+}
 
 // add, mul and ceilDivE build i32 arithmetic, folded when both sides are
 // constants (or one side is a neutral constant).
@@ -448,7 +466,10 @@ func negZeroScan(mm *ir.MatMul, L int) ([]ir.Stmt, ir.Expr) {
 // of the rows that start before NExt: L vector loads of B's rows, log2(L)
 // rounds of interleaving shuffles (each round rotates the bits of an
 // element's (row, lane) index by one, so log2(L) rounds swap row and
-// lane), L vector stores.
+// lane), L vector stores. With row offsets (BRows: K rows read in the
+// pool) each row is read at its offset, and a block's rows at or past
+// NExt, whose offsets are not set, read the last row below NExt instead
+// (their columns of C are unspecified).
 func packTransposed(mm *ir.MatMul, bt string, L int) []ir.Stmt {
 	vt := ir.Vec(ir.F32, L)
 	lo, hi := make([]int, L), make([]int, L)
@@ -462,7 +483,11 @@ func packTransposed(mm *ir.MatMul, bt string, L int) []ir.Stmt {
 		var body []ir.Stmt
 		name := func(round, i int) string { return fmt.Sprintf("bm_t%d_%d", round, i) }
 		for i := 0; i < L; i++ {
-			body = append(body, &ir.Let{Name: name(0, i), Value: ir.Ld(mm.B, vt, addE(mulE(addE(j0, i32c(i)), mm.K), d0))})
+			row := addE(j0, i32c(i))
+			if mm.BRows != "" {
+				row = ir.Bin(ir.Min, row, addE(mm.NExt, i32c(-1)))
+			}
+			body = append(body, &ir.Let{Name: name(0, i), Value: ir.Ld(mm.B, vt, bAt(mm, row, mm.K, d0))})
 		}
 		round := 0
 		for n := L; n > 1; n /= 2 {

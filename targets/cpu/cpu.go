@@ -50,10 +50,17 @@ func (Target) Files() string { return "<variant>.ll" }
 // in registers (f16 decode at x86-64-v3: 635 → 454 instructions per
 // (position, kv head) row); only a tile with a hidden or outside page is
 // copied, in f32 (DecodeStageStored off: staged as stored, the widening
-// moved out of the copy into the products).
+// moved out of the copy into the products). Prefill over an f32 cache
+// reads its tiles in place too (PrefillDirect): block-matmul packs K
+// transposed from the pool rows and P·V reads V there, so the staging
+// copy (a plain copy of f32 rows) is gone; over f16 or bf16 the copy
+// widens each row once for many query rows' products and stays. Prefill's
+// rescale factors alpha = exp(m_old - m_new) are a loop over the tile's
+// rows of their own (PrefillAlphaLoop): one vector exp per vector of rows
+// instead of a scalar one per row.
 func (Target) Tiling(v *ir.Variant) lower.Tiling {
 	rowBytes := v.HeadDimQK * max(1, v.KVDType.Type().Bits()/8)
-	return lower.Tiling{KVTile: 64, DecodeKVTile: TileRows(rowBytes), Rows: 128, MaxHeads: 16, PageRuns: true, DecodeDirect: true}
+	return lower.Tiling{KVTile: 64, DecodeKVTile: TileRows(rowBytes), Rows: 128, MaxHeads: 16, PageRuns: true, DecodeDirect: true, PrefillDirect: true, PrefillAlphaLoop: true}
 }
 
 // Table is the CPU pass table of the default architecture (DefaultTriple).

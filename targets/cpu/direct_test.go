@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"math/rand"
 	"strings"
 	"testing"
 
@@ -72,5 +73,140 @@ func decodeDirectKeepsResults(t *testing.T, indices []int32) {
 			runLevelDecodes(t, fmt.Sprintf("%s direct=%v", name, direct), m, v, indices, outs[i])
 		}
 		sameDecodeOutputs(t, name, outs, 4, "copied", "read in place")
+	}
+}
+
+// TestPrefillDirectKeepsResults lowers prefill over an f32 cache with K
+// and V rows read straight from the pages (Tiling.PrefillDirect: K packed
+// for the micro-kernels from the pool rows, P·V reading V there) and
+// copied into f32 tiles, runs the CPU pass table on both and interprets
+// the neutral module and every level's prefill kernel on the same paged
+// inputs (prefillBothWays): o and lse are bit for bit the same. The
+// interpreter fails a read outside the pools, so a row offset of the
+// hidden page (or one past a tile's end) that the packing or P·V read
+// would fail the run.
+func TestPrefillDirectKeepsResults(t *testing.T) {
+	prefillBothWays(t, "copied", "read in place", func(tl *lower.Tiling) *bool { return &tl.PrefillDirect },
+		func(m *ir.Module) bool {
+			work := m.Kernel("t_prefill_work").String()
+			return strings.Contains(work, "rows(koff)") && strings.Contains(work, "rows(voff)")
+		})
+}
+
+// TestPrefillAlphaLoopKeepsResults is the same with prefill's rescale
+// factors computed in the row loop and in a loop over the rows of their
+// own (Tiling.PrefillAlphaLoop): the same arithmetic, bit for bit.
+func TestPrefillAlphaLoopKeepsResults(t *testing.T) {
+	prefillBothWays(t, "per row", "in a loop of their own", func(tl *lower.Tiling) *bool { return &tl.PrefillAlphaLoop },
+		func(m *ir.Module) bool { return strings.Contains(m.Kernel("t_prefill_work").String(), "tsum") })
+}
+
+// prefillBothWays lowers f32 prefill variants (GQA and MHA, pages of 4
+// and 32 positions) with the CPU tiling's switch (at) off and on, checks
+// that on shows in the neutral work kernel (shows), runs the CPU pass
+// table on both and interprets the neutral module and every level's
+// prefill kernel on directPrefillArgs — an empty sequence, a tile wholly
+// on readable pages with a partial one after it, and a sequence with a
+// hidden (-1) page — and checks that o and lse are bit for bit the same;
+// as0 and as1 name the two ways.
+func prefillBothWays(t *testing.T, as0, as1 string, at func(*lower.Tiling) *bool, shows func(*ir.Module) bool) {
+	t.Helper()
+	for _, c := range []struct{ qo, kv, ps int }{{8, 2, 4}, {4, 4, 4}, {8, 2, 32}} {
+		v := &ir.Variant{Name: "t", QOHeads: c.qo, KVHeads: c.kv, HeadDimQK: 32, HeadDimV: 32, DType: ir.DTF32, KVDType: ir.DTF32,
+			PageSize: c.ps, Scale: 0.25, Masks: []ir.MaskClause{{Kind: ir.MaskCausal}}, Kernels: []ir.KernelRef{{Role: ir.RolePrefill}}}
+		name := fmt.Sprintf("%d/%d heads, page %d", c.qo, c.kv, c.ps)
+		tiling := Target{}.Tiling(v)
+		if !*at(&tiling) {
+			t.Fatalf("%s: the CPU tiling has the switch off", name)
+		}
+		var outs [2]map[string]map[string]any
+		for i, on := range []bool{false, true} {
+			tl := tiling
+			*at(&tl) = on
+			m, err := lower.Lower(v, tl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			outs[i] = map[string]map[string]any{}
+			neutral, err := passes.RunTable(passes.Neutral, m, passes.Options{VerifyEach: true})
+			if err != nil {
+				t.Fatalf("%s on=%v: %v", name, on, err)
+			}
+			args := directPrefillArgs(v)
+			if st, err := ir.Run(neutral, "t_prefill_work", args); err != nil || st != 0 {
+				t.Fatalf("%s on=%v neutral: status %d, %v", name, on, st, err)
+			}
+			outs[i]["neutral"] = args
+			if got := shows(neutral); got != on {
+				t.Fatalf("%s on=%v: the work kernel shows it: %v", name, on, got)
+			}
+			if m, err = passes.RunTable(Table, m, passes.Options{VerifyEach: true}); err != nil {
+				t.Fatalf("%s on=%v: %v", name, on, err)
+			}
+			for _, k := range m.Kernels {
+				if k.Role != ir.RolePrefill || !strings.HasPrefix(k.Name, "t_prefill_work") || k.Level == "" {
+					continue
+				}
+				args := directPrefillArgs(v)
+				if st, err := ir.Run(m, k.Name, args); err != nil || st != 0 {
+					t.Fatalf("%s on=%v %s: status %d, %v", name, on, k.Name, st, err)
+				}
+				outs[i][k.Name] = args
+			}
+		}
+		sameDecodeOutputs(t, name, outs, 4, as0, as1)
+	}
+}
+
+// directPrefillArgs are fixed random prefill inputs for v: 3 sequences of
+// 0, 70 and 37 positions (0, 70 and 9 query rows), the last with one page
+// hidden (-1), the pages in a scattered order.
+func directPrefillArgs(v *ir.Variant) map[string]any {
+	rng := rand.New(rand.NewSource(11))
+	ps := v.PageSize
+	pagesOf := func(n int) int { return (n + ps - 1) / ps }
+	kvLens, qLens := []int{0, 70, 37}, []int{0, 70, 9}
+	pages := pagesOf(70) + pagesOf(37) + 1
+	perm := rng.Perm(pages)
+	var indptr, indices, last []int32
+	indptr = append(indptr, 0)
+	next := 0
+	for s, n := range kvLens {
+		for p := 0; p < pagesOf(n); p++ {
+			id := int32(perm[next])
+			next++
+			if s == 2 && p == pagesOf(n)/2 {
+				id = -1
+			}
+			indices = append(indices, id)
+		}
+		indptr = append(indptr, int32(len(indices)))
+		last = append(last, int32((n+ps-1)%ps+1))
+	}
+	qIndptr := []int32{0}
+	for _, n := range qLens {
+		qIndptr = append(qIndptr, qIndptr[len(qIndptr)-1]+int32(n))
+	}
+	total := int(qIndptr[len(qIndptr)-1])
+	f32s := func(n int) []float32 {
+		out := make([]float32, n)
+		for i := range out {
+			out[i] = float32(rng.Intn(2)*2-1) * (0.5 + 1.5*rng.Float32())
+		}
+		return out
+	}
+	row := v.KVHeads * ps * v.HeadDimQK
+	return map[string]any{
+		"q":                f32s(total * v.QOHeads * v.HeadDimQK),
+		"qo_indptr":        qIndptr,
+		"k_pages":          f32s(pages * row),
+		"v_pages":          f32s(pages * row),
+		"num_pages":        int32(pages),
+		"kv_indptr":        indptr,
+		"kv_indices":       indices,
+		"kv_last_page_len": last,
+		"batch_size":       int32(len(kvLens)),
+		"o":                make([]float32, total*v.QOHeads*v.HeadDimV),
+		"lse":              make([]float32, total*v.QOHeads),
 	}
 }

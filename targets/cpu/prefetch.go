@@ -66,7 +66,16 @@ func PrefetchKV(m *ir.Module) (*ir.Module, error) {
 			}
 		}
 		offs := rowOffsetArrays(k, elemBytes)
-		sp := newSpread(k, offs)
+		// Only decode spreads its prefetches over the products' loads:
+		// a prefill tile's P·V reads each V row once per block of query
+		// rows (about 20 times), so a prefetch beside each load would be
+		// repeated as often, in the micro-kernels' inner loop. Prefill
+		// reading in place (Tiling.PrefillDirect) prefetches its recorded
+		// rows at the head of the staging iteration, as copies.
+		var sp *spread
+		if k.Role == ir.RoleDecode {
+			sp = newSpread(k, offs)
+		}
 		body := ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
 			f, ok := s.(*ir.For)
 			if !ok || f.Tag != ir.TagStage {
