@@ -411,16 +411,23 @@ func buildHostLevel(v *ir.Variant, dir string) (*Suite, error) {
 	return BuildWith(v, dir, Options{Passes: table})
 }
 
-// hostLevelTable is the CPU pass table that clones the level this
-// machine's entries run (CPUID, or $ATTNC_CPU_LEVEL), read once from a
-// small library built with every level: a bf16 prefill, whose library has
-// every level there is, x86-64-v4-bf16 included.
-var hostLevelTable = sync.OnceValues(func() ([]passes.Pass, error) {
-	vs, err := frontend.Parse("level.attn", []byte(`variant host_level { heads qo = 2, kv = 1
+// bf16Levels is a small bf16 variant whose library has every CPU level
+// there is (x86-64-v4-bf16 and x86-64-amx included). hostLevelTable,
+// TestBF16DenormalOperands and TestAMXPrefillEmulated all build it with
+// every level: the same IR, so the package's object cache (TestMain)
+// runs opt and llc on it once for the three, not three times.
+const bf16Levels = `variant bf16_levels { heads qo = 4, kv = 2
 	  head_dim 64
 	  dtype bf16
-	  cache paged(page_size = 4)
-	  kernels prefill }`))
+	  cache paged(page_size = 16)
+	  mask causal }`
+
+// hostLevelTable is the CPU pass table that clones the level this
+// machine's entries run (CPUID, or $ATTNC_CPU_LEVEL), read once from a
+// small library built with every level: bf16Levels, whose library has
+// every level there is.
+var hostLevelTable = sync.OnceValues(func() ([]passes.Pass, error) {
+	vs, err := frontend.Parse("level.attn", []byte(bf16Levels))
 	if err != nil {
 		return nil, err
 	}
