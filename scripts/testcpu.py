@@ -107,6 +107,7 @@ def run(pkgdir, binary, out, flags):
         with open(out + ".json", "w") as log:
             for line in p.stdout:
                 log.write(line)
+                log.flush()  # OUT.json shows the progress
                 try:
                     e = json.loads(line)
                 except ValueError:
