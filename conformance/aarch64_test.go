@@ -21,11 +21,11 @@ var aarch64All = flag.Bool("aarch64.all", false, "run every matrix variant under
 // under qemu by default (with -aarch64.all, CI's long pass, every
 // variant): a block table with the page kernels (f32), MLA, an e4m3 cache
 // with f16 GQA (head_dim 128, NHD; the plain f16 ps16_gqa4 of the same
-// shape runs in the long pass, and under qemu in TestAArch64Ragged), an
-// i8 cache with RoPE, and RoPE from a table (f32, a window,
-// prefill_ragged) and from factors (f16, a tree, GQA).
-var aarch64Short = []string{"ps2_block_table_f32", "ps16_mla", "ps16_e4m3_gqa4", "ps32_i8_rope",
-	"ps8_rope_table_window_f32", "ps8_rope_factors_f16_tree"}
+// shape runs in the long pass, and under qemu in TestAArch64Ragged), and
+// RoPE from factors (f16, a tree, GQA). The i8 cache with RoPE
+// (ps32_i8_rope) and RoPE from a table with a window
+// (ps8_rope_table_window_f32) run under qemu in the long pass.
+var aarch64Short = []string{"ps2_block_table_f32", "ps16_mla", "ps16_e4m3_gqa4", "ps8_rope_factors_f16_tree"}
 
 // TestAArch64Matrix cross-compiles the matrix variants for aarch64 (opt and
 // llc -mtriple=aarch64-linux-gnu, aarch64-linux-gnu-gcc) and runs the same

@@ -38,11 +38,10 @@ func overrideLL(t *testing.T, ll, name, typ, ret string) string {
 // level. Emulated only: not a run on AMX hardware.
 func TestAMXPrefillEmulated(t *testing.T) {
 	needTools(t)
-	v := spec(t, `variant bf16_amx { heads qo = 4, kv = 2
-	  head_dim 64
-	  dtype bf16
-	  cache paged(page_size = 16)
-	  mask causal }`)
+	// The library of every level hostLevelTable and
+	// TestBF16DenormalOperands build (one compile for the three); only
+	// the .ll with the level detection overridden compiles anew below.
+	v := spec(t, bf16Levels)
 	dir := t.TempDir()
 	emu, err := amxemu.WriteSource(dir)
 	if err != nil {

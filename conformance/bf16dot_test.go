@@ -19,11 +19,7 @@ import (
 // at every level this CPU has; one it lacks is reported as not run.
 func TestBF16DenormalOperands(t *testing.T) {
 	needTools(t)
-	v := spec(t, `variant bf16_denormal { heads qo = 4, kv = 2
-	  head_dim 64
-	  dtype bf16
-	  cache paged(page_size = 16)
-	  mask causal }`)
+	v := spec(t, bf16Levels) // the library hostLevelTable builds too
 	s, err := Build(v, t.TempDir())
 	if err != nil {
 		t.Fatal(err)

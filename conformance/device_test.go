@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,13 +14,19 @@ import (
 // launchers on the host buffers directly.
 func TestDevicePathMatchesHost(t *testing.T) {
 	needEmu(t)
-	// A tensor-core variant, a SIMT one, and one with the page kernels.
+	// A tensor-core variant, a SIMT one, and one with the page kernels
+	// (and an 8-bit cache's codes and scales): cudaShort variants, whose
+	// libraries TestCUDAEmulatedMatrix builds too (HostLibraries compiles
+	// each once).
 	srcs := []string{cudaMatrix[0], cudaMatrix[1]}
 	for _, src := range cudaMatrix {
-		if strings.Contains(src, "copy_page") {
+		if strings.Contains(src, "copy_page") && slices.Contains(cudaShort, spec(t, src).Name) {
 			srcs = append(srcs, src)
 			break
 		}
+	}
+	if len(srcs) != 3 {
+		t.Fatal("no cudaShort variant of cudaMatrix has copy_page")
 	}
 	for _, src := range srcs {
 		v := spec(t, src)

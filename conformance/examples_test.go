@@ -21,9 +21,9 @@ var examplesCUDAShort = []string{"llama3_8b", "llama3_8b_fp8"}
 // ps8_eagle_like's tree and llama3 RoPE, f16, GQA 4, head dim 128;
 // mistral_7b: ps32_block_table_sinks' bf16 window over a block table in
 // NHD; llama2_streaming: the same window with sink tokens): TestExamples
-// runs them with -examples.all (CI's long pass); the default run still
-// builds them and checks their prefill, decode and split-KV decode against
-// the reference in TestSmallStacks.
+// and TestSmallStacks run them with -examples.all (CI's long pass); by
+// default TestLargestShapes checks MLA's 512-wide latent (and 256 heads)
+// within the stated 64 KiB of stack, and the kernel matrix the features.
 var examplesLong = []string{"deepseek_v3_mla", "gpt_oss_20b_sliding", "phi3_mini_longrope", "eagle_tree", "mistral_7b", "llama2_streaming"}
 
 var examplesAll = flag.Bool("examples.all", false, "run every example's CPU matrix in TestExamples, not only those outside examplesLong")
@@ -49,7 +49,7 @@ func TestExamples(t *testing.T) {
 				t.Parallel()
 				t.Run("cpu", func(t *testing.T) {
 					if !*examplesAll && slices.Contains(examplesLong, v.Name) {
-						t.Skip("on the CPU with -examples.all (CI's long pass, .ci/run); TestSmallStacks runs it in the default run")
+						t.Skip("on the CPU with -examples.all (CI's long pass, .ci/run)")
 					}
 					needTools(t)
 					s, err := buildHostLevel(v, t.TempDir())

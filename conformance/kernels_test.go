@@ -339,11 +339,11 @@ func TestKernelMatrix(t *testing.T) {
 	needTools(t)
 	for i, src := range matrixSpecs {
 		v := spec(t, src)
-		// The default run takes every other variant but matrixLong,
-		// levelShort and matrixAlways; -levels.all (CI's long pass)
-		// every variant.
+		// The default run takes every matrixStride-th variant but
+		// matrixLong, and levelShort and matrixAlways; -levels.all
+		// (CI's long pass) every variant.
 		if !*levelsAll && !slices.Contains(levelShort, v.Name) && !slices.Contains(matrixAlways, v.Name) &&
-			(i%2 == 1 || slices.Contains(matrixLong, v.Name)) {
+			(i%matrixStride != 0 || slices.Contains(matrixLong, v.Name)) {
 			continue
 		}
 		t.Run(v.Name, func(t *testing.T) {
@@ -411,16 +411,23 @@ func buildHostLevel(v *ir.Variant, dir string) (*Suite, error) {
 	return BuildWith(v, dir, Options{Passes: table})
 }
 
-// hostLevelTable is the CPU pass table that clones the level this
-// machine's entries run (CPUID, or $ATTNC_CPU_LEVEL), read once from a
-// small library built with every level: a bf16 prefill, whose library has
-// every level there is, x86-64-v4-bf16 included.
-var hostLevelTable = sync.OnceValues(func() ([]passes.Pass, error) {
-	vs, err := frontend.Parse("level.attn", []byte(`variant host_level { heads qo = 2, kv = 1
+// bf16Levels is a small bf16 variant whose library has every CPU level
+// there is (x86-64-v4-bf16 and x86-64-amx included). hostLevelTable,
+// TestBF16DenormalOperands and TestAMXPrefillEmulated all build it with
+// every level: the same IR, so the package's object cache (TestMain)
+// runs opt and llc on it once for the three, not three times.
+const bf16Levels = `variant bf16_levels { heads qo = 4, kv = 2
 	  head_dim 64
 	  dtype bf16
-	  cache paged(page_size = 4)
-	  kernels prefill }`))
+	  cache paged(page_size = 16)
+	  mask causal }`
+
+// hostLevelTable is the CPU pass table that clones the level this
+// machine's entries run (CPUID, or $ATTNC_CPU_LEVEL), read once from a
+// small library built with every level: bf16Levels, whose library has
+// every level there is.
+var hostLevelTable = sync.OnceValues(func() ([]passes.Pass, error) {
+	vs, err := frontend.Parse("level.attn", []byte(bf16Levels))
 	if err != nil {
 		return nil, err
 	}
@@ -503,23 +510,31 @@ func testHostLevelBuild(t *testing.T, v *ir.Variant) {
 // RoPE variants).
 var levelShort = []string{"ps16_gqa4", "ps256_gqa8", "ps8_window"}
 
+// matrixStride: the default run of TestKernelMatrix takes the variants of
+// matrixSpecs at a multiple of it (0, 4, 8, ...: about a quarter; each is
+// an opt and llc compile of its own, most of the test's cost), with
+// levelShort and matrixAlways; -levels.all (CI's long pass) takes every
+// variant.
+const matrixStride = 4
+
 // matrixAlways are the variants of matrixSpecs that the default run of
 // TestKernelMatrix takes whatever their place: RoPE from runtime
 // arguments, one table and one factors variant (the others run when their
-// place comes, and with -levels.all).
-var matrixAlways = []string{"ps4_rope_table_tree_interleaved", "ps16_rope_factors_bf16"}
+// place comes, and with -levels.all), the i8 cache (f16, pages of one
+// token, no mask) and a block table (bf16, a window with sink tokens,
+// NHD), which no variant at a multiple of matrixStride has.
+var matrixAlways = []string{"ps4_rope_table_tree_interleaved", "ps16_rope_factors_bf16", "ps1_i8_f16_none", "ps32_block_table_sinks"}
 
-// matrixLong are the variants of matrixSpecs at an even place that
-// TestKernelMatrix leaves to -levels.all (CI's long pass): what they
-// check, the default run checks in other variants (ps128_gqa4: page size
-// 128 in ps128_e5m2_f32_none, f32 GQA in ps2_none, f32 NHD in ps8_window;
-// ps16_learned_sinks: a window with learned sinks in ps16_gptoss_like
+// matrixLong are the variants of matrixSpecs at a multiple of
+// matrixStride that TestKernelMatrix leaves to -levels.all (CI's long
+// pass): what they check, the default run checks in other variants
+// (ps16_learned_sinks: a window with learned sinks in ps16_gptoss_like
 // (bf16), f16 GQA 4 over pages of 16 in ps16_gqa4).
-var matrixLong = []string{"ps128_gqa4", "ps16_learned_sinks"}
+var matrixLong = []string{"ps16_learned_sinks"}
 
 // TestMatrixListsNameVariants: every name of levelShort, matrixAlways and
-// matrixLong is a variant of matrixSpecs (matrixLong's at an even place,
-// which the default run would take otherwise), and TestAArch64Matrix's
+// matrixLong is a variant of matrixSpecs (matrixLong's at a multiple of
+// matrixStride, which the default run would take otherwise), and TestAArch64Matrix's
 // aarch64Short too, so that no list silently names nothing.
 func TestMatrixListsNameVariants(t *testing.T) {
 	at := map[string]int{}
@@ -531,8 +546,8 @@ func TestMatrixListsNameVariants(t *testing.T) {
 			i, ok := at[n]
 			if !ok {
 				t.Errorf("%s names %s, which matrixSpecs does not have", list, n)
-			} else if list == "matrixLong" && i%2 == 1 {
-				t.Errorf("matrixLong names %s, at an odd place, which the default run leaves out anyway", n)
+			} else if list == "matrixLong" && i%matrixStride != 0 {
+				t.Errorf("matrixLong names %s, at place %d, which the default run leaves out anyway", n, i)
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/attnc/attnc/frontend"
@@ -17,7 +18,10 @@ import (
 // exactly the stack the manifest and header state for the entry (rounded up
 // to a page), and checks the outputs against the reference. Kernels that
 // keep tiles on the caller's stack fault here (deepseek_v3_mla's prefill
-// used to need more than 512 KiB).
+// used to need more than 512 KiB). The examples of examplesLong (the
+// costliest to compile) run with -examples.all (CI's long pass), as in
+// TestExamples: the default run compiles the same examples for both tests
+// (the object cache compiles each once).
 func TestSmallStacks(t *testing.T) {
 	needTools(t)
 	files, err := filepath.Glob("../examples/*.attn")
@@ -34,6 +38,9 @@ func TestSmallStacks(t *testing.T) {
 				continue
 			}
 			t.Run(v.Name, func(t *testing.T) {
+				if !*examplesAll && slices.Contains(examplesLong, v.Name) {
+					t.Skip("with -examples.all (CI's long pass, .ci/run), as in TestExamples")
+				}
 				t.Parallel()
 				s, err := buildHostLevel(v, t.TempDir())
 				if err != nil {
