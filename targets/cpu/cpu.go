@@ -82,8 +82,6 @@ var Constraints = append(append([]passes.Constraint(nil), passes.NeutralConstrai
 	passes.Constraint{Before: "multiversion", After: "block-matmul", Why: "block-matmul fits each clone's micro-kernels to its level's vector width and registers"},
 	passes.Constraint{Before: "block-matmul", After: "lower-tiles", Why: "lower-tiles writes the matmuls block-matmul left (decode tiles, odd shapes) as loops"},
 	passes.Constraint{Before: "block-matmul", After: "heap-scratch", Why: "the packed transposed K tile block-matmul declares is large: heap-scratch must see it"},
-	passes.Constraint{Before: "multiversion", After: "full-tiles", Why: "full-tiles versions the clones' decode tiles"},
-	passes.Constraint{Before: "full-tiles", After: "vector-reduce", Why: "the reduces and matmuls of a whole tile's version get constant extents, which the schedule passes use"},
 	passes.Constraint{Before: "multiversion", After: "finite-codes", Why: "finite-codes chooses by each clone's CPU level"},
 	passes.Constraint{Before: "finite-codes", After: "block-matmul", Why: "finite-codes finds the products that read codes in place by their matmuls, which block-matmul replaces"},
 	passes.Constraint{Before: "finite-codes", After: "native-widen", Why: "native-widen drops the NaN path of the codes the finite-codes check covers"},

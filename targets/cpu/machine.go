@@ -81,8 +81,6 @@ func (mc *Machine) table(multiversion passes.Pass) []passes.Pass {
 		passes.ClassifyTilesPass,
 		passes.ExpandCallsPass,
 		multiversion,
-		{Name: "full-tiles", Required: false, Run: FullTiles,
-			Desc: "each decode KV tile's statements versioned on a whole tile (kv_n == KT): constant extents, guards and tails there"},
 		{Name: "vector-reduce", Required: false, Run: mc.VectorReduce,
 			Desc: "reduce statements of KV tiles (prefill's and decode's) as explicit vector loops of the clone's width and a shuffle tree"},
 		{Name: "finite-codes", Required: false, Run: mc.FiniteCodes,
