@@ -54,22 +54,11 @@ func microShapeFor(l Level, vectors int) microShape {
 // N (or, transposed, K) is not a multiple of the level's lanes, or whose
 // transposed B is not a local array, are left for lower-tiles.
 func (mc *Machine) BlockMatMul(m *ir.Module) (*ir.Module, error) {
-	out := *m
-	out.Kernels = nil
-	for _, k := range m.Kernels {
-		if k.Level == "" {
-			out.Kernels = append(out.Kernels, k)
-			continue
-		}
-		l, err := mc.Level(k)
-		if err != nil {
-			return nil, fmt.Errorf("block-matmul: %w", err)
-		}
+	return mc.mapClones(m, "block-matmul", func(k *ir.Kernel, l *Level) *ir.Kernel {
 		c := *k
 		c.Body = blockKernel(k.Body, passes.ElemTypes(k), *l)
-		out.Kernels = append(out.Kernels, &c)
-	}
-	return &out, nil
+		return &c
+	})
 }
 
 // blockKernel rewrites the matmuls of one clone's body; elems are its

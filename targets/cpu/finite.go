@@ -25,20 +25,9 @@ import (
 // the Then branch's loads with FiniteHalfWiden; both branches compute the
 // same bits wherever the check passes.
 func (mc *Machine) FiniteCodes(m *ir.Module) (*ir.Module, error) {
-	out := *m
-	out.Kernels = nil
-	for _, k := range m.Kernels {
-		if k.Level == "" {
-			out.Kernels = append(out.Kernels, k)
-			continue
-		}
-		l, err := mc.Level(k)
-		if err != nil {
-			return nil, fmt.Errorf("finite-codes: %w", err)
-		}
+	return mc.mapClones(m, "finite-codes", func(k *ir.Kernel, l *Level) *ir.Kernel {
 		if !l.NativeF16 || l.Lanes < 2 {
-			out.Kernels = append(out.Kernels, k)
-			continue
+			return k
 		}
 		elems := passes.ElemTypes(k)
 		n := 0
@@ -75,9 +64,8 @@ func (mc *Machine) FiniteCodes(m *ir.Module) (*ir.Module, error) {
 				Tag:  ir.TagFinite,
 			})
 		})
-		out.Kernels = append(out.Kernels, &c)
-	}
-	return &out, nil
+		return &c
+	})
 }
 
 // codeCheck binds name (u8) to the largest code & mask over rows [0,

@@ -63,6 +63,26 @@ func (mc *Machine) Table() []passes.Pass {
 // (MultiversionAt: a kernel without a bf16 product is cloned at the best
 // level below a DotBF16 one): tests that run the level their machine picks
 // build with it, one clone instead of three or four. The entries return
+// mapClones is m with each level clone's kernel replaced by f(k, its
+// Level), the target-neutral kernels kept: the loop of every pass that
+// fits a clone to its level; pass names the level lookup's errors.
+func (mc *Machine) mapClones(m *ir.Module, pass string, f func(k *ir.Kernel, l *Level) *ir.Kernel) (*ir.Module, error) {
+	out := *m
+	out.Kernels = nil
+	for _, k := range m.Kernels {
+		if k.Level == "" {
+			out.Kernels = append(out.Kernels, k)
+			continue
+		}
+		l, err := mc.Level(k)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", pass, err)
+		}
+		out.Kernels = append(out.Kernels, f(k, l))
+	}
+	return &out, nil
+}
+
 // CPU_LEVEL on a CPU below the level. An unknown name is an error naming the known.
 func (mc *Machine) LevelTable(name string) ([]passes.Pass, error) {
 	for i, l := range mc.Arch.Levels {

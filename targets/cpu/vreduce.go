@@ -20,17 +20,7 @@ import (
 // and a multiple of L, or whose value is not a lane-by-lane function of
 // unit-stride loads and loop-invariant values, is left for lower-tiles.
 func (mc *Machine) VectorReduce(m *ir.Module) (*ir.Module, error) {
-	out := *m
-	out.Kernels = nil
-	for _, k := range m.Kernels {
-		if k.Level == "" {
-			out.Kernels = append(out.Kernels, k)
-			continue
-		}
-		l, err := mc.Level(k)
-		if err != nil {
-			return nil, fmt.Errorf("vector-reduce: %w", err)
-		}
+	return mc.mapClones(m, "vector-reduce", func(k *ir.Kernel, l *Level) *ir.Kernel {
 		c := *k
 		c.Body = ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
 			f, ok := s.(*ir.For)
@@ -48,9 +38,8 @@ func (mc *Machine) VectorReduce(m *ir.Module) (*ir.Module, error) {
 			})
 			return []ir.Stmt{&t}
 		})
-		out.Kernels = append(out.Kernels, &c)
-	}
-	return &out, nil
+		return &c
+	})
 }
 
 // holdsMatMul reports whether b holds a matmul.

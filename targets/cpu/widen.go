@@ -1,8 +1,6 @@
 package cpu
 
 import (
-	"fmt"
-
 	"github.com/attnc/attnc/ir"
 )
 
@@ -19,20 +17,9 @@ import (
 // tagged finite (finite-codes: the codes there hold no NaN) it widens
 // with the table's FiniteHalfWiden where a dtype has one.
 func (mc *Machine) NativeWiden(m *ir.Module) (*ir.Module, error) {
-	out := *m
-	out.Kernels = nil
-	for _, k := range m.Kernels {
-		if k.Level == "" {
-			out.Kernels = append(out.Kernels, k)
-			continue
-		}
-		l, err := mc.Level(k)
-		if err != nil {
-			return nil, fmt.Errorf("native-widen: %w", err)
-		}
+	return mc.mapClones(m, "native-widen", func(k *ir.Kernel, l *Level) *ir.Kernel {
 		if !l.NativeF16 {
-			out.Kernels = append(out.Kernels, k)
-			continue
+			return k
 		}
 		c := *k
 		// The Then branches of finite-codes' ifs first: codes there hold
@@ -46,9 +33,8 @@ func (mc *Machine) NativeWiden(m *ir.Module) (*ir.Module, error) {
 			return []ir.Stmt{s}
 		})
 		c.Body = ir.MapExprs(body, halfWiden(false))
-		out.Kernels = append(out.Kernels, &c)
-	}
-	return &out, nil
+		return &c
+	})
 }
 
 // halfWiden rewrites a widening load of a storage type with the table's
