@@ -253,8 +253,17 @@ func ArgsOf(params []*ir.Param) []Arg {
 	return out
 }
 
-// Constraints are the fixed shape facts a variant's kernels assume; a
-// quantized cache adds its kv_dtype and kv_scale.
+// Constraints are the fixed facts a variant's kernels assume: its shapes,
+// its scale and lse base, and what decides the values it computes beyond
+// them — mask (the mask line's clauses, spec style: "causal", "none",
+// "tree", "custom", "window(left = W)", "expr(E)" with E in the IR's text
+// form), sinks ("tokens(N)" or "learned", when the spec has them), score
+// (the score expression in the IR's text form, when the spec has one) and
+// rope ("inline" or "at_append" with rope_style, rope_theta, rope_params,
+// rope_pairs and rope_dim, when the spec rotates); a quantized cache adds
+// its kv_dtype and kv_scale. A caller that runs a compiled variant in
+// place of one it would write (the Python package's FlashInfer wrappers'
+// plan(..., variant=v)) compares these with what it was asked for.
 func Constraints(v *ir.Variant) map[string]any {
 	c := map[string]any{
 		"qo_heads":    v.QOHeads,
@@ -272,10 +281,41 @@ func Constraints(v *ir.Variant) map[string]any {
 		c["kv_dtype"] = v.KVDType.String()
 		c["kv_scale"] = v.KVScale.String()
 	}
-	if v.Rope != nil && v.Rope.AtAppend {
-		// The cache holds rotated K and the attention entries take q
-		// rotated (qkv_append's q_out): they rotate nothing.
-		c["rope"] = "at_append"
+	c["mask"] = MaskClauses(v)
+	if s := v.Sinks; s != nil {
+		c["sinks"] = "learned"
+		if s.Kind == ir.SinkTokens {
+			c["sinks"] = fmt.Sprintf("tokens(%d)", s.Tokens)
+		}
+	}
+	if v.Score != nil {
+		c["score"] = ir.ExprString(literalFloats(v.Score))
+	}
+	if r := v.Rope; r != nil {
+		c["rope"] = "inline"
+		if r.AtAppend {
+			// The cache holds rotated K and the attention entries take q
+			// rotated (qkv_append's q_out): they rotate nothing.
+			c["rope"] = "at_append"
+		}
+		c["rope_style"] = ropeStyleNames[r.Style]
+		if r.Style != ir.RopeTable {
+			c["rope_theta"] = r.Theta
+		}
+		params := map[string]float64{}
+		for k, x := range r.Params {
+			if k != "theta" {
+				params[k] = x
+			}
+		}
+		if r.Style == ir.RopeYarn && r.Untruncated {
+			params["truncate"] = 0
+		}
+		if len(params) > 0 {
+			c["rope_params"] = params
+		}
+		c["rope_pairs"] = r.Pairs.String()
+		c["rope_dim"] = r.Dim(v.HeadDimQK)
 	}
 	if n := v.QKNorm; n != nil {
 		c["qk_norm_eps"] = n.Eps
@@ -285,6 +325,53 @@ func Constraints(v *ir.Variant) map[string]any {
 		c["params"] = ParamDecls(v)
 	}
 	return c
+}
+
+// literalFloats writes e's integer literals converted to a float type as
+// float literals (softcap(score, 20): @softcap.f32(score, 20.0:f32), as
+// softcap(score, 20.0) prints), so that a score reads the same however
+// its numbers were spelled.
+func literalFloats(e ir.Expr) ir.Expr {
+	return ir.MapExpr(e, func(x ir.Expr) ir.Expr {
+		if cv, ok := x.(*ir.Convert); ok && !cv.To.IsVector() && cv.To.IsFloat() {
+			if k, isConst := cv.X.(*ir.Const); isConst && k.T.IsInt() {
+				f := float64(k.Int)
+				if cv.To == ir.F32 {
+					f = float64(float32(f))
+				}
+				return &ir.Const{T: cv.To, Float: f}
+			}
+		}
+		return x
+	})
+}
+
+// ropeStyleNames are the RoPE styles as a spec names them (table: rope
+// inline(table, ...)).
+var ropeStyleNames = map[ir.RopeStyle]string{ir.RopeNormal: "normal", ir.RopeLlama3: "llama3", ir.RopeYarn: "yarn",
+	ir.RopeFactors: "factors", ir.RopeTable: "table"}
+
+// MaskClauses lists v's mask clauses as a spec writes them: "causal",
+// "none", "tree", "custom", "window(left = W)" (window(size = S) as its
+// left = S - 1) and "expr(E)", E in the IR's text form (a binary
+// expression without its outer parentheses).
+func MaskClauses(v *ir.Variant) []string {
+	out := make([]string, 0, len(v.Masks))
+	for _, m := range v.Masks {
+		switch m.Kind {
+		case ir.MaskWindow:
+			out = append(out, fmt.Sprintf("window(left = %d)", m.Left))
+		case ir.MaskExpr:
+			e := ir.ExprString(m.Expr)
+			if _, bin := m.Expr.(*ir.Binary); bin {
+				e = e[1 : len(e)-1] // its parentheses are expr's own
+			}
+			out = append(out, "expr("+e+")")
+		default:
+			out = append(out, m.Kind.String())
+		}
+	}
+	return out
 }
 
 // ParamDecls lists v's params as the spec declares them, e.g.

@@ -1,9 +1,11 @@
 package registry_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/attnc/attnc/driver"
+	"github.com/attnc/attnc/frontend"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/registry"
 )
@@ -227,7 +229,57 @@ func TestConstraintsQKVAppend(t *testing.T) {
 		t.Errorf("constraints %v: want rope at_append, qk_norm_eps 1e-6, qk_norm_offset 1", c)
 	}
 	v.Rope.AtAppend = false
-	if _, ok := registry.Constraints(v)["rope"]; ok {
-		t.Errorf("rope inline: constraint rope present, want none (the attention entries take the positions)")
+	if got := registry.Constraints(v)["rope"]; got != "inline" {
+		t.Errorf("rope inline: constraint rope = %v, want inline (the attention entries take the positions)", got)
+	}
+}
+
+// TestConstraintsSemantics: the constraints say what decides a variant's
+// values as a spec writes it — mask clauses, sinks, score (integer
+// literals read as floats), RoPE — however the spec spelled it, so that
+// a caller can compare a compiled variant with what it was asked for.
+func TestConstraintsSemantics(t *testing.T) {
+	spec := func(lines string) map[string]any {
+		t.Helper()
+		vs, err := frontend.Parse("c.attn", []byte("variant c {\n  heads qo = 4, kv = 2\n  head_dim 16\n  dtype f32\n"+
+			"  cache paged(page_size = 4)\n"+lines+"}\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return registry.Constraints(vs[0])
+	}
+	c := spec("")
+	if got := fmt.Sprint(c["mask"]); got != "[causal]" {
+		t.Errorf("default mask: %s, want [causal]", got)
+	}
+	for _, k := range []string{"sinks", "score", "rope", "rope_theta"} {
+		if _, ok := c[k]; ok {
+			t.Errorf("plain variant: constraint %s = %v, want none", k, c[k])
+		}
+	}
+	c = spec("  mask custom, window(size = 8), expr(q_pos - kv_pos <= 3), none\n  sinks tokens(4)\n" +
+		"  score softcap(score, 20)\n" +
+		"  rope inline(theta = 500000, style = llama3, factor = 2, low_freq = 1, high_freq = 2, original_max = 64, rotary_dim = 8)\n")
+	want := map[string]string{
+		"mask":        "[custom window(left = 7) expr((q_pos - kv_pos) <= 3) none]",
+		"sinks":       "tokens(4)",
+		"score":       "@softcap.f32(score, 20.0:f32)",
+		"rope":        "inline",
+		"rope_style":  "llama3",
+		"rope_theta":  "500000",
+		"rope_params": "map[factor:2 high_freq:2 low_freq:1 original_max:64]",
+		"rope_pairs":  "half",
+		"rope_dim":    "8",
+	}
+	for k, w := range want {
+		if got := fmt.Sprint(c[k]); got != w {
+			t.Errorf("constraint %s = %s, want %s", k, got, w)
+		}
+	}
+	if got := spec("  score softcap(score, 20.0)\n")["score"]; got != want["score"] {
+		t.Errorf("softcap(score, 20.0): score %v, want %s as for softcap(score, 20)", got, want["score"])
+	}
+	if got := spec("  sinks learned\n  mask none\n"); fmt.Sprintf("%v %v", got["sinks"], got["mask"]) != "learned [none]" {
+		t.Errorf("sinks learned, mask none: sinks %v, mask %v", got["sinks"], got["mask"])
 	}
 }

@@ -283,7 +283,8 @@ def get_num_threads():
 
 class Variant:
     """Variant is one compiled variant: ``constraints`` (heads, head dims,
-    dtype, page size, layout, scale, lse base, ...), one method per kernel
+    dtype, page size, layout, scale, lse base, mask clauses, and sinks,
+    score and rope when the spec has them, ...), one method per kernel
     role its spec listed (``prefill``, ``decode``, ``merge_state``,
     ``append``, ``copy_page``, ...), ``set_num_threads`` and ``strerror``.
     ``target`` is ``"cpu"``, ``"cuda"`` or ``"cuda-emu"``; a CUDA variant's

@@ -18,6 +18,7 @@ emulator over host arrays.
 """
 
 import math
+import re
 
 import numpy as np
 
@@ -195,22 +196,29 @@ def _spec(cfg):
         lines.append("  score softcap(score, %s)" % _num(cfg["softcap"]))
     lines.append("  scale %s" % _num(cfg["scale"]))
     if cfg["rope"] is not None:
-        theta, rscale = cfg["rope"]
-        if rscale == 1:
-            lines.append("  rope inline(theta = %s)" % _num(theta))
-        else:
-            # FlashInfer divides every frequency by rope_scale: Llama 3.1's
-            # rescaling with every wavelength above original_max / low_freq.
-            lines.append("  rope inline(theta = %s, style = llama3, factor = %s, low_freq = 1, high_freq = 2, "
-                         "original_max = 0.000001)" % (_num(theta), _num(rscale)))
+        lines.append(_spec_rope(*cfg["rope"]))
     lines.append("  lse base = 2")
     lines.append("  kernels %s" % cfg.get("kernels", "prefill, decode"))
     lines.append("}")
     return "\n".join(lines) + "\n"
 
 
+def _spec_rope(theta, rscale):
+    """_spec_rope is the rope line of ROPE_LLAMA at theta and rope_scale."""
+    if rscale == 1:
+        return "  rope inline(theta = %s)" % _num(theta)
+    # FlashInfer divides every frequency by rope_scale: Llama 3.1's
+    # rescaling with every wavelength above original_max / low_freq.
+    return ("  rope inline(theta = %s, style = llama3, factor = %s, low_freq = 1, high_freq = 2, "
+            "original_max = 0.000001)" % (_num(theta), _num(rscale)))
+
+
 def _check_variant(v, cfg, roles):
-    """_check_variant checks that a caller's Variant agrees with the plan."""
+    """_check_variant checks that a caller's Variant agrees with the plan:
+    shapes, dtype, page size and layout, the scale (FlashInfer's default
+    1/sqrt(head_dim) when sm_scale is None), and every setting that decides
+    the values (_check_semantics); a disagreement is a ValueError naming
+    both sides."""
     if not isinstance(v, Variant):
         raise ValueError("variant: expected an attnc.Variant (attnc.compile(spec)[name]), got %s" % type(v).__name__)
     c = v.constraints
@@ -220,11 +228,119 @@ def _check_variant(v, cfg, roles):
                             ("dtype", cfg["dtype"], "q_data_type")):
         if key in c and c[key] != want:
             raise ValueError("variant %s has %s = %r, but the plan's %s is %r" % (v.name, key, c[key], what, want))
-    if cfg.get("scale_given") and "scale" in c and abs(c["scale"] - cfg["scale"]) > 1e-6 * abs(cfg["scale"]):
-        raise ValueError("variant %s has scale %r, but the plan's sm_scale is %r" % (v.name, c["scale"], cfg["scale"]))
+    _check_scale(v, cfg["scale"])
+    _check_semantics(v, cfg, decode=roles == ["decode"])
     for r in roles:
         if r not in v.kernels:
             raise ValueError("variant %s has no %s kernel (add it to its kernels line)" % (v.name, r))
+
+
+def _check_scale(v, scale):
+    c = v.constraints
+    if "scale" in c and abs(c["scale"] - scale) > 1e-6 * abs(scale):
+        raise ValueError("variant %s has scale %r, but the plan's sm_scale is %r (FlashInfer's default is "
+                         "1/sqrt(head_dim))" % (v.name, c["scale"], scale))
+
+
+def _mask_of(v):
+    """_mask_of reads a variant's mask from its manifest constraints as
+    (causal, window_left, custom): the mask clauses a FlashInfer plan can
+    say (causal, none, window(left = W), custom, expr(q_pos - kv_pos <= W),
+    the non-causal window); any other clause is a ValueError."""
+    clauses = v.constraints.get("mask")
+    if clauses is None:
+        raise ValueError("variant %s's manifest does not record its mask (built by an older attnc): rebuild it "
+                         "to pass it as plan(..., variant=v)" % v.name)
+    causal, window, custom = False, -1, False
+    for cl in clauses:
+        w = None
+        m = re.fullmatch(r"window\(left = (\d+)\)", cl) or re.fullmatch(r"expr\(\(q_pos - kv_pos\) <= (\d+)\)", cl)
+        if cl == "causal":
+            causal = True
+        elif cl == "custom":
+            custom = True
+        elif m:
+            w = int(m.group(1))
+            causal = causal or cl.startswith("window")
+        elif cl != "none":
+            raise ValueError("variant %s has mask %s, which a FlashInfer plan cannot say (it says causal, "
+                             "window_left and a custom mask)" % (v.name, cl))
+        if w is not None:
+            window = w if window < 0 else min(window, w)
+    return causal, window, custom
+
+
+def _mask_words(causal, window, custom):
+    words = ["custom mask" if custom else "causal" if causal else "no mask"]
+    if window >= 0:
+        words.append("window_left = %d" % window)
+    return ", ".join(words)
+
+
+_SOFTCAP = re.compile(r"@softcap\.f32\(score, ([^:()]+):f32\)")
+
+
+def _check_semantics(v, cfg, decode=False):
+    """_check_semantics checks the settings that decide a variant's values
+    against the plan's: the mask (causal, window_left, custom mask; in
+    decode, whose query sits at the last cached position, causal and no
+    mask agree), the logits soft cap, RoPE (none, at append, or inline with
+    the plan's theta and scale) and the cache's dtype. What a plan cannot
+    say a variant may add: a score expression other than a soft cap (ALiBi,
+    say) and sinks."""
+    c = v.constraints
+    vc, vw, vcustom = _mask_of(v)
+    pc, pw, pcustom = cfg["causal"], cfg["window"], cfg["custom"]
+    if (vc != pc and not decode) or (vw, vcustom) != (pw, pcustom):
+        raise ValueError("variant %s has mask %s (%s), but the plan asks for %s"
+                         % (v.name, ", ".join(c["mask"]), _mask_words(vc, vw, vcustom), _mask_words(pc, pw, pcustom)))
+    score = c.get("score", "score")
+    m = _SOFTCAP.fullmatch(score)
+    cap = cfg.get("softcap", 0.0)
+    if cap > 0:
+        if not m or abs(float(m.group(1)) - cap) > 1e-6 * cap:
+            raise ValueError("variant %s has score %s, but the plan's logits_soft_cap is %s (score softcap(score, %s))"
+                             % (v.name, score, _num(cap), _num(cap)))
+    elif "@softcap" in score:
+        raise ValueError("variant %s has score %s, but the plan's logits_soft_cap is None" % (v.name, score))
+    want = cfg.get("rope")
+    rope = c.get("rope")
+    if want is None:
+        if rope == "inline":
+            raise ValueError("variant %s rotates q and k inline (rope inline, theta %s), but the plan's "
+                             "pos_encoding_mode is 'NONE'" % (v.name, c.get("rope_theta")))
+    else:
+        theta, rscale = want
+        got = None
+        if rope == "inline" and c.get("rope_pairs") == "half" and c.get("rope_dim") == cfg["dqk"]:
+            got = (c.get("rope_style"), c.get("rope_theta"), c.get("rope_params", {}))
+        wanted = ("normal", theta, {}) if rscale == 1 else \
+            ("llama3", theta, {"factor": rscale, "low_freq": 1, "high_freq": 2, "original_max": 1e-6})
+        if got is None or got[0] != wanted[0] or not _close(got[1], wanted[1]) or sorted(got[2]) != sorted(wanted[2]) \
+                or not all(_close(got[2][k], x) for k, x in wanted[2].items()):
+            have = "no inline rope"
+            if rope == "inline":
+                words = ["theta = %s" % c.get("rope_theta"), "style = %s" % c.get("rope_style")]
+                words += ["%s = %s" % kv for kv in sorted(c.get("rope_params", {}).items())]
+                words += ["pairs = %s" % c.get("rope_pairs"), "rotary_dim = %s" % c.get("rope_dim")]
+                have = "rope inline(%s)" % ", ".join(words)
+            raise ValueError("variant %s has %s, but the plan asks for ROPE_LLAMA with rope_theta = %s, rope_scale = %s "
+                             "(%s)" % (v.name, have, _num(theta), _num(rscale), _spec_rope(theta, rscale).strip()))
+    if c.get("kv_dtype", cfg["dtype"]) != cfg["dtype"]:
+        raise ValueError("variant %s stores K/V as %s codes, but the plan's kv_data_type is %s"
+                         % (v.name, c["kv_dtype"], A.DTYPE_WORDS[cfg["dtype"]]))
+
+
+def _close(a, b):
+    return a is not None and abs(float(a) - float(b)) <= 1e-9 * max(abs(float(b)), 1e-300)
+
+
+def _check_lse_base(v, want):
+    """_check_lse_base refuses an lse from a caller's variant in another base
+    than the one asked for."""
+    if v.lse_base != want:
+        raise ValueError("variant %s writes lse in base %s (lse base = %s), but the plan returns it in base %s"
+                         % (v.name, v.lse_base, v.lse_base, want))
 
 
 def _unpack_cache(paged_kv_cache):
@@ -410,6 +526,8 @@ class _Wrapper:
         n = q.shape[0]
         o_shape = (n, cfg["qo"], cfg["dv"])
         out, lse, want_lse = _outputs(out, lse, return_lse, o_shape, dt, like_torch, device, gpu)
+        if want_lse and p.get("user_variant"):
+            _check_lse_base(v, "2")
         k, vv = _unpack_cache(paged_kv_cache)
         pg = _pages(k, vv, dt, _page_shape(cfg["layout"], cfg["page_size"], cfg["kv"], cfg["dqk"]), device=device)
         if cfg["dv"] != cfg["dqk"]:
@@ -698,11 +816,11 @@ class BatchPrefillWithPagedKVCacheWrapper(_Wrapper):
         return self.run(q, paged_kv_cache, *args, **kw)
 
 
-def _run_rows(p, v, queries, heads, dv, extra, out, lse, return_lse):
+def _run_rows(p, v, queries, heads, dv, extra, out, lse, return_lse, lse_base="2"):
     """_run_rows runs a planned ragged or MLA kernel: queries is a list of
     (argument name, array [>= total_q, heads, d]); extra(table) gives the
-    kernel's other arguments (K/V or pools, page tables) as pointers. Rows
-    the plan dropped get o = 0 and lse = -inf."""
+    kernel's other arguments (K/V or pools, page tables) as pointers; lse is
+    returned in lse_base. Rows the plan dropped get o = 0 and lse = -inf."""
     dt = p["cfg"]["dtype"]
     first = A.as_array(queries[0][1], queries[0][0])
     like_torch = A.is_torch(first)
@@ -731,6 +849,8 @@ def _run_rows(p, v, queries, heads, dv, extra, out, lse, return_lse):
         qs.append((name, x))
     o_shape = (n, heads, dv)
     out, lse, want_lse = _outputs(out, lse, return_lse, o_shape, dt, like_torch, device, gpu)
+    if want_lse and p.get("user_variant"):
+        _check_lse_base(v, lse_base)
     keep = p["keep"]
     kept = rows if keep is None else len(keep)
     sel = []
@@ -1014,10 +1134,7 @@ class BatchMLAPagedAttentionWrapper:
         _refuse("page_table", page_table, None, "an argument of the cutlass backend (the plan's kv_indices are used)")
         cfg = p["cfg"]
         v = p["variant"]
-        if return_lse_base_on_e:
-            if p["user_variant"]:
-                raise NotImplementedError("return_lse_base_on_e with plan(..., variant=v): compile the variant with "
-                                          "`lse base = e`")
+        if return_lse_base_on_e and not p["user_variant"]:
             c2 = dict(cfg)
             c2["lse_base"] = "e"
             v = _variant(_mla_spec(c2), v.target)
@@ -1049,7 +1166,8 @@ class BatchMLAPagedAttentionWrapper:
                     "num_pages": pages, "kv_indptr": table(p["kv_indptr"], "kv_indptr"),
                     "kv_indices": table(p["kv_indices"], "kv_indices"), "kv_last_page_len": table(p["last"], "last")}
 
-        return _run_rows(p, v, [("q_nope", q_nope), ("q_pe", q_pe)], cfg["heads"], cfg["r"], extra, out, lse, return_lse)
+        return _run_rows(p, v, [("q_nope", q_nope), ("q_pe", q_pe)], cfg["heads"], cfg["r"], extra, out, lse, return_lse,
+                         "e" if return_lse_base_on_e else "2")
 
 
 def _check_mla_variant(v, cfg):
@@ -1063,10 +1181,10 @@ def _check_mla_variant(v, cfg):
                             ("page_size", cfg["page_size"], "page_size"), ("dtype", cfg["dtype"], "q_data_type")):
         if key in c and c[key] != want:
             raise ValueError("variant %s has %s = %r, but the plan's %s is %r" % (v.name, key, c[key], what, want))
-    if "scale" in c and abs(c["scale"] - cfg["scale"]) > 1e-6 * abs(cfg["scale"]):
-        raise ValueError("variant %s has scale %r, but the plan's sm_scale is %r" % (v.name, c["scale"], cfg["scale"]))
+    _check_scale(v, cfg["scale"])
     if "prefill" not in v.kernels or "ckv_pages" not in v.kernels["prefill"].arg_names:
         raise ValueError("variant %s is not an MLA variant with a prefill kernel (mla(...) and `kernels prefill`)" % v.name)
+    _check_semantics(v, cfg)
 
 
 def _pack_mask(custom_mask, packed, p):

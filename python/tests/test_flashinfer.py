@@ -71,7 +71,7 @@ def reference(q, k, v, dtype, layout, qo_indptr, indptr, indices, kv_lens, scale
 
 class DecodeTest(unittest.TestCase):
     def run_decode(self, dtype, layout, fused, kv_lens, window=-1, softcap=None, sm_scale=None, strided_q=False,
-                   as_torch=False, rope=None):
+                   as_torch=False, rope=None, variant=None):
         rng = np.random.default_rng(len(kv_lens) * 7 + window)
         pages = 20
         cache, k, v = make_cache(rng, pages, dtype, layout, fused)
@@ -87,6 +87,8 @@ class DecodeTest(unittest.TestCase):
         kw = {}
         if rope is not None:
             kw = dict(pos_encoding_mode="ROPE_LLAMA", rope_theta=rope[0], rope_scale=rope[1])
+        if variant is not None:
+            kw["variant"] = variant
         w.plan(indptr, indices, last, QO, KV, D, PS, window_left=window, logits_soft_cap=softcap,
                q_data_type=NP_DT[dtype], sm_scale=sm_scale, **kw)
         qq, cc = q, cache
@@ -231,6 +233,105 @@ class PrefillTest(unittest.TestCase):
             attnc.BatchPrefillWithPagedKVCacheWrapper(None, "NHD").plan(
                 np.array([0, 1], np.int32), np.array([0, 1], np.int32), np.array([0], np.int32),
                 np.array([1], np.int32), QO, KV, D, PS, causal=True, q_data_type="float32", variant=v)
+
+
+class VariantAgreementTest(unittest.TestCase):
+    """plan(..., variant=v) refuses a variant that disagrees with the plan
+    on a setting that decides the values (mask, window, custom mask, soft
+    cap, RoPE, scale, the cache's dtype; at run, the lse base) with a
+    ValueError naming both sides. The variants are those other tests'
+    plans compile (and test_core's), so the checks compile nothing new."""
+
+    def planned(self, decode=False, layout="NHD", dtype="float32", **kw):
+        one, zero = np.array([0, 1], np.int32), np.array([0], np.int32)
+        if decode:
+            w = attnc.BatchDecodeWithPagedKVCacheWrapper(None, layout)
+            w.plan(one, zero, np.array([1], np.int32), QO, KV, D, PS, q_data_type=dtype, **kw)
+        else:
+            w = attnc.BatchPrefillWithPagedKVCacheWrapper(None, layout)
+            w.plan(one, one, zero, np.array([1], np.int32), QO, KV, D, PS, q_data_type=dtype, **kw)
+        return w
+
+    def variant_of(self, **kw):
+        return self.planned(**kw)._plan["variant"]
+
+    def refuse(self, pattern, variant, **kw):
+        with self.assertRaisesRegex(ValueError, pattern):
+            self.planned(variant=variant, **kw)
+
+    def test_mask_disagreements(self):
+        causal, none = self.variant_of(causal=True), self.variant_of(causal=False)
+        ncwin = self.variant_of(causal=False, window_left=3)
+        custom = self.variant_of(custom_mask=np.ones(1, bool))
+        self.refuse(r"has mask none \(no mask\), but the plan asks for causal$", none, causal=True)
+        self.refuse(r"has mask causal \(causal\), but the plan asks for no mask$", causal, causal=False)
+        self.refuse(r"has mask causal \(causal\), but the plan asks for causal, window_left = 3$", causal, causal=True,
+                    window_left=3)
+        self.refuse(r"has mask expr\(\(q_pos - kv_pos\) <= 3\) \(no mask, window_left = 3\), but the plan asks for "
+                    r"causal, window_left = 3$", ncwin, causal=True, window_left=3)
+        self.refuse(r"has mask causal \(causal\), but the plan asks for custom mask$", causal,
+                    custom_mask=np.ones(1, bool))
+        self.refuse(r"has mask custom \(custom mask\), but the plan asks for causal$", custom, causal=True)
+        # Decode's query sits at the last cached position: causal or not
+        # sees the same keys, a window does not.
+        self.refuse(r"has mask none \(no mask\), but the plan asks for causal, window_left = 3$", none, decode=True,
+                    window_left=3)
+        bf16 = dict(dtype="bfloat16", layout="HND", causal=True, logits_soft_cap=20.0, sm_scale=0.3)
+        self.refuse(r"has mask window\(left = 5\) \(causal, window_left = 5\), but the plan asks for causal, "
+                    r"window_left = 4$", self.variant_of(window_left=5, **bf16), window_left=4, **bf16)
+        sys.path.insert(0, os.path.dirname(__file__))
+        import test_core
+        self.refuse(r"core_tree has mask tree, which a FlashInfer plan cannot say", test_core.module()["core_tree"],
+                    layout="HND", causal=True)
+
+    def test_score_rope_scale_and_cache_disagreements(self):
+        bf16 = dict(dtype="bfloat16", layout="HND", causal=True, window_left=5, logits_soft_cap=20.0, sm_scale=0.3)
+        v = self.variant_of(**bf16)
+        self.assertIs(self.planned(variant=v, **bf16)._plan["variant"], v)  # agrees
+        self.refuse(r"has score @softcap.f32\(score, 20.0:f32\), but the plan's logits_soft_cap is None$", v,
+                    **dict(bf16, logits_soft_cap=None))
+        self.refuse(r"has score @softcap.f32\(score, 20.0:f32\), but the plan's logits_soft_cap is 30.0 ", v,
+                    **dict(bf16, logits_soft_cap=30.0))
+        # FlashInfer's default sm_scale is 1/sqrt(head_dim): a variant with
+        # another scale disagrees unless the plan names it.
+        self.refuse(r"has scale 0.30000001192092896, but the plan's sm_scale is 0.25 ", v, **dict(bf16, sm_scale=None))
+        causal = self.variant_of(causal=True)
+        self.refuse(r"has score score, but the plan's logits_soft_cap is 20.0 ", causal, causal=True, logits_soft_cap=20.0)
+        rope = dict(dtype="float16", causal=True, pos_encoding_mode="ROPE_LLAMA", rope_theta=10000.0, rope_scale=2.0)
+        vr = self.variant_of(**rope)
+        self.planned(variant=vr, **rope)  # agrees
+        self.refuse(r"rotates q and k inline \(rope inline, theta 10000\), but the plan's pos_encoding_mode is 'NONE'$",
+                    vr, **dict(rope, pos_encoding_mode="NONE"))
+        self.refuse(r"has rope inline\(theta = 10000, style = llama3, factor = 2, high_freq = 2, low_freq = 1, "
+                    r"original_max = 1e-06, pairs = half, rotary_dim = 16\), but the plan asks for ROPE_LLAMA with "
+                    r"rope_theta = 10000.0, rope_scale = 1.0 \(rope inline\(theta = 10000.0\)\)$", vr,
+                    **dict(rope, rope_scale=1.0))
+        self.refuse(r"but the plan asks for ROPE_LLAMA with rope_theta = 500000.0, rope_scale = 2.0 ", vr,
+                    **dict(rope, rope_theta=500000.0))
+        self.refuse(r"has no inline rope, but the plan asks for ROPE_LLAMA with rope_theta = 10000.0, rope_scale = 1.0 ",
+                    causal, causal=True, pos_encoding_mode="ROPE_LLAMA")
+        sys.path.insert(0, os.path.dirname(__file__))
+        import test_core
+        self.refuse(r"core_e4m3 stores K/V as e4m3 codes, but the plan's kv_data_type is float32$",
+                    test_core.module()["core_e4m3"], decode=True, layout="HND")
+
+    def test_lse_base(self):
+        # A natural-log variant serves o; asking it for FlashInfer's base-2
+        # lse is a disagreement.
+        sys.path.insert(0, os.path.dirname(__file__))
+        import test_core
+        w = self.planned(variant=test_core.module()["core_f32"], layout="HND", causal=True)
+        q = np.ones((1, QO, D), np.float32)
+        cache = (np.ones((1, KV, PS, D), np.float32), np.full((1, KV, PS, D), 2, np.float32))
+        np.testing.assert_allclose(w.run(q, cache), np.full((1, QO, D), 2), rtol=1e-6)
+        with self.assertRaisesRegex(ValueError, r"core_f32 writes lse in base e \(lse base = e\), but the plan returns "
+                                                r"it in base 2$"):
+            w.run(q, cache, return_lse=True)
+
+    def test_agreeing_variant_runs(self):
+        # A non-causal variant serves a decode plan (the query sits at the
+        # last cached position, so every key is visible either way).
+        DecodeTest().run_decode("f32", "NHD", False, [5, 9, 1], variant=self.variant_of(causal=False))
 
 
 class RefusalTest(unittest.TestCase):

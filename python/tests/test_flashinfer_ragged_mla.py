@@ -192,6 +192,9 @@ class RaggedTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "qo_heads"):
             w2.plan(np.array([0, 2], np.int32), np.array([0, 3], np.int32), 2 * QO, KV, 16, causal=True,
                     q_data_type="float32", variant=v)
+        with self.assertRaisesRegex(ValueError, r"has mask causal \(causal\), but the plan asks for no mask$"):
+            w2.plan(np.array([0, 2], np.int32), np.array([0, 3], np.int32), QO, KV, 16, causal=False,
+                    q_data_type="float32", variant=v)
 
     def test_refusals_and_validation(self):
         z2 = np.array([0, 2], np.int32)
@@ -362,13 +365,19 @@ class MLATest(unittest.TestCase):
             w.run(qn, qp, ckv, kpe)
         self.assertEqual(cm.exception.code, -5)
         # variant=: the plan's own compiled variant is accepted, one with
-        # other heads is not.
+        # other heads, scale or mask is not.
         v = w._plan["variant"]
         w.plan(a1, a1, ind, a2, H, R, DR, MPS, False, 0.2, "float32", "float32", variant=v)
         with self.assertRaisesRegex(ValueError, "qo_heads"):
             w.plan(a1, a1, ind, a2, 2 * H, R, DR, MPS, False, 0.2, "float32", "float32", variant=v)
         with self.assertRaisesRegex(ValueError, "scale"):
             w.plan(a1, a1, ind, a2, H, R, DR, MPS, False, 0.3, "float32", "float32", variant=v)
+        with self.assertRaisesRegex(ValueError, r"has mask none \(no mask\), but the plan asks for causal$"):
+            w.plan(a1, a1, ind, a2, H, R, DR, MPS, True, 0.2, "float32", "float32", variant=v)
+        # Its lse is in base 2: run(return_lse_base_on_e=True) disagrees.
+        w.plan(a1, a1, ind, a2, H, R, DR, MPS, False, 0.2, "float32", "float32", variant=v)
+        with self.assertRaisesRegex(ValueError, r"writes lse in base 2 \(lse base = 2\), but the plan returns it in base e$"):
+            w.run(qn, qp, ckv, kpe, return_lse=True, return_lse_base_on_e=True)
 
 
 if __name__ == "__main__":
