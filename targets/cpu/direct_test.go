@@ -8,7 +8,6 @@ import (
 
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/lower"
-	"github.com/attnc/attnc/passes"
 )
 
 // TestDecodeDirectKeepsResults lowers decode with K and V rows read
@@ -31,48 +30,14 @@ func TestDecodeDirectKeepsResults(t *testing.T) {
 }
 
 func decodeDirectKeepsResults(t *testing.T, indices []int32) {
-	for _, c := range []struct {
-		dt, kv ir.DType
-		scale  ir.KVScale
-	}{
-		{ir.DTF32, ir.DTF32, ir.KVScaleNone}, {ir.DTF16, ir.DTF16, ir.KVScaleNone}, {ir.DTBF16, ir.DTBF16, ir.KVScaleNone},
-		{ir.DTF16, ir.DTE4M3, ir.KVScalePerTensor}, {ir.DTBF16, ir.DTE5M2, ir.KVScalePerHead},
-		{ir.DTF16, ir.DTI8, ir.KVScalePerTensor},
-	} {
-		v := &ir.Variant{Name: "t", QOHeads: 8, KVHeads: 2, HeadDimQK: 16, HeadDimV: 16, DType: c.dt, KVDType: c.kv, KVScale: c.scale,
-			PageSize: 4, Scale: 0.25, Masks: []ir.MaskClause{{Kind: ir.MaskCausal}}, Kernels: []ir.KernelRef{{Role: ir.RoleDecode}}}
-		name := c.dt.String() + "/" + c.kv.String()
-		tiling := Target{}.Tiling(v)
-		if !tiling.DecodeDirect {
-			t.Fatalf("%s: the CPU tiling reads decode's rows through copies", name)
-		}
-		var outs [2]map[string]map[string]any
-		for i, direct := range []bool{false, true} {
-			tl := tiling
-			tl.DecodeDirect = direct
-			m, err := lower.Lower(v, tl)
-			if err != nil {
-				t.Fatal(err)
-			}
-			outs[i] = map[string]map[string]any{}
-			neutral, err := passes.RunTable(passes.Neutral, m, passes.Options{VerifyEach: true})
-			if err != nil {
-				t.Fatalf("%s direct=%v: %v", name, direct, err)
-			}
-			args := stagedDecodeArgs(v, indices)
-			if st, err := ir.Run(neutral, "t_decode_work", args); err != nil || st != 0 {
-				t.Fatalf("%s direct=%v neutral: status %d, %v", name, direct, st, err)
-			}
-			outs[i]["neutral"] = args
-			if got := strings.Contains(neutral.String(), "rows(koff)"); got != direct {
-				t.Fatalf("%s direct=%v: a product reads K at row offsets: %v", name, direct, got)
-			}
-			if m, err = passes.RunTable(Table, m, passes.Options{VerifyEach: true}); err != nil {
-				t.Fatalf("%s direct=%v: %v", name, direct, err)
-			}
-			runLevelDecodes(t, fmt.Sprintf("%s direct=%v", name, direct), m, v, indices, outs[i])
-		}
-		sameDecodeOutputs(t, name, outs, 4, "copied", "read in place")
+	for _, c := range decodeCases {
+		v := decodeVariant(c)
+		tilingSwitch{
+			name: c.name(), v: v, at: func(tl *lower.Tiling) *bool { return &tl.DecodeDirect }, defaultOn: true,
+			args:         func() map[string]any { return stagedDecodeArgs(v, indices) },
+			neutralShows: func(m *ir.Module) bool { return strings.Contains(m.String(), "rows(koff)") },
+			as0:          "copied", as1: "read in place",
+		}.run(t)
 	}
 }
 
@@ -102,59 +67,22 @@ func TestPrefillAlphaLoopKeepsResults(t *testing.T) {
 }
 
 // prefillBothWays lowers f32 prefill variants (GQA and MHA, pages of 4
-// and 32 positions) with the CPU tiling's switch (at) off and on, checks
-// that on shows in the neutral work kernel (shows), runs the CPU pass
-// table on both and interprets the neutral module and every level's
-// prefill kernel on directPrefillArgs — an empty sequence, a tile wholly
+// and 32 positions) with the CPU tiling's switch (at) off and on and
+// checks that on shows in the neutral work kernel (shows) and that the
+// neutral module and every level's prefill kernel write bit for bit the
+// same o and lse on directPrefillArgs — an empty sequence, a tile wholly
 // on readable pages with a partial one after it, and a sequence with a
-// hidden (-1) page — and checks that o and lse are bit for bit the same;
-// as0 and as1 name the two ways.
+// hidden (-1) page (tilingSwitch); as0 and as1 name the two ways.
 func prefillBothWays(t *testing.T, as0, as1 string, at func(*lower.Tiling) *bool, shows func(*ir.Module) bool) {
 	t.Helper()
 	for _, c := range []struct{ qo, kv, ps int }{{8, 2, 4}, {4, 4, 4}, {8, 2, 32}} {
 		v := &ir.Variant{Name: "t", QOHeads: c.qo, KVHeads: c.kv, HeadDimQK: 32, HeadDimV: 32, DType: ir.DTF32, KVDType: ir.DTF32,
 			PageSize: c.ps, Scale: 0.25, Masks: []ir.MaskClause{{Kind: ir.MaskCausal}}, Kernels: []ir.KernelRef{{Role: ir.RolePrefill}}}
-		name := fmt.Sprintf("%d/%d heads, page %d", c.qo, c.kv, c.ps)
-		tiling := Target{}.Tiling(v)
-		if !*at(&tiling) {
-			t.Fatalf("%s: the CPU tiling has the switch off", name)
-		}
-		var outs [2]map[string]map[string]any
-		for i, on := range []bool{false, true} {
-			tl := tiling
-			*at(&tl) = on
-			m, err := lower.Lower(v, tl)
-			if err != nil {
-				t.Fatal(err)
-			}
-			outs[i] = map[string]map[string]any{}
-			neutral, err := passes.RunTable(passes.Neutral, m, passes.Options{VerifyEach: true})
-			if err != nil {
-				t.Fatalf("%s on=%v: %v", name, on, err)
-			}
-			args := directPrefillArgs(v)
-			if st, err := ir.Run(neutral, "t_prefill_work", args); err != nil || st != 0 {
-				t.Fatalf("%s on=%v neutral: status %d, %v", name, on, st, err)
-			}
-			outs[i]["neutral"] = args
-			if got := shows(neutral); got != on {
-				t.Fatalf("%s on=%v: the work kernel shows it: %v", name, on, got)
-			}
-			if m, err = passes.RunTable(Table, m, passes.Options{VerifyEach: true}); err != nil {
-				t.Fatalf("%s on=%v: %v", name, on, err)
-			}
-			for _, k := range m.Kernels {
-				if k.Role != ir.RolePrefill || !strings.HasPrefix(k.Name, "t_prefill_work") || k.Level == "" {
-					continue
-				}
-				args := directPrefillArgs(v)
-				if st, err := ir.Run(m, k.Name, args); err != nil || st != 0 {
-					t.Fatalf("%s on=%v %s: status %d, %v", name, on, k.Name, st, err)
-				}
-				outs[i][k.Name] = args
-			}
-		}
-		sameDecodeOutputs(t, name, outs, 4, as0, as1)
+		tilingSwitch{
+			name: fmt.Sprintf("%d/%d heads, page %d", c.qo, c.kv, c.ps), v: v, at: at, defaultOn: true,
+			args:         func() map[string]any { return directPrefillArgs(v) },
+			neutralShows: shows, as0: as0, as1: as1,
+		}.run(t)
 	}
 }
 
