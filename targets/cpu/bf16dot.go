@@ -14,30 +14,36 @@ import (
 // bf16 represents exactly (the zeros of padding rows and hidden pages).
 // Their elements convert to bf16 without a rounding.
 func bf16Exact(body *ir.Block) map[string]bool {
-	exact := map[string]bool{}
+	return exactArrays(body, isBF16Value)
+}
+
+// exactArrays lists the f32 arrays of body that only statements storing a
+// value for which exact reports true write.
+func exactArrays(body *ir.Block, exact func(ir.Expr) bool) map[string]bool {
+	out := map[string]bool{}
 	ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
 		if a, ok := s.(*ir.Alloc); ok && a.T == ir.F32 {
-			exact[a.Name] = true
+			out[a.Name] = true
 		}
 		return []ir.Stmt{s}
 	})
 	ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
 		switch x := s.(type) {
 		case *ir.Store:
-			if !isBF16Value(x.Value) {
-				delete(exact, x.Buf)
+			if !exact(x.Value) {
+				delete(out, x.Buf)
 			}
 		case *ir.Block, *ir.For, *ir.If:
 			// their statements are visited on their own
 		default:
 			_, writes := passes.Accesses(s)
 			for n := range writes {
-				delete(exact, n)
+				delete(out, n)
 			}
 		}
 		return []ir.Stmt{s}
 	})
-	return exact
+	return out
 }
 
 // isBF16Value reports whether scalar f32 value e is always an exact bf16

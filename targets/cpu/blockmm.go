@@ -153,6 +153,27 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 	}
 	scales := map[*ir.MatMul]string{}
 	body = fuseRowScales(body, blocks, scales)
+	// Code scales folded out of the inner loops (codescale.go): the
+	// f16-valued arrays a Q·Kᵀ's A may be, and the scaled copies of the
+	// A of the P·V products that fold theirs (named here, sized like
+	// packed's).
+	half := halfExact(body)
+	scaledA := map[string]string{}
+	ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
+		if mm, ok := s.(*ir.MatMul); ok && !dotBlocks(mm, allocs, l.Lanes) && blocks(mm) &&
+			foldsPV(mm, codeScale(elems[mm.B], l), allocs, l.Lanes) {
+			if scaledA[mm.A] == "" {
+				name := mm.A + "_cs"
+				for i := 2; names[name]; i++ {
+					name = fmt.Sprintf("%s_cs%d", mm.A, i)
+				}
+				names[name] = true
+				scaledA[mm.A] = name
+			}
+			size[scaledA[mm.A]] = max(size[scaledA[mm.A]], mm.M*mm.K)
+		}
+		return []ir.Stmt{s}
+	})
 	return ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
 		switch x := s.(type) {
 		case *ir.Alloc:
@@ -163,11 +184,18 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 			if p := pairs[x.Name]; p != "" {
 				out = append(out, &ir.Alloc{Name: p, T: ir.I32, Size: size[p]})
 			}
+			if p := scaledA[x.Name]; p != "" {
+				out = append(out, &ir.Alloc{Name: p, T: ir.F32, Size: size[p]})
+			}
 			return out
 		case *ir.MatMul:
 			bElem := elems[x.B]
+			fold := codeScale(bElem, l)
 			if dotBlocks(x, allocs, l.Lanes) {
-				return dotBlockedMatMul(x, bElem, l.Lanes)
+				if !foldsDot(x, fold, half) {
+					fold = 0
+				}
+				return dotBlockedMatMul(x, bElem, l.Lanes, fold)
 			}
 			if !blocks(x) {
 				return []ir.Stmt{s}
@@ -175,6 +203,18 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 			sh := microShapeFor(l, x.N/l.Lanes)
 			b := x.B
 			var out []ir.Stmt
+			if x.TransB || !foldsPV(x, fold, allocs, l.Lanes) {
+				fold = 0
+			}
+			// mk is the matmul the micro-kernels compute: with a folded
+			// code scale, A read from its copy scaled by fold.
+			mk := x
+			if fold != 0 {
+				c := *x
+				c.A = scaledA[x.A]
+				mk = &c
+				out = append(out, scaleCopy(c.A, x.A, x.M*x.K, l.Lanes, fold)...)
+			}
 			if x.TransB {
 				b, bElem = packed[packKey(x)], ir.F32
 				out = append(out, packTransposed(x, b, l.Lanes)...)
@@ -182,14 +222,14 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 			if x.ZeroSkip && x.K%l.Lanes == 0 {
 				// Most tiles hide nothing: scan A for -0 first and run
 				// the selects only where some element is.
-				plain := *x
+				plain := *mk
 				plain.ZeroSkip = false
 				scan, hides := negZeroScan(x, l.Lanes)
 				return append(append(out, scan...), &ir.If{Cond: hides,
-					Then: &ir.Block{Stmts: blockedMatMul(x, b, bElem, sh, scales[x])},
-					Else: &ir.Block{Stmts: blockedMatMul(&plain, b, bElem, sh, scales[x])}})
+					Then: &ir.Block{Stmts: blockedMatMul(mk, b, bElem, sh, scales[x], fold)},
+					Else: &ir.Block{Stmts: blockedMatMul(&plain, b, bElem, sh, scales[x], fold)}})
 			}
-			out = append(out, blockedMatMul(x, b, bElem, sh, scales[x])...)
+			out = append(out, blockedMatMul(mk, b, bElem, sh, scales[x], fold)...)
 			if !fits(x) {
 				return out
 			}
@@ -301,7 +341,7 @@ func blockLoop(v string, total, n int, ext ir.Expr, body func(off ir.Expr, w int
 // packed transpose) from b laid out [K, N]; with a scale array (not ""),
 // the accumulators loaded from C are first multiplied by scale[row]
 // (fuseRowScales).
-func blockedMatMul(mm *ir.MatMul, b string, bElem ir.Type, sh microShape, scale string) []ir.Stmt {
+func blockedMatMul(mm *ir.MatMul, b string, bElem ir.Type, sh microShape, scale string, fold float64) []ir.Stmt {
 	L := sh.L
 	return blockLoop("bm_nb", mm.N, sh.NR*L, mm.NExt, func(n0 ir.Expr, nw int) []ir.Stmt {
 		var out []ir.Stmt
@@ -321,7 +361,7 @@ func blockedMatMul(mm *ir.MatMul, b string, bElem ir.Type, sh microShape, scale 
 				}
 			}
 			blk := blockLoop(v, sg.rows, sg.mr, ext, func(m0 ir.Expr, mr int) []ir.Stmt {
-				return microKernel(mm, b, bElem, L, addE(m0, i32c(sg.at)), n0, mr, nw/L, scale)
+				return microKernel(mm, b, bElem, L, addE(m0, i32c(sg.at)), n0, mr, nw/L, scale, fold)
 			})
 			cond := startsBefore(sg.at, mm.MExt)
 			switch {
@@ -359,7 +399,7 @@ func rowBlocks(m, mr int) []rowSegment {
 // microKernel is C[m0 .. m0+mr, n0 .. n0+nr·L] (+)= A·B over k < KExt with
 // mr·nr vector accumulators (C's rows scaled by scale[row] first, with a
 // scale array).
-func microKernel(mm *ir.MatMul, b string, bElem ir.Type, L int, m0, n0 ir.Expr, mr, nr int, scale string) []ir.Stmt {
+func microKernel(mm *ir.MatMul, b string, bElem ir.Type, L int, m0, n0 ir.Expr, mr, nr int, scale string, fold float64) []ir.Stmt {
 	vt := ir.Vec(ir.F32, L)
 	acc := func(i, j int) string { return fmt.Sprintf("bm_c%d_%d", i, j) }
 	cAt := func(i, j int) ir.Expr { return addE(mulE(addE(m0, i32c(i)), mm.N), addE(n0, i32c(j*L))) }
@@ -383,7 +423,7 @@ func microKernel(mm *ir.MatMul, b string, bElem ir.Type, L int, m0, n0 ir.Expr, 
 		if b == mm.B {
 			at = bAt(mm, k, mm.N, addE(n0, i32c(j*L)))
 		}
-		step = append(step, &ir.Let{Name: fmt.Sprintf("bm_b%d", j), Value: passes.LoadF32(b, bElem, L, at)})
+		step = append(step, &ir.Let{Name: fmt.Sprintf("bm_b%d", j), Value: loadScaled(b, bElem, L, at, fold)})
 	}
 	for i := 0; i < mr; i++ {
 		a := fmt.Sprintf("bm_a%d", i)

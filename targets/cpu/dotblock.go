@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/attnc/attnc/ir"
-	"github.com/attnc/attnc/passes"
 )
 
 // dotBlocks reports whether block-matmul writes mm as dot-product blocks:
@@ -38,12 +37,13 @@ func dotBlocks(mm *ir.MatMul, allocs map[string]*ir.Alloc, lanes int) bool {
 // product that ends in its own horizontal sum, it spends about 3 vector
 // operations per result instead of 2·log2(L), and never a scalar store.
 // C outside the extents' blocks is unspecified, as with the
-// micro-kernels.
-func dotBlockedMatMul(mm *ir.MatMul, bElem ir.Type, L int) []ir.Stmt {
+// micro-kernels. With fold (not 0: foldsDot), B's loads are divided by
+// fold and each block's result vector multiplied by it (codescale.go).
+func dotBlockedMatMul(mm *ir.MatMul, bElem ir.Type, L int, fold float64) []ir.Stmt {
 	R := dotBlockRows(mm.M, L, codes(bElem))
 	return blockLoop("db_m", mm.M, R, mm.MExt, func(m0 ir.Expr, _ int) []ir.Stmt {
 		return blockLoop("db_nb", mm.N, L/R, mm.NExt, func(n0 ir.Expr, _ int) []ir.Stmt {
-			return dotKernel(mm, bElem, L, R, m0, n0)
+			return dotKernel(mm, bElem, L, R, m0, n0, fold)
 		})
 	})
 }
@@ -78,8 +78,9 @@ func codes(t ir.Type) bool {
 }
 
 // dotKernel is C[m0 .. m0+R, n0 .. n0+L/R] (+)= the dot products of A's
-// rows m0 .. m0+R with B's rows n0 .. n0+L/R.
-func dotKernel(mm *ir.MatMul, bElem ir.Type, L, R int, m0, n0 ir.Expr) []ir.Stmt {
+// rows m0 .. m0+R with B's rows n0 .. n0+L/R (B's loads divided by fold
+// and the result multiplied by it, when fold is not 0).
+func dotKernel(mm *ir.MatMul, bElem ir.Type, L, R int, m0, n0 ir.Expr, fold float64) []ir.Stmt {
 	vt := ir.Vec(ir.F32, L)
 	C := L / R
 	lane := transposeAddColumns(L)
@@ -101,7 +102,7 @@ func dotKernel(mm *ir.MatMul, bElem ir.Type, L, R int, m0, n0 ir.Expr) []ir.Stmt
 			// last row instead.
 			row = ir.Bin(ir.Min, row, addE(mm.NExt, i32c(-1)))
 		}
-		step = append(step, &ir.Let{Name: fmt.Sprintf("db_b%d", c), Value: passes.LoadF32(mm.B, bElem, L, bAt(mm, row, mm.K, k0))})
+		step = append(step, &ir.Let{Name: fmt.Sprintf("db_b%d", c), Value: loadScaled(mm.B, bElem, L, bAt(mm, row, mm.K, k0), fold)})
 	}
 	for s := 0; s < L; s++ {
 		r, c := lane[s]/C, lane[s]%C
@@ -123,6 +124,10 @@ func dotKernel(mm *ir.MatMul, bElem ir.Type, L, R int, m0, n0 ir.Expr) []ir.Stmt
 			next[i] = ir.R(name, vt)
 		}
 		vecs = next
+	}
+	if fold != 0 {
+		out = append(out, &ir.Let{Name: "db_res", Value: ir.Bin(ir.Mul, vecs[0], ir.Splat(ir.Float(fold), L))})
+		vecs[0] = ir.R("db_res", vt)
 	}
 	pt := ir.Vec(ir.F32, C)
 	for r := 0; r < R; r++ {

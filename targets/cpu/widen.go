@@ -42,6 +42,11 @@ func (mc *Machine) NativeWiden(m *ir.Module) (*ir.Module, error) {
 // where it has one.
 func halfWiden(finite bool) func(ir.Expr) ir.Expr {
 	return func(e ir.Expr) ir.Expr {
+		if f := foldHalfScale(e); f != e {
+			// A folded product's load (codescale.go): the half
+			// value, its scale moved out of the loop.
+			return f
+		}
 		cv, ok := e.(*ir.Convert)
 		if !ok || cv.To.Elem() != ir.F32 {
 			return e

@@ -1,0 +1,175 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/attnc/attnc/ir"
+	"github.com/attnc/attnc/lower"
+	"github.com/attnc/attnc/passes"
+)
+
+// TestCodeScaleKeepsResults: decode over an e4m3 cache with the
+// widening's 2^8 folded out of the products' loops (codescale.go) gives
+// every output bit the products gave with it inside, at every level clone
+// (the interpreter): f16 queries (the Q·Kᵀ result scaled, the P·V weights
+// scaled) and f32 and bf16 ones (the P·V weights only: their Q·Kᵀ could
+// leave f32's range in one form). The inputs hold every e4m3 code —
+// subnormals, ±448, ±0, NaN in one K page and one V page (the tiles that
+// keep the NaN select) — and queries with subnormals, ±65504, zeros, in
+// one head an infinity and, for bf16 and f32, in another ±3e36 (hugeRow:
+// folding their Q·Kᵀ too fails the test there); a hidden page forces one
+// copied tile. The test checks the fold fired where it should, so it
+// cannot pass by folding nothing.
+func TestCodeScaleKeepsResults(t *testing.T) {
+	defer func() { foldCodeScales = true }()
+	for _, dt := range []ir.DType{ir.DTF16, ir.DTF32, ir.DTBF16} {
+		v := &ir.Variant{Name: "t", QOHeads: 8, KVHeads: 2, HeadDimQK: 16, HeadDimV: 16, DType: dt, KVDType: ir.DTE4M3,
+			KVScale: ir.KVScalePerTensor, PageSize: 4, Scale: 0.25, Masks: []ir.MaskClause{{Kind: ir.MaskCausal}},
+			Kernels: []ir.KernelRef{{Role: ir.RoleDecode}}}
+		name := dt.String() + "/e4m3"
+		m0, err := lower.Lower(v, Target{}.Tiling(v))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var outs [2]map[string]map[string]any
+		for i, fold := range []bool{false, true} {
+			foldCodeScales = fold
+			m, err := passes.RunTable(Table, m0, passes.Options{VerifyEach: true})
+			if err != nil {
+				t.Fatalf("%s fold=%v: %v", name, fold, err)
+			}
+			// Each decode work kernel's native-half clones (x86-64-v3,
+			// -v4) fold P·V; only f16 queries fold Q·Kᵀ.
+			clones := 0
+			for _, k := range m.Kernels {
+				if k.Role != ir.RoleDecode || !strings.Contains(k.Name, "_work_x86_64_v") {
+					continue
+				}
+				clones++
+				text := k.String()
+				if got := strings.Contains(text, "alloc sc_cs: f32["); got != fold {
+					t.Fatalf("%s fold=%v %s: P·V weights scaled: %v", name, fold, k.Name, got)
+				}
+				if got, want := strings.Contains(text, "db_res"), fold && dt == ir.DTF16; got != want {
+					t.Fatalf("%s fold=%v %s: Q·Kᵀ result scaled: %v, want %v", name, fold, k.Name, got, want)
+				}
+			}
+			if clones == 0 {
+				t.Fatalf("%s: no native-half decode clones", name)
+			}
+			outs[i] = map[string]map[string]any{}
+			runSpecialDecodes(t, fmt.Sprintf("%s fold=%v", name, fold), m, v, outs[i])
+		}
+		sameDecodeOutputs(t, name, outs, 3, "unfolded", "folded")
+	}
+}
+
+// runSpecialDecodes is runLevelDecodes on stagedDecodeArgs with the
+// special codes and queries of TestCodeScaleKeepsResults written in.
+func runSpecialDecodes(t *testing.T, what string, m *ir.Module, v *ir.Variant, outs map[string]map[string]any) {
+	t.Helper()
+	for _, k := range m.Kernels {
+		if k.Role != ir.RoleDecode || !strings.HasPrefix(k.Name, "t_decode_work") || k.Level == "" {
+			continue
+		}
+		args := stagedDecodeArgs(v, nil)
+		specialCodes(v, args)
+		if st, err := ir.Run(m, k.Name, args); err != nil || st != 0 {
+			t.Fatalf("%s %s: status %d, %v", what, k.Name, st, err)
+		}
+		outs[k.Name] = args
+	}
+}
+
+// specialCodes writes every e4m3 code into the K and V pages (NaN only in
+// page 12 of K and page 7 of V) and special values into the queries.
+func specialCodes(v *ir.Variant, a map[string]any) {
+	row := v.KVHeads * v.PageSize * v.HeadDimQK
+	for b, buf := range []string{"k_pages", "v_pages"} {
+		nanPage := []int{12, 7}[b]
+		codes := a[buf].([]byte)
+		for i := range codes {
+			c := byte(i*37 + b*11)
+			if c&0x7f == 0x7f && i/row != nanPage {
+				c ^= 0x01 // ±448's neighbour ±416 instead of NaN
+			}
+			codes[i] = c
+		}
+		codes[nanPage*row+5] = 0x7f | byte(b)<<7
+	}
+	// Elements 0 and 1 of every K row hold 448, for hugeRow.
+	k := a["k_pages"].([]byte)
+	for r := 0; r < len(k); r += v.HeadDimQK {
+		k[r], k[r+1] = 0x7e, 0x7e
+	}
+	// Query specials every few elements, an infinity in head 5 of
+	// sequence 2 (its rows turn NaN; the others keep theirs).
+	d := v.HeadDimQK
+	switch q := a["q"].(type) {
+	case []uint16:
+		sp := []uint16{0x0001, 0x83ff, 0x7bff, 0xfbff, 0x0000, 0x8000, 0x0400, 0x3c01}
+		if v.DType == ir.DTBF16 {
+			sp = []uint16{0x0001, 0x807f, 0x7f7f, 0xff7f, 0x0000, 0x8000, 0x0080, 0x3f81}
+		}
+		for i := range q {
+			if i%3 == 0 {
+				q[i] = sp[(i/3)%len(sp)]
+			}
+		}
+		inf := uint16(0x7c00)
+		if v.DType == ir.DTBF16 {
+			inf = 0x7f80
+		}
+		q[(2*v.QOHeads+5)*d+3] = inf
+		if v.DType == ir.DTBF16 {
+			hugeRow(v, func(i int, neg bool) {
+				if i < 0 {
+					q[-i] = 0
+					return
+				}
+				q[i] = 0x7c10 | uint16(b2i(neg))<<15
+			})
+		}
+	case []float32:
+		sp := []float32{1e-45, -1.1754942e-38, 1e30, -1e30, 0, float32(math.Copysign(0, -1)), 65504, 1 + 1.0/(1<<23)}
+		for i := range q {
+			if i%3 == 0 {
+				q[i] = sp[(i/3)%len(sp)]
+			}
+		}
+		q[(2*v.QOHeads+5)*d+3] = float32(math.Inf(1))
+		hugeRow(v, func(i int, neg bool) {
+			if i < 0 {
+				q[-i] = 0
+				return
+			}
+			q[i] = float32(math.Copysign(3e36, float64(1-2*b2i(neg))))
+		})
+	}
+}
+
+// hugeRow sets head 4 of sequence 1 (no hidden page: every tile read in
+// place) of a bf16 or f32 query to 3e36, −3e36, then zeros (set(index,
+// negative); a negative index: a zero).
+// Against K rows that start with 448, 448 (specialCodes), the products
+// overflow to +inf and −inf, and the score is NaN; a Q·Kᵀ folded for such
+// a query (q·(448/2^8) − q·(448/2^8), then ·2^8) would give 0: the case
+// that keeps bf16 and f32 queries out of foldsDot.
+func hugeRow(v *ir.Variant, set func(i int, neg bool)) {
+	d := v.HeadDimQK
+	set((v.QOHeads+4)*d, false)
+	set((v.QOHeads+4)*d+1, true)
+	for c := 2; c < d; c++ {
+		set(-((v.QOHeads+4)*d + c), false)
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
