@@ -26,9 +26,7 @@ import (
 func TestCodeScaleKeepsResults(t *testing.T) {
 	defer func() { foldCodeScales = true }()
 	for _, dt := range []ir.DType{ir.DTF16, ir.DTF32, ir.DTBF16} {
-		v := &ir.Variant{Name: "t", QOHeads: 8, KVHeads: 2, HeadDimQK: 16, HeadDimV: 16, DType: dt, KVDType: ir.DTE4M3,
-			KVScale: ir.KVScalePerTensor, PageSize: 4, Scale: 0.25, Masks: []ir.MaskClause{{Kind: ir.MaskCausal}},
-			Kernels: []ir.KernelRef{{Role: ir.RoleDecode}}}
+		v := decodeVariant(decodeCase{dt, ir.DTE4M3, ir.KVScalePerTensor})
 		name := dt.String() + "/e4m3"
 		m0, err := lower.Lower(v, Target{}.Tiling(v))
 		if err != nil {
@@ -63,12 +61,14 @@ func TestCodeScaleKeepsResults(t *testing.T) {
 			outs[i] = map[string]map[string]any{}
 			runSpecialDecodes(t, fmt.Sprintf("%s fold=%v", name, fold), m, v, outs[i])
 		}
-		sameDecodeOutputs(t, name, outs, 3, "unfolded", "folded")
+		sameOutputs(t, name, outs, 3, "unfolded", "folded")
 	}
 }
 
-// runSpecialDecodes is runLevelDecodes on stagedDecodeArgs with the
-// special codes and queries of TestCodeScaleKeepsResults written in.
+// runSpecialDecodes interprets every level clone of m's decode work
+// kernel on stagedDecodeArgs with the special codes and queries of
+// TestCodeScaleKeepsResults written in, and records the arguments (the
+// outputs included) in outs by kernel name.
 func runSpecialDecodes(t *testing.T, what string, m *ir.Module, v *ir.Variant, outs map[string]map[string]any) {
 	t.Helper()
 	for _, k := range m.Kernels {
