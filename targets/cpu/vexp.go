@@ -216,9 +216,10 @@ func PolyExp(prefix string, x ir.Expr) ([]ir.Stmt, ir.Expr) {
 // exp(s - max) (ExpBound), as PolyExp's lets and result expression
 // without its overflow half: the clamp above is at 0, so n <= 0 and 2^n
 // needs neither the clamp at 127 nor the 2·2^127 step, and there is no
-// +inf select. A NaN x is carried through the arithmetic (the clamps'
-// selects keep it, the conversion of its bits is some integer, and every
-// operation after r has a NaN operand) instead of selected at the end.
+// +inf select, no clamp below. A NaN x is carried through the arithmetic
+// (the clamp's select keeps it, the conversion of its bits is some
+// integer, and every operation after r has a NaN operand) instead of
+// selected at the end.
 // For x <= 0 (and -0) the result is PolyExp(x) bit for bit, NaN for NaN.
 func PolyExpNonPos(prefix string, x ir.Expr) ([]ir.Stmt, ir.Expr) {
 	var lets []ir.Stmt
@@ -229,16 +230,18 @@ func PolyExpNonPos(prefix string, x ir.Expr) ([]ir.Stmt, ir.Expr) {
 	f := ir.Float
 	xv := let("x", x)
 	// Written so that a NaN x stays NaN: a comparison with NaN is false.
+	// No clamp below: where x < ExpMinArg (-inf included) n, r and y may
+	// be anything (the integer steps wrap, at worst y is NaN), and the
+	// last select gives 0 there.
 	hi := let("hi", ir.Sel(ir.Bin(ir.Gt, xv, f(0)), f(0), xv))
-	c := let("c", ir.Sel(ir.Bin(ir.Lt, hi, f(ExpMinArg)), f(ExpMinArg), hi))
-	ni, y := expCore(let, c)
+	ni, y := expCore(let, hi)
 	scale := let("s", &ir.Bitcast{To: ir.F32, X: ir.Bin(ir.Shl, ir.Bin(ir.Add, ni, ir.Int(127)), ir.Int(23))})
 	v := let("v", ir.Bin(ir.Mul, y, scale))
 	return lets, ir.Sel(ir.Bin(ir.Lt, xv, f(ExpMinArg)), f(0), v)
 }
 
-// expCore is n and y of exp(c) = y·2^n for c clamped to [ExpMinArg,
-// ExpMaxArg] (or NaN), as lets through let.
+// expCore is n and y of exp(c) = y·2^n for c in [ExpMinArg, ExpMaxArg]
+// (garbage outside, NaN for NaN), as lets through let.
 func expCore(let func(string, ir.Expr) ir.Expr, c ir.Expr) (ni, y ir.Expr) {
 	f := ir.Float
 	// n = round(c·log2 e) by the round-to-nearest of adding 1.5·2^23 (the
