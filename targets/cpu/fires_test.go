@@ -71,3 +71,46 @@ func TestBlockMatMulFires(t *testing.T) {
 		}
 	}
 }
+
+// TestExpBoundFires compiles every example for both triples through the
+// CPU table up to exp-bound: in every level clone, every softmax weight
+// exp(s_j - m_new) must have become exp(min(s_j - m_new, 0)) (a lowering
+// change that broke exp-bound's pattern would leave the full polynomial,
+// silently slower), and every prefill and decode work clone must have one.
+func TestExpBoundFires(t *testing.T) {
+	files, _ := filepath.Glob("../../examples/*.attn")
+	vs, err := driver.ParseSpecs(files)
+	if err != nil || len(vs) == 0 {
+		t.Fatalf("examples: %d variants, %v", len(vs), err)
+	}
+	var table = cpu.Table
+	for i, p := range cpu.Table {
+		if p.Name == "exp-bound" {
+			table = cpu.Table[:i+1]
+		}
+	}
+	for _, triple := range []string{"", "aarch64-unknown-linux-gnu"} {
+		for _, v := range vs {
+			if lower.Unsupported(v) != nil {
+				continue
+			}
+			c, err := driver.Compile(v, cpu.Target{}, driver.Options{Triple: triple, Tables: map[string][]passes.Pass{"cpu": table}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range c.Final.Kernels {
+				if k.Level == "" {
+					continue
+				}
+				text := k.String()
+				if strings.Contains(text, "exp((s_j - m_new))") {
+					t.Errorf("%s %s: a softmax weight's exp left unbounded", v.Name, k.Name)
+				}
+				work := (k.Role == ir.RolePrefill || k.Role == ir.RoleDecode) && strings.Contains(k.Name, "_work")
+				if work && !strings.Contains(text, "exp(min((s_j - m_new), 0.0:f32))") {
+					t.Errorf("%s %s: no bounded exp", v.Name, k.Name)
+				}
+			}
+		}
+	}
+}

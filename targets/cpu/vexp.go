@@ -58,7 +58,12 @@ func VectorExp(m *ir.Module) (*ir.Module, error) {
 					if !ok || u.Op != ir.Exp || u.Type() != ir.F32 {
 						return x
 					}
-					lets, v := PolyExp(fmt.Sprintf("%s%d_", prefix, n), u.X)
+					poly := PolyExp
+					arg := u.X
+					if a, ok := nonPosArg(u.X); ok {
+						poly, arg = PolyExpNonPos, a
+					}
+					lets, v := poly(fmt.Sprintf("%s%d_", prefix, n), arg)
 					n++
 					pre = append(pre, lets...)
 					return v
@@ -83,6 +88,26 @@ func VectorExp(m *ir.Module) (*ir.Module, error) {
 			return append(pre, out)
 		}), nil
 	})
+}
+
+// nonPosArg is x when e is min(x, 0) (or min(0, x)) in f32: exp(e) is
+// then PolyExpNonPos(x).
+func nonPosArg(e ir.Expr) (ir.Expr, bool) {
+	b, ok := e.(*ir.Binary)
+	if !ok || b.Op != ir.Min || b.Type() != ir.F32 {
+		return nil, false
+	}
+	isZero := func(x ir.Expr) bool {
+		c, ok := x.(*ir.Const)
+		return ok && c.T == ir.F32 && c.Float == 0
+	}
+	switch {
+	case isZero(b.Y):
+		return b.X, true
+	case isZero(b.X):
+		return b.Y, true
+	}
+	return nil, false
 }
 
 // expOrOne is c and x when e is select(c, exp(x), 1.0) in scalar f32.
@@ -176,13 +201,56 @@ func PolyExp(prefix string, x ir.Expr) ([]ir.Stmt, ir.Expr) {
 	// defined, and the result's last select gives NaN back.
 	hi := let("hi", ir.Sel(ir.Bin(ir.Lt, xv, f(ExpMaxArg)), xv, f(ExpMaxArg)))
 	c := let("c", ir.Sel(ir.Bin(ir.Gt, hi, f(ExpMinArg)), hi, f(ExpMinArg)))
+	ni, y := expCore(let, c)
+	// 2^n as exponent bits; n = 128 (x just below ExpMaxArg) as 2·2^127.
+	scale := let("s", &ir.Bitcast{To: ir.F32, X: ir.Bin(ir.Shl, ir.Bin(ir.Add, ir.Bin(ir.Min, ni, ir.Int(127)), ir.Int(127)), ir.Int(23))})
+	y2 := ir.Sel(ir.Bin(ir.Gt, ni, ir.Int(127)), ir.Bin(ir.Mul, y, f(2)), y)
+	v := let("v", ir.Bin(ir.Mul, y2, scale))
+	res := ir.Sel(ir.Bin(ir.Lt, xv, f(ExpMinArg)), f(0),
+		ir.Sel(ir.Bin(ir.Gt, xv, f(ExpMaxArg)), f(math.Inf(1)),
+			ir.Sel(ir.Bin(ir.Ne, xv, xv), xv, v)))
+	return lets, res
+}
+
+// PolyExpNonPos is exp(min(x, 0)) for f32 x, the online softmax's
+// exp(s - max) (ExpBound), as PolyExp's lets and result expression
+// without its overflow half: the clamp above is at 0, so n <= 0 and 2^n
+// needs neither the clamp at 127 nor the 2·2^127 step, and there is no
+// +inf select, no clamp below. A NaN x is carried through the arithmetic
+// (the clamp's select keeps it, the conversion of its bits is some
+// integer, and every operation after r has a NaN operand) instead of
+// selected at the end.
+// For x <= 0 (and -0) the result is PolyExp(x) bit for bit, NaN for NaN.
+func PolyExpNonPos(prefix string, x ir.Expr) ([]ir.Stmt, ir.Expr) {
+	var lets []ir.Stmt
+	let := func(name string, e ir.Expr) ir.Expr {
+		lets = append(lets, &ir.Let{Name: prefix + name, Value: e})
+		return ir.R(prefix+name, e.Type())
+	}
+	f := ir.Float
+	xv := let("x", x)
+	// Written so that a NaN x stays NaN: a comparison with NaN is false.
+	// No clamp below: where x < ExpMinArg (-inf included) n, r and y may
+	// be anything (the integer steps wrap, at worst y is NaN), and the
+	// last select gives 0 there.
+	hi := let("hi", ir.Sel(ir.Bin(ir.Gt, xv, f(0)), f(0), xv))
+	ni, y := expCore(let, hi)
+	scale := let("s", &ir.Bitcast{To: ir.F32, X: ir.Bin(ir.Shl, ir.Bin(ir.Add, ni, ir.Int(127)), ir.Int(23))})
+	v := let("v", ir.Bin(ir.Mul, y, scale))
+	return lets, ir.Sel(ir.Bin(ir.Lt, xv, f(ExpMinArg)), f(0), v)
+}
+
+// expCore is n and y of exp(c) = y·2^n for c in [ExpMinArg, ExpMaxArg]
+// (garbage outside, NaN for NaN), as lets through let.
+func expCore(let func(string, ir.Expr) ir.Expr, c ir.Expr) (ni, y ir.Expr) {
+	f := ir.Float
 	// n = round(c·log2 e) by the round-to-nearest of adding 1.5·2^23 (the
 	// sum's low mantissa bits are n: |n| ≤ 128), read back as integer
 	// bits rather than by subtracting 1.5·2^23 again (which fast-math
 	// inside vector loops may fold away). Two dependent operations and a
 	// conversion, where a truncation corrected to a floor took six.
 	k := let("k", &ir.MulAdd{X: c, Y: f(ExpLog2E), Z: f(expRoundMagic)})
-	ni := let("n", ir.Bin(ir.Sub, &ir.Bitcast{To: ir.I32, X: k}, ir.Int(int64(math.Float32bits(expRoundMagic)))))
+	ni = let("n", ir.Bin(ir.Sub, &ir.Bitcast{To: ir.I32, X: k}, ir.Int(int64(math.Float32bits(expRoundMagic)))))
 	nf := let("nf", ir.Cvt(ir.F32, ni))
 	// MulAdds: fast-math reassociation inside vector loops must not merge
 	// the two halves of ln 2.
@@ -196,13 +264,6 @@ func PolyExp(prefix string, x ir.Expr) ([]ir.Stmt, ir.Expr) {
 	r4 := let("r4", ir.Bin(ir.Mul, r2, r2))
 	pair := func(i int) ir.Expr { return &ir.MulAdd{X: f(expPoly[i]), Y: r, Z: f(expPoly[i+1])} }
 	pv := let("p", &ir.MulAdd{X: r4, Y: pair(0), Z: &ir.MulAdd{X: r2, Y: pair(2), Z: pair(4)}})
-	y := let("y", ir.Bin(ir.Add, &ir.MulAdd{X: pv, Y: r2, Z: r}, f(1)))
-	// 2^n as exponent bits; n = 128 (x just below ExpMaxArg) as 2·2^127.
-	scale := let("s", &ir.Bitcast{To: ir.F32, X: ir.Bin(ir.Shl, ir.Bin(ir.Add, ir.Bin(ir.Min, ni, ir.Int(127)), ir.Int(127)), ir.Int(23))})
-	y2 := ir.Sel(ir.Bin(ir.Gt, ni, ir.Int(127)), ir.Bin(ir.Mul, y, f(2)), y)
-	v := let("v", ir.Bin(ir.Mul, y2, scale))
-	res := ir.Sel(ir.Bin(ir.Lt, xv, f(ExpMinArg)), f(0),
-		ir.Sel(ir.Bin(ir.Gt, xv, f(ExpMaxArg)), f(math.Inf(1)),
-			ir.Sel(ir.Bin(ir.Ne, xv, xv), xv, v)))
-	return lets, res
+	y = let("y", ir.Bin(ir.Add, &ir.MulAdd{X: pv, Y: r2, Z: r}, f(1)))
+	return ni, y
 }

@@ -247,3 +247,110 @@ kernel e_k role decode level "x86-64" (x: f32* [n], y: f32* [n], o1: f32* [n] ou
 		t.Errorf("alpha of an unmoved max (or a dead row) is %v %v %v, want 1", o1[0], o1[4], o1[8])
 	}
 }
+
+// TestPolyExpNonPos compiles vector-exp's exp(min(x, 0)) (PolyExpNonPos,
+// the softmax weights' exp after exp-bound) beside its exp(x) for every
+// CPU level this CPU runs, and in the interpreter: over expInputs, bit
+// for bit PolyExp's value where x <= 0, NaN for NaN, exactly 1 where x >
+// 0 (min(x, 0) = 0).
+func TestPolyExpNonPos(t *testing.T) {
+	t.Parallel()
+	host := cpurt.HostTriple()
+	if host == "" {
+		t.Skip("no CPU target for " + runtime.GOARCH)
+	}
+	tc, err := cpurt.ToolchainFor(host)
+	needtool.Check(t, err)
+	tg, err := LookupArch(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var src strings.Builder
+	src.WriteString("module e prefix e\n")
+	for _, l := range tg.Levels {
+		fmt.Fprintf(&src, `
+kernel e%s role decode level %q (x: f32* [n], o: f32* [n] out, o2: f32* [n] out, n: i32) {
+  for i in 0 .. n vector {
+    store o[i] = exp(x[i])
+    store o2[i] = exp(min(x[i], 0.0:f32))
+  }
+  return 0
+}
+`, l.Suffix, l.Name)
+	}
+	m, err := ir.Parse(src.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err = VectorExp(m); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(m.String(), "_hi = select(("); got != 2*len(tg.Levels) {
+		t.Fatalf("%d clamps above, want 2 per level", got)
+	}
+	if !strings.Contains(m.String(), "> 0.0:f32), 0.0:f32,") {
+		t.Fatal("exp(min(x, 0)) is not PolyExpNonPos")
+	}
+	check := func(level string, xs, o, o2 []float32) {
+		t.Helper()
+		bad := 0
+		for i, x := range xs {
+			a, b := o[i], o2[i]
+			ok := false
+			switch {
+			case x != x:
+				ok = b != b
+			case x > 0:
+				ok = b == 1
+			default:
+				ok = math.Float32bits(a) == math.Float32bits(b)
+			}
+			if !ok {
+				if bad++; bad <= 5 {
+					t.Errorf("%s: x = %v (%#x): exp %v (%#x), exp(min(x, 0)) %v (%#x)", level, x, math.Float32bits(x), a, math.Float32bits(a), b, math.Float32bits(b))
+				}
+			}
+		}
+		t.Logf("%s: %d inputs, %d differ", level, len(xs), bad)
+	}
+	ll, err := emitLL(m, tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "e.ll"), []byte(ll), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	so := filepath.Join(dir, "e.so")
+	if err := tc.BuildShared(filepath.Join(dir, "e.ll"), so); err != nil {
+		t.Fatal(err)
+	}
+	lib, err := cpurt.Open(so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lib.Close()
+	best := lib.CallStr("e_cpu_level", 0)
+	xs := expInputs(193)
+	xb := cpurt.F32Buffer(xs)
+	defer xb.Free()
+	ob, ob2 := cpurt.NewBuffer(4*len(xs)), cpurt.NewBuffer(4*len(xs))
+	defer ob.Free()
+	defer ob2.Free()
+	for _, l := range tg.Levels {
+		st, err := lib.Call("e"+l.Suffix, xb.Ptr(), ob.Ptr(), ob2.Ptr(), int64(len(xs)))
+		if err != nil || st != 0 {
+			t.Fatalf("%s: status %d, %v", l.Name, st, err)
+		}
+		check(l.Name, xs, ob.F32(), ob2.F32())
+		if l.Name == best {
+			break
+		}
+	}
+	few := expInputs(9973)
+	o, o2 := make([]float32, len(few)), make([]float32, len(few))
+	if st, err := ir.Run(m, m.Kernels[0].Name, map[string]any{"x": few, "o": o, "o2": o2, "n": int32(len(few))}); err != nil || st != 0 {
+		t.Fatalf("interpreter: status %d, %v", st, err)
+	}
+	check("interpreter", few, o, o2)
+}
