@@ -173,6 +173,6 @@ func TestExpBoundKeepsResults(t *testing.T) {
 				outs[i][k.Name] = args
 			}
 		}
-		sameDecodeOutputs(t, "exp-bound", outs, len(outs[0]), "without exp-bound", "with it")
+		sameOutputs(t, "exp-bound", outs, len(outs[0]), "without exp-bound", "with it")
 	}
 }
