@@ -100,18 +100,20 @@ func (Target) Constraints() []passes.Constraint { return Constraints }
 // Assemble implements targets.Target: one entry kernel per plan.
 func (Target) Assemble(m *ir.Module) (*ir.Module, error) { return Assemble(m) }
 
-// Section implements targets.Target: the triple the IR is for.
+// Section implements targets.Target: the triple the IR is for and the
+// levels the build clones for (every level of the triple, or those
+// opt.CPULevels names, "host" resolved), baseline first.
 func (Target) Section(opt targets.Options) (registry.TargetManifest, error) {
-	mc, err := NewMachine(opt.Triple)
+	mc, err := NewMachine(opt.Triple, opt.CPULevels...)
 	if err != nil {
 		return registry.TargetManifest{}, err
 	}
-	return registry.TargetManifest{Triple: mc.Arch.Triple, Levels: mc.Arch.LevelNames()}, nil
+	return registry.TargetManifest{Triple: mc.Arch.Triple, Levels: mc.Built()}, nil
 }
 
 // Emit implements targets.Target: LLVM IR for opt.Triple.
 func (Target) Emit(v *ir.Variant, m *ir.Module, opt targets.Options) ([]targets.Artifact, error) {
-	mc, err := NewMachine(opt.Triple)
+	mc, err := NewMachine(opt.Triple, opt.CPULevels...)
 	if err != nil {
 		return nil, err
 	}
