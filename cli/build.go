@@ -109,18 +109,8 @@ status 1 on any error.`,
 					return fmt.Errorf("attnc build: --triple: %w", err)
 				}
 			}
-			if c.Flags().Changed("cpu-levels") {
-				if !slices.Contains(ts, tt) {
-					return fmt.Errorf("attnc build: --cpu-levels applies to the %s target; add %s to --target", tt, tt)
-				}
-				cpuLevels = append([]string{}, splitList(cpuLevels)...) // empty: an error, not every level
-				if tr, ok := targets.TripleTarget().(targets.Triples); ok {
-					if _, err := tr.CheckLevels(triple, cpuLevels); err != nil {
-						return fmt.Errorf("attnc build: --cpu-levels: %w", err)
-					}
-				}
-			} else {
-				cpuLevels = nil
+			if cpuLevels, err = cpuLevelsFlag(c, "attnc build", cpuLevels, slices.Contains(ts, tt), triple); err != nil {
+				return err
 			}
 			var tc *cpurt.Toolchain
 			if shared {
@@ -184,7 +174,7 @@ status 1 on any error.`,
 	f := c.Flags()
 	f.StringSliceVar(&targetList, "target", []string{targets.Default}, "comma list of targets to generate (known: "+knownTargets()+")")
 	f.StringVar(&triple, "triple", "", "target triple of the "+tripleTarget()+" target's .ll (known: "+strings.Join(tripleNames(), ", ")+"; default "+tripleNames()[0]+")")
-	f.StringSliceVar(&cpuLevels, "cpu-levels", nil, "comma list of the CPU levels of the triple to clone the kernels for, or host (this machine's best; default: every level)")
+	f.StringSliceVar(&cpuLevels, "cpu-levels", nil, cpuLevelsUsage)
 	f.StringVarP(&outDir, "out", "o", "", "output directory (created if missing)")
 	f.BoolVar(&shared, "shared", false, "also link DIR/<variant>.so from each .ll (needs LLVM 14 opt/llc and gcc)")
 	f.BoolVar(&verifyEach, "verify-each", false, "run the kernel-IR verifier after every pass")
@@ -193,6 +183,30 @@ status 1 on any error.`,
 	f.StringVar(&depfile, "depfile", "", "write make-format dependencies (every output on every spec) to this file")
 	return c
 }
+
+// cpuLevelsFlag is the --cpu-levels list of command cmd: nil (every
+// level) when the flag is not given, else the levels named, checked by the
+// target that takes triples for triple; cpu says whether that target is
+// among the command's targets. An empty list is an error, not every level.
+func cpuLevelsFlag(c *cobra.Command, cmd string, vals []string, cpu bool, triple string) ([]string, error) {
+	if !c.Flags().Changed("cpu-levels") {
+		return nil, nil
+	}
+	tt := tripleTarget()
+	if !cpu {
+		return nil, fmt.Errorf("%s: --cpu-levels applies to the %s target; add %s to --target", cmd, tt, tt)
+	}
+	levels := append([]string{}, splitList(vals)...)
+	if tr, ok := targets.TripleTarget().(targets.Triples); ok {
+		if _, err := tr.CheckLevels(triple, levels); err != nil {
+			return nil, fmt.Errorf("%s: --cpu-levels: %w", cmd, err)
+		}
+	}
+	return levels, nil
+}
+
+// cpuLevelsUsage is the --cpu-levels flag's description.
+const cpuLevelsUsage = "comma list of the CPU levels of the triple to clone the kernels for, or host (this machine's best; default: every level)"
 
 // makeDeps is a make-format dependency file: every output depends on every
 // input, and each input has an empty rule (gcc's -MP), so that make does
