@@ -768,6 +768,20 @@ func TestBuildCPULevels(t *testing.T) {
 			t.Errorf("%v: exit %d, stderr %q, want %q", c.args, code, e, c.want)
 		}
 	}
+	// verify and bench take the flag too, checked before any build.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"verify", p, "--cpu-levels", "x86-64-v9"}, `attnc verify: --cpu-levels: unknown CPU level "x86-64-v9"`},
+		{[]string{"verify", p, "--target", "cuda", "--cpu-levels", "host"}, "attnc verify: --cpu-levels applies to the cpu target"},
+		{[]string{"bench", p, "--cpu-levels", ""}, "attnc bench: --cpu-levels: no CPU level given"},
+	} {
+		_, e, code := runCLI(t, c.args...)
+		if code != 1 || !strings.Contains(e, c.want) {
+			t.Errorf("%v: exit %d, stderr %q, want %q", c.args, code, e, c.want)
+		}
+	}
 }
 
 func TestBuildShared(t *testing.T) {
