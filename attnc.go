@@ -52,7 +52,18 @@ type Options struct {
 	// (the default) or aarch64-unknown-linux-gnu. The IR differs only in
 	// its triple and data layout; the manifest records it.
 	Triple string
-	Insert []Insertion // user passes, applied in order
+	// CPULevels restricts the CPU levels the cpu target clones its work
+	// kernels for (nil: every level of the triple, the entries picking
+	// the best one the CPU runs): level names of the triple
+	// (x86-64, x86-64-v3, x86-64-v4, x86-64-v4-bf16, x86-64-amx; neon),
+	// or "host" for the best level of the machine that compiles. Kernels
+	// a level would not change (a DotBF16 level without a bf16 product)
+	// take the best level below it. On a CPU below every kernel's lowest
+	// clone the entries return CPU_LEVEL and <prefix>_cpu_level() NULL;
+	// the manifest lists the levels (targets.cpu.levels). An unknown name
+	// is an error.
+	CPULevels []string
+	Insert    []Insertion // user passes, applied in order
 
 	VerifyEach bool      // run the kernel-IR verifier after every pass (a failure is an error naming the pass)
 	PrintAfter string    // "all" or a pass name: print the kernel IR after it to Log
@@ -114,9 +125,10 @@ func CompileVariants(vs []*ir.Variant, opt Options) (r *Result, err error) {
 		return nil, err
 	}
 	out, err := driver.Build(vs, driver.Options{
-		Targets: opt.Targets,
-		Triple:  opt.Triple,
-		Tables:  tables,
+		Targets:   opt.Targets,
+		Triple:    opt.Triple,
+		CPULevels: opt.CPULevels,
+		Tables:    tables,
 		Passes: passes.Options{
 			VerifyEach: opt.VerifyEach,
 			PrintAfter: opt.PrintAfter,

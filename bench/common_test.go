@@ -2,6 +2,7 @@ package bench
 
 import (
 	"math"
+	"os"
 	"testing"
 
 	"github.com/attnc/attnc/cpurt"
@@ -9,6 +10,17 @@ import (
 	"github.com/attnc/attnc/internal/needtool"
 	"github.com/attnc/attnc/ir"
 )
+
+// hostLevels are the CPU levels the tests build (attnc build
+// --cpu-levels): the level this machine's entries run (host, or the one
+// $ATTNC_CPU_LEVEL forces), which is what they time; one opt and llc
+// compile of each work kernel instead of three or four.
+func hostLevels() []string {
+	if l := os.Getenv("ATTNC_CPU_LEVEL"); l != "" {
+		return []string{l}
+	}
+	return []string{"host"}
+}
 
 // needTools skips without LLVM 14 and gcc, except in CI.
 func needTools(tb testing.TB) {

@@ -28,6 +28,10 @@ type CPUOptions struct {
 	Seed        int64  // random inputs and orders
 	Dir         string // where kernels and yardsticks are built (default: a temporary directory)
 	Version     string // attnc version, for the report
+	// CPULevels restricts the CPU levels the kernels are cloned for
+	// (conformance.Options.CPULevels; nil: every level, the best this
+	// CPU runs, or the one $ATTNC_CPU_LEVEL names, timed).
+	CPULevels []string
 	// Out receives the table as the run goes (nil: nothing is printed).
 	Out io.Writer
 }
@@ -242,7 +246,7 @@ func RunCPU(p *Plan, o CPUOptions) (_ *CPUReport, err error) {
 			if err := os.MkdirAll(vdir, 0o755); err != nil {
 				return nil, err
 			}
-			s, err := conformance.Build(pv.Variant, vdir)
+			s, err := conformance.BuildWith(pv.Variant, vdir, conformance.Options{CPULevels: o.CPULevels})
 			if err != nil {
 				errs[i] = fmt.Errorf("build: %w", err)
 				r.Failed = append(r.Failed, Skip{Name: pv.Variant.Name, Reason: errs[i].Error()})

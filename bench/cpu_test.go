@@ -35,7 +35,7 @@ func TestPoolWorkload(t *testing.T) {
 	} {
 		v := variant(t, tc.src)
 		t.Run(v.Name+"_"+v.DType.String(), func(t *testing.T) {
-			s, err := conformance.Build(v, t.TempDir())
+			s, err := conformance.BuildWith(v, t.TempDir(), conformance.Options{CPULevels: hostLevels()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -114,7 +114,7 @@ func TestRunCPU(t *testing.T) {
 		{Role: ir.RoleDecode, DType: "f16", KVDType: "fp4"}, {Role: ir.RolePrefill, DType: "f32"}}
 	var out strings.Builder
 	r, err := RunCPU(BuiltinPlan(h, bs), CPUOptions{Threads: 2, Batch: 2, KVLen: 100, QLen: 40, PoolBytes: 1 << 20,
-		StreamBytes: 2 << 20, BlockBytes: 256, Budget: Budget{Reps: 3}, Dir: t.TempDir(), Out: &out})
+		StreamBytes: 2 << 20, BlockBytes: 256, Budget: Budget{Reps: 3}, Dir: t.TempDir(), Out: &out, CPULevels: hostLevels()})
 	if err != nil {
 		t.Fatal(err)
 	}

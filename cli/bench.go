@@ -24,6 +24,8 @@ type benchFlags struct {
 	cfg     *config
 	json    string
 	workDir string
+	// cpuLevels: --cpu-levels, nil for every level (cpuLevelsFlag)
+	cpuLevels []string
 
 	// The built-in cases' shape and storage types (no SPEC given).
 	qoHeads, kvHeads, headDim, pageSize int
@@ -53,6 +55,10 @@ func (bf *benchFlags) check(c *cobra.Command, specs int) error {
 			return err
 		}
 		bf.target = t
+	}
+	var err error
+	if bf.cpuLevels, err = cpuLevelsFlag(c, "attnc bench", bf.cpuLevels, !bf.gpu && takesTriple(bf.target), ""); err != nil {
+		return err
 	}
 	// The host bench measures a target whose kernels run on this CPU's
 	// worker threads against the machine yardsticks; --gpu one whose
@@ -202,6 +208,7 @@ generate kernels yet are reported as "skip <variant>: <reason>".`,
 	f.IntVar(&bf.qLen, "q-len", 2048, "prefill: query tokens of its one sequence (= its kv_len)")
 	f.IntVar(&bf.threads, "threads", 0, "CPU threads of the kernels and the yardsticks (0: all online CPUs)")
 	f.Int64Var(&bf.seed, "seed", 1, "random seed of the inputs")
+	f.StringSliceVar(&bf.cpuLevels, "cpu-levels", nil, cpuLevelsUsage+"; the kernels run at the best level built that this CPU runs")
 	f.StringVar(&bf.json, "json", "", "also write the report as JSON to this file")
 	f.StringVar(&bf.workDir, "work-dir", "", "build the kernels and yardsticks in this directory and keep them (a profiler finds their symbols there)")
 	f.IntVar(&bf.qoHeads, "qo-heads", 32, "built-in cases: query heads")

@@ -62,7 +62,7 @@ func runBench(c *cobra.Command, args []string, bf benchFlags) error {
 		Threads: bf.threads, Batch: bf.batch, KVLen: bf.kvLen, QLen: bf.qLen,
 		PoolBytes: int64(bf.poolMiB) << 20, StreamBytes: int64(bf.streamMiB) << 20, BlockBytes: block,
 		Budget: bench.Budget{Reps: bf.reps, Seconds: bf.seconds}, Seed: bf.seed, Version: version(), Dir: bf.workDir,
-		Out: c.OutOrStdout(),
+		Out: c.OutOrStdout(), CPULevels: bf.cpuLevels,
 	})
 	if err != nil {
 		return fmt.Errorf("attnc bench: %w", err)
@@ -87,7 +87,7 @@ func runBenchDevice(c *cobra.Command, args []string, bf benchFlags) error {
 	if err != nil {
 		return err
 	}
-	builder, err := suiteBuilder("attnc bench", bf.target, bf.gpu, "", bf.cfg)
+	builder, err := suiteBuilder("attnc bench", bf.target, bf.gpu, "", nil, bf.cfg)
 	if err != nil {
 		return err
 	}

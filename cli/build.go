@@ -18,6 +18,7 @@ func newBuildCmd(cfg *config) *cobra.Command {
 	var (
 		targetList []string
 		triple     string
+		cpuLevels  []string
 		outDir     string
 		shared     bool
 		verifyEach bool
@@ -48,6 +49,15 @@ output path is replaced by the file, never written through.
 description below lists the known ones). --triple chooses the CPU the .ll
 is for: x86_64-unknown-linux-gnu (default) or aarch64-unknown-linux-gnu
 (the same loops, vectorized for NEON by opt -O3); the manifest records it.
+--cpu-levels takes a comma list of the triple's CPU levels (x86-64,
+x86-64-v3, x86-64-v4, x86-64-v4-bf16, x86-64-amx; neon on aarch64) or
+host, the best level of the machine that builds: the work kernels are
+cloned for those levels only, instead of every level of the triple (a
+kernel a level would not change takes the best level below it), so the .ll
+is smaller and compiles faster. The entries still pick the best level the
+CPU runs at their first call; on a CPU below every level built they
+return CPU_LEVEL and <variant>_cpu_level() returns NULL. The manifest
+lists the levels built (targets.cpu.levels).
 --shared also links DIR/<variant>.so from each .ll with opt -O3, llc and
 gcc (LLVM 14 tools required; for aarch64, -mtriple and
 aarch64-linux-gnu-gcc), ready for dlopen or linking.
@@ -68,6 +78,8 @@ status 1 on any error.`,
 		Example: `  attnc build examples/llama3_8b.attn -o out
   attnc build a.attn b.attn --target cpu -o out --shared
   attnc build examples/llama3_8b.attn --triple aarch64-unknown-linux-gnu -o out-arm64
+  attnc build examples/llama3_8b.attn -o out --shared --cpu-levels host
+  attnc build examples/llama3_8b.attn -o out --cpu-levels x86-64,x86-64-v4
   attnc build examples/llama3_8b.attn -o out --depfile out/kernels.d
   attnc build examples/llama3_8b.attn -o out --print-after=classify-tiles 2>ir.txt
   go run ./cmd/attnc build examples/llama3_8b.attn --target cpu -o out`,
@@ -97,6 +109,9 @@ status 1 on any error.`,
 					return fmt.Errorf("attnc build: --triple: %w", err)
 				}
 			}
+			if cpuLevels, err = cpuLevelsFlag(c, "attnc build", cpuLevels, slices.Contains(ts, tt), triple); err != nil {
+				return err
+			}
 			var tc *cpurt.Toolchain
 			if shared {
 				if tc, err = cpurt.ToolchainFor(triple); err != nil {
@@ -106,6 +121,7 @@ status 1 on any error.`,
 			out, err := attnc.CompileFiles(args, attnc.Options{
 				Targets:    ts,
 				Triple:     triple,
+				CPULevels:  cpuLevels,
 				Insert:     cfg.insert,
 				VerifyEach: verifyEach,
 				PrintAfter: printAfter,
@@ -158,6 +174,7 @@ status 1 on any error.`,
 	f := c.Flags()
 	f.StringSliceVar(&targetList, "target", []string{targets.Default}, "comma list of targets to generate (known: "+knownTargets()+")")
 	f.StringVar(&triple, "triple", "", "target triple of the "+tripleTarget()+" target's .ll (known: "+strings.Join(tripleNames(), ", ")+"; default "+tripleNames()[0]+")")
+	f.StringSliceVar(&cpuLevels, "cpu-levels", nil, cpuLevelsUsage)
 	f.StringVarP(&outDir, "out", "o", "", "output directory (created if missing)")
 	f.BoolVar(&shared, "shared", false, "also link DIR/<variant>.so from each .ll (needs LLVM 14 opt/llc and gcc)")
 	f.BoolVar(&verifyEach, "verify-each", false, "run the kernel-IR verifier after every pass")
@@ -166,6 +183,30 @@ status 1 on any error.`,
 	f.StringVar(&depfile, "depfile", "", "write make-format dependencies (every output on every spec) to this file")
 	return c
 }
+
+// cpuLevelsFlag is the --cpu-levels list of command cmd: nil (every
+// level) when the flag is not given, else the levels named, checked by the
+// target that takes triples for triple; cpu says whether that target is
+// among the command's targets. An empty list is an error, not every level.
+func cpuLevelsFlag(c *cobra.Command, cmd string, vals []string, cpu bool, triple string) ([]string, error) {
+	if !c.Flags().Changed("cpu-levels") {
+		return nil, nil
+	}
+	tt := tripleTarget()
+	if !cpu {
+		return nil, fmt.Errorf("%s: --cpu-levels applies to the %s target; add %s to --target", cmd, tt, tt)
+	}
+	levels := append([]string{}, splitList(vals)...)
+	if tr, ok := targets.TripleTarget().(targets.Triples); ok {
+		if _, err := tr.CheckLevels(triple, levels); err != nil {
+			return nil, fmt.Errorf("%s: --cpu-levels: %w", cmd, err)
+		}
+	}
+	return levels, nil
+}
+
+// cpuLevelsUsage is the --cpu-levels flag's description.
+const cpuLevelsUsage = "comma list of the CPU levels of the triple to clone the kernels for, or host (this machine's best; default: every level)"
 
 // makeDeps is a make-format dependency file: every output depends on every
 // input, and each input has an empty rule (gcc's -MP), so that make does

@@ -60,7 +60,8 @@ func runExample(t *testing.T, exe string) {
 // TestCMakeExample configures and builds examples/c with CMake through
 // cmake/Attnc.cmake (attnc_add_kernels: attnc build, opt and llc, the
 // headers on the library's include path), runs it and checks that it
-// prints what the README shows.
+// prints what the README shows. The kernels are this machine's level's
+// only (ATTNC_BUILD_FLAGS=--cpu-levels=host: a third of the compile).
 func TestCMakeExample(t *testing.T) {
 	t.Parallel() // external tools only: runs beside TestMakeExample
 	cm, err := exec.LookPath("cmake")
@@ -76,7 +77,7 @@ func TestCMakeExample(t *testing.T) {
 	}
 	dir := t.TempDir()
 	for _, args := range [][]string{
-		{"-S", src, "-B", dir, "-DATTNC_EXECUTABLE=" + bin},
+		{"-S", src, "-B", dir, "-DATTNC_EXECUTABLE=" + bin, "-DATTNC_BUILD_FLAGS=" + hostLevels()},
 		{"--build", dir},
 	} {
 		out, err := exec.Command(cm, args...).CombinedOutput()
@@ -95,7 +96,8 @@ func TestCMakeExample(t *testing.T) {
 
 // TestMakeExample builds examples/c with its Makefile (make/attnc.mk) in a
 // temporary directory, runs it and checks the README's output; a second
-// make does nothing, and the build wrote its depfile.
+// make does nothing, and the build wrote its depfile. The kernels are this
+// machine's level's only (ATTNC_FLAGS=--cpu-levels=host).
 func TestMakeExample(t *testing.T) {
 	t.Parallel() // external tools only: runs beside TestCMakeExample
 	mk, err := exec.LookPath("make")
@@ -108,7 +110,7 @@ func TestMakeExample(t *testing.T) {
 	}
 	dir := t.TempDir()
 	run := func(args ...string) string {
-		cmd := exec.Command(mk, append([]string{"-f", makefile, "ATTNC=" + bin}, args...)...)
+		cmd := exec.Command(mk, append([]string{"-f", makefile, "ATTNC=" + bin, "ATTNC_FLAGS=" + hostLevels()}, args...)...)
 		cmd.Dir = dir
 		out, err := cmd.CombinedOutput()
 		if err != nil {

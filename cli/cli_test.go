@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -23,7 +24,9 @@ import (
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/passes"
+	"github.com/attnc/attnc/registry"
 	"github.com/attnc/attnc/targets"
+	"github.com/attnc/attnc/targets/cpu"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
@@ -405,7 +408,7 @@ const smallSpec = `variant small {
 func TestVerifySmall(t *testing.T) {
 	needTools(t, true)
 	p := writeSpec(t, "small.attn", smallSpec)
-	o, e, code := runCLI(t, "verify", p, "--threads", "1,4", "--seed", "3")
+	o, e, code := runCLI(t, "verify", p, "--threads", "1,4", "--seed", "3", hostLevels())
 	if code != 0 {
 		t.Fatalf("verify: exit %d\nstdout:\n%s\nstderr:\n%s", code, o, e)
 	}
@@ -435,7 +438,7 @@ func TestVerifyDivisionByZero(t *testing.T) {
 }
 `)
 	mustRun(t, "check", p)
-	o, e, code := runCLI(t, "verify", p, "--threads", "1,3")
+	o, e, code := runCLI(t, "verify", p, "--threads", "1,3", hostLevels())
 	if code != 0 || !regexp.MustCompile(`(?m)^[1-9]\d* passed, 0 failed$`).MatchString(o) {
 		t.Errorf("verify: exit %d\nstdout:\n%s\nstderr:\n%s", code, o, e)
 	}
@@ -444,7 +447,7 @@ func TestVerifyDivisionByZero(t *testing.T) {
 func TestVerifySkipsUnsupported(t *testing.T) {
 	bad := unsupported(t)
 	needTools(t, true)
-	o, e, code := runCLI(t, "verify", bad)
+	o, e, code := runCLI(t, "verify", bad, hostLevels())
 	if code != 0 {
 		t.Fatalf("verify of an unsupported variant: exit %d\nstdout:\n%s\nstderr:\n%s", code, o, e)
 	}
@@ -559,7 +562,7 @@ func TestBenchBuiltin(t *testing.T) {
 	needTools(t, true)
 	js := filepath.Join(t.TempDir(), "bench.json")
 	args := append([]string{"bench", "--qo-heads", "4", "--kv-heads", "2", "--head-dim", "32", "--page-size", "4",
-		"--decode", "f16,bf16/e4m3,f16/fp4", "--prefill", "f32", "--json", js}, benchTiny...)
+		"--decode", "f16,bf16/e4m3,f16/fp4", "--prefill", "f32", "--json", js, hostLevels()}, benchTiny...)
 	o, e, code := runCLI(t, args...)
 	if code != 0 || e != "" {
 		t.Fatalf("bench: exit %d\nstdout:\n%s\nstderr:\n%s", code, o, e)
@@ -671,7 +674,7 @@ func TestBenchSpecs(t *testing.T) {
 	bad := unsupported(t)
 	p := writeSpec(t, "small.attn", smallSpec)
 	work := filepath.Join(t.TempDir(), "work")
-	o, e, code := runCLI(t, append([]string{"bench", p, bad, "--work-dir", work}, benchTiny...)...)
+	o, e, code := runCLI(t, append([]string{"bench", p, bad, "--work-dir", work, hostLevels()}, benchTiny...)...)
 	if code != 0 {
 		t.Fatalf("bench: exit %d\nstdout:\n%s\nstderr:\n%s", code, o, e)
 	}
@@ -694,11 +697,98 @@ func TestBenchSpecs(t *testing.T) {
 	}
 }
 
+// hostLevels is the --cpu-levels flag of the tests whose point is not
+// the CPU levels: the clones of the level this machine's entries run only
+// (host, or the one $ATTNC_CPU_LEVEL forces), one opt and llc compile of
+// each work kernel instead of three or four. The levels have tests of
+// their own (TestBuildCPULevels here; conformance's TestKernelMatrix,
+// TestCPULevelsBuild).
+func hostLevels() string {
+	if l := os.Getenv(cpu.LevelEnv); l != "" {
+		return "--cpu-levels=" + l
+	}
+	return "--cpu-levels=" + cpu.HostLevel
+}
+
+// TestBuildCPULevels: --cpu-levels restricts the clones to the levels
+// named (any order, host resolved), which the manifest lists and the
+// kernels' levels show; without it every level is cloned. An unknown
+// level, an empty list and --cpu-levels without the cpu target are
+// errors.
+func TestBuildCPULevels(t *testing.T) {
+	p := writeSpec(t, "small.attn", smallSpec)
+	levels := func(args ...string) (built, clones []string) {
+		t.Helper()
+		dir := t.TempDir()
+		mustRun(t, append([]string{"build", p, "-o", dir}, args...)...)
+		b, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m registry.Manifest
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range m.Kernels {
+			if k.Level != "" && !slices.Contains(clones, k.Level) {
+				clones = append(clones, k.Level)
+			}
+		}
+		return m.Targets["cpu"].Levels, clones
+	}
+	all := []string{"x86-64", "x86-64-v3", "x86-64-v4", "x86-64-v4-bf16", "x86-64-amx"}
+	if built, clones := levels(); !slices.Equal(built, all) || !slices.Equal(clones, all[:3]) {
+		t.Errorf("every level: manifest levels %v, clones at %v", built, clones)
+	}
+	if built, clones := levels("--cpu-levels", "x86-64-v4,x86-64"); !slices.Equal(built, []string{"x86-64", "x86-64-v4"}) || !slices.Equal(clones, built) {
+		t.Errorf("--cpu-levels x86-64-v4,x86-64: manifest levels %v, clones at %v", built, clones)
+	}
+	// small is f16: no bf16 product, so its kernels take x86-64-v4 at
+	// x86-64-v4-bf16.
+	if built, clones := levels("--cpu-levels=x86-64-v4-bf16"); !slices.Equal(built, []string{"x86-64-v4-bf16"}) || !slices.Equal(clones, []string{"x86-64-v4"}) {
+		t.Errorf("--cpu-levels x86-64-v4-bf16: manifest levels %v, clones at %v", built, clones)
+	}
+	if runtime.GOARCH == "amd64" {
+		if built, clones := levels("--cpu-levels=host"); len(built) != 1 || len(clones) != 1 {
+			t.Errorf("--cpu-levels host: manifest levels %v, clones at %v", built, clones)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--cpu-levels", "x86-64-v9"}, `attnc build: --cpu-levels: unknown CPU level "x86-64-v9" for x86_64-unknown-linux-gnu (known: x86-64, x86-64-v3, x86-64-v4, x86-64-v4-bf16, x86-64-amx, host)`},
+		{[]string{"--cpu-levels", "neon"}, `unknown CPU level "neon" for x86_64-unknown-linux-gnu`},
+		{[]string{"--cpu-levels", "x86-64", "--triple", "aarch64-unknown-linux-gnu"}, `unknown CPU level "x86-64" for aarch64-unknown-linux-gnu (known: neon, host)`},
+		{[]string{"--cpu-levels", ""}, "attnc build: --cpu-levels: no CPU level given"},
+		{[]string{"--cpu-levels", "host", "--target", "cuda"}, "attnc build: --cpu-levels applies to the cpu target; add cpu to --target"},
+	} {
+		_, e, code := runCLI(t, append([]string{"build", p, "-o", t.TempDir()}, c.args...)...)
+		if code != 1 || !strings.Contains(e, c.want) {
+			t.Errorf("%v: exit %d, stderr %q, want %q", c.args, code, e, c.want)
+		}
+	}
+	// verify and bench take the flag too, checked before any build.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"verify", p, "--cpu-levels", "x86-64-v9"}, `attnc verify: --cpu-levels: unknown CPU level "x86-64-v9"`},
+		{[]string{"verify", p, "--target", "cuda", "--cpu-levels", "host"}, "attnc verify: --cpu-levels applies to the cpu target"},
+		{[]string{"bench", p, "--cpu-levels", ""}, "attnc bench: --cpu-levels: no CPU level given"},
+	} {
+		_, e, code := runCLI(t, c.args...)
+		if code != 1 || !strings.Contains(e, c.want) {
+			t.Errorf("%v: exit %d, stderr %q, want %q", c.args, code, e, c.want)
+		}
+	}
+}
+
 func TestBuildShared(t *testing.T) {
 	needTools(t, false)
 	p := writeSpec(t, "small.attn", smallSpec)
 	dir := t.TempDir()
-	o, _ := mustRun(t, "build", p, "-o", dir, "--shared")
+	o, _ := mustRun(t, "build", p, "-o", dir, "--shared", hostLevels())
 	if !strings.Contains(o, filepath.Join(dir, "small.so")) {
 		t.Errorf("build --shared did not report small.so:\n%s", o)
 	}
@@ -906,7 +996,7 @@ const smallBF16Spec = `variant smallbf {
 func TestVerifyPrintsBound(t *testing.T) {
 	needTools(t, true)
 	p := writeSpec(t, "smallbf.attn", smallBF16Spec)
-	o, e, code := runCLI(t, "verify", p, "--threads", "1", "--seed", "3")
+	o, e, code := runCLI(t, "verify", p, "--threads", "1", "--seed", "3", hostLevels())
 	if code != 0 {
 		t.Fatalf("verify: exit %d\nstdout:\n%s\nstderr:\n%s", code, o, e)
 	}
@@ -933,7 +1023,7 @@ func TestVerifyUserPasses(t *testing.T) {
 	p := writeSpec(t, "small.attn", smallSpec)
 	run := func(pass passes.Pass) (string, int) {
 		var o, e bytes.Buffer
-		code := Run([]string{"verify", p, "--threads", "1", "--seed", "3"}, &o, &e,
+		code := Run([]string{"verify", p, "--threads", "1", "--seed", "3", hostLevels()}, &o, &e,
 			WithPasses(attnc.Insertion{Before: "inline-defs", Pass: pass}))
 		return o.String() + e.String(), code
 	}

@@ -268,6 +268,6 @@ func TestBenchAllocationFailureChild(t *testing.T) {
 	}
 	code := Run([]string{"bench", "--decode", "f32", "--prefill", "", "--qo-heads", "4", "--kv-heads", "2", "--head-dim", "32",
 		"--page-size", "4", "--stream-mib", "8", "--pool-mib", "1024", "--batch", "2", "--kv-len", "100",
-		"--threads", "2", "--reps", "1"}, os.Stdout, os.Stderr)
+		"--threads", "2", "--reps", "1", hostLevels()}, os.Stdout, os.Stderr)
 	os.Exit(code)
 }

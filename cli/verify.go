@@ -16,7 +16,9 @@ type verifyFlags struct {
 	target  string
 	gpu     bool
 	triple  string
-	cfg     *config
+	// cpuLevels: --cpu-levels, nil for every level (cpuLevelsFlag)
+	cpuLevels []string
+	cfg       *config
 }
 
 func newVerifyCmd(cfg *config) *cobra.Command {
@@ -77,6 +79,7 @@ Variants using features that do not generate kernels yet are reported as
 same inputs.`,
 		Example: `  attnc verify examples/llama3_8b.attn
   attnc verify examples/*.attn --threads 1,2,8 --seed 7
+  attnc verify examples/llama3_8b.attn --cpu-levels host  # this CPU's level's clones only
   attnc verify examples/llama3_8b.attn --triple aarch64-unknown-linux-gnu  # under qemu
   attnc verify examples/llama3_8b.attn --target cuda        # CUDA emulator (g++)
   attnc verify examples/llama3_8b.attn --target cuda --gpu  # nvcc, on the GPU`,
@@ -98,6 +101,10 @@ same inputs.`,
 			if vf.triple != "" && !takesTriple(vf.target) {
 				return fmt.Errorf("attnc verify: --triple applies to the %s target", tripleTarget())
 			}
+			var err error
+			if vf.cpuLevels, err = cpuLevelsFlag(c, "attnc verify", vf.cpuLevels, takesTriple(vf.target), vf.triple); err != nil {
+				return err
+			}
 			return runVerify(c, args, vf)
 		},
 	}
@@ -105,6 +112,7 @@ same inputs.`,
 	c.Flags().Int64Var(&vf.seed, "seed", 1, "random seed of the generated inputs")
 	c.Flags().StringVar(&vf.target, "target", targets.Default, "kernels to verify: "+orList(harnessed())+" (GPU targets emulated on the CPU; on the GPU with --gpu)")
 	c.Flags().StringVar(&vf.triple, "triple", "", "target triple of the cpu kernels; another architecture than this machine's runs under its emulator (qemu)")
+	c.Flags().StringSliceVar(&vf.cpuLevels, "cpu-levels", nil, cpuLevelsUsage+"; the kernels run at the best level built that this CPU runs")
 	c.Flags().BoolVar(&vf.gpu, "gpu", false, "run the cuda target on the GPU (nvcc and libcudart); implies --target cuda")
 	return c
 }

@@ -31,7 +31,7 @@ func runVerify(c *cobra.Command, args []string, vf verifyFlags) error {
 	if err != nil {
 		return err
 	}
-	builder, err := suiteBuilder("attnc verify", vf.target, vf.gpu, vf.triple, vf.cfg)
+	builder, err := suiteBuilder("attnc verify", vf.target, vf.gpu, vf.triple, vf.cpuLevels, vf.cfg)
 	if err != nil {
 		return err
 	}
@@ -40,7 +40,7 @@ func runVerify(c *cobra.Command, args []string, vf verifyFlags) error {
 	// passes, so verify says which cases the passes change.
 	var plain buildSuite
 	if len(vf.cfg.insert) > 0 {
-		if plain, err = suiteBuilder("attnc verify", vf.target, vf.gpu, vf.triple, &config{}); err != nil {
+		if plain, err = suiteBuilder("attnc verify", vf.target, vf.gpu, vf.triple, vf.cpuLevels, &config{}); err != nil {
 			return err
 		}
 	}
@@ -177,13 +177,14 @@ type buildSuite func(v *ir.Variant, dir string) (*conformance.Suite, error)
 // suiteBuilder checks the tools a target's harness needs, before any
 // work, and returns how to build its suites with the configured passes:
 // cpu (LLVM 14 and gcc), cuda on the emulator (g++), cuda on the GPU (nvcc
-// and libcudart with a GPU).
-func suiteBuilder(cmd, target string, gpu bool, triple string, cfg *config) (buildSuite, error) {
+// and libcudart with a GPU). cpuLevels (nil: every level) restricts the
+// cpu target's clones.
+func suiteBuilder(cmd, target string, gpu bool, triple string, cpuLevels []string, cfg *config) (buildSuite, error) {
 	table, err := cfg.table(target)
 	if err != nil {
 		return nil, err
 	}
-	opt := conformance.Options{Passes: table, Triple: triple}
+	opt := conformance.Options{Passes: table, Triple: triple, CPULevels: cpuLevels}
 	t, err := targets.Lookup(target)
 	if err != nil {
 		return nil, err
@@ -214,7 +215,7 @@ func suiteBuilder(cmd, target string, gpu bool, triple string, cfg *config) (bui
 			return conformance.BuildDeviceFor(v, target, dir, compiler, dev, opt)
 		}, nil
 	}
-	if err := h.HarnessTools(targets.Options{Triple: triple}); err != nil {
+	if err := h.HarnessTools(targets.Options{Triple: triple, CPULevels: cpuLevels}); err != nil {
 		if _, ok := t.(targets.Triples); ok {
 			return nil, err
 		}

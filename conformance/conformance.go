@@ -152,10 +152,18 @@ type Options struct {
 	// (cpurt.Remote): every case's buffers are copied to the runner and
 	// the outputs back, through the suite's Dev.
 	Triple string
+	// CPULevels restricts the CPU target's clones to these levels
+	// (driver.Options.CPULevels: level names, "host"); nil: every level.
+	CPULevels []string
 	// Link are more arguments of the library's link step
 	// (targets.Harness.HostLibrary): the CPU library's
 	// (cpurt.Toolchain.Link), the emulated CUDA library's.
 	Link []string
+}
+
+// targetOptions are the build settings the targets read.
+func (o Options) targetOptions() targets.Options {
+	return targets.Options{Triple: o.Triple, CPULevels: o.CPULevels}
 }
 
 // compileFor schedules v for a target with the verifier after every pass
@@ -167,7 +175,7 @@ func compileFor(v *ir.Variant, name, dir string, o Options) (*driver.Compiled, e
 
 // compileFiles is compileFor that returns the files it wrote too.
 func compileFiles(v *ir.Variant, name, dir string, o Options) (*driver.Compiled, []targets.Artifact, error) {
-	bo := driver.Options{Passes: passes.Options{VerifyEach: true}, Triple: o.Triple}
+	bo := driver.Options{Passes: passes.Options{VerifyEach: true}, Triple: o.Triple, CPULevels: o.CPULevels}
 	if o.Passes != nil {
 		bo.Tables = map[string][]passes.Pass{name: o.Passes}
 	}
@@ -175,7 +183,7 @@ func compileFiles(v *ir.Variant, name, dir string, o Options) (*driver.Compiled,
 	if err != nil {
 		return nil, nil, err
 	}
-	files, err := c.Target.Emit(v, c.Final, targets.Options{Triple: o.Triple})
+	files, err := c.Target.Emit(v, c.Final, o.targetOptions())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -230,7 +238,7 @@ func BuildFor(v *ir.Variant, target, dir string, o Options) (*Suite, error) {
 	if err != nil {
 		return nil, err
 	}
-	topt := targets.Options{Triple: o.Triple}
+	topt := o.targetOptions()
 	if err := targets.CheckOptions([]targets.Target{t}, topt); err != nil {
 		return nil, err
 	}
@@ -309,8 +317,15 @@ var levelMu sync.Mutex
 
 // openAtLevel loads so and has it decide its CPU level with the runtime's
 // level variable ($ATTNC_CPU_LEVEL) set to level ("": the process's own
-// environment); it returns the level the library reports.
+// environment); it returns the level the library reports, and fails when
+// it refuses level.
 func openAtLevel(so string, rt *targets.RuntimeSymbols, level string) (*cpurt.Lib, string, error) {
+	return openLevel(so, rt, level, false)
+}
+
+// openLevel is openAtLevel; with refusedOK a library that refuses level
+// (reports another level, or none: "") is returned too.
+func openLevel(so string, rt *targets.RuntimeSymbols, level string, refusedOK bool) (*cpurt.Lib, string, error) {
 	levelMu.Lock()
 	defer levelMu.Unlock()
 	if level != "" {
@@ -329,6 +344,9 @@ func openAtLevel(so string, rt *targets.RuntimeSymbols, level string) (*cpurt.Li
 		return nil, "", err
 	}
 	got := lib.CallStr(rt.Level, 0)
+	if refusedOK {
+		return lib, got, nil
+	}
 	if level != "" && got != level {
 		lib.Close()
 		return nil, "", fmt.Errorf("%s: CPU level %s refused (%s): the CPU cannot run it, or these kernels have no clone for it", filepath.Base(so), level, got)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -441,12 +442,24 @@ var hostLevelTable = sync.OnceValues(func() ([]passes.Pass, error) {
 		return nil, fmt.Errorf("finding this machine's CPU level: %w", err)
 	}
 	defer s.Lib.Close()
+	// --cpu-levels host decides in Go what the library decided: they
+	// must agree where $ATTNC_CPU_LEVEL does not force the library.
+	if os.Getenv(cpu.LevelEnv) == "" {
+		host, err := cpu.Target{}.CheckLevels("", []string{cpu.HostLevel})
+		if err != nil {
+			return nil, err
+		}
+		if len(host) != 1 || host[0] != s.Level {
+			return nil, fmt.Errorf("--cpu-levels host resolves to %v on this machine, but a library of every level runs %s", host, s.Level)
+		}
+	}
 	return cpu.LevelTable(s.Level)
 })
 
 // TestHostLevelBuild: a library built with buildHostLevel runs the level
 // this machine picks and matches the reference there; forced to a lower
-// level (the clone it lacks) every entry returns CPU_LEVEL at once. Its
+// level (the clone it lacks) every entry returns CPU_LEVEL at once and
+// <prefix>_cpu_level() NULL. Its
 // variants are TestKernelMatrix's levelShort f16 and bf16 ones, whose
 // library of every level that test builds too: the package's object
 // cache (TestMain) compiles it once.
@@ -488,15 +501,35 @@ func testHostLevelBuild(t *testing.T, v *ir.Variant) {
 	if len(lower) == 0 {
 		t.Skipf("this machine runs the baseline level %s: no lower level to refuse", s.Level)
 	}
-	ls, err := s.AtLevel(lower[0])
+	checkRefused(t, s, lower[0])
+}
+
+// checkRefused loads a copy of s's library with $ATTNC_CPU_LEVEL=level, a
+// level it has no clone for: <prefix>_cpu_level() must say NULL and every
+// entry return CPU_LEVEL at once (all-zero arguments: it returns before
+// reading any).
+func checkRefused(t *testing.T, s *Suite, level string) {
+	t.Helper()
+	data, err := os.ReadFile(s.so)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ls.Lib.Close()
-	for role, e := range ls.Entries {
+	cp := filepath.Join(t.TempDir(), "refused.so")
+	if err := os.WriteFile(cp, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lib, got, err := openLevel(cp, s.rt, level, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lib.Close()
+	if !refused(got) {
+		t.Errorf("at %s the library reports level %q, want none (NULL)", level, got)
+	}
+	for role, e := range s.Entries {
 		args := make([]int64, len(e.Params))
-		if got, err := ls.Lib.Call(e.Symbol, args...); err != nil || got != ir.StatusCPULevel {
-			t.Errorf("%s at %s: status %d (%v), want CPU_LEVEL %d", role, lower[0], got, err, ir.StatusCPULevel)
+		if got, err := lib.Call(e.Symbol, args...); err != nil || got != ir.StatusCPULevel {
+			t.Errorf("%s at %s: status %d (%v), want CPU_LEVEL %d", role, level, got, err, ir.StatusCPULevel)
 		}
 	}
 }

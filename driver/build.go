@@ -21,7 +21,11 @@ type Options struct {
 	// Triple is the triple of the target that takes one (targets.Triples:
 	// the cpu target; "" is its default, which it lists first).
 	Triple string
-	Passes passes.Options
+	// CPULevels restricts the CPU levels the cpu target clones its work
+	// kernels for (targets.Options.CPULevels: level names, "host"); nil
+	// clones every level of the triple.
+	CPULevels []string
+	Passes    passes.Options
 	// Tables overrides a target's pass table (default: targets.PassTable
 	// of the target, no insertions); the driver checks it against the
 	// target's constraints.
@@ -36,6 +40,11 @@ func (o Options) table(t targets.Target) ([]passes.Pass, error) {
 	}
 	table, _, err := targets.PassTable(t, nil)
 	return table, err
+}
+
+// targetOptions are the per-build settings the targets read.
+func (o Options) targetOptions() targets.Options {
+	return targets.Options{Triple: o.Triple, CPULevels: o.CPULevels}
 }
 
 // Ran lists the names of the passes of table that a run with po executes,
@@ -118,7 +127,7 @@ func Compile(v *ir.Variant, t targets.Target, opt Options) (*Compiled, error) {
 		return nil, err
 	}
 	if b, ok := t.(targets.Binder); ok {
-		bound, err := b.Bind(table, targets.Options{Triple: opt.Triple})
+		bound, err := b.Bind(table, opt.targetOptions())
 		if err != nil {
 			return nil, fmt.Errorf("%s: %s (%s): %w", v.Pos, v.Name, t.Name(), err)
 		}
@@ -258,7 +267,7 @@ func Build(vs []*ir.Variant, opt Options) (*Output, error) {
 			ts = append(ts, t)
 		}
 	}
-	topt := targets.Options{Triple: opt.Triple}
+	topt := opt.targetOptions()
 	if err := targets.CheckOptions(ts, topt); err != nil {
 		return nil, err
 	}

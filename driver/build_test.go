@@ -26,11 +26,17 @@ func needTools(t *testing.T) {
 
 func buildExample(t *testing.T, name string) *Output {
 	t.Helper()
+	return buildExampleWith(t, name, Options{})
+}
+
+// buildExampleWith is buildExample with options.
+func buildExampleWith(t *testing.T, name string, opt Options) *Output {
+	t.Helper()
 	vs, err := ParseSpecs([]string{filepath.Join("..", "examples", name+".attn")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := Build(vs, Options{})
+	out, err := Build(vs, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,14 +118,26 @@ func TestVectorized(t *testing.T) {
 	}
 }
 
+// hostLevels are the CPU levels of the tests that run kernels but test no
+// level (Options.CPULevels): the level this machine's entries run (host,
+// or the one $ATTNC_CPU_LEVEL forces), one opt and llc compile of each
+// work kernel instead of three or four.
+func hostLevels() []string {
+	if l := os.Getenv("ATTNC_CPU_LEVEL"); l != "" {
+		return []string{l}
+	}
+	return []string{"host"}
+}
+
 // TestLinksIntoC compiles a C program against the generated header and
 // links the .ll with only -lm -lpthread, then calls the decode and prefill
 // entries on a one-token cache: with a single visible position, o equals
-// that position's V row and lse its scaled score.
+// that position's V row and lse its scaled score. The .ll holds this
+// machine's level's clones only (hostLevels).
 func TestLinksIntoC(t *testing.T) {
 	needTools(t)
 	dir := t.TempDir()
-	o := buildExample(t, "mha_softcap")
+	o := buildExampleWith(t, "mha_softcap", Options{CPULevels: hostLevels()})
 	if err := o.Write(dir, nil); err != nil {
 		t.Fatal(err)
 	}

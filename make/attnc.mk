@@ -10,7 +10,8 @@
 #   app.c: | $(ATTNC_HEADERS)                # <variant>.h before compiling
 #
 # Variables you may set: ATTNC (the attnc command, default attnc),
-# ATTNC_FLAGS (extra `attnc build` flags, e.g. --triple ...), ATTNC_OPT and
+# ATTNC_FLAGS (extra `attnc build` flags, e.g. --triple ... or
+# --cpu-levels=host for this machine's CPU level only), ATTNC_OPT and
 # ATTNC_LLC (LLVM 14's opt and llc: /usr/lib/llvm-14/bin when it exists,
 # else from PATH). One `attnc build` writes every variant's .ll and .h and
 # manifest.json; opt -O3 and llc -O3 make each .ll an object. The build also

@@ -56,6 +56,22 @@ var pythonAll = flag.Bool("python.all", false, "run every python/tests file, not
 // check piece by piece).
 var pythonLong = []string{"test_flashinfer_examples.py", "test_model.py"}
 
+// hostLevels is the ATTNC_CPU_LEVELS the Python tests build with (attnc
+// build --cpu-levels): no Python test is about the CPU levels, so the
+// libraries hold the clones of the level this machine's entries run only
+// (one opt and llc compile of each work kernel instead of three or four):
+// host, or the level $ATTNC_CPU_LEVEL forces; a value given in the
+// environment is kept.
+func hostLevels() string {
+	if l := os.Getenv("ATTNC_CPU_LEVELS"); l != "" {
+		return l
+	}
+	if l := os.Getenv("ATTNC_CPU_LEVEL"); l != "" {
+		return l
+	}
+	return "host"
+}
+
 func TestPythonPackage(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the Python package loads Linux shared libraries")
@@ -117,7 +133,7 @@ func TestPythonPackage(t *testing.T) {
 	for i, mods := range groups {
 		cmd := exec.Command(pythonBin, append([]string{"-m", "unittest", "-v"}, mods...)...)
 		cmd.Dir = "tests"
-		cmd.Env = append(os.Environ(), "ATTNC_BIN="+bin, "PYTHONPATH=..", "PYTHONDONTWRITEBYTECODE=1")
+		cmd.Env = append(os.Environ(), "ATTNC_BIN="+bin, "PYTHONPATH=..", "PYTHONDONTWRITEBYTECODE=1", "ATTNC_CPU_LEVELS="+hostLevels())
 		w := &testWriter{t: t, prefix: fmt.Sprintf("[%d] ", i)}
 		cmd.Stdout, cmd.Stderr = w, w
 		writers[i] = w

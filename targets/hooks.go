@@ -29,6 +29,12 @@ type Triples interface {
 	// Levels lists the instruction-set levels the kernels of triple are
 	// cloned for and dispatch between at run time, baseline first.
 	Levels(triple string) ([]string, error)
+	// CheckLevels resolves a restriction of the levels (Options.CPULevels)
+	// for triple: the names it holds as levels of triple, baseline first,
+	// each once, "host" replaced by the building machine's best level. An
+	// unknown name, an empty list or "host" for another architecture
+	// than this machine's is an error naming the known levels.
+	CheckLevels(triple string, levels []string) ([]string, error)
 }
 
 // TripleTarget returns the registered target that takes triples (nil when
@@ -43,15 +49,27 @@ func TripleTarget() Target {
 }
 
 // CheckOptions validates opt against the targets a build runs: a triple
-// needs a target among them that takes one, and that target must know it.
+// or CPU levels need a target among them that takes them, and that target
+// must know them.
 func CheckOptions(ts []Target, opt Options) error {
 	for _, t := range ts {
 		if tr, ok := t.(Triples); ok {
-			return tr.CheckTriple(opt.Triple)
+			if err := tr.CheckTriple(opt.Triple); err != nil {
+				return err
+			}
+			if opt.CPULevels != nil {
+				_, err := tr.CheckLevels(opt.Triple, opt.CPULevels)
+				return err
+			}
+			return nil
 		}
 	}
-	if opt.Triple == "" {
+	if opt.Triple == "" && opt.CPULevels == nil {
 		return nil
+	}
+	what := "triple " + opt.Triple
+	if opt.Triple == "" {
+		what = "CPU levels " + strings.Join(opt.CPULevels, ",")
 	}
 	var names, takers []string
 	for _, t := range ts {
@@ -62,7 +80,7 @@ func CheckOptions(ts []Target, opt Options) error {
 			takers = append(takers, t.Name())
 		}
 	}
-	return fmt.Errorf("triple %s applies to the %s target, which is not among the targets (%s)", opt.Triple, strings.Join(takers, ", "), strings.Join(names, ", "))
+	return fmt.Errorf("%s applies to the %s target, which is not among the targets (%s)", what, strings.Join(takers, ", "), strings.Join(names, ", "))
 }
 
 // Workers is what of a call shape sizes a target's parallel work: the

@@ -69,6 +69,12 @@ type Binder interface {
 // Options are the per-build settings a target may read.
 type Options struct {
 	Triple string // CPU: the target triple ("" = the default)
+	// CPULevels (CPU) restricts the CPU levels the work kernels are
+	// cloned for to these names of the triple's levels (Triples.Levels;
+	// "host": the best level of the machine that builds); nil clones
+	// every level. The target resolves and validates them
+	// (Triples.CheckLevels).
+	CPULevels []string
 }
 
 // Artifact is one generated file.

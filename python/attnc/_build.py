@@ -5,7 +5,10 @@ CUDA emulator (cuda-emu), and caching the results.
 The cache holds one folder per compiled spec, named by a hash of the spec
 text, the attnc binary's identity (its ``attnc version`` line and the
 SHA-256 of the executable), the target and the CPU triple (CUDA: the
-compiler's version line, nvcc's architectures or the emulator header). A folder is
+compiler's version line, nvcc's architectures or the emulator header), and
+``$ATTNC_CPU_LEVELS`` when set (``attnc build --cpu-levels``; with ``host``,
+this machine's CPU flags too, so that machines sharing a cache never load
+another CPU's host build). A folder is
 written under a temporary name and renamed into place, so concurrent
 processes never see a half-written library.
 """
@@ -18,7 +21,7 @@ import subprocess
 import tempfile
 import threading
 
-__all__ = ["CompileError", "default_cache_dir", "find_attnc", "cpu_triple", "build_spec", "find_nvcc", "find_cxx", "emu_dir"]
+__all__ = ["CompileError", "default_cache_dir", "find_attnc", "cpu_triple", "cpu_levels", "build_spec", "find_nvcc", "find_cxx", "emu_dir"]
 
 
 class CompileError(RuntimeError):
@@ -49,6 +52,34 @@ def cpu_triple():
     if m in ("aarch64", "arm64"):
         return "aarch64-unknown-linux-gnu"
     raise NotImplementedError("attnc generates CPU kernels for x86-64 and aarch64 Linux, not %r" % m)
+
+
+def cpu_levels():
+    """cpu_levels is ``$ATTNC_CPU_LEVELS``: a comma list of CPU levels the cpu
+    target's kernels are cloned for (``attnc build --cpu-levels``: level
+    names such as ``x86-64-v4``, or ``host`` for this machine's best level),
+    or None (unset or empty) for every level of the triple."""
+    v = os.environ.get("ATTNC_CPU_LEVELS", "").strip()
+    return v or None
+
+
+def _levels_key(levels):
+    """_levels_key is the cache key's part for a CPU level list: the list,
+    and when it names ``host`` this machine's CPU flags (/proc/cpuinfo), on
+    which host depends."""
+    part = levels
+    if "host" in [l.strip() for l in levels.split(",")]:
+        flags = platform.processor()
+        try:
+            with open("/proc/cpuinfo") as f:
+                for line in f:
+                    if line.startswith(("flags", "Features")):
+                        flags = line.strip()
+                        break
+        except OSError:
+            pass
+        part += "\0" + flags
+    return part
 
 
 def _checkout_root():
@@ -151,10 +182,14 @@ def _binary_identity(path, cache_dir):
     return ident
 
 
-def cache_key(spec_text, target, triple, binary, cache_dir):
-    """cache_key names a compiled spec in the cache."""
+def cache_key(spec_text, target, triple, binary, cache_dir, levels=None):
+    """cache_key names a compiled spec in the cache; levels is cpu_levels()
+    of a cpu build (None: every level, the key it always had)."""
     h = hashlib.sha256()
-    for part in (spec_text, _binary_identity(binary, cache_dir), target, triple):
+    parts = [spec_text, _binary_identity(binary, cache_dir), target, triple]
+    if levels is not None:
+        parts.append(_levels_key(levels))
+    for part in parts:
         h.update(part.encode() + b"\0")
     return h.hexdigest()[:32]
 
@@ -295,18 +330,20 @@ TARGET_FILE = "python-target"
 def build_spec(spec_text, target="cpu", cache_dir=None):
     """build_spec compiles spec_text for target (unless the cache has it) and
     returns the folder holding manifest.json and the libraries. cpu runs
-    ``attnc build --shared``; cuda runs ``attnc build --target cuda`` and
+    ``attnc build --shared`` (with ``--cpu-levels $ATTNC_CPU_LEVELS`` when
+    set: cpu_levels); cuda runs ``attnc build --target cuda`` and
     compiles each .cu with nvcc; cuda-emu compiles it with g++ against
     attnc's CUDA emulator instead."""
     if target not in TARGETS:
         raise ValueError("target: expected one of %s, got %r" % (", ".join(repr(t) for t in TARGETS), target))
     cache_dir = cache_dir or default_cache_dir()
     binary = find_attnc(cache_dir)
+    levels = None
     if target == "cpu":
-        tool, triple = None, cpu_triple()
+        tool, triple, levels = None, cpu_triple(), cpu_levels()
     else:
         tool, triple = _device_tools(target)
-    key = cache_key(spec_text, target, triple, binary, cache_dir)
+    key = cache_key(spec_text, target, triple, binary, cache_dir, levels)
     final = os.path.join(cache_dir, "kernels", key)
     if os.path.isfile(os.path.join(final, "manifest.json")):
         return final
@@ -318,6 +355,8 @@ def build_spec(spec_text, target="cpu", cache_dir=None):
             f.write(spec_text)
         if target == "cpu":
             args = [binary, "build", spec_path, "--target", target, "--triple", triple, "-o", tmp, "--shared"]
+            if levels is not None:
+                args += ["--cpu-levels", levels]
         else:
             args = [binary, "build", spec_path, "--target", "cuda", "-o", tmp]
         r = subprocess.run(args, capture_output=True, text=True)

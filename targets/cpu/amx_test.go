@@ -97,6 +97,12 @@ int main(void) {
 		clones []string
 	}{{"amx+bf16", []string{bf16Level, amxLevel}}, {"bf16", []string{bf16Level}}, {"none", nil}} {
 		ks := []*ir.Kernel{lvl}
+		// A library with DotBF16 clones has k's clones at every level
+		// below too (multiversion; the runtime numbers the levels of
+		// the module's clones).
+		if len(c.clones) > 0 {
+			ks = append(ks, clone("x86-64"), clone("x86-64-v3"), clone("x86-64-v4"))
+		}
 		for _, l := range c.clones {
 			ks = append(ks, clone(l))
 		}

@@ -396,6 +396,12 @@ int main(void) {
 	for _, withClone := range []bool{true, false} {
 		ks := []*ir.Kernel{lvl}
 		if withClone {
+			// with k's clones at every level below, as multiversion
+			// writes them (the runtime numbers the levels of the
+			// module's clones)
+			for _, l := range x86Levels[:3] {
+				ks = append(ks, &ir.Kernel{Name: "k" + l.Suffix, Role: ir.RoleDecode, Level: l.Name, Body: lltest.Blk(lltest.Ret(ir.Int(0)))})
+			}
 			ks = append(ks, clone)
 		}
 		bl := build(t, tc, lltest.Module("lvl", ks...), driver)

@@ -103,18 +103,20 @@ func (Target) Constraints() []passes.Constraint { return Constraints }
 // Assemble implements targets.Target: one entry kernel per plan.
 func (Target) Assemble(m *ir.Module) (*ir.Module, error) { return Assemble(m) }
 
-// Section implements targets.Target: the triple the IR is for.
+// Section implements targets.Target: the triple the IR is for and the
+// levels the build clones for (every level of the triple, or those
+// opt.CPULevels names, "host" resolved), baseline first.
 func (Target) Section(opt targets.Options) (registry.TargetManifest, error) {
-	mc, err := NewMachine(opt.Triple)
+	mc, err := NewMachine(opt.Triple, opt.CPULevels...)
 	if err != nil {
 		return registry.TargetManifest{}, err
 	}
-	return registry.TargetManifest{Triple: mc.Arch.Triple, Levels: mc.Arch.LevelNames()}, nil
+	return registry.TargetManifest{Triple: mc.Arch.Triple, Levels: mc.Built()}, nil
 }
 
 // Emit implements targets.Target: LLVM IR for opt.Triple.
 func (Target) Emit(v *ir.Variant, m *ir.Module, opt targets.Options) ([]targets.Artifact, error) {
-	mc, err := NewMachine(opt.Triple)
+	mc, err := NewMachine(opt.Triple, opt.CPULevels...)
 	if err != nil {
 		return nil, err
 	}
@@ -144,8 +146,14 @@ func (Target) Header(v *ir.Variant, m *ir.Module) string {
 		most = max(most, StackBytes(m, p.Entry))
 	}
 	fmt.Fprintf(&sb, "\n/* The most stack one call of any entry point needs on the calling thread\n   (large scratch is on the heap; worker threads get the default stack). */\n#define %s_STACK_BYTES %d\n", strings.ToUpper(m.Prefix), most)
-	fmt.Fprintf(&sb, "\n/* The CPU level the kernels run at (the manifest's targets.cpu.levels): the best\n   this CPU supports, chosen at the first call, or the one $%s names;\n   NULL when that variable names no level or one the CPU lacks (calls return\n   %s_CPU_LEVEL). */\nconst char *%s_cpu_level(void);\n",
-		LevelEnv, strings.ToUpper(m.Prefix), m.Prefix)
+	// A library without baseline clones (attnc build --cpu-levels above
+	// it) says so; every other header is as it always was.
+	above := ""
+	if !baselineCloned(m) {
+		above = fmt.Sprintf("\n   Built for levels above the baseline (attnc build --cpu-levels), it is NULL\n   too on a CPU below every level built, and calls return %s_CPU_LEVEL.", strings.ToUpper(m.Prefix))
+	}
+	fmt.Fprintf(&sb, "\n/* The CPU level the kernels run at (the manifest's targets.cpu.levels): the best\n   this CPU supports, chosen at the first call, or the one $%s names;\n   NULL when that variable names no level or one the CPU lacks (calls return\n   %s_CPU_LEVEL).%s */\nconst char *%s_cpu_level(void);\n",
+		LevelEnv, strings.ToUpper(m.Prefix), above, m.Prefix)
 	for _, p := range m.Plans {
 		entry := "entry point"
 		if !p.Public {
@@ -154,6 +162,26 @@ func (Target) Header(v *ir.Variant, m *ir.Module) string {
 		fmt.Fprintf(&sb, "\n/* %s (%s; needs %d bytes of stack). */\nint32_t %s(%s);\n", p.Role, entry, StackBytes(m, p.Entry), p.Entry, targets.CParams(p.Params, ""))
 	}
 	return sb.String()
+}
+
+// baselineCloned reports whether m's work kernels have clones at their
+// architecture's baseline level (x86-64, neon), as every build not
+// restricted to higher levels gives them; a module without clones counts
+// as having them.
+func baselineCloned(m *ir.Module) bool {
+	cloned := false
+	for _, k := range m.Kernels {
+		if k.Level == "" {
+			continue
+		}
+		cloned = true
+		for _, a := range Arches {
+			if k.Level == a.Levels[0].Name {
+				return true
+			}
+		}
+	}
+	return !cloned
 }
 
 // Manifest implements targets.Target: the entries with their plans, then

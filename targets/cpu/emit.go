@@ -15,10 +15,12 @@ import (
 func (mc *Machine) Emit(m *ir.Module) (string, error) {
 	a := mc.Arch
 	// The runtime knows the module's levels: a DotBF16 level only where
-	// some kernel is cloned at it.
+	// some kernel is cloned at it, and of a build restricted to some
+	// levels only those it cloned at.
 	ra := a
 	ra.Levels = mc.moduleLevels(m)
-	t := llvmgen.Target{Triple: a.Triple, DataLayout: a.DataLayout, Runtime: &runtimeEmitter{arch: ra, absent: absentLevels(a.Levels, ra.Levels)}}
+	rt := &runtimeEmitter{arch: ra, absent: absentLevels(a.Levels, ra.Levels), floor: floorLevel(m, ra.Levels)}
+	t := llvmgen.Target{Triple: a.Triple, DataLayout: a.DataLayout, Runtime: rt}
 	if m != nil {
 		for _, k := range m.Kernels {
 			if k == nil || k.Level == "" {

@@ -39,6 +39,19 @@ func (Target) Levels(triple string) ([]string, error) {
 	return t.LevelNames(), nil
 }
 
+// CheckLevels implements targets.Triples: the levels of triple that
+// levels names, baseline first, "host" resolved (Arch.ResolveLevels).
+func (Target) CheckLevels(triple string, levels []string) ([]string, error) {
+	mc, err := NewMachine(triple, levels...)
+	if err != nil {
+		return nil, err
+	}
+	if levels == nil {
+		return nil, nil
+	}
+	return mc.Built(), nil
+}
+
 // Workers implements targets.WorkerCount: the worker threads of the pool,
 // by default one per CPU of this machine.
 func (Target) Workers() targets.Workers {

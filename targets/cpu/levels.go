@@ -311,9 +311,18 @@ func (e *runtimeEmitter) defineCPULevel() {
 	lv := named(lir.NewPhi(incs...), "level")
 	lv.Type()
 	store.Insts = append(store.Insts, lv)
-	st := store.NewStore(lv, e.levelCache)
+	var level value.Value = lv
+	if e.floor > 0 {
+		// A build restricted to some levels: a level below the lowest
+		// one every kernel has a clone at is refused, so that
+		// <prefix>_cpu_level() is NULL exactly when the entries return
+		// CPU_LEVEL.
+		below := named(store.NewICmp(enum.IPredSLT, lv, llI32(int64(e.floor))), "below.floor")
+		level = named(store.NewSelect(below, llI32(-1), lv), "level.built")
+	}
+	st := store.NewStore(level, e.levelCache)
 	st.Atomic, st.Ordering, st.Align = true, enum.AtomicOrderingMonotonic, 4
-	store.NewRet(lv)
+	store.NewRet(level)
 }
 
 // hasAMX reports whether the module has an AMX level.
@@ -362,11 +371,16 @@ func (e *runtimeEmitter) defineLevelName() {
 
 // defineDetectLevel: the highest level whose CPUID bits are set and whose
 // register state the OS enabled (XGETBV, read only when OSXSAVE says it
-// may be). Levels without requirements (the baseline, NEON) always run.
+// may be). Levels without requirements (the baseline, NEON) always run;
+// a module without one (a build restricted to higher levels) returns -1
+// on a CPU that runs none of its levels. hostLevel is the same decision
+// in Go, for attnc build --cpu-levels host.
 func (e *runtimeEmitter) defineDetectLevel() {
 	f := e.detectLevel
 	b := f.NewBlock("entry")
-	top := 0
+	// top: the highest level that needs nothing, -1 when the module has
+	// none (a build restricted to levels above the baseline).
+	top := -1
 	for i, l := range e.arch.Levels {
 		if len(l.needs) == 0 {
 			top = i

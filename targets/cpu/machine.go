@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/attnc/attnc/ir"
@@ -11,23 +12,87 @@ import (
 
 // Machine is the CPU target for one architecture, built per compile from
 // the build's options: the triple resolved once in the Arches table, its
-// levels typed values. The schedule passes that depend on the machine
-// (multiversion, vector-reduce, block-matmul, native-widen) are closures
-// over it, so none looks a triple or a level up by name in a global table,
-// and the module carries no triple. A clone's ir.Kernel.Level names one of
-// the machine's levels; Level resolves it in the machine's own table.
+// levels typed values, and the levels the build clones for. The schedule
+// passes that depend on the machine (multiversion, vector-reduce,
+// block-matmul, native-widen) are closures over it, so none looks a triple
+// or a level up by name in a global table, and the module carries no
+// triple. A clone's ir.Kernel.Level names one of the machine's levels;
+// Level resolves it in the machine's own table.
 type Machine struct {
 	Arch Arch
+	// built are the indexes in Arch.Levels of the levels a build
+	// restricted to (targets.Options.CPULevels), ascending; nil: every
+	// level. Multiversion clones each work kernel at the best level at or
+	// below each of them that the kernel can be cloned at.
+	built []int
 }
 
 // NewMachine is the machine of triple ("" is DefaultTriple); an unknown
-// triple is an error naming the known ones.
-func NewMachine(triple string) (*Machine, error) {
+// triple is an error naming the known ones. levels, when not nil,
+// restricts the clones to those levels of the triple (ResolveLevels: names
+// and "host").
+func NewMachine(triple string, levels ...string) (*Machine, error) {
 	a, err := LookupArch(triple)
 	if err != nil {
 		return nil, err
 	}
-	return &Machine{Arch: a}, nil
+	mc := &Machine{Arch: a}
+	if levels != nil {
+		if mc.built, err = a.ResolveLevels(levels); err != nil {
+			return nil, err
+		}
+	}
+	return mc, nil
+}
+
+// Built are the names of the levels the machine clones for, baseline
+// first: every level of the architecture unless the build restricted them.
+func (mc *Machine) Built() []string {
+	if mc.built == nil {
+		return mc.Arch.LevelNames()
+	}
+	var out []string
+	for _, i := range mc.built {
+		out = append(out, mc.Arch.Levels[i].Name)
+	}
+	return out
+}
+
+// HostLevel is the name of the keyword that names the building machine's
+// best level in a restriction of the levels (attnc build --cpu-levels
+// host).
+const HostLevel = "host"
+
+// ResolveLevels are the indexes in a.Levels of the levels names lists,
+// ascending, each once: a level's name, or HostLevel for the level the
+// entries pick on the machine that runs this (hostLevel). An empty list,
+// an unknown name, or HostLevel on a machine of another architecture is an
+// error naming the known levels.
+func (a Arch) ResolveLevels(names []string) ([]int, error) {
+	known := strings.Join(append(a.LevelNames(), HostLevel), ", ")
+	var out []int
+	for _, n := range names {
+		n = strings.TrimSpace(n)
+		i := slices.IndexFunc(a.Levels, func(l Level) bool { return l.Name == n })
+		if n == HostLevel {
+			h, err := a.hostLevel()
+			if err != nil {
+				return nil, err
+			}
+			i = h
+		}
+		if i < 0 {
+			return nil, fmt.Errorf("unknown CPU level %q for %s (known: %s)", n, a.Triple, known)
+		}
+		if !slices.Contains(out, i) {
+			out = append(out, i)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no CPU level given for %s (known: %s)", a.Triple, known)
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // defaultMachine is the machine of DefaultTriple: Table's and LevelTable's.
@@ -59,10 +124,6 @@ func (mc *Machine) Table() []passes.Pass {
 		Desc: "clone the work kernels per CPU level of the triple (x86-64, -v3, -v4, and -v4-bf16 for those with a bf16 Q·Kᵀ; NEON); entries dispatch by CPUID or ATTNC_CPU_LEVEL"})
 }
 
-// LevelTable is Table with the clone of the named level only
-// (MultiversionAt: a kernel without a bf16 product is cloned at the best
-// level below a DotBF16 one): tests that run the level their machine picks
-// build with it, one clone instead of three or four. The entries return
 // mapClones is m with each level clone's kernel replaced by f(k, its
 // Level), the target-neutral kernels kept: the loop of every pass that
 // fits a clone to its level; pass names the level lookup's errors.
@@ -83,6 +144,10 @@ func (mc *Machine) mapClones(m *ir.Module, pass string, f func(k *ir.Kernel, l *
 	return &out, nil
 }
 
+// LevelTable is Table with the clone of the named level only
+// (MultiversionAt: a kernel without a bf16 product is cloned at the best
+// level below a DotBF16 one): tests that run the level their machine picks
+// build with it, one clone instead of three or four. The entries return
 // CPU_LEVEL on a CPU below the level. An unknown name is an error naming the known.
 func (mc *Machine) LevelTable(name string) ([]passes.Pass, error) {
 	for i, l := range mc.Arch.Levels {
@@ -127,10 +192,11 @@ func (mc *Machine) table(multiversion passes.Pass) []passes.Pass {
 
 // Bind implements targets.Binder: table with its CPU passes — those of a
 // machine's Table or LevelTable, known by name and description, not
-// inserted by a user — run on the machine of opt.Triple. The neutral and
+// inserted by a user — run on the machine of opt.Triple and opt.CPULevels
+// (Table's multiversion clones at those levels only). The neutral and
 // the inserted passes stay as they are, in their places.
 func (Target) Bind(table []passes.Pass, opt targets.Options) ([]passes.Pass, error) {
-	mc, err := NewMachine(opt.Triple)
+	mc, err := NewMachine(opt.Triple, opt.CPULevels...)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/attnc/attnc/ir"
 )
@@ -20,21 +21,43 @@ import (
 // start (rt.cpu_level: CPUID at the first call, or $ATTNC_CPU_LEVEL; the
 // runtime numbers the module's levels, moduleLevels), returns CPU_LEVEL
 // when the variable is refused, and calls the callee's clone of the best
-// level at or below it.
+// level at or below it. A machine restricted to some levels (NewMachine's
+// levels: attnc build --cpu-levels) clones each work kernel at the best
+// level at or below each of them that the kernel can be cloned at (keep):
+// the entries then refuse (CPU_LEVEL) a CPU below every kernel's lowest
+// clone, and run the best clone at or below the CPU's level otherwise.
 func (mc *Machine) Multiversion(m *ir.Module) (*ir.Module, error) {
-	return mc.multiversion(m, func(levels []int) []int { return levels })
+	return mc.multiversion(m, mc.keep)
+}
+
+// keep are the levels of levels (indexes into the architecture's,
+// ascending) a kernel that can be cloned at them is cloned at: all of
+// them, or on a restricted machine the best of them at or below each
+// level built.
+func (mc *Machine) keep(levels []int) []int {
+	if mc.built == nil {
+		return levels
+	}
+	var out []int
+	for _, i := range mc.built {
+		if b := bestAt(levels, i); !slices.Contains(out, b) {
+			out = append(out, b)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // MultiversionAt is Multiversion with one clone of each work kernel: of
 // the best level at or below level i it would be cloned at (a kernel
-// without a bf16 product takes x86-64-v4 where i is x86-64-v4-bf16). Tests
-// that run the level their machine picks build with it, one clone instead
-// of three or four. The entries return CPU_LEVEL below the highest level
-// cloned, whether the CPU is below it or ATTNC_CPU_LEVEL names a lower one.
+// without a bf16 product takes x86-64-v4 where i is x86-64-v4-bf16): the
+// Multiversion of the machine restricted to level i. Tests that run the
+// level their machine picks build with it, one clone instead of three or
+// four. The entries return CPU_LEVEL below the highest level cloned,
+// whether the CPU is below it or ATTNC_CPU_LEVEL names a lower one.
 func (mc *Machine) MultiversionAt(i int) func(*ir.Module) (*ir.Module, error) {
-	return func(m *ir.Module) (*ir.Module, error) {
-		return mc.multiversion(m, func(levels []int) []int { return []int{bestAt(levels, i)} })
-	}
+	at := &Machine{Arch: mc.Arch, built: []int{i}}
+	return at.Multiversion
 }
 
 // multiversion clones each work kernel at the levels keep takes of those
@@ -60,15 +83,6 @@ func (mc *Machine) multiversion(m *ir.Module, keep func([]int) []int) (*ir.Modul
 		at[k.Name] = keep(can)
 		lo = max(lo, at[k.Name][0])
 	}
-	// index maps a level of all to its index among the module's levels
-	// (moduleLevels: the runtime's numbering).
-	index := map[int]int{}
-	for i, l := range all {
-		if l.DotBF16 && !clonedAt(at, i) {
-			continue
-		}
-		index[i] = len(index)
-	}
 	out := *m
 	out.Kernels = nil
 	for _, k := range m.Kernels {
@@ -79,6 +93,12 @@ func (mc *Machine) multiversion(m *ir.Module, keep func([]int) []int) (*ir.Modul
 			c.Body = renameCalls(ir.CloneBlock(k.Body), at, all, i)
 			out.Kernels = append(out.Kernels, &c)
 		}
+	}
+	// index maps a level of all that has clones to its index among the
+	// module's levels (moduleLevels: the runtime's numbering).
+	index := map[int]int{}
+	for j, l := range mc.moduleLevels(&out) {
+		index[slices.IndexFunc(all, func(a Level) bool { return a.Name == l.Name })] = j
 	}
 	for _, k := range m.Kernels {
 		if at[k.Name] != nil {
@@ -113,24 +133,60 @@ func clonedAt(at map[string][]int, i int) bool {
 }
 
 // moduleLevels are the levels of the architecture that module m's clones
-// and runtime know, baseline first: every level but a DotBF16 one no
-// kernel is cloned at. The runtime numbers them in this order
-// (rt.cpu_level), and a module without a bf16 product is the same as
-// before that level existed.
+// and runtime know, baseline first: the levels some kernel is cloned at
+// (every level but a DotBF16 one no kernel has a product for, unless the
+// build restricted the levels), or for a module without clones the levels
+// a kernel without a bf16 product would be cloned at (keep). The runtime
+// numbers them in this order (rt.cpu_level), and a module without a bf16
+// product is the same as before that level existed.
 func (mc *Machine) moduleLevels(m *ir.Module) []Level {
 	var out []Level
 	for _, l := range mc.Arch.Levels {
-		used := !l.DotBF16
-		if m != nil {
-			for _, k := range m.Kernels {
-				used = used || k != nil && k.Level == l.Name
-			}
-		}
-		if used {
+		if m != nil && slices.ContainsFunc(m.Kernels, func(k *ir.Kernel) bool { return k != nil && k.Level == l.Name }) {
 			out = append(out, l)
 		}
 	}
+	if len(out) > 0 {
+		return out
+	}
+	var plain []int
+	for i, l := range mc.Arch.Levels {
+		if !l.DotBF16 {
+			plain = append(plain, i)
+		}
+	}
+	for _, i := range mc.keep(plain) {
+		out = append(out, mc.Arch.Levels[i])
+	}
 	return out
+}
+
+// floorLevel is the index among the module's levels (levels, moduleLevels)
+// of the lowest level every cloned kernel of m has a clone at: 0 unless
+// the build restricted the levels. The entries refuse a level below it.
+func floorLevel(m *ir.Module, levels []Level) int {
+	lowest := map[string]int{}
+	if m == nil {
+		return 0
+	}
+	for _, k := range m.Kernels {
+		if k == nil || k.Level == "" {
+			continue
+		}
+		j := slices.IndexFunc(levels, func(l Level) bool { return l.Name == k.Level })
+		if j < 0 {
+			continue
+		}
+		base := strings.TrimSuffix(k.Name, levels[j].Suffix)
+		if cur, ok := lowest[base]; !ok || j < cur {
+			lowest[base] = j
+		}
+	}
+	floor := 0
+	for _, j := range lowest {
+		floor = max(floor, j)
+	}
+	return floor
 }
 
 // bestAt is the highest of levels (ascending indexes) at or below i; the

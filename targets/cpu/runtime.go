@@ -62,6 +62,11 @@ type runtimeEmitter struct {
 	// levels of the best level below it: ATTNC_CPU_LEVEL may still name
 	// them, and runs that level.
 	absent []absentLevel
+	// floor is the index among arch's levels of the lowest level every
+	// cloned kernel has a clone at (floorLevel): rt.cpu_level refuses the
+	// levels below it, as the entries do (0 unless the build restricted
+	// the levels).
+	floor  int
 	b      *llvmgen.Builder
 	mod    *lir.Module
 	prefix string

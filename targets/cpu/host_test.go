@@ -1,0 +1,115 @@
+package cpu
+
+import (
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// fakeCPU is a machine's CPUID and XCR0 for detectHost: the leaves it has
+// (leaf 0's and 0x80000000's EAX say the highest), every bit of the named
+// features set.
+func fakeCPU(t *testing.T, xcr0 uint32, feats ...string) cpuidFunc {
+	regs := map[[2]uint32][4]uint32{{0, 0}: {7}, {0x80000000, 0}: {0x80000001}, {7, 0}: {1}}
+	for _, f := range feats {
+		found := false
+		for _, nb := range bitsAMX {
+			if nb.name == f {
+				r := regs[[2]uint32{uint32(nb.leaf), uint32(nb.sub)}]
+				r[nb.reg] |= 1 << nb.bit
+				regs[[2]uint32{uint32(nb.leaf), uint32(nb.sub)}] = r
+				found = true
+			}
+		}
+		if !found {
+			t.Fatalf("no CPUID bit %s", f)
+		}
+	}
+	return cpuidFunc{cpuid: func(leaf, sub uint32) [4]uint32 {
+		if leaf == 7 && sub == 0 {
+			r := regs[[2]uint32{7, 0}]
+			r[0] = 1 // leaf 7 has subleaf 1
+			return r
+		}
+		return regs[[2]uint32{leaf, sub}]
+	}, xgetbv: func() uint32 { return xcr0 }}
+}
+
+// TestDetectHost: the Go detection behind --cpu-levels host picks what
+// the generated detection picks (defineDetectLevel): the highest level
+// whose bits and OS state are there, never a Manual one, the baseline on
+// a bare x86-64.
+func TestDetectHost(t *testing.T) {
+	v3 := []string{"sse3", "ssse3", "cx16", "sse4.1", "sse4.2", "popcnt", "lahf_lm", "fma", "movbe", "osxsave", "avx", "f16c", "bmi1", "avx2", "bmi2", "abm"}
+	v4 := append(append([]string(nil), v3...), "avx512f", "avx512dq", "avx512cd", "avx512bw", "avx512vl")
+	bf16 := append(append([]string(nil), v4...), "avx512_bf16")
+	amx := append(append([]string(nil), bf16...), "amx_bf16", "amx_tile")
+	for _, c := range []struct {
+		name  string
+		xcr0  uint32
+		feats []string
+		want  string
+	}{
+		{"bare", 0, nil, "x86-64"},
+		{"v3", 0x6, v3, "x86-64-v3"},
+		{"v3 without OS AVX state", 0x2, v3, "x86-64"},
+		{"v3 but movbe", 0x6, v3[:8], "x86-64"},
+		{"v4", 0xe6, v4, "x86-64-v4"},
+		{"v4 without OS AVX-512 state", 0x6, v4, "x86-64-v3"},
+		{"zen4", 0xe6, bf16, "x86-64-v4-bf16"},
+		{"sapphire rapids", xcr0AMX, amx, "x86-64-v4-bf16"},
+	} {
+		got := detectHost(x86Levels, fakeCPU(t, c.xcr0, c.feats...))
+		if got < 0 || x86Levels[got].Name != c.want {
+			t.Errorf("%s: level %d, want %s", c.name, got, c.want)
+		}
+	}
+	// Without the baseline (a build restricted to higher levels), a CPU
+	// that runs none of them has no level.
+	if got := detectHost(x86Levels[2:], fakeCPU(t, 0x6, v3...)); got != -1 {
+		t.Errorf("v3 CPU, levels from x86-64-v4: %d, want -1", got)
+	}
+	if got := detectHost(aarch64Levels, cpuidFunc{}); got != 0 {
+		t.Errorf("aarch64: %d, want 0 (neon)", got)
+	}
+}
+
+// TestResolveLevels: names are levels of the triple, in the table's order
+// whatever the order given, each once; host is this machine's level; an
+// unknown name, an empty list and host for another architecture are
+// errors naming the known levels.
+func TestResolveLevels(t *testing.T) {
+	x86, _ := LookupArch("")
+	arm, _ := LookupArch("aarch64-unknown-linux-gnu")
+	got, err := x86.ResolveLevels([]string{"x86-64-v4", " x86-64", "x86-64-v4"})
+	if err != nil || len(got) != 2 || got[0] != 0 || got[1] != 2 {
+		t.Errorf("x86-64-v4,x86-64,x86-64-v4: %v %v, want [0 2]", got, err)
+	}
+	for _, c := range []struct {
+		a     Arch
+		names []string
+		want  string
+	}{
+		{x86, []string{"x86-64-v5"}, `unknown CPU level "x86-64-v5" for x86_64-unknown-linux-gnu (known: x86-64, x86-64-v3, x86-64-v4, x86-64-v4-bf16, x86-64-amx, host)`},
+		{x86, []string{"neon"}, `unknown CPU level "neon"`},
+		{x86, nil, "no CPU level given for x86_64-unknown-linux-gnu"},
+		{arm, []string{"x86-64"}, `unknown CPU level "x86-64" for aarch64-unknown-linux-gnu (known: neon, host)`},
+	} {
+		if _, err := c.a.ResolveLevels(c.names); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v on %s: %v, want %q", c.names, c.a.Triple, err, c.want)
+		}
+	}
+	other := arm
+	if runtime.GOARCH == "arm64" {
+		other = x86
+	}
+	if _, err := other.ResolveLevels([]string{"host"}); err == nil || !strings.Contains(err.Error(), "is not a") {
+		t.Errorf("host for %s on %s: %v", other.Triple, runtime.GOARCH, err)
+	}
+	if runtime.GOARCH == "amd64" {
+		h, err := x86.ResolveLevels([]string{"host"})
+		if err != nil || len(h) != 1 || x86Levels[h[0]].Manual {
+			t.Errorf("host: %v %v", h, err)
+		}
+	}
+}
