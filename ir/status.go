@@ -42,5 +42,5 @@ var Statuses = []ErrorCode{
 	{Code: StatusBadLength, Name: "bad_length", Msg: "copy_page length must be in 0..page_size"},
 	{Code: StatusBadMaskIndptr, Name: "bad_mask_indptr", Msg: "tree_order_indptr must start at or above 0, be non-decreasing and give each sequence q_len of the total_q rows; mask_indptr likewise with enough bytes for q_len*kv_len bits"},
 	{Code: StatusTooLarge, Name: "too_large", Msg: "the call needs more than 2^31-1 work items (batch_size x kv_heads x query tiles, or n x heads): split it"},
-	{Code: StatusCPULevel, Name: "cpu_level", Msg: "(CPU) ATTNC_CPU_LEVEL names no CPU level of these kernels, or one this CPU cannot run"},
+	{Code: StatusCPULevel, Name: "cpu_level", Msg: "(CPU) this CPU runs none of the levels these kernels were built for, or ATTNC_CPU_LEVEL names no CPU level of them or one this CPU cannot run"},
 }
