@@ -390,7 +390,7 @@ func (l *lowering) tileStep(t *blk, x itemVars, kt ir.Expr) {
 			})
 		}, nil)
 	})
-	l.softmaxUpdate(t, R, x.nRows, kvN, l.alphaLoop(x.it))
+	l.softmaxUpdate(t, R, x.nRows, kvN, l.alphaLoop(x.it), l.phases(x.it))
 	// P·V: a hidden position's weight (-0: masked, or a -inf score from
 	// the mask, the score expression or the data) contributes exactly
 	// nothing, its V row included, in every tile (DESIGN §3); a visible
@@ -401,8 +401,18 @@ func (l *lowering) tileStep(t *blk, x itemVars, kt ir.Expr) {
 }
 
 // alphaLoop reports whether the work item's softmax update computes alpha
-// in a loop of its own (Tiling.PrefillAlphaLoop, prefill items).
-func (l *lowering) alphaLoop(it attnItem) bool { return l.t.PrefillAlphaLoop && !it.decode }
+// in a loop of its own (Tiling.PrefillAlphaLoop, prefill items; Tiling.
+// DecodePhases, decode items).
+func (l *lowering) alphaLoop(it attnItem) bool {
+	if it.decode {
+		return l.t.DecodePhases
+	}
+	return l.t.PrefillAlphaLoop
+}
+
+// phases reports whether the work item's softmax update takes its rows'
+// maxes in a loop of their own, before their exps (Tiling.DecodePhases).
+func (l *lowering) phases(it attnItem) bool { return l.t.DecodePhases && it.decode }
 
 // directOr is mm, or, when its B is read in place (on), `if direct { mm
 // reading B's rows in pool at the offsets rows } else { mm }`.
@@ -648,7 +658,11 @@ func (l *lowering) scoreStep(b *blk, at, j, qPos, kvPosE, head, sb, qBase, kvLen
 // the max: the same arithmetic, with no inner loop, so that a CPU runs it
 // as a vector loop (one vector exp for a vector of rows, not a scalar exp
 // per row).
-func (l *lowering) softmaxUpdate(b *blk, R int, nRows, kvN ir.Expr, alphaLoop bool) {
+//
+// With phases (Tiling.DecodePhases, which implies alphaLoop) a loop of
+// its own before the row loop takes every row's new max first and leaves
+// it in alpha, where the row loop reads it.
+func (l *lowering) softmaxUpdate(b *blk, R int, nRows, kvN ir.Expr, alphaLoop, phases bool) {
 	KT, DV := l.t.KVTile, l.DV
 	// Not > -inf: a NaN max is live, so that the NaN reaches p.
 	isLive := func(y *blk, mNew ir.Expr) ir.Expr { return y.let("live", not(eq(mNew, negInf()))) }
@@ -658,14 +672,31 @@ func (l *lowering) softmaxUpdate(b *blk, R int, nRows, kvN ir.Expr, alphaLoop bo
 		y.store("mx", row, mNew)
 		y.store("alpha", row, a)
 	}
+	newMax := func(y *blk, row ir.Expr) (mOld, mNew ir.Expr) {
+		j := ir.R("j", ir.I32)
+		y.add(&ir.Reduce{Name: "m_tile", Op: ir.ReduceMax, Var: "j", Lo: i32(0), Hi: i32(KT),
+			Value: sel(lt(j, kvN), ld("sc", ir.F32, add(mul(row, i32(KT)), j)), negInf())})
+		mOld = y.let("m_old", ld("mx", ir.F32, row))
+		return mOld, y.let("m_new", maxE(mOld, ir.R("m_tile", ir.F32)))
+	}
+	if phases {
+		b.spread("row", R, func(x *blk, row ir.Expr) {
+			x.guarded(lt(row, nRows), func(y *blk) {
+				_, mNew := newMax(y, row)
+				y.store("alpha", row, mNew)
+			}, nil)
+		})
+	}
 	b.spread("row", R, func(x *blk, row ir.Expr) {
 		x.guarded(lt(row, nRows), func(y *blk) {
 			at := func(j ir.Expr) ir.Expr { return add(mul(row, i32(KT)), j) }
 			j := ir.R("j", ir.I32)
-			y.add(&ir.Reduce{Name: "m_tile", Op: ir.ReduceMax, Var: "j", Lo: i32(0), Hi: i32(KT),
-				Value: sel(lt(j, kvN), ld("sc", ir.F32, at(j)), negInf())})
-			mOld := y.let("m_old", ld("mx", ir.F32, row))
-			mNew := y.let("m_new", maxE(mOld, ir.R("m_tile", ir.F32)))
+			var mOld, mNew ir.Expr
+			if phases {
+				mNew = y.let("m_new", ld("alpha", ir.F32, row))
+			} else {
+				mOld, mNew = newMax(y, row)
+			}
 			var live ir.Expr
 			if !alphaLoop {
 				live = isLive(y, mNew)
@@ -680,7 +711,9 @@ func (l *lowering) softmaxUpdate(b *blk, R int, nRows, kvN ir.Expr, alphaLoop bo
 			y.add(&ir.Reduce{Name: "psum", Op: ir.ReduceAdd, Var: "j", Lo: i32(0), Hi: i32(KT),
 				Value: sel(lt(j, kvN), ld("sc", ir.F32, at(j)), f32(0))})
 			if alphaLoop {
-				y.store("alpha", row, mNew)
+				if !phases {
+					y.store("alpha", row, mNew)
+				}
 				y.store("tsum", row, ir.R("psum", ir.F32))
 				return
 			}

@@ -80,6 +80,17 @@ type Tiling struct {
 	// across rows (a vector exp per L rows instead of a scalar exp per
 	// row).
 	PrefillAlphaLoop bool
+	// DecodePhases makes the decode kernels' online-softmax update run
+	// in three loops over the item's rows, one per phase: each row's new
+	// max (kept in alpha), then each row's exp and sum (kept in tsum),
+	// then alpha = exp(m_old - m_new), the denominator and the max as
+	// PrefillAlphaLoop's loop computes them. The same arithmetic in the
+	// same order for each row: a decode item's few rows (a GQA group)
+	// are independent chains of dependent steps (a reduce tree, the exp,
+	// another reduce tree, the scalar exp), and short loops of
+	// independent iterations let a CPU overlap the rows' chains instead
+	// of running one row's whole chain after another's.
+	DecodePhases bool
 }
 
 // HeadTile is how many qo heads of a GQA group of g heads a work item

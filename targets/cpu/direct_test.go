@@ -41,6 +41,26 @@ func decodeDirectKeepsResults(t *testing.T, indices []int32) {
 	}
 }
 
+// TestDecodePhasesKeepsResults is TestDecodeDirectKeepsResults's test
+// with decode's online-softmax update in one loop over the rows and in a
+// loop per phase (Tiling.DecodePhases: every row's max, then every row's
+// exp and sum, then alpha, the denominator and the max): the same
+// arithmetic, bit for bit, on the same inputs (f32, f16, bf16 and 8-bit
+// caches, a hidden page, an empty sequence, a partial last tile).
+func TestDecodePhasesKeepsResults(t *testing.T) {
+	for _, indices := range [][]int32{stagedIndices, {3, 9, 0, 14, 5, 12, 7, 1, 11, 2, -1, 16}} {
+		for _, c := range decodeCases {
+			v := decodeVariant(c)
+			tilingSwitch{
+				name: c.name(), v: v, at: func(tl *lower.Tiling) *bool { return &tl.DecodePhases }, defaultOn: true,
+				args:         func() map[string]any { return stagedDecodeArgs(v, indices) },
+				neutralShows: func(m *ir.Module) bool { return strings.Contains(m.Kernel("t_decode_work").String(), "tsum") },
+				as0:          "one row loop", as1: "a loop per phase",
+			}.run(t)
+		}
+	}
+}
+
 // TestPrefillDirectKeepsResults lowers prefill over an f32 cache with K
 // and V rows read straight from the pages (Tiling.PrefillDirect: K packed
 // for the micro-kernels from the pool rows, P·V reading V there) and
