@@ -190,10 +190,7 @@ var expPoly = []float64{1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.166
 // +inf above, NaN for NaN.
 func PolyExp(prefix string, x ir.Expr) ([]ir.Stmt, ir.Expr) {
 	var lets []ir.Stmt
-	let := func(name string, e ir.Expr) ir.Expr {
-		lets = append(lets, &ir.Let{Name: prefix + name, Value: e})
-		return ir.R(prefix+name, e.Type())
-	}
+	let := letsNamed(prefix, &lets)
 	f := ir.Float
 	xv := let("x", x)
 	// The clamp is written as selects, not Min/Max (which propagate NaN):
@@ -223,10 +220,7 @@ func PolyExp(prefix string, x ir.Expr) ([]ir.Stmt, ir.Expr) {
 // For x <= 0 (and -0) the result is PolyExp(x) bit for bit, NaN for NaN.
 func PolyExpNonPos(prefix string, x ir.Expr) ([]ir.Stmt, ir.Expr) {
 	var lets []ir.Stmt
-	let := func(name string, e ir.Expr) ir.Expr {
-		lets = append(lets, &ir.Let{Name: prefix + name, Value: e})
-		return ir.R(prefix+name, e.Type())
-	}
+	let := letsNamed(prefix, &lets)
 	f := ir.Float
 	xv := let("x", x)
 	// Written so that a NaN x stays NaN: a comparison with NaN is false.
@@ -238,6 +232,15 @@ func PolyExpNonPos(prefix string, x ir.Expr) ([]ir.Stmt, ir.Expr) {
 	scale := let("s", &ir.Bitcast{To: ir.F32, X: ir.Bin(ir.Shl, ir.Bin(ir.Add, ni, ir.Int(127)), ir.Int(23))})
 	v := let("v", ir.Bin(ir.Mul, y, scale))
 	return lets, ir.Sel(ir.Bin(ir.Lt, xv, f(ExpMinArg)), f(0), v)
+}
+
+// letsNamed returns a function that appends a let named prefix+name of e
+// to *lets and returns a reference to it.
+func letsNamed(prefix string, lets *[]ir.Stmt) func(name string, e ir.Expr) ir.Expr {
+	return func(name string, e ir.Expr) ir.Expr {
+		*lets = append(*lets, &ir.Let{Name: prefix + name, Value: e})
+		return ir.R(prefix+name, e.Type())
+	}
 }
 
 // expCore is n and y of exp(c) = y·2^n for c in [ExpMinArg, ExpMaxArg]

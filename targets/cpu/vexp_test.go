@@ -128,18 +128,7 @@ func TestPolyExpError(t *testing.T) {
 	if strings.Contains(ll, "@llvm.exp") || strings.Contains(ll, "expf") {
 		t.Fatal("an exp call is left")
 	}
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "e.ll"), []byte(ll), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	so := filepath.Join(dir, "e.so")
-	if err := tc.BuildShared(filepath.Join(dir, "e.ll"), so); err != nil {
-		t.Fatal(err)
-	}
-	lib, err := cpurt.Open(so)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lib := openLL(t, tc, ll)
 	defer lib.Close()
 	best := lib.CallStr("e_cpu_level", 0)
 	xs := expInputs(193)
@@ -317,18 +306,7 @@ kernel e%s role decode level %q (x: f32* [n], o: f32* [n] out, o2: f32* [n] out,
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "e.ll"), []byte(ll), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	so := filepath.Join(dir, "e.so")
-	if err := tc.BuildShared(filepath.Join(dir, "e.ll"), so); err != nil {
-		t.Fatal(err)
-	}
-	lib, err := cpurt.Open(so)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lib := openLL(t, tc, ll)
 	defer lib.Close()
 	best := lib.CallStr("e_cpu_level", 0)
 	xs := expInputs(193)
@@ -353,4 +331,23 @@ kernel e%s role decode level %q (x: f32* [n], o: f32* [n] out, o2: f32* [n] out,
 		t.Fatalf("interpreter: status %d, %v", st, err)
 	}
 	check("interpreter", few, o, o2)
+}
+
+// openLL builds ll into a shared library with tc in a test directory and
+// opens it.
+func openLL(t *testing.T, tc *cpurt.Toolchain, ll string) *cpurt.Lib {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "e.ll"), []byte(ll), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	so := filepath.Join(dir, "e.so")
+	if err := tc.BuildShared(filepath.Join(dir, "e.ll"), so); err != nil {
+		t.Fatal(err)
+	}
+	lib, err := cpurt.Open(so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lib
 }
