@@ -148,6 +148,13 @@ type CaseResult struct {
 	// with no compute (Ratios["paged_scan"]: the median rate over the
 	// scan's).
 	Scan *PagedScan `json:"paged_scan,omitempty"`
+
+	// HugePages says whether the decode pools were advised MADV_HUGEPAGE,
+	// and the host's THP mode ("advised, THP madvise"); AnonHugeBytes is
+	// the process's AnonHugePages once they were filled
+	// (/proc/self/smaps_rollup; 0 where unreadable): what the kernel granted.
+	HugePages     string `json:"huge_pages,omitempty"`
+	AnonHugeBytes int64  `json:"anon_huge_bytes,omitempty"`
 }
 
 // CacheTimeBar is the goal for 8-bit caches: a decode over an 8-bit cache takes at
@@ -352,6 +359,10 @@ func runCase(s *conformance.Suite, pc PlannedCase, o CPUOptions, threads int, m 
 		Mask: maskText(v), Batch: len(sh.qLens), QLen: sh.qLens[0], KVLen: sh.kvLens[0], Threads: threads,
 		KVBytes: w.kvBytes, Flops: w.flops, Exact: w.exact,
 		PoolBytes: int64(w.poolPages) * w.pageBytes, PageSets: len(w.tables)}
+	if w.huge != "" {
+		c.HugePages = w.huge + ", THP " + thpMode()
+		c.AnonHugeBytes = anonHugeBytes()
+	}
 	if s.Lib != nil {
 		c.Level = s.Lib.CallStr(s.Prefix+"_cpu_level", 0)
 	}
@@ -438,4 +449,39 @@ func maskText(v *ir.Variant) string {
 		}
 	}
 	return s
+}
+
+// thpMode is the host's transparent huge page mode (always, madvise or
+// never: the bracketed word of /sys/kernel/mm/transparent_hugepage/enabled),
+// "unknown" where unreadable.
+func thpMode() string {
+	b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled")
+	if err != nil {
+		return "unknown"
+	}
+	s := string(b)
+	i, j := strings.IndexByte(s, '['), strings.IndexByte(s, ']')
+	if i < 0 || j < i {
+		return "unknown"
+	}
+	return s[i+1 : j]
+}
+
+// anonHugeBytes is the process's AnonHugePages (/proc/self/smaps_rollup),
+// 0 where unreadable.
+func anonHugeBytes() int64 {
+	b, err := os.ReadFile("/proc/self/smaps_rollup")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 3 && f[0] == "AnonHugePages:" && f[2] == "kB" {
+			var kb int64
+			if _, err := fmt.Sscan(f[1], &kb); err == nil {
+				return kb << 10
+			}
+		}
+	}
+	return 0
 }

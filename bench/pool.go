@@ -45,6 +45,10 @@ type poolWorkload struct {
 	kvBytes    int64 // K+V bytes of the rows the call's queries see, as stored
 	flops      float64
 	exact      bool // flops and kvBytes count the visible rows exactly
+
+	// huge is "advised" when the pools were advised MADV_HUGEPAGE before
+	// their first write, why not when that failed, "" without a pool.
+	huge string
 }
 
 // workloadShape is a call: per sequence, new query tokens and cached
@@ -155,6 +159,14 @@ func newPoolWorkload(s *conformance.Suite, role ir.Role, sh workloadShape, minPo
 		for _, name := range pageNames {
 			pool := cpurt.NewBuffer(w.poolPages * perPage[name])
 			w.bufs = append(w.bufs, pool)
+			// Engines' K/V pools are large allocations that a THP "always"
+			// host maps on huge pages; advise it so that the pools (the
+			// kernel's and the paged scan's) walk the same page size
+			// whatever the host's THP mode is.
+			w.huge = "advised"
+			if err := pool.AdviseHugePages(); err != nil {
+				w.huge = "not advised (" + err.Error() + ")"
+			}
 			tile(pool.U8(), byName[name].U8(), threads)
 			w.vals[name] = pool.Ptr()
 			pools[name] = pool

@@ -106,6 +106,9 @@ func writeCase(w io.Writer, c *CaseResult) {
 	if c.Role == "decode" {
 		also = append(also, fmt.Sprintf("%.3f scattered+prefetch", c.Ratios["scattered_read_prefetch"]))
 		also = append(also, fmt.Sprintf("pool %s, %d page sets", mib(c.PoolBytes), c.PageSets))
+		if c.HugePages != "" {
+			also = append(also, fmt.Sprintf("huge pages %s, %s of AnonHugePages", c.HugePages, mib(c.AnonHugeBytes)))
+		}
 		if c.Scan != nil {
 			also = append(also, fmt.Sprintf("paged scan %.2f GB/s, %s", c.Scan.Rate.Median, aheadText(c.Scan.Ahead)))
 		}

@@ -83,6 +83,21 @@ func newBuffer(n, flags int) (*Buffer, error) {
 	return b, nil
 }
 
+// AdviseHugePages asks Linux to back b's data with transparent huge pages
+// (madvise MADV_HUGEPAGE), as a host whose THP mode is "always" would
+// unasked; it changes no byte, only the page size the kernel may map. Call
+// it before the first write: pages already touched stay small.
+func (b *Buffer) AdviseHugePages() error {
+	if b == nil || len(b.mem) == 0 {
+		return nil
+	}
+	ps := os.Getpagesize()
+	if len(b.mem) <= 2*ps {
+		return nil
+	}
+	return syscall.Madvise(b.mem[ps:len(b.mem)-ps], syscall.MADV_HUGEPAGE)
+}
+
 // Len is the buffer's size in bytes.
 func (b *Buffer) Len() int {
 	if b == nil {
