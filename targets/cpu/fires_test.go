@@ -82,18 +82,23 @@ func TestBlockMatMulFires(t *testing.T) {
 }
 
 // TestExpBoundFires compiles every example for both triples through the
-// CPU table up to exp-bound: in every level clone, every softmax weight
-// exp(s_j - m_new) must have become exp(min(s_j - m_new, 0)) (a lowering
-// change that broke exp-bound's pattern would leave the full polynomial,
-// silently slower), and every prefill and decode work clone must have one.
+// CPU table up to exp-bound: in every prefill level clone, every softmax
+// weight exp(s_j - m_new) must have become exp(min(s_j - m_new, 0)) (a
+// lowering change that broke exp-bound's pattern would leave the full
+// polynomial, silently slower), and every prefill work clone must have
+// one. Decode is not checked: its softmax runs a loop per phase over the
+// group's rows (Tiling.DecodePhases), the max reaching the exp loop
+// through alpha[row], which exp-bound's one-block proof does not follow.
 func TestExpBoundFires(t *testing.T) {
 	eachLevelClone(t, "exp-bound", func(v *ir.Variant, k *ir.Kernel) {
+		if k.Role != ir.RolePrefill {
+			return
+		}
 		text := k.String()
 		if strings.Contains(text, "exp((s_j - m_new))") {
 			t.Errorf("%s %s: a softmax weight's exp left unbounded", v.Name, k.Name)
 		}
-		work := (k.Role == ir.RolePrefill || k.Role == ir.RoleDecode) && strings.Contains(k.Name, "_work")
-		if work && !strings.Contains(text, "exp(min((s_j - m_new), 0.0:f32))") {
+		if strings.Contains(k.Name, "_work") && !strings.Contains(text, "exp(min((s_j - m_new), 0.0:f32))") {
 			t.Errorf("%s %s: no bounded exp", v.Name, k.Name)
 		}
 	})
