@@ -107,16 +107,7 @@ kernel e%s role decode level %q (x: f32* [n], o: f32* [n] out, n: i32) {
 // a sparser sample.
 func TestPolyExpError(t *testing.T) {
 	t.Parallel()
-	host := cpurt.HostTriple()
-	if host == "" {
-		t.Skip("no CPU target for " + runtime.GOARCH)
-	}
-	tc, err := cpurt.ToolchainFor(host)
-	needtool.Check(t, err)
-	tg, err := LookupArch(host)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tc, tg := hostToolchain(t)
 	m, err := VectorExp(expModule(tg))
 	if err != nil {
 		t.Fatal(err)
@@ -244,16 +235,7 @@ kernel e_k role decode level "x86-64" (x: f32* [n], y: f32* [n], o1: f32* [n] ou
 // 0 (min(x, 0) = 0).
 func TestPolyExpNonPos(t *testing.T) {
 	t.Parallel()
-	host := cpurt.HostTriple()
-	if host == "" {
-		t.Skip("no CPU target for " + runtime.GOARCH)
-	}
-	tc, err := cpurt.ToolchainFor(host)
-	needtool.Check(t, err)
-	tg, err := LookupArch(host)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tc, tg := hostToolchain(t)
 	var src strings.Builder
 	src.WriteString("module e prefix e\n")
 	for _, l := range tg.Levels {
@@ -350,4 +332,21 @@ func openLL(t *testing.T, tc *cpurt.Toolchain, ll string) *cpurt.Lib {
 		t.Fatal(err)
 	}
 	return lib
+}
+
+// hostToolchain is this machine's CPU toolchain and architecture; it skips
+// the test on a machine with no CPU target.
+func hostToolchain(t *testing.T) (*cpurt.Toolchain, Arch) {
+	t.Helper()
+	host := cpurt.HostTriple()
+	if host == "" {
+		t.Skip("no CPU target for " + runtime.GOARCH)
+	}
+	tc, err := cpurt.ToolchainFor(host)
+	needtool.Check(t, err)
+	tg, err := LookupArch(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tc, tg
 }
