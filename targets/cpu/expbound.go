@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"sort"
 
 	"github.com/attnc/attnc/ir"
 )
@@ -13,7 +14,7 @@ import (
 // polynomial exp (PolyExpNonPos: no clamp above, no 2^128 step, no +inf
 // select, NaN carried through the arithmetic rather than selected).
 //
-// The proof is structural, inside one block (a tile's row): a
+// The proof is structural. Inside one block (a tile's row, prefill), a
 //
 //	reduce M = max over J in LO .. HI of select(J < E, A[B + J], -inf)
 //
@@ -25,13 +26,30 @@ import (
 // whose iteration J2 reads element B + J2 before it writes it (B + J2 is
 // one element per J2), and whose else branch (J2 >= E) writes A only at
 // B + J2: S is then one of the elements the max saw, so S <= M <= N
-// unless one of them is NaN. Between the reduce and the loop no
-// statement may write A or assign any variable, and no let may rename a
-// name the facts mention.
+// unless one of them is NaN. B, LO, HI and E neither load nor call
+// (their values change only with the names they mention). Between the
+// reduce and the loop no statement may write A or assign any variable,
+// and no let may rename a name the facts mention.
+//
+// Decode's update runs a loop per phase over the rows (lower's
+// Tiling.DecodePhases): the max reaches the exp through an array. A row
+// loop
+//
+//	for R in RLO .. RHI { [if C {] ... N (a max as above, B mentioning R) ...; store T[R] = N [}] }
+//
+// whose iterations write T only at that store (T[R]: one element per
+// row), never write A and all run to the end (no continue, return or
+// assignment), where nothing in the loop defines R again or a name the
+// fact or C mention, and C, RLO and RHI neither load nor call, leaves the array fact
+// "T[r] >= every A[B(r) + J], J < E, for every r in RLO .. RHI with
+// C(r)". A later loop over the same rows under the same guard, with no
+// write of A or T, no assignment and no renamed name in between, reads
+// the fact back: in its iteration R2, `let N2 = T[R2]` (R2 not defined
+// again before it) is a max of row R2, B(R2), as above.
 func (mc *Machine) ExpBound(m *ir.Module) (*ir.Module, error) {
 	return mc.mapClones(m, "exp-bound", func(k *ir.Kernel, _ *Level) *ir.Kernel {
 		c := *k
-		c.Body = expBoundBlock(k.Body)
+		c.Body, _ = expBoundBlock(k.Body, nil)
 		return &c
 	})
 }
@@ -46,32 +64,96 @@ type maxFact struct {
 	names     map[string]bool // the names Base, Lo, Hi and E mention
 }
 
-func expBoundBlock(b *ir.Block) *ir.Block {
+// rowFact says that array T holds maxes (see ExpBound). Its point form
+// (!loop) says T[Idx] is at least fact f's elements, Idx the name's
+// value now; its loop form says T[r] is at least f's elements with Idx
+// = r, for every r in Lo .. Hi where Cond (nil: true) holds with Idx = r.
+type rowFact struct {
+	T      string
+	Idx    string
+	loop   bool
+	Lo, Hi ir.Expr
+	Cond   ir.Expr
+	f      *maxFact
+	names  map[string]bool // the names whose new definition breaks the fact
+}
+
+// exprNames is the set of names es mention (nil entries skipped).
+func exprNames(es ...ir.Expr) map[string]bool {
+	names := map[string]bool{}
+	for _, x := range es {
+		if x != nil {
+			ir.VisitExpr(x, func(y ir.Expr) {
+				if ref, ok := y.(*ir.Ref); ok {
+					names[ref.Name] = true
+				}
+			})
+		}
+	}
+	return names
+}
+
+// substFact is f with the name from renamed to to.
+func substFact(f *maxFact, from, to string) *maxFact {
+	sub := map[string]ir.Expr{from: ir.R(to, ir.I32)}
+	g := *f
+	g.Base = ir.Subst(f.Base, sub)
+	g.Lo, g.Hi = ir.Subst(f.Lo, sub), ir.Subst(f.Hi, sub)
+	if f.E != nil {
+		g.E = ir.Subst(f.E, sub)
+	}
+	g.names = exprNames(g.Base, g.Lo, g.Hi, g.E)
+	return &g
+}
+
+// expBoundBlock is b with its softmax exps bounded, given the row facts
+// that hold on entry (seed), and the row facts that hold at its end.
+func expBoundBlock(b *ir.Block, seed map[string]*rowFact) (*ir.Block, map[string]*rowFact) {
 	if b == nil {
-		return nil
+		return nil, nil
 	}
 	out := &ir.Block{Stmts: append([]ir.Stmt(nil), b.Stmts...)}
 	facts := map[string]*maxFact{}
+	rows := map[string]*rowFact{}
+	for k, r := range seed {
+		rows[k] = r
+	}
 	for i, s := range out.Stmts {
 		switch x := s.(type) {
 		case *ir.Block:
-			out.Stmts[i] = expBoundBlock(x)
+			out.Stmts[i], _ = expBoundBlock(x, nil)
 		case *ir.For:
 			c := *x
 			if f := boundLoop(x, facts); f != nil {
 				c = *f
 			}
-			c.Body = expBoundBlock(c.Body)
+			if body := rowFactLoop(&c, rows); body != nil {
+				c.Body = body
+			} else {
+				c.Body, _ = expBoundBlock(c.Body, nil)
+			}
 			out.Stmts[i] = &c
 		case *ir.If:
 			c := *x
-			c.Then, c.Else = expBoundBlock(x.Then), expBoundBlock(x.Else)
+			c.Then, _ = expBoundBlock(x.Then, nil)
+			c.Else, _ = expBoundBlock(x.Else, nil)
 			out.Stmts[i] = &c
 		}
-		// What s does to the facts: a reduce or a let adds one; a write
+		// What s does to the facts: a reduce or a let adds one, and so
+		// does a store of a max (a row fact) and a loop of them; a write
 		// of a fact's array, any assignment, or a name defined again
 		// removes them.
-		killFacts(facts, s)
+		var stored *maxFact
+		if st, ok := s.(*ir.Store); ok {
+			if n, ok := st.Value.(*ir.Ref); ok {
+				stored = facts[n.Name]
+			}
+		}
+		var loopFact *rowFact
+		if f, ok := s.(*ir.For); ok {
+			loopFact = maxLoopFact(f)
+		}
+		killFacts(facts, rows, s)
 		switch x := s.(type) {
 		case *ir.Reduce:
 			if f := maxReduceFact(x); f != nil {
@@ -86,14 +168,161 @@ func expBoundBlock(b *ir.Block) *ir.Block {
 					}
 				}
 			}
+			// let N2 = T[Idx] under T's point fact.
+			if ld, ok := x.Value.(*ir.Load); ok && ld.T == ir.F32 {
+				if r := rows[ld.Buf]; r != nil && !r.loop && isRef(ld.Index, r.Idx) && x.Name != r.Idx && !r.f.names[x.Name] {
+					facts[x.Name] = r.f
+				}
+			}
+		case *ir.Store:
+			if idx, ok := x.Index.(*ir.Ref); ok && stored != nil && stored.A != x.Buf && x.Value.Type() == ir.F32 {
+				names := exprNames(stored.Base, stored.Lo, stored.Hi, stored.E)
+				names[idx.Name] = true
+				rows[x.Buf] = &rowFact{T: x.Buf, Idx: idx.Name, f: stored, names: names}
+			}
+		case *ir.For:
+			if loopFact != nil {
+				rows[loopFact.T] = loopFact
+			}
 		}
 	}
-	return out
+	return out, rows
 }
 
-// killFacts removes the facts statement s may break.
-func killFacts(facts map[string]*maxFact, s ir.Stmt) {
-	if len(facts) == 0 {
+// rowLoopKind reports whether a loop of kind k runs all its iterations
+// in the work item, to completion before the next statement.
+func rowLoopKind(k ir.LoopKind) bool {
+	return k == ir.Serial || k == ir.Spread || k == ir.Vector
+}
+
+// guardedBody is a loop body's guard and guarded block: the condition
+// and then-block of a body that is one if without an else, or nil and
+// the body itself.
+func guardedBody(body *ir.Block) (ir.Expr, *ir.Block) {
+	if body != nil && len(body.Stmts) == 1 {
+		if iff, ok := body.Stmts[0].(*ir.If); ok && (iff.Else == nil || len(iff.Else.Stmts) == 0) {
+			return iff.Cond, iff.Then
+		}
+	}
+	return nil, body
+}
+
+// maxLoopFact is the row fact of a loop that stores a max into T[R] for
+// each of its rows R (the loop form, see ExpBound), or nil.
+func maxLoopFact(f *ir.For) *rowFact {
+	if !rowLoopKind(f.Kind) || f.Body == nil {
+		return nil
+	}
+	cond, inner := guardedBody(f.Body)
+	if !loadFree(cond, f.Lo, f.Hi) {
+		return nil
+	}
+	_, end := expBoundBlock(inner, nil)
+	var r *rowFact
+	for _, t := range sortedKeys(end) {
+		if e := end[t]; !e.loop && e.Idx == f.Var {
+			r = e
+			break
+		}
+	}
+	if r == nil {
+		return nil
+	}
+	// The loop writes T only at that store and A nowhere, leaves no
+	// iteration early, and defines none of the names the fact and the
+	// guard mention (its own variable included: a shadow would make T's
+	// index another name).
+	names := exprNames(r.f.Base, r.f.Lo, r.f.Hi, r.f.E, cond)
+	tStores, bad := 0, false
+	ir.MapStmts(f.Body, func(t ir.Stmt) []ir.Stmt {
+		switch x := t.(type) {
+		case *ir.Store:
+			if x.Buf == r.f.A {
+				bad = true
+			}
+			if x.Buf == r.T {
+				tStores++
+			}
+		case *ir.Let:
+			bad = bad || names[x.Name] || x.Name == f.Var
+		case *ir.Var:
+			bad = bad || names[x.Name] || x.Name == f.Var
+		case *ir.Reduce:
+			bad = bad || names[x.Name] || names[x.Var] || x.Name == f.Var || x.Var == f.Var
+		case *ir.For:
+			bad = bad || names[x.Var] || x.Var == f.Var
+		case *ir.Block, *ir.If:
+		default:
+			// Continue, Return, Assign, MatMul, Copy, calls: refused.
+			bad = true
+		}
+		return []ir.Stmt{t}
+	})
+	if bad || tStores != 1 {
+		return nil
+	}
+	for n := range exprNames(f.Lo, f.Hi) {
+		names[n] = true
+	}
+	delete(names, f.Var)
+	return &rowFact{T: r.T, Idx: f.Var, loop: true, Lo: f.Lo, Hi: f.Hi, Cond: cond, f: r.f, names: names}
+}
+
+// rowFactLoop is the body of loop c with its exps bounded under the loop
+// row facts in rows whose rows and guard it repeats (their point forms
+// hold in its iterations), or nil when none does.
+func rowFactLoop(c *ir.For, rows map[string]*rowFact) *ir.Block {
+	if !rowLoopKind(c.Kind) || c.Body == nil {
+		return nil
+	}
+	cond, _ := guardedBody(c.Body)
+	body, guarded := map[string]*rowFact{}, map[string]*rowFact{}
+	for _, t := range sortedKeys(rows) {
+		r := rows[t]
+		if !r.loop || r.names[c.Var] || !sameExpr(r.Lo, c.Lo) || !sameExpr(r.Hi, c.Hi) {
+			continue
+		}
+		f := substFact(r.f, r.Idx, c.Var)
+		names := exprNames(f.Base, f.Lo, f.Hi, f.E)
+		names[c.Var] = true
+		point := &rowFact{T: t, Idx: c.Var, f: f, names: names}
+		switch {
+		case r.Cond == nil:
+			body[t] = point
+		case cond != nil && sameExpr(ir.Subst(r.Cond, map[string]ir.Expr{r.Idx: ir.R(c.Var, ir.I32)}), cond):
+			guarded[t] = point
+		}
+	}
+	if len(body) == 0 && len(guarded) == 0 {
+		return nil
+	}
+	if len(guarded) == 0 {
+		b, _ := expBoundBlock(c.Body, body)
+		return b
+	}
+	// The body is one if (guardedBody): its then-block holds both kinds.
+	for t, r := range body {
+		guarded[t] = r
+	}
+	iff := *c.Body.Stmts[0].(*ir.If)
+	iff.Then, _ = expBoundBlock(iff.Then, guarded)
+	iff.Else, _ = expBoundBlock(iff.Else, body)
+	return &ir.Block{Stmts: []ir.Stmt{&iff}}
+}
+
+// sortedKeys is m's keys in order.
+func sortedKeys(m map[string]*rowFact) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// killFacts removes the facts and row facts statement s may break.
+func killFacts(facts map[string]*maxFact, rows map[string]*rowFact, s ir.Stmt) {
+	if len(facts) == 0 && len(rows) == 0 {
 		return
 	}
 	clearAll := false
@@ -131,6 +360,18 @@ func killFacts(facts map[string]*maxFact, s ir.Stmt) {
 			}
 		}
 	}
+	for t, r := range rows {
+		if clearAll || written[t] || written[r.f.A] {
+			delete(rows, t)
+			continue
+		}
+		for n := range r.names {
+			if defined[n] {
+				delete(rows, t)
+				break
+			}
+		}
+	}
 }
 
 // maxReduceFact is the fact of a float max reduce over A[B + J] (guarded
@@ -153,7 +394,7 @@ func maxReduceFact(r *ir.Reduce) *maxFact {
 		return nil
 	}
 	base := unitOffset(ld.Index, r.Var)
-	if base == nil || mentions(r.Lo, r.Var) || mentions(r.Hi, r.Var) {
+	if base == nil || mentions(r.Lo, r.Var) || mentions(r.Hi, r.Var) || !loadFree(base, r.Lo, r.Hi, e) {
 		return nil
 	}
 	f := &maxFact{A: ld.Buf, J: r.Var, Base: base, Lo: r.Lo, Hi: r.Hi, E: e, names: map[string]bool{}}
@@ -262,6 +503,24 @@ func unitOffset(e ir.Expr, j string) ir.Expr {
 		return add.Y
 	}
 	return nil
+}
+
+// loadFree reports whether es (nil entries skipped) neither load nor
+// call: their values then change only with the names they mention, which
+// the facts track, not with memory.
+func loadFree(es ...ir.Expr) bool {
+	ok := true
+	for _, e := range es {
+		if e != nil {
+			ir.VisitExpr(e, func(x ir.Expr) {
+				switch x.(type) {
+				case *ir.Load, *ir.Call:
+					ok = false
+				}
+			})
+		}
+	}
+	return ok
 }
 
 // mentions reports whether e refers to name.
