@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -133,10 +134,13 @@ func TestExpBound(t *testing.T) {
 }
 
 // TestExpBoundKeepsResults lowers f32 prefill (GQA and MHA, pages of 4
-// and 32), runs the CPU pass table with and without exp-bound, and
-// interprets every level's prefill kernel on the same paged inputs: o and
-// lse bit for bit the same, and the bounded exp in every level's kernel.
+// and 32) and decode (decodeCases: f32, f16, bf16 and 8-bit caches, with
+// its loop per phase), runs the CPU pass table with and without
+// exp-bound, and interprets every level's prefill or decode kernel on the
+// same paged inputs: o and lse bit for bit the same, and the bounded exp
+// in every level's kernel.
 func TestExpBoundKeepsResults(t *testing.T) {
+	bounded := regexp.MustCompile(`vexp[0-9]+_hi = select\(\(vexp[0-9]+_x > 0\.0:f32\)`)
 	without := func(table []passes.Pass) []passes.Pass {
 		var out []passes.Pass
 		for _, p := range table {
@@ -163,7 +167,7 @@ func TestExpBoundKeepsResults(t *testing.T) {
 				if k.Role != ir.RolePrefill || !strings.HasPrefix(k.Name, "t_prefill_work") || k.Level == "" {
 					continue
 				}
-				if got := strings.Contains(k.String(), "vexp0_hi = select((vexp0_x > 0.0:f32)"); got != (i == 1) {
+				if got := bounded.MatchString(k.String()); got != (i == 1) {
 					t.Fatalf("%d/%d heads, page %d, %s: the bounded exp is there: %v", c.qo, c.kv, c.ps, k.Name, got)
 				}
 				args := directPrefillArgs(v)
@@ -174,5 +178,210 @@ func TestExpBoundKeepsResults(t *testing.T) {
 			}
 		}
 		sameOutputs(t, "exp-bound", outs, len(outs[0]), "without exp-bound", "with it")
+	}
+	for _, c := range decodeCases {
+		v := decodeVariant(c)
+		var outs [2]map[string]map[string]any
+		for i, table := range [][]passes.Pass{without(Table), Table} {
+			m, err := lower.Lower(v, Target{}.Tiling(v))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m, err = passes.RunTable(table, m, passes.Options{VerifyEach: true}); err != nil {
+				t.Fatal(err)
+			}
+			outs[i] = map[string]map[string]any{}
+			for _, k := range m.Kernels {
+				if k.Role != ir.RoleDecode || !strings.HasPrefix(k.Name, "t_decode_work") || k.Level == "" {
+					continue
+				}
+				if got := bounded.MatchString(k.String()); got != (i == 1) {
+					t.Fatalf("decode %s, %s: the bounded exp is there: %v", c.name(), k.Name, got)
+				}
+				args := stagedDecodeArgs(v, nil)
+				if st, err := ir.Run(m, k.Name, args); err != nil || st != 0 {
+					t.Fatalf("%s: status %d, %v", k.Name, st, err)
+				}
+				outs[i][k.Name] = args
+			}
+		}
+		if len(outs[0]) == 0 {
+			t.Fatalf("decode %s: no level clones", c.name())
+		}
+		sameOutputs(t, "exp-bound decode "+c.name(), outs, len(outs[0]), "without exp-bound", "with it")
+	}
+}
+
+// expBoundRowsSrc is a tile's softmax the way decode lowers it (a loop
+// per phase over the rows, lower's Tiling.DecodePhases): the max loop
+// stores each row's new max in alpha[row], the exp loop reads it back.
+// INSIDE goes into the max loop before its store, BETWEEN between the
+// loops; KIND is the max loop's kind, GUARD2 the exp loop's guard, RHI2
+// its rows' end and AIDX the index it reads alpha at.
+const expBoundRowsSrc = `module e prefix e
+
+kernel e_k role decode level "x86-64" (x: f32* [n], mx: f32* [4], o: f32* [64] out, n: i32, nr: i32) {
+  alloc sc: f32[64]
+  alloc alpha: f32[4]
+  for row in 0 .. 4 serial {
+    for j in 0 .. 16 serial {
+      store sc[((row * 16) + j)] = x[((row * 16) + j)]
+    }
+  }
+  let kv_n = min(16, n)
+  for row in 0 .. 4 KIND {
+    if (row < nr) {
+      reduce m_tile = max over j in 0 .. 16 of select((j < kv_n), sc[((row * 16) + j)], -inf:f32)
+      let m_old = mx[row]
+      let m_new = max(m_old, m_tile)
+INSIDE
+      store alpha[row] = m_new
+    }
+  }
+BETWEEN
+  for row in 0 .. RHI2 spread {
+    if GUARD2 {
+      let m_new = alpha[AIDX]
+      for j in 0 .. 16 spread {
+        if (j < kv_n) {
+          let s_j = sc[((row * 16) + j)]
+          store sc[((row * 16) + j)] = select((s_j == -inf:f32), -0.0:f32, exp((s_j - m_new)))
+        } else {
+          store sc[((row * 16) + j)] = 0.0:f32
+        }
+      }
+    }
+  }
+  for row in 0 .. 4 serial {
+    for j in 0 .. 16 serial {
+      store o[((row * 16) + j)] = sc[((row * 16) + j)]
+    }
+  }
+  return 0
+}
+`
+
+// rowsShape is what expBoundRowsSrc's placeholders become.
+type rowsShape struct{ inside, between, kind, guard2, rhi2, aidx string }
+
+func (s rowsShape) module(t *testing.T) *ir.Module {
+	t.Helper()
+	or := func(x, def string) string {
+		if x == "" {
+			return def
+		}
+		return x
+	}
+	src := strings.NewReplacer("INSIDE", s.inside, "BETWEEN", s.between, "KIND", or(s.kind, "spread"),
+		"GUARD2", or(s.guard2, "(row < nr)"), "RHI2", or(s.rhi2, "4"), "AIDX", or(s.aidx, "row")).Replace(expBoundRowsSrc)
+	m, err := ir.Parse(src)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, src)
+	}
+	return m
+}
+
+// TestExpBoundRows checks exp-bound on decode's shape, the max reaching
+// the exp loop through alpha[row]: it bounds the exp when the max loop
+// writes alpha[row] once per row and nothing writes alpha or the scores
+// before the exp loop reads it back over the same rows under the same
+// guard, and refuses when any of that does not hold: alpha or the scores
+// written between the loops or in the max loop, an assignment between
+// them, a max loop that may skip a row's store (continue), another guard, row range or alpha index in the exp loop, a
+// guard that loads. Then it runs the bounded and unbounded kernels (the
+// interpreter, then vector-exp's polynomials) on rows holding ±inf, NaN,
+// -0, equal and widely spread scores, the old max above and below the
+// row's, all rows or three: the same weights bit for bit (NaN for NaN).
+func TestExpBoundRows(t *testing.T) {
+	bounded := "exp(min((s_j - m_new), 0.0:f32))"
+	for _, c := range []struct {
+		s    rowsShape
+		want bool
+	}{
+		{rowsShape{}, true},
+		{rowsShape{between: "  let z = 1"}, true},
+		{rowsShape{inside: "      let z = m_new"}, true},
+		{rowsShape{kind: "serial"}, true},
+		{rowsShape{between: "  store alpha[0] = -100.0:f32"}, false},
+		{rowsShape{between: "  store sc[17] = 100.0:f32"}, false},
+		{rowsShape{between: "  var w = 0\n  w = 1"}, false},
+		{rowsShape{inside: "      store alpha[0] = -100.0:f32"}, false},
+		{rowsShape{inside: "      store sc[(row * 16)] = 100.0:f32"}, false},
+		{rowsShape{inside: "      store sc[(((row + 1) % 4) * 16)] = 100.0:f32"}, false},
+		{rowsShape{inside: "      if (row == 2) {\n        continue\n      }", kind: "serial"}, false},
+		{rowsShape{guard2: "(row < 4)"}, false},
+		{rowsShape{rhi2: "3", guard2: "(row < nr)"}, false},
+		{rowsShape{aidx: "0"}, false},
+		{rowsShape{aidx: "((row + 1) % 4)"}, false},
+	} {
+		m := c.s.module(t)
+		after, err := defaultMachine.ExpBound(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ir.MustVerify("exp-bound", after)
+		if got := strings.Contains(after.String(), bounded); got != c.want {
+			t.Errorf("%+v: bounded %v, want %v:\n%s", c.s, got, c.want, after)
+		}
+	}
+	// A guard that loads may change between the loops.
+	m := rowsShape{}.module(t)
+	src := strings.ReplaceAll(m.String(), "(row < nr)", "(x[row] < 100.0:f32)")
+	if lm, err := ir.Parse(src); err != nil {
+		t.Fatal(err)
+	} else if after, err := defaultMachine.ExpBound(lm); err != nil {
+		t.Fatal(err)
+	} else if strings.Contains(after.String(), bounded) {
+		t.Errorf("a guard that loads: bounded:\n%s", after)
+	}
+
+	inf, nan, nz := float32(math.Inf(1)), float32(math.NaN()), float32(math.Copysign(0, -1))
+	x := []float32{
+		0, nz, 0, nz, -1, 2, 3, -100, -87.3, -87.4, -88, 1e-30, -1e-30, 0.5, 0.25, 0,
+		1, 2, inf, 3, -inf, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+		-inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf,
+		1, nan, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, -200,
+	}
+	for _, mxs := range [][]float32{{-inf, -inf, -inf, -inf}, {5, 5, 5, 5}, {-3, 1e30, 0, nz}} {
+		for _, n := range []int32{16, 11} {
+			for _, nr := range []int32{4, 3} {
+				var outs [][]float32
+				for _, bound := range []bool{false, true} {
+					m := rowsShape{}.module(t)
+					if bound {
+						var err error
+						if m, err = defaultMachine.ExpBound(m); err != nil {
+							t.Fatal(err)
+						}
+						if !strings.Contains(m.String(), bounded) {
+							t.Fatalf("not bounded:\n%s", m)
+						}
+					}
+					for _, vec := range []bool{false, true} {
+						run := m
+						if vec {
+							var err error
+							if run, err = VectorExp(m); err != nil {
+								t.Fatal(err)
+							}
+						}
+						o := make([]float32, 64)
+						if st, err := ir.Run(run, "e_k", map[string]any{"x": x, "mx": mxs, "o": o, "n": n, "nr": nr}); err != nil || st != 0 {
+							t.Fatalf("status %d, %v", st, err)
+						}
+						outs = append(outs, o)
+					}
+				}
+				// outs: exact, polynomial; then the same bounded.
+				for i := range x {
+					for _, p := range [][2]int{{0, 2}, {1, 3}} {
+						a, b := outs[p[0]][i], outs[p[1]][i]
+						if math.Float32bits(a) != math.Float32bits(b) && !(a != a && b != b) {
+							t.Errorf("max %v, n %d, rows %d, x[%d] = %v: %v unbounded, %v bounded", mxs, n, nr, i, x[i], a, b)
+						}
+					}
+				}
+			}
+		}
 	}
 }

@@ -82,24 +82,28 @@ func TestBlockMatMulFires(t *testing.T) {
 }
 
 // TestExpBoundFires compiles every example for both triples through the
-// CPU table up to exp-bound: in every prefill level clone, every softmax
-// weight exp(s_j - m_new) must have become exp(min(s_j - m_new, 0)) (a
-// lowering change that broke exp-bound's pattern would leave the full
-// polynomial, silently slower), and every prefill work clone must have
-// one. Decode is not checked: its softmax runs a loop per phase over the
-// group's rows (Tiling.DecodePhases), the max reaching the exp loop
-// through alpha[row], which exp-bound's one-block proof does not follow.
+// CPU table up to exp-bound: in every level clone, every softmax weight
+// exp(s_j - m_new) must have become exp(min(s_j - m_new, 0)) (a lowering
+// change that broke exp-bound's pattern would leave the full polynomial,
+// silently slower), and every prefill and decode work clone must have
+// one. Prefill's proof is the row's max in the same block; decode's
+// update runs a loop per phase over the group's rows (Tiling.
+// DecodePhases), the max reaching the exp loop through alpha[row].
 func TestExpBoundFires(t *testing.T) {
+	seen := map[ir.Role]int{}
 	eachLevelClone(t, "exp-bound", func(v *ir.Variant, k *ir.Kernel) {
-		if k.Role != ir.RolePrefill {
-			return
-		}
 		text := k.String()
 		if strings.Contains(text, "exp((s_j - m_new))") {
 			t.Errorf("%s %s: a softmax weight's exp left unbounded", v.Name, k.Name)
 		}
-		if strings.Contains(k.Name, "_work") && !strings.Contains(text, "exp(min((s_j - m_new), 0.0:f32))") {
-			t.Errorf("%s %s: no bounded exp", v.Name, k.Name)
+		if (k.Role == ir.RolePrefill || k.Role == ir.RoleDecode) && strings.Contains(k.Name, "_work") {
+			seen[k.Role]++
+			if !strings.Contains(text, "exp(min((s_j - m_new), 0.0:f32))") {
+				t.Errorf("%s %s: no bounded exp", v.Name, k.Name)
+			}
 		}
 	})
+	if seen[ir.RolePrefill] == 0 || seen[ir.RoleDecode] == 0 {
+		t.Errorf("work clones checked: %v, want prefill and decode", seen)
+	}
 }
