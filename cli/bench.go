@@ -57,7 +57,7 @@ func (bf *benchFlags) check(c *cobra.Command, specs int) error {
 		bf.target = t
 	}
 	var err error
-	if bf.cpuLevels, err = cpuLevelsFlag(c, "attnc bench", bf.cpuLevels, !bf.gpu && takesTriple(bf.target), ""); err != nil {
+	if bf.cpuLevels, err = cpuLevelsFlag(c, "attnc bench", bf.cpuLevels, !bf.gpu && takesTriple(bf.target), "", cpuLevelsFix(c, bf.gpu)); err != nil {
 		return err
 	}
 	// The host bench measures a target whose kernels run on this CPU's

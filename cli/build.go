@@ -109,7 +109,7 @@ status 1 on any error.`,
 					return fmt.Errorf("attnc build: --triple: %w", err)
 				}
 			}
-			if cpuLevels, err = cpuLevelsFlag(c, "attnc build", cpuLevels, slices.Contains(ts, tt), triple); err != nil {
+			if cpuLevels, err = cpuLevelsFlag(c, "attnc build", cpuLevels, slices.Contains(ts, tt), triple, "add "+tt+" to --target"); err != nil {
 				return err
 			}
 			var tc *cpurt.Toolchain
@@ -187,14 +187,16 @@ status 1 on any error.`,
 // cpuLevelsFlag is the --cpu-levels list of command cmd: nil (every
 // level) when the flag is not given, else the levels named, checked by the
 // target that takes triples for triple; cpu says whether that target is
-// among the command's targets. An empty list is an error, not every level.
-func cpuLevelsFlag(c *cobra.Command, cmd string, vals []string, cpu bool, triple string) ([]string, error) {
+// among the command's targets, and fix what to do when it is not (the
+// error's last words: cpuLevelsFix). An empty list is an error, not every
+// level.
+func cpuLevelsFlag(c *cobra.Command, cmd string, vals []string, cpu bool, triple, fix string) ([]string, error) {
 	if !c.Flags().Changed("cpu-levels") {
 		return nil, nil
 	}
 	tt := tripleTarget()
 	if !cpu {
-		return nil, fmt.Errorf("%s: --cpu-levels applies to the %s target; add %s to --target", cmd, tt, tt)
+		return nil, fmt.Errorf("%s: --cpu-levels applies to the %s target; %s", cmd, tt, fix)
 	}
 	levels := append([]string{}, splitList(vals)...)
 	if tr, ok := targets.TripleTarget().(targets.Triples); ok {
@@ -203,6 +205,23 @@ func cpuLevelsFlag(c *cobra.Command, cmd string, vals []string, cpu bool, triple
 		}
 	}
 	return levels, nil
+}
+
+// cpuLevelsFix is what to do about --cpu-levels in a command that runs
+// one target's kernels (attnc verify, attnc bench) when that target is not
+// the one that takes triples: with --gpu (the kernels run on the GPU),
+// drop it (and --target when given) or drop --cpu-levels; else name that
+// target in --target.
+func cpuLevelsFix(c *cobra.Command, gpu bool) string {
+	tt := tripleTarget()
+	if !gpu {
+		return "use --target " + tt + ", or drop --cpu-levels"
+	}
+	drop := "--gpu"
+	if c.Flags().Changed("target") {
+		drop = "--gpu and --target"
+	}
+	return fmt.Sprintf("--gpu runs the GPU kernels, which have no CPU levels: drop %s to run the %s kernels, or drop --cpu-levels", drop, tt)
 }
 
 // cpuLevelsUsage is the --cpu-levels flag's description.

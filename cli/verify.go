@@ -102,7 +102,7 @@ same inputs.`,
 				return fmt.Errorf("attnc verify: --triple applies to the %s target", tripleTarget())
 			}
 			var err error
-			if vf.cpuLevels, err = cpuLevelsFlag(c, "attnc verify", vf.cpuLevels, takesTriple(vf.target), vf.triple); err != nil {
+			if vf.cpuLevels, err = cpuLevelsFlag(c, "attnc verify", vf.cpuLevels, takesTriple(vf.target), vf.triple, cpuLevelsFix(c, vf.gpu)); err != nil {
 				return err
 			}
 			return runVerify(c, args, vf)
