@@ -110,6 +110,38 @@ def _call_kernel(v, role, ka, device):
         raise v._error(st, kern.role)
 
 
+def _check_supplied(p, names):
+    """_check_supplied raises NotImplementedError, at plan time, when the
+    planned kernel takes an argument that run() will not supply: names are
+    the arguments the wrapper's run passes (the inline-RoPE positions and
+    the packed custom mask added when the plan has them), so a variant
+    with learned sinks, a param or a tree mask's tables is refused here
+    rather than at its first run (_call_kernel checks again)."""
+    v = p["variant"]
+    kern = v.kernels[p["kernel"]]
+    have = set(names) | {"batch_size", "o", "lse"}
+    if v.target != "cpu":
+        have.add("stream")
+    if "q_rope_position" in p:
+        have |= {"q_rope_position", "k_rope_pos_offset"}
+    if p["cfg"].get("custom"):
+        have |= {"custom_mask", "mask_indptr"}
+    params = {str(x).split()[0] for x in v.constraints.get("params", []) if str(x).split()}
+    missing = []
+    for a in kern.arg_names:
+        if a in have:
+            continue
+        if a == "sinks":
+            missing.append("sinks (its learned sinks; run's sinks= is not served)")
+        elif a in params:
+            missing.append("%s (its param %s)" % (a, a))
+        else:
+            missing.append(a)
+    if missing:
+        raise NotImplementedError("variant %s's %s kernel takes %s, which the FlashInfer wrapper cannot supply; "
+                                  "call variant.%s(...) directly" % (v.name, kern.role, ", ".join(missing), kern.role))
+
+
 def _launch_stream(kern, device):
     """_launch_stream is the stream argument of a CUDA launcher (torch's
     current stream on device; None, i.e. 0, on the emulator)."""
@@ -486,6 +518,8 @@ class _Wrapper:
         if p["kernel"] not in v.kernels:
             raise NotImplementedError("variant %s has no %s kernel, which this plan needs" % (v.name, p["kernel"]))
         _rope_rows(p, cfg, v)
+        names = ["q", "k_pages", "v_pages", "num_pages", "kv_indptr", "kv_indices", "kv_last_page_len"]
+        _check_supplied(p, names + (["qo_indptr"] if p["kernel"] == "prefill" else []))
         return p
 
     def _run(self, q, paged_kv_cache, args, q_scale, k_scale, v_scale, out, lse, return_lse, window_left, sinks):
@@ -964,6 +998,7 @@ class BatchPrefillWithRaggedKVCacheWrapper(_Wrapper):
             v = _variant(_spec(cfg), self._target)
         p["variant"] = v
         _rope_rows(p, cfg, v)
+        _check_supplied(p, ["q", "qo_indptr", "k", "v", "kv_token_indptr"])
         if has_mask:
             p["custom_mask"], p["mask_indptr"] = _pack_mask(custom_mask, packed_custom_mask, p)
         p["qdims"] = {"q": cfg["dqk"]}
@@ -1120,6 +1155,8 @@ class BatchMLAPagedAttentionWrapper:
         _place_rows(p, cfg, qo, False)
         if p["kernel"] not in v.kernels:
             raise NotImplementedError("variant %s has no prefill kernel, which this plan needs" % v.name)
+        _check_supplied(p, ["q_nope", "q_pe", "qo_indptr", "ckv_pages", "kpe_pages", "num_pages", "kv_indptr",
+                            "kv_indices", "kv_last_page_len"])
         self._plan = p
 
     def run(self, q_nope, q_pe, ckv_cache, kpe_cache, out=None, lse=None, return_lse=False, profiler_buffer=None,

@@ -328,6 +328,42 @@ class VariantAgreementTest(unittest.TestCase):
                                                 r"it in base 2$"):
             w.run(q, cache, return_lse=True)
 
+    def test_unsupplied_arguments_refused_at_plan(self):
+        # Variants that agree with the plan but whose kernel takes an
+        # argument run() cannot supply (learned sinks, a param) are refused
+        # by plan() itself, naming the argument, not by their first run.
+        spec = """
+variant fi_sinks {
+  heads qo = %d, kv = %d
+  head_dim %d
+  dtype f32
+  cache paged(page_size = %d, layout = NHD)
+  mask causal
+  sinks learned
+  kernels decode, prefill
+}
+variant fi_param {
+  heads qo = %d, kv = %d
+  head_dim %d
+  dtype f32
+  cache paged(page_size = %d, layout = NHD)
+  param slopes f32[qo_heads]
+  score score - slopes[head] * (q_pos - kv_pos)
+  mask causal
+  kernels decode, prefill
+}
+""" % ((QO, KV, D, PS) * 2)
+        mod = attnc.compile(spec)
+        for name, words in (("fi_sinks", r"takes sinks \(its learned sinks; run's sinks= is not served\)"),
+                            ("fi_param", r"takes slopes \(its param slopes\)")):
+            v = mod[name]
+            for decode in (True, False):
+                role = "decode" if decode else "prefill"
+                with self.assertRaisesRegex(NotImplementedError, r"^variant %s's %s kernel %s, which the FlashInfer "
+                                            r"wrapper cannot supply; call variant.%s\(\.\.\.\) directly$"
+                                            % (name, role, words, role)):
+                    self.planned(decode=decode, variant=v, **({} if decode else dict(causal=True)))
+
     def test_agreeing_variant_runs(self):
         # A non-causal variant serves a decode plan (the query sits at the
         # last cached position, so every key is visible either way).
