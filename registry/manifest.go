@@ -410,12 +410,13 @@ func BuildLSEBase(vs []*ir.Variant) string {
 }
 
 // VariantEntry builds the variant part of the manifest from its module:
-// its constraints, the Defs its plans and kernels use, and the status
-// table.
+// its constraints, the Defs its plans and kernels use (their integer
+// literals read as floats where they convert to one, as the score
+// constraint writes them: literalFloats), and the status table.
 func VariantEntry(v *ir.Variant, m *ir.Module) VariantManifest {
 	rules := map[string]string{"reclaim": reclaimText(v)}
 	for _, d := range m.Defs {
-		rules["def "+d.Name] = ir.ExprString(d.Body)
+		rules["def "+d.Name] = ir.ExprString(literalFloats(d.Body))
 	}
 	return VariantManifest{Name: v.Name, LSEBase: v.LSEBase.String(), Constraints: Constraints(v), Rules: rules, Errors: m.Errors, Reclaim: ReclaimRuleOf(v)}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/attnc/attnc/driver"
 	"github.com/attnc/attnc/frontend"
 	"github.com/attnc/attnc/ir"
+	"github.com/attnc/attnc/lower"
 	"github.com/attnc/attnc/registry"
 )
 
@@ -281,5 +282,31 @@ func TestConstraintsSemantics(t *testing.T) {
 	}
 	if got := spec("  sinks learned\n  mask none\n"); fmt.Sprintf("%v %v", got["sinks"], got["mask"]) != "learned [none]" {
 		t.Errorf("sinks learned, mask none: sinks %v, mask %v", got["sinks"], got["mask"])
+	}
+}
+
+// TestRulesReadAsConstraints: the manifest's rules["def score"] writes
+// the score as the score constraint does (integer literals that convert
+// to a float read as float literals), so that the two agree however the
+// spec spelled its numbers.
+func TestRulesReadAsConstraints(t *testing.T) {
+	want := "(@softcap.f32(score, 20.0:f32) - f32(((q_pos - kv_pos) * 2)))"
+	for _, score := range []string{"softcap(score, 20) - (q_pos - kv_pos) * 2", "softcap(score, 20.0) - (q_pos - kv_pos) * 2"} {
+		vs, err := frontend.Parse("c.attn", []byte("variant c {\n  heads qo = 4, kv = 2\n  head_dim 16\n  dtype f32\n"+
+			"  cache paged(page_size = 4)\n  score "+score+"\n  kernels decode\n}\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := lower.Lower(vs[0], lower.Tiling{KVTile: 64, Rows: 64, MaxHeads: 16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		vm := registry.VariantEntry(vs[0], m)
+		if got := vm.Rules["def score"]; got != want {
+			t.Errorf("score %s: rules[def score] = %s, want %s", score, got, want)
+		}
+		if got := vm.Constraints["score"]; got != want {
+			t.Errorf("score %s: constraint score = %v, want %s", score, got, want)
+		}
 	}
 }
