@@ -167,7 +167,7 @@ func (mc *Machine) table(multiversion passes.Pass) []passes.Pass {
 		passes.ExpandCallsPass,
 		multiversion,
 		{Name: "exp-bound", Required: false, Run: mc.ExpBound,
-			Desc: "the softmax weights' exp(s - m), m at least the max of s's row (a max reduce over the same elements just before), as exp(min(s - m, 0)): the same values, which vector-exp computes without the overflow half of its polynomial"},
+			Desc: "the softmax weights' exp(s - m), m at least the max of s's row (a max reduce over the same elements just before, or, in decode's loop per phase, stored by a row loop in an array the exp loop reads back), as exp(min(s - m, 0)): the same values, which vector-exp computes without the overflow half of its polynomial"},
 		{Name: "vector-reduce", Required: false, Run: mc.VectorReduce,
 			Desc: "reduce statements of KV tiles (prefill's and decode's) as explicit vector loops of the clone's width and a shuffle tree"},
 		{Name: "finite-codes", Required: false, Run: mc.FiniteCodes,
