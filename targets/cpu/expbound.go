@@ -37,15 +37,17 @@ import (
 //
 //	for R in RLO .. RHI { [if C {] ... N (a max as above, B mentioning R) ...; store T[R] = N [}] }
 //
-// whose iterations write T only at that store (T[R]: one element per
-// row), never write A and all run to the end (no continue, return or
-// assignment), where nothing in the loop defines R again or a name the
-// fact or C mention, and C, RLO and RHI neither load nor call, leaves the array fact
-// "T[r] >= every A[B(r) + J], J < E, for every r in RLO .. RHI with
-// C(r)". A later loop over the same rows under the same guard, with no
-// write of A or T, no assignment and no renamed name in between, reads
-// the fact back: in its iteration R2, `let N2 = T[R2]` (R2 not defined
-// again before it) is a max of row R2, B(R2), as above.
+// (serial, spread or vector) whose iterations write T only at that store
+// (T[R]: one element per row), never write A and all run to the end (no
+// continue, return or assignment), where nothing in the loop defines R
+// again or a name the fact or C mention, and C, RLO and RHI neither load
+// nor call, leaves the array fact "T[r] >= every A[B(r) + J], J < E, for
+// every r in RLO .. RHI with C(r)". A later loop over the same rows under
+// the same guard, with no write of A or T, no assignment and no renamed
+// name in between, reads the fact back: in its iteration R2, `let N2 =
+// T[R2]` (R2 not defined again before it) is a max of row R2, B(R2), as
+// above. Buffers of different names are different memory (the kernels'
+// buffers are noalias), as the one-block proof assumes too.
 func (mc *Machine) ExpBound(m *ir.Module) (*ir.Module, error) {
 	return mc.mapClones(m, "exp-bound", func(k *ir.Kernel, _ *Level) *ir.Kernel {
 		c := *k
