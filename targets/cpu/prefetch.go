@@ -288,9 +288,9 @@ func usesLoad(e ir.Expr, offs map[string]rowRead) bool {
 // products declares each companion array beside its row-offset array and
 // follows the product loads buf[off[r] + c] that start a 64-byte line of
 // their row (lineStart) by a prefetch of a line of the next tile's rows
-// in off_pf (seqGroup, passLine): after a run of lets, one if per condition over
-// the run's prefetches. rp is the row pass of the loop whose body b is
-// (rowPassOf), or nil.
+// in off_pf (seqGroup, passLine): after a run of lets, one if per
+// condition over the run's prefetches. rp is the row pass of the loop
+// whose body b is (rowPassOf), or nil.
 func (sp *spread) products(b *ir.Block, elemBytes map[string]int, rp *rowPass) *ir.Block {
 	out := &ir.Block{}
 	var always []ir.Stmt
@@ -339,7 +339,7 @@ func (sp *spread) products(b *ir.Block, elemBytes map[string]int, rp *rowPass) *
 			out.Stmts = append(out.Stmts, &c)
 			continue
 		case *ir.Block:
-			out.Stmts = append(out.Stmts, sp.products(x, elemBytes, rp))
+			out.Stmts = append(out.Stmts, sp.products(x, elemBytes, nil))
 			continue
 		}
 		out.Stmts = append(out.Stmts, s)
@@ -406,10 +406,12 @@ type pfLine struct {
 
 // seqLines is the most 64-byte lines a row may have for seqGroup and
 // passLine to reorder its prefetches: f16 and bf16 rows at head dim 128
-// (4 lines) gained, f32's (8 lines, P·V in two passes of 4) ran 2–5%
-// slower with its V prefetches in address order — the lines the next
-// tile's first pass reads arrive later — and no faster with K's; f32
-// keeps the row-strided order.
+// (4 lines) gained; f32's at head dim 128 (8 lines, P·V in two passes of
+// 4) ran 2–5% slower with V's prefetches in address order (the lines the
+// next tile's first pass reads arrive later) and no faster with K's, so
+// they keep the row-strided order. Rows of 4 lines or fewer of any type
+// (f32 at head dim 64, 8-bit codes at 128) are reordered; 8-bit decode
+// measured the same either way (its arithmetic bounds it).
 const seqLines = 4
 
 // seqGroup is the prefetches of a group of product loads of n rows at one
