@@ -1,0 +1,165 @@
+package cpu
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/attnc/attnc/ir"
+	"github.com/attnc/attnc/lower"
+	"github.com/attnc/attnc/passes"
+)
+
+// TestSpreadPrefetchesCoverNextTile runs every level's decode work clone
+// at head dim 128 (f32, f16 and bf16 rows: 8, 4 and 4 lines of 64 bytes;
+// f16 and bf16 prefetch in address order, f32 row-strided) with each
+// prefetch and each product load (a let reading a pool) also marking the
+// 64-byte line it touches, and checks that every line a product reads
+// was prefetched, except the lines of each item's first tile (no tile
+// before it prefetches them): a reordering of the spread prefetches that
+// skipped a line, or prefetched another row's, would leave a read line
+// unmarked. Pages of 4 and 16 positions (tiles of 4 and 1 page runs),
+// three sequences of 0, 37 or 145, and 5 or 17 positions over a shuffled
+// page table; the interpreter fails a mark outside the pool.
+func TestSpreadPrefetchesCoverNextTile(t *testing.T) {
+	for _, dt := range []ir.DType{ir.DTF32, ir.DTF16, ir.DTBF16} {
+		for _, ps := range []int{4, 16} {
+			v := &ir.Variant{Name: "t", QOHeads: 8, KVHeads: 2, HeadDimQK: 128, HeadDimV: 128, DType: dt, KVDType: dt,
+				PageSize: ps, Scale: 0.25, Masks: []ir.MaskClause{{Kind: ir.MaskCausal}}, Kernels: []ir.KernelRef{{Role: ir.RoleDecode}}}
+			spreadCoversNextTile(t, v)
+		}
+	}
+}
+
+func spreadCoversNextTile(t *testing.T, v *ir.Variant) {
+	t.Helper()
+	name := fmt.Sprintf("%s page %d", v.DType, v.PageSize)
+	tiling := Target{}.Tiling(v)
+	m, err := lower.Lower(v, tiling)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err = passes.RunTable(Table, m, passes.Options{VerifyEach: true}); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	indices := []int32{3, 9, 0, 14, 5, 13, 12, 7, 1, 11, 2, 15}
+	eb := max(1, v.DType.Type().Bits()/8)
+	lineElems := int64(64 / eb)
+	runs := 0
+	for _, k := range m.Kernels {
+		if k.Role != ir.RoleDecode || !strings.HasPrefix(k.Name, "t_decode_work") || k.Level == "" {
+			continue
+		}
+		args := stagedDecodeArgs(v, indices)
+		poolLines := int64(lenOf(args["k_pages"])) / lineElems
+		marked := *k
+		marked.Params = append([]*ir.Param{}, k.Params...)
+		for _, p := range []string{"pf_k_pages", "pf_v_pages", "rd_k_pages", "rd_v_pages"} {
+			marked.Params = append(marked.Params, &ir.Param{Name: p, Buffer: true, Elem: ir.I32, Shape: []string{fmt.Sprint(poolLines)}, Output: true})
+			args[p] = make([]int32, poolLines)
+		}
+		prefetches, reads := 0, 0
+		mark := func(buf string, at ir.Expr) ir.Stmt {
+			return &ir.Store{Buf: buf, Index: ir.Bin(ir.Div, at, ir.IntT(at.Type(), lineElems)), Value: ir.IntT(ir.I32, 1)}
+		}
+		var walk func(b *ir.Block) *ir.Block
+		walk = func(b *ir.Block) *ir.Block {
+			out := &ir.Block{}
+			for _, s := range b.Stmts {
+				switch x := s.(type) {
+				case *ir.Prefetch:
+					out.Stmts = append(out.Stmts, s, mark("pf_"+x.Buf, x.Index))
+					prefetches++
+					continue
+				case *ir.Let:
+					out.Stmts = append(out.Stmts, s)
+					ir.VisitExpr(x.Value, func(e ir.Expr) {
+						if l, ok := e.(*ir.Load); ok && (l.Buf == "k_pages" || l.Buf == "v_pages") {
+							out.Stmts = append(out.Stmts, mark("rd_"+l.Buf, l.Index))
+							reads++
+						}
+					})
+					continue
+				case *ir.For:
+					c := *x
+					c.Body = walk(x.Body)
+					out.Stmts = append(out.Stmts, &c)
+					continue
+				case *ir.If:
+					c := *x
+					c.Then = walk(x.Then)
+					if x.Else != nil {
+						c.Else = walk(x.Else)
+					}
+					out.Stmts = append(out.Stmts, &c)
+					continue
+				case *ir.Block:
+					out.Stmts = append(out.Stmts, walk(x))
+					continue
+				}
+				out.Stmts = append(out.Stmts, s)
+			}
+			return out
+		}
+		marked.Body = walk(k.Body)
+		if prefetches == 0 || reads == 0 {
+			t.Fatalf("%s %s: %d prefetches and %d product loads of the pools, want both", name, k.Name, prefetches, reads)
+		}
+		mm := &ir.Module{Kernels: []*ir.Kernel{&marked}}
+		if st, err := ir.Run(mm, marked.Name, args); err != nil || st != 0 {
+			t.Fatalf("%s %s: status %d, %v", name, k.Name, st, err)
+		}
+		// The lines of each item's first tile: every kv head's rows of
+		// the pages that its first TileRows positions lie on.
+		first := map[int64]bool{}
+		tile := tiling.DecodeKVTile
+		indptr := args["kv_indptr"].([]int32)
+		rowElems := int64(v.HeadDimQK)
+		for b := 0; b+1 < len(indptr); b++ {
+			for p := indptr[b]; p < indptr[b+1] && int(p-indptr[b])*v.PageSize < tile; p++ {
+				for h := range v.KVHeads {
+					for r := range v.PageSize {
+						row := ((int64(indices[p])*int64(v.KVHeads)+int64(h))*int64(v.PageSize) + int64(r)) * rowElems
+						for c := int64(0); c < rowElems; c += lineElems {
+							first[(row+c)/lineElems] = true
+						}
+					}
+				}
+			}
+		}
+		checked := 0
+		for _, pool := range []string{"k_pages", "v_pages"} {
+			pf, rd := args["pf_"+pool].([]int32), args["rd_"+pool].([]int32)
+			for line := range rd {
+				if rd[line] == 0 || first[int64(line)] {
+					continue
+				}
+				checked++
+				if pf[line] == 0 {
+					t.Errorf("%s %s: %s line %d (row %d, line %d of it) read by the products, never prefetched", name, k.Name, pool, line,
+						int64(line)*lineElems/rowElems, int64(line)%(rowElems/lineElems))
+				}
+			}
+		}
+		if checked == 0 {
+			t.Fatalf("%s %s: no line read past an item's first tile", name, k.Name)
+		}
+		runs++
+	}
+	if runs != 3 {
+		t.Fatalf("%s: ran %d decode work clones, want 3", name, runs)
+	}
+}
+
+// lenOf is the length of a slice argument.
+func lenOf(x any) int {
+	switch s := x.(type) {
+	case []float32:
+		return len(s)
+	case []uint16:
+		return len(s)
+	case []byte:
+		return len(s)
+	}
+	return 0
+}
