@@ -80,6 +80,7 @@ func TestRunObjectCache(t *testing.T) {
 	needtool.Check(t, err)
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)
+	t.Setenv(RunCacheEnv, "")
 
 	// A run whose go command is gone (no such process), and one of this
 	// process (alive, started when /proc says).
@@ -110,6 +111,13 @@ func TestRunObjectCache(t *testing.T) {
 		t.Logf("not run by go test (%s): a cache of this process's own", c.dir)
 	}
 	c.Remove()
+	// $ATTNC_TEST_CACHE (CI's, for all its go test commands) is the
+	// directory instead.
+	own := t.TempDir()
+	t.Setenv(RunCacheEnv, own)
+	if c, err := RunObjectCache(); err != nil || !c.shared || c.dir != filepath.Join(own, "objects") {
+		t.Errorf("with $%s=%s: %+v, %v; want a shared cache in its objects folder", RunCacheEnv, own, c, err)
+	}
 	first := &ObjectCache{dir: t.TempDir(), shared: true, objs: map[string]*cachedObject{}}
 	second := &ObjectCache{dir: first.dir, shared: true, objs: map[string]*cachedObject{}}
 	src, err := os.ReadFile("testdata/add.ll")

@@ -8,38 +8,60 @@ import (
 	"strings"
 )
 
-// runDirPrefix names the object directories of `go test` runs in
-// os.TempDir(): attnc-run-objects-<pid>-<start>, the process ID of the go
+// runDirPrefix names the cache directories of `go test` runs in
+// os.TempDir(): attnc-run-<pid>-<start>, the process ID of the go
 // command that runs the test binaries and its start time (in clock ticks
 // since boot, field 22 of /proc/<pid>/stat), so that a later process that
 // reuses the ID does not take the directory for its own.
-const runDirPrefix = "attnc-run-objects-"
+const runDirPrefix = "attnc-run-"
 
-// RunObjectCache is an object cache (see Objects) shared by the test
-// binaries of one `go test` run: the go command runs every package's test
-// binary as its own child, so the binaries with the same parent process
-// are one run, and they keep their objects in one directory of
-// os.TempDir() named after it (safe with packages running in parallel:
-// an object is written under a temporary name and renamed into place, and
-// the key is the exact IR, the commands and the tools' versions, as in Go's
-// own build cache). A directory outlives the test binaries, which cannot
-// know which of them is the last: each run removes the directories of
-// runs whose go command has exited. When the parent is not a go or
-// test2json process (a test binary run by hand, or under -exec), the
-// cache is this process's own, as NewObjectCache's.
-func RunObjectCache() (*ObjectCache, error) {
+// RunCacheEnv names a directory that the test binaries use as their run's
+// cache directory instead of one of their own go command's (see
+// RunCacheDir): CI sets it to share the objects between its go test
+// commands (the default run's and the long passes'), and removes it.
+const RunCacheEnv = "ATTNC_TEST_CACHE"
+
+// RunCacheDir is the directory, made if missing, that the test binaries of
+// one `go test` run share to cache what they build (sub names a folder in
+// it per kind: "objects", "hostlibs"), and whether it is shared. The go
+// command runs every package's test binary as its own child, so the
+// binaries with the same parent process are one run: their directory in
+// os.TempDir() is named after it. Users of a shared directory must write
+// each file under a temporary name and rename it into place, and key it by
+// everything its content depends on, as Go's own build cache does. A
+// directory outlives the test binaries, which cannot know which of them is
+// the last: each run removes the directories of runs whose go command has
+// exited. $ATTNC_TEST_CACHE, when set, is the directory instead (its
+// owner removes it). When the parent is not a go or test2json process (a
+// test binary run by hand, or under -exec), the directory is a new
+// temporary one of this process's own (shared false), for the caller to
+// remove.
+func RunCacheDir(sub string) (dir string, shared bool, err error) {
+	if d := os.Getenv(RunCacheEnv); d != "" {
+		dir = filepath.Join(d, sub)
+		return dir, true, os.MkdirAll(dir, 0o700)
+	}
 	ppid := os.Getppid()
 	comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", ppid))
 	start, err := procStart(ppid)
 	if name := strings.TrimSpace(string(comm)); err != nil || (name != "go" && name != "test2json") {
-		return NewObjectCache()
+		dir, err = os.MkdirTemp("", "attnc-"+sub+"-")
+		return dir, false, err
 	}
 	removeStaleRunDirs()
-	dir := filepath.Join(os.TempDir(), fmt.Sprintf("%s%d-%s", runDirPrefix, ppid, start))
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	dir = filepath.Join(os.TempDir(), fmt.Sprintf("%s%d-%s", runDirPrefix, ppid, start), sub)
+	return dir, true, os.MkdirAll(dir, 0o700)
+}
+
+// RunObjectCache is an object cache (see Objects) in the run's cache
+// directory (RunCacheDir "objects"): the test packages of one `go test`
+// run compile each distinct IR once between them.
+func RunObjectCache() (*ObjectCache, error) {
+	dir, shared, err := RunCacheDir("objects")
+	if err != nil {
 		return nil, err
 	}
-	return &ObjectCache{dir: dir, shared: true, objs: map[string]*cachedObject{}}, nil
+	return &ObjectCache{dir: dir, shared: shared, objs: map[string]*cachedObject{}}, nil
 }
 
 // procStart is the start time of process pid, in clock ticks since boot.
@@ -61,7 +83,7 @@ func procStart(pid int) (string, error) {
 	return f[19], nil // field 22: starttime
 }
 
-// removeStaleRunDirs removes the object directories of runs whose go
+// removeStaleRunDirs removes the cache directories of runs whose go
 // command has exited (no process with the ID, or one started at another
 // time).
 func removeStaleRunDirs() {
