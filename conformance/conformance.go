@@ -252,7 +252,7 @@ func BuildFor(v *ir.Variant, target, dir string, o Options) (*Suite, error) {
 	build := func() (targets.HostLibrary, error) { return h.HostLibrary(v, c.Final, dir, topt, o.Link) }
 	var hl targets.HostLibrary
 	if _, cpu := t.(targets.HostRuntime); HostLibraries != nil && !cpu && o.Triple == "" {
-		hl, err = HostLibraries.hostLibrary(libKey(t.Name(), files, o.Link), dir, build)
+		hl, err = HostLibraries.hostLibrary(HostLibraries.key(t.Name(), files, o.Link), dir, build)
 	} else {
 		hl, err = build()
 	}

@@ -6,9 +6,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 
+	cudagen "github.com/attnc/attnc/codegen/cuda"
+	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/targets"
 )
 
@@ -23,13 +27,20 @@ import (
 var HostLibraries *LibCache
 
 // LibCache holds host libraries by the SHA-256 of the target, the link
-// arguments and the name and content of every file the target's code
-// generator wrote, in a directory of its own.
+// arguments, the name and content of every file the target's code
+// generator wrote and the emulator's compiler (path, --version output,
+// flags, header), in the run's cache directory (cpurt.RunCacheDir
+// "hostlibs"), which other test packages of the run, or CI's other go
+// test commands, may share: a library is written under a temporary name
+// and renamed into place.
 type LibCache struct {
 	dir    string
+	shared bool   // other processes may use dir at the same time
+	tools  string // the emulator compiler's identity, part of every key
 	mu     sync.Mutex
 	libs   map[string]*cachedLib
 	builds int // BuildFor calls that asked for a library
+	found  int // distinct libraries found built by another process
 }
 
 // cachedLib is one library, built once: waiters for the same key share
@@ -40,31 +51,65 @@ type cachedLib struct {
 	err  error
 }
 
-// NewLibCache makes an empty cache in a new temporary directory.
+// NewLibCache opens the run's host library cache (a new temporary
+// directory when the test binary does not run under go test).
 func NewLibCache() (*LibCache, error) {
-	dir, err := os.MkdirTemp("", "attnc-hostlibs-")
+	dir, shared, err := cpurt.RunCacheDir("hostlibs")
 	if err != nil {
 		return nil, err
 	}
-	return &LibCache{dir: dir, libs: map[string]*cachedLib{}}, nil
+	return &LibCache{dir: dir, shared: shared, tools: emulatorCompiler(), libs: map[string]*cachedLib{}}, nil
+}
+
+// emulatorCompiler identifies the compiler the emulated targets build
+// their host libraries with (cuda.CompileEmulated, which the HIP target
+// uses too): its path and --version output, the flags and the emulator
+// header. Without g++ it says so: no library builds then.
+func emulatorCompiler() string {
+	h := sha256.New()
+	gxx, err := cudagen.GXX()
+	if err != nil {
+		fmt.Fprintf(h, "no g++: %v", err)
+	} else {
+		out, err := exec.Command(gxx, "--version").CombinedOutput()
+		fmt.Fprintf(h, "%s\x00%s\x00%v\x00", gxx, out, err)
+	}
+	fmt.Fprintf(h, "%s\x00", strings.Join(cudagen.EmulatedFlags, "\x00"))
+	h.Write(cudagen.EmuHeader())
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // Stats are the builds that asked the cache for a library and the
-// distinct libraries built for them so far.
+// distinct libraries they used so far (built by this process, or found
+// built by another one sharing the directory).
 func (c *LibCache) Stats() (builds, libs int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.builds, len(c.libs)
 }
 
-// Remove deletes the cache's directory.
-func (c *LibCache) Remove() error { return os.RemoveAll(c.dir) }
+// Found is how many of the distinct libraries this process used were
+// built by another process sharing the cache's directory.
+func (c *LibCache) Found() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.found
+}
 
-// libKey is the cache key of a library of target built from files with
-// the link arguments link.
-func libKey(target string, files []targets.Artifact, link []string) string {
+// Remove deletes the cache's directory; a shared one, which other test
+// processes of the run may still use, is left for the next run to remove.
+func (c *LibCache) Remove() error {
+	if c.shared {
+		return nil
+	}
+	return os.RemoveAll(c.dir)
+}
+
+// key is the cache key of a library of target built from files with the
+// link arguments link.
+func (c *LibCache) key(target string, files []targets.Artifact, link []string) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\x00%d\x00", target, len(link))
+	fmt.Fprintf(h, "%s\x00%s\x00%d\x00", c.tools, target, len(link))
 	for _, l := range link {
 		fmt.Fprintf(h, "%s\x00", l)
 	}
@@ -90,13 +135,21 @@ func (c *LibCache) hostLibrary(key, dir string, build func() (targets.HostLibrar
 	var first bool
 	var hl targets.HostLibrary
 	l.once.Do(func() {
+		if c.shared {
+			if st, err := os.Stat(l.path); err == nil && st.Mode().IsRegular() {
+				c.mu.Lock()
+				c.found++
+				c.mu.Unlock()
+				return
+			}
+		}
 		first = true
 		hl, l.err = build()
 		if l.err == nil && hl.Runner != "" {
 			l.err = fmt.Errorf("conformance: the host library cache holds in-process libraries only (%s runs in a %s runner)", hl.Path, hl.Runner)
 		}
 		if l.err == nil {
-			l.err = copyFile(hl.Path, l.path)
+			l.err = c.store(hl.Path, l.path)
 		}
 	})
 	if l.err != nil || first {
@@ -107,6 +160,23 @@ func (c *LibCache) hostLibrary(key, dir string, build func() (targets.HostLibrar
 		return targets.HostLibrary{}, err
 	}
 	return targets.HostLibrary{Path: out}, nil
+}
+
+// store copies the library src into the cache as dst: under a temporary
+// name, renamed into place, so that another process never loads half a
+// library.
+func (c *LibCache) store(src, dst string) error {
+	f, err := os.CreateTemp(c.dir, filepath.Base(dst)+"-*.tmp")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	f.Close()
+	defer os.Remove(tmp)
+	if err := copyFile(src, tmp); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dst)
 }
 
 // copyFile copies the file src to dst.

@@ -142,37 +142,52 @@ func (tc *Toolchain) BuildShared(llPath, soPath string) error {
 // compileObject runs opt -O3 and llc -O3 on llPath into the object file
 // obj, for the toolchain's triple and MCPU.
 func (tc *Toolchain) compileObject(llPath, obj string) error {
-	opt, err := findLLVM("opt")
+	steps, err := tc.objectSteps(llPath, obj)
 	if err != nil {
 		return err
+	}
+	defer os.Remove(obj + ".bc")
+	return runSteps(llPath, steps)
+}
+
+// objectSteps are the opt and llc commands that compile llPath into obj
+// (through obj+".bc").
+func (tc *Toolchain) objectSteps(llPath, obj string) ([][]string, error) {
+	opt, err := findLLVM("opt")
+	if err != nil {
+		return nil, err
 	}
 	llc, err := findLLVM("llc")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	bc := obj + ".bc"
-	defer os.Remove(bc)
 	mtriple := "-mtriple=" + tc.Triple
-	return runSteps(llPath, [][]string{
+	return [][]string{
 		append(append([]string{opt, "-O3", mtriple}, tc.MCPU...), llPath, "-o", bc),
 		append(append([]string{llc, "-O3", mtriple}, tc.MCPU...), "-relocation-model=pic", "-filetype=obj", bc, "-o", obj),
-	})
+	}, nil
 }
 
 // Objects, when set, is the cache Toolchain.BuildShared keeps its objects
 // in: a test package that builds the same IR in several tests (the same
 // example in two suites, a library linked once plainly and once with an
-// allocation shim) runs opt and llc on it once. nil, the default,
-// compiles every time.
+// allocation shim) runs opt and llc on it once; with RunObjectCache, so do
+// the test packages of one `go test` run (conformance and cli build the
+// same examples). nil, the default, compiles every time.
 var Objects *ObjectCache
 
-// ObjectCache holds compiled objects by the SHA-256 of the IR's text, the
-// triple and the -mcpu flags, in a directory of its own.
+// ObjectCache holds compiled objects, in a directory, by the SHA-256 of
+// the IR's text and of the commands that compile it: the opt and llc
+// command lines (triple, -mcpu flags and all, the file names left out)
+// and the tools' --version output.
 type ObjectCache struct {
 	dir    string
+	shared bool // another process may use dir at the same time (RunObjectCache)
 	mu     sync.Mutex
 	objs   map[string]*cachedObject
 	builds int // BuildShared calls that asked for an object
+	hits   int // of them, objects found compiled on disk (by another process)
 }
 
 // cachedObject is one object, compiled once: waiters for the same key
@@ -183,7 +198,8 @@ type cachedObject struct {
 	err  error
 }
 
-// NewObjectCache makes an empty cache in a new temporary directory.
+// NewObjectCache makes an empty cache in a new temporary directory, for
+// this process only.
 func NewObjectCache() (*ObjectCache, error) {
 	dir, err := os.MkdirTemp("", "attnc-objects-")
 	if err != nil {
@@ -193,15 +209,52 @@ func NewObjectCache() (*ObjectCache, error) {
 }
 
 // Stats are the builds that asked the cache for an object and the
-// distinct objects compiled for them so far.
+// distinct objects they used so far (compiled by this process, or found
+// compiled by another one sharing the directory).
 func (c *ObjectCache) Stats() (builds, objects int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.builds, len(c.objs)
 }
 
-// Remove deletes the cache's directory.
-func (c *ObjectCache) Remove() error { return os.RemoveAll(c.dir) }
+// Found is how many of the distinct objects this process used were
+// compiled by another process sharing the cache's directory.
+func (c *ObjectCache) Found() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.hits
+}
+
+// Remove deletes the cache's directory; a run-shared cache
+// (RunObjectCache), which other test processes of the run may still use,
+// is left for the next run to remove.
+func (c *ObjectCache) Remove() error {
+	if c.shared {
+		return nil
+	}
+	return os.RemoveAll(c.dir)
+}
+
+// objectKey is the cache key of llPath's object for tc: the SHA-256 of
+// the IR and of the compile commands with the files named by their role,
+// and of each tool's --version output.
+func (tc *Toolchain) objectKey(src []byte) (string, error) {
+	steps, err := tc.objectSteps("IN.ll", "OUT.o")
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%d\x00", len(src))
+	h.Write(src)
+	for _, s := range steps {
+		v, err := toolVersion(s[0])
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "\x00%s\x00%s", strings.Join(s, "\x00"), v)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
 
 // compile is the path of llPath's object for tc, compiled on first use.
 func (c *ObjectCache) compile(tc *Toolchain, llPath string) (string, error) {
@@ -209,10 +262,10 @@ func (c *ObjectCache) compile(tc *Toolchain, llPath string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	h := sha256.New()
-	h.Write(src)
-	fmt.Fprintf(h, "\x00%s\x00%s", tc.Triple, strings.Join(tc.MCPU, "\x00"))
-	key := hex.EncodeToString(h.Sum(nil))
+	key, err := tc.objectKey(src)
+	if err != nil {
+		return "", err
+	}
 	c.mu.Lock()
 	c.builds++
 	o, ok := c.objs[key]
@@ -221,7 +274,34 @@ func (c *ObjectCache) compile(tc *Toolchain, llPath string) (string, error) {
 		c.objs[key] = o
 	}
 	c.mu.Unlock()
-	o.once.Do(func() { o.err = tc.compileObject(llPath, o.path) })
+	o.once.Do(func() {
+		if !c.shared {
+			o.err = tc.compileObject(llPath, o.path)
+			return
+		}
+		// Another test process of the run may have compiled it, or be
+		// compiling it now: compile under a name of this process's own
+		// and rename it into place, so that a reader never sees half an
+		// object (two processes that both compile it write the same
+		// bytes; the second rename replaces the first's file).
+		if st, err := os.Stat(o.path); err == nil && st.Mode().IsRegular() {
+			c.mu.Lock()
+			c.hits++
+			c.mu.Unlock()
+			return
+		}
+		f, err := os.CreateTemp(c.dir, key[:16]+"-*.tmp")
+		if err != nil {
+			o.err = err
+			return
+		}
+		tmp := f.Name()
+		f.Close()
+		defer os.Remove(tmp)
+		if o.err = tc.compileObject(llPath, tmp); o.err == nil {
+			o.err = os.Rename(tmp, o.path)
+		}
+	})
 	return o.path, o.err
 }
 

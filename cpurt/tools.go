@@ -13,7 +13,14 @@ import (
 // llvmDirs are searched, in order, for LLVM 14's opt and llc before PATH.
 var llvmDirs = []string{"/usr/lib/llvm-14/bin", "/usr/bin"}
 
-var versionCache sync.Map // tool path -> error (nil when LLVM 14)
+var versionCache sync.Map // tool path -> toolVersionOf
+
+// toolVersionOf is a tool's --version output and, when it is not LLVM 14
+// or does not run, the error.
+type toolVersionOf struct {
+	out string
+	err error
+}
 
 // findLLVM returns the path of an LLVM 14 build of tool (opt or llc).
 func findLLVM(tool string) (string, error) {
@@ -45,9 +52,16 @@ func findLLVM(tool string) (string, error) {
 }
 
 func checkVersion(p string) error {
+	_, err := toolVersion(p)
+	return err
+}
+
+// toolVersion is the --version output of the LLVM 14 tool at p, run once
+// per path.
+func toolVersion(p string) (string, error) {
 	if v, ok := versionCache.Load(p); ok {
-		err, _ := v.(error)
-		return err
+		tv := v.(toolVersionOf)
+		return tv.out, tv.err
 	}
 	out, err := exec.Command(p, "--version").CombinedOutput()
 	if err == nil && !bytes.Contains(out, []byte("LLVM version 14.")) {
@@ -61,8 +75,8 @@ func checkVersion(p string) error {
 	} else if err != nil {
 		err = fmt.Errorf("%s --version: %v", p, err)
 	}
-	versionCache.Store(p, err)
-	return err
+	versionCache.Store(p, toolVersionOf{string(out), err})
+	return string(out), err
 }
 
 // Tools checks that opt and llc (LLVM 14) and gcc are installed. The error

@@ -1,61 +1,26 @@
 package driver
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
+	"fmt"
 	"os"
-	"path/filepath"
-	"sync"
 	"testing"
 
-	"github.com/attnc/attnc/codegen/cuda"
-	cudatarget "github.com/attnc/attnc/targets/cuda"
+	"github.com/attnc/attnc/internal/toolcache"
 )
 
-// TestMain compiles each CUDA source to PTX once per architecture for all
-// of the package's tests (TestCUDAToPTX and TestSASS compile the same
-// examples): the CUDA target's CompilePTX keeps the PTX by the source's
-// content hash.
+// TestMain compiles each CUDA source to PTX, and assembles each PTX with
+// ptxas and cuobjdump, once per architecture for all of the package's
+// tests (TestCUDAToPTX and TestSASS compile the same examples) and the
+// other packages of the same `go test` run (cli's sass command assembles
+// llama3_8b too): internal/toolcache keeps them by the input's content,
+// the architecture and the tools' versions.
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "attnc-ptx-cache-")
+	restore, err := toolcache.Install()
 	if err != nil {
-		panic(err)
+		fmt.Fprintln(os.Stderr, "driver: CUDA toolchain cache:", err)
+		os.Exit(2)
 	}
-	cache := &ptxCache{dir: dir, done: map[string]string{}}
-	cudatarget.CompilePTX = cache.compile
 	code := m.Run()
-	os.RemoveAll(dir)
+	restore()
 	os.Exit(code)
-}
-
-type ptxCache struct {
-	dir  string
-	mu   sync.Mutex
-	done map[string]string // sha256(source) + arch -> cached PTX
-}
-
-func (c *ptxCache) compile(cuPath, ptxPath, arch string) error {
-	src, err := os.ReadFile(cuPath)
-	if err != nil {
-		return err
-	}
-	sum := sha256.Sum256(src)
-	key := hex.EncodeToString(sum[:]) + "." + arch
-	c.mu.Lock()
-	cached, ok := c.done[key]
-	c.mu.Unlock()
-	if !ok {
-		cached = filepath.Join(c.dir, key+".ptx")
-		if err := cuda.CompilePTX(cuPath, cached, arch); err != nil {
-			return err
-		}
-		c.mu.Lock()
-		c.done[key] = cached
-		c.mu.Unlock()
-	}
-	ptx, err := os.ReadFile(cached)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(ptxPath, ptx, 0o644)
 }

@@ -68,7 +68,7 @@ func SASS(v *ir.Variant, cu []byte, kernels []registry.KernelManifest, archs []s
 		if err := CompilePTX(cuPath, base+".ptx", arch); err != nil {
 			return nil, err
 		}
-		ks, err := sass.Assemble(tools, base+".ptx", arch, base+".cubin")
+		ks, err := Assemble(tools, base+".ptx", arch, base+".cubin")
 		if err != nil {
 			return nil, err
 		}
@@ -101,6 +101,11 @@ func SASS(v *ir.Variant, cu []byte, kernels []registry.KernelManifest, archs []s
 // compile the same sources for their PTX and SASS checks may share one
 // compile per source and architecture through it.
 var CompilePTX = cudagen.CompilePTX
+
+// Assemble is sass.Assemble, which SASS calls; tests that assemble the
+// same PTX in several places may share one ptxas and cuobjdump run per PTX
+// and architecture through it.
+var Assemble = sass.Assemble
 
 // WriteSASSTable writes rows as an aligned table: per kernel and
 // architecture the registers, stack frame, spill stores/loads (bytes),
