@@ -169,9 +169,9 @@ func Lower(v *ir.Variant, t Tiling) (*ir.Module, error) {
 	}
 	if v.HasRole(ir.RolePrefill) {
 		lp := *l
-		if t.PrefillDirect && t.PageRuns && l.kvt == ir.F32 {
+		if t.PrefillDirect && t.PageRuns && (l.kvt == ir.F32 || l.kvt == ir.BF16) {
 			lp.directK = v.InlineRope() == nil && len(lp.kSegs()) == 1
-			lp.directV = len(lp.vSegs()) == 1
+			lp.directV = len(lp.vSegs()) == 1 && l.kvt == ir.F32
 		}
 		add(lp.prefill())
 	}
