@@ -187,12 +187,13 @@ func bf16DenormKey(x ir.Expr, n int) ir.Expr {
 	return ir.Bin(ir.Add, ir.Bin(ir.And, x, &ir.Const{T: vh, Int: 0x7FFF}), &ir.Const{T: vh, Int: bf16DenormBias})
 }
 
-// packPairsTransposed writes B (f32 [N, K], exact bf16 values) into dst
-// as bf16 pairs laid out [K/2, N] (i32: element (k/2, n) holds B[n, k]
-// low and B[n, k+1] high) for the blocks of L rows that start before
-// NExt, and declares the i32 var den (packPairs'): L rows of L pairs
-// loaded and paired, transposed with log2(L) rounds of shuffles, stored
-// as L vectors.
+// packPairsTransposed writes B (f32 [N, K], exact bf16 values, or the
+// rows of a bf16 buffer at offsets, BRows) into dst as bf16 pairs laid
+// out [K/2, N] (i32: element (k/2, n) holds B[n, k] low and B[n, k+1]
+// high) for the blocks of L rows that start before NExt, and declares
+// the i32 var den (packPairs'): L rows of L pairs loaded and paired (a
+// bf16 row's pairs are its bits: one load), transposed with log2(L)
+// rounds of shuffles, stored as L vectors.
 func packPairsTransposed(mm *ir.MatMul, dst, den string, L int) []ir.Stmt {
 	vf, vi := ir.Vec(ir.F32, L), ir.Vec(ir.I32, L)
 	even, odd := make([]int, L), make([]int, L)
