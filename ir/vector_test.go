@@ -152,3 +152,61 @@ kernel d role decode (x: i32* [4], y: i32* [4], z: f32* [4], o: f32* [4] out) {
 		}
 	}
 }
+
+// TestBitcastRegroup parses, prints and runs bitcasts between integer
+// vectors of one width and different lane counts: i16x8 to i32x4 puts
+// lanes 2i and 2i+1 in the low and high half of lane i (little-endian),
+// i32x4 to i16x8 splits them back, u8x16 to i64x2 packs eight bytes a
+// lane; the verifier keeps refusing a lane change that involves floats.
+func TestBitcastRegroup(t *testing.T) {
+	const src = `module r prefix r
+
+kernel r role decode (h: i16* [8], b: u8* [16], w: i32* [4] out, g: i16* [8] out, q: i64* [2] out) {
+  let x = bitcast.i32x4(h[0]:i16x8)
+  store w[0] = x
+  store g[0] = bitcast.i16x8((x + 65537:i32x4))
+  store q[0] = bitcast.i64x2(b[0]:u8x16)
+  return 0
+}
+`
+	m, err := Parse(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.String(); got != src {
+		t.Fatalf("round trip differs:\n%s\nwant\n%s", got, src)
+	}
+	h := []int16{1, 2, -1, 0x7FFF, -0x8000, 0, 0x1234, -2}
+	b := []uint8{1, 2, 3, 4, 5, 6, 7, 0x81, 0xFF, 0, 0, 0, 0, 0, 0, 0x40}
+	w, g, q := make([]int32, 4), make([]int16, 8), make([]int64, 2)
+	if st, err := Run(m, "r", map[string]any{"h": h, "b": b, "w": w, "g": g, "q": q}); err != nil || st != 0 {
+		t.Fatalf("status %d, %v", st, err)
+	}
+	wantW := []int32{0x00020001, 0x7FFFFFFF, 0x00008000, -0x0001EDCC} // 0xFFFE1234
+	wantG := []int16{2, 3, 0, -0x7FFF, -0x7FFF, 1, 0x1235, -1}        // each i32 lane + 0x00010001 (carries across halves)
+	wantQ := []int64{-0x7EF8F9FAFBFCFDFF, 0x40000000000000FF}         // 0x8107060504030201
+	for i := range wantW {
+		if w[i] != wantW[i] {
+			t.Errorf("w[%d] = %#x, want %#x", i, w[i], wantW[i])
+		}
+	}
+	for i := range wantG {
+		if g[i] != wantG[i] {
+			t.Errorf("g[%d] = %#x, want %#x", i, g[i], wantG[i])
+		}
+	}
+	for i := range wantQ {
+		if q[i] != wantQ[i] {
+			t.Errorf("q[%d] = %#x, want %#x", i, q[i], wantQ[i])
+		}
+	}
+	// Lanes change between integer vectors only.
+	ok := "module m prefix m\nkernel k role decode (x: f32* [8]) {\n  let a = bitcast.f32x4(bitcast.i32x4(bitcast.i16x8(bitcast.i32x4(x[0]:f32x4))))\n  return 0\n}\n"
+	if _, err := Parse(ok); err != nil {
+		t.Errorf("f32x4 through i32x4, i16x8 and back: %v", err)
+	}
+	bad := "module m prefix m\nkernel k role decode (x: f32* [8]) {\n  let a = bitcast.i16x8(x[0]:f32x4)\n  return 0\n}\n"
+	if _, err := Parse(bad); err == nil || !strings.Contains(err.Error(), "changes the lane count") {
+		t.Errorf("f32x4 to i16x8: error %v, want a lane count error", err)
+	}
+}
