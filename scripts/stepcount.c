@@ -4,14 +4,17 @@
    hardware counters: perf stat says <not supported>).
 
    The shape is the bench's decode: 32/8 heads, head dim 128, page 16, HND
-   layout, f16 or bf16 cache, or an 8-bit one (kv_dtype e4m3 or i8, f16
-   queries, per-tensor scales of 1/16: the entry takes k_scale and v_scale) (a variant with `kernels decode`, built with
-   attnc build --shared). One thread; pages in a scattered order.
+   layout, an f16 or bf16 cache, or an 8-bit one with f16 queries and
+   per-tensor scales (kv_dtype e4m3, e5m2 or i8: its entry also takes
+   k_scale and v_scale, passed as 1/16; mode e writes fp8 codes of
+   magnitude 2^-3..2^1 in either format, no NaN; mode i any byte) (a
+   variant with `kernels decode`, built with attnc build --shared). One
+   thread; pages in a scattered order.
 
      gcc -O1 -o stepcount scripts/stepcount.c -ldl
      ./stepcount out/bench_f16.so bench_f16 512 1        # f16 values
      ./stepcount out/bench_bf16.so bench_bf16 512 1 b    # bf16 values
-     ./stepcount out/bench_e4m3.so bench_e4m3 512 1 e    # f16 queries, e4m3 cache
+     ./stepcount out/bench_e4m3.so bench_e4m3 512 1 e    # f16 queries, e4m3 (or e5m2) cache
      ./stepcount out/bench_i8.so bench_i8 512 1 i        # f16 queries, i8 cache
      HIST=ips.txt ./stepcount ...   # also every stepped address (and the
                                     # library's mappings) for a histogram
