@@ -4,12 +4,18 @@
    hardware counters: perf stat says <not supported>).
 
    The shape is the bench's decode: 32/8 heads, head dim 128, page 16, HND
-   layout, f16 or bf16 cache (a variant with `kernels decode`, built with
-   attnc build --shared). One thread; pages in a scattered order.
+   layout, an f16 or bf16 cache, or an 8-bit one with f16 queries and
+   per-tensor scales (kv_dtype e4m3, e5m2 or i8: its entry also takes
+   k_scale and v_scale, passed as 1/16; mode e writes fp8 codes of
+   magnitude 2^-3..2^1 in either format, no NaN; mode i any byte) (a
+   variant with `kernels decode`, built with attnc build --shared). One
+   thread; pages in a scattered order.
 
      gcc -O1 -o stepcount scripts/stepcount.c -ldl
      ./stepcount out/bench_f16.so bench_f16 512 1        # f16 values
      ./stepcount out/bench_bf16.so bench_bf16 512 1 b    # bf16 values
+     ./stepcount out/bench_e4m3.so bench_e4m3 512 1 e    # f16 queries, e4m3 (or e5m2) cache
+     ./stepcount out/bench_i8.so bench_i8 512 1 i        # f16 queries, i8 cache
      HIST=ips.txt ./stepcount ...   # also every stepped address (and the
                                     # library's mappings) for a histogram
 
@@ -30,10 +36,11 @@
 #include <unistd.h>
 enum { QO = 32, KV = 8, D = 128, PS = 16 };
 typedef int32_t (*dec_fn)(void *, void *, void *, int32_t, int32_t *, int32_t *, int32_t *, int32_t, void *, float *);
+typedef int32_t (*dec8_fn)(void *, void *, void *, float *, float *, int32_t, int32_t *, int32_t *, int32_t *, int32_t, void *, float *);
 typedef void (*thr_fn)(int32_t);
 int main(int argc, char **argv) {
   if (argc < 5) {
-    fprintf(stderr, "usage: stepcount LIB.so PREFIX KV_LEN BATCH [b]\n");
+    fprintf(stderr, "usage: stepcount LIB.so PREFIX KV_LEN BATCH [b|e|i]\n");
     return 2;
   }
   int kvlen = atoi(argv[3]), batch = atoi(argv[4]);
@@ -56,18 +63,30 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < (size_t)batch * QO * D; i++) q[i] = 0x3f00 ^ (rand() & 0x807f);
     for (size_t i = 0; i < (size_t)np * KV * PS * D; i++) { k[i] = 0x3e00 ^ (rand() & 0x807f); v[i] = 0x3e00 ^ (rand() & 0x807f); }
   }
+  char mode = argc > 5 ? argv[5][0] : 0;
+  int codes = mode == 'e' || mode == 'i';
+  if (codes) { /* one byte per element: e4m3 codes of magnitude 2^-3..2^1 (no NaN), or i8 values */
+    uint8_t *kb = (uint8_t *)k, *vb = (uint8_t *)v;
+    for (size_t i = 0; i < (size_t)np * KV * PS * D; i++) {
+      if (mode == 'e') { kb[i] = 0x20 + (rand() & 0x1f) + (rand() & 0x80); vb[i] = 0x20 + (rand() & 0x1f) + (rand() & 0x80); }
+      else { kb[i] = rand() & 0xff; vb[i] = rand() & 0xff; }
+    }
+  }
+  float scale = 1.0f / 16;
+  dec8_fn dec8 = (dec8_fn)(void *)dec;
+#define CALL() (codes ? dec8(q, k, v, &scale, &scale, np, indptr, ind, last, batch, o, lse) : dec(q, k, v, np, indptr, ind, last, batch, o, lse))
   int32_t *indptr = malloc((batch + 1) * 4), *ind = malloc(np * 4), *last = malloc(batch * 4);
   for (int b = 0; b <= batch; b++) indptr[b] = b * pages;
   for (int i = 0; i < np; i++) ind[i] = (i * 7919) % np;
   for (int b = 0; b < batch; b++) last[b] = kvlen - (pages - 1) * PS;
   float *lse = malloc(batch * QO * 4);
-  int32_t st0 = dec(q, k, v, np, indptr, ind, last, batch, o, lse); /* warm: lazy binding, level */
+  int32_t st0 = CALL(); /* warm: lazy binding, level */
   if (st0 != 0) { fprintf(stderr, "%s_decode: status %d\n", argv[2], st0); return 1; }
   pid_t pid = fork();
   if (pid == 0) {
     ptrace(PTRACE_TRACEME, 0, 0, 0);
     raise(SIGSTOP);
-    int32_t st = dec(q, k, v, np, indptr, ind, last, batch, o, lse);
+    int32_t st = CALL();
     raise(SIGSTOP);
     _exit(st);
   }

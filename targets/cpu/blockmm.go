@@ -20,6 +20,8 @@ const BlockMinRows = 32
 // MR·NR accumulators that stay in registers across the contraction.
 type microShape struct {
 	L, MR, NR int
+	// Pair: B holds 8-bit codes read two vectors at a time (pairWiden).
+	Pair bool
 }
 
 // microShapeFor fits the register block to a level: NR vectors of B per
@@ -197,12 +199,13 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 				if !foldsDot(x, fold, half) {
 					fold = 0
 				}
-				return dotBlockedMatMul(x, bElem, l.Lanes, fold)
+				return dotBlockedMatMul(x, bElem, l.Lanes, fold, pairWiden(bElem, l))
 			}
 			if !blocks(x) {
 				return []ir.Stmt{s}
 			}
 			sh := microShapeFor(l, x.N/l.Lanes)
+			sh.Pair = pairWiden(bElem, l) && !x.TransB
 			b := x.B
 			var out []ir.Stmt
 			if x.TransB || !foldsPV(x, fold, allocs, l.Lanes) {
@@ -364,7 +367,7 @@ func blockedMatMul(mm *ir.MatMul, b string, bElem ir.Type, sh microShape, scale 
 				}
 			}
 			blk := blockLoop(v, sg.rows, sg.mr, ext, func(m0 ir.Expr, mr int) []ir.Stmt {
-				return microKernel(mm, b, bElem, L, addE(m0, i32c(sg.at)), n0, mr, nw/L, scale, fold)
+				return microKernel(mm, b, bElem, L, addE(m0, i32c(sg.at)), n0, mr, nw/L, scale, fold, sh.Pair && b == mm.B)
 			})
 			cond := startsBefore(sg.at, mm.MExt)
 			switch {
@@ -401,8 +404,9 @@ func rowBlocks(m, mr int) []rowSegment {
 
 // microKernel is C[m0 .. m0+mr, n0 .. n0+nr·L] (+)= A·B over k < KExt with
 // mr·nr vector accumulators (C's rows scaled by scale[row] first, with a
-// scale array).
-func microKernel(mm *ir.MatMul, b string, bElem ir.Type, L int, m0, n0 ir.Expr, mr, nr int, scale string, fold float64) []ir.Stmt {
+// scale array). With pair, B's vectors j and j+1 (even j) are read as
+// one (widenPair).
+func microKernel(mm *ir.MatMul, b string, bElem ir.Type, L int, m0, n0 ir.Expr, mr, nr int, scale string, fold float64, pair bool) []ir.Stmt {
 	vt := ir.Vec(ir.F32, L)
 	acc := func(i, j int) string { return fmt.Sprintf("bm_c%d_%d", i, j) }
 	cAt := func(i, j int) ir.Expr { return addE(mulE(addE(m0, i32c(i)), mm.N), addE(n0, i32c(j*L))) }
@@ -425,6 +429,11 @@ func microKernel(mm *ir.MatMul, b string, bElem ir.Type, L int, m0, n0 ir.Expr, 
 		at := addE(mulE(k, mm.N), addE(n0, i32c(j*L)))
 		if b == mm.B {
 			at = bAt(mm, k, mm.N, addE(n0, i32c(j*L)))
+		}
+		if pair && j+1 < nr {
+			step = append(step, widenPair(fmt.Sprintf("bm_w%d", j/2), fmt.Sprintf("bm_b%d", j), fmt.Sprintf("bm_b%d", j+1), b, bElem, L, at, fold)...)
+			j++
+			continue
 		}
 		step = append(step, &ir.Let{Name: fmt.Sprintf("bm_b%d", j), Value: loadScaled(b, bElem, L, at, fold)})
 	}

@@ -39,11 +39,15 @@ func dotBlocks(mm *ir.MatMul, allocs map[string]*ir.Alloc, lanes int) bool {
 // C outside the extents' blocks is unspecified, as with the
 // micro-kernels. With fold (not 0: foldsDot), B's loads are divided by
 // fold and each block's result vector multiplied by it (codescale.go).
-func dotBlockedMatMul(mm *ir.MatMul, bElem ir.Type, L int, fold float64) []ir.Stmt {
+// With pair (pairWiden) and K a whole number of 2L, each step reads 2L
+// elements of each B row as one (widenPair) and runs the multiply-adds
+// of its two halves in turn: each accumulator takes the same products in
+// the same order.
+func dotBlockedMatMul(mm *ir.MatMul, bElem ir.Type, L int, fold float64, pair bool) []ir.Stmt {
 	R := dotBlockRows(mm.M, L, codes(bElem))
 	return blockLoop("db_m", mm.M, R, mm.MExt, func(m0 ir.Expr, _ int) []ir.Stmt {
 		return blockLoop("db_nb", mm.N, L/R, mm.NExt, func(n0 ir.Expr, _ int) []ir.Stmt {
-			return dotKernel(mm, bElem, L, R, m0, n0, fold)
+			return dotKernel(mm, bElem, L, R, m0, n0, fold, pair && mm.K%(2*L) == 0)
 		})
 	})
 }
@@ -79,8 +83,9 @@ func codes(t ir.Type) bool {
 
 // dotKernel is C[m0 .. m0+R, n0 .. n0+L/R] (+)= the dot products of A's
 // rows m0 .. m0+R with B's rows n0 .. n0+L/R (B's loads divided by fold
-// and the result multiplied by it, when fold is not 0).
-func dotKernel(mm *ir.MatMul, bElem ir.Type, L, R int, m0, n0 ir.Expr, fold float64) []ir.Stmt {
+// and the result multiplied by it, when fold is not 0; with pair, steps of
+// 2L elements).
+func dotKernel(mm *ir.MatMul, bElem ir.Type, L, R int, m0, n0 ir.Expr, fold float64, pair bool) []ir.Stmt {
 	vt := ir.Vec(ir.F32, L)
 	C := L / R
 	lane := transposeAddColumns(L)
@@ -89,26 +94,50 @@ func dotKernel(mm *ir.MatMul, bElem ir.Type, L, R int, m0, n0 ir.Expr, fold floa
 	for s := 0; s < L; s++ {
 		out = append(out, &ir.Var{Name: acc(s), Init: &ir.Const{T: vt}})
 	}
-	k0 := mulE(ir.R("db_k", ir.I32), L)
-	var step []ir.Stmt
-	for r := 0; r < R; r++ {
-		step = append(step, &ir.Let{Name: fmt.Sprintf("db_a%d", r), Value: ir.Ld(mm.A, vt, addE(mulE(addE(m0, i32c(r)), mm.K), k0))})
+	// steps: the vectors of L elements one iteration takes (2 with pair).
+	steps := 1
+	if pair {
+		steps = 2
 	}
-	for c := 0; c < C; c++ {
+	kb := mulE(ir.R("db_k", ir.I32), steps*L)
+	var step []ir.Stmt
+	for c := 0; c < C && pair; c++ {
 		row := addE(n0, i32c(c))
 		if mm.BRows != "" {
-			// The block's last columns may lie past NExt (C there is
-			// unspecified), where no row offset is set: they read the
-			// last row instead.
 			row = ir.Bin(ir.Min, row, addE(mm.NExt, i32c(-1)))
 		}
-		step = append(step, &ir.Let{Name: fmt.Sprintf("db_b%d", c), Value: loadScaled(mm.B, bElem, L, bAt(mm, row, mm.K, k0), fold)})
+		step = append(step, widenPair(fmt.Sprintf("db_w%d", c), fmt.Sprintf("db_b%d_0", c), fmt.Sprintf("db_b%d_1", c), mm.B, bElem, L, bAt(mm, row, mm.K, kb), fold)...)
 	}
-	for s := 0; s < L; s++ {
-		r, c := lane[s]/C, lane[s]%C
-		step = append(step, &ir.Assign{Name: acc(s), Value: &ir.MulAdd{X: ir.R(fmt.Sprintf("db_a%d", r), vt), Y: ir.R(fmt.Sprintf("db_b%d", c), vt), Z: ir.R(acc(s), vt)}})
+	for h := 0; h < steps; h++ {
+		k0 := kb
+		if h > 0 {
+			k0 = addE(kb, i32c(h*L))
+		}
+		a := func(r int) string { return fmt.Sprintf("db_a%d", r) }
+		b := func(c int) string { return fmt.Sprintf("db_b%d", c) }
+		if pair {
+			a = func(r int) string { return fmt.Sprintf("db_a%d_%d", r, h) }
+			b = func(c int) string { return fmt.Sprintf("db_b%d_%d", c, h) }
+		}
+		for r := 0; r < R; r++ {
+			step = append(step, &ir.Let{Name: a(r), Value: ir.Ld(mm.A, vt, addE(mulE(addE(m0, i32c(r)), mm.K), k0))})
+		}
+		for c := 0; c < C && !pair; c++ {
+			row := addE(n0, i32c(c))
+			if mm.BRows != "" {
+				// The block's last columns may lie past NExt (C there is
+				// unspecified), where no row offset is set: they read the
+				// last row instead.
+				row = ir.Bin(ir.Min, row, addE(mm.NExt, i32c(-1)))
+			}
+			step = append(step, &ir.Let{Name: b(c), Value: loadScaled(mm.B, bElem, L, bAt(mm, row, mm.K, k0), fold)})
+		}
+		for s := 0; s < L; s++ {
+			r, c := lane[s]/C, lane[s]%C
+			step = append(step, &ir.Assign{Name: acc(s), Value: &ir.MulAdd{X: ir.R(a(r), vt), Y: ir.R(b(c), vt), Z: ir.R(acc(s), vt)}})
+		}
 	}
-	out = append(out, &ir.For{Var: "db_k", Lo: i32c(0), Hi: i32c(mm.K / L), Kind: ir.Serial, Body: &ir.Block{Stmts: step}})
+	out = append(out, &ir.For{Var: "db_k", Lo: i32c(0), Hi: i32c(mm.K / (steps * L)), Kind: ir.Serial, Body: &ir.Block{Stmts: step}})
 	vecs := make([]ir.Expr, L)
 	for s := range vecs {
 		vecs[s] = ir.R(acc(s), vt)
