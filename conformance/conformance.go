@@ -252,7 +252,11 @@ func BuildFor(v *ir.Variant, target, dir string, o Options) (*Suite, error) {
 	build := func() (targets.HostLibrary, error) { return h.HostLibrary(v, c.Final, dir, topt, o.Link) }
 	var hl targets.HostLibrary
 	if _, cpu := t.(targets.HostRuntime); HostLibraries != nil && !cpu && o.Triple == "" {
-		hl, err = HostLibraries.hostLibrary(HostLibraries.key(t.Name(), files, o.Link), dir, build)
+		var identity string
+		if hb, ok := t.(targets.HostBuildIdentity); ok {
+			identity = hb.HostBuildIdentity()
+		}
+		hl, err = HostLibraries.hostLibrary(HostLibraries.key(t.Name(), identity, files, o.Link), dir, build)
 	} else {
 		hl, err = build()
 	}

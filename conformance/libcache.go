@@ -6,12 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 
-	cudagen "github.com/attnc/attnc/codegen/cuda"
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/targets"
 )
@@ -28,15 +25,15 @@ var HostLibraries *LibCache
 
 // LibCache holds host libraries by the SHA-256 of the target, the link
 // arguments, the name and content of every file the target's code
-// generator wrote and the emulator's compiler (path, --version output,
-// flags, header), in the run's cache directory (cpurt.RunCacheDir
+// generator wrote and the compiler the target builds with (its
+// targets.HostBuildIdentity: the emulator's g++ path, --version output,
+// flags and header), in the run's cache directory (cpurt.RunCacheDir
 // "hostlibs"), which other test packages of the run, or CI's other go
 // test commands, may share: a library is written under a temporary name
 // and renamed into place.
 type LibCache struct {
 	dir    string
-	shared bool   // other processes may use dir at the same time
-	tools  string // the emulator compiler's identity, part of every key
+	shared bool // other processes may use dir at the same time
 	mu     sync.Mutex
 	libs   map[string]*cachedLib
 	builds int // BuildFor calls that asked for a library
@@ -58,25 +55,7 @@ func NewLibCache() (*LibCache, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &LibCache{dir: dir, shared: shared, tools: emulatorCompiler(), libs: map[string]*cachedLib{}}, nil
-}
-
-// emulatorCompiler identifies the compiler the emulated targets build
-// their host libraries with (cuda.CompileEmulated, which the HIP target
-// uses too): its path and --version output, the flags and the emulator
-// header. Without g++ it says so: no library builds then.
-func emulatorCompiler() string {
-	h := sha256.New()
-	gxx, err := cudagen.GXX()
-	if err != nil {
-		fmt.Fprintf(h, "no g++: %v", err)
-	} else {
-		out, err := exec.Command(gxx, "--version").CombinedOutput()
-		fmt.Fprintf(h, "%s\x00%s\x00%v\x00", gxx, out, err)
-	}
-	fmt.Fprintf(h, "%s\x00", strings.Join(cudagen.EmulatedFlags, "\x00"))
-	h.Write(cudagen.EmuHeader())
-	return hex.EncodeToString(h.Sum(nil))
+	return &LibCache{dir: dir, shared: shared, libs: map[string]*cachedLib{}}, nil
 }
 
 // Stats are the builds that asked the cache for a library and the
@@ -106,10 +85,11 @@ func (c *LibCache) Remove() error {
 }
 
 // key is the cache key of a library of target built from files with the
-// link arguments link.
-func (c *LibCache) key(target string, files []targets.Artifact, link []string) string {
+// link arguments link by the compiler that identity names (the target's
+// targets.HostBuildIdentity, or "").
+func (c *LibCache) key(target, identity string, files []targets.Artifact, link []string) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\x00%s\x00%d\x00", c.tools, target, len(link))
+	fmt.Fprintf(h, "%s\x00%s\x00%d\x00", identity, target, len(link))
 	for _, l := range link {
 		fmt.Fprintf(h, "%s\x00", l)
 	}

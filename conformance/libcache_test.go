@@ -15,14 +15,16 @@ import (
 // libraries stay in the directory.
 func TestLibCacheShared(t *testing.T) {
 	dir := t.TempDir()
-	first := &LibCache{dir: dir, shared: true, tools: "g++ x", libs: map[string]*cachedLib{}}
-	second := &LibCache{dir: dir, shared: true, tools: "g++ x", libs: map[string]*cachedLib{}}
+	first := &LibCache{dir: dir, shared: true, libs: map[string]*cachedLib{}}
+	second := &LibCache{dir: dir, shared: true, libs: map[string]*cachedLib{}}
+	// The compiler each cache's target names (HostBuildIdentity).
+	identity := map[*LibCache]string{first: "g++ x", second: "g++ x"}
 	files := []targets.Artifact{{Name: "v.cu", Data: []byte("kernel")}}
 	builds := 0
 	get := func(c *LibCache, files []targets.Artifact, link []string, content string) {
 		t.Helper()
 		out := t.TempDir()
-		hl, err := c.hostLibrary(c.key("cuda", files, link), out, func() (targets.HostLibrary, error) {
+		hl, err := c.hostLibrary(c.key("cuda", identity[c], files, link), out, func() (targets.HostLibrary, error) {
 			builds++
 			p := filepath.Join(out, "v.emu.so")
 			return targets.HostLibrary{Path: p}, os.WriteFile(p, []byte(content), 0o755)
@@ -42,7 +44,8 @@ func TestLibCacheShared(t *testing.T) {
 	}
 	get(second, []targets.Artifact{{Name: "v.cu", Data: []byte("kernel 2")}}, nil, "lib B")
 	get(second, files, []string{"-Wl,--wrap=malloc"}, "lib C")
-	other := &LibCache{dir: dir, shared: true, tools: "g++ y", libs: map[string]*cachedLib{}}
+	other := &LibCache{dir: dir, shared: true, libs: map[string]*cachedLib{}}
+	identity[other] = "g++ y"
 	get(other, files, nil, "lib D")
 	if builds != 4 {
 		t.Errorf("other files, link arguments or compiler: %d builds in all, want 4", builds)

@@ -152,6 +152,16 @@ type Harness interface {
 	Entries(m *ir.Module) []Entry
 }
 
+// HostBuildIdentity is implemented by a Harness whose HostLibrary output
+// depends on more than the files Emit wrote and the link arguments: the
+// compiler it runs (path and --version output), its flags and the headers
+// it adds. A cache of host libraries keyed by the emitted files (the
+// conformance harness's) adds HostBuildIdentity to the key, so a library
+// built by another compiler is never taken for this one's.
+type HostBuildIdentity interface {
+	HostBuildIdentity() string
+}
+
 // DeviceHarness is implemented by a target whose modules can also run on
 // an accelerator of this machine (attnc verify --gpu, attnc bench --gpu).
 type DeviceHarness interface {

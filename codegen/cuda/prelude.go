@@ -511,6 +511,24 @@ func ClangCUDA() (string, error) {
 // reads two halves as one 32-bit word through a cast pointer.
 var EmulatedFlags = []string{"-std=c++17", "-O2", "-fno-strict-aliasing", "-x", "c++", "-DATTNC_EMULATE"}
 
+// EmulatorIdentity identifies the compiler CompileEmulated builds with:
+// its path and --version output, EmulatedFlags and the emulator header,
+// as a SHA-256 in hex (for a cache of emulated libraries' key); without
+// g++ it says so.
+func EmulatorIdentity() string {
+	h := sha256.New()
+	gxx, err := GXX()
+	if err != nil {
+		fmt.Fprintf(h, "no g++: %v", err)
+	} else {
+		out, err := exec.Command(gxx, "--version").CombinedOutput()
+		fmt.Fprintf(h, "%s\x00%s\x00%v\x00", gxx, out, err)
+	}
+	fmt.Fprintf(h, "%s\x00", strings.Join(EmulatedFlags, "\x00"))
+	h.Write(emuHeader)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
 // CompileEmulated compiles cuPath (a .cu that starts with Prelude) as C++ for
 // the CPU emulator into the shared library soPath:
 //

@@ -16,6 +16,10 @@ func CompileEmulated(hipPath, soPath string, extra ...string) error {
 	return cuda.CompileEmulated(hipPath, soPath, extra...)
 }
 
+// EmulatorIdentity identifies the compiler CompileEmulated builds with
+// (cuda.EmulatorIdentity: the same g++, flags and header).
+func EmulatorIdentity() string { return cuda.EmulatorIdentity() }
+
 // CompileISA compiles hipPath to AMDGPU assembly for arch ("gfx942") with
 // clang-19 and no ROCm installation (isa.Flags) and returns its kernels.
 func CompileISA(hipPath, asmPath, arch string) ([]isa.Kernel, error) {

@@ -46,6 +46,10 @@ func (Target) HostLibrary(v *ir.Variant, m *ir.Module, dir string, opt targets.O
 	return targets.HostLibrary{Path: so}, nil
 }
 
+// HostBuildIdentity implements targets.HostBuildIdentity: the CUDA
+// emulator's compiler, flags and header (cudagen.EmulatorIdentity).
+func (Target) HostBuildIdentity() string { return cudagen.EmulatorIdentity() }
+
 // Entries implements targets.Harness: the host launchers of the public
 // plans, each with a trailing stream.
 func (Target) Entries(m *ir.Module) []targets.Entry { return host.Entries(m) }
