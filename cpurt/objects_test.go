@@ -34,24 +34,7 @@ func TestObjectCache(t *testing.T) {
 	dir := t.TempDir()
 	build := func(name string, ir string, tc *Toolchain) {
 		t.Helper()
-		ll := filepath.Join(dir, name+".ll")
-		if err := os.WriteFile(ll, []byte(ir), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		so := filepath.Join(dir, name+".so")
-		if err := tc.BuildShared(ll, so); err != nil {
-			t.Fatal(err)
-		}
-		l, err := Open(so)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		b := I32Buffer([]int32{1, 2, 3})
-		defer b.Free()
-		if got, err := l.Call("add", b.Ptr(), 3); err != nil || got != 6 {
-			t.Fatalf("%s: add = %d, %v; want 6", name, got, err)
-		}
+		buildAdd(t, tc, dir, name, ir)
 	}
 	build("a", string(src), tc)
 	build("b", string(src), tc)
@@ -130,24 +113,7 @@ func TestRunObjectCache(t *testing.T) {
 		saved := Objects
 		Objects = c
 		defer func() { Objects = saved }()
-		ll := filepath.Join(dir, name+".ll")
-		if err := os.WriteFile(ll, []byte(ir), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		so := filepath.Join(dir, name+".so")
-		if err := tc.BuildShared(ll, so); err != nil {
-			t.Fatal(err)
-		}
-		l, err := Open(so)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		b := I32Buffer([]int32{1, 2, 3})
-		defer b.Free()
-		if got, err := l.Call("add", b.Ptr(), 3); err != nil || got != 6 {
-			t.Fatalf("%s: add = %d, %v; want 6", name, got, err)
-		}
+		buildAdd(t, tc, dir, name, ir)
 	}
 	build(first, "a", string(src))
 	build(second, "b", string(src))
@@ -169,5 +135,30 @@ func TestRunObjectCache(t *testing.T) {
 	}
 	if len(ents) != 2 {
 		t.Errorf("%d files in the cache directory, want 2 objects", len(ents))
+	}
+}
+
+// buildAdd writes ir (testdata/add.ll or a variant of it) to dir/name.ll,
+// builds it with tc (through the current Objects) and checks that its
+// add sums 1, 2, 3 to 6.
+func buildAdd(t *testing.T, tc *Toolchain, dir, name, ir string) {
+	t.Helper()
+	ll := filepath.Join(dir, name+".ll")
+	if err := os.WriteFile(ll, []byte(ir), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	so := filepath.Join(dir, name+".so")
+	if err := tc.BuildShared(ll, so); err != nil {
+		t.Fatal(err)
+	}
+	l, err := Open(so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	b := I32Buffer([]int32{1, 2, 3})
+	defer b.Free()
+	if got, err := l.Call("add", b.Ptr(), 3); err != nil || got != 6 {
+		t.Fatalf("%s: add = %d, %v; want 6", name, got, err)
 	}
 }

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
 	"regexp"
 	"strings"
@@ -150,9 +151,11 @@ func TestExpBoundKeepsResults(t *testing.T) {
 		}
 		return out
 	}
-	for _, c := range []struct{ qo, kv, ps int }{{8, 2, 4}, {4, 4, 4}, {8, 2, 32}} {
-		v := &ir.Variant{Name: "t", QOHeads: c.qo, KVHeads: c.kv, HeadDimQK: 32, HeadDimV: 32, DType: ir.DTF32, KVDType: ir.DTF32,
-			PageSize: c.ps, Scale: 0.25, Masks: []ir.MaskClause{{Kind: ir.MaskCausal}}, Kernels: []ir.KernelRef{{Role: ir.RolePrefill}}}
+	// outputs interprets every level's work kernel of role (named
+	// prefix...) with and without exp-bound on args() each: the bounded
+	// exp is in exactly the second set.
+	outputs := func(what string, v *ir.Variant, role ir.Role, prefix string, args func() map[string]any) [2]map[string]map[string]any {
+		t.Helper()
 		var outs [2]map[string]map[string]any
 		for i, table := range [][]passes.Pass{without(Table), Table} {
 			m, err := lower.Lower(v, Target{}.Tiling(v))
@@ -164,50 +167,34 @@ func TestExpBoundKeepsResults(t *testing.T) {
 			}
 			outs[i] = map[string]map[string]any{}
 			for _, k := range m.Kernels {
-				if k.Role != ir.RolePrefill || !strings.HasPrefix(k.Name, "t_prefill_work") || k.Level == "" {
+				if k.Role != role || !strings.HasPrefix(k.Name, prefix) || k.Level == "" {
 					continue
 				}
 				if got := bounded.MatchString(k.String()); got != (i == 1) {
-					t.Fatalf("%d/%d heads, page %d, %s: the bounded exp is there: %v", c.qo, c.kv, c.ps, k.Name, got)
+					t.Fatalf("%s, %s: the bounded exp is there: %v", what, k.Name, got)
 				}
-				args := directPrefillArgs(v)
-				if st, err := ir.Run(m, k.Name, args); err != nil || st != 0 {
+				a := args()
+				if st, err := ir.Run(m, k.Name, a); err != nil || st != 0 {
 					t.Fatalf("%s: status %d, %v", k.Name, st, err)
 				}
-				outs[i][k.Name] = args
+				outs[i][k.Name] = a
 			}
 		}
+		if len(outs[0]) == 0 {
+			t.Fatalf("%s: no level clones", what)
+		}
+		return outs
+	}
+	for _, c := range []struct{ qo, kv, ps int }{{8, 2, 4}, {4, 4, 4}, {8, 2, 32}} {
+		v := &ir.Variant{Name: "t", QOHeads: c.qo, KVHeads: c.kv, HeadDimQK: 32, HeadDimV: 32, DType: ir.DTF32, KVDType: ir.DTF32,
+			PageSize: c.ps, Scale: 0.25, Masks: []ir.MaskClause{{Kind: ir.MaskCausal}}, Kernels: []ir.KernelRef{{Role: ir.RolePrefill}}}
+		what := fmt.Sprintf("%d/%d heads, page %d", c.qo, c.kv, c.ps)
+		outs := outputs(what, v, ir.RolePrefill, "t_prefill_work", func() map[string]any { return directPrefillArgs(v) })
 		sameOutputs(t, "exp-bound", outs, len(outs[0]), "without exp-bound", "with it")
 	}
 	for _, c := range decodeCases {
 		v := decodeVariant(c)
-		var outs [2]map[string]map[string]any
-		for i, table := range [][]passes.Pass{without(Table), Table} {
-			m, err := lower.Lower(v, Target{}.Tiling(v))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if m, err = passes.RunTable(table, m, passes.Options{VerifyEach: true}); err != nil {
-				t.Fatal(err)
-			}
-			outs[i] = map[string]map[string]any{}
-			for _, k := range m.Kernels {
-				if k.Role != ir.RoleDecode || !strings.HasPrefix(k.Name, "t_decode_work") || k.Level == "" {
-					continue
-				}
-				if got := bounded.MatchString(k.String()); got != (i == 1) {
-					t.Fatalf("decode %s, %s: the bounded exp is there: %v", c.name(), k.Name, got)
-				}
-				args := stagedDecodeArgs(v, nil)
-				if st, err := ir.Run(m, k.Name, args); err != nil || st != 0 {
-					t.Fatalf("%s: status %d, %v", k.Name, st, err)
-				}
-				outs[i][k.Name] = args
-			}
-		}
-		if len(outs[0]) == 0 {
-			t.Fatalf("decode %s: no level clones", c.name())
-		}
+		outs := outputs("decode "+c.name(), v, ir.RoleDecode, "t_decode_work", func() map[string]any { return stagedDecodeArgs(v, nil) })
 		sameOutputs(t, "exp-bound decode "+c.name(), outs, len(outs[0]), "without exp-bound", "with it")
 	}
 }
