@@ -20,9 +20,7 @@ import (
 //   - Binary, Unary, Select and Bitcast work lane by lane (a Select's
 //     condition is a bool, the same for every lane, or a bool vector of the
 //     arms' lane count; a compare yields a bool vector; a Bitcast keeps the
-//     lane count, except between integer vectors of the same width, where
-//     it regroups the bits little-endian: i16x32 to i32x16 puts lanes 2i
-//     and 2i+1 in the low and high half of lane i);
+//     lane count);
 //   - Convert of a vector converts each lane (same lane count); Convert of
 //     a scalar to a vector type converts it to the element type and
 //     broadcasts it;
@@ -195,9 +193,7 @@ func vectorRule(e Expr) string {
 			return fmt.Sprintf("convert from %s to %s changes the lane count", e.X.Type(), e.To)
 		}
 	case *Bitcast:
-		x := e.X.Type()
-		regroup := x.IsVector() && e.To.IsVector() && x.Elem().IsInt() && e.To.Elem().IsInt()
-		if x.Lanes() != e.To.Lanes() && !regroup {
+		if e.X.Type().Lanes() != e.To.Lanes() {
 			return fmt.Sprintf("bitcast from %s to %s changes the lane count", e.X.Type(), e.To)
 		}
 	case *MulAdd:
@@ -310,25 +306,6 @@ func (f *frame) evalVec(e Expr) []val {
 		return lanes(func(i int) val { return f.convert(et, from, x[min(i, len(x)-1)]) })
 	case *Bitcast:
 		x := f.evalVec(e.X)
-		if xt := e.X.Type(); xt.Lanes() != n {
-			// Integer lanes regrouped: the bytes of x's lanes, low
-			// lane first, each little-endian, read as e's lanes.
-			var b []byte
-			sb := xt.Elem().Bits() / 8
-			for _, v := range x {
-				for k := range sb {
-					b = append(b, byte(uint64(v)>>(8*k)))
-				}
-			}
-			db := et.Bits() / 8
-			return lanes(func(i int) val {
-				var u uint64
-				for k := range db {
-					u |= uint64(b[i*db+k]) << (8 * k)
-				}
-				return f.bitcast(et, val(u))
-			})
-		}
 		return lanes(func(i int) val { return f.bitcast(et, x[i]) })
 	case *Load:
 		b := f.buffer(e.Buf)

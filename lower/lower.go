@@ -69,12 +69,8 @@ type Tiling struct {
 	// rows straight from the pages as DecodeDirect does for decode, where
 	// the cache is f32 (its staging would be a plain copy): the packing
 	// of K for the products and P·V read the pool rows at the recorded
-	// offsets. Over a bf16 cache it reads K so (the packing takes bf16
-	// pairs or widens as it reads, once per tile either way) and stages V
-	// (P·V reads each V row once per block of query rows: widened once
-	// in the copy, not at each read). A tile with a hidden or outside
-	// page, K under inline RoPE and a K row of MLA's two segments are
-	// staged as before.
+	// offsets. A tile with a hidden or outside page, K under inline RoPE
+	// and a K row of MLA's two segments are staged as before.
 	PrefillDirect bool
 	// PrefillAlphaLoop makes the prefill kernels' online-softmax update
 	// compute each row's rescale factor alpha = exp(m_old - m_new), its
@@ -173,9 +169,9 @@ func Lower(v *ir.Variant, t Tiling) (*ir.Module, error) {
 	}
 	if v.HasRole(ir.RolePrefill) {
 		lp := *l
-		if t.PrefillDirect && t.PageRuns && (l.kvt == ir.F32 || l.kvt == ir.BF16) {
+		if t.PrefillDirect && t.PageRuns && l.kvt == ir.F32 {
 			lp.directK = v.InlineRope() == nil && len(lp.kSegs()) == 1
-			lp.directV = len(lp.vSegs()) == 1 && l.kvt == ir.F32
+			lp.directV = len(lp.vSegs()) == 1
 		}
 		add(lp.prefill())
 	}

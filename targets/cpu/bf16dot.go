@@ -61,20 +61,15 @@ func isBF16Value(e ir.Expr) bool {
 
 // dotBF16Fits reports whether level l runs matmul mm on vdpbf16ps:
 // prefill's Q·Kᵀ (B transposed, at least BlockMinRows rows) whose A and
-// B are local arrays of exact bf16 values (B may also be the rows of a
-// bf16 buffer at offsets, BRows; elems are the element types of the
-// kernel's buffers and arrays), with whole vectors of columns
+// B are local arrays of exact bf16 values, with whole vectors of columns
 // and whole L×L blocks of bf16 pairs along K, neither accumulating nor
 // skipping zeros.
-func dotBF16Fits(mm *ir.MatMul, exact map[string]bool, elems map[string]ir.Type, l Level) bool {
+func dotBF16Fits(mm *ir.MatMul, exact map[string]bool, l Level) bool {
 	L := l.Lanes
 	if !l.DotBF16 || !mm.TransB || mm.M < BlockMinRows || mm.Accumulate || mm.ZeroSkip {
 		return false
 	}
-	// B is exact bf16 values in an f32 array, or rows of a bf16 buffer
-	// read at offsets (prefill's K in the pool).
-	bExact := exact[mm.B] || mm.BRows != "" && elems[mm.B] == ir.BF16
-	if !exact[mm.A] || !bExact || mm.N%L != 0 || mm.K%(2*L) != 0 {
+	if !exact[mm.A] || !exact[mm.B] || mm.N%L != 0 || mm.K%(2*L) != 0 {
 		return false
 	}
 	c, ok := mm.KExt.(*ir.Const)
@@ -84,14 +79,14 @@ func dotBF16Fits(mm *ir.MatMul, exact map[string]bool, elems map[string]ir.Type,
 // hasBF16Product reports whether body holds a matmul level l runs on
 // vdpbf16ps (on AMX tiles at an AMX level): the kernels multiversion
 // clones at a DotBF16 level.
-func hasBF16Product(body *ir.Block, elems map[string]ir.Type, l Level) bool {
+func hasBF16Product(body *ir.Block, l Level) bool {
 	if !l.DotBF16 {
 		return false
 	}
 	exact := bf16Exact(body)
 	found := false
 	ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
-		if mm, ok := s.(*ir.MatMul); ok && dotBF16Fits(mm, exact, elems, l) && (!l.AMX || amxBlockFits(l, mm.M, mm.N, mm.K)) {
+		if mm, ok := s.(*ir.MatMul); ok && dotBF16Fits(mm, exact, l) && (!l.AMX || amxBlockFits(l, mm.M, mm.N, mm.K)) {
 			found = true
 		}
 		return []ir.Stmt{s}
@@ -155,45 +150,26 @@ func denormKey(x ir.Expr, L int) ir.Expr {
 // (denormKey's largest values) is above denormBias, else 0 — a max over
 // halves of the vector down to one lane.
 func denormFlag(den, mx string, L int) []ir.Stmt {
-	return keyFlag(den, mx, ir.I32, L, denormBias)
-}
-
-// keyFlag declares i32 var den: 1 when a lane of var mx (n lanes of the
-// integer type t) is above bias, else 0.
-func keyFlag(den, mx string, t ir.Type, n int, bias int64) []ir.Stmt {
-	var v ir.Expr = ir.R(mx, ir.Vec(t, n))
+	var v ir.Expr = ir.R(mx, ir.Vec(ir.I32, L))
 	var out []ir.Stmt
-	for ; n > 1; n /= 2 {
+	for n := L; n > 1; n /= 2 {
 		lo, hi := make([]int, n/2), make([]int, n/2)
 		for i := range n / 2 {
 			lo[i], hi[i] = i, n/2+i
 		}
 		name := fmt.Sprintf("%s_%d", mx, n/2)
 		out = append(out, &ir.Let{Name: name, Value: ir.Bin(ir.Max, &ir.VShuffle{X: v, Y: v, Mask: lo}, &ir.VShuffle{X: v, Y: v, Mask: hi})})
-		v = ir.R(name, ir.Vec(t, n/2))
+		v = ir.R(name, ir.Vec(ir.I32, n/2))
 	}
-	return append(out, &ir.Var{Name: den, Init: ir.Sel(ir.Bin(ir.Gt, v, ir.IntT(t, bias)), i32c(1), i32c(0))})
+	return append(out, &ir.Var{Name: den, Init: ir.Sel(ir.Bin(ir.Gt, v, i32c(denormBias)), i32c(1), i32c(0))})
 }
 
-// bf16DenormBias, added (wrapping) to a bf16's bits without the sign,
-// leaves a zero at bf16DenormBias, a denormal above it and a normal,
-// infinite or NaN value negative (i16): denormBias for bf16 bits.
-const bf16DenormBias = 0x7F80
-
-// bf16DenormKey is the bf16 bits x (i16 lanes) without the sign plus
-// bf16DenormBias.
-func bf16DenormKey(x ir.Expr, n int) ir.Expr {
-	vh := ir.Vec(ir.I16, n)
-	return ir.Bin(ir.Add, ir.Bin(ir.And, x, &ir.Const{T: vh, Int: 0x7FFF}), &ir.Const{T: vh, Int: bf16DenormBias})
-}
-
-// packPairsTransposed writes B (f32 [N, K], exact bf16 values, or the
-// rows of a bf16 buffer at offsets, BRows) into dst as bf16 pairs laid
-// out [K/2, N] (i32: element (k/2, n) holds B[n, k] low and B[n, k+1]
-// high) for the blocks of L rows that start before NExt, and declares
-// the i32 var den (packPairs'): L rows of L pairs loaded and paired (a
-// bf16 row's pairs are its bits: one load), transposed with log2(L)
-// rounds of shuffles, stored as L vectors.
+// packPairsTransposed writes B (f32 [N, K], exact bf16 values) into dst
+// as bf16 pairs laid out [K/2, N] (i32: element (k/2, n) holds B[n, k]
+// low and B[n, k+1] high) for the blocks of L rows that start before
+// NExt, and declares the i32 var den (packPairs'): L rows of L pairs
+// loaded and paired, transposed with log2(L) rounds of shuffles, stored
+// as L vectors.
 func packPairsTransposed(mm *ir.MatMul, dst, den string, L int) []ir.Stmt {
 	vf, vi := ir.Vec(ir.F32, L), ir.Vec(ir.I32, L)
 	even, odd := make([]int, L), make([]int, L)
@@ -206,27 +182,11 @@ func packPairsTransposed(mm *ir.MatMul, dst, den string, L int) []ir.Stmt {
 		hi[2*i], hi[2*i+1] = L/2+i, L+L/2+i
 	}
 	mx := den + "_mx"
-	// Rows in the pool (BRows: prefill's K read in place): a row's bf16
-	// elements are its pairs as they lie, two to an i32 (element 2p low,
-	// 2p+1 high, little-endian), so the row's L pairs are one load of its
-	// bits; the denormal key takes 2L bf16 lanes at once. A block's rows
-	// at or past NExt, whose offsets are not set, read the last row below
-	// NExt instead (their columns of C are unspecified).
-	inPool := mm.BRows != ""
-	vh := ir.Vec(ir.I16, 2*L)
 	loop := blockLoop("bp_jb", mm.N, L, mm.NExt, func(j0 ir.Expr, _ int) []ir.Stmt {
 		c := ir.R("bp_c", ir.I32)
 		name := func(round, i int) string { return fmt.Sprintf("bp_t%d_%d", round, i) }
 		var body []ir.Stmt
 		for i := range L {
-			if inPool {
-				row := ir.Bin(ir.Min, addE(j0, i32c(i)), addE(mm.NExt, i32c(-1)))
-				x := fmt.Sprintf("bp_x%d", i)
-				body = append(body, &ir.Let{Name: x, Value: ir.Ld(mm.B, vh, mm.BAt(row, mulE(c, 2*L)))},
-					&ir.Assign{Name: mx, Value: ir.Bin(ir.Max, ir.R(mx, vh), bf16DenormKey(ir.R(x, vh), 2*L))},
-					&ir.Let{Name: name(0, i), Value: &ir.Bitcast{To: vi, X: ir.R(x, vh)}})
-				continue
-			}
 			at := addE(mulE(addE(j0, i32c(i)), mm.K), mulE(c, 2*L))
 			var xs [2]ir.Expr
 			for h := range 2 {
@@ -254,10 +214,6 @@ func packPairsTransposed(mm *ir.MatMul, dst, den string, L int) []ir.Stmt {
 		}
 		return []ir.Stmt{&ir.For{Var: "bp_c", Lo: i32c(0), Hi: i32c(mm.K / (2 * L)), Kind: ir.Serial, Body: &ir.Block{Stmts: body}}}
 	})
-	if inPool {
-		out := append([]ir.Stmt{&ir.Var{Name: mx, Init: &ir.Const{T: vh}}}, loop...)
-		return append(out, keyFlag(den, mx, ir.I16, 2*L, bf16DenormBias)...)
-	}
 	out := append([]ir.Stmt{&ir.Var{Name: mx, Init: &ir.Const{T: vi}}}, loop...)
 	return append(out, denormFlag(den, mx, L)...)
 }

@@ -54,35 +54,10 @@ kernel t_k_%s role prefill level "%s" (q: bf16* [Q], k: bf16* [1536], s: f32* [S
 }
 `
 
-// bf16PoolRow is the pool row bf16TileText's in-pool form reads key j
-// from: the keys scattered over the 48 rows of k.
-func bf16PoolRow(j int) int { return j * 7 % 48 }
-
 func parseBF16Tile(t *testing.T, level string, rows int) *ir.Module {
 	t.Helper()
-	return parseBF16TileText(t, level, rows, bf16TileText)
-}
-
-// parseBF16TileInPool is the tile with K read in place, as prefill reads
-// a bf16 cache's K (Tiling.PrefillDirect): the product takes key j's
-// row of k at the offset koff[j] (pool row bf16PoolRow(j)), no staging.
-func parseBF16TileInPool(t *testing.T, level string, rows int) *ir.Module {
-	t.Helper()
-	text := strings.NewReplacer(
-		"    alloc kb: f32[1536]\n", "    alloc koff: i64[48]\n",
-		"      for i in 0 .. 1536 spread {\n        store kb[i] = f32(k[i])\n      }\n",
-		"      for j in 0 .. 48 spread {\n        store koff[j] = (i64(((j * 7) %% 48)) * 32:i64)\n      }\n",
-		"kb^T[48, 32]", "k^T[48, 32] rows(koff)").Replace(bf16TileText)
-	if !strings.Contains(text, "rows(koff)") || strings.Contains(text, "kb") {
-		t.Fatal("the in-pool tile text did not take")
-	}
-	return parseBF16TileText(t, level, rows, text)
-}
-
-func parseBF16TileText(t *testing.T, level string, rows int, src string) *ir.Module {
-	t.Helper()
 	text := strings.NewReplacer("ROWS", fmt.Sprint(rows), "Q]", fmt.Sprint(rows*32, "]"), "Q spread", fmt.Sprint(rows*32, " spread"),
-		"S]", fmt.Sprint(rows*48, "]")).Replace(src)
+		"S]", fmt.Sprint(rows*48, "]")).Replace(bf16TileText)
 	m, err := ir.Parse(fmt.Sprintf(text, strings.ReplaceAll(level, "-", "_"), level))
 	if err != nil {
 		t.Fatal(err)
@@ -95,17 +70,11 @@ func parseBF16TileText(t *testing.T, level string, rows int, src string) *ir.Mod
 // tile at level.
 func scheduleBF16Tile(t *testing.T, level string, rows int) (before, after *ir.Module) {
 	t.Helper()
-	return scheduleTile(t, level, parseBF16Tile(t, level, rows))
-}
-
-// scheduleTile runs block-matmul, lower-tiles and vectorize on tile
-// module before at level.
-func scheduleTile(t *testing.T, level string, before *ir.Module) (_, after *ir.Module) {
-	t.Helper()
 	mc, err := NewMachine("")
 	if err != nil {
 		t.Fatal(err)
 	}
+	before = parseBF16Tile(t, level, rows)
 	after = before
 	for _, p := range []func(*ir.Module) (*ir.Module, error){mc.BlockMatMul, LowerTiles, Vectorize} {
 		if after, err = p(after); err != nil {
@@ -176,24 +145,6 @@ func TestDotBF16Shape(t *testing.T) {
 	if s := v4.String(); strings.Contains(s, "dotbf16") || strings.Contains(s, "_bp") {
 		t.Errorf("x86-64-v4 runs bf16 pairs")
 	}
-	// K read in place: its pairs are the pool rows' bits (i16x32 loads,
-	// regrouped), packed beside the offsets; the f32 fallback widens K
-	// from the pool as it packs it.
-	_, pool := scheduleTile(t, bf16Level, parseBF16TileInPool(t, bf16Level, prefillRows))
-	ptext := pool.String()
-	for _, want := range []string{"alloc koff_bp: i32[768]", "alloc k_t: f32[1536]", "var koff_bpden = ", ":i16x32", "bitcast.i32x16(bp_x0)",
-		"if ((qs_bpden | koff_bpden) != 0)", "f32x16(k[(koff["} {
-		if !strings.Contains(ptext, want) {
-			t.Errorf("in place: no %q in:\n%s", want, ptext)
-		}
-	}
-	if strings.Contains(ptext, "f32x16(k[(koff[min((bp_") {
-		t.Errorf("in place: the pairs widen K")
-	}
-	_, pool4 := scheduleTile(t, "x86-64-v4", parseBF16TileInPool(t, "x86-64-v4", prefillRows))
-	if s := pool4.String(); strings.Contains(s, "dotbf16") || strings.Contains(s, "_bp") || !strings.Contains(s, "alloc k_t: f32[1536]") {
-		t.Errorf("x86-64-v4 in place: want the f32 micro-kernels on K packed from the pool")
-	}
 	scaled := parseBF16Tile(t, bf16Level, prefillRows)
 	scaled.Kernels[0].Body = ir.MapStmts(scaled.Kernels[0].Body, func(s ir.Stmt) []ir.Stmt {
 		if st, ok := s.(*ir.Store); ok && st.Buf == "qs" {
@@ -221,19 +172,7 @@ func TestDotBF16Shape(t *testing.T) {
 // 2^120, what vdpbf16ps would flush is 2^-10 of the score: only the
 // f32 fallback meets the bound there.
 func TestDotBF16KeepsResults(t *testing.T) {
-	_, staged := scheduleBF16Tile(t, bf16Level, prefillRows)
-	_, inPool := scheduleTile(t, bf16Level, parseBF16TileInPool(t, bf16Level, prefillRows))
-	for _, form := range []struct {
-		name  string
-		after *ir.Module
-	}{{"staged", staged}, {"in place", inPool}} {
-		dotBF16Results(t, form.name, form.after, form.after == inPool)
-	}
-}
-
-// dotBF16Results is TestDotBF16KeepsResults on one form of the tile;
-// inPool: the tile reads key j from pool row bf16PoolRow(j).
-func dotBF16Results(t *testing.T, form string, after *ir.Module, inPool bool) {
+	_, after := scheduleBF16Tile(t, bf16Level, prefillRows)
 	rows := prefillRows
 	rng := rand.New(rand.NewSource(5))
 	for _, tc := range []struct {
@@ -265,16 +204,9 @@ func dotBF16Results(t *testing.T, form string, after *ir.Module, inPool bool) {
 				q[11*32+20] = bf16Bits(0x1p120)
 			}
 		}
-		kArg := k
-		if inPool {
-			kArg = make([]uint16, len(k))
-			for j := 0; j < 48; j++ {
-				copy(kArg[bf16PoolRow(j)*32:][:32], k[j*32:][:32])
-			}
-		}
-		args := map[string]any{"q": q, "k": kArg, "s": make([]float32, rows*48), "m": int32(tc.mr), "n": int32(tc.n)}
+		args := map[string]any{"q": q, "k": k, "s": make([]float32, rows*48), "m": int32(tc.mr), "n": int32(tc.n)}
 		if st, err := ir.Run(after, after.Kernels[0].Name, args); err != nil || st != 0 {
-			t.Fatalf("%s %s: status %d, %v", form, tc.name, st, err)
+			t.Fatalf("%s: status %d, %v", tc.name, st, err)
 		}
 		s := args["s"].([]float32)
 		for r := 0; r < tc.mr; r++ {
@@ -286,58 +218,9 @@ func dotBF16Results(t *testing.T, form string, after *ir.Module, inPool bool) {
 					mag += math.Abs(p)
 				}
 				if got := float64(s[r*48+j]); math.Abs(got-exact) > 32*0x1p-24*mag {
-					t.Errorf("%s %s: score[%d, %d] = %g, exact %g (bound %g)", form, tc.name, r, j, got, exact, 32*0x1p-24*mag)
+					t.Errorf("%s: score[%d, %d] = %g, exact %g (bound %g)", tc.name, r, j, got, exact, 32*0x1p-24*mag)
 				}
 			}
-		}
-	}
-}
-
-// TestBF16DenormFlag evaluates the denormal test of K's pairs packed
-// from a bf16 pool (packPairsTransposed of rows at offsets) in the
-// interpreter: zeros, normals, infinities and NaNs of either sign leave
-// the flag 0; one denormal anywhere in the rows below NExt sets it, and
-// one in a row past NExt (never read) does not.
-func TestBF16DenormFlag(t *testing.T) {
-	specials := []uint16{0x0000, 0x8000, 0x3F80, 0xBF80, 0x0080, 0x8080, 0x7F7F, 0xFF7F, 0x7F80, 0xFF80, 0x7FC0, 0xFFC1, 0x7F81}
-	denormals := []uint16{0x0001, 0x007F, 0x8001, 0x8040}
-	mm := &ir.MatMul{C: "c", A: "a", B: "x", BRows: "off", M: 32, N: 32, K: 64, TransB: true,
-		MExt: ir.Int(32), NExt: ir.Int(20), KExt: ir.Int(64)}
-	run := func(vals []uint16) int32 {
-		body := []ir.Stmt{&ir.Alloc{Name: "off", T: ir.I64, Size: 32}, &ir.Alloc{Name: "p", T: ir.I32, Size: 1024}}
-		for j := 0; j < 20; j++ {
-			body = append(body, lltest.Store("off", ir.Int(int64(j)), ir.IntT(ir.I64, int64(31-j)*64)))
-		}
-		body = append(append(body, packPairsTransposed(mm, "p", "den", 16)...),
-			lltest.Store("o", ir.Int(0), lltest.I32("den")), lltest.Ret(ir.Int(0)))
-		k := lltest.Kernel("f", []*ir.Param{lltest.Buf("x", ir.BF16), lltest.Buf("o", ir.I32)}, body...)
-		m := lltest.Module("f", k)
-		ir.MustVerify("denorm", m)
-		o := make([]int32, 1)
-		if st, err := ir.Run(m, "f", map[string]any{"x": vals, "o": o}); err != nil || st != 0 {
-			t.Fatalf("status %d, %v", st, err)
-		}
-		return o[0]
-	}
-	vals := make([]uint16, 32*64)
-	for i := range vals {
-		vals[i] = specials[i%len(specials)]
-	}
-	if got := run(vals); got != 0 {
-		t.Errorf("no denormal: flag %d", got)
-	}
-	for i, d := range denormals {
-		v := append([]uint16(nil), vals...)
-		// Pool rows 12..31 are keys 19..0.
-		at := (12+(5*i)%20)*64 + (37*i+5)%64
-		v[at] = d
-		if got := run(v); got != 1 {
-			t.Errorf("denormal %#x at %d: flag %d", d, at, got)
-		}
-		v = append([]uint16(nil), vals...)
-		v[(5*i%12)*64+(37*i+5)%64] = d // a pool row no key below NExt reads
-		if got := run(v); got != 0 {
-			t.Errorf("denormal %#x in an unread row: flag %d", d, got)
 		}
 	}
 }

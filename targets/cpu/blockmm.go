@@ -98,7 +98,7 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 		if mm.BRows != "" {
 			_, ok := allocs[mm.BRows]
 			c, whole := ir.IsConst(mm.KExt)
-			return ok && (elems[mm.B] == ir.F32 || elems[mm.B] == ir.BF16) && whole && c.Int == int64(mm.K)
+			return ok && elems[mm.B] == ir.F32 && whole && c.Int == int64(mm.K)
 		}
 		a, ok := allocs[mm.B]
 		return ok && a.T == ir.F32 && a.Size >= mm.N*mm.K
@@ -129,13 +129,11 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 	if l.DotBF16 {
 		exact = bf16Exact(body)
 	}
-	fits := func(mm *ir.MatMul) bool { return blocks(mm) && dotBF16Fits(mm, exact, elems, l) }
-	// pairs names the pair arrays by A's array and B's packKey (B's rows
-	// in the pool: the pairs go beside their offsets' array).
+	fits := func(mm *ir.MatMul) bool { return blocks(mm) && dotBF16Fits(mm, exact, l) }
 	pairs := map[string]string{}
 	ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
 		if mm, ok := s.(*ir.MatMul); ok && fits(mm) {
-			for _, x := range []string{mm.A, packKey(mm)} {
+			for _, x := range []string{mm.A, mm.B} {
 				if pairs[x] == "" {
 					name := x + "_bp"
 					for i := 2; names[name]; i++ {
@@ -146,7 +144,7 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 				}
 			}
 			size[pairs[mm.A]] = max(size[pairs[mm.A]], mm.M*mm.K/2)
-			size[pairs[packKey(mm)]] = max(size[pairs[packKey(mm)]], mm.N*mm.K/2)
+			size[pairs[mm.B]] = max(size[pairs[mm.B]], mm.N*mm.K/2)
 		}
 		return []ir.Stmt{s}
 	})
@@ -221,8 +219,8 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 				out = append(out, scaleCopy(c.A, x.A, x.M*x.K, l.Lanes, fold)...)
 			}
 			if x.TransB {
-				out = append(out, packTransposed(x, b, bElem, packed[packKey(x)], l.Lanes)...)
 				b, bElem = packed[packKey(x)], ir.F32
+				out = append(out, packTransposed(x, b, l.Lanes)...)
 			}
 			if x.ZeroSkip && x.K%l.Lanes == 0 {
 				// Most tiles hide nothing: scan A for -0 first and run
@@ -245,10 +243,9 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 			if !hoisted[x] {
 				dot = append(dot, packPairs(x.A, pairs[x.A], den(x.A), x.M, x.K, l.Lanes)...)
 			}
-			bk := packKey(x)
-			dot = append(dot, packPairsTransposed(x, pairs[bk], den(bk), l.Lanes)...)
-			dot = append(dot, &ir.If{Cond: ir.Bin(ir.Ne, ir.Bin(ir.Or, ir.R(den(x.A), ir.I32), ir.R(den(bk), ir.I32)), i32c(0)),
-				Then: &ir.Block{Stmts: out}, Else: &ir.Block{Stmts: pairsMatMul(x, pairs[x.A], pairs[bk], sh, l)}})
+			dot = append(dot, packPairsTransposed(x, pairs[x.B], den(x.B), l.Lanes)...)
+			dot = append(dot, &ir.If{Cond: ir.Bin(ir.Ne, ir.Bin(ir.Or, ir.R(den(x.A), ir.I32), ir.R(den(x.B), ir.I32)), i32c(0)),
+				Then: &ir.Block{Stmts: out}, Else: &ir.Block{Stmts: pairsMatMul(x, pairs[x.A], pairs[x.B], sh, l)}})
 			return []ir.Stmt{&ir.Block{Stmts: dot}}
 		}
 		return []ir.Stmt{s}
@@ -503,8 +500,7 @@ func negZeroScan(mm *ir.MatMul, L int) ([]ir.Stmt, ir.Expr) {
 	return out, ir.Bin(ir.Eq, cur, ir.Int(math.MinInt32))
 }
 
-// packTransposed writes B (stored [N, K], elements of type elem, widened
-// to f32 as loaded) into bt as [K, N], in L×L blocks
+// packTransposed writes B (stored [N, K]) into bt as [K, N], in L×L blocks
 // of the rows that start before NExt: L vector loads of B's rows, log2(L)
 // rounds of interleaving shuffles (each round rotates the bits of an
 // element's (row, lane) index by one, so log2(L) rounds swap row and
@@ -512,7 +508,7 @@ func negZeroScan(mm *ir.MatMul, L int) ([]ir.Stmt, ir.Expr) {
 // pool) each row is read at its offset, and a block's rows at or past
 // NExt, whose offsets are not set, read the last row below NExt instead
 // (their columns of C are unspecified).
-func packTransposed(mm *ir.MatMul, b string, elem ir.Type, bt string, L int) []ir.Stmt {
+func packTransposed(mm *ir.MatMul, bt string, L int) []ir.Stmt {
 	vt := ir.Vec(ir.F32, L)
 	lo, hi := make([]int, L), make([]int, L)
 	for i := 0; i < L/2; i++ {
@@ -529,7 +525,7 @@ func packTransposed(mm *ir.MatMul, b string, elem ir.Type, bt string, L int) []i
 			if mm.BRows != "" {
 				row = ir.Bin(ir.Min, row, addE(mm.NExt, i32c(-1)))
 			}
-			body = append(body, &ir.Let{Name: name(0, i), Value: passes.LoadF32(b, elem, L, bAt(mm, row, mm.K, d0))})
+			body = append(body, &ir.Let{Name: name(0, i), Value: ir.Ld(mm.B, vt, bAt(mm, row, mm.K, d0))})
 		}
 		round := 0
 		for n := L; n > 1; n /= 2 {

@@ -53,10 +53,8 @@ func (Target) Files() string { return "<variant>.ll" }
 // moved out of the copy into the products). Prefill over an f32 cache
 // reads its tiles in place too (PrefillDirect): block-matmul packs K
 // transposed from the pool rows and P·V reads V there, so the staging
-// copy (a plain copy of f32 rows) is gone. Over bf16 K is read in place
-// (its vdpbf16ps pairs are the pages' own bits; block-matmul packs them
-// transposed without a widening) and V is staged, widened once per tile
-// for P·V's many reads of each row; over f16 the copy widens both. Prefill's
+// copy (a plain copy of f32 rows) is gone; over f16 or bf16 the copy
+// widens each row once for many query rows' products and stays. Prefill's
 // rescale factors alpha = exp(m_old - m_new) are a loop over the tile's
 // rows of their own (PrefillAlphaLoop): one vector exp per vector of rows
 // instead of a scalar one per row.

@@ -71,18 +71,10 @@ func TestDecodePhasesKeepsResults(t *testing.T) {
 // hidden page (or one past a tile's end) that the packing or P·V read
 // would fail the run.
 func TestPrefillDirectKeepsResults(t *testing.T) {
-	prefillBothWays(t, ir.DTF32, "copied", "read in place", func(tl *lower.Tiling) *bool { return &tl.PrefillDirect },
+	prefillBothWays(t, "copied", "read in place", func(tl *lower.Tiling) *bool { return &tl.PrefillDirect },
 		func(m *ir.Module) bool {
 			work := m.Kernel("t_prefill_work").String()
 			return strings.Contains(work, "rows(koff)") && strings.Contains(work, "rows(voff)")
-		})
-	// Over bf16, K is read in place (packed from the pages: at
-	// x86-64-v4-bf16 and x86-64-amx its pairs are the pages' bits) and V
-	// staged, widened once per tile for P·V's many reads of each row.
-	prefillBothWays(t, ir.DTBF16, "copied", "K read in place", func(tl *lower.Tiling) *bool { return &tl.PrefillDirect },
-		func(m *ir.Module) bool {
-			work := m.Kernel("t_prefill_work").String()
-			return strings.Contains(work, "rows(koff)") && !strings.Contains(work, "rows(voff)")
 		})
 }
 
@@ -90,31 +82,26 @@ func TestPrefillDirectKeepsResults(t *testing.T) {
 // factors computed in the row loop and in a loop over the rows of their
 // own (Tiling.PrefillAlphaLoop): the same arithmetic, bit for bit.
 func TestPrefillAlphaLoopKeepsResults(t *testing.T) {
-	prefillBothWays(t, ir.DTF32, "per row", "in a loop of their own", func(tl *lower.Tiling) *bool { return &tl.PrefillAlphaLoop },
+	prefillBothWays(t, "per row", "in a loop of their own", func(tl *lower.Tiling) *bool { return &tl.PrefillAlphaLoop },
 		func(m *ir.Module) bool { return strings.Contains(m.Kernel("t_prefill_work").String(), "tsum") })
 }
 
-// prefillBothWays lowers prefill variants of dtype dt, f32 or bf16 (GQA
-// and MHA, pages of 4 and 32 positions; bf16 runs the x86-64-v4-bf16 and
-// x86-64-amx clones too) with the CPU tiling's switch (at) off and on and
+// prefillBothWays lowers f32 prefill variants (GQA and MHA, pages of 4
+// and 32 positions) with the CPU tiling's switch (at) off and on and
 // checks that on shows in the neutral work kernel (shows) and that the
 // neutral module and every level's prefill kernel write bit for bit the
 // same o and lse on directPrefillArgs — an empty sequence, a tile wholly
 // on readable pages with a partial one after it, and a sequence with a
 // hidden (-1) page (tilingSwitch); as0 and as1 name the two ways.
-func prefillBothWays(t *testing.T, dt ir.DType, as0, as1 string, at func(*lower.Tiling) *bool, shows func(*ir.Module) bool) {
+func prefillBothWays(t *testing.T, as0, as1 string, at func(*lower.Tiling) *bool, shows func(*ir.Module) bool) {
 	t.Helper()
-	kernels := 4
-	if dt == ir.DTBF16 {
-		kernels = 6
-	}
 	for _, c := range []struct{ qo, kv, ps int }{{8, 2, 4}, {4, 4, 4}, {8, 2, 32}} {
-		v := &ir.Variant{Name: "t", QOHeads: c.qo, KVHeads: c.kv, HeadDimQK: 32, HeadDimV: 32, DType: dt, KVDType: dt,
+		v := &ir.Variant{Name: "t", QOHeads: c.qo, KVHeads: c.kv, HeadDimQK: 32, HeadDimV: 32, DType: ir.DTF32, KVDType: ir.DTF32,
 			PageSize: c.ps, Scale: 0.25, Masks: []ir.MaskClause{{Kind: ir.MaskCausal}}, Kernels: []ir.KernelRef{{Role: ir.RolePrefill}}}
 		tilingSwitch{
-			name: fmt.Sprintf("%s %d/%d heads, page %d", dt.Type(), c.qo, c.kv, c.ps), v: v, at: at, defaultOn: true,
+			name: fmt.Sprintf("%d/%d heads, page %d", c.qo, c.kv, c.ps), v: v, at: at, defaultOn: true,
 			args:         func() map[string]any { return directPrefillArgs(v) },
-			neutralShows: shows, as0: as0, as1: as1, kernels: kernels,
+			neutralShows: shows, as0: as0, as1: as1,
 		}.run(t)
 	}
 }
@@ -157,30 +144,17 @@ func directPrefillArgs(v *ir.Variant) map[string]any {
 		return out
 	}
 	row := v.KVHeads * ps * v.HeadDimQK
-	var q, kp, vp, o any = f32s(total * v.QOHeads * v.HeadDimQK), f32s(pages * row), f32s(pages * row), make([]float32, total*v.QOHeads*v.HeadDimV)
-	if v.DType == ir.DTBF16 {
-		// The same values cut to bf16.
-		bf := func(x any) any {
-			f := x.([]float32)
-			out := make([]uint16, len(f))
-			for i, y := range f {
-				out[i] = bf16Bits(y)
-			}
-			return out
-		}
-		q, kp, vp, o = bf(q), bf(kp), bf(vp), make([]uint16, total*v.QOHeads*v.HeadDimV)
-	}
 	return map[string]any{
-		"q":                q,
+		"q":                f32s(total * v.QOHeads * v.HeadDimQK),
 		"qo_indptr":        qIndptr,
-		"k_pages":          kp,
-		"v_pages":          vp,
+		"k_pages":          f32s(pages * row),
+		"v_pages":          f32s(pages * row),
 		"num_pages":        int32(pages),
 		"kv_indptr":        indptr,
 		"kv_indices":       indices,
 		"kv_last_page_len": last,
 		"batch_size":       int32(len(kvLens)),
-		"o":                o,
+		"o":                make([]float32, total*v.QOHeads*v.HeadDimV),
 		"lse":              make([]float32, total*v.QOHeads),
 	}
 }

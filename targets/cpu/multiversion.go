@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/attnc/attnc/ir"
-	"github.com/attnc/attnc/passes"
 )
 
 // Multiversion clones every work kernel (a kernel whose items run on the
@@ -76,7 +75,7 @@ func (mc *Machine) multiversion(m *ir.Module, keep func([]int) []int) (*ir.Modul
 		}
 		var can []int
 		for i, l := range all {
-			if l.DotBF16 && !hasBF16Product(k.Body, passes.ElemTypes(k), l) || l.AMX && !amxTiles {
+			if l.DotBF16 && !hasBF16Product(k.Body, l) || l.AMX && !amxTiles {
 				continue
 			}
 			can = append(can, i)

@@ -32,9 +32,6 @@ type tilingSwitch struct {
 	neutralShows, scheduledShows func(*ir.Module) bool
 	// as0 and as1 name the ways, off and on, in failures.
 	as0, as1 string
-	// kernels is how many kernels each way runs: the neutral module's
-	// and the level clones (4 when 0: x86-64, -v3 and -v4).
-	kernels int
 }
 
 // run lowers s.v both ways, runs the target-neutral passes (which leave
@@ -91,7 +88,7 @@ func (s tilingSwitch) run(t *testing.T) {
 			outs[i][k.Name] = args
 		}
 	}
-	sameOutputs(t, s.name, outs, max(s.kernels, 4), s.as0, s.as1)
+	sameOutputs(t, s.name, outs, 4, s.as0, s.as1)
 }
 
 // sameOutputs checks that the two runs (kernels each: the neutral module
