@@ -350,28 +350,22 @@ func killFacts(facts map[string]*maxFact, rows map[string]*rowFact, s ir.Stmt) {
 		}
 		return []ir.Stmt{t}
 	})
-	for name, f := range facts {
-		if clearAll || written[f.A] || defined[name] {
-			delete(facts, name)
-			continue
-		}
-		for n := range f.names {
+	anyDefined := func(names map[string]bool) bool {
+		for n := range names {
 			if defined[n] {
-				delete(facts, name)
-				break
+				return true
 			}
+		}
+		return false
+	}
+	for name, f := range facts {
+		if clearAll || written[f.A] || defined[name] || anyDefined(f.names) {
+			delete(facts, name)
 		}
 	}
 	for t, r := range rows {
-		if clearAll || written[t] || written[r.f.A] {
+		if clearAll || written[t] || written[r.f.A] || anyDefined(r.names) {
 			delete(rows, t)
-			continue
-		}
-		for n := range r.names {
-			if defined[n] {
-				delete(rows, t)
-				break
-			}
 		}
 	}
 }

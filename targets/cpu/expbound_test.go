@@ -86,14 +86,8 @@ func TestExpBound(t *testing.T) {
 		}
 	}
 
-	inf, nan, nz := float32(math.Inf(1)), float32(math.NaN()), float32(math.Copysign(0, -1))
-	x := []float32{
-		0, nz, 0, nz, -1, 2, 3, -100, -87.3, -87.4, -88, 1e-30, -1e-30, 0.5, 0.25, 0,
-		1, 2, inf, 3, -inf, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-		-inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf,
-		1, nan, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, -200,
-	}
-	for _, mxs := range [][]float32{{-inf, -inf, -inf, -inf}, {5, 5, 5, 5}, {-3, 1e30, 0, nz}} {
+	x, maxes := expBoundInputs()
+	for _, mxs := range maxes {
 		for _, n := range []int32{16, 11} {
 			var outs [][]float32
 			for _, bound := range []bool{false, true} {
@@ -314,14 +308,8 @@ func TestExpBoundRows(t *testing.T) {
 		t.Errorf("a guard that loads: bounded:\n%s", after)
 	}
 
-	inf, nan, nz := float32(math.Inf(1)), float32(math.NaN()), float32(math.Copysign(0, -1))
-	x := []float32{
-		0, nz, 0, nz, -1, 2, 3, -100, -87.3, -87.4, -88, 1e-30, -1e-30, 0.5, 0.25, 0,
-		1, 2, inf, 3, -inf, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-		-inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf,
-		1, nan, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, -200,
-	}
-	for _, mxs := range [][]float32{{-inf, -inf, -inf, -inf}, {5, 5, 5, 5}, {-3, 1e30, 0, nz}} {
+	x, maxes := expBoundInputs()
+	for _, mxs := range maxes {
 		for _, n := range []int32{16, 11} {
 			for _, nr := range []int32{4, 3} {
 				var outs [][]float32
@@ -372,4 +360,18 @@ func sameBounded(t *testing.T, outs [][]float32, n int, where func(i int) string
 			}
 		}
 	}
+}
+
+// expBoundInputs are the interpreter tests' scores (4 rows of 16: ±0,
+// values around exp's underflow, ±inf, NaN, a row of -inf) and the old
+// maxes they run under (-inf, below and above the rows' own).
+func expBoundInputs() (x []float32, maxes [][]float32) {
+	inf, nan, nz := float32(math.Inf(1)), float32(math.NaN()), float32(math.Copysign(0, -1))
+	x = []float32{
+		0, nz, 0, nz, -1, 2, 3, -100, -87.3, -87.4, -88, 1e-30, -1e-30, 0.5, 0.25, 0,
+		1, 2, inf, 3, -inf, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+		-inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf,
+		1, nan, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, -200,
+	}
+	return x, [][]float32{{-inf, -inf, -inf, -inf}, {5, 5, 5, 5}, {-3, 1e30, 0, nz}}
 }
