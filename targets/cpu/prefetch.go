@@ -57,13 +57,28 @@ func TileRows(rowBytes int) int {
 // lines, the prefetches walk each K and V block of the next tile line by
 // line, in address order, whatever order the products read the current
 // one in (seqGroup, passLine): a group of n loads of n rows at one column
-// (a dot block's step) prefetches n lines of one row, and a loop over
-// rows that reads lpp lines of its row per iteration (P·V, a pass over a
-// column range) prefetches the block's next lpp lines. Row-strided
+// (a dot block's step) prefetches n lines of one row — of n/lines rows
+// when a row has fewer lines than the group has rows (seqGroupShort:
+// 8-bit codes at head dim 128, 2 lines a row) —, and a loop over rows
+// that reads lpp lines of its row per iteration (P·V, a pass over a
+// column range) prefetches the block's next lpp lines, except over 8-bit
+// codes (passLine). Row-strided
 // prefetches (one line of each of 4 rows, then the next line of each)
 // left more of the reads to wait: in address order, f16 and bf16 decode
 // took 6–9% less CPU time (1 thread, 8 × 4096, against the same kernels
 // with row-strided prefetches).
+//
+// Over 8-bit codes (32-row tiles, 2-line rows) the same spread covers
+// every line of the next tile (TestSpreadPrefetchesCoverNextTile), and on
+// a cold pool the whole difference to the same decode in cache sits at
+// the prefetch instructions themselves (perf: the instruction after the
+// first prefetch of a dot-block step and of a P·V row), not at the
+// products' loads nor the finite-codes check's: the prefetches wait, most
+// likely for the core's miss buffers. Measured without a gain (process CPU time, A B
+// B A, cold 512 MiB pool; session 12): prefetching two tiles ahead,
+// prefetcht1/t2 instead of t0, and K in address order; prefetching every
+// other line (leaving the rest to the hardware prefetchers) or only a
+// page run's first rows took 20% and 40% longer.
 //
 // A kernel with a product load of another form (or inside a vector loop)
 // prefetches its recorded rows at the head of the staging iteration, as
@@ -410,8 +425,14 @@ type pfLine struct {
 // 4) ran 2–5% slower with V's prefetches in address order (the lines the
 // next tile's first pass reads arrive later) and no faster with K's, so
 // they keep the row-strided order. Rows of 4 lines or fewer of any type
-// (f32 at head dim 64, 8-bit codes at 128) are reordered; 8-bit decode
-// measured the same either way (its arithmetic bounds it).
+// (f32 at head dim 64, 8-bit codes at 128) are reordered, but for P·V
+// over 8-bit codes (passLine). 8-bit decode measured the same in either
+// order on a cold pool, so its order follows the instruction count: K's
+// address order (seqGroupShort) reads each companion offset once for
+// both its lines (x86-64-v4 dot block of 4 e4m3 rows: 386 → 360
+// instructions), and P·V's row-strided prefetch, of line c of the next
+// tile's row r beside the load of line c of row r, is one offset load
+// with no row or line arithmetic (44 → 39 instructions per row and pass).
 const seqLines = 4
 
 // seqGroup is the prefetches of a group of product loads of n rows at one
@@ -423,6 +444,9 @@ const seqLines = 4
 // of one buffer at one column, with a multiple of n lines per row.
 func (sp *spread) seqGroup(g []pfLine) []ir.Stmt {
 	n := int64(len(g))
+	if n >= 2 && g[0].eb == 1 && g[0].lines >= 1 && g[0].lines < n && n%g[0].lines == 0 {
+		return sp.seqGroupShort(g)
+	}
 	if n < 2 || g[0].lines < n || g[0].lines > seqLines || g[0].lines%n != 0 {
 		return nil
 	}
@@ -451,6 +475,46 @@ func (sp *spread) seqGroup(g []pfLine) []ir.Stmt {
 	for i := range n {
 		at := ir.Bin(ir.Mul, ir.Bin(ir.Add, first, c(i)), c(64/g[0].eb))
 		out = append(out, &ir.Prefetch{Buf: g[0].buf, Index: ir.Bin(ir.Add, pf, at)})
+	}
+	return out
+}
+
+// seqGroupShort is seqGroup for rows of 8-bit codes with fewer lines
+// than the group has rows (head dim 128: 2 lines, groups of 4 rows; rows
+// of wider types in such groups — MHA's 16-key blocks, head dim 64 — keep
+// the row-strided order: not measured, and their code stays as it was):
+// the group's n rows hold n·lines lines, and the step at line L of its rows
+// prefetches lines L·n .. L·n + n-1 of them in address order, line f
+// being line f mod lines of the group's row f/lines (rows 2L and 2L+1,
+// both lines, at 2 lines and 4 rows); over the group's lines steps they
+// still cover every line of the n rows once. nil unless the n loads are
+// of one buffer at one column, of n rows.
+func (sp *spread) seqGroupShort(g []pfLine) []ir.Stmt {
+	n, lines := int64(len(g)), g[0].lines
+	rows := map[string]bool{}
+	for _, x := range g {
+		if x.buf != g[0].buf || x.off.Buf != g[0].off.Buf || x.lines != lines || ir.ExprString(x.col) != ir.ExprString(g[0].col) {
+			return nil
+		}
+		rows[ir.ExprString(x.off.Index)] = true
+	}
+	if int64(len(rows)) != n {
+		return nil
+	}
+	t := g[0].col.Type()
+	c := func(v int64) ir.Expr { return ir.IntT(t, v) }
+	line := ir.Bin(ir.Div, ir.Bin(ir.Mul, g[0].col, c(g[0].eb)), c(64))
+	per := n / lines // rows per step
+	var out []ir.Stmt
+	for i := range n {
+		// Row (L·n + i)/lines = L·per + i/lines of the group.
+		pick := ir.Bin(ir.Add, ir.Bin(ir.Mul, line, c(per)), c(i/lines))
+		var row ir.Expr = g[n-1].off.Index
+		for j := n - 2; j >= 0; j-- {
+			row = ir.Sel(ir.Bin(ir.Eq, pick, c(j)), g[j].off.Index, row)
+		}
+		at := c((i % lines) * (64 / g[0].eb))
+		out = append(out, &ir.Prefetch{Buf: g[0].buf, Index: ir.Bin(ir.Add, ir.Ld(sp.pf[g[0].off.Buf], g[0].off.T, row), at)})
 	}
 	return out
 }
@@ -505,9 +569,11 @@ func (sp *spread) rowPassOf(f *ir.For, elemBytes map[string]int) *rowPass {
 // address order: pass p (the load's line over lpp) at row r issues the
 // block's lines p*rows*lpp + r*lpp + i, i below lpp — the lines the
 // passes' iterations issue, in the order they issue them. nil when pl is
-// no load of rp's row, or the row's lines are no whole number of passes.
+// no load of rp's row, or the row's lines are no whole number of passes,
+// and for 8-bit codes (eb 1), whose row-strided prefetch (seqLines) needs
+// fewer instructions.
 func (sp *spread) passLine(pl pfLine, rp *rowPass) ir.Stmt {
-	if rp == nil || pl.off.Buf != rp.off || pl.lines == 0 || pl.lines > seqLines || pl.lines%rp.lpp != 0 || pl.rows <= 0 {
+	if rp == nil || pl.off.Buf != rp.off || pl.lines == 0 || pl.lines > seqLines || pl.lines%rp.lpp != 0 || pl.rows <= 0 || pl.eb == 1 {
 		return nil
 	}
 	if r, ok := pl.off.Index.(*ir.Ref); !ok || r.Name != rp.v {

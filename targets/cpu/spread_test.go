@@ -12,19 +12,28 @@ import (
 
 // TestSpreadPrefetchesCoverNextTile runs every level's decode work clone
 // at head dim 128 (f32, f16 and bf16 rows: 8, 4 and 4 lines of 64 bytes;
-// f16 and bf16 prefetch in address order, f32 row-strided) with each
-// prefetch and each product load (a let reading a pool) also marking the
-// 64-byte line it touches, and checks that every line a product reads
-// was prefetched, except the lines of each item's first tile (no tile
-// before it prefetches them): a reordering of the spread prefetches that
-// skipped a line, or prefetched another row's, would leave a read line
-// unmarked. Pages of 4 and 16 positions (tiles of 4 and 1 page runs),
-// three sequences of 0, 37 or 145, and 5 or 17 positions over a shuffled
-// page table; the interpreter fails a mark outside the pool.
+// f16 and bf16 prefetch in address order, f32 row-strided; e4m3, e5m2 and
+// i8 codes under f16 queries: rows of 2 lines, 32-position tiles) with
+// each prefetch and each product load (a let reading a pool) or
+// finite-codes check load (an assign) also marking the 64-byte line it
+// touches, and checks that every line a product reads was prefetched,
+// except the lines of each item's first tile (no tile before it
+// prefetches them): a reordering of the spread prefetches that skipped a
+// line, or prefetched another row's, would leave a read line unmarked.
+// Pages of 4 and 16 positions (tiles of 4 and 1 page runs — 8 and 2 for
+// the codes), three sequences of 0, 37 or 145, and 5 or 17 positions over
+// a shuffled page table; the interpreter fails a mark outside the pool.
 func TestSpreadPrefetchesCoverNextTile(t *testing.T) {
-	for _, dt := range []ir.DType{ir.DTF32, ir.DTF16, ir.DTBF16} {
+	for _, c := range []decodeCase{
+		{ir.DTF32, ir.DTF32, ir.KVScaleNone}, {ir.DTF16, ir.DTF16, ir.KVScaleNone}, {ir.DTBF16, ir.DTBF16, ir.KVScaleNone},
+		// 8-bit codes: rows of 2 lines, 32-position tiles; e4m3's
+		// products run behind the finite-codes check (its @finite copy
+		// and the exact one).
+		{ir.DTF16, ir.DTE4M3, ir.KVScalePerTensor}, {ir.DTF16, ir.DTE5M2, ir.KVScalePerTensor},
+		{ir.DTF16, ir.DTI8, ir.KVScalePerTensor},
+	} {
 		for _, ps := range []int{4, 16} {
-			v := &ir.Variant{Name: "t", QOHeads: 8, KVHeads: 2, HeadDimQK: 128, HeadDimV: 128, DType: dt, KVDType: dt,
+			v := &ir.Variant{Name: "t", QOHeads: 8, KVHeads: 2, HeadDimQK: 128, HeadDimV: 128, DType: c.dt, KVDType: c.kv, KVScale: c.scale,
 				PageSize: ps, Scale: 0.25, Masks: []ir.MaskClause{{Kind: ir.MaskCausal}}, Kernels: []ir.KernelRef{{Role: ir.RoleDecode}}}
 			spreadCoversNextTile(t, v)
 		}
@@ -33,7 +42,7 @@ func TestSpreadPrefetchesCoverNextTile(t *testing.T) {
 
 func spreadCoversNextTile(t *testing.T, v *ir.Variant) {
 	t.Helper()
-	name := fmt.Sprintf("%s page %d", v.DType, v.PageSize)
+	name := fmt.Sprintf("%s/%s page %d", v.DType, v.KVDType, v.PageSize)
 	tiling := Target{}.Tiling(v)
 	m, err := lower.Lower(v, tiling)
 	if err != nil {
@@ -43,7 +52,7 @@ func spreadCoversNextTile(t *testing.T, v *ir.Variant) {
 		t.Fatalf("%s: %v", name, err)
 	}
 	indices := []int32{3, 9, 0, 14, 5, 13, 12, 7, 1, 11, 2, 15}
-	eb := max(1, v.DType.Type().Bits()/8)
+	eb := max(1, v.KVDType.Type().Bits()/8)
 	lineElems := int64(64 / eb)
 	runs := 0
 	for _, k := range m.Kernels {
@@ -72,6 +81,16 @@ func spreadCoversNextTile(t *testing.T, v *ir.Variant) {
 					prefetches++
 					continue
 				case *ir.Let:
+					out.Stmts = append(out.Stmts, s)
+					ir.VisitExpr(x.Value, func(e ir.Expr) {
+						if l, ok := e.(*ir.Load); ok && (l.Buf == "k_pages" || l.Buf == "v_pages") {
+							out.Stmts = append(out.Stmts, mark("rd_"+l.Buf, l.Index))
+							reads++
+						}
+					})
+					continue
+				case *ir.Assign:
+					// The finite-codes check's reads of the tile's rows.
 					out.Stmts = append(out.Stmts, s)
 					ir.VisitExpr(x.Value, func(e ir.Expr) {
 						if l, ok := e.(*ir.Load); ok && (l.Buf == "k_pages" || l.Buf == "v_pages") {
