@@ -74,6 +74,7 @@ func LevelTable(name string) ([]passes.Pass, error) { return defaultMachine.Leve
 var Constraints = append(append([]passes.Constraint(nil), passes.NeutralConstraints...),
 	passes.Constraint{Before: "lower-tiles", After: "vectorize", Why: "the loops lower-tiles writes are spread loops that vectorize maps"},
 	passes.Constraint{Before: "multiversion", After: "lower-tiles", Why: "the schedule passes fit each clone to its level's vector width and registers"},
+	passes.Constraint{Before: "classify-tiles", After: "full-tiles", Why: "full-tiles narrows the tile_full branch classify-tiles writes"},
 	passes.Constraint{Before: "classify-tiles", After: "multiversion", Why: "the target-neutral passes run once, before the kernels are cloned per level"},
 	passes.Constraint{Before: "lower-tiles", After: "vector-exp", Why: "the exps of reduce statements are statements' only once lower-tiles wrote the reduce as a loop"},
 	passes.Constraint{Before: "multiversion", After: "native-widen", Why: "native-widen chooses by each clone's CPU level"},
