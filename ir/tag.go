@@ -32,19 +32,9 @@ const (
 	// a CPU level that converts half natively widens them there without
 	// the NaN path (FiniteHalfWiden). Both branches compute the same.
 	TagFinite
-	// TagFoldTail is a vector loop with no loop-carried value (each
-	// iteration's results go to memory only) whose iterations the
-	// backend runs in whole vectors with the tail's lanes masked off
-	// (LLVM's tail folding), instead of a vector loop, a narrower vector
-	// epilogue and a scalar remainder: for loops of a vector's length or
-	// so, such as a decode tile's per-row softmax phases, whose control
-	// costs more than their arithmetic. Where the level has no masked
-	// loads and stores the backend keeps the scalar remainder. Each lane
-	// computes what the unmasked loop computes.
-	TagFoldTail
 )
 
-var tagNames = [...]string{"", "work", "kv_tile", "stage", "mask", "validate", "hidden", "phase", "finite", "fold_tail"}
+var tagNames = [...]string{"", "work", "kv_tile", "stage", "mask", "validate", "hidden", "phase", "finite"}
 
 func (t Tag) String() string {
 	if int(t) < len(tagNames) {

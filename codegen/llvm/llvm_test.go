@@ -646,35 +646,3 @@ func TestNeutralTarget(t *testing.T) {
 		t.Errorf("the kernel and its outlined body do not share the attributes handed for k:\n%s", ll)
 	}
 }
-
-// TestFoldTailLoop checks that a vector loop tagged @fold_tail ends in a
-// latch carrying its own distinct !llvm.loop ID with the vectorizer's
-// predicate hint, and that untagged and serial loops carry none.
-func TestFoldTailLoop(t *testing.T) {
-	i := lltest.I32("i")
-	loop := func(kind ir.LoopKind, tag ir.Tag) ir.Stmt {
-		l := lltest.Loop("i", ir.Int(0), lltest.I32("n"), kind, lltest.Store("out", i, ir.Cvt(ir.F32, i)))
-		l.Tag = tag
-		return l
-	}
-	k := lltest.Kernel("k", []*ir.Param{lltest.Buf("out", ir.F32), lltest.Scalar("n", ir.I32)},
-		loop(ir.Vector, ir.TagFoldTail), loop(ir.Vector, ir.NoTag), loop(ir.Serial, ir.TagFoldTail), loop(ir.Vector, ir.TagFoldTail),
-		lltest.Ret(ir.Int(0)))
-	tg := Target{Triple: "x86_64-unknown-linux-gnu", DataLayout: "e-m:e-p270:32:32-p271:32:32-p272:64:64-i64:64-f80:128-n8:16:32:64-S128"}
-	ll, err := Emit(lltest.Module("n", k), tg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := strings.Count(ll, ", !llvm.loop "); n != 2 {
-		t.Errorf("%d latches with !llvm.loop, want the two tagged vector loops':\n%s", n, ll)
-	}
-	for _, want := range []string{
-		", !llvm.loop !0\n", ", !llvm.loop !1\n",
-		"!0 = distinct !{!0, !{!\"llvm.loop.vectorize.predicate.enable\", i1 true}}\n",
-		"!1 = distinct !{!1, !{!\"llvm.loop.vectorize.predicate.enable\", i1 true}}\n",
-	} {
-		if !strings.Contains(ll, want) {
-			t.Errorf("the module lacks %q:\n%s", want, ll)
-		}
-	}
-}

@@ -11,7 +11,6 @@ import (
 	lir "github.com/llir/llvm/ir"
 	"github.com/llir/llvm/ir/constant"
 	"github.com/llir/llvm/ir/enum"
-	"github.com/llir/llvm/ir/metadata"
 	"github.com/llir/llvm/ir/types"
 	"github.com/llir/llvm/ir/value"
 )
@@ -424,27 +423,10 @@ func (f *fnState) forLoop(s *ir.For) {
 		next := inc.NewAdd(phi, constant.NewInt(types.I32, 1))
 		next.OverflowFlags = []enum.OverflowFlag{enum.OverflowFlagNSW}
 		next.SetName(f.fresh(s.Var + ".next"))
-		br := inc.NewBr(cond)
-		if s.Kind == ir.Vector && s.Tag == ir.TagFoldTail {
-			br.Metadata = append(br.Metadata, f.e.foldTailLoop())
-		}
+		inc.NewBr(cond)
 		phi.Incs = append(phi.Incs, lir.NewIncoming(next, inc))
 	}
 	f.place(end)
-}
-
-// foldTailLoop is the !llvm.loop attachment of a vector loop tagged
-// ir.TagFoldTail: a distinct loop ID (each loop its own) asking the loop
-// vectorizer to fold the tail by masking (predicate.enable); where the
-// target cannot mask, the vectorizer falls back to a scalar epilogue.
-func (e *emitter) foldTailLoop() *metadata.Attachment {
-	id := &metadata.Tuple{MetadataID: metadata.MetadataID(len(e.mod.MetadataDefs)), Distinct: true}
-	id.Fields = []metadata.Field{id, &metadata.Tuple{MetadataID: -1, Fields: []metadata.Field{
-		&metadata.String{Value: "llvm.loop.vectorize.predicate.enable"},
-		constant.NewBool(true),
-	}}}
-	e.mod.MetadataDefs = append(e.mod.MetadataDefs, id)
-	return &metadata.Attachment{Name: "llvm.loop", Node: id}
 }
 
 func (f *fnState) ifStmt(s *ir.If) {

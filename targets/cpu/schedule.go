@@ -29,17 +29,9 @@ func LowerTiles(m *ir.Module) (*ir.Module, error) {
 // Vectorize maps spread loops onto the CPU: a guard `if v < e` that is a
 // spread's whole body becomes its bound (the static extent a GPU needs is
 // of no use here), then every spread that holds no other loop becomes a
-// vector loop and the rest serial loops. In decode kernels those vector
-// loops are tagged ir.TagFoldTail (a spread carries no value from one
-// iteration to the next, so masked lanes compute what the scalar
-// remainder did): a decode tile's per-row phases run over its rows (16
-// at f16/bf16, fewer in the last tile), where a vector loop's epilogue
-// and remainder checks cost more than its one iteration of arithmetic
-// (x86-64-v4 f16 decode: about 14 fewer instructions per (position, kv
-// head) row, outputs bit-identical).
+// vector loop and the rest serial loops.
 func Vectorize(m *ir.Module) (*ir.Module, error) {
 	return passes.MapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
-		fold := k.Role == ir.RoleDecode
 		return ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
 			f, ok := s.(*ir.For)
 			if !ok || f.Kind != ir.Spread {
@@ -54,9 +46,6 @@ func Vectorize(m *ir.Module) (*ir.Module, error) {
 				pf.Kind = ir.Serial
 				if !passes.HasLoop(pf.Body) {
 					pf.Kind = ir.Vector
-					if fold && pf.Tag == ir.NoTag {
-						pf.Tag = ir.TagFoldTail
-					}
 				}
 			}
 			return parts
