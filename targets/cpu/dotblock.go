@@ -99,45 +99,60 @@ func dotKernel(mm *ir.MatMul, bElem ir.Type, L, R int, m0, n0 ir.Expr, fold floa
 	if pair {
 		steps = 2
 	}
-	kb := mulE(ir.R("db_k", ir.I32), steps*L)
-	var step []ir.Stmt
-	for c := 0; c < C && pair; c++ {
-		row := addE(n0, i32c(c))
-		if mm.BRows != "" {
-			row = ir.Bin(ir.Min, row, addE(mm.NExt, i32c(-1)))
-		}
-		step = append(step, widenPair(fmt.Sprintf("db_w%d", c), fmt.Sprintf("db_b%d_0", c), fmt.Sprintf("db_b%d_1", c), mm.B, bElem, L, bAt(mm, row, mm.K, kb), fold)...)
-	}
-	for h := 0; h < steps; h++ {
-		k0 := kb
-		if h > 0 {
-			k0 = addE(kb, i32c(h*L))
-		}
-		a := func(r int) string { return fmt.Sprintf("db_a%d", r) }
-		b := func(c int) string { return fmt.Sprintf("db_b%d", c) }
-		if pair {
-			a = func(r int) string { return fmt.Sprintf("db_a%d_%d", r, h) }
-			b = func(c int) string { return fmt.Sprintf("db_b%d_%d", c, h) }
-		}
-		for r := 0; r < R; r++ {
-			step = append(step, &ir.Let{Name: a(r), Value: ir.Ld(mm.A, vt, addE(mulE(addE(m0, i32c(r)), mm.K), k0))})
-		}
-		for c := 0; c < C && !pair; c++ {
+	// stepAt is one iteration's statements at k = kb; first, the first
+	// one's: its first multiply-add of each accumulator is a multiply
+	// (the accumulators start at +0, and a·b + 0 differs from a·b only
+	// in the sign of a zero product — the score a lane then sums is a
+	// zero of either sign, which no later step tells apart: it enters
+	// the softmax only through differences, exp and max with other
+	// scores), so the block's copies of each B vector for the
+	// destructive multiply-add against zero go.
+	stepAt := func(kb ir.Expr, first bool) []ir.Stmt {
+		var step []ir.Stmt
+		for c := 0; c < C && pair; c++ {
 			row := addE(n0, i32c(c))
 			if mm.BRows != "" {
-				// The block's last columns may lie past NExt (C there is
-				// unspecified), where no row offset is set: they read the
-				// last row instead.
 				row = ir.Bin(ir.Min, row, addE(mm.NExt, i32c(-1)))
 			}
-			step = append(step, &ir.Let{Name: b(c), Value: loadScaled(mm.B, bElem, L, bAt(mm, row, mm.K, k0), fold)})
+			step = append(step, widenPair(fmt.Sprintf("db_w%d", c), fmt.Sprintf("db_b%d_0", c), fmt.Sprintf("db_b%d_1", c), mm.B, bElem, L, bAt(mm, row, mm.K, kb), fold)...)
 		}
-		for s := 0; s < L; s++ {
-			r, c := lane[s]/C, lane[s]%C
-			step = append(step, &ir.Assign{Name: acc(s), Value: &ir.MulAdd{X: ir.R(a(r), vt), Y: ir.R(b(c), vt), Z: ir.R(acc(s), vt)}})
+		for h := 0; h < steps; h++ {
+			k0 := kb
+			if h > 0 {
+				k0 = addE(kb, i32c(h*L))
+			}
+			a := func(r int) string { return fmt.Sprintf("db_a%d", r) }
+			b := func(c int) string { return fmt.Sprintf("db_b%d", c) }
+			if pair {
+				a = func(r int) string { return fmt.Sprintf("db_a%d_%d", r, h) }
+				b = func(c int) string { return fmt.Sprintf("db_b%d_%d", c, h) }
+			}
+			for r := 0; r < R; r++ {
+				step = append(step, &ir.Let{Name: a(r), Value: ir.Ld(mm.A, vt, addE(mulE(addE(m0, i32c(r)), mm.K), k0))})
+			}
+			for c := 0; c < C && !pair; c++ {
+				row := addE(n0, i32c(c))
+				if mm.BRows != "" {
+					// The block's last columns may lie past NExt (C there is
+					// unspecified), where no row offset is set: they read the
+					// last row instead.
+					row = ir.Bin(ir.Min, row, addE(mm.NExt, i32c(-1)))
+				}
+				step = append(step, &ir.Let{Name: b(c), Value: loadScaled(mm.B, bElem, L, bAt(mm, row, mm.K, k0), fold)})
+			}
+			for s := 0; s < L; s++ {
+				r, c := lane[s]/C, lane[s]%C
+				var v ir.Expr = &ir.MulAdd{X: ir.R(a(r), vt), Y: ir.R(b(c), vt), Z: ir.R(acc(s), vt)}
+				if first && h == 0 {
+					v = ir.Bin(ir.Mul, ir.R(a(r), vt), ir.R(b(c), vt))
+				}
+				step = append(step, &ir.Assign{Name: acc(s), Value: v})
+			}
 		}
+		return step
 	}
-	out = append(out, &ir.For{Var: "db_k", Lo: i32c(0), Hi: i32c(mm.K / (steps * L)), Kind: ir.Serial, Body: &ir.Block{Stmts: step}})
+	out = append(out, &ir.Block{Stmts: stepAt(i32c(0), true)})
+	out = append(out, &ir.For{Var: "db_k", Lo: i32c(1), Hi: i32c(mm.K / (steps * L)), Kind: ir.Serial, Body: &ir.Block{Stmts: stepAt(mulE(ir.R("db_k", ir.I32), steps*L), false)}})
 	vecs := make([]ir.Expr, L)
 	for s := range vecs {
 		vecs[s] = ir.R(acc(s), vt)

@@ -96,6 +96,16 @@ func vectorReduce(r *ir.Reduce, L int) []ir.Stmt {
 			&ir.Assign{Name: acc, Value: ir.Bin(op, ir.R(acc, vt), vx)},
 		}}},
 	}
+	if nb == 1 && bound != nil {
+		// One block (a decode tile of L rows): an if on the bound, not a
+		// loop of 0 or 1 iterations, whose trip count LLVM computes and
+		// unrolls for (the same operations in the same order).
+		out[1] = &ir.If{Cond: ir.Bin(ir.Le, addE(r.Lo, i32c(L)), bound), Then: &ir.Block{Stmts: []ir.Stmt{
+			&ir.Let{Name: j0.Name, Value: r.Lo},
+			&ir.Assign{Name: acc, Value: ir.Bin(op, ir.R(acc, vt), vx)},
+		}}}
+		blocks = ir.Sel(ir.Bin(ir.Le, addE(r.Lo, i32c(L)), bound), i32c(1), i32c(0))
+	}
 	// The shuffle tree: halves combined until one lane is left.
 	var cur ir.Expr = ir.R(acc, vt)
 	for n, step := L, 0; n > 1; n, step = n/2, step+1 {
