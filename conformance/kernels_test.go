@@ -536,12 +536,13 @@ func checkRefused(t *testing.T, s *Suite, level string) {
 
 // levelShort are the variants of matrixSpecs whose library TestKernelMatrix
 // also runs at the lower CPU levels (with -levels.all, CI's long pass,
-// every variant): f32, f16 and bf16, GQA, page sizes 8 to 256, both
-// layouts, a window mask. MLA and RoPE at the lower levels (ps16_mla,
-// ps8_eagle_like) run in the long pass; at this machine's level they run
-// by default (ps64_mla_f32, ps2_mla_e5m2_f16, ps8_eagle_like and the other
-// RoPE variants).
-var levelShort = []string{"ps16_gqa4", "ps256_gqa8", "ps8_window"}
+// every variant): f16 and bf16, GQA, page sizes 16 and 256, both
+// layouts. f32 (ps8_window, a window mask over pages of 8), MLA and RoPE
+// at the lower levels (ps16_mla, ps8_eagle_like) run in the long pass; at
+// this machine's level they run by default (ps2_block_table_f32 and the
+// other f32 variants, ps2_mla_e5m2_f16, ps8_eagle_like and the other RoPE
+// variants; windows in ps32_block_table_sinks and ps4_e5m2_window_sinks).
+var levelShort = []string{"ps16_gqa4", "ps256_gqa8"}
 
 // matrixStride: the default run of TestKernelMatrix takes the variants of
 // matrixSpecs at a multiple of it (0, 4, 8, ...: about a quarter; each is
@@ -750,5 +751,29 @@ func TestNullLSE(t *testing.T) {
 			t.Errorf("q lens %v: o[%d] err %g", q, i, e)
 		}
 		cb.free()
+	}
+}
+
+// TestDefaultListsNameVariants: every name of the other default-run lists
+// (nanShort, nanCUDAShort, nanAArch64Short, nomemShort) is a variant of
+// the specs it picks from, so that no list silently names nothing.
+func TestDefaultListsNameVariants(t *testing.T) {
+	names := func(specs []string) []string {
+		var out []string
+		for _, src := range specs {
+			out = append(out, spec(t, src).Name)
+		}
+		return out
+	}
+	nan, nomem := names(nanSpecs), names(nomemSpecs)
+	for _, c := range []struct {
+		list   string
+		ns, of []string
+	}{{"nanShort", nanShort, nan}, {"nanCUDAShort", nanCUDAShort, nan}, {"nanAArch64Short", nanAArch64Short, nan}, {"nanAArch64All", nanAArch64All, nan}, {"nomemShort", nomemShort, nomem}} {
+		for _, n := range c.ns {
+			if !slices.Contains(c.of, n) {
+				t.Errorf("%s names %s, which its specs do not have", c.list, n)
+			}
+		}
 	}
 }
