@@ -755,8 +755,9 @@ func TestNullLSE(t *testing.T) {
 }
 
 // TestDefaultListsNameVariants: every name of the other default-run lists
-// (nanShort, nanCUDAShort, nanAArch64Short, nomemShort) is a variant of
-// the specs it picks from, so that no list silently names nothing.
+// (nanShort, nanCUDAShort, nanAArch64Short, nomemShort,
+// aarch64RaggedShort, the qkv_append and param lists) is a variant of the
+// specs or the list it picks from, so that no list silently names nothing.
 func TestDefaultListsNameVariants(t *testing.T) {
 	names := func(specs []string) []string {
 		var out []string
@@ -765,11 +766,14 @@ func TestDefaultListsNameVariants(t *testing.T) {
 		}
 		return out
 	}
-	nan, nomem := names(nanSpecs), names(nomemSpecs)
+	nan, nomem, matrix := names(nanSpecs), names(nomemSpecs), names(matrixSpecs)
 	for _, c := range []struct {
 		list   string
 		ns, of []string
-	}{{"nanShort", nanShort, nan}, {"nanCUDAShort", nanCUDAShort, nan}, {"nanAArch64Short", nanAArch64Short, nan}, {"nanAArch64All", nanAArch64All, nan}, {"nomemShort", nomemShort, nomem}} {
+	}{{"nanShort", nanShort, nan}, {"nanCUDAShort", nanCUDAShort, nan}, {"nanAArch64Short", nanAArch64Short, nan}, {"nanAArch64All", nanAArch64All, nan}, {"nomemShort", nomemShort, nomem},
+		{"aarch64RaggedShort", aarch64RaggedShort, matrix}, {"qkvAppendShort", qkvAppendShort, names(qkvAppendSpecs)},
+		{"qkvAppendEmulatedShort", qkvAppendEmulatedShort, qkvAppendShort}, {"qkvAppendOtherGPUs", qkvAppendOtherGPUs, qkvAppendShort},
+		{"qkvAppendOtherGPUsShort", qkvAppendOtherGPUsShort, qkvAppendOtherGPUs}, {"paramEmulated", paramEmulated, names(paramSpecs)}} {
 		for _, n := range c.ns {
 			if !slices.Contains(c.of, n) {
 				t.Errorf("%s names %s, which its specs do not have", c.list, n)
