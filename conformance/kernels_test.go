@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"bytes"
 	"flag"
 	"fmt"
 	"math"
@@ -778,6 +779,23 @@ func TestDefaultListsNameVariants(t *testing.T) {
 			if !slices.Contains(c.of, n) {
 				t.Errorf("%s names %s, which its specs do not have", c.list, n)
 			}
+		}
+	} // peerCUDAShort names variants written in the peer tests' sources.
+	files, err := filepath.Glob("*_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var src []byte
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src = append(src, b...)
+	}
+	for _, n := range peerCUDAShort {
+		if !bytes.Contains(src, []byte("variant "+n+" {")) {
+			t.Errorf("peerCUDAShort names %s, which no test's spec has", n)
 		}
 	}
 }
