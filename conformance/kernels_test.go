@@ -542,30 +542,40 @@ func checkRefused(t *testing.T, s *Suite, level string) {
 // at the lower levels (ps16_mla, ps8_eagle_like) run in the long pass; at
 // this machine's level they run by default (ps2_block_table_f32 and the
 // other f32 variants, ps2_mla_e5m2_f16, ps8_eagle_like and the other RoPE
-// variants; windows in ps32_block_table_sinks and ps4_e5m2_window_sinks).
+// variants; windows in ps32_block_table_sinks and ps16_gptoss_like).
 var levelShort = []string{"ps16_gqa4", "ps256_gqa8"}
 
 // matrixStride: the default run of TestKernelMatrix takes the variants of
-// matrixSpecs at a multiple of it (0, 4, 8, ...: about a quarter; each is
+// matrixSpecs at a multiple of it (0, 8, 16, ...: about an eighth; each is
 // an opt and llc compile of its own, most of the test's cost), with
 // levelShort and matrixAlways; -levels.all (CI's long pass) takes every
-// variant.
-const matrixStride = 4
+// variant. It was 4 until the default go test ./... had to fit in ten
+// minutes: of the variants at 4, 12, 20, ... the default run keeps MLA
+// (ps2_mla_e5m2_f16) and a window with learned sinks (ps16_gptoss_like) in
+// matrixAlways; head dim 256 (ps16_d256; gemma2_local in TestExamples),
+// lse in base 2 (ps8_lse2_f16; TestPeerLSEBase2FlashInfer) and an e5m2
+// cache under a window with sinks (ps4_e5m2_window_sinks; e5m2 in
+// ps64_e5m2_f16_tree_rope) run in the long pass.
+const matrixStride = 8
 
 // matrixAlways are the variants of matrixSpecs that the default run of
 // TestKernelMatrix takes whatever their place: RoPE from runtime
 // arguments, one table and one factors variant (the others run when their
 // place comes, and with -levels.all), the i8 cache (f16, pages of one
 // token, no mask) and a block table (bf16, a window with sink tokens,
-// NHD), which no variant at a multiple of matrixStride has.
-var matrixAlways = []string{"ps4_rope_table_tree_interleaved", "ps16_rope_factors_bf16", "ps1_i8_f16_none", "ps32_block_table_sinks"}
+// NHD), which no variant at a multiple of matrixStride has, MLA (f16
+// queries over an e5m2 cache, a block table, pages of 2) and a window with
+// learned sinks (bf16, gpt-oss's shape).
+var matrixAlways = []string{"ps4_rope_table_tree_interleaved", "ps16_rope_factors_bf16", "ps1_i8_f16_none", "ps32_block_table_sinks",
+	"ps2_mla_e5m2_f16", "ps16_gptoss_like"}
 
 // matrixLong are the variants of matrixSpecs at a multiple of
 // matrixStride that TestKernelMatrix leaves to -levels.all (CI's long
-// pass): what they check, the default run checks in other variants
-// (ps16_learned_sinks: a window with learned sinks in ps16_gptoss_like
-// (bf16), f16 GQA 4 over pages of 16 in ps16_gqa4).
-var matrixLong = []string{"ps16_learned_sinks"}
+// pass): what they check, the default run checks in other variants. None
+// since matrixStride is 8 (ps16_learned_sinks, at 12, was one: a window
+// with learned sinks in ps16_gptoss_like (bf16), f16 GQA 4 over pages of
+// 16 in ps16_gqa4).
+var matrixLong = []string{}
 
 // TestMatrixListsNameVariants: every name of levelShort, matrixAlways and
 // matrixLong is a variant of matrixSpecs (matrixLong's at a multiple of
