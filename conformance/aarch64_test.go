@@ -19,13 +19,15 @@ var aarch64All = flag.Bool("aarch64.all", false, "run every matrix variant under
 
 // aarch64Short are the variants of matrixSpecs that TestAArch64Matrix runs
 // under qemu by default (with -aarch64.all, CI's long pass, every
-// variant): a block table with the page kernels (f32), MLA, an e4m3 cache
-// with f16 GQA (head_dim 128, NHD; the plain f16 ps16_gqa4 of the same
-// shape runs in the long pass, and under qemu in TestAArch64Ragged), and
-// RoPE from factors (f16, a tree, GQA). The i8 cache with RoPE
-// (ps32_i8_rope) and RoPE from a table with a window
-// (ps8_rope_table_window_f32) run under qemu in the long pass.
-var aarch64Short = []string{"ps2_block_table_f32", "ps16_mla", "ps16_e4m3_gqa4", "ps8_rope_factors_f16_tree"}
+// variant): MLA, an e4m3 cache with f16 GQA (head_dim 128, NHD; the plain
+// f16 ps16_gqa4 of the same shape runs in the long pass), and RoPE from
+// factors (f16, a tree, GQA). A block table with the page kernels (f32,
+// ps2_block_table_f32; f32 runs under qemu by default in
+// TestAArch64Ragged's ps16_rope_f32, the page kernels in
+// TestPageKernelsAArch64), the i8 cache with RoPE (ps32_i8_rope) and RoPE
+// from a table with a window (ps8_rope_table_window_f32) run under qemu in
+// the long pass.
+var aarch64Short = []string{"ps16_mla", "ps16_e4m3_gqa4", "ps8_rope_factors_f16_tree"}
 
 // TestAArch64Matrix cross-compiles the matrix variants for aarch64 (opt and
 // llc -mtriple=aarch64-linux-gnu, aarch64-linux-gnu-gcc) and runs the same

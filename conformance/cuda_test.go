@@ -225,13 +225,13 @@ var cudaAll = flag.Bool("cuda.all", false, "run every variant of cudaMatrix on t
 
 // cudaShort are the variants of cudaMatrix that TestCUDAEmulatedMatrix runs
 // by default (with -cuda.all, CI's long pass in .ci/run, every variant):
-// the SIMT path (f32) and the tensor cores (f16, bf16), page sizes 1 to
-// 256, a window mask, MLA, an 8-bit cache on the tensor cores, RoPE from
-// a table (tensor cores, tree, prefill_ragged); the other features (RoPE
-// factors among them) run in the long pass. TestExamples runs every
-// example on the emulator there too.
-var cudaShort = []string{"cu_ps1_f32", "cu_ps16_f16", "cu_ps256_bf16", "cu_ps4_masked", "cu_mla_f32", "cu_ps16_f16_e4m3",
-	"cu_rope_table_f16"}
+// the SIMT path (f32) and the tensor cores (f16 over an 8-bit cache,
+// bf16), page sizes 1 to 256, a window mask, MLA; the other features (f16
+// over an f16 cache, RoPE from a table or factors among them) run in the
+// long pass (RoPE at append by default in TestEmulatedKernels'
+// qkv_append, a tree with llama3 RoPE in TestCUDAEmulatedRagged).
+// TestExamples runs every example on the emulator there too.
+var cudaShort = []string{"cu_ps1_f32", "cu_ps256_bf16", "cu_ps4_masked", "cu_mla_f32", "cu_ps16_f16_e4m3"}
 
 func TestCUDAEmulatedMatrix(t *testing.T) { emulatedMatrix(t, "cuda") }
 
@@ -242,8 +242,8 @@ func TestCUDAEmulatedMatrix(t *testing.T) { emulatedMatrix(t, "cuda") }
 // the matrix cores over an e4m3 cache with append and copy_page
 // (TestEmulatedExamples' llama3_8b_fp8), the page kernels, qkv_append and
 // prefill_ragged (TestEmulatedKernels), the param variants and the NaN
-// matrix. The rest of cudaShort (f16 over pages of 16, the window mask,
-// RoPE from a table, the 8-bit cache) runs there with -cuda.all (CI's
+// matrix. The rest of cudaShort (the window mask, the 8-bit cache) runs
+// there with -cuda.all (CI's
 // long pass of the emulated targets), every variant of cudaMatrix too.
 var emulatedShort = []string{"cu_ps1_f32", "cu_ps256_bf16", "cu_mla_f32"}
 

@@ -11,8 +11,9 @@ import (
 
 // examplesCUDAShort are the examples TestExamples also runs on the CUDA
 // emulator by default (with -cuda.all, CI's long pass, every example):
-// GQA f16 with the tensor cores and an fp8 cache with the page kernels.
-var examplesCUDAShort = []string{"llama3_8b", "llama3_8b_fp8"}
+// f16 on the tensor cores over an fp8 cache, with the page kernels
+// (llama3_8b, the same f16 GQA over an f16 cache, runs with -cuda.all).
+var examplesCUDAShort = []string{"llama3_8b_fp8"}
 
 // examplesLong are the examples whose CPU matrix costs the most (MLA's
 // 512-wide latent, gpt-oss's 64 heads; Phi-3's 32 MHA heads at head dim
@@ -24,7 +25,21 @@ var examplesCUDAShort = []string{"llama3_8b", "llama3_8b_fp8"}
 // and TestSmallStacks run them with -examples.all (CI's long pass); by
 // default TestLargestShapes checks MLA's 512-wide latent (and 256 heads)
 // within the stated 64 KiB of stack, and the kernel matrix the features.
-var examplesLong = []string{"deepseek_v3_mla", "gpt_oss_20b_sliding", "phi3_mini_longrope", "eagle_tree", "mistral_7b", "llama2_streaming"}
+// To keep the default go test ./... within ten minutes, examplesBreadth
+// go to the long pass too.
+var examplesLong = append([]string{"deepseek_v3_mla", "gpt_oss_20b_sliding", "phi3_mini_longrope", "eagle_tree", "mistral_7b", "llama2_streaming"},
+	examplesBreadth...)
+
+// examplesBreadth are the examples of examplesLong whose features another
+// example of the default run has at production shape: llama3_8b
+// (llama3_8b_fp8: the same heads and layout over an 8-bit cache, and
+// TestKernelMatrix's f16 variants), qwen2_7b_paged_ops (bf16 with append
+// and copy_page: llama3_8b_fp8's page kernels, qwen3_8b's bf16 GQA),
+// gptj_6b (f16 at head dim 256 with partial interleaved RoPE: gemma2_local's
+// head dim 256, the kernel matrix's interleaved and partial RoPE) and
+// mla_prefill_qk192_v128 (bf16 MHA with a 192-wide Q·K and a 128-wide V:
+// TestKernelMatrix's qk != v variants).
+var examplesBreadth = []string{"llama3_8b", "qwen2_7b_paged_ops", "gptj_6b", "mla_prefill_qk192_v128"}
 
 var examplesAll = flag.Bool("examples.all", false, "run every example's CPU matrix in TestExamples, not only those outside examplesLong")
 

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"bytes"
 	"flag"
 	"fmt"
 	"math"
@@ -536,34 +537,45 @@ func checkRefused(t *testing.T, s *Suite, level string) {
 
 // levelShort are the variants of matrixSpecs whose library TestKernelMatrix
 // also runs at the lower CPU levels (with -levels.all, CI's long pass,
-// every variant): f32, f16 and bf16, GQA, page sizes 8 to 256, both
-// layouts, a window mask. MLA and RoPE at the lower levels (ps16_mla,
-// ps8_eagle_like) run in the long pass; at this machine's level they run
-// by default (ps64_mla_f32, ps2_mla_e5m2_f16, ps8_eagle_like and the other
-// RoPE variants).
-var levelShort = []string{"ps16_gqa4", "ps256_gqa8", "ps8_window"}
+// every variant): f16 and bf16, GQA, page sizes 16 and 256, both
+// layouts. f32 (ps8_window, a window mask over pages of 8), MLA and RoPE
+// at the lower levels (ps16_mla, ps8_eagle_like) run in the long pass; at
+// this machine's level they run by default (ps2_block_table_f32 and the
+// other f32 variants, ps2_mla_e5m2_f16, ps8_eagle_like and the other RoPE
+// variants; windows in ps32_block_table_sinks and ps16_gptoss_like).
+var levelShort = []string{"ps16_gqa4", "ps256_gqa8"}
 
 // matrixStride: the default run of TestKernelMatrix takes the variants of
-// matrixSpecs at a multiple of it (0, 4, 8, ...: about a quarter; each is
+// matrixSpecs at a multiple of it (0, 8, 16, ...: about an eighth; each is
 // an opt and llc compile of its own, most of the test's cost), with
 // levelShort and matrixAlways; -levels.all (CI's long pass) takes every
-// variant.
-const matrixStride = 4
+// variant. It was 4 until the default go test ./... had to fit in ten
+// minutes: of the variants at 4, 12, 20, ... the default run keeps MLA
+// (ps2_mla_e5m2_f16) and a window with learned sinks (ps16_gptoss_like) in
+// matrixAlways; head dim 256 (ps16_d256; gemma2_local in TestExamples),
+// lse in base 2 (ps8_lse2_f16; TestPeerLSEBase2FlashInfer) and an e5m2
+// cache under a window with sinks (ps4_e5m2_window_sinks; e5m2 in
+// ps64_e5m2_f16_tree_rope) run in the long pass.
+const matrixStride = 8
 
 // matrixAlways are the variants of matrixSpecs that the default run of
 // TestKernelMatrix takes whatever their place: RoPE from runtime
 // arguments, one table and one factors variant (the others run when their
 // place comes, and with -levels.all), the i8 cache (f16, pages of one
 // token, no mask) and a block table (bf16, a window with sink tokens,
-// NHD), which no variant at a multiple of matrixStride has.
-var matrixAlways = []string{"ps4_rope_table_tree_interleaved", "ps16_rope_factors_bf16", "ps1_i8_f16_none", "ps32_block_table_sinks"}
+// NHD), which no variant at a multiple of matrixStride has, MLA (f16
+// queries over an e5m2 cache, a block table, pages of 2) and a window with
+// learned sinks (bf16, gpt-oss's shape).
+var matrixAlways = []string{"ps4_rope_table_tree_interleaved", "ps16_rope_factors_bf16", "ps1_i8_f16_none", "ps32_block_table_sinks",
+	"ps2_mla_e5m2_f16", "ps16_gptoss_like"}
 
 // matrixLong are the variants of matrixSpecs at a multiple of
 // matrixStride that TestKernelMatrix leaves to -levels.all (CI's long
-// pass): what they check, the default run checks in other variants
-// (ps16_learned_sinks: a window with learned sinks in ps16_gptoss_like
-// (bf16), f16 GQA 4 over pages of 16 in ps16_gqa4).
-var matrixLong = []string{"ps16_learned_sinks"}
+// pass): what they check, the default run checks in other variants. None
+// since matrixStride is 8 (ps16_learned_sinks, at 12, was one: a window
+// with learned sinks in ps16_gptoss_like (bf16), f16 GQA 4 over pages of
+// 16 in ps16_gqa4).
+var matrixLong = []string{}
 
 // TestMatrixListsNameVariants: every name of levelShort, matrixAlways and
 // matrixLong is a variant of matrixSpecs (matrixLong's at a multiple of
@@ -750,5 +762,50 @@ func TestNullLSE(t *testing.T) {
 			t.Errorf("q lens %v: o[%d] err %g", q, i, e)
 		}
 		cb.free()
+	}
+}
+
+// TestDefaultListsNameVariants: every name of the other default-run lists
+// (nanShort, nanCUDAShort, nanAArch64Short, nomemShort,
+// aarch64RaggedShort, the qkv_append and param lists) is a variant of the
+// specs or the list it picks from, so that no list silently names nothing.
+func TestDefaultListsNameVariants(t *testing.T) {
+	names := func(specs []string) []string {
+		var out []string
+		for _, src := range specs {
+			out = append(out, spec(t, src).Name)
+		}
+		return out
+	}
+	nan, nomem, matrix := names(nanSpecs), names(nomemSpecs), names(matrixSpecs)
+	for _, c := range []struct {
+		list   string
+		ns, of []string
+	}{{"nanShort", nanShort, nan}, {"nanCUDAShort", nanCUDAShort, nan}, {"nanAArch64Short", nanAArch64Short, nan}, {"nanAArch64All", nanAArch64All, nan}, {"nomemShort", nomemShort, nomem},
+		{"aarch64RaggedShort", aarch64RaggedShort, matrix}, {"qkvAppendShort", qkvAppendShort, names(qkvAppendSpecs)},
+		{"qkvAppendEmulatedShort", qkvAppendEmulatedShort, qkvAppendShort}, {"qkvAppendOtherGPUs", qkvAppendOtherGPUs, qkvAppendShort},
+		{"qkvAppendOtherGPUsShort", qkvAppendOtherGPUsShort, qkvAppendOtherGPUs}, {"paramEmulated", paramEmulated, names(paramSpecs)}} {
+		for _, n := range c.ns {
+			if !slices.Contains(c.of, n) {
+				t.Errorf("%s names %s, which its specs do not have", c.list, n)
+			}
+		}
+	} // peerCUDAShort names variants written in the peer tests' sources.
+	files, err := filepath.Glob("*_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var src []byte
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src = append(src, b...)
+	}
+	for _, n := range peerCUDAShort {
+		if !bytes.Contains(src, []byte("variant "+n+" {")) {
+			t.Errorf("peerCUDAShort names %s, which no test's spec has", n)
+		}
 	}
 }

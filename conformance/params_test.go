@@ -121,7 +121,9 @@ func runParamDims(s *Suite, threads int) []Result {
 
 // paramEmulated are the param variants the CUDA emulator and qemu-aarch64
 // run with -cuda.all and -aarch64.all (CI's long pass); the default run
-// takes the first (the emulators are slow).
+// takes the first (the emulators are slow), on the CUDA emulator only
+// (qemu-aarch64 with -aarch64.all, the other emulated targets with
+// -cuda.all).
 var paramEmulated = []string{"pm_docs", "pm_table", "pm_batch"}
 
 // TestParamEmulated runs paramEmulated on the emulated CUDA target, on
@@ -139,7 +141,7 @@ func TestParamEmulated(t *testing.T) {
 			for _, src := range paramSpecs {
 				v := spec(t, src)
 				all := target != "aarch64" && *cudaAll || target == "aarch64" && *aarch64All
-				if !slices.Contains(paramEmulated, v.Name) || !all && v.Name != paramEmulated[0] {
+				if !slices.Contains(paramEmulated, v.Name) || !all && (v.Name != paramEmulated[0] || target != "cuda") {
 					continue
 				}
 				t.Run(v.Name, func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/attnc/attnc/frontend"
@@ -123,8 +124,18 @@ func plainK(v *ir.Variant, c *reference.Case) func(b, kv, kh int) []float64 {
 // q_len positions of the cache.
 func qPosOf(c *reference.Case, b, i int) int { return c.KVLens[b] - c.QLens[b] + i }
 
+// peerCUDAShort are the variants whose peer check peerSuites runs on the
+// CUDA emulator by default (every one with -cuda.all, CI's long pass of
+// the emulated targets; each is a g++ compile of its own): a draft tree
+// with llama3 RoPE at q_rope_position (eagle_peer), YaRN (hf_yarn_gptoss),
+// FlashInfer's custom mask bytes (fi_custom), a deeply nested mask
+// expression (nested_abs) and RoPE offsets past int32 (rope_far). The
+// others run on the CPU by default.
+var peerCUDAShort = []string{"eagle_peer", "hf_yarn_gptoss", "fi_custom", "nested_abs", "rope_far"}
+
 // peerSuites builds v for the CPU and for the CUDA emulator (each skipped
-// locally, failed in CI, when its tools are missing) and runs f on each.
+// locally, failed in CI, when its tools are missing; the emulator for
+// peerCUDAShort only without -cuda.all) and runs f on each.
 func peerSuites(t *testing.T, src string, f func(t *testing.T, s *Suite)) {
 	t.Helper()
 	v := spec(t, src)
@@ -138,6 +149,9 @@ func peerSuites(t *testing.T, src string, f func(t *testing.T, s *Suite)) {
 		f(t, s)
 	})
 	t.Run("cuda", func(t *testing.T) {
+		if !*cudaAll && !slices.Contains(peerCUDAShort, v.Name) {
+			t.Skip("on the CUDA emulator with -cuda.all (CI's long pass, .ci/run); the default run takes peerCUDAShort")
+		}
 		needEmu(t)
 		s, err := BuildCUDA(v, t.TempDir())
 		if err != nil {

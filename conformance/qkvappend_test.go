@@ -122,6 +122,23 @@ var qkvAppendSpecs = []string{
 var qkvAppendShort = []string{"qa_f32_yarn_norm1_nhd", "qa_f16_llama3_nhd_gqa", "qa_f16_e4m3_perhead",
 	"qa_f32_table_norm", "qa_f32_factors_nhd"}
 
+// qkvAppendEmulatedShort are the variants of qkvAppendShort that the
+// default run takes under qemu-aarch64 and on the CUDA emulator (every one
+// with -aarch64.all and -cuda.all, CI's long pass of the emulated
+// targets): f16 GQA over an e4m3 cache, and the angles from a table
+// composed with prefill and decode; qkvAppendEmulatedShort(true) is
+// qkvAppendShort.
+var qkvAppendEmulatedShort = []string{"qa_f16_e4m3_perhead", "qa_f32_table_norm"}
+
+// qkvAppendEmulated is qkvAppendShort with all, else
+// qkvAppendEmulatedShort.
+func qkvAppendEmulated(all bool) []string {
+	if all {
+		return qkvAppendShort
+	}
+	return qkvAppendEmulatedShort
+}
+
 // qkvComposeSpecs are the composition's cases: prefill (several
 // sequences, chunks after a cached prefix) and decode.
 var qkvComposeSpecs = []struct {
@@ -192,28 +209,36 @@ func TestQKVAppendMatrix(t *testing.T) {
 	runQKVAppendSpecs(t, nil, buildHostLevel)
 }
 
-// TestQKVAppendAArch64 runs qkvAppendShort built for aarch64 under qemu.
+// TestQKVAppendAArch64 runs qkvAppendShort built for aarch64 under qemu
+// (qkvAppendEmulatedShort without -aarch64.all).
 func TestQKVAppendAArch64(t *testing.T) {
 	_, err := cpurt.ToolchainFor(aarch64)
 	needtool.Check(t, err)
-	runQKVAppendSpecs(t, qkvAppendShort, func(v *ir.Variant, dir string) (*Suite, error) {
+	runQKVAppendSpecs(t, qkvAppendEmulated(*aarch64All), func(v *ir.Variant, dir string) (*Suite, error) {
 		return BuildWith(v, dir, Options{Triple: aarch64})
 	})
 }
 
 // TestQKVAppendCUDAEmulated runs qkvAppendShort through the CUDA
 // launchers on the emulator (the bad scalars; a launcher cannot see a bad
-// slot in device memory, its kernel skips it).
+// slot in device memory, its kernel skips it); qkvAppendEmulatedShort
+// without -cuda.all.
 func TestQKVAppendCUDAEmulated(t *testing.T) {
 	needEmu(t)
-	runQKVAppendSpecs(t, qkvAppendShort, BuildCUDA)
+	runQKVAppendSpecs(t, qkvAppendEmulated(*cudaAll), BuildCUDA)
 }
 
 // qkvAppendOtherGPUs are the variants of qkvAppendSpecs that run on the
 // other emulated GPU targets (HIP at 64 lanes): the angles from a table
 // and from factors, both composed with prefill and decode, and GQA f16
-// over an 8-bit cache.
+// over an 8-bit cache. The default run takes qkvAppendOtherGPUsShort,
+// -cuda.all (CI's long pass of the emulated targets) every one.
 var qkvAppendOtherGPUs = []string{"qa_f32_table_norm", "qa_f32_factors_nhd", "qa_f16_e4m3_perhead"}
+
+// qkvAppendOtherGPUsShort: the angles from factors, composed with prefill
+// and decode (the CUDA emulator runs the table and the 8-bit cache by
+// default).
+var qkvAppendOtherGPUsShort = []string{"qa_f32_factors_nhd"}
 
 // TestQKVAppendEmulatedTargets runs qkvAppendOtherGPUs through the
 // launchers of every emulated GPU target other than CUDA (its own test),
@@ -231,7 +256,11 @@ func TestQKVAppendEmulatedTargets(t *testing.T) {
 		}
 		ran = true
 		t.Run(name, func(t *testing.T) {
-			runQKVAppendSpecs(t, qkvAppendOtherGPUs, func(v *ir.Variant, dir string) (*Suite, error) {
+			only := qkvAppendOtherGPUsShort
+			if *cudaAll {
+				only = qkvAppendOtherGPUs
+			}
+			runQKVAppendSpecs(t, only, func(v *ir.Variant, dir string) (*Suite, error) {
 				return BuildFor(v, name, dir, Options{})
 			})
 		})

@@ -192,10 +192,12 @@ func TestChunkedPrefillComposes(t *testing.T) {
 
 // cudaRaggedShort are the variants of cudaMatrix whose prefill_ragged
 // TestCUDAEmulatedRagged runs by default (with -cuda.all, every variant
-// but MLA's): the SIMT path (f32), the tensor cores (f16, bf16), a
-// window with sinks, an expression mask with softcap, an 8-bit cache
-// (ragged rows in the dtype) and a tree with llama3 RoPE.
-var cudaRaggedShort = []string{"cu_ps1_f32", "cu_ps16_f16", "cu_ps256_bf16", "cu_ps4_masked", "cu_ps16_f16_e4m3", "cu_rope_llama3_tree"}
+// but MLA's): the SIMT path (f32), the tensor cores (f16 over an 8-bit
+// cache, with ragged rows in the dtype), a window with sinks, and a tree
+// with llama3 RoPE; with -cuda.all bf16 (cu_ps256_bf16), f16 over an f16
+// cache (cu_ps16_f16, which TestEmulatedKernels runs on the other emulated
+// targets) and the others.
+var cudaRaggedShort = []string{"cu_ps1_f32", "cu_ps4_masked", "cu_ps16_f16_e4m3", "cu_rope_llama3_tree"}
 
 // TestCUDAEmulatedRagged runs prefill_ragged of the emulated CUDA matrix's
 // variants on the emulator: RaggedMatrix against the reference, and the
@@ -253,9 +255,11 @@ func TestCUDARaggedShortNamesExist(t *testing.T) {
 
 // aarch64RaggedShort are the matrix variants whose prefill_ragged
 // TestAArch64Ragged runs under qemu-aarch64 by default (with
-// -aarch64.all, every variant but MLA's): f16 GQA, bf16 with a window and
-// sinks, an e4m3 cache, f32 with RoPE.
-var aarch64RaggedShort = []string{"ps16_gqa4", "ps4_window_sinks", "ps16_e4m3_gqa4", "ps16_rope_f32"}
+// -aarch64.all, every variant but MLA's): bf16 with a window and sinks,
+// f32 with RoPE; f16 GQA (ps16_gqa4) and an e4m3 cache (ps16_e4m3_gqa4),
+// whose attention kernels TestAArch64Matrix runs under qemu by default,
+// in the long pass.
+var aarch64RaggedShort = []string{"ps4_window_sinks", "ps16_rope_f32"}
 
 // TestAArch64Ragged cross-compiles prefill_ragged of matrix variants for
 // aarch64 and runs RaggedMatrix and its bad inputs under qemu-aarch64.

@@ -17,7 +17,7 @@ func TestVectorizedAArch64(t *testing.T) {
 	needTools(t)
 	const triple = "aarch64-linux-gnu"
 	dir := t.TempDir()
-	for _, ex := range []string{"llama3_8b", "mha_softcap"} {
+	for _, ex := range vectorizedExamples() {
 		vs, err := ParseSpecs([]string{filepath.Join("..", "examples", ex+".attn")})
 		if err != nil {
 			t.Fatal(err)

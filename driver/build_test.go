@@ -62,9 +62,11 @@ func TestDeterministic(t *testing.T) {
 			t.Errorf("%s differs between two builds", a.Artifacts[i].Name)
 		}
 	}
-	// Both targets, every example at once.
+	// Both targets, the examples of cudaExamples at once (every example
+	// with -examples.all, CI's long pass).
 	var specs []string
-	for _, ex := range inScope {
+	exs := cudaExamples()
+	for _, ex := range exs {
 		specs = append(specs, filepath.Join("..", "examples", ex+".attn"))
 	}
 	vs, err := ParseSpecs(specs)
@@ -76,7 +78,7 @@ func TestDeterministic(t *testing.T) {
 		t.Fatal(err)
 	}
 	y, _ := Build(vs, Options{Targets: []string{"cpu", "cuda"}})
-	if len(x.Artifacts) != 3*len(inScope)+1 {
+	if len(x.Artifacts) != 3*len(exs)+1 {
 		t.Fatalf("artifacts: %d", len(x.Artifacts))
 	}
 	for i := range x.Artifacts {
@@ -92,7 +94,7 @@ func TestDeterministic(t *testing.T) {
 func TestVectorized(t *testing.T) {
 	needTools(t)
 	dir := t.TempDir()
-	for _, ex := range []string{"llama3_8b", "mha_softcap"} {
+	for _, ex := range vectorizedExamples() {
 		ll := filepath.Join(dir, ex+".ll")
 		if err := os.WriteFile(ll, artifact(buildExample(t, ex), ex+".ll"), 0o644); err != nil {
 			t.Fatal(err)
@@ -210,14 +212,8 @@ func TestCUDAToPTX(t *testing.T) {
 	needtool.Check(t, err)
 	dir := t.TempDir()
 	for _, ex := range cudaExamples() {
-		vs, err := ParseSpecs([]string{filepath.Join("..", "examples", ex+".attn")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := Build(vs, Options{Targets: []string{"cuda"}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		out := buildTargets(t, ex, "cuda")
+		vs := out.Variants
 		cu := filepath.Join(dir, ex+".cu")
 		if err := os.WriteFile(cu, artifact(out, ex+".cu"), 0o644); err != nil {
 			t.Fatal(err)
@@ -297,18 +293,24 @@ func TestCUDANVCCBranch(t *testing.T) {
 	}
 }
 
-// buildTargets builds one example for the given targets.
+// buildTargets builds one example for the given targets, once per test
+// binary (builds): the Output is shared and must not be modified.
 func buildTargets(t *testing.T, ex string, targets ...string) *Output {
 	t.Helper()
-	vs, err := ParseSpecs([]string{filepath.Join("..", "examples", ex+".attn")})
-	if err != nil {
-		t.Fatal(err)
+	b, _ := builds.LoadOrStore(ex+" "+strings.Join(targets, ","), &buildOnce{})
+	bo := b.(*buildOnce)
+	bo.once.Do(func() {
+		vs, err := ParseSpecs([]string{filepath.Join("..", "examples", ex+".attn")})
+		if err != nil {
+			bo.err = err
+			return
+		}
+		bo.out, bo.err = Build(vs, Options{Targets: targets})
+	})
+	if bo.err != nil {
+		t.Fatal(bo.err)
 	}
-	out, err := Build(vs, Options{Targets: targets})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return bo.out
 }
 
 // TestManifestStorageDTypes: every kernel in the manifest, CPU or CUDA,

@@ -1,6 +1,7 @@
 package ir_test
 
 import (
+	"flag"
 	"testing"
 
 	"github.com/attnc/attnc/ir"
@@ -44,14 +45,19 @@ func TestLoweredRoundTripParams(t *testing.T) {
 
 // TestLoweredRoundTripRopeSources is TestLoweredRoundTrip for RoPE from
 // a table and from factors, whose turns are computed in f64, inline and
-// at append (qkv_append rotates).
+// at append (qkv_append rotates). The default run takes the table inline
+// and the factors at append (each source and each place once, both pair
+// orders); -long (CI's long pass) adds ropeSourcesLong, the other two
+// combinations.
 func TestLoweredRoundTripRopeSources(t *testing.T) {
-	for _, rope := range []*ir.Rope{
+	ropes := []*ir.Rope{
 		{Style: ir.RopeTable, RotaryDim: 32, Pairs: ir.RopeInterleaved, Params: map[string]float64{}},
-		{Style: ir.RopeFactors, Theta: 10000, Params: map[string]float64{"theta": 10000, "attn_factor": 1.19}},
-		{Style: ir.RopeTable, AtAppend: true, RotaryDim: 32, Params: map[string]float64{}},
 		{Style: ir.RopeFactors, AtAppend: true, Theta: 10000, Pairs: ir.RopeInterleaved, Params: map[string]float64{"theta": 10000, "attn_factor": 1.19}},
-	} {
+	}
+	if *long {
+		ropes = append(ropes, ropeSourcesLong...)
+	}
+	for _, rope := range ropes {
 		kernels := []ir.KernelRef{{Role: ir.RolePrefill}, {Role: ir.RoleDecode}, {Role: ir.RoleMergeState}, {Role: ir.RolePrefillRagged}}
 		var norm *ir.QKNorm
 		if rope.AtAppend {
@@ -66,6 +72,17 @@ func TestLoweredRoundTripRopeSources(t *testing.T) {
 			Kernels: kernels}
 		roundTripAllPasses(t, v)
 	}
+}
+
+// long runs the cases the default go test ./... leaves out to keep within
+// ten minutes (ropeSourcesLong); CI's long pass (.ci/run) sets it.
+var long = flag.Bool("long", false, "run every case, not only the default run's")
+
+// ropeSourcesLong are the RoPE sources TestLoweredRoundTripRopeSources
+// runs with -long only: the factors inline and the table at append.
+var ropeSourcesLong = []*ir.Rope{
+	{Style: ir.RopeFactors, Theta: 10000, Params: map[string]float64{"theta": 10000, "attn_factor": 1.19}},
+	{Style: ir.RopeTable, AtAppend: true, RotaryDim: 32, Params: map[string]float64{}},
 }
 
 // roundTripAllPasses lowers v for every target and round-trips the module

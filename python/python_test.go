@@ -56,6 +56,19 @@ var pythonAll = flag.Bool("python.all", false, "run every python/tests file, not
 // check piece by piece).
 var pythonLong = []string{"test_flashinfer_examples.py", "test_model.py"}
 
+// pythonLongTests are the test methods (module.Class.method) of the other
+// files that the default run skips too, each marked @ref.long in its file
+// (ATTNC_PYTHON_ALL=1, which -python.all sets, runs them): the variant
+// argument of the paged prefill wrapper (the ragged wrapper's runs by
+// default), the ragged and MLA wrappers on the CUDA emulator (the prefill
+// wrapper's runs by default; each is an emulated library's g++ compile)
+// and f16 MLA (f32 and bf16 MLA run by default).
+var pythonLongTests = []string{
+	"test_flashinfer.PrefillTest.test_variant_argument",
+	"test_cuda_emu.EmulatedFlashInferTest.test_ragged_and_mla_wrappers_with_cuda_variants",
+	"test_flashinfer_ragged_mla.MLATest.test_f16_noncausal_numpy_lse_base_e",
+}
+
 // hostLevels is the ATTNC_CPU_LEVELS the Python tests build with (attnc
 // build --cpu-levels): no Python test is about the CPU levels, so the
 // libraries hold the clones of the level this machine's entries run only
@@ -134,6 +147,9 @@ func TestPythonPackage(t *testing.T) {
 		cmd := exec.Command(pythonBin, append([]string{"-m", "unittest", "-v"}, mods...)...)
 		cmd.Dir = "tests"
 		cmd.Env = append(os.Environ(), "ATTNC_BIN="+bin, "PYTHONPATH=..", "PYTHONDONTWRITEBYTECODE=1", "ATTNC_CPU_LEVELS="+hostLevels())
+		if *pythonAll {
+			cmd.Env = append(cmd.Env, "ATTNC_PYTHON_ALL=1")
+		}
 		w := &testWriter{t: t, prefix: fmt.Sprintf("[%d] ", i)}
 		cmd.Stdout, cmd.Stderr = w, w
 		writers[i] = w
@@ -213,4 +229,46 @@ func (w *testWriter) flush() {
 		w.t.Log(w.prefix + string(w.pending))
 	}
 	w.pending = nil
+}
+
+// TestPythonLongTestsListed: every pythonLongTests entry names a method
+// of its module's class that @ref.long marks, and no other method has the
+// mark: the list says exactly what the default run skips.
+func TestPythonLongTestsListed(t *testing.T) {
+	marked := map[string]bool{}
+	files, err := filepath.Glob(filepath.Join("tests", "test_*.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mod, class := strings.TrimSuffix(filepath.Base(f), ".py"), ""
+		lines := strings.Split(string(src), "\n")
+		for i, l := range lines {
+			if strings.HasPrefix(l, "class ") {
+				class = strings.TrimPrefix(l, "class ")
+				class = class[:strings.IndexAny(class, "(:")]
+			}
+			if strings.HasPrefix(strings.TrimSpace(l), "@ref.long(") && i+1 < len(lines) {
+				def := strings.TrimSpace(lines[i+1])
+				if !strings.HasPrefix(def, "def ") {
+					t.Errorf("%s:%d: @ref.long does not mark a method", f, i+1)
+					continue
+				}
+				marked[mod+"."+class+"."+def[4:strings.Index(def, "(")]] = true
+			}
+		}
+	}
+	for _, n := range pythonLongTests {
+		if !marked[n] {
+			t.Errorf("pythonLongTests names %s, which no @ref.long marks", n)
+		}
+		delete(marked, n)
+	}
+	for n := range marked {
+		t.Errorf("@ref.long marks %s, which pythonLongTests does not list", n)
+	}
 }

@@ -5,10 +5,20 @@ comparison rule (f32: 1e-5 of max(1, |want|); f16/bf16: half an ulp of the
 storage type at the exact value plus 2^-20 of the largest |v|)."""
 
 import math
+import os
+import unittest
 
 import numpy as np
 
 LN2 = math.log(2.0)
+
+
+def long(what):
+    """long marks a test method the default go test ./... leaves to
+    go test ./python -python.all (CI's long pass, which sets
+    ATTNC_PYTHON_ALL=1); python_test.go's pythonLongTests lists them."""
+    return unittest.skipUnless(os.environ.get("ATTNC_PYTHON_ALL") == "1",
+                               "with go test ./python -python.all (CI's long pass): " + what)
 
 
 def bf16_round(x):

@@ -243,6 +243,7 @@ class EmulatedFlashInferTest(unittest.TestCase):
         ref.check_lse(self, lse[keep], wl)
         self.assertTrue(np.all(o[4:6] == 0) and np.all(lse[4:6] == -np.inf))
 
+    @ref.long('the ragged and MLA wrappers on the emulator; the prefill wrapper runs there by default')
     def test_ragged_and_mla_wrappers_with_cuda_variants(self):
         need_cxx(self)
         mod = attnc.compile(FI_MORE_SPEC, target="cuda-emu")

@@ -219,6 +219,7 @@ class PrefillTest(unittest.TestCase):
     def test_packed_custom_mask(self):
         self.run_prefill("f32", "NHD", False, [3, 5, 2], [7, 5, 0], custom=True, packed=True)
 
+    @ref.long('the variant argument; test_flashinfer_ragged_mla.py passes one to the ragged wrapper by default')
     def test_variant_argument(self):
         # A compiled Variant (HND, natural-log lse) in place of the plan's spec.
         sys.path.insert(0, os.path.dirname(__file__))

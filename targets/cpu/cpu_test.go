@@ -13,6 +13,10 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the after sections of testdata/*.txt and testdata/tiny.ll.golden")
 
+// long runs the cases the default go test ./... leaves out to keep within
+// ten minutes (prefillLong); CI's long pass (.ci/run) sets it.
+var long = flag.Bool("long", false, "run every case, not only the default run's (prefillLong too)")
+
 func TestTableOrder(t *testing.T) {
 	if err := passes.CheckOrder(Table, Constraints); err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"math/rand"
+	"slices"
 	"strings"
 	"testing"
 
@@ -86,8 +87,8 @@ func TestPrefillAlphaLoopKeepsResults(t *testing.T) {
 		func(m *ir.Module) bool { return strings.Contains(m.Kernel("t_prefill_work").String(), "tsum") })
 }
 
-// prefillBothWays lowers f32 prefill variants (GQA and MHA, pages of 4
-// and 32 positions) with the CPU tiling's switch (at) off and on and
+// prefillBothWays lowers f32 prefill variants (prefillCases: GQA over
+// pages of 4; with -long MHA, and pages of 32 positions, too) with the CPU tiling's switch (at) off and on and
 // checks that on shows in the neutral work kernel (shows) and that the
 // neutral module and every level's prefill kernel write bit for bit the
 // same o and lse on directPrefillArgs — an empty sequence, a tile wholly
@@ -95,7 +96,7 @@ func TestPrefillAlphaLoopKeepsResults(t *testing.T) {
 // hidden (-1) page (tilingSwitch); as0 and as1 name the two ways.
 func prefillBothWays(t *testing.T, as0, as1 string, at func(*lower.Tiling) *bool, shows func(*ir.Module) bool) {
 	t.Helper()
-	for _, c := range []struct{ qo, kv, ps int }{{8, 2, 4}, {4, 4, 4}, {8, 2, 32}} {
+	for _, c := range prefillCases() {
 		v := &ir.Variant{Name: "t", QOHeads: c.qo, KVHeads: c.kv, HeadDimQK: 32, HeadDimV: 32, DType: ir.DTF32, KVDType: ir.DTF32,
 			PageSize: c.ps, Scale: 0.25, Masks: []ir.MaskClause{{Kind: ir.MaskCausal}}, Kernels: []ir.KernelRef{{Role: ir.RolePrefill}}}
 		tilingSwitch{
@@ -104,6 +105,27 @@ func prefillBothWays(t *testing.T, as0, as1 string, at func(*lower.Tiling) *bool
 			neutralShows: shows, as0: as0, as1: as1,
 		}.run(t)
 	}
+}
+
+// prefillCase is a prefill variant's heads (qo over kv) and page size.
+type prefillCase struct{ qo, kv, ps int }
+
+// prefillShort is the case of prefillBothWays and TestExpBoundKeepsResults
+// the default run takes: GQA over pages of 4 (directPrefillArgs' 70
+// positions on 18 pages, a partial last page, a hidden one); prefillLong
+// are the cases -long (CI's long pass) adds: MHA, and pages of 32 (a tile
+// within one page).
+var (
+	prefillShort = []prefillCase{{8, 2, 4}}
+	prefillLong  = []prefillCase{{4, 4, 4}, {8, 2, 32}}
+)
+
+// prefillCases are prefillShort, and prefillLong with -long.
+func prefillCases() []prefillCase {
+	if *long {
+		return append(slices.Clone(prefillShort), prefillLong...)
+	}
+	return prefillShort
 }
 
 // directPrefillArgs are fixed random prefill inputs for v: 3 sequences of

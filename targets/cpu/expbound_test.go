@@ -120,8 +120,8 @@ func TestExpBound(t *testing.T) {
 	}
 }
 
-// TestExpBoundKeepsResults lowers f32 prefill (GQA and MHA, pages of 4
-// and 32) and decode (decodeCases: f32, f16, bf16 and 8-bit caches, with
+// TestExpBoundKeepsResults lowers f32 prefill (prefillCases: GQA over
+// pages of 4, and with -long MHA and pages of 32) and decode (decodeCases: f32, f16, bf16 and 8-bit caches, with
 // its loop per phase), runs the CPU pass table with and without
 // exp-bound, and interprets every level's prefill or decode kernel on the
 // same paged inputs: o and lse bit for bit the same, and the bounded exp
@@ -171,7 +171,7 @@ func TestExpBoundKeepsResults(t *testing.T) {
 		}
 		return outs
 	}
-	for _, c := range []struct{ qo, kv, ps int }{{8, 2, 4}, {4, 4, 4}, {8, 2, 32}} {
+	for _, c := range prefillCases() {
 		v := &ir.Variant{Name: "t", QOHeads: c.qo, KVHeads: c.kv, HeadDimQK: 32, HeadDimV: 32, DType: ir.DTF32, KVDType: ir.DTF32,
 			PageSize: c.ps, Scale: 0.25, Masks: []ir.MaskClause{{Kind: ir.MaskCausal}}, Kernels: []ir.KernelRef{{Role: ir.RolePrefill}}}
 		what := fmt.Sprintf("%d/%d heads, page %d", c.qo, c.kv, c.ps)
