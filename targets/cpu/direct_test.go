@@ -2,7 +2,6 @@ package cpu
 
 import (
 	"fmt"
-	"math/rand"
 	"slices"
 	"strings"
 	"testing"
@@ -132,51 +131,5 @@ func prefillCases() []prefillCase {
 // 0, 70 and 37 positions (0, 70 and 9 query rows), the last with one page
 // hidden (-1), the pages in a scattered order.
 func directPrefillArgs(v *ir.Variant) map[string]any {
-	rng := rand.New(rand.NewSource(11))
-	ps := v.PageSize
-	pagesOf := func(n int) int { return (n + ps - 1) / ps }
-	kvLens, qLens := []int{0, 70, 37}, []int{0, 70, 9}
-	pages := pagesOf(70) + pagesOf(37) + 1
-	perm := rng.Perm(pages)
-	var indptr, indices, last []int32
-	indptr = append(indptr, 0)
-	next := 0
-	for s, n := range kvLens {
-		for p := 0; p < pagesOf(n); p++ {
-			id := int32(perm[next])
-			next++
-			if s == 2 && p == pagesOf(n)/2 {
-				id = -1
-			}
-			indices = append(indices, id)
-		}
-		indptr = append(indptr, int32(len(indices)))
-		last = append(last, int32((n+ps-1)%ps+1))
-	}
-	qIndptr := []int32{0}
-	for _, n := range qLens {
-		qIndptr = append(qIndptr, qIndptr[len(qIndptr)-1]+int32(n))
-	}
-	total := int(qIndptr[len(qIndptr)-1])
-	f32s := func(n int) []float32 {
-		out := make([]float32, n)
-		for i := range out {
-			out[i] = float32(rng.Intn(2)*2-1) * (0.5 + 1.5*rng.Float32())
-		}
-		return out
-	}
-	row := v.KVHeads * ps * v.HeadDimQK
-	return map[string]any{
-		"q":                f32s(total * v.QOHeads * v.HeadDimQK),
-		"qo_indptr":        qIndptr,
-		"k_pages":          f32s(pages * row),
-		"v_pages":          f32s(pages * row),
-		"num_pages":        int32(pages),
-		"kv_indptr":        indptr,
-		"kv_indices":       indices,
-		"kv_last_page_len": last,
-		"batch_size":       int32(len(kvLens)),
-		"o":                make([]float32, total*v.QOHeads*v.HeadDimV),
-		"lse":              make([]float32, total*v.QOHeads),
-	}
+	return pagedPrefillArgs(v, 11, []int{0, 70, 37}, []int{0, 70, 9}, 2)
 }

@@ -83,10 +83,17 @@ func TestFullTilesKeepsResults(t *testing.T) {
 // tile of 36 positions; the fourth has full and diagonal tiles; the last
 // a hidden (-1) page. Pages in a scattered order.
 func fullTileArgs(v *ir.Variant) map[string]any {
-	rng := rand.New(rand.NewSource(5))
+	return pagedPrefillArgs(v, 5, []int{130, 0, 100, 70, 37}, []int{3, 0, 1, 70, 9}, 4)
+}
+
+// pagedPrefillArgs are fixed random prefill inputs for v (f32, or bf16
+// bits when v's cache is bf16) from seed: sequences of kvLens positions
+// with qLens query rows each, their pages in a scattered order, the middle
+// page of sequence number hidden hidden (-1); values ±(0.5 … 2).
+func pagedPrefillArgs(v *ir.Variant, seed int64, kvLens, qLens []int, hidden int) map[string]any {
+	rng := rand.New(rand.NewSource(seed))
 	ps := v.PageSize
 	pagesOf := func(n int) int { return (n + ps - 1) / ps }
-	kvLens, qLens := []int{130, 0, 100, 70, 37}, []int{3, 0, 1, 70, 9}
 	pages := 1
 	for _, n := range kvLens {
 		pages += pagesOf(n)
@@ -99,7 +106,7 @@ func fullTileArgs(v *ir.Variant) map[string]any {
 		for p := 0; p < pagesOf(n); p++ {
 			id := int32(perm[next])
 			next++
-			if s == 4 && p == pagesOf(n)/2 {
+			if s == hidden && p == pagesOf(n)/2 {
 				id = -1
 			}
 			indices = append(indices, id)

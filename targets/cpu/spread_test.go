@@ -71,6 +71,15 @@ func spreadCoversNextTile(t *testing.T, v *ir.Variant) {
 		mark := func(buf string, at ir.Expr) ir.Stmt {
 			return &ir.Store{Buf: buf, Index: ir.Bin(ir.Div, at, ir.IntT(at.Type(), lineElems)), Value: ir.IntT(ir.I32, 1)}
 		}
+		// markReads appends to out a mark of each pool line v reads.
+		markReads := func(out *ir.Block, v ir.Expr) {
+			ir.VisitExpr(v, func(e ir.Expr) {
+				if l, ok := e.(*ir.Load); ok && (l.Buf == "k_pages" || l.Buf == "v_pages") {
+					out.Stmts = append(out.Stmts, mark("rd_"+l.Buf, l.Index))
+					reads++
+				}
+			})
+		}
 		var walk func(b *ir.Block) *ir.Block
 		walk = func(b *ir.Block) *ir.Block {
 			out := &ir.Block{}
@@ -82,22 +91,12 @@ func spreadCoversNextTile(t *testing.T, v *ir.Variant) {
 					continue
 				case *ir.Let:
 					out.Stmts = append(out.Stmts, s)
-					ir.VisitExpr(x.Value, func(e ir.Expr) {
-						if l, ok := e.(*ir.Load); ok && (l.Buf == "k_pages" || l.Buf == "v_pages") {
-							out.Stmts = append(out.Stmts, mark("rd_"+l.Buf, l.Index))
-							reads++
-						}
-					})
+					markReads(out, x.Value)
 					continue
 				case *ir.Assign:
 					// The finite-codes check's reads of the tile's rows.
 					out.Stmts = append(out.Stmts, s)
-					ir.VisitExpr(x.Value, func(e ir.Expr) {
-						if l, ok := e.(*ir.Load); ok && (l.Buf == "k_pages" || l.Buf == "v_pages") {
-							out.Stmts = append(out.Stmts, mark("rd_"+l.Buf, l.Index))
-							reads++
-						}
-					})
+					markReads(out, x.Value)
 					continue
 				case *ir.For:
 					c := *x
