@@ -128,15 +128,7 @@ func TestExpBound(t *testing.T) {
 // in every level's kernel.
 func TestExpBoundKeepsResults(t *testing.T) {
 	bounded := regexp.MustCompile(`vexp[0-9]+_hi = select\(\(vexp[0-9]+_x > 0\.0:f32\)`)
-	without := func(table []passes.Pass) []passes.Pass {
-		var out []passes.Pass
-		for _, p := range table {
-			if p.Name != "exp-bound" {
-				out = append(out, p)
-			}
-		}
-		return out
-	}
+	without := func(table []passes.Pass) []passes.Pass { return withoutPass(table, "exp-bound") }
 	// outputs interprets every level's work kernel of role (named
 	// prefix...) with and without exp-bound on args() each: the bounded
 	// exp is in exactly the second set.
@@ -374,4 +366,15 @@ func expBoundInputs() (x []float32, maxes [][]float32) {
 		1, nan, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, -200,
 	}
 	return x, [][]float32{{-inf, -inf, -inf, -inf}, {5, 5, 5, 5}, {-3, 1e30, 0, nz}}
+}
+
+// withoutPass is table less the passes named name.
+func withoutPass(table []passes.Pass, name string) []passes.Pass {
+	var out []passes.Pass
+	for _, p := range table {
+		if p.Name != name {
+			out = append(out, p)
+		}
+	}
+	return out
 }

@@ -20,15 +20,7 @@ import (
 // lse are bit for bit the same. With the pass every level's kernel sends
 // its fully visible branch whole tiles only, and without it none.
 func TestFullTilesKeepsResults(t *testing.T) {
-	without := func(table []passes.Pass) []passes.Pass {
-		var out []passes.Pass
-		for _, p := range table {
-			if p.Name != "full-tiles" {
-				out = append(out, p)
-			}
-		}
-		return out
-	}
+	without := func(table []passes.Pass) []passes.Pass { return withoutPass(table, "full-tiles") }
 	if len(without(Table)) != len(Table)-1 {
 		t.Fatal("the CPU table has no full-tiles pass")
 	}
