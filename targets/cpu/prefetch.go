@@ -450,26 +450,14 @@ func (sp *spread) seqGroup(g []pfLine) []ir.Stmt {
 	if n < 2 || g[0].lines < n || g[0].lines > seqLines || g[0].lines%n != 0 {
 		return nil
 	}
-	rows := map[string]bool{}
-	for _, x := range g {
-		if x.buf != g[0].buf || x.off.Buf != g[0].off.Buf || ir.ExprString(x.col) != ir.ExprString(g[0].col) {
-			return nil
-		}
-		rows[ir.ExprString(x.off.Index)] = true
-	}
-	if int64(len(rows)) != n {
+	if !oneColumn(g) {
 		return nil
 	}
 	m := g[0].lines / n
 	t := g[0].col.Type()
 	c := func(v int64) ir.Expr { return ir.IntT(t, v) }
 	line := ir.Bin(ir.Div, ir.Bin(ir.Mul, g[0].col, c(g[0].eb)), c(64))
-	pick := ir.Bin(ir.Div, line, c(m))
-	var row ir.Expr = g[n-1].off.Index
-	for i := n - 2; i >= 0; i-- {
-		row = ir.Sel(ir.Bin(ir.Eq, pick, c(i)), g[i].off.Index, row)
-	}
-	pf := ir.Ld(sp.pf[g[0].off.Buf], g[0].off.T, row)
+	pf := ir.Ld(sp.pf[g[0].off.Buf], g[0].off.T, groupRow(g, ir.Bin(ir.Div, line, c(m))))
 	first := ir.Bin(ir.Mul, ir.Bin(ir.Rem, line, c(m)), c(n))
 	var out []ir.Stmt
 	for i := range n {
@@ -491,15 +479,13 @@ func (sp *spread) seqGroup(g []pfLine) []ir.Stmt {
 // of one buffer at one column, of n rows.
 func (sp *spread) seqGroupShort(g []pfLine) []ir.Stmt {
 	n, lines := int64(len(g)), g[0].lines
-	rows := map[string]bool{}
+	if !oneColumn(g) {
+		return nil
+	}
 	for _, x := range g {
-		if x.buf != g[0].buf || x.off.Buf != g[0].off.Buf || x.lines != lines || ir.ExprString(x.col) != ir.ExprString(g[0].col) {
+		if x.lines != lines {
 			return nil
 		}
-		rows[ir.ExprString(x.off.Index)] = true
-	}
-	if int64(len(rows)) != n {
-		return nil
 	}
 	t := g[0].col.Type()
 	c := func(v int64) ir.Expr { return ir.IntT(t, v) }
@@ -508,15 +494,35 @@ func (sp *spread) seqGroupShort(g []pfLine) []ir.Stmt {
 	var out []ir.Stmt
 	for i := range n {
 		// Row (L·n + i)/lines = L·per + i/lines of the group.
-		pick := ir.Bin(ir.Add, ir.Bin(ir.Mul, line, c(per)), c(i/lines))
-		var row ir.Expr = g[n-1].off.Index
-		for j := n - 2; j >= 0; j-- {
-			row = ir.Sel(ir.Bin(ir.Eq, pick, c(j)), g[j].off.Index, row)
-		}
+		row := groupRow(g, ir.Bin(ir.Add, ir.Bin(ir.Mul, line, c(per)), c(i/lines)))
 		at := c((i % lines) * (64 / g[0].eb))
 		out = append(out, &ir.Prefetch{Buf: g[0].buf, Index: ir.Bin(ir.Add, ir.Ld(sp.pf[g[0].off.Buf], g[0].off.T, row), at)})
 	}
 	return out
+}
+
+// oneColumn reports whether the group's loads are of one buffer at one
+// column, each of another row (its own row offset).
+func oneColumn(g []pfLine) bool {
+	rows := map[string]bool{}
+	for _, x := range g {
+		if x.buf != g[0].buf || x.off.Buf != g[0].off.Buf || ir.ExprString(x.col) != ir.ExprString(g[0].col) {
+			return false
+		}
+		rows[ir.ExprString(x.off.Index)] = true
+	}
+	return len(rows) == len(g)
+}
+
+// groupRow is the row offset index of the group's load pick (0 … n-1) as
+// a chain of selects, the last load's where pick is none of the others.
+func groupRow(g []pfLine, pick ir.Expr) ir.Expr {
+	t := pick.Type()
+	var row ir.Expr = g[len(g)-1].off.Index
+	for i := len(g) - 2; i >= 0; i-- {
+		row = ir.Sel(ir.Bin(ir.Eq, pick, ir.IntT(t, int64(i))), g[i].off.Index, row)
+	}
+	return row
 }
 
 // rowPass is a loop over a tile's rows whose iteration reads lpp 64-byte
