@@ -561,17 +561,22 @@ func checkRefused(t *testing.T, s *Suite, level string) {
 var levelShort = []string{"ps16_gqa4"}
 
 // matrixStride: the default run of TestKernelMatrix takes the variants of
-// matrixSpecs at a multiple of it (0, 8, 16, ...: about an eighth; each is
-// an opt and llc compile of its own, most of the test's cost), with
-// levelShort and matrixAlways; -levels.all (CI's long pass) takes every
-// variant. It was 4 until the default go test ./... had to fit in ten
-// minutes: of the variants at 4, 12, 20, ... the default run keeps MLA
-// (ps2_mla_e5m2_f16) and a window with learned sinks (ps16_gptoss_like) in
-// matrixAlways; head dim 256 (ps16_d256; gemma2_local in TestExamples),
-// lse in base 2 (ps8_lse2_f16; TestPeerLSEBase2FlashInfer) and an e5m2
-// cache under a window with sinks (ps4_e5m2_window_sinks; e5m2 in
-// ps64_e5m2_f16_tree_rope) run in the long pass.
-const matrixStride = 8
+// matrixSpecs at a multiple of it (0, 16, 32: ps1_mha, ps8_eagle_like,
+// ps4_div_by_zero; each is an opt and llc compile of its own, most of the
+// test's cost), with levelShort and matrixAlways; -levels.all (CI's long
+// pass) takes every variant. It was 4, then 8, until the default go test
+// ./... had to fit in ten minutes: of the variants at 4, 12, 20, ... the
+// default run keeps MLA (ps2_mla_e5m2_f16) and a window with learned sinks
+// (ps16_gptoss_like) in matrixAlways; head dim 256 (ps16_d256;
+// gemma2_local in TestExamples), lse in base 2 (ps8_lse2_f16;
+// TestPeerLSEBase2FlashInfer) and an e5m2 cache under a window with sinks
+// (ps4_e5m2_window_sinks) run in the long pass; of those at 8, 24, 40,
+// ps16_rope_factors_bf16 is in matrixAlways, fully masked rows
+// (ps4_masked_rows; TestFullyMaskedRow, f16) and an e5m2 cache under a
+// tree with llama3 RoPE over pages of 64 (ps64_e5m2_f16_tree_rope; e5m2
+// in ps2_mla_e5m2_f16, the tree and llama3 RoPE in ps8_eagle_like) run in
+// the long pass.
+const matrixStride = 16
 
 // matrixAlways are the variants of matrixSpecs that the default run of
 // TestKernelMatrix takes whatever their place: RoPE from runtime
@@ -589,7 +594,7 @@ var matrixAlways = []string{"ps4_rope_table_tree_interleaved", "ps16_rope_factor
 // matrixLong are the variants of matrixSpecs at a multiple of
 // matrixStride that TestKernelMatrix leaves to -levels.all (CI's long
 // pass): what they check, the default run checks in other variants. None
-// since matrixStride is 8 (ps16_learned_sinks, at 12, was one: a window
+// since matrixStride is 8 or more (ps16_learned_sinks, at 12, was one: a window
 // with learned sinks in ps16_gptoss_like (bf16), f16 GQA 4 over pages of
 // 16 in ps16_gqa4).
 var matrixLong = []string{}
