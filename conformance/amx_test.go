@@ -38,9 +38,11 @@ func overrideLL(t *testing.T, ll, name, typ, ret string) string {
 // level. Emulated only: not a run on AMX hardware.
 func TestAMXPrefillEmulated(t *testing.T) {
 	needTools(t)
-	// The library of every level hostLevelTable and
-	// TestBF16DenormalOperands build (one compile for the three); only
-	// the .ll with the level detection overridden compiles anew below.
+	// bf16Levels' files with the x86-64-amx clone only (--cpu-levels
+	// x86-64-amx), written but not compiled: only the .ll with the level
+	// detection overridden compiles, one clone instead of every level's
+	// (the other levels of the same variant run in
+	// TestBF16DenormalOperands and TestCPULevelsBuild).
 	v := spec(t, bf16Levels)
 	dir := t.TempDir()
 	emu, err := amxemu.WriteSource(dir)
@@ -48,14 +50,19 @@ func TestAMXPrefillEmulated(t *testing.T) {
 		t.Fatal(err)
 	}
 	link := []string{"-fPIC", "-DAMXEMU_CONSTRUCTOR", emu}
-	s, err := BuildWith(v, dir, Options{Link: link})
+	c, err := compileFor(v, "cpu", dir, Options{CPULevels: []string{"x86-64-amx"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Lib.Close()
-	if !hasClone(s.Final, "x86-64-amx") {
+	if !hasClone(c.Final, "x86-64-amx") {
 		t.Fatalf("no kernel of %s is cloned at x86-64-amx", v.Name)
 	}
+	tg, h, err := harnessOf("cpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSuite(v, tg, h, c.Lowered, c.Final)
+	s.so = filepath.Join(dir, v.Name+".so")
 	llPath := filepath.Join(dir, v.Name+".ll")
 	data, err := os.ReadFile(llPath)
 	if err != nil {

@@ -38,8 +38,10 @@ var examplesLong = append([]string{"deepseek_v3_mla", "gpt_oss_20b_sliding", "ph
 // gptj_6b (f16 at head dim 256 with partial interleaved RoPE: gemma2_local's
 // head dim 256, the kernel matrix's interleaved and partial RoPE) and
 // mla_prefill_qk192_v128 (bf16 MHA with a 192-wide Q·K and a 128-wide V:
-// TestKernelMatrix's qk != v variants).
-var examplesBreadth = []string{"llama3_8b", "qwen2_7b_paged_ops", "gptj_6b", "mla_prefill_qk192_v128"}
+// TestKernelMatrix's qk != v variants) and mha_softcap (f32 MHA, causal,
+// NHD, soft-capped scores: TestKernelMatrix's ps1_mha, gemma2_local's
+// softcap).
+var examplesBreadth = []string{"llama3_8b", "qwen2_7b_paged_ops", "gptj_6b", "mla_prefill_qk192_v128", "mha_softcap"}
 
 var examplesAll = flag.Bool("examples.all", false, "run every example's CPU matrix in TestExamples, not only those outside examplesLong")
 

@@ -189,8 +189,14 @@ func fuzzStatus(v *ir.Variant, fc fuzzCase) (int32, bool) {
 // for the param variant, on each of its kernels, a negative named dim, a
 // dim of 0, a dim shorter than the longest kv_len and a tensor past
 // fuzzCapElems elements (the sparse mapping), the last three in valid
-// calls. A seed that no longer reaches a check leaves it to chance.
+// calls. A seed that no longer reaches a check leaves it to chance. The
+// default run's part of the corpus (fuzzSeedStride) reaches them too.
 func TestFuzzSeedsReachChecks(t *testing.T) {
+	t.Run("all", func(t *testing.T) { testFuzzSeedsReachChecks(t, fuzzSeedsFor(true)) })
+	t.Run("default", func(t *testing.T) { testFuzzSeedsReachChecks(t, fuzzSeedsFor(false)) })
+}
+
+func testFuzzSeedsReachChecks(t *testing.T, seeds [][]byte) {
 	slots := []int32{0, lower.ErrBadArgument, lower.ErrTooLarge, lower.ErrBadSlot}
 	pageIDs := []int32{0, lower.ErrBadArgument, lower.ErrTooLarge, lower.ErrBadPageID}
 	want := map[ir.Role][]int32{
@@ -208,7 +214,7 @@ func TestFuzzSeedsReachChecks(t *testing.T) {
 	}
 	got := map[key]map[int32]bool{}
 	params := map[key]map[string]bool{}
-	for _, seed := range fuzzSeeds() {
+	for _, seed := range seeds {
 		fc := genFuzzCase(seed)
 		v := fuzzVariants()[fc.V]
 		st, ok := fuzzStatus(v, fc)

@@ -460,20 +460,30 @@ var hostLevelTable = sync.OnceValues(func() ([]passes.Pass, error) {
 // TestHostLevelBuild: a library built with buildHostLevel runs the level
 // this machine picks and matches the reference there; forced to a lower
 // level (the clone it lacks) every entry returns CPU_LEVEL at once and
-// <prefix>_cpu_level() NULL. Its
-// variants are TestKernelMatrix's levelShort f16 and bf16 ones, whose
-// library of every level that test builds too: the package's object
-// cache (TestMain) compiles it once.
+// <prefix>_cpu_level() NULL. By default for f16 (TestKernelMatrix's
+// levelShort ps16_gqa4) and bf16 (bf16Levels, hostLevelTable's variant),
+// whose libraries of every level those build too: the package's object
+// cache (TestMain) compiles them once. With -levels.all (CI's long pass)
+// also for ps256_gqa8, bf16 over pages of 256.
 func TestHostLevelBuild(t *testing.T) {
 	needTools(t)
-	for _, name := range []string{"ps16_gqa4", "ps256_gqa8"} {
+	names := []string{"ps16_gqa4"}
+	if *levelsAll {
+		names = append(names, "ps256_gqa8")
+	}
+	for _, name := range names {
 		i := slices.IndexFunc(matrixSpecs, func(src string) bool { return spec(t, src).Name == name })
-		if i < 0 || !slices.Contains(levelShort, name) {
-			t.Fatalf("%s is not a levelShort variant of matrixSpecs", name)
+		if i < 0 {
+			t.Fatalf("%s is not a variant of matrixSpecs", name)
+		}
+		if name == "ps16_gqa4" && !slices.Contains(levelShort, name) {
+			t.Fatalf("%s is not a levelShort variant", name)
 		}
 		v := spec(t, matrixSpecs[i])
-		t.Run(v.DType.String(), func(t *testing.T) { testHostLevelBuild(t, v) })
+		t.Run(v.DType.String()+"_"+v.Name, func(t *testing.T) { testHostLevelBuild(t, v) })
 	}
+	v := spec(t, bf16Levels)
+	t.Run(v.DType.String()+"_"+v.Name, func(t *testing.T) { testHostLevelBuild(t, v) })
 }
 
 // testHostLevelBuild is TestHostLevelBuild for one variant (bf16 prefill
@@ -537,26 +547,36 @@ func checkRefused(t *testing.T, s *Suite, level string) {
 
 // levelShort are the variants of matrixSpecs whose library TestKernelMatrix
 // also runs at the lower CPU levels (with -levels.all, CI's long pass,
-// every variant): f16 and bf16, GQA, page sizes 16 and 256, both
-// layouts. f32 (ps8_window, a window mask over pages of 8), MLA and RoPE
-// at the lower levels (ps16_mla, ps8_eagle_like) run in the long pass; at
-// this machine's level they run by default (ps2_block_table_f32 and the
-// other f32 variants, ps2_mla_e5m2_f16, ps8_eagle_like and the other RoPE
-// variants; windows in ps32_block_table_sinks and ps16_gptoss_like).
-var levelShort = []string{"ps16_gqa4", "ps256_gqa8"}
+// every variant): f16, GQA 4, pages of 16, NHD. bf16 at the lower levels
+// runs by default in bf16Levels' library (TestCPULevelsBuild at x86-64
+// and x86-64-v4, TestBF16DenormalOperands at every level this CPU has);
+// ps256_gqa8 (bf16, GQA 8, pages of 256, HND) was here until the default
+// go test ./... had to fit in ten minutes, and runs at this machine's
+// level by default (matrixAlways). f32 (ps8_window, a window mask over
+// pages of 8), MLA and RoPE at the lower levels (ps16_mla, ps8_eagle_like)
+// run in the long pass; at this machine's level they run by default
+// (ps2_block_table_f32 and the other f32 variants, ps2_mla_e5m2_f16,
+// ps8_eagle_like and the other RoPE variants; windows in
+// ps32_block_table_sinks and ps16_gptoss_like).
+var levelShort = []string{"ps16_gqa4"}
 
 // matrixStride: the default run of TestKernelMatrix takes the variants of
-// matrixSpecs at a multiple of it (0, 8, 16, ...: about an eighth; each is
-// an opt and llc compile of its own, most of the test's cost), with
-// levelShort and matrixAlways; -levels.all (CI's long pass) takes every
-// variant. It was 4 until the default go test ./... had to fit in ten
-// minutes: of the variants at 4, 12, 20, ... the default run keeps MLA
-// (ps2_mla_e5m2_f16) and a window with learned sinks (ps16_gptoss_like) in
-// matrixAlways; head dim 256 (ps16_d256; gemma2_local in TestExamples),
-// lse in base 2 (ps8_lse2_f16; TestPeerLSEBase2FlashInfer) and an e5m2
-// cache under a window with sinks (ps4_e5m2_window_sinks; e5m2 in
-// ps64_e5m2_f16_tree_rope) run in the long pass.
-const matrixStride = 8
+// matrixSpecs at a multiple of it (0, 16, 32: ps1_mha, ps8_eagle_like,
+// ps4_div_by_zero; each is an opt and llc compile of its own, most of the
+// test's cost), with levelShort and matrixAlways; -levels.all (CI's long
+// pass) takes every variant. It was 4, then 8, until the default go test
+// ./... had to fit in ten minutes: of the variants at 4, 12, 20, ... the
+// default run keeps MLA (ps2_mla_e5m2_f16) and a window with learned sinks
+// (ps16_gptoss_like) in matrixAlways; head dim 256 (ps16_d256;
+// gemma2_local in TestExamples), lse in base 2 (ps8_lse2_f16;
+// TestPeerLSEBase2FlashInfer) and an e5m2 cache under a window with sinks
+// (ps4_e5m2_window_sinks) run in the long pass; of those at 8, 24, 40,
+// ps16_rope_factors_bf16 is in matrixAlways, fully masked rows
+// (ps4_masked_rows; TestFullyMaskedRow, f16) and an e5m2 cache under a
+// tree with llama3 RoPE over pages of 64 (ps64_e5m2_f16_tree_rope; e5m2
+// in ps2_mla_e5m2_f16, the tree and llama3 RoPE in ps8_eagle_like) run in
+// the long pass.
+const matrixStride = 16
 
 // matrixAlways are the variants of matrixSpecs that the default run of
 // TestKernelMatrix takes whatever their place: RoPE from runtime
@@ -565,14 +585,16 @@ const matrixStride = 8
 // token, no mask) and a block table (bf16, a window with sink tokens,
 // NHD), which no variant at a multiple of matrixStride has, MLA (f16
 // queries over an e5m2 cache, a block table, pages of 2) and a window with
-// learned sinks (bf16, gpt-oss's shape).
+// learned sinks (bf16, gpt-oss's shape), and pages of 256 (bf16, GQA 8,
+// HND; larger than a KV tile, which ps128_gqa4 and the 8-bit variants
+// over pages of 128 and 256 have too in the long pass).
 var matrixAlways = []string{"ps4_rope_table_tree_interleaved", "ps16_rope_factors_bf16", "ps1_i8_f16_none", "ps32_block_table_sinks",
-	"ps2_mla_e5m2_f16", "ps16_gptoss_like"}
+	"ps2_mla_e5m2_f16", "ps16_gptoss_like", "ps256_gqa8"}
 
 // matrixLong are the variants of matrixSpecs at a multiple of
 // matrixStride that TestKernelMatrix leaves to -levels.all (CI's long
 // pass): what they check, the default run checks in other variants. None
-// since matrixStride is 8 (ps16_learned_sinks, at 12, was one: a window
+// since matrixStride is 8 or more (ps16_learned_sinks, at 12, was one: a window
 // with learned sinks in ps16_gptoss_like (bf16), f16 GQA 4 over pages of
 // 16 in ps16_gqa4).
 var matrixLong = []string{}

@@ -23,8 +23,9 @@ var limitSpecs = []string{
 }
 
 // TestLargestShapes runs prefill and (split-KV) decode at the limits on the
-// CPU and on the CUDA emulator (every target with a harness): what check
-// accepts, the kernels serve.
+// CPU and on the CUDA emulator, and with -cuda.all (CI's long pass) on
+// every other target with a harness (HIP's emulator): what check accepts,
+// the kernels serve.
 func TestLargestShapes(t *testing.T) {
 	needTools(t)
 	needEmu(t)
@@ -40,6 +41,9 @@ func TestLargestShapes(t *testing.T) {
 		v := spec(t, src)
 		for _, target := range Harnessed() {
 			t.Run(v.Name+"/"+target, func(t *testing.T) {
+				if target != "cpu" && target != "cuda" && !*cudaAll {
+					t.Skip("on the other emulated targets with -cuda.all (CI's long pass, .ci/run)")
+				}
 				t.Parallel()
 				// The CPU library clones the level this machine runs
 				// only (the one its entries would pick from a library

@@ -202,7 +202,8 @@ var inScope = func() []string {
 
 // TestCUDAToPTX compiles every generated CUDA kernel of cudaExamples
 // (every in-scope example with -examples.all, CI's long pass) to PTX for
-// sm_80 and sm_90 with clang-19 (no CUDA headers): the f16/bf16 variants
+// sm_80 and sm_90 (cudaOneArch at one of them by default) with clang-19
+// (no CUDA headers): the f16/bf16 variants
 // must use tensor cores, all must use warp shuffles. Each example is a
 // clang compile per architecture (the package's most expensive step after
 // ptxas); the default run's other examples generate their .cu in
@@ -218,7 +219,7 @@ func TestCUDAToPTX(t *testing.T) {
 		if err := os.WriteFile(cu, artifact(out, ex+".cu"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		for _, arch := range []string{"sm_80", "sm_90"} {
+		for _, arch := range cudaArchs(ex) {
 			ptx := filepath.Join(dir, ex+"."+arch+".ptx")
 			start := time.Now()
 			if err := cudatarget.CompilePTX(cu, ptx, arch); err != nil {

@@ -12,8 +12,9 @@ import (
 var _ = flag.Bool("update", false, "regenerate golden files (none in this package)")
 
 // examplesAll runs the CUDA toolchain tests (TestSASS, TestCUDAToPTX,
-// TestCUDANVCCBranch) on every example, and TestSASS at sm_80 on
-// sassSM90Only too, TestHeaderDeclaresOnlyDefined on every example with
+// TestCUDANVCCBranch) on every example, and TestSASS and TestCUDAToPTX at
+// both architectures on cudaOneArch and TestSASS at sm_80 on sassSM90Only
+// too, TestHeaderDeclaresOnlyDefined on every example with
 // every target set, TestDeterministic's build of every example at once
 // and TestVectorized(AArch64) on vectorizedLong too; CI's long pass sets it.
 var examplesAll = flag.Bool("examples.all", false, "run the CUDA toolchain tests (SASS, PTX, the nvcc branch) on every example, not only cudaShort")
@@ -47,6 +48,24 @@ func cudaExamples() []string {
 	return out
 }
 
+// cudaOneArch are the examples of cudaShort that TestSASS and
+// TestCUDAToPTX take at one architecture by default (both, sm_80 and
+// sm_90, with -examples.all, CI's long pass): mha_softcap (f32 on the
+// SIMT path) at sm_80 and qwen3_8b (bf16 on the tensor cores) at sm_90.
+// llama3_8b (f16 on the tensor cores) takes both, as cli's TestSASSCommand
+// does (the run's tool cache shares its PTX and cubins), and
+// deepseek_v3_mla its PTX at both and its SASS at sm_90 (sassSM90Only).
+var cudaOneArch = map[string]string{"mha_softcap": "sm_80", "qwen3_8b": "sm_90"}
+
+// cudaArchs are the architectures the CUDA toolchain tests take for
+// example ex.
+func cudaArchs(ex string) []string {
+	if a, ok := cudaOneArch[ex]; ok && !*examplesAll {
+		return []string{a}
+	}
+	return []string{"sm_80", "sm_90"}
+}
+
 // vectorizedLong are the examples TestVectorized and TestVectorizedAArch64
 // leave to -examples.all (CI's long pass): by default they check the
 // vectorized loops of llama3_8b (f16, HND) only.
@@ -76,17 +95,24 @@ type buildOnce struct {
 	err  error
 }
 
-// TestShortListsNameExamples: every name of cudaShort, sassSM90Only and
-// vectorizedLong is an example, so that no list silently names nothing,
-// and sassSM90Only's are cudaShort's.
+// TestShortListsNameExamples: every name of cudaShort, sassSM90Only,
+// cudaOneArch and vectorizedLong is an example, so that no list silently
+// names nothing, and sassSM90Only's and cudaOneArch's are cudaShort's.
 func TestShortListsNameExamples(t *testing.T) {
-	for list, ns := range map[string][]string{"cudaShort": cudaShort, "sassSM90Only": sassSM90Only, "vectorizedLong": vectorizedLong} {
+	var oneArch []string
+	for ex, arch := range cudaOneArch {
+		oneArch = append(oneArch, ex)
+		if arch != "sm_80" && arch != "sm_90" {
+			t.Errorf("cudaOneArch gives %s architecture %s, not sm_80 or sm_90", ex, arch)
+		}
+	}
+	for list, ns := range map[string][]string{"cudaShort": cudaShort, "sassSM90Only": sassSM90Only, "cudaOneArch": oneArch, "vectorizedLong": vectorizedLong} {
 		for _, n := range ns {
 			if !slices.Contains(inScope, n) {
 				t.Errorf("%s names %s, which examples/ does not have", list, n)
 			}
-			if list == "sassSM90Only" && !slices.Contains(cudaShort, n) {
-				t.Errorf("sassSM90Only names %s, which cudaShort does not have", n)
+			if (list == "sassSM90Only" || list == "cudaOneArch") && !slices.Contains(cudaShort, n) {
+				t.Errorf("%s names %s, which cudaShort does not have", list, n)
 			}
 		}
 	}

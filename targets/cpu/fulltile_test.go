@@ -11,8 +11,8 @@ import (
 	"github.com/attnc/attnc/passes"
 )
 
-// TestFullTilesKeepsResults lowers prefill (f32 and bf16, GQA and MHA,
-// pages of 4 and 32; causal, and a causal window), runs the CPU pass table
+// TestFullTilesKeepsResults lowers prefill (f32 and bf16, GQA, pages of 4
+// and 32; causal, and a causal window; with -long MHA too), runs the CPU pass table
 // with and without full-tiles, and interprets every level's prefill work
 // kernel on the same paged inputs (fullTileArgs: fully visible tiles of
 // all 64 positions, fully visible tiles of fewer — which now take the
@@ -28,11 +28,17 @@ func TestFullTilesKeepsResults(t *testing.T) {
 		"causal":        {{Kind: ir.MaskCausal}},
 		"causal window": {{Kind: ir.MaskCausal}, {Kind: ir.MaskWindow, Left: 90}},
 	}
-	for _, c := range []struct {
+	type fullTileCase struct {
 		qo, kv, ps int
 		dt         ir.DType
 		mask       string
-	}{{8, 2, 4, ir.DTF32, "causal"}, {4, 4, 32, ir.DTF32, "causal"}, {8, 2, 32, ir.DTBF16, "causal"}, {8, 2, 4, ir.DTF32, "causal window"}} {
+	}
+	cases := []fullTileCase{{8, 2, 4, ir.DTF32, "causal"}, {8, 2, 32, ir.DTBF16, "causal"}, {8, 2, 4, ir.DTF32, "causal window"}}
+	if *long {
+		// MHA over pages of 32 (prefillLong's shape): CI's long pass.
+		cases = append(cases, fullTileCase{4, 4, 32, ir.DTF32, "causal"})
+	}
+	for _, c := range cases {
 		v := &ir.Variant{Name: "t", QOHeads: c.qo, KVHeads: c.kv, HeadDimQK: 32, HeadDimV: 32, DType: c.dt, KVDType: c.dt,
 			PageSize: c.ps, Scale: 0.25, Masks: masks[c.mask], Kernels: []ir.KernelRef{{Role: ir.RolePrefill}}}
 		what := fmt.Sprintf("%s %d/%d heads, page %d, %s", c.dt, c.qo, c.kv, c.ps, c.mask)
