@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"math/rand"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -12,13 +13,16 @@ import (
 )
 
 // TestFullTilesKeepsResults lowers prefill (f32 and bf16, GQA, pages of 4
-// and 32; causal, and a causal window; with -long MHA too), runs the CPU pass table
-// with and without full-tiles, and interprets every level's prefill work
-// kernel on the same paged inputs (fullTileArgs: fully visible tiles of
-// all 64 positions, fully visible tiles of fewer — which now take the
-// masked body —, diagonal tiles, a hidden page, an empty sequence): o and
-// lse are bit for bit the same. With the pass every level's kernel sends
-// its fully visible branch whole tiles only, and without it none.
+// and 32; causal, and a causal window; with -long MHA too) and decode
+// (decodeCases: f32, f16, bf16 and 8-bit caches), runs the CPU pass table
+// with and without full-tiles, and interprets every level's prefill or
+// decode work kernel (decode's split kernels too) on the same paged inputs
+// (fullTileArgs: fully visible tiles of all 64 positions, fully visible
+// tiles of fewer — which now take the masked body —, diagonal tiles, a
+// hidden page, an empty sequence; stagedDecodeArgs: a whole decode tile
+// and a sequence's shorter last ones, a hidden page, an empty sequence):
+// o and lse are bit for bit the same. With the pass every level's kernel
+// sends its fully visible branch whole tiles only, and without it none.
 func TestFullTilesKeepsResults(t *testing.T) {
 	without := func(table []passes.Pass) []passes.Pass { return withoutPass(table, "full-tiles") }
 	if len(without(Table)) != len(Table)-1 {
@@ -71,6 +75,51 @@ func TestFullTilesKeepsResults(t *testing.T) {
 		}
 		sameOutputs(t, "full-tiles "+what, outs, len(outs[0]), "without full-tiles", "with it")
 	}
+	for _, c := range decodeCases {
+		// The staged tests' page tables: a hidden page in the first
+		// tile of the third sequence (it stages), or only past it (a
+		// whole tile read in place).
+		for _, indices := range [][]int32{stagedIndices, {3, 9, 0, 14, 5, 12, 7, 1, 11, 2, -1, 16}} {
+			fullTilesDecode(t, without, c, indices)
+		}
+	}
+}
+
+// fullTilesDecode is TestFullTilesKeepsResults for decode case c over the
+// page table indices.
+func fullTilesDecode(t *testing.T, without func([]passes.Pass) []passes.Pass, c decodeCase, indices []int32) {
+	whole := regexp.MustCompile(`& \(([0-9]+) <= \(kv_len - \(kt \* ([0-9]+)\)\)\)\)\n`)
+	v := decodeVariant(c)
+	what := fmt.Sprintf("decode %s, pages %v", c.name(), indices)
+	var outs [2]map[string]map[string]any
+	for i, table := range [][]passes.Pass{without(Table), Table} {
+		m, err := lower.Lower(v, Target{}.Tiling(v))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, err = passes.RunTable(table, m, passes.Options{VerifyEach: true}); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		outs[i] = map[string]map[string]any{}
+		for _, k := range m.Kernels {
+			if k.Role != ir.RoleDecode || !strings.HasPrefix(k.Name, "t_decode_work") || k.Level == "" {
+				continue
+			}
+			got := whole.FindStringSubmatch(k.String())
+			if (got != nil) != (i == 1) || got != nil && got[1] != got[2] {
+				t.Fatalf("%s, %s: the constant extent: %q", what, k.Name, got)
+			}
+			a := stagedDecodeArgs(v, indices)
+			if st, err := ir.Run(m, k.Name, a); err != nil || st != 0 {
+				t.Fatalf("%s %s: status %d, %v", what, k.Name, st, err)
+			}
+			outs[i][k.Name] = a
+		}
+	}
+	if len(outs[0]) == 0 {
+		t.Fatalf("%s: no level clones", what)
+	}
+	sameOutputs(t, "full-tiles "+what, outs, len(outs[0]), "without full-tiles", "with it")
 }
 
 // fullTileArgs are fixed random prefill inputs for v (f32 or bf16): 5

@@ -166,7 +166,7 @@ func (mc *Machine) table(multiversion passes.Pass) []passes.Pass {
 		passes.ClassifyTilesPass,
 		passes.ExpandCallsPass,
 		{Name: "full-tiles", Required: false, Run: FullTiles,
-			Desc: "prefill's fully visible KV tiles (classify-tiles' tile_full branch) only for tiles of all 64 positions, whose extent becomes the constant: opt folds the trip counts; a shorter fully visible tile runs the masked body, whose mask hides nothing there"},
+			Desc: "the fully visible KV tiles of prefill and decode (classify-tiles' tile_full branch) only for tiles of all their positions (64 in prefill, TileRows in decode), whose extent becomes the constant: opt folds the trip counts; a shorter fully visible tile runs the masked body, whose mask hides nothing there"},
 		multiversion,
 		{Name: "exp-bound", Required: false, Run: mc.ExpBound,
 			Desc: "the softmax weights' exp(s - m), m at least the max of s's row (a max reduce over the same elements just before, or, in decode's loop per phase, stored by a row loop in an array the exp loop reads back), as exp(min(s - m, 0)): the same values, which vector-exp computes without the overflow half of its polynomial"},
