@@ -53,10 +53,10 @@ func microShapeFor(l Level, vectors int) microShape {
 // position's weight) leaves the accumulators as they are (a select around
 // the multiply-add, never a multiply by zero), so NaN or infinite B rows
 // it weights cannot reach C; A is scanned for -0 first (negZeroScan), and
-// a tile with none runs the kernel without the selects — or, in prefill's
-// tiles, each block of rows flags A's columns first (splitZeroSkip), and
-// runs the selects only at columns where some of its rows are -0 and
-// nothing where all are. Blocks of rows at or past MExt and of columns at or past NExt
+// a tile with none runs the kernel without the selects; in prefill's
+// tiles, one with some flags A's columns per block of rows first
+// (splitZeroSkip) and runs the selects only at columns where some of the
+// block's rows are -0, and nothing where all are. Blocks of rows at or past MExt and of columns at or past NExt
 // are skipped; the last block that starts before an extent computes its
 // whole static width (C outside the extents is unspecified). Matmuls whose
 // N (or, transposed, K) is not a multiple of the level's lanes, or whose
@@ -251,18 +251,18 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 			if x.ZeroSkip && x.K%l.Lanes == 0 {
 				// Most tiles hide nothing: scan A for -0 first and run
 				// the selects only where some element is.
-				if zf := zflags[x.A]; zf != "" && splitsZeroSkip(x, l.Lanes) {
-					// Prefill's P·V: the columns flagged per block
-					// of rows instead (splitZeroSkip).
-					zs := sh
-					zs.ZeroFlags = zf
-					return append(out, blockedMatMul(mk, b, bElem, zs, scales[x], fold)...)
+				// In prefill's tiles the selects run only at the
+				// columns of a block of rows that mix -0 and other
+				// weights (splitZeroSkip).
+				zs := sh
+				if splitsZeroSkip(x, l.Lanes) {
+					zs.ZeroFlags = zflags[x.A]
 				}
 				plain := *mk
 				plain.ZeroSkip = false
 				scan, hides := negZeroScan(x, l.Lanes)
 				return append(append(out, scan...), &ir.If{Cond: hides,
-					Then: &ir.Block{Stmts: blockedMatMul(mk, b, bElem, sh, scales[x], fold)},
+					Then: &ir.Block{Stmts: blockedMatMul(mk, b, bElem, zs, scales[x], fold)},
 					Else: &ir.Block{Stmts: blockedMatMul(&plain, b, bElem, sh, scales[x], fold)}})
 			}
 			out = append(out, blockedMatMul(mk, b, bElem, sh, scales[x], fold)...)
@@ -761,11 +761,11 @@ func splitZeroSkip(mm *ir.MatMul, zf string, L int, m0 ir.Expr, mr int) ([]ir.St
 		&ir.Store{Buf: zf, Index: k0, Value: ir.Bin(ir.Add, ir.Sel(anyV, one, zero), ir.Sel(allV, one, zero))}}}}}, true
 }
 
-// splitsZeroSkip is whether a zeroskip P·V product flags A's columns per
-// block of rows (splitZeroSkip) instead of scanning A for -0 and running
-// one of two kernels: prefill's tiles (at least BlockMinRows rows), whose
-// matmuls with -0 weights (causal diagonal tiles) skip most of them. A
-// decode tile's few rows keep the scan.
+// splitsZeroSkip is whether a zeroskip P·V product's tiles that hold a -0
+// weight flag A's columns per block of rows (splitZeroSkip) rather than
+// run the selects at every column: prefill's tiles (at least BlockMinRows
+// rows), whose -0 weights (a causal diagonal tile's) fill whole columns
+// of most blocks of rows. A decode tile's few rows keep the selects.
 func splitsZeroSkip(mm *ir.MatMul, L int) bool {
 	return mm.ZeroSkip && !mm.TransB && mm.M >= BlockMinRows && L >= 2 && mm.K%L == 0
 }
