@@ -183,10 +183,12 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 		return []ir.Stmt{s}
 	})
 	// The column flags of zeroskip P·V products (splitZeroSkip), beside
-	// their A's declaration.
+	// their A's declaration: declared at every level (unused below
+	// AVX-512), so that the stack a call needs, which the header states,
+	// does not depend on the triple or the levels built.
 	zflags := map[string]string{}
 	ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
-		if mm, ok := s.(*ir.MatMul); ok && splitsZeroSkip(mm, l.Lanes) && blocks(mm) && !dotBlocks(mm, allocs, l.Lanes) {
+		if mm, ok := s.(*ir.MatMul); ok && splitsZeroSkip(mm, 16) && mm.K%l.Lanes == 0 && blocks(mm) && !dotBlocks(mm, allocs, l.Lanes) {
 			if zflags[mm.A] == "" {
 				name := mm.A + "_zf"
 				for i := 2; names[name]; i++ {
