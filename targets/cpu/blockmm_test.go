@@ -175,10 +175,18 @@ func keepResults(t *testing.T, rng *rand.Rand, m, after *ir.Module, name, level 
 	for r := 0; r < rows; r++ {
 		for j := 0; j < 48; j++ {
 			switch {
-			case j < n && j%5 != 2:
+			case j < n && (j%5 != 2 || r >= mr) && (j+r)%7 != 3:
 				p[r*48+j] = rng.Float32()
 			case j < n:
-				p[r*48+j] = float32(math.Copysign(0, -1)) // a hidden position's weight
+				// A hidden position's weight: in every row below mr at
+				// every fifth position (whose V rows are NaN and
+				// infinite; the rows from mr on, which are not
+				// compared, weight them, so a block of rows across mr
+				// mixes both there), and in some rows only at others
+				// (finite V rows), so that row blocks mix hidden and
+				// visible weights in one column, as a causal diagonal
+				// tile does.
+				p[r*48+j] = float32(math.Copysign(0, -1))
 			}
 		}
 	}
@@ -267,38 +275,12 @@ func TestBlockMatMulShape(t *testing.T) {
 				return []ir.Stmt{s}
 			}
 			loops++
-			fmas, loads := 0, map[string]int{}
-			used := map[string]int{}
-			for _, st := range f.Body.Stmts {
-				switch x := st.(type) {
-				case *ir.Let:
-					if ld, ok := x.Value.(*ir.Load); ok && ld.T == vt {
-						loads[x.Name] = 0
-					}
-				case *ir.Assign:
-					ir.VisitExpr(x.Value, func(e ir.Expr) {
-						ma, ok := e.(*ir.MulAdd)
-						if !ok {
-							return
-						}
-						if ma.Type() != vt {
-							t.Errorf("%s: multiply-add of %s, want %s", lv.level, ma.Type(), vt)
-						}
-						fmas++
-						if r, ok := ma.Y.(*ir.Ref); ok {
-							used[r.Name]++
-						}
-					})
-				}
+			steps := stepBodies(f.Body.Stmts)
+			if len(steps) == 0 {
+				t.Errorf("%s: a contraction loop without multiply-adds", lv.level)
 			}
-			if len(loads) == 0 || fmas != len(loads)*(fmas/len(loads)) {
-				t.Errorf("%s: %d multiply-adds on %d loads", lv.level, fmas, len(loads))
-			}
-			for name := range loads {
-				// The tail block of 4 rows (40 = 6·6 + 4) feeds 4.
-				if used[name] < 4 {
-					t.Errorf("%s: load %s feeds %d multiply-adds", lv.level, name, used[name])
-				}
+			for _, step := range steps {
+				checkStep(t, lv.level, vt, step)
 			}
 			return []ir.Stmt{s}
 		})
@@ -308,6 +290,67 @@ func TestBlockMatMulShape(t *testing.T) {
 		sh := microShapeFor(*l, 64/l.Lanes)
 		if sh.MR < 6 || sh.MR*sh.NR+sh.NR+1 > l.Regs {
 			t.Errorf("%s: register block %d×%d vectors for %d registers: want at least 6 rows, within the registers", lv.level, sh.MR, sh.NR, l.Regs)
+		}
+	}
+}
+
+// stepBodies is the steps of a contraction loop's body: the body itself,
+// or, under splitZeroSkip's column flags, the blocks of its Ifs that
+// compute (the step without the selects and the step with them).
+func stepBodies(body []ir.Stmt) [][]ir.Stmt {
+	var out [][]ir.Stmt
+	for _, s := range body {
+		if _, ok := s.(*ir.Assign); ok {
+			return [][]ir.Stmt{body}
+		}
+	}
+	for _, s := range body {
+		if f, ok := s.(*ir.If); ok {
+			for _, b := range []*ir.Block{f.Then, f.Else} {
+				if b != nil {
+					out = append(out, stepBodies(b.Stmts)...)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// checkStep checks one step of a contraction loop: MR·NR multiply-adds of
+// vt on NR vector loads of B, each load feeding at least 4 of them.
+func checkStep(t *testing.T, level string, vt ir.Type, step []ir.Stmt) {
+	t.Helper()
+	fmas, loads := 0, map[string]int{}
+	used := map[string]int{}
+	for _, st := range step {
+		switch x := st.(type) {
+		case *ir.Let:
+			if ld, ok := x.Value.(*ir.Load); ok && ld.T == vt {
+				loads[x.Name] = 0
+			}
+		case *ir.Assign:
+			ir.VisitExpr(x.Value, func(e ir.Expr) {
+				ma, ok := e.(*ir.MulAdd)
+				if !ok {
+					return
+				}
+				if ma.Type() != vt {
+					t.Errorf("%s: multiply-add of %s, want %s", level, ma.Type(), vt)
+				}
+				fmas++
+				if r, ok := ma.Y.(*ir.Ref); ok {
+					used[r.Name]++
+				}
+			})
+		}
+	}
+	if len(loads) == 0 || fmas != len(loads)*(fmas/len(loads)) {
+		t.Errorf("%s: %d multiply-adds on %d loads", level, fmas, len(loads))
+	}
+	for name := range loads {
+		// The tail block of 4 rows (40 = 6·6 + 4) feeds 4.
+		if used[name] < 4 {
+			t.Errorf("%s: load %s feeds %d multiply-adds", level, name, used[name])
 		}
 	}
 }
