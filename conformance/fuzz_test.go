@@ -53,7 +53,9 @@ import (
 // index computed in 32 bits reads outside the mapping. Inputs whose
 // documented reads need more memory than the test allocates (a valid
 // table naming a billion pages) are skipped. Run it with
-// `go test ./conformance -run XXX -fuzz FuzzKernels -fuzztime 60s`.
+// `go test ./conformance -run XXX -fuzz FuzzKernels -fuzztime 12000x`
+// (a count, not a duration: Go 1.26's coordinator can report its own
+// time deadline as a failure, go.dev/issue/75804).
 func FuzzKernels(f *testing.F) {
 	needtool.Check(f, cpurt.Tools())
 	dir := f.TempDir()
