@@ -39,11 +39,10 @@ func (Target) Files() string { return "<variant>.ll" }
 // (and packed for block-matmul) once feeds many rows,
 // while a work item's arrays (heap
 // scratch, about 256 KiB at head dim 128) stay in L2. Decode tiles are the
-// TileRows of a K row as the cache stores it (16 positions of f32, f16 or
-// bf16 at head dim 128, 32 of 8-bit codes): their staged K and V (16 KiB
-// in f32 for 16 rows; 32 KiB, a Zen 4's whole L1, for 32)
-// stay close, and the staging burst that prefetches the
-// next tile is short. The staging walks a tile page run by page run
+// TileRows of a K row as the cache stores it (64 positions of f16, bf16
+// or 8-bit codes at head dim 128, 16 of f32): each tile's softmax steps
+// serve many rows, and the next tile's rows, prefetched as this one's are
+// read, have a whole tile's work to come in. The staging walks a tile page run by page run
 // (PageRuns): one page-table lookup per page, not per position. Decode
 // tiles are not copied at all (DecodeDirect): the staging walk records
 // each row's pool offset and the products read K and V there, widening

@@ -10,25 +10,33 @@ import (
 	"github.com/attnc/attnc/passes"
 )
 
-// TileKBytes is about how many bytes of K rows a CPU decode tile stages
-// and how far ahead PrefetchKV reaches: 16 rows of f16 at head dim 128.
-// A staging loop runs in a burst between a tile's products, so rows a few
+// TileKBytes is the most bytes of K rows a CPU decode tile reads, and so
+// how far ahead PrefetchKV reaches: 64 rows of f16 at head dim 128. A
+// staging loop runs in a burst between a tile's products, so rows a few
 // iterations ahead arrive too late; the same rows of the next tile have a
-// whole tile's work to come in. Over 8-bit
-// codes the same bytes are 32 rows, which halves the per-tile softmax
-// and product overheads per row.
-const TileKBytes = 4096
+// whole tile's work to come in. Each tile pays its softmax steps (the
+// group's max, exp, sum and rescale) once for all its rows, so longer
+// tiles cost fewer instructions per row.
+const TileKBytes = 16384
 
-// TileRows is how many K rows of rowBytes bytes make TileKBytes, as a
-// power of two from 16 (the vector lanes of a dot-product block's keys;
-// f32 rows at head dim 128 stay at 16) to 32.
+// TileRows is how many K rows of rowBytes bytes a decode tile takes:
+// TileMaxRows where they fit in TileKBytes (f16 or bf16 rows up to head
+// dim 128, 8-bit codes up to 256), else 16, the vector lanes of a
+// dot-product block's keys (f32 at head dim 128 and wider rows). Measured
+// on Zen 5 (thread CPU time, A B B A): f16 and bf16 at head dim 128 ran
+// 9–15% faster at 32 rows than at 16, and 7–10% faster again at 64; 128
+// was no faster; 8-bit codes 3–9% faster at 64 than at 32 in cache, about
+// the same cold; f32 at 32 or 64 rows 13% slower in cache (4% faster cold),
+// so its 512-byte rows keep 16.
 func TileRows(rowBytes int) int {
-	n := 16
-	for n < 32 && (2*n)*rowBytes <= TileKBytes {
-		n *= 2
+	if TileMaxRows*rowBytes <= TileKBytes {
+		return TileMaxRows
 	}
-	return n
+	return 16
 }
+
+// TileMaxRows is the longest decode tile, in rows.
+const TileMaxRows = 64
 
 // PrefetchKV makes each iteration of a staging loop (TagStage, from 0 to
 // its bound) fetch ahead the pool rows that iteration j+n reads, n
@@ -56,17 +64,18 @@ func TileRows(rowBytes int) int {
 // miss buffers while the arithmetic waits. For rows of at most seqLines
 // lines, the prefetches walk each K and V block of the next tile line by
 // line, in address order, whatever order the products read the current
-// one in (seqGroup, passLine): a group of n loads of n rows at one column
-// (a dot block's step) prefetches n lines of one row — of n/lines rows
-// when a row has fewer lines than the group has rows (seqGroupShort:
-// 8-bit codes at head dim 128, 2 lines a row) —, and a loop over rows
-// that reads lpp lines of its row per iteration (P·V, a pass over a
-// column range) prefetches the block's next lpp lines, except over 8-bit
-// codes (passLine). Row-strided
-// prefetches (one line of each of 4 rows, then the next line of each)
-// left more of the reads to wait: in address order, f16 and bf16 decode
-// took 6–9% less CPU time (1 thread, 8 × 4096, against the same kernels
-// with row-strided prefetches).
+// one in (seqGroup): a group of n loads of n rows at one column (a dot
+// block's step) prefetches n lines of one row — of n/lines rows when a
+// row has fewer lines than the group has rows (seqGroupShort: 8-bit codes
+// at head dim 128, 2 lines a row). Row-strided prefetches (one line of
+// each of 4 rows, then the next line of each) left more of the reads to
+// wait: in address order, f16 and bf16 decode took 6–9% less CPU time (1
+// thread, 8 × 4096, 16-row tiles, against the same kernels with
+// row-strided prefetches). P·V's loop over rows (rowPass) prefetches
+// row-strided, each load's line of the next tile's row beside it: with
+// 64-row tiles the address order (the block's next lines, the pass's
+// share of them) ran no faster — f16 the same, bf16 7% slower cold — for
+// 8.5% more instructions per row.
 //
 // Over 8-bit codes (32-row tiles, 2-line rows) the same spread covers
 // every line of the next tile (TestSpreadPrefetchesCoverNextTile), and on
@@ -303,7 +312,7 @@ func usesLoad(e ir.Expr, offs map[string]rowRead) bool {
 // products declares each companion array beside its row-offset array and
 // follows the product loads buf[off[r] + c] that start a 64-byte line of
 // their row (lineStart) by a prefetch of a line of the next tile's rows
-// in off_pf (seqGroup, passLine): after a run of lets, one if per
+// in off_pf (seqGroup): after a run of lets, one if per
 // condition over the run's prefetches. rp is the row pass of the loop
 // whose body b is (rowPassOf), or nil.
 func (sp *spread) products(b *ir.Block, elemBytes map[string]int, rp *rowPass) *ir.Block {
@@ -377,10 +386,7 @@ func (sp *spread) products(b *ir.Block, elemBytes map[string]int, rp *rowPass) *
 				if rb := sp.offs[off.Buf].n * eb; rb%64 == 0 {
 					pl.lines = rb / 64
 				}
-				p := sp.passLine(pl, rp)
-				if p == nil {
-					p = &ir.Prefetch{Buf: l.Buf, Index: ir.Bin(ir.Add, ir.Ld(sp.pf[off.Buf], off.T, off.Index), col)}
-				}
+				p := &ir.Prefetch{Buf: l.Buf, Index: ir.Bin(ir.Add, ir.Ld(sp.pf[off.Buf], off.T, off.Index), col)}
 				if ir.IsTrue(cond) {
 					always = append(always, p)
 					if rp == nil {
@@ -419,20 +425,18 @@ type pfLine struct {
 	lines, rows int64
 }
 
-// seqLines is the most 64-byte lines a row may have for seqGroup and
-// passLine to reorder its prefetches: f16 and bf16 rows at head dim 128
-// (4 lines) gained; f32's at head dim 128 (8 lines, P·V in two passes of
-// 4) ran 2–5% slower with V's prefetches in address order (the lines the
-// next tile's first pass reads arrive later) and no faster with K's, so
-// they keep the row-strided order. Rows of 4 lines or fewer of any type
-// (f32 at head dim 64, 8-bit codes at 128) are reordered, but for P·V
-// over 8-bit codes (passLine). 8-bit decode measured the same in either
-// order on a cold pool, so its order follows the instruction count: K's
-// address order (seqGroupShort) reads each companion offset once for
-// both its lines (x86-64-v4 dot block of 4 e4m3 rows: 386 → 360
-// instructions), and P·V's row-strided prefetch, of line c of the next
-// tile's row r beside the load of line c of row r, is one offset load
-// with no row or line arithmetic (44 → 39 instructions per row and pass).
+// seqLines is the most 64-byte lines a row may have for seqGroup to
+// reorder its dot blocks' prefetches: f16 and bf16 rows at head dim 128
+// (4 lines) gained; f32's at head dim 128 (8 lines) ran no faster with
+// K's in address order, so they keep the row-strided order. Rows of 4
+// lines or fewer of any type (f32 at head dim 64, 8-bit codes at 128) are
+// reordered. 8-bit decode measured the same in either order on a cold
+// pool, so its order follows the instruction count: K's address order
+// (seqGroupShort) reads each companion offset once for both its lines
+// (x86-64-v4 dot block of 4 e4m3 rows: 386 → 360 instructions). P·V
+// prefetches row-strided at every type (rowPass): line c of the next
+// tile's row r beside the load of line c of row r is one offset load with
+// no row or line arithmetic.
 const seqLines = 4
 
 // seqGroup is the prefetches of a group of product loads of n rows at one
@@ -525,13 +529,13 @@ func groupRow(g []pfLine, pick ir.Expr) ir.Expr {
 	return row
 }
 
-// rowPass is a loop over a tile's rows whose iteration reads lpp 64-byte
-// lines of row off[v] (its product loads of that array, one row, v the
-// loop's variable): P·V's pass over a range of V's columns.
+// rowPass is a loop over a tile's rows whose iteration reads whole
+// 64-byte lines of row off[v] (its product loads of that array, one row,
+// v the loop's variable): P·V's pass over a range of V's columns, whose
+// loads each prefetch their own line of the next tile's row (row-strided).
 type rowPass struct {
 	v   string
 	off string
-	lpp int64
 }
 
 // rowPassOf is loop f's row pass, or nil: the lets directly in its body
@@ -567,34 +571,7 @@ func (sp *spread) rowPassOf(f *ir.For, elemBytes map[string]int) *rowPass {
 	if !ok || rp == nil || bytes%64 != 0 {
 		return nil
 	}
-	rp.lpp = bytes / 64
 	return rp
-}
-
-// passLine is the prefetch that follows load pl of row pass rp, in
-// address order: pass p (the load's line over lpp) at row r issues the
-// block's lines p*rows*lpp + r*lpp + i, i below lpp — the lines the
-// passes' iterations issue, in the order they issue them. nil when pl is
-// no load of rp's row, or the row's lines are no whole number of passes,
-// and for 8-bit codes (eb 1), whose row-strided prefetch (seqLines) needs
-// fewer instructions.
-func (sp *spread) passLine(pl pfLine, rp *rowPass) ir.Stmt {
-	if rp == nil || pl.off.Buf != rp.off || pl.lines == 0 || pl.lines > seqLines || pl.lines%rp.lpp != 0 || pl.rows <= 0 || pl.eb == 1 {
-		return nil
-	}
-	if r, ok := pl.off.Index.(*ir.Ref); !ok || r.Name != rp.v {
-		return nil
-	}
-	t := pl.col.Type()
-	c := func(v int64) ir.Expr { return ir.IntT(t, v) }
-	line := ir.Bin(ir.Div, ir.Bin(ir.Mul, pl.col, c(pl.eb)), c(64))
-	k := ir.Bin(ir.Add, ir.Bin(ir.Add,
-		ir.Bin(ir.Mul, ir.Bin(ir.Div, line, c(rp.lpp)), c(pl.rows*rp.lpp)),
-		ir.Bin(ir.Mul, ir.Cvt(t, pl.off.Index), c(rp.lpp))),
-		ir.Bin(ir.Rem, line, c(rp.lpp)))
-	row := ir.Cvt(pl.off.Index.Type(), ir.Bin(ir.Div, k, c(pl.lines)))
-	at := ir.Bin(ir.Mul, ir.Bin(ir.Rem, k, c(pl.lines)), c(64/pl.eb))
-	return &ir.Prefetch{Buf: pl.buf, Index: ir.Bin(ir.Add, ir.Ld(sp.pf[pl.off.Buf], pl.off.T, row), at)}
 }
 
 // lineStart is the condition that a load of vb bytes at column c of

@@ -34,14 +34,15 @@ func TestStagingLooksPagesUpOncePerRun(t *testing.T) {
 		cache  string // the cache's extra settings
 		rowsPF int    // rows one staging iteration records and looks ahead
 	}{
-		// f16 rows of head dim 128 are 256 bytes: 16-position decode tiles.
+		// f16 rows of head dim 128 are 256 bytes: 64-position decode
+		// tiles; a run is min(page size, tile) rows.
 		{ps: 1, cache: "layout = NHD", rowsPF: 1},
 		{ps: 4, cache: "layout = HND", rowsPF: 4},
 		{ps: 16, cache: "table = block_table", rowsPF: 16},
-		{ps: 256, cache: "layout = NHD", rowsPF: 16},
-		// 8-bit codes: 32-position tiles.
+		{ps: 256, cache: "layout = NHD", rowsPF: 64},
+		// 8-bit codes: 64-position tiles too.
 		{ps: 16, cache: "kv_dtype = e4m3", rowsPF: 16},
-		{ps: 64, cache: "kv_dtype = i8, layout = NHD", rowsPF: 32},
+		{ps: 64, cache: "kv_dtype = i8, layout = NHD", rowsPF: 64},
 	} {
 		name := fmt.Sprintf("ps%d %s", c.ps, c.cache)
 		src := fmt.Sprintf("variant v {\n heads qo = 8, kv = 2\n head_dim 128\n dtype f16\n cache paged(page_size = %d, %s)\n kernels decode\n}\n", c.ps, c.cache)

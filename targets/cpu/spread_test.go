@@ -12,21 +12,23 @@ import (
 
 // TestSpreadPrefetchesCoverNextTile runs every level's decode work clone
 // at head dim 128 (f32, f16 and bf16 rows: 8, 4 and 4 lines of 64 bytes;
-// f16 and bf16 prefetch in address order, f32 row-strided; e4m3, e5m2 and
-// i8 codes under f16 queries: rows of 2 lines, 32-position tiles) with
+// f16 and bf16 dot blocks prefetch in address order, f32 and P·V row-strided; e4m3, e5m2 and
+// i8 codes under f16 queries: rows of 2 lines; 16-position tiles of f32,
+// 64 of the others) with
 // each prefetch and each product load (a let reading a pool) or
 // finite-codes check load (an assign) also marking the 64-byte line it
 // touches, and checks that every line a product reads was prefetched,
 // except the lines of each item's first tile (no tile before it
 // prefetches them): a reordering of the spread prefetches that skipped a
 // line, or prefetched another row's, would leave a read line unmarked.
-// Pages of 4 and 16 positions (tiles of 4 and 1 page runs — 8 and 2 for
-// the codes), three sequences of 0, 37 or 145, and 5 or 17 positions over
-// a shuffled page table; the interpreter fails a mark outside the pool.
+// Pages of 4 and 16 positions (f32 tiles of 4 and 1 page runs, the
+// others' of 16 and 4), three sequences of 0, 5 or 17, and 93 or 369
+// positions over a shuffled page table; the interpreter fails a mark
+// outside the pool.
 func TestSpreadPrefetchesCoverNextTile(t *testing.T) {
 	for _, c := range []decodeCase{
 		{ir.DTF32, ir.DTF32, ir.KVScaleNone}, {ir.DTF16, ir.DTF16, ir.KVScaleNone}, {ir.DTBF16, ir.DTBF16, ir.KVScaleNone},
-		// 8-bit codes: rows of 2 lines, 32-position tiles; e4m3's
+		// 8-bit codes: rows of 2 lines; e4m3's
 		// products run behind the finite-codes check (its @finite copy
 		// and the exact one).
 		{ir.DTF16, ir.DTE4M3, ir.KVScalePerTensor}, {ir.DTF16, ir.DTE5M2, ir.KVScalePerTensor},
@@ -51,7 +53,7 @@ func spreadCoversNextTile(t *testing.T, v *ir.Variant) {
 	if m, err = passes.RunTable(Table, m, passes.Options{VerifyEach: true}); err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
-	indices := []int32{3, 9, 0, 14, 5, 13, 12, 7, 1, 11, 2, 15}
+	indices := validIndices
 	eb := max(1, v.KVDType.Type().Bits()/8)
 	lineElems := int64(64 / eb)
 	runs := 0

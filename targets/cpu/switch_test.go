@@ -136,11 +136,12 @@ func decodeVariant(c decodeCase) *ir.Variant {
 }
 
 // stagedDecodeArgs are fixed random decode inputs for v: 3 sequences of
-// 0, 5 and 37 positions over 4-position pages, one page hidden (-1), with
-// the page table indices (2 pages, then 10; nil: stagedIndices).
+// 0, 5 and 93 positions over 4-position pages (a whole 64-position decode
+// tile and a partial one), one page hidden (-1), with the page table
+// indices (2 pages, then 24, from a pool of 32; nil: stagedIndices).
 func stagedDecodeArgs(v *ir.Variant, indices []int32) map[string]any {
 	rng := rand.New(rand.NewSource(7))
-	const pages, bs = 16, 3
+	const pages, bs = 32, 3
 	elems := func(dt ir.DType, n int) any {
 		switch dt {
 		case ir.DTF16, ir.DTBF16:
@@ -180,7 +181,7 @@ func stagedDecodeArgs(v *ir.Variant, indices []int32) map[string]any {
 		"k_pages":          elems(v.KVDType, pages*row),
 		"v_pages":          elems(v.KVDType, pages*row),
 		"num_pages":        int32(pages),
-		"kv_indptr":        []int32{0, 0, 2, 12},
+		"kv_indptr":        []int32{0, 0, 2, int32(len(indices))},
 		"kv_indices":       indices,
 		"kv_last_page_len": []int32{4, 1, 1},
 		"batch_size":       int32(bs),
@@ -203,7 +204,15 @@ func stagedDecodeArgs(v *ir.Variant, indices []int32) map[string]any {
 
 // stagedIndices is the page table of stagedDecodeArgs: the third
 // sequence's first tile holds the hidden page.
-var stagedIndices = []int32{3, 9, 0, 14, 5, -1, 12, 7, 1, 11, 2, 15}
+var stagedIndices = []int32{3, 9, 0, 14, 5, -1, 12, 7, 1, 11, 2, 15, 18, 4, 21, 16, 25, 10, 23, 6, 19, 28, 13, 17, 27, 20}
+
+// tailHiddenIndices is a page table of stagedDecodeArgs whose third
+// sequence reads a whole first tile in place (every page valid), then
+// holds a hidden page and one past the pool (num_pages) in its last tile.
+var tailHiddenIndices = []int32{3, 9, 0, 14, 5, 12, 7, 1, 11, 2, 15, 18, 4, 21, 16, 25, 10, 23, 6, 19, -1, 28, 13, 32, 27, 20}
+
+// validIndices is stagedIndices with every page valid.
+var validIndices = []int32{3, 9, 0, 14, 5, 8, 12, 7, 1, 11, 2, 15, 18, 4, 21, 16, 25, 10, 23, 6, 19, 28, 13, 17, 27, 20}
 
 // bitsOf is the bits of each element of an f32 or 16-bit output.
 func bitsOf(x any) []uint32 {
