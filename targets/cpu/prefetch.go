@@ -77,17 +77,17 @@ const TileMaxRows = 64
 // share of them) ran no faster — f16 the same, bf16 7% slower cold — for
 // 8.5% more instructions per row.
 //
-// Over 8-bit codes (32-row tiles, 2-line rows) the same spread covers
-// every line of the next tile (TestSpreadPrefetchesCoverNextTile), and on
-// a cold pool the whole difference to the same decode in cache sits at
-// the prefetch instructions themselves (perf: the instruction after the
-// first prefetch of a dot-block step and of a P·V row), not at the
-// products' loads nor the finite-codes check's: the prefetches wait, most
-// likely for the core's miss buffers. Measured without a gain (process CPU time, A B
-// B A, cold 512 MiB pool; session 12): prefetching two tiles ahead,
-// prefetcht1/t2 instead of t0, and K in address order; prefetching every
-// other line (leaving the rest to the hardware prefetchers) or only a
-// page run's first rows took 20% and 40% longer.
+// Over 8-bit codes (2-line rows) the same spread covers every line of
+// the next tile (TestSpreadPrefetchesCoverNextTile), and on a cold pool
+// the whole difference to the same decode in cache sits at the prefetch
+// instructions themselves (perf: the instruction after the first
+// prefetch of a dot-block step and of a P·V row), not at the products'
+// loads nor the finite-codes check's: the prefetches wait, most likely
+// for the core's miss buffers. Measured without a gain (process CPU time,
+// A B B A, cold 512 MiB pool, 32-row tiles; session 12): prefetching two
+// tiles ahead, prefetcht1/t2 instead of t0, and K in address order;
+// prefetching every other line (leaving the rest to the hardware
+// prefetchers) or only a page run's first rows took 20% and 40% longer.
 //
 // A kernel with a product load of another form (or inside a vector loop)
 // prefetches its recorded rows at the head of the staging iteration, as
