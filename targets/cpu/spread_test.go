@@ -12,10 +12,10 @@ import (
 
 // TestSpreadPrefetchesCoverNextTile runs every level's decode work clone
 // at head dim 128 (f32, f16 and bf16 rows: 8, 4 and 4 lines of 64 bytes;
-// f16 and bf16 dot blocks prefetch in address order, f32 and P·V row-strided; e4m3, e5m2 and
-// i8 codes under f16 queries: rows of 2 lines; 16-position tiles of f32,
-// 64 of the others) with
-// each prefetch and each product load (a let reading a pool) or
+// f16 and bf16 dot blocks prefetch in address order, f32's and every P·V
+// row-strided; e4m3, e5m2 and i8 codes under f16 queries: rows of 2
+// lines; 16-position tiles of f32, 64 of the others) with each prefetch
+// and each product load (a let reading a pool) or
 // finite-codes check load (an assign) also marking the 64-byte line it
 // touches, and checks that every line a product reads was prefetched,
 // except the lines of each item's first tile (no tile before it
