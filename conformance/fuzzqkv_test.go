@@ -86,7 +86,10 @@ func runFuzzQKV(s *Suite, fc fuzzCase) fuzzResult {
 		}
 		return res
 	}
-	want := reference.QKVAppend(v, in.qkv, in.positions, in.qw, in.kw, &in.rope)
+	// The reference sees the n tokens the kernel reads: a mutation that
+	// lowers n leaves the arrays' later tokens, whose positions need not
+	// lie in a table's rows.
+	want := reference.QKVAppend(v, in.qkv[:int(n)*(H+2*KVH)*d], in.positions[:n], in.qw, in.kw, &in.rope)
 	var w qkvWorst
 	m := int(n) * H * d
 	gotQ := s.dec(qo)
