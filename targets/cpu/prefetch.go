@@ -75,7 +75,10 @@ const TileMaxRows = 64
 // row-strided, each load's line of the next tile's row beside it: with
 // 64-row tiles the address order (the block's next lines, the pass's
 // share of them) ran no faster — f16 the same, bf16 7% slower cold — for
-// 8.5% more instructions per row.
+// 8.5% more instructions per row. Over rows of at most pairLines lines
+// (8-bit codes at head dim 128) P·V prefetches nothing: the dot blocks'
+// K prefetches are each followed by the same line of the next tile's V
+// row (pairRows).
 //
 // Over 8-bit codes (2-line rows) the same spread covers every line of
 // the next tile (TestSpreadPrefetchesCoverNextTile), and on a cold pool
@@ -164,6 +167,14 @@ type spread struct {
 	offs map[string]rowRead
 	pf   map[string]string
 	size map[string]int
+	// partner pairs the row-offset array that only dot blocks read (K)
+	// with the one that only P·V's row passes read (V), when a kernel has
+	// just those two, of rows of the same bytes and tiles of the same
+	// rows: each prefetch of the first's next-tile line is followed by
+	// the same line of the second's, whose own loads then prefetch nothing
+	// (pairRows).
+	partner map[string]string
+	quiet   map[string]bool
 }
 
 // newSpread is the spread plan of k, or nil when some product load of a
@@ -248,7 +259,134 @@ func newSpread(k *ir.Kernel, offs map[string]rowRead) *spread {
 		names[name] = true
 		sp.pf[a] = name
 	}
+	sp.pairRows(k)
 	return sp
+}
+
+// pairLines is the most 64-byte lines a row may have for pairRows to
+// move V's prefetches into Q·K: 8-bit codes at head dim 128 (2 lines)
+// gained, f16 and bf16 at 128 (4 lines) did not, f32 (8 lines) lost.
+// Measured on Zen 5 (`attnc bench`, 2 threads, two sets of 4 runs of
+// each build alternated; decode 8 × 4096, 32/8 heads, page 16): the
+// median ratio to the paged scan over e4m3 0.43 → 0.52 and 0.44 → 0.48,
+// over i8 0.46 → 0.56 and 0.45 → 0.55, over e5m2 0.45 → 0.50 (time 9–16%
+// less); f16 0.65 → 0.69 and bf16 0.65 → 0.67 within the runs' spread,
+// and 3–8% more CPU time at 1 thread; f32 15–21% more CPU time at 1
+// thread.
+const pairLines = 2
+
+// pairRows sets sp.partner and sp.quiet: when the kernel has exactly two
+// row-offset arrays, one (K) whose product loads all sit outside P·V's
+// row passes (rowPassOf: the dot blocks' steps) and one (V) whose loads
+// all sit directly in row passes, over buffers of the same element bytes,
+// rows of the same length, at most pairLines lines, and companion arrays
+// of the same length, the dot blocks prefetch the next tile's V lines
+// beside its K lines and P·V prefetches nothing: the next tile's V has
+// the rest of the tile's work, the softmax and P·V included, to come in,
+// and P·V's loads run without prefetches between them. (A C model of
+// f16 decode — the same loops, in cache 26 ns a row — took 9–15% less
+// time at 2 threads with V's prefetches in Q·K rather than in P·V, 5%
+// less at 1; the generated f16 kernel did not follow it, see pairLines.)
+func (sp *spread) pairRows(k *ir.Kernel) {
+	if len(sp.offs) != 2 {
+		return
+	}
+	elemBytes := map[string]int{}
+	for _, p := range k.Params {
+		if p.Buffer && !p.Output {
+			elemBytes[p.Name] = max(1, p.Elem.Bits()/8)
+		}
+	}
+	const inDot, inPass = 1, 2
+	where := map[string]int{}
+	note := func(e ir.Expr, pass bool) {
+		ir.VisitExpr(e, func(n ir.Expr) {
+			l, ok := n.(*ir.Load)
+			if !ok {
+				return
+			}
+			if off, _, match := rowLoad(l, sp.offs); match {
+				if pass {
+					where[off.Buf] |= inPass
+				} else {
+					where[off.Buf] |= inDot
+				}
+			}
+		})
+	}
+	var walk func(b *ir.Block, rp *rowPass)
+	walk = func(b *ir.Block, rp *rowPass) {
+		for _, s := range b.Stmts {
+			switch x := s.(type) {
+			case *ir.For:
+				if x.Tag != ir.TagStage {
+					walk(x.Body, sp.rowPassOf(x, elemBytes))
+				}
+				continue
+			case *ir.If:
+				walk(x.Then, nil)
+				if x.Else != nil {
+					walk(x.Else, nil)
+				}
+				continue
+			case *ir.Block:
+				walk(x, nil)
+				continue
+			}
+			for _, e := range stmtExprs(s) {
+				note(e, rp != nil)
+			}
+		}
+	}
+	walk(k.Body, nil)
+	var kOff, vOff string
+	for _, a := range slices.Sorted(maps.Keys(sp.offs)) {
+		switch where[a] {
+		case inDot:
+			kOff = a
+		case inPass:
+			vOff = a
+		}
+	}
+	if kOff == "" || vOff == "" {
+		return
+	}
+	kr, vr := sp.offs[kOff], sp.offs[vOff]
+	if elemBytes[kr.buf] != elemBytes[vr.buf] || kr.n != vr.n || sp.size[kOff] != sp.size[vOff] || kr.n*int64(elemBytes[kr.buf]) > pairLines*64 {
+		return
+	}
+	sp.partner = map[string]string{kOff: vOff}
+	sp.quiet = map[string]bool{vOff: true}
+}
+
+// withPartner follows each prefetch of a line of a partnered array's
+// next-tile row (buf[pf[r] + c]) by the same line of its partner's.
+func (sp *spread) withPartner(stmts []ir.Stmt) []ir.Stmt {
+	if sp.partner == nil {
+		return stmts
+	}
+	var out []ir.Stmt
+	for _, s := range stmts {
+		out = append(out, s)
+		p, ok := s.(*ir.Prefetch)
+		if !ok {
+			continue
+		}
+		b, ok := p.Index.(*ir.Binary)
+		if !ok || b.Op != ir.Add {
+			continue
+		}
+		l, ok := b.X.(*ir.Load)
+		if !ok {
+			continue
+		}
+		for a, v := range sp.partner {
+			if l.Buf == sp.pf[a] && p.Buf == sp.offs[a].buf {
+				out = append(out, &ir.Prefetch{Buf: sp.offs[v].buf, Index: ir.Bin(ir.Add, ir.Ld(sp.pf[v], l.T, l.Index), b.Y)})
+			}
+		}
+	}
+	return out
 }
 
 // stmtExprs are the expressions a statement holds directly.
@@ -325,11 +463,12 @@ func (sp *spread) products(b *ir.Block, elemBytes map[string]int, rp *rowPass) *
 		if t := sp.seqGroup(groups[""]); t != nil {
 			always = t
 		}
-		out.Stmts = append(out.Stmts, always...)
+		out.Stmts = append(out.Stmts, sp.withPartner(always)...)
 		for _, key := range order {
 			if t := sp.seqGroup(groups[key]); t != nil {
 				conds[key].Then.Stmts = t
 			}
+			conds[key].Then.Stmts = sp.withPartner(conds[key].Then.Stmts)
 			out.Stmts = append(out.Stmts, conds[key])
 		}
 		always, conds, order, groups = nil, map[string]*ir.If{}, nil, map[string][]pfLine{}
@@ -374,7 +513,7 @@ func (sp *spread) products(b *ir.Block, elemBytes map[string]int, rp *rowPass) *
 					return
 				}
 				off, col, ok := rowLoad(l, sp.offs)
-				if !ok {
+				if !ok || sp.quiet[off.Buf] {
 					return
 				}
 				eb := int64(elemBytes[l.Buf])

@@ -183,3 +183,94 @@ func lenOf(x any) int {
 	}
 	return 0
 }
+
+// TestPairedPrefetches checks where decode's work clones at head dim 128
+// prefetch the next tile's V lines: beside K's in Q·K's dot blocks, and
+// none in P·V's row loops, for 8-bit codes (rows of 2 lines, pairLines)
+// at x86-64-v4; in P·V's row loops for f16, bf16 and f32 rows (4 and 8
+// lines) at every level; never both. A P·V row loop is a loop whose body
+// loads V directly (its lets).
+func TestPairedPrefetches(t *testing.T) {
+	for _, c := range []struct {
+		dc     decodeCase
+		paired bool
+	}{
+		{decodeCase{ir.DTF32, ir.DTF32, ir.KVScaleNone}, false},
+		{decodeCase{ir.DTF16, ir.DTF16, ir.KVScaleNone}, false},
+		{decodeCase{ir.DTBF16, ir.DTBF16, ir.KVScaleNone}, false},
+		{decodeCase{ir.DTF16, ir.DTE4M3, ir.KVScalePerTensor}, true},
+		{decodeCase{ir.DTF16, ir.DTE5M2, ir.KVScalePerTensor}, true},
+		{decodeCase{ir.DTF16, ir.DTI8, ir.KVScalePerTensor}, true},
+	} {
+		v := &ir.Variant{Name: "t", QOHeads: 8, KVHeads: 2, HeadDimQK: 128, HeadDimV: 128, DType: c.dc.dt, KVDType: c.dc.kv, KVScale: c.dc.scale,
+			PageSize: 16, Scale: 0.25, Masks: []ir.MaskClause{{Kind: ir.MaskCausal}}, Kernels: []ir.KernelRef{{Role: ir.RoleDecode}}}
+		m, err := lower.Lower(v, Target{}.Tiling(v))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, err = passes.RunTable(Table, m, passes.Options{VerifyEach: true}); err != nil {
+			t.Fatal(err)
+		}
+		clones := 0
+		for _, k := range m.Kernels {
+			if k.Role != ir.RoleDecode || !strings.HasPrefix(k.Name, "t_decode_work") || k.Level == "" {
+				continue
+			}
+			clones++
+			inPV, elsewhere := 0, 0
+			var walk func(b *ir.Block, pv bool)
+			walk = func(b *ir.Block, pv bool) {
+				for _, s := range b.Stmts {
+					switch x := s.(type) {
+					case *ir.For:
+						loadsV := false
+						for _, s := range x.Body.Stmts {
+							if l, ok := s.(*ir.Let); ok {
+								ir.VisitExpr(l.Value, func(e ir.Expr) {
+									if ld, ok := e.(*ir.Load); ok && ld.Buf == "v_pages" {
+										loadsV = true
+									}
+								})
+							}
+						}
+						walk(x.Body, loadsV)
+					case *ir.If:
+						walk(x.Then, pv)
+						if x.Else != nil {
+							walk(x.Else, pv)
+						}
+					case *ir.Block:
+						walk(x, pv)
+					case *ir.Prefetch:
+						if x.Buf != "v_pages" {
+							continue
+						}
+						if pv {
+							inPV++
+						} else {
+							elsewhere++
+						}
+					}
+				}
+			}
+			walk(k.Body, false)
+			name := fmt.Sprintf("%s/%s %s", c.dc.dt, c.dc.kv, k.Level)
+			paired := inPV == 0 && elsewhere > 0
+			if !paired && (inPV == 0 || elsewhere != 0) {
+				t.Errorf("%s: %d V prefetches in P·V's row loops and %d elsewhere: neither paired nor P·V's own", name, inPV, elsewhere)
+			}
+			// Below AVX-512, P·V's loops over 8-bit rows read less than
+			// a whole line of a row per iteration (no row pass for
+			// pairRows to recognise), and those clones keep P·V's own.
+			if k.Level == "x86-64-v4" && paired != c.paired {
+				t.Errorf("%s: paired %v (%d V prefetches in P·V's row loops, %d elsewhere), want %v", name, paired, inPV, elsewhere, c.paired)
+			}
+			if !c.paired && paired {
+				t.Errorf("%s: V prefetched beside K's", name)
+			}
+		}
+		if clones == 0 {
+			t.Fatalf("%s/%s: no decode work clone", c.dc.dt, c.dc.kv)
+		}
+	}
+}
