@@ -1,0 +1,289 @@
+/* decodemodel.c: a C model of CPU decode's memory side, against the paged
+   scan and (optionally) two builds of a generated f16 decode, all in one
+   run on the same pools.
+
+   The workload is `attnc bench`'s decode shape: 8 sequences of 4096
+   positions, 8 kv heads, head dim 128, f16 pages of 16 positions in HND
+   layout, pages shuffled over a pool of four page sets (512 MiB, each call
+   reads the next set: cold), items (sequence, kv head) taken from a shared
+   counter by THREADS threads. Per call it times:
+
+     scanN   every byte of the item's K then V blocks, page by page, with a
+             prefetch of the blocks N pages ahead (0: none) — the yardstick;
+     rows    a per-row model: each K row's Q·K for 2 query rows, then each
+             V row's P·V, with the 4 lines of the same row a 64-row tile
+             ahead prefetched before each row's loads (in cache about the
+             generated kernel's time per row);
+     pv      the generated kernel's loop shapes (Q·K in dot blocks of 4
+             keys whose steps prefetch the next tile's K lines in address
+             order; P·V in two passes of 64 columns prefetching
+             row-strided), V's prefetches in P·V;
+     qk      the same loops with V's prefetches beside K's in Q·K
+             (targets/cpu pairRows);
+     none    the same loops without software prefetch;
+     A, B    LIB_A's and LIB_B's PREFIX_decode on the same pools (f16
+             variant, 32/8 heads, head dim 128, page 16: `attnc bench`'s
+             decode f16), each twice per round.
+
+   Every mode runs once per round, rounds interleaved so a change of load
+   hits them alike; it prints each one's median and best, its rate, its
+   time per (position, kv head) row and thread, and its ratio to the best
+   scan. INCACHE=1 reads two pages per sequence again and again (the
+   arithmetic alone).
+
+   gcc -O2 -march=x86-64-v4 -o decodemodel scripts/decodemodel.c -lpthread -ldl
+   ./decodemodel THREADS ROUNDS [INCACHE [LIB_A LIB_B PREFIX]]
+
+   Measured on Zen 5 (2026-12-03, docs/benchmarks.md): at 2 threads qk
+   took 9–15% less than pv, rows reached 0.93 of the scan. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+enum { KV = 8, D = 128, PS = 16, B = 8, L = 4096, PAGES = L / PS, SETS = 4, TILE = 64, G = 2, QO = 32 };
+enum { SCAN, ROWS, PV, QK, NONE, LIB };
+
+typedef int32_t (*dec_fn)(void *, void *, void *, int32_t, int32_t *, int32_t *, int32_t *, int32_t, void *, float *);
+typedef void (*thr_fn)(int32_t);
+
+static uint16_t *kp, *vp;
+static int32_t *tbl; /* [SETS][B][PAGES] */
+static atomic_int next;
+static int mode, dist, set;
+static double sink[64 * 8];
+static float qv[G * D] __attribute__((aligned(64)));
+static pthread_barrier_t bar_s, bar_e;
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+static inline const uint16_t *row(const uint16_t *pool, const int32_t *t, int h, int pos) {
+  return pool + (((size_t)t[pos / PS] * KV + h) * PS + pos % PS) * D;
+}
+static inline void pf4(const void *p) {
+  for (int i = 0; i < 4; i++) _mm_prefetch((const char *)p + 64 * i, _MM_HINT_T0);
+}
+
+static double scan_item(const int32_t *t, int h) {
+  __m512i acc = _mm512_setzero_si512();
+  for (int p = 0; p < PAGES; p++) {
+    if (dist && p + dist < PAGES)
+      for (int i = 0; i < PS * D * 2; i += 64) {
+        _mm_prefetch((const char *)row(kp, t, h, (p + dist) * PS) + i, _MM_HINT_T0);
+        _mm_prefetch((const char *)row(vp, t, h, (p + dist) * PS) + i, _MM_HINT_T0);
+      }
+    const __m512i *a = (const __m512i *)row(kp, t, h, p * PS), *b = (const __m512i *)row(vp, t, h, p * PS);
+    for (int i = 0; i < PS * D * 2 / 64; i++) acc = _mm512_add_epi64(acc, _mm512_load_si512(a + i));
+    for (int i = 0; i < PS * D * 2 / 64; i++) acc = _mm512_add_epi64(acc, _mm512_load_si512(b + i));
+  }
+  return (double)_mm512_reduce_add_epi64(acc);
+}
+
+static double rows_item(const int32_t *t, int h) {
+  float s[TILE] __attribute__((aligned(64)));
+  float o[G][D] __attribute__((aligned(64)));
+  memset(o, 0, sizeof o);
+  for (int t0 = 0; t0 < L; t0 += TILE) {
+    int ahead = t0 + TILE < L;
+    for (int r = 0; r < TILE; r++) {
+      if (ahead) pf4(row(kp, t, h, t0 + r + TILE));
+      const uint16_t *k = row(kp, t, h, t0 + r);
+      __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+      for (int c = 0; c < D; c += 16) {
+        __m512 x = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(k + c)));
+        a0 = _mm512_fmadd_ps(x, _mm512_load_ps(qv + c), a0);
+        a1 = _mm512_fmadd_ps(x, _mm512_load_ps(qv + D + c), a1);
+      }
+      s[r] = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1)) * 1e-3f;
+    }
+    for (int r = 0; r < TILE; r++) {
+      if (ahead) pf4(row(vp, t, h, t0 + r + TILE));
+      const uint16_t *v = row(vp, t, h, t0 + r);
+      __m512 p = _mm512_set1_ps(s[r]);
+      for (int c = 0; c < D; c += 16) {
+        __m512 x = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(v + c)));
+        _mm512_store_ps(o[0] + c, _mm512_fmadd_ps(p, x, _mm512_load_ps(o[0] + c)));
+        _mm512_store_ps(o[1] + c, _mm512_fmadd_ps(p, x, _mm512_load_ps(o[1] + c)));
+      }
+    }
+  }
+  return o[0][0] + o[1][D - 1];
+}
+
+/* blocks_item: the generated kernel's loop shapes; mode PV, QK or NONE
+   places the prefetches. */
+static double blocks_item(const int32_t *t, int h) {
+  float s[TILE] __attribute__((aligned(64)));
+  float o[G][D] __attribute__((aligned(64)));
+  memset(o, 0, sizeof o);
+  for (int t0 = 0; t0 < L; t0 += TILE) {
+    int ahead = t0 + TILE < L && mode != NONE;
+    for (int r0 = 0; r0 < TILE; r0 += 4) {
+      const uint16_t *k[4];
+      for (int i = 0; i < 4; i++) k[i] = row(kp, t, h, t0 + r0 + i);
+      __m512 a[4][2];
+      for (int i = 0; i < 4; i++) a[i][0] = a[i][1] = _mm512_setzero_ps();
+      for (int c = 0; c < D; c += 16) {
+        if (ahead && c % 32 == 0) { /* a step at a line start: one row's 4 lines */
+          int pos = t0 + r0 + c / 32 + TILE;
+          pf4(row(kp, t, h, pos));
+          if (mode == QK) pf4(row(vp, t, h, pos));
+        }
+        __m512 q0 = _mm512_load_ps(qv + c), q1 = _mm512_load_ps(qv + D + c);
+        for (int i = 0; i < 4; i++) {
+          __m512 x = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(k[i] + c)));
+          a[i][0] = _mm512_fmadd_ps(x, q0, a[i][0]);
+          a[i][1] = _mm512_fmadd_ps(x, q1, a[i][1]);
+        }
+      }
+      for (int i = 0; i < 4; i++) s[r0 + i] = _mm512_reduce_add_ps(_mm512_add_ps(a[i][0], a[i][1])) * 1e-3f;
+    }
+    for (int pass = 0; pass < 2; pass++)
+      for (int r = 0; r < TILE; r++) {
+        const uint16_t *v = row(vp, t, h, t0 + r);
+        const char *nv = ahead && mode == PV ? (const char *)row(vp, t, h, t0 + r + TILE) : 0;
+        __m512 p = _mm512_set1_ps(s[r]);
+        for (int c = pass * 64; c < pass * 64 + 64; c += 16) {
+          if (nv && c % 32 == 0) _mm_prefetch(nv + c * 2, _MM_HINT_T0);
+          __m512 x = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(v + c)));
+          _mm512_store_ps(o[0] + c, _mm512_fmadd_ps(p, x, _mm512_load_ps(o[0] + c)));
+          _mm512_store_ps(o[1] + c, _mm512_fmadd_ps(p, x, _mm512_load_ps(o[1] + c)));
+        }
+      }
+  }
+  return o[0][0] + o[1][D - 1];
+}
+
+static void *worker(void *arg) {
+  int id = (int)(long)arg;
+  for (;;) {
+    pthread_barrier_wait(&bar_s);
+    if (mode < 0) return 0;
+    double acc = 0;
+    for (int it; (it = atomic_fetch_add(&next, 1)) < B * KV;) {
+      const int32_t *t = tbl + ((size_t)set * B + it / KV) * PAGES;
+      acc += mode == SCAN ? scan_item(t, it % KV) : mode == ROWS ? rows_item(t, it % KV) : blocks_item(t, it % KV);
+    }
+    sink[id * 8] += acc;
+    pthread_barrier_wait(&bar_e);
+  }
+}
+
+static int cmpd(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: %s THREADS ROUNDS [INCACHE [LIB_A LIB_B PREFIX]]\n", argv[0]);
+    return 2;
+  }
+  int nthreads = atoi(argv[1]), R = atoi(argv[2]), incache = argc > 3 && atoi(argv[3]);
+  if (nthreads < 1 || nthreads > 64 || R < 1) return 2;
+  size_t np = (size_t)SETS * B * PAGES, bytes = np * KV * PS * D * 2;
+  kp = mmap(0, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  vp = mmap(0, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (kp == MAP_FAILED || vp == MAP_FAILED) return 1;
+  madvise(kp, bytes, MADV_HUGEPAGE);
+  madvise(vp, bytes, MADV_HUGEPAGE);
+  srand(1);
+  for (size_t i = 0; i < bytes / 2; i++) {
+    kp[i] = 0x3800 ^ (rand() & 0x83ff);
+    vp[i] = 0x3800 ^ (rand() & 0x83ff);
+  }
+  for (int i = 0; i < G * D; i++) qv[i] = (rand() % 2001 - 1000) / 1000.0f;
+  tbl = malloc(np * 4);
+  for (size_t i = 0; i < np; i++) tbl[i] = (int32_t)i;
+  for (size_t i = np - 1; i > 0; i--) {
+    size_t j = (size_t)rand() % (i + 1);
+    int32_t x = tbl[i];
+    tbl[i] = tbl[j];
+    tbl[j] = x;
+  }
+  if (incache)
+    for (size_t i = 0; i < np; i++) tbl[i] = (int32_t)((i / PAGES) % B * 2 + i % 2);
+
+  struct { const char *name; int mode, arg; } cfg[] = {
+      {"scan0", SCAN, 0}, {"scan1", SCAN, 1}, {"scan2", SCAN, 2}, {"scan4", SCAN, 4}, {"rows", ROWS, 0},
+      {"pv", PV, 0},      {"qk", QK, 0},      {"none", NONE, 0},  {"A", LIB, 0},     {"B", LIB, 1},
+      {"A2", LIB, 0},     {"B2", LIB, 1}};
+  int nc = sizeof cfg / sizeof cfg[0];
+  dec_fn lib[2] = {0, 0};
+  uint16_t *q = 0, *o = 0;
+  float *lse = 0;
+  int32_t indptr[B + 1], last[B];
+  if (argc > 6) {
+    for (int i = 0; i < 2; i++) {
+      void *h = dlopen(argv[4 + i], RTLD_NOW | RTLD_LOCAL);
+      if (!h) {
+        fprintf(stderr, "%s\n", dlerror());
+        return 1;
+      }
+      char s[256];
+      snprintf(s, sizeof s, "%s_decode", argv[6]);
+      lib[i] = (dec_fn)dlsym(h, s);
+      snprintf(s, sizeof s, "%s_set_num_threads", argv[6]);
+      thr_fn tf = (thr_fn)dlsym(h, s);
+      if (!lib[i] || !tf) {
+        fprintf(stderr, "%s: no %s_decode or %s_set_num_threads\n", argv[4 + i], argv[6], argv[6]);
+        return 1;
+      }
+      tf(nthreads);
+    }
+    q = malloc((size_t)B * QO * D * 2);
+    o = malloc((size_t)B * QO * D * 2);
+    lse = malloc(B * QO * 4);
+    for (int i = 0; i < B * QO * D; i++) q[i] = 0x3c00 ^ (rand() & 0x83ff);
+    for (int b = 0; b <= B; b++) indptr[b] = b * PAGES;
+    for (int b = 0; b < B; b++) last[b] = PS;
+  } else
+    nc -= 4;
+
+  pthread_barrier_init(&bar_s, 0, nthreads + 1);
+  pthread_barrier_init(&bar_e, 0, nthreads + 1);
+  pthread_t th[64];
+  for (int i = 0; i < nthreads; i++) pthread_create(&th[i], 0, worker, (void *)(long)i);
+  double *t = malloc(sizeof(double) * nc * R);
+  for (int r = -1; r < R; r++) /* round -1 warms up */
+    for (int c = 0; c < nc; c++) {
+      mode = cfg[c].mode;
+      dist = cfg[c].arg;
+      set = (r + 1 + c) % SETS;
+      atomic_store(&next, 0);
+      double t0 = now();
+      if (mode == LIB) {
+        if (lib[cfg[c].arg](q, kp, vp, (int32_t)np, indptr, tbl + (size_t)set * B * PAGES, last, B, o, lse)) {
+          fprintf(stderr, "%s: status\n", cfg[c].name);
+          return 1;
+        }
+      } else {
+        pthread_barrier_wait(&bar_s);
+        pthread_barrier_wait(&bar_e);
+      }
+      if (r >= 0) t[c * R + r] = now() - t0;
+    }
+  double gb = (double)B * L * KV * 2 * D * 2 / 1e9, scan = 1e9;
+  for (int c = 0; c < nc; c++) {
+    qsort(t + c * R, R, sizeof(double), cmpd);
+    if (cfg[c].mode == SCAN && t[c * R + R / 2] < scan) scan = t[c * R + R / 2];
+  }
+  for (int c = 0; c < nc; c++) {
+    double med = t[c * R + R / 2];
+    printf("%-6s med %7.3f ms  best %7.3f ms  %5.1f GB/s  %5.1f ns/row/thread  %.2f of the scan\n", cfg[c].name, med * 1e3,
+           t[c * R] * 1e3, gb / med, med * 1e9 / ((double)B * L * KV / nthreads), scan / med);
+  }
+  mode = -1;
+  pthread_barrier_wait(&bar_s);
+  return 0;
+}
