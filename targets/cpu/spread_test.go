@@ -259,9 +259,9 @@ func TestPairedPrefetches(t *testing.T) {
 			if !paired && (inPV == 0 || elsewhere != 0) {
 				t.Errorf("%s: %d V prefetches in P·V's row loops and %d elsewhere: neither paired nor P·V's own", name, inPV, elsewhere)
 			}
-			// Below AVX-512, P·V's loops over 8-bit rows read less than
-			// a whole line of a row per iteration (no row pass for
-			// pairRows to recognise), and those clones keep P·V's own.
+			// Below AVX-512, pairRows finds no row pass (rowPassOf) among
+			// the loops that read 8-bit V rows, and those clones keep
+			// P·V's own prefetches.
 			if k.Level == "x86-64-v4" && paired != c.paired {
 				t.Errorf("%s: paired %v (%d V prefetches in P·V's row loops, %d elsewhere), want %v", name, paired, inPV, elsewhere, c.paired)
 			}
