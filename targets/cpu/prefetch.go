@@ -167,14 +167,11 @@ type spread struct {
 	offs map[string]rowRead
 	pf   map[string]string
 	size map[string]int
-	// partner pairs the row-offset array that only dot blocks read (K)
-	// with the one that only P·V's row passes read (V), when a kernel has
-	// just those two, of rows of the same bytes and tiles of the same
-	// rows: each prefetch of the first's next-tile line is followed by
-	// the same line of the second's, whose own loads then prefetch nothing
-	// (pairRows).
-	partner map[string]string
-	quiet   map[string]bool
+	// pairK and pairV are the row-offset arrays that only dot blocks
+	// read (K) and that only P·V's row passes read (V), when pairRows
+	// pairs them: each prefetch of pairK's next-tile line is followed by
+	// the same line of pairV's, whose own loads then prefetch nothing.
+	pairK, pairV string
 }
 
 // newSpread is the spread plan of k, or nil when some product load of a
@@ -275,7 +272,7 @@ func newSpread(k *ir.Kernel, offs map[string]rowRead) *spread {
 // thread.
 const pairLines = 2
 
-// pairRows sets sp.partner and sp.quiet: when the kernel has exactly two
+// pairRows sets sp.pairK and sp.pairV: when the kernel has exactly two
 // row-offset arrays, one (K) whose product loads all sit outside P·V's
 // row passes (rowPassOf: the dot blocks' steps) and one (V) whose loads
 // all sit directly in row passes, over buffers of the same element bytes,
@@ -355,14 +352,13 @@ func (sp *spread) pairRows(k *ir.Kernel) {
 	if elemBytes[kr.buf] != elemBytes[vr.buf] || kr.n != vr.n || sp.size[kOff] != sp.size[vOff] || kr.n*int64(elemBytes[kr.buf]) > pairLines*64 {
 		return
 	}
-	sp.partner = map[string]string{kOff: vOff}
-	sp.quiet = map[string]bool{vOff: true}
+	sp.pairK, sp.pairV = kOff, vOff
 }
 
-// withPartner follows each prefetch of a line of a partnered array's
-// next-tile row (buf[pf[r] + c]) by the same line of its partner's.
+// withPartner follows each prefetch of a line of pairK's next-tile row
+// (buf[pf[r] + c]) by the same line of pairV's.
 func (sp *spread) withPartner(stmts []ir.Stmt) []ir.Stmt {
-	if sp.partner == nil {
+	if sp.pairK == "" {
 		return stmts
 	}
 	var out []ir.Stmt
@@ -376,14 +372,8 @@ func (sp *spread) withPartner(stmts []ir.Stmt) []ir.Stmt {
 		if !ok || b.Op != ir.Add {
 			continue
 		}
-		l, ok := b.X.(*ir.Load)
-		if !ok {
-			continue
-		}
-		for a, v := range sp.partner {
-			if l.Buf == sp.pf[a] && p.Buf == sp.offs[a].buf {
-				out = append(out, &ir.Prefetch{Buf: sp.offs[v].buf, Index: ir.Bin(ir.Add, ir.Ld(sp.pf[v], l.T, l.Index), b.Y)})
-			}
+		if l, ok := b.X.(*ir.Load); ok && l.Buf == sp.pf[sp.pairK] && p.Buf == sp.offs[sp.pairK].buf {
+			out = append(out, &ir.Prefetch{Buf: sp.offs[sp.pairV].buf, Index: ir.Bin(ir.Add, ir.Ld(sp.pf[sp.pairV], l.T, l.Index), b.Y)})
 		}
 	}
 	return out
@@ -513,7 +503,7 @@ func (sp *spread) products(b *ir.Block, elemBytes map[string]int, rp *rowPass) *
 					return
 				}
 				off, col, ok := rowLoad(l, sp.offs)
-				if !ok || sp.quiet[off.Buf] {
+				if !ok || off.Buf == sp.pairV {
 					return
 				}
 				eb := int64(elemBytes[l.Buf])
