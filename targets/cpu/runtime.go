@@ -48,8 +48,9 @@ func ThreadLimit(cpus int) int {
 var (
 	bodyFnType = llvmgen.BodyType
 	// pfState is parallel_for's shared state: {next, n, fn, ctx, scratch
-	// bytes per worker, next scratch block, first scratch block}.
-	pfState = types.NewStruct(types.I32, types.I32, bodyFnType, i8p, types.I64, types.I32, i8p)
+	// bytes per worker, next scratch block, first scratch block, items per
+	// grab}.
+	pfState = types.NewStruct(types.I32, types.I32, bodyFnType, i8p, types.I64, types.I32, i8p, types.I32)
 )
 
 // runtimeEmitter writes the CPU runtime into a module codegen/llvm builds
@@ -336,6 +337,11 @@ func (e *runtimeEmitter) defineParallelFor() {
 	nt := named(start.NewCall(e.getThreads), "nt")
 	lt := named(start.NewICmp(enum.IPredSLT, nt, n), "lt")
 	t := named(start.NewSelect(lt, nt, n), "t")
+	// Items per grab: about a quarter of a thread's share (grabsPerThread).
+	share := named(start.NewSDiv(n, named(start.NewMul(t, llI32(grabsPerThread)), "grabs")), "share")
+	many := named(start.NewICmp(enum.IPredSGT, share, llI32(1)), "many")
+	grain := named(start.NewSelect(many, share, llI32(1)), "grain")
+	start.NewStore(grain, field(start, st, 7, "grain.p"))
 	nw := named(start.NewSub(t, llI32(1)), "nw")
 	multi := named(start.NewICmp(enum.IPredSGT, nw, llI32(0)), "multi")
 	needScratch := named(start.NewICmp(enum.IPredSGT, scratch, llI64(0)), "need.scratch")
@@ -414,10 +420,21 @@ func (e *runtimeEmitter) defineParallelFor() {
 	done.NewRet(llI32(0))
 }
 
+// grabsPerThread is about how many grabs of consecutive items each of
+// parallel_for's t threads makes: a grab is max(1, n / (t·4)) items, so a
+// thread runs runs of neighbouring items (a decode's kv heads of one
+// sequence) rather than every t-th item. Measured on Zen 5 (2 threads,
+// f16 decode 8 × 4096, 32/8 heads: 64 items, grabs of 8): 6.23 → 3.93 ms,
+// 0.68 → 1.07 of the paged scan, where one item per grab had both threads
+// on adjacent kv heads of one sequence — the same pages — at once. With
+// fewer items than 8 per thread the grab is one item, as before.
+const grabsPerThread = 4
+
 // defineWorker: scratch = the next of the blocks parallel_for allocated
 // when the loop has heap arrays (at most t workers take one each); loop {
-// i = atomicrmw add next, 1; if i >= n (unsigned) stop; fn(ctx, i,
-// scratch) }.
+// i = atomicrmw add next, grain; if i >= n (unsigned) stop; for j = i;
+// j < min(i + grain, n); j++ { fn(ctx, j, scratch) } }. next passes n by
+// at most t·grain <= n/4 + t, so the unsigned compare never wraps.
 func (e *runtimeEmitter) defineWorker() {
 	f := e.worker
 	entry := f.NewBlock("entry")
@@ -425,6 +442,7 @@ func (e *runtimeEmitter) defineWorker() {
 	ready := f.NewBlock("ready")
 	loop := f.NewBlock("loop")
 	body := f.NewBlock("body")
+	item := f.NewBlock("item")
 	exit := f.NewBlock("exit")
 	st := named(entry.NewBitCast(f.Params[0], types.NewPointer(pfState)), "st")
 	field := func(k int64, name string) *lir.InstGetElementPtr {
@@ -437,6 +455,7 @@ func (e *runtimeEmitter) defineWorker() {
 	bytes := named(entry.NewLoad(types.I64, field(4, "scratch.p")), "bytes")
 	slotP := field(5, "slot.p")
 	base := named(entry.NewLoad(i8p, field(6, "base.p")), "base")
+	grain := named(entry.NewLoad(types.I32, field(7, "grain.p")), "grain")
 	need := named(entry.NewICmp(enum.IPredSGT, bytes, llI64(0)), "need")
 	entry.NewCondBr(need, get, ready)
 	s := named(get.NewAtomicRMW(enum.AtomicOpAdd, slotP, llI32(1), enum.AtomicOrderingMonotonic), "s")
@@ -449,10 +468,20 @@ func (e *runtimeEmitter) defineWorker() {
 	scratch.Type()
 	ready.Insts = append(ready.Insts, scratch)
 	ready.NewBr(loop)
-	i := named(loop.NewAtomicRMW(enum.AtomicOpAdd, next, llI32(1), enum.AtomicOrderingMonotonic), "i")
+	i := named(loop.NewAtomicRMW(enum.AtomicOpAdd, next, grain, enum.AtomicOrderingMonotonic), "i")
 	stop := named(loop.NewICmp(enum.IPredUGE, i, n), "stop")
 	loop.NewCondBr(stop, exit, body)
-	body.NewCall(fn, ctx, i, scratch)
-	body.NewBr(loop)
+	end := named(body.NewAdd(i, grain), "end")
+	endLow := named(body.NewICmp(enum.IPredULT, end, n), "end.low")
+	last := named(body.NewSelect(endLow, end, n), "last")
+	body.NewBr(item)
+	j := named(lir.NewPhi(lir.NewIncoming(i, body)), "j")
+	j.Type()
+	item.Insts = append(item.Insts, j)
+	item.NewCall(fn, ctx, j, scratch)
+	jnext := named(item.NewAdd(j, llI32(1)), "j.next")
+	more := named(item.NewICmp(enum.IPredULT, jnext, last), "more")
+	item.NewCondBr(more, item, loop)
+	j.Incs = append(j.Incs, lir.NewIncoming(jnext, item))
 	exit.NewRet(constant.NewNull(i8p))
 }
