@@ -18,9 +18,10 @@ var scanAheads = []int{0, 1, 2, 4}
 // V pools, page tables and page sets in the same rotation, each (sequence,
 // kv head) item's visible rows page by page in page-table order, K then V
 // blocks in the case's layout and storage dtype — on the kernels' thread
-// count, items taken from a shared counter as the decode takes its work
-// items (and split into chunks of pages as the decode splits its items
-// when it has fewer than threads). It sums every byte it reads, checked
+// count, items taken from a shared counter in grabs of consecutive items
+// (scanGrain) as the decode takes its work items (and split into chunks
+// of pages as the decode splits its items when it has fewer than
+// threads). It sums every byte it reads, checked
 // against the same sum in Go; it keeps the prefetch distance with the best
 // median rate. The scan is the decode's memory-side limit: what reading
 // its pages costs with no compute at all.
@@ -249,6 +250,14 @@ func (sc *pagedScan) wantSum(set, threads int) int64 {
 	return s
 }
 
+// scanGrain is how many consecutive items one grab of the scan takes: the
+// kernels' parallel_for rule, max(1, items / (4 * threads)) (targets/cpu
+// grabsPerThread), with threads capped at the items as there.
+func scanGrain(items, threads int) int64 {
+	t := max(1, min(threads, items))
+	return int64(max(1, items/(4*t)))
+}
+
 // scan runs the scan once over page set set on threads threads with
 // prefetch distance ahead and checks the sum of the bytes it read.
 func (y *yardLib) scan(sc *pagedScan, set, threads, ahead int, out slots) (float64, error) {
@@ -257,7 +266,7 @@ func (y *yardLib) scan(sc *pagedScan, set, threads, ahead int, out slots) (float
 	wordsOf(sc.bufs.next)[0] = 0
 	sec, _, err := onThreads(threads, func(t int) error {
 		return y.lib.CallVoid("yard_scan", sc.w.pools[0].Ptr(), sc.w.pools[1].Ptr(), table.Ptr(), sc.bufs.geo.Ptr(),
-			sc.bufs.visits.Ptr(), sc.bufs.items.Ptr(), int64(sc.nItems()), sc.bufs.next.Ptr(), int64(ahead), out.ptr(t))
+			sc.bufs.visits.Ptr(), sc.bufs.items.Ptr(), int64(sc.nItems()), sc.bufs.next.Ptr(), int64(ahead), out.ptr(t), scanGrain(sc.nItems(), threads))
 	})
 	if err != nil {
 		return 0, err

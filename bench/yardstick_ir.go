@@ -33,7 +33,7 @@ const mulLatency = 3
 //	void yard_fma(i64 iters, float *params, float *out)
 //	    fmaAccs vector accumulators, each updated iters times by
 //	    acc = acc*a + b (params = {a, b}); *out = the sum of their lanes
-//	void yard_scan(i8 *kpool, i8 *vpool, i32 *table, i64 *geo, i64 *visits, i64 *items, i64 nitems, i64 *next, i64 ahead, i64 *out)
+//	void yard_scan(i8 *kpool, i8 *vpool, i32 *table, i64 *geo, i64 *visits, i64 *items, i64 nitems, i64 *next, i64 ahead, i64 *out, i64 grain)
 //	    the paged-read scan (scan.go): takes items i = (*next)++ (atomic)
 //	    while i < nitems; item i is {visit lo, visit hi, kv head} (3 words)
 //	    and visit j is {page table index, first row, rows} (3 words); a
@@ -367,7 +367,7 @@ func scanIR(p func(string, ...any), w int, vi string, lanes64, step int) {
 		p("")
 	}
 	// yard_scan.
-	p("define void @yard_scan(i8* %%kpool, i8* %%vpool, i32* %%table, i64* %%geo, i64* %%visits, i64* %%items, i64 %%nitems, i64* %%next, i64 %%ahead, i64* %%out) #0 {")
+	p("define void @yard_scan(i8* %%kpool, i8* %%vpool, i32* %%table, i64* %%geo, i64* %%visits, i64* %%items, i64 %%nitems, i64* %%next, i64 %%ahead, i64* %%out, i64 %%grain) #0 {")
 	p("entry:")
 	geo := []string{"kpb", "khs", "krs", "krb", "vpb", "vhs", "vrs", "vrb"}
 	for i, g := range geo {
@@ -376,12 +376,21 @@ func scanIR(p func(string, ...any), w int, vi string, lanes64, step int) {
 	}
 	p("  %%dopf = icmp sgt i64 %%ahead, 0")
 	p("  br label %%item")
+	// Each grab takes grain consecutive items, as the kernels'
+	// parallel_for does (targets/cpu grabsPerThread).
 	p("item:")
-	p("  %%acc = phi i64 [0, %%entry], [%%acc.v, %%visits.done]")
-	p("  %%it = atomicrmw add i64* %%next, i64 1 monotonic")
-	p("  %%has = icmp slt i64 %%it, %%nitems")
-	p("  br i1 %%has, label %%item.body, label %%exit")
+	p("  %%acc = phi i64 [0, %%entry], [%%acc.v, %%next.item]")
+	p("  %%g = atomicrmw add i64* %%next, i64 %%grain monotonic")
+	p("  %%has = icmp slt i64 %%g, %%nitems")
+	p("  br i1 %%has, label %%grab, label %%exit")
+	p("grab:")
+	p("  %%gend0 = add i64 %%g, %%grain")
+	p("  %%glt = icmp slt i64 %%gend0, %%nitems")
+	p("  %%gend = select i1 %%glt, i64 %%gend0, i64 %%nitems")
+	p("  br label %%item.body")
 	p("item.body:")
+	p("  %%it = phi i64 [%%g, %%grab], [%%it1, %%next.item]")
+	p("  %%acci = phi i64 [%%acc, %%grab], [%%acc.v, %%next.item]")
 	p("  %%ib = mul i64 %%it, 3")
 	for i, f := range []string{"lo", "hi", "head"} {
 		p("  %%%s.i = add i64 %%ib, %d", f, i)
@@ -413,7 +422,7 @@ func scanIR(p func(string, ...any), w int, vi string, lanes64, step int) {
 	}
 	p("visit:")
 	p("  %%j = phi i64 [%%lo, %%item.body], [%%j1, %%read]")
-	p("  %%a = phi i64 [%%acc, %%item.body], [%%a1, %%read]")
+	p("  %%a = phi i64 [%%acci, %%item.body], [%%a1, %%read]")
 	p("  %%pfj = add i64 %%j, %%ahead")
 	p("  %%inr = icmp slt i64 %%pfj, %%hi")
 	p("  %%pfok = and i1 %%dopf, %%inr")
@@ -433,8 +442,12 @@ func scanIR(p func(string, ...any), w int, vi string, lanes64, step int) {
 	p("  %%morev = icmp slt i64 %%j1, %%hi")
 	p("  br i1 %%morev, label %%visit, label %%visits.done")
 	p("visits.done:")
-	p("  %%acc.v = phi i64 [%%acc, %%item.body], [%%a1, %%read]")
-	p("  br label %%item")
+	p("  %%acc.v = phi i64 [%%acci, %%item.body], [%%a1, %%read]")
+	p("  br label %%next.item")
+	p("next.item:")
+	p("  %%it1 = add i64 %%it, 1")
+	p("  %%moreit = icmp slt i64 %%it1, %%gend")
+	p("  br i1 %%moreit, label %%item.body, label %%item")
 	p("exit:")
 	p("  store i64 %%acc, i64* %%out")
 	p("  ret void")
