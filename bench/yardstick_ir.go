@@ -34,8 +34,9 @@ const mulLatency = 3
 //	    fmaAccs vector accumulators, each updated iters times by
 //	    acc = acc*a + b (params = {a, b}); *out = the sum of their lanes
 //	void yard_scan(i8 *kpool, i8 *vpool, i32 *table, i64 *geo, i64 *visits, i64 *items, i64 nitems, i64 *next, i64 ahead, i64 *out, i64 grain)
-//	    the paged-read scan (scan.go): takes items i = (*next)++ (atomic)
-//	    while i < nitems; item i is {visit lo, visit hi, kv head} (3 words)
+//	    the paged-read scan (scan.go): takes runs of grain items from i =
+//	    (*next) += grain (atomic) while i < nitems, running items i ..
+//	    min(i+grain, nitems)-1; item i is {visit lo, visit hi, kv head} (3 words)
 //	    and visit j is {page table index, first row, rows} (3 words); a
 //	    visit reads the rows of the kv head in page table[index] of the K
 //	    pool, then of the V pool, each pool laid out by geo = {page bytes,
