@@ -113,7 +113,7 @@ func PrefetchKV(m *ir.Module) (*ir.Module, error) {
 		// rows at the head of the staging iteration, as copies.
 		var sp *spread
 		if k.Role == ir.RoleDecode {
-			sp = newSpread(k, offs)
+			sp = newSpread(k, offs, elemBytes)
 		}
 		body := ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
 			f, ok := s.(*ir.For)
@@ -177,7 +177,7 @@ type spread struct {
 // newSpread is the spread plan of k, or nil when some product load of a
 // row-offset array is not of the form buf[off[r] + c], sits in a vector
 // loop, or the array is no local array of known length.
-func newSpread(k *ir.Kernel, offs map[string]rowRead) *spread {
+func newSpread(k *ir.Kernel, offs map[string]rowRead, elemBytes map[string]int) *spread {
 	if len(offs) == 0 {
 		return nil
 	}
@@ -256,7 +256,7 @@ func newSpread(k *ir.Kernel, offs map[string]rowRead) *spread {
 		names[name] = true
 		sp.pf[a] = name
 	}
-	sp.pairRows(k)
+	sp.pairRows(k, elemBytes)
 	return sp
 }
 
@@ -284,15 +284,9 @@ const pairLines = 2
 // f16 decode — the same loops, in cache 26 ns a row — took 9–15% less
 // time at 2 threads with V's prefetches in Q·K rather than in P·V, 5%
 // less at 1; the generated f16 kernel did not follow it, see pairLines.)
-func (sp *spread) pairRows(k *ir.Kernel) {
+func (sp *spread) pairRows(k *ir.Kernel, elemBytes map[string]int) {
 	if len(sp.offs) != 2 {
 		return
-	}
-	elemBytes := map[string]int{}
-	for _, p := range k.Params {
-		if p.Buffer && !p.Output {
-			elemBytes[p.Name] = max(1, p.Elem.Bits()/8)
-		}
 	}
 	const inDot, inPass = 1, 2
 	where := map[string]int{}
