@@ -39,7 +39,8 @@ func ThreadLimit(cpus int) int {
 //	i32  @<prefix>_get_num_threads()      default: online CPUs, 1..MaxThreads
 //	i8*  @<prefix>_strerror(i32)          message of a status code
 //	i32  @<prefix>.parallel_for(i32 n, void (i8*, i32, i8*)* fn, i8* ctx, i64 scratch)
-//	i8*  @<prefix>.worker(i8* state)      pthread body of parallel_for
+//	i8*  @<prefix>.worker(i8* state)      the item loop of every thread of parallel_for
+//	     @<prefix>.pool ...                   its persistent workers (pool.go)
 //
 // parallel_for keeps its bookkeeping off the caller's stack beyond a few
 // words: the thread ids are malloc'd, with the workers' scratch, in the one
@@ -88,12 +89,17 @@ type runtimeEmitter struct {
 	detectLevel *lir.Func
 	amxPermit   *lir.Func // nil without an AMX level
 	amxQK       *lir.Func // rt.amx_qk32; nil without an AMX level
+
+	pool poolFuncs // parallel_for's thread pool (pool.go)
 }
 
 // Declare implements llvmgen.Runtime.
 func (e *runtimeEmitter) Declare(b *llvmgen.Builder) {
 	e.b, e.mod, e.prefix = b, b.Module(), b.Prefix()
 	for _, n := range runtimeDecls {
+		e.reserve(n)
+	}
+	for _, n := range poolRuntimeDecls {
 		e.reserve(n)
 	}
 	e.declareRuntime()
@@ -123,7 +129,7 @@ func (e *runtimeEmitter) ParallelFor() *lir.Func { return e.parallelFor }
 func (e *runtimeEmitter) Define(*llvmgen.Builder) []*lir.Func {
 	e.defineRuntime()
 	fs := []*lir.Func{e.setThreads, e.getThreads, e.strerror, e.parallelFor, e.worker, e.onlineCPUs,
-		e.cpuLevel, e.levelName, e.detectLevel}
+		e.cpuLevel, e.levelName, e.detectLevel, e.pool.take, e.pool.run, e.pool.main, e.pool.fini}
 	if e.amxPermit != nil {
 		fs = append(fs, e.amxPermit, e.amxQK)
 	}
@@ -167,6 +173,7 @@ func (e *runtimeEmitter) declareRuntime() {
 		lir.NewParam("n", types.I32), lir.NewParam("fn", bodyFnType), lir.NewParam("ctx", i8p), lir.NewParam("scratch", types.I64))
 	e.worker = newFn(p+".worker", i8p, true, lir.NewParam("arg", i8p))
 	e.onlineCPUs = newFn(p+".online_cpus", types.I32, true)
+	e.declarePool(newFn)
 	e.declareLevelRuntime()
 }
 
@@ -177,6 +184,7 @@ func (e *runtimeEmitter) defineRuntime() {
 	e.defineStrerror()
 	e.defineParallelFor()
 	e.defineWorker()
+	e.definePool()
 	e.defineLevelRuntime()
 }
 
@@ -290,15 +298,18 @@ func (e *runtimeEmitter) defineStrerror() {
 }
 
 // defineParallelFor: with n <= 0 there is nothing to do. Otherwise t =
-// min(threads, n) workers: t-1 pthreads and the caller share the items
-// through an atomic counter in the shared state. Everything the loop needs
+// min(threads, n) workers: t-1 threads and the caller share the items
+// through an atomic counter in the shared state. The t-1 threads are the
+// pool's (pool_run) when this call holds it, else pthreads of the call's
+// own, created and joined here. Everything the loop needs
 // is acquired before any item runs, in one malloc in the calling thread:
 // t blocks of `scratch` bytes (one per worker, cache-line aligned) and the
 // t-1 thread ids, so the caller's stack holds only a few words. When that
 // allocation fails no item runs and it returns 1 (the kernel then returns
 // NO_MEMORY, having written nothing); else 0, every item having run. A
 // failed pthread_create leaves the remaining work to the threads already
-// running (the caller included), each with its own block.
+// running (the caller included), each with its own block; the pool keeps
+// the workers it could start.
 func (e *runtimeEmitter) defineParallelFor() {
 	f := e.parallelFor
 	n, fn, ctx, scratch := f.Params[0], f.Params[1], f.Params[2], f.Params[3]
@@ -334,7 +345,25 @@ func (e *runtimeEmitter) defineParallelFor() {
 	baseP := field(start, st, 6, "base.p")
 	start.NewStore(constant.NewNull(i8p), baseP)
 	arg := named(start.NewBitCast(st, i8p), "arg")
-	nt := named(start.NewCall(e.getThreads), "nt")
+	// The thread count: with the pool held, the set count or the online
+	// CPUs it read once; else get_num_threads.
+	pc := named(start.NewCall(e.pool.take), "pool.cpus")
+	pooled := named(start.NewICmp(enum.IPredSGT, pc, llI32(0)), "pooled")
+	poolT := f.NewBlock("pool.threads")
+	ownT := f.NewBlock("own.threads")
+	threads := f.NewBlock("threads")
+	start.NewCondBr(pooled, poolT, ownT)
+	nset := named(poolT.NewLoad(types.I32, e.numThreads), "nset")
+	nset.Atomic, nset.Ordering, nset.Align = true, enum.AtomicOrderingMonotonic, 4
+	isSet := named(poolT.NewICmp(enum.IPredSGT, nset, llI32(0)), "is.set")
+	ntPool := named(poolT.NewSelect(isSet, nset, pc), "nt.pool")
+	poolT.NewBr(threads)
+	ntOwn := named(ownT.NewCall(e.getThreads), "nt.own")
+	ownT.NewBr(threads)
+	nt := named(lir.NewPhi(lir.NewIncoming(ntPool, poolT), lir.NewIncoming(ntOwn, ownT)), "nt")
+	nt.Type()
+	threads.Insts = append(threads.Insts, nt)
+	start = threads
 	lt := named(start.NewICmp(enum.IPredSLT, nt, n), "lt")
 	t := named(start.NewSelect(lt, nt, n), "t")
 	// Items per grab: about a quarter of a thread's share (grabsPerThread).
@@ -360,7 +389,13 @@ func (e *runtimeEmitter) defineParallelFor() {
 	raw := named(alloc.NewCall(e.decl("malloc", i8p, types.I64), total), "raw")
 	isNull := named(alloc.NewICmp(enum.IPredEQ, raw, constant.NewNull(i8p)), "failed")
 	alloc.NewCondBr(isNull, nomem, got)
-	nomem.NewRet(llI32(1))
+	// Out of memory: release the pool if held, return 1.
+	nomemHeld := f.NewBlock("nomem.held")
+	nomemOwn := f.NewBlock("nomem.own")
+	nomem.NewCondBr(pooled, nomemHeld, nomemOwn)
+	e.atomicStore(nomemHeld, llI32(0), e.poolField(nomemHeld, 0), enum.AtomicOrderingRelease)
+	nomemHeld.NewRet(llI32(1))
+	nomemOwn.NewRet(llI32(1))
 	addr := named(got.NewPtrToInt(raw, types.I64), "addr")
 	up := named(got.NewAdd(addr, llI64(llvmgen.HeapAlign-1)), "up")
 	alignedAddr := named(got.NewAnd(up, llI64(^int64(llvmgen.HeapAlign-1))), "aligned.addr")
@@ -378,7 +413,12 @@ func (e *runtimeEmitter) defineParallelFor() {
 	tidsAt := named(lir.NewPhi(lir.NewIncoming(constant.NewNull(types.NewPointer(types.I64)), start), lir.NewIncoming(tids, got)), "tids.at")
 	tidsAt.Type()
 	ready.Insts = append(ready.Insts, mem, tidsAt)
-	ready.NewBr(createCond)
+	// With the pool held its workers run the items (pool_run releases it);
+	// else t-1 threads of the call's own.
+	viaPool := f.NewBlock("via.pool")
+	ready.NewCondBr(pooled, viaPool, createCond)
+	viaPool.NewCall(e.pool.run, arg, nw, t)
+	viaPool.NewBr(done)
 
 	k := named(lir.NewPhi(lir.NewIncoming(llI32(0), ready)), "k")
 	k.Type()

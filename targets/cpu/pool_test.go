@@ -1,0 +1,125 @@
+package cpu
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/attnc/attnc/internal/lltest"
+)
+
+// poolCheck is C that checks fill (parallelModule) against the values
+// TestParallelFor derives: out[i] = -1 for i % 10 == 0, else i + 18.5
+// (scale 0.5); iout[i] = 3i + 11 from i = 5, else untouched.
+const poolCheck = `
+static int fill_ok(int32_t (*fill)(float*, int32_t, float, int32_t*), int n) {
+	float *out = malloc(sizeof(float) * n); int32_t *iout = malloc(sizeof(int32_t) * n);
+	for (int i = 0; i < n; i++) { out[i] = NAN; iout[i] = -7; }
+	int ok = fill(out, n, 0.5f, iout) == 0;
+	for (int i = 0; i < n; i++) {
+		float want = i % 10 == 0 ? -1.0f : (float)i * 0.5f + (float)(i + 3) * 0.5f + 15.0f;
+		ok &= out[i] == want && iout[i] == (i >= 5 ? 3 * i + 11 : -7);
+	}
+	free(out); free(iout);
+	return ok;
+}
+`
+
+// TestPool runs parallel_for's thread pool: many calls reuse its workers
+// (pthread_create is counted: one worker per thread beyond the caller, not
+// one per call), two application threads calling at once are both right
+// (the one that finds the pool busy starts its own threads), a forked
+// child makes its own pool, and a library unloaded with dlclose stops its
+// workers first (without pool_fini in @llvm.global_dtors they would spin in
+// unmapped code and crash the process).
+func TestPool(t *testing.T) {
+	t.Parallel()
+	tc := lltest.NeedToolchain(t)
+	driver := poolCheck + `
+#include <dlfcn.h>
+#include <pthread.h>
+#include <sys/wait.h>
+int32_t fill(float*, int32_t, float, int32_t*);
+void par_set_num_threads(int32_t);
+static int creates;
+int pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*f)(void *), void *arg) {
+	static int (*real)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+	if (!real) real = dlsym(RTLD_NEXT, "pthread_create");
+	__atomic_add_fetch(&creates, 1, __ATOMIC_RELAXED);
+	return real(t, a, f, arg);
+}
+static void *caller(void *arg) {
+	int ok = 1;
+	for (int r = 0; r < 100; r++) ok &= fill_ok(fill, 997);
+	return (void *)(long)ok;
+}
+int main(void) {
+	int ok = 1;
+	par_set_num_threads(3);
+	for (int r = 0; r < 200; r++) ok &= fill_ok(fill, 1000 + r);
+	printf("reused %d\ncreates %d\n", ok, creates);
+	par_set_num_threads(2);
+	for (int r = 0; r < 50; r++) ok &= fill_ok(fill, 31);
+	printf("fewer %d\ncreates_after %d\n", ok, creates);
+	pthread_t a, b; void *ra, *rb;
+	int (*create)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *) = dlsym(RTLD_NEXT, "pthread_create");
+	create(&a, NULL, caller, NULL); create(&b, NULL, caller, NULL);
+	pthread_join(a, &ra); pthread_join(b, &rb);
+	printf("concurrent %d\n", (int)(long)ra & (int)(long)rb);
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid == 0) _exit(fill_ok(fill, 5000) && fill_ok(fill, 77) ? 0 : 1);
+	int status = -1;
+	waitpid(pid, &status, 0);
+	printf("child %d\nparent %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : 100, fill_ok(fill, 4321));
+	return 0;
+}
+`
+	bl := build(t, tc, parallelModule(), driver)
+	if !strings.Contains(bl.LL, "@llvm.global_dtors = appending global") || !strings.Contains(bl.LL, "@par.pool_fini") {
+		t.Errorf("the module does not register pool_fini in @llvm.global_dtors")
+	}
+	r := lltest.Results(t, bl.Run(t))
+	lltest.CheckInt(t, r, "reused", 1)
+	lltest.CheckInt(t, r, "creates", 2) // 3 threads: the caller and 2 workers, made once
+	lltest.CheckInt(t, r, "fewer", 1)
+	lltest.CheckInt(t, r, "creates_after", 2)
+	lltest.CheckInt(t, r, "concurrent", 1)
+	lltest.CheckInt(t, r, "child", 0)
+	lltest.CheckInt(t, r, "parent", 1)
+
+	// dlclose: the same module as a shared library, loaded, called on 2
+	// threads and unloaded, five times over; the workers spin right after
+	// each call, when dlclose unmaps their code.
+	dir := bl.Dir
+	lltest.RunCmd(t, dir, tc.GCC, "-shared", "-o", "k.so", "k.o", "-lm", "-lpthread")
+	src := "#include <stdio.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <math.h>\n#include <dlfcn.h>\n" + poolCheck + `
+int main(int argc, char **argv) {
+	int ok = 1;
+	for (int r = 0; r < 5; r++) {
+		void *h = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+		if (!h) { printf("dlopen %s\n", dlerror()); return 1; }
+		int32_t (*fill)(float*, int32_t, float, int32_t*) = (int32_t (*)(float*, int32_t, float, int32_t*))dlsym(h, "fill");
+		void (*threads)(int32_t) = (void (*)(int32_t))dlsym(h, "par_set_num_threads");
+		threads(2);
+		for (int c = 0; c < 20; c++) ok &= fill_ok(fill, 500);
+		ok &= dlclose(h) == 0;
+		for (volatile int spin = 0; spin < 1000000; spin++) {}
+	}
+	printf("unloaded %d\n", ok);
+	return 0;
+}
+`
+	if err := os.WriteFile(filepath.Join(dir, "dl.c"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lltest.RunCmd(t, dir, tc.GCC, "-O1", "-o", "dl", "dl.c", "-lm", "-lpthread", "-ldl")
+	out, _ := lltest.RunCmd(t, dir, filepath.Join(dir, "dl"), filepath.Join(dir, "k.so"))
+	r = lltest.Results(t, out)
+	lltest.CheckInt(t, r, "unloaded", 1)
+	if t.Failed() {
+		t.Log(fmt.Sprint(r))
+	}
+}
