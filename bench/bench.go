@@ -22,7 +22,8 @@
 //     queries see, as stored, per second, against the stream read and
 //     against the case's paged-read scan (scan.go: exactly the bytes the
 //     case reads, in its order and on its threads, with no compute; its
-//     memory-side limit). The pages live in a pool of at least 1 GiB and
+//     memory-side limit), beside the time its multiply-adds take at the
+//     FMA peak (its arithmetic's limit). The pages live in a pool of at least 1 GiB and
 //     every call reads another disjoint page set, so that no cache serves
 //     them;
 //   - prefill (one sequence, default q_len = kv_len = 2048): FLOP/s, the

@@ -148,6 +148,13 @@ type CaseResult struct {
 	// with no compute (Ratios["paged_scan"]: the median rate over the
 	// scan's).
 	Scan *PagedScan `json:"paged_scan,omitempty"`
+	// FMAFloor, for a decode with a paged scan and an FMA peak, is the
+	// time its multiply-adds (Flops) take at the in-run FMA peak, alone
+	// and as a fraction of the scan's median time: the arithmetic's limit
+	// beside the memory's. Where it comes near 1 the decode cannot reach
+	// its scan on this machine with f32 multiply-adds, however well the
+	// reads overlap them.
+	FMAFloor *FMAFloor `json:"fma_floor,omitempty"`
 
 	// HugePages says whether the decode pools were advised MADV_HUGEPAGE,
 	// and the host's THP mode ("advised, THP madvise"); AnonHugeBytes is
@@ -155,6 +162,12 @@ type CaseResult struct {
 	// (/proc/self/smaps_rollup; 0 where unreadable): what the kernel granted.
 	HugePages     string `json:"huge_pages,omitempty"`
 	AnonHugeBytes int64  `json:"anon_huge_bytes,omitempty"`
+}
+
+// FMAFloor is a decode's multiply-adds at the FMA peak (CaseResult.FMAFloor).
+type FMAFloor struct {
+	MS     float64 `json:"ms"`      // Flops at the peak's median rate
+	OfScan float64 `json:"of_scan"` // MS over the paged scan's median time
 }
 
 // CacheTimeBar is the goal for 8-bit caches: a decode over an 8-bit cache takes at
@@ -401,6 +414,10 @@ func (c *CaseResult) setRatios(y *Yardsticks) {
 			c.Ratios["paged_scan"] = ratio(c.Rate.Median, c.Scan.Rate.Median)
 		}
 		c.RatioBest = ratio(c.Rate.Max, y.Read.Rate().Max)
+		if p := y.Peak(); p != nil && c.Scan != nil && p.M.Rate().Median > 0 {
+			ms := 1e3 * c.Flops / (1e9 * p.M.Rate().Median)
+			c.FMAFloor = &FMAFloor{MS: ms, OfScan: ratio(ms, c.Scan.TimeMS.Median)}
+		}
 	} else {
 		c.RatioTo = "fma_peak"
 		if p := y.Peak(); p != nil {

@@ -138,6 +138,20 @@ func TestRunCPU(t *testing.T) {
 			t.Fatalf("%s: paged scan %+v, ratios %v", c.Name, sc, c.Ratios)
 		}
 	}
+	// Beside each scan, the decode's multiply-adds at the FMA peak: 2 x
+	// (d_qk + d_v) x qo heads per cached position.
+	for _, c := range []*CaseResult{dec, dec8} {
+		ms := 1e3 * float64(2*100*2*(32+32)*4) / (1e9 * r.Yard.Peak().M.Rate().Median)
+		if f := c.FMAFloor; f == nil || c.Flops != 2*100*2*(32+32)*4 || !near(f.MS, ms) || !near(f.OfScan, ms/c.Scan.TimeMS.Median) {
+			t.Errorf("%s: flops %v, fma floor %+v, want %v ms", c.Name, c.Flops, f, ms)
+		}
+	}
+	if pre.FMAFloor != nil {
+		t.Errorf("prefill with an fma floor: %+v", pre.FMAFloor)
+	}
+	if !strings.Contains(out.String(), "multiply-adds at the fma peak ") {
+		t.Errorf("the table does not show the decodes' fma floor")
+	}
 	if v := dec8.VsCache; v == nil || !near(v.ScanTime, dec8.Scan.TimeMS.Median/dec.Scan.TimeMS.Median) {
 		t.Errorf("8-bit vs f16: %+v", v)
 	}

@@ -149,7 +149,9 @@ Cases, each call timed once per repetition (median, quartiles, extremes):
            item's pages in order, K and V blocks in the cache's layout and
            storage type) on the same threads, taking items as the decode
            does, at the best of 0, 1, 2 and 4 pages of prefetch: the
-           decode's memory-side limit
+           decode's memory-side limit. Beside it, its arithmetic's: the
+           time its multiply-adds take at the fma peak, also as a
+           fraction of the scan's time
   prefill  one sequence with q_len = kv_len = --q-len (default 2048):
            GFLOP/s, 2 x (d_qk + d_v) per visible (query, kv) pair per qo
            head (causal: 2*2*d*L(L+1)/2*heads). ratio: to the fma peak
