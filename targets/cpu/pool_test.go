@@ -29,7 +29,7 @@ static int fill_ok(int32_t (*fill)(float*, int32_t, float, int32_t*), int n) {
 
 // TestPool runs parallel_for's thread pool: many calls reuse its workers
 // (pthread_create is counted: one worker per thread beyond the caller, not
-// one per call), two application threads calling at once are both right
+// one per call; a larger thread count adds the missing ones), two application threads calling at once are both right
 // (the one that finds the pool busy starts its own threads), a forked
 // child makes its own pool, and a library unloaded with dlclose stops its
 // workers first (without pool_fini in @llvm.global_dtors they would spin in
@@ -57,6 +57,9 @@ static void *caller(void *arg) {
 }
 int main(void) {
 	int ok = 1;
+	par_set_num_threads(2);
+	for (int r = 0; r < 50; r++) ok &= fill_ok(fill, 31 + r);
+	printf("two %d\ncreates_two %d\n", ok, creates);
 	par_set_num_threads(3);
 	for (int r = 0; r < 200; r++) ok &= fill_ok(fill, 1000 + r);
 	printf("reused %d\ncreates %d\n", ok, creates);
@@ -82,8 +85,10 @@ int main(void) {
 		t.Errorf("the module does not register pool_fini in @llvm.global_dtors")
 	}
 	r := lltest.Results(t, bl.Run(t))
+	lltest.CheckInt(t, r, "two", 1)
+	lltest.CheckInt(t, r, "creates_two", 1) // 2 threads: the caller and 1 worker, made once
 	lltest.CheckInt(t, r, "reused", 1)
-	lltest.CheckInt(t, r, "creates", 2) // 3 threads: the caller and 2 workers, made once
+	lltest.CheckInt(t, r, "creates", 2) // 3 threads: one more worker
 	lltest.CheckInt(t, r, "fewer", 1)
 	lltest.CheckInt(t, r, "creates_after", 2)
 	lltest.CheckInt(t, r, "concurrent", 1)
