@@ -19,7 +19,7 @@ var scanAheads = []int{0, 1, 2, 4}
 // kv head) item's visible rows page by page in page-table order, K then V
 // blocks in the case's layout and storage dtype — on the kernels' thread
 // count, items taken from a shared counter in grabs of consecutive items
-// (scanGrain) as the decode takes its work items (and split into chunks
+// (scanGrains, scanGrab) as the decode takes its work items (and split into chunks
 // of pages as the decode splits its items when it has fewer than
 // threads). It sums every byte it reads, checked
 // against the same sum in Go; it keeps the prefetch distance with the best
@@ -57,6 +57,7 @@ type pagedScan struct {
 	items  []int64
 	visits []int64
 	splits int
+	run    int // items per grab run: a sequence's kv heads (1 when split)
 	bytes  int64
 	bufs   struct{ geo, items, visits, next *cpurt.Buffer }
 	want   map[int]int64 // per page set
@@ -107,7 +108,7 @@ func newPagedScan(w *poolWorkload, threads int) (*pagedScan, error) {
 		return nil, err
 	}
 	v, c := w.s.V, w.c
-	sc := &pagedScan{w: w, geo: g, splits: 1, want: map[int]int64{}}
+	sc := &pagedScan{w: w, geo: g, splits: 1, run: v.KVHeads, want: map[int]int64{}}
 	// The page table index of sequence b's page i: CSR's kv_indices run
 	// over the sequences in order, vLLM's block table has maxBlocks a row.
 	maxBlocks, first := 1, make([]int, len(c.Pages)+1)
@@ -148,6 +149,7 @@ func newPagedScan(w *poolWorkload, threads int) (*pagedScan, error) {
 	nItems := len(c.Pages) * v.KVHeads
 	if nItems < threads {
 		sc.splits = max(1, min((threads+nItems-1)/max(nItems, 1), most))
+		sc.run = 1 // split decode's loop has no runs
 	}
 	for b := range c.Pages {
 		for h := range v.KVHeads {
@@ -250,12 +252,32 @@ func (sc *pagedScan) wantSum(set, threads int) int64 {
 	return s
 }
 
-// scanGrain is how many consecutive items one grab of the scan takes: the
-// kernels' parallel_for rule, max(1, items / (4 * threads)) (targets/cpu
-// grabsPerThread), with threads capped at the items as there.
-func scanGrain(items, threads int) int64 {
+// scanGrains are the scan's grab sizes, the kernels' parallel_for rule
+// (targets/cpu grabsPerThread), with threads capped at the items as
+// there: grain = max(1, items / (4 * threads)); rgrain, whole runs of run
+// items (a sequence's kv heads), run · max(1, grain / run), taken while at
+// least round = threads · run items are left, when run > 1 and every
+// thread can have a run (items / threads >= run; round 0 otherwise).
+func scanGrains(items, threads, run int) (grain, rgrain, round int64) {
 	t := max(1, min(threads, items))
-	return int64(max(1, items/(4*t)))
+	share := items / (4 * t)
+	grain = int64(max(1, share))
+	if run > 1 && items/t >= run {
+		return grain, int64(run * max(1, share/run)), int64(t * run)
+	}
+	return grain, grain, 0
+}
+
+// scanGrab is the items of the scan's grab at item next: yard_scan's
+// choice between scanGrains' sizes.
+func scanGrab(items, threads, run, next int) int64 {
+	grain, rgrain, round := scanGrains(items, threads, run)
+	rest := int64(items - next)
+	g := grain
+	if round > 0 && rest >= round {
+		g = rgrain
+	}
+	return min(g, rest)
 }
 
 // scan runs the scan once over page set set on threads threads with
@@ -264,9 +286,10 @@ func (y *yardLib) scan(sc *pagedScan, set, threads, ahead int, out slots) (float
 	want := sc.wantSum(set, threads)
 	table := sc.w.tables[set%len(sc.w.tables)]
 	wordsOf(sc.bufs.next)[0] = 0
+	grain, rgrain, round := scanGrains(sc.nItems(), threads, sc.run)
 	sec, _, err := onThreads(threads, func(t int) error {
 		return y.lib.CallVoid("yard_scan", sc.w.pools[0].Ptr(), sc.w.pools[1].Ptr(), table.Ptr(), sc.bufs.geo.Ptr(),
-			sc.bufs.visits.Ptr(), sc.bufs.items.Ptr(), int64(sc.nItems()), sc.bufs.next.Ptr(), int64(ahead), out.ptr(t), scanGrain(sc.nItems(), threads))
+			sc.bufs.visits.Ptr(), sc.bufs.items.Ptr(), int64(sc.nItems()), sc.bufs.next.Ptr(), int64(ahead), out.ptr(t), grain, rgrain, round)
 	})
 	if err != nil {
 		return 0, err

@@ -33,10 +33,11 @@ const mulLatency = 3
 //	void yard_fma(i64 iters, float *params, float *out)
 //	    fmaAccs vector accumulators, each updated iters times by
 //	    acc = acc*a + b (params = {a, b}); *out = the sum of their lanes
-//	void yard_scan(i8 *kpool, i8 *vpool, i32 *table, i64 *geo, i64 *visits, i64 *items, i64 nitems, i64 *next, i64 ahead, i64 *out, i64 grain)
-//	    the paged-read scan (scan.go): takes runs of grain items from i =
-//	    (*next) += grain (atomic) while i < nitems, running items i ..
-//	    min(i+grain, nitems)-1; item i is {visit lo, visit hi, kv head} (3 words)
+//	void yard_scan(i8 *kpool, i8 *vpool, i32 *table, i64 *geo, i64 *visits, i64 *items, i64 nitems, i64 *next, i64 ahead, i64 *out, i64 grain, i64 rgrain, i64 round)
+//	    the paged-read scan (scan.go): claims runs of items from i = *next
+//	    (compare-and-swap to i + g) while i < nitems — g = rgrain while at
+//	    least round > 0 items are left, else grain, at most nitems - i —,
+//	    running items i .. i+g-1; item i is {visit lo, visit hi, kv head} (3 words)
 //	    and visit j is {page table index, first row, rows} (3 words); a
 //	    visit reads the rows of the kv head in page table[index] of the K
 //	    pool, then of the V pool, each pool laid out by geo = {page bytes,
@@ -368,7 +369,7 @@ func scanIR(p func(string, ...any), w int, vi string, lanes64, step int) {
 		p("")
 	}
 	// yard_scan.
-	p("define void @yard_scan(i8* %%kpool, i8* %%vpool, i32* %%table, i64* %%geo, i64* %%visits, i64* %%items, i64 %%nitems, i64* %%next, i64 %%ahead, i64* %%out, i64 %%grain) #0 {")
+	p("define void @yard_scan(i8* %%kpool, i8* %%vpool, i32* %%table, i64* %%geo, i64* %%visits, i64* %%items, i64 %%nitems, i64* %%next, i64 %%ahead, i64* %%out, i64 %%grain, i64 %%rgrain, i64 %%round) #0 {")
 	p("entry:")
 	geo := []string{"kpb", "khs", "krs", "krb", "vpb", "vhs", "vrs", "vrb"}
 	for i, g := range geo {
@@ -377,21 +378,34 @@ func scanIR(p func(string, ...any), w int, vi string, lanes64, step int) {
 	}
 	p("  %%dopf = icmp sgt i64 %%ahead, 0")
 	p("  br label %%item")
-	// Each grab takes grain consecutive items, as the kernels'
-	// parallel_for does (targets/cpu grabsPerThread).
+	// Each grab takes consecutive items as the kernels' parallel_for does
+	// (targets/cpu grabsPerThread; scanGrab): rgrain while at least round
+	// items are left (round > 0), else grain, at most what is left; a
+	// compare-and-swap of next claims them.
 	p("item:")
 	p("  %%acc = phi i64 [0, %%entry], [%%acc.v, %%next.item]")
-	p("  %%g = atomicrmw add i64* %%next, i64 %%grain monotonic")
+	p("  %%first = load atomic i64, i64* %%next monotonic, align 8")
+	p("  br label %%try")
+	p("try:")
+	p("  %%g = phi i64 [%%first, %%item], [%%found, %%claim]")
 	p("  %%has = icmp slt i64 %%g, %%nitems")
-	p("  br i1 %%has, label %%grab, label %%exit")
-	p("grab:")
-	p("  %%gend0 = add i64 %%g, %%grain")
-	p("  %%glt = icmp slt i64 %%gend0, %%nitems")
-	p("  %%gend = select i1 %%glt, i64 %%gend0, i64 %%nitems")
-	p("  br label %%item.body")
+	p("  br i1 %%has, label %%claim, label %%exit")
+	p("claim:")
+	p("  %%rest = sub i64 %%nitems, %%g")
+	p("  %%runs = icmp sgt i64 %%round, 0")
+	p("  %%plenty = icmp sge i64 %%rest, %%round")
+	p("  %%whole = and i1 %%runs, %%plenty")
+	p("  %%take0 = select i1 %%whole, i64 %%rgrain, i64 %%grain")
+	p("  %%short = icmp slt i64 %%rest, %%take0")
+	p("  %%take = select i1 %%short, i64 %%rest, i64 %%take0")
+	p("  %%gend = add i64 %%g, %%take")
+	p("  %%x = cmpxchg i64* %%next, i64 %%g, i64 %%gend monotonic monotonic")
+	p("  %%found = extractvalue { i64, i1 } %%x, 0")
+	p("  %%won = extractvalue { i64, i1 } %%x, 1")
+	p("  br i1 %%won, label %%item.body, label %%try")
 	p("item.body:")
-	p("  %%it = phi i64 [%%g, %%grab], [%%it1, %%next.item]")
-	p("  %%acci = phi i64 [%%acc, %%grab], [%%acc.v, %%next.item]")
+	p("  %%it = phi i64 [%%g, %%claim], [%%it1, %%next.item]")
+	p("  %%acci = phi i64 [%%acc, %%claim], [%%acc.v, %%next.item]")
 	p("  %%ib = mul i64 %%it, 3")
 	for i, f := range []string{"lo", "hi", "head"} {
 		p("  %%%s.i = add i64 %%ib, %d", f, i)

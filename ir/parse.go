@@ -729,6 +729,9 @@ func (p *parser) forStmt() *For {
 	}
 	s.Kind = kind
 	s.Tag = p.tag()
+	if p.accept("run") {
+		s.Run = int(p.intLit(false))
+	}
 	p.push()
 	p.declare(s.Var, decl{kind: dLoop, t: I32})
 	if p.accept("[") {

@@ -269,6 +269,9 @@ func (p *printer) stmt(s Stmt) {
 		if s.Tag != NoTag {
 			sb.WriteString(" @" + s.Tag.String())
 		}
+		if s.Run != 0 {
+			fmt.Fprintf(&sb, " run %d", s.Run)
+		}
 		if len(s.Ranges) > 0 {
 			var rs []string
 			for _, r := range s.Ranges {

@@ -308,12 +308,16 @@ type Range struct {
 
 // For runs Body for Var in [Lo, Hi) (i32). Tag names the loop's role for
 // passes (TagKVTile, ...); Ranges describe position variables that the
-// body derives from the loop.
+// body derives from the loop. Run, for a Parallel loop, is how many
+// consecutive items belong together — a decode's kv heads of one sequence,
+// which read the same pages —, so the CPU runtime hands a thread whole runs
+// where every thread can have one; 0 or 1 says nothing.
 type For struct {
 	Var    string
 	Lo, Hi Expr
 	Kind   LoopKind
 	Tag    Tag
+	Run    int
 	Ranges []Range
 	Body   *Block
 }

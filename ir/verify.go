@@ -3,6 +3,7 @@ package ir
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 )
@@ -628,6 +629,9 @@ func (v *verifier) forStmt(s *For) {
 	}
 	if s.Body == nil {
 		v.fail("for %s without a body", s.Var)
+	}
+	if s.Run < 0 || s.Run > math.MaxInt32 || s.Run > 1 && s.Kind != Parallel {
+		v.fail("for %s: run %d (a positive run belongs to a parallel loop)", s.Var, s.Run)
 	}
 	v.kinds = append(v.kinds, s.Kind)
 	counter := map[LoopKind]*int{Parallel: &v.par, Threads: &v.thr, Spread: &v.spr, Lanes: &v.lanes}[s.Kind]

@@ -169,7 +169,7 @@ func (l *lowering) decode(public bool) ([]*ir.Kernel, *ir.Plan) {
 func (l *lowering) attentionKernel(name string, role ir.Role, params []*ir.Param, it attnItem) *ir.Kernel {
 	var b blk
 	nItems := l.itemCount(&b, it)
-	b.loop("item", i32(0), nItems, ir.Parallel, ir.TagWork, func(w *blk) {
+	work := b.loop("item", i32(0), nItems, ir.Parallel, ir.TagWork, func(w *blk) {
 		x := l.bindItem(w, it, ir.R("item", ir.I32))
 		l.allocItem(w, x)
 		l.stageQuery(w, x)
@@ -185,6 +185,11 @@ func (l *lowering) attentionKernel(name string, role ir.Role, params []*ir.Param
 		}
 		l.storeItem(w, x)
 	})
+	if it.decode && !it.split && l.itemsPerSeq() > 1 {
+		// A sequence's items read the same pages: a thread takes them
+		// together where every thread can have a sequence.
+		work.Run = l.itemsPerSeq()
+	}
 	b.add(&ir.Return{Value: i32(0)})
 	return &ir.Kernel{Name: name, Role: role, Params: params, Body: b.block()}
 }

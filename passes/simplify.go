@@ -96,7 +96,7 @@ func simplifyBlock(b *ir.Block, consts map[string]ir.Expr) *ir.Block {
 			}
 			inner := copyMap(local)
 			delete(inner, x.Var)
-			f := &ir.For{Var: x.Var, Lo: lo, Hi: hi, Kind: x.Kind, Tag: x.Tag, Body: simplifyBlock(x.Body, inner)}
+			f := &ir.For{Var: x.Var, Lo: lo, Hi: hi, Kind: x.Kind, Tag: x.Tag, Run: x.Run, Body: simplifyBlock(x.Body, inner)}
 			for _, r := range x.Ranges {
 				f.Ranges = append(f.Ranges, ir.Range{Var: r.Var, Lo: SimplifyExpr(ir.Subst(r.Lo, inner)), Hi: SimplifyExpr(ir.Subst(r.Hi, inner))})
 			}

@@ -24,7 +24,7 @@ func (r *poolRuntime) Declare(b *Builder) {
 	name := b.Prefix() + "_pool"
 	b.Reserve(name)
 	r.pool = lir.NewFunc(name, types.I32, lir.NewParam("n", types.I32), lir.NewParam("body", BodyType),
-		lir.NewParam("ctx", types.NewPointer(types.I8)), lir.NewParam("scratch", types.I64))
+		lir.NewParam("ctx", types.NewPointer(types.I8)), lir.NewParam("scratch", types.I64), lir.NewParam("run", types.I32))
 	r.pool.Parent = b.Module()
 }
 func (r *poolRuntime) Func(string) *lir.Func         { return nil }
@@ -634,7 +634,7 @@ func TestNeutralTarget(t *testing.T) {
 	}
 	for _, want := range []string{
 		"call i32 @n_pool(i32 ",
-		"declare i32 @n_pool(i32 %n, void (i8*, i32, i8*)* %body, i8* %ctx, i64 %scratch)",
+		"declare i32 @n_pool(i32 %n, void (i8*, i32, i8*)* %body, i8* %ctx, i64 %scratch, i32 %run)",
 	} {
 		if !strings.Contains(ll, want) {
 			t.Errorf("the module lacks %q:\n%s", want, ll)

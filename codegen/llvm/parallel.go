@@ -2,6 +2,7 @@ package llvm
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/attnc/attnc/ir"
 	lir "github.com/llir/llvm/ir"
@@ -13,9 +14,9 @@ import (
 
 // parallel outlines the body of a parallel For into
 // `void @<kernel>.par<N>(i8* ctx, i32 idx, i8* scratch)` (BodyType) and
-// calls the runtime's ParallelFor with n = hi - lo and the byte size of
+// calls the runtime's ParallelFor with n = hi - lo, the byte size of
 // the body's heap arrays, which live at fixed offsets in scratch (one
-// block per worker thread). The free variables of the body are read at
+// block per worker thread), and the loop's run (ir.For.Run, at least 1). The free variables of the body are read at
 // loop start and passed through a context struct {lo, captures...} that
 // lives in the caller's frame. When the pool cannot allocate the workers'
 // scratch it runs no item, and the kernel frees what it malloc'd and
@@ -88,7 +89,11 @@ func (f *fnState) parallel(s *ir.For, lo, hi value.Value) {
 	if heapBytes > MaxHeapBytes {
 		f.fail("parallel loop %s: %d bytes of heap arrays per worker, more than %d", s.Var, heapBytes, int64(MaxHeapBytes))
 	}
-	pst := f.cur.NewCall(f.e.pool, n, fn, ctxp, constant.NewInt(types.I64, heapBytes))
+	run := max(s.Run, 1)
+	if run > math.MaxInt32 {
+		f.fail("parallel loop %s: run %d does not fit in i32", s.Var, s.Run)
+	}
+	pst := f.cur.NewCall(f.e.pool, n, fn, ctxp, constant.NewInt(types.I64, heapBytes), constant.NewInt(types.I32, int64(run)))
 	pst.SetName(f.fresh(name + ".status"))
 	failed := f.cur.NewICmp(enum.IPredNE, pst, constant.NewInt(types.I32, 0))
 	nomem := f.newBlock(name + ".nomem")

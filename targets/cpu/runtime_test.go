@@ -224,7 +224,7 @@ int main(void) {
 	if strings.Contains(body, "%a = alloca") || strings.Contains(body, "%b = alloca") || !strings.Contains(body, "%c = alloca") {
 		t.Errorf("heap arrays a, b must not be allocas, c must:\n%s", body)
 	}
-	if !strings.Contains(bl.LL, "call i32 @hs.parallel_for(i32 %") || !strings.Contains(bl.LL, "i64 1280)") {
+	if !strings.Contains(bl.LL, "call i32 @hs.parallel_for(i32 %") || !strings.Contains(bl.LL, "i64 1280, i32 1)") {
 		t.Errorf("parallel_for does not get the 1280-byte scratch size:\n%s", lltest.FuncBody(bl.LL, "hs"))
 	}
 }
