@@ -140,7 +140,7 @@ var handTexts = []string{
 error -1 bad_indptr "indptr must be non-decreasing"
 
 kernel ll_decode role decode entry (q: f16* [batch_size, 32, 128], kv_indptr: i32* [batch_size+1], o: f16* [batch_size, 32, 128] out, lse: f32* [batch_size, 32] out null, batch_size: i32) {
-  for item in 0 .. (batch_size * 8) parallel @work {
+  for item in 0 .. (batch_size * 8) parallel @work run 8 {
     let b = (item / 8)
     let beg = kv_indptr[b]
     if (kv_indptr[(b + 1)] < beg) {

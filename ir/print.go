@@ -21,6 +21,7 @@ import (
 //	  free w
 //	  store acc[i] = 0:f32
 //	  for i in 0 .. n parallel @kv_tile [kv_pos = lo .. hi] { ... }
+//	  for item in 0 .. n parallel @work run 8 { ... }   (For.Run)
 //	  if (x < y) @mask { ... } else { ... }
 //	  continue
 //	  call st = other(a, b)

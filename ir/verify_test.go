@@ -55,6 +55,8 @@ func TestVerifyBroken(t *testing.T) {
 		{"heap alloc a must be in a parallel loop", []Stmt{&Alloc{Name: "a", T: F32, Size: 512, Heap: true}}},
 		{"heap alloc a must be in a parallel loop", []Stmt{loop("i", Parallel, &For{Var: "t", Lo: Int(0), Hi: Int(128), Kind: Threads,
 			Body: blk(&Alloc{Name: "a", T: F32, Size: 4, Heap: true})})}},
+		{"for i: run 4 (a positive run belongs to a parallel loop)", []Stmt{&For{Var: "i", Lo: one, Hi: n, Kind: Serial, Run: 4, Body: blk()}}},
+		{"for i: run -1", []Stmt{&For{Var: "i", Lo: one, Hi: n, Kind: Parallel, Run: -1, Body: blk()}}},
 		{"redeclaration of x", []Stmt{let("x", one), let("x", one)}},
 		{"redeclaration of n", []Stmt{blk(let("n", one))}},
 		{"redeclaration of i", []Stmt{loop("i", Serial, let("i", one))}},
