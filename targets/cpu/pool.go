@@ -26,9 +26,9 @@ import (
 // One call at a time uses the pool: pool_take claims it with a
 // compare-and-swap of busy, and a call that finds it busy (another
 // application thread in a kernel of the same module at once) starts and
-// joins its own threads as before. The pool remembers the process id it
-// was made in: after a fork the child's first call makes a new one (the
-// parent's threads do not exist there). A call publishes its shared state
+// joins its own threads as before. The pool remembers the process id its
+// workers were started in: after a fork the child's first call makes a new
+// pool (the parent's threads do not exist there). A call publishes its shared state
 // under the mutex with a new generation number and wakes the workers; each
 // of the first `want` workers runs parallel_for's worker loop on it and
 // counts pending down; the caller works too, then waits for pending to
@@ -37,15 +37,15 @@ import (
 // call has more threads than online CPUs), so calls in quick succession —
 // a decode per layer — find them awake. dlclose and exit run pool_fini,
 // which stops and joins the workers while no call holds the pool.
-//
+
 // poolFields are the pool's fields. The mutex and condition variables are
 // opaque 64-byte blocks: glibc's and musl's pthread_mutex_t and
 // pthread_cond_t fit (40–48 bytes), and all zeros is their static
 // initializer on both.
 var poolFields = []types.Type{
 	types.I32,                             // 0 busy: 1 while a call (or pool_fini) holds the pool
-	types.I32,                             // 1 pid the pool's threads belong to (0: none yet)
-	types.I32,                             // 2 cpus: online CPUs, read when the pool is made
+	types.I32,                             // 1 pid the workers were started in (0: none yet)
+	types.I32,                             // 2 cpus: online CPUs, read at the first claim
 	types.I32,                             // 3 workers started
 	types.I32,                             // 4 gen: generation of the published call
 	types.I32,                             // 5 want: workers that run the published call
