@@ -444,20 +444,9 @@ func (e *runtimeEmitter) defineParallelFor() {
 	started.Type()
 	work.Insts = append(work.Insts, started)
 	work.NewCall(e.worker, arg)
-	work.NewBr(joinCond)
-	j := named(lir.NewPhi(lir.NewIncoming(llI32(0), work)), "j")
-	j.Type()
-	joinCond.Insts = append(joinCond.Insts, j)
-	jmore := named(joinCond.NewICmp(enum.IPredSLT, j, started), "jmore")
-	joinCond.NewCondBr(jmore, joinBody, done)
-	tslot := named(joinBody.NewGetElementPtr(types.I64, tidsAt, j), "tslot")
-	tid := named(joinBody.NewLoad(types.I64, tslot), "tid")
-	join := e.decl("pthread_join", types.I32, types.I64, types.NewPointer(i8p))
-	joinBody.NewCall(join, tid, constant.NewNull(types.NewPointer(i8p)))
-	jnext := named(joinBody.NewAdd(j, llI32(1)), "j.next")
-	jnext.OverflowFlags = []enum.OverflowFlag{enum.OverflowFlagNSW}
-	joinBody.NewBr(joinCond)
-	j.Incs = append(j.Incs, lir.NewIncoming(jnext, joinBody))
+	e.joinThreads(work, joinCond, joinBody, done, started, func(b *lir.Block, j value.Value) value.Value {
+		return named(b.NewGetElementPtr(types.I64, tidsAt, j), "tslot")
+	})
 
 	done.NewCall(e.decl("free", types.Void, i8p), mem)
 	done.NewRet(llI32(0))
@@ -492,6 +481,25 @@ func (e *runtimeEmitter) defineGrab() {
 	g := named(b.NewSelect(whole, grainRuns, grain), "g")
 	short := named(b.NewICmp(enum.IPredSLT, rest, g), "short")
 	b.NewRet(named(b.NewSelect(short, rest, g), "take"))
+}
+
+// joinThreads emits, from block from, a loop over blocks cond and body
+// that joins count threads, thread j's id at slot(body, j), then goes to
+// done.
+func (e *runtimeEmitter) joinThreads(from, cond, body, done *lir.Block, count value.Value, slot func(*lir.Block, value.Value) value.Value) {
+	from.NewBr(cond)
+	j := named(lir.NewPhi(lir.NewIncoming(llI32(0), from)), "j")
+	j.Type()
+	cond.Insts = append(cond.Insts, j)
+	jmore := named(cond.NewICmp(enum.IPredSLT, j, count), "jmore")
+	cond.NewCondBr(jmore, body, done)
+	tid := named(body.NewLoad(types.I64, slot(body, j)), "tid")
+	join := e.decl("pthread_join", types.I32, types.I64, types.NewPointer(i8p))
+	body.NewCall(join, tid, constant.NewNull(types.NewPointer(i8p)))
+	jnext := named(body.NewAdd(j, llI32(1)), "j.next")
+	jnext.OverflowFlags = []enum.OverflowFlag{enum.OverflowFlagNSW}
+	body.NewBr(cond)
+	j.Incs = append(j.Incs, lir.NewIncoming(jnext, body))
 }
 
 // grabsPerThread is about how many grabs of consecutive items each of
