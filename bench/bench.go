@@ -23,9 +23,9 @@
 //     against the case's paged-read scan (scan.go: exactly the bytes the
 //     case reads, in its order and on its threads, with no compute; its
 //     memory-side limit), beside the time its multiply-adds take at the
-//     FMA peak (its arithmetic's limit). The pages live in a pool of at least 1 GiB and
-//     every call reads another disjoint page set, so that no cache serves
-//     them;
+//     FMA peak (its arithmetic's limit). The pages live in a pool of at
+//     least 1 GiB and every call reads another disjoint page set, so that
+//     no cache serves them;
 //   - prefill (one sequence, default q_len = kv_len = 2048): FLOP/s, the
 //     visible (query, kv) pairs x 2 x (d_qk + d_v) x qo_heads (causal:
 //     2·2·d·L(L+1)/2·heads), against the FMA peak.

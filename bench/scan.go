@@ -19,9 +19,9 @@ var scanAheads = []int{0, 1, 2, 4}
 // kv head) item's visible rows page by page in page-table order, K then V
 // blocks in the case's layout and storage dtype — on the kernels' thread
 // count, items taken from a shared counter in grabs of consecutive items
-// (scanGrains, scanGrab) as the decode takes its work items (and split into chunks
-// of pages as the decode splits its items when it has fewer than
-// threads). It sums every byte it reads, checked
+// (scanGrains, scanGrab) as the decode takes its work items (and split
+// into chunks of pages as the decode splits its items when it has fewer
+// than threads). It sums every byte it reads, checked
 // against the same sum in Go; it keeps the prefetch distance with the best
 // median rate. The scan is the decode's memory-side limit: what reading
 // its pages costs with no compute at all.

@@ -85,10 +85,10 @@ type Runtime interface {
 	// ParallelFor is the function a parallel loop runs its outlined body
 	// through (see BodyType): i32 (i32 n, BodyType body, i8* ctx, i64
 	// scratch, i32 run), scratch being the bytes of heap arrays each worker
-	// needs (HeapLayout, aligned to HeapAlign) and run the loop's ir.For.Run
-	// (at least 1: consecutive items that belong together); 0 when every item ran, nonzero
-	// when no item ran because the scratch could not be had. nil when the
-	// runtime has no pool.
+	// needs (HeapLayout, aligned to HeapAlign) and run the loop's
+	// ir.For.Run (at least 1: consecutive items that belong together); 0
+	// when every item ran, nonzero when no item ran because the scratch
+	// could not be had. nil when the runtime has no pool.
 	ParallelFor() *lir.Func
 	// Define writes the bodies once the kernels are built and returns the
 	// runtime's functions in the order they follow the kernels.

@@ -16,9 +16,10 @@ import (
 // `void @<kernel>.par<N>(i8* ctx, i32 idx, i8* scratch)` (BodyType) and
 // calls the runtime's ParallelFor with n = hi - lo, the byte size of
 // the body's heap arrays, which live at fixed offsets in scratch (one
-// block per worker thread), and the loop's run (ir.For.Run, at least 1). The free variables of the body are read at
-// loop start and passed through a context struct {lo, captures...} that
-// lives in the caller's frame. When the pool cannot allocate the workers'
+// block per worker thread), and the loop's run (ir.For.Run, at least 1).
+// The free variables of the body are read at loop start and passed
+// through a context struct {lo, captures...} that lives in the caller's
+// frame. When the pool cannot allocate the workers'
 // scratch it runs no item, and the kernel frees what it malloc'd and
 // returns NO_MEMORY.
 func (f *fnState) parallel(s *ir.For, lo, hi value.Value) {

@@ -359,8 +359,7 @@ func (e *runtimeEmitter) defineParallelFor() {
 	ownT := f.NewBlock("own.threads")
 	threads := f.NewBlock("threads")
 	start.NewCondBr(pooled, poolT, ownT)
-	nset := named(poolT.NewLoad(types.I32, e.numThreads), "nset")
-	nset.Atomic, nset.Ordering, nset.Align = true, enum.AtomicOrderingMonotonic, 4
+	nset := e.atomicLoad(poolT, e.numThreads, enum.AtomicOrderingMonotonic, "nset")
 	isSet := named(poolT.NewICmp(enum.IPredSGT, nset, llI32(0)), "is.set")
 	ntPool := named(poolT.NewSelect(isSet, nset, pc), "nt.pool")
 	poolT.NewBr(threads)
@@ -369,7 +368,7 @@ func (e *runtimeEmitter) defineParallelFor() {
 	nt := named(lir.NewPhi(lir.NewIncoming(ntPool, poolT), lir.NewIncoming(ntOwn, ownT)), "nt")
 	nt.Type()
 	threads.Insts = append(threads.Insts, nt)
-	start = threads
+	start = threads // the start of the loop goes on there
 	lt := named(start.NewICmp(enum.IPredSLT, nt, n), "lt")
 	t := named(start.NewSelect(lt, nt, n), "t")
 	start.NewStore(run, field(start, st, 7, "run.p"))
