@@ -1,10 +1,12 @@
 package bench
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/attnc/attnc/conformance"
+	"github.com/attnc/attnc/internal/lltest"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/reference"
 )
@@ -172,19 +174,14 @@ func TestPagedScan(t *testing.T) {
 }
 
 // TestScanGrab: the scan's grabs follow the kernels' parallel_for rule,
-// the table targets/cpu's TestGrab runs the generated rule over (items,
-// threads, run, next, items of the grab at next), worked by hand; threads
-// are capped at the items as in parallel_for.
+// over the hand-worked table targets/cpu's TestGrab runs the generated
+// rule over (threads are capped at the items as in parallel_for).
 func TestScanGrab(t *testing.T) {
-	for _, c := range []struct{ n, t, run, next, want int }{
-		{64, 2, 8, 0, 8}, {64, 2, 8, 56, 8}, {16, 2, 8, 0, 8}, {16, 2, 8, 8, 2}, {24, 2, 8, 8, 8}, {24, 2, 8, 16, 3},
-		{24, 2, 8, 22, 2}, {8, 2, 8, 0, 1}, {1000, 2, 8, 0, 120}, {1000, 2, 8, 990, 10}, {512, 32, 8, 0, 8},
-		{512, 32, 8, 300, 4}, {48, 2, 16, 0, 16}, {30, 2, 16, 0, 3}, {64, 2, 1, 0, 8}, {7, 2, 1, 6, 1},
-		{100, 3, 0, 0, 8}, {1 << 30, 4, 8, 0, 1 << 26},
-		{3, 8, 1, 0, 1}, // more threads than items
-	} {
-		if got := scanGrab(c.n, c.t, c.run, c.next); got != int64(c.want) {
-			t.Errorf("scanGrab(%d, %d, %d, %d) = %d, want %d", c.n, c.t, c.run, c.next, got, c.want)
+	cases := lltest.GrabCases(t, filepath.Join("..", "targets", "cpu", "testdata", "grabs.table"))
+	cases = append(cases, lltest.GrabCase{N: 3, T: 8, Run: 1, Next: 0, Want: 1}) // more threads than items
+	for _, c := range cases {
+		if got := scanGrab(c.N, c.T, c.Run, c.Next); got != int64(c.Want) {
+			t.Errorf("scanGrab(%d, %d, %d, %d) = %d, want %d", c.N, c.T, c.Run, c.Next, got, c.Want)
 		}
 	}
 }

@@ -11,8 +11,9 @@ import (
 )
 
 // poolCheck is C that checks fill (parallelModule) against the values
-// TestParallelFor derives: out[i] = -1 for i % 10 == 0, else i + 18.5
-// (scale 0.5); iout[i] = 3i + 11 from i = 5, else untouched.
+// TestParallelFor derives: out[i] = -1 for i % 10 == 0, else
+// 0.5·i + 0.5·(i + 3) + 15 = i + 16.5 (scale 0.5); iout[i] = 3i + 11 from
+// i = 5, else untouched.
 const poolCheck = `
 static int fill_ok(int32_t (*fill)(float*, int32_t, float, int32_t*), int n) {
 	float *out = malloc(sizeof(float) * n); int32_t *iout = malloc(sizeof(int32_t) * n);
@@ -29,8 +30,9 @@ static int fill_ok(int32_t (*fill)(float*, int32_t, float, int32_t*), int n) {
 
 // TestPool runs parallel_for's thread pool: many calls reuse its workers
 // (pthread_create is counted: one worker per thread beyond the caller, not
-// one per call; a larger thread count adds the missing ones), two application threads calling at once are both right
-// (the one that finds the pool busy starts its own threads), a forked
+// one per call; a larger thread count adds the missing ones), two
+// application threads calling at once are both right (the one that finds
+// the pool busy starts its own threads), a forked
 // child makes its own pool, and a library unloaded with dlclose stops its
 // workers first (without pool_fini in @llvm.global_dtors they would spin in
 // unmapped code and crash the process).
@@ -129,34 +131,8 @@ int main(int argc, char **argv) {
 	}
 }
 
-// grabCases are the items of parallel_for's grab at item next of n items
-// on t threads with runs of run items, worked by hand from the rule
-// (runtime.go grabsPerThread): about n / 4t, in whole runs while every
-// thread can still have one (n / t >= run and n - next >= t · run), at
-// most what is left. bench's scanGrab follows the same table.
-var grabCases = []struct{ n, t, run, next, want int }{
-	{64, 2, 8, 0, 8},      // 8 sequences of 8 kv heads: one sequence a grab
-	{64, 2, 8, 56, 8},     // the last sequence: a quarter share is 8 too
-	{16, 2, 8, 0, 8},      // 2 sequences: the first whole,
-	{16, 2, 8, 8, 2},      // the last in quarter shares
-	{24, 2, 8, 8, 8},      // 3 sequences: 16 left, one each
-	{24, 2, 8, 16, 3},     // then the last in quarter shares
-	{24, 2, 8, 22, 2},     // at most what is left
-	{8, 2, 8, 0, 1},       // 1 sequence: not every thread can have one
-	{1000, 2, 8, 0, 120},  // 125 items a quarter share: 15 whole runs
-	{1000, 2, 8, 990, 10}, // 10 left: a quarter share, cut to them
-	{512, 32, 8, 0, 8},    // 64 sequences on 32 threads
-	{512, 32, 8, 300, 4},  // 212 left, under 32 runs
-	{48, 2, 16, 0, 16},    // runs of 16
-	{30, 2, 16, 0, 3},     // 15 items a thread: less than a run
-	{64, 2, 1, 0, 8},      // no runs
-	{7, 2, 1, 6, 1},
-	{100, 3, 0, 0, 8},           // run 0 says nothing either
-	{1 << 30, 4, 8, 0, 1 << 26}, // a quarter share of 2^28: 2^23 runs
-}
-
 // TestGrab runs the runtime's grab rule (@par.grab, made external for the
-// driver) over grabCases.
+// driver) over the hand-worked table testdata/grabs.table.
 func TestGrab(t *testing.T) {
 	t.Parallel()
 	tc := lltest.NeedToolchain(t)
@@ -169,13 +145,14 @@ func TestGrab(t *testing.T) {
 		t.Fatalf("the runtime defines no %q", def)
 	}
 	ll = strings.Replace(ll, def, "define i32 @par.grab(", 1)
+	cases := lltest.GrabCases(t, filepath.Join("testdata", "grabs.table"))
 	var calls strings.Builder
-	for i, c := range grabCases {
-		fmt.Fprintf(&calls, "\tprintf(\"grab%d %%d\\n\", grab(%d, %d, %d, %d));\n", i, c.n, c.t, c.run, c.next)
+	for i, c := range cases {
+		fmt.Fprintf(&calls, "\tprintf(\"grab%d %%d\\n\", grab(%d, %d, %d, %d));\n", i, c.N, c.T, c.Run, c.Next)
 	}
 	driver := "int32_t grab(int32_t, int32_t, int32_t, int32_t) __asm__(\"par.grab\");\nint main(void) {\n" + calls.String() + "\treturn 0;\n}\n"
 	r := lltest.Results(t, tc.Build(t, ll, driver).Run(t))
-	for i, c := range grabCases {
-		lltest.CheckInt(t, r, fmt.Sprintf("grab%d", i), int64(c.want))
+	for i, c := range cases {
+		lltest.CheckInt(t, r, fmt.Sprintf("grab%d", i), int64(c.Want))
 	}
 }
