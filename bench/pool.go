@@ -235,6 +235,11 @@ func (w *poolWorkload) call(r int) error {
 	return nil
 }
 
+// timedCall is call(r)'s wall time.
+func (w *poolWorkload) timedCall(r int) (float64, error) {
+	return timed(func() error { return w.call(r) })
+}
+
 // dropCase releases the reference case's values (caseFor needs them).
 func (w *poolWorkload) dropCase() { w.c = nil }
 
@@ -273,7 +278,7 @@ func (w *poolWorkload) measure(b Budget) ([]float64, error) {
 	if err := w.call(len(w.tables) - 1); err != nil {
 		return nil, err
 	}
-	secs, err := b.repeat(func(i int) (float64, error) { return timed(func() error { return w.call(i) }) })
+	secs, err := b.repeat(w.timedCall)
 	if err != nil {
 		return secs, err
 	}

@@ -112,6 +112,9 @@ func writeCase(w io.Writer, c *CaseResult) {
 		if c.Scan != nil {
 			also = append(also, fmt.Sprintf("paged scan %.2f GB/s, %s", c.Scan.Rate.Median, aheadText(c.Scan.Ahead)))
 		}
+		if c.FirstMS != nil {
+			also = append(also, fmt.Sprintf("first call after the scans %.3f ms", c.FirstMS.Median))
+		}
 		if c.FMAFloor != nil {
 			also = append(also, fmt.Sprintf("multiply-adds at the fma peak %.3f ms, %.2f of the scan's time", c.FMAFloor.MS, c.FMAFloor.OfScan))
 		}

@@ -304,16 +304,31 @@ func (y *yardLib) scan(sc *pagedScan, set, threads, ahead int, out slots) (float
 	return sec, nil
 }
 
-// measureScan times the scan at every distance of scanAheads, one call per
-// distance per round, each call on the next page set (after one untimed
-// call on the last set), rounds as budget b allows (its Seconds over all
-// distances together, at least MinReps rounds), and keeps the distance
-// with the best median rate.
-func (y *yardLib) measureScan(sc *pagedScan, threads int, b Budget) (*PagedScan, error) {
+// measureScan times the scan at every distance of scanAheads and, when
+// decode is not nil, the decode whose bytes it reads: each round calls the
+// decode twice, then the scan once per distance, every call on the next
+// page set (after one untimed call of each on the last sets), so that a
+// change in the machine's memory load between rounds hits the decode and
+// its yardstick alike. A round's first decode call finds the kernels'
+// workers asleep after the previous round's scans (first); its second
+// finds them spinning, as back-to-back calls do (warm), which the scan,
+// a memory-side limit, is compared with. Rounds run as budget b allows:
+// exactly Reps, or until the timed calls have taken its Seconds (twice
+// that with a decode: the decode's time and the scan's), at least
+// MinReps. The scan keeps the distance with the best median rate.
+func (y *yardLib) measureScan(sc *pagedScan, threads int, b Budget, decode func(set int) (float64, error)) (_ *PagedScan, warm, first []float64, _ error) {
 	out := newSlots(threads)
 	defer out.free()
-	if _, err := y.scan(sc, len(sc.w.tables)-1, threads, 1, out); err != nil {
-		return nil, err
+	last := len(sc.w.tables) - 1
+	if _, err := y.scan(sc, last, threads, 1, out); err != nil {
+		return nil, nil, nil, err
+	}
+	limit := b.Seconds
+	if decode != nil {
+		if _, err := decode(last); err != nil {
+			return nil, nil, nil, err
+		}
+		limit *= 2
 	}
 	r := &PagedScan{Items: sc.nItems(), Splits: sc.splits, Visits: len(sc.visits) / 3}
 	if len(sc.items) == 0 {
@@ -328,13 +343,25 @@ func (y *yardLib) measureScan(sc *pagedScan, threads int, b Budget) (*PagedScan,
 			if round == b.Reps {
 				break
 			}
-		} else if round >= MaxReps || (round >= MinReps && (total >= b.Seconds || time.Since(start).Seconds() >= 3*b.Seconds+1)) {
+		} else if round >= MaxReps || (round >= MinReps && (total >= limit || time.Since(start).Seconds() >= 3*limit+1)) {
 			break
+		}
+		if decode != nil {
+			var sec [2]float64
+			for i := range sec {
+				var err error
+				if sec[i], err = decode(call); err != nil {
+					return nil, nil, nil, err
+				}
+				call++
+			}
+			total += sec[1]
+			first, warm = append(first, sec[0]), append(warm, sec[1])
 		}
 		for i := range r.Tried {
 			sec, err := y.scan(sc, call, threads, r.Tried[i].Ahead, out)
 			if err != nil {
-				return nil, err
+				return nil, nil, nil, err
 			}
 			call++
 			total += sec
@@ -349,7 +376,6 @@ func (y *yardLib) measureScan(sc *pagedScan, threads int, b Budget) (*PagedScan,
 		}
 	}
 	r.Ahead, r.M, r.Rate = r.Tried[best].Ahead, r.Tried[best].M, r.Tried[best].Rate
-	t := r.M.Time()
-	r.TimeMS = Stats{N: t.N, Median: 1e3 * t.Median, P25: 1e3 * t.P25, P75: 1e3 * t.P75, Min: 1e3 * t.Min, Max: 1e3 * t.Max}
-	return r, nil
+	r.TimeMS = r.M.TimeMS()
+	return r, warm, first, nil
 }

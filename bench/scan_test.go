@@ -2,6 +2,7 @@ package bench
 
 import (
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -157,9 +158,27 @@ func TestPagedScan(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer sc.free()
-			m, err := y.measureScan(sc, 2, Budget{Reps: 2})
+			// Each round calls the decode twice (first, then timed), then
+			// the scan at every distance, each call on its own page set
+			// after one untimed call on the last set.
+			var sets []int
+			decode := func(set int) (float64, error) {
+				sets = append(sets, set)
+				return float64(len(sets)), nil
+			}
+			m, warm, first, err := y.measureScan(sc, 2, Budget{Reps: 2}, decode)
 			if err != nil {
 				t.Fatal(err)
+			}
+			round := 2 + len(scanAheads)
+			if last := len(w.tables) - 1; !slices.Equal(sets, []int{last, 0, 1, round, round + 1}) {
+				t.Errorf("decode called on sets %v, want [%d 0 1 %d %d]", sets, last, round, round+1)
+			}
+			if !slices.Equal(first, []float64{2, 4}) || !slices.Equal(warm, []float64{3, 5}) {
+				t.Errorf("first calls timed %v, second %v; want [2 4], [3 5]", first, warm)
+			}
+			if _, warm, first, err := y.measureScan(sc, 2, Budget{Reps: 1}, nil); err != nil || warm != nil || first != nil {
+				t.Errorf("without a decode: %v, %v, %v", warm, first, err)
 			}
 			if len(m.Tried) != len(scanAheads) || m.M.Amount != float64(w.kvBytes) || m.Rate.N != 2 || m.Rate.Min <= 0 || m.TimeMS.N != 2 {
 				t.Errorf("measured %+v", m)

@@ -69,6 +69,12 @@ func (m Measure) MarshalJSON() ([]byte, error) {
 // Time summarizes the repetitions' wall times in seconds.
 func (m Measure) Time() Stats { return summarize(m.Seconds) }
 
+// TimeMS is Time in milliseconds.
+func (m Measure) TimeMS() Stats {
+	t := m.Time()
+	return Stats{N: t.N, Median: 1e3 * t.Median, P25: 1e3 * t.P25, P75: 1e3 * t.P75, Min: 1e3 * t.Min, Max: 1e3 * t.Max}
+}
+
 // Budget is how many repetitions a measurement runs: exactly Reps when
 // Reps > 0, else repetitions until Seconds of them have run (at least
 // MinReps and at most MaxReps).

@@ -149,7 +149,12 @@ Cases, each call timed once per repetition (median, quartiles, extremes):
            item's pages in order, K and V blocks in the cache's layout and
            storage type) on the same threads, taking items as the decode
            does, at the best of 0, 1, 2 and 4 pages of prefetch: the
-           decode's memory-side limit. Beside it, its arithmetic's: the
+           decode's memory-side limit. Each round calls the decode twice,
+           then the scan at each distance, so the memory's load moves
+           both alike; the timed call is the second, which finds the
+           kernels' workers awake as back-to-back calls do (the first,
+           after the scans, is shown as "first call"). Beside the scan,
+           the decode's arithmetic limit: the
            time its multiply-adds take at the fma peak, also as a
            fraction of the scan's time
   prefill  one sequence with q_len = kv_len = --q-len (default 2048):

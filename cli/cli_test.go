@@ -587,7 +587,7 @@ func TestBenchBuiltin(t *testing.T) {
 		`(?m)^  the same, prefetching the next block +[\d.]+ .* GB/s$`,
 		`(?m)^fp32 fma, \S+ \(.*\), \d+ chains +[\d.]+ .* GFLOP/s$`,
 		`(?m)^fma peak: \S+, [\d.]+ GFLOP/s`,
-		`(?m)^decode f16 +2x100 4/2 d32 p4 +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +3 GB/s +[\d.]+ +[\d.]+ +[\d.]+  stream read \([\d.]+ scattered\+prefetch; huge pages (advised|not advised \([^)]*\)), THP \w+, \d+ (B|KiB|MiB) of AnonHugePages; multiply-adds at the fma peak [\d.]+ ms, [\d.]+ of the scan's time; paged scan [\d.]+ GB/s, (no prefetch|prefetch \d+ pages? ahead); pool 4 MiB, \d+ page sets\)$`,
+		`(?m)^decode f16 +2x100 4/2 d32 p4 +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +3 GB/s +[\d.]+ +[\d.]+ +[\d.]+  stream read \([\d.]+ scattered\+prefetch; first call after the scans [\d.]+ ms; huge pages (advised|not advised \([^)]*\)), THP \w+, \d+ (B|KiB|MiB) of AnonHugePages; multiply-adds at the fma peak [\d.]+ ms, [\d.]+ of the scan's time; paged scan [\d.]+ GB/s, (no prefetch|prefetch \d+ pages? ahead); pool 4 MiB, \d+ page sets\)$`,
 		`(?m)^decode bf16/e4m3 +2x100 4/2 d32 p4 +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +3 GB/s +[\d.]+ +[\d.]+ +[\d.]+  stream read \(`,
 		`(?m)^skip decode f16/fp4: <bench decode f16/fp4>:\d+:\d+: unknown kv_dtype "fp4"`,
 		`(?m)^prefill f32 +20 causal 4/2 d32 p4 +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +3 GFLOP/s +[\d.]+ +[\d.]+ +-  fma peak \(`,
@@ -640,6 +640,7 @@ func TestBenchBuiltin(t *testing.T) {
 			M struct {
 				Seconds []float64 `json:"seconds"`
 			} `json:"m"`
+			FirstMS *struct{ N int } `json:"first_ms"`
 		} `json:"cases"`
 		Skipped []struct{ Name, Reason string } `json:"skipped"`
 	}
@@ -662,6 +663,10 @@ func TestBenchBuiltin(t *testing.T) {
 	if dec.Name != "decode f16" || dec.RatioTo != "stream_read" || dec.KVBytes != 2*100*2*64*2 || dec.Rate.N != 3 || len(dec.M.Seconds) != 3 ||
 		dec.Ratio <= 0 || dec.Ratios["stream_read"] != dec.Ratio || dec.Ratios["scattered_read_prefetch"] <= 0 || dec.Ratios["stream_read_prefetch"] <= 0 {
 		t.Errorf("decode case: %+v", dec)
+	}
+	// Each round's first call is timed apart from the second (rate).
+	if dec.FirstMS == nil || dec.FirstMS.N != 3 || pre.FirstMS != nil {
+		t.Errorf("first calls: decode %+v, prefill %+v", dec.FirstMS, pre.FirstMS)
 	}
 	if dec.Best <= 0 || pre.Best <= 0 {
 		t.Errorf("best ratios %v %v", dec.Best, pre.Best)
