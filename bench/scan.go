@@ -20,8 +20,8 @@ var scanAheads = []int{0, 1, 2, 4}
 // blocks in the case's layout and storage dtype — on the kernels' thread
 // count, items taken from a shared counter in grabs of consecutive items
 // (scanGrains, scanGrab) as the decode takes its work items (and split
-// into chunks of pages as the decode splits its items when it has fewer
-// than threads). It sums every byte it reads, checked
+// into chunks of pages, chunk by chunk, as the decode splits when it has
+// fewer sequences than threads). It sums every byte it reads, checked
 // against the same sum in Go; it keeps the prefetch distance with the best
 // median rate. The scan is the decode's memory-side limit: what reading
 // its pages costs with no compute at all.
@@ -57,7 +57,7 @@ type pagedScan struct {
 	items  []int64
 	visits []int64
 	splits int
-	run    int // items per grab run: a sequence's kv heads (1 when split)
+	run    int // items per grab run: a sequence's kv heads (of one chunk)
 	bytes  int64
 	bufs   struct{ geo, items, visits, next *cpurt.Buffer }
 	want   map[int]int64 // per page set
@@ -144,18 +144,17 @@ func newPagedScan(w *poolWorkload, threads int) (*pagedScan, error) {
 	}
 	sc.bytes *= int64(v.KVHeads)
 	// Items: (sequence, kv head), split into chunks when there are fewer
-	// than threads (plan_splits: enough chunks to give every thread work,
-	// no more than the pages).
-	nItems := len(c.Pages) * v.KVHeads
-	if nItems < threads {
-		sc.splits = max(1, min((threads+nItems-1)/max(nItems, 1), most))
-		sc.run = 1 // split decode's loop has no runs
+	// sequences than threads (the CPU's plan_splits over the batch: enough
+	// chunks to give every thread work, no more than the pages), chunk
+	// by chunk, each chunk's sequence a run of items as in the kernel.
+	if len(c.Pages) < threads {
+		sc.splits = max(1, min((threads+len(c.Pages)-1)/max(len(c.Pages), 1), most))
 	}
-	for b := range c.Pages {
-		for h := range v.KVHeads {
+	for k := range sc.splits {
+		for b := range c.Pages {
 			n := len(seqVisits[b])
-			for k := range sc.splits {
-				lo, hi := k*n/sc.splits, (k+1)*n/sc.splits
+			lo, hi := k*n/sc.splits, (k+1)*n/sc.splits
+			for h := range v.KVHeads {
 				at := int64(len(sc.visits) / 3)
 				for _, x := range seqVisits[b][lo:hi] {
 					sc.visits = append(sc.visits, x[:]...)

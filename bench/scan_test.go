@@ -127,8 +127,20 @@ func TestPagedScan(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer sc.free()
-				if threads == 8 && sc.splits < 2 {
-					t.Errorf("%d items on 8 threads: %d splits", sc.nItems()/sc.splits, sc.splits)
+				// 3 sequences on 8 threads: 3 chunks each, chunk-major.
+				if want := map[int]int{1: 1, 2: 1, 8: 3}[threads]; sc.splits != want || sc.nItems() != 3*v.KVHeads*want {
+					t.Errorf("3 sequences on %d threads: %d chunks, %d items; want %d chunks", threads, sc.splits, sc.nItems(), want)
+				}
+				// Item (k*3 + b)*kv_heads + h: chunk k of sequence b, kv head h.
+				for i := range sc.nItems() {
+					if sc.items[3*i+2] != int64(i%v.KVHeads) {
+						t.Fatalf("item %d reads kv head %d", i, sc.items[3*i+2])
+					}
+				}
+				if sc.splits > 1 {
+					if c0, c1 := sc.items[0], sc.items[3*3*v.KVHeads]; sc.visits[3*c1] <= sc.visits[3*c0] {
+						t.Errorf("sequence 0's second chunk starts at page %d, its first at %d", sc.visits[3*c1], sc.visits[3*c0])
+					}
 				}
 				out := newSlots(threads)
 				defer out.free()

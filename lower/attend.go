@@ -143,6 +143,10 @@ func (l *lowering) decode(public bool) ([]*ir.Kernel, *ir.Plan) {
 	v.vr(maxTiles.Name, i32(0))
 	l.validateCache(&v, false, func(t *blk, env map[string]ir.Expr) { foldSeq(t, maxTiles, env) })
 	items := mul(bs, i32(l.itemsPerSeq()))
+	units := items
+	if l.t.SplitBySequence {
+		units = bs
+	}
 	splits := ir.R(ir.PlanSplits, ir.I32)
 	// Splits happen only with fewer items than threads, so these counts
 	// are small; the sizes are i64 anyway.
@@ -153,7 +157,7 @@ func (l *lowering) decode(public bool) ([]*ir.Kernel, *ir.Plan) {
 		Skip:   eq(bs, i32(0)),
 		Direct: []ir.Launch{{Kernel: direct.Name, Items: items}},
 		Split: &ir.Split{
-			Splits: &ir.Call{Fn: "plan_splits", Args: []ir.Expr{items, ir.R(ir.PlanThreads, ir.I32), ir.R(maxTiles.Name, ir.I32)}, T: ir.I32},
+			Splits: &ir.Call{Fn: "plan_splits", Args: []ir.Expr{units, ir.R(ir.PlanThreads, ir.I32), ir.R(maxTiles.Name, ir.I32)}, T: ir.I32},
 			Scratch: []ir.Scratch{
 				{Name: "part_o", T: ir.F32, Size: mul(rows, ir.IntT(ir.I64, int64(l.DV)))},
 				{Name: "part_lse", T: ir.F32, Size: rows},
@@ -185,9 +189,9 @@ func (l *lowering) attentionKernel(name string, role ir.Role, params []*ir.Param
 		}
 		l.storeItem(w, x)
 	})
-	if it.decode && !it.split && l.itemsPerSeq() > 1 {
-		// A sequence's items read the same pages: a thread takes them
-		// together where every thread can have a sequence.
+	if it.decode && (!it.split || l.t.SplitBySequence) && l.itemsPerSeq() > 1 {
+		// A sequence's items (of one chunk, split) read the same pages: a
+		// thread takes them together where every thread can have a run.
 		work.Run = l.itemsPerSeq()
 	}
 	b.add(&ir.Return{Value: i32(0)})
@@ -239,7 +243,8 @@ type itemVars struct {
 }
 
 // bindItem binds work item `item`: item = ((b*kv_heads + kvh)*head_tiles
-// + ht) * splits + sp) * max_qt + qt, with the factors a role lacks left out.
+// + ht) * splits + sp) * max_qt + qt, with the factors a role lacks left out
+// (Tiling.SplitBySequence: sp * batch*kv_heads*head_tiles + the rest).
 func (l *lowering) bindItem(w *blk, it attnItem, item ir.Expr) itemVars {
 	G, GB, KT := l.G, l.GB, l.t.KVTile
 	R, QT := l.rowsPerItem(it.decode)
@@ -252,7 +257,12 @@ func (l *lowering) bindItem(w *blk, it attnItem, item ir.Expr) itemVars {
 		qt = w.let("qt", rem(rest, maxQT))
 		rest = w.let("rest", div(rest, maxQT))
 	}
-	if it.split {
+	if it.split && l.t.SplitBySequence {
+		// Chunk-major: the decode's items of one chunk are adjacent.
+		per := mul(ir.R("batch_size", ir.I32), i32(l.itemsPerSeq()))
+		x.sp = w.let("sp", div(rest, per))
+		rest = w.let("rest", rem(rest, per))
+	} else if it.split {
 		x.sp = w.let("sp", rem(rest, splits))
 		rest = w.let("rest", div(rest, splits))
 	}

@@ -38,10 +38,14 @@ func TestSelect(t *testing.T) {
 		// 1 sequence x 8 kv heads x ceil(100 / 32 query rows per item).
 		{"prefill chunk", registry.Shape{QLens: []int{100}, KVLens: []int{100}, Threads: 8}, ir.RolePrefill, 1, 8 * 4},
 		{"mixed", registry.Shape{QLens: []int{1, 7}, KVLens: []int{10, 9}, Threads: 8}, ir.RolePrefill, 1, 2 * 8},
-		// 1 sequence x 8 kv heads = 8 items >= 8 threads: no split.
-		{"decode enough items", registry.Shape{QLens: []int{1}, KVLens: []int{4096}, Threads: 8}, ir.RoleDecode, 1, 8},
-		// 8 items, 32 threads: 4 chunks each.
-		{"decode split", registry.Shape{QLens: []int{1}, KVLens: []int{4096}, Threads: 32}, ir.RoleDecode, 4, 32},
+		// The CPU splits by sequence: 1 sequence, 8 threads: 8 chunks of
+		// its positions, each for its 8 kv heads.
+		{"decode one sequence", registry.Shape{QLens: []int{1}, KVLens: []int{4096}, Threads: 8}, ir.RoleDecode, 8, 64},
+		{"decode split", registry.Shape{QLens: []int{1}, KVLens: []int{4096}, Threads: 32}, ir.RoleDecode, 32, 256},
+		// 2 sequences, 3 threads: 2 chunks each; 2 sequences, 2 threads:
+		// no split.
+		{"decode two sequences", registry.Shape{QLens: []int{1, 1}, KVLens: []int{4096, 100}, Threads: 3}, ir.RoleDecode, 2, 32},
+		{"decode enough sequences", registry.Shape{QLens: []int{1, 1}, KVLens: []int{4096, 100}, Threads: 2}, ir.RoleDecode, 1, 16},
 		// Never more chunks than the CPU's 16-position decode tiles: 40
 		// positions = 3 tiles.
 		{"decode split capped by tiles", registry.Shape{QLens: []int{1}, KVLens: []int{40}, Threads: 64}, ir.RoleDecode, 3, 24},
@@ -135,8 +139,8 @@ func TestManifestDeterministic(t *testing.T) {
 }
 
 // TestSelectHeadTiles: a 128-head MLA-like group splits into 8 CPU work
-// items of 16 heads per sequence, so one decode sequence already has 8
-// items and 8 threads need no KV split.
+// items of 16 heads per sequence; one decode sequence on 8 threads is split
+// into 8 chunks of positions, each for the 8 head tiles (64 items).
 func TestSelectHeadTiles(t *testing.T) {
 	v := variant()
 	v.QOHeads, v.KVHeads = 128, 1
@@ -144,8 +148,8 @@ func TestSelectHeadTiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Items != 8 || s.Splits != 1 {
-		t.Errorf("got %+v, want 8 items, no split", s)
+	if s.Items != 64 || s.Splits != 8 {
+		t.Errorf("got %+v, want 64 items, 8 splits", s)
 	}
 }
 
