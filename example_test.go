@@ -91,7 +91,7 @@ func ExampleResult_Select() {
 	}
 	fmt.Printf("%s: %s, %d splits, %d work items, merge %v\n", s.Role, s.Symbol, s.Splits, s.Items, s.Merge)
 	// Output:
-	// decode: tiny_decode, 4 splits, 8 work items, merge true
+	// decode: tiny_decode, 8 splits, 16 work items, merge true
 }
 
 // PassTable shows a target's table with insertions applied; the standard

@@ -69,7 +69,7 @@ func TestSelectionString(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := s.String(), "decode via tiny_decode, 8 work items, KV split in 4 chunks, merged with merge_state"; got != want {
+	if got, want := s.String(), "decode via tiny_decode, 16 work items, KV split in 8 chunks, merged with merge_state"; got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
 }

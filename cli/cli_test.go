@@ -901,7 +901,7 @@ func TestWithPasses(t *testing.T) {
 			return m.WithDef(&ir.Def{Name: d.Name, Params: d.Params, Body: ir.Int(1)}), nil
 		}}}
 	shape := []string{"explain", llama3, "--batch", "1", "--kv-len", "4096", "--threads", "16"}
-	if o, _ := mustRun(t, shape...); !strings.Contains(o, "KV split in 2 chunks") {
+	if o, _ := mustRun(t, shape...); !strings.Contains(o, "KV split in 16 chunks") {
 		t.Errorf("explain without the pass does not split:\n%s", o)
 	}
 	if o, e, code := run(WithPasses(noSplit), shape...); code != 0 || strings.Contains(o, "KV split") || !strings.Contains(o, "-> decode via llama3_8b_decode") {
