@@ -145,22 +145,45 @@ func newPagedScan(w *poolWorkload, threads int) (*pagedScan, error) {
 	sc.bytes *= int64(v.KVHeads)
 	// Items: (sequence, kv head), split into chunks when there are fewer
 	// sequences than threads (the CPU's plan_splits over the batch: enough
-	// chunks to give every thread work, no more than the pages), chunk
-	// by chunk, each chunk's sequence a run of items as in the kernel.
-	if len(c.Pages) < threads {
-		sc.splits = max(1, min((threads+len(c.Pages)-1)/max(len(c.Pages), 1), most))
+	// chunks to give every thread work, no more than the pages), chunk by
+	// chunk, each chunk's sequence a run of items as in the kernel; with
+	// one kv head, when there are fewer items than threads, each item's
+	// chunks adjacent (lower's splitBySequence).
+	bySeq := v.KVHeads > 1
+	units := len(c.Pages)
+	if !bySeq {
+		units = len(c.Pages) * v.KVHeads
 	}
-	for k := range sc.splits {
-		for b := range c.Pages {
-			n := len(seqVisits[b])
-			lo, hi := k*n/sc.splits, (k+1)*n/sc.splits
-			for h := range v.KVHeads {
-				at := int64(len(sc.visits) / 3)
-				for _, x := range seqVisits[b][lo:hi] {
-					sc.visits = append(sc.visits, x[:]...)
+	if units < threads {
+		sc.splits = max(1, min((threads+units-1)/max(units, 1), most))
+	}
+	add := func(k, b, h int) {
+		n := len(seqVisits[b])
+		lo, hi := k*n/sc.splits, (k+1)*n/sc.splits
+		at := int64(len(sc.visits) / 3)
+		for _, x := range seqVisits[b][lo:hi] {
+			sc.visits = append(sc.visits, x[:]...)
+		}
+		sc.items = append(sc.items, at, at+int64(hi-lo), int64(h))
+	}
+	if bySeq {
+		for k := range sc.splits {
+			for b := range c.Pages {
+				for h := range v.KVHeads {
+					add(k, b, h)
 				}
-				sc.items = append(sc.items, at, at+int64(hi-lo), int64(h))
 			}
+		}
+	} else {
+		for b := range c.Pages {
+			for h := range v.KVHeads {
+				for k := range sc.splits {
+					add(k, b, h)
+				}
+			}
+		}
+		if sc.splits > 1 {
+			sc.run = 1 // split decode's loop has no runs there
 		}
 	}
 	if len(sc.visits) == 0 {

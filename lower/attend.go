@@ -40,6 +40,14 @@ func (l *lowering) headTiles() int { return l.G / l.GB }
 // head tiles.
 func (l *lowering) itemsPerSeq() int { return l.KVH * l.headTiles() }
 
+// splitBySequence reports whether decode splits by sequence
+// (Tiling.SplitBySequence): where a sequence's items are its kv heads,
+// whose blocks threads would read side by side. With one kv head its items
+// are head tiles reading the same rows (MQA, MLA), which threads share
+// through the cache; split by sequence they would only add partial
+// outputs to merge (MLA's 128 × 512 floats a chunk).
+func (l *lowering) splitBySequence() bool { return l.t.SplitBySequence && l.KVH > 1 }
+
 // splitItem binds a work item's sequence, kv head and head tile from x =
 // (b * kv_heads + kvh) * headTiles + ht.
 func (l *lowering) splitItem(b *blk, x ir.Expr) (sb, kvh, ht ir.Expr) {
@@ -144,7 +152,7 @@ func (l *lowering) decode(public bool) ([]*ir.Kernel, *ir.Plan) {
 	l.validateCache(&v, false, func(t *blk, env map[string]ir.Expr) { foldSeq(t, maxTiles, env) })
 	items := mul(bs, i32(l.itemsPerSeq()))
 	units := items
-	if l.t.SplitBySequence {
+	if l.splitBySequence() {
 		units = bs
 	}
 	splits := ir.R(ir.PlanSplits, ir.I32)
@@ -189,7 +197,7 @@ func (l *lowering) attentionKernel(name string, role ir.Role, params []*ir.Param
 		}
 		l.storeItem(w, x)
 	})
-	if it.decode && (!it.split || l.t.SplitBySequence) && l.itemsPerSeq() > 1 {
+	if it.decode && (!it.split || l.splitBySequence()) && l.itemsPerSeq() > 1 {
 		// A sequence's items (of one chunk, split) read the same pages: a
 		// thread takes them together where every thread can have a run.
 		work.Run = l.itemsPerSeq()
@@ -257,7 +265,7 @@ func (l *lowering) bindItem(w *blk, it attnItem, item ir.Expr) itemVars {
 		qt = w.let("qt", rem(rest, maxQT))
 		rest = w.let("rest", div(rest, maxQT))
 	}
-	if it.split && l.t.SplitBySequence {
+	if it.split && l.splitBySequence() {
 		// Chunk-major: the decode's items of one chunk are adjacent.
 		per := mul(ir.R("batch_size", ir.I32), i32(l.itemsPerSeq()))
 		x.sp = w.let("sp", div(rest, per))

@@ -70,6 +70,11 @@ func goldenCases() []goldenCase {
 		{feature: "split_kv_decode_merge_state", edit: func(v *ir.Variant) {
 			v.QOHeads, v.KVHeads, v.Kernels = 4, 2, roles(ir.RoleDecode, ir.RoleMergeState)
 		}},
+		// The CPU's split by sequence: plan_splits over batch_size, the
+		// split kernel's items chunk-major, a chunk's kv heads one run.
+		{feature: "split_by_sequence_decode", edit: func(v *ir.Variant) {
+			v.QOHeads, v.KVHeads, v.Kernels = 4, 2, roles(ir.RoleDecode)
+		}, tiling: &Tiling{KVTile: 16, Rows: 16, MaxHeads: 8, SplitBySequence: true}},
 		{feature: "lse_base2", edit: func(v *ir.Variant) {
 			v.LSEBase, v.Kernels = ir.LSEBase2, roles(ir.RoleDecode, ir.RoleMergeState)
 		}},

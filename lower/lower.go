@@ -100,7 +100,9 @@ type Tiling struct {
 	// for every kv head of a sequence, where unsplit threads would read
 	// the kv heads of one sequence, whose blocks share pages, side by side
 	// (a CPU's threads read such pages slower: f16 decode of 1 × 8192
-	// positions took 1.6× the time of 2 × 4096 on 2 threads).
+	// positions took 1.6× the time of 2 × 4096 on 2 threads). Only with
+	// more than one kv head: one kv head's items (head tiles) read the
+	// same rows.
 	SplitBySequence bool
 }
 
