@@ -20,8 +20,9 @@ var scanAheads = []int{0, 1, 2, 4}
 // blocks in the case's layout and storage dtype — on the kernels' thread
 // count, items taken from a shared counter in grabs of consecutive items
 // (scanGrains, scanGrab) as the decode takes its work items (and split
-// into chunks of pages, chunk by chunk, as the decode splits when it has
-// fewer sequences than threads). It sums every byte it reads, checked
+// into chunks of pages as the decode splits: with more than one kv head
+// when it has fewer sequences than threads, chunk by chunk; with one, when
+// it has fewer items). It sums every byte it reads, checked
 // against the same sum in Go; it keeps the prefetch distance with the best
 // median rate. The scan is the decode's memory-side limit: what reading
 // its pages costs with no compute at all.
