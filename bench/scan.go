@@ -330,7 +330,7 @@ func (y *yardLib) scan(sc *pagedScan, set, threads, ahead int, out slots) (float
 // measureScan times the scan at every distance of scanAheads and, when
 // decode is not nil, the decode whose bytes it reads: each round calls the
 // decode twice, then the scan once per distance, every call on the next
-// page set (after one untimed call of each on the last sets), so that a
+// page set (after one untimed call of each on the last set), so that a
 // change in the machine's memory load between rounds hits the decode and
 // its yardstick alike. A round's first decode call finds the kernels'
 // workers asleep after the previous round's scans (first); its second
