@@ -33,7 +33,9 @@ func overrideLL(t *testing.T, ll, name, typ, ret string) string {
 // constructor) and checks it with the conformance rule against the
 // float64 reference, on random cases and on TestBF16DenormalOperands'
 // denormal operands (TDPBF16PS flushes them: those tiles must take the
-// f32 micro-kernels). This CPU lacks AMX, so the test makes detect_level
+// f32 micro-kernels), one with infinite and tiny V values (split P·V's
+// fallbacks). Since split P·V, P·V runs on the tiles too: the count of
+// TDPBF16PS emulated must exceed what Q·Kᵀ alone issues. This CPU lacks AMX, so the test makes detect_level
 // report it and amx_permit grant it in the .ll text, then forces the
 // level. Emulated only: not a run on AMX hardware.
 func TestAMXPrefillEmulated(t *testing.T) {
@@ -98,6 +100,20 @@ func TestAMXPrefillEmulated(t *testing.T) {
 		for _, den := range []bool{false, true} {
 			rng := rand.New(rand.NewSource(seed))
 			c := reference.NewCase(v, rng, reference.CaseSpec{Name: fmt.Sprintf("seed %d denormal %v", seed, den), QLens: []int{70, 33, 128}, KVLens: []int{150, 97, 128}})
+			if den && seed == 3 {
+				// Split P·V's fallbacks: an infinite V value (hidden
+				// from the rows before its position, seen by the rows
+				// after) and V values below 2^-100.
+				c.Name += ", inf and tiny V"
+				for i := range c.VPages {
+					switch i % 997 {
+					case 500:
+						c.VPages[i] = float32(math.Inf(1))
+					case 3, 40:
+						c.VPages[i] = 0x1.8p-110
+					}
+				}
+			}
 			if den {
 				for i := range c.Q {
 					switch i % d {
@@ -133,6 +149,10 @@ func TestAMXPrefillEmulated(t *testing.T) {
 	}
 	if dps == 0 {
 		t.Fatal("no TDPBF16PS ran: the x86-64-amx clone did not use the tiles")
+	}
+	// Q·Kᵀ alone issued 2928 on these cases (before split P·V, 2026-12-03).
+	if dps < 2*2928 {
+		t.Fatalf("%d TDPBF16PS emulated: P·V did not run on the tiles", dps)
 	}
 	t.Logf("%d prefill cases at x86-64-amx (emulated), %d TDPBF16PS emulated", cases, dps)
 }

@@ -77,16 +77,23 @@ func dotBF16Fits(mm *ir.MatMul, exact map[string]bool, l Level) bool {
 }
 
 // hasBF16Product reports whether body holds a matmul level l runs on
-// vdpbf16ps (on AMX tiles at an AMX level): the kernels multiversion
-// clones at a DotBF16 level.
+// vdpbf16ps (on AMX tiles at an AMX level), Q·Kᵀ or split P·V: the
+// kernels multiversion clones at a DotBF16 level.
 func hasBF16Product(body *ir.Block, l Level) bool {
 	if !l.DotBF16 {
 		return false
 	}
 	exact := bf16Exact(body)
+	allocs := map[string]*ir.Alloc{}
+	ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
+		if a, ok := s.(*ir.Alloc); ok {
+			allocs[a.Name] = a
+		}
+		return []ir.Stmt{s}
+	})
 	found := false
 	ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
-		if mm, ok := s.(*ir.MatMul); ok && dotBF16Fits(mm, exact, l) && (!l.AMX || amxBlockFits(l, mm.M, mm.N, mm.K)) {
+		if mm, ok := s.(*ir.MatMul); ok && (dotBF16Fits(mm, exact, l) && (!l.AMX || amxBlockFits(l, mm.M, mm.N, mm.K)) || splitPVFits(mm, exact, allocs, l)) {
 			found = true
 		}
 		return []ir.Stmt{s}
@@ -147,9 +154,13 @@ func denormKey(x ir.Expr, L int) ir.Expr {
 }
 
 // denormFlag declares i32 var den: 1 when a lane of the i32 vector var mx
-// (denormKey's largest values) is above denormBias, else 0 — a max over
-// halves of the vector down to one lane.
-func denormFlag(den, mx string, L int) []ir.Stmt {
+// (denormKey's largest values) is above denormBias, else 0.
+func denormFlag(den, mx string, L int) []ir.Stmt { return flagAbove(den, mx, L, denormBias) }
+
+// flagAbove declares i32 var flag: 1 when a lane of the i32 vector var mx
+// is above limit, else 0 — a max over halves of the vector down to one
+// lane.
+func flagAbove(flag, mx string, L int, limit int64) []ir.Stmt {
 	var v ir.Expr = ir.R(mx, ir.Vec(ir.I32, L))
 	var out []ir.Stmt
 	for n := L; n > 1; n /= 2 {
@@ -161,7 +172,7 @@ func denormFlag(den, mx string, L int) []ir.Stmt {
 		out = append(out, &ir.Let{Name: name, Value: ir.Bin(ir.Max, &ir.VShuffle{X: v, Y: v, Mask: lo}, &ir.VShuffle{X: v, Y: v, Mask: hi})})
 		v = ir.R(name, ir.Vec(ir.I32, n/2))
 	}
-	return append(out, &ir.Var{Name: den, Init: ir.Sel(ir.Bin(ir.Gt, v, i32c(denormBias)), i32c(1), i32c(0))})
+	return append(out, &ir.Var{Name: flag, Init: ir.Sel(ir.Bin(ir.Gt, v, ir.Int(limit)), i32c(1), i32c(0))})
 }
 
 // packPairsTransposed writes B (f32 [N, K], exact bf16 values) into dst

@@ -75,14 +75,21 @@ func scheduleBF16Tile(t *testing.T, level string, rows int) (before, after *ir.M
 		t.Fatal(err)
 	}
 	before = parseBF16Tile(t, level, rows)
-	after = before
+	return before, scheduleTile(t, mc, before, level)
+}
+
+// scheduleTile runs block-matmul, lower-tiles and vectorize on m, a tile
+// at level, verifying after each.
+func scheduleTile(t *testing.T, mc *Machine, m *ir.Module, level string) *ir.Module {
+	t.Helper()
 	for _, p := range []func(*ir.Module) (*ir.Module, error){mc.BlockMatMul, LowerTiles, Vectorize} {
-		if after, err = p(after); err != nil {
+		var err error
+		if m, err = p(m); err != nil {
 			t.Fatal(err)
 		}
-		ir.MustVerify(level, after)
+		ir.MustVerify(level, m)
 	}
-	return before, after
+	return m
 }
 
 func bf16Bits(x float32) uint16 { return uint16(math.Float32bits(x) >> 16) }

@@ -154,6 +154,36 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 		}
 		return []ir.Stmt{s}
 	})
+	// On an AMX level, P·V products splitPVFits takes get their
+	// operands as split pairs and their product an array of its own
+	// (named here, sized like packed's).
+	splitFits := func(mm *ir.MatMul) bool { return blocks(mm) && splitPVFits(mm, exact, allocs, l) }
+	splitA, splitB, splitC := map[string]string{}, map[string]string{}, map[string]string{}
+	fresh := func(base string) string {
+		name := base
+		for i := 2; names[name]; i++ {
+			name = fmt.Sprintf("%s%d", base, i)
+		}
+		names[name] = true
+		return name
+	}
+	ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
+		if mm, ok := s.(*ir.MatMul); ok && splitFits(mm) {
+			if splitA[mm.A] == "" {
+				splitA[mm.A] = fresh(mm.A + "_sp")
+			}
+			if splitB[mm.B] == "" {
+				splitB[mm.B] = fresh(mm.B + "_sp")
+			}
+			if splitC[mm.C] == "" {
+				splitC[mm.C] = fresh(mm.C + "_sp")
+			}
+			size[splitA[mm.A]] = max(size[splitA[mm.A]], mm.M*3*mm.K/2)
+			size[splitB[mm.B]] = max(size[splitB[mm.B]], 3*mm.K/2*mm.N)
+			size[splitC[mm.C]] = max(size[splitC[mm.C]], mm.M*mm.N)
+		}
+		return []ir.Stmt{s}
+	})
 	den := func(x string) string { return pairs[x] + "den" }
 	hoisted := map[*ir.MatMul]bool{}
 	if len(pairs) > 0 {
@@ -217,6 +247,14 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 			if p := scaledA[x.Name]; p != "" {
 				out = append(out, &ir.Alloc{Name: p, T: ir.F32, Size: size[p]})
 			}
+			for _, p := range []string{splitA[x.Name], splitB[x.Name]} {
+				if p != "" {
+					out = append(out, &ir.Alloc{Name: p, T: ir.I32, Size: size[p]})
+				}
+			}
+			if p := splitC[x.Name]; p != "" {
+				out = append(out, &ir.Alloc{Name: p, T: ir.F32, Size: size[p]})
+			}
 			return out
 		case *ir.MatMul:
 			bElem := elems[x.B]
@@ -263,11 +301,16 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 				plain := *mk
 				plain.ZeroSkip = false
 				scan, hides := negZeroScan(x, l.Lanes)
-				return append(append(out, scan...), &ir.If{Cond: hides,
+				out = append(append(out, scan...), &ir.If{Cond: hides,
 					Then: &ir.Block{Stmts: blockedMatMul(mk, b, bElem, zs, scales[x], fold)},
 					Else: &ir.Block{Stmts: blockedMatMul(&plain, b, bElem, sh, scales[x], fold)}})
+			} else {
+				out = append(out, blockedMatMul(mk, b, bElem, sh, scales[x], fold)...)
 			}
-			out = append(out, blockedMatMul(mk, b, bElem, sh, scales[x], fold)...)
+			if splitFits(x) {
+				nm := splitNames{a: splitA[x.A], b: splitB[x.B], c: splitC[x.C]}
+				return []ir.Stmt{&ir.Block{Stmts: splitPV(x, nm, sh, l, scales[x], out)}}
+			}
 			if !fits(x) {
 				return out
 			}
