@@ -27,25 +27,11 @@ func overrideLL(t *testing.T, ll, name, typ, ret string) string {
 	return ll + fmt.Sprintf("\ndefine internal %s @%s() {\nentry:\n\tret %s %s\n}\n", typ, name, typ, ret)
 }
 
-// TestAMXPrefillEmulated runs bf16 prefill's x86-64-amx clone — Q·Kᵀ on
-// rt.amx_qk32's AMX tiles — under the tests' AMX emulator
-// (internal/amxemu, linked into the kernel library and installed by its
-// constructor) and checks it with the conformance rule against the
-// float64 reference, on random cases and on TestBF16DenormalOperands'
-// denormal operands (TDPBF16PS flushes them: those tiles must take the
-// f32 micro-kernels), one with infinite and tiny V values (split P·V's
-// fallbacks). Since split P·V, P·V runs on the tiles too: the count of
-// TDPBF16PS emulated must exceed what Q·Kᵀ alone issues. This CPU lacks AMX, so the test makes detect_level
-// report it and amx_permit grant it in the .ll text, then forces the
-// level. Emulated only: not a run on AMX hardware.
-func TestAMXPrefillEmulated(t *testing.T) {
-	needTools(t)
-	// bf16Levels' files with the x86-64-amx clone only (--cpu-levels
-	// x86-64-amx), written but not compiled: only the .ll with the level
-	// detection overridden compiles, one clone instead of every level's
-	// (the other levels of the same variant run in
-	// TestBF16DenormalOperands and TestCPULevelsBuild).
-	v := spec(t, bf16Levels)
+// amxEmulated builds variant v's x86-64-amx clone alone with the AMX
+// emulator linked in, detect_level and amx_permit overridden in the .ll
+// (this CPU lacks AMX), and returns its suite forced to the level.
+func amxEmulated(t *testing.T, v *ir.Variant) *Suite {
+	t.Helper()
 	dir := t.TempDir()
 	emu, err := amxemu.WriteSource(dir)
 	if err != nil {
@@ -87,6 +73,29 @@ func TestAMXPrefillEmulated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ls
+}
+
+// TestAMXPrefillEmulated runs bf16 prefill's x86-64-amx clone — Q·Kᵀ on
+// rt.amx_qk32's AMX tiles — under the tests' AMX emulator
+// (internal/amxemu, linked into the kernel library and installed by its
+// constructor) and checks it with the conformance rule against the
+// float64 reference, on random cases and on TestBF16DenormalOperands'
+// denormal operands (TDPBF16PS flushes them: those tiles must take the
+// f32 micro-kernels), one with infinite and tiny V values (split P·V's
+// fallbacks). Since split P·V, P·V runs on the tiles too: the count of
+// TDPBF16PS emulated must exceed what Q·Kᵀ alone issues. This CPU lacks AMX, so the test makes detect_level
+// report it and amx_permit grant it in the .ll text, then forces the
+// level. Emulated only: not a run on AMX hardware.
+func TestAMXPrefillEmulated(t *testing.T) {
+	needTools(t)
+	// bf16Levels' files with the x86-64-amx clone only (--cpu-levels
+	// x86-64-amx), written but not compiled: only the .ll with the level
+	// detection overridden compiles, one clone instead of every level's
+	// (the other levels of the same variant run in
+	// TestBF16DenormalOperands and TestCPULevelsBuild).
+	v := spec(t, bf16Levels)
+	ls := amxEmulated(t, v)
 	defer ls.Lib.Close()
 	d := v.HeadDimQK
 	denormal := func(rng *rand.Rand) float32 {
@@ -155,4 +164,70 @@ func TestAMXPrefillEmulated(t *testing.T) {
 		t.Fatalf("%d TDPBF16PS emulated: P·V did not run on the tiles", dps)
 	}
 	t.Logf("%d prefill cases at x86-64-amx (emulated), %d TDPBF16PS emulated", cases, dps)
+}
+
+// f16Levels is bf16Levels over f16.
+const f16Levels = `variant f16_levels { heads qo = 4, kv = 2
+	  head_dim 64
+	  dtype f16
+	  cache paged(page_size = 16)
+	  mask causal }`
+
+// f16AMXSpecs are the f16 variants TestAMXPrefillF16Emulated runs: GQA,
+// head dims 192/128 (MHA, page 64), a sliding window with a softcap
+// (GQA 4, page 8).
+var f16AMXSpecs = []string{f16Levels,
+	`variant f16_qk192 { heads qo = 4, kv = 4
+	  head_dim qk = 192, v = 128
+	  dtype f16
+	  cache paged(page_size = 64)
+	  mask causal }`,
+	`variant f16_window_softcap { heads qo = 8, kv = 2
+	  head_dim 64
+	  dtype f16
+	  cache paged(page_size = 8)
+	  mask window(size = 40)
+	  score softcap(score, 30.0) }`}
+
+// TestAMXPrefillF16Emulated runs f16 prefill's x86-64-amx clones under the
+// AMX emulator: Q·Kᵀ and P·V as split products on the tiles (Q and K in
+// two bf16 parts, P in three, V in two), on random cases and on one with
+// infinite V values (the f32 fallback), for each of f16AMXSpecs, checked
+// with the conformance rule against the float64 reference. Emulated only:
+// not a run on AMX hardware.
+func TestAMXPrefillF16Emulated(t *testing.T) {
+	needTools(t)
+	for _, src := range f16AMXSpecs {
+		v := spec(t, src)
+		t.Run(v.Name, func(t *testing.T) {
+			ls := amxEmulated(t, v)
+			defer ls.Lib.Close()
+			for seed := int64(1); seed <= 2; seed++ {
+				rng := rand.New(rand.NewSource(seed))
+				c := reference.NewCase(v, rng, reference.CaseSpec{Name: fmt.Sprintf("seed %d", seed), QLens: []int{70, 128}, KVLens: []int{150, 128}})
+				if seed == 2 {
+					c.Name += ", inf V"
+					for i := range c.VPages {
+						if i%997 == 500 {
+							c.VPages[i] = float32(math.Inf(1))
+						}
+					}
+				}
+				r := ls.RunAttentionCase(ir.RolePrefill, c, 2)
+				if !r.Pass {
+					t.Errorf("x86-64-amx (emulated): %s", r)
+				} else {
+					t.Logf("x86-64-amx (emulated): %s", r)
+				}
+			}
+			dps, err := ls.Lib.Call("amxemu_count_dp")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if dps == 0 {
+				t.Fatal("no TDPBF16PS ran: the x86-64-amx clone did not use the tiles")
+			}
+			t.Logf("%d TDPBF16PS emulated", dps)
+		})
+	}
 }

@@ -77,13 +77,13 @@ func dotBF16Fits(mm *ir.MatMul, exact map[string]bool, l Level) bool {
 }
 
 // hasBF16Product reports whether body holds a matmul level l runs on
-// vdpbf16ps (on AMX tiles at an AMX level), Q·Kᵀ or split P·V: the
-// kernels multiversion clones at a DotBF16 level.
+// vdpbf16ps (on AMX tiles at an AMX level), on bf16 pairs or split
+// (splitFits): the kernels multiversion clones at a DotBF16 level.
 func hasBF16Product(body *ir.Block, l Level) bool {
 	if !l.DotBF16 {
 		return false
 	}
-	exact := bf16Exact(body)
+	exact, half := bf16Exact(body), halfExact(body)
 	allocs := map[string]*ir.Alloc{}
 	ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
 		if a, ok := s.(*ir.Alloc); ok {
@@ -93,7 +93,11 @@ func hasBF16Product(body *ir.Block, l Level) bool {
 	})
 	found := false
 	ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
-		if mm, ok := s.(*ir.MatMul); ok && (dotBF16Fits(mm, exact, l) && (!l.AMX || amxBlockFits(l, mm.M, mm.N, mm.K)) || splitPVFits(mm, exact, allocs, l)) {
+		mm, ok := s.(*ir.MatMul)
+		if !ok {
+			return []ir.Stmt{s}
+		}
+		if _, split := splitFits(mm, exact, half, allocs, 0, l); split || dotBF16Fits(mm, exact, l) && (!l.AMX || amxBlockFits(l, mm.M, mm.N, mm.K)) {
 			found = true
 		}
 		return []ir.Stmt{s}

@@ -154,10 +154,19 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 		}
 		return []ir.Stmt{s}
 	})
-	// On an AMX level, P·V products splitPVFits takes get their
-	// operands as split pairs and their product an array of its own
-	// (named here, sized like packed's).
-	splitFits := func(mm *ir.MatMul) bool { return blocks(mm) && splitPVFits(mm, exact, allocs, l) }
+	// On an AMX level, the products splitFits takes (splitOf) get
+	// their operands as split pairs and, accumulating, their product an
+	// array of its own (named here, sized like packed's).
+	exactHalf := map[string]bool{}
+	if l.DotBF16 {
+		exactHalf = halfExact(body)
+	}
+	splitOf := func(mm *ir.MatMul) (splitPlan, bool) {
+		if !blocks(mm) {
+			return splitPlan{}, false
+		}
+		return splitFits(mm, exact, exactHalf, allocs, codeScale(elems[mm.B], l), l)
+	}
 	splitA, splitB, splitC := map[string]string{}, map[string]string{}, map[string]string{}
 	fresh := func(base string) string {
 		name := base
@@ -168,19 +177,26 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 		return name
 	}
 	ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
-		if mm, ok := s.(*ir.MatMul); ok && splitFits(mm) {
+		mm, ok := s.(*ir.MatMul)
+		if !ok {
+			return []ir.Stmt{s}
+		}
+		if p, ok := splitOf(mm); ok {
 			if splitA[mm.A] == "" {
 				splitA[mm.A] = fresh(mm.A + "_sp")
 			}
 			if splitB[mm.B] == "" {
 				splitB[mm.B] = fresh(mm.B + "_sp")
 			}
-			if splitC[mm.C] == "" {
-				splitC[mm.C] = fresh(mm.C + "_sp")
+			steps := p.steps(mm.K)
+			size[splitA[mm.A]] = max(size[splitA[mm.A]], mm.M*steps)
+			size[splitB[mm.B]] = max(size[splitB[mm.B]], steps*mm.N)
+			if mm.Accumulate {
+				if splitC[mm.C] == "" {
+					splitC[mm.C] = fresh(mm.C + "_sp")
+				}
+				size[splitC[mm.C]] = max(size[splitC[mm.C]], mm.M*mm.N)
 			}
-			size[splitA[mm.A]] = max(size[splitA[mm.A]], mm.M*3*mm.K/2)
-			size[splitB[mm.B]] = max(size[splitB[mm.B]], 3*mm.K/2*mm.N)
-			size[splitC[mm.C]] = max(size[splitC[mm.C]], mm.M*mm.N)
 		}
 		return []ir.Stmt{s}
 	})
@@ -288,6 +304,9 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 				b, bElem = packed[packKey(x)], ir.F32
 				out = append(out, packTransposed(x, b, l.Lanes)...)
 			}
+			// pre: the statements before the micro-kernels (B packed
+			// transposed, A scaled), which a split product reads too.
+			pre := len(out)
 			if x.ZeroSkip && x.K%l.Lanes == 0 {
 				// Most tiles hide nothing: scan A for -0 first and run
 				// the selects only where some element is.
@@ -307,9 +326,10 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 			} else {
 				out = append(out, blockedMatMul(mk, b, bElem, sh, scales[x], fold)...)
 			}
-			if splitFits(x) {
+			if p, ok := splitOf(x); ok {
 				nm := splitNames{a: splitA[x.A], b: splitB[x.B], c: splitC[x.C]}
-				return []ir.Stmt{&ir.Block{Stmts: splitPV(x, nm, sh, l, scales[x], out)}}
+				split := splitProduct(x, p, nm, b, sh, l, scales[x], out[pre:])
+				return []ir.Stmt{&ir.Block{Stmts: append(out[:pre:pre], split...)}}
 			}
 			if !fits(x) {
 				return out

@@ -6,29 +6,35 @@ import (
 	"github.com/attnc/attnc/ir"
 )
 
-// P·V on the matrix unit (x86-64-amx). The weights P are f32 values that
-// bf16 does not hold, so each is split into three bf16 parts whose sum is
-// the weight exactly (24 significant bits, 8 a part; CUDA's use-mma splits
-// P into three bf16 parts too: gpu.MatrixPlan.Parts), and the product runs
-// on bf16 pairs over 3K/2 pair steps instead of K/2:
+// Split products on the matrix unit (x86-64-amx): prefill's products
+// whose operands bf16 does not hold run on bf16 pairs all the same, each
+// operand value split into bf16 parts that sum to it exactly — one for an
+// exact bf16 value, two for an f16 value (11 significant bits: the top 8,
+// then the last 3), three for any f32 value (24 bits, 8 a part: the
+// softmax weights P; CUDA's use-mma splits P into three bf16 parts too,
+// gpu.MatrixPlan.Parts). A product of a values of pa parts and b values of
+// pb parts is the sum of pa·pb terms a_i·b_j per position k; the terms go
+// two to a bf16 pair, and an odd one left over pairs over positions k and
+// k+1 (splitPlan):
 //
-//	A' [M, 3K/2]: pair k < K is (p0[m,k], p1[m,k]); pair K+i is
-//	              (p2[m,2i], p2[m,2i+1])
-//	B' [3K/2, N]: pair row k < K is (v[k,n], v[k,n]); pair row K+i is
-//	              (v[2i,n], v[2i+1,n])
+//	bf16 P·V (3×1): (p0, p1)·(v, v) per k, (p2[k], p2[k+1])·(v[k], v[k+1])
+//	f16 P·V (3×2):  (p0, p0)·(vh, vl), (p1, p1)·(vh, vl), (p2, p2)·(vh, vl)
+//	f16 Q·Kᵀ (2×2): (qh, qh)·(kh, kl), (ql, ql)·(kh, kl)
 //
-// so that A'·B' = Σ_k (p0+p1+p2)[m,k]·v[k,n] = P·V, with V's values exact
-// bf16 (a bf16 cache staged into f32). The parts are truncations: p0 is
-// the weight's top 8 significant bits, p1 the top 8 of what is left (the
-// difference is exact: Sterbenz), p2 the last 8, exactly, as long as
-// every part is a normal bf16 — true for every weight of at least 2^-103
-// (or 0). TDPBF16PS (and vdpbf16ps) read denormal inputs as zero and
-// flush denormal results, so a tile takes the f32 micro-kernels instead
-// when a weight is not finite (NaN reaches the output as IEEE arithmetic
-// gives it) or is nonzero and below splitTiny, or when a V value is not
-// finite (a hidden position's weight -0 times an inf or NaN V would be
+// A' [M, S] holds A's pairs, S pair steps a row: term pair t at t·K + k,
+// the left-over term at T·K + k/2 (T pairs); B' [S, N] B's, B read as
+// [K, N] rows (Q·Kᵀ's K tile transposed first, as the f32 micro-kernels
+// read it). rt.amx_qk32 (vdpbf16ps elsewhere) then runs A'·B' over 2S bf16
+// steps instead of K. The parts are truncations: part 0 is the value's top
+// 8 significant bits, part 1 the top 8 of what is left (the difference is
+// exact: Sterbenz), part 2 the rest, exactly, as long as every part is a
+// normal bf16 — true for 0 and every value of at least 2^-103 (f16 values
+// are at least 2^-24). TDPBF16PS (and vdpbf16ps) read denormal inputs as
+// zero and flush denormal results, so a tile takes the f32 micro-kernels
+// instead when an operand value is not finite (an inf part leaves a NaN
+// remainder; a hidden position's weight -0 times an inf or NaN V would be
 // NaN, where zeroskip adds nothing: DESIGN §3) or is nonzero and below
-// splitTiny (its products could be flushed).
+// splitTiny (its parts or products could be flushed).
 //
 // On AVX512-BF16 without AMX the split does not pay: vdpbf16ps issues at
 // the FMA's rate with twice its products, and the three parts take three
@@ -37,35 +43,97 @@ import (
 // time with f32 P·V, 2026-12-03). So only x86-64-amx takes it; splitPVDot
 // turns it on at the vdpbf16ps levels for the tests.
 
-// splitPVDot makes the vdpbf16ps levels without AMX run split P·V too
-// (tests only).
+// splitPVDot makes the vdpbf16ps levels without AMX run split products
+// too (tests only).
 var splitPVDot = false
 
-// splitTiny is the f32 bits of 2^-100: a nonzero weight or V value below
-// it sends its tile to the f32 micro-kernels.
+// splitTiny is the f32 bits of 2^-100: a nonzero operand value below it
+// sends its tile to the f32 micro-kernels.
 const splitTiny = (127 - 100) << 23
 
-// splitPVFits reports whether level l runs matmul mm as split P·V: a
-// product with B as is (not transposed) whose B is a local array of exact
-// bf16 values (exact: bf16Exact) and whose A is a local f32 array, K a
-// multiple of 32, N of the level's lanes; at an AMX level on whole
-// rt.amx_qk32 blocks of the 3K bf16 steps, elsewhere only with
-// splitPVDot.
-func splitPVFits(mm *ir.MatMul, exact map[string]bool, allocs map[string]*ir.Alloc, l Level) bool {
-	if !l.DotBF16 || mm.TransB || mm.BRows != "" || !exact[mm.B] || mm.K%32 != 0 || mm.N%l.Lanes != 0 {
-		return false
-	}
-	if a, ok := allocs[mm.A]; !ok || a.T != ir.F32 || a.Size < mm.M*mm.K {
-		return false
-	}
-	if l.AMX {
-		return amxBlockFits(l, mm.M, mm.N, 3*mm.K)
-	}
-	return splitPVDot
+// splitPlan is how a split product pairs its terms: A's values in pa
+// parts, B's in pb; pairs lists the term pairs ({i1, j1}, {i2, j2}: a_i1·b_j1
+// in a pair's low half, a_i2·b_j2 in its high half), tail the left-over
+// term {i, j} (nil when pa·pb is even).
+type splitPlan struct {
+	pa, pb int
+	pairs  [][2][2]int
+	tail   []int
 }
 
-// splitNames are the arrays of one split P·V: A' and B' (i32 pairs) and
-// the product (f32 [M, N]) before it is added to C.
+// newSplitPlan pairs the pa·pb terms in order, i-major.
+func newSplitPlan(pa, pb int) splitPlan {
+	var terms [][2]int
+	for i := range pa {
+		for j := range pb {
+			terms = append(terms, [2]int{i, j})
+		}
+	}
+	p := splitPlan{pa: pa, pb: pb}
+	for len(terms) >= 2 {
+		p.pairs = append(p.pairs, [2][2]int{terms[0], terms[1]})
+		terms = terms[2:]
+	}
+	if len(terms) == 1 {
+		p.tail = terms[0][:]
+	}
+	return p
+}
+
+// steps is the pair steps of a row of A' for K positions.
+func (p splitPlan) steps(K int) int {
+	if p.tail != nil {
+		return len(p.pairs)*K + K/2
+	}
+	return len(p.pairs) * K
+}
+
+// splitParts is the bf16 parts a value of array x takes: 1 for exact bf16
+// values, 2 for f16 values, else 3.
+func splitParts(x string, exact, half map[string]bool) int {
+	switch {
+	case exact[x]:
+		return 1
+	case half[x]:
+		return 2
+	}
+	return 3
+}
+
+// splitFits says how level l runs matmul mm as a split product, if it
+// does: prefill's P·V (B as is, not at row offsets) over B of exact bf16
+// or f16 values, A any local f32 array; prefill's Q·Kᵀ (B transposed, a
+// local array, at least BlockMinRows rows) over A and B of exact f16
+// values (bf16 ones take dotBF16Fits' pairs); K a multiple of 32, N of the
+// level's lanes, no code scale folded; at an AMX level on whole
+// rt.amx_qk32 blocks, elsewhere only with splitPVDot.
+func splitFits(mm *ir.MatMul, exact, half map[string]bool, allocs map[string]*ir.Alloc, fold float64, l Level) (splitPlan, bool) {
+	if !l.DotBF16 || mm.BRows != "" || fold != 0 || mm.K%32 != 0 || mm.N%l.Lanes != 0 {
+		return splitPlan{}, false
+	}
+	if a, ok := allocs[mm.A]; !ok || a.T != ir.F32 || a.Size < mm.M*mm.K {
+		return splitPlan{}, false
+	}
+	if b, ok := allocs[mm.B]; !ok || b.T != ir.F32 || b.Size < mm.N*mm.K {
+		return splitPlan{}, false
+	}
+	pa, pb := splitParts(mm.A, exact, half), splitParts(mm.B, exact, half)
+	if pb > 2 || pa*pb == 1 || mm.TransB && (pa > 2 || mm.M < BlockMinRows || mm.Accumulate || mm.ZeroSkip) {
+		return splitPlan{}, false
+	}
+	if c, ok := mm.KExt.(*ir.Const); mm.TransB && (!ok || c.Int != int64(mm.K)) {
+		return splitPlan{}, false
+	}
+	p := newSplitPlan(pa, pb)
+	if l.AMX {
+		return p, amxBlockFits(l, mm.M, mm.N, 2*p.steps(mm.K))
+	}
+	return p, splitPVDot
+}
+
+// splitNames are the arrays of one split product: A' and B' (i32 pairs)
+// and, for an accumulating product, the product (f32 [M, N]) before it
+// is added to C.
 type splitNames struct{ a, b, c string }
 
 // splitBad is 1 in the lanes of i32 vector x (f32 bits) that keep a tile
@@ -90,101 +158,148 @@ func highHalf(x ir.Expr, L int) ir.Expr {
 	return ir.Bin(ir.And, x, &ir.Const{T: ir.Vec(ir.I32, L), Int: -0x10000})
 }
 
-// splitPairsA writes rows m < mm.MExt of A ([M, K] f32) into dst as A'
-// pairs and leaves i32 var bad 1 when one of their weights keeps the tile
-// off the split product: per row, K/(2L) steps of two vector loads, three
-// parts each, two stores of (p0, p1) pairs and one of (p2, p2) pairs.
-func splitPairsA(mm *ir.MatMul, dst, bad string, L int) []ir.Stmt {
+// splitLets splits the f32 bits of i32 vector x into n bf16 parts (f32
+// bits with a zero low half), as lets named prefix+"p0" ...; the parts sum
+// to x exactly when x is exact bf16 (n = 1), f16 (n = 2) or any normal f32
+// value of at least 2^-103 (n = 3).
+func splitLets(prefix string, x ir.Expr, n, L int) ([]ir.Stmt, []ir.Expr) {
 	vf, vi := ir.Vec(ir.F32, L), ir.Vec(ir.I32, L)
-	K, kp := mm.K, 3*mm.K/2
+	if n == 1 {
+		return nil, []ir.Expr{x}
+	}
+	var lets []ir.Stmt
+	var parts []ir.Expr
+	rest := x
+	for k := range n {
+		name := fmt.Sprintf("%sp%d", prefix, k)
+		if k == n-1 {
+			// What is left fits a bf16 exactly.
+			lets = append(lets, &ir.Let{Name: name, Value: rest})
+		} else {
+			lets = append(lets, &ir.Let{Name: name, Value: highHalf(rest, L)})
+			r := fmt.Sprintf("%sr%d", prefix, k+1)
+			lets = append(lets, &ir.Let{Name: r, Value: &ir.Bitcast{To: vi, X: ir.Bin(ir.Sub, &ir.Bitcast{To: vf, X: rest}, &ir.Bitcast{To: vf, X: ir.R(name, vi)})}})
+			rest = ir.R(r, vi)
+		}
+		parts = append(parts, ir.R(name, vi))
+	}
+	return lets, parts
+}
+
+// pairOf is the pair of bf16 parts lo (low half) and hi (high half).
+func pairOf(lo, hi ir.Expr, L int) ir.Expr {
+	return ir.Bin(ir.Or, lowHalf(lo, L), highHalf(hi, L))
+}
+
+// splitPairsA writes rows m < mm.MExt of A ([M, K] f32) into dst as A'
+// pairs of plan p and leaves i32 var bad 1 when one of the values keeps
+// the tile off the split product: per row, K/(2L) steps of two vector
+// loads, their parts, and a store per term pair and vector (and one for
+// the left-over term's pairs of both vectors).
+func splitPairsA(mm *ir.MatMul, p splitPlan, dst, bad string, L int) []ir.Stmt {
+	vf, vi := ir.Vec(ir.F32, L), ir.Vec(ir.I32, L)
+	K, S := mm.K, p.steps(mm.K)
 	r, c := ir.R("sp_r", ir.I32), ir.R("sp_c", ir.I32)
-	even, odd := make([]int, L), make([]int, L)
-	for i := range L {
-		even[i], odd[i] = 2*i, 2*i+1
-	}
 	mx := bad + "_mx"
-	name := func(s string, h int) string { return fmt.Sprintf("sp_%s%d", s, h) }
-	ref := func(s string, h int, t ir.Type) ir.Expr { return ir.R(name(s, h), t) }
 	var body []ir.Stmt
+	var parts [2][]ir.Expr
 	for h := range 2 {
-		at := addE(addE(mulE(r, K), mulE(c, 2*L)), i32c(h*L))
+		x := fmt.Sprintf("sp_x%d", h)
 		body = append(body,
-			&ir.Let{Name: name("x", h), Value: &ir.Bitcast{To: vi, X: ir.Ld(mm.A, vf, at)}},
-			&ir.Assign{Name: mx, Value: ir.Bin(ir.Max, ir.R(mx, vi), splitBad(ref("x", h, vi), L))},
-			// p0: the top 8 bits; r1 = x - p0 exactly.
-			&ir.Let{Name: name("p0", h), Value: highHalf(ref("x", h, vi), L)},
-			&ir.Let{Name: name("r1", h), Value: ir.Bin(ir.Sub, &ir.Bitcast{To: vf, X: ref("x", h, vi)}, &ir.Bitcast{To: vf, X: ref("p0", h, vi)})},
-			&ir.Let{Name: name("p1", h), Value: highHalf(&ir.Bitcast{To: vi, X: ref("r1", h, vf)}, L)},
-			// p2 = r1 - p1 exactly: at most 8 bits left, a bf16.
-			&ir.Let{Name: name("p2", h), Value: &ir.Bitcast{To: vi, X: ir.Bin(ir.Sub, ref("r1", h, vf), &ir.Bitcast{To: vf, X: ref("p1", h, vi)})}},
-			&ir.Store{Buf: dst, Index: addE(addE(mulE(r, kp), mulE(c, 2*L)), i32c(h*L)),
-				Value: ir.Bin(ir.Or, lowHalf(ref("p0", h, vi), L), ref("p1", h, vi))})
+			&ir.Let{Name: x, Value: &ir.Bitcast{To: vi, X: ir.Ld(mm.A, vf, addE(addE(mulE(r, K), mulE(c, 2*L)), i32c(h*L)))}},
+			&ir.Assign{Name: mx, Value: ir.Bin(ir.Max, ir.R(mx, vi), splitBad(ir.R(x, vi), L))})
+		lets, ps := splitLets(fmt.Sprintf("sp_a%d", h), ir.R(x, vi), p.pa, L)
+		body = append(body, lets...)
+		parts[h] = ps
+		for t, tp := range p.pairs {
+			body = append(body, &ir.Store{Buf: dst, Index: addE(addE(mulE(r, S), i32c(t*K)), addE(mulE(c, 2*L), i32c(h*L))),
+				Value: pairOf(ps[tp[0][0]], ps[tp[1][0]], L)})
+		}
 	}
-	p20, p21 := ref("p2", 0, vi), ref("p2", 1, vi)
-	body = append(body, &ir.Store{Buf: dst, Index: addE(addE(mulE(r, kp), i32c(K)), mulE(c, L)),
-		Value: ir.Bin(ir.Or, lowHalf(&ir.VShuffle{X: p20, Y: p21, Mask: even}, L), highHalf(&ir.VShuffle{X: p20, Y: p21, Mask: odd}, L))})
+	if p.tail != nil {
+		even, odd := make([]int, L), make([]int, L)
+		for i := range L {
+			even[i], odd[i] = 2*i, 2*i+1
+		}
+		x0, x1 := parts[0][p.tail[0]], parts[1][p.tail[0]]
+		body = append(body, &ir.Store{Buf: dst, Index: addE(addE(mulE(r, S), i32c(len(p.pairs)*K)), mulE(c, L)),
+			Value: pairOf(&ir.VShuffle{X: x0, Y: x1, Mask: even}, &ir.VShuffle{X: x0, Y: x1, Mask: odd}, L)})
+	}
 	return append([]ir.Stmt{&ir.Var{Name: mx, Init: &ir.Const{T: vi}},
 		&ir.For{Var: "sp_r", Lo: i32c(0), Hi: mm.MExt, Kind: ir.Serial, Body: &ir.Block{Stmts: []ir.Stmt{
 			&ir.For{Var: "sp_c", Lo: i32c(0), Hi: i32c(K / (2 * L)), Kind: ir.Serial, Body: &ir.Block{Stmts: body}}}}}},
 		flagAbove(bad, mx, L, 0)...)
 }
 
-// splitPairsB writes B ([K, N] f32, exact bf16 values) into dst as B'
-// pairs and leaves i32 var bad 1 when one of its values keeps the tile off
-// the split product: per pair of rows and vector of columns, two loads
-// and three stores.
-func splitPairsB(mm *ir.MatMul, dst, bad string, L int) []ir.Stmt {
+// splitPairsB writes src ([K, N] f32: B, or Q·Kᵀ's K tile transposed)
+// into dst as B' pairs of plan p and leaves i32 var bad 1 when one of its
+// values keeps the tile off the split product: per pair of rows and
+// vector of columns, two loads, their parts, and a store per row and
+// term pair (and one for the left-over term).
+func splitPairsB(mm *ir.MatMul, p splitPlan, src, dst, bad string, L int) []ir.Stmt {
 	vf, vi := ir.Vec(ir.F32, L), ir.Vec(ir.I32, L)
 	K, N := mm.K, mm.N
 	k, n := ir.R("sp_k", ir.I32), ir.R("sp_n", ir.I32)
 	mx := bad + "_mx"
 	var body []ir.Stmt
+	var parts [2][]ir.Expr
 	for h := range 2 {
 		x := fmt.Sprintf("sp_v%d", h)
 		row := addE(mulE(k, 2), i32c(h))
 		body = append(body,
-			&ir.Let{Name: x, Value: &ir.Bitcast{To: vi, X: ir.Ld(mm.B, vf, addE(mulE(row, N), mulE(n, L)))}},
-			&ir.Assign{Name: mx, Value: ir.Bin(ir.Max, ir.R(mx, vi), splitBad(ir.R(x, vi), L))},
-			&ir.Store{Buf: dst, Index: addE(mulE(row, N), mulE(n, L)), Value: ir.Bin(ir.Or, lowHalf(ir.R(x, vi), L), highHalf(ir.R(x, vi), L))})
+			&ir.Let{Name: x, Value: &ir.Bitcast{To: vi, X: ir.Ld(src, vf, addE(mulE(row, N), mulE(n, L)))}},
+			&ir.Assign{Name: mx, Value: ir.Bin(ir.Max, ir.R(mx, vi), splitBad(ir.R(x, vi), L))})
+		lets, ps := splitLets(fmt.Sprintf("sp_b%d", h), ir.R(x, vi), p.pb, L)
+		body = append(body, lets...)
+		parts[h] = ps
+		for t, tp := range p.pairs {
+			body = append(body, &ir.Store{Buf: dst, Index: addE(mulE(addE(row, i32c(t*K)), N), mulE(n, L)),
+				Value: pairOf(ps[tp[0][1]], ps[tp[1][1]], L)})
+		}
 	}
-	v0, v1 := ir.R("sp_v0", vi), ir.R("sp_v1", vi)
-	body = append(body, &ir.Store{Buf: dst, Index: addE(mulE(addE(k, i32c(K)), N), mulE(n, L)),
-		Value: ir.Bin(ir.Or, lowHalf(v0, L), highHalf(v1, L))})
+	if p.tail != nil {
+		body = append(body, &ir.Store{Buf: dst, Index: addE(mulE(addE(k, i32c(len(p.pairs)*K)), N), mulE(n, L)),
+			Value: pairOf(parts[0][p.tail[1]], parts[1][p.tail[1]], L)})
+	}
 	return append([]ir.Stmt{&ir.Var{Name: mx, Init: &ir.Const{T: vi}},
 		&ir.For{Var: "sp_k", Lo: i32c(0), Hi: i32c(K / 2), Kind: ir.Serial, Body: &ir.Block{Stmts: []ir.Stmt{
 			&ir.For{Var: "sp_n", Lo: i32c(0), Hi: i32c(N / L), Kind: ir.Serial, Body: &ir.Block{Stmts: body}}}}}},
 		flagAbove(bad, mx, L, 0)...)
 }
 
-// splitPV is mm (splitPVFits) as split P·V where its A and B allow it,
-// else f32 (the statements that compute mm in f32 arithmetic): A' and B'
-// packed and checked, then the pair product into nm.c and its rows added
-// to C (C's rows first multiplied by scale[row], with a scale array).
-func splitPV(mm *ir.MatMul, nm splitNames, sh microShape, l Level, scale string, f32 []ir.Stmt) []ir.Stmt {
+// splitProduct is mm (splitFits: plan p) as a split product where its
+// operands allow it, else f32 (the statements that compute mm in f32
+// arithmetic): A' packed from A and B' from src (B as [K, N] rows) and
+// both checked, then the pair product — into C, or, accumulating, into
+// nm.c, whose rows are then added to C (C's rows first multiplied by
+// scale[row], with a scale array).
+func splitProduct(mm *ir.MatMul, p splitPlan, nm splitNames, src string, sh microShape, l Level, scale string, f32 []ir.Stmt) []ir.Stmt {
 	L := l.Lanes
 	badA, badB := nm.a+"bad", nm.b+"bad"
-	out := splitPairsA(mm, nm.a, badA, L)
-	out = append(out, splitPairsB(mm, nm.b, badB, L)...)
+	out := splitPairsA(mm, p, nm.a, badA, L)
+	out = append(out, splitPairsB(mm, p, src, nm.b, badB, L)...)
+	steps := p.steps(mm.K)
 	prod := *mm
-	prod.C, prod.K, prod.KExt = nm.c, 3*mm.K, i32c(3*mm.K)
-	prod.Accumulate, prod.ZeroSkip = false, false
-	pairs := pairsMatMul(&prod, nm.a, nm.b, sh, l)
-	// C (+)= the product, row by row.
-	vf := ir.Vec(ir.F32, L)
-	m, n := ir.R("sp_m", ir.I32), ir.R("sp_j", ir.I32)
-	at := addE(mulE(m, mm.N), mulE(n, L))
-	var v ir.Expr = ir.Ld(nm.c, vf, at)
+	prod.K, prod.KExt = 2*steps, i32c(2*steps)
+	prod.TransB, prod.Accumulate, prod.ZeroSkip = false, false, false
 	if mm.Accumulate {
-		acc := ir.Ld(mm.C, vf, at)
-		if scale != "" {
-			v = &ir.MulAdd{X: acc, Y: ir.Splat(ir.Ld(scale, ir.F32, m), L), Z: v}
-		} else {
-			v = ir.Bin(ir.Add, acc, v)
-		}
+		prod.C = nm.c
 	}
-	pairs = append(pairs, &ir.For{Var: "sp_m", Lo: i32c(0), Hi: mm.MExt, Kind: ir.Serial, Body: &ir.Block{Stmts: []ir.Stmt{
-		&ir.For{Var: "sp_j", Lo: i32c(0), Hi: i32c(mm.N / L), Kind: ir.Serial, Body: &ir.Block{Stmts: []ir.Stmt{
-			&ir.Store{Buf: mm.C, Index: at, Value: v}}}}}}})
+	pairs := pairsMatMul(&prod, nm.a, nm.b, sh, l)
+	if mm.Accumulate {
+		// C += the product, row by row.
+		vf := ir.Vec(ir.F32, L)
+		m, n := ir.R("sp_m", ir.I32), ir.R("sp_j", ir.I32)
+		at := addE(mulE(m, mm.N), mulE(n, L))
+		acc := ir.Ld(mm.C, vf, at)
+		var v ir.Expr = ir.Bin(ir.Add, acc, ir.Ld(nm.c, vf, at))
+		if scale != "" {
+			v = &ir.MulAdd{X: acc, Y: ir.Splat(ir.Ld(scale, ir.F32, m), L), Z: ir.Ld(nm.c, vf, at)}
+		}
+		pairs = append(pairs, &ir.For{Var: "sp_m", Lo: i32c(0), Hi: mm.MExt, Kind: ir.Serial, Body: &ir.Block{Stmts: []ir.Stmt{
+			&ir.For{Var: "sp_j", Lo: i32c(0), Hi: i32c(mm.N / L), Kind: ir.Serial, Body: &ir.Block{Stmts: []ir.Stmt{
+				&ir.Store{Buf: mm.C, Index: at, Value: v}}}}}}})
+	}
 	return append(out, &ir.If{Cond: ir.Bin(ir.Ne, ir.Bin(ir.Or, ir.R(badA, ir.I32), ir.R(badB, ir.I32)), i32c(0)),
 		Then: &ir.Block{Stmts: f32}, Else: &ir.Block{Stmts: pairs}})
 }
