@@ -274,12 +274,13 @@ func dotBF16MatMul(mm *ir.MatMul, ap, bp string, sh microShape) []ir.Stmt {
 	})
 }
 
-// hoistPairs packs the A of the matmuls fits takes once, before the
-// statement that holds them, where A's alloc is in the same block, before
-// it, and no statement from there on writes A (prefill's staged Q, before
-// the KV tile loop): those matmuls go into hoisted. The others pack A
+// hoistPairs packs the A of the matmuls fits takes once (the statements
+// pack gives), before the statement that holds them, where A's alloc is
+// in the same block, before it, and no statement from there on writes A
+// (prefill's staged Q, before the KV tile loop): those matmuls go into
+// hoisted. The others pack A
 // where they are.
-func hoistPairs(b *ir.Block, fits func(*ir.MatMul) bool, pairs map[string]string, den func(string) string, hoisted map[*ir.MatMul]bool, L int) *ir.Block {
+func hoistPairs(b *ir.Block, fits func(*ir.MatMul) bool, pack func(*ir.MatMul) []ir.Stmt, hoisted map[*ir.MatMul]bool) *ir.Block {
 	if b == nil {
 		return nil
 	}
@@ -303,7 +304,7 @@ func hoistPairs(b *ir.Block, fits func(*ir.MatMul) bool, pairs map[string]string
 				continue
 			}
 			packed[mm.A] = true
-			out.Stmts = append(out.Stmts, packPairs(mm.A, pairs[mm.A], den(mm.A), mm.M, mm.K, L)...)
+			out.Stmts = append(out.Stmts, pack(mm)...)
 		}
 		for _, mm := range mms {
 			if packed[mm.A] {
@@ -312,15 +313,15 @@ func hoistPairs(b *ir.Block, fits func(*ir.MatMul) bool, pairs map[string]string
 		}
 		switch x := s.(type) {
 		case *ir.Block:
-			s = hoistPairs(x, fits, pairs, den, hoisted, L)
+			s = hoistPairs(x, fits, pack, hoisted)
 		case *ir.For:
 			c := *x
-			c.Body = hoistPairs(x.Body, fits, pairs, den, hoisted, L)
+			c.Body = hoistPairs(x.Body, fits, pack, hoisted)
 			s = &c
 		case *ir.If:
 			c := *x
-			c.Then = hoistPairs(x.Then, fits, pairs, den, hoisted, L)
-			c.Else = hoistPairs(x.Else, fits, pairs, den, hoisted, L)
+			c.Then = hoistPairs(x.Then, fits, pack, hoisted)
+			c.Else = hoistPairs(x.Else, fits, pack, hoisted)
 			s = &c
 		}
 		out.Stmts = append(out.Stmts, s)

@@ -203,7 +203,24 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 	den := func(x string) string { return pairs[x] + "den" }
 	hoisted := map[*ir.MatMul]bool{}
 	if len(pairs) > 0 {
-		body = hoistPairs(body, fits, pairs, den, hoisted, l.Lanes)
+		body = hoistPairs(body, fits, func(mm *ir.MatMul) []ir.Stmt {
+			return packPairs(mm.A, pairs[mm.A], den(mm.A), mm.M, mm.K, l.Lanes)
+		}, hoisted)
+	}
+	// A split Q·Kᵀ's A (the staged Q) is packed once per item too, every
+	// row of it (the rows past the item's are zeros).
+	splitHoisted := map[*ir.MatMul]bool{}
+	if len(splitA) > 0 {
+		splitQK := func(mm *ir.MatMul) bool {
+			_, ok := splitOf(mm)
+			return ok && mm.TransB
+		}
+		body = hoistPairs(body, splitQK, func(mm *ir.MatMul) []ir.Stmt {
+			p, _ := splitOf(mm)
+			all := *mm
+			all.MExt = i32c(mm.M)
+			return splitPairsA(&all, p, splitA[mm.A], splitA[mm.A]+"bad", l.Lanes)
+		}, splitHoisted)
 	}
 	scales := map[*ir.MatMul]string{}
 	body = fuseRowScales(body, blocks, scales)
@@ -328,7 +345,7 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 			}
 			if p, ok := splitOf(x); ok {
 				nm := splitNames{a: splitA[x.A], b: splitB[x.B], c: splitC[x.C]}
-				split := splitProduct(x, p, nm, b, sh, l, scales[x], out[pre:])
+				split := splitProduct(x, p, nm, b, sh, l, scales[x], out[pre:], splitHoisted[x])
 				return []ir.Stmt{&ir.Block{Stmts: append(out[:pre:pre], split...)}}
 			}
 			if !fits(x) {

@@ -269,14 +269,18 @@ func splitPairsB(mm *ir.MatMul, p splitPlan, src, dst, bad string, L int) []ir.S
 
 // splitProduct is mm (splitFits: plan p) as a split product where its
 // operands allow it, else f32 (the statements that compute mm in f32
-// arithmetic): A' packed from A and B' from src (B as [K, N] rows) and
-// both checked, then the pair product — into C, or, accumulating, into
-// nm.c, whose rows are then added to C (C's rows first multiplied by
-// scale[row], with a scale array).
-func splitProduct(mm *ir.MatMul, p splitPlan, nm splitNames, src string, sh microShape, l Level, scale string, f32 []ir.Stmt) []ir.Stmt {
+// arithmetic): A' packed from A (unless packedA: hoisted, its flag set
+// there) and B' from src (B as [K, N] rows) and both checked, then the
+// pair product — into C, or, accumulating, into nm.c, whose rows are then
+// added to C (C's rows first multiplied by scale[row], with a scale
+// array).
+func splitProduct(mm *ir.MatMul, p splitPlan, nm splitNames, src string, sh microShape, l Level, scale string, f32 []ir.Stmt, packedA bool) []ir.Stmt {
 	L := l.Lanes
 	badA, badB := nm.a+"bad", nm.b+"bad"
-	out := splitPairsA(mm, p, nm.a, badA, L)
+	var out []ir.Stmt
+	if !packedA {
+		out = splitPairsA(mm, p, nm.a, badA, L)
+	}
 	out = append(out, splitPairsB(mm, p, src, nm.b, badB, L)...)
 	steps := p.steps(mm.K)
 	prod := *mm

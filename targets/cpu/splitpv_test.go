@@ -375,7 +375,8 @@ func f16BitsOf(x float64) uint16 {
 // splitPVDot — the split product (2×2 parts) — on random f16 values,
 // subnormal ones included, and on a K holding inf and NaN (the f32
 // fallback): every score within f32 accumulation's bound of the exact dot
-// product, or the exact non-finite value.
+// product, or the exact non-finite value. Q's pairs are packed once, before
+// the KV tile loop.
 func TestSplitQKKeepsResults(t *testing.T) {
 	rows := prefillRows
 	m := parseBF16Tile(t, bf16Level, rows)
@@ -386,8 +387,13 @@ func TestSplitQKKeepsResults(t *testing.T) {
 		t.Fatal(err)
 	}
 	after := scheduleSplit(t, m, bf16Level)
-	if s := after.String(); !strings.Contains(s, "dotbf16(") || !strings.Contains(s, "kb_sp") {
+	s := after.String()
+	if !strings.Contains(s, "dotbf16(") || !strings.Contains(s, "kb_sp") {
 		t.Fatalf("no split Q·Kᵀ:\n%s", s)
+	}
+	// Q is packed once, before the KV tile loop.
+	if n, i, j := strings.Count(s, "store qs_sp["), strings.Index(s, "store qs_sp["), strings.Index(s, "for kt in"); n == 0 || i > j {
+		t.Errorf("Q's split pairs are not packed before the KV tile loop")
 	}
 	rng := rand.New(rand.NewSource(6))
 	for _, tc := range []string{"random", "subnormal", "inf k"} {
@@ -412,7 +418,7 @@ func TestSplitQKKeepsResults(t *testing.T) {
 			if st, err := ir.Run(after, after.Kernels[0].Name, args); err != nil || st != 0 {
 				t.Fatalf("%s: status %d, %v", tc, st, err)
 			}
-			s := args["s"].([]float32)
+			sc := args["s"].([]float32)
 			for r := range mr {
 				for j := range n {
 					var exact, mag float64
@@ -421,7 +427,7 @@ func TestSplitQKKeepsResults(t *testing.T) {
 						exact += p
 						mag += math.Abs(p)
 					}
-					got := float64(s[r*48+j])
+					got := float64(sc[r*48+j])
 					switch {
 					case math.IsNaN(exact) || math.IsInf(exact, 0):
 						if !(math.IsNaN(exact) && math.IsNaN(got)) && got != exact {
