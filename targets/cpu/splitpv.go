@@ -191,25 +191,45 @@ func pairOf(lo, hi ir.Expr, L int) ir.Expr {
 	return ir.Bin(ir.Or, lowHalf(lo, L), highHalf(hi, L))
 }
 
+// splitVector loads f32 vector ld as i32 bits named x, folds its lanes
+// into the flag vector var mx (splitBad) and splits it into n parts
+// (splitLets, lets named prefix...): the statements and the parts.
+func splitVector(x string, ld ir.Expr, mx, prefix string, n, L int) ([]ir.Stmt, []ir.Expr) {
+	vi := ir.Vec(ir.I32, L)
+	out := []ir.Stmt{
+		&ir.Let{Name: x, Value: &ir.Bitcast{To: vi, X: ld}},
+		&ir.Assign{Name: mx, Value: ir.Bin(ir.Max, ir.R(mx, vi), splitBad(ir.R(x, vi), L))},
+	}
+	lets, parts := splitLets(prefix, ir.R(x, vi), n, L)
+	return append(out, lets...), parts
+}
+
+// splitLoops runs body in loops over v0 in 0 .. hi0 and v1 in 0 .. hi1,
+// with the flag vector var mx zero before them and i32 var bad (flagAbove)
+// set from it after.
+func splitLoops(v0 string, hi0 ir.Expr, v1 string, hi1 int, body []ir.Stmt, mx, bad string, L int) []ir.Stmt {
+	return append([]ir.Stmt{&ir.Var{Name: mx, Init: &ir.Const{T: ir.Vec(ir.I32, L)}},
+		&ir.For{Var: v0, Lo: i32c(0), Hi: hi0, Kind: ir.Serial, Body: &ir.Block{Stmts: []ir.Stmt{
+			&ir.For{Var: v1, Lo: i32c(0), Hi: i32c(hi1), Kind: ir.Serial, Body: &ir.Block{Stmts: body}}}}}},
+		flagAbove(bad, mx, L, 0)...)
+}
+
 // splitPairsA writes rows m < mm.MExt of A ([M, K] f32) into dst as A'
 // pairs of plan p and leaves i32 var bad 1 when one of the values keeps
 // the tile off the split product: per row, K/(2L) steps of two vector
 // loads, their parts, and a store per term pair and vector (and one for
 // the left-over term's pairs of both vectors).
 func splitPairsA(mm *ir.MatMul, p splitPlan, dst, bad string, L int) []ir.Stmt {
-	vf, vi := ir.Vec(ir.F32, L), ir.Vec(ir.I32, L)
+	vf := ir.Vec(ir.F32, L)
 	K, S := mm.K, p.steps(mm.K)
 	r, c := ir.R("sp_r", ir.I32), ir.R("sp_c", ir.I32)
 	mx := bad + "_mx"
 	var body []ir.Stmt
 	var parts [2][]ir.Expr
 	for h := range 2 {
-		x := fmt.Sprintf("sp_x%d", h)
-		body = append(body,
-			&ir.Let{Name: x, Value: &ir.Bitcast{To: vi, X: ir.Ld(mm.A, vf, addE(addE(mulE(r, K), mulE(c, 2*L)), i32c(h*L)))}},
-			&ir.Assign{Name: mx, Value: ir.Bin(ir.Max, ir.R(mx, vi), splitBad(ir.R(x, vi), L))})
-		lets, ps := splitLets(fmt.Sprintf("sp_a%d", h), ir.R(x, vi), p.pa, L)
-		body = append(body, lets...)
+		ld := ir.Ld(mm.A, vf, addE(addE(mulE(r, K), mulE(c, 2*L)), i32c(h*L)))
+		stmts, ps := splitVector(fmt.Sprintf("sp_x%d", h), ld, mx, fmt.Sprintf("sp_a%d", h), p.pa, L)
+		body = append(body, stmts...)
 		parts[h] = ps
 		for t, tp := range p.pairs {
 			body = append(body, &ir.Store{Buf: dst, Index: addE(addE(mulE(r, S), i32c(t*K)), addE(mulE(c, 2*L), i32c(h*L))),
@@ -225,10 +245,7 @@ func splitPairsA(mm *ir.MatMul, p splitPlan, dst, bad string, L int) []ir.Stmt {
 		body = append(body, &ir.Store{Buf: dst, Index: addE(addE(mulE(r, S), i32c(len(p.pairs)*K)), mulE(c, L)),
 			Value: pairOf(&ir.VShuffle{X: x0, Y: x1, Mask: even}, &ir.VShuffle{X: x0, Y: x1, Mask: odd}, L)})
 	}
-	return append([]ir.Stmt{&ir.Var{Name: mx, Init: &ir.Const{T: vi}},
-		&ir.For{Var: "sp_r", Lo: i32c(0), Hi: mm.MExt, Kind: ir.Serial, Body: &ir.Block{Stmts: []ir.Stmt{
-			&ir.For{Var: "sp_c", Lo: i32c(0), Hi: i32c(K / (2 * L)), Kind: ir.Serial, Body: &ir.Block{Stmts: body}}}}}},
-		flagAbove(bad, mx, L, 0)...)
+	return splitLoops("sp_r", mm.MExt, "sp_c", K/(2*L), body, mx, bad, L)
 }
 
 // splitPairsB writes src ([K, N] f32: B, or Q·Kᵀ's K tile transposed)
@@ -237,20 +254,16 @@ func splitPairsA(mm *ir.MatMul, p splitPlan, dst, bad string, L int) []ir.Stmt {
 // vector of columns, two loads, their parts, and a store per row and
 // term pair (and one for the left-over term).
 func splitPairsB(mm *ir.MatMul, p splitPlan, src, dst, bad string, L int) []ir.Stmt {
-	vf, vi := ir.Vec(ir.F32, L), ir.Vec(ir.I32, L)
+	vf := ir.Vec(ir.F32, L)
 	K, N := mm.K, mm.N
 	k, n := ir.R("sp_k", ir.I32), ir.R("sp_n", ir.I32)
 	mx := bad + "_mx"
 	var body []ir.Stmt
 	var parts [2][]ir.Expr
 	for h := range 2 {
-		x := fmt.Sprintf("sp_v%d", h)
 		row := addE(mulE(k, 2), i32c(h))
-		body = append(body,
-			&ir.Let{Name: x, Value: &ir.Bitcast{To: vi, X: ir.Ld(src, vf, addE(mulE(row, N), mulE(n, L)))}},
-			&ir.Assign{Name: mx, Value: ir.Bin(ir.Max, ir.R(mx, vi), splitBad(ir.R(x, vi), L))})
-		lets, ps := splitLets(fmt.Sprintf("sp_b%d", h), ir.R(x, vi), p.pb, L)
-		body = append(body, lets...)
+		stmts, ps := splitVector(fmt.Sprintf("sp_v%d", h), ir.Ld(src, vf, addE(mulE(row, N), mulE(n, L))), mx, fmt.Sprintf("sp_b%d", h), p.pb, L)
+		body = append(body, stmts...)
 		parts[h] = ps
 		for t, tp := range p.pairs {
 			body = append(body, &ir.Store{Buf: dst, Index: addE(mulE(addE(row, i32c(t*K)), N), mulE(n, L)),
@@ -261,10 +274,7 @@ func splitPairsB(mm *ir.MatMul, p splitPlan, src, dst, bad string, L int) []ir.S
 		body = append(body, &ir.Store{Buf: dst, Index: addE(mulE(addE(k, i32c(len(p.pairs)*K)), N), mulE(n, L)),
 			Value: pairOf(parts[0][p.tail[1]], parts[1][p.tail[1]], L)})
 	}
-	return append([]ir.Stmt{&ir.Var{Name: mx, Init: &ir.Const{T: vi}},
-		&ir.For{Var: "sp_k", Lo: i32c(0), Hi: i32c(K / 2), Kind: ir.Serial, Body: &ir.Block{Stmts: []ir.Stmt{
-			&ir.For{Var: "sp_n", Lo: i32c(0), Hi: i32c(N / L), Kind: ir.Serial, Body: &ir.Block{Stmts: body}}}}}},
-		flagAbove(bad, mx, L, 0)...)
+	return splitLoops("sp_k", i32c(K/2), "sp_n", N/L, body, mx, bad, L)
 }
 
 // splitProduct is mm (splitFits: plan p) as a split product where its
