@@ -84,9 +84,10 @@ func amxEmulated(t *testing.T, v *ir.Variant) *Suite {
 // denormal operands (TDPBF16PS flushes them: those tiles must take the
 // f32 micro-kernels), one with infinite and tiny V values (split P·V's
 // fallbacks). Since split P·V, P·V runs on the tiles too: the count of
-// TDPBF16PS emulated must exceed what Q·Kᵀ alone issues. This CPU lacks AMX, so the test makes detect_level
-// report it and amx_permit grant it in the .ll text, then forces the
-// level. Emulated only: not a run on AMX hardware.
+// TDPBF16PS emulated must exceed what Q·Kᵀ alone issues. This CPU lacks
+// AMX, so amxEmulated makes detect_level report it and amx_permit grant
+// it in the .ll text, then forces the level. Emulated only: not a run on
+// AMX hardware.
 func TestAMXPrefillEmulated(t *testing.T) {
 	needTools(t)
 	// bf16Levels' files with the x86-64-amx clone only (--cpu-levels
