@@ -116,13 +116,14 @@ func TestSplitPVShape(t *testing.T) {
 	}
 }
 
-// TestSplitPVKeepsResults runs the tile in the interpreter before and
-// after the passes at x86-64-v4-bf16 with splitPVDot (dotbf16 as
-// vdpbf16ps computes it: denormal inputs and sums flushed): on random
+// TestSplitPVKeepsResults runs the tile over bf16 and over f16 V in the
+// interpreter after the passes at x86-64-v4-bf16 with splitPVDot (dotbf16
+// as vdpbf16ps computes it: denormal inputs and sums flushed): on random
 // weights (some hidden, -0) over finite V, the split product; on V rows
-// that P hides holding NaN and inf, a weight of 1.3·2^-110 against V values of
-// 2^120, a NaN weight, the f32 fallback. Every output is within f32
-// accumulation's bound of the exact sum, or NaN where the exact sum is.
+// that P hides holding NaN and inf, a weight of 1.3·2^-110 against large
+// V values (2^120; 2^15 for f16), a NaN weight, the f32 fallback. Every
+// output is within f32 accumulation's bound of the exact sum, or NaN
+// where the exact sum is.
 func TestSplitPVKeepsResults(t *testing.T) {
 	for _, vt := range []string{"bf16", "f16"} {
 		testSplitPV(t, vt)
