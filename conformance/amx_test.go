@@ -77,7 +77,7 @@ func amxEmulated(t *testing.T, v *ir.Variant) *Suite {
 }
 
 // TestAMXPrefillEmulated runs bf16 prefill's x86-64-amx clone — Q·Kᵀ on
-// rt.amx_qk32's AMX tiles — under the tests' AMX emulator
+// rt.amx_mm32's AMX tiles — under the tests' AMX emulator
 // (internal/amxemu, linked into the kernel library and installed by its
 // constructor) and checks it with the conformance rule against the
 // float64 reference, on random cases and on TestBF16DenormalOperands'
@@ -164,7 +164,11 @@ func TestAMXPrefillEmulated(t *testing.T) {
 	if dps < 2*2928 {
 		t.Fatalf("%d TDPBF16PS emulated: P·V did not run on the tiles", dps)
 	}
-	t.Logf("%d prefill cases at x86-64-amx (emulated), %d TDPBF16PS emulated", cases, dps)
+	all, err := ls.Lib.Call("amxemu_count")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d prefill cases at x86-64-amx (emulated), %d TDPBF16PS emulated, %d AMX instructions in all", cases, dps, all)
 }
 
 // f16Levels is bf16Levels over f16.
@@ -228,7 +232,11 @@ func TestAMXPrefillF16Emulated(t *testing.T) {
 			if dps == 0 {
 				t.Fatal("no TDPBF16PS ran: the x86-64-amx clone did not use the tiles")
 			}
-			t.Logf("%d TDPBF16PS emulated", dps)
+			all, err := ls.Lib.Call("amxemu_count")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%d TDPBF16PS emulated, %d AMX instructions in all", dps, all)
 		})
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// TestAMXBlockStep: the interpreter's rt.amx_qk32 step is a 32×32×32
+// TestAMXBlockStep: the interpreter's rt.amx_mm32 step is a 32×32×32
 // bf16 product within (32+2)·2^-24·Σ|a·b| of float64, accumulates into
 // c, and reads a denormal input as zero (TDPBF16PS's DAZ).
 func TestAMXBlockStep(t *testing.T) {

@@ -524,8 +524,8 @@ func (f *frame) call(s *CallStmt) int32 {
 	if s.Fn == "rt.cpu_level" {
 		return InterpCPULevel
 	}
-	if s.Fn == "rt.amx_qk32" {
-		f.amxQK32(s)
+	if s.Fn == "rt.amx_mm32" {
+		f.amxMM32(s)
 		return 0
 	}
 	k := f.m.Kernel(s.Fn)
@@ -1043,30 +1043,37 @@ func valToAny(t Type, v val) any {
 	return nil
 }
 
-// amxQK32 is rt.amx_qk32: steps of AMXBlockStep into a zeroed 32×32 block.
-func (f *frame) amxQK32(s *CallStmt) {
+// amxMM32 is rt.amx_mm32: each block of the grid, steps of AMXBlockStep
+// into a zeroed 32×32 accumulator.
+func (f *frame) amxMM32(s *CallStmt) {
 	a, b, c := f.buffer(s.Args[0].(*Ref).Name), f.buffer(s.Args[3].(*Ref).Name), f.buffer(s.Args[6].(*Ref).Name)
 	arg := func(i int) int64 { return int64(f.eval(s.Args[i])) }
 	aoff, lda, boff, ldb, coff, ldc, steps := arg(1), arg(2), arg(4), arg(5), arg(7), arg(8), arg(9)
-	var acc [32][32]float32
-	var ap [32][16]uint32
-	var bp [16][32]uint32
-	for st := int64(0); st < steps; st++ {
-		for m := range int64(32) {
-			for k := range int64(16) {
-				ap[m][k] = uint32(f.load(a, aoff+m*lda+16*st+k, I32))
+	mblocks, nblocks := arg(10), arg(11)
+	for j := int64(0); j < nblocks; j++ {
+		for i := int64(0); i < mblocks; i++ {
+			var acc [32][32]float32
+			var ap [32][16]uint32
+			var bp [16][32]uint32
+			ao, bo, co := aoff+32*i*lda, boff+32*j, coff+32*i*ldc+32*j
+			for st := int64(0); st < steps; st++ {
+				for m := range int64(32) {
+					for k := range int64(16) {
+						ap[m][k] = uint32(f.load(a, ao+m*lda+16*st+k, I32))
+					}
+				}
+				for k := range int64(16) {
+					for n := range int64(32) {
+						bp[k][n] = uint32(f.load(b, bo+(16*st+k)*ldb+n, I32))
+					}
+				}
+				AMXBlockStep(&acc, &ap, &bp)
 			}
-		}
-		for k := range int64(16) {
-			for n := range int64(32) {
-				bp[k][n] = uint32(f.load(b, boff+(16*st+k)*ldb+n, I32))
+			for m := range int64(32) {
+				for n := range int64(32) {
+					f.store(c, co+m*ldc+n, val(math.Float32bits(acc[m][n])))
+				}
 			}
-		}
-		AMXBlockStep(&acc, &ap, &bp)
-	}
-	for m := range int64(32) {
-		for n := range int64(32) {
-			f.store(c, coff+m*ldc+n, val(math.Float32bits(acc[m][n])))
 		}
 	}
 }

@@ -373,7 +373,7 @@ func IsNegZero(x Expr) Expr {
 // NegZero is the f32 constant -0: the weight of a hidden position.
 func NegZero() *Const { return &Const{T: F32, Float: math.Copysign(0, -1)} }
 
-// AMXBlockStep is one K step of rt.amx_qk32: for each 16×16 quarter of
+// AMXBlockStep is one K step of rt.amx_mm32: for each 16×16 quarter of
 // the 32×32 f32 block c, TDPBF16PS (Intel SDM) of A's 16 rows × 16 bf16
 // pairs and B's 16 pair rows × 16 columns: per element, the even and the
 // odd products each accumulate from +0 over the 16 pairs in order (f32

@@ -19,8 +19,8 @@ import (
 // and the TILERELEASE at the end. The tile configuration is a 64-byte
 // stack buffer (palette 1) written with constant stores.
 //
-// The kernel computes a 32×32 block of C = A·Bᵀ from bf16 pairs in the
-// layouts packPairs and packPairsTransposed write (x86-64-v4-bf16's
+// The routine computes a grid of 32×32 blocks of C = A·Bᵀ from bf16 pairs
+// in the layouts packPairs and packPairsTransposed write (x86-64-v4-bf16's
 // vdpbf16ps operands are already what the tiles read):
 //
 //	A pairs: [M, K/2] i32, row m's pair k at a[m·lda + k] (lda in bytes)
@@ -30,8 +30,11 @@ import (
 // Tiles: tmm0..tmm3 the four 16×16 f32 accumulators (rows 0-15 / 16-31 ×
 // columns 0-15 / 16-31), tmm4 and tmm5 A's two 16-row × 16-pair blocks,
 // tmm6 and tmm7 B's two 16-pair-row × 16-column blocks. One K step (16
-// pairs, 32 bf16) is four TILELOADD and four TDPBF16PS. TDPBF16PS reads
-// denormal inputs as zero, as vdpbf16ps does: the callers' denormal flags
+// pairs, 32 bf16) is four TILELOADD and four TDPBF16PS. The configuration
+// is loaded once per call, not per block: LDTILECFG and TILERELEASE are
+// among AMX's slowest instructions (they reset the whole tile state), and
+// a product's blocks all use the same shapes. TDPBF16PS reads denormal
+// inputs as zero, as vdpbf16ps does: the callers' denormal flags
 // (packPairs' den) send such tiles to the f32 micro-kernels.
 
 // amxTiles is the off switch of x86-64-amx's clones: with it false no
@@ -63,19 +66,21 @@ func amxTileConfig() [8]uint64 {
 	return w
 }
 
-// newAMXQKBlock is rt.amx_qk32 (ir.RuntimeRoutines) at level l, not yet
-// in a module:
+// newAMXBlocks is rt.amx_mm32 (ir.RuntimeRoutines) at level l, not yet in
+// a module:
 //
-//	i32 @name(i32* a, i32 aoff, i32 lda, i32* b, i32 boff, i32 ldb, float* c, i32 coff, i32 ldc, i32 steps)
+//	i32 @name(i32* a, i32 aoff, i32 lda, i32* b, i32 boff, i32 ldb, float* c, i32 coff, i32 ldc, i32 steps, i32 mblocks, i32 nblocks)
 //
-// offsets and strides in elements, steps = K/amxKStep ≥ 1; returns 0.
-func newAMXQKBlock(name string, l Level) *lir.Func {
+// offsets and strides in elements, steps = K/amxKStep ≥ 1; block (i, j)
+// of the mblocks × nblocks grid is rows 32i.., columns 32j.. (column
+// blocks outer); no block when either count is below 1; returns 0.
+func newAMXBlocks(name string, l Level) *lir.Func {
 	i32p, f32p := types.NewPointer(types.I32), types.NewPointer(types.Float)
 	pa, paoff, plda := lir.NewParam("a", i32p), lir.NewParam("aoff", types.I32), lir.NewParam("lda", types.I32)
 	pb, pboff, pldb := lir.NewParam("b", i32p), lir.NewParam("boff", types.I32), lir.NewParam("ldb", types.I32)
 	pc, pcoff, pldc := lir.NewParam("c", f32p), lir.NewParam("coff", types.I32), lir.NewParam("ldc", types.I32)
-	psteps := lir.NewParam("steps", types.I32)
-	f := lir.NewFunc(name, types.I32, pa, paoff, plda, pb, pboff, pldb, pc, pcoff, pldc, psteps)
+	psteps, pmb, pnb := lir.NewParam("steps", types.I32), lir.NewParam("mblocks", types.I32), lir.NewParam("nblocks", types.I32)
+	f := lir.NewFunc(name, types.I32, pa, paoff, plda, pb, pboff, pldb, pc, pcoff, pldc, psteps, pmb, pnb)
 	f.Linkage = enum.LinkageInternal
 	f.FuncAttrs = append(f.FuncAttrs, enum.FuncAttrNoUnwind)
 	for _, a := range l.attrs() {
@@ -88,84 +93,115 @@ func newAMXQKBlock(name string, l Level) *lir.Func {
 		a.SideEffect = true
 		return a
 	}
+	phi := func(b *lir.Block, name string, from *lir.Block) *lir.InstPhi {
+		p := lir.NewPhi(lir.NewIncoming(i64c(0), from))
+		p.SetName(name)
+		b.Insts = append(b.Insts, p)
+		return p
+	}
 	entry := f.NewBlock("entry")
+	config := f.NewBlock("config")
+	colBlock := f.NewBlock("col_block")
+	rowBlock := f.NewBlock("row_block")
 	loop := f.NewBlock("step")
-	exit := f.NewBlock("store")
+	store := f.NewBlock("store")
+	colNext := f.NewBlock("col_next")
+	release := f.NewBlock("release")
+	done := f.NewBlock("done")
 
-	cfg := entry.NewAlloca(types.NewArray(8, types.I64))
+	mblocks, nblocks := entry.NewSExt(pmb, types.I64), entry.NewSExt(pnb, types.I64)
+	any := entry.NewAnd(entry.NewICmp(enum.IPredSGT, mblocks, i64c(0)), entry.NewICmp(enum.IPredSGT, nblocks, i64c(0)))
+	entry.NewCondBr(any, config, done)
+
+	cfg := config.NewAlloca(types.NewArray(8, types.I64))
 	cfg.Align = 64
 	cfg.SetName("tilecfg")
 	for i, w := range amxTileConfig() {
-		p := entry.NewGetElementPtr(cfg.ElemType, cfg, i64c(0), i64c(int64(i)))
-		entry.NewStore(constant.NewInt(types.I64, int64(w)), p)
+		p := config.NewGetElementPtr(cfg.ElemType, cfg, i64c(0), i64c(int64(i)))
+		config.NewStore(constant.NewInt(types.I64, int64(w)), p)
 	}
-	cfgp := entry.NewBitCast(cfg, i8p)
-	entry.NewCall(asm("ldtilecfg ($0)\n\ttilezero %tmm0\n\ttilezero %tmm1\n\ttilezero %tmm2\n\ttilezero %tmm3", "r,", i8p), cfgp)
+	config.NewCall(asm("ldtilecfg ($0)", "r,", i8p), config.NewBitCast(cfg, i8p))
 	// Byte pointers and strides (4-byte elements).
 	bytes := func(b *lir.Block, p value.Value, off value.Value) value.Value {
 		return b.NewGetElementPtr(types.I8, b.NewBitCast(p, i8p), b.NewMul(b.NewSExt(off, types.I64), i64c(4)))
 	}
 	stride := func(b *lir.Block, ld value.Value) value.Value { return b.NewMul(b.NewSExt(ld, types.I64), i64c(4)) }
-	aBase, bBase := bytes(entry, pa, paoff), bytes(entry, pb, pboff)
-	lda, ldb := stride(entry, plda), stride(entry, pldb)
-	a16 := entry.NewMul(lda, i64c(16)) // A's row 16
-	b16 := entry.NewMul(ldb, i64c(16)) // B's pair row 16
-	steps := entry.NewSExt(psteps, types.I64)
-	entry.NewBr(loop)
+	aBase, bBase, cBase := bytes(config, pa, paoff), bytes(config, pb, pboff), bytes(config, pc, pcoff)
+	lda, ldb, ldc := stride(config, plda), stride(config, pldb), stride(config, pldc)
+	a16 := config.NewMul(lda, i64c(16)) // A's row 16
+	b16 := config.NewMul(ldb, i64c(16)) // B's pair row 16
+	c16 := config.NewMul(ldc, i64c(16)) // C's row 16
+	steps := config.NewSExt(psteps, types.I64)
+	config.NewBr(colBlock)
 
-	s := lir.NewPhi(lir.NewIncoming(i64c(0), entry))
-	s.SetName("s")
-	loop.Insts = append(loop.Insts, s)
+	// Column block j: B's columns and C's columns 32j.. (128j bytes).
+	j := phi(colBlock, "j", config)
+	bCol := colBlock.NewGetElementPtr(types.I8, bBase, colBlock.NewMul(j, i64c(128)))
+	cCol := colBlock.NewGetElementPtr(types.I8, cBase, colBlock.NewMul(j, i64c(128)))
+	colBlock.NewBr(rowBlock)
+
+	// Row block i: A's and C's rows 32i..; its accumulators start at 0.
+	i := phi(rowBlock, "i", colBlock)
+	aRow := rowBlock.NewGetElementPtr(types.I8, aBase, rowBlock.NewMul(i, rowBlock.NewMul(a16, i64c(2))))
+	cBlk := rowBlock.NewGetElementPtr(types.I8, cCol, rowBlock.NewMul(i, rowBlock.NewMul(c16, i64c(2))))
+	rowBlock.NewCall(asm("tilezero %tmm0\n\ttilezero %tmm1\n\ttilezero %tmm2\n\ttilezero %tmm3", ""))
+	rowBlock.NewBr(loop)
+
 	// Step s reads A's pairs 16s..16s+15 (bytes 64s of each row) and B's
 	// pair rows 16s..16s+15.
-	a0 := loop.NewGetElementPtr(types.I8, aBase, loop.NewMul(s, i64c(64)))
+	s := phi(loop, "s", rowBlock)
+	a0 := loop.NewGetElementPtr(types.I8, aRow, loop.NewMul(s, i64c(64)))
 	a1 := loop.NewGetElementPtr(types.I8, a0, a16)
-	b0 := loop.NewGetElementPtr(types.I8, bBase, loop.NewMul(s, b16))
+	b0 := loop.NewGetElementPtr(types.I8, bCol, loop.NewMul(s, b16))
 	b1 := loop.NewGetElementPtr(types.I8, b0, i64c(64))
 	loop.NewCall(asm("tileloadd ($0,$1,1), %tmm4\n\ttileloadd ($2,$1,1), %tmm5\n\t"+
 		"tileloadd ($3,$4,1), %tmm6\n\ttileloadd ($5,$4,1), %tmm7\n\t"+
 		"tdpbf16ps %tmm6, %tmm4, %tmm0\n\ttdpbf16ps %tmm7, %tmm4, %tmm1\n\t"+
 		"tdpbf16ps %tmm6, %tmm5, %tmm2\n\ttdpbf16ps %tmm7, %tmm5, %tmm3",
 		"r,r,r,r,r,r,", i8p, types.I64, i8p, i8p, types.I64, i8p), a0, lda, a1, b0, ldb, b1)
-	next := loop.NewAdd(s, i64c(1))
-	s.Incs = append(s.Incs, lir.NewIncoming(next, loop))
-	more := loop.NewICmp(enum.IPredSLT, next, steps)
-	loop.NewCondBr(more, loop, exit)
+	sNext := loop.NewAdd(s, i64c(1))
+	s.Incs = append(s.Incs, lir.NewIncoming(sNext, loop))
+	loop.NewCondBr(loop.NewICmp(enum.IPredSLT, sNext, steps), loop, store)
 
-	cBase := bytes(exit, pc, pcoff)
-	ldc := stride(exit, pldc)
-	c01 := exit.NewGetElementPtr(types.I8, cBase, i64c(64))
-	c10 := exit.NewGetElementPtr(types.I8, cBase, exit.NewMul(ldc, i64c(16)))
-	c11 := exit.NewGetElementPtr(types.I8, c10, i64c(64))
-	exit.NewCall(asm("tilestored %tmm0, ($0,$4,1)\n\ttilestored %tmm1, ($1,$4,1)\n\t"+
-		"tilestored %tmm2, ($2,$4,1)\n\ttilestored %tmm3, ($3,$4,1)\n\ttilerelease",
-		"r,r,r,r,r,", i8p, i8p, i8p, i8p, types.I64), cBase, c01, c10, c11, ldc)
-	exit.NewRet(constant.NewInt(types.I32, 0))
+	c01 := store.NewGetElementPtr(types.I8, cBlk, i64c(64))
+	c10 := store.NewGetElementPtr(types.I8, cBlk, c16)
+	c11 := store.NewGetElementPtr(types.I8, c10, i64c(64))
+	store.NewCall(asm("tilestored %tmm0, ($0,$4,1)\n\ttilestored %tmm1, ($1,$4,1)\n\t"+
+		"tilestored %tmm2, ($2,$4,1)\n\ttilestored %tmm3, ($3,$4,1)",
+		"r,r,r,r,r,", i8p, i8p, i8p, i8p, types.I64), cBlk, c01, c10, c11, ldc)
+	iNext := store.NewAdd(i, i64c(1))
+	i.Incs = append(i.Incs, lir.NewIncoming(iNext, store))
+	store.NewCondBr(store.NewICmp(enum.IPredSLT, iNext, mblocks), rowBlock, colNext)
+
+	jNext := colNext.NewAdd(j, i64c(1))
+	j.Incs = append(j.Incs, lir.NewIncoming(jNext, colNext))
+	colNext.NewCondBr(colNext.NewICmp(enum.IPredSLT, jNext, nblocks), colBlock, release)
+
+	release.NewCall(asm("tilerelease", ""))
+	release.NewBr(done)
+	done.NewRet(constant.NewInt(types.I32, 0))
 	return f
 }
 
 // amxBlockFits reports whether level l runs an M×N×K Q·Kᵀ (dotBF16Fits)
-// on whole rt.amx_qk32 blocks.
+// on whole rt.amx_mm32 blocks.
 func amxBlockFits(l Level, m, n, k int) bool {
 	return l.AMX && m%amxBlock == 0 && n%amxBlock == 0 && k%amxKStep == 0 && k > 0
 }
 
 // pairsMatMul is mm (dotBF16Fits) on the bf16 pairs ap and bp: on an AMX
-// level, where amxBlockFits, rt.amx_qk32 on each 32×32 block that starts
-// before the M and N extents (as the vdpbf16ps micro-kernels, a block
-// that reaches past an extent writes C there too); elsewhere vdpbf16ps
-// (dotBF16MatMul).
+// level, where amxBlockFits, one rt.amx_mm32 call over every 32×32 block
+// that starts before the M and N extents (as the vdpbf16ps micro-kernels,
+// a block that reaches past an extent writes C there too); elsewhere
+// vdpbf16ps (dotBF16MatMul).
 func pairsMatMul(mm *ir.MatMul, ap, bp string, sh microShape, l Level) []ir.Stmt {
 	if !amxBlockFits(l, mm.M, mm.N, mm.K) {
 		return dotBF16MatMul(mm, ap, bp, sh)
 	}
-	return blockLoop("am_nb", mm.N, amxBlock, mm.NExt, func(n0 ir.Expr, _ int) []ir.Stmt {
-		return blockLoop("am_mb", mm.M, amxBlock, mm.MExt, func(m0 ir.Expr, _ int) []ir.Stmt {
-			return []ir.Stmt{&ir.CallStmt{Fn: "rt.amx_qk32", Args: []ir.Expr{
-				ir.R(ap, ir.I32), mulE(m0, mm.K/2), i32c(mm.K / 2),
-				ir.R(bp, ir.I32), n0, i32c(mm.N),
-				ir.R(mm.C, ir.F32), addE(mulE(m0, mm.N), n0), i32c(mm.N),
-				i32c(mm.K / amxKStep)}}}
-		})
-	})
+	return []ir.Stmt{&ir.CallStmt{Fn: "rt.amx_mm32", Args: []ir.Expr{
+		ir.R(ap, ir.I32), i32c(0), i32c(mm.K / 2),
+		ir.R(bp, ir.I32), i32c(0), i32c(mm.N),
+		ir.R(mm.C, ir.F32), i32c(0), i32c(mm.N),
+		i32c(mm.K / amxKStep),
+		blocksBefore(mm.MExt, amxBlock, mm.M/amxBlock), blocksBefore(mm.NExt, amxBlock, mm.N/amxBlock)}}}
 }

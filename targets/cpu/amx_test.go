@@ -165,8 +165,9 @@ func amxLevelOf(t *testing.T) Level {
 }
 
 // amxBlockDriver packs random exact-bf16 A [M, K] and B [N, K] into pairs
-// itself (A [M, K/2], B [K/2, N]: the tile layouts), runs amx_qk on every
-// 32×32 block from two threads at once, and checks each output element
+// itself (A [M, K/2], B [K/2, N]: the tile layouts), runs amx_mm over the
+// 32×32 blocks from two threads at once (each one call over a grid: 2 × 2
+// blocks and 2 × 1), and checks each output element
 // bit for bit against the emulator's independent model (NaN as NaN) and,
 // where finite, against a float64 dot product within (K+2)·2^-24·Σ|a·b|.
 // Mode 1 puts denormals, signed zeros and large and tiny exponents in A
@@ -182,7 +183,8 @@ const amxBlockDriver = `
 void amxemu_install(void);
 long amxemu_count_dp(void);
 void model_dpbf16ps(int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb, float *C, int ldc);
-int32_t amx_qk(int32_t *a, int32_t aoff, int32_t lda, int32_t *b, int32_t boff, int32_t ldb, float *c, int32_t coff, int32_t ldc, int32_t steps);
+long amxemu_count(void);
+int32_t amx_mm(int32_t *a, int32_t aoff, int32_t lda, int32_t *b, int32_t boff, int32_t ldb, float *c, int32_t coff, int32_t ldc, int32_t steps, int32_t mblocks, int32_t nblocks);
 enum { M = 64, N = 96, K = 96 };
 static uint16_t A[M * K], B[N * K];
 static int32_t AP[M * K / 2], BP[K / 2 * N];
@@ -203,12 +205,11 @@ static uint16_t gen(int mode) {
   }
   return sign | (uint16_t)((120 + (r >> 30) % 10) << 7) | man;
 }
-typedef struct { int m0; } job;
+/* Each thread one call: all rows, columns n0 .. n0 + 32·nb. */
+typedef struct { int n0, nb; } job;
 static void *run(void *arg) {
   job *j = arg;
-  for (int m0 = j->m0; m0 < M; m0 += 64)
-    for (int n0 = 0; n0 < N; n0 += 32)
-      amx_qk(AP, m0 * (K / 2), K / 2, BP, n0, N, C, m0 * N + n0, N, K / 32);
+  amx_mm(AP, 0, K / 2, BP, j->n0, N, C, j->n0, N, K / 32, M / 32, j->nb);
   return NULL;
 }
 int main(int argc, char **argv) {
@@ -221,7 +222,11 @@ int main(int argc, char **argv) {
   for (int k = 0; k < K / 2; k++)
     for (int n = 0; n < N; n++) BP[k * N + n] = (int32_t)(B[n * K + 2 * k] | ((uint32_t)B[n * K + 2 * k + 1] << 16));
   memset(C, 0xff, sizeof C);
-  job js[2] = {{0}, {32}};
+  /* An empty grid runs no AMX instruction (not even LDTILECFG). */
+  amx_mm(AP, 0, K / 2, BP, 0, N, C, 0, N, K / 32, 0, N / 32);
+  amx_mm(AP, 0, K / 2, BP, 0, N, C, 0, N, K / 32, M / 32, -1);
+  long empty = amxemu_count();
+  job js[2] = {{0, 2}, {64, 1}};
   pthread_t th[2];
   for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, run, &js[i]);
   for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
@@ -254,18 +259,20 @@ int main(int argc, char **argv) {
       }
       if (mag > 0 && isfinite(ref) && fabs(got - ref) / mag > worst) worst = fabs(got - ref) / mag;
     }
-  printf("tdpbf16ps %ld\nmismatches %d\nbeyond %d\nworst %g\n", amxemu_count_dp(), bad, far, worst);
+  printf("tdpbf16ps %ld\ninsts %ld\nempty %ld\nmismatches %d\nbeyond %d\nworst %g\n", amxemu_count_dp(), amxemu_count(), empty, bad, far, worst);
   return 0;
 }
 `
 
-// TestAMXBlockEmulated compiles the x86-64-amx Q·Kᵀ block kernel
-// (defineAMXQKBlock) with opt and llc (LLVM 14) and runs its machine code
+// TestAMXBlockEmulated compiles the x86-64-amx block routine
+// (newAMXBlocks) with opt and llc (LLVM 14) and runs its machine code
 // under the tests' AMX emulator (internal/amxemu): the outputs equal the
 // emulator's independent TDPBF16PS model bit for bit and a float64
 // reference within the accumulation allowance, for ordinary and edge
 // (denormal, signed zero, large, tiny) bf16 inputs, from two threads. It
-// also checks the assembly of one K step: 4 tileloadd and 4 tdpbf16ps.
+// also checks the assembly (one K step: 4 tileloadd and 4 tdpbf16ps; one
+// ldtilecfg and one tilerelease) and the instructions the emulator ran:
+// the configuration loaded once per call, none for an empty grid.
 // Emulated only: this is not a run on AMX hardware.
 func TestAMXBlockEmulated(t *testing.T) {
 	t.Parallel()
@@ -275,7 +282,7 @@ func TestAMXBlockEmulated(t *testing.T) {
 	tc := lltest.NeedToolchain(t)
 	mod := lir.NewModule()
 	mod.TargetTriple, mod.DataLayout = Arches[0].Triple, Arches[0].DataLayout
-	f := newAMXQKBlock("amx_qk", amxLevelOf(t))
+	f := newAMXBlocks("amx_mm", amxLevelOf(t))
 	f.Linkage, f.Parent = enum.LinkageNone, mod // the test's driver calls it
 	mod.Funcs = append(mod.Funcs, f)
 	dir := t.TempDir()
@@ -308,11 +315,19 @@ func TestAMXBlockEmulated(t *testing.T) {
 	if n := strings.Count(string(asm), "tdpbf16ps"); n != 4 {
 		t.Errorf("assembly has %d tdpbf16ps, want 4", n)
 	}
+	for _, op := range []string{"ldtilecfg", "tilerelease"} {
+		if n := strings.Count(string(asm), op); n != 1 {
+			t.Errorf("assembly has %d %s, want 1 (once per call)", n, op)
+		}
+	}
 	for mode, name := range []string{"ordinary", "edge"} {
 		out, _ := lltest.RunCmd(t, dir, filepath.Join(dir, "prog"), fmt.Sprint(mode))
 		r := lltest.Results(t, out)
-		// 2 blocks of rows × 3 of columns × 3 K steps × 4 TDPBF16PS.
-		if r["tdpbf16ps"] != "72" || r["mismatches"] != "0" || r["beyond"] != "0" {
+		// 2 blocks of rows × 3 of columns × 3 K steps × 4 TDPBF16PS;
+		// per call one LDTILECFG and one TILERELEASE, per block 4
+		// TILEZERO and 4 TILESTORED, per K step 4 TILELOADD (2 + 4·32
+		// and 2 + 2·32).
+		if r["tdpbf16ps"] != "72" || r["insts"] != "196" || r["empty"] != "0" || r["mismatches"] != "0" || r["beyond"] != "0" {
 			t.Errorf("%s: %v", name, r)
 		}
 		t.Logf("%s inputs: %v", name, r)
@@ -333,7 +348,7 @@ func TestAMXBlockInProcess(t *testing.T) {
 	needtool.Check(t, cpurt.Tools())
 	mod := lir.NewModule()
 	mod.TargetTriple, mod.DataLayout = Arches[0].Triple, Arches[0].DataLayout
-	f := newAMXQKBlock("amx_qk", amxLevelOf(t))
+	f := newAMXBlocks("amx_mm", amxLevelOf(t))
 	f.Linkage, f.Parent = enum.LinkageNone, mod
 	mod.Funcs = append(mod.Funcs, f)
 	dir := t.TempDir()
@@ -379,12 +394,8 @@ func TestAMXBlockInProcess(t *testing.T) {
 			bp.I32()[k*N+n] = hi(b[n*K+2*k]) | hi(b[n*K+2*k+1])<<16
 		}
 	}
-	for m0 := 0; m0 < M; m0 += 32 {
-		for n0 := 0; n0 < N; n0 += 32 {
-			if _, err := lib.Call("amx_qk", ap.Ptr(), int64(m0*K/2), K/2, bp.Ptr(), int64(n0), N, c.Ptr(), int64(m0*N+n0), N, K/32); err != nil {
-				t.Fatal(err)
-			}
-		}
+	if _, err := lib.Call("amx_mm", ap.Ptr(), 0, K/2, bp.Ptr(), 0, N, c.Ptr(), 0, N, K/32, M/32, N/32); err != nil {
+		t.Fatal(err)
 	}
 	dps, err := lib.Call("amxemu_count_dp")
 	if err != nil {

@@ -187,13 +187,13 @@ func (e *runtimeEmitter) declareLevelRuntime() {
 		e.amxPermit.Parent = e.mod
 		e.amxPermit.Linkage = enum.LinkageInternal
 		e.amxPermit.FuncAttrs = append(e.amxPermit.FuncAttrs, enum.FuncAttrNoUnwind)
-		e.reserve(p + ".amx_qk32")
+		e.reserve(p + ".amx_mm32")
 		for _, l := range e.arch.Levels {
 			if l.AMX {
-				e.amxQK = newAMXQKBlock(p+".amx_qk32", l)
+				e.amxMM = newAMXBlocks(p+".amx_mm32", l)
 			}
 		}
-		e.amxQK.Parent = e.mod
+		e.amxMM.Parent = e.mod
 	}
 	e.levelCache = lir.NewGlobalDef(p+".cpu_level_cache", constant.NewInt(types.I32, levelUnknown))
 	e.levelCache.Linkage = enum.LinkageInternal

@@ -90,7 +90,7 @@ type runtimeEmitter struct {
 	levelName   *lir.Func
 	detectLevel *lir.Func
 	amxPermit   *lir.Func // nil without an AMX level
-	amxQK       *lir.Func // rt.amx_qk32; nil without an AMX level
+	amxMM       *lir.Func // rt.amx_mm32; nil without an AMX level
 
 	pool poolFuncs // parallel_for's thread pool (pool.go)
 }
@@ -118,8 +118,8 @@ func (e *runtimeEmitter) Func(name string) *lir.Func {
 		return e.getThreads
 	case "cpu_level":
 		return e.cpuLevel
-	case "amx_qk32":
-		return e.amxQK
+	case "amx_mm32":
+		return e.amxMM
 	}
 	return nil
 }
@@ -133,7 +133,7 @@ func (e *runtimeEmitter) Define(*llvmgen.Builder) []*lir.Func {
 	fs := []*lir.Func{e.setThreads, e.getThreads, e.strerror, e.parallelFor, e.grab, e.worker, e.onlineCPUs,
 		e.cpuLevel, e.levelName, e.detectLevel, e.pool.take, e.pool.run, e.pool.main, e.pool.fini}
 	if e.amxPermit != nil {
-		fs = append(fs, e.amxPermit, e.amxQK)
+		fs = append(fs, e.amxPermit, e.amxMM)
 	}
 	return fs
 }

@@ -24,7 +24,7 @@ import (
 // A' [M, S] holds A's pairs, S pair steps a row: term pair t at t·K + k,
 // the left-over term at T·K + k/2 (T pairs); B' [S, N] B's, B read as
 // [K, N] rows (Q·Kᵀ's K tile transposed first, as the f32 micro-kernels
-// read it). rt.amx_qk32 (vdpbf16ps elsewhere) then runs A'·B' over 2S bf16
+// read it). rt.amx_mm32 (vdpbf16ps elsewhere) then runs A'·B' over 2S bf16
 // steps instead of K. The parts are truncations: part 0 is the value's top
 // 8 significant bits, part 1 the top 8 of what is left (the difference is
 // exact: Sterbenz), part 2 the rest, exactly, as long as every part is a
@@ -106,7 +106,7 @@ func splitParts(x string, exact, half map[string]bool) int {
 // local array, at least BlockMinRows rows) over A and B of exact f16
 // values (bf16 ones take dotBF16Fits' pairs); K a multiple of 32, N of the
 // level's lanes, no code scale folded; at an AMX level on whole
-// rt.amx_qk32 blocks, elsewhere only with splitPVDot.
+// rt.amx_mm32 blocks, elsewhere only with splitPVDot.
 func splitFits(mm *ir.MatMul, exact, half map[string]bool, allocs map[string]*ir.Alloc, fold float64, l Level) (splitPlan, bool) {
 	if !l.DotBF16 || mm.BRows != "" || fold != 0 || mm.K%32 != 0 || mm.N%l.Lanes != 0 {
 		return splitPlan{}, false

@@ -111,7 +111,7 @@ func TestSplitPVShape(t *testing.T) {
 		}
 	}
 	_, amx := splitPVTile(t, "bf16", "x86-64-amx", 64)
-	if s := amx.String(); !strings.Contains(s, "call rt.amx_qk32(ps_sp, (am_mb0 * 96), 96, vb_sp, 0, 32, acc_sp, (am_mb0 * 32), 32, 6)") {
+	if s := amx.String(); !strings.Contains(s, "call rt.amx_mm32(ps_sp, 0, 96, vb_sp, 0, 32, acc_sp, 0, 32, 6, min(2, ((m + 31) / 32)), 1)") {
 		t.Errorf("x86-64-amx, 64 rows: no split P·V on the tiles:\n%s", s)
 	}
 }
