@@ -434,8 +434,14 @@ func (l *lowering) alphaLoop(it attnItem) bool {
 }
 
 // phases reports whether the work item's softmax update takes its rows'
-// maxes in a loop of their own, before their exps (Tiling.DecodePhases).
-func (l *lowering) phases(it attnItem) bool { return l.t.DecodePhases && it.decode }
+// maxes in a loop of their own, before their exps (Tiling.DecodePhases,
+// Tiling.PrefillPhases with PrefillAlphaLoop).
+func (l *lowering) phases(it attnItem) bool {
+	if it.decode {
+		return l.t.DecodePhases
+	}
+	return l.t.PrefillPhases && l.t.PrefillAlphaLoop
+}
 
 // directOr is mm, or, when its B is read in place (on), `if direct { mm
 // reading B's rows in pool at the offsets rows } else { mm }`.
@@ -682,7 +688,7 @@ func (l *lowering) scoreStep(b *blk, at, j, qPos, kvPosE, head, sb, qBase, kvLen
 // as a vector loop (one vector exp for a vector of rows, not a scalar exp
 // per row).
 //
-// With phases (Tiling.DecodePhases, which implies alphaLoop) a loop of
+// With phases (Tiling.DecodePhases or PrefillPhases, each with alphaLoop) a loop of
 // its own before the row loop takes every row's new max first and leaves
 // it in alpha, where the row loop reads it.
 func (l *lowering) softmaxUpdate(b *blk, R int, nRows, kvN ir.Expr, alphaLoop, phases bool) {

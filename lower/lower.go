@@ -91,6 +91,13 @@ type Tiling struct {
 	// independent iterations let a CPU overlap the rows' chains instead
 	// of running one row's whole chain after another's.
 	DecodePhases bool
+	// PrefillPhases is DecodePhases for the prefill kernels, with
+	// PrefillAlphaLoop: each row's new max in a loop of its own over the
+	// tile's rows, then each row's exp and sum. A prefill tile's rows
+	// (about 128) are as independent as a GQA group's, and the row loop's
+	// chain — a reduce tree, the max, the exp, another reduce tree — is
+	// longer than a CPU's window holds two of.
+	PrefillPhases bool
 	// SplitBySequence makes decode split its sequences' KV into chunks
 	// whenever there are fewer sequences than threads (@plan_splits over
 	// the batch rather than the (sequence, kv head, head tile) items), and

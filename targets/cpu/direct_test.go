@@ -86,6 +86,18 @@ func TestPrefillAlphaLoopKeepsResults(t *testing.T) {
 		func(m *ir.Module) bool { return strings.Contains(m.Kernel("t_prefill_work").String(), "tsum") })
 }
 
+// TestPrefillPhasesKeepsResults is the same with each row's max taken in
+// the row loop of its exp and sum and in a loop of its own before it
+// (Tiling.PrefillPhases): the same arithmetic, bit for bit. With phases
+// the exp loop reads the new max back from alpha, as the rescale loop does.
+func TestPrefillPhasesKeepsResults(t *testing.T) {
+	prefillBothWays(t, "in the exp's row loop", "in a loop of their own", func(tl *lower.Tiling) *bool { return &tl.PrefillPhases },
+		func(m *ir.Module) bool {
+			work := m.Kernel("t_prefill_work").String()
+			return strings.Count(work, "let m_new = alpha[row]") > strings.Count(work, "store alpha[row] = a\n")
+		})
+}
+
 // prefillBothWays lowers f32 prefill variants (prefillCases: GQA over
 // pages of 4; with -long MHA, and pages of 32 positions, too) with the CPU tiling's switch (at) off and on and
 // checks that on shows in the neutral work kernel (shows) and that the
