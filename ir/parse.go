@@ -776,8 +776,10 @@ func (p *parser) reduce() *Reduce {
 		s.Op = ReduceAdd
 	case "max":
 		s.Op = ReduceMax
+	case "maxnum":
+		s.Op = ReduceMaxNum
 	default:
-		p.failAt(ot, "unknown reduction %s (want add or max)", ot.text)
+		p.failAt(ot, "unknown reduction %s (want add, max or maxnum)", ot.text)
 	}
 	p.expect("over")
 	s.Var = p.ident().text

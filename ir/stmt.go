@@ -127,19 +127,32 @@ const (
 	// ReduceMax takes the maximum as Max does (a NaN element makes a float
 	// result NaN; identity -inf for floats, the smallest value for integers).
 	ReduceMax
+	// ReduceMaxNum is ReduceMax where a NaN element may be dropped: the
+	// result is the maximum of the elements that are not NaN (-inf when
+	// there are none), or NaN when one is — the target's choice (the
+	// interpreter and the GPU targets propagate it, as ReduceMax; the CPU
+	// target compares and selects, one instruction where Max takes four).
+	// For a max whose NaN elements reach the result another way: the
+	// softmax's tile max, where a NaN score s makes exp(s - max) NaN
+	// whatever the max is.
+	ReduceMaxNum
 )
 
-var reduceOpNames = [...]string{"add", "max"}
+var reduceOpNames = [...]string{"add", "max", "maxnum"}
 
 func (o ReduceOp) String() string { return reduceOpNames[o] }
 
-// BinOp is the binary operator that folds one more value into a Reduce.
+// BinOp is the binary operator that folds one more value into a Reduce
+// (Max for ReduceMaxNum: propagating a NaN is one of its choices).
 func (o ReduceOp) BinOp() BinOp {
-	if o == ReduceMax {
+	if o == ReduceMax || o == ReduceMaxNum {
 		return Max
 	}
 	return Add
 }
+
+// IsMax reports whether o is ReduceMax or ReduceMaxNum.
+func (o ReduceOp) IsMax() bool { return o == ReduceMax || o == ReduceMaxNum }
 
 // Identity is the value a Reduce over no iterations yields, of type t.
 func (o ReduceOp) Identity(t Type) *Const {

@@ -703,7 +703,9 @@ func (l *lowering) softmaxUpdate(b *blk, R int, nRows, kvN ir.Expr, alphaLoop, p
 	}
 	newMax := func(y *blk, row ir.Expr) (mOld, mNew ir.Expr) {
 		j := ir.R("j", ir.I32)
-		y.add(&ir.Reduce{Name: "m_tile", Op: ir.ReduceMax, Var: "j", Lo: i32(0), Hi: i32(KT),
+		// maxnum: a NaN score reaches the row through its weight,
+		// exp(NaN - max), whether the max keeps it or not.
+		y.add(&ir.Reduce{Name: "m_tile", Op: ir.ReduceMaxNum, Var: "j", Lo: i32(0), Hi: i32(KT),
 			Value: sel(lt(j, kvN), ld("sc", ir.F32, add(mul(row, i32(KT)), j)), negInf())})
 		mOld = y.let("m_old", ld("mx", ir.F32, row))
 		return mOld, y.let("m_new", maxE(mOld, ir.R("m_tile", ir.F32)))

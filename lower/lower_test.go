@@ -105,7 +105,7 @@ func TestOnlineSoftmaxShape(t *testing.T) {
 	m, _ := Lower(testVariant(), cpuLike)
 	text := m.Kernel("t_prefill_work").String()
 	for _, want := range []string{
-		"reduce m_tile = max over j in 0 .. 64 of select((j < kv_n), sc[((row * 64) + j)], -inf:f32)",
+		"reduce m_tile = maxnum over j in 0 .. 64 of select((j < kv_n), sc[((row * 64) + j)], -inf:f32)",
 		"let live = not((m_new == -inf:f32))", // a NaN max is live (DESIGN §3)
 		"let a = select(live, exp((m_old - m_new)), 1.0:f32)",
 		"store den[row] = ((den[row] * a) + psum)",

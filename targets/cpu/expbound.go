@@ -373,7 +373,7 @@ func killFacts(facts map[string]*maxFact, rows map[string]*rowFact, s ir.Stmt) {
 // maxReduceFact is the fact of a float max reduce over A[B + J] (guarded
 // by J < E or not), or nil.
 func maxReduceFact(r *ir.Reduce) *maxFact {
-	if r.Op != ir.ReduceMax || r.Value.Type() != ir.F32 {
+	if !r.Op.IsMax() || r.Value.Type() != ir.F32 {
 		return nil
 	}
 	v, e := r.Value, ir.Expr(nil)
