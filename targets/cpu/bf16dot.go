@@ -162,9 +162,16 @@ func denormKey(x ir.Expr, L int) ir.Expr {
 func denormFlag(den, mx string, L int) []ir.Stmt { return flagAbove(den, mx, L, denormBias) }
 
 // flagAbove declares i32 var flag: 1 when a lane of the i32 vector var mx
-// is above limit, else 0 — a max over halves of the vector down to one
-// lane.
+// is above limit, else 0.
 func flagAbove(flag, mx string, L int, limit int64) []ir.Stmt {
+	out, v := laneTree(mx, ir.Max, L)
+	return append(out, &ir.Var{Name: flag, Init: ir.Sel(ir.Bin(ir.Gt, v, ir.Int(limit)), i32c(1), i32c(0))})
+}
+
+// laneTree folds the lanes of the i32 vector var mx with op (Max or Min)
+// over halves of the vector down to one lane: the lets (named mx_<lanes>)
+// and the i32 result.
+func laneTree(mx string, op ir.BinOp, L int) ([]ir.Stmt, ir.Expr) {
 	var v ir.Expr = ir.R(mx, ir.Vec(ir.I32, L))
 	var out []ir.Stmt
 	for n := L; n > 1; n /= 2 {
@@ -173,10 +180,10 @@ func flagAbove(flag, mx string, L int, limit int64) []ir.Stmt {
 			lo[i], hi[i] = i, n/2+i
 		}
 		name := fmt.Sprintf("%s_%d", mx, n/2)
-		out = append(out, &ir.Let{Name: name, Value: ir.Bin(ir.Max, &ir.VShuffle{X: v, Y: v, Mask: lo}, &ir.VShuffle{X: v, Y: v, Mask: hi})})
+		out = append(out, &ir.Let{Name: name, Value: ir.Bin(op, &ir.VShuffle{X: v, Y: v, Mask: lo}, &ir.VShuffle{X: v, Y: v, Mask: hi})})
 		v = ir.R(name, ir.Vec(ir.I32, n/2))
 	}
-	return append(out, &ir.Var{Name: flag, Init: ir.Sel(ir.Bin(ir.Gt, v, ir.Int(limit)), i32c(1), i32c(0))})
+	return out, v
 }
 
 // packPairsTransposed writes B (f32 [N, K], exact bf16 values) into dst

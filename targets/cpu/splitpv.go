@@ -136,15 +136,16 @@ func splitFits(mm *ir.MatMul, exact, half map[string]bool, allocs map[string]*ir
 // is added to C.
 type splitNames struct{ a, b, c string }
 
-// splitBad is 1 in the lanes of i32 vector x (f32 bits) that keep a tile
-// off the split product: not finite, or nonzero and below splitTiny.
-func splitBad(x ir.Expr, L int) ir.Expr {
-	vi := ir.Vec(ir.I32, L)
-	a := ir.Bin(ir.And, x, &ir.Const{T: vi, Int: 0x7FFFFFFF})
-	tiny := ir.Bin(ir.And, ir.Bin(ir.Gt, a, &ir.Const{T: vi}), ir.Bin(ir.Lt, a, &ir.Const{T: vi, Int: splitTiny}))
-	huge := ir.Bin(ir.Ge, a, &ir.Const{T: vi, Int: 0x7F800000})
-	return ir.Sel(ir.Bin(ir.Or, tiny, huge), &ir.Const{T: vi, Int: 1}, &ir.Const{T: vi})
-}
+// splitKeyLo is the low flag key of lanes of f32 bits without the sign
+// (a): a + 0x7FFFFFFF, wrapping, so that a signed minimum orders the
+// nonzero values by size (-2^31 + a - 1) above none of them and leaves a
+// zero at 0x7FFFFFFF, above every one; a tile holds a nonzero value below
+// splitTiny exactly when the keys' minimum is below splitLoBad.
+const splitLoBad = -(1 << 31) + splitTiny - 1
+
+// splitHiBad is the largest f32 bits without the sign of a finite value:
+// a tile holds an inf or a NaN exactly when the largest is above it.
+const splitHiBad = 0x7F7FFFFF
 
 // lowHalf is the top 16 bits of each lane of i32 vector x moved to the
 // low half (the high half zero): a bf16's bits as the low part of a pair.
@@ -192,26 +193,40 @@ func pairOf(lo, hi ir.Expr, L int) ir.Expr {
 }
 
 // splitVector loads f32 vector ld as i32 bits named x, folds its lanes
-// into the flag vector var mx (splitBad) and splits it into n parts
-// (splitLets, lets named prefix...): the statements and the parts.
+// into the flag vector vars mx (the largest bits without the sign) and
+// mx_lo (the smallest splitKeyLo), integer arithmetic rather than compares
+// into masks, and splits it into n parts (splitLets, lets named
+// prefix...): the statements and the parts.
 func splitVector(x string, ld ir.Expr, mx, prefix string, n, L int) ([]ir.Stmt, []ir.Expr) {
 	vi := ir.Vec(ir.I32, L)
+	abs := ir.Bin(ir.And, ir.R(x, vi), &ir.Const{T: vi, Int: 0x7FFFFFFF})
 	out := []ir.Stmt{
 		&ir.Let{Name: x, Value: &ir.Bitcast{To: vi, X: ld}},
-		&ir.Assign{Name: mx, Value: ir.Bin(ir.Max, ir.R(mx, vi), splitBad(ir.R(x, vi), L))},
+		&ir.Let{Name: x + "_abs", Value: abs},
+		&ir.Assign{Name: mx, Value: ir.Bin(ir.Max, ir.R(mx, vi), ir.R(x+"_abs", vi))},
+		&ir.Assign{Name: mx + "_lo", Value: ir.Bin(ir.Min, ir.R(mx+"_lo", vi), ir.Bin(ir.Add, ir.R(x+"_abs", vi), &ir.Const{T: vi, Int: 0x7FFFFFFF}))},
 	}
 	lets, parts := splitLets(prefix, ir.R(x, vi), n, L)
 	return append(out, lets...), parts
 }
 
 // splitLoops runs body in loops over v0 in 0 .. hi0 and v1 in 0 .. hi1,
-// with the flag vector var mx zero before them and i32 var bad (flagAbove)
-// set from it after.
+// with the flag vector vars mx and mx_lo (splitVector's) at their
+// identities before them and i32 var bad set after: 1 when a value was not
+// finite (the largest bits above splitHiBad) or nonzero below splitTiny
+// (the smallest key below splitLoBad), else 0.
 func splitLoops(v0 string, hi0 ir.Expr, v1 string, hi1 int, body []ir.Stmt, mx, bad string, L int) []ir.Stmt {
-	return append([]ir.Stmt{&ir.Var{Name: mx, Init: &ir.Const{T: ir.Vec(ir.I32, L)}},
+	vi := ir.Vec(ir.I32, L)
+	out := []ir.Stmt{
+		&ir.Var{Name: mx, Init: &ir.Const{T: vi}},
+		&ir.Var{Name: mx + "_lo", Init: &ir.Const{T: vi, Int: 0x7FFFFFFF}},
 		&ir.For{Var: v0, Lo: i32c(0), Hi: hi0, Kind: ir.Serial, Body: &ir.Block{Stmts: []ir.Stmt{
-			&ir.For{Var: v1, Lo: i32c(0), Hi: i32c(hi1), Kind: ir.Serial, Body: &ir.Block{Stmts: body}}}}}},
-		flagAbove(bad, mx, L, 0)...)
+			&ir.For{Var: v1, Lo: i32c(0), Hi: i32c(hi1), Kind: ir.Serial, Body: &ir.Block{Stmts: body}}}}},
+	}
+	hiTree, hi := laneTree(mx, ir.Max, L)
+	loTree, lo := laneTree(mx+"_lo", ir.Min, L)
+	out = append(append(out, hiTree...), loTree...)
+	return append(out, &ir.Var{Name: bad, Init: ir.Sel(ir.Bin(ir.Or, ir.Bin(ir.Gt, hi, ir.Int(splitHiBad)), ir.Bin(ir.Lt, lo, ir.Int(splitLoBad))), i32c(1), i32c(0))})
 }
 
 // splitPairsA writes rows m < mm.MExt of A ([M, K] f32) into dst as A'
