@@ -224,7 +224,8 @@ func TestDotBF16KeepsResults(t *testing.T) {
 					exact += p
 					mag += math.Abs(p)
 				}
-				if got := float64(s[r*48+j]); math.Abs(got-exact) > 32*0x1p-24*mag {
+				// Written as !(err <= bound), so that a NaN score fails.
+				if got := float64(s[r*48+j]); !(math.Abs(got-exact) <= 32*0x1p-24*mag) {
 					t.Errorf("%s: score[%d, %d] = %g, exact %g (bound %g)", tc.name, r, j, got, exact, 32*0x1p-24*mag)
 				}
 			}
