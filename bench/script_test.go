@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/internal/needtool"
 )
 
@@ -280,4 +281,53 @@ func TestProfileBenchFlow(t *testing.T) {
 	if code == 0 || !strings.Contains(out, "profile-bench: FAIL: perf not found") || !strings.Contains(out, "callgrind") {
 		t.Errorf("without perf: exit %d:\n%s", code, out)
 	}
+}
+
+// TestAMXStubScript runs scripts/amxstub.sh on a short sequence: its
+// rewrite of the x86-64-amx .ll (detect_level, amx_permit, rt.amx_mm32)
+// still finds what it rewrites, the stubbed build runs, and it prints a
+// TDPBF16PS count and a projection. On a CPU without AVX512-BF16 the
+// script must stop at once and say why.
+func TestAMXStubScript(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	needtool.Check(t, err)
+	needtool.Check(t, cpurt.Tools())
+	for _, tool := range []string{"python3", "gcc", "go"} {
+		_, err := exec.LookPath(tool)
+		needtool.Check(t, err)
+	}
+	cpuinfo, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		t.Skipf("no /proc/cpuinfo: %v", err)
+	}
+	dir := t.TempDir()
+	attnc := filepath.Join(dir, "attnc")
+	if out, err := exec.Command("go", "build", "-o", attnc, "../cmd/attnc").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	script, err := filepath.Abs("../scripts/amxstub.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bash, script, "128", "1")
+	cmd.Env = append(os.Environ(), "ATTNC="+attnc, "AMXSTUB_DIR="+filepath.Join(dir, "work"), "PATH=/usr/lib/llvm-14/bin:"+os.Getenv("PATH"))
+	out, err := cmd.CombinedOutput()
+	if !strings.Contains(string(cpuinfo), "avx512_bf16") {
+		if err == nil || !strings.Contains(string(out), "amxstub: FAIL: this CPU lacks AVX512-BF16") {
+			t.Fatalf("without AVX512-BF16: %v\n%s", err, out)
+		}
+		t.Skip("this CPU lacks AVX512-BF16: the script stopped as it should")
+	}
+	if err != nil {
+		t.Fatalf("amxstub.sh: %v\n%s", err, out)
+	}
+	for _, want := range []string{"x86-64-v4-bf16       best ", "x86-64-amx, no tiles best ", "TDPBF16PS per call   ", "projected x86-64-amx "} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(string(out), "TDPBF16PS per call   0 ") {
+		t.Errorf("no TDPBF16PS counted: the stub was not called\n%s", out)
+	}
+	t.Logf("%s", out)
 }

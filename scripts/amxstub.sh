@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# amxstub.sh: what x86-64-amx prefill costs besides its tile products,
+# measured on any CPU with AVX512-BF16 (no AMX needed), and what the level
+# would take with the products at a given TDPBF16PS rate.
+#
+# Usage: scripts/amxstub.sh [L] [ROUNDS]     (default 2048 3)
+#
+# It builds one bf16 variant (causal, 32/8 heads, head dim 128, page 16:
+# `attnc bench`'s prefill bf16) twice: at x86-64-v4-bf16 (--shared) and at
+# x86-64-amx (.ll only). In the second .ll, detect_level says x86-64-amx,
+# amx_permit says yes (as conformance's AMX tests do) and every call of
+# rt.amx_mm32 goes to scripts/amxstub.c, which writes the blocks' bytes as
+# +0 and counts the TDPBF16PS the routine would issue. scripts/prefillcpu.c
+# then times both libraries on one sequence of L tokens, 1 thread, A B B A
+# (the stubbed library's output differs: its products are zeros). The
+# projection adds the counted TDPBF16PS at AMX_TDP_CYCLES cycles each (16:
+# one per 16 cycles, Sapphire Rapids' throughput) at AMX_GHZ (2.5) to the
+# stubbed library's median. The stubbed time runs at this CPU's clock, not
+# the AMX CPU's: scale it by the clocks' ratio when comparing across them.
+#
+# Environment: ATTNC (a prebuilt attnc; default: go build ./cmd/attnc),
+# AMXSTUB_DIR (where the builds stay; default a new temporary directory),
+# AMX_GHZ, AMX_TDP_CYCLES. Needs LLVM 14's opt and llc, gcc, python3.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+
+die() {
+	echo "amxstub: FAIL: $*" >&2
+	exit 1
+}
+
+L=${1:-2048}
+rounds=${2:-3}
+ghz=${AMX_GHZ:-2.5}
+cycles=${AMX_TDP_CYCLES:-16}
+grep -qw avx512_bf16 /proc/cpuinfo || die "this CPU lacks AVX512-BF16 (x86-64-v4-bf16's code runs besides the tiles)"
+for t in opt llc gcc python3; do
+	command -v "$t" >/dev/null 2>&1 || die "$t not found (LLVM 14: export PATH=/usr/lib/llvm-14/bin:\$PATH)"
+done
+dir=${AMXSTUB_DIR:-$(mktemp -d)}
+mkdir -p "$dir"
+attnc=${ATTNC:-}
+if [ -z "$attnc" ]; then
+	attnc=$dir/attnc
+	go build -o "$attnc" ./cmd/attnc
+fi
+cat >"$dir/p.attn" <<'EOF'
+variant p {
+  heads    qo = 32, kv = 8
+  head_dim 128
+  dtype    bf16
+  cache    paged(page_size = 16)
+  mask     causal
+  kernels  prefill
+}
+EOF
+"$attnc" build "$dir/p.attn" -o "$dir/a" --cpu-levels x86-64-v4-bf16 --shared >/dev/null
+"$attnc" build "$dir/p.attn" -o "$dir/b" --cpu-levels x86-64-amx >/dev/null
+python3 - "$dir/b/p.ll" "$dir/b/p_stub.ll" <<'EOF'
+import sys
+s = open(sys.argv[1]).read()
+def override(s, name, typ, ret):
+    head = 'define internal %s @%s()' % (typ, name)
+    if s.count(head) != 1:
+        sys.exit('amxstub: FAIL: no single definition of @%s in the .ll' % name)
+    s = s.replace(head, 'define internal %s @%s.hw()' % (typ, name))
+    return s + '\ndefine internal %s @%s() {\nentry:\n\tret %s %s\n}\n' % (typ, name, typ, ret)
+s = override(s, 'p.detect_level', 'i32', '4')  # x86-64-amx's index in the level table
+s = override(s, 'p.amx_permit', 'i1', 'true')
+head = 'define internal i32 @p.amx_mm32('
+if s.count(head) != 1:
+    sys.exit('amxstub: FAIL: no rt.amx_mm32 in the .ll')
+s = s.replace(head, 'define internal i32 @p.amx_mm32.hw(').replace('@p.amx_mm32(', '@amx_stub(')
+s += '\ndeclare i32 @amx_stub(i32*, i32, i32, i32*, i32, i32, float*, i32, i32, i32, i32, i32)\n'
+open(sys.argv[2], 'w').write(s)
+EOF
+opt -O3 "$dir/b/p_stub.ll" -o "$dir/b/p_stub.bc"
+llc -O3 -filetype=obj -relocation-model=pic "$dir/b/p_stub.bc" -o "$dir/b/p_stub.o"
+gcc -O2 -shared -fPIC -o "$dir/b/p.so" "$dir/b/p_stub.o" scripts/amxstub.c -lm -lpthread
+gcc -O2 -o "$dir/prefillcpu" scripts/prefillcpu.c -ldl
+ATTNC_CPU_LEVEL=x86-64-amx "$dir/prefillcpu" p bf16 "$L" "$rounds" "$dir/a/p.so" "$dir/b/p.so" >"$dir/run.txt" 2>&1 ||
+	die "prefillcpu: $(cat "$dir/run.txt")"
+grep -v -e "OUTPUTS DIFFER" -e "^amxstub:" "$dir/run.txt" | sed 's/^libA/x86-64-v4-bf16      /; s/^libB\(.*ms\).*/x86-64-amx, no tiles\1/; s/^B\/A/no tiles \/ v4-bf16/'
+python3 - "$dir/run.txt" "$rounds" "$ghz" "$cycles" "$L" <<'EOF'
+import re, sys
+text = open(sys.argv[1]).read()
+rounds, ghz, cycles, L = int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+dp = int(re.search(r'amxstub: (\d+) TDPBF16PS', text).group(1))
+med = float(re.search(r'libB best [\d.]+ ms  median ([\d.]+) ms', text).group(1))
+calls = 2 * rounds + 1  # a first call, then B twice per round (A B B A)
+per = dp / calls
+tiles = per * cycles / ghz / 1e6  # ms
+flop = 2.0 * 2 * 128 * L * (L + 1) / 2 * 32
+print('TDPBF16PS per call   %d (%.1f ms at %g cycles each, %g GHz)' % (per, tiles, cycles, ghz))
+print('projected x86-64-amx %.1f ms = %.1f besides the tiles + %.1f tiles; %.1f GFLOP/s, the tiles %.0f%% of it'
+      % (med + tiles, med, tiles, flop / (med + tiles) / 1e6, 100 * tiles / (med + tiles)))
+EOF
+echo "builds in $dir"
