@@ -109,13 +109,15 @@ func newAMXBlocks(name string, l Level) *lir.Func {
 	release := f.NewBlock("release")
 	done := f.NewBlock("done")
 
+	// The configuration's stack slot is a static alloca (in the entry
+	// block); it is written and loaded only when there is a block.
+	cfg := entry.NewAlloca(types.NewArray(8, types.I64))
+	cfg.Align = 64
+	cfg.SetName("tilecfg")
 	mblocks, nblocks := entry.NewSExt(pmb, types.I64), entry.NewSExt(pnb, types.I64)
 	any := entry.NewAnd(entry.NewICmp(enum.IPredSGT, mblocks, i64c(0)), entry.NewICmp(enum.IPredSGT, nblocks, i64c(0)))
 	entry.NewCondBr(any, config, done)
 
-	cfg := config.NewAlloca(types.NewArray(8, types.I64))
-	cfg.Align = 64
-	cfg.SetName("tilecfg")
 	for i, w := range amxTileConfig() {
 		p := config.NewGetElementPtr(cfg.ElemType, cfg, i64c(0), i64c(int64(i)))
 		config.NewStore(constant.NewInt(types.I64, int64(w)), p)
