@@ -688,9 +688,9 @@ func (l *lowering) scoreStep(b *blk, at, j, qPos, kvPosE, head, sb, qBase, kvLen
 // as a vector loop (one vector exp for a vector of rows, not a scalar exp
 // per row).
 //
-// With phases (Tiling.DecodePhases or PrefillPhases, each with alphaLoop) a loop of
-// its own before the row loop takes every row's new max first and leaves
-// it in alpha, where the row loop reads it.
+// With phases (Tiling.DecodePhases, or PrefillPhases with alphaLoop) a
+// loop of its own before the row loop takes every row's new max first and
+// leaves it in alpha, where the row loop reads it.
 func (l *lowering) softmaxUpdate(b *blk, R int, nRows, kvN ir.Expr, alphaLoop, phases bool) {
 	KT, DV := l.t.KVTile, l.DV
 	// Not > -inf: a NaN max is live, so that the NaN reaches p.

@@ -136,11 +136,11 @@ func splitFits(mm *ir.MatMul, exact, half map[string]bool, allocs map[string]*ir
 // is added to C.
 type splitNames struct{ a, b, c string }
 
-// splitKeyLo is the low flag key of lanes of f32 bits without the sign
-// (a): a + 0x7FFFFFFF, wrapping, so that a signed minimum orders the
-// nonzero values by size (-2^31 + a - 1) above none of them and leaves a
-// zero at 0x7FFFFFFF, above every one; a tile holds a nonzero value below
-// splitTiny exactly when the keys' minimum is below splitLoBad.
+// splitLoBad is the limit of splitVector's low key a + 0x7FFFFFFF (a an
+// f32's bits without the sign; the sum wraps): the key is -2^31 + a - 1
+// for a nonzero a, in the order of the values, and 0x7FFFFFFF for a zero,
+// above every other, so a tile holds a nonzero value below splitTiny
+// exactly when the keys' signed minimum is below splitLoBad.
 const splitLoBad = -(1 << 31) + splitTiny - 1
 
 // splitHiBad is the largest f32 bits without the sign of a finite value:
@@ -194,9 +194,9 @@ func pairOf(lo, hi ir.Expr, L int) ir.Expr {
 
 // splitVector loads f32 vector ld as i32 bits named x, folds its lanes
 // into the flag vector vars mx (the largest bits without the sign) and
-// mx_lo (the smallest splitKeyLo), integer arithmetic rather than compares
-// into masks, and splits it into n parts (splitLets, lets named
-// prefix...): the statements and the parts.
+// mx_lo (the smallest low key, splitLoBad's), integer arithmetic rather
+// than compares into masks, and splits it into n parts (splitLets, lets
+// named prefix...): the statements and the parts.
 func splitVector(x string, ld ir.Expr, mx, prefix string, n, L int) ([]ir.Stmt, []ir.Expr) {
 	vi := ir.Vec(ir.I32, L)
 	abs := ir.Bin(ir.And, ir.R(x, vi), &ir.Const{T: vi, Int: 0x7FFFFFFF})
