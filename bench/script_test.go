@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -283,7 +284,8 @@ func TestProfileBenchFlow(t *testing.T) {
 	}
 }
 
-// TestAMXStubScript runs scripts/amxstub.sh on a short sequence: its
+// TestAMXStubScript runs scripts/amxstub.sh on a short sequence, bf16
+// and f16: its
 // rewrite of the x86-64-amx .ll (detect_level, amx_permit, rt.amx_mm32)
 // still finds what it rewrites, the stubbed build runs, and it prints a
 // TDPBF16PS count and a projection. On a CPU without AVX512-BF16 the
@@ -309,25 +311,27 @@ func TestAMXStubScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bash, script, "128", "1")
-	cmd.Env = append(os.Environ(), "ATTNC="+attnc, "AMXSTUB_DIR="+filepath.Join(dir, "work"), "PATH=/usr/lib/llvm-14/bin:"+os.Getenv("PATH"))
-	out, err := cmd.CombinedOutput()
-	if !strings.Contains(string(cpuinfo), "avx512_bf16") {
-		if err == nil || !strings.Contains(string(out), "amxstub: FAIL: this CPU lacks AVX512-BF16") {
-			t.Fatalf("without AVX512-BF16: %v\n%s", err, out)
+	for _, c := range []struct{ dtype, base string }{{"bf16", "x86-64-v4-bf16"}, {"f16", "x86-64-v4"}} {
+		cmd := exec.Command(bash, script, "128", "1", c.dtype)
+		cmd.Env = append(os.Environ(), "ATTNC="+attnc, "AMXSTUB_DIR="+filepath.Join(dir, c.dtype), "PATH=/usr/lib/llvm-14/bin:"+os.Getenv("PATH"))
+		out, err := cmd.CombinedOutput()
+		if !strings.Contains(string(cpuinfo), "avx512_bf16") {
+			if err == nil || !strings.Contains(string(out), "amxstub: FAIL: this CPU lacks AVX512-BF16") {
+				t.Fatalf("without AVX512-BF16: %v\n%s", err, out)
+			}
+			t.Skip("this CPU lacks AVX512-BF16: the script stopped as it should")
 		}
-		t.Skip("this CPU lacks AVX512-BF16: the script stopped as it should")
-	}
-	if err != nil {
-		t.Fatalf("amxstub.sh: %v\n%s", err, out)
-	}
-	for _, want := range []string{"x86-64-v4-bf16       best ", "x86-64-amx, no tiles best ", "TDPBF16PS per call   ", "projected x86-64-amx "} {
-		if !strings.Contains(string(out), want) {
-			t.Errorf("output lacks %q:\n%s", want, out)
+		if err != nil {
+			t.Fatalf("amxstub.sh %s: %v\n%s", c.dtype, err, out)
 		}
+		for _, want := range []string{fmt.Sprintf("%-20s best ", c.base), "x86-64-amx, no tiles best ", "TDPBF16PS per call   ", "projected x86-64-amx "} {
+			if !strings.Contains(string(out), want) {
+				t.Errorf("%s: output lacks %q:\n%s", c.dtype, want, out)
+			}
+		}
+		if strings.Contains(string(out), "TDPBF16PS per call   0 ") {
+			t.Errorf("%s: no TDPBF16PS counted: the stub was not called\n%s", c.dtype, out)
+		}
+		t.Logf("%s:\n%s", c.dtype, out)
 	}
-	if strings.Contains(string(out), "TDPBF16PS per call   0 ") {
-		t.Errorf("no TDPBF16PS counted: the stub was not called\n%s", out)
-	}
-	t.Logf("%s", out)
 }

@@ -3,11 +3,12 @@
 # measured on any CPU with AVX512-BF16 (no AMX needed), and what the level
 # would take with the products at a given TDPBF16PS rate.
 #
-# Usage: scripts/amxstub.sh [L] [ROUNDS]     (default 2048 3)
+# Usage: scripts/amxstub.sh [L] [ROUNDS] [DTYPE]     (default 2048 3 bf16)
 #
-# It builds one bf16 variant (causal, 32/8 heads, head dim 128, page 16:
-# `attnc bench`'s prefill bf16) twice: at x86-64-v4-bf16 (--shared) and at
-# x86-64-amx (.ll only). In the second .ll, detect_level says x86-64-amx,
+# It builds one variant of DTYPE, bf16 or f16 (causal, 32/8 heads, head
+# dim 128, page 16: `attnc bench`'s prefill shape) twice: at the level it
+# runs without AMX (x86-64-v4-bf16 for bf16, x86-64-v4 for f16; --shared)
+# and at x86-64-amx (.ll only). In the second .ll, detect_level says x86-64-amx,
 # amx_permit says yes (as conformance's AMX tests do) and every call of
 # rt.amx_mm32 goes to scripts/amxstub.c, which writes the blocks' bytes as
 # +0 and counts the TDPBF16PS the routine would issue. scripts/prefillcpu.c
@@ -32,6 +33,12 @@ die() {
 
 L=${1:-2048}
 rounds=${2:-3}
+dtype=${3:-bf16}
+case $dtype in
+bf16) base=x86-64-v4-bf16 ;;
+f16) base=x86-64-v4 ;;
+*) die "DTYPE is bf16 or f16, not $dtype" ;;
+esac
 ghz=${AMX_GHZ:-2.5}
 cycles=${AMX_TDP_CYCLES:-16}
 grep -qw avx512_bf16 /proc/cpuinfo || die "this CPU lacks AVX512-BF16 (x86-64-v4-bf16's code runs besides the tiles)"
@@ -49,13 +56,14 @@ cat >"$dir/p.attn" <<'EOF'
 variant p {
   heads    qo = 32, kv = 8
   head_dim 128
-  dtype    bf16
+  dtype    DTYPE
   cache    paged(page_size = 16)
   mask     causal
   kernels  prefill
 }
 EOF
-"$attnc" build "$dir/p.attn" -o "$dir/a" --cpu-levels x86-64-v4-bf16 --shared >/dev/null
+sed -i "s/DTYPE/$dtype/" "$dir/p.attn"
+"$attnc" build "$dir/p.attn" -o "$dir/a" --cpu-levels "$base" --shared >/dev/null
 "$attnc" build "$dir/p.attn" -o "$dir/b" --cpu-levels x86-64-amx >/dev/null
 python3 - "$dir/b/p.ll" "$dir/b/p_stub.ll" <<'EOF'
 import sys
@@ -79,9 +87,9 @@ opt -O3 "$dir/b/p_stub.ll" -o "$dir/b/p_stub.bc"
 llc -O3 -filetype=obj -relocation-model=pic "$dir/b/p_stub.bc" -o "$dir/b/p_stub.o"
 gcc -O2 -shared -fPIC -o "$dir/b/p.so" "$dir/b/p_stub.o" scripts/amxstub.c -lm -lpthread
 gcc -O2 -o "$dir/prefillcpu" scripts/prefillcpu.c -ldl
-ATTNC_CPU_LEVEL=x86-64-amx "$dir/prefillcpu" p bf16 "$L" "$rounds" "$dir/a/p.so" "$dir/b/p.so" >"$dir/run.txt" 2>&1 ||
+ATTNC_CPU_LEVEL=x86-64-amx "$dir/prefillcpu" p "$dtype" "$L" "$rounds" "$dir/a/p.so" "$dir/b/p.so" >"$dir/run.txt" 2>&1 ||
 	die "prefillcpu: $(cat "$dir/run.txt")"
-grep -v -e "OUTPUTS DIFFER" -e "^amxstub:" "$dir/run.txt" | sed 's/^libA/x86-64-v4-bf16      /; s/^libB\(.*ms\).*/x86-64-amx, no tiles\1/; s/^B\/A/no tiles \/ v4-bf16/'
+grep -v -e "OUTPUTS DIFFER" -e "^amxstub:" "$dir/run.txt" | sed "s/^libA/$(printf '%-20s' "$base")/; s/^libB\(.*ms\).*/x86-64-amx, no tiles\1/; s/^B\/A/no tiles \/ $base/"
 python3 - "$dir/run.txt" "$rounds" "$ghz" "$cycles" "$L" <<'EOF'
 import re, sys
 text = open(sys.argv[1]).read()

@@ -5,12 +5,12 @@
    often no hardware counters).
 
    The variant is causal prefill over a paged cache, page 16, head dim 128,
-   f32 or bf16 (built with `attnc build --shared`; both libraries of the same
+   f32, bf16 or f16 (built with `attnc build --shared`; both libraries of the same
    variant, so their symbols match): one sequence of L cached positions, its
    pages in a scattered order, one thread.
 
      gcc -O2 -o prefillcpu scripts/prefillcpu.c -ldl
-     ./prefillcpu VARIANT f32|bf16 L ROUNDS a/VARIANT.so [b/VARIANT.so]
+     ./prefillcpu VARIANT f32|bf16|f16 L ROUNDS a/VARIANT.so [b/VARIANT.so]
          # ROUNDS of A B B A: best and median per library, B/A
      STEP=1 HIST=ips.txt ./prefillcpu VARIANT f32 L 1 a/VARIANT.so
          # one call of the first library, single-stepped: its instruction
@@ -40,10 +40,12 @@ static double cpu(void){struct timespec t;clock_gettime(CLOCK_PROCESS_CPUTIME_ID
 static uint64_t rs=88172645463325252ull;
 static double rnd(void){rs^=rs<<13;rs^=rs>>7;rs^=rs<<17;return (double)(rs>>11)/9007199254740992.0*2-1;}
 static uint16_t tobf(float f){uint32_t u;memcpy(&u,&f,4);u+=0x7fff+((u>>16)&1);return u>>16;}
+static uint16_t toh(float f){_Float16 h=(_Float16)f;uint16_t u;memcpy(&u,&h,2);return u;}
+static uint16_t to16(int h16,float f){return h16==2?toh(f):tobf(f);}
 static int cmpd(const void*a,const void*b){double x=*(double*)a,y=*(double*)b;return x<y?-1:x>y;}
 int main(int argc,char**argv){
   if(argc<6){fprintf(stderr,"usage\n");return 2;}
-  const char*var=argv[1];int bf=strcmp(argv[2],"bf16")==0;int L=atoi(argv[3]);int R=atoi(argv[4]);
+  const char*var=argv[1];int bf=strcmp(argv[2],"bf16")==0?1:strcmp(argv[2],"f16")==0?2:0;int L=atoi(argv[3]);int R=atoi(argv[4]);
   int nl=argc-5; pf_t f[2]; 
   for(int i=0;i<nl;i++){void*h=dlopen(argv[5+i],RTLD_NOW|RTLD_LOCAL);if(!h){fprintf(stderr,"%s\n",dlerror());return 1;}
     char s[256];snprintf(s,256,"%s_prefill",var);f[i]=(pf_t)dlsym(h,s);
@@ -51,8 +53,8 @@ int main(int argc,char**argv){
   int H=getenv("QO")?atoi(getenv("QO")):32,KH=getenv("KVH")?atoi(getenv("KVH")):8,D=128,P=16; int np=(L+P-1)/P; size_t es=bf?2:4;
   size_t qn=(size_t)L*H*D, kn=(size_t)np*KH*P*D;
   void*q=malloc(qn*es),*k=malloc(kn*es),*v=malloc(kn*es);
-  for(size_t i=0;i<qn;i++){float x=rnd()*2;if(bf)((uint16_t*)q)[i]=tobf(x);else((float*)q)[i]=x;}
-  for(size_t i=0;i<kn;i++){float x=rnd()*2,y=rnd();if(bf){((uint16_t*)k)[i]=tobf(x);((uint16_t*)v)[i]=tobf(y);}else{((float*)k)[i]=x;((float*)v)[i]=y;}}
+  for(size_t i=0;i<qn;i++){float x=rnd()*2;if(bf)((uint16_t*)q)[i]=to16(bf,x);else((float*)q)[i]=x;}
+  for(size_t i=0;i<kn;i++){float x=rnd()*2,y=rnd();if(bf){((uint16_t*)k)[i]=to16(bf,x);((uint16_t*)v)[i]=to16(bf,y);}else{((float*)k)[i]=x;((float*)v)[i]=y;}}
   int QL=getenv("QLEN")?atoi(getenv("QLEN")):L; qn=(size_t)QL*H*D; int32_t qo[2]={0,QL},kvp[2]={0,np},last[1]={L-(np-1)*P};int32_t*idx=malloc(np*4);
   for(int i=0;i<np;i++)idx[i]=i;
   for(int i=np-1;i>0;i--){int j=(int)((rnd()+1)/2*(i+1));if(j>i)j=i;int t=idx[i];idx[i]=idx[j];idx[j]=t;}
