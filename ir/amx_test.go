@@ -66,3 +66,61 @@ func TestAMXBlockStep(t *testing.T) {
 		}
 	}
 }
+
+// TestAMXGridInterp: the interpreter's rt.amx_mm32 covers its whole grid
+// — 2 × 3 blocks at nonzero offsets, K = 64 (2 steps) — each element the
+// exact dot product (small integers: every sum is exact in f32), and
+// writes nothing outside it, nor anything for an empty grid.
+func TestAMXGridInterp(t *testing.T) {
+	const src = `module t prefix t
+
+kernel t_k role prefill (a: i32* [2080], b: i32* [3104], c: f32* [9000] out, mb: i32, nb: i32) {
+  for item in 0 .. 1 parallel @work {
+    call rt.amx_mm32(a, 32, 32, b, 5, 96, c, 7, 100, 2, mb, nb)
+  }
+  return 0
+}
+`
+	m, err := Parse(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const M, N, K = 64, 96, 64 // K in bf16 elements: 32 pairs a row
+	bf := func(v int) uint32 { return math.Float32bits(float32(v)) >> 16 }
+	av := func(r, k int) int { return (r*7+k*3)%9 - 4 }
+	bv := func(k, n int) int { return (k*5+n*11)%7 - 3 }
+	a, b := make([]int32, 2080), make([]int32, 3104)
+	for r := range M {
+		for p := range K / 2 {
+			a[32+r*32+p] = int32(bf(av(r, 2*p)) | bf(av(r, 2*p+1))<<16)
+		}
+	}
+	for p := range K / 2 {
+		for n := range N {
+			b[5+p*96+n] = int32(bf(bv(2*p, n)) | bf(bv(2*p+1, n))<<16)
+		}
+	}
+	for _, g := range []struct{ mb, nb int32 }{{2, 3}, {0, 3}, {2, 0}} {
+		c := make([]float32, 9000)
+		for i := range c {
+			c[i] = -1
+		}
+		args := map[string]any{"a": a, "b": b, "c": c, "mb": g.mb, "nb": g.nb}
+		if st, err := Run(m, "t_k", args); err != nil || st != 0 {
+			t.Fatalf("grid %v: status %d, %v", g, st, err)
+		}
+		for i, got := range c {
+			want := float32(-1)
+			if r, n := (i-7)/100, (i-7)%100; i >= 7 && r < 32*int(g.mb) && n < 32*int(g.nb) {
+				s := 0
+				for k := range K {
+					s += av(r, k) * bv(k, n)
+				}
+				want = float32(s)
+			}
+			if got != want {
+				t.Fatalf("grid %v: c[%d] = %v, want %v", g, i, got, want)
+			}
+		}
+	}
+}

@@ -3,8 +3,8 @@
    stores) and counts the TDPBF16PS the routine would issue; at exit it
    prints the count. Linked into an x86-64-amx build whose calls of the
    routine scripts/amxstub.sh redirects here, the kernel runs everything
-   the level runs besides the tile products, on any AVX-512 CPU: staging,
-   packing, softmax, the products' row updates. */
+   the level runs besides the tile products, on any CPU with AVX512-BF16:
+   staging, packing, softmax, the products' row updates. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
