@@ -17,10 +17,10 @@ import (
 // neither -1 nor in the pool: BAD_SLOT; then, with a table, a position
 // outside 0..rope_positions-1: BAD_ARGUMENT), every output untouched on a
 // bad status; on success q_out within the rounding bound of
-// reference.QKVAppend for every token, each written (slot, kv head) holding
-// the K row (within the bound) and V row (as append stores it) of one of
-// the tokens naming that slot (tokens naming one slot race), and every
-// other byte of the pools untouched.
+// reference.QKVAppend for every token, each element of a written (slot, kv
+// head) holding the K value (within the bound) and the V value (as append
+// stores it) of one of the tokens naming that slot (tokens naming one slot
+// race, element by element), and every other byte of the pools untouched.
 func runFuzzQKV(s *Suite, fc fuzzCase) fuzzResult {
 	v := s.V
 	sc := fc.Scalars
@@ -104,37 +104,28 @@ func runFuzzQKV(s *Suite, fc fuzzCase) fuzzResult {
 	wantK, wantV := bytes.Clone(pool.k), bytes.Clone(pool.v)
 	gotK, gotV := kp.U8(), vp.U8()
 	okRows := true
+	size := reference.Size(v.KVDType)
 	for slot, toks := range rowsOf {
 		for h := range KVH {
 			a, b := s.rowSpan(int(slot)/v.PageSize, h, int(slot)%v.PageSize, d)
-			found := false
-			for _, i := range toks {
-				row := (i*KVH + h) * d
-				okK := true
-				if v.Quantized() {
-					for j, c := range gotK[a:b] {
-						okK = okK && codeWithin(v.KVDType, c, want.K[row+j], reference.HalfAllowance*want.KMag[row+j], ks[h%len(ks)])
+			// Per element, the K value (within the bound) and the V value
+			// (as append stores it) of one of the tokens naming the slot:
+			// they race (docs/semantics.md), each element on its own.
+			for j := range d {
+				okK, okV := false, false
+				got := gotK[a+j*size : a+(j+1)*size]
+				for _, i := range toks {
+					at := (i*KVH+h)*d + j
+					if v.Quantized() {
+						okK = okK || codeWithin(v.KVDType, got[0], want.K[at], reference.HalfAllowance*want.KMag[at], ks[h%len(ks)])
+						okV = okV || gotV[a+j] == reference.Quantize(v.KVDType, float32(want.V[at]), vs[h%len(vs)])
+						continue
 					}
-				} else {
-					okK = AllowanceUsed(v.DType, reference.Decode(v.DType, gotK[a:b]), want.K[row:row+d], want.KMag[row:row+d]) <= 1
+					okK = okK || AllowanceUsed(v.DType, reference.Decode(v.DType, got), want.K[at:at+1], want.KMag[at:at+1]) <= 1
+					okV = okV || bytes.Equal(gotV[a+j*size:a+(j+1)*size], reference.Encode(v.DType, []float32{float32(want.V[at])}))
 				}
-				xs := make([]float32, d)
-				for j := range xs {
-					xs[j] = float32(want.V[row+j])
-				}
-				vb := reference.Encode(v.DType, xs)
-				if v.Quantized() {
-					vb = make([]byte, d)
-					for j, x := range xs {
-						vb[j] = reference.Quantize(v.KVDType, x, vs[h%len(vs)])
-					}
-				}
-				if okK && bytes.Equal(gotV[a:b], vb) {
-					found = true
-					break
-				}
+				okRows = okRows && okK && okV
 			}
-			okRows = okRows && found
 			copy(wantK[a:b], gotK[a:b])
 			copy(wantV[a:b], gotV[a:b])
 		}

@@ -713,10 +713,11 @@ func runFuzzPages(s *Suite, fc fuzzCase) fuzzResult {
 		vNew, vStored := s.appendRows(rng, len(pm), dv, vs, nil)
 		s.addPoolScales(cb, ks, vs)
 		if st32 == 0 {
-			// Rows naming the same slot race: one of them lands, which one
-			// is unspecified. The model takes, per (slot, kv head), the row
-			// the kernel left if it is one of the candidates (K and V of
-			// the same row), else the last one.
+			// Rows naming the same slot race (docs/semantics.md): each
+			// element of the slot's K and V rows is that element of one
+			// of them, which one unspecified. The model takes, per
+			// element, the kernel's if it is one of the candidates', else
+			// the last row's.
 			rowsOf := map[int32][]int{}
 			for i, slot := range pm[:sc["n"]] {
 				if slot >= 0 {
@@ -726,19 +727,13 @@ func runFuzzPages(s *Suite, fc fuzzCase) fuzzResult {
 			for slot, rows := range rowsOf {
 				page, off := int(slot)/v.PageSize, int(slot)%v.PageSize
 				for h := range v.KVHeads {
-					kx, ky := s.rowSpan(page, h, off, dk)
-					vx, vy := s.rowSpan(page, h, off, dv)
+					kx, _ := s.rowSpan(page, h, off, dk)
+					vx, _ := s.rowSpan(page, h, off, dv)
 					kRow := func(i int) []byte { return kStored[(i*v.KVHeads+h)*dk*size:][:dk*size] }
 					vRow := func(i int) []byte { return vStored[(i*v.KVHeads+h)*dv*size:][:dv*size] }
-					pick := rows[len(rows)-1]
 					dupes = append(dupes, func(k, vv []byte) {
-						for _, i := range rows {
-							if bytes.Equal(k[kx:ky], kRow(i)) && bytes.Equal(vv[vx:vy], vRow(i)) {
-								pick = i
-							}
-						}
-						copy(want.k[kx:ky], kRow(pick))
-						copy(want.v[vx:vy], vRow(pick))
+						pickElems(want.k[kx:], k[kx:], rows, kRow, dk, size)
+						pickElems(want.v[vx:], vv[vx:], rows, vRow, dv, size)
 					})
 				}
 			}
@@ -777,6 +772,21 @@ func runFuzzPages(s *Suite, fc fuzzCase) fuzzResult {
 		res.Pass = true
 	}
 	return res
+}
+
+// pickElems writes to want the model of a slot's row of d elements of
+// size bytes that the rows named by rows raced for: per element, got's
+// bytes when one of the rows (row(i)) has them there, else the last row's.
+func pickElems(want, got []byte, rows []int, row func(int) []byte, d, size int) {
+	for j := range d {
+		e := row(rows[len(rows)-1])[j*size : (j+1)*size]
+		for _, i := range rows {
+			if c := row(i)[j*size : (j+1)*size]; bytes.Equal(got[j*size:(j+1)*size], c) {
+				e = c
+			}
+		}
+		copy(want[j*size:], e)
+	}
 }
 
 // runFuzzMerge runs merge_state on a random state of up to 3 rows with n
