@@ -104,7 +104,8 @@ type Convert struct {
 	X  Expr
 }
 
-// Bitcast reinterprets X's bits as To (same width).
+// Bitcast reinterprets X's bits as To (same width; a vector's lane count
+// may change, see vector.go).
 type Bitcast struct {
 	To Type
 	X  Expr

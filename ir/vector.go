@@ -19,8 +19,11 @@ import (
 //   - a constant of vector type is that value in every lane;
 //   - Binary, Unary, Select and Bitcast work lane by lane (a Select's
 //     condition is a bool, the same for every lane, or a bool vector of the
-//     arms' lane count; a compare yields a bool vector; a Bitcast keeps the
-//     lane count);
+//     arms' lane count; a compare yields a bool vector); a Bitcast that
+//     changes the lane count (the same total width, no bool lanes) joins
+//     its operand's lanes' bits, lane 0 lowest, and cuts them into the
+//     result's lanes (LLVM's bitcast on a little-endian target: two
+//     adjacent bf16 elements read as one i32);
 //   - Convert of a vector converts each lane (same lane count); Convert of
 //     a scalar to a vector type converts it to the element type and
 //     broadcasts it;
@@ -193,8 +196,8 @@ func vectorRule(e Expr) string {
 			return fmt.Sprintf("convert from %s to %s changes the lane count", e.X.Type(), e.To)
 		}
 	case *Bitcast:
-		if e.X.Type().Lanes() != e.To.Lanes() {
-			return fmt.Sprintf("bitcast from %s to %s changes the lane count", e.X.Type(), e.To)
+		if x := e.X.Type(); x.Lanes() != e.To.Lanes() && (x.Elem() == Bool || e.To.Elem() == Bool) {
+			return fmt.Sprintf("bitcast from %s to %s changes the lane count of bool lanes", x, e.To)
 		}
 	case *MulAdd:
 		if e.X == nil || e.Y == nil || e.Z == nil {
@@ -255,6 +258,10 @@ func (f *frame) evalVec(e Expr) []val {
 			out[i] = val(math.Float32bits(dotBF16Lane(uint32(x[i]), uint32(y[i]), math.Float32frombits(uint32(z[i])))))
 		}
 		return out
+	case *Bitcast:
+		if from := e.X.Type(); from.Lanes() != n {
+			return f.regroup(f.evalVec(e.X), from.Elem(), t.Elem(), n)
+		}
 	case *VShuffle:
 		x, y := f.evalVec(e.X), f.evalVec(e.Y)
 		both := append(append([]val(nil), x...), y...)
@@ -314,6 +321,28 @@ func (f *frame) evalVec(e Expr) []val {
 	}
 	f.fail("expression %T cannot be a vector", e)
 	return nil
+}
+
+// regroup is a Bitcast that changes the lane count: the bits of lanes x
+// (of scalar type from) joined, lane 0 lowest, and cut into n lanes of
+// scalar type to.
+func (f *frame) regroup(x []val, from, to Type, n int) []val {
+	fb, tb := from.Bits()/8, to.Bits()/8 // no bool lanes: whole bytes
+	bytes := make([]byte, 0, fb*len(x))
+	for _, v := range x {
+		for b := range fb {
+			bytes = append(bytes, byte(uint64(v)>>(8*b)))
+		}
+	}
+	out := make([]val, n)
+	for j := range out {
+		var bits uint64
+		for b := range tb {
+			bits |= uint64(bytes[j*tb+b]) << (8 * b)
+		}
+		out[j] = f.bitcast(to, val(bits))
+	}
+	return out
 }
 
 // bitcast reinterprets canonical a's bits as scalar type to.

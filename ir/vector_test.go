@@ -2,6 +2,7 @@ package ir
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -91,7 +92,7 @@ func TestVectorVerifyErrors(t *testing.T) {
 		{"let a = f32x8(x[0]:f32x4)", "changes the lane count"},
 		{"let a = select((x[0]:f32x4 > 0.0:f32x4), x[0]:f32x8, x[0]:f32x8)", "want bool or boolx8"},
 		{"let a = muladd(x[0]:f32x4, x[0]:f32x4, 1.0:f32)", "want one float type"},
-		{"let a = bitcast.i16x8(x[0]:f32x4)", "changes the lane count"},
+		{"let a = bitcast.i16x4(x[0]:f32x4)", "changes width"},
 		{"let a = (x[0]:f32x4 + x[0])", "type mismatch"},
 	} {
 		src := "module m prefix m\nkernel k role decode (x: f32* [8]) {\n  " + tc.body + "\n  return 0\n}\n"
@@ -99,6 +100,41 @@ func TestVectorVerifyErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want %q", tc.body, err, tc.want)
 		}
+	}
+}
+
+// TestBitcastRegroup runs bitcasts that change the lane count: bf16
+// elements read in adjacent pairs as i32 lanes (the first in the low
+// half, as vdpbf16ps takes them), and i32 lanes cut back into i16 ones
+// (signed) and into bytes.
+func TestBitcastRegroup(t *testing.T) {
+	src := `module m prefix m
+
+kernel k role decode (h: bf16* [4], o: i32* [2] out, w: i16* [4] out, b: i8* [8] out) {
+  let p = bitcast.i32x2(h[0]:bf16x4)
+  store o[0] = p
+  store w[0] = bitcast.i16x4(p)
+  store b[0] = bitcast.i8x8(p)
+  return 0
+}
+`
+	m, err := Parse(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := []uint16{0x3f80, 0xc000, 0x0001, 0xff80}
+	o, w, b := make([]int32, 2), make([]int16, 4), make([]byte, 8)
+	if st, err := Run(m, "k", map[string]any{"h": h, "o": o, "w": w, "b": b}); err != nil || st != 0 {
+		t.Fatalf("status %d, %v", st, err)
+	}
+	if want := []int32{-0x40000000 + 0x3f80, -0x00800000 + 0x0001}; !slices.Equal(o, want) {
+		t.Errorf("i32 pairs %#x, want %#x", o, want)
+	}
+	if want := []int16{0x3f80, -0x4000, 0x0001, -0x0080}; !slices.Equal(w, want) {
+		t.Errorf("i16 lanes %#x, want %#x", w, want)
+	}
+	if want := []byte{0x80, 0x3f, 0x00, 0xc0, 0x01, 0x00, 0x80, 0xff}; !slices.Equal(b, want) {
+		t.Errorf("bytes %#x, want %#x", b, want)
 	}
 }
 

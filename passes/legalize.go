@@ -104,9 +104,14 @@ func narrowTo(t ir.Type, v ir.Expr) (ir.Expr, error) {
 func legalExpr(e ir.Expr, err *error) ir.Expr {
 	out := ir.MapExpr(e, func(n ir.Expr) ir.Expr {
 		if bc, ok := n.(*ir.Bitcast); ok {
-			// The bits themselves (tensor-core operands): no conversion.
-			if l, ok := bc.X.(*ir.Load); ok && l.T.IsStorageOnly() && bc.To == ir.StorageOf(l.T).Carrier {
-				return carrierLoad(l)
+			// The bits themselves (tensor-core operands, bf16 pairs read
+			// as i32 lanes): no conversion.
+			if l, ok := bc.X.(*ir.Load); ok && l.T.Elem().IsStorageOnly() {
+				c := carrierLoad(l)
+				if bc.To == c.T {
+					return c
+				}
+				return &ir.Bitcast{To: bc.To, X: c}
 			}
 		}
 		x, ok := n.(*ir.Convert)
