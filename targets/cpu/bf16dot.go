@@ -76,13 +76,43 @@ func dotBF16Fits(mm *ir.MatMul, exact map[string]bool, l Level) bool {
 	return ok && c.Int == int64(mm.K)
 }
 
-// hasBF16Product reports whether body holds a matmul level l runs on
+// dotPairsFits reports whether level l runs decode's Q·Kᵀ dot-product
+// blocks (dotBlocks) for mm on vdpbf16ps: K rows read in place from a
+// bf16 pool (BRows), whose elements already are the pairs vdpbf16ps
+// takes, A a local array of exact bf16 values, K a whole number of 2L
+// elements. A's pairs are packed once per item (hoistPairs) with a flag
+// (packPairs' limit, qPairsLimit) that sends the item to the f32 blocks
+// when a value of A is denormal, infinite, NaN or not below 2^32. Not at
+// an AMX level: decode has no tiles, and that level runs this one's
+// clone.
+func dotPairsFits(mm *ir.MatMul, exact map[string]bool, elems map[string]ir.Type, l Level) bool {
+	return decodePairs && l.DotBF16 && !l.AMX && mm.TransB && mm.BRows != "" && elems[mm.B] == ir.BF16 &&
+		exact[mm.A] && mm.K%(2*l.Lanes) == 0 && mm.M < BlockMinRows
+}
+
+// decodePairs turns dotPairsFits on; tests compare against it off.
+var decodePairs = true
+
+// qPairsLimit is the largest f32 bits (sign cleared) an A value of a
+// decode Q·Kᵀ on vdpbf16ps (dotPairsFits) may have: 2^32 less an ulp.
+// vdpbf16ps reads a denormal K element as zero and flushes a denormal
+// product or sum; with every A value zero or in 2^-126 .. 2^32 (A's own
+// denormals are refused), each such term is below 2^32 · 2^-126 = 2^-94,
+// so a score of K terms moves by less than K · 2^-94 (2^-84 at MLA's 576)
+// besides the f32 rounding the FMA blocks have too: an absolute error
+// that the score scale and exp turn into a relative weight error below
+// 2^-40 for any scale under 2^44.
+const qPairsLimit = 0x4F7FFFFF
+
+// hasBF16Product reports whether k's body holds a matmul level l runs on
 // vdpbf16ps (on AMX tiles at an AMX level), on bf16 pairs or split
-// (splitFits): the kernels multiversion clones at a DotBF16 level.
-func hasBF16Product(body *ir.Block, l Level) bool {
+// (splitFits), or decode's Q·Kᵀ on pairs (dotPairsFits): the kernels
+// multiversion clones at a DotBF16 level.
+func hasBF16Product(k *ir.Kernel, l Level) bool {
 	if !l.DotBF16 {
 		return false
 	}
+	body, elems := k.Body, passes.ElemTypes(k)
 	exact, half := bf16Exact(body), halfExact(body)
 	allocs := map[string]*ir.Alloc{}
 	ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
@@ -98,6 +128,9 @@ func hasBF16Product(body *ir.Block, l Level) bool {
 			return []ir.Stmt{s}
 		}
 		if _, split := splitFits(mm, exact, half, allocs, 0, l); split || dotBF16Fits(mm, exact, l) && (!l.AMX || amxBlockFits(l, mm.M, mm.N, mm.K)) {
+			found = true
+		}
+		if dotBlocks(mm, allocs, l.Lanes) && dotPairsFits(mm, exact, elems, l) {
 			found = true
 		}
 		return []ir.Stmt{s}
@@ -124,9 +157,11 @@ type bf16DotNames struct {
 // packPairs writes the rows of f32 array src ([rows, K], exact bf16
 // values) into dst as bf16 pairs ([rows, K/2] i32: element k of a row in
 // the low half, k+1 in the high half) and sets the i32 var den to 1 when
-// one of them is denormal: per row, K/(2L) steps of two vector loads, an
-// even/odd shuffle into pairs and one vector store.
-func packPairs(src, dst, den string, rows, K, L int) []ir.Stmt {
+// one of them is denormal — or, with limit not 0, when the f32 bits of
+// one of them without the sign are above limit (inf and NaN included):
+// per row, K/(2L) steps of two vector loads, an even/odd shuffle into
+// pairs and one vector store.
+func packPairs(src, dst, den string, rows, K, L int, limit int64) []ir.Stmt {
 	vf, vi := ir.Vec(ir.F32, L), ir.Vec(ir.I32, L)
 	r, c := ir.R("bp_r", ir.I32), ir.R("bp_c", ir.I32)
 	at := addE(mulE(r, K), mulE(c, 2*L))
@@ -134,21 +169,32 @@ func packPairs(src, dst, den string, rows, K, L int) []ir.Stmt {
 	for i := range L {
 		even[i], odd[i] = 2*i, 2*i+1
 	}
-	mx := den + "_mx"
+	mx, big := den+"_mx", den+"_big"
 	var body []ir.Stmt
 	for h := range 2 {
 		x := fmt.Sprintf("bp_x%d", h)
 		body = append(body, &ir.Let{Name: x, Value: &ir.Bitcast{To: vi, X: ir.Ld(src, vf, addE(at, i32c(h*L)))}})
 		body = append(body, &ir.Assign{Name: mx, Value: ir.Bin(ir.Max, ir.R(mx, vi), denormKey(ir.R(x, vi), L))})
+		if limit != 0 {
+			abs := ir.Bin(ir.And, ir.R(x, vi), &ir.Const{T: vi, Int: 0x7FFFFFFF})
+			body = append(body, &ir.Assign{Name: big, Value: ir.Bin(ir.Max, ir.R(big, vi), abs)})
+		}
 	}
 	x0, x1 := ir.R("bp_x0", vi), ir.R("bp_x1", vi)
 	lo := ir.Bin(ir.And, ir.Bin(ir.Shr, &ir.VShuffle{X: x0, Y: x1, Mask: even}, &ir.Const{T: vi, Int: 16}), &ir.Const{T: vi, Int: 0xFFFF})
 	hi := ir.Bin(ir.And, &ir.VShuffle{X: x0, Y: x1, Mask: odd}, &ir.Const{T: vi, Int: -0x10000})
 	body = append(body, &ir.Store{Buf: dst, Index: addE(mulE(r, K/2), mulE(c, L)), Value: ir.Bin(ir.Or, lo, hi)})
-	return append([]ir.Stmt{&ir.Var{Name: mx, Init: &ir.Const{T: vi}},
-		&ir.For{Var: "bp_r", Lo: i32c(0), Hi: i32c(rows), Kind: ir.Serial, Body: &ir.Block{Stmts: []ir.Stmt{
-			&ir.For{Var: "bp_c", Lo: i32c(0), Hi: i32c(K / (2 * L)), Kind: ir.Serial, Body: &ir.Block{Stmts: body}}}}}},
-		denormFlag(den, mx, L)...)
+	out := []ir.Stmt{&ir.Var{Name: mx, Init: &ir.Const{T: vi}}}
+	if limit != 0 {
+		out = append(out, &ir.Var{Name: big, Init: &ir.Const{T: vi}})
+	}
+	out = append(out, &ir.For{Var: "bp_r", Lo: i32c(0), Hi: i32c(rows), Kind: ir.Serial, Body: &ir.Block{Stmts: []ir.Stmt{
+		&ir.For{Var: "bp_c", Lo: i32c(0), Hi: i32c(K / (2 * L)), Kind: ir.Serial, Body: &ir.Block{Stmts: body}}}}})
+	if limit == 0 {
+		return append(out, denormFlag(den, mx, L)...)
+	}
+	out = append(append(out, denormFlag(den+"_den", mx, L)...), flagAbove(den+"_hi", big, L, limit)...)
+	return append(out, &ir.Var{Name: den, Init: ir.Bin(ir.Or, ir.R(den+"_den", ir.I32), ir.R(den+"_hi", ir.I32))})
 }
 
 // denormKey is x's f32 bits (i32 lanes) without the sign plus denormBias.

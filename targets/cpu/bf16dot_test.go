@@ -117,30 +117,13 @@ func TestDotBF16Shape(t *testing.T) {
 		t.Errorf("Q packed %d times, want once", strings.Count(text, "store qs_bp["))
 	}
 	steps := 0
-	ir.MapStmts(after.Kernels[0].Body, func(s ir.Stmt) []ir.Stmt {
-		f, ok := s.(*ir.For)
-		if !ok || f.Var != "bm_k" {
-			return []ir.Stmt{s}
-		}
-		dots, fmas := 0, 0
-		ir.MapStmtExprs(f.Body, func(e ir.Expr) ir.Expr {
-			ir.VisitExpr(e, func(n ir.Expr) {
-				switch n.(type) {
-				case *ir.DotBF16:
-					dots++
-				case *ir.MulAdd:
-					fmas++
-				}
-			})
-			return e
-		})
+	loopProducts(after.Kernels[0].Body, "bm_k", func(_ *ir.For, dots, fmas int) {
 		if dots > 0 {
 			steps++
 			if fmas != 0 || dots%3 != 0 || dots > 24 {
 				t.Errorf("a bf16 step holds %d dotbf16 and %d muladd, want 3 per row of at most 8", dots, fmas)
 			}
 		}
-		return []ir.Stmt{s}
 	})
 	if steps == 0 {
 		t.Errorf("no dotbf16 contraction loop:\n%s", text)
@@ -169,6 +152,31 @@ func TestDotBF16Shape(t *testing.T) {
 	if strings.Contains(got.String(), "dotbf16") {
 		t.Errorf("a Q that is not exact bf16 runs on bf16 pairs")
 	}
+}
+
+// loopProducts calls f with each loop over v in body and the dotbf16 and
+// muladd expressions its body holds.
+func loopProducts(body *ir.Block, v string, f func(loop *ir.For, dots, fmas int)) {
+	ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
+		loop, ok := s.(*ir.For)
+		if !ok || loop.Var != v {
+			return []ir.Stmt{s}
+		}
+		dots, fmas := 0, 0
+		ir.MapStmtExprs(loop.Body, func(e ir.Expr) ir.Expr {
+			ir.VisitExpr(e, func(n ir.Expr) {
+				switch n.(type) {
+				case *ir.DotBF16:
+					dots++
+				case *ir.MulAdd:
+					fmas++
+				}
+			})
+			return e
+		})
+		f(loop, dots, fmas)
+		return []ir.Stmt{s}
+	})
 }
 
 // TestDotBF16KeepsResults runs the tile in the interpreter after
@@ -239,18 +247,7 @@ func TestDotBF16KeepsResults(t *testing.T) {
 func TestDenormFlag(t *testing.T) {
 	specials := []float32{0, float32(math.Copysign(0, -1)), 1, -1, 0x1p-126, -0x1p-126, 0x1p127, float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 3.3e38}
 	denormals := []uint32{0x00010000, 0x007F0000, 0x80010000, 0x80400000}
-	run := func(vals []float32) int32 {
-		k := lltest.Kernel("f", []*ir.Param{lltest.Buf("x", ir.F32), lltest.Buf("o", ir.I32)},
-			append(append([]ir.Stmt{&ir.Alloc{Name: "p", T: ir.I32, Size: 64}}, packPairs("x", "p", "den", 2, 64, 16)...),
-				lltest.Store("o", ir.Int(0), lltest.I32("den")), lltest.Ret(ir.Int(0)))...)
-		m := lltest.Module("f", k)
-		ir.MustVerify("denorm", m)
-		o := make([]int32, 1)
-		if st, err := ir.Run(m, "f", map[string]any{"x": vals, "o": o}); err != nil || st != 0 {
-			t.Fatalf("status %d, %v", st, err)
-		}
-		return o[0]
-	}
+	run := func(vals []float32) int32 { return packFlag(t, vals, 0) }
 	vals := make([]float32, 128)
 	for i := range vals {
 		vals[i] = specials[i%len(specials)]
@@ -265,6 +262,22 @@ func TestDenormFlag(t *testing.T) {
 			t.Errorf("denormal %#x at %d: flag %d", d, (37*i+5)%128, got)
 		}
 	}
+}
+
+// packFlag is packPairs' flag (with limit) over the 128 values of vals,
+// two rows of 64, evaluated in the interpreter.
+func packFlag(t *testing.T, vals []float32, limit int64) int32 {
+	t.Helper()
+	k := lltest.Kernel("f", []*ir.Param{lltest.Buf("x", ir.F32), lltest.Buf("o", ir.I32)},
+		append(append([]ir.Stmt{&ir.Alloc{Name: "p", T: ir.I32, Size: 64}}, packPairs("x", "p", "flag", 2, 64, 16, limit)...),
+			lltest.Store("o", ir.Int(0), lltest.I32("flag")), lltest.Ret(ir.Int(0)))...)
+	m := lltest.Module("f", k)
+	ir.MustVerify("flag", m)
+	o := make([]int32, 1)
+	if st, err := ir.Run(m, "f", map[string]any{"x": vals, "o": o}); err != nil || st != 0 {
+		t.Fatalf("status %d, %v", st, err)
+	}
+	return o[0]
 }
 
 // TestDotBF16Hardware compiles one dotbf16 at x86-64-v4-bf16 and runs it

@@ -200,12 +200,33 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 		}
 		return []ir.Stmt{s}
 	})
+	// Decode's Q·Kᵀ on vdpbf16ps (dotPairsFits): A's pairs in an array
+	// of their own (K's are the pool's rows).
+	qPairs := func(mm *ir.MatMul) bool {
+		return dotBlocks(mm, allocs, l.Lanes) && dotPairsFits(mm, exact, elems, l)
+	}
+	aPairs := map[string]string{}
+	ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
+		if mm, ok := s.(*ir.MatMul); ok && qPairs(mm) {
+			if aPairs[mm.A] == "" {
+				aPairs[mm.A] = fresh(mm.A + "_qp")
+			}
+			size[aPairs[mm.A]] = max(size[aPairs[mm.A]], mm.M*mm.K/2)
+		}
+		return []ir.Stmt{s}
+	})
 	den := func(x string) string { return pairs[x] + "den" }
 	hoisted := map[*ir.MatMul]bool{}
 	if len(pairs) > 0 {
 		body = hoistPairs(body, fits, func(mm *ir.MatMul) []ir.Stmt {
-			return packPairs(mm.A, pairs[mm.A], den(mm.A), mm.M, mm.K, l.Lanes)
+			return packPairs(mm.A, pairs[mm.A], den(mm.A), mm.M, mm.K, l.Lanes, 0)
 		}, hoisted)
+	}
+	qHoisted := map[*ir.MatMul]bool{}
+	if len(aPairs) > 0 {
+		body = hoistPairs(body, qPairs, func(mm *ir.MatMul) []ir.Stmt {
+			return packPairs(mm.A, aPairs[mm.A], aPairs[mm.A]+"bad", mm.M, mm.K, l.Lanes, qPairsLimit)
+		}, qHoisted)
 	}
 	// A split Q·Kᵀ's A (the staged Q) is packed once per item too, every
 	// row of it (the rows past the item's are zeros).
@@ -274,8 +295,10 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 			if p := packed[x.Name]; p != "" {
 				out = append(out, &ir.Alloc{Name: p, T: ir.F32, Size: size[p]})
 			}
-			if p := pairs[x.Name]; p != "" {
-				out = append(out, &ir.Alloc{Name: p, T: ir.I32, Size: size[p]})
+			for _, p := range []string{pairs[x.Name], aPairs[x.Name]} {
+				if p != "" {
+					out = append(out, &ir.Alloc{Name: p, T: ir.I32, Size: size[p]})
+				}
 			}
 			if p := scaledA[x.Name]; p != "" {
 				out = append(out, &ir.Alloc{Name: p, T: ir.F32, Size: size[p]})
@@ -296,7 +319,20 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 				if !foldsDot(x, fold, half) {
 					fold = 0
 				}
-				return dotBlockedMatMul(x, bElem, l.Lanes, fold, pairWiden(bElem, l))
+				f32 := dotBlockedMatMul(x, bElem, l.Lanes, fold, pairWiden(bElem, l), "")
+				if !qPairs(x) {
+					return f32
+				}
+				// On bf16 pairs, unless A's flag sends the item to the
+				// f32 blocks (qPairsLimit).
+				var dot []ir.Stmt
+				bad := aPairs[x.A] + "bad"
+				if !qHoisted[x] {
+					dot = packPairs(x.A, aPairs[x.A], bad, x.M, x.K, l.Lanes, qPairsLimit)
+				}
+				dot = append(dot, &ir.If{Cond: ir.Bin(ir.Ne, ir.R(bad, ir.I32), i32c(0)),
+					Then: &ir.Block{Stmts: f32}, Else: &ir.Block{Stmts: dotBlockedMatMul(x, bElem, l.Lanes, 0, false, aPairs[x.A])}})
+				return []ir.Stmt{&ir.Block{Stmts: dot}}
 			}
 			if !blocks(x) {
 				return []ir.Stmt{s}
@@ -356,7 +392,7 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 			// f32 micro-kernels above.
 			var dot []ir.Stmt
 			if !hoisted[x] {
-				dot = append(dot, packPairs(x.A, pairs[x.A], den(x.A), x.M, x.K, l.Lanes)...)
+				dot = append(dot, packPairs(x.A, pairs[x.A], den(x.A), x.M, x.K, l.Lanes, 0)...)
 			}
 			dot = append(dot, packPairsTransposed(x, pairs[x.B], den(x.B), l.Lanes)...)
 			dot = append(dot, &ir.If{Cond: ir.Bin(ir.Ne, ir.Bin(ir.Or, ir.R(den(x.A), ir.I32), ir.R(den(x.B), ir.I32)), i32c(0)),
@@ -522,12 +558,24 @@ func microKernel(mm *ir.MatMul, b string, bElem ir.Type, L int, m0, n0 ir.Expr, 
 	vt := ir.Vec(ir.F32, L)
 	acc := func(i, j int) string { return fmt.Sprintf("bm_c%d_%d", i, j) }
 	cAt := func(i, j int) ir.Expr { return addE(mulE(addE(m0, i32c(i)), mm.N), addE(n0, i32c(j*L))) }
+	// evenOdd: bf16 rows of B read in place, 2L at a time, widened by a
+	// shift (the even columns) and a mask (the odd ones): one operation
+	// per L elements instead of a widening load and a shift. The
+	// accumulators of vectors j and j+1 (even j) then hold those 2L
+	// columns' even and odd columns; C is split so as it is loaded and
+	// interleaved back as it is stored. Every column takes the same
+	// products in the same order: the results' bits do not change.
+	evenOdd := evenOddBF16 && bElem == ir.BF16 && b == mm.B && nr%2 == 0 && !pair
 	var out []ir.Stmt
 	for i := 0; i < mr; i++ {
 		for j := 0; j < nr; j++ {
 			var init ir.Expr = &ir.Const{T: vt}
 			if mm.Accumulate {
 				init = ir.Ld(mm.C, vt, cAt(i, j))
+				if evenOdd {
+					both := []ir.Expr{ir.Ld(mm.C, vt, cAt(i, j&^1)), ir.Ld(mm.C, vt, cAt(i, j|1))}
+					init = &ir.VShuffle{X: both[0], Y: both[1], Mask: strideMask(L, j&1)}
+				}
 				if scale != "" {
 					init = ir.Bin(ir.Mul, init, ir.Splat(ir.Ld(scale, ir.F32, addE(m0, i32c(i))), L))
 				}
@@ -541,6 +589,16 @@ func microKernel(mm *ir.MatMul, b string, bElem ir.Type, L int, m0, n0 ir.Expr, 
 		at := addE(mulE(k, mm.N), addE(n0, i32c(j*L)))
 		if b == mm.B {
 			at = bAt(mm, k, mm.N, addE(n0, i32c(j*L)))
+		}
+		if evenOdd {
+			vi := ir.Vec(ir.I32, L)
+			w := fmt.Sprintf("bm_w%d", j/2)
+			step = append(step,
+				&ir.Let{Name: w, Value: &ir.Bitcast{To: vi, X: ir.Ld(b, ir.Vec(ir.BF16, 2*L), at)}},
+				&ir.Let{Name: fmt.Sprintf("bm_b%d", j), Value: &ir.Bitcast{To: vt, X: ir.Bin(ir.Shl, ir.R(w, vi), &ir.Const{T: vi, Int: 16})}},
+				&ir.Let{Name: fmt.Sprintf("bm_b%d", j+1), Value: &ir.Bitcast{To: vt, X: ir.Bin(ir.And, ir.R(w, vi), &ir.Const{T: vi, Int: -0x10000})}})
+			j++
+			continue
 		}
 		if pair && j+1 < nr {
 			step = append(step, widenPair(fmt.Sprintf("bm_w%d", j/2), fmt.Sprintf("bm_b%d", j), fmt.Sprintf("bm_b%d", j+1), b, bElem, L, at, fold)...)
@@ -588,10 +646,40 @@ func microKernel(mm *ir.MatMul, b string, bElem ir.Type, L int, m0, n0 ir.Expr, 
 	out = append(out, &ir.For{Var: "bm_k", Lo: i32c(0), Hi: mm.KExt, Kind: ir.Serial, Body: &ir.Block{Stmts: step}})
 	for i := 0; i < mr; i++ {
 		for j := 0; j < nr; j++ {
-			out = append(out, &ir.Store{Buf: mm.C, Index: cAt(i, j), Value: ir.R(acc(i, j), vt)})
+			var v ir.Expr = ir.R(acc(i, j), vt)
+			if evenOdd {
+				v = &ir.VShuffle{X: ir.R(acc(i, j&^1), vt), Y: ir.R(acc(i, j|1), vt), Mask: interleaveMask(L, j&1)}
+			}
+			out = append(out, &ir.Store{Buf: mm.C, Index: cAt(i, j), Value: v})
 		}
 	}
 	return out
+}
+
+// evenOddBF16 turns microKernel's even/odd widening of bf16 rows on;
+// tests compare against it off.
+var evenOddBF16 = true
+
+// strideMask picks lanes from, from+2, from+4, ... of two L-lane vectors
+// (2L lanes): the even (from 0) or odd (from 1) ones.
+func strideMask(L, from int) []int {
+	m := make([]int, L)
+	for i := range m {
+		m[i] = from + 2*i
+	}
+	return m
+}
+
+// interleaveMask is the half (0: lanes 0 .. L-1, 1: L .. 2L-1) of the
+// interleaving of two L-lane vectors, even lanes from the first, odd from
+// the second: strideMask's inverse.
+func interleaveMask(L, half int) []int {
+	m := make([]int, L)
+	for i := range m {
+		c := half*L + i
+		m[i] = c/2 + (c%2)*L
+	}
+	return m
 }
 
 // negZeroScan scans the rows of A below MExt (all K columns, whole

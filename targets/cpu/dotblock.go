@@ -42,12 +42,14 @@ func dotBlocks(mm *ir.MatMul, allocs map[string]*ir.Alloc, lanes int) bool {
 // With pair (pairWiden) and K a whole number of 2L, each step reads 2L
 // elements of each B row as one (widenPair) and runs the multiply-adds
 // of its two halves in turn: each accumulator takes the same products in
-// the same order.
-func dotBlockedMatMul(mm *ir.MatMul, bElem ir.Type, L int, fold float64, pair bool) []ir.Stmt {
+// the same order. With ap (not "": dotPairsFits), the blocks run on
+// vdpbf16ps: A's rows from ap as bf16 pairs ([M, K/2] i32, packPairs),
+// B's rows (bf16) read as pairs in place, each step 2L elements.
+func dotBlockedMatMul(mm *ir.MatMul, bElem ir.Type, L int, fold float64, pair bool, ap string) []ir.Stmt {
 	R := dotBlockRows(mm.M, L, codes(bElem))
 	return blockLoop("db_m", mm.M, R, mm.MExt, func(m0 ir.Expr, _ int) []ir.Stmt {
 		return blockLoop("db_nb", mm.N, L/R, mm.NExt, func(n0 ir.Expr, _ int) []ir.Stmt {
-			return dotKernel(mm, bElem, L, R, m0, n0, fold, pair && mm.K%(2*L) == 0)
+			return dotKernel(mm, bElem, L, R, m0, n0, fold, pair && mm.K%(2*L) == 0, ap)
 		})
 	})
 }
@@ -84,10 +86,13 @@ func codes(t ir.Type) bool {
 // dotKernel is C[m0 .. m0+R, n0 .. n0+L/R] (+)= the dot products of A's
 // rows m0 .. m0+R with B's rows n0 .. n0+L/R (B's loads divided by fold
 // and the result multiplied by it, when fold is not 0; with pair, steps of
-// 2L elements).
-func dotKernel(mm *ir.MatMul, bElem ir.Type, L, R int, m0, n0 ir.Expr, fold float64, pair bool) []ir.Stmt {
+// 2L elements; with ap, on bf16 pairs: dotBlockedMatMul).
+func dotKernel(mm *ir.MatMul, bElem ir.Type, L, R int, m0, n0 ir.Expr, fold float64, pair bool, ap string) []ir.Stmt {
 	vt := ir.Vec(ir.F32, L)
 	C := L / R
+	if ap != "" {
+		return pairsDotKernel(mm, L, R, m0, n0, ap)
+	}
 	lane := transposeAddColumns(L)
 	acc := func(s int) string { return fmt.Sprintf("db_c%d", s) }
 	var out []ir.Stmt
@@ -157,6 +162,18 @@ func dotKernel(mm *ir.MatMul, bElem ir.Type, L, R int, m0, n0 ir.Expr, fold floa
 	for s := range vecs {
 		vecs[s] = ir.R(acc(s), vt)
 	}
+	return append(out, transposeAddStore(mm, vecs, L, R, m0, n0, fold)...)
+}
+
+// transposeAddStore sums the L accumulator vectors vecs of a dot-product
+// block (slot order transposeAddColumns) with the transpose-add tree into
+// one vector, multiplies it by fold when fold is not 0, and stores (adds,
+// with mm.Accumulate) its R pieces of L/R lanes into C's rows m0 ..
+// m0+R at column n0.
+func transposeAddStore(mm *ir.MatMul, vecs []ir.Expr, L, R int, m0, n0 ir.Expr, fold float64) []ir.Stmt {
+	vt := ir.Vec(ir.F32, L)
+	C := L / R
+	var out []ir.Stmt
 	for round, b := 0, L/2; b >= 1; round, b = round+1, b/2 {
 		lo, hi := transposeAddMasks(L, b)
 		next := make([]ir.Expr, len(vecs)/2)
@@ -190,6 +207,46 @@ func dotKernel(mm *ir.MatMul, bElem ir.Type, L, R int, m0, n0 ir.Expr, fold floa
 		out = append(out, &ir.Store{Buf: mm.C, Index: at, Value: piece})
 	}
 	return out
+}
+
+// pairsDotKernel is dotKernel on vdpbf16ps: each step, for 2L elements
+// of k, loads one i32 vector of A's pairs per row of A (from ap) and one
+// of B's per row of B — 2L bf16 elements read as L i32 lanes, each the
+// pair the lane multiplies — and runs one DotBF16 per accumulator; the
+// same transpose-add tree then leaves the block's dot products in one
+// vector.
+func pairsDotKernel(mm *ir.MatMul, L, R int, m0, n0 ir.Expr, ap string) []ir.Stmt {
+	vt, vi := ir.Vec(ir.F32, L), ir.Vec(ir.I32, L)
+	C := L / R
+	lane := transposeAddColumns(L)
+	acc := func(s int) string { return fmt.Sprintf("db_c%d", s) }
+	var out []ir.Stmt
+	for s := 0; s < L; s++ {
+		out = append(out, &ir.Var{Name: acc(s), Init: &ir.Const{T: vt}})
+	}
+	k := ir.R("db_k", ir.I32)
+	var step []ir.Stmt
+	for r := 0; r < R; r++ {
+		at := addE(mulE(addE(m0, i32c(r)), mm.K/2), mulE(k, L))
+		step = append(step, &ir.Let{Name: fmt.Sprintf("db_a%d", r), Value: ir.Ld(ap, vi, at)})
+	}
+	for c := 0; c < C; c++ {
+		// Past NExt the block reads the last row (dotKernel's rule).
+		row := ir.Bin(ir.Min, addE(n0, i32c(c)), addE(mm.NExt, i32c(-1)))
+		ld := ir.Ld(mm.B, ir.Vec(ir.BF16, 2*L), bAt(mm, row, mm.K, mulE(k, 2*L)))
+		step = append(step, &ir.Let{Name: fmt.Sprintf("db_b%d", c), Value: &ir.Bitcast{To: vi, X: ld}})
+	}
+	for s := 0; s < L; s++ {
+		r, c := lane[s]/C, lane[s]%C
+		a, b := ir.R(fmt.Sprintf("db_a%d", r), vi), ir.R(fmt.Sprintf("db_b%d", c), vi)
+		step = append(step, &ir.Assign{Name: acc(s), Value: &ir.DotBF16{X: a, Y: b, Z: ir.R(acc(s), vt)}})
+	}
+	out = append(out, &ir.For{Var: "db_k", Lo: i32c(0), Hi: i32c(mm.K / (2 * L)), Kind: ir.Serial, Body: &ir.Block{Stmts: step}})
+	vecs := make([]ir.Expr, L)
+	for s := range vecs {
+		vecs[s] = ir.R(acc(s), vt)
+	}
+	return append(out, transposeAddStore(mm, vecs, L, R, m0, n0, 0)...)
 }
 
 // transposeAddMasks are the two shuffles of a transpose-add round that

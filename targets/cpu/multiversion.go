@@ -75,7 +75,7 @@ func (mc *Machine) multiversion(m *ir.Module, keep func([]int) []int) (*ir.Modul
 		}
 		var can []int
 		for i, l := range all {
-			if l.DotBF16 && !hasBF16Product(k.Body, l) || l.AMX && !amxTiles {
+			if l.DotBF16 && !hasBF16Product(k, l) || l.AMX && !amxTiles {
 				continue
 			}
 			can = append(can, i)
