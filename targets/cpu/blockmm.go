@@ -201,13 +201,17 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 		return []ir.Stmt{s}
 	})
 	// Decode's Q·Kᵀ on vdpbf16ps (dotPairsFits): A's pairs in an array
-	// of their own (K's are the pool's rows).
+	// of their own (K's are the pool's rows), declared at every level
+	// that could run them at 16 lanes (unused below x86-64-v4-bf16), so
+	// that the header's STACK_BYTES does not depend on the triple.
 	qPairs := func(mm *ir.MatMul) bool {
 		return dotBlocks(mm, allocs, l.Lanes) && dotPairsFits(mm, exact, elems, l)
 	}
+	anyExact := bf16Exact(body)
+	pairsAt16 := Level{Lanes: 16, DotBF16: true}
 	aPairs := map[string]string{}
 	ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
-		if mm, ok := s.(*ir.MatMul); ok && qPairs(mm) {
+		if mm, ok := s.(*ir.MatMul); ok && dotBlocks(mm, allocs, 16) && dotPairsFits(mm, anyExact, elems, pairsAt16) {
 			if aPairs[mm.A] == "" {
 				aPairs[mm.A] = fresh(mm.A + "_qp")
 			}
