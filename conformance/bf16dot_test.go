@@ -15,8 +15,12 @@ import (
 // zero) and every query's element 9 is 2^116 (so their products, about
 // 2^-13 .. 2^-10, move the scores by more than the output's allowance
 // allows). x86-64-v4-bf16's vdpbf16ps reads denormals as zero: the output
-// rule holds only because those tiles take the f32 micro-kernels. It runs
-// at every level this CPU has; one it lacks is reported as not run.
+// rule holds only because those tiles take the f32 micro-kernels. Decode
+// (whose Q·Kᵀ runs on vdpbf16ps there too) runs the same data, whose
+// queries send it to the f32 blocks, and keys with denormals against
+// queries below 2^32 (the pairs run: a flushed product is below 2^-94).
+// It runs at every level this CPU has; one it lacks is reported as not
+// run.
 func TestBF16DenormalOperands(t *testing.T) {
 	needTools(t)
 	v := spec(t, bf16Levels) // the library hostLevelTable builds too
@@ -36,15 +40,17 @@ func TestBF16DenormalOperands(t *testing.T) {
 		// A bf16 denormal: k·2^-133 for k in ±1..127.
 		return float32(math.Ldexp(float64(1+rng.Intn(127)), -133) * float64(1-2*rng.Intn(2)))
 	}
-	newCase := func(seed int64) *reference.Case {
+	newCase := func(seed int64, qLens []int, qHuge float32) *reference.Case {
 		rng := rand.New(rand.NewSource(seed))
-		c := reference.NewCase(v, rng, reference.CaseSpec{Name: "denormal q and k", QLens: []int{70, 33}, KVLens: []int{150, 97}})
+		c := reference.NewCase(v, rng, reference.CaseSpec{Name: "denormal q and k", QLens: qLens, KVLens: []int{150, 97}})
 		for i := range c.Q {
 			switch i % d {
 			case 5:
-				c.Q[i] = denormal(rng)
+				if qHuge > 0x1p32 {
+					c.Q[i] = denormal(rng)
+				}
 			case 9:
-				c.Q[i] = 0x1p116
+				c.Q[i] = qHuge
 			}
 		}
 		for i := range c.KPages {
@@ -72,8 +78,13 @@ func TestBF16DenormalOperands(t *testing.T) {
 		}
 		ran = ran || level == "x86-64-v4-bf16"
 		for seed := int64(1); seed <= 2; seed++ {
-			if r := ls.RunAttentionCase(ir.RolePrefill, newCase(seed), 2); !r.Pass {
+			if r := ls.RunAttentionCase(ir.RolePrefill, newCase(seed, []int{70, 33}, 0x1p116), 2); !r.Pass {
 				t.Errorf("level %s: %s", level, r)
+			}
+			for _, qHuge := range []float32{0x1p116, 0x1p31} {
+				if r := ls.RunAttentionCase(ir.RoleDecode, newCase(seed, []int{1, 1}, qHuge), 2); !r.Pass {
+					t.Errorf("level %s, decode, queries' element 9 %g: %s", level, qHuge, r)
+				}
 			}
 		}
 		ls.Lib.Close()
