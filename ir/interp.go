@@ -607,6 +607,9 @@ func (f *frame) eval(e Expr) val {
 	case *Convert:
 		return f.convert(e.To, e.X.Type(), f.eval(e.X))
 	case *Bitcast:
+		if e.X.Type().IsVector() { // a vector's lanes joined (regroup)
+			return f.evalVec(e)[0]
+		}
 		bits := uint64(f.eval(e.X))
 		if w := e.To.Bits(); w < 64 {
 			bits &= 1<<w - 1

@@ -106,15 +106,16 @@ func TestVectorVerifyErrors(t *testing.T) {
 // TestBitcastRegroup runs bitcasts that change the lane count: bf16
 // elements read in adjacent pairs as i32 lanes (the first in the low
 // half, as vdpbf16ps takes them), and i32 lanes cut back into i16 ones
-// (signed) and into bytes.
+// (signed), into bytes, and a pair into a scalar.
 func TestBitcastRegroup(t *testing.T) {
 	src := `module m prefix m
 
-kernel k role decode (h: bf16* [4], o: i32* [2] out, w: i16* [4] out, b: i8* [8] out) {
+kernel k role decode (h: bf16* [4], o: i32* [2] out, w: i16* [4] out, b: i8* [8] out, s: i32* [1] out) {
   let p = bitcast.i32x2(h[0]:bf16x4)
   store o[0] = p
   store w[0] = bitcast.i16x4(p)
   store b[0] = bitcast.i8x8(p)
+  store s[0] = bitcast.i32(h[2]:bf16x2)
   return 0
 }
 `
@@ -123,8 +124,8 @@ kernel k role decode (h: bf16* [4], o: i32* [2] out, w: i16* [4] out, b: i8* [8]
 		t.Fatal(err)
 	}
 	h := []uint16{0x3f80, 0xc000, 0x0001, 0xff80}
-	o, w, b := make([]int32, 2), make([]int16, 4), make([]byte, 8)
-	if st, err := Run(m, "k", map[string]any{"h": h, "o": o, "w": w, "b": b}); err != nil || st != 0 {
+	o, w, b, sc := make([]int32, 2), make([]int16, 4), make([]byte, 8), make([]int32, 1)
+	if st, err := Run(m, "k", map[string]any{"h": h, "o": o, "w": w, "b": b, "s": sc}); err != nil || st != 0 {
 		t.Fatalf("status %d, %v", st, err)
 	}
 	if want := []int32{-0x40000000 + 0x3f80, -0x00800000 + 0x0001}; !slices.Equal(o, want) {
@@ -135,6 +136,9 @@ kernel k role decode (h: bf16* [4], o: i32* [2] out, w: i16* [4] out, b: i8* [8]
 	}
 	if want := []byte{0x80, 0x3f, 0x00, 0xc0, 0x01, 0x00, 0x80, 0xff}; !slices.Equal(b, want) {
 		t.Errorf("bytes %#x, want %#x", b, want)
+	}
+	if want := int32(-0x00800000 + 0x0001); sc[0] != want {
+		t.Errorf("scalar from a pair %#x, want %#x", sc[0], want)
 	}
 }
 
