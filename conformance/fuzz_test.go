@@ -733,25 +733,33 @@ func TestFuzzChild(t *testing.T) {
 		}
 		s := suites[fc.V]
 		if s == nil {
-			v := fuzzVariants()[fc.V]
-			m, err := lower.Lower(v, cputarget.Target{}.Tiling(v))
-			if err != nil {
-				t.Fatal(err)
-			}
 			lib, err := cpurt.Open(os.Getenv(fmt.Sprintf("ATTNC_FUZZ_SO%d", fc.V)))
 			if err != nil {
 				t.Fatal(err)
 			}
-			tgt, h, err := harnessOf("cpu")
-			if err != nil {
-				t.Fatal(err)
-			}
-			s = newSuite(v, tgt, h, m, m)
-			s.Lib = lib
+			s = fuzzSuite(t, fuzzVariants()[fc.V], lib)
 			suites[fc.V] = s
 		}
 		b, _ := json.Marshal(runGuarded(s, fc))
 		out.Write(append(b, '\n'))
 		out.Flush()
 	}
+}
+
+// fuzzSuite is the suite that runs fuzz cases of v on lib (v's library
+// at this machine's level): v lowered with the CPU tiling for the
+// reference's shapes, the CPU harness.
+func fuzzSuite(t *testing.T, v *ir.Variant, lib Library) *Suite {
+	t.Helper()
+	m, err := lower.Lower(v, cputarget.Target{}.Tiling(v))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tgt, h, err := harnessOf("cpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSuite(v, tgt, h, m, m)
+	s.Lib = lib
+	return s
 }

@@ -7,8 +7,6 @@ import (
 
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/internal/needtool"
-	"github.com/attnc/attnc/lower"
-	cputarget "github.com/attnc/attnc/targets/cpu"
 )
 
 var fuzzCaseFlag = flag.String("fuzz.case", "", "TestFuzzCase: run this case (the JSON a FuzzKernels failure prints after `case:`) in this process")
@@ -37,16 +35,7 @@ func TestFuzzCase(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer built.Lib.Close()
-	m, err := lower.Lower(v, cputarget.Target{}.Tiling(v))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tgt, h, err := harnessOf("cpu")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := newSuite(v, tgt, h, m, m)
-	s.Lib = built.Lib
+	s := fuzzSuite(t, v, built.Lib)
 	res := runGuarded(s, fc)
 	t.Logf("variant %s: status %d, pass %v, skip %v %s", v.Name, res.Status, res.Pass, res.Skip, res.Msg)
 	if !res.Pass {

@@ -131,9 +131,12 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 	})
 	// On a DotBF16 level, the matmuls dotBF16Fits takes also get their
 	// operands as bf16 pairs (arrays named here, sized like packed's).
+	// anyExact: the arrays of exact bf16 values, which a DotBF16 level
+	// reads as pairs (exact) and every level sizes decode's Q pairs by.
+	anyExact := bf16Exact(body)
 	exact := map[string]bool{}
 	if l.DotBF16 {
-		exact = bf16Exact(body)
+		exact = anyExact
 	}
 	fits := func(mm *ir.MatMul) bool { return blocks(mm) && dotBF16Fits(mm, exact, l) }
 	pairs := map[string]string{}
@@ -207,7 +210,6 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 	qPairs := func(mm *ir.MatMul) bool {
 		return dotBlocks(mm, allocs, l.Lanes) && dotPairsFits(mm, exact, elems, l)
 	}
-	anyExact := bf16Exact(body)
 	pairsAt16 := Level{Lanes: 16, DotBF16: true}
 	aPairs := map[string]string{}
 	ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
