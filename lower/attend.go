@@ -360,10 +360,8 @@ func (l *lowering) stageQuery(w *blk, x itemVars) {
 			qflat := u.let("qflat", rowHead(qrow, l.H, add(x.head0, g)))
 			for _, sg := range l.qSegs() {
 				base := u.let("qbase"+segName(sg), mul(qflat, ir.IntT(ir.I64, int64(sg.w))))
-				u.spread("d", sg.w, func(z *blk, d ir.Expr) {
-					l.stageRow(z, "qs", add(mul(row, i32(D)), plus(d, sg.off)), l.qRopePos(qrow), d,
-						func(k ir.Expr) ir.Expr { return tof32(ld(sg.buf, l.dt, add(base, i64(k)))) })
-				})
+				l.stageRow(u, "qs", sg.w, func(d ir.Expr) ir.Expr { return add(mul(row, i32(D)), plus(d, sg.off)) }, l.qRopePos(qrow),
+					func(k ir.Expr) ir.Expr { return tof32(ld(sg.buf, l.dt, add(base, i64(k)))) })
 			}
 		}, func(u *blk) {
 			u.spread("d", D, func(z *blk, d ir.Expr) { z.store("qs", add(mul(row, i32(D)), d), f32(0)) })
@@ -532,10 +530,8 @@ func (l *lowering) stageKV(t *blk, kvBeg, kvLo, kvN, kvRest, kvh, sb, qBase, qSe
 				rowOf := locate(z)
 				for _, sg := range l.kSegs() {
 					row := z.let("krow"+segName(sg), rowOf(nil, kvh, sg.w))
-					z.spread("d", sg.w, func(u *blk, d ir.Expr) {
-						l.stageRow(u, "kb", add(mul(j, i32(D)), plus(d, sg.off)), l.kRopePos(pos, sb, qBase, qSeqRow), d,
-							func(k ir.Expr) ir.Expr { return l.stageLoad(sg.buf, add(row, i64(k))) })
-					})
+					l.stageRow(z, "kb", sg.w, func(d ir.Expr) ir.Expr { return add(mul(j, i32(D)), plus(d, sg.off)) }, l.kRopePos(pos, sb, qBase, qSeqRow),
+						func(k ir.Expr) ir.Expr { return l.stageLoad(sg.buf, add(row, i64(k))) })
 				}
 				for _, sg := range l.vSegs() {
 					row := z.let("vrow"+segName(sg), rowOf(nil, kvh, sg.w))
@@ -623,10 +619,8 @@ func (l *lowering) stageRunsBlock(kvBeg, kvLo, kvN, kvh, sb, qBase, qSeqRow ir.E
 							if !copyK {
 								continue
 							}
-							w.spread("d", sg.w, func(v *blk, d ir.Expr) {
-								l.stageRow(v, "kb", add(mul(j, i32(D)), plus(d, sg.off)), l.kRopePos(add(pos0, js), sb, qBase, qSeqRow), d,
-									func(k ir.Expr) ir.Expr { return l.stageLoad(sg.buf, add(row, i64(k))) })
-							})
+							l.stageRow(w, "kb", sg.w, func(d ir.Expr) ir.Expr { return add(mul(j, i32(D)), plus(d, sg.off)) }, l.kRopePos(add(pos0, js), sb, qBase, qSeqRow),
+								func(k ir.Expr) ir.Expr { return l.stageLoad(sg.buf, add(row, i64(k))) })
 						}
 						for _, sg := range l.vSegs() {
 							row := w.let("vrow"+segName(sg), rowOf(js, kvh, sg.w))

@@ -57,6 +57,7 @@ func goldenCases() []goldenCase {
 	stored := Tiling{KVTile: 16, DecodeKVTile: 32, Rows: 16, MaxHeads: 8, DecodeStageStored: true}
 	runs := Tiling{KVTile: 16, Rows: 16, MaxHeads: 8, PageRuns: true}
 	direct := Tiling{KVTile: 16, Rows: 16, MaxHeads: 8, PageRuns: true, DecodeDirect: true}
+	inPlace := Tiling{KVTile: 16, Rows: 16, MaxHeads: 8, PageRuns: true, DecodeDirect: true, RopeInPlace: true}
 	return []goldenCase{
 		// The skeleton's roles.
 		{feature: "mha_causal_prefill", edit: func(v *ir.Variant) {}},
@@ -248,6 +249,12 @@ func goldenCases() []goldenCase {
 		{feature: "direct_block_table_rope", tiling: &direct, edit: func(v *ir.Variant) {
 			v.Table, v.Kernels = ir.BlockTable, roles(ir.RoleDecode)
 			v.Rope = &ir.Rope{Theta: 10000, Style: ir.RopeNormal}
+		}},
+		// The CPU's staging under inline RoPE: rows copied, then their
+		// pairs (interleaved here, 8 of 16 dims) rotated in the tile.
+		{feature: "rope_in_place_interleaved_partial", tiling: &inPlace, edit: func(v *ir.Variant) {
+			v.HeadDimQK, v.HeadDimV = 16, 16
+			v.Rope = &ir.Rope{Theta: 10000, Style: ir.RopeNormal, Pairs: ir.RopeInterleaved, RotaryDim: 8}
 		}},
 	}
 }

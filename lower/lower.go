@@ -65,6 +65,15 @@ type Tiling struct {
 	// K row of MLA's two segments (its V, the latent alone, is read in
 	// place).
 	DecodeDirect bool
+	// RopeInPlace makes inline RoPE stage a query or K row as a plain
+	// copy (the loop every unrotated row gets, which a CPU vectorizes and
+	// prefetch-kv prefetches) and then rotate its pairs in the f32 tile
+	// where they landed: no strided narrow loads from the cache (an
+	// interleaved f16 pair loop that LLVM scalarizes), the same values.
+	// Off, each pair is read from its source and rotated as it is stored:
+	// no second pass over the tile, which a GPU's threads would have to
+	// meet at a barrier for.
+	RopeInPlace bool
 	// PrefillDirect (with PageRuns) makes the prefill kernel read K and V
 	// rows straight from the pages as DecodeDirect does for decode, where
 	// the cache is f32 (its staging would be a plain copy): the packing

@@ -153,11 +153,5 @@ func (l *lowering) qkRow(x *blk, src ir.Expr, w string, pos ir.Expr, store func(
 		row = "xn"
 	}
 	at := func(k ir.Expr) ir.Expr { return ld(row, ir.F32, k) }
-	x.spread("d", D, func(y *blk, d ir.Expr) {
-		if pos == nil {
-			store(y, d, at(d))
-			return
-		}
-		store(y, d, l.ropeElem(y, pos, d, at))
-	})
+	l.rotateRow(x, D, pos, at, store)
 }

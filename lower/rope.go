@@ -23,7 +23,8 @@ import (
 // is computed exactly modulo one turn in 64-bit fixed point — turns_i =
 // frac(f_i / 2π) · 2^64 is a constant and pos · turns_i wraps — so precision
 // does not decay with the position, on CPU and GPU alike; only the final
-// sin/cos run in f32.
+// cos and sin run in f32 (turnCosSin). Rows rotate a pair at a time
+// (rotateRow): cos and sin once a pair, in loops that vectorize.
 
 // RopeBaseFreqs is θ^(-2i/R), i < R/2 for R = r.Dim(d): the frequencies
 // before any rescaling (style factors divides them by rope_factors[i]).
@@ -219,12 +220,40 @@ func (l *lowering) ropeCosSin(b *blk, pos, i ir.Expr) (c, s ir.Expr) {
 	}
 	prod := ir.Bin(ir.Mul, i64(pos), ld("rope_turns", ir.I64, i))
 	turn24 := ir.Bin(ir.And, ir.Bin(ir.Shr, prod, ir.IntT(ir.I64, 40)), ir.IntT(ir.I64, 0xffffff))
-	ang := b.let("rope_ang", mul(tof32(ir.Cvt(ir.I32, turn24)), f32(float64(float32(2*math.Pi/(1<<24))))))
+	cos, sin := turnCosSin(b, b.let("rope_t", ir.Cvt(ir.I32, turn24)))
 	var scale ir.Expr = f32(float64(float32(RopeScale(l.v.Rope))))
 	if l.v.Rope.Style == ir.RopeFactors {
 		scale = b.let("rope_a", ld("rope_amp", ir.F32, i))
 	}
-	return b.let("rope_c", mul(ir.Un(ir.Cos, ang), scale)), b.let("rope_s", mul(ir.Un(ir.Sin, ang), scale))
+	return b.let("rope_c", mul(cos, scale)), b.let("rope_s", mul(sin, scale))
+}
+
+// Minimax coefficients of sin and cos on [-π/4, π/4] (Cephes' sinf and
+// cosf, within about one f32 ulp there).
+const (
+	sinC3, sinC5, sinC7 = -1.6666654611e-1, 8.3321608736e-3, -1.9515295891e-4
+	cosC4, cosC6, cosC8 = 4.166664568298827e-2, -1.388731625493765e-3, 2.443315711809948e-5
+)
+
+// turnCosSin binds cos and sin of the angle t·2π/2^24, t an i32 in
+// [0, 2^24) (24-bit turns), in plain f32 arithmetic that vectorizes with
+// the loop around it (a libm call per lane would not) and gives the same
+// bits on every target. The reduction is exact, in integers: k, the
+// nearest quarter turn, and the rest f = t - k·2^22, |f| <= 2^21, which
+// converts to f32 exactly; x = f·(2π/2^24) rounds once into [-π/4, π/4],
+// where the polynomials hold; the quarter turns swap and negate the pair.
+func turnCosSin(b *blk, t ir.Expr) (cos, sin ir.Expr) {
+	k := b.let("rope_k", ir.Bin(ir.Shr, add(t, i32(1<<21)), i32(22)))
+	x := b.let("rope_x", mul(tof32(sub(t, ir.Bin(ir.Shl, k, i32(22)))), f32(float64(float32(2*math.Pi/(1<<24))))))
+	z := b.let("rope_z", mul(x, x))
+	sx := b.let("rope_sx", add(mul(mul(add(mul(add(mul(f32(sinC7), z), f32(sinC5)), z), f32(sinC3)), z), x), x))
+	cx := b.let("rope_cx", add(sub(mul(mul(add(mul(add(mul(f32(cosC8), z), f32(cosC6)), z), f32(cosC4)), z), z), mul(f32(0.5), z)), f32(1)))
+	// Quarter k mod 4: (cos, sin) = (cx, sx), (-sx, cx), (-cx, -sx), (sx, -cx).
+	odd := b.let("rope_odd", ne(ir.Bin(ir.And, k, i32(1)), i32(0)))
+	c0, s0 := sel(odd, sx, cx), sel(odd, cx, sx)
+	cNeg := ne(ir.Bin(ir.And, add(k, i32(1)), i32(2)), i32(0))
+	sNeg := ne(ir.Bin(ir.And, k, i32(2)), i32(0))
+	return sel(cNeg, ir.Un(ir.Neg, c0), c0), sel(sNeg, ir.Un(ir.Neg, s0), s0)
 }
 
 // ropeChecks are the scalar checks of the angles' arguments when rope r
@@ -283,47 +312,61 @@ func ropePosOutside(p ir.Expr) ir.Expr {
 	return or(lt(p, i32(0)), ge(p, ir.R("rope_positions", ir.I32)))
 }
 
-// ropeElem is element d of the rotated row whose element k is at(k): d
-// belongs to pair i with partner element other; d is the pair's first
-// element (x1) or its second (x2). Dims past rotary_dim pass through.
-func (l *lowering) ropeElem(b *blk, pos, d ir.Expr, at func(ir.Expr) ir.Expr) ir.Expr {
-	R := l.rotDim()
-	var first, i, other ir.Expr
-	if l.v.Rope.Pairs == ir.RopeInterleaved {
-		first = b.let("rope_first", eq(ir.Bin(ir.And, d, i32(1)), i32(0)))
-		i = ir.Bin(ir.Shr, d, i32(1))
-		other = ir.Bin(ir.Xor, d, i32(1))
-	} else {
-		half := R / 2
-		first = b.let("rope_first", lt(d, i32(half)))
-		i = sel(first, d, sub(d, i32(half)))
-		other = sel(first, add(d, i32(half)), sub(d, i32(half)))
-	}
-	var rotated ir.Expr
-	if R < l.D {
-		// Keep the (unused) table and row indices of pass-through dims in range.
-		rotated = b.let("rope_on", lt(d, i32(R)))
-		i, other = sel(rotated, i, i32(0)), sel(rotated, other, d)
-	}
-	c, s := l.ropeCosSin(b, pos, b.let("rope_i", i))
-	x := b.let("rope_x", at(d))
-	o := b.let("rope_o", at(other))
-	// (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin)
-	out := sel(first, sub(mul(x, c), mul(o, s)), add(mul(x, c), mul(o, s)))
-	if rotated != nil {
-		out = sel(rotated, out, x)
-	}
-	return out
-}
-
-// stageRow stores row element d of src (via at) into dst[idx], rotated at
-// pos when the variant has inline RoPE.
-func (l *lowering) stageRow(b *blk, dst string, idx, pos, d ir.Expr, at func(ir.Expr) ir.Expr) {
-	if l.v.InlineRope() != nil {
-		b.store(dst, idx, l.ropeElem(b, pos, d, at))
+// rotateRow hands each element d < w of the row whose element k is at(k)
+// to put, rotated at pos (nil: as it is, one spread "d" over the row):
+// rotatePairs, then one spread over the dims past rotary_dim, which pass
+// through.
+func (l *lowering) rotateRow(b *blk, w int, pos ir.Expr, at func(ir.Expr) ir.Expr, put func(y *blk, d, val ir.Expr)) {
+	if pos == nil {
+		b.spread("d", w, func(y *blk, d ir.Expr) { put(y, d, at(d)) })
 		return
 	}
-	b.store(dst, idx, at(d))
+	l.rotatePairs(b, pos, at, put)
+	if R := l.rotDim(); R < w {
+		b.spread("d", w-R, func(y *blk, d ir.Expr) {
+			dd := y.let("rope_pass", add(d, i32(R)))
+			put(y, dd, at(dd))
+		})
+	}
+}
+
+// rotatePairs hands the rotated dims of the row whose element k is at(k)
+// to put, turned at pos. With R = rotary_dim, pair i < R/2 is (x1, x2) =
+// (at(i), at(i + R/2)) for pairs = half, (at(2i), at(2i+1)) for pairs =
+// interleaved, and turns to (x1 cos - x2 sin, x2 cos + x1 sin): one
+// spread over the pairs, cos and sin once a pair, both elements' loads
+// and stores side by side (consecutive, or stride 2: an interleaved
+// group).
+func (l *lowering) rotatePairs(b *blk, pos ir.Expr, at func(ir.Expr) ir.Expr, put func(y *blk, d, val ir.Expr)) {
+	R := l.rotDim()
+	b.spread("rope_i", R/2, func(y *blk, i ir.Expr) {
+		d1, d2 := i, add(i, i32(R/2))
+		if l.v.Rope.Pairs == ir.RopeInterleaved {
+			d1 = y.let("rope_d", ir.Bin(ir.Shl, i, i32(1)))
+			d2 = add(d1, i32(1))
+		}
+		c, s := l.ropeCosSin(y, pos, i)
+		x1, x2 := y.let("rope_x1", at(d1)), y.let("rope_x2", at(d2))
+		put(y, d1, sub(mul(x1, c), mul(x2, s)))
+		put(y, d2, add(mul(x2, c), mul(x1, s)))
+	})
+}
+
+// stageRow stores the w elements of a row (at(d)) into the f32 array dst
+// at idx(d), rotated at pos when the variant has inline RoPE: copied,
+// then its pairs rotated there (Tiling.RopeInPlace), or rotated as read
+// (rotateRow).
+func (l *lowering) stageRow(b *blk, dst string, w int, idx func(d ir.Expr) ir.Expr, pos ir.Expr, at func(ir.Expr) ir.Expr) {
+	if l.v.InlineRope() == nil {
+		pos = nil
+	}
+	put := func(y *blk, d, val ir.Expr) { y.store(dst, idx(d), val) }
+	if pos != nil && l.t.RopeInPlace {
+		l.rotateRow(b, w, nil, at, put)
+		l.rotatePairs(b, pos, func(k ir.Expr) ir.Expr { return ld(dst, ir.F32, idx(k)) }, put)
+		return
+	}
+	l.rotateRow(b, w, pos, at, put)
 }
 
 // ropeParams are an attention entry's RoPE arguments: the positions, then
