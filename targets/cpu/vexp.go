@@ -12,7 +12,8 @@ import (
 // VectorExp writes every f32 exp of a let, var, assignment or store as a
 // polynomial in plain arithmetic (PolyExp), hoisted into lets before the
 // statement: LLVM vectorizes it with the loop around it, where exp would
-// stay a scalar call of libm's expf per lane.
+// stay a scalar call of libm's expf per lane. Every f32 tanh (soft-capped
+// scores) becomes PolyTanh the same way, instead of a tanhf call per lane.
 //
 // A scalar let (outside vector loops) of the form select(c, exp(x), 1) —
 // the online softmax's rescale factor alpha = exp(m_old - m_new) of a live
@@ -55,12 +56,14 @@ func VectorExp(m *ir.Module) (*ir.Module, error) {
 			rw := func(e ir.Expr) ir.Expr {
 				return ir.MapExpr(e, func(x ir.Expr) ir.Expr {
 					u, ok := x.(*ir.Unary)
-					if !ok || u.Op != ir.Exp || u.Type() != ir.F32 {
+					if !ok || (u.Op != ir.Exp && u.Op != ir.Tanh) || u.Type() != ir.F32 {
 						return x
 					}
 					poly := PolyExp
 					arg := u.X
-					if a, ok := nonPosArg(u.X); ok {
+					if u.Op == ir.Tanh {
+						poly = PolyTanh
+					} else if a, ok := nonPosArg(u.X); ok {
 						poly, arg = PolyExpNonPos, a
 					}
 					lets, v := poly(fmt.Sprintf("%s%d_", prefix, n), arg)
@@ -232,6 +235,40 @@ func PolyExpNonPos(prefix string, x ir.Expr) ([]ir.Stmt, ir.Expr) {
 	scale := let("s", &ir.Bitcast{To: ir.F32, X: ir.Bin(ir.Shl, ir.Bin(ir.Add, ni, ir.Int(127)), ir.Int(23))})
 	v := let("v", ir.Bin(ir.Mul, y, scale))
 	return lets, ir.Sel(ir.Bin(ir.Lt, xv, f(ExpMinArg)), f(0), v)
+}
+
+// Cephes' tanhf: below tanhSmall, tanh(x) = x + x·z·P(z), z = x², with
+// tanhPoly's coefficients (highest degree first).
+const tanhSmall = 0.625
+
+var tanhPoly = []float64{-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1, -3.33332819422e-1}
+
+// PolyTanh is tanh(x) for f32 x as lets named prefix+... and the
+// expression of the result, in operations every CPU level vectorizes: for
+// m = |x| below tanhSmall Cephes' odd polynomial m + m·z·P(z), above
+// 1 - 2/(exp(2m) + 1) with PolyExp (exp overflows to +inf past m = 44:
+// the quotient is 0, the result 1), then x's sign bit (so -0 stays -0);
+// NaN for NaN. Both halves are computed and one selected: a vector of
+// scores takes no branch.
+func PolyTanh(prefix string, x ir.Expr) ([]ir.Stmt, ir.Expr) {
+	var lets []ir.Stmt
+	let := letsNamed(prefix, &lets)
+	f := ir.Float
+	xv := let("x", x)
+	m := let("a", ir.Un(ir.Abs, xv))
+	z := let("z", ir.Bin(ir.Mul, m, m))
+	var p ir.Expr = f(tanhPoly[0])
+	for _, c := range tanhPoly[1:] {
+		p = &ir.MulAdd{X: p, Y: z, Z: f(c)}
+	}
+	small := ir.Bin(ir.Add, m, ir.Bin(ir.Mul, m, ir.Bin(ir.Mul, z, p)))
+	eLets, e := PolyExp(prefix+"e", ir.Bin(ir.Mul, m, f(2)))
+	lets = append(lets, eLets...)
+	big := ir.Bin(ir.Sub, f(1), ir.Bin(ir.Div, f(2), ir.Bin(ir.Add, e, f(1))))
+	mag := let("t", ir.Sel(ir.Bin(ir.Lt, m, f(tanhSmall)), small, big))
+	bits := func(v ir.Expr) ir.Expr { return &ir.Bitcast{To: ir.I32, X: v} }
+	sign := ir.Bin(ir.And, bits(xv), ir.Int(math.MinInt32))
+	return lets, &ir.Bitcast{To: ir.F32, X: ir.Bin(ir.Or, bits(mag), sign)}
 }
 
 // letsNamed returns a function that appends a let named prefix+name of e

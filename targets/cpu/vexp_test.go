@@ -80,18 +80,22 @@ func expErr(x, y float32) (float64, error) {
 
 // expModule is one kernel per level of the host's target computing
 // o[i] = exp(x[i]) in a vector loop.
-func expModule(tg Arch) *ir.Module {
+func expModule(tg Arch) *ir.Module { return unaryModule(tg, "exp") }
+
+// unaryModule is one kernel per level of the host's target computing
+// o[i] = fn(x[i]) in a vector loop.
+func unaryModule(tg Arch, fn string) *ir.Module {
 	var src strings.Builder
 	src.WriteString("module e prefix e\n")
 	for _, l := range tg.Levels {
 		fmt.Fprintf(&src, `
 kernel e%s role decode level %q (x: f32* [n], o: f32* [n] out, n: i32) {
   for i in 0 .. n vector {
-    store o[i] = exp(x[i])
+    store o[i] = %s(x[i])
   }
   return 0
 }
-`, l.Suffix, l.Name)
+`, l.Suffix, l.Name, fn)
 	}
 	m, err := ir.Parse(src.String())
 	if err != nil {
@@ -107,8 +111,18 @@ kernel e%s role decode level %q (x: f32* [n], o: f32* [n] out, n: i32) {
 // a sparser sample.
 func TestPolyExpError(t *testing.T) {
 	t.Parallel()
+	checkPolyError(t, "exp", []string{"@llvm.exp", "expf"}, expInputs(193), expInputs(9973), expErr, expULPBound)
+}
+
+// checkPolyError compiles VectorExp's rewrite of fn (a vector loop
+// o[i] = fn(x[i]), one kernel per level) and checks that none of calls is
+// left, then runs it at every CPU level this CPU runs on xs, and the
+// interpreter on few: errOf gives each result's error in ulps (or an
+// error for a wrong special value), and the worst must stay within bound.
+func checkPolyError(t *testing.T, fn string, calls []string, xs, few []float32, errOf func(x, y float32) (float64, error), bound float64) {
+	t.Helper()
 	tc, tg := hostToolchain(t)
-	m, err := VectorExp(expModule(tg))
+	m, err := VectorExp(unaryModule(tg, fn))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,13 +130,31 @@ func TestPolyExpError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(ll, "@llvm.exp") || strings.Contains(ll, "expf") {
-		t.Fatal("an exp call is left")
+	for _, c := range calls {
+		if strings.Contains(ll, c) {
+			t.Fatalf("a %s call is left", c)
+		}
+	}
+	check := func(name string, xs, ys []float32) {
+		t.Helper()
+		worst, at := 0.0, float32(0)
+		for i, y := range ys {
+			e, err := errOf(xs[i], y)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if e > worst {
+				worst, at = e, xs[i]
+			}
+		}
+		t.Logf("%s: %d inputs, max error %.3f ulp (at x = %v)", name, len(xs), worst, at)
+		if worst > bound {
+			t.Errorf("%s: %s(%v) is %.3f ulp off, above the bound %g", name, fn, at, worst, bound)
+		}
 	}
 	lib := openLL(t, tc, ll)
 	defer lib.Close()
 	best := lib.CallStr("e_cpu_level", 0)
-	xs := expInputs(193)
 	xb := cpurt.F32Buffer(xs)
 	defer xb.Free()
 	ob := cpurt.NewBuffer(4 * len(xs))
@@ -132,43 +164,17 @@ func TestPolyExpError(t *testing.T) {
 		if err != nil || st != 0 {
 			t.Fatalf("%s: status %d, %v", l.Name, st, err)
 		}
-		worst, at := 0.0, float32(0)
-		for i, y := range ob.F32() {
-			e, err := expErr(xs[i], y)
-			if err != nil {
-				t.Fatalf("%s: %v", l.Name, err)
-			}
-			if e > worst {
-				worst, at = e, xs[i]
-			}
-		}
-		t.Logf("%s: %d inputs, max error %.3f ulp (at x = %v)", l.Name, len(xs), worst, at)
-		if worst > expULPBound {
-			t.Errorf("%s: exp(%v) is %.3f ulp off, above the bound %g", l.Name, at, worst, expULPBound)
-		}
+		check(l.Name, xs, ob.F32())
 		if l.Name == best {
 			break // the levels above would not run here
 		}
 	}
-
 	// The interpreter, on the first kernel.
-	few := expInputs(9973)
 	out := make([]float32, len(few))
 	if st, err := ir.Run(m, m.Kernels[0].Name, map[string]any{"x": few, "o": out, "n": int32(len(few))}); err != nil || st != 0 {
 		t.Fatalf("interpreter: status %d, %v", st, err)
 	}
-	worst := 0.0
-	for i, y := range out {
-		e, err := expErr(few[i], y)
-		if err != nil {
-			t.Fatalf("interpreter: %v", err)
-		}
-		worst = math.Max(worst, e)
-	}
-	t.Logf("interpreter: %d inputs, max error %.3f ulp", len(few), worst)
-	if worst > expULPBound {
-		t.Errorf("interpreter: %.3f ulp, above the bound %g", worst, expULPBound)
-	}
+	check("interpreter", few, out)
 }
 
 // TestVectorExpAlphaBranch checks the branch VectorExp writes for a
