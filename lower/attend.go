@@ -341,6 +341,10 @@ func (l *lowering) allocItem(w *blk, x itemVars) {
 		l.ropeTable(w)
 		l.fillRopeTable(w)
 	}
+	if l.ropeRel {
+		w.alloc("qs0", ir.F32, R*l.rotDim())
+		l.ropeRelTable(w)
+	}
 }
 
 // rowParts binds a row's query index r and head index g: rows are
@@ -360,8 +364,19 @@ func (l *lowering) stageQuery(w *blk, x itemVars) {
 			qflat := u.let("qflat", rowHead(qrow, l.H, add(x.head0, g)))
 			for _, sg := range l.qSegs() {
 				base := u.let("qbase"+segName(sg), mul(qflat, ir.IntT(ir.I64, int64(sg.w))))
-				l.stageRow(u, "qs", sg.w, func(d ir.Expr) ir.Expr { return add(mul(row, i32(D)), plus(d, sg.off)) }, l.qRopePos(qrow),
+				var pos ir.Expr
+				if !l.ropeRel {
+					pos = l.qRopePos(qrow)
+				}
+				l.stageRow(u, "qs", sg.w, func(d ir.Expr) ir.Expr { return add(mul(row, i32(D)), plus(d, sg.off)) }, pos,
 					func(k ir.Expr) ir.Expr { return tof32(ld(sg.buf, l.dt, add(base, i64(k)))) })
+				if l.ropeRel {
+					// The rotated dims as staged: each tile turns them from here.
+					Rd := l.rotDim()
+					u.spread("d", Rd, func(z *blk, d ir.Expr) {
+						z.store("qs0", add(mul(row, i32(Rd)), d), ld("qs", ir.F32, add(mul(row, i32(D)), d)))
+					})
+				}
 			}
 		}, func(u *blk) {
 			u.spread("d", D, func(z *blk, d ir.Expr) { z.store("qs", add(mul(row, i32(D)), d), f32(0)) })
@@ -381,6 +396,9 @@ func (l *lowering) tileStep(t *blk, x itemVars, kt ir.Expr) {
 	R, D, DV, KT := x.R, l.D, l.DV, l.t.KVTile
 	kvLo := t.let("kv_lo", mul(kt, i32(KT)))
 	kvN := t.let("kv_n", minE(i32(KT), sub(x.kvLen, kvLo)))
+	if l.ropeRel {
+		l.rotateQueriesRel(t, x, kvLo)
+	}
 	l.stageKV(t, x.kvBeg, kvLo, kvN, sub(x.kvLen, kvLo), x.kvh, x.sb, sub(x.kvLen, x.qLen), x.qBeg)
 	// direct: every position of the tile is on a readable page, so the
 	// products read the rows where the staging found them.
@@ -530,8 +548,7 @@ func (l *lowering) stageKV(t *blk, kvBeg, kvLo, kvN, kvRest, kvh, sb, qBase, qSe
 				rowOf := locate(z)
 				for _, sg := range l.kSegs() {
 					row := z.let("krow"+segName(sg), rowOf(nil, kvh, sg.w))
-					l.stageRow(z, "kb", sg.w, func(d ir.Expr) ir.Expr { return add(mul(j, i32(D)), plus(d, sg.off)) }, l.kRopePos(pos, sb, qBase, qSeqRow),
-						func(k ir.Expr) ir.Expr { return l.stageLoad(sg.buf, add(row, i64(k))) })
+					l.stageKRow(z, sg, j, pos, kvLo, sb, qBase, qSeqRow, func(k ir.Expr) ir.Expr { return l.stageLoad(sg.buf, add(row, i64(k))) })
 				}
 				for _, sg := range l.vSegs() {
 					row := z.let("vrow"+segName(sg), rowOf(nil, kvh, sg.w))
@@ -619,8 +636,7 @@ func (l *lowering) stageRunsBlock(kvBeg, kvLo, kvN, kvh, sb, qBase, qSeqRow ir.E
 							if !copyK {
 								continue
 							}
-							l.stageRow(w, "kb", sg.w, func(d ir.Expr) ir.Expr { return add(mul(j, i32(D)), plus(d, sg.off)) }, l.kRopePos(add(pos0, js), sb, qBase, qSeqRow),
-								func(k ir.Expr) ir.Expr { return l.stageLoad(sg.buf, add(row, i64(k))) })
+							l.stageKRow(w, sg, j, add(pos0, js), kvLo, sb, qBase, qSeqRow, func(k ir.Expr) ir.Expr { return l.stageLoad(sg.buf, add(row, i64(k))) })
 						}
 						for _, sg := range l.vSegs() {
 							row := w.let("vrow"+segName(sg), rowOf(js, kvh, sg.w))

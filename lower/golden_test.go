@@ -58,6 +58,7 @@ func goldenCases() []goldenCase {
 	runs := Tiling{KVTile: 16, Rows: 16, MaxHeads: 8, PageRuns: true}
 	direct := Tiling{KVTile: 16, Rows: 16, MaxHeads: 8, PageRuns: true, DecodeDirect: true}
 	inPlace := Tiling{KVTile: 16, Rows: 16, MaxHeads: 8, PageRuns: true, DecodeDirect: true, RopeInPlace: true}
+	relative := Tiling{KVTile: 16, Rows: 16, MaxHeads: 8, PageRuns: true, DecodeDirect: true, RopeInPlace: true, DecodeRopeRelative: true}
 	return []goldenCase{
 		// The skeleton's roles.
 		{feature: "mha_causal_prefill", edit: func(v *ir.Variant) {}},
@@ -255,6 +256,14 @@ func goldenCases() []goldenCase {
 		{feature: "rope_in_place_interleaved_partial", tiling: &inPlace, edit: func(v *ir.Variant) {
 			v.HeadDimQK, v.HeadDimV = 16, 16
 			v.Rope = &ir.Rope{Theta: 10000, Style: ir.RopeNormal, Pairs: ir.RopeInterleaved, RotaryDim: 8}
+		}},
+		// The CPU's decode under inline RoPE: queries turned once per
+		// tile relative to its first position, K rows by their offset in
+		// it from the item's table; the tree's own keys evaluate theirs.
+		{feature: "rope_relative_decode_tree", tiling: &relative, edit: func(v *ir.Variant) {
+			v.Rope = &ir.Rope{Theta: 10000, Style: ir.RopeLlama3, Params: map[string]float64{"factor": 8, "low_freq": 1, "high_freq": 4, "original_max": 8192}}
+			v.Masks = []ir.MaskClause{{Kind: ir.MaskTree}}
+			v.Kernels = roles(ir.RoleDecode)
 		}},
 	}
 }

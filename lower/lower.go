@@ -74,6 +74,16 @@ type Tiling struct {
 	// no second pass over the tile, which a GPU's threads would have to
 	// meet at a barrier for.
 	RopeInPlace bool
+	// DecodeRopeRelative makes the decode kernels' inline RoPE (schedule
+	// and factors styles) rotate by angles relative to each KV tile's
+	// first position p0: the queries by pos_q - p0 once per tile, each K
+	// row by its offset j in the tile, with cos and sin from a table of
+	// the tile's offsets computed once per item. The scores are the same
+	// rotations' (R(a)q · R(b)k depends on b - a only) while a K row,
+	// which each kv head's item rotates again, takes table loads instead
+	// of evaluating cos and sin. A tree's own keys, which rotate at their
+	// queries' positions, evaluate them as before.
+	DecodeRopeRelative bool
 	// PrefillDirect (with PageRuns) makes the prefill kernel read K and V
 	// rows straight from the pages as DecodeDirect does for decode, where
 	// the cache is f32 (its staging would be a plain copy): the packing
@@ -210,6 +220,7 @@ func Lower(v *ir.Variant, t Tiling) (*ir.Module, error) {
 			ld.t.KVTile = t.DecodeKVTile
 		}
 		ld.stageStored = t.DecodeStageStored && l.kvt.IsStorageOnly() && v.InlineRope() == nil && v.MLA == nil
+		ld.ropeRel = t.DecodeRopeRelative && v.InlineRope() != nil && v.Rope.Style != ir.RopeTable
 		if t.DecodeDirect && t.PageRuns {
 			ld.directK = v.InlineRope() == nil && len(ld.kSegs()) == 1
 			ld.directV = len(ld.vSegs()) == 1
@@ -256,6 +267,9 @@ type lowering struct {
 	t                Tiling
 	pt               pageTable // the variant's page table
 	GB               int       // qo heads per work item
+	// ropeRel: inline RoPE by angles relative to each tile's first
+	// position (Tiling.DecodeRopeRelative, decode kernels).
+	ropeRel bool
 	// stageStored: the K and V tiles hold the cache's elements as stored
 	// (Tiling.DecodeStageStored, where it applies).
 	stageStored bool

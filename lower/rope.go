@@ -321,7 +321,7 @@ func (l *lowering) rotateRow(b *blk, w int, pos ir.Expr, at func(ir.Expr) ir.Exp
 		b.spread("d", w, func(y *blk, d ir.Expr) { put(y, d, at(d)) })
 		return
 	}
-	l.rotatePairs(b, pos, at, put)
+	l.rotatePairs(b, l.ropeAt(pos), at, put)
 	if R := l.rotDim(); R < w {
 		b.spread("d", w-R, func(y *blk, d ir.Expr) {
 			dd := y.let("rope_pass", add(d, i32(R)))
@@ -330,14 +330,20 @@ func (l *lowering) rotateRow(b *blk, w int, pos ir.Expr, at func(ir.Expr) ir.Exp
 	}
 }
 
+// ropeAt is the cos and sin of pair i at pos (ropeCosSin), for
+// rotatePairs.
+func (l *lowering) ropeAt(pos ir.Expr) func(y *blk, i ir.Expr) (c, s ir.Expr) {
+	return func(y *blk, i ir.Expr) (c, s ir.Expr) { return l.ropeCosSin(y, pos, i) }
+}
+
 // rotatePairs hands the rotated dims of the row whose element k is at(k)
-// to put, turned at pos. With R = rotary_dim, pair i < R/2 is (x1, x2) =
-// (at(i), at(i + R/2)) for pairs = half, (at(2i), at(2i+1)) for pairs =
-// interleaved, and turns to (x1 cos - x2 sin, x2 cos + x1 sin): one
-// spread over the pairs, cos and sin once a pair, both elements' loads
-// and stores side by side (consecutive, or stride 2: an interleaved
-// group).
-func (l *lowering) rotatePairs(b *blk, pos ir.Expr, at func(ir.Expr) ir.Expr, put func(y *blk, d, val ir.Expr)) {
+// to put, pair i turned by cs(i)'s cos and sin. With R = rotary_dim, pair
+// i < R/2 is (x1, x2) = (at(i), at(i + R/2)) for pairs = half, (at(2i),
+// at(2i+1)) for pairs = interleaved, and turns to (x1 cos - x2 sin, x2 cos
+// + x1 sin): one spread over the pairs, cos and sin once a pair, both
+// elements' loads and stores side by side (consecutive, or stride 2: an
+// interleaved group).
+func (l *lowering) rotatePairs(b *blk, cs func(y *blk, i ir.Expr) (c, s ir.Expr), at func(ir.Expr) ir.Expr, put func(y *blk, d, val ir.Expr)) {
 	R := l.rotDim()
 	b.spread("rope_i", R/2, func(y *blk, i ir.Expr) {
 		d1, d2 := i, add(i, i32(R/2))
@@ -345,7 +351,7 @@ func (l *lowering) rotatePairs(b *blk, pos ir.Expr, at func(ir.Expr) ir.Expr, pu
 			d1 = y.let("rope_d", ir.Bin(ir.Shl, i, i32(1)))
 			d2 = add(d1, i32(1))
 		}
-		c, s := l.ropeCosSin(y, pos, i)
+		c, s := cs(y, i)
 		x1, x2 := y.let("rope_x1", at(d1)), y.let("rope_x2", at(d2))
 		put(y, d1, sub(mul(x1, c), mul(x2, s)))
 		put(y, d2, add(mul(x2, c), mul(x1, s)))
@@ -363,10 +369,81 @@ func (l *lowering) stageRow(b *blk, dst string, w int, idx func(d ir.Expr) ir.Ex
 	put := func(y *blk, d, val ir.Expr) { y.store(dst, idx(d), val) }
 	if pos != nil && l.t.RopeInPlace {
 		l.rotateRow(b, w, nil, at, put)
-		l.rotatePairs(b, pos, func(k ir.Expr) ir.Expr { return ld(dst, ir.F32, idx(k)) }, put)
+		l.rotatePairs(b, l.ropeAt(pos), func(k ir.Expr) ir.Expr { return ld(dst, ir.F32, idx(k)) }, put)
 		return
 	}
 	l.rotateRow(b, w, pos, at, put)
+}
+
+// stageKRow stages K row j of the tile that starts at cache position kvLo
+// (position pos = kvLo + j of sequence sb) into kb: rotated at its
+// position (stageRow), or, with ropeRel, copied and rotated by its angle
+// relative to the tile's first position, p0 = kvLo + k_rope_pos_offset[sb]:
+// j, from the item's table (ropeRelTable), or for a tree's own key (pos >=
+// qBase) its query's position - p0, evaluated.
+func (l *lowering) stageKRow(b *blk, sg segment, j, pos, kvLo, sb, qBase, qSeqRow ir.Expr, at func(ir.Expr) ir.Expr) {
+	D := l.D
+	idx := func(d ir.Expr) ir.Expr { return add(mul(j, i32(D)), plus(d, sg.off)) }
+	if !l.ropeRel {
+		l.stageRow(b, "kb", sg.w, idx, l.kRopePos(pos, sb, qBase, qSeqRow), at)
+		return
+	}
+	put := func(y *blk, d, val ir.Expr) { y.store("kb", idx(d), val) }
+	l.rotateRow(b, sg.w, nil, at, put)
+	inTile := func(k ir.Expr) ir.Expr { return ld("kb", ir.F32, idx(k)) }
+	half := l.rotDim() / 2
+	table := func(y *blk, i ir.Expr) (c, s ir.Expr) {
+		at := y.let("rope_ji", add(mul(j, i32(half)), i))
+		return y.let("rope_c", ld("rope_jc", ir.F32, at)), y.let("rope_s", ld("rope_js", ir.F32, at))
+	}
+	if !l.hasMask(ir.MaskTree) {
+		l.rotatePairs(b, table, inTile, put)
+		return
+	}
+	b.guarded(ge(pos, qBase), func(y *blk) {
+		rel := y.let("rope_rel", sub(l.kRopePos(pos, sb, qBase, qSeqRow), ropeTileBase(kvLo, sb)))
+		l.rotatePairs(y, l.ropeAt(rel), inTile, put)
+	}, func(y *blk) { l.rotatePairs(y, table, inTile, put) })
+}
+
+// ropeTileBase is p0 = kvLo + k_rope_pos_offset[sb], the rotation position
+// of a tile's first key (i64), to which ropeRel's angles are relative.
+func ropeTileBase(kvLo, sb ir.Expr) ir.Expr {
+	return add(i64(kvLo), i64(ldi("k_rope_pos_offset", sb)))
+}
+
+// ropeRelTable declares and fills (ropeRel) the item's tables rope_jc,
+// rope_js f32[KVTile, R/2]: cos and sin of pair i at offset j of a tile.
+func (l *lowering) ropeRelTable(w *blk) {
+	KT, half := l.t.KVTile, l.rotDim()/2
+	w.alloc("rope_jc", ir.F32, KT*half)
+	w.alloc("rope_js", ir.F32, KT*half)
+	w.loop("rope_j", i32(0), i32(KT), ir.Serial, ir.NoTag, func(x *blk) {
+		j := ir.R("rope_j", ir.I32)
+		x.spread("rope_i", half, func(y *blk, i ir.Expr) {
+			c, s := l.ropeCosSin(y, j, i)
+			at := add(mul(j, i32(half)), i)
+			y.store("rope_jc", at, c)
+			y.store("rope_js", at, s)
+		})
+	})
+}
+
+// rotateQueriesRel (ropeRel) writes the item's query rows' rotated dims
+// into qs for the tile that starts at kvLo: each row's unrotated dims,
+// kept in qs0, turned by its position - p0 (ropeTileBase).
+func (l *lowering) rotateQueriesRel(t *blk, x itemVars, kvLo ir.Expr) {
+	D, Rd := l.D, l.rotDim()
+	p0 := t.let("rope_p0", ropeTileBase(kvLo, x.sb))
+	t.spread("row", x.R, func(y *blk, row ir.Expr) {
+		y.guarded(lt(row, x.nRows), func(u *blk) {
+			r, _ := l.rowParts(u, row)
+			rel := u.let("rope_rel", sub(i64(l.qRopePos(add(x.qRow0, r))), p0))
+			l.rotatePairs(u, l.ropeAt(rel),
+				func(k ir.Expr) ir.Expr { return ld("qs0", ir.F32, add(mul(row, i32(Rd)), k)) },
+				func(z *blk, d, val ir.Expr) { z.store("qs", add(mul(row, i32(D)), d), val) })
+		}, nil)
+	})
 }
 
 // ropeParams are an attention entry's RoPE arguments: the positions, then
