@@ -25,14 +25,7 @@ const expULPBound = 2.0
 // neighbours of ExpMinArg and ExpMaxArg and of the arguments where n
 // steps, the smallest and largest magnitudes.
 func expInputs(stride uint32) []float32 {
-	var xs []float32
-	for _, lim := range []float32{90, -105} {
-		top := math.Float32bits(lim)
-		base := top & 0x80000000
-		for b := base; b <= top; b += stride {
-			xs = append(xs, math.Float32frombits(b))
-		}
-	}
+	xs := strideFloats(stride, 90, -105)
 	edges := []float32{0, float32(math.Copysign(0, -1)), float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()),
 		math.SmallestNonzeroFloat32, -math.SmallestNonzeroFloat32, math.MaxFloat32, -math.MaxFloat32, 1e-30, -1e-30, 1, -1,
 		88.72283935546875, -87.3365478515625, -103.972076, -103.97208, -104, 88, 89}
@@ -48,6 +41,19 @@ func expInputs(stride uint32) []float32 {
 		}
 	}
 	return append(xs, edges...)
+}
+
+// strideFloats are every stride-th f32 bit pattern from ±0 to each of
+// lims (its sign's zero up to it).
+func strideFloats(stride uint32, lims ...float32) []float32 {
+	var xs []float32
+	for _, lim := range lims {
+		top := math.Float32bits(lim)
+		for b := top & 0x80000000; b <= top; b += stride {
+			xs = append(xs, math.Float32frombits(b))
+		}
+	}
+	return xs
 }
 
 // expErr checks y = PolyExp(x) and returns its error in ulps (0 outside

@@ -19,14 +19,7 @@ const tanhULPBound = 2.0
 // of 9.01 (above it tanh rounds to 1 in f32) and of 44.4 (where 2|x|
 // passes ExpMaxArg).
 func tanhInputs(stride uint32) []float32 {
-	var xs []float32
-	for _, lim := range []float32{24, -24} {
-		top := math.Float32bits(lim)
-		for b := top & 0x80000000; b <= top; b += stride {
-			xs = append(xs, math.Float32frombits(b))
-		}
-	}
-	xs = append(xs, 0, float32(math.Copysign(0, -1)), float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()),
+	xs := append(strideFloats(stride, 24, -24), 0, float32(math.Copysign(0, -1)), float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()),
 		math.MaxFloat32, -math.MaxFloat32, math.SmallestNonzeroFloat32, -math.SmallestNonzeroFloat32)
 	for _, e := range []float32{tanhSmall, 9.01, 44.4} {
 		for d := int32(-4); d <= 4; d++ {
