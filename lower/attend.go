@@ -364,11 +364,11 @@ func (l *lowering) stageQuery(w *blk, x itemVars) {
 			qflat := u.let("qflat", rowHead(qrow, l.H, add(x.head0, g)))
 			for _, sg := range l.qSegs() {
 				base := u.let("qbase"+segName(sg), mul(qflat, ir.IntT(ir.I64, int64(sg.w))))
-				var pos ir.Expr
+				var cs ropeCS
 				if !l.ropeRel {
-					pos = l.qRopePos(qrow)
+					cs = l.ropeAt(l.qRopePos(qrow))
 				}
-				l.stageRow(u, "qs", sg.w, func(d ir.Expr) ir.Expr { return add(mul(row, i32(D)), plus(d, sg.off)) }, pos,
+				l.stageRow(u, "qs", sg.w, func(d ir.Expr) ir.Expr { return add(mul(row, i32(D)), plus(d, sg.off)) }, cs,
 					func(k ir.Expr) ir.Expr { return tof32(ld(sg.buf, l.dt, add(base, i64(k)))) })
 				if l.ropeRel {
 					// The rotated dims as staged: each tile turns them from here.

@@ -153,5 +153,5 @@ func (l *lowering) qkRow(x *blk, src ir.Expr, w string, pos ir.Expr, store func(
 		row = "xn"
 	}
 	at := func(k ir.Expr) ir.Expr { return ld(row, ir.F32, k) }
-	l.rotateRow(x, D, pos, at, store)
+	l.rotateRow(x, D, l.ropeAt(pos), at, store)
 }

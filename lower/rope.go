@@ -312,16 +312,19 @@ func ropePosOutside(p ir.Expr) ir.Expr {
 	return or(lt(p, i32(0)), ge(p, ir.R("rope_positions", ir.I32)))
 }
 
+// ropeCS gives cos and sin of pair i (in y): what rotatePairs turns by.
+type ropeCS func(y *blk, i ir.Expr) (c, s ir.Expr)
+
 // rotateRow hands each element d < w of the row whose element k is at(k)
-// to put, rotated at pos (nil: as it is, one spread "d" over the row):
+// to put, rotated by cs (nil: as it is, one spread "d" over the row):
 // rotatePairs, then one spread over the dims past rotary_dim, which pass
 // through.
-func (l *lowering) rotateRow(b *blk, w int, pos ir.Expr, at func(ir.Expr) ir.Expr, put func(y *blk, d, val ir.Expr)) {
-	if pos == nil {
+func (l *lowering) rotateRow(b *blk, w int, cs ropeCS, at func(ir.Expr) ir.Expr, put func(y *blk, d, val ir.Expr)) {
+	if cs == nil {
 		b.spread("d", w, func(y *blk, d ir.Expr) { put(y, d, at(d)) })
 		return
 	}
-	l.rotatePairs(b, l.ropeAt(pos), at, put)
+	l.rotatePairs(b, cs, at, put)
 	if R := l.rotDim(); R < w {
 		b.spread("d", w-R, func(y *blk, d ir.Expr) {
 			dd := y.let("rope_pass", add(d, i32(R)))
@@ -330,9 +333,12 @@ func (l *lowering) rotateRow(b *blk, w int, pos ir.Expr, at func(ir.Expr) ir.Exp
 	}
 }
 
-// ropeAt is the cos and sin of pair i at pos (ropeCosSin), for
-// rotatePairs.
-func (l *lowering) ropeAt(pos ir.Expr) func(y *blk, i ir.Expr) (c, s ir.Expr) {
+// ropeAt is the cos and sin of pair i at pos (ropeCosSin); nil for a nil
+// pos (no rotation).
+func (l *lowering) ropeAt(pos ir.Expr) ropeCS {
+	if pos == nil {
+		return nil
+	}
 	return func(y *blk, i ir.Expr) (c, s ir.Expr) { return l.ropeCosSin(y, pos, i) }
 }
 
@@ -343,7 +349,7 @@ func (l *lowering) ropeAt(pos ir.Expr) func(y *blk, i ir.Expr) (c, s ir.Expr) {
 // + x1 sin): one spread over the pairs, cos and sin once a pair, both
 // elements' loads and stores side by side (consecutive, or stride 2: an
 // interleaved group).
-func (l *lowering) rotatePairs(b *blk, cs func(y *blk, i ir.Expr) (c, s ir.Expr), at func(ir.Expr) ir.Expr, put func(y *blk, d, val ir.Expr)) {
+func (l *lowering) rotatePairs(b *blk, cs ropeCS, at func(ir.Expr) ir.Expr, put func(y *blk, d, val ir.Expr)) {
 	R := l.rotDim()
 	b.spread("rope_i", R/2, func(y *blk, i ir.Expr) {
 		d1, d2 := i, add(i, i32(R/2))
@@ -359,20 +365,16 @@ func (l *lowering) rotatePairs(b *blk, cs func(y *blk, i ir.Expr) (c, s ir.Expr)
 }
 
 // stageRow stores the w elements of a row (at(d)) into the f32 array dst
-// at idx(d), rotated at pos when the variant has inline RoPE: copied,
-// then its pairs rotated there (Tiling.RopeInPlace), or rotated as read
-// (rotateRow).
-func (l *lowering) stageRow(b *blk, dst string, w int, idx func(d ir.Expr) ir.Expr, pos ir.Expr, at func(ir.Expr) ir.Expr) {
-	if l.v.InlineRope() == nil {
-		pos = nil
-	}
+// at idx(d), rotated by cs (nil: copied): copied, then its pairs rotated
+// there (Tiling.RopeInPlace), or rotated as read (rotateRow).
+func (l *lowering) stageRow(b *blk, dst string, w int, idx func(d ir.Expr) ir.Expr, cs ropeCS, at func(ir.Expr) ir.Expr) {
 	put := func(y *blk, d, val ir.Expr) { y.store(dst, idx(d), val) }
-	if pos != nil && l.t.RopeInPlace {
+	if cs != nil && l.t.RopeInPlace {
 		l.rotateRow(b, w, nil, at, put)
-		l.rotatePairs(b, l.ropeAt(pos), func(k ir.Expr) ir.Expr { return ld(dst, ir.F32, idx(k)) }, put)
+		l.rotatePairs(b, cs, func(k ir.Expr) ir.Expr { return ld(dst, ir.F32, idx(k)) }, put)
 		return
 	}
-	l.rotateRow(b, w, pos, at, put)
+	l.rotateRow(b, w, cs, at, put)
 }
 
 // stageKRow stages K row j of the tile that starts at cache position kvLo
@@ -381,25 +383,29 @@ func (l *lowering) stageRow(b *blk, dst string, w int, idx func(d ir.Expr) ir.Ex
 // relative to the tile's first position, p0 = kvLo + k_rope_pos_offset[sb]:
 // j, from the item's table (ropeRelTable), or for a tree's own key (pos >=
 // qBase) its query's position - p0, evaluated.
+//
+// A tree's rows are copied once, before the branch on the key's kind, so
+// the copy stays the plain loop prefetch-kv finds (ropeRel is a CPU
+// choice: the rows are turned in the tile, as Tiling.RopeInPlace does).
 func (l *lowering) stageKRow(b *blk, sg segment, j, pos, kvLo, sb, qBase, qSeqRow ir.Expr, at func(ir.Expr) ir.Expr) {
 	D := l.D
 	idx := func(d ir.Expr) ir.Expr { return add(mul(j, i32(D)), plus(d, sg.off)) }
 	if !l.ropeRel {
-		l.stageRow(b, "kb", sg.w, idx, l.kRopePos(pos, sb, qBase, qSeqRow), at)
+		l.stageRow(b, "kb", sg.w, idx, l.ropeAt(l.kRopePos(pos, sb, qBase, qSeqRow)), at)
 		return
 	}
-	put := func(y *blk, d, val ir.Expr) { y.store("kb", idx(d), val) }
-	l.rotateRow(b, sg.w, nil, at, put)
-	inTile := func(k ir.Expr) ir.Expr { return ld("kb", ir.F32, idx(k)) }
 	half := l.rotDim() / 2
 	table := func(y *blk, i ir.Expr) (c, s ir.Expr) {
 		at := y.let("rope_ji", add(mul(j, i32(half)), i))
 		return y.let("rope_c", ld("rope_jc", ir.F32, at)), y.let("rope_s", ld("rope_js", ir.F32, at))
 	}
 	if !l.hasMask(ir.MaskTree) {
-		l.rotatePairs(b, table, inTile, put)
+		l.stageRow(b, "kb", sg.w, idx, table, at)
 		return
 	}
+	put := func(y *blk, d, val ir.Expr) { y.store("kb", idx(d), val) }
+	inTile := func(k ir.Expr) ir.Expr { return ld("kb", ir.F32, idx(k)) }
+	l.stageRow(b, "kb", sg.w, idx, nil, at)
 	b.guarded(ge(pos, qBase), func(y *blk) {
 		rel := y.let("rope_rel", sub(l.kRopePos(pos, sb, qBase, qSeqRow), ropeTileBase(kvLo, sb)))
 		l.rotatePairs(y, l.ropeAt(rel), inTile, put)
