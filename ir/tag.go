@@ -15,7 +15,8 @@ const (
 	TagKVTile
 	// TagStage is the loop that stages a K/V tile from the page pool.
 	TagStage
-	// TagMask is the if that hides a position the @mask Def does not show.
+	// TagMask is an if that hides a position: the one the @mask Def
+	// does not show, and the one the data masks (tree, custom) do not.
 	TagMask
 	// TagValidate is an input validation loop.
 	TagValidate

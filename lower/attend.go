@@ -195,6 +195,14 @@ func (l *lowering) attentionKernel(name string, role ir.Role, params []*ir.Param
 			{Var: "head", Lo: x.head0, Hi: add(x.head0, i32(l.GB-1))},
 			{Var: refName(x.sb), Lo: x.sb, Hi: x.sb},
 		}
+		// The item's lengths are constant over its tiles: named here, a
+		// tree's "before the tree" (kv_pos < kv_len - q_len) bounds per
+		// tile too.
+		for _, n := range []ir.Expr{x.kvLen, x.qLen} {
+			if _, ok := n.(*ir.Ref); ok && l.hasMask(ir.MaskTree) {
+				tile.Ranges = append(tile.Ranges, ir.Range{Var: refName(n), Lo: n, Hi: n})
+			}
+		}
 		l.storeItem(w, x)
 	})
 	if it.decode && (!it.split || l.splitBySequence()) && l.itemsPerSeq() > 1 {

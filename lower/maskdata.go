@@ -99,9 +99,12 @@ func (l *lowering) dataVisible(b *blk, sb, qPos, kvPos, qBase, kvLen ir.Expr) ir
 	return vis
 }
 
-// hideUnless appends `if not(vis) { s = -inf }` when vis is not nil.
+// hideUnless appends `if not(vis) { s = -inf } @mask` when vis is not
+// nil. Tagged @mask like the Def's if, it joins the tile classification
+// (classify-tiles): a tile the data mask cannot hide (a tree's positions
+// before the tree) drops it with the rest of the mask.
 func hideUnless(b *blk, vis ir.Expr) {
 	if vis != nil {
-		b.when(not(vis), func(x *blk) { x.set("s", negInf()) })
+		b.when(not(vis), func(x *blk) { x.set("s", negInf()) }).Tag = ir.TagMask
 	}
 }

@@ -3,32 +3,41 @@ package passes
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/attnc/attnc/ir"
 )
 
 // ClassifyTiles derives, for every KV tile loop (@kv_tile with position
-// Ranges) that holds a per-element mask (an `if ... @mask` whose condition
-// says "hidden"), two tile-level conditions by interval analysis of that
-// condition over the tile's ranges:
+// Ranges) that holds a per-element mask (`if ... @mask` statements whose
+// conditions say "hidden": the Def's mask and the data masks), two
+// tile-level conditions by interval analysis of each condition over the
+// tile's ranges (a comparison that reads memory, such as a tree's
+// intervals or a custom mask's bits, may hold or fail anywhere):
 //
-//	tile_skip: every position of the tile is hidden  -> the tile is skipped
-//	tile_full: no position of the tile is hidden      -> the unmasked body runs
+//	tile_skip: one of them hides every position of the tile -> the tile is skipped
+//	tile_full: those it can bound hide no position of the tile -> the body without them runs
 //
 // and rewrites the tile body as
 //
 //	if tile_skip { continue }
-//	if tile_full { body without the mask } else { body }
+//	if tile_full { body without those ifs } else { body }
+//
+// An if that may hide anywhere (a custom mask) stays in both bodies; a
+// tree's "positions before the tree see everything" bounds, so the tiles
+// before a tree drop its test.
 //
 // Statements tagged @hidden (an `if`, a `for`, or a matmul's zero skip)
 // only act on positions the mask hides — they keep a hidden position's
 // possibly garbage K/V out of the result by selecting instead of
-// multiplying by zero — so the fully visible copy drops them too, and so
-// does a tile whose mask folded to "nothing hidden" (no @mask left): fully
-// visible tiles keep their fast path.
+// multiplying by zero — so the fully visible copy drops them too when it
+// has dropped every @mask if, and so does a tile whose mask folded to
+// "nothing hidden" (no @mask left): fully visible tiles keep their fast
+// path.
 //
-// When the analysis cannot bound the condition (an unknown variable or an
-// operator without interval rules) the loop is left as it is.
+// When the analysis cannot bound a condition (an unknown variable or an
+// operator without interval rules) its if stays; when it can bound none,
+// the loop is left as it is.
 func ClassifyTiles(m *ir.Module) (*ir.Module, error) {
 	return mapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
 		return ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
@@ -42,8 +51,8 @@ func ClassifyTiles(m *ir.Module) (*ir.Module, error) {
 }
 
 func classifyTile(f *ir.For) *ir.For {
-	mask := findMask(f.Body)
-	if mask == nil {
+	conds := maskConds(f.Body)
+	if len(conds) == 0 {
 		nf := *f
 		nf.Body = dropTagged(f.Body, ir.TagHidden)
 		return &nf
@@ -52,19 +61,47 @@ func classifyTile(f *ir.For) *ir.For {
 	for _, r := range f.Ranges {
 		env.vars[r.Var] = ival{lo: r.Lo, hi: r.Hi, mag: rangeMag(r.Var)}
 	}
-	hidden, ok := boolInterval(mask.Cond, env)
-	if !ok {
+	// Each @mask if on its own: the tile is skipped when one of them hides
+	// every position; the fully visible copy drops the ifs that can be
+	// shown to hide nothing in the tile (tile_full: all of them hide
+	// nothing) and keeps those that may hide anywhere (a custom mask's
+	// bits), so that a data mask beside the Def's mask does not cost the
+	// Def's fully visible tiles their copy.
+	var skip, full ir.Expr = ir.BoolConst(false), ir.BoolConst(true)
+	drop := make([]bool, len(conds))
+	analysed, dropAll := false, true
+	for i, c := range conds {
+		hidden, ok := boolInterval(c, env)
+		if !ok {
+			dropAll = false
+			continue
+		}
+		analysed = true
+		skip = ir.Bin(ir.Or, skip, hidden.must)
+		shows := SimplifyExpr(ir.Un(ir.Not, hidden.may))
+		if ir.IsFalse(shows) {
+			dropAll = false
+			continue
+		}
+		drop[i] = true
+		full = ir.Bin(ir.And, full, shows)
+	}
+	if !analysed {
 		return f
 	}
-	skip := SimplifyExpr(hidden.must)
-	full := SimplifyExpr(ir.Un(ir.Not, hidden.may))
+	skip, full = SimplifyExpr(skip), SimplifyExpr(full)
 	stmts := env.lets
 	if !ir.IsFalse(skip) {
 		stmts = append(stmts, &ir.Let{Name: "tile_skip", Value: skip},
 			&ir.If{Cond: ir.R("tile_skip", ir.Bool), Then: &ir.Block{Stmts: []ir.Stmt{&ir.Continue{}}}})
 	}
-	unmasked := dropTagged(dropTagged(ir.CloneBlock(f.Body), ir.TagMask), ir.TagHidden)
+	unmasked := dropMasks(ir.CloneBlock(f.Body), drop)
+	if dropAll {
+		unmasked = dropTagged(unmasked, ir.TagHidden)
+	}
 	switch {
+	case !slices.Contains(drop, true):
+		stmts = append(stmts, f.Body.Stmts...)
 	case ir.IsTrue(full):
 		stmts = append(stmts, unmasked.Stmts...)
 	case ir.IsFalse(full):
@@ -76,6 +113,21 @@ func classifyTile(f *ir.For) *ir.For {
 	nf := *f
 	nf.Body = &ir.Block{Stmts: stmts}
 	return &nf
+}
+
+// dropMasks removes from b the @mask ifs whose entry in drop is set (in
+// maskConds' order).
+func dropMasks(b *ir.Block, drop []bool) *ir.Block {
+	i := 0
+	return ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
+		if x, ok := s.(*ir.If); ok && x.Tag == ir.TagMask {
+			i++
+			if drop[i-1] {
+				return nil
+			}
+		}
+		return []ir.Stmt{s}
+	})
 }
 
 // dropTagged removes every if and for tagged tag from b, and the zero
@@ -102,15 +154,18 @@ func dropTagged(b *ir.Block, tag ir.Tag) *ir.Block {
 	})
 }
 
-func findMask(b *ir.Block) *ir.If {
-	var found *ir.If
+// maskConds are the conditions under which b's @mask ifs hide a
+// position (the Def's mask, the data masks), in the order MapStmts visits
+// them.
+func maskConds(b *ir.Block) []ir.Expr {
+	var conds []ir.Expr
 	ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
-		if i, ok := s.(*ir.If); ok && i.Tag == ir.TagMask && found == nil {
-			found = i
+		if i, ok := s.(*ir.If); ok && i.Tag == ir.TagMask {
+			conds = append(conds, i.Cond)
 		}
 		return []ir.Stmt{s}
 	})
-	return found
+	return conds
 }
 
 // ival is an integer interval [lo, hi] whose bounds are IR expressions.
@@ -322,10 +377,11 @@ func boolInterval(e ir.Expr, env *ienv) (bval, bool) {
 			return bval{ir.Un(ir.Not, a.must), ir.Un(ir.Not, a.may)}, true
 		}
 	case *ir.Binary:
-		if x.Op != ir.And && x.Op != ir.Or && readsGuarded(x) {
-			// A param read (a guarded load) is runtime data: the
-			// comparison may hold or fail anywhere in the tile, so the
-			// tile is neither skipped nor full on its account.
+		if x.Op != ir.And && x.Op != ir.Or && readsMemory(x) {
+			// A load (a param read, a data mask's tree or bits) is
+			// runtime data: the comparison may hold or fail anywhere in
+			// the tile, so the tile is neither skipped nor full on its
+			// account.
 			return bval{may: ir.BoolConst(true), must: ir.BoolConst(false)}, true
 		}
 		if x.Op == ir.And || x.Op == ir.Or {
@@ -382,11 +438,13 @@ func compareInterval(op ir.BinOp, a, b ival) (bval, bool) {
 	return bval{}, false
 }
 
-// readsGuarded reports whether e holds a guarded load (a param read).
-func readsGuarded(e ir.Expr) bool {
+// readsMemory reports whether e holds a load or a guarded load (a param
+// read).
+func readsMemory(e ir.Expr) bool {
 	found := false
 	ir.VisitExpr(e, func(x ir.Expr) {
-		if _, ok := x.(*ir.Guarded); ok {
+		switch x.(type) {
+		case *ir.Guarded, *ir.Load:
 			found = true
 		}
 	})

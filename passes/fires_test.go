@@ -28,7 +28,12 @@ import (
 // filling of the params tried (zeros, documents of 37 positions, random
 // small values), and such a mask is not required to run any tile unmasked
 // (DESIGN §3.1: no tile is declared full on a param's account), only to
-// skip the tiles its other clauses hide.
+// skip the tiles its other clauses hide. So is a data mask (tree, custom),
+// judged under a chain, a tree of singletons and a random tree (custom:
+// all bits set, none set, random bits), with the queries at the end of a
+// longer cache in prefill too: a tree's positions before the tree must
+// run without the mask (in decode, every tile but the last), and no tile
+// may be skipped on the data's account.
 func TestClassifyTilesFires(t *testing.T) {
 	files, _ := filepath.Glob("../examples/*.attn")
 	if len(files) == 0 {
@@ -49,7 +54,7 @@ func TestClassifyTilesFires(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				masks := !ir.IsTrue(m.Def("mask").Body)
+				masks := !ir.IsTrue(m.Def("mask").Body) || dataMask(v)
 				fillings := paramFillings(v)
 				for _, p := range []passes.Pass{passes.InlineDefsPass, passes.SimplifyPass, passes.ClassifyTilesPass} {
 					if m, err = p.Run(m); err != nil {
@@ -66,9 +71,12 @@ func TestClassifyTilesFires(t *testing.T) {
 						t.Fatalf("%s has no @kv_tile loop", k.Name)
 					}
 					lets := map[string]ir.Expr{}
+					var bounds []*ir.Let // the bounds the analysis named (tile_b*)
 					for _, s := range tile.Body.Stmts {
 						if l, ok := s.(*ir.Let); ok && (l.Name == "tile_skip" || l.Name == "tile_full") {
 							lets[l.Name] = l.Value
+						} else if ok {
+							bounds = append(bounds, l)
 						}
 					}
 					if !masks {
@@ -84,23 +92,38 @@ func TestClassifyTilesFires(t *testing.T) {
 					const L = 512
 					qt, gb := tiling.QTile(v.GroupSize()), tiling.Heads(v.GroupSize())
 					qPos := func(q int) (pos0, rows int) { return q * qt, qt }
-					qTiles, kvLen := L/qt, L
+					qTiles, kvLen, qLen := L/qt, L, L
+					if dataMask(v) && role != ir.RoleDecode {
+						// A tree (or a custom mask's rows) after a prefix.
+						qLen = L / 4
+						qTiles, qPos = qLen/qt, func(q int) (int, int) { return kvLen - qLen + q*qt, qt }
+					}
 					if role == ir.RoleDecode {
-						kvLen = 16384
+						kvLen, qLen = 16384, 1
 						qTiles, qPos = 1, func(int) (int, int) { return kvLen - 1, 1 }
+					}
+					if dataMask(v) {
+						fillings = dataFillings(v, qLen, kvLen)
 					}
 					var skipped, full, hidden, visible int
 					for q := 0; q < qTiles; q++ {
 						pos0, rows := qPos(q)
 						for kt := 0; kt*tiling.KVTile < kvLen; kt++ {
-							env := map[string]any{"kt": int32(kt), "kv_len": int32(kvLen), "q_pos0": int32(pos0),
+							env := map[string]any{"kt": int32(kt), "kv_len": int32(kvLen), "q_len": int32(qLen), "q_pos0": int32(pos0),
 								"rows": int32(rows), "head0": int32(0), "b": int32(0)}
+							for _, l := range bounds {
+								x, err := ir.EvalExpr(l.Value, env)
+								if err != nil {
+									t.Fatalf("%s: let %s: %v", k.Name, l.Name, err)
+								}
+								env[l.Name] = x
+							}
 							allHidden, allVisible := true, true
 							for qp := pos0; qp < pos0+rows; qp++ {
 								for kv := kt * tiling.KVTile; kv < min((kt+1)*tiling.KVTile, kvLen); kv++ {
 									for h := 0; h < gb; h++ {
 										for _, c := range fillings {
-											vis := reference.VisibleIn(v, c, 0, h, qp, kv)
+											vis := reference.VisibleRow(v, c, 0, h, qp-(kvLen-qLen), qp, kv)
 											allHidden = allHidden && !vis
 											allVisible = allVisible && vis
 										}
@@ -129,7 +152,7 @@ func TestClassifyTilesFires(t *testing.T) {
 						}
 					}
 					t.Logf("%s: %d of %d hidden tiles skipped, %d of %d visible tiles without the mask", k.Name, skipped, hidden, full, visible)
-					if hidden > 0 && skipped == 0 || visible > 0 && full == 0 && !readsParam(v) {
+					if hidden > 0 && skipped == 0 && !dataMask(v) || visible > 0 && full == 0 && !readsParam(v) || dataMaskKind(v, ir.MaskTree) && role == ir.RoleDecode && full == 0 {
 						t.Errorf("%s: classify-tiles did not fire: %d of %d hidden tiles skipped, %d of %d visible tiles without the mask",
 							k.Name, skipped, hidden, full, visible)
 					}
@@ -214,6 +237,88 @@ func paramFillings(v *ir.Variant) []*reference.Case {
 			c.Params[p.Name] = data
 		}
 		out = append(out, c)
+	}
+	return out
+}
+
+// dataMask reports whether v has a data mask clause (tree, custom), whose
+// visibility comes from the call's tree_order or custom_mask.
+func dataMask(v *ir.Variant) bool {
+	for _, m := range v.Masks {
+		if m.Kind == ir.MaskTree || m.Kind == ir.MaskCustom {
+			return true
+		}
+	}
+	return false
+}
+
+// dataFillings are the data masks TestClassifyTilesFires judges a
+// variant with a tree or custom mask under, for one sequence of qLen
+// queries at the end of kvLen positions: a chain (each token the child
+// of the one before: causal inside the tree), singletons (each token its
+// own root: it sees itself alone) and a random tree (each token the child
+// of an earlier one); custom bits all set, none set and random.
+func dataFillings(v *ir.Variant, qLen, kvLen int) []*reference.Case {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var out []*reference.Case
+	for k := range 3 {
+		c := &reference.Case{Batch: 1, QLens: []int{qLen}, KVLens: []int{kvLen}}
+		if dataMaskKind(v, ir.MaskTree) {
+			parent := make([]int, qLen)
+			for i := range parent {
+				parent[i] = [3]int{i - 1, -1, rng.IntN(max(i, 1)) - 1 + min(i, 1)}[k]
+			}
+			if qLen > 0 {
+				parent[0] = -1
+			}
+			c.TreeOrder, c.TreeIndptr = dfsIntervals(parent), []int32{0, int32(qLen)}
+		}
+		if dataMaskKind(v, ir.MaskCustom) {
+			c.CustomMask, c.MaskIndptr = make([]byte, (qLen*kvLen+7)/8), []int32{0, 0}
+			for i := range c.CustomMask {
+				c.CustomMask[i] = [3]byte{0xff, 0, byte(rng.IntN(256))}[k]
+			}
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+func dataMaskKind(v *ir.Variant, kind ir.MaskKind) bool {
+	for _, m := range v.Masks {
+		if m.Kind == kind {
+			return true
+		}
+	}
+	return false
+}
+
+// dfsIntervals is the forest's DFS intervals (left, right) per token,
+// tree_order's rows, from each token's parent (-1: a root; parents come
+// before their children).
+func dfsIntervals(parent []int) []int32 {
+	children := make([][]int, len(parent))
+	var roots []int
+	for i, p := range parent {
+		if p < 0 {
+			roots = append(roots, i)
+		} else {
+			children[p] = append(children[p], i)
+		}
+	}
+	out := make([]int32, 2*len(parent))
+	next := int32(0)
+	var dfs func(int)
+	dfs = func(x int) {
+		out[2*x] = next
+		next++
+		for _, ch := range children[x] {
+			dfs(ch)
+		}
+		out[2*x+1] = next
+	}
+	for _, r := range roots {
+		dfs(r)
 	}
 	return out
 }

@@ -331,6 +331,12 @@ func Visible(v *ir.Variant, b, h, q, kv int) bool { return visible(v, nil, b, h,
 // Batch): a mask that reads a param reads c's values.
 func VisibleIn(v *ir.Variant, c *Case, b, h, q, kv int) bool { return visible(v, c, b, h, 0, q, kv) }
 
+// VisibleRow is VisibleIn for query token i of sequence b's segment (its
+// row in the tree and custom masks), at position q.
+func VisibleRow(v *ir.Variant, c *Case, b, h, i, q, kv int) bool {
+	return visible(v, c, b, h, i, q, kv)
+}
+
 // visible is Visible with the case's tree and custom masks: i is the query
 // token's index in its segment.
 func visible(v *ir.Variant, c *Case, b, h, i, q, kv int) bool {
