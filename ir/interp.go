@@ -510,7 +510,15 @@ func (f *frame) matmul(s *MatMul) {
 				if s.ZeroSkip && math.Float32bits(x) == 1<<31 {
 					continue
 				}
-				sum += float32(x * getB(b, bi)) // rounded: no fused multiply-add
+				y := getB(b, bi)
+				if r := s.RotB; r != nil {
+					pk, i := r.Pair(int(k))
+					// The pair's element: the row's offset moved by pk - k.
+					py := getB(b, bi+int64(pk)-k)
+					c, sn := get(f.buffer(r.Cos), n*int64(r.Half)+int64(i)), get(f.buffer(r.Sin), n*int64(r.Half)+int64(i))
+					y = r.Rotated(int(k), y, py, c, sn)
+				}
+				sum += float32(x * y) // rounded: no fused multiply-add
 			}
 			f.store(c, ci, val(math.Float32bits(sum)))
 		}

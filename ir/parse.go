@@ -801,8 +801,9 @@ func (p *parser) reduce() *Reduce {
 }
 
 // matmul reads `matmul C[M, N] (=|+=) A[M, K] * B[K, N] [rows(R)]
-// [zeroskip] extent(m, n, k) [@tag]`, or `* B^T[N, K]` for a transposed
-// B; rows(R) reads B through the row offsets in R (MatMul.BRows).
+// [rot(COS, SIN, HALF)] [zeroskip] extent(m, n, k) [@tag]`, or `* B^T[N,
+// K]` for a transposed B; rows(R) reads B through the row offsets in R
+// (MatMul.BRows), rot turns B's rows (MatMul.RotB).
 func (p *parser) matmul() *MatMul {
 	s := &MatMul{}
 	shape := func() (name token, a, b int) {
@@ -849,6 +850,17 @@ func (p *parser) matmul() *MatMul {
 		rt := p.ident()
 		p.bufferDecl(rt)
 		s.BRows = rt.text
+		p.expect(")")
+	}
+	if p.accept("rot") {
+		p.expect("(")
+		ct := p.ident()
+		p.bufferDecl(ct)
+		p.expect(",")
+		st := p.ident()
+		p.bufferDecl(st)
+		p.expect(",")
+		s.RotB = &RotB{Cos: ct.text, Sin: st.text, Half: int(p.intLit(false))}
 		p.expect(")")
 	}
 	s.ZeroSkip = p.accept("zeroskip")

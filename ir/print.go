@@ -246,6 +246,9 @@ func (p *printer) stmt(s Stmt) {
 		if s.BRows != "" {
 			bshape += " rows(" + s.BRows + ")"
 		}
+		if s.RotB != nil {
+			bshape += fmt.Sprintf(" rot(%s, %s, %d)", s.RotB.Cos, s.RotB.Sin, s.RotB.Half)
+		}
 		if s.ZeroSkip {
 			zs = " zeroskip"
 		}

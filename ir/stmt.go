@@ -210,6 +210,10 @@ type Reduce struct {
 // extent that indexes them (NExt when TransB, else KExt) are read, so the
 // offsets of the rows past it need not be set: a decode tile reads its K
 // and V rows straight from the pages.
+//
+// With RotB (TransB only), each row of B is rotated as it is read: the
+// product reads RotB.Rotated(row n, k) in place of B[n, k] — a decode
+// tile's K rows, turned by inline RoPE in registers instead of in a copy.
 type MatMul struct {
 	C, A, B          string
 	M, N, K          int
@@ -219,6 +223,45 @@ type MatMul struct {
 	MExt, NExt, KExt Expr
 	Tag              Tag
 	BRows            string
+	RotB             *RotB
+}
+
+// RotB turns each row n of a transposed B by rotate-half pairs (RoPE's
+// default pairing): for i < Half, with c = Cos[n·Half + i] and s =
+// Sin[n·Half + i] (f32 local arrays of at least N·Half elements),
+//
+//	B'[n, i]        = B[n, i]·c - B[n, i+Half]·s
+//	B'[n, i + Half] = B[n, i+Half]·c + B[n, i]·s
+//
+// each product and sum rounded to f32; elements from 2·Half on are B's.
+type RotB struct {
+	Cos, Sin string
+	Half     int
+}
+
+// Rotated is B'[n, k] from B's element x at k, y at its partner (Pair)
+// and the pair's cosine and sine, as RotB defines it.
+func (r *RotB) Rotated(k int, x, y, c, s float32) float32 {
+	switch {
+	case k < r.Half:
+		return float32(x*c) - float32(y*s)
+	case k < 2*r.Half:
+		return float32(x*c) + float32(y*s)
+	}
+	return x
+}
+
+// Pair is the column k's rotation partner (k + Half, k - Half, or k
+// itself past the rotated dims) and the index of its angle in a row of
+// the tables (k mod Half; 0 past the rotated dims).
+func (r *RotB) Pair(k int) (partner, i int) {
+	switch {
+	case k < r.Half:
+		return k + r.Half, k
+	case k < 2*r.Half:
+		return k - r.Half, k - r.Half
+	}
+	return k, 0
 }
 
 // BAt is the index of element (row r, column c) of B as stored (r < N

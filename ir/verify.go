@@ -696,6 +696,20 @@ func (v *verifier) matmul(s *MatMul) {
 			v.fail("matmul %s: row offsets %s hold %d elements, B has %d rows", s.C, s.BRows, d.size, rows)
 		}
 	}
+	if r := s.RotB; r != nil {
+		if !s.TransB || r.Half <= 0 || 2*r.Half > s.K {
+			v.fail("matmul %s: rot needs B transposed and 0 < 2*half <= K, have half %d, K %d, transposed %v", s.C, r.Half, s.K, s.TransB)
+		}
+		for _, name := range []string{r.Cos, r.Sin} {
+			d := v.buffer(name, "matmul rotation table")
+			if d.t != F32 {
+				v.fail("matmul %s: rotation table %s has %s elements, want f32", s.C, name, d.t)
+			}
+			if d.size > 0 && d.size < s.N*r.Half {
+				v.fail("matmul %s: rotation table %s holds %d elements, B's %d rows need %d", s.C, name, d.size, s.N, s.N*r.Half)
+			}
+		}
+	}
 }
 
 func (v *verifier) call(s *CallStmt) {

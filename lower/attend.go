@@ -415,13 +415,19 @@ func (l *lowering) tileStep(t *blk, x itemVars, kt ir.Expr) {
 		j := ir.R("j", ir.I32)
 		t.add(&ir.Reduce{Name: "kv_seen", Op: ir.ReduceAdd, Var: "j", Lo: i32(0), Hi: i32(KT),
 			Value: sel(lt(j, kvN), ld("kvis", ir.I32, j), i32(0))})
-		direct = t.let("kv_direct", eq(ir.R("kv_seen", ir.I32), kvN))
+		seen := eq(ir.R("kv_seen", ir.I32), kvN)
+		if l.ropeInDot && l.hasMask(ir.MaskTree) {
+			// A tree's own keys turn at their queries' positions: a tile
+			// that holds one is staged.
+			seen = and(seen, le(add(kvLo, kvN), sub(x.kvLen, x.qLen)))
+		}
+		direct = t.let("kv_direct", seen)
 		t.add(&ir.If{Cond: not(direct), Then: l.stageRunsBlock(x.kvBeg, kvLo, kvN, x.kvh, x.sb, sub(x.kvLen, x.qLen), x.qBeg,
 			l.directK, l.directV, false, ir.NoTag)})
 	}
 	qk := &ir.MatMul{C: "sc", A: "qs", B: "kb", M: R, N: KT, K: D, TransB: true,
 		MExt: x.nRows, NExt: kvN, KExt: i32(D)}
-	t.add(directOr(direct, l.directK, qk, l.kSegs()[0].buf, "koff"))
+	t.add(directOr(direct, l.directK, qk, l.kSegs()[0].buf, "koff", l.rotK()))
 	// Score: scale, @score, @mask, the data masks and hidden blocks, once
 	// per (row, position).
 	t.spread("row", R, func(y *blk, row ir.Expr) {
@@ -444,7 +450,7 @@ func (l *lowering) tileStep(t *blk, x itemVars, kt ir.Expr) {
 	// position's weight multiplies its V row as IEEE arithmetic does.
 	pv := &ir.MatMul{C: "acc", A: "sc", B: "vb", M: R, N: DV, K: KT, Accumulate: true, ZeroSkip: true,
 		MExt: x.nRows, NExt: i32(DV), KExt: kvN}
-	t.add(directOr(direct, l.directV, pv, l.vSegs()[0].buf, "voff"))
+	t.add(directOr(direct, l.directV, pv, l.vSegs()[0].buf, "voff", nil))
 }
 
 // alphaLoop reports whether the work item's softmax update computes alpha
@@ -468,13 +474,14 @@ func (l *lowering) phases(it attnItem) bool {
 }
 
 // directOr is mm, or, when its B is read in place (on), `if direct { mm
-// reading B's rows in pool at the offsets rows } else { mm }`.
-func directOr(direct ir.Expr, on bool, mm *ir.MatMul, pool, rows string) ir.Stmt {
+// reading B's rows in pool at the offsets rows, turned by rot when it is
+// not nil } else { mm }`.
+func directOr(direct ir.Expr, on bool, mm *ir.MatMul, pool, rows string, rot *ir.RotB) ir.Stmt {
 	if !on {
 		return mm
 	}
 	in := *mm
-	in.B, in.BRows = pool, rows
+	in.B, in.BRows, in.RotB = pool, rows, rot
 	return &ir.If{Cond: direct, Then: &ir.Block{Stmts: []ir.Stmt{&in}}, Else: &ir.Block{Stmts: []ir.Stmt{mm}}}
 }
 

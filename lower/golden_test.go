@@ -59,6 +59,8 @@ func goldenCases() []goldenCase {
 	direct := Tiling{KVTile: 16, Rows: 16, MaxHeads: 8, PageRuns: true, DecodeDirect: true}
 	inPlace := Tiling{KVTile: 16, Rows: 16, MaxHeads: 8, PageRuns: true, DecodeDirect: true, RopeInPlace: true}
 	relative := Tiling{KVTile: 16, Rows: 16, MaxHeads: 8, PageRuns: true, DecodeDirect: true, RopeInPlace: true, DecodeRopeRelative: true}
+	inDot := relative
+	inDot.DecodeRopeInDot = true
 	return []goldenCase{
 		// The skeleton's roles.
 		{feature: "mha_causal_prefill", edit: func(v *ir.Variant) {}},
@@ -261,6 +263,14 @@ func goldenCases() []goldenCase {
 		// tile relative to its first position, K rows by their offset in
 		// it from the item's table; the tree's own keys evaluate theirs.
 		{feature: "rope_relative_decode_tree", tiling: &relative, edit: func(v *ir.Variant) {
+			v.Rope = &ir.Rope{Theta: 10000, Style: ir.RopeLlama3, Params: map[string]float64{"factor": 8, "low_freq": 1, "high_freq": 4, "original_max": 8192}}
+			v.Masks = []ir.MaskClause{{Kind: ir.MaskTree}}
+			v.Kernels = roles(ir.RoleDecode)
+		}},
+		// The same with K's rows read in place and turned as Q·Kᵀ reads
+		// them (rot(rope_jc, rope_js, 8)); a tile that holds the tree's
+		// own keys is staged and turned as before.
+		{feature: "rope_in_dot_decode_tree", tiling: &inDot, edit: func(v *ir.Variant) {
 			v.Rope = &ir.Rope{Theta: 10000, Style: ir.RopeLlama3, Params: map[string]float64{"factor": 8, "low_freq": 1, "high_freq": 4, "original_max": 8192}}
 			v.Masks = []ir.MaskClause{{Kind: ir.MaskTree}}
 			v.Kernels = roles(ir.RoleDecode)

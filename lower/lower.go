@@ -84,6 +84,14 @@ type Tiling struct {
 	// of evaluating cos and sin. A tree's own keys, which rotate at their
 	// queries' positions, evaluate them as before.
 	DecodeRopeRelative bool
+	// DecodeRopeInDot (with DecodeRopeRelative and DecodeDirect) makes
+	// decode read K rows under inline RoPE (rotate-half pairs) in place
+	// too: Q·Kᵀ turns each row by its offset's angles from the item's
+	// table as it reads it (ir.RotB) instead of the staging copying and
+	// turning the tile first. A tile with a hidden or outside page, or
+	// with a tree's own keys (which turn at their queries' positions), is
+	// staged and turned as before.
+	DecodeRopeInDot bool
 	// PrefillDirect (with PageRuns) makes the prefill kernel read K and V
 	// rows straight from the pages as DecodeDirect does for decode, where
 	// the cache is f32 (its staging would be a plain copy): the packing
@@ -221,8 +229,9 @@ func Lower(v *ir.Variant, t Tiling) (*ir.Module, error) {
 		}
 		ld.stageStored = t.DecodeStageStored && l.kvt.IsStorageOnly() && v.InlineRope() == nil && v.MLA == nil
 		ld.ropeRel = t.DecodeRopeRelative && v.InlineRope() != nil && v.Rope.Style != ir.RopeTable
+		ld.ropeInDot = ld.ropeRel && t.DecodeRopeInDot && v.Rope.Pairs == ir.RopeHalf
 		if t.DecodeDirect && t.PageRuns {
-			ld.directK = v.InlineRope() == nil && len(ld.kSegs()) == 1
+			ld.directK = (v.InlineRope() == nil || ld.ropeInDot) && len(ld.kSegs()) == 1
 			ld.directV = len(ld.vSegs()) == 1
 		}
 		add(ld.decode(v.HasRole(ir.RoleDecode)))
@@ -270,6 +279,9 @@ type lowering struct {
 	// ropeRel: inline RoPE by angles relative to each tile's first
 	// position (Tiling.DecodeRopeRelative, decode kernels).
 	ropeRel bool
+	// ropeInDot: decode's Q·Kᵀ turns K's rows as it reads them in place
+	// (Tiling.DecodeRopeInDot, where it applies).
+	ropeInDot bool
 	// stageStored: the K and V tiles hold the cache's elements as stored
 	// (Tiling.DecodeStageStored, where it applies).
 	stageStored bool

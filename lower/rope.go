@@ -412,6 +412,15 @@ func (l *lowering) stageKRow(b *blk, sg segment, j, pos, kvLo, sb, qBase, qSeqRo
 	}, func(y *blk) { l.rotatePairs(y, table, inTile, put) })
 }
 
+// rotK is how decode's Q·Kᵀ turns K's rows read in place (ropeInDot): by
+// the item's table of the tile's offsets (ropeRelTable), or nil.
+func (l *lowering) rotK() *ir.RotB {
+	if !l.ropeInDot {
+		return nil
+	}
+	return &ir.RotB{Cos: "rope_jc", Sin: "rope_js", Half: l.rotDim() / 2}
+}
+
 // ropeTileBase is p0 = kvLo + k_rope_pos_offset[sb], the rotation position
 // of a tile's first key (i64), to which ropeRel's angles are relative.
 func ropeTileBase(kvLo, sb ir.Expr) ir.Expr {

@@ -40,6 +40,9 @@ func MatMulLoopsOf(mm *ir.MatMul, aElem, bElem ir.Type, order DotOrder, dotKind 
 	}
 	bAt := func(k ir.Expr) ir.Expr {
 		if mm.TransB {
+			if r := mm.RotB; r != nil {
+				return rotatedB(mm, r, bElem, n, k)
+			}
 			return LoadF32(mm.B, bElem, 1, mm.BAt(n, k))
 		}
 		return LoadF32(mm.B, bElem, 1, mm.BAt(k, n))
@@ -87,6 +90,24 @@ func MatMulLoopsOf(mm *ir.MatMul, aElem, bElem ir.Type, order DotOrder, dotKind 
 			&ir.If{Cond: guard, Then: &ir.Block{Stmts: elem}}))}
 	}
 	return []ir.Stmt{loop("mm_m", mm.MExt, ir.Spread, loop("mm_n", mm.NExt, ir.Spread, elem...))}
+}
+
+// rotatedB is element (n, k) of a transposed B turned by r (ir.RotB), as
+// an expression: both of the pair's elements and the angle's cosine and
+// sine are read at indices clamped into the row and the tables (the
+// selects evaluate both sides), and the one the column needs is selected.
+func rotatedB(mm *ir.MatMul, r *ir.RotB, bElem ir.Type, n, k ir.Expr) ir.Expr {
+	i32 := func(v int) ir.Expr { return ir.Int(int64(v)) }
+	lo := ir.Bin(ir.Lt, k, i32(r.Half))
+	rotated := ir.Bin(ir.Lt, k, i32(2*r.Half))
+	partner := ir.Sel(lo, ir.Bin(ir.Add, k, i32(r.Half)), ir.Sel(rotated, ir.Bin(ir.Sub, k, i32(r.Half)), k))
+	i := ir.Sel(lo, k, ir.Sel(rotated, ir.Bin(ir.Sub, k, i32(r.Half)), i32(0)))
+	at := ir.Bin(ir.Add, ir.Bin(ir.Mul, n, i32(r.Half)), i)
+	x, y := LoadF32(mm.B, bElem, 1, mm.BAt(n, k)), LoadF32(mm.B, bElem, 1, mm.BAt(n, partner))
+	c, s := ir.Ld(r.Cos, ir.F32, at), ir.Ld(r.Sin, ir.F32, at)
+	turned := ir.Sel(lo, ir.Bin(ir.Sub, ir.Bin(ir.Mul, x, c), ir.Bin(ir.Mul, y, s)),
+		ir.Bin(ir.Add, ir.Bin(ir.Mul, x, c), ir.Bin(ir.Mul, y, s)))
+	return ir.Sel(rotated, turned, x)
 }
 
 // ReduceLoop writes r as a running var over a loop of the given kind: var
@@ -263,6 +284,9 @@ func Accesses(s ir.Stmt) (reads, writes map[string]bool) {
 			reads[x.A], reads[x.B], writes[x.C] = true, true, true
 			if x.BRows != "" {
 				reads[x.BRows] = true
+			}
+			if x.RotB != nil {
+				reads[x.RotB.Cos], reads[x.RotB.Sin] = true, true
 			}
 			if x.Accumulate {
 				reads[x.C] = true

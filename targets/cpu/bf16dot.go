@@ -86,7 +86,7 @@ func dotBF16Fits(mm *ir.MatMul, exact map[string]bool, l Level) bool {
 // an AMX level: decode has no tiles, and that level runs this one's
 // clone.
 func dotPairsFits(mm *ir.MatMul, exact map[string]bool, elems map[string]ir.Type, l Level) bool {
-	return decodePairs && l.DotBF16 && !l.AMX && mm.TransB && mm.BRows != "" && elems[mm.B] == ir.BF16 &&
+	return decodePairs && l.DotBF16 && !l.AMX && mm.TransB && mm.BRows != "" && mm.RotB == nil && elems[mm.B] == ir.BF16 &&
 		exact[mm.A] && mm.K%(2*l.Lanes) == 0 && mm.M < BlockMinRows
 }
 

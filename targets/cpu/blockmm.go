@@ -92,7 +92,7 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 	// declaration the packed array goes.
 	packed := map[string]string{}
 	blocks := func(mm *ir.MatMul) bool {
-		if l.Lanes < 2 || mm.N%l.Lanes != 0 {
+		if l.Lanes < 2 || mm.N%l.Lanes != 0 || mm.RotB != nil {
 			return false
 		}
 		if !mm.TransB {
@@ -321,6 +321,15 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 		case *ir.MatMul:
 			bElem := elems[x.B]
 			fold := codeScale(bElem, l)
+			if x.RotB != nil {
+				// Rows turned as read: dot-product blocks whose steps
+				// turn whole vectors (rotDotKernel), else lower-tiles'
+				// loops.
+				if dotBlocks(x, allocs, l.Lanes) && x.RotB.Half%l.Lanes == 0 {
+					return dotBlockedMatMul(x, bElem, l.Lanes, 0, false, "")
+				}
+				return []ir.Stmt{s}
+			}
 			if dotBlocks(x, allocs, l.Lanes) {
 				if !foldsDot(x, fold, half) {
 					fold = 0

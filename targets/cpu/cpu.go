@@ -64,7 +64,7 @@ func (Target) Files() string { return "<variant>.ll" }
 // besides the tiles).
 func (Target) Tiling(v *ir.Variant) lower.Tiling {
 	rowBytes := v.HeadDimQK * max(1, v.KVDType.Type().Bits()/8)
-	return lower.Tiling{KVTile: 64, DecodeKVTile: TileRows(rowBytes), Rows: 128, MaxHeads: 16, PageRuns: true, DecodeDirect: true, PrefillDirect: true, RopeInPlace: true, DecodeRopeRelative: true, PrefillAlphaLoop: true, PrefillPhases: true, DecodePhases: true, SplitBySequence: true}
+	return lower.Tiling{KVTile: 64, DecodeKVTile: TileRows(rowBytes), Rows: 128, MaxHeads: 16, PageRuns: true, DecodeDirect: true, PrefillDirect: true, RopeInPlace: true, DecodeRopeRelative: true, DecodeRopeInDot: true, PrefillAlphaLoop: true, PrefillPhases: true, DecodePhases: true, SplitBySequence: true}
 }
 
 // Table is the CPU pass table of the default architecture (DefaultTriple).

@@ -93,6 +93,9 @@ func dotKernel(mm *ir.MatMul, bElem ir.Type, L, R int, m0, n0 ir.Expr, fold floa
 	if ap != "" {
 		return pairsDotKernel(mm, L, R, m0, n0, ap)
 	}
+	if mm.RotB != nil {
+		return rotDotKernel(mm, bElem, L, R, m0, n0)
+	}
 	lane := transposeAddColumns(L)
 	acc := func(s int) string { return fmt.Sprintf("db_c%d", s) }
 	var out []ir.Stmt
@@ -163,6 +166,94 @@ func dotKernel(mm *ir.MatMul, bElem ir.Type, L, R int, m0, n0 ir.Expr, fold floa
 		vecs[s] = ir.R(acc(s), vt)
 	}
 	return append(out, transposeAddStore(mm, vecs, L, R, m0, n0, fold)...)
+}
+
+// rotDotKernel is dotKernel for a B whose rows turn as they are read
+// (ir.RotB): each step over the rotated dims takes a vector of each half
+// of a B row at once — columns h·L.. and Half + h·L.. —, the pair's
+// cosines and sines from the row's entries in the tables, turns both
+// (x·c - y·s, y·c + x·s, each product rounded: as multiply-adds it ran
+// 5% slower, f16 at head dim 128 on Zen 5) and feeds
+// both to the accumulators with A's matching vectors; the dims past
+// 2·Half run as dotKernel's steps. Each accumulator lane sums its
+// products in the order h, Half + h, h + L, ... — not dotKernel's: the
+// result may differ from a staged, turned row's in the last bits.
+func rotDotKernel(mm *ir.MatMul, bElem ir.Type, L, R int, m0, n0 ir.Expr) []ir.Stmt {
+	vt := ir.Vec(ir.F32, L)
+	C, H := L/R, mm.RotB.Half
+	lane := transposeAddColumns(L)
+	acc := func(s int) string { return fmt.Sprintf("db_c%d", s) }
+	var out []ir.Stmt
+	for s := 0; s < L; s++ {
+		out = append(out, &ir.Var{Name: acc(s), Init: &ir.Const{T: vt}})
+	}
+	row := func(c int) ir.Expr {
+		r := addE(n0, i32c(c))
+		if mm.BRows != "" {
+			// Past NExt the block reads the last row (dotKernel's rule).
+			r = ir.Bin(ir.Min, r, addE(mm.NExt, i32c(-1)))
+		}
+		return r
+	}
+	// feed adds A's vectors at column k (named a) times the B vectors b
+	// of each row to the accumulators; first: the block's first products.
+	feed := func(step []ir.Stmt, k ir.Expr, a, b func(int) string, first bool) []ir.Stmt {
+		for r := 0; r < R; r++ {
+			step = append(step, &ir.Let{Name: a(r), Value: ir.Ld(mm.A, vt, addE(mulE(addE(m0, i32c(r)), mm.K), k))})
+		}
+		for s := 0; s < L; s++ {
+			r, c := lane[s]/C, lane[s]%C
+			var v ir.Expr = &ir.MulAdd{X: ir.R(a(r), vt), Y: ir.R(b(c), vt), Z: ir.R(acc(s), vt)}
+			if first {
+				v = ir.Bin(ir.Mul, ir.R(a(r), vt), ir.R(b(c), vt))
+			}
+			step = append(step, &ir.Assign{Name: acc(s), Value: v})
+		}
+		return step
+	}
+	turnAt := func(k ir.Expr, first bool) []ir.Stmt {
+		var step []ir.Stmt
+		for c := 0; c < C; c++ {
+			x := fmt.Sprintf("db_x%d", c)
+			y := fmt.Sprintf("db_y%d", c)
+			cs, sn := fmt.Sprintf("db_cos%d", c), fmt.Sprintf("db_sin%d", c)
+			at := addE(mulE(row(c), H), k)
+			step = append(step,
+				&ir.Let{Name: x, Value: loadScaled(mm.B, bElem, L, bAt(mm, row(c), mm.K, k), 0)},
+				&ir.Let{Name: y, Value: loadScaled(mm.B, bElem, L, bAt(mm, row(c), mm.K, addE(k, i32c(H))), 0)},
+				&ir.Let{Name: cs, Value: ir.Ld(mm.RotB.Cos, vt, at)},
+				&ir.Let{Name: sn, Value: ir.Ld(mm.RotB.Sin, vt, at)},
+				&ir.Let{Name: fmt.Sprintf("db_b%d_0", c), Value: ir.Bin(ir.Sub,
+					ir.Bin(ir.Mul, ir.R(x, vt), ir.R(cs, vt)), ir.Bin(ir.Mul, ir.R(y, vt), ir.R(sn, vt)))},
+				&ir.Let{Name: fmt.Sprintf("db_b%d_1", c), Value: ir.Bin(ir.Add,
+					ir.Bin(ir.Mul, ir.R(y, vt), ir.R(cs, vt)), ir.Bin(ir.Mul, ir.R(x, vt), ir.R(sn, vt)))})
+		}
+		for h, kk := range []ir.Expr{k, addE(k, i32c(H))} {
+			a := func(r int) string { return fmt.Sprintf("db_a%d_%d", r, h) }
+			b := func(c int) string { return fmt.Sprintf("db_b%d_%d", c, h) }
+			step = feed(step, kk, a, b, first && h == 0)
+		}
+		return step
+	}
+	plainAt := func(k ir.Expr) []ir.Stmt {
+		var step []ir.Stmt
+		for c := 0; c < C; c++ {
+			step = append(step, &ir.Let{Name: fmt.Sprintf("db_b%d", c), Value: loadScaled(mm.B, bElem, L, bAt(mm, row(c), mm.K, k), 0)})
+		}
+		return feed(step, k, func(r int) string { return fmt.Sprintf("db_a%d", r) }, func(c int) string { return fmt.Sprintf("db_b%d", c) }, false)
+	}
+	out = append(out, &ir.Block{Stmts: turnAt(i32c(0), true)})
+	if H > L {
+		out = append(out, &ir.For{Var: "db_k", Lo: i32c(1), Hi: i32c(H / L), Kind: ir.Serial, Body: &ir.Block{Stmts: turnAt(mulE(ir.R("db_k", ir.I32), L), false)}})
+	}
+	if mm.K > 2*H {
+		out = append(out, &ir.For{Var: "db_k", Lo: i32c(2 * H / L), Hi: i32c(mm.K / L), Kind: ir.Serial, Body: &ir.Block{Stmts: plainAt(mulE(ir.R("db_k", ir.I32), L))}})
+	}
+	vecs := make([]ir.Expr, L)
+	for s := range vecs {
+		vecs[s] = ir.R(acc(s), vt)
+	}
+	return append(out, transposeAddStore(mm, vecs, L, R, m0, n0, 0)...)
 }
 
 // transposeAddStore sums the L accumulator vectors vecs of a dot-product

@@ -55,7 +55,7 @@ func ArrayReads(b *ir.Block) map[string]int {
 // narrow when it holds only values of that dtype too. stores are
 // ArrayStores, reads ArrayReads of the kernel.
 func PlanMatrix(mm *ir.MatMul, s MatrixShape, stores map[string][]ir.Expr, reads map[string]int, query ir.Type) *MatrixPlan {
-	if mm.M != s.M || mm.N%s.N != 0 || mm.K%s.K != 0 || mm.A == mm.B {
+	if mm.M != s.M || mm.N%s.N != 0 || mm.K%s.K != 0 || mm.A == mm.B || mm.RotB != nil {
 		return nil
 	}
 	b := NarrowType(stores[mm.B])
