@@ -446,15 +446,33 @@ func (l *lowering) ropeRelTable(w *blk) {
 
 // rotateQueriesRel (ropeRel) writes the item's query rows' rotated dims
 // into qs for the tile that starts at kvLo: each row's unrotated dims,
-// kept in qs0, turned by its position - p0 (ropeTileBase).
+// kept in qs0, turned by its position - p0 (ropeTileBase). A decode
+// item's rows (its GQA group's heads) share one query token: its cos and
+// sin are evaluated once per tile into rope_qc, rope_qs, which every row
+// reads.
 func (l *lowering) rotateQueriesRel(t *blk, x itemVars, kvLo ir.Expr) {
 	D, Rd := l.D, l.rotDim()
 	p0 := t.let("rope_p0", ropeTileBase(kvLo, x.sb))
+	var shared ropeCS
+	if x.it.decode {
+		rel := t.let("rope_qrel", sub(i64(l.qRopePos(x.qRow0)), p0))
+		t.spread("rope_i", Rd/2, func(y *blk, i ir.Expr) {
+			c, s := l.ropeCosSin(y, rel, i)
+			y.store("rope_qc", i, c)
+			y.store("rope_qs", i, s)
+		})
+		shared = func(y *blk, i ir.Expr) (c, s ir.Expr) {
+			return y.let("rope_c", ld("rope_qc", ir.F32, i)), y.let("rope_s", ld("rope_qs", ir.F32, i))
+		}
+	}
 	t.spread("row", x.R, func(y *blk, row ir.Expr) {
 		y.guarded(lt(row, x.nRows), func(u *blk) {
 			r, _ := l.rowParts(u, row)
-			rel := u.let("rope_rel", sub(i64(l.qRopePos(add(x.qRow0, r))), p0))
-			l.rotatePairs(u, l.ropeAt(rel),
+			cs := shared
+			if cs == nil {
+				cs = l.ropeAt(u.let("rope_rel", sub(i64(l.qRopePos(add(x.qRow0, r))), p0)))
+			}
+			l.rotatePairs(u, cs,
 				func(k ir.Expr) ir.Expr { return ld("qs0", ir.F32, add(mul(row, i32(Rd)), k)) },
 				func(z *blk, d, val ir.Expr) { z.store("qs", add(mul(row, i32(D)), d), val) })
 		}, nil)
