@@ -34,7 +34,12 @@ import (
 )
 
 // Main runs the attnc command line on os.Args and exits with its status.
-func Main(opts ...Option) { os.Exit(Run(os.Args[1:], os.Stdout, os.Stderr, opts...)) }
+func Main(opts ...Option) {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(attnc.CommandGCPercent)
+	}
+	os.Exit(Run(os.Args[1:], os.Stdout, os.Stderr, opts...))
+}
 
 // Run executes the command line args and returns the exit status: 0 on
 // success, 1 on any error (printed to stderr: an error in a spec as
