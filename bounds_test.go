@@ -21,15 +21,34 @@ import (
 // The compile-time budget of any spec within the frontend's limits: check
 // in under 5 s, build (cpu and cuda) in under 10 s, under 1 GiB of memory,
 // every .ll under 64 MiB. Times are the child process's CPU time (user +
-// system), which other work on a busy machine does not inflate; on an idle
-// machine the wall time is at most that (the compiler runs on one core).
+// system) on the reference machine, an idle core of this project's Zen 5
+// VMs. CPU time is not the machine's constant: two processes on a VM's
+// two vCPUs (go test ./... runs packages side by side) took 30–40% more
+// of it each, and the host's load moves it ±20%. So each budget is scaled
+// by the machine's pace at that moment: the CPU time of an ordinary build
+// (refSpec, refBuilds times) in a child right before, against its time on
+// the reference machine (refNominal), never below 1. A spec that costs
+// more than its share against an ordinary one still fails.
 const (
 	checkBudget = 5 * time.Second
 	buildBudget = 10 * time.Second
 	memBudget   = 1 << 30
 	llBudget    = 64 << 20
 	specMaxSize = 256 << 10 // frontend's maxSize
+	refSpec     = "examples/llama3_8b.attn"
+	refBuilds   = 3
+	// refNominal is the reference build's CPU time on the reference
+	// machine (the median of 5 idle runs on 2026-12-04, 1.92–2.58 s).
+	refNominal = 2050 * time.Millisecond
 )
+
+// machinePace is the reference build's CPU time now over refNominal, at
+// least 1: how much the budgets stretch on this machine at this moment.
+func machinePace(t *testing.T, dir string) float64 {
+	t.Helper()
+	cpu, _, _, _ := childUsage(t, "reference", refSpec, filepath.Join(dir, "reference.out"))
+	return max(1, float64(cpu)/float64(refNominal))
+}
 
 // boundsExpr builds a mask (bool) or score (number) expression of kind
 // with at most ops operators and calls, nested at most 99 parentheses deep.
@@ -177,7 +196,8 @@ func childUsage(t *testing.T, mode, spec, out string) (cpu, wall time.Duration, 
 }
 
 // TestBoundsChild is the child of TestCompileBounded: it checks or builds
-// one spec, as `attnc check` and `attnc build --target cpu,cuda` do.
+// one spec, as `attnc check` and `attnc build --target cpu,cuda` do, or
+// builds the reference spec refBuilds times (machinePace).
 func TestBoundsChild(t *testing.T) {
 	mode, spec, out := os.Getenv("ATTNC_BOUNDS_MODE"), os.Getenv("ATTNC_BOUNDS_SPEC"), os.Getenv("ATTNC_BOUNDS_OUT")
 	if mode == "" {
@@ -209,13 +229,19 @@ func TestBoundsChild(t *testing.T) {
 				}
 			}
 		}
-	case "build":
-		r, err := CompileFiles([]string{spec}, Options{Targets: []string{"cpu", "cuda"}})
-		if err != nil {
-			t.Fatal(err)
+	case "build", "reference":
+		n := 1
+		if mode == "reference" {
+			n = refBuilds
 		}
-		if err := r.Write(out, nil); err != nil {
-			t.Fatal(err)
+		for range n {
+			r, err := CompileFiles([]string{spec}, Options{Targets: []string{"cpu", "cuda"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Write(out, nil); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 }
@@ -280,10 +306,12 @@ func withinBudget(t *testing.T, dir, name, src string) {
 	if _, err := frontend.Parse(path, []byte(src)); err != nil {
 		t.Fatalf("%s is not within the limits: %v", name, err)
 	}
+	pace := machinePace(t, dir)
+	checkB, buildB := time.Duration(float64(checkBudget)*pace), time.Duration(float64(buildBudget)*pace)
 	cpu, wall, rss, _ := childUsage(t, "check", path, "")
-	t.Logf("%s (%d bytes): check cpu %v wall %v peak %d MiB", name, len(src), cpu.Round(time.Millisecond), wall.Round(time.Millisecond), rss>>20)
-	if cpu > checkBudget || rss > memBudget {
-		t.Errorf("%s: check took %v CPU and %d MiB; the budget is %v and %d MiB", name, cpu, rss>>20, checkBudget, memBudget>>20)
+	t.Logf("%s (%d bytes): check cpu %v wall %v peak %d MiB; the machine's pace %.2f", name, len(src), cpu.Round(time.Millisecond), wall.Round(time.Millisecond), rss>>20, pace)
+	if cpu > checkB || rss > memBudget {
+		t.Errorf("%s: check took %v CPU and %d MiB; the budget is %v (%v at pace %.2f) and %d MiB", name, cpu, rss>>20, checkB, checkBudget, pace, memBudget>>20)
 	}
 	out := filepath.Join(dir, name+".out")
 	cpu, wall, rss, _ = childUsage(t, "build", path, out)
@@ -295,8 +323,8 @@ func withinBudget(t *testing.T, dir, name, src string) {
 		}
 	}
 	t.Logf("%s: build cpu %v wall %v peak %d MiB, largest .ll %d KiB", name, cpu.Round(time.Millisecond), wall.Round(time.Millisecond), rss>>20, largest>>10)
-	if cpu > buildBudget || rss > memBudget || largest > llBudget || largest == 0 {
-		t.Errorf("%s: build took %v CPU and %d MiB, largest .ll %d bytes; the budget is %v, %d MiB, %d MiB",
-			name, cpu, rss>>20, largest, buildBudget, memBudget>>20, llBudget>>20)
+	if cpu > buildB || rss > memBudget || largest > llBudget || largest == 0 {
+		t.Errorf("%s: build took %v CPU and %d MiB, largest .ll %d bytes; the budget is %v (%v at pace %.2f), %d MiB, %d MiB",
+			name, cpu, rss>>20, largest, buildB, buildBudget, pace, memBudget>>20, llBudget>>20)
 	}
 }
