@@ -352,7 +352,7 @@ func (l *lowering) allocItem(w *blk, x itemVars) {
 	if l.ropeRel {
 		w.alloc("qs0", ir.F32, R*l.rotDim())
 		l.ropeRelTable(w)
-		if x.it.decode {
+		if oneToken(x) {
 			// The tile's query turn, one for the item's rows (rotateQueriesRel).
 			w.alloc("rope_qc", ir.F32, l.rotDim()/2)
 			w.alloc("rope_qs", ir.F32, l.rotDim()/2)

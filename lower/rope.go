@@ -446,15 +446,15 @@ func (l *lowering) ropeRelTable(w *blk) {
 
 // rotateQueriesRel (ropeRel) writes the item's query rows' rotated dims
 // into qs for the tile that starts at kvLo: each row's unrotated dims,
-// kept in qs0, turned by its position - p0 (ropeTileBase). A decode
-// item's rows (its GQA group's heads) share one query token: its cos and
-// sin are evaluated once per tile into rope_qc, rope_qs, which every row
-// reads.
+// kept in qs0, turned by its position - p0 (ropeTileBase). When the
+// item's rows share one query token (oneToken: a decode item's GQA group),
+// its cos and sin are evaluated once per tile into rope_qc, rope_qs, which
+// every row reads.
 func (l *lowering) rotateQueriesRel(t *blk, x itemVars, kvLo ir.Expr) {
 	D, Rd := l.D, l.rotDim()
 	p0 := t.let("rope_p0", ropeTileBase(kvLo, x.sb))
 	var shared ropeCS
-	if x.it.decode {
+	if oneToken(x) {
 		rel := t.let("rope_qrel", sub(i64(l.qRopePos(x.qRow0)), p0))
 		t.spread("rope_i", Rd/2, func(y *blk, i ir.Expr) {
 			c, s := l.ropeCosSin(y, rel, i)
@@ -477,6 +477,13 @@ func (l *lowering) rotateQueriesRel(t *blk, x itemVars, kvLo ir.Expr) {
 				func(z *blk, d, val ir.Expr) { z.store("qs", add(mul(row, i32(D)), d), val) })
 		}, nil)
 	})
+}
+
+// oneToken reports whether every row of item x belongs to one query token
+// (a decode item: its rows are the heads of its GQA group).
+func oneToken(x itemVars) bool {
+	c, ok := x.rows.(*ir.Const)
+	return ok && c.Int == 1
 }
 
 // ropeParams are an attention entry's RoPE arguments: the positions, then
