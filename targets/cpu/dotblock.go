@@ -88,41 +88,25 @@ func codes(t ir.Type) bool {
 // and the result multiplied by it, when fold is not 0; with pair, steps of
 // 2L elements; with ap, on bf16 pairs: dotBlockedMatMul).
 func dotKernel(mm *ir.MatMul, bElem ir.Type, L, R int, m0, n0 ir.Expr, fold float64, pair bool, ap string) []ir.Stmt {
-	vt := ir.Vec(ir.F32, L)
-	C := L / R
 	if ap != "" {
 		return pairsDotKernel(mm, L, R, m0, n0, ap)
 	}
 	if mm.RotB != nil {
 		return rotDotKernel(mm, bElem, L, R, m0, n0)
 	}
-	lane := transposeAddColumns(L)
-	acc := func(s int) string { return fmt.Sprintf("db_c%d", s) }
-	var out []ir.Stmt
-	for s := 0; s < L; s++ {
-		out = append(out, &ir.Var{Name: acc(s), Init: &ir.Const{T: vt}})
-	}
+	db := newDotBlock(mm, L, R, m0, n0)
+	out := db.accumulators()
 	// steps: the vectors of L elements one iteration takes (2 with pair).
 	steps := 1
 	if pair {
 		steps = 2
 	}
 	// stepAt is one iteration's statements at k = kb; first, the first
-	// one's: its first multiply-add of each accumulator is a multiply
-	// (the accumulators start at +0, and a·b + 0 differs from a·b only
-	// in the sign of a zero product — the score a lane then sums is a
-	// zero of either sign, which no later step tells apart: it enters
-	// the softmax only through differences, exp and max with other
-	// scores), so the block's copies of each B vector for the
-	// destructive multiply-add against zero go.
+	// one's (dotBlock.feed).
 	stepAt := func(kb ir.Expr, first bool) []ir.Stmt {
 		var step []ir.Stmt
-		for c := 0; c < C && pair; c++ {
-			row := addE(n0, i32c(c))
-			if mm.BRows != "" {
-				row = ir.Bin(ir.Min, row, addE(mm.NExt, i32c(-1)))
-			}
-			step = append(step, widenPair(fmt.Sprintf("db_w%d", c), fmt.Sprintf("db_b%d_0", c), fmt.Sprintf("db_b%d_1", c), mm.B, bElem, L, bAt(mm, row, mm.K, kb), fold)...)
+		for c := 0; c < db.C && pair; c++ {
+			step = append(step, widenPair(fmt.Sprintf("db_w%d", c), fmt.Sprintf("db_b%d_0", c), fmt.Sprintf("db_b%d_1", c), mm.B, bElem, L, bAt(mm, db.row(c), mm.K, kb), fold)...)
 		}
 		for h := 0; h < steps; h++ {
 			k0 := kb
@@ -135,37 +119,89 @@ func dotKernel(mm *ir.MatMul, bElem ir.Type, L, R int, m0, n0 ir.Expr, fold floa
 				a = func(r int) string { return fmt.Sprintf("db_a%d_%d", r, h) }
 				b = func(c int) string { return fmt.Sprintf("db_b%d_%d", c, h) }
 			}
-			for r := 0; r < R; r++ {
-				step = append(step, &ir.Let{Name: a(r), Value: ir.Ld(mm.A, vt, addE(mulE(addE(m0, i32c(r)), mm.K), k0))})
+			var loads []ir.Stmt
+			for c := 0; c < db.C && !pair; c++ {
+				loads = append(loads, &ir.Let{Name: b(c), Value: loadScaled(mm.B, bElem, L, bAt(mm, db.row(c), mm.K, k0), fold)})
 			}
-			for c := 0; c < C && !pair; c++ {
-				row := addE(n0, i32c(c))
-				if mm.BRows != "" {
-					// The block's last columns may lie past NExt (C there is
-					// unspecified), where no row offset is set: they read the
-					// last row instead.
-					row = ir.Bin(ir.Min, row, addE(mm.NExt, i32c(-1)))
-				}
-				step = append(step, &ir.Let{Name: b(c), Value: loadScaled(mm.B, bElem, L, bAt(mm, row, mm.K, k0), fold)})
-			}
-			for s := 0; s < L; s++ {
-				r, c := lane[s]/C, lane[s]%C
-				var v ir.Expr = &ir.MulAdd{X: ir.R(a(r), vt), Y: ir.R(b(c), vt), Z: ir.R(acc(s), vt)}
-				if first && h == 0 {
-					v = ir.Bin(ir.Mul, ir.R(a(r), vt), ir.R(b(c), vt))
-				}
-				step = append(step, &ir.Assign{Name: acc(s), Value: v})
-			}
+			step = db.feed(step, k0, a, b, first && h == 0, loads)
 		}
 		return step
 	}
 	out = append(out, &ir.Block{Stmts: stepAt(i32c(0), true)})
 	out = append(out, &ir.For{Var: "db_k", Lo: i32c(1), Hi: i32c(mm.K / (steps * L)), Kind: ir.Serial, Body: &ir.Block{Stmts: stepAt(mulE(ir.R("db_k", ir.I32), steps*L), false)}})
-	vecs := make([]ir.Expr, L)
-	for s := range vecs {
-		vecs[s] = ir.R(acc(s), vt)
+	return append(out, db.store(fold)...)
+}
+
+// dotBlock is one dot-product block of a matmul: R rows of A from m0 by C
+// = L/R rows of B from n0, an accumulator vector for each of the L (row,
+// key) pairs in transposeAddColumns' slot order.
+type dotBlock struct {
+	mm      *ir.MatMul
+	L, R, C int
+	m0, n0  ir.Expr
+	lane    []int
+	vt      ir.Type
+}
+
+func newDotBlock(mm *ir.MatMul, L, R int, m0, n0 ir.Expr) *dotBlock {
+	return &dotBlock{mm: mm, L: L, R: R, C: L / R, m0: m0, n0: n0, lane: transposeAddColumns(L), vt: ir.Vec(ir.F32, L)}
+}
+
+func (db *dotBlock) acc(s int) string { return fmt.Sprintf("db_c%d", s) }
+
+// accumulators declares the block's accumulators, +0.
+func (db *dotBlock) accumulators() []ir.Stmt {
+	var out []ir.Stmt
+	for s := 0; s < db.L; s++ {
+		out = append(out, &ir.Var{Name: db.acc(s), Init: &ir.Const{T: db.vt}})
 	}
-	return append(out, transposeAddStore(mm, vecs, L, R, m0, n0, fold)...)
+	return out
+}
+
+// row is B's row of the block's column c: with BRows, the block's last
+// columns may lie past NExt (C there is unspecified), where no row offset
+// is set: they read the last row instead.
+func (db *dotBlock) row(c int) ir.Expr {
+	r := addE(db.n0, i32c(c))
+	if db.mm.BRows != "" {
+		r = ir.Bin(ir.Min, r, addE(db.mm.NExt, i32c(-1)))
+	}
+	return r
+}
+
+// feed appends to step the loads of A's vectors at column k (named a(r)),
+// then loads (B's vectors, named b(c), or nothing when step has them),
+// then one multiply-add of a(r)·b(c) into each accumulator. With first,
+// the block's first products: each is a multiply (the accumulators start
+// at +0, and a·b + 0 differs from a·b only in the sign of a zero product —
+// the score a lane then sums is a zero of either sign, which no later
+// step tells apart: it enters the softmax only through differences, exp
+// and max with other scores), so the block's copies of each B vector for
+// the destructive multiply-add against zero go.
+func (db *dotBlock) feed(step []ir.Stmt, k ir.Expr, a, b func(int) string, first bool, loads []ir.Stmt) []ir.Stmt {
+	vt := db.vt
+	for r := 0; r < db.R; r++ {
+		step = append(step, &ir.Let{Name: a(r), Value: ir.Ld(db.mm.A, vt, addE(mulE(addE(db.m0, i32c(r)), db.mm.K), k))})
+	}
+	step = append(step, loads...)
+	for s := 0; s < db.L; s++ {
+		r, c := db.lane[s]/db.C, db.lane[s]%db.C
+		var v ir.Expr = &ir.MulAdd{X: ir.R(a(r), vt), Y: ir.R(b(c), vt), Z: ir.R(db.acc(s), vt)}
+		if first {
+			v = ir.Bin(ir.Mul, ir.R(a(r), vt), ir.R(b(c), vt))
+		}
+		step = append(step, &ir.Assign{Name: db.acc(s), Value: v})
+	}
+	return step
+}
+
+// store sums the accumulators into the block's results (transposeAddStore).
+func (db *dotBlock) store(fold float64) []ir.Stmt {
+	vecs := make([]ir.Expr, db.L)
+	for s := range vecs {
+		vecs[s] = ir.R(db.acc(s), db.vt)
+	}
+	return transposeAddStore(db.mm, vecs, db.L, db.R, db.m0, db.n0, fold)
 }
 
 // rotDotKernel is dotKernel for a B whose rows turn as they are read
@@ -173,54 +209,24 @@ func dotKernel(mm *ir.MatMul, bElem ir.Type, L, R int, m0, n0 ir.Expr, fold floa
 // of a B row at once — columns h·L.. and Half + h·L.. —, the pair's
 // cosines and sines from the row's entries in the tables, turns both
 // (x·c - y·s, y·c + x·s, each product rounded: as multiply-adds it ran
-// 5% slower, f16 at head dim 128 on Zen 5) and feeds
-// both to the accumulators with A's matching vectors; the dims past
-// 2·Half run as dotKernel's steps. Each accumulator lane sums its
-// products in the order h, Half + h, h + L, ... — not dotKernel's: the
-// result may differ from a staged, turned row's in the last bits.
+// 5% slower, f16 at head dim 128 on Zen 5) and feeds both to the
+// accumulators with A's matching vectors; the dims past 2·Half run as
+// dotKernel's steps. Each accumulator lane sums its products in the order
+// h, Half + h, h + L, ... — not dotKernel's: the result may differ from a
+// staged, turned row's in the last bits.
 func rotDotKernel(mm *ir.MatMul, bElem ir.Type, L, R int, m0, n0 ir.Expr) []ir.Stmt {
-	vt := ir.Vec(ir.F32, L)
-	C, H := L/R, mm.RotB.Half
-	lane := transposeAddColumns(L)
-	acc := func(s int) string { return fmt.Sprintf("db_c%d", s) }
-	var out []ir.Stmt
-	for s := 0; s < L; s++ {
-		out = append(out, &ir.Var{Name: acc(s), Init: &ir.Const{T: vt}})
-	}
-	row := func(c int) ir.Expr {
-		r := addE(n0, i32c(c))
-		if mm.BRows != "" {
-			// Past NExt the block reads the last row (dotKernel's rule).
-			r = ir.Bin(ir.Min, r, addE(mm.NExt, i32c(-1)))
-		}
-		return r
-	}
-	// feed adds A's vectors at column k (named a) times the B vectors b
-	// of each row to the accumulators; first: the block's first products.
-	feed := func(step []ir.Stmt, k ir.Expr, a, b func(int) string, first bool) []ir.Stmt {
-		for r := 0; r < R; r++ {
-			step = append(step, &ir.Let{Name: a(r), Value: ir.Ld(mm.A, vt, addE(mulE(addE(m0, i32c(r)), mm.K), k))})
-		}
-		for s := 0; s < L; s++ {
-			r, c := lane[s]/C, lane[s]%C
-			var v ir.Expr = &ir.MulAdd{X: ir.R(a(r), vt), Y: ir.R(b(c), vt), Z: ir.R(acc(s), vt)}
-			if first {
-				v = ir.Bin(ir.Mul, ir.R(a(r), vt), ir.R(b(c), vt))
-			}
-			step = append(step, &ir.Assign{Name: acc(s), Value: v})
-		}
-		return step
-	}
+	db := newDotBlock(mm, L, R, m0, n0)
+	vt, H := db.vt, mm.RotB.Half
+	out := db.accumulators()
 	turnAt := func(k ir.Expr, first bool) []ir.Stmt {
 		var step []ir.Stmt
-		for c := 0; c < C; c++ {
-			x := fmt.Sprintf("db_x%d", c)
-			y := fmt.Sprintf("db_y%d", c)
+		for c := 0; c < db.C; c++ {
+			x, y := fmt.Sprintf("db_x%d", c), fmt.Sprintf("db_y%d", c)
 			cs, sn := fmt.Sprintf("db_cos%d", c), fmt.Sprintf("db_sin%d", c)
-			at := addE(mulE(row(c), H), k)
+			at := addE(mulE(db.row(c), H), k)
 			step = append(step,
-				&ir.Let{Name: x, Value: loadScaled(mm.B, bElem, L, bAt(mm, row(c), mm.K, k), 0)},
-				&ir.Let{Name: y, Value: loadScaled(mm.B, bElem, L, bAt(mm, row(c), mm.K, addE(k, i32c(H))), 0)},
+				&ir.Let{Name: x, Value: loadScaled(mm.B, bElem, L, bAt(mm, db.row(c), mm.K, k), 0)},
+				&ir.Let{Name: y, Value: loadScaled(mm.B, bElem, L, bAt(mm, db.row(c), mm.K, addE(k, i32c(H))), 0)},
 				&ir.Let{Name: cs, Value: ir.Ld(mm.RotB.Cos, vt, at)},
 				&ir.Let{Name: sn, Value: ir.Ld(mm.RotB.Sin, vt, at)},
 				&ir.Let{Name: fmt.Sprintf("db_b%d_0", c), Value: ir.Bin(ir.Sub,
@@ -231,16 +237,16 @@ func rotDotKernel(mm *ir.MatMul, bElem ir.Type, L, R int, m0, n0 ir.Expr) []ir.S
 		for h, kk := range []ir.Expr{k, addE(k, i32c(H))} {
 			a := func(r int) string { return fmt.Sprintf("db_a%d_%d", r, h) }
 			b := func(c int) string { return fmt.Sprintf("db_b%d_%d", c, h) }
-			step = feed(step, kk, a, b, first && h == 0)
+			step = db.feed(step, kk, a, b, first && h == 0, nil)
 		}
 		return step
 	}
 	plainAt := func(k ir.Expr) []ir.Stmt {
-		var step []ir.Stmt
-		for c := 0; c < C; c++ {
-			step = append(step, &ir.Let{Name: fmt.Sprintf("db_b%d", c), Value: loadScaled(mm.B, bElem, L, bAt(mm, row(c), mm.K, k), 0)})
+		var loads []ir.Stmt
+		for c := 0; c < db.C; c++ {
+			loads = append(loads, &ir.Let{Name: fmt.Sprintf("db_b%d", c), Value: loadScaled(mm.B, bElem, L, bAt(mm, db.row(c), mm.K, k), 0)})
 		}
-		return feed(step, k, func(r int) string { return fmt.Sprintf("db_a%d", r) }, func(c int) string { return fmt.Sprintf("db_b%d", c) }, false)
+		return db.feed(nil, k, func(r int) string { return fmt.Sprintf("db_a%d", r) }, func(c int) string { return fmt.Sprintf("db_b%d", c) }, false, loads)
 	}
 	out = append(out, &ir.Block{Stmts: turnAt(i32c(0), true)})
 	if H > L {
@@ -249,11 +255,7 @@ func rotDotKernel(mm *ir.MatMul, bElem ir.Type, L, R int, m0, n0 ir.Expr) []ir.S
 	if mm.K > 2*H {
 		out = append(out, &ir.For{Var: "db_k", Lo: i32c(2 * H / L), Hi: i32c(mm.K / L), Kind: ir.Serial, Body: &ir.Block{Stmts: plainAt(mulE(ir.R("db_k", ir.I32), L))}})
 	}
-	vecs := make([]ir.Expr, L)
-	for s := range vecs {
-		vecs[s] = ir.R(acc(s), vt)
-	}
-	return append(out, transposeAddStore(mm, vecs, L, R, m0, n0, 0)...)
+	return append(out, db.store(0)...)
 }
 
 // transposeAddStore sums the L accumulator vectors vecs of a dot-product
@@ -307,37 +309,26 @@ func transposeAddStore(mm *ir.MatMul, vecs []ir.Expr, L, R int, m0, n0 ir.Expr, 
 // same transpose-add tree then leaves the block's dot products in one
 // vector.
 func pairsDotKernel(mm *ir.MatMul, L, R int, m0, n0 ir.Expr, ap string) []ir.Stmt {
-	vt, vi := ir.Vec(ir.F32, L), ir.Vec(ir.I32, L)
-	C := L / R
-	lane := transposeAddColumns(L)
-	acc := func(s int) string { return fmt.Sprintf("db_c%d", s) }
-	var out []ir.Stmt
-	for s := 0; s < L; s++ {
-		out = append(out, &ir.Var{Name: acc(s), Init: &ir.Const{T: vt}})
-	}
+	db := newDotBlock(mm, L, R, m0, n0)
+	vt, vi := db.vt, ir.Vec(ir.I32, L)
+	out := db.accumulators()
 	k := ir.R("db_k", ir.I32)
 	var step []ir.Stmt
 	for r := 0; r < R; r++ {
 		at := addE(mulE(addE(m0, i32c(r)), mm.K/2), mulE(k, L))
 		step = append(step, &ir.Let{Name: fmt.Sprintf("db_a%d", r), Value: ir.Ld(ap, vi, at)})
 	}
-	for c := 0; c < C; c++ {
-		// Past NExt the block reads the last row (dotKernel's rule).
-		row := ir.Bin(ir.Min, addE(n0, i32c(c)), addE(mm.NExt, i32c(-1)))
-		ld := ir.Ld(mm.B, ir.Vec(ir.BF16, 2*L), bAt(mm, row, mm.K, mulE(k, 2*L)))
+	for c := 0; c < db.C; c++ {
+		ld := ir.Ld(mm.B, ir.Vec(ir.BF16, 2*L), bAt(mm, db.row(c), mm.K, mulE(k, 2*L)))
 		step = append(step, &ir.Let{Name: fmt.Sprintf("db_b%d", c), Value: &ir.Bitcast{To: vi, X: ld}})
 	}
 	for s := 0; s < L; s++ {
-		r, c := lane[s]/C, lane[s]%C
+		r, c := db.lane[s]/db.C, db.lane[s]%db.C
 		a, b := ir.R(fmt.Sprintf("db_a%d", r), vi), ir.R(fmt.Sprintf("db_b%d", c), vi)
-		step = append(step, &ir.Assign{Name: acc(s), Value: &ir.DotBF16{X: a, Y: b, Z: ir.R(acc(s), vt)}})
+		step = append(step, &ir.Assign{Name: db.acc(s), Value: &ir.DotBF16{X: a, Y: b, Z: ir.R(db.acc(s), vt)}})
 	}
 	out = append(out, &ir.For{Var: "db_k", Lo: i32c(0), Hi: i32c(mm.K / (2 * L)), Kind: ir.Serial, Body: &ir.Block{Stmts: step}})
-	vecs := make([]ir.Expr, L)
-	for s := range vecs {
-		vecs[s] = ir.R(acc(s), vt)
-	}
-	return append(out, transposeAddStore(mm, vecs, L, R, m0, n0, 0)...)
+	return append(out, db.store(0)...)
 }
 
 // transposeAddMasks are the two shuffles of a transpose-add round that
