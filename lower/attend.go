@@ -197,9 +197,12 @@ func (l *lowering) attentionKernel(name string, role ir.Role, params []*ir.Param
 		}
 		// The item's lengths are constant over its tiles: named here, a
 		// tree's "before the tree" (kv_pos < kv_len - q_len) bounds per
-		// tile too.
+		// tile too. Decode only: there every tile but a sequence's last
+		// is before the tree; a prefill item's tiles before its tree
+		// would copy its tile body for the unmasked tiles, which cost
+		// gfx942's tree prefill two VGPR spills.
 		for _, n := range []ir.Expr{x.kvLen, x.qLen} {
-			if _, ok := n.(*ir.Ref); ok && l.hasMask(ir.MaskTree) {
+			if _, ok := n.(*ir.Ref); ok && l.hasMask(ir.MaskTree) && it.decode {
 				tile.Ranges = append(tile.Ranges, ir.Range{Var: refName(n), Lo: n, Hi: n})
 			}
 		}
