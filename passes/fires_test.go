@@ -271,7 +271,7 @@ func dataFillings(v *ir.Variant, qLen, kvLen int) []*reference.Case {
 			if qLen > 0 {
 				parent[0] = -1
 			}
-			c.TreeOrder, c.TreeIndptr = dfsIntervals(parent), []int32{0, int32(qLen)}
+			c.TreeOrder, c.TreeIndptr = reference.TreeIntervals(parent), []int32{0, int32(qLen)}
 		}
 		if dataMaskKind(v, ir.MaskCustom) {
 			c.CustomMask, c.MaskIndptr = make([]byte, (qLen*kvLen+7)/8), []int32{0, 0}
@@ -291,34 +291,4 @@ func dataMaskKind(v *ir.Variant, kind ir.MaskKind) bool {
 		}
 	}
 	return false
-}
-
-// dfsIntervals is the forest's DFS intervals (left, right) per token,
-// tree_order's rows, from each token's parent (-1: a root; parents come
-// before their children).
-func dfsIntervals(parent []int) []int32 {
-	children := make([][]int, len(parent))
-	var roots []int
-	for i, p := range parent {
-		if p < 0 {
-			roots = append(roots, i)
-		} else {
-			children[p] = append(children[p], i)
-		}
-	}
-	out := make([]int32, 2*len(parent))
-	next := int32(0)
-	var dfs func(int)
-	dfs = func(x int) {
-		out[2*x] = next
-		next++
-		for _, ch := range children[x] {
-			dfs(ch)
-		}
-		out[2*x+1] = next
-	}
-	for _, r := range roots {
-		dfs(r)
-	}
-	return out
 }

@@ -275,15 +275,33 @@ func treeDepth(order []int32, i int) int {
 
 // randomTree draws a tree over n tokens in topological order (token k's
 // parent is a random earlier token; token 0 is the root) and returns each
-// token's DFS interval (left, right): j is an ancestor-or-self of i iff
-// left_j <= left_i < right_j.
+// token's DFS interval (TreeIntervals).
 func randomTree(rng *rand.Rand, n int) []int32 {
-	children := make([][]int, n)
-	for k := 1; k < n; k++ {
-		p := rng.Intn(k)
-		children[p] = append(children[p], k)
+	parent := make([]int, n)
+	for k := range parent {
+		parent[k] = -1
+		if k > 0 {
+			parent[k] = rng.Intn(k)
+		}
 	}
-	out := make([]int32, 2*n)
+	return TreeIntervals(parent)
+}
+
+// TreeIntervals is tree_order's rows for a forest given by each token's
+// parent (-1: a root; a parent comes before its children): each token's
+// DFS interval (left, right), roots and children visited in token order,
+// so that j is an ancestor-or-self of i iff left_j <= left_i < right_j.
+func TreeIntervals(parent []int) []int32 {
+	children := make([][]int, len(parent))
+	var roots []int
+	for k, p := range parent {
+		if p < 0 {
+			roots = append(roots, k)
+		} else {
+			children[p] = append(children[p], k)
+		}
+	}
+	out := make([]int32, 2*len(parent))
 	next := int32(0)
 	var dfs func(int)
 	dfs = func(x int) {
@@ -294,8 +312,8 @@ func randomTree(rng *rand.Rand, n int) []int32 {
 		}
 		out[2*x+1] = next
 	}
-	if n > 0 {
-		dfs(0)
+	for _, r := range roots {
+		dfs(r)
 	}
 	return out
 }
