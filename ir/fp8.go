@@ -75,6 +75,25 @@ func (f fp8Format) narrow(x Expr) Expr {
 	return Cvt(U8, Bin(Or, Sel(nan, c32(0x7f), mag), sign))
 }
 
+// QuotientCode is the code of 8-bit type code for the f32 quotient x / sc
+// (append's quantizer): the dtype table's Narrow of x / sc, except that a
+// NaN quotient of an fp8 type gets the NaN code 0x7f with the sign bit of
+// x XOR sc's. IEEE 754 leaves a NaN's sign open, and targets differ: x86
+// keeps the NaN operand's, NVIDIA GPUs give a positive canonical NaN; the
+// XOR (IEEE's sign of every other quotient) makes every target store the
+// same code.
+func QuotientCode(code Type, x, sc Expr) Expr {
+	q := Bin(Div, x, sc)
+	if code != E4M3 && code != E5M2 {
+		return Cvt(code, q)
+	}
+	// The quotient, a NaN replaced by the quiet NaN of the XOR's sign
+	// (a select moves bits: no target rewrites them), narrowed.
+	sign := Bin(And, Bin(Xor, f32Bits(x), f32Bits(sc)), c32(-1<<31))
+	nan := bitsF32(Bin(Or, sign, c32(0x7fc00000)))
+	return Cvt(code, Sel(Bin(Ne, q, q), nan, q))
+}
+
 // E4M3ToF32 widens OCP FP8 E4M3 bits (u8) to f32 exactly.
 func E4M3ToF32(c Expr) Expr { return e4m3Format.widen(c) }
 

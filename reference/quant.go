@@ -170,8 +170,17 @@ func CodeOf(dt ir.DType, x float64) uint8 {
 
 // Quantize is append's code of 8-bit dtype dt for input x and scale
 // (DESIGN §3): x / scale in f32 (IEEE division, rounded once, as vLLM's
-// and FlashInfer's quantizers compute it), encoded.
-func Quantize(dt ir.DType, x, scale float32) uint8 { return CodeOf(dt, float64(x/scale)) }
+// and FlashInfer's quantizers compute it), encoded. A NaN quotient's sign,
+// which IEEE 754 leaves open, is x's sign XOR scale's (the sign rule of
+// every other quotient; docs/semantics.md).
+func Quantize(dt ir.DType, x, scale float32) uint8 {
+	q := x / scale
+	if q != q {
+		sign := (math.Float32bits(x) ^ math.Float32bits(scale)) & (1 << 31)
+		q = math.Float32frombits(0x7fc00000 | sign)
+	}
+	return CodeOf(dt, float64(q))
+}
 
 // QuantEdges are the inputs of dtype in where append's rounding and
 // saturation decide, for a cache of 8-bit dtype code with scale: each
