@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -96,9 +98,10 @@ check)
 	*) echo "$1:2:3: not supported yet: something" >&2; exit 1;;
 	esac;;
 build)
-	while [ $# -gt 0 ]; do if [ "$1" = -o ]; then mkdir -p "$2"; touch "$2/llama3_8b.cu" "$2/mha_softcap.cu"; fi; shift; done;;
+	while [ $# -gt 0 ]; do if [ "$1" = -o ]; then mkdir -p "$2"; echo llama > "$2/llama3_8b.cu"; echo mha > "$2/mha_softcap.cu"; fi; shift; done;;
 verify)
 	echo "PASS llama3_8b_prefill_launch decode batch"
+	echo "nvcc cache: $(ls "$ATTNC_NVCC_CACHE" | tr '\n' ' ')"
 	if [ -n "$FAKE_VERIFY_FAIL" ]; then echo "1 passed, 1 failed"; exit 1; fi
 	echo "16 passed, 0 failed";;
 bench)
@@ -150,7 +153,10 @@ func TestGPUCheckFlowWithFakeTools(t *testing.T) {
 		"GPU:          GPU 0: NVIDIA H200",
 		"examples:     llama3_8b, mha_softcap (skipped, not supported yet: ",
 		"nvcc compile: llama3_8b ",
-		"verify:       16 passed, 0 failed",
+		"verify:       32 passed, 0 failed", // two specs, one verify each
+		// gpu-check's compiles fill the nvcc cache under
+		// cuda.NVCCCacheName's names: sha256 of the source, the -arch list.
+		"nvcc cache: " + sha256Hex("mha\n") + "-native,sm_90.so " + sha256Hex("llama\n") + "-native,sm_90.so ", // ls's order
 		"decode:       3000.00 GB/s K+V read = 0.750 x cudaMemcpy D2D (4000.00 GB/s read+write); batch 8, kv_len 4096",
 		"prefill:      200.0000 TFLOP/s (q_len = kv_len = 1024, causal=true)",
 		"torch sdpa:   400.0000 TFLOP/s (torch 2.5.0, f16); attnc/sdpa = 0.500",
@@ -164,7 +170,7 @@ func TestGPUCheckFlowWithFakeTools(t *testing.T) {
 
 func TestGPUCheckFailsOnVerifyFailure(t *testing.T) {
 	out, code := runFakeGPUCheck(t, "FAKE_VERIFY_FAIL=1")
-	if code == 0 || !strings.Contains(out, "verify:       FAILED: 1 passed, 1 failed") || !strings.Contains(out, "result:       FAIL") {
+	if code == 0 || !strings.Contains(out, "verify:       FAILED: 2 passed, 2 failed") || !strings.Contains(out, "result:       FAIL") {
 		t.Errorf("exit %d with a failing verify:\n%s", code, out)
 	}
 	// The bench still ran, for the summary.
@@ -334,4 +340,10 @@ func TestAMXStubScript(t *testing.T) {
 		}
 		t.Logf("%s:\n%s", c.dtype, out)
 	}
+}
+
+// sha256Hex is the SHA-256 of s in hex, as sha256sum prints it.
+func sha256Hex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
 }

@@ -165,7 +165,7 @@ type openedDevice struct {
 	err error
 }
 
-// OpenCUDA loads the CUDA runtime (libcudart.so, .so.12 or .so.11.0, from
+// OpenCUDA loads the CUDA runtime (libcudart.so, .so.13, .so.12 or .so.11.0, from
 // the loader's path, $CUDA_HOME/lib64 or /usr/local/cuda/lib64) and checks
 // that it sees at least one GPU: OpenDevice of the cuda target.
 func OpenCUDA() (Device, error) { return OpenDevice("cuda") }

@@ -8,8 +8,10 @@
 #      reporting "not supported yet" are skipped) and builds them with
 #      --target cpu,cuda;
 #   3. compiles each <variant>.cu with nvcc, as attnc does (in parallel),
-#      printing the seconds each took;
-#   4. runs the conformance matrix on the GPU: attnc verify --target cuda --gpu;
+#      printing the seconds each took, into the nvcc cache that verify and
+#      bench read ($ATTNC_NVCC_CACHE: no variant is compiled twice);
+#   4. runs the conformance matrix on the GPU: attnc verify --target cuda
+#      --gpu, one process per spec, JOBS at a time (default: the CPUs);
 #   5. measures llama3_8b: attnc bench --target cuda --gpu (decode GB/s
 #      against a cudaMemcpy device-to-device copy, prefill TFLOP/s) and,
 #      when `python3 -c "import torch"` works, torch's
@@ -18,7 +20,7 @@
 #   6. prints a summary. Exit status 0 only if every step passed.
 #
 # It fits in 8 minutes on one H200 (GPU_CHECK_BUDGET seconds, default 470,
-# bound every step). Environment: NVCC (the nvcc to use), ATTNC (a prebuilt
+# bound every step). Environment: JOBS, NVCC (the nvcc to use), ATTNC (a prebuilt
 # attnc binary instead of go build), ATTNC_CUDA_ARCH (instead of
 # -arch=native, then sm_90), BENCH_SECONDS (default 1), KEEP=1 keeps the
 # work directory.
@@ -116,17 +118,23 @@ done
 echo "== in scope: ${names[*]}; skipped (not supported yet): ${skipped[*]:-none}"
 run "$attnc" build "${specs[@]}" --target cpu,cuda -o "$work/out" >/dev/null || die "attnc build --target cpu,cuda failed"
 
-# 3. nvcc, one job per variant, with attnc's flags (conformance.CompileNVCC)
+# 3. nvcc, one job per variant, with attnc's flags (codegen/cuda.CompileNVCC),
+# each library kept in the cache under the name CompileNVCC looks for
+# (NVCCCacheName: the source's SHA-256, a dash, the -arch list).
 archs=(native sm_90)
 [[ -n ${ATTNC_CUDA_ARCH:-} ]] && archs=("$ATTNC_CUDA_ARCH")
-compile() { # compile NAME: $work/out/NAME.cu -> $work/nvcc/NAME.so; writes NAME.secs, NAME.log
-	local n=$1 t0 a left
+arch_list=$(IFS=,; echo "${archs[*]}")
+mkdir -p "$ATTNC_NVCC_CACHE"
+compile() { # compile NAME: $work/out/NAME.cu -> $work/nvcc/NAME.so and the cache; writes NAME.secs, NAME.log
+	local n=$1 t0 a left sum
 	t0=$(now)
 	for a in "${archs[@]}"; do
 		left=$((budget - (SECONDS - start)))
 		((left > 5)) || return 1
 		if timeout "$left" "$nvcc" -O3 -arch="$a" -shared -Xcompiler -fPIC -o "$work/nvcc/$n.so" "$work/out/$n.cu" >>"$work/nvcc/$n.log" 2>&1; then
 			echo "$(elapsed "$t0" "$(now)") -arch=$a" >"$work/nvcc/$n.secs"
+			sum=$(sha256sum <"$work/out/$n.cu") || return 1
+			cp "$work/nvcc/$n.so" "$ATTNC_NVCC_CACHE/${sum%% *}-$arch_list.so" || return 1
 			return 0
 		fi
 	done
@@ -161,16 +169,41 @@ for i in "${!names[@]}"; do
 done
 ((SECONDS - start < budget)) || die "time budget of ${budget}s spent compiling"
 
-# 4. the conformance matrix on the GPU
+# 4. the conformance matrix on the GPU, one verify per spec, JOBS at once
+# (each prints "N passed, M failed" last); their outputs in spec order.
 status=0
-verify_summary="not run"
-echo "== attnc verify --target cuda --gpu ${specs[*]}"
-if run "$attnc" verify "${specs[@]}" --target cuda --gpu | tee "$work/verify.txt"; then
-	verify_summary=$(tail -n 1 "$work/verify.txt")
-else
-	status=1
-	verify_summary="FAILED: $(tail -n 1 "$work/verify.txt" 2>/dev/null || true)"
+njobs=${JOBS:-$(nproc 2>/dev/null || echo 4)}
+((njobs > 0)) || njobs=1
+echo "== attnc verify --target cuda --gpu ${specs[*]} ($njobs at a time)"
+mkdir -p "$work/verify"
+for i in "${!specs[@]}"; do
+	while (($(jobs -rp | wc -l) >= njobs)); do wait -n || true; done
+	(
+		rc=0
+		run "$attnc" verify "${specs[$i]}" --target cuda --gpu >"$work/verify/$i.txt" 2>&1 || rc=$?
+		echo "$rc" >"$work/verify/$i.rc"
+	) &
+done
+wait
+verify_passed=0
+verify_failed=0
+verify_broken=()
+for i in "${!specs[@]}"; do
+	[[ $(cat "$work/verify/$i.rc" 2>/dev/null) == 0 ]] || status=1
+	cat "$work/verify/$i.txt"
+	last=$(tail -n 1 "$work/verify/$i.txt")
+	if [[ $last =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed ]]; then
+		verify_passed=$((verify_passed + BASH_REMATCH[1]))
+		verify_failed=$((verify_failed + BASH_REMATCH[2]))
+	else
+		verify_broken+=("$(basename "${specs[$i]}" .attn): $last")
+	fi
+done
+verify_summary="$verify_passed passed, $verify_failed failed"
+if ((${#verify_broken[@]} > 0)); then
+	verify_summary+="; no result from $(join "; " "${verify_broken[@]}")"
 fi
+((status == 0)) || verify_summary="FAILED: $verify_summary"
 
 # 5. llama3_8b on the GPU
 field() { # field KEY LINE: the value of KEY=value in LINE

@@ -54,8 +54,10 @@ func NVCCArchs() []string {
 // with the first architecture of NVCCArchs that nvcc accepts. The error
 // carries nvcc's output. When $ATTNC_NVCC_CACHE names a directory, a
 // library compiled before from the same source by the same nvcc with the
-// same architectures is copied from it instead (scripts/gpu-check.sh sets
-// it, so that verify and bench compile each variant once).
+// same architectures is copied from it instead (NVCCCacheName; one cache
+// directory serves one nvcc). scripts/gpu-check.sh sets it and fills it
+// with its own parallel compiles, so that verify and bench compile no
+// variant again.
 func CompileNVCC(nvcc, cuPath, soPath string) error {
 	cache, key := os.Getenv("ATTNC_NVCC_CACHE"), ""
 	if cache != "" {
@@ -63,10 +65,7 @@ func CompileNVCC(nvcc, cuPath, soPath string) error {
 		if err != nil {
 			return err
 		}
-		h := sha256.New()
-		fmt.Fprintf(h, "%s\x00%s\x00", nvcc, strings.Join(NVCCArchs(), ","))
-		h.Write(src)
-		key = filepath.Join(cache, hex.EncodeToString(h.Sum(nil))+".so")
+		key = filepath.Join(cache, NVCCCacheName(src))
 		if copyFile(key, soPath) == nil {
 			return nil
 		}
@@ -88,6 +87,15 @@ func CompileNVCC(nvcc, cuPath, soPath string) error {
 		}
 	}
 	return fmt.Errorf("cuda: nvcc failed: %w", errors.Join(errs...))
+}
+
+// NVCCCacheName is the file name, in $ATTNC_NVCC_CACHE, of the library
+// nvcc compiles from the CUDA source src: the source's SHA-256 in hex, a
+// dash, the NVCCArchs joined by commas, ".so" (scripts/gpu-check.sh names
+// its compiles the same way: sha256sum and the same -arch list).
+func NVCCCacheName(src []byte) string {
+	sum := sha256.Sum256(src)
+	return hex.EncodeToString(sum[:]) + "-" + strings.Join(NVCCArchs(), ",") + ".so"
 }
 
 // copyFile copies src to dst through a temporary file renamed into place.

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -67,6 +68,16 @@ func TestCompileNVCCCache(t *testing.T) {
 		if b, err := os.ReadFile(filepath.Join(dir, so)); err != nil || string(b) != "lib\n" {
 			t.Errorf("compile %d: %q, %v", i, b, err)
 		}
+	}
+	// scripts/gpu-check.sh fills the cache under these names: sha256sum's
+	// digest of the source, a dash, the -arch list.
+	if sum, err := exec.Command("sha256sum", cu).Output(); err == nil {
+		want := strings.Fields(string(sum))[0] + "-sm_90.so"
+		if b, err := os.ReadFile(filepath.Join(dir, "cache", want)); err != nil || string(b) != "lib\n" {
+			t.Errorf("the cache has no %s (what gpu-check.sh would name it): %q, %v", want, b, err)
+		}
+	} else {
+		t.Logf("sha256sum: %v: the name gpu-check.sh gives is not checked", err)
 	}
 	os.WriteFile(cu, []byte("// two\n"), 0o644)
 	if err := CompileNVCC(fake, cu, filepath.Join(dir, "c.so")); err != nil {

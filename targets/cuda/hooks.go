@@ -139,8 +139,8 @@ func (t sassTools) Check(w io.Writer, v *ir.Variant, files []targets.Artifact, k
 	return CheckSASS(rows), nil
 }
 
-// DeviceRuntime implements targets.DeviceHarness: libcudart (.so, .so.12
-// or .so.11.0), from the loader's path, $CUDA_HOME/lib64, $CUDA_PATH/lib64
+// DeviceRuntime implements targets.DeviceHarness: libcudart (.so, .so.13,
+// .so.12 or .so.11.0), from the loader's path, $CUDA_HOME/lib64, $CUDA_PATH/lib64
 // or /usr/local/cuda/lib64.
 func (Target) DeviceRuntime() targets.DeviceRuntime {
 	var dirs []string
@@ -150,7 +150,7 @@ func (Target) DeviceRuntime() targets.DeviceRuntime {
 		}
 	}
 	return targets.DeviceRuntime{Name: "CUDA", Prefix: "cuda",
-		Libs:    []string{"libcudart.so", "libcudart.so.12", "libcudart.so.11.0"},
+		Libs:    []string{"libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"},
 		Dirs:    append(dirs, "/usr/local/cuda/lib64"),
 		Install: "install the CUDA toolkit or add its lib64 to LD_LIBRARY_PATH"}
 }
