@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/attnc/attnc/cpurt"
+	"github.com/attnc/attnc/internal/amxemu"
 	"github.com/attnc/attnc/internal/needtool"
 )
 
@@ -346,4 +347,30 @@ func TestAMXStubScript(t *testing.T) {
 func sha256Hex(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
+}
+
+// TestAMXMicrobenchmarkChecks builds scripts/amxmb.c with the AMX
+// emulator (internal/amxemu) and runs its check mode: every variant that
+// computes C in place, rt.amx_mm32's loop order among them, must give the
+// same C as the first at every shape, so that its timings on AMX hardware
+// compare loops that do the same work.
+func TestAMXMicrobenchmarkChecks(t *testing.T) {
+	gcc, err := exec.LookPath("gcc")
+	needtool.Check(t, err)
+	dir := t.TempDir()
+	emu, err := amxemu.WriteSource(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(dir, "amxmb")
+	if out, err := exec.Command(gcc, "-O1", "-mamx-tile", "-mamx-bf16", "-DAMXEMU_CONSTRUCTOR", "-o", exe, "../scripts/amxmb.c", emu, "-lm").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	out, err := exec.Command(exe, "3", "check").CombinedOutput()
+	if err != nil {
+		t.Fatalf("amxmb check: %v\n%s", err, out)
+	}
+	if n := strings.Count(string(out), ": same"); n != 3 || strings.Contains(string(out), "DIFFERS") {
+		t.Errorf("amxmb check: %d variants agree, want 3 (one per shape):\n%s", n, out)
+	}
 }

@@ -30,7 +30,10 @@ import (
 // Tiles: tmm0..tmm3 the four 16×16 f32 accumulators (rows 0-15 / 16-31 ×
 // columns 0-15 / 16-31), tmm4 and tmm5 A's two 16-row × 16-pair blocks,
 // tmm6 and tmm7 B's two 16-pair-row × 16-column blocks. One K step (16
-// pairs, 32 bf16) is four TILELOADD and four TDPBF16PS. The configuration
+// pairs, 32 bf16) is four TILELOADD and four TDPBF16PS, each product right
+// after the loads it needs (A0 B0, C00, B1, C01, A1, C10, C11: on an
+// Emerald Rapids 3-15% less time per product than four loads first,
+// scripts/amxmb.c). The configuration
 // is loaded once per call, not per block: LDTILECFG and TILERELEASE are
 // among AMX's slowest instructions (they reset the whole tile state), and
 // a product's blocks all use the same shapes. TDPBF16PS reads denormal
@@ -156,9 +159,9 @@ func newAMXBlocks(name string, l Level) *lir.Func {
 	a1 := loop.NewGetElementPtr(types.I8, a0, a16)
 	b0 := loop.NewGetElementPtr(types.I8, bCol, loop.NewMul(s, b16))
 	b1 := loop.NewGetElementPtr(types.I8, b0, i64c(64))
-	loop.NewCall(asm("tileloadd ($0,$1,1), %tmm4\n\ttileloadd ($2,$1,1), %tmm5\n\t"+
-		"tileloadd ($3,$4,1), %tmm6\n\ttileloadd ($5,$4,1), %tmm7\n\t"+
-		"tdpbf16ps %tmm6, %tmm4, %tmm0\n\ttdpbf16ps %tmm7, %tmm4, %tmm1\n\t"+
+	loop.NewCall(asm("tileloadd ($0,$1,1), %tmm4\n\ttileloadd ($3,$4,1), %tmm6\n\t"+
+		"tdpbf16ps %tmm6, %tmm4, %tmm0\n\ttileloadd ($5,$4,1), %tmm7\n\t"+
+		"tdpbf16ps %tmm7, %tmm4, %tmm1\n\ttileloadd ($2,$1,1), %tmm5\n\t"+
 		"tdpbf16ps %tmm6, %tmm5, %tmm2\n\ttdpbf16ps %tmm7, %tmm5, %tmm3",
 		"r,r,r,r,r,r,", i8p, types.I64, i8p, i8p, types.I64, i8p), a0, lda, a1, b0, ldb, b1)
 	sNext := loop.NewAdd(s, i64c(1))
