@@ -13,6 +13,7 @@ import (
 	"github.com/attnc/attnc/internal/amxemu"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/reference"
+	"github.com/attnc/attnc/targets/cpu"
 )
 
 // overrideLL replaces the definition of internal function @name() in ll
@@ -32,6 +33,7 @@ func overrideLL(t *testing.T, ll, name, typ, ret string) string {
 // (this CPU lacks AMX), and returns its suite forced to the level.
 func amxEmulated(t *testing.T, v *ir.Variant) *Suite {
 	t.Helper()
+	amxemu.SkipOnAMXHardware(t)
 	dir := t.TempDir()
 	emu, err := amxemu.WriteSource(dir)
 	if err != nil {
@@ -198,10 +200,13 @@ var f16AMXSpecs = []string{f16Levels,
 // AMX emulator: Q·Kᵀ and P·V as split products on the tiles (Q and K in
 // two bf16 parts, P in three, V in two), on random cases and on one with
 // infinite V values (the f32 fallback), for each of f16AMXSpecs, checked
-// with the conformance rule against the float64 reference. Emulated only:
-// not a run on AMX hardware.
+// with the conformance rule against the float64 reference, with
+// cpu.AMXHalfProducts on (off by default). Emulated only: not a run on AMX
+// hardware.
 func TestAMXPrefillF16Emulated(t *testing.T) {
 	needTools(t)
+	// f16's split products stay off the tiles unless switched on.
+	defer cpu.AMXHalfProducts(true)()
 	for _, src := range f16AMXSpecs {
 		v := spec(t, src)
 		t.Run(v.Name, func(t *testing.T) {

@@ -347,7 +347,7 @@ func TestNaNMatrix(t *testing.T) {
 				return
 			}
 			// The lower levels of the same library ($ATTNC_CPU_LEVEL).
-			for _, level := range lowerLevels(t, s) {
+			for _, level := range clonedBelow(t, s) {
 				ls, err := s.AtLevel(level)
 				if err != nil {
 					t.Fatal(err)

@@ -147,7 +147,7 @@ func TestAllocationFailure(t *testing.T) {
 			suites := []*Suite{s}
 			// The default run takes the widest level this CPU runs;
 			// -levels.all (CI's long pass) every level.
-			for _, level := range lowerLevels(t, s) {
+			for _, level := range clonedBelow(t, s) {
 				if !*levelsAll {
 					break
 				}

@@ -293,7 +293,7 @@ func TestQKVAppendLevels(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			for _, level := range lowerLevels(t, s) {
+			for _, level := range clonedBelow(t, s) {
 				ls, err := s.AtLevel(level)
 				if err != nil {
 					t.Fatal(err)

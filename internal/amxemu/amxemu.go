@@ -13,6 +13,8 @@ import (
 	_ "embed"
 	"os"
 	"path/filepath"
+	"regexp"
+	"testing"
 )
 
 //go:embed csrc/amxemu.c
@@ -25,4 +27,26 @@ func Source() []byte { return append([]byte(nil), source...) }
 func WriteSource(dir string) (string, error) {
 	p := filepath.Join(dir, "amxemu.c")
 	return p, os.WriteFile(p, source, 0o644)
+}
+
+// cpuHasAMX matches AMX-TILE in /proc/cpuinfo's flags.
+var cpuHasAMX = regexp.MustCompile(`(?m)^flags\s*:.*\bamx_tile\b`)
+
+// OnAMXHardware reports whether this CPU has AMX-TILE (per /proc/cpuinfo).
+func OnAMXHardware() bool {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	return err == nil && cpuHasAMX.Match(b)
+}
+
+// SkipOnAMXHardware skips an emulated test on a CPU with AMX: there
+// LDTILECFG runs in hardware (Linux arms only the tile data, not the
+// configuration, until a process asks for it), so the first tile data
+// instruction reaches the emulator unconfigured and it aborts. The code
+// such a test emulates runs for real there (the conformance matrix at
+// x86-64-amx, TestCPULevelAMX).
+func SkipOnAMXHardware(t testing.TB) {
+	t.Helper()
+	if OnAMXHardware() {
+		t.Skip("this CPU has AMX: the emulator cannot run beside it (LDTILECFG runs in hardware); the tiles run for real in the conformance matrix")
+	}
 }

@@ -48,6 +48,7 @@ func buildSelfTest(t *testing.T) string {
 // ordinary values and on denormals, ±inf, NaN, signed zeros and products
 // that overflow or underflow f32.
 func TestEmulatorMatchesModel(t *testing.T) {
+	SkipOnAMXHardware(t)
 	exe := buildSelfTest(t)
 	out, err := exec.Command(exe, "run").CombinedOutput()
 	if err != nil {
@@ -72,6 +73,7 @@ func TestEmulatorMatchesModel(t *testing.T) {
 // TDPBSSD) and a tile load with no configuration abort the process with a
 // message naming the bytes; neither is skipped.
 func TestEmulatorAbortsOnUnknown(t *testing.T) {
+	SkipOnAMXHardware(t)
 	exe := buildSelfTest(t)
 	for mode, want := range map[string]string{
 		"int8":  "amxemu: SIGILL on an instruction the AMX emulator does not implement",

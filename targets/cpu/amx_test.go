@@ -39,9 +39,9 @@ func overrideFunc(t *testing.T, ll, name, ret, body string) string {
 }
 
 // TestCPULevelAMX runs <prefix>_cpu_level in fresh processes. Detection
-// alone never picks x86-64-amx (Manual until it has run on AMX hardware):
-// without ATTNC_CPU_LEVEL a module with an x86-64-amx clone runs at most
-// x86-64-v4-bf16, here and with detect_level overridden to report AMX.
+// picks x86-64-amx where the CPU has AMX and the OS grants the tile state
+// (the level below when it refuses), never elsewhere: here, and with
+// detect_level overridden to report AMX and amx_permit to grant or refuse.
 // Forced, a library with the clone runs it only where the CPU has AMX and
 // the OS grants the tile state (overridden: granted runs 4, refused the
 // level below, 3), and refuses it (-1, NULL) on a CPU without AMX; a
@@ -116,7 +116,10 @@ int main(void) {
 			t.Errorf("%s: the .ll has amx_permit: %v", c.name, !withAMX)
 		}
 		exe := tc.Build(t, ll, driver).Exe
-		if r := run(exe); r["name"] == amxLevel || r["index"] == "4" {
+		if r := run(exe); withAMX && hasAMX {
+			// Granted on Linux >= 5.16 with AMX.
+			want(c.name+", detected on an AMX CPU", r, amxLevel, 4)
+		} else if r["name"] == amxLevel || r["index"] == "4" {
 			t.Errorf("%s: detection picked %s: %v", c.name, amxLevel, r)
 		}
 		r := run(exe, forced)
@@ -140,11 +143,13 @@ int main(void) {
 			fake := overrideFunc(t, ll, "lvl.detect_level", "i32", "ret i32 4")
 			fake = overrideFunc(t, fake, "lvl.amx_permit", "i1", fmt.Sprintf("ret i1 %v", granted))
 			exe := tc.Build(t, fake, driver).Exe
-			want(fmt.Sprintf("detect says AMX, granted %v, not forced", granted), run(exe), bf16Level, 3)
-			want(fmt.Sprintf("detect says AMX, granted %v, empty", granted), run(exe, LevelEnv+"="), bf16Level, 3)
 			if granted {
+				want("detect says AMX, granted, not forced", run(exe), amxLevel, 4)
+				want("detect says AMX, granted, empty", run(exe, LevelEnv+"="), amxLevel, 4)
 				want("detect says AMX, granted, forced", run(exe, forced), amxLevel, 4)
 			} else {
+				want("detect says AMX, refused, not forced", run(exe), bf16Level, 3)
+				want("detect says AMX, refused, empty", run(exe, LevelEnv+"="), bf16Level, 3)
 				want("detect says AMX, refused, forced", run(exe, forced), bf16Level, 3)
 			}
 			want("detect says AMX, forced x86-64-v4", run(exe, LevelEnv+"=x86-64-v4"), "x86-64-v4", 2)
@@ -275,6 +280,7 @@ int main(int argc, char **argv) {
 // the configuration loaded once per call, none for an empty grid.
 // Emulated only: this is not a run on AMX hardware.
 func TestAMXBlockEmulated(t *testing.T) {
+	amxemu.SkipOnAMXHardware(t)
 	t.Parallel()
 	if runtime.GOARCH != "amd64" {
 		t.Skip("AMX is x86-64's")
@@ -339,6 +345,8 @@ func TestAMXBlockEmulated(t *testing.T) {
 // through cpurt, as the conformance harness loads kernel libraries, and
 // checks a 64×64×64 Q·Kᵀ against float64 within (K+2)·2^-24·Σ|a·b|: the
 // SIGILL handler works beside the Go runtime, for in-process harnesses.
+// On a CPU with AMX the process asks Linux for the tile state first (as
+// detection does) and the tiles run in hardware instead.
 func TestAMXBlockInProcess(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
 		t.Skip("AMX is x86-64's")
@@ -394,6 +402,10 @@ func TestAMXBlockInProcess(t *testing.T) {
 			bp.I32()[k*N+n] = hi(b[n*K+2*k]) | hi(b[n*K+2*k+1])<<16
 		}
 	}
+	hardware := amxemu.OnAMXHardware()
+	if hardware && (hostCPUID.amxPermit == nil || !hostCPUID.amxPermit()) {
+		t.Fatal("this CPU has AMX but Linux refuses the tile state")
+	}
 	if _, err := lib.Call("amx_mm", ap.Ptr(), 0, K/2, bp.Ptr(), 0, N, c.Ptr(), 0, N, K/32, M/32, N/32); err != nil {
 		t.Fatal(err)
 	}
@@ -401,8 +413,8 @@ func TestAMXBlockInProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if dps != 4*4*2 {
-		t.Errorf("%d TDPBF16PS emulated, want %d", dps, 4*4*2)
+	if want := map[bool]int32{false: 4 * 4 * 2, true: 0}[hardware]; dps != want {
+		t.Errorf("%d TDPBF16PS emulated, want %d (AMX hardware: %v)", dps, want, hardware)
 	}
 	worst := 0.0
 	for m := range M {
@@ -420,5 +432,5 @@ func TestAMXBlockInProcess(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d TDPBF16PS emulated in-process; worst |error|/Σ|a·b| %.3g", dps, worst)
+	t.Logf("%d TDPBF16PS emulated in-process (AMX hardware: %v); worst |error|/Σ|a·b| %.3g", dps, hardware, worst)
 }

