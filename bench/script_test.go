@@ -292,7 +292,7 @@ func TestProfileBenchFlow(t *testing.T) {
 }
 
 // TestAMXStubScript runs scripts/amxstub.sh on a short sequence, bf16
-// and f16: its
+// (f16, which has no x86-64-amx clone, must be refused): its
 // rewrite of the x86-64-amx .ll (detect_level, amx_permit, rt.amx_mm32)
 // still finds what it rewrites, the stubbed build runs, and it prints a
 // TDPBF16PS count and a projection. On a CPU without AVX512-BF16 the
@@ -318,7 +318,13 @@ func TestAMXStubScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []struct{ dtype, base string }{{"bf16", "x86-64-v4-bf16"}, {"f16", "x86-64-v4"}} {
+	// f16 has no x86-64-amx clone (cpu.AMXHalfProducts is off): refused.
+	cmd := exec.Command(bash, script, "128", "1", "f16")
+	cmd.Env = append(os.Environ(), "ATTNC="+attnc, "AMXSTUB_DIR="+filepath.Join(dir, "f16"))
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "amxstub: FAIL: f16 prefill has no x86-64-amx clone") {
+		t.Errorf("amxstub.sh f16: %v, want the refusal\n%s", err, out)
+	}
+	for _, c := range []struct{ dtype, base string }{{"bf16", "x86-64-v4-bf16"}} {
 		cmd := exec.Command(bash, script, "128", "1", c.dtype)
 		cmd.Env = append(os.Environ(), "ATTNC="+attnc, "AMXSTUB_DIR="+filepath.Join(dir, c.dtype), "PATH=/usr/lib/llvm-14/bin:"+os.Getenv("PATH"))
 		out, err := cmd.CombinedOutput()
