@@ -77,19 +77,23 @@ func (f fp8Format) narrow(x Expr) Expr {
 
 // QuotientCode is the code of 8-bit type code for the f32 quotient x / sc
 // (append's quantizer): the dtype table's Narrow of x / sc, except that a
-// NaN quotient of an fp8 type gets the NaN code 0x7f with the sign bit of
-// x XOR sc's. IEEE 754 leaves a NaN's sign open, and targets differ: x86
-// keeps the NaN operand's, NVIDIA GPUs give a positive canonical NaN; the
-// XOR (IEEE's sign of every other quotient) makes every target store the
-// same code.
+// NaN quotient of an fp8 type gets the NaN code 0x7f with the sign x86's
+// division gives it: a NaN x's sign, else a NaN sc's, else negative (0/0
+// and inf/inf: x86's default NaN). IEEE 754 leaves a NaN's sign open and
+// targets differ (NVIDIA GPUs give a positive canonical NaN); spelling
+// out x86's rule keeps the codes the CPU has always stored and makes
+// every other target store the same.
 func QuotientCode(code Type, x, sc Expr) Expr {
 	q := Bin(Div, x, sc)
 	if code != E4M3 && code != E5M2 {
 		return Cvt(code, q)
 	}
-	// The quotient, a NaN replaced by the quiet NaN of the XOR's sign
-	// (a select moves bits: no target rewrites them), narrowed.
-	sign := Bin(And, Bin(Xor, f32Bits(x), f32Bits(sc)), c32(-1<<31))
+	xb, sb := f32Bits(x), f32Bits(sc)
+	isNaN := func(b Expr) Expr { return Bin(Gt, Bin(And, b, c32(0x7fffffff)), c32(0x7f800000)) }
+	signOf := func(b Expr) Expr { return Bin(And, b, c32(-1<<31)) }
+	sign := Sel(isNaN(xb), signOf(xb), Sel(isNaN(sb), signOf(sb), c32(-1<<31)))
+	// The quotient, a NaN replaced by the quiet NaN of that sign (a
+	// select moves bits: no target rewrites them), narrowed.
 	nan := bitsF32(Bin(Or, sign, c32(0x7fc00000)))
 	return Cvt(code, Sel(Bin(Ne, q, q), nan, q))
 }

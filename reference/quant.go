@@ -171,12 +171,18 @@ func CodeOf(dt ir.DType, x float64) uint8 {
 // Quantize is append's code of 8-bit dtype dt for input x and scale
 // (DESIGN §3): x / scale in f32 (IEEE division, rounded once, as vLLM's
 // and FlashInfer's quantizers compute it), encoded. A NaN quotient's sign,
-// which IEEE 754 leaves open, is x's sign XOR scale's (the sign rule of
-// every other quotient; docs/semantics.md).
+// which IEEE 754 leaves open, is the one x86's division gives: a NaN x's,
+// else a NaN scale's, else negative (0/0, inf/inf; docs/spec.md).
 func Quantize(dt ir.DType, x, scale float32) uint8 {
 	q := x / scale
 	if q != q {
-		sign := (math.Float32bits(x) ^ math.Float32bits(scale)) & (1 << 31)
+		var sign uint32 = 1 << 31
+		switch {
+		case x != x:
+			sign = math.Float32bits(x) & (1 << 31)
+		case scale != scale:
+			sign = math.Float32bits(scale) & (1 << 31)
+		}
 		q = math.Float32frombits(0x7fc00000 | sign)
 	}
 	return CodeOf(dt, float64(q))
