@@ -179,9 +179,9 @@ func (l *lowering) appendKernel() ([]*ir.Kernel, *ir.Plan) {
 
 // kvCode is the 8-bit code a quantized cache stores for the f32 value x
 // under scale sc: x / sc in f32, narrowed by the dtype table (nearest
-// even, saturated; NaN stays NaN for fp8, with x's sign XOR sc's, and is
-// 0 for int8; DESIGN §3; ir.QuotientCode). append and qkv_append both
-// store through it.
+// even, saturated; NaN stays NaN for fp8, with the sign x86's division
+// gives it on every target, and is 0 for int8; DESIGN §3;
+// ir.QuotientCode). append and qkv_append both store through it.
 func (l *lowering) kvCode(x, sc ir.Expr) ir.Expr { return ir.QuotientCode(l.kvt, x, sc) }
 
 // readKV is the read_kv role (TVM's debug_get_kv; prefix-cache offload):
