@@ -55,6 +55,8 @@ var allowedImports = map[string][]string{
 	"cmd/attnc":         {"cli"},
 	"internal/passtest": {"ir", "passes"},
 	"internal/lltest":   {"ir", "internal/needtool"},
+	// The tests' AMX emulator reads the CPU's flags as lltest does.
+	"internal/amxemu":   {"internal/lltest"},
 	"internal/plantest": {"conformance", "ir", "reference"},
 	// The CUDA toolchain's outputs for the tests of driver and cli, which
 	// assemble the same examples: it wraps the target's hooks.

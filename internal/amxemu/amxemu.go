@@ -6,15 +6,17 @@
 // them, on a CPU without AMX. Tests link the source into a host program or
 // a kernel library (with -DAMXEMU_CONSTRUCTOR it installs itself when the
 // library loads). Emulated runs are never a test on AMX hardware. It
-// imports only the standard library; only tests use it.
+// imports only the standard library and internal/lltest; only tests use
+// it.
 package amxemu
 
 import (
 	_ "embed"
 	"os"
 	"path/filepath"
-	"regexp"
 	"testing"
+
+	"github.com/attnc/attnc/internal/lltest"
 )
 
 //go:embed csrc/amxemu.c
@@ -29,14 +31,8 @@ func WriteSource(dir string) (string, error) {
 	return p, os.WriteFile(p, source, 0o644)
 }
 
-// cpuHasAMX matches AMX-TILE in /proc/cpuinfo's flags.
-var cpuHasAMX = regexp.MustCompile(`(?m)^flags\s*:.*\bamx_tile\b`)
-
 // OnAMXHardware reports whether this CPU has AMX-TILE (per /proc/cpuinfo).
-func OnAMXHardware() bool {
-	b, err := os.ReadFile("/proc/cpuinfo")
-	return err == nil && cpuHasAMX.Match(b)
-}
+func OnAMXHardware() bool { return lltest.CPUInfoFlags()["amx_tile"] }
 
 // SkipOnAMXHardware skips an emulated test on a CPU with AMX: there
 // LDTILECFG runs in hardware (Linux arms only the tile data, not the

@@ -132,10 +132,9 @@ func hasBF16Product(k *ir.Kernel, l Level) bool {
 		if !ok {
 			return []ir.Stmt{s}
 		}
-		if l.AMX && dotBF16Fits(mm, exact, l) && amxBlockFits(l, mm.M, mm.N, mm.K) {
-			pairsOnTiles = true
-		}
-		if _, split := splitFits(mm, exact, half, allocs, 0, l); split || dotBF16Fits(mm, exact, l) && (!l.AMX || amxBlockFits(l, mm.M, mm.N, mm.K)) {
+		pairs, onTiles := dotBF16Fits(mm, exact, l), amxBlockFits(l, mm.M, mm.N, mm.K)
+		pairsOnTiles = pairsOnTiles || pairs && onTiles
+		if _, split := splitFits(mm, exact, half, allocs, 0, l); split || pairs && (!l.AMX || onTiles) {
 			found = true
 		}
 		if dotBlocks(mm, allocs, l.Lanes) && dotPairsFits(mm, exact, elems, l) {
