@@ -69,14 +69,15 @@ func TestAMXBlockStep(t *testing.T) {
 
 // TestAMXGridInterp: the interpreter's rt.amx_mm32 covers its whole grid
 // — 2 × 3 blocks at nonzero offsets, K = 64 (2 steps) — each element the
-// exact dot product (small integers: every sum is exact in f32), and
-// writes nothing outside it, nor anything for an empty grid.
+// exact dot product (small integers: every sum is exact in f32), or C's
+// -1 plus it with acc, and writes nothing outside it, nor anything for
+// an empty grid.
 func TestAMXGridInterp(t *testing.T) {
 	const src = `module t prefix t
 
-kernel t_k role prefill (a: i32* [2080], b: i32* [3104], c: f32* [9000] out, mb: i32, nb: i32) {
+kernel t_k role prefill (a: i32* [2080], b: i32* [3104], c: f32* [9000] out, mb: i32, nb: i32, acc: i32) {
   for item in 0 .. 1 parallel @work {
-    call rt.amx_mm32(a, 32, 32, b, 5, 96, c, 7, 100, 2, mb, nb)
+    call rt.amx_mm32(a, 32, 32, b, 5, 96, c, 7, 100, 2, mb, nb, acc)
   }
   return 0
 }
@@ -100,12 +101,12 @@ kernel t_k role prefill (a: i32* [2080], b: i32* [3104], c: f32* [9000] out, mb:
 			b[5+p*96+n] = int32(bf(bv(2*p, n)) | bf(bv(2*p+1, n))<<16)
 		}
 	}
-	for _, g := range []struct{ mb, nb int32 }{{2, 3}, {0, 3}, {2, 0}} {
+	for _, g := range []struct{ mb, nb, acc int32 }{{2, 3, 0}, {0, 3, 0}, {2, 0, 0}, {2, 3, 1}, {0, 3, 1}} {
 		c := make([]float32, 9000)
 		for i := range c {
 			c[i] = -1
 		}
-		args := map[string]any{"a": a, "b": b, "c": c, "mb": g.mb, "nb": g.nb}
+		args := map[string]any{"a": a, "b": b, "c": c, "mb": g.mb, "nb": g.nb, "acc": g.acc}
 		if st, err := Run(m, "t_k", args); err != nil || st != 0 {
 			t.Fatalf("grid %v: status %d, %v", g, st, err)
 		}
@@ -116,7 +117,7 @@ kernel t_k role prefill (a: i32* [2080], b: i32* [3104], c: f32* [9000] out, mb:
 				for k := range K {
 					s += av(r, k) * bv(k, n)
 				}
-				want = float32(s)
+				want = float32(s) - float32(g.acc)
 			}
 			if got != want {
 				t.Fatalf("grid %v: c[%d] = %v, want %v", g, i, got, want)

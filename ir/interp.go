@@ -1055,18 +1055,26 @@ func valToAny(t Type, v val) any {
 }
 
 // amxMM32 is rt.amx_mm32: each block of the grid, steps of AMXBlockStep
-// into a zeroed 32×32 accumulator.
+// into a 32×32 accumulator that starts at zero, or at C's block when acc
+// is nonzero.
 func (f *frame) amxMM32(s *CallStmt) {
 	a, b, c := f.buffer(s.Args[0].(*Ref).Name), f.buffer(s.Args[3].(*Ref).Name), f.buffer(s.Args[6].(*Ref).Name)
 	arg := func(i int) int64 { return int64(f.eval(s.Args[i])) }
 	aoff, lda, boff, ldb, coff, ldc, steps := arg(1), arg(2), arg(4), arg(5), arg(7), arg(8), arg(9)
-	mblocks, nblocks := arg(10), arg(11)
+	mblocks, nblocks, accumulate := arg(10), arg(11), arg(12) != 0
 	for j := int64(0); j < nblocks; j++ {
 		for i := int64(0); i < mblocks; i++ {
 			var acc [32][32]float32
 			var ap [32][16]uint32
 			var bp [16][32]uint32
 			ao, bo, co := aoff+32*i*lda, boff+32*j, coff+32*i*ldc+32*j
+			if accumulate {
+				for m := range int64(32) {
+					for n := range int64(32) {
+						acc[m][n] = math.Float32frombits(uint32(f.load(c, co+m*ldc+n, F32)))
+					}
+				}
+			}
 			for st := int64(0); st < steps; st++ {
 				for m := range int64(32) {
 					for k := range int64(16) {

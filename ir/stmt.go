@@ -403,19 +403,20 @@ type Continue struct{}
 //	rt.cpu_level()    the CPU level the work kernels run at: an index into
 //	                  the target's levels (CPU), -1 when ATTNC_CPU_LEVEL
 //	                  names one the CPU lacks or none
-//	rt.amx_mm32(a, aoff, lda, b, boff, ldb, c, coff, ldc, steps, mblocks, nblocks)
+//	rt.amx_mm32(a, aoff, lda, b, boff, ldb, c, coff, ldc, steps, mblocks, nblocks, acc)
 //	                  (CPU, x86-64-amx) an mblocks × nblocks grid of 32×32
-//	                  blocks of C = A·Bᵀ on AMX tiles, under one tile
+//	                  blocks of C = A·Bᵀ (acc 0) or C += A·Bᵀ (acc 1:
+//	                  the tiles start from C's values) on AMX tiles, under one tile
 //	                  configuration: a and b are i32 buffers of bf16 pairs
 //	                  (low half the even element), A's row m's pair k at
 //	                  a[aoff + m·lda + k], B's pair row k's column n at
-//	                  b[boff + k·ldb + n]; c an f32 buffer written (not
-//	                  accumulated) at c[coff + m·ldc + n] for m < 32·mblocks,
+//	                  b[boff + k·ldb + n]; c an f32 buffer written at
+//	                  c[coff + m·ldc + n] for m < 32·mblocks,
 //	                  n < 32·nblocks; steps blocks of 16 pairs along K. Each
 //	                  step of a block is TDPBF16PS's operation
 //	                  (AMXBlockStep); no block when a count is below 1;
 //	                  returns 0
-var RuntimeRoutines = map[string]int{"rt.num_threads": 0, "rt.cpu_level": 0, "rt.amx_mm32": 12}
+var RuntimeRoutines = map[string]int{"rt.num_threads": 0, "rt.cpu_level": 0, "rt.amx_mm32": 13}
 
 // RuntimeBuffers are the arguments of a runtime routine that name buffers
 // (Refs), by index; its other arguments are i32 values.

@@ -1,6 +1,7 @@
 /* amxstub.c: rt.amx_mm32 without the tiles, for scripts/amxstub.sh. It
    writes +0 where the routine writes its blocks (the bytes TILESTORED
-   stores) and counts the TDPBF16PS the routine would issue; at exit it
+   stores; accumulating, it reads them first, as TILELOADD does, and adds
+   +0) and counts the TDPBF16PS the routine would issue; at exit it
    prints the count. Linked into an x86-64-amx build whose calls of the
    routine scripts/amxstub.sh redirects here, the kernel runs everything
    the level runs besides the tile products, on any CPU with AVX512-BF16:
@@ -12,12 +13,17 @@
 static long amx_dp;
 
 int32_t amx_stub(int32_t *a, int32_t aoff, int32_t lda, int32_t *b, int32_t boff, int32_t ldb, float *c, int32_t coff,
-                 int32_t ldc, int32_t steps, int32_t mblocks, int32_t nblocks) {
+                 int32_t ldc, int32_t steps, int32_t mblocks, int32_t nblocks, int32_t acc) {
   (void)a, (void)aoff, (void)lda, (void)b, (void)boff, (void)ldb;
   if (mblocks < 1 || nblocks < 1)
     return 0;
-  for (long m = 0; m < 32L * mblocks; m++)
-    memset(c + coff + m * ldc, 0, sizeof(float) * 32 * (size_t)nblocks);
+  for (long m = 0; m < 32L * mblocks; m++) {
+    float *row = c + coff + m * ldc;
+    if (acc)
+      for (long n = 0; n < 32L * nblocks; n++) row[n] += 0.0f; /* not foldable: -0 + +0 is +0 */
+    else
+      memset(row, 0, sizeof(float) * 32 * (size_t)nblocks);
+  }
   __atomic_add_fetch(&amx_dp, (long)mblocks * nblocks * steps * 4, __ATOMIC_RELAXED);
   return 0;
 }

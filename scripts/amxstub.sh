@@ -12,8 +12,9 @@
 # and at x86-64-amx (.ll only). In the second .ll, detect_level says x86-64-amx,
 # amx_permit says yes (as conformance's AMX tests do) and every call of
 # rt.amx_mm32 goes to scripts/amxstub.c, which writes the blocks' bytes as
-# +0 and counts the TDPBF16PS the routine would issue. scripts/prefillcpu.c
-# then times both libraries on one sequence of L tokens, 1 thread, A B B A
+# +0 (or adds +0 to them: an accumulating call reads them too, as
+# TILELOADD does; compiled for x86-64-v4, so in 64-byte vectors) and counts the TDPBF16PS the routine would
+# issue. scripts/prefillcpu.c then times both libraries on one sequence of L tokens, 1 thread, A B B A
 # (the stubbed library's output differs: its products are zeros). The
 # projection adds the counted TDPBF16PS at AMX_TDP_CYCLES cycles each (16:
 # one per 16 cycles, Sapphire Rapids' throughput) at AMX_GHZ (2.5) to the
@@ -81,12 +82,12 @@ head = 'define internal i32 @p.amx_mm32('
 if s.count(head) != 1:
     sys.exit('amxstub: FAIL: no rt.amx_mm32 in the .ll')
 s = s.replace(head, 'define internal i32 @p.amx_mm32.hw(').replace('@p.amx_mm32(', '@amx_stub(')
-s += '\ndeclare i32 @amx_stub(i32*, i32, i32, i32*, i32, i32, float*, i32, i32, i32, i32, i32)\n'
+s += '\ndeclare i32 @amx_stub(i32*, i32, i32, i32*, i32, i32, float*, i32, i32, i32, i32, i32, i32)\n'
 open(sys.argv[2], 'w').write(s)
 EOF
 opt -O3 "$dir/b/p_stub.ll" -o "$dir/b/p_stub.bc"
 llc -O3 -filetype=obj -relocation-model=pic "$dir/b/p_stub.bc" -o "$dir/b/p_stub.o"
-gcc -O2 -shared -fPIC -o "$dir/b/p.so" "$dir/b/p_stub.o" scripts/amxstub.c -lm -lpthread
+gcc -O3 -march=x86-64-v4 -shared -fPIC -o "$dir/b/p.so" "$dir/b/p_stub.o" scripts/amxstub.c -lm -lpthread
 gcc -O2 -o "$dir/prefillcpu" scripts/prefillcpu.c -ldl
 ATTNC_CPU_LEVEL=x86-64-amx "$dir/prefillcpu" p "$dtype" "$L" "$rounds" "$dir/a/p.so" "$dir/b/p.so" >"$dir/run.txt" 2>&1 ||
 	die "prefillcpu: $(cat "$dir/run.txt")"

@@ -25,7 +25,7 @@ import (
 //
 //	A pairs: [M, K/2] i32, row m's pair k at a[m·lda + k] (lda in bytes)
 //	B pairs: [K/2, N] i32, pair row k's column n at b[k·ldb + n]
-//	C:       [M, N] f32, written (not accumulated): c[m·ldc + n]
+//	C:       [M, N] f32, written, or accumulated into (acc): c[m·ldc + n]
 //
 // Tiles: tmm0..tmm3 the four 16×16 f32 accumulators (rows 0-15 / 16-31 ×
 // columns 0-15 / 16-31), tmm4 and tmm5 A's two 16-row × 16-pair blocks,
@@ -72,18 +72,21 @@ func amxTileConfig() [8]uint64 {
 // newAMXBlocks is rt.amx_mm32 (ir.RuntimeRoutines) at level l, not yet in
 // a module:
 //
-//	i32 @name(i32* a, i32 aoff, i32 lda, i32* b, i32 boff, i32 ldb, float* c, i32 coff, i32 ldc, i32 steps, i32 mblocks, i32 nblocks)
+//	i32 @name(i32* a, i32 aoff, i32 lda, i32* b, i32 boff, i32 ldb, float* c, i32 coff, i32 ldc, i32 steps, i32 mblocks, i32 nblocks, i32 acc)
 //
 // offsets and strides in elements, steps = K/amxKStep ≥ 1; block (i, j)
 // of the mblocks × nblocks grid is rows 32i.., columns 32j.. (column
-// blocks outer); no block when either count is below 1; returns 0.
+// blocks outer); no block when either count is below 1; returns 0. With
+// acc nonzero the accumulators start from C's block (TILELOADD) instead
+// of zero (TILEZERO): C += A·Bᵀ.
 func newAMXBlocks(name string, l Level) *lir.Func {
 	i32p, f32p := types.NewPointer(types.I32), types.NewPointer(types.Float)
 	pa, paoff, plda := lir.NewParam("a", i32p), lir.NewParam("aoff", types.I32), lir.NewParam("lda", types.I32)
 	pb, pboff, pldb := lir.NewParam("b", i32p), lir.NewParam("boff", types.I32), lir.NewParam("ldb", types.I32)
 	pc, pcoff, pldc := lir.NewParam("c", f32p), lir.NewParam("coff", types.I32), lir.NewParam("ldc", types.I32)
 	psteps, pmb, pnb := lir.NewParam("steps", types.I32), lir.NewParam("mblocks", types.I32), lir.NewParam("nblocks", types.I32)
-	f := lir.NewFunc(name, types.I32, pa, paoff, plda, pb, pboff, pldb, pc, pcoff, pldc, psteps, pmb, pnb)
+	pacc := lir.NewParam("acc", types.I32)
+	f := lir.NewFunc(name, types.I32, pa, paoff, plda, pb, pboff, pldb, pc, pcoff, pldc, psteps, pmb, pnb, pacc)
 	f.Linkage = enum.LinkageInternal
 	f.FuncAttrs = append(f.FuncAttrs, enum.FuncAttrNoUnwind)
 	for _, a := range l.attrs() {
@@ -145,11 +148,21 @@ func newAMXBlocks(name string, l Level) *lir.Func {
 	cCol := colBlock.NewGetElementPtr(types.I8, cBase, colBlock.NewMul(j, i64c(128)))
 	colBlock.NewBr(rowBlock)
 
-	// Row block i: A's and C's rows 32i..; its accumulators start at 0.
+	// Row block i: A's and C's rows 32i..; its accumulators start at 0,
+	// or at C's block with acc.
 	i := phi(rowBlock, "i", colBlock)
 	aRow := rowBlock.NewGetElementPtr(types.I8, aBase, rowBlock.NewMul(i, rowBlock.NewMul(a16, i64c(2))))
 	cBlk := rowBlock.NewGetElementPtr(types.I8, cCol, rowBlock.NewMul(i, rowBlock.NewMul(c16, i64c(2))))
-	rowBlock.NewCall(asm("tilezero %tmm0\n\ttilezero %tmm1\n\ttilezero %tmm2\n\ttilezero %tmm3", ""))
+	c01 := rowBlock.NewGetElementPtr(types.I8, cBlk, i64c(64))
+	c10 := rowBlock.NewGetElementPtr(types.I8, cBlk, c16)
+	c11 := rowBlock.NewGetElementPtr(types.I8, c10, i64c(64))
+	// One asm statement picks TILELOADD or TILEZERO (a branch in IR let
+	// LLVM duplicate the step loop for each way in).
+	rowBlock.NewCall(asm("test $5, $5\n\tjz 1f\n\t"+
+		"tileloadd ($0,$4,1), %tmm0\n\ttileloadd ($1,$4,1), %tmm1\n\t"+
+		"tileloadd ($2,$4,1), %tmm2\n\ttileloadd ($3,$4,1), %tmm3\n\tjmp 2f\n"+
+		"1:\n\ttilezero %tmm0\n\ttilezero %tmm1\n\ttilezero %tmm2\n\ttilezero %tmm3\n2:",
+		"r,r,r,r,r,r,", i8p, i8p, i8p, i8p, types.I64, types.I32), cBlk, c01, c10, c11, ldc, pacc)
 	rowBlock.NewBr(loop)
 
 	// Step s reads A's pairs 16s..16s+15 (bytes 64s of each row) and B's
@@ -168,9 +181,6 @@ func newAMXBlocks(name string, l Level) *lir.Func {
 	s.Incs = append(s.Incs, lir.NewIncoming(sNext, loop))
 	loop.NewCondBr(loop.NewICmp(enum.IPredSLT, sNext, steps), loop, store)
 
-	c01 := store.NewGetElementPtr(types.I8, cBlk, i64c(64))
-	c10 := store.NewGetElementPtr(types.I8, cBlk, c16)
-	c11 := store.NewGetElementPtr(types.I8, c10, i64c(64))
 	store.NewCall(asm("tilestored %tmm0, ($0,$4,1)\n\ttilestored %tmm1, ($1,$4,1)\n\t"+
 		"tilestored %tmm2, ($2,$4,1)\n\ttilestored %tmm3, ($3,$4,1)",
 		"r,r,r,r,r,", i8p, i8p, i8p, i8p, types.I64), cBlk, c01, c10, c11, ldc)
@@ -197,16 +207,24 @@ func amxBlockFits(l Level, m, n, k int) bool {
 // pairsMatMul is mm (dotBF16Fits) on the bf16 pairs ap and bp: on an AMX
 // level, where amxBlockFits, one rt.amx_mm32 call over every 32×32 block
 // that starts before the M and N extents (as the vdpbf16ps micro-kernels,
-// a block that reaches past an extent writes C there too); elsewhere
-// vdpbf16ps (dotBF16MatMul).
+// a block that reaches past an extent writes C there too), adding to C
+// when mm accumulates; elsewhere vdpbf16ps (dotBF16MatMul, which does
+// not accumulate).
 func pairsMatMul(mm *ir.MatMul, ap, bp string, sh microShape, l Level) []ir.Stmt {
 	if !amxBlockFits(l, mm.M, mm.N, mm.K) {
+		if mm.Accumulate {
+			panic("cpu: an accumulating pairs product off the tiles")
+		}
 		return dotBF16MatMul(mm, ap, bp, sh)
+	}
+	acc := 0
+	if mm.Accumulate {
+		acc = 1
 	}
 	return []ir.Stmt{&ir.CallStmt{Fn: "rt.amx_mm32", Args: []ir.Expr{
 		ir.R(ap, ir.I32), i32c(0), i32c(mm.K / 2),
 		ir.R(bp, ir.I32), i32c(0), i32c(mm.N),
 		ir.R(mm.C, ir.F32), i32c(0), i32c(mm.N),
 		i32c(mm.K / amxKStep),
-		blocksBefore(mm.MExt, amxBlock, mm.M/amxBlock), blocksBefore(mm.NExt, amxBlock, mm.N/amxBlock)}}}
+		blocksBefore(mm.MExt, amxBlock, mm.M/amxBlock), blocksBefore(mm.NExt, amxBlock, mm.N/amxBlock), i32c(acc)}}}
 }

@@ -176,7 +176,9 @@ func amxLevelOf(t *testing.T) Level {
 // bit for bit against the emulator's independent model (NaN as NaN) and,
 // where finite, against a float64 dot product within (K+2)·2^-24·Σ|a·b|.
 // Mode 1 puts denormals, signed zeros and large and tiny exponents in A
-// and B (the model flushes denormals as TDPBF16PS does).
+// and B (the model flushes denormals as TDPBF16PS does); mode 2 has the
+// calls accumulate (acc 1) into a C of random values, where the model and
+// the reference start.
 const amxBlockDriver = `
 #define _GNU_SOURCE
 #include <math.h>
@@ -189,11 +191,13 @@ void amxemu_install(void);
 long amxemu_count_dp(void);
 void model_dpbf16ps(int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb, float *C, int ldc);
 long amxemu_count(void);
-int32_t amx_mm(int32_t *a, int32_t aoff, int32_t lda, int32_t *b, int32_t boff, int32_t ldb, float *c, int32_t coff, int32_t ldc, int32_t steps, int32_t mblocks, int32_t nblocks);
+int32_t amx_mm(int32_t *a, int32_t aoff, int32_t lda, int32_t *b, int32_t boff, int32_t ldb, float *c, int32_t coff, int32_t ldc, int32_t steps, int32_t mblocks, int32_t nblocks, int32_t acc);
 enum { M = 64, N = 96, K = 96 };
 static uint16_t A[M * K], B[N * K];
 static int32_t AP[M * K / 2], BP[K / 2 * N];
 static float C[M * N];
+static float C0[M * N]; /* C's values before an accumulating call */
+static int accm;        /* mode 2: the calls accumulate into C */
 static uint64_t st = 88172645463325252ull;
 static uint64_t rnd(void) { st ^= st << 13; st ^= st >> 7; st ^= st << 17; return st; }
 static float bf(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
@@ -214,11 +218,13 @@ static uint16_t gen(int mode) {
 typedef struct { int n0, nb; } job;
 static void *run(void *arg) {
   job *j = arg;
-  amx_mm(AP, 0, K / 2, BP, j->n0, N, C, j->n0, N, K / 32, M / 32, j->nb);
+  amx_mm(AP, 0, K / 2, BP, j->n0, N, C, j->n0, N, K / 32, M / 32, j->nb, accm);
   return NULL;
 }
 int main(int argc, char **argv) {
   int mode = atoi(argv[1]);
+  accm = mode == 2;
+  if (accm) mode = 0;
   amxemu_install();
   for (int i = 0; i < M * K; i++) A[i] = gen(mode);
   for (int i = 0; i < N * K; i++) B[i] = gen(mode);
@@ -226,17 +232,21 @@ int main(int argc, char **argv) {
     for (int k = 0; k < K / 2; k++) AP[m * (K / 2) + k] = (int32_t)(A[m * K + 2 * k] | ((uint32_t)A[m * K + 2 * k + 1] << 16));
   for (int k = 0; k < K / 2; k++)
     for (int n = 0; n < N; n++) BP[k * N + n] = (int32_t)(B[n * K + 2 * k] | ((uint32_t)B[n * K + 2 * k + 1] << 16));
+  /* Written: C starts as NaN bits; accumulated: as values of about the
+     products' size, which the model starts from too. */
+  static float W[M * N];
   memset(C, 0xff, sizeof C);
+  if (accm)
+    for (int i = 0; i < M * N; i++) C[i] = W[i] = C0[i] = bf(gen(0)) * 8.0f + bf(gen(0));
   /* An empty grid runs no AMX instruction (not even LDTILECFG). */
-  amx_mm(AP, 0, K / 2, BP, 0, N, C, 0, N, K / 32, 0, N / 32);
-  amx_mm(AP, 0, K / 2, BP, 0, N, C, 0, N, K / 32, M / 32, -1);
+  amx_mm(AP, 0, K / 2, BP, 0, N, C, 0, N, K / 32, 0, N / 32, accm);
+  amx_mm(AP, 0, K / 2, BP, 0, N, C, 0, N, K / 32, M / 32, -1, accm);
   long empty = amxemu_count();
   job js[2] = {{0, 2}, {64, 1}};
   pthread_t th[2];
   for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, run, &js[i]);
   for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
   /* The model, one 16-pair step at a time as the tiles accumulate. */
-  static float W[M * N];
   static uint16_t BT[K / 2 * 2 * N];
   for (int k = 0; k < K / 2; k++)
     for (int n = 0; n < N; n++) BT[k * 2 * N + 2 * n] = B[n * K + 2 * k], BT[k * 2 * N + 2 * n + 1] = B[n * K + 2 * k + 1];
@@ -250,7 +260,7 @@ int main(int argc, char **argv) {
         if (bad < 5) fprintf(stderr, "C[%d][%d] = %a, model %a\n", m, n, got, want);
         bad++;
       }
-      double ref = 0, mag = 0;
+      double ref = C0[m * N + n], mag = fabs(ref);
       for (int k = 0; k < K; k++) {
         double p = (double)bf(A[m * K + k]) * (double)bf(B[n * K + k]);
         if (fpclassify(bf(A[m * K + k])) == FP_SUBNORMAL || fpclassify(bf(B[n * K + k])) == FP_SUBNORMAL) p = 0;
@@ -274,9 +284,10 @@ int main(int argc, char **argv) {
 // under the tests' AMX emulator (internal/amxemu): the outputs equal the
 // emulator's independent TDPBF16PS model bit for bit and a float64
 // reference within the accumulation allowance, for ordinary and edge
-// (denormal, signed zero, large, tiny) bf16 inputs, from two threads. It
-// also checks the assembly (one K step: 4 tileloadd and 4 tdpbf16ps; one
-// ldtilecfg and one tilerelease) and the instructions the emulator ran:
+// (denormal, signed zero, large, tiny) bf16 inputs, from two threads,
+// writing C and accumulating into it. It also checks the assembly (one K
+// step: 4 tileloadd and 4 tdpbf16ps; C's block: 4 tileloadd or 4
+// tilezero; one ldtilecfg and one tilerelease) and the instructions the emulator ran:
 // the configuration loaded once per call, none for an empty grid.
 // Emulated only: this is not a run on AMX hardware.
 func TestAMXBlockEmulated(t *testing.T) {
@@ -315,8 +326,11 @@ func TestAMXBlockEmulated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(string(asm), "tileloadd"); n != 4 {
-		t.Errorf("assembly has %d tileloadd, want 4 (one K step)", n)
+	if n := strings.Count(string(asm), "tileloadd"); n != 8 {
+		t.Errorf("assembly has %d tileloadd, want 8 (one K step, one C block)", n)
+	}
+	if n := strings.Count(string(asm), "tilezero"); n != 4 {
+		t.Errorf("assembly has %d tilezero, want 4 (one C block)", n)
 	}
 	if n := strings.Count(string(asm), "tdpbf16ps"); n != 4 {
 		t.Errorf("assembly has %d tdpbf16ps, want 4", n)
@@ -326,13 +340,13 @@ func TestAMXBlockEmulated(t *testing.T) {
 			t.Errorf("assembly has %d %s, want 1 (once per call)", n, op)
 		}
 	}
-	for mode, name := range []string{"ordinary", "edge"} {
+	for mode, name := range []string{"ordinary", "edge", "accumulating"} {
 		out, _ := lltest.RunCmd(t, dir, filepath.Join(dir, "prog"), fmt.Sprint(mode))
 		r := lltest.Results(t, out)
 		// 2 blocks of rows × 3 of columns × 3 K steps × 4 TDPBF16PS;
 		// per call one LDTILECFG and one TILERELEASE, per block 4
-		// TILEZERO and 4 TILESTORED, per K step 4 TILELOADD (2 + 4·32
-		// and 2 + 2·32).
+		// TILEZERO (accumulating: TILELOADD) and 4 TILESTORED, per K
+		// step 4 TILELOADD (2 + 4·32 and 2 + 2·32).
 		if r["tdpbf16ps"] != "72" || r["insts"] != "196" || r["empty"] != "0" || r["mismatches"] != "0" || r["beyond"] != "0" {
 			t.Errorf("%s: %v", name, r)
 		}
@@ -406,7 +420,7 @@ func TestAMXBlockInProcess(t *testing.T) {
 	if hardware && (hostCPUID.amxPermit == nil || !hostCPUID.amxPermit()) {
 		t.Fatal("this CPU has AMX but Linux refuses the tile state")
 	}
-	if _, err := lib.Call("amx_mm", ap.Ptr(), 0, K/2, bp.Ptr(), 0, N, c.Ptr(), 0, N, K/32, M/32, N/32); err != nil {
+	if _, err := lib.Call("amx_mm", ap.Ptr(), 0, K/2, bp.Ptr(), 0, N, c.Ptr(), 0, N, K/32, M/32, N/32, 0); err != nil {
 		t.Fatal(err)
 	}
 	dps, err := lib.Call("amxemu_count_dp")

@@ -158,8 +158,9 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 		return []ir.Stmt{s}
 	})
 	// On an AMX level, the products splitFits takes (splitOf) get
-	// their operands as split pairs and, accumulating, their product an
-	// array of its own (named here, sized like packed's).
+	// their operands as split pairs and, accumulating off the tiles
+	// (splitPVDot), their product an array of its own (named here, sized
+	// like packed's).
 	exactHalf := map[string]bool{}
 	if l.DotBF16 {
 		exactHalf = halfExact(body)
@@ -194,7 +195,7 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 			steps := p.steps(mm.K)
 			size[splitA[mm.A]] = max(size[splitA[mm.A]], mm.M*steps)
 			size[splitB[mm.B]] = max(size[splitB[mm.B]], steps*mm.N)
-			if mm.Accumulate {
+			if mm.Accumulate && !splitAccumulates(mm, p, l) {
 				if splitC[mm.C] == "" {
 					splitC[mm.C] = fresh(mm.C + "_sp")
 				}

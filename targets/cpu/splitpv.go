@@ -296,9 +296,11 @@ func splitPairsB(mm *ir.MatMul, p splitPlan, src, dst, bad string, L int) []ir.S
 // operands allow it, else f32 (the statements that compute mm in f32
 // arithmetic): A' packed from A (unless packedA: hoisted, its flag set
 // there) and B' from src (B as [K, N] rows) and both checked, then the
-// pair product — into C, or, accumulating, into nm.c, whose rows are then
-// added to C (C's rows first multiplied by scale[row], with a scale
-// array).
+// pair product — into C; accumulating, C's rows first multiplied by
+// scale[row] (with a scale array), into C on the tiles
+// (splitAccumulates), else into nm.c, whose rows are then added to C.
+// On the tiles the blocks' rows past mm.MExt take the A' rows there
+// (stale pairs) into C's rows there, which no one reads.
 func splitProduct(mm *ir.MatMul, p splitPlan, nm splitNames, src string, sh microShape, l Level, scale string, f32 []ir.Stmt, packedA bool) []ir.Stmt {
 	L := l.Lanes
 	badA, badB := nm.a+"bad", nm.b+"bad"
@@ -311,10 +313,23 @@ func splitProduct(mm *ir.MatMul, p splitPlan, nm splitNames, src string, sh micr
 	prod := *mm
 	prod.K, prod.KExt = 2*steps, i32c(2*steps)
 	prod.TransB, prod.Accumulate, prod.ZeroSkip = false, false, false
-	if mm.Accumulate {
+	var pairs []ir.Stmt
+	switch {
+	case splitAccumulates(mm, p, l):
+		// The tiles start from C's rows, each first multiplied by
+		// scale[row] unless that is 1 (the softmax's rescale: 1 for the
+		// rows whose max the tile left alone, most of them once a row
+		// has seen a few tiles).
+		prod.Accumulate = true
+		if scale != "" {
+			pairs = append(pairs, rescaleRows(mm, scale, L))
+		}
+		return append(out, &ir.If{Cond: ir.Bin(ir.Ne, ir.Bin(ir.Or, ir.R(badA, ir.I32), ir.R(badB, ir.I32)), i32c(0)),
+			Then: &ir.Block{Stmts: f32}, Else: &ir.Block{Stmts: append(pairs, pairsMatMul(&prod, nm.a, nm.b, sh, l)...)}})
+	case mm.Accumulate:
 		prod.C = nm.c
 	}
-	pairs := pairsMatMul(&prod, nm.a, nm.b, sh, l)
+	pairs = pairsMatMul(&prod, nm.a, nm.b, sh, l)
 	if mm.Accumulate {
 		// C += the product, row by row.
 		vf := ir.Vec(ir.F32, L)
@@ -331,4 +346,25 @@ func splitProduct(mm *ir.MatMul, p splitPlan, nm splitNames, src string, sh micr
 	}
 	return append(out, &ir.If{Cond: ir.Bin(ir.Ne, ir.Bin(ir.Or, ir.R(badA, ir.I32), ir.R(badB, ir.I32)), i32c(0)),
 		Then: &ir.Block{Stmts: f32}, Else: &ir.Block{Stmts: pairs}})
+}
+
+// splitAccumulates reports whether split product mm (plan p) at level l
+// accumulates into C on the tiles (rt.amx_mm32's acc) rather than into
+// an array of its own that is then added to C.
+func splitAccumulates(mm *ir.MatMul, p splitPlan, l Level) bool {
+	return mm.Accumulate && amxBlockFits(l, mm.M, mm.N, 2*p.steps(mm.K))
+}
+
+// rescaleRows multiplies C's rows m < mm.MExt by scale[m], skipping the
+// rows whose scale is 1 (C unchanged).
+func rescaleRows(mm *ir.MatMul, scale string, L int) ir.Stmt {
+	vf := ir.Vec(ir.F32, L)
+	m, n := ir.R("sp_m", ir.I32), ir.R("sp_j", ir.I32)
+	at := addE(mulE(m, mm.N), mulE(n, L))
+	a := ir.R("sp_a", ir.F32)
+	row := &ir.For{Var: "sp_j", Lo: i32c(0), Hi: i32c(mm.N / L), Kind: ir.Serial, Body: &ir.Block{Stmts: []ir.Stmt{
+		&ir.Store{Buf: mm.C, Index: at, Value: ir.Bin(ir.Mul, ir.Ld(mm.C, vf, at), ir.Splat(a, L))}}}}
+	return &ir.For{Var: "sp_m", Lo: i32c(0), Hi: mm.MExt, Kind: ir.Serial, Body: &ir.Block{Stmts: []ir.Stmt{
+		&ir.Let{Name: "sp_a", Value: ir.Ld(scale, ir.F32, m)},
+		&ir.If{Cond: ir.Bin(ir.Ne, a, &ir.Const{T: ir.F32, Float: 1}), Then: &ir.Block{Stmts: []ir.Stmt{row}}}}}}
 }

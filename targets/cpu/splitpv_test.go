@@ -89,7 +89,9 @@ func scheduleSplit(t *testing.T, m *ir.Module, level string) *ir.Module {
 // V packs P's three parts and V's pairs, checks both, and runs dotbf16
 // over 96 pair steps, keeping the f32 micro-kernels as the fallback; at
 // x86-64-v4-bf16 without splitPVDot, and at x86-64-amx with 40 rows (not
-// whole 32-row tile blocks), P·V stays f32.
+// whole 32-row tile blocks), P·V stays f32; at x86-64-amx with 64 rows
+// it runs on the tiles, accumulating into C after the rows whose scale is
+// not 1 are rescaled.
 func TestSplitPVShape(t *testing.T) {
 	_, after := splitPVTile(t, "bf16", bf16Level, prefillRows)
 	text := after.String()
@@ -111,8 +113,9 @@ func TestSplitPVShape(t *testing.T) {
 		}
 	}
 	_, amx := splitPVTile(t, "bf16", "x86-64-amx", 64)
-	if s := amx.String(); !strings.Contains(s, "call rt.amx_mm32(ps_sp, 0, 96, vb_sp, 0, 32, acc_sp, 0, 32, 6, min(2, ((m + 31) / 32)), 1)") {
-		t.Errorf("x86-64-amx, 64 rows: no split P·V on the tiles:\n%s", s)
+	if s := amx.String(); !strings.Contains(s, "call rt.amx_mm32(ps_sp, 0, 96, vb_sp, 0, 32, acc, 0, 32, 6, min(2, ((m + 31) / 32)), 1, 1)") ||
+		!strings.Contains(s, "if (sp_a != 1.0:f32)") || strings.Contains(s, "acc_sp") {
+		t.Errorf("x86-64-amx, 64 rows: no split P·V accumulating on the tiles (rows rescaled unless by 1):\n%s", s)
 	}
 }
 
