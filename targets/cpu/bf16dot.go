@@ -255,13 +255,14 @@ func laneTree(mx string, op ir.BinOp, L int) ([]ir.Stmt, ir.Expr) {
 	return out, v
 }
 
-// packPairsTransposed writes B (f32 [N, K], exact bf16 values) into dst
-// as bf16 pairs laid out [K/2, N] (i32: element (k/2, n) holds B[n, k]
-// low and B[n, k+1] high) for the blocks of L rows that start before
-// NExt, and declares the i32 var den (packPairs'): L rows of L pairs
-// loaded and paired, transposed with log2(L) rounds of shuffles, stored
-// as L vectors.
-func packPairsTransposed(mm *ir.MatMul, dst, den string, L int) []ir.Stmt {
+// packPairsTransposed writes B (f32 [N, K], exact bf16 values; bf16
+// with bf16Src) into dst as bf16 pairs laid out [K/2, N] (i32: element
+// (k/2, n) holds B[n, k] low and B[n, k+1] high) for the blocks of L rows
+// that start before NExt, and declares the i32 var den (packPairs'): L
+// rows of L pairs loaded and paired (a bf16 row's 2L elements loaded as
+// the L pairs they are), transposed with log2(L) rounds of shuffles,
+// stored as L vectors.
+func packPairsTransposed(mm *ir.MatMul, dst, den string, L int, bf16Src bool) []ir.Stmt {
 	vf, vi := ir.Vec(ir.F32, L), ir.Vec(ir.I32, L)
 	even, odd := make([]int, L), make([]int, L)
 	for i := range L {
@@ -279,6 +280,15 @@ func packPairsTransposed(mm *ir.MatMul, dst, den string, L int) []ir.Stmt {
 		var body []ir.Stmt
 		for i := range L {
 			at := addE(mulE(addE(j0, i32c(i)), mm.K), mulE(c, 2*L))
+			if bf16Src {
+				// The pairs as loaded; each half checked as the f32
+				// bits it widens to.
+				x := ir.R(name(0, i), vi)
+				body = append(body, &ir.Let{Name: name(0, i), Value: &ir.Bitcast{To: vi, X: ir.Ld(mm.B, ir.Vec(ir.BF16, 2*L), at)}},
+					&ir.Assign{Name: mx, Value: ir.Bin(ir.Max, ir.R(mx, vi), denormKey(ir.Bin(ir.Shl, x, &ir.Const{T: vi, Int: 16}), L))},
+					&ir.Assign{Name: mx, Value: ir.Bin(ir.Max, ir.R(mx, vi), denormKey(ir.Bin(ir.And, x, &ir.Const{T: vi, Int: -0x10000}), L))})
+				continue
+			}
 			var xs [2]ir.Expr
 			for h := range 2 {
 				x := fmt.Sprintf("bp_x%d_%d", i, h)

@@ -78,6 +78,22 @@ func scheduleBF16Tile(t *testing.T, level string, rows int) (before, after *ir.M
 	return before, scheduleTile(t, mc, before, level)
 }
 
+// scheduleText parses module text, verifies it and schedules it
+// (scheduleTile) at level.
+func scheduleText(t *testing.T, text, level string) *ir.Module {
+	t.Helper()
+	m, err := ir.Parse(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ir.MustVerify("parse", m)
+	mc, err := NewMachine("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return scheduleTile(t, mc, m, level)
+}
+
 // scheduleTile runs block-matmul, lower-tiles and vectorize on m, a tile
 // at level, verifying after each.
 func scheduleTile(t *testing.T, mc *Machine, m *ir.Module, level string) *ir.Module {

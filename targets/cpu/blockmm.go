@@ -250,6 +250,15 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 			return splitPairsA(&all, p, splitA[mm.A], splitA[mm.A]+"bad", l.Lanes)
 		}, splitHoisted)
 	}
+	// At an AMX level the staged K and V tiles the tiles' packers read
+	// stay bf16 (narrow.go).
+	narrow := narrowTiles(body, allocs, exact, func(mm *ir.MatMul) bool {
+		if fits(mm) {
+			return amxBlockFits(l, mm.M, mm.N, mm.K)
+		}
+		p, ok := splitOf(mm)
+		return ok && p.pb == 1 && !mm.TransB
+	}, l)
 	scales := map[*ir.MatMul]string{}
 	body = fuseRowScales(body, blocks, scales)
 	// Code scales folded out of the inner loops (codescale.go): the
@@ -295,7 +304,7 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 	return ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
 		switch x := s.(type) {
 		case *ir.Alloc:
-			out := []ir.Stmt{x}
+			out := []ir.Stmt{narrowStmt(x, narrow)}
 			if p := zflags[x.Name]; p != "" {
 				out = append(out, &ir.Alloc{Name: p, T: ir.I32, Size: size[p]})
 			}
@@ -319,8 +328,13 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 				out = append(out, &ir.Alloc{Name: p, T: ir.F32, Size: size[p]})
 			}
 			return out
+		case *ir.Store:
+			return []ir.Stmt{narrowStmt(x, narrow)}
 		case *ir.MatMul:
 			bElem := elems[x.B]
+			if narrow[x.B] {
+				bElem = ir.BF16
+			}
 			fold := codeScale(bElem, l)
 			if x.RotB != nil {
 				// Rows turned as read: dot-product blocks whose steps
@@ -370,8 +384,8 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 				out = append(out, scaleCopy(c.A, x.A, x.M*x.K, l.Lanes, fold)...)
 			}
 			if x.TransB {
+				out = append(out, packTransposed(x, packed[packKey(x)], bElem, l.Lanes)...)
 				b, bElem = packed[packKey(x)], ir.F32
-				out = append(out, packTransposed(x, b, l.Lanes)...)
 			}
 			// pre: the statements before the micro-kernels (B packed
 			// transposed, A scaled), which a split product reads too.
@@ -397,7 +411,7 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 			}
 			if p, ok := splitOf(x); ok {
 				nm := splitNames{a: splitA[x.A], b: splitB[x.B], c: splitC[x.C]}
-				split := splitProduct(x, p, nm, b, sh, l, scales[x], out[pre:], splitHoisted[x])
+				split := splitProduct(x, p, nm, b, bElem, sh, l, scales[x], out[pre:], splitHoisted[x])
 				return []ir.Stmt{&ir.Block{Stmts: append(out[:pre:pre], split...)}}
 			}
 			if !fits(x) {
@@ -410,7 +424,7 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 			if !hoisted[x] {
 				dot = append(dot, packPairs(x.A, pairs[x.A], den(x.A), x.M, x.K, l.Lanes, 0)...)
 			}
-			dot = append(dot, packPairsTransposed(x, pairs[x.B], den(x.B), l.Lanes)...)
+			dot = append(dot, packPairsTransposed(x, pairs[x.B], den(x.B), l.Lanes, narrow[x.B])...)
 			dot = append(dot, &ir.If{Cond: ir.Bin(ir.Ne, ir.Bin(ir.Or, ir.R(den(x.A), ir.I32), ir.R(den(x.B), ir.I32)), i32c(0)),
 				Then: &ir.Block{Stmts: out}, Else: &ir.Block{Stmts: pairsMatMul(x, pairs[x.A], pairs[x.B], sh, l)}})
 			return []ir.Stmt{&ir.Block{Stmts: dot}}
@@ -728,7 +742,8 @@ func negZeroScan(mm *ir.MatMul, L int) ([]ir.Stmt, ir.Expr) {
 	return out, ir.Bin(ir.Eq, cur, ir.Int(math.MinInt32))
 }
 
-// packTransposed writes B (stored [N, K]) into bt as [K, N], in L×L blocks
+// packTransposed writes B (stored [N, K], elements of elem) into bt as
+// [K, N] f32, in L×L blocks
 // of the rows that start before NExt: L vector loads of B's rows, log2(L)
 // rounds of interleaving shuffles (each round rotates the bits of an
 // element's (row, lane) index by one, so log2(L) rounds swap row and
@@ -736,7 +751,7 @@ func negZeroScan(mm *ir.MatMul, L int) ([]ir.Stmt, ir.Expr) {
 // pool) each row is read at its offset, and a block's rows at or past
 // NExt, whose offsets are not set, read the last row below NExt instead
 // (their columns of C are unspecified).
-func packTransposed(mm *ir.MatMul, bt string, L int) []ir.Stmt {
+func packTransposed(mm *ir.MatMul, bt string, elem ir.Type, L int) []ir.Stmt {
 	vt := ir.Vec(ir.F32, L)
 	lo, hi := make([]int, L), make([]int, L)
 	for i := 0; i < L/2; i++ {
@@ -753,7 +768,7 @@ func packTransposed(mm *ir.MatMul, bt string, L int) []ir.Stmt {
 			if mm.BRows != "" {
 				row = ir.Bin(ir.Min, row, addE(mm.NExt, i32c(-1)))
 			}
-			body = append(body, &ir.Let{Name: name(0, i), Value: ir.Ld(mm.B, vt, bAt(mm, row, mm.K, d0))})
+			body = append(body, &ir.Let{Name: name(0, i), Value: passes.LoadF32(mm.B, elem, L, bAt(mm, row, mm.K, d0))})
 		}
 		round := 0
 		for n := L; n > 1; n /= 2 {

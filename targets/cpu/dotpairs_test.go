@@ -48,16 +48,7 @@ kernel t_d_%s role decode level "%s" (q: bf16* [512], k: bf16* [8192], s: f32* [
 func decodePairsTile(t *testing.T, level, qconv string) *ir.Module {
 	t.Helper()
 	text := strings.Replace(decodePairsText, "QCONV", qconv, 1)
-	m, err := ir.Parse(fmt.Sprintf(text, strings.ReplaceAll(level, "-", "_"), level))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ir.MustVerify("parse", m)
-	mc, err := NewMachine("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return scheduleTile(t, mc, m, level)
+	return scheduleText(t, fmt.Sprintf(text, strings.ReplaceAll(level, "-", "_"), level), level)
 }
 
 // TestDecodePairsShape: at x86-64-v4-bf16, decode's Q·Kᵀ over a bf16

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/attnc/attnc/ir"
+	"github.com/attnc/attnc/passes"
 )
 
 // Split products on the matrix unit (x86-64-amx): prefill's products
@@ -263,13 +264,13 @@ func splitPairsA(mm *ir.MatMul, p splitPlan, dst, bad string, L int) []ir.Stmt {
 	return splitLoops("sp_r", mm.MExt, "sp_c", K/(2*L), body, mx, bad, L)
 }
 
-// splitPairsB writes src ([K, N] f32: B, or Q·Kᵀ's K tile transposed)
-// into dst as B' pairs of plan p and leaves i32 var bad 1 when one of its
+// splitPairsB writes src ([K, N] of srcElem, widened as loaded: B, or
+// Q·Kᵀ's K tile transposed) into dst as B' pairs of plan p and leaves i32
+// var bad 1 when one of its
 // values keeps the tile off the split product: per pair of rows and
 // vector of columns, two loads, their parts, and a store per row and
 // term pair (and one for the left-over term).
-func splitPairsB(mm *ir.MatMul, p splitPlan, src, dst, bad string, L int) []ir.Stmt {
-	vf := ir.Vec(ir.F32, L)
+func splitPairsB(mm *ir.MatMul, p splitPlan, src string, srcElem ir.Type, dst, bad string, L int) []ir.Stmt {
 	K, N := mm.K, mm.N
 	k, n := ir.R("sp_k", ir.I32), ir.R("sp_n", ir.I32)
 	mx := bad + "_mx"
@@ -277,7 +278,7 @@ func splitPairsB(mm *ir.MatMul, p splitPlan, src, dst, bad string, L int) []ir.S
 	var parts [2][]ir.Expr
 	for h := range 2 {
 		row := addE(mulE(k, 2), i32c(h))
-		stmts, ps := splitVector(fmt.Sprintf("sp_v%d", h), ir.Ld(src, vf, addE(mulE(row, N), mulE(n, L))), mx, fmt.Sprintf("sp_b%d", h), p.pb, L)
+		stmts, ps := splitVector(fmt.Sprintf("sp_v%d", h), passes.LoadF32(src, srcElem, L, addE(mulE(row, N), mulE(n, L))), mx, fmt.Sprintf("sp_b%d", h), p.pb, L)
 		body = append(body, stmts...)
 		parts[h] = ps
 		for t, tp := range p.pairs {
@@ -301,14 +302,14 @@ func splitPairsB(mm *ir.MatMul, p splitPlan, src, dst, bad string, L int) []ir.S
 // (splitAccumulates), else into nm.c, whose rows are then added to C.
 // On the tiles the blocks' rows past mm.MExt take the A' rows there
 // (stale pairs) into C's rows there, which no one reads.
-func splitProduct(mm *ir.MatMul, p splitPlan, nm splitNames, src string, sh microShape, l Level, scale string, f32 []ir.Stmt, packedA bool) []ir.Stmt {
+func splitProduct(mm *ir.MatMul, p splitPlan, nm splitNames, src string, srcElem ir.Type, sh microShape, l Level, scale string, f32 []ir.Stmt, packedA bool) []ir.Stmt {
 	L := l.Lanes
 	badA, badB := nm.a+"bad", nm.b+"bad"
 	var out []ir.Stmt
 	if !packedA {
 		out = splitPairsA(mm, p, nm.a, badA, L)
 	}
-	out = append(out, splitPairsB(mm, p, src, nm.b, badB, L)...)
+	out = append(out, splitPairsB(mm, p, src, srcElem, nm.b, badB, L)...)
 	steps := p.steps(mm.K)
 	prod := *mm
 	prod.K, prod.KExt = 2*steps, i32c(2*steps)

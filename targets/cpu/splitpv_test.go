@@ -121,7 +121,9 @@ func TestSplitPVShape(t *testing.T) {
 
 // TestSplitPVKeepsResults runs the tile over bf16 and over f16 V in the
 // interpreter after the passes at x86-64-v4-bf16 with splitPVDot (dotbf16
-// as vdpbf16ps computes it: denormal inputs and sums flushed): on random
+// as vdpbf16ps computes it: denormal inputs and sums flushed), and at
+// x86-64-amx on 64 rows (rt.amx_mm32 as TDPBF16PS computes it,
+// accumulating into C after the rescale; a bf16 V staged as bf16): on random
 // weights (some hidden, -0) over finite V, the split product; on V rows
 // that P hides holding NaN and inf, a weight of 1.3·2^-110 against large
 // V values (2^120; 2^15 for f16), a NaN weight, the f32 fallback. Every
@@ -129,15 +131,15 @@ func TestSplitPVShape(t *testing.T) {
 // where the exact sum is.
 func TestSplitPVKeepsResults(t *testing.T) {
 	for _, vt := range []string{"bf16", "f16"} {
-		testSplitPV(t, vt)
+		testSplitPV(t, vt, bf16Level, prefillRows, "dotbf16(")
+		testSplitPV(t, vt, "x86-64-amx", 64, "rt.amx_mm32(")
 	}
 }
 
-func testSplitPV(t *testing.T, vt string) {
-	rows := prefillRows
-	before, after := splitPVTile(t, vt, bf16Level, rows)
-	if !strings.Contains(after.String(), "dotbf16(") {
-		t.Fatalf("%s: no split P·V", vt)
+func testSplitPV(t *testing.T, vt, level string, rows int, product string) {
+	before, after := splitPVTile(t, vt, level, rows)
+	if !strings.Contains(after.String(), product) {
+		t.Fatalf("%s at %s: no split P·V", vt, level)
 	}
 	name := before.Kernels[0].Name
 	rng := rand.New(rand.NewSource(11))
@@ -193,7 +195,7 @@ func testSplitPV(t *testing.T, vt string) {
 			}
 			got := args()
 			if st, err := ir.Run(after, name, got); err != nil || st != 0 {
-				t.Fatalf("%s %s: status %d, %v", vt, tc, st, err)
+				t.Fatalf("%s at %s, %s: status %d, %v", vt, level, tc, st, err)
 			}
 			o := got["o"].([]float32)
 			for r := range mr {
@@ -211,12 +213,12 @@ func testSplitPV(t *testing.T, vt string) {
 					g := float64(o[r*32+d])
 					if math.IsNaN(exact) {
 						if !math.IsNaN(g) {
-							t.Errorf("%s %s m=%d n=%d: o[%d, %d] = %v, want NaN", vt, tc, mr, n, r, d, g)
+							t.Errorf("%s at %s, %s m=%d n=%d: o[%d, %d] = %v, want NaN", vt, level, tc, mr, n, r, d, g)
 						}
 						continue
 					}
 					if math.IsNaN(g) || math.Abs(g-exact) > 80*0x1p-24*mag {
-						t.Errorf("%s %s m=%d n=%d: o[%d, %d] = %v, exact %v (bound %g)", vt, tc, mr, n, r, d, g, exact, 80*0x1p-24*mag)
+						t.Errorf("%s at %s, %s m=%d n=%d: o[%d, %d] = %v, exact %v (bound %g)", vt, level, tc, mr, n, r, d, g, exact, 80*0x1p-24*mag)
 					}
 				}
 			}
@@ -237,7 +239,7 @@ func TestSplitPairs(t *testing.T) {
 		S := p.steps(K)
 		body := []ir.Stmt{&ir.Alloc{Name: "ap", T: ir.I32, Size: rows * S}, &ir.Alloc{Name: "bp", T: ir.I32, Size: S * N}}
 		body = append(body, splitPairsA(mm, p, "ap", "bada", 16)...)
-		body = append(body, splitPairsB(mm, p, "b", "bp", "badb", 16)...)
+		body = append(body, splitPairsB(mm, p, "b", ir.F32, "bp", "badb", 16)...)
 		body = append(body, lltest.Store("fl", ir.Int(0), lltest.I32("bada")), lltest.Store("fl", ir.Int(1), lltest.I32("badb")))
 		for i := range rows * S {
 			body = append(body, lltest.Store("ao", ir.Int(int64(i)), ir.Ld("ap", ir.I32, ir.Int(int64(i)))))
