@@ -7,9 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"testing"
 
 	"github.com/attnc/attnc/cpurt"
+	"github.com/attnc/attnc/driver"
 	"github.com/attnc/attnc/internal/amxemu"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/reference"
@@ -30,8 +32,20 @@ func overrideLL(t *testing.T, ll, name, typ, ret string) string {
 
 // amxEmulated builds variant v's x86-64-amx clone alone with the AMX
 // emulator linked in, detect_level and amx_permit overridden in the .ll
-// (this CPU lacks AMX), and returns its suite forced to the level.
+// (this CPU lacks AMX), and returns its suite forced to the level. A
+// variant with no kernel cloned at the level fails t.
 func amxEmulated(t *testing.T, v *ir.Variant) *Suite {
+	t.Helper()
+	s := amxEmulatedIfCloned(t, v)
+	if s == nil {
+		t.Fatalf("no kernel of %s is cloned at x86-64-amx", v.Name)
+	}
+	return s
+}
+
+// amxEmulatedIfCloned is amxEmulated, or nil for a variant with no kernel
+// cloned at x86-64-amx.
+func amxEmulatedIfCloned(t *testing.T, v *ir.Variant) *Suite {
 	t.Helper()
 	amxemu.SkipOnAMXHardware(t)
 	dir := t.TempDir()
@@ -45,7 +59,7 @@ func amxEmulated(t *testing.T, v *ir.Variant) *Suite {
 		t.Fatal(err)
 	}
 	if !hasClone(c.Final, "x86-64-amx") {
-		t.Fatalf("no kernel of %s is cloned at x86-64-amx", v.Name)
+		return nil
 	}
 	tg, h, err := harnessOf("cpu")
 	if err != nil {
@@ -257,5 +271,60 @@ func TestAMXPrefillF16Emulated(t *testing.T) {
 			}
 			t.Logf("%d TDPBF16PS emulated, %d AMX instructions in all", dps, all)
 		})
+	}
+}
+
+// TestAMXExamplesEmulated runs the prefill matrix (and the ragged
+// prefill's, where a variant has one) of every example with a kernel
+// cloned at x86-64-amx — the bf16 ones — at that level under the tests'
+// AMX emulator, at 2 threads, against the float64 reference: each
+// example's features (windows, sinks, soft-capping, trees, custom masks,
+// MLA, block tables) through the tiles' packing and products. The
+// examples of examplesLong run with -examples.all (CI's long pass), as in
+// TestExamples. Emulated only: not a run on AMX hardware.
+func TestAMXExamplesEmulated(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "examples", "*.attn"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no examples: %v", err)
+	}
+	for _, f := range files {
+		vs, err := driver.ParseSpecs([]string{f})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range vs {
+			// One at a time: each library installs its own copy of the
+			// emulator's SIGILL handler, and the last one installed
+			// would take every library's tile instructions.
+			t.Run(v.Name, func(t *testing.T) {
+				if !*examplesAll && slices.Contains(examplesLong, v.Name) {
+					t.Skip("with -examples.all (CI's long pass, .ci/run), as in TestExamples")
+				}
+				needTools(t)
+				ls := amxEmulatedIfCloned(t, v)
+				if ls == nil {
+					t.Skipf("no kernel of %s is cloned at x86-64-amx", v.Name)
+				}
+				defer ls.Lib.Close()
+				var rs []Result
+				for i, spec := range Matrix(v) {
+					rs = append(rs, ls.RunAttention(ir.RolePrefill, spec, 5+int64(i), 2))
+				}
+				if _, ok := ls.Entries[ir.RolePrefillRagged]; ok {
+					for i, spec := range RaggedMatrix(v) {
+						rs = append(rs, ls.RunAttention(ir.RolePrefillRagged, spec, 5+int64(i), 2))
+					}
+				}
+				recordAll(t, "example amx "+dtypeKey(v), rs)
+				dps, err := ls.Lib.Call("amxemu_count_dp")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if dps == 0 {
+					t.Fatal("no TDPBF16PS ran: the x86-64-amx clone did not use the tiles")
+				}
+				t.Logf("%d prefill cases, %d TDPBF16PS emulated", len(rs), dps)
+			})
+		}
 	}
 }
