@@ -266,10 +266,9 @@ func splitPairsA(mm *ir.MatMul, p splitPlan, dst, bad string, L int) []ir.Stmt {
 
 // splitPairsB writes src ([K, N] of srcElem, widened as loaded: B, or
 // Q·Kᵀ's K tile transposed) into dst as B' pairs of plan p and leaves i32
-// var bad 1 when one of its
-// values keeps the tile off the split product: per pair of rows and
-// vector of columns, two loads, their parts, and a store per row and
-// term pair (and one for the left-over term).
+// var bad 1 when one of its values keeps the tile off the split product:
+// per pair of rows and vector of columns, two loads, their parts, and a
+// store per row and term pair (and one for the left-over term).
 func splitPairsB(mm *ir.MatMul, p splitPlan, src string, srcElem ir.Type, dst, bad string, L int) []ir.Stmt {
 	K, N := mm.K, mm.N
 	k, n := ir.R("sp_k", ir.I32), ir.R("sp_n", ir.I32)
