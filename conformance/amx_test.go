@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/attnc/attnc/cpurt"
-	"github.com/attnc/attnc/driver"
 	"github.com/attnc/attnc/internal/amxemu"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/reference"
@@ -283,48 +282,38 @@ func TestAMXPrefillF16Emulated(t *testing.T) {
 // examples of examplesLong run with -examples.all (CI's long pass), as in
 // TestExamples. Emulated only: not a run on AMX hardware.
 func TestAMXExamplesEmulated(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("..", "examples", "*.attn"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no examples: %v", err)
-	}
-	for _, f := range files {
-		vs, err := driver.ParseSpecs([]string{f})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, v := range vs {
-			// One at a time: each library installs its own copy of the
-			// emulator's SIGILL handler, and the last one installed
-			// would take every library's tile instructions.
-			t.Run(v.Name, func(t *testing.T) {
-				if !*examplesAll && slices.Contains(examplesLong, v.Name) {
-					t.Skip("with -examples.all (CI's long pass, .ci/run), as in TestExamples")
+	for _, v := range exampleVariants(t) {
+		// One at a time: each library installs its own copy of the
+		// emulator's SIGILL handler, and the last one installed
+		// would take every library's tile instructions.
+		t.Run(v.Name, func(t *testing.T) {
+			if !*examplesAll && slices.Contains(examplesLong, v.Name) {
+				t.Skip("with -examples.all (CI's long pass, .ci/run), as in TestExamples")
+			}
+			needTools(t)
+			ls := amxEmulatedIfCloned(t, v)
+			if ls == nil {
+				t.Skipf("no kernel of %s is cloned at x86-64-amx", v.Name)
+			}
+			defer ls.Lib.Close()
+			var rs []Result
+			for i, spec := range Matrix(v) {
+				rs = append(rs, ls.RunAttention(ir.RolePrefill, spec, 5+int64(i), 2))
+			}
+			if _, ok := ls.Entries[ir.RolePrefillRagged]; ok {
+				for i, spec := range RaggedMatrix(v) {
+					rs = append(rs, ls.RunAttention(ir.RolePrefillRagged, spec, 5+int64(i), 2))
 				}
-				needTools(t)
-				ls := amxEmulatedIfCloned(t, v)
-				if ls == nil {
-					t.Skipf("no kernel of %s is cloned at x86-64-amx", v.Name)
-				}
-				defer ls.Lib.Close()
-				var rs []Result
-				for i, spec := range Matrix(v) {
-					rs = append(rs, ls.RunAttention(ir.RolePrefill, spec, 5+int64(i), 2))
-				}
-				if _, ok := ls.Entries[ir.RolePrefillRagged]; ok {
-					for i, spec := range RaggedMatrix(v) {
-						rs = append(rs, ls.RunAttention(ir.RolePrefillRagged, spec, 5+int64(i), 2))
-					}
-				}
-				recordAll(t, "example amx "+dtypeKey(v), rs)
-				dps, err := ls.Lib.Call("amxemu_count_dp")
-				if err != nil {
-					t.Fatal(err)
-				}
-				if dps == 0 {
-					t.Fatal("no TDPBF16PS ran: the x86-64-amx clone did not use the tiles")
-				}
-				t.Logf("%d prefill cases, %d TDPBF16PS emulated", len(rs), dps)
-			})
-		}
+			}
+			recordAll(t, "example amx "+dtypeKey(v), rs)
+			dps, err := ls.Lib.Call("amxemu_count_dp")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if dps == 0 {
+				t.Fatal("no TDPBF16PS ran: the x86-64-amx clone did not use the tiles")
+			}
+			t.Logf("%d prefill cases, %d TDPBF16PS emulated", len(rs), dps)
+		})
 	}
 }

@@ -1,11 +1,9 @@
 package conformance
 
 import (
-	"path/filepath"
 	"slices"
 	"testing"
 
-	"github.com/attnc/attnc/driver"
 	"github.com/attnc/attnc/targets"
 )
 
@@ -13,10 +11,7 @@ import (
 // registered target besides cuda (TestExamples) whose kernels run on an
 // emulator: examplesEmulatedShort by default, every example with -cuda.all.
 func TestEmulatedExamples(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("..", "examples", "*.attn"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no examples: %v", err)
-	}
+	vs := exampleVariants(t)
 	ran := false
 	for _, name := range Harnessed() {
 		tg, _, err := harnessOf(name)
@@ -29,25 +24,19 @@ func TestEmulatedExamples(t *testing.T) {
 		ran = true
 		t.Run(name, func(t *testing.T) {
 			needEmu(t)
-			for _, f := range files {
-				vs, err := driver.ParseSpecs([]string{f})
-				if err != nil {
-					t.Fatal(err)
+			for _, v := range vs {
+				if !*cudaAll && !slices.Contains(examplesEmulatedShort, v.Name) {
+					continue
 				}
-				for _, v := range vs {
-					if !*cudaAll && !slices.Contains(examplesEmulatedShort, v.Name) {
-						continue
+				t.Run(v.Name, func(t *testing.T) {
+					t.Parallel()
+					s, err := BuildFor(v, name, t.TempDir(), Options{})
+					if err != nil {
+						t.Fatal(err)
 					}
-					t.Run(v.Name, func(t *testing.T) {
-						t.Parallel()
-						s, err := BuildFor(v, name, t.TempDir(), Options{})
-						if err != nil {
-							t.Fatal(err)
-						}
-						defer s.Lib.Close()
-						recordAll(t, "example "+name+" "+dtypeKey(v), s.RunAll([]int{1}, 5))
-					})
-				}
+					defer s.Lib.Close()
+					recordAll(t, "example "+name+" "+dtypeKey(v), s.RunAll([]int{1}, 5))
+				})
 			}
 		})
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/attnc/attnc/driver"
+	"github.com/attnc/attnc/ir"
 )
 
 // examplesCUDAShort are the examples TestExamples also runs on the CUDA
@@ -52,45 +53,49 @@ var examplesAll = flag.Bool("examples.all", false, "run every example's CPU matr
 // example with -cuda.all). build.TestCUDAToPTX compiles the same files to
 // PTX.
 func TestExamples(t *testing.T) {
+	for _, v := range exampleVariants(t) {
+		t.Run(v.Name, func(t *testing.T) {
+			t.Parallel()
+			t.Run("cpu", func(t *testing.T) {
+				if !*examplesAll && slices.Contains(examplesLong, v.Name) {
+					t.Skip("on the CPU with -examples.all (CI's long pass, .ci/run)")
+				}
+				needTools(t)
+				s, err := buildHostLevel(v, t.TempDir())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Lib.Close()
+				recordAll(t, "example "+dtypeKey(v), s.RunAll([]int{1, 3}, 5))
+			})
+			t.Run("cuda", func(t *testing.T) {
+				if !*cudaAll && !slices.Contains(examplesCUDAShort, v.Name) {
+					t.Skip("on the CUDA emulator with -cuda.all (CI's long pass, .ci/run); the default run takes examplesCUDAShort")
+				}
+				needEmu(t)
+				s, err := BuildCUDA(v, t.TempDir())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Lib.Close()
+				recordAll(t, "example cuda "+dtypeKey(v), s.RunAll([]int{1}, 5))
+			})
+		})
+	}
+}
+
+// exampleVariants parses every spec under examples/, in file order.
+func exampleVariants(t *testing.T) []*ir.Variant {
+	t.Helper()
 	files, err := filepath.Glob(filepath.Join("..", "examples", "*.attn"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no examples: %v", err)
 	}
-	for _, f := range files {
-		vs, err := driver.ParseSpecs([]string{f})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, v := range vs {
-			t.Run(v.Name, func(t *testing.T) {
-				t.Parallel()
-				t.Run("cpu", func(t *testing.T) {
-					if !*examplesAll && slices.Contains(examplesLong, v.Name) {
-						t.Skip("on the CPU with -examples.all (CI's long pass, .ci/run)")
-					}
-					needTools(t)
-					s, err := buildHostLevel(v, t.TempDir())
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer s.Lib.Close()
-					recordAll(t, "example "+dtypeKey(v), s.RunAll([]int{1, 3}, 5))
-				})
-				t.Run("cuda", func(t *testing.T) {
-					if !*cudaAll && !slices.Contains(examplesCUDAShort, v.Name) {
-						t.Skip("on the CUDA emulator with -cuda.all (CI's long pass, .ci/run); the default run takes examplesCUDAShort")
-					}
-					needEmu(t)
-					s, err := BuildCUDA(v, t.TempDir())
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer s.Lib.Close()
-					recordAll(t, "example cuda "+dtypeKey(v), s.RunAll([]int{1}, 5))
-				})
-			})
-		}
+	vs, err := driver.ParseSpecs(files)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return vs
 }
 
 // recordAll fails t for every failed result and folds the errors into the
@@ -112,16 +117,8 @@ func recordAll(t *testing.T, key string, rs []Result) {
 // examplesEmulatedShort, examplesLong) name is a
 // variant of an example, so the default run does not silently skip one.
 func TestExamplesCUDAShortNamesExist(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("..", "examples", "*.attn"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	vs, err := driver.ParseSpecs(files)
-	if err != nil {
-		t.Fatal(err)
-	}
 	names := map[string]bool{}
-	for _, v := range vs {
+	for _, v := range exampleVariants(t) {
 		names[v.Name] = true
 	}
 	for list, ns := range map[string][]string{"examplesCUDAShort": examplesCUDAShort, "examplesEmulatedShort": examplesEmulatedShort, "examplesLong": examplesLong} {
