@@ -40,41 +40,36 @@ func overrideFunc(t *testing.T, ll, name, ret, body string) string {
 
 // TestCPULevelAMX runs <prefix>_cpu_level in fresh processes. Detection
 // picks x86-64-amx where the CPU has AMX and the OS grants the tile state
-// (the level below when it refuses), never elsewhere: here, and with
-// detect_level overridden to report AMX and amx_permit to grant or refuse.
-// Forced, a library with the clone runs it only where the CPU has AMX and
-// the OS grants the tile state (overridden: granted runs 4, refused the
-// level below, 3), and refuses it (-1, NULL) on a CPU without AMX; a
-// library without the clone runs its best level below (x86-64-v4-bf16,
-// or x86-64-v4 without a bf16 clone) wherever the CPU runs that.
+// (when it refuses, x86-64-v4-bf16 on an AMD CPU, x86-64-v4 on another's),
+// never elsewhere: here, and with detect_level overridden to report AMX
+// and amx_permit to grant or refuse. Forced, a library with the clone
+// runs it only where the CPU has AMX and the OS grants the tile state
+// (overridden: granted runs 4, refused the level below, 3), and refuses
+// it (-1, NULL) on a CPU without AMX; a library without the clone runs
+// x86-64-v4 (no level falls back to x86-64-v4-bf16: fallsTo) wherever the
+// CPU runs that.
 func TestCPULevelAMX(t *testing.T) {
 	t.Parallel()
 	if runtime.GOARCH != "amd64" {
 		t.Skip("the levels tested are x86-64's")
 	}
 	tc := lltest.NeedToolchain(t)
-	lvl := lltest.Kernel("lvl", []*ir.Param{lltest.Buf("out", ir.I32)},
-		&ir.CallStmt{Result: "l", Fn: "rt.cpu_level"},
-		lltest.Store("out", ir.Int(0), lltest.I32("l")),
-		lltest.Ret(ir.Int(0)))
+	lvl := levelProbe()
 	clone := func(l string) *ir.Kernel {
 		return &ir.Kernel{Name: "k" + strings.ReplaceAll("_"+l, "-", "_"), Role: ir.RoleDecode, Level: l, Body: lltest.Blk(lltest.Ret(ir.Int(0)))}
 	}
-	driver := `
-int32_t lvl(int32_t*);
-const char *lvl_cpu_level(void);
-int main(void) {
-	const char *n = lvl_cpu_level();
-	int32_t l = -5;
-	lvl(&l);
-	printf("name %s\nindex %d\n", n ? n : "(null)", l);
-	return 0;
-}
-`
+	driver := levelProbeDriver
 	flags := lltest.CPUInfoFlags()
 	v4 := flags["avx512f"] && flags["avx512bw"] && flags["avx512dq"] && flags["avx512vl"] && flags["avx512cd"] && flags["avx2"] && flags["fma"]
 	hasBF16 := v4 && flags["avx512_bf16"]
 	hasAMX := hasBF16 && flags["amx_tile"] && flags["amx_bf16"]
+	// Detection takes x86-64-v4-bf16 on AMD's CPUs only (Vendor), and
+	// x86-64-v4 elsewhere, also when the tile state is refused.
+	amd := hostVendor(t) == vendorAMD
+	bf16Auto, bf16AutoIndex := "x86-64-v4", 2
+	if amd {
+		bf16Auto, bf16AutoIndex = bf16Level, 3
+	}
 	os.Unsetenv(LevelEnv)
 	run := func(exe string, env ...string) map[string]string {
 		cmd := exec.Command(exe)
@@ -121,6 +116,8 @@ int main(void) {
 			want(c.name+", detected on an AMX CPU", r, amxLevel, 4)
 		} else if r["name"] == amxLevel || r["index"] == "4" {
 			t.Errorf("%s: detection picked %s: %v", c.name, amxLevel, r)
+		} else if len(c.clones) > 0 && hasBF16 {
+			want(c.name+", detected", r, bf16Auto, bf16AutoIndex)
 		}
 		r := run(exe, forced)
 		switch {
@@ -129,8 +126,10 @@ int main(void) {
 			want(c.name+", forced on an AMX CPU", r, amxLevel, 4)
 		case withAMX:
 			want(c.name+", forced on a CPU without AMX", r, "(null)", -1)
-		case len(c.clones) == 1 && hasBF16:
-			want(c.name+", forced, no clone", r, bf16Level, 3)
+		case len(c.clones) == 1 && v4:
+			// No level falls back to x86-64-v4-bf16 (fallsTo): AMX
+			// CPUs are Intel's, where vdpbf16ps does not pay.
+			want(c.name+", forced, no clone", r, "x86-64-v4", 2)
 		case len(c.clones) == 0 && v4:
 			want(c.name+", forced, no clone", r, "x86-64-v4", 2)
 		}
@@ -148,8 +147,8 @@ int main(void) {
 				want("detect says AMX, granted, empty", run(exe, LevelEnv+"="), amxLevel, 4)
 				want("detect says AMX, granted, forced", run(exe, forced), amxLevel, 4)
 			} else {
-				want("detect says AMX, refused, not forced", run(exe), bf16Level, 3)
-				want("detect says AMX, refused, empty", run(exe, LevelEnv+"="), bf16Level, 3)
+				want("detect says AMX, refused, not forced", run(exe), bf16Auto, bf16AutoIndex)
+				want("detect says AMX, refused, empty", run(exe, LevelEnv+"="), bf16Auto, bf16AutoIndex)
 				want("detect says AMX, refused, forced", run(exe, forced), bf16Level, 3)
 			}
 			want("detect says AMX, forced x86-64-v4", run(exe, LevelEnv+"=x86-64-v4"), "x86-64-v4", 2)

@@ -410,22 +410,9 @@ func TestCPULevelBF16(t *testing.T) {
 		t.Skip("the levels tested are x86-64's")
 	}
 	tc := lltest.NeedToolchain(t)
-	lvl := lltest.Kernel("lvl", []*ir.Param{lltest.Buf("out", ir.I32)},
-		&ir.CallStmt{Result: "l", Fn: "rt.cpu_level"},
-		lltest.Store("out", ir.Int(0), lltest.I32("l")),
-		lltest.Ret(ir.Int(0)))
+	lvl := levelProbe()
 	clone := &ir.Kernel{Name: "k_x86_64_v4_bf16", Role: ir.RoleDecode, Level: bf16Level, Body: lltest.Blk(lltest.Ret(ir.Int(0)))}
-	driver := `
-int32_t lvl(int32_t*);
-const char *lvl_cpu_level(void);
-int main(void) {
-	const char *n = lvl_cpu_level();
-	int32_t l = -5;
-	lvl(&l);
-	printf("name %s\nindex %d\n", n ? n : "(null)", l);
-	return 0;
-}
-`
+	driver := levelProbeDriver
 	flags := lltest.CPUInfoFlags()
 	v4 := flags["avx512f"] && flags["avx512bw"] && flags["avx512dq"] && flags["avx512vl"] && flags["avx512cd"] && flags["avx2"] && flags["fma"]
 	hasBF16 := v4 && flags["avx512_bf16"]

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"slices"
 
 	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	"github.com/attnc/attnc/ir"
@@ -19,7 +20,9 @@ func (mc *Machine) Emit(m *ir.Module) (string, error) {
 	// levels only those it cloned at.
 	ra := a
 	ra.Levels = mc.moduleLevels(m)
-	rt := &runtimeEmitter{arch: ra, absent: absentLevels(a.Levels, ra.Levels), floor: floorLevel(m, ra.Levels)}
+	floor := floorLevel(m, ra.Levels)
+	rt := &runtimeEmitter{arch: ra, absent: absentLevels(a.Levels, ra.Levels, floor), floor: floor,
+		vendorBelow: vendorFallbacks(a.Levels, ra.Levels)}
 	t := llvmgen.Target{Triple: a.Triple, DataLayout: a.DataLayout, Runtime: rt}
 	if m != nil {
 		for _, k := range m.Kernels {
@@ -50,16 +53,46 @@ type absentLevel struct {
 }
 
 // absentLevels are the levels of all that module lacks, in order, each
-// with the index in module of the last level before it in all.
-func absentLevels(all, module []Level) []absentLevel {
+// with the index in module of the level fallsTo picks for it among the
+// module's levels below it from floor up (a build restricted to some
+// levels refuses the levels below floor; -1 when none is left).
+func absentLevels(all, module []Level, floor int) []absentLevel {
 	var out []absentLevel
-	below := -1
-	for _, l := range all {
-		if below+1 < len(module) && module[below+1].Name == l.Name {
-			below++
+	next := 0
+	var below []int // indexes in all of module's levels from floor up, so far
+	for i, l := range all {
+		if next < len(module) && module[next].Name == l.Name {
+			if next >= floor {
+				below = append(below, i)
+			}
+			next++
 			continue
 		}
-		out = append(out, absentLevel{name: l.Name, below: below})
+		pick := -1
+		if len(below) > 0 {
+			pick = floor + slices.Index(below, fallsTo(all, below, i))
+		}
+		out = append(out, absentLevel{name: l.Name, below: pick})
+	}
+	return out
+}
+
+// vendorFallbacks maps the index in module of each level with a Vendor to
+// the index of the level detection takes instead on another vendor's CPU:
+// the module's level right before it, when that is the level right before
+// it in all too (the one the Vendor rule was measured against). A level
+// without such a neighbour in module (a build restricted to it) runs on
+// every CPU that has its bits.
+func vendorFallbacks(all, module []Level) map[int]int {
+	out := map[int]int{}
+	for i, l := range module {
+		if l.Vendor == "" || i == 0 {
+			continue
+		}
+		j := slices.IndexFunc(all, func(a Level) bool { return a.Name == l.Name })
+		if j > 0 && all[j-1].Name == module[i-1].Name && all[j-1].Vendor == "" {
+			out[i] = i - 1
+		}
 	}
 	return out
 }

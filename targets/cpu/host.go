@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"encoding/binary"
 	"fmt"
 	"runtime"
 	"strings"
@@ -41,7 +42,9 @@ type cpuidFunc struct {
 // bits are enabled (XCR0 read only when CPUID.1:ECX.OSXSAVE is set); a
 // leaf above the highest one CPUID reports (leaf 0, 0x80000000, or leaf
 // 7's subleaf count) reads as zeros; an AMX level only when amxPermit
-// grants the tile state, the level below otherwise. Levels that need
+// grants the tile state, the level below otherwise; a level with a
+// Vendor only on that vendor's CPUs (CPUID leaf 0), the level below
+// otherwise (when levels has one without a Vendor). Levels that need
 // nothing always run; -1 when none runs.
 func detectHost(levels []Level, cpu cpuidFunc) int {
 	regs := func(leaf uint32, sub int64) [4]uint32 { return [4]uint32{} }
@@ -77,6 +80,16 @@ func detectHost(levels []Level, cpu cpuidFunc) int {
 	}
 	if best >= 0 && levels[best].AMX && (cpu.amxPermit == nil || !cpu.amxPermit()) {
 		best--
+	}
+	if best > 0 && levels[best].Vendor != "" && levels[best-1].Vendor == "" {
+		r := regs(0, 0)
+		var v [12]byte
+		for k, reg := range []int{1, 3, 2} { // EBX, EDX, ECX
+			binary.LittleEndian.PutUint32(v[4*k:], r[reg])
+		}
+		if string(v[:]) != levels[best].Vendor {
+			best--
+		}
 	}
 	return best
 }

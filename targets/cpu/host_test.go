@@ -1,16 +1,21 @@
 package cpu
 
 import (
+	"encoding/binary"
 	"runtime"
 	"strings"
 	"testing"
 )
 
 // fakeCPU is a machine's CPUID and XCR0 for detectHost: the leaves it has
-// (leaf 0's and 0x80000000's EAX say the highest), every bit of the named
-// features set.
-func fakeCPU(t *testing.T, xcr0 uint32, feats ...string) cpuidFunc {
-	regs := map[[2]uint32][4]uint32{{0, 0}: {7}, {0x80000000, 0}: {0x80000001}, {7, 0}: {1}}
+// (leaf 0's and 0x80000000's EAX say the highest, its EBX, EDX and ECX the
+// vendor), every bit of the named features set.
+func fakeCPU(t *testing.T, vendor string, xcr0 uint32, feats ...string) cpuidFunc {
+	var v [12]byte
+	copy(v[:], vendor)
+	le := binary.LittleEndian
+	regs := map[[2]uint32][4]uint32{{0, 0}: {7, le.Uint32(v[0:]), le.Uint32(v[8:]), le.Uint32(v[4:])},
+		{0x80000000, 0}: {0x80000001}, {7, 0}: {1}}
 	for _, f := range feats {
 		found := false
 		for _, nb := range bitsAMX {
@@ -38,48 +43,59 @@ func fakeCPU(t *testing.T, xcr0 uint32, feats ...string) cpuidFunc {
 // TestDetectHost: the Go detection behind --cpu-levels host picks what
 // the generated detection picks (defineDetectLevel): the highest level
 // whose bits and OS state are there, x86-64-amx only when the OS grants
-// the tile state (the level below when it refuses), the baseline on a
-// bare x86-64.
+// the tile state (the level below when it refuses), x86-64-v4-bf16 only
+// on AMD's CPUs (x86-64-v4 on Intel's, also when the tile state is
+// refused), the baseline on a bare x86-64.
 func TestDetectHost(t *testing.T) {
 	v3 := []string{"sse3", "ssse3", "cx16", "sse4.1", "sse4.2", "popcnt", "lahf_lm", "fma", "movbe", "osxsave", "avx", "f16c", "bmi1", "avx2", "bmi2", "abm"}
 	v4 := append(append([]string(nil), v3...), "avx512f", "avx512dq", "avx512cd", "avx512bw", "avx512vl")
 	bf16 := append(append([]string(nil), v4...), "avx512_bf16")
 	amx := append(append([]string(nil), bf16...), "amx_bf16", "amx_tile")
+	const amd, intel = "AuthenticAMD", "GenuineIntel"
 	for _, c := range []struct {
-		name  string
-		xcr0  uint32
-		feats []string
-		want  string
+		name   string
+		vendor string
+		xcr0   uint32
+		feats  []string
+		want   string
 	}{
-		{"bare", 0, nil, "x86-64"},
-		{"v3", 0x6, v3, "x86-64-v3"},
-		{"v3 without OS AVX state", 0x2, v3, "x86-64"},
-		{"v3 but movbe", 0x6, v3[:8], "x86-64"},
-		{"v4", 0xe6, v4, "x86-64-v4"},
-		{"v4 without OS AVX-512 state", 0x6, v4, "x86-64-v3"},
-		{"zen4", 0xe6, bf16, "x86-64-v4-bf16"},
-		{"sapphire rapids", xcr0AMX, amx, "x86-64-amx"},
-		{"sapphire rapids, tile state refused", xcr0AMX, amx, "x86-64-v4-bf16"},
-		{"sapphire rapids without OS tile state", 0xe6, amx, "x86-64-v4-bf16"},
+		{"bare", intel, 0, nil, "x86-64"},
+		{"v3", amd, 0x6, v3, "x86-64-v3"},
+		{"v3 without OS AVX state", intel, 0x2, v3, "x86-64"},
+		{"v3 but movbe", amd, 0x6, v3[:8], "x86-64"},
+		{"v4", intel, 0xe6, v4, "x86-64-v4"},
+		{"v4 without OS AVX-512 state", intel, 0x6, v4, "x86-64-v3"},
+		{"zen4", amd, 0xe6, bf16, "x86-64-v4-bf16"},
+		{"zen4 without OS AVX-512 state", amd, 0x6, bf16, "x86-64-v3"},
+		{"cooper lake", intel, 0xe6, bf16, "x86-64-v4"},
+		{"bf16, no vendor", "", 0xe6, bf16, "x86-64-v4"},
+		{"sapphire rapids", intel, xcr0AMX, amx, "x86-64-amx"},
+		{"sapphire rapids, tile state refused", intel, xcr0AMX, amx, "x86-64-v4"},
+		{"sapphire rapids without OS tile state", intel, 0xe6, amx, "x86-64-v4"},
+		{"amx on an AMD CPU, tile state refused", amd, xcr0AMX, amx, "x86-64-v4-bf16"},
 	} {
-		cpu := fakeCPU(t, c.xcr0, c.feats...)
+		cpu := fakeCPU(t, c.vendor, c.xcr0, c.feats...)
 		asked := 0
 		cpu.amxPermit = func() bool { asked++; return !strings.Contains(c.name, "refused") }
 		got := detectHost(x86Levels, cpu)
 		if got < 0 || x86Levels[got].Name != c.want {
 			t.Errorf("%s: level %d, want %s", c.name, got, c.want)
 		}
-		if wantAsked := strings.HasPrefix(c.name, "sapphire rapids") && c.xcr0 == xcr0AMX; (asked == 1) != wantAsked || asked > 1 {
+		if wantAsked := c.xcr0 == xcr0AMX && len(c.feats) == len(amx); (asked == 1) != wantAsked || asked > 1 {
 			t.Errorf("%s: the tile state asked for %d times", c.name, asked)
 		}
 	}
 	// Without a way to ask (amxPermit nil) the tile state is refused.
-	if got := detectHost(x86Levels, fakeCPU(t, xcr0AMX, amx...)); got < 0 || x86Levels[got].Name != "x86-64-v4-bf16" {
-		t.Errorf("sapphire rapids, nothing to ask: level %d, want x86-64-v4-bf16", got)
+	if got := detectHost(x86Levels, fakeCPU(t, amd, xcr0AMX, amx...)); got < 0 || x86Levels[got].Name != "x86-64-v4-bf16" {
+		t.Errorf("amx on an AMD CPU, nothing to ask: level %d, want x86-64-v4-bf16", got)
+	}
+	// Without the level below x86-64-v4-bf16, it runs on any vendor's CPU.
+	if got := detectHost(x86Levels[3:4], fakeCPU(t, intel, 0xe6, bf16...)); got != 0 {
+		t.Errorf("cooper lake, x86-64-v4-bf16 alone: %d, want 0", got)
 	}
 	// Without the baseline (a build restricted to higher levels), a CPU
 	// that runs none of them has no level.
-	if got := detectHost(x86Levels[2:], fakeCPU(t, 0x6, v3...)); got != -1 {
+	if got := detectHost(x86Levels[2:], fakeCPU(t, intel, 0x6, v3...)); got != -1 {
 		t.Errorf("v3 CPU, levels from x86-64-v4: %d, want -1", got)
 	}
 	if got := detectHost(aarch64Levels, cpuidFunc{}); got != 0 {

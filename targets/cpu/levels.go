@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"encoding/binary"
 	"fmt"
 	"slices"
 
@@ -42,9 +43,17 @@ type Level struct {
 	// level is also DotBF16 (cloned where vdpbf16ps is, and running it
 	// where tiles do not fit); using the tiles needs the OS's permission
 	// for the tile state, asked once (arch_prctl ARCH_REQ_XCOMP_PERM) when
-	// detection or ATTNC_CPU_LEVEL picks the level; refused, the level
-	// below runs.
+	// detection or ATTNC_CPU_LEVEL picks the level; refused, detection
+	// goes on as on a CPU without it (forced, the level below runs).
 	AMX bool
+	// Vendor, when set, is the CPUID vendor (leaf 0's EBX, EDX, ECX) on
+	// whose CPUs the level pays: detection picks it only there (elsewhere
+	// the level below runs), and no level above falls back to it (a
+	// kernel without a clone at the level chosen runs the best level
+	// below that has no Vendor, fallsTo). ATTNC_CPU_LEVEL still forces
+	// it on any CPU that has its bits. The level below must need a subset
+	// of its bits and have no Vendor.
+	Vendor string
 	// CPU and Features are LLVM's "target-cpu" and "target-features";
 	// Attrs more function attributes (AVX-512: use 512-bit registers).
 	CPU, Features string
@@ -91,6 +100,15 @@ const (
 // 1, EAX bit 5 (Cooper Lake, Sapphire Rapids, Zen 4 and later).
 var bitsV4BF16 = append(append([]cpuidBit(nil), bitsV4...), cpuidBit{leaf: 7, sub: 1, reg: 0, bit: 5, name: "avx512_bf16"})
 
+// vendorAMD is AMD's CPUID vendor string: x86-64-v4-bf16's Vendor. On Zen 4
+// and Zen 5 vdpbf16ps issues at the FMA's rate with twice its products
+// (bf16 prefill 1.07x the FMA peak at that level on a Zen 4, 1.2x faster
+// than x86-64-v4 on a Zen 5); on Intel's Golden Cove cores (Sapphire and
+// Emerald Rapids) it reaches 0.53x the FMA's flop rate, and bf16 prefill
+// ran 0.40 of the FMA peak there against about 0.5 at x86-64-v4
+// (docs/benchmarks.md, machine C). Cooper Lake's is not measured.
+const vendorAMD = "AuthenticAMD"
+
 // bitsAMX are x86-64-v4-bf16's bits and AMX-BF16 and AMX-TILE: CPUID leaf
 // 7, subleaf 0, EDX bits 22 and 24 (Sapphire Rapids and later).
 var bitsAMX = append(append([]cpuidBit(nil), bitsV4BF16...),
@@ -116,7 +134,8 @@ const (
 // x86-64-v3 (AVX2, FMA, F16C: Haswell, Zen), x86-64-v4 (AVX-512 F, BW,
 // CD, DQ, VL: Skylake-SP, Zen 4) and x86-64-v4-bf16 (x86-64-v4 with
 // AVX512-BF16: Cooper Lake, Sapphire Rapids, Zen 4), cloned only for the
-// work kernels whose prefill Q·Kᵀ reads exact bf16 operands, and
+// work kernels whose prefill Q·Kᵀ reads exact bf16 operands and detected
+// only on AMD's CPUs (vendorAMD), and
 // x86-64-amx (x86-64-v4-bf16 with AMX-TILE and AMX-BF16: Sapphire Rapids
 // and later), cloned for the same kernels (first run on AMX hardware, an
 // Emerald Rapids, on 2026-12-04: the conformance matrix and verify pass
@@ -128,7 +147,7 @@ var x86Levels = []Level{
 	{Name: "x86-64-v4", Suffix: "_x86_64_v4", Lanes: 16, Regs: 32, FMA: true, NativeF16: true, CPU: "x86-64-v4",
 		Features: featuresX86V4, needs: bitsV4, xcr0: 0xe6,
 		Attrs: [][2]string{{"prefer-vector-width", "512"}, {"min-legal-vector-width", "512"}}},
-	{Name: "x86-64-v4-bf16", Suffix: "_x86_64_v4_bf16", Lanes: 16, Regs: 32, FMA: true, NativeF16: true, DotBF16: true, CPU: "x86-64-v4",
+	{Name: "x86-64-v4-bf16", Suffix: "_x86_64_v4_bf16", Lanes: 16, Regs: 32, FMA: true, NativeF16: true, DotBF16: true, Vendor: vendorAMD, CPU: "x86-64-v4",
 		Features: featuresX86V4BF16, needs: bitsV4BF16, xcr0: 0xe6,
 		Attrs: [][2]string{{"prefer-vector-width", "512"}, {"min-legal-vector-width", "512"}}},
 	{Name: "x86-64-amx", Suffix: "_x86_64_amx", Lanes: 16, Regs: 32, FMA: true, NativeF16: true, DotBF16: true, AMX: true,
@@ -250,6 +269,19 @@ func (e *runtimeEmitter) defineCPULevel() {
 		join.Insts = append(join.Insts, phi)
 		auto, decide = phi, join
 	}
+	// A level with a Vendor (x86-64-v4-bf16) is detected on that
+	// vendor's CPUs only; elsewhere the level below runs (after the AMX
+	// step: a refused tile state lands here too).
+	for i := len(e.arch.Levels) - 1; i >= 0; i-- {
+		below, ok := e.vendorBelow[i]
+		if !ok {
+			continue
+		}
+		is := named(decide.NewICmp(enum.IPredEQ, auto, llI32(int64(i))), fmt.Sprintf("auto.is%d", i))
+		other := named(decide.NewXor(e.vendorIs(decide, e.arch.Levels[i].Vendor), constant.True), fmt.Sprintf("auto.other%d", i))
+		demote := named(decide.NewAnd(is, other), fmt.Sprintf("auto.demote%d", i))
+		auto = named(decide.NewSelect(demote, llI32(int64(below)), auto), fmt.Sprintf("auto.v%d", i))
+	}
 	env := named(decide.NewCall(e.decl("getenv", i8p, i8p), e.message(LevelEnv)), "env")
 	isNull := named(decide.NewICmp(enum.IPredEQ, env, constant.NewNull(i8p)), "unset")
 	check := f.NewBlock("env.check")
@@ -317,6 +349,27 @@ func (e *runtimeEmitter) defineCPULevel() {
 	st := store.NewStore(level, e.levelCache)
 	st.Atomic, st.Ordering, st.Align = true, enum.AtomicOrderingMonotonic, 4
 	store.NewRet(level)
+}
+
+// vendorIs is whether CPUID leaf 0's vendor string (EBX, EDX, ECX) is
+// vendor (12 bytes), computed in b.
+func (e *runtimeEmitter) vendorIs(b *lir.Block, vendor string) value.Value {
+	if len(vendor) != 12 {
+		e.fail("CPU vendor %q is not 12 bytes", vendor)
+		return constant.False
+	}
+	regs := types.NewStruct(types.I32, types.I32, types.I32, types.I32)
+	cpuid := lir.NewInlineAsm(types.NewPointer(types.NewFunc(regs, types.I32, types.I32)), "cpuid",
+		"={ax},={bx},={cx},={dx},{ax},{cx},~{dirflag},~{fpsr},~{flags}")
+	cpuid.SideEffect = true
+	r := named(b.NewCall(cpuid, llI32(0), llI32(0)), "vendor")
+	var all value.Value = constant.True
+	for k, reg := range []uint64{1, 3, 2} { // EBX, EDX, ECX
+		word := binary.LittleEndian.Uint32([]byte(vendor[4*k : 4*k+4]))
+		got := named(b.NewExtractValue(r, reg), fmt.Sprintf("vendor.%d", k))
+		all = b.NewAnd(all, named(b.NewICmp(enum.IPredEQ, got, llI32(int64(int32(word)))), fmt.Sprintf("vendor.is%d", k)))
+	}
+	return all
 }
 
 // hasAMX reports whether the module has an AMX level.

@@ -20,10 +20,12 @@ import (
 // that calls work kernels (an entry) asks the runtime for the level at its
 // start (rt.cpu_level: CPUID at the first call, or $ATTNC_CPU_LEVEL; the
 // runtime numbers the module's levels, moduleLevels), returns CPU_LEVEL
-// when the variable is refused, and calls the callee's clone of the best
-// level at or below it. A machine restricted to some levels (NewMachine's
-// levels: attnc build --cpu-levels) clones each work kernel at the best
-// level at or below each of them that the kernel can be cloned at (keep):
+// when the variable is refused, and calls the callee's clone of that
+// level, or of the best level below it without a Vendor (fallsTo: a
+// kernel without an x86-64-amx clone runs x86-64-v4 there, not
+// x86-64-v4-bf16). A machine restricted to some levels (NewMachine's
+// levels: attnc build --cpu-levels) clones each work kernel at the level
+// fallsTo picks for each of them among those it can be cloned at (keep):
 // the entries then refuse (CPU_LEVEL) a CPU below every kernel's lowest
 // clone, and run the best clone at or below the CPU's level otherwise.
 func (mc *Machine) Multiversion(m *ir.Module) (*ir.Module, error) {
@@ -32,15 +34,15 @@ func (mc *Machine) Multiversion(m *ir.Module) (*ir.Module, error) {
 
 // keep are the levels of levels (indexes into the architecture's,
 // ascending) a kernel that can be cloned at them is cloned at: all of
-// them, or on a restricted machine the best of them at or below each
-// level built.
+// them, or on a restricted machine the one fallsTo picks for each level
+// built.
 func (mc *Machine) keep(levels []int) []int {
 	if mc.built == nil {
 		return levels
 	}
 	var out []int
 	for _, i := range mc.built {
-		if b := bestAt(levels, i); !slices.Contains(out, b) {
+		if b := fallsTo(mc.Arch.Levels, levels, i); !slices.Contains(out, b) {
 			out = append(out, b)
 		}
 	}
@@ -49,8 +51,9 @@ func (mc *Machine) keep(levels []int) []int {
 }
 
 // MultiversionAt is Multiversion with one clone of each work kernel: of
-// the best level at or below level i it would be cloned at (a kernel
-// without a bf16 product takes x86-64-v4 where i is x86-64-v4-bf16): the
+// the level fallsTo picks for level i among those it would be cloned at
+// (a kernel without a bf16 product takes x86-64-v4 where i is
+// x86-64-v4-bf16 or x86-64-amx): the
 // Multiversion of the machine restricted to level i. Tests that run the
 // level their machine picks build with it, one clone instead of three or
 // four. The entries return CPU_LEVEL below the highest level cloned,
@@ -189,12 +192,15 @@ func floorLevel(m *ir.Module, levels []Level) int {
 	return floor
 }
 
-// bestAt is the highest of levels (ascending indexes) at or below i; the
-// lowest is the last resort.
-func bestAt(levels []int, i int) int {
+// fallsTo is the level of levels (ascending indexes into all) a kernel
+// cloned at them runs at level i: i itself, else the highest below it
+// whose level has no Vendor (a level that pays only on some vendors'
+// CPUs is never a fallback: the CPUs of the levels above it may not be
+// that vendor's); the lowest is the last resort.
+func fallsTo(all []Level, levels []int, i int) int {
 	best := levels[0]
 	for _, j := range levels {
-		if j <= i {
+		if j == i || j < i && all[j].Vendor == "" {
 			best = j
 		}
 	}
@@ -205,13 +211,13 @@ func bestAt(levels []int, i int) int {
 const levelVar = "cpu_level"
 
 // renameCalls points the calls of a clone of level index i at the
-// callees' clones of the same level, or of the best level below it they
-// are cloned at.
+// callees' clones of the same level, or of the level below it fallsTo
+// picks among those they are cloned at.
 func renameCalls(b *ir.Block, at map[string][]int, all []Level, i int) *ir.Block {
 	return ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
 		if c, ok := s.(*ir.CallStmt); ok && at[c.Fn] != nil {
 			n := *c
-			n.Fn += all[bestAt(at[c.Fn], i)].Suffix
+			n.Fn += all[fallsTo(all, at[c.Fn], i)].Suffix
 			return []ir.Stmt{&n}
 		}
 		return []ir.Stmt{s}
@@ -219,9 +225,9 @@ func renameCalls(b *ir.Block, at map[string][]int, all []Level, i int) *ir.Block
 }
 
 // dispatch turns each call of a cloned kernel into a choice of its clones
-// by the entry's level: the best level it is cloned at at or below it,
-// best first (the entry has refused levels below every kernel's lowest
-// clone). index numbers the
+// by the entry's level: the level fallsTo picks among those it is cloned
+// at, best first (the entry has refused levels below every kernel's
+// lowest clone). index numbers the
 // levels of all as the runtime does (moduleLevels). A call's result stays
 // visible after the choice: it becomes a var that each clone's call sets.
 func dispatch(b *ir.Block, at map[string][]int, all []Level, index map[int]int) *ir.Block {
@@ -243,7 +249,12 @@ func dispatch(b *ir.Block, at map[string][]int, all []Level, index map[int]int) 
 		levels := at[c.Fn]
 		tail := call(all[levels[0]])
 		for _, i := range levels[1:] {
-			cond := ir.Bin(ir.Ge, ir.R(levelVar, ir.I32), ir.Int(int64(index[i])))
+			// A level with a Vendor runs only when chosen (fallsTo).
+			op := ir.Ge
+			if all[i].Vendor != "" {
+				op = ir.Eq
+			}
+			cond := ir.Bin(op, ir.R(levelVar, ir.I32), ir.Int(int64(index[i])))
 			tail = &ir.Block{Stmts: []ir.Stmt{&ir.If{Cond: cond, Then: call(all[i]), Else: tail}}}
 		}
 		if c.Result != "" {

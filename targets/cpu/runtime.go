@@ -62,17 +62,22 @@ type runtimeEmitter struct {
 	arch Arch // with the module's levels (moduleLevels)
 	// absent are the architecture's levels the module lacks (a DotBF16
 	// level no kernel is cloned at), each with the index among arch's
-	// levels of the best level below it: ATTNC_CPU_LEVEL may still name
-	// them, and runs that level.
+	// levels of the best level below it without a Vendor (fallsTo):
+	// ATTNC_CPU_LEVEL may still name them, and runs that level.
 	absent []absentLevel
 	// floor is the index among arch's levels of the lowest level every
 	// cloned kernel has a clone at (floorLevel): rt.cpu_level refuses the
 	// levels below it, as the entries do (0 unless the build restricted
 	// the levels).
-	floor  int
-	b      *llvmgen.Builder
-	mod    *lir.Module
-	prefix string
+	floor int
+	// vendorBelow maps the index among arch's levels of each level with
+	// a Vendor to the level detection takes on another vendor's CPU
+	// (vendorFallbacks); a level missing from it runs wherever its bits
+	// are.
+	vendorBelow map[int]int
+	b           *llvmgen.Builder
+	mod         *lir.Module
+	prefix      string
 
 	numThreads  *lir.Global
 	getThreads  *lir.Func

@@ -336,21 +336,8 @@ func TestCPULevel(t *testing.T) {
 		t.Skip("the levels tested are x86-64's")
 	}
 	tc := lltest.NeedToolchain(t)
-	k := lltest.Kernel("lvl", []*ir.Param{lltest.Buf("out", ir.I32)},
-		&ir.CallStmt{Result: "l", Fn: "rt.cpu_level"},
-		lltest.Store("out", ir.Int(0), lltest.I32("l")),
-		lltest.Ret(ir.Int(0)))
-	driver := `
-int32_t lvl(int32_t*);
-const char *lvl_cpu_level(void);
-int main(void) {
-	const char *n = lvl_cpu_level();
-	int32_t l = -5;
-	lvl(&l);
-	printf("name %s\nindex %d\n", n ? n : "(null)", l);
-	return 0;
-}
-`
+	k := levelProbe()
+	driver := levelProbeDriver
 	bl := build(t, tc, lltest.Module("lvl", k), driver)
 	run := func(env ...string) map[string]string {
 		cmd := exec.Command(bl.Exe)
@@ -392,6 +379,99 @@ int main(void) {
 		r := run(LevelEnv + "=x86-64-v4")
 		if r["name"] != "(null)" || r["index"] != "-1" {
 			t.Errorf("a level above the CPU's was not refused: %v", r)
+		}
+	}
+}
+
+// levelProbe is a kernel lvl(out) storing rt.cpu_level in out[0], which
+// levelProbeDriver calls after <prefix>_cpu_level(): it prints the level's
+// name and index (lltest.Results).
+func levelProbe() *ir.Kernel {
+	return lltest.Kernel("lvl", []*ir.Param{lltest.Buf("out", ir.I32)},
+		&ir.CallStmt{Result: "l", Fn: "rt.cpu_level"},
+		lltest.Store("out", ir.Int(0), lltest.I32("l")),
+		lltest.Ret(ir.Int(0)))
+}
+
+const levelProbeDriver = `
+int32_t lvl(int32_t*);
+const char *lvl_cpu_level(void);
+int main(void) {
+	const char *n = lvl_cpu_level();
+	int32_t l = -5;
+	lvl(&l);
+	printf("name %s\nindex %d\n", n ? n : "(null)", l);
+	return 0;
+}
+`
+
+// hostVendor is this machine's CPUID vendor (/proc/cpuinfo's vendor_id);
+// the test is skipped without one.
+func hostVendor(t *testing.T) string {
+	t.Helper()
+	info, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		t.Skipf("no /proc/cpuinfo: %v", err)
+	}
+	for _, line := range strings.Split(string(info), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "vendor_id" {
+			if v = strings.TrimSpace(v); len(v) == 12 {
+				return v
+			}
+		}
+	}
+	t.Skip("/proc/cpuinfo names no CPUID vendor")
+	return ""
+}
+
+// TestCPULevelVendor: a level with a Vendor is detected on that vendor's
+// CPUs only, the level below elsewhere, and ATTNC_CPU_LEVEL forces it on
+// any CPU with its bits. The architecture here is x86-64 and x86-64-v3
+// with a Vendor: this machine's, then another's.
+func TestCPULevelVendor(t *testing.T) {
+	t.Parallel()
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the levels tested are x86-64's")
+	}
+	flags := lltest.CPUInfoFlags()
+	if !(flags["avx2"] && flags["fma"] && flags["f16c"] && flags["bmi2"] && flags["movbe"]) {
+		t.Skip("this CPU does not run x86-64-v3")
+	}
+	host := hostVendor(t)
+	other := map[string]string{"AuthenticAMD": "GenuineIntel"}[host]
+	if other == "" {
+		other = "AuthenticAMD"
+	}
+	tc := lltest.NeedToolchain(t)
+	k := levelProbe()
+	driver := levelProbeDriver
+	for _, c := range []struct {
+		vendor string
+		want   string
+	}{{host, "x86-64-v3"}, {other, "x86-64"}} {
+		arch := Arches[0]
+		arch.Levels = append([]Level(nil), x86Levels[:2]...)
+		arch.Levels[1].Vendor = c.vendor
+		ll, err := emitLL(lltest.Module("lvl", k), arch)
+		if err != nil {
+			t.Fatalf("emitLL: %v", err)
+		}
+		bl := tc.Build(t, ll, driver)
+		for _, env := range [][]string{nil, {LevelEnv + "=x86-64-v3"}} {
+			cmd := exec.Command(bl.Exe)
+			cmd.Env = append(os.Environ(), LevelEnv+"=")
+			cmd.Env = append(cmd.Env, env...)
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("%s %v: %v", c.vendor, env, err)
+			}
+			want := c.want
+			if env != nil {
+				want = "x86-64-v3"
+			}
+			if r := lltest.Results(t, string(out)); r["name"] != want {
+				t.Errorf("x86-64-v3 for %s on a %s CPU, %v: %s, want %s", c.vendor, host, env, r["name"], want)
+			}
 		}
 	}
 }
