@@ -273,6 +273,47 @@ func TestAMXPrefillF16Emulated(t *testing.T) {
 	}
 }
 
+// TestAMXGroupsEmulated runs bf16 prefill at x86-64-amx under the AMX
+// emulator for GQA groups of 7 and 3 heads, whose items the CPU tiling
+// rounds to whole 32-row blocks (Tiling.RowQuantum: 224 and 192 rows,
+// where 7 × 18 = 126 and 3 × 42 = 126 had no x86-64-amx clone), against
+// the float64 reference: query lengths that fill an item, end inside one
+// (a last block of 32 rows partly past the item's rows) and span two.
+// Emulated only: not a run on AMX hardware.
+func TestAMXGroupsEmulated(t *testing.T) {
+	needTools(t)
+	for _, c := range []struct {
+		name       string
+		qo, kv, qt int // qt: the query rows of an item
+	}{{"gqa7", 7, 1, 32}, {"gqa3", 6, 2, 64}} {
+		t.Run(c.name, func(t *testing.T) {
+			v := spec(t, fmt.Sprintf(`variant %s { heads qo = %d, kv = %d
+			  head_dim 64
+			  dtype bf16
+			  cache paged(page_size = 16)
+			  mask causal }`, c.name, c.qo, c.kv))
+			if got := (cpu.Target{}).Tiling(v).QTile(v.GroupSize()); got != c.qt {
+				t.Fatalf("an item holds %d query rows, want %d", got, c.qt)
+			}
+			ls := amxEmulated(t, v)
+			defer ls.Lib.Close()
+			for seed := int64(1); seed <= 2; seed++ {
+				rng := rand.New(rand.NewSource(seed))
+				cs := reference.NewCase(v, rng, reference.CaseSpec{Name: fmt.Sprintf("seed %d", seed),
+					QLens: []int{c.qt, c.qt/2 + 3, 2*c.qt + 5}, KVLens: []int{c.qt + 40, 97, 2*c.qt + 5}})
+				if r := ls.RunAttentionCase(ir.RolePrefill, cs, 2); !r.Pass {
+					t.Errorf("x86-64-amx (emulated): %s", r)
+				} else {
+					t.Logf("x86-64-amx (emulated): %s", r)
+				}
+			}
+			if dps, err := ls.Lib.Call("amxemu_count_dp"); err != nil || dps == 0 {
+				t.Fatalf("%d TDPBF16PS emulated (%v): the tiles did not run", dps, err)
+			}
+		})
+	}
+}
+
 // TestAMXExamplesEmulated runs the prefill matrix (and the ragged
 // prefill's, where a variant has one) of every example with a kernel
 // cloned at x86-64-amx — the bf16 ones — at that level under the tests'

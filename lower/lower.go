@@ -138,6 +138,13 @@ type Tiling struct {
 	// more than one kv head: one kv head's items (head tiles) read the
 	// same rows.
 	SplitBySequence bool
+	// RowQuantum, when not 0, makes a prefill item's rows (its heads ×
+	// query rows) a multiple of it where Rows is not one already: the
+	// fewest query rows at or above Rows/heads that make one, if that
+	// keeps the item within 2·Rows (a GQA group of 7 heads: 224 rows, not
+	// 7 × 18 = 126; of 3: 192). A CPU's matrix tiles (AMX: 32 × 32
+	// blocks) take whole blocks of rows only.
+	RowQuantum int
 }
 
 // HeadTile is how many qo heads of a GQA group of g heads a work item
@@ -158,7 +165,24 @@ func HeadTile(g, max int) int {
 func (t Tiling) Heads(g int) int { return HeadTile(g, min(t.MaxHeads, t.Rows)) }
 
 // QTile is the query rows per prefill work item for group size g.
-func (t Tiling) QTile(g int) int { return max(1, t.Rows/t.Heads(g)) }
+func (t Tiling) QTile(g int) int {
+	h := t.Heads(g)
+	qt := max(1, t.Rows/h)
+	if q := t.RowQuantum; q > 1 && h*qt%q != 0 {
+		step := q / gcd(h, q) // query rows per whole multiple of q rows
+		if up := (qt + step - 1) / step * step; h*up <= 2*t.Rows {
+			qt = up
+		}
+	}
+	return qt
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
 
 // Unsupported reports the first feature of v that this version cannot
 // generate kernels for, as file:line:col: not supported yet: <feature>.

@@ -277,3 +277,35 @@ func TestAtAppendAttentionTakesNoRope(t *testing.T) {
 		}
 	}
 }
+
+// TestQTileRowQuantum: with RowQuantum 32 (the CPU's), a prefill item's
+// rows become a multiple of 32 with the fewest query rows at or above
+// Rows/heads, unless that takes more than 2·Rows; without it, Rows/heads.
+func TestQTileRowQuantum(t *testing.T) {
+	plain := Tiling{KVTile: 64, Rows: 128, MaxHeads: 16}
+	quant := plain
+	quant.RowQuantum = 32
+	for _, c := range []struct{ g, heads, plain, quant int }{
+		{1, 1, 128, 128}, {2, 2, 64, 64}, {4, 4, 32, 32}, {8, 8, 16, 16}, {16, 16, 8, 8}, {128, 16, 8, 8},
+		{3, 3, 42, 64},   // 192 rows
+		{5, 5, 25, 32},   // 160
+		{6, 6, 21, 32},   // 192
+		{7, 7, 18, 32},   // 224
+		{10, 10, 12, 16}, // 160
+		{12, 12, 10, 16}, // 192
+		{14, 14, 9, 16},  // 224
+		{9, 9, 14, 14},   // 288 would exceed 256: unchanged
+		{11, 11, 11, 11}, {13, 13, 9, 9}, {15, 15, 8, 8},
+		{20, 10, 12, 16}, {21, 7, 18, 32}, // wide groups split into head tiles
+	} {
+		if h := quant.Heads(c.g); h != c.heads {
+			t.Errorf("group %d: %d heads an item, want %d", c.g, h, c.heads)
+		}
+		if got := plain.QTile(c.g); got != c.plain {
+			t.Errorf("group %d without RowQuantum: %d query rows, want %d", c.g, got, c.plain)
+		}
+		if got := quant.QTile(c.g); got != c.quant {
+			t.Errorf("group %d with RowQuantum 32: %d query rows (%d rows), want %d", c.g, got, got*c.heads, c.quant)
+		}
+	}
+}
