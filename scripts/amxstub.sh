@@ -21,7 +21,9 @@
 # stubbed library's median. The stubbed time runs at this CPU's clock, not
 # the AMX CPU's: scale it by the clocks' ratio when comparing across them.
 #
-# Environment: ATTNC (a prebuilt attnc; default: go build ./cmd/attnc),
+# Environment: QO and KVH (the variant's qo and kv heads, default 32 and
+# 8: QO=28 KVH=4 is a GQA group of 7, whose items hold 224 rows),
+# ATTNC (a prebuilt attnc; default: go build ./cmd/attnc),
 # AMXSTUB_DIR (where the builds stay; default a new temporary directory),
 # AMX_GHZ, AMX_TDP_CYCLES. Needs LLVM 14's opt and llc, gcc, python3.
 set -euo pipefail
@@ -56,7 +58,7 @@ if [ -z "$attnc" ]; then
 fi
 cat >"$dir/p.attn" <<'EOF'
 variant p {
-  heads    qo = 32, kv = 8
+  heads    qo = QO, kv = KVH
   head_dim 128
   dtype    DTYPE
   cache    paged(page_size = 16)
@@ -64,7 +66,9 @@ variant p {
   kernels  prefill
 }
 EOF
-sed -i "s/DTYPE/$dtype/" "$dir/p.attn"
+qo=${QO:-32}
+kvh=${KVH:-8}
+sed -i "s/DTYPE/$dtype/; s/= QO,/= $qo,/; s/= KVH$/= $kvh/" "$dir/p.attn"
 "$attnc" build "$dir/p.attn" -o "$dir/a" --cpu-levels "$base" --shared >/dev/null
 "$attnc" build "$dir/p.attn" -o "$dir/b" --cpu-levels x86-64-amx >/dev/null
 python3 - "$dir/b/p.ll" "$dir/b/p_stub.ll" <<'EOF'
@@ -89,19 +93,19 @@ opt -O3 "$dir/b/p_stub.ll" -o "$dir/b/p_stub.bc"
 llc -O3 -filetype=obj -relocation-model=pic "$dir/b/p_stub.bc" -o "$dir/b/p_stub.o"
 gcc -O3 -march=x86-64-v4 -shared -fPIC -o "$dir/b/p.so" "$dir/b/p_stub.o" scripts/amxstub.c -lm -lpthread
 gcc -O2 -o "$dir/prefillcpu" scripts/prefillcpu.c -ldl
-ATTNC_CPU_LEVEL=x86-64-amx "$dir/prefillcpu" p "$dtype" "$L" "$rounds" "$dir/a/p.so" "$dir/b/p.so" >"$dir/run.txt" 2>&1 ||
+QO=$qo KVH=$kvh ATTNC_CPU_LEVEL=x86-64-amx "$dir/prefillcpu" p "$dtype" "$L" "$rounds" "$dir/a/p.so" "$dir/b/p.so" >"$dir/run.txt" 2>&1 ||
 	die "prefillcpu: $(cat "$dir/run.txt")"
 grep -v -e "OUTPUTS DIFFER" -e "^amxstub:" "$dir/run.txt" | sed "s/^libA/$(printf '%-20s' "$base")/; s/^libB\(.*ms\).*/x86-64-amx, no tiles\1/; s/^B\/A/no tiles \/ $base/"
-python3 - "$dir/run.txt" "$rounds" "$ghz" "$cycles" "$L" <<'EOF'
+python3 - "$dir/run.txt" "$rounds" "$ghz" "$cycles" "$L" "$qo" <<'EOF'
 import re, sys
 text = open(sys.argv[1]).read()
-rounds, ghz, cycles, L = int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+rounds, ghz, cycles, L, qo = int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
 dp = int(re.search(r'amxstub: (\d+) TDPBF16PS', text).group(1))
 med = float(re.search(r'libB best [\d.]+ ms  median ([\d.]+) ms', text).group(1))
 calls = 2 * rounds + 1  # a first call, then B twice per round (A B B A)
 per = dp / calls
 tiles = per * cycles / ghz / 1e6  # ms
-flop = 2.0 * 2 * 128 * L * (L + 1) / 2 * 32
+flop = 2.0 * 2 * 128 * L * (L + 1) / 2 * qo
 print('TDPBF16PS per call   %d (%.1f ms at %g cycles each, %g GHz)' % (per, tiles, cycles, ghz))
 print('projected x86-64-amx %.1f ms = %.1f besides the tiles + %.1f tiles; %.1f GFLOP/s, the tiles %.0f%% of it'
       % (med + tiles, med, tiles, flop / (med + tiles) / 1e6, 100 * tiles / (med + tiles)))
