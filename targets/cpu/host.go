@@ -16,7 +16,8 @@ var goArch = map[string]string{"x86_64": "amd64", "aarch64": "arm64"}
 // library with every level pick on the machine that runs this, with
 // $ATTNC_CPU_LEVEL unset: the same decision as the generated detection
 // (defineDetectLevel, then rt.cpu_level's request for an AMX level's tile
-// state), made with CPUID, XGETBV and arch_prctl in Go. It is an error on
+// state and its vendor check for a level with a Vendor), made with CPUID,
+// XGETBV and arch_prctl in Go. It is an error on
 // a machine of another architecture than the triple's.
 func (a Arch) hostLevel() (int, error) {
 	arch, _, _ := strings.Cut(a.Triple, "-")
