@@ -358,10 +358,7 @@ func (e *runtimeEmitter) vendorIs(b *lir.Block, vendor string) value.Value {
 		e.fail("CPU vendor %q is not 12 bytes", vendor)
 		return constant.False
 	}
-	regs := types.NewStruct(types.I32, types.I32, types.I32, types.I32)
-	cpuid := lir.NewInlineAsm(types.NewPointer(types.NewFunc(regs, types.I32, types.I32)), "cpuid",
-		"={ax},={bx},={cx},={dx},{ax},{cx},~{dirflag},~{fpsr},~{flags}")
-	cpuid.SideEffect = true
+	cpuid := cpuidAsm()
 	r := named(b.NewCall(cpuid, llI32(0), llI32(0)), "vendor")
 	var all value.Value = constant.True
 	for k, reg := range []uint64{1, 3, 2} { // EBX, EDX, ECX
@@ -370,6 +367,16 @@ func (e *runtimeEmitter) vendorIs(b *lir.Block, vendor string) value.Value {
 		all = b.NewAnd(all, named(b.NewICmp(enum.IPredEQ, got, llI32(int64(int32(word)))), fmt.Sprintf("vendor.is%d", k)))
 	}
 	return all
+}
+
+// cpuidAsm is CPUID as inline assembly: {eax, ebx, ecx, edx} of (leaf,
+// subleaf).
+func cpuidAsm() *lir.InlineAsm {
+	regs := types.NewStruct(types.I32, types.I32, types.I32, types.I32)
+	a := lir.NewInlineAsm(types.NewPointer(types.NewFunc(regs, types.I32, types.I32)), "cpuid",
+		"={ax},={bx},={cx},={dx},{ax},{cx},~{dirflag},~{fpsr},~{flags}")
+	a.SideEffect = true
+	return a
 }
 
 // hasAMX reports whether the module has an AMX level.
@@ -440,10 +447,7 @@ func (e *runtimeEmitter) defineDetectLevel() {
 		b.NewRet(llI32(int64(top)))
 		return
 	}
-	regs := types.NewStruct(types.I32, types.I32, types.I32, types.I32)
-	cpuid := lir.NewInlineAsm(types.NewPointer(types.NewFunc(regs, types.I32, types.I32)), "cpuid",
-		"={ax},={bx},={cx},={dx},{ax},{cx},~{dirflag},~{fpsr},~{flags}")
-	cpuid.SideEffect = true
+	cpuid := cpuidAsm()
 	call := func(b *lir.Block, leaf, sub value.Value, name string) [4]value.Value {
 		r := named(b.NewCall(cpuid, leaf, sub), name)
 		var out [4]value.Value
