@@ -12,7 +12,7 @@ import (
 )
 
 func variant() *ir.Variant {
-	return &ir.Variant{Name: "r", QOHeads: 32, KVHeads: 8, HeadDimQK: 128, HeadDimV: 128, DType: ir.DTF16,
+	return &ir.Variant{Name: "r", QOHeads: 32, KVHeads: 8, HeadDimQK: 128, HeadDimV: 128, DType: ir.DTF16, KVDType: ir.DTF16,
 		PageSize: 16, Scale: 0.088, Masks: []ir.MaskClause{{Kind: ir.MaskCausal}},
 		Kernels: []ir.KernelRef{{Role: ir.RolePrefill}, {Role: ir.RoleDecode}, {Role: ir.RoleMergeState}}}
 }
@@ -46,9 +46,9 @@ func TestSelect(t *testing.T) {
 		// no split.
 		{"decode two sequences", registry.Shape{QLens: []int{1, 1}, KVLens: []int{4096, 100}, Threads: 3}, ir.RoleDecode, 2, 32},
 		{"decode enough sequences", registry.Shape{QLens: []int{1, 1}, KVLens: []int{4096, 100}, Threads: 2}, ir.RoleDecode, 1, 16},
-		// Never more chunks than the CPU's 16-position decode tiles: 40
-		// positions = 3 tiles.
-		{"decode split capped by tiles", registry.Shape{QLens: []int{1}, KVLens: []int{40}, Threads: 64}, ir.RoleDecode, 3, 24},
+		// Never more chunks than the CPU's decode tiles (64 positions of
+		// f16 at head dim 128): 150 positions = 3 tiles.
+		{"decode split capped by tiles", registry.Shape{QLens: []int{1}, KVLens: []int{150}, Threads: 64}, ir.RoleDecode, 3, 24},
 		{"decode one thread", registry.Shape{QLens: []int{1, 1}, KVLens: []int{5000, 3}, Threads: 1}, ir.RoleDecode, 1, 16},
 	}
 	for _, tc := range cases {

@@ -43,8 +43,8 @@ func (Target) Files() string { return "<variant>.ll" }
 // tiles' blocks; a group of 7 heads gets 224 rows, not 126; at 1 thread
 // on a Zen 4, 2048-token bf16 prefill of groups of 7 and 3 then took
 // 2.3-3% less time at x86-64-v4 and x86-64-v4-bf16 too). Decode tiles are the
-// TileRows of a K row as the cache stores it (64 positions of f16, bf16
-// or 8-bit codes at head dim 128, 16 of f32): each tile's softmax steps
+// TileRows of a K row as the cache stores it (64 positions up to 32 KiB
+// of K: f32 at head dim 128, f16 or bf16 up to 256): each tile's softmax steps
 // serve many rows, and the next tile's rows, prefetched as this one's are
 // read, have a whole tile's work to come in. The staging walks a tile page run by page run
 // (PageRuns): one page-table lookup per page, not per position. Decode

@@ -149,19 +149,21 @@ func TestLowerTilesKeepsResults(t *testing.T) {
 }
 
 // TestDecodeTileRows checks that a decode tile takes 64 K rows where they
-// fit in TileKBytes (f16 and bf16 at head dim 128, 8-bit codes up to 256,
-// short rows), else 16 (f32 at head dim 128, 8-bit codes at 512, MLA's
-// 576).
+// fit in TileKBytes (f32 at head dim 128, f16 and bf16 up to 256, 8-bit
+// codes up to 512, short rows), else 32 (f32 at 256), else 16 (f32 at
+// 576, MLA's 576-wide f16 rows).
 func TestDecodeTileRows(t *testing.T) {
 	for _, c := range []struct {
 		dt, kv ir.DType
 		d      int
 		want   int
 	}{
-		{ir.DTF32, ir.DTF32, 128, 16}, {ir.DTF16, ir.DTF16, 128, 64}, {ir.DTBF16, ir.DTBF16, 128, 64},
+		{ir.DTF32, ir.DTF32, 128, 64}, {ir.DTF16, ir.DTF16, 128, 64}, {ir.DTBF16, ir.DTBF16, 128, 64},
 		{ir.DTF16, ir.DTE4M3, 128, 64}, {ir.DTF16, ir.DTI8, 128, 64}, {ir.DTF16, ir.DTE4M3, 256, 64},
-		{ir.DTF16, ir.DTE4M3, 512, 16}, {ir.DTF16, ir.DTF16, 192, 16}, {ir.DTF32, ir.DTF32, 64, 64},
-		{ir.DTF16, ir.DTF16, 64, 64}, {ir.DTF16, ir.DTF16, 32, 64}, {ir.DTF32, ir.DTF32, 576, 16},
+		{ir.DTF16, ir.DTE4M3, 512, 64}, {ir.DTF16, ir.DTE4M3, 576, 32}, {ir.DTF16, ir.DTF16, 192, 64},
+		{ir.DTF16, ir.DTF16, 256, 64}, {ir.DTF32, ir.DTF32, 256, 32}, {ir.DTF16, ir.DTF16, 576, 16},
+		{ir.DTF32, ir.DTF32, 64, 64}, {ir.DTF16, ir.DTF16, 64, 64}, {ir.DTF16, ir.DTF16, 32, 64},
+		{ir.DTF32, ir.DTF32, 576, 16},
 	} {
 		v := &ir.Variant{DType: c.dt, KVDType: c.kv, HeadDimQK: c.d, HeadDimV: c.d}
 		if got := (Target{}).Tiling(v).DecodeKVTile; got != c.want {

@@ -11,26 +11,33 @@ import (
 )
 
 // TileKBytes is the most bytes of K rows a CPU decode tile reads, and so
-// how far ahead PrefetchKV reaches: 64 rows of f16 at head dim 128. A
+// how far ahead PrefetchKV reaches: 64 rows of f32 at head dim 128. A
 // staging loop runs in a burst between a tile's products, so rows a few
 // iterations ahead arrive too late; the same rows of the next tile have a
 // whole tile's work to come in. Each tile pays its softmax steps (the
 // group's max, exp, sum and rescale) once for all its rows, so longer
 // tiles cost fewer instructions per row.
-const TileKBytes = 16384
+const TileKBytes = 32768
 
-// TileRows is how many K rows of rowBytes bytes a decode tile takes:
-// TileMaxRows where they fit in TileKBytes (f16 or bf16 rows up to head
-// dim 128, 8-bit codes up to 256), else 16, the vector lanes of a
-// dot-product block's keys (f32 at head dim 128 and wider rows). Measured
-// on Zen 5 (thread CPU time, A B B A): f16 and bf16 at head dim 128 ran
-// 9–15% faster at 32 rows than at 16, and 7–10% faster again at 64; 128
-// was no faster; 8-bit codes 3–9% faster at 64 than at 32 in cache, about
-// the same cold; f32 at 32 or 64 rows 13% slower in cache (4% faster cold),
-// so its 512-byte rows keep 16.
+// TileRows is how many K rows of rowBytes bytes a decode tile takes: the
+// most of TileMaxRows, 32 and 16 (the vector lanes of a dot-product
+// block's keys) that fit in TileKBytes, and 16 where none does — 64 for
+// f32 rows up to head dim 128, f16 and bf16 up to 256, 8-bit codes up to
+// 512; 32 for f32 at 256; 16 for MLA's 576-wide bf16 rows. Measured on
+// Zen 5 (thread CPU time, A B B A): f16 and bf16 at head dim 128 ran 9–15%
+// faster at 32 rows than at 16, and 7–10% faster again at 64; 128 was no
+// faster; 8-bit codes 3–9% faster at 64 than at 32 in cache, about the
+// same cold. f32 rows (then limited to 16 KiB, 16 rows: at 32 or 64 rows
+// Zen 5 ran 13% slower in cache, 4% faster cold) measured on Zen 4
+// (`attnc bench --threads 2`, alternating builds): at head dim 128, 64
+// rows took 5–9% less time cold (8 × 4096) and in L3 (4 × 256), 19–21%
+// less at 1 thread in L2 (1 × 128, 1 × 512); f16 at head dim 256 4–7%
+// less cold; f32 at 256 the same at 16, 32 and 64 rows.
 func TileRows(rowBytes int) int {
-	if TileMaxRows*rowBytes <= TileKBytes {
-		return TileMaxRows
+	for _, n := range []int{TileMaxRows, 32} {
+		if n*rowBytes <= TileKBytes {
+			return n
+		}
 	}
 	return 16
 }
