@@ -110,7 +110,7 @@ func writeCase(w io.Writer, c *CaseResult) {
 			also = append(also, fmt.Sprintf("huge pages %s, %s of AnonHugePages", c.HugePages, mib(c.AnonHugeBytes)))
 		}
 		if c.Scan != nil {
-			also = append(also, fmt.Sprintf("paged scan %.2f GB/s, %s", c.Scan.Rate.Median, aheadText(c.Scan.Ahead)))
+			also = append(also, fmt.Sprintf("paged scan %.2f GB/s, %s", c.Scan.Rate.Median, aheadText(c.Scan.Ahead, c.Scan.L2)))
 		}
 		if c.FirstMS != nil {
 			also = append(also, fmt.Sprintf("first call after the scans %.3f ms", c.FirstMS.Median))
@@ -143,15 +143,19 @@ func writeCase(w io.Writer, c *CaseResult) {
 		fmt.Sprint(c.Rate.N), c.Unit, fmt.Sprintf("%.3f", c.Ratio), fmt.Sprintf("%.3f", c.RatioBest), scan, of)
 }
 
-// aheadText is a paged scan's prefetch distance, in words.
-func aheadText(n int) string {
+// aheadText is a paged scan's prefetch, in words.
+func aheadText(n int, l2 bool) string {
+	into := ""
+	if l2 {
+		into = " into L2"
+	}
 	switch n {
 	case 0:
 		return "no prefetch"
 	case 1:
-		return "prefetch 1 page ahead"
+		return "prefetch 1 page ahead" + into
 	}
-	return fmt.Sprintf("prefetch %d pages ahead", n)
+	return fmt.Sprintf("prefetch %d pages ahead%s", n, into)
 }
 
 func sortedStrings(xs []string) []string {

@@ -9,9 +9,18 @@ import (
 	"github.com/attnc/attnc/ir"
 )
 
-// scanAheads are the prefetch distances the paged-read scan tries, in
-// pages of an item: none, and 1, 2 and 4 pages ahead.
-var scanAheads = []int{0, 1, 2, 4}
+// scanTries are the prefetches the paged-read scan tries: none, and 1, 2
+// and 4 pages of an item ahead, into L1 and into L2 (the kernels' own
+// prefetches fill L2: codegen/llvm).
+var scanTries = []ScanTry{{Ahead: 0}, {Ahead: 1}, {Ahead: 2}, {Ahead: 4}, {Ahead: 1, L2: true}, {Ahead: 2, L2: true}, {Ahead: 4, L2: true}}
+
+// scanPrefetches are yard_scan's prefetch instructions: into L1
+// (locality 3, prefetcht0) and into L2 (locality 2, prefetcht1), each
+// with its helpers' name suffix and its branch's label.
+var scanPrefetches = []struct {
+	suffix, level string
+	locality      int
+}{{"", "l1", 3}, {"_l2", "l2", 2}}
 
 // PagedScan is a decode case's paged-read yardstick: a plain scan
 // (yard_scan) of exactly the bytes the case's calls read — the same K and
@@ -23,24 +32,28 @@ var scanAheads = []int{0, 1, 2, 4}
 // into chunks of pages as the decode splits: with more than one kv head
 // when it has fewer sequences than threads, chunk by chunk; with one, when
 // it has fewer items). It sums every byte it reads, checked
-// against the same sum in Go; it keeps the prefetch distance with the best
+// against the same sum in Go; it keeps the prefetch (distance and cache
+// level) with the best
 // median rate. The scan is the decode's memory-side limit: what reading
 // its pages costs with no compute at all.
 type PagedScan struct {
 	Ahead  int       `json:"ahead"`   // the best prefetch distance, in pages of an item (0: none)
+	L2     bool      `json:"l2"`      // the best prefetch fills L2 (prefetcht1), not L1
 	M      Measure   `json:"m"`       // at Ahead: Amount the case's kv_bytes, per call
 	Rate   Stats     `json:"rate"`    // GB/s
 	TimeMS Stats     `json:"time_ms"` // per call
-	Tried  []ScanTry `json:"tried"`   // every distance tried, Ahead included
+	Tried  []ScanTry `json:"tried"`   // every prefetch tried, the best included
 	Items  int       `json:"items"`   // work items per call
 	Splits int       `json:"splits"`  // chunks per (sequence, kv head)
 	Visits int       `json:"visits"`  // (page, kv head) blocks per call, each read in K and V
 }
 
-// ScanTry is the paged-read scan at one prefetch distance; the distances'
-// repetitions are interleaved, so a load change hits them alike.
+// ScanTry is the paged-read scan at one prefetch distance and cache level;
+// the tries' repetitions are interleaved, so a load change hits them
+// alike.
 type ScanTry struct {
 	Ahead int     `json:"ahead"`
+	L2    bool    `json:"l2"`
 	M     Measure `json:"m"`
 	Rate  Stats   `json:"rate"` // GB/s
 }
@@ -304,15 +317,16 @@ func scanGrab(items, threads, run, next int) int64 {
 }
 
 // scan runs the scan once over page set set on threads threads with
-// prefetch distance ahead and checks the sum of the bytes it read.
-func (y *yardLib) scan(sc *pagedScan, set, threads, ahead int, out slots) (float64, error) {
+// prefetch distance ahead (into L2 when l2) and checks the sum of the
+// bytes it read.
+func (y *yardLib) scan(sc *pagedScan, set, threads, ahead int, l2 bool, out slots) (float64, error) {
 	want := sc.wantSum(set, threads)
 	table := sc.w.tables[set%len(sc.w.tables)]
 	wordsOf(sc.bufs.next)[0] = 0
 	grain, rgrain, round := scanGrains(sc.nItems(), threads, sc.run)
 	sec, _, err := onThreads(threads, func(t int) error {
 		return y.lib.CallVoid("yard_scan", sc.w.pools[0].Ptr(), sc.w.pools[1].Ptr(), table.Ptr(), sc.bufs.geo.Ptr(),
-			sc.bufs.visits.Ptr(), sc.bufs.items.Ptr(), int64(sc.nItems()), sc.bufs.next.Ptr(), int64(ahead), out.ptr(t), grain, rgrain, round)
+			sc.bufs.visits.Ptr(), sc.bufs.items.Ptr(), int64(sc.nItems()), sc.bufs.next.Ptr(), int64(ahead), out.ptr(t), grain, rgrain, round, b2i(l2))
 	})
 	if err != nil {
 		return 0, err
@@ -327,9 +341,9 @@ func (y *yardLib) scan(sc *pagedScan, set, threads, ahead int, out slots) (float
 	return sec, nil
 }
 
-// measureScan times the scan at every distance of scanAheads and, when
+// measureScan times the scan with every prefetch of scanTries and, when
 // decode is not nil, the decode whose bytes it reads: each round calls the
-// decode twice, then the scan once per distance, every call on the next
+// decode twice, then the scan once per prefetch, every call on the next
 // page set (after one untimed call of each on the last set), so that a
 // change in the machine's memory load between rounds hits the decode and
 // its yardstick alike. A round's first decode call finds the kernels'
@@ -338,12 +352,12 @@ func (y *yardLib) scan(sc *pagedScan, set, threads, ahead int, out slots) (float
 // a memory-side limit, is compared with. Rounds run as budget b allows:
 // exactly Reps, or until the timed calls have taken its Seconds (twice
 // that with a decode: the decode's time and the scan's), at least
-// MinReps. The scan keeps the distance with the best median rate.
+// MinReps. The scan keeps the prefetch with the best median rate.
 func (y *yardLib) measureScan(sc *pagedScan, threads int, b Budget, decode func(set int) (float64, error)) (_ *PagedScan, warm, first []float64, _ error) {
 	out := newSlots(threads)
 	defer out.free()
 	last := len(sc.w.tables) - 1
-	if _, err := y.scan(sc, last, threads, 1, out); err != nil {
+	if _, err := y.scan(sc, last, threads, 1, false, out); err != nil {
 		return nil, nil, nil, err
 	}
 	limit := b.Seconds
@@ -357,8 +371,8 @@ func (y *yardLib) measureScan(sc *pagedScan, threads int, b Budget, decode func(
 	if len(sc.items) == 0 {
 		r.Visits = 0
 	}
-	for _, a := range scanAheads {
-		r.Tried = append(r.Tried, ScanTry{Ahead: a, M: Measure{Amount: float64(sc.bytes)}})
+	for _, t := range scanTries {
+		r.Tried = append(r.Tried, ScanTry{Ahead: t.Ahead, L2: t.L2, M: Measure{Amount: float64(sc.bytes)}})
 	}
 	total, start, call := 0.0, time.Now(), 0
 	for round := 0; ; round++ {
@@ -382,7 +396,7 @@ func (y *yardLib) measureScan(sc *pagedScan, threads int, b Budget, decode func(
 			first, warm = append(first, sec[0]), append(warm, sec[1])
 		}
 		for i := range r.Tried {
-			sec, err := y.scan(sc, call, threads, r.Tried[i].Ahead, out)
+			sec, err := y.scan(sc, call, threads, r.Tried[i].Ahead, r.Tried[i].L2, out)
 			if err != nil {
 				return nil, nil, nil, err
 			}
@@ -398,7 +412,15 @@ func (y *yardLib) measureScan(sc *pagedScan, threads int, b Budget, decode func(
 			best = i
 		}
 	}
-	r.Ahead, r.M, r.Rate = r.Tried[best].Ahead, r.Tried[best].M, r.Tried[best].Rate
+	r.Ahead, r.L2, r.M, r.Rate = r.Tried[best].Ahead, r.Tried[best].L2, r.Tried[best].M, r.Tried[best].Rate
 	r.TimeMS = r.M.TimeMS()
 	return r, warm, first, nil
+}
+
+// b2i is 1 for true, 0 for false.
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }

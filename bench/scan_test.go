@@ -160,14 +160,16 @@ func TestPagedScan(t *testing.T) {
 						t.Fatalf("set %d: the scan's Go sum %#x, want %#x", r, got, want)
 					}
 					for _, ahead := range []int{0, 1, 2, 4, 1000} {
-						if _, err := y.scan(sc, r, threads, ahead, out); err != nil {
-							t.Fatalf("%d threads: %v", threads, err)
+						for _, l2 := range []bool{false, true} {
+							if _, err := y.scan(sc, r, threads, ahead, l2, out); err != nil {
+								t.Fatalf("%d threads, %d ahead, into L2 %v: %v", threads, ahead, l2, err)
+							}
 						}
 					}
 				}
 				// A wrong expected sum is caught.
 				sc.want[0]++
-				if _, err := y.scan(sc, 0, threads, 1, out); err == nil || !strings.Contains(err.Error(), "summed") {
+				if _, err := y.scan(sc, 0, threads, 1, true, out); err == nil || !strings.Contains(err.Error(), "summed") {
 					t.Errorf("a wrong sum passed: %v", err)
 				}
 				sc.want[0]--
@@ -178,7 +180,7 @@ func TestPagedScan(t *testing.T) {
 			}
 			defer sc.free()
 			// Each round calls the decode twice (first, then timed), then
-			// the scan at every distance, each call on its own page set
+			// the scan with every prefetch, each call on its own page set
 			// after one untimed call on the last set.
 			var sets []int
 			decode := func(set int) (float64, error) {
@@ -189,7 +191,7 @@ func TestPagedScan(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			round := 2 + len(scanAheads)
+			round := 2 + len(scanTries)
 			if last := len(w.tables) - 1; !slices.Equal(sets, []int{last, 0, 1, round, round + 1}) {
 				t.Errorf("decode called on sets %v, want [%d 0 1 %d %d]", sets, last, round, round+1)
 			}
@@ -199,12 +201,12 @@ func TestPagedScan(t *testing.T) {
 			if _, warm, first, err := y.measureScan(sc, 2, Budget{Reps: 1}, nil); err != nil || warm != nil || first != nil {
 				t.Errorf("without a decode: %v, %v, %v", warm, first, err)
 			}
-			if len(m.Tried) != len(scanAheads) || m.M.Amount != float64(w.kvBytes) || m.Rate.N != 2 || m.Rate.Min <= 0 || m.TimeMS.N != 2 {
+			if len(m.Tried) != len(scanTries) || m.M.Amount != float64(w.kvBytes) || m.Rate.N != 2 || m.Rate.Min <= 0 || m.TimeMS.N != 2 {
 				t.Errorf("measured %+v", m)
 			}
 			for i, tr := range m.Tried {
-				if tr.Ahead != scanAheads[i] || tr.Rate.N != 2 || tr.Rate.Median > m.Rate.Median {
-					t.Errorf("tried %+v, kept %d ahead at %.3f GB/s", tr, m.Ahead, m.Rate.Median)
+				if tr.Ahead != scanTries[i].Ahead || tr.L2 != scanTries[i].L2 || tr.Rate.N != 2 || tr.Rate.Median > m.Rate.Median {
+					t.Errorf("tried %+v, kept %d ahead (into L2 %v) at %.3f GB/s", tr, m.Ahead, m.L2, m.Rate.Median)
 				}
 			}
 		})

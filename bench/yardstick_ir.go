@@ -33,7 +33,7 @@ const mulLatency = 3
 //	void yard_fma(i64 iters, float *params, float *out)
 //	    fmaAccs vector accumulators, each updated iters times by
 //	    acc = acc*a + b (params = {a, b}); *out = the sum of their lanes
-//	void yard_scan(i8 *kpool, i8 *vpool, i32 *table, i64 *geo, i64 *visits, i64 *items, i64 nitems, i64 *next, i64 ahead, i64 *out, i64 grain, i64 rgrain, i64 round)
+//	void yard_scan(i8 *kpool, i8 *vpool, i32 *table, i64 *geo, i64 *visits, i64 *items, i64 nitems, i64 *next, i64 ahead, i64 *out, i64 grain, i64 rgrain, i64 round, i64 l2)
 //	    the paged-read scan (scan.go): claims runs of items from i = *next
 //	    (compare-and-swap to i + g) while i < nitems — g = rgrain while at
 //	    least round > 0 items are left, else grain, at most nitems - i —,
@@ -43,7 +43,8 @@ const mulLatency = 3
 //	    pool, then of the V pool, each pool laid out by geo = {page bytes,
 //	    head stride, row stride, row bytes} (K, then V); with ahead > 0 it
 //	    first prefetches, line by line, the blocks of visit j+ahead of the
-//	    same item. *out = the wrapping sum over every row run read (a run:
+//	    same item, into L1 (prefetcht0), or into L2 (prefetcht1) when l2
+//	    is not 0. *out = the wrapping sum over every row run read (a run:
 //	    its whole 8-byte words plus its remaining bytes, zero-extended; the
 //	    rows of a block are one run when the row stride is the row size)
 //	void yard_clock(i64 iters, i64 x, i64 c, i64 *out) (x86-64 only)
@@ -300,34 +301,38 @@ func scanIR(p func(string, ...any), w int, vi string, lanes64, step int) {
 	p("  ret i64 %%r")
 	p("}")
 	p("")
-	// yard_pf: prefetch the lines of [p, p+n).
-	p("define internal void @yard_pf(i8* %%p, i64 %%n) #1 {")
-	p("entry:")
-	p("  %%pi = ptrtoint i8* %%p to i64")
-	p("  %%a = and i64 %%pi, -64")
-	p("  %%e = add i64 %%pi, %%n")
-	p("  %%any = icmp sgt i64 %%n, 0")
-	p("  br i1 %%any, label %%loop, label %%exit")
-	p("loop:")
-	p("  %%x = phi i64 [%%a, %%entry], [%%x1, %%loop]")
-	p("  %%xp = inttoptr i64 %%x to i8*")
-	p("  call void @llvm.prefetch.p0i8(i8* %%xp, i32 0, i32 3, i32 1)")
-	p("  %%x1 = add i64 %%x, 64")
-	p("  %%more = icmp ult i64 %%x1, %%e")
-	p("  br i1 %%more, label %%loop, label %%exit")
-	p("exit:")
-	p("  ret void")
-	p("}")
-	p("")
-	// yard_block / yard_block_pf: rows rows of rb bytes, rs apart; one run
-	// when they are contiguous.
-	for _, pf := range []bool{false, true} {
+	// yard_pf: prefetch the lines of [p, p+n) into L1 (locality 3,
+	// prefetcht0); yard_pf_l2 into L2 (locality 2, prefetcht1: what the
+	// kernels' prefetches use).
+	for _, pf := range scanPrefetches {
+		p("define internal void @yard_pf%s(i8* %%p, i64 %%n) #1 {", pf.suffix)
+		p("entry:")
+		p("  %%pi = ptrtoint i8* %%p to i64")
+		p("  %%a = and i64 %%pi, -64")
+		p("  %%e = add i64 %%pi, %%n")
+		p("  %%any = icmp sgt i64 %%n, 0")
+		p("  br i1 %%any, label %%loop, label %%exit")
+		p("loop:")
+		p("  %%x = phi i64 [%%a, %%entry], [%%x1, %%loop]")
+		p("  %%xp = inttoptr i64 %%x to i8*")
+		p("  call void @llvm.prefetch.p0i8(i8* %%xp, i32 0, i32 %d, i32 1)", pf.locality)
+		p("  %%x1 = add i64 %%x, 64")
+		p("  %%more = icmp ult i64 %%x1, %%e")
+		p("  br i1 %%more, label %%loop, label %%exit")
+		p("exit:")
+		p("  ret void")
+		p("}")
+		p("")
+	}
+	// yard_block / yard_block_pf / yard_block_pf_l2: rows rows of rb
+	// bytes, rs apart; one run when they are contiguous.
+	for _, pf := range []string{"", "_pf", "_pf_l2"} {
 		ret, fn, name := "i64", "yard_run", "yard_block"
-		if pf {
-			ret, fn, name = "void", "yard_pf", "yard_block_pf"
+		if pf != "" {
+			ret, fn, name = "void", "yard"+pf, "yard_block"+pf
 		}
 		call := func(res, ptr, n string) {
-			if pf {
+			if pf != "" {
 				p("  call void @%s(i8* %s, i64 %s)", fn, ptr, n)
 			} else {
 				p("  %s = call i64 @%s(i8* %s, i64 %s)", res, fn, ptr, n)
@@ -346,20 +351,20 @@ func scanIR(p func(string, ...any), w int, vi string, lanes64, step int) {
 		p("  br i1 %%any, label %%loop, label %%done")
 		p("loop:")
 		p("  %%r = phi i64 [0, %%pre], [%%r1, %%loop]")
-		if !pf {
+		if pf == "" {
 			p("  %%acc = phi i64 [0, %%pre], [%%acc1, %%loop]")
 		}
 		p("  %%off = mul i64 %%r, %%rs")
 		p("  %%q = getelementptr inbounds i8, i8* %%p, i64 %%off")
 		call("%s", "%q", "%rb")
-		if !pf {
+		if pf == "" {
 			p("  %%acc1 = add i64 %%acc, %%s")
 		}
 		p("  %%r1 = add i64 %%r, 1")
 		p("  %%more = icmp slt i64 %%r1, %%rows")
 		p("  br i1 %%more, label %%loop, label %%done")
 		p("done:")
-		if pf {
+		if pf != "" {
 			p("  ret void")
 		} else {
 			p("  %%res = phi i64 [%%sc, %%c], [0, %%pre], [%%acc1, %%loop]")
@@ -369,7 +374,7 @@ func scanIR(p func(string, ...any), w int, vi string, lanes64, step int) {
 		p("")
 	}
 	// yard_scan.
-	p("define void @yard_scan(i8* %%kpool, i8* %%vpool, i32* %%table, i64* %%geo, i64* %%visits, i64* %%items, i64 %%nitems, i64* %%next, i64 %%ahead, i64* %%out, i64 %%grain, i64 %%rgrain, i64 %%round) #0 {")
+	p("define void @yard_scan(i8* %%kpool, i8* %%vpool, i32* %%table, i64* %%geo, i64* %%visits, i64* %%items, i64 %%nitems, i64* %%next, i64 %%ahead, i64* %%out, i64 %%grain, i64 %%rgrain, i64 %%round, i64 %%l2) #0 {")
 	p("entry:")
 	geo := []string{"kpb", "khs", "krs", "krb", "vpb", "vhs", "vrs", "vrb"}
 	for i, g := range geo {
@@ -444,9 +449,14 @@ func scanIR(p func(string, ...any), w int, vi string, lanes64, step int) {
 	p("  br i1 %%pfok, label %%pf, label %%read")
 	p("pf:")
 	addr("f", "%pfj")
-	p("  call void @yard_block_pf(i8* %%f.kp, i64 %%f.rows, i64 %%krs, i64 %%krb)")
-	p("  call void @yard_block_pf(i8* %%f.vp, i64 %%f.rows, i64 %%vrs, i64 %%vrb)")
-	p("  br label %%read")
+	p("  %%tol2 = icmp ne i64 %%l2, 0")
+	p("  br i1 %%tol2, label %%pf.l2, label %%pf.l1")
+	for _, pf := range scanPrefetches {
+		p("pf.%s:", pf.level)
+		p("  call void @yard_block_pf%s(i8* %%f.kp, i64 %%f.rows, i64 %%krs, i64 %%krb)", pf.suffix)
+		p("  call void @yard_block_pf%s(i8* %%f.vp, i64 %%f.rows, i64 %%vrs, i64 %%vrb)", pf.suffix)
+		p("  br label %%read")
+	}
 	p("read:")
 	addr("r", "%j")
 	p("  %%sk = call i64 @yard_block(i8* %%r.kp, i64 %%r.rows, i64 %%krs, i64 %%krb)")

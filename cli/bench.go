@@ -148,9 +148,10 @@ Cases, each call timed once per repetition (median, quartiles, extremes):
            (its pools, page tables and page sets, each (sequence, kv head)
            item's pages in order, K and V blocks in the cache's layout and
            storage type) on the same threads, taking items as the decode
-           does, at the best of 0, 1, 2 and 4 pages of prefetch: the
-           decode's memory-side limit. Each round calls the decode twice,
-           then the scan at each distance, so the memory's load moves
+           does, at the best of no prefetch and 1, 2 and 4 pages of
+           prefetch into L1 and into L2: the decode's memory-side limit.
+           Each round calls the decode twice, then the scan with each
+           prefetch, so the memory's load moves
            both alike; the timed call is the second, which finds the
            kernels' workers awake as back-to-back calls do (the first,
            after the scans, is shown as "first call"). Beside the scan,
