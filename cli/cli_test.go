@@ -587,7 +587,7 @@ func TestBenchBuiltin(t *testing.T) {
 		`(?m)^  the same, prefetching the next block +[\d.]+ .* GB/s$`,
 		`(?m)^fp32 fma, \S+ \(.*\), \d+ chains +[\d.]+ .* GFLOP/s$`,
 		`(?m)^fma peak: \S+, [\d.]+ GFLOP/s`,
-		`(?m)^decode f16 +2x100 4/2 d32 p4 +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +3 GB/s +[\d.]+ +[\d.]+ +[\d.]+  stream read \([\d.]+ scattered\+prefetch; first call after the scans [\d.]+ ms; huge pages (advised|not advised \([^)]*\)), THP \w+, \d+ (B|KiB|MiB) of AnonHugePages; multiply-adds at the fma peak [\d.]+ ms, [\d.]+ of the scan's time; paged scan [\d.]+ GB/s, (no prefetch|prefetch \d+ pages? ahead); pool 4 MiB, \d+ page sets\)$`,
+		`(?m)^decode f16 +2x100 4/2 d32 p4 +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +3 GB/s +[\d.]+ +[\d.]+ +[\d.]+  stream read \([\d.]+ scattered\+prefetch; first call after the scans [\d.]+ ms; huge pages (advised|not advised \([^)]*\)), THP \w+, \d+ (B|KiB|MiB) of AnonHugePages; multiply-adds at the fma peak [\d.]+ ms, [\d.]+ of the scan's time; paged scan [\d.]+ GB/s, (no prefetch|prefetch \d+ pages? ahead( into L2)?); pool 4 MiB, \d+ page sets\)$`,
 		`(?m)^decode bf16/e4m3 +2x100 4/2 d32 p4 +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +3 GB/s +[\d.]+ +[\d.]+ +[\d.]+  stream read \(`,
 		`(?m)^skip decode f16/fp4: <bench decode f16/fp4>:\d+:\d+: unknown kv_dtype "fp4"`,
 		`(?m)^prefill f32 +20 causal 4/2 d32 p4 +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +3 GFLOP/s +[\d.]+ +[\d.]+ +-  fma peak \(`,

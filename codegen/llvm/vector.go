@@ -163,14 +163,14 @@ func (f *fnState) shuffle(x *ir.VShuffle) (value.Value, ir.Type) {
 
 // prefetch emits llvm.prefetch(element pointer, read, locality 2, data).
 // Locality 2 fills L2, not L1: the CPU kernels prefetch a whole decode or
-// prefill tile ahead (up to 64 KiB of K and V rows, more than an L1), and
-// on Zen 4 (attnc bench, 2 threads, 8 × 4096 decode from memory) that
-// took 17-25% less time than locality 3 (prefetcht0) for f32, f16 and
-// bf16 caches and 5-8% less for 8-bit codes, the same in L2 and L3 at 1
-// thread, 2048-token prefill the same (most likely: a prefetcht0 holds
-// one of the core's few L1 miss buffers until its line arrives, and the
-// lines it brings evict the current tile's). Not measured on Zen 5 or
-// Intel's cores since.
+// prefill tile ahead (up to 64 KiB of K and V rows, more than an L1). On
+// Zen 4 (attnc bench, 2 threads, 8 × 4096 decode from memory) that took
+// 17-25% less time than locality 3 (prefetcht0) for f32, f16 and bf16
+// caches and 5-8% less for 8-bit codes; at 1 thread in L2 and L3 within
+// 3% (f32 in L3 10% less); 2048-token prefill the same. Most likely a
+// prefetcht0 holds one of the core's few L1 miss buffers until its line
+// arrives, and the lines it brings evict the current tile's. Not
+// measured on Zen 5 or Intel's cores.
 func (f *fnState) prefetch(s *ir.Prefetch) {
 	b := f.buffer(s.Buf, "prefetch")
 	idx := f.index(s.Index, "prefetch "+s.Buf)
