@@ -31,11 +31,10 @@ var scanPrefetches = []struct {
 // (scanGrains, scanGrab) as the decode takes its work items (and split
 // into chunks of pages as the decode splits: with more than one kv head
 // when it has fewer sequences than threads, chunk by chunk; with one, when
-// it has fewer items). It sums every byte it reads, checked
-// against the same sum in Go; it keeps the prefetch (distance and cache
-// level) with the best
-// median rate. The scan is the decode's memory-side limit: what reading
-// its pages costs with no compute at all.
+// it has fewer items). It sums every byte it reads, checked against the
+// same sum in Go; it keeps the prefetch (distance and cache level) with
+// the best median rate. The scan is the decode's memory-side limit: what
+// reading its pages costs with no compute at all.
 type PagedScan struct {
 	Ahead  int       `json:"ahead"`   // the best prefetch distance, in pages of an item (0: none)
 	L2     bool      `json:"l2"`      // the best prefetch fills L2 (prefetcht1), not L1
