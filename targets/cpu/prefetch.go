@@ -31,8 +31,8 @@ const TileKBytes = 32768
 // Zen 5 ran 13% slower in cache, 4% faster cold) measured on Zen 4
 // (`attnc bench --threads 2`, alternating builds): at head dim 128, 64
 // rows took 5–9% less time cold (8 × 4096) and in L3 (4 × 256), 19–21%
-// less at 1 thread in L2 (1 × 128, 1 × 512); f16 at head dim 256 4–7%
-// less cold; f32 at 256 the same at 16, 32 and 64 rows.
+// less at 1 thread (1 × 128 in L2, 1 × 512 in L3); f16 at head dim 256
+// 4–7% less cold; f32 at 256 the same at 16, 32 and 64 rows.
 func TileRows(rowBytes int) int {
 	for _, n := range []int{TileMaxRows, 32} {
 		if n*rowBytes <= TileKBytes {
