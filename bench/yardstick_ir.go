@@ -326,7 +326,11 @@ func scanIR(p func(string, ...any), w int, vi string, lanes64, step int) {
 	}
 	// yard_block / yard_block_pf / yard_block_pf_l2: rows rows of rb
 	// bytes, rs apart; one run when they are contiguous.
-	for _, pf := range []string{"", "_pf", "_pf_l2"} {
+	blocks := []string{""}
+	for _, pf := range scanPrefetches {
+		blocks = append(blocks, "_pf"+pf.suffix)
+	}
+	for _, pf := range blocks {
 		ret, fn, name := "i64", "yard_run", "yard_block"
 		if pf != "" {
 			ret, fn, name = "void", "yard"+pf, "yard_block"+pf
