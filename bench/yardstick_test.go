@@ -208,3 +208,38 @@ func TestClock(t *testing.T) {
 		t.Errorf("clock %.2f GHz from the multiply chain: not a clock", g)
 	}
 }
+
+// TestScanPrefetchLevels: yard_scan's l2 branch prefetches with locality
+// 2 (prefetcht1), its other branch with locality 3 (prefetcht0); the sums
+// the other tests check cannot tell the two apart.
+func TestScanPrefetchLevels(t *testing.T) {
+	text := yardstickIR(x86Levels[0].level, 24)
+	body := func(name string) string {
+		i := strings.Index(text, "@"+name+"(")
+		if i < 0 {
+			t.Fatalf("no @%s in the yardstick IR", name)
+		}
+		end := strings.Index(text[i:], "\n}\n")
+		return text[i : i+end]
+	}
+	for _, c := range []struct{ fn, helper, locality string }{
+		{"yard_pf", "", "i32 0, i32 3, i32 1"},
+		{"yard_pf_l2", "", "i32 0, i32 2, i32 1"},
+		{"yard_block_pf", "@yard_pf(", ""},
+		{"yard_block_pf_l2", "@yard_pf_l2(", ""},
+	} {
+		b := body(c.fn)
+		if c.locality != "" && (!strings.Contains(b, "@llvm.prefetch.p0i8(") || !strings.Contains(b, c.locality)) {
+			t.Errorf("@%s does not prefetch with (%s):\n%s", c.fn, c.locality, b)
+		}
+		if c.helper != "" && !strings.Contains(b, c.helper) {
+			t.Errorf("@%s does not call %s:\n%s", c.fn, c.helper, b)
+		}
+	}
+	scan := body("yard_scan")
+	for _, want := range []string{"br i1 %tol2, label %pf.l2, label %pf.l1", "pf.l2:\n  call void @yard_block_pf_l2(", "pf.l1:\n  call void @yard_block_pf("} {
+		if !strings.Contains(scan, want) {
+			t.Errorf("yard_scan lacks %q", want)
+		}
+	}
+}
