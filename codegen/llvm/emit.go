@@ -161,6 +161,7 @@ type kernelFn struct {
 	k        *ir.Kernel
 	fn       *lir.Func
 	outlined []*lir.Func // parallel bodies, in order
+	nPar     int         // parallel loops outlined so far (names .par0, .par1, ...)
 }
 
 type emitter struct {

@@ -30,7 +30,8 @@ func (f *fnState) parallel(s *ir.For, lo, hi value.Value) {
 		f.fail("parallel loop %s: the target's runtime has no thread pool", s.Var)
 	}
 	kf := f.kf
-	name := fmt.Sprintf("%s.par%d", kf.k.Name, len(kf.outlined))
+	name := fmt.Sprintf("%s.par%d", kf.k.Name, kf.nPar)
+	kf.nPar++
 	f.e.reserve(name)
 
 	// Captures: lo first, then the free variables of the body. Constants
@@ -104,19 +105,47 @@ func (f *fnState) parallel(s *ir.For, lo, hi value.Value) {
 	f.failNoMemory()
 	f.place(cont)
 
-	// With heap arrays, fn only carves them out of scratch and calls the
-	// body, which takes each as a noalias parameter: inlined back into fn
-	// (alwaysinline), that becomes alias-scope metadata, so the optimizer
-	// knows the arrays alias neither each other nor the buffers, as it
-	// knows of allocas.
+	// With heap arrays or captured buffers, fn only carves the arrays out
+	// of scratch, loads the buffers' pointers from the context and calls
+	// the body, which takes each as a noalias parameter: inlined back into
+	// fn (alwaysinline), that becomes alias-scope metadata, so the
+	// optimizer knows the arrays and buffers alias neither each other nor
+	// anything else, as it knows of allocas and of the kernel's own
+	// noalias parameters. The captured buffers are distinct objects: the
+	// kernel's buffer parameters (noalias themselves), its mallocs and its
+	// stack arrays. Loaded from the context in the body, their pointers
+	// were unknown objects, and the loop vectorizer checked each loop
+	// that reads one and writes another for overlap at run time (and kept
+	// a scalar copy of the loop for when they did).
+	var bufCaps []*capture
+	for _, c := range caps {
+		if c.b != nil && c.b.kind == bindBuf && c.field >= 0 {
+			bufCaps = append(bufCaps, c)
+		}
+	}
 	body := fn
 	heapArg := map[*ir.Alloc]value.Value{}
-	if len(heap) > 0 {
+	bufArg := map[*capture]value.Value{}
+	if len(heap) > 0 || len(bufCaps) > 0 {
 		bname := name + ".body"
 		f.e.reserve(bname)
 		w := fn.NewBlock("entry")
 		params := []*lir.Param{lir.NewParam("ctx", i8p), lir.NewParam("idx", types.I32)}
 		args := []value.Value{pctx, pidx}
+		if len(bufCaps) > 0 {
+			wsp := w.NewBitCast(pctx, types.NewPointer(st))
+			for i, c := range bufCaps {
+				p := w.NewGetElementPtr(st, wsp, constant.NewInt(types.I32, 0), constant.NewInt(types.I32, int64(c.field)))
+				pname := fmt.Sprintf("buf%d.%s", i, c.name)
+				ld := w.NewLoad(fields[c.field], p)
+				ld.SetName(pname)
+				args = append(args, ld)
+				bp := lir.NewParam(pname, fields[c.field])
+				bp.Attrs = append(bp.Attrs, enum.ParamAttrNoAlias)
+				params = append(params, bp)
+				bufArg[c] = bp
+			}
+		}
 		for i, a := range heap {
 			pt := types.NewPointer(f.e.valueType(storageType(a.T), "alloc "+a.Name))
 			p := w.NewGetElementPtr(types.I8, pscr, constant.NewInt(types.I64, heapOff[a]))
@@ -147,14 +176,16 @@ func (f *fnState) parallel(s *ir.For, lo, hi value.Value) {
 	g.heapArg = heapArg
 	g.start()
 	var sp value.Value
-	if len(fields) > 0 {
+	if len(fields) > len(bufArg) {
 		sp = g.cur.NewBitCast(pctx, types.NewPointer(st))
 	}
 	scope := g.push()
 	var glo value.Value
 	for _, c := range caps {
 		v := c.v
-		if c.field >= 0 {
+		if bp, ok := bufArg[c]; ok {
+			v = bp
+		} else if c.field >= 0 {
 			p := g.cur.NewGetElementPtr(st, sp, constant.NewInt(types.I32, 0), constant.NewInt(types.I32, int64(c.field)))
 			ld := g.cur.NewLoad(fields[c.field], p)
 			ld.SetName(g.fresh(c.name))
