@@ -235,9 +235,9 @@ func PolyExpNonPos(prefix string, x ir.Expr) ([]ir.Stmt, ir.Expr) {
 	f := ir.Float
 	xv := let("x", x)
 	// Written so that a NaN x stays NaN: a comparison with NaN is false.
-	// No clamp below: where x < ExpMinArg (-inf included) n, r and y may
-	// be anything (the integer steps wrap, at worst y is NaN), and the
-	// last select gives 0 there.
+	// No clamp below: where x < ExpMinArg (-inf included) k, r, q and the
+	// scale may be anything (k's bits shift out, at worst q is NaN), and
+	// the last select gives 0 there.
 	hi := let("hi", ir.Sel(ir.Bin(ir.Gt, xv, f(0)), f(0), xv))
 	k, q := expCore(let, hi)
 	// 2^n (n in [-126, 0] where x >= ExpMinArg) straight from k's bits.
