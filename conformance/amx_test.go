@@ -275,8 +275,10 @@ func TestAMXPrefillF16Emulated(t *testing.T) {
 
 // TestAMXGroupsEmulated runs bf16 prefill at x86-64-amx under the AMX
 // emulator for GQA groups of 7 and 3 heads, whose items the CPU tiling
-// rounds to whole 32-row blocks (Tiling.RowQuantum: 224 and 192 rows,
-// where 7 × 18 = 126 and 3 × 42 = 126 had no x86-64-amx clone), against
+// rounds to whole 32-row blocks (Tiling.RowQuantum: 448 rows for 7 heads,
+// whose items take cpu.PrefillRows' 256 rows, where 7 × 36 = 252 would
+// have no x86-64-amx clone; 192 for 3 heads at 128 rows, not 3 × 42 =
+// 126), against
 // the float64 reference: query lengths that fill an item, end inside one
 // (a last block of 32 rows partly past the item's rows) and span two.
 // Emulated only: not a run on AMX hardware.
@@ -285,7 +287,7 @@ func TestAMXGroupsEmulated(t *testing.T) {
 	for _, c := range []struct {
 		name       string
 		qo, kv, qt int // qt: the query rows of an item
-	}{{"gqa7", 7, 1, 32}, {"gqa3", 6, 2, 64}} {
+	}{{"gqa7", 7, 1, 64}, {"gqa3", 6, 2, 64}} {
 		t.Run(c.name, func(t *testing.T) {
 			v := spec(t, fmt.Sprintf(`variant %s { heads qo = %d, kv = %d
 			  head_dim 64

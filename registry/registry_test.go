@@ -35,8 +35,9 @@ func TestSelect(t *testing.T) {
 		splits int
 		items  int
 	}{
-		// 1 sequence x 8 kv heads x ceil(100 / 32 query rows per item).
-		{"prefill chunk", registry.Shape{QLens: []int{100}, KVLens: []int{100}, Threads: 8}, ir.RolePrefill, 1, 8 * 4},
+		// 1 sequence x 8 kv heads x ceil(100 / 64 query rows per item:
+		// 256 rows for a group of 4, targets/cpu PrefillRows).
+		{"prefill chunk", registry.Shape{QLens: []int{100}, KVLens: []int{100}, Threads: 8}, ir.RolePrefill, 1, 8 * 2},
 		{"mixed", registry.Shape{QLens: []int{1, 7}, KVLens: []int{10, 9}, Threads: 8}, ir.RolePrefill, 1, 2 * 8},
 		// The CPU splits by sequence: 1 sequence, 8 threads: 8 chunks of
 		// its positions, each for its 8 kv heads.
@@ -160,8 +161,9 @@ func TestSelectHeadTiles(t *testing.T) {
 func TestSelectTooLarge(t *testing.T) {
 	v := variant()
 	c := compile(t, v, "cpu")
-	// 8 kv heads, one item per group of 4 heads; 128 rows = 32 queries each.
-	const per, qt = 8, 32
+	// 8 kv heads, one item per group of 4 heads; 256 rows (a group of 4
+	// at head dim 128: targets/cpu PrefillRows) = 64 queries each.
+	const per, qt = 8, 64
 	for _, tc := range []struct {
 		s        registry.Shape
 		tooLarge bool
@@ -197,8 +199,8 @@ func TestSelectRole(t *testing.T) {
 		shape registry.Shape
 		items int
 	}{
-		// 1 sequence x 8 kv heads x ceil(100 / 32 query rows per item).
-		{registry.Shape{QLens: []int{100}, KVLens: []int{100}, Threads: 8, Role: ir.RolePrefillRagged}, 8 * 4},
+		// 1 sequence x 8 kv heads x ceil(100 / 64 query rows per item).
+		{registry.Shape{QLens: []int{100}, KVLens: []int{100}, Threads: 8, Role: ir.RolePrefillRagged}, 8 * 2},
 		{registry.Shape{QLens: []int{1, 1}, KVLens: []int{7, 9}, Threads: 8, DecodeLayout: true, Role: ir.RolePrefillRagged}, 2 * 8},
 	} {
 		s, err := c.Select(tc.shape)

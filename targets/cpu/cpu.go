@@ -35,12 +35,13 @@ func (Target) Name() string { return "cpu" }
 func (Target) Files() string { return "<variant>.ll" }
 
 // Tiling is 64-position KV tiles and prefill work items of about 128
-// (head, query) rows, at most 16 heads of a GQA group: a K/V tile staged
-// (and packed for block-matmul) once feeds many rows,
-// while a work item's arrays (heap
-// scratch, about 256 KiB at head dim 128) stay in L2. An item's rows are
-// a multiple of 32 where that takes at most 256 (RowQuantum: the AMX
-// tiles' blocks; a group of 7 heads gets 224 rows, not 126; at 1 thread
+// (head, query) rows (256 for GQA groups of 4 or more heads: PrefillRows),
+// at most 16 heads of a GQA group: a K/V tile staged (and packed for
+// block-matmul) once feeds many rows, while a work item's arrays (heap
+// scratch, about 256 KiB at head dim 128 and 128 rows) stay in L2. An
+// item's rows are a multiple of 32 where that takes at most twice those
+// rows (RowQuantum: the AMX tiles' blocks; at 128 rows a group of 7 heads
+// got 224 rows, not 126 — 448 with PrefillRows' 256; at 1 thread
 // on a Zen 4, 2048-token bf16 prefill of groups of 7 and 3 then took
 // 2.3-3% less time at x86-64-v4 and x86-64-v4-bf16 too). Decode tiles are the
 // TileRows of a K row as the cache stores it (64 positions up to 32 KiB
@@ -65,10 +66,32 @@ func (Target) Files() string { return "<variant>.ll" }
 // arithmetic, bit for bit; 2048-token causal prefill on Zen 5 (1 thread,
 // A B B A) took 2% less time in f32, 5% in bf16 at x86-64-v4-bf16 and 11%
 // at x86-64-amx with its tile products stubbed out (what the level runs
-// besides the tiles).
+// besides the tiles). Prefill items of GQA groups of 4 or more heads take
+// twice the rows (PrefillRows).
 func (Target) Tiling(v *ir.Variant) lower.Tiling {
 	rowBytes := v.HeadDimQK * max(1, v.KVDType.Type().Bits()/8)
-	return lower.Tiling{KVTile: 64, DecodeKVTile: TileRows(rowBytes), Rows: 128, MaxHeads: 16, PageRuns: true, DecodeDirect: true, PrefillDirect: true, RopeInPlace: true, DecodeRopeRelative: true, DecodeRopeInDot: true, PrefillAlphaLoop: true, PrefillPhases: true, DecodePhases: true, SplitBySequence: true, RowQuantum: amxBlock}
+	return lower.Tiling{KVTile: 64, DecodeKVTile: TileRows(rowBytes), Rows: PrefillRows(v), MaxHeads: 16, PageRuns: true, DecodeDirect: true, PrefillDirect: true, RopeInPlace: true, DecodeRopeRelative: true, DecodeRopeInDot: true, PrefillAlphaLoop: true, PrefillPhases: true, DecodePhases: true, SplitBySequence: true, RowQuantum: amxBlock}
+}
+
+// PrefillRows is the (head, query) rows of a prefill work item: 256 for a
+// GQA group of at least 4 heads at head dims up to 128, else 128. Each K/V
+// tile an item stages (copied or widened from the pages, packed for the
+// products: at x86-64-amx a 2-byte copy read from L3 took 11-12% of what
+// the level runs besides its tiles) then serves twice the rows. Measured
+// on Zen 4 (2048-token causal prefill, 1 thread, process CPU time, A B B
+// A, outputs bit-identical; 256 rows over 128): a group of 4 (32/8 heads)
+// 0.96-0.97 in bf16 at x86-64-v4-bf16, 0.97-0.98 in f16, 0.985-0.99 in
+// f32, 0.87-0.90 at x86-64-amx besides its tiles (the same TDPBF16PS
+// count; 512 rows: 0.97-0.98 more there, 1.01 at x86-64-v4-bf16); a group
+// of 8 0.98-0.99 and of 7 (28/4: 448 rows, RowQuantum) 0.99 in bf16; but
+// a group of 2 1.00-1.01 and MHA (one head: 256 query rows) 1.02 in bf16
+// and f32, so those keep 128. Wider heads keep 128 rows: an item's arrays
+// (about 2 KiB a row at head dim 128, more at x86-64-amx) stay in L2.
+func PrefillRows(v *ir.Variant) int {
+	if v.KVHeads > 0 && v.GroupSize() >= 4 && max(v.HeadDimQK, v.HeadDimV) <= 128 {
+		return 256
+	}
+	return 128
 }
 
 // Table is the CPU pass table of the default architecture (DefaultTriple).
