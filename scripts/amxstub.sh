@@ -20,6 +20,9 @@
 # one per 16 cycles, Sapphire Rapids' throughput) at AMX_GHZ (2.5) to the
 # stubbed library's median. The stubbed time runs at this CPU's clock, not
 # the AMX CPU's: scale it by the clocks' ratio when comparing across them.
+# It includes the stub's own work, zeroing (or reading) the blocks where
+# the tiles would store (12-14% of the stubbed library's perf samples on a
+# Zen 4, half of it in libc's memset): read a profile with that in mind.
 #
 # Environment: QO and KVH (the variant's qo and kv heads, default 32 and
 # 8: QO=28 KVH=4 is a GQA group of 7, whose items hold 224 rows),
