@@ -25,7 +25,7 @@
 # Zen 4, half of it in libc's memset): read a profile with that in mind.
 #
 # Environment: QO and KVH (the variant's qo and kv heads, default 32 and
-# 8: QO=28 KVH=4 is a GQA group of 7, whose items hold 224 rows),
+# 8: QO=28 KVH=4 is a GQA group of 7, whose items hold 448 rows),
 # ATTNC (a prebuilt attnc; default: go build ./cmd/attnc),
 # AMXSTUB_DIR (where the builds stay; default a new temporary directory),
 # AMX_GHZ, AMX_TDP_CYCLES. Needs LLVM 14's opt and llc, gcc, python3.

@@ -148,6 +148,27 @@ func TestLowerTilesKeepsResults(t *testing.T) {
 	}
 }
 
+// TestPrefillRows checks the prefill items' rows and the query rows they
+// hold: 256 rows for GQA groups of 4 or more heads at head dims up to 128
+// (a group of 7 rounded up to 448, whole 32-row blocks), 128 for MHA,
+// groups of 2 and 3 and wider heads (MLA's 512/64).
+func TestPrefillRows(t *testing.T) {
+	for _, c := range []struct {
+		qo, kv, dqk, dv int
+		rows, qt        int
+	}{
+		{32, 8, 128, 128, 256, 64}, {32, 4, 128, 128, 256, 32}, {28, 4, 128, 128, 256, 64},
+		{64, 4, 64, 64, 256, 16}, {32, 32, 128, 128, 128, 128}, {32, 16, 128, 128, 128, 64},
+		{24, 8, 128, 128, 128, 64}, {32, 8, 256, 256, 128, 32}, {16, 1, 576, 512, 128, 8},
+	} {
+		v := &ir.Variant{QOHeads: c.qo, KVHeads: c.kv, HeadDimQK: c.dqk, HeadDimV: c.dv, DType: ir.DTBF16, KVDType: ir.DTBF16}
+		tl := (Target{}).Tiling(v)
+		if tl.Rows != c.rows || tl.QTile(v.GroupSize()) != c.qt {
+			t.Errorf("%d/%d heads, d %d/%d: %d rows, %d query rows an item; want %d, %d", c.qo, c.kv, c.dqk, c.dv, tl.Rows, tl.QTile(v.GroupSize()), c.rows, c.qt)
+		}
+	}
+}
+
 // TestDecodeTileRows checks that a decode tile takes 64 K rows where they
 // fit in TileKBytes (f32 at head dim 128, f16 and bf16 up to 256, 8-bit
 // codes up to 512, short rows), else 32 (f32 at 256), else 16 (f32 at
