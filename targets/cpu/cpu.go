@@ -83,13 +83,12 @@ func (Target) Tiling(v *ir.Variant) lower.Tiling {
 // 0.96-0.97 in bf16 at x86-64-v4-bf16, 0.97-0.98 in f16, 0.985-0.99 in
 // f32, 0.87-0.90 at x86-64-amx besides its tiles (the same TDPBF16PS
 // count; 512 rows: 0.97-0.98 more there, 1.01 at x86-64-v4-bf16); a group
-// of 8 0.98-0.99 and of 7 (28/4: 448 rows, RowQuantum) 0.99 in bf16. With
-// fewer heads 256 rows hold more query rows than a KV tile has positions
-// (a group of 2: 128, MHA: 256), so a causal item's diagonal crosses
-// several partly masked tiles, which pay the mask in full: a group of 2
-// took 1.00-1.01 and MHA 1.02 in bf16 and f32, and those keep 128. Wider
-// heads keep 128 rows: an item's arrays (about 2 KiB a row at head dim
-// 128, more at x86-64-amx) stay in L2.
+// of 8 0.98-0.99 and of 7 (28/4: 448 rows, RowQuantum) 0.99 in bf16; but
+// a group of 2 took 1.00-1.01 and MHA (256 query rows of one head) 1.02
+// in bf16 and f32 — 1.05-1.07 in bf16 without a mask (1024 tokens), so
+// not the causal diagonal; the cause was not found — and those keep 128.
+// Wider heads keep 128 rows: an item's arrays (about 2 KiB a row at head
+// dim 128, more at x86-64-amx) stay in L2.
 func PrefillRows(v *ir.Variant) int {
 	if v.KVHeads > 0 && v.GroupSize() >= 4 && max(v.HeadDimQK, v.HeadDimV) <= 128 {
 		return 256
