@@ -66,8 +66,7 @@ func (Target) Files() string { return "<variant>.ll" }
 // arithmetic, bit for bit; 2048-token causal prefill on Zen 5 (1 thread,
 // A B B A) took 2% less time in f32, 5% in bf16 at x86-64-v4-bf16 and 11%
 // at x86-64-amx with its tile products stubbed out (what the level runs
-// besides the tiles). Prefill items of GQA groups of 4 or more heads take
-// twice the rows (PrefillRows).
+// besides the tiles).
 func (Target) Tiling(v *ir.Variant) lower.Tiling {
 	rowBytes := v.HeadDimQK * max(1, v.KVDType.Type().Bits()/8)
 	return lower.Tiling{KVTile: 64, DecodeKVTile: TileRows(rowBytes), Rows: PrefillRows(v), MaxHeads: 16, PageRuns: true, DecodeDirect: true, PrefillDirect: true, RopeInPlace: true, DecodeRopeRelative: true, DecodeRopeInDot: true, PrefillAlphaLoop: true, PrefillPhases: true, DecodePhases: true, SplitBySequence: true, RowQuantum: amxBlock}
