@@ -111,6 +111,7 @@ var Constraints = append(append([]passes.Constraint(nil), passes.NeutralConstrai
 	passes.Constraint{Before: "lower-tiles", After: "vector-exp", Why: "the exps of reduce statements are statements' only once lower-tiles wrote the reduce as a loop"},
 	passes.Constraint{Before: "multiversion", After: "native-widen", Why: "native-widen chooses by each clone's CPU level"},
 	passes.Constraint{Before: "native-widen", After: "legalize-dtype", Why: "legalize-dtype writes the exact integer widening of every storage-only load native-widen left"},
+	passes.Constraint{Before: "prefetch-kv", After: "merge-twins", Why: "prefetch-kv pairs K's and V's row-offset arrays by name, one pool each: merged first, they would be one array read from two pools"},
 	passes.Constraint{Before: "vectorize", After: "prefetch-kv", Why: "the staging loop's guard is its bound once vectorize folded it, so the row ahead is checked against it"},
 	passes.Constraint{Before: "multiversion", After: "block-matmul", Why: "block-matmul fits each clone's micro-kernels to its level's vector width and registers"},
 	passes.Constraint{Before: "block-matmul", After: "lower-tiles", Why: "lower-tiles writes the matmuls block-matmul left (decode tiles, odd shapes) as loops"},

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/attnc/attnc/ir"
-	"github.com/attnc/attnc/lower"
 	"github.com/attnc/attnc/passes"
 )
 
@@ -128,40 +127,16 @@ func TestExpBound(t *testing.T) {
 // in every level's kernel.
 func TestExpBoundKeepsResults(t *testing.T) {
 	bounded := regexp.MustCompile(`vexp[0-9]+_hi = select\(\(vexp[0-9]+_x > 0\.0:f32\)`)
-	without := func(table []passes.Pass) []passes.Pass { return withoutPass(table, "exp-bound") }
 	// outputs interprets every level's work kernel of role (named
 	// prefix...) with and without exp-bound on args() each: the bounded
 	// exp is in exactly the second set.
 	outputs := func(what string, v *ir.Variant, role ir.Role, prefix string, args func() map[string]any) [2]map[string]map[string]any {
 		t.Helper()
-		var outs [2]map[string]map[string]any
-		for i, table := range [][]passes.Pass{without(Table), Table} {
-			m, err := lower.Lower(v, Target{}.Tiling(v))
-			if err != nil {
-				t.Fatal(err)
+		return passOutputs(t, what, "exp-bound", v, role, prefix, args, func(k *ir.Kernel, with bool) {
+			if got := bounded.MatchString(k.String()); got != with {
+				t.Fatalf("%s, %s: the bounded exp is there: %v", what, k.Name, got)
 			}
-			if m, err = passes.RunTable(table, m, passes.Options{VerifyEach: true}); err != nil {
-				t.Fatal(err)
-			}
-			outs[i] = map[string]map[string]any{}
-			for _, k := range m.Kernels {
-				if k.Role != role || !strings.HasPrefix(k.Name, prefix) || k.Level == "" {
-					continue
-				}
-				if got := bounded.MatchString(k.String()); got != (i == 1) {
-					t.Fatalf("%s, %s: the bounded exp is there: %v", what, k.Name, got)
-				}
-				a := args()
-				if st, err := ir.Run(m, k.Name, a); err != nil || st != 0 {
-					t.Fatalf("%s: status %d, %v", k.Name, st, err)
-				}
-				outs[i][k.Name] = a
-			}
-		}
-		if len(outs[0]) == 0 {
-			t.Fatalf("%s: no level clones", what)
-		}
-		return outs
+		})
 	}
 	for _, c := range prefillCases() {
 		v := &ir.Variant{Name: "t", QOHeads: c.qo, KVHeads: c.kv, HeadDimQK: 32, HeadDimV: 32, DType: ir.DTF32, KVDType: ir.DTF32,

@@ -8,8 +8,6 @@ import (
 	"testing"
 
 	"github.com/attnc/attnc/ir"
-	"github.com/attnc/attnc/lower"
-	"github.com/attnc/attnc/passes"
 )
 
 // TestFullTilesKeepsResults lowers prefill (f32 and bf16, GQA, pages of 4
@@ -24,10 +22,6 @@ import (
 // o and lse are bit for bit the same. With the pass every level's kernel
 // sends its fully visible branch whole tiles only, and without it none.
 func TestFullTilesKeepsResults(t *testing.T) {
-	without := func(table []passes.Pass) []passes.Pass { return withoutPass(table, "full-tiles") }
-	if len(without(Table)) != len(Table)-1 {
-		t.Fatal("the CPU table has no full-tiles pass")
-	}
 	masks := map[string][]ir.MaskClause{
 		"causal":        {{Kind: ir.MaskCausal}},
 		"causal window": {{Kind: ir.MaskCausal}, {Kind: ir.MaskWindow, Left: 90}},
@@ -46,33 +40,11 @@ func TestFullTilesKeepsResults(t *testing.T) {
 		v := &ir.Variant{Name: "t", QOHeads: c.qo, KVHeads: c.kv, HeadDimQK: 32, HeadDimV: 32, DType: c.dt, KVDType: c.dt,
 			PageSize: c.ps, Scale: 0.25, Masks: masks[c.mask], Kernels: []ir.KernelRef{{Role: ir.RolePrefill}}}
 		what := fmt.Sprintf("%s %d/%d heads, page %d, %s", c.dt, c.qo, c.kv, c.ps, c.mask)
-		var outs [2]map[string]map[string]any
-		for i, table := range [][]passes.Pass{without(Table), Table} {
-			m, err := lower.Lower(v, Target{}.Tiling(v))
-			if err != nil {
-				t.Fatal(err)
+		outs := passOutputs(t, what, "full-tiles", v, ir.RolePrefill, "t_prefill_work", func() map[string]any { return fullTileArgs(v) }, func(k *ir.Kernel, with bool) {
+			if got := strings.Contains(k.String(), "& (64 <= (kv_len - (kt * 64))))\n"); got != with {
+				t.Fatalf("%s, %s: the constant extent is there: %v", what, k.Name, got)
 			}
-			if m, err = passes.RunTable(table, m, passes.Options{VerifyEach: true}); err != nil {
-				t.Fatalf("%s: %v", what, err)
-			}
-			outs[i] = map[string]map[string]any{}
-			for _, k := range m.Kernels {
-				if k.Role != ir.RolePrefill || !strings.HasPrefix(k.Name, "t_prefill_work") || k.Level == "" {
-					continue
-				}
-				if got := strings.Contains(k.String(), "& (64 <= (kv_len - (kt * 64))))\n"); got != (i == 1) {
-					t.Fatalf("%s, %s: the constant extent is there: %v", what, k.Name, got)
-				}
-				a := fullTileArgs(v)
-				if st, err := ir.Run(m, k.Name, a); err != nil || st != 0 {
-					t.Fatalf("%s %s: status %d, %v", what, k.Name, st, err)
-				}
-				outs[i][k.Name] = a
-			}
-		}
-		if len(outs[0]) == 0 {
-			t.Fatalf("%s: no level clones", what)
-		}
+		})
 		sameOutputs(t, "full-tiles "+what, outs, len(outs[0]), "without full-tiles", "with it")
 	}
 	for _, c := range decodeCases {
@@ -80,45 +52,23 @@ func TestFullTilesKeepsResults(t *testing.T) {
 		// tile of the third sequence (it stages), or only past it (a
 		// whole tile read in place).
 		for _, indices := range [][]int32{stagedIndices, tailHiddenIndices} {
-			fullTilesDecode(t, without, c, indices)
+			fullTilesDecode(t, c, indices)
 		}
 	}
 }
 
 // fullTilesDecode is TestFullTilesKeepsResults for decode case c over the
 // page table indices.
-func fullTilesDecode(t *testing.T, without func([]passes.Pass) []passes.Pass, c decodeCase, indices []int32) {
+func fullTilesDecode(t *testing.T, c decodeCase, indices []int32) {
 	whole := regexp.MustCompile(`& \(([0-9]+) <= \(kv_len - \(kt \* ([0-9]+)\)\)\)\)\n`)
 	v := decodeVariant(c)
 	what := fmt.Sprintf("decode %s, pages %v", c.name(), indices)
-	var outs [2]map[string]map[string]any
-	for i, table := range [][]passes.Pass{without(Table), Table} {
-		m, err := lower.Lower(v, Target{}.Tiling(v))
-		if err != nil {
-			t.Fatal(err)
+	outs := passOutputs(t, what, "full-tiles", v, ir.RoleDecode, "t_decode_work", func() map[string]any { return stagedDecodeArgs(v, indices) }, func(k *ir.Kernel, with bool) {
+		got := whole.FindStringSubmatch(k.String())
+		if (got != nil) != with || got != nil && got[1] != got[2] {
+			t.Fatalf("%s, %s: the constant extent: %q", what, k.Name, got)
 		}
-		if m, err = passes.RunTable(table, m, passes.Options{VerifyEach: true}); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		outs[i] = map[string]map[string]any{}
-		for _, k := range m.Kernels {
-			if k.Role != ir.RoleDecode || !strings.HasPrefix(k.Name, "t_decode_work") || k.Level == "" {
-				continue
-			}
-			got := whole.FindStringSubmatch(k.String())
-			if (got != nil) != (i == 1) || got != nil && got[1] != got[2] {
-				t.Fatalf("%s, %s: the constant extent: %q", what, k.Name, got)
-			}
-			a := stagedDecodeArgs(v, indices)
-			if st, err := ir.Run(m, k.Name, a); err != nil || st != 0 {
-				t.Fatalf("%s %s: status %d, %v", what, k.Name, st, err)
-			}
-			outs[i][k.Name] = a
-		}
-	}
-	if len(outs[0]) == 0 {
-		t.Fatalf("%s: no level clones", what)
-	}
+	})
 	sameOutputs(t, "full-tiles "+what, outs, len(outs[0]), "without full-tiles", "with it")
 }
 

@@ -182,6 +182,8 @@ func (mc *Machine) table(multiversion passes.Pass) []passes.Pass {
 			Desc: "spread loops as vector (innermost) or serial loops, guards folded into loop bounds"},
 		{Name: "prefetch-kv", Required: false, Run: PrefetchKV,
 			Desc: "fetch ahead the page rows of the staging iteration a decode tile ahead (TileRows: up to 32 KiB of K rows), in a later tile too (guards repeated: -1 pages never touched): rows read in place get their offsets recorded and prefetched a line at a time beside the products' loads; copied rows, a prefetch per line at the head of the iteration"},
+		{Name: "merge-twins", Required: false, Run: MergeTwins,
+			Desc: "local arrays that provably hold the same values (every store to one follows a store of the same value at the same index to the other: decode's K and V row offsets over pools of one geometry, and their prefetch companions) as one array: half the staging's stores"},
 		{Name: "vector-exp", Required: false, Run: VectorExp,
 			Desc: "f32 exp as a polynomial in plain arithmetic (within 2 ulp; 0 below FLT_MIN, inf above; exp-bound's exp(min(x, 0)) without the overflow half), and f32 tanh (soft-capping) as a polynomial or through that exp (within 2 ulp): vectorized with its loop instead of a libm call per lane"},
 		{Name: "native-widen", Required: false, Run: mc.NativeWiden,

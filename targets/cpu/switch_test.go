@@ -112,6 +112,47 @@ func sameOutputs(t *testing.T, name string, outs [2]map[string]map[string]any, k
 	}
 }
 
+// passOutputs lowers v, runs the CPU pass table without the pass named
+// pass (outs[0]) and with it (outs[1]), and interprets every level clone
+// of role whose name starts with prefix on args() each; check, when not
+// nil, sees each clone before it runs, and whether the pass ran. It fails
+// the test when no clone ran.
+func passOutputs(t *testing.T, what, pass string, v *ir.Variant, role ir.Role, prefix string, args func() map[string]any, check func(k *ir.Kernel, with bool)) [2]map[string]map[string]any {
+	t.Helper()
+	without := withoutPass(Table, pass)
+	if len(without) != len(Table)-1 {
+		t.Fatalf("the CPU table has no %s pass", pass)
+	}
+	var outs [2]map[string]map[string]any
+	for i, table := range [][]passes.Pass{without, Table} {
+		m, err := lower.Lower(v, Target{}.Tiling(v))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, err = passes.RunTable(table, m, passes.Options{VerifyEach: true}); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		outs[i] = map[string]map[string]any{}
+		for _, k := range m.Kernels {
+			if k.Role != role || !strings.HasPrefix(k.Name, prefix) || k.Level == "" {
+				continue
+			}
+			if check != nil {
+				check(k, i == 1)
+			}
+			a := args()
+			if st, err := ir.Run(m, k.Name, a); err != nil || st != 0 {
+				t.Fatalf("%s %s: status %d, %v", what, k.Name, st, err)
+			}
+			outs[i][k.Name] = a
+		}
+	}
+	if len(outs[0]) == 0 {
+		t.Fatalf("%s: no level clones", what)
+	}
+	return outs
+}
+
 // decodeCase is a decode variant's dtype and cache storage.
 type decodeCase struct {
 	dt, kv ir.DType

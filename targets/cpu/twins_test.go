@@ -1,0 +1,116 @@
+package cpu
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/attnc/attnc/ir"
+)
+
+// TestMergeTwinsKeepsResults lowers decode (decodeCases: f32, f16, bf16
+// and 8-bit caches), runs the CPU pass table with and without merge-twins
+// and interprets every level's decode work kernel
+// on the same paged inputs (stagedDecodeArgs: a whole tile read in place,
+// shorter tiles staged, a hidden page, an empty sequence): o and lse are
+// bit for bit the same. With the pass the clones that read rows in place
+// keep one row-offset array and its prefetch companion (K's and V's rows
+// lie alike in their pools), without it two of each.
+func TestMergeTwinsKeepsResults(t *testing.T) {
+	for _, c := range decodeCases {
+		for _, indices := range [][]int32{stagedIndices, tailHiddenIndices} {
+			v := decodeVariant(c)
+			what := fmt.Sprintf("decode %s, pages %v", c.name(), indices)
+			direct := 0
+			outs := passOutputs(t, what, "merge-twins", v, ir.RoleDecode, "t_decode_work", func() map[string]any { return stagedDecodeArgs(v, indices) }, func(k *ir.Kernel, with bool) {
+				text := k.String()
+				if !strings.Contains(text, "alloc koff:") {
+					return
+				}
+				if !with {
+					direct++
+				}
+				for _, arr := range []string{"voff", "voff_pf"} {
+					if got := strings.Contains(text, "alloc "+arr+":"); got == with {
+						t.Errorf("%s, %s: array %s: %v with merge-twins %v", what, k.Name, arr, got, with)
+					}
+				}
+			})
+			if direct == 0 {
+				t.Fatalf("%s: no clone reads rows in place", what)
+			}
+			sameOutputs(t, "merge-twins "+what, outs, len(outs[0]), "without merge-twins", "with it")
+		}
+	}
+}
+
+// twinsText is a kernel whose arrays a and b are twins in the form
+// %[1]s has its statements between the twin stores (BETWEEN), or that
+// form's variations.
+const twinsText = `module t prefix t
+
+kernel t_k role decode level "x86-64" (x: i64* [64], y: i64* [64] out, n: i32) {
+  for item in 0 .. 1 parallel @work {
+    alloc a: i64[16]
+    alloc b: i64[16]
+    alloc c: i64[16]
+    var v = 1:i64
+    for j in 0 .. 16 serial {
+      let p = x[j]
+      let ra = ((p * 8:i64) + i64(j))
+      store a[j] = ra
+      BETWEEN
+      let rb = ((p * 8:i64) + i64(j))
+      store b[AT] = rb
+    }
+    for j in 0 .. 16 serial {
+      store y[j] = (a[j] + b[(15 - j)])
+    }
+  }
+  return 0
+}
+`
+
+// TestTwins runs twins on twinsText's arrays a and b: merged when
+// nothing between their stores touches what they mean, left apart when
+// something does or the stores differ.
+func TestTwins(t *testing.T) {
+	for _, c := range []struct {
+		between, at string
+		want        bool
+	}{
+		{"", "j", true},
+		{"store c[j] = ra", "j", true},     // another array
+		{"let q = 2", "j", true},           // a name the stores do not read
+		{"", "(15 - j)", false},            // another index
+		{"store x[j] = 0:i64", "j", false}, // writes what the values load (p = x[j] expanded)
+		{"v = 2:i64", "j", false},          // an assignment
+		{"store c[j] = a[j]", "j", false},  // reads a between
+		{"store a[j] = 0:i64", "j", false}, // a second store to a
+		{"store b[j] = ra", "j", false},    // b's twin comes first, then a stray one
+		{"let p = 2:i64", "j", false},      // p defined again
+	} {
+		src := strings.NewReplacer("BETWEEN", c.between, "AT", c.at).Replace(twinsText)
+		m, err := ir.Parse(src)
+		if err != nil {
+			t.Fatalf("%q: %v", c.between, err)
+		}
+		var item *ir.Block
+		ir.MapStmts(m.Kernels[0].Body, func(s ir.Stmt) []ir.Stmt {
+			if f, ok := s.(*ir.For); ok && f.Kind == ir.Parallel {
+				item = f.Body
+			}
+			return []ir.Stmt{s}
+		})
+		if got := twins(item, "a", "b"); got != c.want {
+			t.Errorf("between %q, b at %s: twins %v, want %v", c.between, c.at, got, c.want)
+		}
+		out, err := MergeTwins(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := !strings.Contains(out.Kernels[0].String(), "alloc b:"); got != c.want {
+			t.Errorf("between %q, b at %s: merged %v, want %v", c.between, c.at, got, c.want)
+		}
+	}
+}
