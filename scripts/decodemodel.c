@@ -47,7 +47,10 @@
 
    Measured on Zen 5 (2026-12-03, docs/benchmarks.md): at 2 threads qk
    took 4–15% less than pv; rows read at 0.78–0.95 of the scan, the
-   generated kernel at 0.57–0.84 in the same runs. */
+   generated kernel at 0.57–0.84 in the same runs. On Zen 4 (2026-12-05,
+   twelve runs at 2 threads): fma read at 0.95–1.25 of scan4l2, the f16
+   kernel at 0.58–0.92; in cache (1 thread) fma took 5.0 ms a call, the
+   kernel 6.4–6.8, 6.1–6.2 after that session's two changes. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <immintrin.h>
