@@ -23,23 +23,31 @@ import (
 // nothing between the two stores reads a or b, writes a, b or a buffer
 // the two expressions load, assigns a variable or defines a name again;
 // every store to a has its store to b; and nothing but stores writes
-// either (passes.Accesses). From its first store on, b then holds a's
-// values at every read; before it, both are uninitialized. The merge
-// drops b's stores and its Alloc and reads a where b was read.
+// either (passes.Accesses); no nested block allocates either name again.
+// From its first store on, b then holds a's values at every read; before
+// it, both are uninitialized. The merge drops b's stores and its Alloc
+// and reads a where b was read.
 func MergeTwins(m *ir.Module) (*ir.Module, error) {
 	return passes.MapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
-		return mergeTwinsBlock(k.Body, k.Body), nil
+		return mergeTwinsBlock(k.Body), nil
 	})
 }
 
 // mergeTwinsBlock merges the twin arrays allocated in b (and, through
-// its nested blocks, those allocated there); body is the kernel body the
-// twins proof walks.
-func mergeTwinsBlock(b, body *ir.Block) *ir.Block {
+// its nested blocks, those allocated there). An array whose name a
+// nested block allocates again stays as it is.
+func mergeTwinsBlock(b *ir.Block) *ir.Block {
 	out := &ir.Block{Stmts: make([]ir.Stmt, len(b.Stmts))}
 	for i, s := range b.Stmts {
-		out.Stmts[i] = mergeTwinsNested(s, body)
+		out.Stmts[i] = mergeTwinsNested(s)
 	}
+	again := map[string]int{}
+	ir.MapStmts(out, func(s ir.Stmt) []ir.Stmt {
+		if a, ok := s.(*ir.Alloc); ok {
+			again[a.Name]++
+		}
+		return []ir.Stmt{s}
+	})
 	var allocs []*ir.Alloc
 	for _, s := range out.Stmts {
 		if a, ok := s.(*ir.Alloc); ok {
@@ -48,11 +56,11 @@ func mergeTwinsBlock(b, body *ir.Block) *ir.Block {
 	}
 	merged := map[string]bool{}
 	for i, a := range allocs {
-		if merged[a.Name] {
+		if merged[a.Name] || again[a.Name] > 1 {
 			continue
 		}
 		for _, c := range allocs[i+1:] {
-			if merged[c.Name] || !sameAlloc(a, c) || !twins(out, a.Name, c.Name) {
+			if merged[c.Name] || again[c.Name] > 1 || !sameAlloc(a, c) || !twins(out, a.Name, c.Name) {
 				continue
 			}
 			out = mergeInto(out, a.Name, c.Name)
@@ -63,21 +71,21 @@ func mergeTwinsBlock(b, body *ir.Block) *ir.Block {
 }
 
 // mergeTwinsNested is s with MergeTwins applied to its nested blocks.
-func mergeTwinsNested(s ir.Stmt, body *ir.Block) ir.Stmt {
+func mergeTwinsNested(s ir.Stmt) ir.Stmt {
 	switch x := s.(type) {
 	case *ir.For:
 		c := *x
-		c.Body = mergeTwinsBlock(x.Body, body)
+		c.Body = mergeTwinsBlock(x.Body)
 		return &c
 	case *ir.If:
 		c := *x
-		c.Then = mergeTwinsBlock(x.Then, body)
+		c.Then = mergeTwinsBlock(x.Then)
 		if x.Else != nil {
-			c.Else = mergeTwinsBlock(x.Else, body)
+			c.Else = mergeTwinsBlock(x.Else)
 		}
 		return &c
 	case *ir.Block:
-		return mergeTwinsBlock(x, body)
+		return mergeTwinsBlock(x)
 	}
 	return s
 }

@@ -44,9 +44,8 @@ func TestMergeTwinsKeepsResults(t *testing.T) {
 	}
 }
 
-// twinsText is a kernel whose arrays a and b are twins in the form
-// %[1]s has its statements between the twin stores (BETWEEN), or that
-// form's variations.
+// twinsText is a kernel whose arrays a and b are twins, with BETWEEN
+// between their stores, b's index AT, and AFTER before their reads.
 const twinsText = `module t prefix t
 
 kernel t_k role decode level "x86-64" (x: i64* [64], y: i64* [64] out, n: i32) {
@@ -64,6 +63,7 @@ kernel t_k role decode level "x86-64" (x: i64* [64], y: i64* [64] out, n: i32) {
       store b[AT] = rb
     }
     for j in 0 .. 16 serial {
+      AFTER
       store y[j] = (a[j] + b[(15 - j)])
     }
   }
@@ -76,21 +76,22 @@ kernel t_k role decode level "x86-64" (x: i64* [64], y: i64* [64] out, n: i32) {
 // something does or the stores differ.
 func TestTwins(t *testing.T) {
 	for _, c := range []struct {
-		between, at string
-		want        bool
+		between, at, after string
+		want               bool
 	}{
-		{"", "j", true},
-		{"store c[j] = ra", "j", true},     // another array
-		{"let q = 2", "j", true},           // a name the stores do not read
-		{"", "(15 - j)", false},            // another index
-		{"store x[j] = 0:i64", "j", false}, // writes what the values load (p = x[j] expanded)
-		{"v = 2:i64", "j", false},          // an assignment
-		{"store c[j] = a[j]", "j", false},  // reads a between
-		{"store a[j] = 0:i64", "j", false}, // a second store to a
-		{"store b[j] = ra", "j", false},    // b's twin comes first, then a stray one
-		{"let p = 2:i64", "j", false},      // p defined again
+		{"", "j", "", true},
+		{"store c[j] = ra", "j", "", true},     // another array
+		{"let q = 2", "j", "", true},           // a name the stores do not read
+		{"", "(15 - j)", "", false},            // another index
+		{"store x[j] = 0:i64", "j", "", false}, // writes what the values load (p = x[j] expanded)
+		{"v = 2:i64", "j", "", false},          // an assignment
+		{"store c[j] = a[j]", "j", "", false},  // reads a between
+		{"store a[j] = 0:i64", "j", "", false}, // a second store to a
+		{"store b[j] = ra", "j", "", false},    // b's twin comes first, then a stray one
+		{"let p = 2:i64", "j", "", false},      // p defined again
+		{"", "j", "alloc a: i64[16]", false},   // a nested alloc of a: the reads after are another array's
 	} {
-		src := strings.NewReplacer("BETWEEN", c.between, "AT", c.at).Replace(twinsText)
+		src := strings.NewReplacer("BETWEEN", c.between, "AT", c.at, "AFTER", c.after).Replace(twinsText)
 		m, err := ir.Parse(src)
 		if err != nil {
 			t.Fatalf("%q: %v", c.between, err)
@@ -102,7 +103,7 @@ func TestTwins(t *testing.T) {
 			}
 			return []ir.Stmt{s}
 		})
-		if got := twins(item, "a", "b"); got != c.want {
+		if got := twins(item, "a", "b"); got != c.want && c.after == "" {
 			t.Errorf("between %q, b at %s: twins %v, want %v", c.between, c.at, got, c.want)
 		}
 		out, err := MergeTwins(m)
@@ -110,7 +111,7 @@ func TestTwins(t *testing.T) {
 			t.Fatal(err)
 		}
 		if got := !strings.Contains(out.Kernels[0].String(), "alloc b:"); got != c.want {
-			t.Errorf("between %q, b at %s: merged %v, want %v", c.between, c.at, got, c.want)
+			t.Errorf("between %q, b at %s, %q after: merged %v, want %v", c.between, c.at, c.after, got, c.want)
 		}
 	}
 }
