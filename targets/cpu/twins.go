@@ -19,7 +19,8 @@ import (
 // Arrays a and b (Allocs of one block, the same element type and size)
 // are twins (twins) when every store to b follows, in the same block, a
 // store to a at an index of the same text and of a value of the same
-// text, both with the block's lets before them written out, while
+// text, both with the block's lets before them written out (those that
+// neither load nor read a variable), while
 // nothing between the two stores reads a or b, writes a, b or a buffer
 // the two expressions load, assigns a variable or defines a name again;
 // every store to a has its store to b; and nothing but stores writes
@@ -29,17 +30,25 @@ import (
 // and reads a where b was read.
 func MergeTwins(m *ir.Module) (*ir.Module, error) {
 	return passes.MapKernels(m, func(k *ir.Kernel) (*ir.Block, error) {
-		return mergeTwinsBlock(k.Body), nil
+		vars := map[string]bool{}
+		ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
+			if v, ok := s.(*ir.Var); ok {
+				vars[v.Name] = true
+			}
+			return []ir.Stmt{s}
+		})
+		return mergeTwinsBlock(k.Body, vars), nil
 	})
 }
 
 // mergeTwinsBlock merges the twin arrays allocated in b (and, through
-// its nested blocks, those allocated there). An array whose name a
-// nested block allocates again stays as it is.
-func mergeTwinsBlock(b *ir.Block) *ir.Block {
+// its nested blocks, those allocated there); vars are the kernel's
+// variables. An array whose name a nested block allocates again stays as
+// it is.
+func mergeTwinsBlock(b *ir.Block, vars map[string]bool) *ir.Block {
 	out := &ir.Block{Stmts: make([]ir.Stmt, len(b.Stmts))}
 	for i, s := range b.Stmts {
-		out.Stmts[i] = mergeTwinsNested(s)
+		out.Stmts[i] = mergeTwinsNested(s, vars)
 	}
 	again := map[string]int{}
 	ir.MapStmts(out, func(s ir.Stmt) []ir.Stmt {
@@ -60,7 +69,7 @@ func mergeTwinsBlock(b *ir.Block) *ir.Block {
 			continue
 		}
 		for _, c := range allocs[i+1:] {
-			if merged[c.Name] || again[c.Name] > 1 || !sameAlloc(a, c) || !twins(out, a.Name, c.Name) {
+			if merged[c.Name] || again[c.Name] > 1 || !sameAlloc(a, c) || !twins(out, a.Name, c.Name, vars) {
 				continue
 			}
 			out = mergeInto(out, a.Name, c.Name)
@@ -71,21 +80,21 @@ func mergeTwinsBlock(b *ir.Block) *ir.Block {
 }
 
 // mergeTwinsNested is s with MergeTwins applied to its nested blocks.
-func mergeTwinsNested(s ir.Stmt) ir.Stmt {
+func mergeTwinsNested(s ir.Stmt, vars map[string]bool) ir.Stmt {
 	switch x := s.(type) {
 	case *ir.For:
 		c := *x
-		c.Body = mergeTwinsBlock(x.Body)
+		c.Body = mergeTwinsBlock(x.Body, vars)
 		return &c
 	case *ir.If:
 		c := *x
-		c.Then = mergeTwinsBlock(x.Then)
+		c.Then = mergeTwinsBlock(x.Then, vars)
 		if x.Else != nil {
-			c.Else = mergeTwinsBlock(x.Else)
+			c.Else = mergeTwinsBlock(x.Else, vars)
 		}
 		return &c
 	case *ir.Block:
-		return mergeTwinsBlock(x)
+		return mergeTwinsBlock(x, vars)
 	}
 	return s
 }
@@ -135,13 +144,17 @@ type twinStore struct {
 }
 
 // twins says whether arrays a and b of block scope hold the same values
-// wherever either is read (MergeTwins).
-func twins(scope *ir.Block, a, b string) bool {
+// wherever either is read (MergeTwins); vars are the kernel's variables.
+// A let is written out only where its value neither loads nor reads a
+// variable (written out, such a value would be read again at the store,
+// after writes the let did not see) and is at most twinsExpandMax nodes
+// long; other lets stay names.
+func twins(scope *ir.Block, a, b string, vars map[string]bool) bool {
 	stores := 0
 	ok := true
 	var walk func(blk *ir.Block)
 	walk = func(blk *ir.Block) {
-		lets := map[string]ir.Expr{}
+		lets, size := map[string]ir.Expr{}, map[string]int{}
 		expand := func(e ir.Expr) ir.Expr {
 			return ir.MapExpr(e, func(x ir.Expr) ir.Expr {
 				if r, isRef := x.(*ir.Ref); isRef {
@@ -220,7 +233,24 @@ func twins(scope *ir.Block, a, b string) bool {
 				}
 			}
 			if l, isLet := s.(*ir.Let); isLet {
-				lets[l.Name] = expand(l.Value)
+				// Its own value walked, not the written-out one: the lets
+				// it names count their written-out sizes.
+				n, pure := 0, true
+				ir.VisitExpr(l.Value, func(e ir.Expr) {
+					n++
+					switch y := e.(type) {
+					case *ir.Load:
+						pure = false
+					case *ir.Ref:
+						pure = pure && !vars[y.Name]
+						n += size[y.Name]
+					}
+				})
+				delete(lets, l.Name)
+				delete(size, l.Name)
+				if pure && n <= twinsExpandMax {
+					lets[l.Name], size[l.Name] = expand(l.Value), n
+				}
 			}
 			switch x := s.(type) {
 			case *ir.For:
@@ -241,6 +271,12 @@ func twins(scope *ir.Block, a, b string) bool {
 	walk(scope)
 	return ok && stores > 0
 }
+
+// twinsExpandMax is the most nodes a let twins writes out may have:
+// longer ones stay names, so that chains of lets that name each other
+// more than once cannot grow the compared text exponentially (decode's
+// row offsets have 15).
+const twinsExpandMax = 64
 
 // compound says whether s holds statements (a loop, an if, a block),
 // which twins walks on their own.
