@@ -20,11 +20,12 @@ import (
 // are twins (twins) when every store to b follows, in the same block, a
 // store to a at an index of the same text and of a value of the same
 // text, both with the block's lets before them written out (those that
-// neither load nor read a variable), while
-// nothing between the two stores reads a or b, writes a, b or a buffer
-// the two expressions load, assigns a variable or defines a name again;
-// every store to a has its store to b; and nothing but stores writes
-// either (passes.Accesses); no nested block allocates either name again.
+// neither load nor read a variable), while nothing between the two
+// stores reads a or b, writes a, b or a buffer the two expressions load,
+// assigns a variable or defines a name again; every store to a has its
+// store to b; nothing but stores writes either and nothing but loads
+// reads them (passes.Accesses, loadsOnly); no nested block allocates
+// either name again.
 // From its first store on, b then holds a's values at every read; before
 // it, both are uninitialized. The merge drops b's stores and its Alloc
 // and reads a where b was read.
@@ -172,8 +173,8 @@ func twins(scope *ir.Block, a, b string, vars map[string]bool) bool {
 			}
 			reads, writes := passes.Accesses(s)
 			st, isStore := s.(*ir.Store)
-			if !isStore && !compound(s) && (writes[a] || writes[b]) {
-				ok = false // a write by another statement
+			if !isStore && !compound(s) && (writes[a] || writes[b] || (reads[a] || reads[b]) && !loadsOnly(s)) {
+				ok = false // a write by another statement, or a read mergeInto would not rename
 				return
 			}
 			if isStore && (st.Buf == a || st.Buf == b) {
@@ -277,6 +278,17 @@ func twins(scope *ir.Block, a, b string, vars map[string]bool) bool {
 // more than once cannot grow the compared text exponentially (decode's
 // row offsets have 15).
 const twinsExpandMax = 64
+
+// loadsOnly says whether every array s reads it reads through a load in
+// its expressions, which mergeInto renames: not a Copy's source, a
+// MatMul's operands or rows, a tensor-core statement's fragments.
+func loadsOnly(s ir.Stmt) bool {
+	switch s.(type) {
+	case *ir.Store, *ir.Let, *ir.Var, *ir.Assign, *ir.Prefetch, *ir.Alloc, *ir.Return, *ir.Continue:
+		return true
+	}
+	return false
+}
 
 // compound says whether s holds statements (a loop, an if, a block),
 // which twins walks on their own.

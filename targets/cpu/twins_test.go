@@ -191,3 +191,35 @@ kernel t_k role decode level "x86-64" (y: i64* [64] out) {
 		t.Error("a and b not merged")
 	}
 }
+
+// TestTwinsMatMulRows: a matmul that reads b as its row offsets names b
+// in a field, not a load, which merging would leave pointing at an array
+// that is gone: the two stay apart.
+func TestTwinsMatMulRows(t *testing.T) {
+	const src = `module t prefix t
+
+kernel t_k role decode level "x86-64" (qs: f32* [512], k: f32* [8192], s: f32* [256] out, n: i32) {
+  for item in 0 .. 1 parallel @work {
+    alloc sc: f32[256]
+    alloc a: i64[64]
+    alloc b: i64[64]
+    for j in 0 .. 64 serial {
+      let r = (i64(j) * 128:i64)
+      store a[j] = r
+      store b[j] = r
+    }
+    matmul sc[4, 64] = qs[4, 128] * k^T[64, 128] rows(b) extent(4, n, 128)
+    for j in 0 .. 64 serial {
+      store s[j] = (sc[j] + f32(a[j]))
+    }
+  }
+  return 0
+}
+`
+	if mergedB(t, src) {
+		t.Error("b merged away while the matmul reads it as its rows")
+	}
+	if !mergedB(t, strings.Replace(src, "rows(b)", "", 1)) {
+		t.Error("a and b not merged without the matmul's rows")
+	}
+}
