@@ -28,6 +28,16 @@
              bench shape's GQA group, each V row likewise, into register
              accumulators (no reduction, softmax or staging), with a
              prefetch into L2 of each line a tile ahead beside its loads;
+     fmax    fma with EXTRA (default 20) more multiply-adds per K row,
+             spread (about the generated f16 kernel's arithmetic in
+             cache);
+     fmag    the same multiply-adds gathered after each tile's K pass,
+             with no prefetch among them (the kernel's softmax steps);
+     fmav2   fmax with V read in two passes of half rows (P·V's passes);
+     fmak4   fmax with K read as dot blocks: 4 rows a column step at a
+             time, the next tile's 4 rows prefetched in address order;
+     fmak4l1 fmak4 with the next block's rows also prefetched into L1;
+     fmaall  fmak4's K, then BURST (800) multiply-adds, then fmav2's V;
      A, B    LIB_A's and LIB_B's PREFIX_decode on the same pools (f16
              variant, 32/8 heads, head dim 128, page 16: `attnc bench`'s
              decode f16), each twice per round, each timed call after an
@@ -50,7 +60,17 @@
    generated kernel at 0.57–0.84 in the same runs. On Zen 4 (2026-12-05,
    twelve runs at 2 threads): fma read at 0.95–1.25 of scan4l2, the f16
    kernel at 0.58–0.92; in cache (1 thread) fma took 5.0 ms a call, the
-   kernel 6.4–6.8, 6.1–6.2 after that session's two changes. */
+   kernel 6.4–6.8, 6.1–6.2 after that session's two changes. The next
+   session (2026-12-05, same machine, 2 threads): when the host's other
+   guests left the memory alone, the kernel read as fast as fma and fmax
+   (4.4–4.5 ms a call, 0.91–0.94 of scan2l2); when they loaded it, fma
+   and fmax still took 4.2–4.7 ms, the kernel 5.1–6.3. The models place
+   that loss in the kernel's access pattern, not its arithmetic (in cache
+   it costs about what fmax does): from memory fmak4 took 8–16% longer
+   than fmax (3% in cache), fmag 4–10% (the same in cache), fmav2 5–8%
+   (6–7% in cache) and fmaall 15–19%; fmak4l1 5–11% less than fmak4. The
+   kernel with fmak4l1's L1 prefetches (not kept): −7% to +2% under load,
+   up to 8% slower without, 0–4% slower in cache (docs/benchmarks.md). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <immintrin.h>
@@ -63,8 +83,9 @@
 #include <sys/mman.h>
 #include <time.h>
 
+enum { BURST = 800 }; /* fmaall's multiply-adds between a tile's K and V passes */
 enum { KV = 8, D = 128, PS = 16, B = 8, L = 4096, PAGES = L / PS, SETS = 4, TILE = 64, G = 2, QO = 32 };
-enum { SCAN, ROWS, PV, QK, NONE, FMA, LIB };
+enum { SCAN, ROWS, PV, QK, NONE, FMA, FMAX, FMAG, FMAV2, FMAK4, FMAK4L1, FMAALL, LIB };
 
 typedef int32_t (*dec_fn)(void *, void *, void *, int32_t, int32_t *, int32_t *, int32_t *, int32_t, void *, float *);
 typedef void (*thr_fn)(int32_t);
@@ -73,6 +94,7 @@ static uint16_t *kp, *vp;
 static int32_t *tbl; /* [SETS][B][PAGES] */
 static atomic_int next;
 static int mode, dist, l2, set;
+static int extra = 20; /* EXTRA: fmax's and fmag's multiply-adds beyond fma's, per K row */
 static double sink[64 * 8];
 static float qv[G * D] __attribute__((aligned(64)));
 static float qg[QO / KV * D] __attribute__((aligned(64))); /* fma_item's group of query rows */
@@ -185,6 +207,19 @@ static double blocks_item(const int32_t *t, int h) {
   return o[0][0] + o[1][D - 1];
 }
 
+/* burn: n more multiply-adds (in 4 chains) on acc[0..3], no memory
+   access: arithmetic added to a mode without changing its reads. */
+static inline __attribute__((always_inline)) void burn(__m512 *acc, int n) {
+  __m512 e0 = acc[0], e1 = acc[1], e2 = acc[2], e3 = acc[3], m = _mm512_set1_ps(0.999f);
+  for (int i = 0; i < n; i += 4) {
+    e0 = _mm512_fmadd_ps(e0, m, m);
+    e1 = _mm512_fmadd_ps(e1, m, m);
+    e2 = _mm512_fmadd_ps(e2, m, m);
+    e3 = _mm512_fmadd_ps(e3, m, m);
+  }
+  acc[0] = e0, acc[1] = e1, acc[2] = e2, acc[3] = e3;
+}
+
 /* fma_item: decode's least arithmetic over the same reads — each K row
    converted once and multiplied into every query row of the group
    (QO/KV), each V row likewise, into register accumulators: no
@@ -195,8 +230,9 @@ static double blocks_item(const int32_t *t, int h) {
    lines multiplied into acc, the same lines of the rows a tile ahead
    prefetched beside them (ahead). */
 static inline __attribute__((always_inline)) void fma_rows(const uint16_t *pool, const int32_t *t, int h, int t0, int ahead,
-                                                           __m512 acc[8]) {
+                                                           __m512 acc[8], int ex) {
   for (int r = 0; r < TILE; r++) {
+    if (ex) burn(acc, ex);
     const char *x0 = (const char *)row(pool, t, h, t0 + r), *nx = ahead ? (const char *)row(pool, t, h, t0 + r + TILE) : 0;
 #pragma GCC unroll 8
     for (int c = 0; c < D; c += 16) {
@@ -208,16 +244,104 @@ static inline __attribute__((always_inline)) void fma_rows(const uint16_t *pool,
   }
 }
 
-static double fma_item(const int32_t *t, int h) {
+/* fma_half: V's rows in two passes of half a row each, the same half of
+   the rows a tile ahead prefetched beside its loads (the kernel's P·V). */
+static inline __attribute__((always_inline)) void fma_half(const uint16_t *pool, const int32_t *t, int h, int t0, int ahead,
+                                                           __m512 acc[8]) {
+  for (int half = 0; half < 2; half++)
+    for (int r = 0; r < TILE; r++) {
+      const char *x0 = (const char *)row(pool, t, h, t0 + r) + half * D, *nx = ahead ? (const char *)row(pool, t, h, t0 + r + TILE) + half * D : 0;
+#pragma GCC unroll 4
+      for (int c = 0; c < D / 2; c += 16) {
+        if (nx && c % 32 == 0) _mm_prefetch(nx + c * 2, _MM_HINT_T1);
+        __m512 x = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(x0 + c * 2)));
+#pragma GCC unroll 4
+        for (int g = 0; g < QO / KV; g++)
+          acc[half * 4 + c / 16] = _mm512_fmadd_ps(x, _mm512_load_ps(qg + g * D + half * D / 2 + c), acc[half * 4 + c / 16]);
+      }
+    }
+}
+
+/* fma_k4: K's rows in blocks of 4 read a column step at a time, each
+   step's 4 loads at one column of the 4 rows (the kernel's dot blocks),
+   the next tile's 4 rows prefetched in address order, 2 lines a step
+   (targets/cpu seqGroup); l1: with prefetches into L1 of the next
+   block's 4 rows (of this tile, in L2 by then), also 2 lines a step in
+   address order. */
+static inline __attribute__((always_inline)) void fma_k4(const uint16_t *pool, const int32_t *t, int h, int t0, int ahead,
+                                                         __m512 acc[8], int ex, int l1) {
+  for (int r = 0; r < TILE; r += 4) {
+    if (ex) burn(acc + 4, 4 * ex);
+    const char *x[4], *nx[4], *nb[4];
+    for (int j = 0; j < 4; j++) {
+      x[j] = (const char *)row(pool, t, h, t0 + r + j);
+      nx[j] = ahead ? (const char *)row(pool, t, h, t0 + r + j + TILE) : 0;
+      nb[j] = (const char *)row(pool, t, h, t0 + (r + 4 < TILE ? r + 4 + j : TILE - 1));
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < D; c += 16) {
+      int l = c / 16 * 2;
+      if (ahead) {
+        _mm_prefetch(nx[l / 4] + (l % 4) * 64, _MM_HINT_T1);
+        _mm_prefetch(nx[(l + 1) / 4] + ((l + 1) % 4) * 64, _MM_HINT_T1);
+      }
+      if (l1) {
+        _mm_prefetch(nb[l / 4] + (l % 4) * 64, _MM_HINT_T0);
+        _mm_prefetch(nb[(l + 1) / 4] + ((l + 1) % 4) * 64, _MM_HINT_T0);
+      }
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; j++) {
+        __m512 v = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(x[j] + c * 2)));
+#pragma GCC unroll 4
+        for (int g = 0; g < QO / KV; g++) acc[j] = _mm512_fmadd_ps(v, _mm512_load_ps(qg + g * D + c), acc[j]);
+      }
+    }
+  }
+}
+
+/* fma_body: one item of an fma mode: K by rows (k4 0) or dot blocks (1;
+   2 with fma_k4's L1 prefetch), xk multiply-adds more per K row, burst
+   more after each tile's K pass, V by rows (v2 0) or half rows (1). Each
+   mode is its own function (fma_modes), so that no mode's registers spill
+   for another's. */
+static inline __attribute__((always_inline)) double fma_body(const int32_t *t, int h, int k4, int xk, int burst, int v2) {
   __m512 a[8], b[8];
   for (int i = 0; i < 8; i++) a[i] = b[i] = _mm512_setzero_ps();
   for (int t0 = 0; t0 < L; t0 += TILE) {
-    fma_rows(kp, t, h, t0, t0 + TILE < L, a);
-    fma_rows(vp, t, h, t0, t0 + TILE < L, b);
+    int ahead = t0 + TILE < L;
+    if (k4)
+      fma_k4(kp, t, h, t0, ahead, a, xk, k4 == 2);
+    else
+      fma_rows(kp, t, h, t0, ahead, a, xk);
+    if (burst) burn(a + 4, burst);
+    if (v2)
+      fma_half(vp, t, h, t0, ahead, b);
+    else
+      fma_rows(vp, t, h, t0, ahead, b, 0);
   }
   __m512 s = _mm512_setzero_ps();
   for (int i = 0; i < 8; i++) s = _mm512_add_ps(s, _mm512_add_ps(a[i], b[i]));
   return _mm512_reduce_add_ps(s);
+}
+
+static __attribute__((noinline)) double fma_plain(const int32_t *t, int h) { return fma_body(t, h, 0, 0, 0, 0); }
+static __attribute__((noinline)) double fma_x(const int32_t *t, int h) { return fma_body(t, h, 0, extra, 0, 0); }
+static __attribute__((noinline)) double fma_g(const int32_t *t, int h) { return fma_body(t, h, 0, 0, extra * TILE, 0); }
+static __attribute__((noinline)) double fma_v2(const int32_t *t, int h) { return fma_body(t, h, 0, extra, 0, 1); }
+static __attribute__((noinline)) double fma_k4x(const int32_t *t, int h) { return fma_body(t, h, 1, extra, 0, 0); }
+static __attribute__((noinline)) double fma_k4l1(const int32_t *t, int h) { return fma_body(t, h, 2, extra, 0, 0); }
+static __attribute__((noinline)) double fma_all(const int32_t *t, int h) { return fma_body(t, h, 1, 0, BURST, 1); }
+
+static double fma_item(const int32_t *t, int h) {
+  switch (mode) {
+  case FMAX: return fma_x(t, h);
+  case FMAG: return fma_g(t, h);
+  case FMAV2: return fma_v2(t, h);
+  case FMAK4: return fma_k4x(t, h);
+  case FMAK4L1: return fma_k4l1(t, h);
+  case FMAALL: return fma_all(t, h);
+  default: return fma_plain(t, h);
+  }
 }
 
 static void *worker(void *arg) {
@@ -230,7 +354,7 @@ static void *worker(void *arg) {
       const int32_t *t = tbl + ((size_t)set * B + it / KV) * PAGES;
       acc += mode == SCAN ? scan_item(t, it % KV)
              : mode == ROWS ? rows_item(t, it % KV)
-             : mode == FMA  ? fma_item(t, it % KV)
+             : mode >= FMA && mode < LIB ? fma_item(t, it % KV)
                             : blocks_item(t, it % KV);
     }
     sink[id * 8] += acc;
@@ -248,6 +372,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: %s THREADS ROUNDS [INCACHE [LIB_A LIB_B PREFIX]]\n", argv[0]);
     return 2;
   }
+  if (getenv("EXTRA")) extra = atoi(getenv("EXTRA"));
   int nthreads = atoi(argv[1]), R = atoi(argv[2]), incache = argc > 3 && atoi(argv[3]);
   if (nthreads < 1 || nthreads > 64 || R < 1) return 2;
   size_t np = (size_t)SETS * B * PAGES, bytes = np * KV * PS * D * 2;
@@ -278,6 +403,8 @@ int main(int argc, char **argv) {
       {"scan0", SCAN, 0, 0}, {"scan1", SCAN, 1, 0}, {"scan2", SCAN, 2, 0}, {"scan4", SCAN, 4, 0},
       {"scan1l2", SCAN, 1, 1}, {"scan2l2", SCAN, 2, 1}, {"scan4l2", SCAN, 4, 1},
       {"rows", ROWS, 0, 0}, {"pv", PV, 0, 0}, {"qk", QK, 0, 0}, {"none", NONE, 0, 0}, {"fma", FMA, 0, 0},
+      {"fmax", FMAX, 0, 0}, {"fmag", FMAG, 0, 0}, {"fmav2", FMAV2, 0, 0}, {"fmak4", FMAK4, 0, 0},
+      {"fmak4l1", FMAK4L1, 0, 0}, {"fmaall", FMAALL, 0, 0},
       {"A", LIB, 0, 0}, {"B", LIB, 1, 0}, {"A2", LIB, 0, 0}, {"B2", LIB, 1, 0}};
   int nc = sizeof cfg / sizeof cfg[0];
   dec_fn lib[2] = {0, 0};
