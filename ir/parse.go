@@ -654,7 +654,7 @@ func (p *parser) stmt() Stmt {
 			p.failAt(vt, "type mismatch: storing %s into %s buffer %s", v.Type(), d.t, nt.text)
 		}
 		return &Store{Buf: nt.text, Index: idx, Value: v}
-	case "prefetch":
+	case "prefetch", "prefetch_l1":
 		nt := p.ident()
 		p.bufferDecl(nt)
 		p.expect("[")
@@ -664,7 +664,7 @@ func (p *parser) stmt() Stmt {
 		if t := idx.Type(); t != I32 && t != I64 {
 			p.failAt(it, "index of %s is %s, want i32 or i64", nt.text, t)
 		}
-		return &Prefetch{Buf: nt.text, Index: idx}
+		return &Prefetch{Buf: nt.text, Index: idx, L1: t.text == "prefetch_l1"}
 	case "for":
 		return p.forStmt()
 	case "if":

@@ -39,7 +39,8 @@ import (
 // Vectors (CPU schedules): types print as f32x16, constants as
 // `0.5:f32x16`, a vector load as `buf[i]:f32x16`, a broadcast as
 // `f32x16(x)`; `muladd(x, y, z)`, `shuffle(x, y, [0, 1, 16, 17])`,
-// `prefetch buf[i]`; a scheduled clone is `kernel NAME role R level "x86-64-v4" (...)`.
+// `prefetch buf[i]` (into L2; `prefetch_l1 buf[i]` into L1); a scheduled
+// clone is `kernel NAME role R level "x86-64-v4" (...)`.
 // A GPU module whose warps are not of 32 lanes says so: `module NAME prefix P lanes 64`.
 
 // String prints m in the text form.
@@ -266,7 +267,11 @@ func (p *printer) stmt(s Stmt) {
 	case *Store:
 		p.line("store %s[%s] = %s", s.Buf, p.ex(s.Index), p.ex(s.Value))
 	case *Prefetch:
-		p.line("prefetch %s[%s]", s.Buf, p.ex(s.Index))
+		kw := "prefetch"
+		if s.L1 {
+			kw = "prefetch_l1"
+		}
+		p.line("%s %s[%s]", kw, s.Buf, p.ex(s.Index))
 	case *For:
 		var sb strings.Builder
 		fmt.Fprintf(&sb, "for %s in %s .. %s %s", s.Var, p.ex(s.Lo), p.ex(s.Hi), s.Kind)

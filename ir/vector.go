@@ -120,10 +120,14 @@ func (*DotBF16) isExpr()      {}
 
 // Prefetch hints that element Index of buffer Buf will be read soon (a
 // software prefetch into the data cache); it reads nothing and never
-// faults. Index must still address an element of the buffer.
+// faults. Index must still address an element of the buffer. L1 asks for
+// the line in the first-level cache (a line read within the next few
+// hundred instructions, which a prefetch into L2 already brought near);
+// without it the prefetch fills L2 and the levels beyond.
 type Prefetch struct {
 	Buf   string
 	Index Expr
+	L1    bool
 }
 
 func (*Prefetch) isStmt() {}

@@ -8,11 +8,13 @@ import (
 )
 
 // vectorKernel sums x·y over 8 elements with f32x4 vectors: two muladds,
-// a shuffle tree to one lane, a broadcast store and a prefetch.
+// a shuffle tree to one lane, a broadcast store and prefetches into L2
+// and into L1.
 const vectorKernel = `module v prefix v
 
 kernel v_dot role decode level "neon" (x: f32* [8], y: f32* [8], h: f16* [4], o: f32* [4] out, w: f32* [4] out) {
   prefetch x[4]
+  prefetch_l1 y[4]
   var acc = 0.0:f32x4
   for c in 0 .. 2 serial {
     acc = muladd(x[(c * 4)]:f32x4, y[(c * 4)]:f32x4, acc)
@@ -34,6 +36,9 @@ func TestVectorRoundTripAndRun(t *testing.T) {
 	}
 	if got := m.String(); got != vectorKernel {
 		t.Fatalf("round trip differs:\n%s\nwant\n%s", got, vectorKernel)
+	}
+	if p := m.Kernels[0].Body.Stmts[1].(*Prefetch); !p.L1 || m.Kernels[0].Body.Stmts[0].(*Prefetch).L1 {
+		t.Fatalf("prefetch_l1 parsed as L1 %v, prefetch as L1 %v", p.L1, m.Kernels[0].Body.Stmts[0].(*Prefetch).L1)
 	}
 	if m.Kernels[0].Level != "neon" {
 		t.Fatalf("level %q", m.Kernels[0].Level)

@@ -147,7 +147,7 @@ func MapStmtExprs(b *Block, g func(Expr) Expr) *Block {
 		case *Store:
 			return []Stmt{&Store{Buf: x.Buf, Index: g(x.Index), Value: g(x.Value)}}
 		case *Prefetch:
-			return []Stmt{&Prefetch{Buf: x.Buf, Index: g(x.Index)}}
+			return []Stmt{&Prefetch{Buf: x.Buf, Index: g(x.Index), L1: x.L1}}
 		case *Malloc:
 			return []Stmt{&Malloc{Name: x.Name, T: x.T, Size: g(x.Size)}}
 		case *Copy:

@@ -46,7 +46,7 @@ func simplifyBlock(b *ir.Block, consts map[string]ir.Expr) *ir.Block {
 		case *ir.Store:
 			out.Stmts = append(out.Stmts, &ir.Store{Buf: x.Buf, Index: ex(x.Index), Value: ex(x.Value)})
 		case *ir.Prefetch:
-			out.Stmts = append(out.Stmts, &ir.Prefetch{Buf: x.Buf, Index: ex(x.Index)})
+			out.Stmts = append(out.Stmts, &ir.Prefetch{Buf: x.Buf, Index: ex(x.Index), L1: x.L1})
 		case *ir.Malloc:
 			out.Stmts = append(out.Stmts, &ir.Malloc{Name: x.Name, T: x.T, Size: ex(x.Size)})
 		case *ir.Copy:

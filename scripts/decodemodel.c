@@ -69,8 +69,9 @@
    it costs about what fmax does): from memory fmak4 took 8–16% longer
    than fmax (3% in cache), fmag 4–10% (the same in cache), fmav2 5–8%
    (6–7% in cache) and fmaall 15–19%; fmak4l1 5–11% less than fmak4. The
-   kernel with fmak4l1's L1 prefetches (not kept): −7% to +2% under load,
-   up to 8% slower without, 0–4% slower in cache (docs/benchmarks.md). */
+   kernel with fmak4l1's L1 prefetches in address order (targets/cpu
+   nextBlock) took 5–16% less time under load, the same in cache; row-
+   strided, 6–10% more than that (docs/benchmarks.md). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <immintrin.h>

@@ -528,7 +528,7 @@ func TestErrors(t *testing.T) {
 // TestExplicitVectors compiles and runs explicit vector code: vector
 // loads and stores, a broadcast, a vector var in a loop, muladd, a shuffle
 // tree down to one lane, lane-wise compares and selects, f16 bits widened
-// natively (fpext) and a prefetch.
+// natively (fpext) and prefetches into L2 (locality 2) and L1 (3).
 func TestExplicitVectors(t *testing.T) {
 	t.Parallel()
 	tc := lltest.NeedToolchain(t)
@@ -536,6 +536,7 @@ func TestExplicitVectors(t *testing.T) {
 
 kernel vdot role decode (x: f32* [8], y: f32* [8], h: f16* [4], n: i32, o: f32* [8] out) {
   prefetch y[4]
+  prefetch_l1 x[4]
   var acc = 0.0:f32x4
   for c in 0 .. 2 serial {
     acc = muladd(x[(c * 4)]:f32x4, y[(c * 4)]:f32x4, acc)
@@ -575,7 +576,7 @@ int main(void) {
 	for i, w := range []float64{1.5, -1, 65504, math.Ldexp(1, -24)} {
 		lltest.CheckFloat(t, r, fmt.Sprintf("o%d", 4+i), w)
 	}
-	for _, want := range []string{"<4 x float>", "@llvm.fmuladd.v4f32", "shufflevector", "extractelement", "fpext <4 x half> ", "@llvm.prefetch.p0i8", "bitcast <4 x i16>"} {
+	for _, want := range []string{"<4 x float>", "@llvm.fmuladd.v4f32", "shufflevector", "extractelement", "fpext <4 x half> ", "@llvm.prefetch.p0i8", "i32 0, i32 2, i32 1)", "i32 0, i32 3, i32 1)", "bitcast <4 x i16>"} {
 		if !strings.Contains(bl.LL, want) {
 			t.Errorf("emitted IR lacks %q:\n%s", want, bl.LL)
 		}

@@ -15,7 +15,8 @@ import (
 // a vector load or store one unaligned access of the whole vector, MulAdd
 // llvm.fmuladd, VShuffle shufflevector (extractelement for one lane),
 // Prefetch llvm.prefetch (read, into L2 and the outer levels: locality 2,
-// prefetcht1 on x86-64, PLDL2KEEP on AArch64).
+// prefetcht1 on x86-64, PLDL2KEEP on AArch64; an L1 prefetch locality 3,
+// prefetcht0, PLDL1KEEP).
 
 // scalarConst is the constant of scalar type t with c's value.
 func scalarConst(t ir.Type, c *ir.Const) constant.Constant {
@@ -161,23 +162,29 @@ func (f *fnState) shuffle(x *ir.VShuffle) (value.Value, ir.Type) {
 	return f.cur.NewShuffleVector(a, b, constant.NewVector(types.NewVector(uint64(len(mask)), types.I32), mask...)), rt
 }
 
-// prefetch emits llvm.prefetch(element pointer, read, locality 2, data).
-// Locality 2 fills L2, not L1: the CPU kernels prefetch a whole decode or
-// prefill tile ahead (up to 64 KiB of K and V rows, more than an L1). On
-// Zen 4 (attnc bench, 2 threads, 8 × 4096 decode from memory) that took
-// 17-25% less time than locality 3 (prefetcht0) for f32, f16 and bf16
-// caches and 5-8% less for 8-bit codes; at 1 thread in L2 and L3 within
-// 3% (f32 in L3 10% less); 2048-token prefill the same. Most likely a
-// prefetcht0 holds one of the core's few L1 miss buffers until its line
-// arrives, and the lines it brings evict the current tile's. Not
-// measured on Zen 5 or Intel's cores.
+// prefetch emits llvm.prefetch(element pointer, read, locality 2, data),
+// locality 3 for an L1 prefetch (ir.Prefetch.L1: a line a dot block reads
+// next, already on its way to L2). Locality 2 fills L2, not L1: the CPU
+// kernels prefetch a whole decode or prefill tile ahead (up to 64 KiB of
+// K and V rows, more than an L1). On Zen 4 (attnc bench, 2 threads, 8 ×
+// 4096 decode from memory) that took 17-25% less time than locality 3
+// (prefetcht0) for every prefetch, the tile ahead's included, for f32,
+// f16 and bf16 caches and 5-8% less for 8-bit codes; at 1 thread in L2
+// and L3 within 3% (f32 in L3 10% less); 2048-token prefill the same.
+// Most likely a prefetcht0 holds one of the core's few L1 miss buffers
+// until its line arrives, and the lines it brings evict the current
+// tile's. Not measured on Zen 5 or Intel's cores.
 func (f *fnState) prefetch(s *ir.Prefetch) {
 	b := f.buffer(s.Buf, "prefetch")
 	idx := f.index(s.Index, "prefetch "+s.Buf)
 	p := f.cur.NewGetElementPtr(f.e.valueType(b.t, s.Buf), b.v, idx)
 	p.InBounds = true
 	fn := f.e.decl("llvm.prefetch.p0i8", types.Void, i8p, types.I32, types.I32, types.I32)
-	f.cur.NewCall(fn, f.cur.NewBitCast(p, i8p), i32c(0), i32c(2), i32c(1))
+	locality := int64(2)
+	if s.L1 {
+		locality = 3
+	}
+	f.cur.NewCall(fn, f.cur.NewBitCast(p, i8p), i32c(0), i32c(locality), i32c(1))
 }
 
 func i32c(v int64) *constant.Int { return constant.NewInt(types.I32, v) }

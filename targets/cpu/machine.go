@@ -181,7 +181,7 @@ func (mc *Machine) table(multiversion passes.Pass) []passes.Pass {
 		{Name: "vectorize", Required: true, Run: Vectorize,
 			Desc: "spread loops as vector (innermost) or serial loops, guards folded into loop bounds"},
 		{Name: "prefetch-kv", Required: false, Run: PrefetchKV,
-			Desc: "fetch ahead the page rows of the staging iteration a decode tile ahead (TileRows: up to 32 KiB of K rows), in a later tile too (guards repeated: -1 pages never touched): rows read in place get their offsets recorded and prefetched a line at a time beside the products' loads; copied rows, a prefetch per line at the head of the iteration"},
+			Desc: "fetch ahead the page rows of the staging iteration a decode tile ahead (TileRows: up to 32 KiB of K rows), in a later tile too (guards repeated: -1 pages never touched): rows read in place get their offsets recorded and prefetched a line at a time beside the products' loads, and a dot block's steps fetch the next block's K lines of the same tile from L2 into L1; copied rows, a prefetch per line at the head of the iteration"},
 		{Name: "merge-twins", Required: false, Run: MergeTwins,
 			Desc: "local arrays that provably hold the same values (every store to one follows a store of the same value at the same index to the other: decode's K and V row offsets over pools of one geometry, and their prefetch companions) as one array: half the staging's stores"},
 		{Name: "vector-exp", Required: false, Run: VectorExp,

@@ -102,7 +102,10 @@ const TileMaxRows = 64
 // The prefetches fill L2, not L1 (codegen/llvm emits locality 2,
 // prefetcht1): on Zen 4, with 64-row tiles, that took 17-25% less time
 // than prefetcht0 for f32, f16 and bf16 decode from memory (8 × 4096,
-// 2 threads) and 5-8% less for 8-bit codes.
+// 2 threads) and 5-8% less for 8-bit codes. A dot block's step also
+// prefetches into L1 (Prefetch.L1) the lines of the next block's rows of
+// its own tile, which the prefetches a tile ahead left in L2 (nextBlock;
+// rows of 4 or more lines, f32, f16 and bf16 at head dim 128).
 //
 // A kernel with a product load of another form (or inside a vector loop)
 // prefetches its recorded rows at the head of the staging iteration, as
@@ -459,11 +462,13 @@ func (sp *spread) products(b *ir.Block, elemBytes map[string]int, rp *rowPass) *
 		if t := sp.seqGroup(groups[""]); t != nil {
 			always = t
 		}
+		always = append(always, nextBlock(groups[""])...)
 		out.Stmts = append(out.Stmts, sp.withPartner(always)...)
 		for _, key := range order {
 			if t := sp.seqGroup(groups[key]); t != nil {
 				conds[key].Then.Stmts = t
 			}
+			conds[key].Then.Stmts = append(conds[key].Then.Stmts, nextBlock(groups[key])...)
 			conds[key].Then.Stmts = sp.withPartner(conds[key].Then.Stmts)
 			out.Stmts = append(out.Stmts, conds[key])
 		}
@@ -592,18 +597,77 @@ func (sp *spread) seqGroup(g []pfLine) []ir.Stmt {
 	if !oneColumn(g) {
 		return nil
 	}
+	return addressOrder(g, sp.pf[g[0].off.Buf], false)
+}
+
+// addressOrder is the prefetches seqGroup places at group g's step (n
+// loads of n rows at one column, rows of a multiple of n lines): the
+// step at line L of its rows prefetches lines (L mod m)·n … (L mod m)·n +
+// n-1 of its row L/m, m = lines/n, the row's offset read from array offs
+// (the companion for the same row of the next tile; the row-offset array
+// itself for a row of this tile); into L1 if l1.
+func addressOrder(g []pfLine, offs string, l1 bool) []ir.Stmt {
+	n := int64(len(g))
 	m := g[0].lines / n
 	t := g[0].col.Type()
 	c := func(v int64) ir.Expr { return ir.IntT(t, v) }
 	line := ir.Bin(ir.Div, ir.Bin(ir.Mul, g[0].col, c(g[0].eb)), c(64))
-	pf := ir.Ld(sp.pf[g[0].off.Buf], g[0].off.T, groupRow(g, ir.Bin(ir.Div, line, c(m))))
+	pf := ir.Ld(offs, g[0].off.T, groupRow(g, ir.Bin(ir.Div, line, c(m))))
 	first := ir.Bin(ir.Mul, ir.Bin(ir.Rem, line, c(m)), c(n))
 	var out []ir.Stmt
 	for i := range n {
 		at := ir.Bin(ir.Mul, ir.Bin(ir.Add, first, c(i)), c(64/g[0].eb))
-		out = append(out, &ir.Prefetch{Buf: g[0].buf, Index: ir.Bin(ir.Add, pf, at)})
+		out = append(out, &ir.Prefetch{Buf: g[0].buf, Index: ir.Bin(ir.Add, pf, at), L1: l1})
 	}
 	return out
+}
+
+// nextBlock is the prefetches into L1, in address order, of the rows of
+// the next dot block of the same tile beside group g's loads (a dot
+// block's step: n loads of n rows at one column, rows of a multiple of n
+// lines, each row index min(x + i, last) for i = 0 … n-1): the next
+// block's rows min(x + n + i, last), clamped to the row-offset array too,
+// are rows the products read, their offsets recorded (the tile's last
+// block, with no block after it, fetches its last row again). The
+// prefetches a tile ahead leave a tile's lines in L2 (codegen/llvm:
+// locality 2); a dot block reads 4 rows at once, a line of each at a
+// time, and that pattern took longer from memory than reading the rows
+// one after another, most when the memory was loaded (scripts/
+// decodemodel.c, fmak4 against fmax and fmak4l1). Measured on Zen 4
+// (docs/benchmarks.md, Machine D session 29; 8 × 4096 from memory, 2
+// threads, 32/8 heads, head dim 128): f16 and bf16 decode 5-16% less time
+// under the host's memory load (`attnc bench` ratio to the paged scan
+// 0.77-0.82 → 0.86-0.89 for f16, 0.76-0.85 → 0.86-0.91 for bf16), f32
+// (8-line rows, whose next tile's prefetches stay row-strided) a median
+// 0.94 → 1.04 of six runs; in cache within 1% (f32 in L3 0-3% slower).
+// The same prefetches row-strided (line L of each next row) ran 6-10%
+// slower than in address order. nil for any other group, and for 8-bit
+// codes (not measured; at x86-64 and x86-64-v3 their 2-line rows come in
+// dot blocks of 2 keys).
+func nextBlock(g []pfLine) []ir.Stmt {
+	n := int64(len(g))
+	if n < 2 || !oneColumn(g) {
+		return nil
+	}
+	var last string
+	next := make([]pfLine, len(g))
+	for i, x := range g {
+		mn, ok := x.off.Index.(*ir.Binary)
+		if !ok || mn.Op != ir.Min || x.eb < 2 || x.lines != g[0].lines || x.lines < n || x.lines%n != 0 || x.rows < 1 {
+			return nil
+		}
+		if i == 0 {
+			last = ir.ExprString(mn.Y)
+		} else if ir.ExprString(mn.Y) != last {
+			return nil
+		}
+		t := mn.X.Type()
+		off := *x.off
+		off.Index = ir.Bin(ir.Min, ir.Bin(ir.Min, ir.Bin(ir.Add, mn.X, ir.IntT(t, n)), mn.Y), ir.IntT(t, x.rows-1))
+		next[i] = x
+		next[i].off = &off
+	}
+	return addressOrder(next, g[0].off.Buf, true)
 }
 
 // seqGroupShort is seqGroup for rows of 8-bit codes with fewer lines

@@ -20,8 +20,10 @@ import (
 // K and V row of that run ahead in the companion arrays (koff_pf, voff_pf),
 // over its own rows' offsets there, and prefetches nothing itself; the
 // products prefetch instead: every prefetch reads a companion array of a
-// row-offset array that a product load of the same pool reads, K and V
-// both. (Which rows and lines: TestSpreadPrefetchesCoverNextTile.)
+// row-offset array that a product load of the same pool reads (a
+// prefetch into L1, the row-offset array itself), K and V both. (Which
+// rows and lines: TestSpreadPrefetchesCoverNextTile and
+// TestDotBlocksPrefetchNextBlockIntoL1.)
 func TestStagingLooksPagesUpOncePerRun(t *testing.T) {
 	var table []passes.Pass
 	for i, p := range cpu.Table {
@@ -115,7 +117,13 @@ func TestStagingLooksPagesUpOncePerRun(t *testing.T) {
 				at := ir.ExprString(p.Index)
 				paired := false
 				for _, a := range []string{"koff", "voff"} {
-					if strings.Contains(at, a+"_pf[") {
+					// A prefetch into L1 (the next dot block's rows of
+					// this tile) reads the row-offset array itself.
+					arr := a + "_pf["
+					if p.L1 {
+						arr = a + "["
+					}
+					if strings.Contains(at, arr) {
 						for l := range loads {
 							paired = paired || strings.HasPrefix(l, p.Buf+"[") && strings.Contains(l, a+"[")
 						}

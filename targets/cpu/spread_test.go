@@ -46,14 +46,7 @@ func TestSpreadPrefetchesCoverNextTile(t *testing.T) {
 func spreadCoversNextTile(t *testing.T, v *ir.Variant) {
 	t.Helper()
 	name := fmt.Sprintf("%s/%s page %d", v.DType, v.KVDType, v.PageSize)
-	tiling := Target{}.Tiling(v)
-	m, err := lower.Lower(v, tiling)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m, err = passes.RunTable(Table, m, passes.Options{VerifyEach: true}); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
+	m, tiling := compiled(t, v, name)
 	indices := validIndices
 	eb := max(1, v.KVDType.Type().Bits()/8)
 	lineElems := int64(64 / eb)
@@ -280,4 +273,172 @@ func TestPairedPrefetches(t *testing.T) {
 			t.Fatalf("%s/%s: no decode work clone", c.dc.dt, c.dc.kv)
 		}
 	}
+}
+
+// TestDotBlocksPrefetchNextBlockIntoL1 runs every level's decode work
+// clone at head dim 128 (f32, f16 and bf16 rows; a group of 4 query heads,
+// dot blocks of 4 keys) with a clock that ticks at each prefetch into L1
+// and each product load of a pool, and marks of the first tick at which
+// each 64-byte line was prefetched into L1 and first read, and of the
+// last. Every K line the products read beyond the first block of its
+// tile was prefetched into L1 before its first read (by the block before
+// it: nextBlock), and every line prefetched into L1 is read after its last
+// such prefetch — but for the last row of a tile, which the last block,
+// with no block after it, prefetches again beside its own loads: a
+// prefetch of a row past the tile's last (a row-offset slot the staging
+// did not write for this tile, left from an earlier one) would not be
+// read after it. P·V's row passes prefetch nothing into L1. Pages of 4 and 16 positions over
+// validIndices (three sequences of 0, 5 and 93 or 369 positions).
+func TestDotBlocksPrefetchNextBlockIntoL1(t *testing.T) {
+	for _, dt := range []ir.DType{ir.DTF32, ir.DTF16, ir.DTBF16} {
+		for _, ps := range []int{4, 16} {
+			v := &ir.Variant{Name: "t", QOHeads: 8, KVHeads: 2, HeadDimQK: 128, HeadDimV: 128, DType: dt, KVDType: dt,
+				PageSize: ps, Scale: 0.25, Masks: []ir.MaskClause{{Kind: ir.MaskCausal}}, Kernels: []ir.KernelRef{{Role: ir.RoleDecode}}}
+			dotBlocksPrefetchNextBlock(t, v)
+		}
+	}
+}
+
+func dotBlocksPrefetchNextBlock(t *testing.T, v *ir.Variant) {
+	t.Helper()
+	const blockKeys = 4
+	name := fmt.Sprintf("%s page %d", v.DType, v.PageSize)
+	m, tiling := compiled(t, v, name)
+	eb := int64(max(1, v.KVDType.Type().Bits()/8))
+	lineElems := 64 / eb
+	rowElems := int64(v.HeadDimQK)
+	// The tile-local position of every line of the pages the sequences
+	// hold.
+	args0 := stagedDecodeArgs(v, validIndices)
+	indptr := args0["kv_indptr"].([]int32)
+	pos := map[int64]int{}
+	lastRow := map[int64]bool{} // lines of the last row of a tile
+	lastPage := args0["kv_last_page_len"].([]int32)
+	for b := 0; b+1 < len(indptr); b++ {
+		n := int(indptr[b+1]-indptr[b]-1)*v.PageSize + int(lastPage[b])
+		for p := indptr[b]; p < indptr[b+1]; p++ {
+			for h := range v.KVHeads {
+				for r := range v.PageSize {
+					row := ((int64(validIndices[p])*int64(v.KVHeads)+int64(h))*int64(v.PageSize) + int64(r)) * rowElems
+					for c := int64(0); c < rowElems; c += lineElems {
+						at := int(p-indptr[b])*v.PageSize + r
+						pos[(row+c)/lineElems] = at
+						lastRow[(row+c)/lineElems] = at%tiling.DecodeKVTile == tiling.DecodeKVTile-1 || at == n-1
+					}
+				}
+			}
+		}
+	}
+	runs := 0
+	for _, k := range m.Kernels {
+		if k.Role != ir.RoleDecode || !strings.HasPrefix(k.Name, "t_decode_work") || k.Level == "" {
+			continue
+		}
+		keys := false
+		ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
+			if l, ok := s.(*ir.Let); ok && l.Name == "db_nb0" && ir.ExprString(l.Value) == fmt.Sprintf("(db_nb * %d)", blockKeys) {
+				keys = true
+			}
+			return []ir.Stmt{s}
+		})
+		if !keys {
+			t.Fatalf("%s %s: no dot blocks of %d keys (let db_nb0 = (db_nb * %d)): this test assumes them", name, k.Name, blockKeys, blockKeys)
+		}
+		args := stagedDecodeArgs(v, validIndices)
+		poolLines := int64(lenOf(args["k_pages"])) / lineElems
+		marked := *k
+		marked.Params = append([]*ir.Param{}, k.Params...)
+		marked.Params = append(marked.Params, &ir.Param{Name: "clock", Buffer: true, Elem: ir.I32, Shape: []string{"1"}, Output: true})
+		args["clock"] = make([]int32, 1)
+		for _, p := range []string{"l1_k_pages", "l1_v_pages", "rd_k_pages", "rd_v_pages", "l1last_k_pages", "l1last_v_pages", "rdlast_k_pages", "rdlast_v_pages"} {
+			marked.Params = append(marked.Params, &ir.Param{Name: p, Buffer: true, Elem: ir.I32, Shape: []string{fmt.Sprint(poolLines)}, Output: true})
+			args[p] = make([]int32, poolLines)
+		}
+		// first ticks the clock and marks at's line in buf with the tick
+		// unless it holds an earlier one, and in the buffer of last
+		// ticks (what follows "_") with the tick.
+		first := func(buf string, at ir.Expr) []ir.Stmt {
+			line := ir.Bin(ir.Div, at, ir.IntT(at.Type(), lineElems))
+			now := ir.Ld("clock", ir.I32, ir.Int(0))
+			was := ir.Ld(buf, ir.I32, line)
+			kind, pool, _ := strings.Cut(buf, "_")
+			return []ir.Stmt{
+				&ir.Store{Buf: "clock", Index: ir.Int(0), Value: ir.Bin(ir.Add, now, ir.IntT(ir.I32, 1))},
+				&ir.Store{Buf: buf, Index: line, Value: ir.Sel(ir.Bin(ir.Eq, was, ir.IntT(ir.I32, 0)), now, was)},
+				&ir.Store{Buf: kind + "last_" + pool, Index: line, Value: now},
+			}
+		}
+		l1s := 0
+		marked.Body = ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
+			out := []ir.Stmt{s}
+			switch x := s.(type) {
+			case *ir.Prefetch:
+				if x.L1 {
+					l1s++
+					out = append(out, first("l1_"+x.Buf, x.Index)...)
+				}
+			case *ir.Let:
+				ir.VisitExpr(x.Value, func(e ir.Expr) {
+					if l, ok := e.(*ir.Load); ok && (l.Buf == "k_pages" || l.Buf == "v_pages") {
+						out = append(out, first("rd_"+l.Buf, l.Index)...)
+					}
+				})
+			}
+			return out
+		})
+		if l1s == 0 {
+			t.Fatalf("%s %s: no prefetch into L1", name, k.Name)
+		}
+		mm := &ir.Module{Kernels: []*ir.Kernel{&marked}}
+		if st, err := ir.Run(mm, marked.Name, args); err != nil || st != 0 {
+			t.Fatalf("%s %s: status %d, %v", name, k.Name, st, err)
+		}
+		l1, rd := args["l1_k_pages"].([]int32), args["rd_k_pages"].([]int32)
+		l1Last, rdLast := args["l1last_k_pages"].([]int32), args["rdlast_k_pages"].([]int32)
+		checked := 0
+		for line := range rd {
+			if l1[line] != 0 && rdLast[line] <= l1Last[line] && !lastRow[int64(line)] {
+				t.Errorf("%s %s: K line %d (row %d) prefetched into L1 at tick %d, last read at %d (0: never)", name, k.Name, line, int64(line)*lineElems/rowElems, l1Last[line], rdLast[line])
+			}
+			if rd[line] == 0 || pos[int64(line)]%tiling.DecodeKVTile < blockKeys {
+				continue
+			}
+			checked++
+			if l1[line] == 0 || l1[line] > rd[line] {
+				t.Errorf("%s %s: K line %d (position %d) first read at tick %d, prefetched into L1 at %d (0: never)", name, k.Name, line, pos[int64(line)], rd[line], l1[line])
+			}
+		}
+		if checked == 0 {
+			t.Fatalf("%s %s: no K line read beyond a tile's first block", name, k.Name)
+		}
+		for line, x := range args["l1_v_pages"].([]int32) {
+			if x != 0 {
+				t.Errorf("%s %s: V line %d prefetched into L1", name, k.Name, line)
+				break
+			}
+		}
+		runs++
+	}
+	want := 3
+	if v.DType == ir.DTBF16 {
+		want = 4
+	}
+	if runs != want {
+		t.Fatalf("%s: ran %d decode work clones, want %d", name, runs, want)
+	}
+}
+
+// compiled is v lowered with the CPU target's tiling and run through its
+// pass table (the verifier after each pass), and that tiling.
+func compiled(t *testing.T, v *ir.Variant, name string) (*ir.Module, lower.Tiling) {
+	t.Helper()
+	tiling := Target{}.Tiling(v)
+	m, err := lower.Lower(v, tiling)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err = passes.RunTable(Table, m, passes.Options{VerifyEach: true}); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return m, tiling
 }
