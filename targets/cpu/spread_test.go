@@ -287,8 +287,9 @@ func TestPairedPrefetches(t *testing.T) {
 // with no block after it, prefetches again beside its own loads: a
 // prefetch of a row past the tile's last (a row-offset slot the staging
 // did not write for this tile, left from an earlier one) would not be
-// read after it. P·V's row passes prefetch nothing into L1. Pages of 4 and 16 positions over
-// validIndices (three sequences of 0, 5 and 93 or 369 positions).
+// read after it. P·V's row passes prefetch nothing into L1. Pages of 4
+// and 16 positions over validIndices (three sequences of 0, 5 or 17, and
+// 93 or 369 positions).
 func TestDotBlocksPrefetchNextBlockIntoL1(t *testing.T) {
 	for _, dt := range []ir.DType{ir.DTF32, ir.DTF16, ir.DTBF16} {
 		for _, ps := range []int{4, 16} {
