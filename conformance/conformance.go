@@ -94,6 +94,11 @@ type Suite struct {
 	// Stack, when > 0, runs every host call on a new thread with a stack of
 	// this many bytes (the caller's stack a kernel may use).
 	Stack int
+	// FPEnv, when not 0, runs every entry call with the calling thread's
+	// floating-point control (x86-64: MXCSR) set to it
+	// (cpurt.Lib.CallFPEnv); the library's workers started in such a call
+	// inherit it.
+	FPEnv uint32
 	// Lowered and Final are the module before and after the passes.
 	Lowered, Final *ir.Module
 	// Triple is the CPU suite's target triple (the levels of Level).
@@ -411,6 +416,15 @@ func (s *Suite) callEntry(role ir.Role, vals map[string]int64) (int32, error) {
 	}
 	if e.Stream {
 		args = append(args, 0)
+	}
+	if s.FPEnv != 0 {
+		l, ok := s.Lib.(interface {
+			CallFPEnv(sym string, env uint32, args ...int64) (int32, error)
+		})
+		if !ok || s.Stack > 0 {
+			return 0, fmt.Errorf("%s: the %s library cannot call in a chosen floating-point environment (or on a chosen stack too)", e.Symbol, s.Target)
+		}
+		return l.CallFPEnv(e.Symbol, s.FPEnv, args...)
 	}
 	if s.Stack > 0 {
 		l, ok := s.Lib.(interface {

@@ -52,6 +52,26 @@ static int callonstack(void *f, const int64_t *a, size_t stack, int32_t *r) {
 	return e;
 }
 
+// callfpenv runs call24 with the thread's floating-point control set to
+// env (x86-64: MXCSR) and restores it after: threads the call starts
+// inherit env. Elsewhere it reports -1 in *ok and does not call.
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+static int32_t callfpenv(void *f, const int64_t *a, unsigned env, int *ok) {
+	unsigned save = _mm_getcsr();
+	_mm_setcsr(env);
+	int32_t r = call24(f, a);
+	_mm_setcsr(save);
+	*ok = 1;
+	return r;
+}
+#else
+static int32_t callfpenv(void *f, const int64_t *a, unsigned env, int *ok) {
+	(void)f; (void)a; (void)env;
+	*ok = -1;
+	return 0;
+}
+#endif
 static const char *callstr(void *f, int32_t code) {
 	return ((const char *(*)(int32_t))f)(code);
 }
@@ -151,6 +171,35 @@ func (l *Lib) CallOnStack(sym string, stack int, args ...int64) (int32, error) {
 	var r C.int32_t
 	if e := C.callonstack(f, &a[0], C.size_t(stack), &r); e != 0 {
 		return 0, fmt.Errorf("cpurt: %s on a %d-byte stack: pthread error %d", sym, stack, int(e))
+	}
+	return int32(r), nil
+}
+
+// MXCSRFlushDenormals is x86-64's MXCSR at its default (every exception
+// masked, round to nearest) with DAZ (denormal operands read as zero, bit
+// 6) and FTZ (denormal results flushed to zero, bit 15) set: what PyTorch's
+// set_flush_denormal(True) and a library linked with -ffast-math's
+// crtfastmath.o leave in a thread.
+const MXCSRFlushDenormals = 0x1f80 | 1<<6 | 1<<15
+
+// CallFPEnv is Call with the calling thread's floating-point control
+// register (x86-64: MXCSR) set to env for the call and restored after;
+// threads the library starts during the call (its thread pool's workers,
+// on the first call that needs them) inherit env. An error on other
+// architectures.
+func (l *Lib) CallFPEnv(sym string, env uint32, args ...int64) (int32, error) {
+	f, err := l.Sym(sym)
+	if err != nil {
+		return 0, err
+	}
+	a, err := packArgs(sym, args)
+	if err != nil {
+		return 0, err
+	}
+	var ok C.int
+	r := C.callfpenv(f, &a[0], C.unsigned(env), &ok)
+	if ok != 1 {
+		return 0, fmt.Errorf("cpurt: %s: setting the floating-point environment is implemented on x86-64 only", sym)
 	}
 	return int32(r), nil
 }
