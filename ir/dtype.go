@@ -44,6 +44,12 @@ type DTypeInfo struct {
 	// where HalfWiden spends operations on the NaN codes (e4m3: code &
 	// NaNMask == NaNMask); nil where HalfWiden has no NaN path to drop.
 	FiniteHalfWiden func(Expr) Expr
+	// FiniteBitsWiden is Widen for codes known not to be NaN in integer
+	// operations and one f32 multiply by a power of two, no conversion
+	// (e4m3: the f32 bits of value / 2^120, times 2^120); a CPU level
+	// whose half conversion costs more than its shifts (bitsWiden) uses
+	// it where FiniteHalfWiden would go. nil for the other rows.
+	FiniteBitsWiden func(Expr) Expr
 	// NaNMask says which codes are NaN for FiniteHalfWiden: those with
 	// every bit of the mask set.
 	NaNMask int64
@@ -67,7 +73,7 @@ var DTypes = []DTypeInfo{
 		Widen: BF16ToF32, Narrow: F32ToBF16, TensorCore: true},
 	{DType: DTE4M3, Name: "e4m3", Type: E4M3, Bits: 8, Carrier: U8, CType: "uint8_t", ExpBits: 4, MantBits: 3,
 		Widen: E4M3ToF32, Narrow: F32ToE4M3, HalfWiden: E4M3HalfWiden,
-		FiniteHalfWiden: E4M3FiniteHalfWiden, NaNMask: 0x7f, KVOnly: true, HalfExact: true},
+		FiniteHalfWiden: E4M3FiniteHalfWiden, FiniteBitsWiden: E4M3FiniteBitsWiden, NaNMask: 0x7f, KVOnly: true, HalfExact: true},
 	{DType: DTE5M2, Name: "e5m2", Type: E5M2, Bits: 8, Carrier: U8, CType: "uint8_t", ExpBits: 5, MantBits: 2,
 		Widen: E5M2ToF32, Narrow: F32ToE5M2, HalfWiden: E5M2HalfWiden, KVOnly: true, HalfExact: true},
 	{DType: DTI8, Name: "i8", Type: I8, Bits: 8, Carrier: U8, CType: "int8_t", MantBits: 7,

@@ -149,6 +149,23 @@ func E4M3FiniteHalfWiden(c Expr) Expr {
 	return Bin(Mul, halfBitsToF32(bits), Float(pow2(e5m2Format.bias-e4m3Format.bias)))
 }
 
+// E4M3FiniteBitsWiden is E4M3Widen for codes that are not NaN through
+// integer operations alone, no conversion: the code sign-extended to 32
+// bits and shifted left by 20 puts the exponent and mantissa in an f32's
+// low exponent bits and top mantissa bits and copies the sign into bits
+// 31 to 27; clearing bits 30 to 27 leaves the f32 of the code's value /
+// 2^120 (the exponent field moves unchanged, so the bias grows from 7 to
+// 127; a subnormal code is an f32 subnormal with the same 2^-120), which
+// one exact f32 multiply by 2^120 restores (the largest value, 448 / 2^120,
+// and the smallest, 2^-129, are exact). A NaN code would give a finite
+// value: a caller uses it only where it has checked that the codes hold
+// no NaN (NaNMask).
+func E4M3FiniteBitsWiden(c Expr) Expr {
+	sext := Bin(Sub, Bin(Xor, codeI32(c), c32(0x80)), c32(0x80))
+	bits := Bin(And, Bin(Shl, sext, c32(20)), c32(-0x78000001))
+	return Bin(Mul, bitsF32(bits), Float(pow2(127-e4m3Format.bias)))
+}
+
 // I8ToF32 widens int8 bits (u8, two's complement) to f32 exactly.
 func I8ToF32(c Expr) Expr {
 	return Cvt(F32, Bin(Sub, Bin(Xor, codeI32(c), c32(0x80)), c32(0x80)))

@@ -532,6 +532,9 @@ func (f *frame) call(s *CallStmt) int32 {
 	if s.Fn == "rt.cpu_level" {
 		return InterpCPULevel
 	}
+	if s.Fn == "rt.fp_daz" {
+		return InterpDAZ
+	}
 	if s.Fn == "rt.amx_mm32" {
 		f.amxMM32(s)
 		return 0
@@ -558,6 +561,10 @@ var InterpThreads int32 = 1
 // InterpCPULevel is what rt.cpu_level returns in the interpreter (the
 // baseline level).
 var InterpCPULevel int32
+
+// InterpDAZ is what rt.fp_daz returns in the interpreter, whose f32
+// arithmetic keeps subnormals (0).
+var InterpDAZ int32
 
 func b2v(b bool) val {
 	if b {

@@ -416,7 +416,13 @@ type Continue struct{}
 //	                  step of a block is TDPBF16PS's operation
 //	                  (AMXBlockStep); no block when a count is below 1;
 //	                  returns 0
-var RuntimeRoutines = map[string]int{"rt.num_threads": 0, "rt.cpu_level": 0, "rt.amx_mm32": 13}
+//	rt.fp_daz()       (CPU, x86-64) 1 when the calling thread reads
+//	                  denormal f32 operands as zero (MXCSR's DAZ, which a
+//	                  caller may set: PyTorch's set_flush_denormal, a
+//	                  library built with -ffast-math), else 0; read anew
+//	                  at each call (workers inherit the environment of the
+//	                  thread that started them)
+var RuntimeRoutines = map[string]int{"rt.num_threads": 0, "rt.cpu_level": 0, "rt.amx_mm32": 13, "rt.fp_daz": 0}
 
 // RuntimeBuffers are the arguments of a runtime routine that name buffers
 // (Refs), by index; its other arguments are i32 values.

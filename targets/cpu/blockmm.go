@@ -301,6 +301,7 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 		}
 		return []ir.Stmt{s}
 	})
+	fin := finiteProducts(body)
 	return ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
 		switch x := s.(type) {
 		case *ir.Alloc:
@@ -335,7 +336,14 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 			if narrow[x.B] {
 				bElem = ir.BF16
 			}
-			fold := codeScale(bElem, l)
+			// In a finite-codes branch native-widen may widen B's codes
+			// with FiniteBitsWiden (bitsWiden): its scale is folded, and
+			// its loads are single vectors.
+			fold, pair := codeScale(bElem, l), pairWiden(bElem, l)
+			if fin[x] {
+				fold = finiteCodeScale(bElem, l)
+				pair = pair && !bitsWiden(bElem, l)
+			}
 			if x.RotB != nil {
 				// Rows turned as read: dot-product blocks whose steps
 				// turn whole vectors (rotDotKernel), else lower-tiles'
@@ -349,7 +357,7 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 				if !foldsDot(x, fold, half) {
 					fold = 0
 				}
-				f32 := dotBlockedMatMul(x, bElem, l.Lanes, fold, pairWiden(bElem, l), "")
+				f32 := dotBlockedMatMul(x, bElem, l.Lanes, fold, pair, "")
 				if !qPairs(x) {
 					return f32
 				}
@@ -368,7 +376,7 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 				return []ir.Stmt{s}
 			}
 			sh := microShapeFor(l, x.N/l.Lanes)
-			sh.Pair = pairWiden(bElem, l) && !x.TransB
+			sh.Pair = pair && !x.TransB
 			b := x.B
 			var out []ir.Stmt
 			if x.TransB || !foldsPV(x, fold, allocs, l.Lanes) {
@@ -992,4 +1000,33 @@ func splitStep(zf string, plain, sel []ir.Stmt) []ir.Stmt {
 	return []ir.Stmt{&ir.Let{Name: "bm_zf", Value: ir.Ld(zf, ir.I32, ir.R("bm_k", ir.I32))},
 		&ir.If{Cond: ir.Bin(ir.Eq, f, i32c(0)), Then: &ir.Block{Stmts: plain},
 			Else: &ir.Block{Stmts: []ir.Stmt{&ir.If{Cond: ir.Bin(ir.Eq, f, i32c(1)), Then: &ir.Block{Stmts: sel}}}}}}
+}
+
+// finiteProducts are the matmuls of body in the Then branch of an if
+// tagged finite (finite-codes: their B codes hold no NaN).
+func finiteProducts(body *ir.Block) map[*ir.MatMul]bool {
+	out := map[*ir.MatMul]bool{}
+	var walk func(b *ir.Block, in bool)
+	walk = func(b *ir.Block, in bool) {
+		if b == nil {
+			return
+		}
+		for _, s := range b.Stmts {
+			switch x := s.(type) {
+			case *ir.MatMul:
+				if in {
+					out[x] = true
+				}
+			case *ir.Block:
+				walk(x, in)
+			case *ir.For:
+				walk(x.Body, in)
+			case *ir.If:
+				walk(x.Then, in || x.Tag == ir.TagFinite)
+				walk(x.Else, in)
+			}
+		}
+	}
+	walk(body, false)
+	return out
 }

@@ -39,8 +39,23 @@ import (
 //     neither overflows nor loses a bit; -0 stays -0, so zeroskip skips
 //     the same weights.
 //
+// In a finite-codes tile of an AVX-512 clone, native-widen widens e4m3
+// through f32 bits instead (bitsWiden: FiniteBitsWiden, the f32 of value /
+// 2^120, subnormal for the subnormal codes), and the factor folded is
+// 2^120 (finiteCodeScale):
+//
+//   - P·V as above: (p·2^120)·(v/2^120) = p·v exactly, p·2^120 at most
+//     2^120, -0 and NaN kept, a subnormal p scaled exactly.
+//   - Q·Kᵀ over f16 queries: q·(k/2^120) would be an f32 subnormal for
+//     small q and k (2^-24 · 2^-129), so the blocks multiply each load of
+//     A by dotFoldA = 2^64 (exact: at most 65504 · 2^64; LLVM hoists it
+//     with the loads of A out of the loop over K's rows) and each result
+//     by 2^56: every product (q·2^64)·(k/2^120) is a multiple of 2^-89 and
+//     every partial sum at most K · 2^16 · 448 · 2^-56, so each rounding
+//     again scales exactly and the bits are the half path's.
+//
 // Without native-widen (a table that leaves it out) the loads stay exact
-// integer widenings times 2^-8 — the same bits, one multiply more.
+// integer widenings times 2^-8 (2^-120) — the same bits, one multiply more.
 
 // foldCodeScales turns the folding on; tests compare against it off.
 var foldCodeScales = true
@@ -67,8 +82,27 @@ func codeScale(t ir.Type, l Level) float64 {
 	return s
 }
 
-// scaledHalf matches w = f32(half h) · 2^s with 1 <= s <= 64 and returns
-// the f32 of h and 2^s (0 when w has another form).
+// finiteCodeScale is codeScale for the products in a finite-codes
+// branch (no NaN codes there): the power of two of storage type t's
+// FiniteBitsWiden where level l widens t with it (bitsWiden: 2^120 for
+// e4m3), else codeScale.
+func finiteCodeScale(t ir.Type, l Level) float64 {
+	if !foldCodeScales || !bitsWiden(t, l) {
+		return codeScale(t, l)
+	}
+	r := ir.StorageOf(t)
+	_, s := scaledHalf(r.FiniteBitsWiden(ir.R("cs_probe", r.Carrier)))
+	return s
+}
+
+// dotFoldA is the power of two a dot-product block multiplies A's f16
+// values by when B's code scale exceeds 2^64 (FiniteBitsWiden's 2^120):
+// the block's result is then multiplied by fold / dotFoldA.
+const dotFoldA = 0x1p64
+
+// scaledHalf matches w = f32(half h) · 2^s with 1 <= s <= 64, or w =
+// bitcast.f32(bits) · 2^s with 1 <= s <= 120 (FiniteBitsWiden's form), and
+// returns the f32 of h (the bitcast) and 2^s (0 when w has another form).
 func scaledHalf(w ir.Expr) (ir.Expr, float64) {
 	b, ok := w.(*ir.Binary)
 	if !ok || b.Op != ir.Mul {
@@ -79,7 +113,13 @@ func scaledHalf(w ir.Expr) (ir.Expr, float64) {
 		return nil, 0
 	}
 	frac, exp := math.Frexp(c.Float)
-	if frac != 0.5 || exp < 2 || exp > 65 {
+	if frac != 0.5 || exp < 2 || exp > 121 {
+		return nil, 0
+	}
+	if bc, ok := b.X.(*ir.Bitcast); ok && bc.To.Elem() == ir.F32 {
+		return bc, c.Float
+	}
+	if exp > 65 {
 		return nil, 0
 	}
 	cv, ok := b.X.(*ir.Convert)
@@ -95,7 +135,9 @@ func scaledHalf(w ir.Expr) (ir.Expr, float64) {
 // foldHalfScale rewrites (f32(half h) · 2^s) · 2^-s, a folded product's
 // load of codes after native-widen, as f32(h): h · 2^s is exact (at most
 // 65504 · 2^64, at least 2^-24 · 2 in magnitude when not 0) and so is its
-// scaling back. Other expressions are returned as they are.
+// scaling back; likewise (bitcast.f32(bits) · 2^s) · 2^-s, FiniteBitsWiden's,
+// as the bitcast (e4m3: value / 2^120 is exact, subnormal or not, and so
+// is its scaling by 2^120). Other expressions are returned as they are.
 func foldHalfScale(e ir.Expr) ir.Expr {
 	b, ok := e.(*ir.Binary)
 	if !ok || b.Op != ir.Mul {

@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -22,9 +23,13 @@ import (
 // one head an infinity and, for bf16 and f32, in another ±3e36 (hugeRow:
 // folding their Q·Kᵀ too fails the test there); a hidden page forces one
 // copied tile. The test checks the fold fired where it should, so it
-// cannot pass by folding nothing.
+// cannot pass by folding nothing. The same outputs, bit for bit, come with
+// the finite tiles' codes widened through f32 bits at x86-64-v4 (bitsWiden:
+// value / 2^120, folded likewise; the Q·Kᵀ blocks of f16 queries scale A
+// by dotFoldA), folded and not, against the half path unfolded.
 func TestCodeScaleKeepsResults(t *testing.T) {
-	defer func() { foldCodeScales = true }()
+	defer func() { foldCodeScales, finiteBits, ir.InterpDAZ = true, true, 0 }()
+	type config struct{ fold, bits, daz bool }
 	for _, dt := range []ir.DType{ir.DTF16, ir.DTF32, ir.DTBF16} {
 		v := decodeVariant(decodeCase{dt, ir.DTE4M3, ir.KVScalePerTensor})
 		name := dt.String() + "/e4m3"
@@ -32,12 +37,15 @@ func TestCodeScaleKeepsResults(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var outs [2]map[string]map[string]any
-		for i, fold := range []bool{false, true} {
-			foldCodeScales = fold
+		var base map[string]map[string]any
+		// daz: rt.fp_daz says the thread reads denormals as zero, so the
+		// tiles take the exact path.
+		for _, c := range []config{{false, false, false}, {true, false, false}, {false, true, false}, {true, true, false}, {true, true, true}} {
+			fold := c.fold
+			foldCodeScales, finiteBits, ir.InterpDAZ = c.fold, c.bits, int32(b2i(c.daz))
 			m, err := passes.RunTable(Table, m0, passes.Options{VerifyEach: true})
 			if err != nil {
-				t.Fatalf("%s fold=%v: %v", name, fold, err)
+				t.Fatalf("%s %+v: %v", name, c, err)
 			}
 			// Each decode work kernel's native-half clones (x86-64-v3,
 			// -v4) fold P·V; only f16 queries fold Q·Kᵀ.
@@ -54,14 +62,28 @@ func TestCodeScaleKeepsResults(t *testing.T) {
 				if got, want := strings.Contains(text, "db_res"), fold && dt == ir.DTF16; got != want {
 					t.Fatalf("%s fold=%v %s: Q·Kᵀ result scaled: %v, want %v", name, fold, k.Name, got, want)
 				}
+				// The f32-bits widening's 2^120 (its multiply, or its
+				// fold's), only in the AVX-512 clone with it on; A scaled
+				// by 2^64 there where Q·Kᵀ folds.
+				v4 := strings.HasSuffix(k.Name, "_x86_64_v4")
+				if got, want := strings.Contains(text, strconv.FormatFloat(0x1p120, 'g', -1, 64)), c.bits && v4; got != want {
+					t.Fatalf("%s %+v %s: 2^120 in the kernel: %v, want %v", name, c, k.Name, got, want)
+				}
+				if got, want := strings.Contains(text, strconv.FormatFloat(dotFoldA, 'g', -1, 64)), c.bits && v4 && fold && dt == ir.DTF16; got != want {
+					t.Fatalf("%s %+v %s: Q·Kᵀ A scaled by 2^64: %v, want %v", name, c, k.Name, got, want)
+				}
 			}
 			if clones == 0 {
 				t.Fatalf("%s: no native-half decode clones", name)
 			}
-			outs[i] = map[string]map[string]any{}
-			runSpecialDecodes(t, fmt.Sprintf("%s fold=%v", name, fold), m, v, outs[i])
+			out := map[string]map[string]any{}
+			runSpecialDecodes(t, fmt.Sprintf("%s %+v", name, c), m, v, out)
+			if base == nil {
+				base = out
+				continue
+			}
+			sameOutputs(t, name, [2]map[string]map[string]any{base, out}, 3, "half, unfolded", fmt.Sprintf("%+v", c))
 		}
-		sameOutputs(t, name, outs, 3, "unfolded", "folded")
 	}
 }
 
@@ -124,6 +146,17 @@ func specialCodes(v *ir.Variant, a map[string]any) {
 			inf = 0x7f80
 		}
 		q[(2*v.QOHeads+5)*d+3] = inf
+		if v.DType == ir.DTF16 {
+			// Head 6 of sequence 1: f16's smallest subnormal, 2^-24,
+			// everywhere. Its products with K's small codes (2^-33 for
+			// the smallest subnormal code) count in scores of about
+			// 2^-15; against the f32-bits widening's value / 2^120 they
+			// would be f32 subnormals or zero unless the dot blocks
+			// scale A (dotFoldA).
+			for c := 0; c < d; c++ {
+				q[(v.QOHeads+6)*d+c] = 0x0001
+			}
+		}
 		if v.DType == ir.DTBF16 {
 			hugeRow(v, func(i int, neg bool) {
 				if i < 0 {

@@ -86,7 +86,9 @@ func codes(t ir.Type) bool {
 // dotKernel is C[m0 .. m0+R, n0 .. n0+L/R] (+)= the dot products of A's
 // rows m0 .. m0+R with B's rows n0 .. n0+L/R (B's loads divided by fold
 // and the result multiplied by it, when fold is not 0; with pair, steps of
-// 2L elements; with ap, on bf16 pairs: dotBlockedMatMul).
+// 2L elements; with ap, on bf16 pairs: dotBlockedMatMul). A fold above
+// 2^64 (FiniteBitsWiden's 2^120) is split: A's loads are multiplied by
+// dotFoldA and the result by the rest (codescale.go).
 func dotKernel(mm *ir.MatMul, bElem ir.Type, L, R int, m0, n0 ir.Expr, fold float64, pair bool, ap string) []ir.Stmt {
 	if ap != "" {
 		return pairsDotKernel(mm, L, R, m0, n0, ap)
@@ -96,6 +98,12 @@ func dotKernel(mm *ir.MatMul, bElem ir.Type, L, R int, m0, n0 ir.Expr, fold floa
 	}
 	db := newDotBlock(mm, L, R, m0, n0)
 	out := db.accumulators()
+	// res: what the result is multiplied by, fold or, above 2^64, the
+	// part of it that A's loads do not take (dotFoldA).
+	res := fold
+	if fold > dotFoldA {
+		db.aScale, res = dotFoldA, fold/dotFoldA
+	}
 	// steps: the vectors of L elements one iteration takes (2 with pair).
 	steps := 1
 	if pair {
@@ -129,7 +137,7 @@ func dotKernel(mm *ir.MatMul, bElem ir.Type, L, R int, m0, n0 ir.Expr, fold floa
 	}
 	out = append(out, &ir.Block{Stmts: stepAt(i32c(0), true)})
 	out = append(out, &ir.For{Var: "db_k", Lo: i32c(1), Hi: i32c(mm.K / (steps * L)), Kind: ir.Serial, Body: &ir.Block{Stmts: stepAt(mulE(ir.R("db_k", ir.I32), steps*L), false)}})
-	return append(out, db.store(fold)...)
+	return append(out, db.store(res)...)
 }
 
 // dotBlock is one dot-product block of a matmul: R rows of A from m0 by C
@@ -141,6 +149,9 @@ type dotBlock struct {
 	m0, n0  ir.Expr
 	lane    []int
 	vt      ir.Type
+	// aScale, when not 0, multiplies each load of A (a folded code
+	// scale above 2^64: dotFoldA).
+	aScale float64
 }
 
 func newDotBlock(mm *ir.MatMul, L, R int, m0, n0 ir.Expr) *dotBlock {
@@ -181,7 +192,11 @@ func (db *dotBlock) row(c int) ir.Expr {
 func (db *dotBlock) feed(step []ir.Stmt, k ir.Expr, a, b func(int) string, first bool, loads []ir.Stmt) []ir.Stmt {
 	vt := db.vt
 	for r := 0; r < db.R; r++ {
-		step = append(step, &ir.Let{Name: a(r), Value: ir.Ld(db.mm.A, vt, addE(mulE(addE(db.m0, i32c(r)), db.mm.K), k))})
+		var av ir.Expr = ir.Ld(db.mm.A, vt, addE(mulE(addE(db.m0, i32c(r)), db.mm.K), k))
+		if db.aScale != 0 {
+			av = ir.Bin(ir.Mul, av, ir.Splat(ir.Float(db.aScale), db.L))
+		}
+		step = append(step, &ir.Let{Name: a(r), Value: av})
 	}
 	step = append(step, loads...)
 	for s := 0; s < db.L; s++ {

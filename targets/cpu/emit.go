@@ -22,7 +22,7 @@ func (mc *Machine) Emit(m *ir.Module) (string, error) {
 	ra.Levels = mc.moduleLevels(m)
 	floor := floorLevel(m, ra.Levels)
 	rt := &runtimeEmitter{arch: ra, absent: absentLevels(a.Levels, ra.Levels, floor), floor: floor,
-		vendorBelow: vendorFallbacks(a.Levels, ra.Levels)}
+		vendorBelow: vendorFallbacks(a.Levels, ra.Levels), daz: callsRoutine(m, "rt.fp_daz")}
 	t := llvmgen.Target{Triple: a.Triple, DataLayout: a.DataLayout, Runtime: rt}
 	if m != nil {
 		for _, k := range m.Kernels {

@@ -22,7 +22,10 @@ import (
 // (a masked unsigned max per vector, a shuffle tree at the end), the bytes
 // the product reads next; a tile with a NaN code anywhere in its rows
 // takes the exact path, so NaN propagates as before. Native-widen widens
-// the Then branch's loads with FiniteHalfWiden; both branches compute the
+// the Then branch's loads with FiniteHalfWiden — or, at the AVX-512
+// levels, FiniteBitsWiden (bitsWiden), whose subnormal codes are f32
+// subnormals: there the check also asks rt.fp_daz, and a thread that
+// reads denormals as zero takes the exact path; both branches compute the
 // same bits wherever the check passes.
 func (mc *Machine) FiniteCodes(m *ir.Module) (*ir.Module, error) {
 	return mc.mapClones(m, "finite-codes", func(k *ir.Kernel, l *Level) *ir.Kernel {
@@ -56,9 +59,17 @@ func (mc *Machine) FiniteCodes(m *ir.Module) (*ir.Module, error) {
 			}
 			n++
 			check := codeCheck(fmt.Sprintf("fc%d", n), mm.B, mm.BRows, rows, width, V, r.NaNMask)
+			cond := ir.Bin(ir.Ne, ir.R(fmt.Sprintf("fc%d", n), ir.U8), ir.IntT(ir.U8, r.NaNMask))
+			if bitsWiden(elems[mm.B], *l) {
+				// The finite branch widens through f32 subnormals:
+				// only where this thread does not read them as zero.
+				daz := fmt.Sprintf("fc%d_daz", n)
+				check = append(check, &ir.CallStmt{Result: daz, Fn: "rt.fp_daz"})
+				cond = ir.Bin(ir.And, cond, ir.Bin(ir.Eq, ir.R(daz, ir.I32), ir.Int(0)))
+			}
 			fast, exact := *mm, *mm
 			return append(check, &ir.If{
-				Cond: ir.Bin(ir.Ne, ir.R(fmt.Sprintf("fc%d", n), ir.U8), ir.IntT(ir.U8, r.NaNMask)),
+				Cond: cond,
 				Then: &ir.Block{Stmts: []ir.Stmt{&fast}},
 				Else: &ir.Block{Stmts: []ir.Stmt{&exact}},
 				Tag:  ir.TagFinite,

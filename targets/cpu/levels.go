@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"strings"
 
 	llvmgen "github.com/attnc/attnc/codegen/llvm"
 	lir "github.com/llir/llvm/ir"
@@ -209,6 +210,16 @@ func (e *runtimeEmitter) declareLevelRuntime() {
 			}
 		}
 		e.amxMM.Parent = e.mod
+	}
+	if e.daz {
+		if !strings.HasPrefix(e.arch.Triple, "x86_64") {
+			e.fail("rt.fp_daz: x86-64 only, not %s", e.arch.Triple)
+		}
+		e.reserve(p + ".fp_daz")
+		e.fpDAZ = lir.NewFunc(p+".fp_daz", types.I32)
+		e.fpDAZ.Parent = e.mod
+		e.fpDAZ.Linkage = enum.LinkageInternal
+		e.fpDAZ.FuncAttrs = append(e.fpDAZ.FuncAttrs, enum.FuncAttrNoUnwind)
 	}
 	e.levelCache = lir.NewGlobalDef(p+".cpu_level_cache", constant.NewInt(types.I32, levelUnknown))
 	e.levelCache.Linkage = enum.LinkageInternal

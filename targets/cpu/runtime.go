@@ -96,6 +96,9 @@ type runtimeEmitter struct {
 	detectLevel *lir.Func
 	amxPermit   *lir.Func // nil without an AMX level
 	amxMM       *lir.Func // rt.amx_mm32; nil without an AMX level
+	fpDAZ       *lir.Func // rt.fp_daz; nil unless daz
+	// daz: the module calls rt.fp_daz (x86-64 only).
+	daz bool
 
 	pool poolFuncs // parallel_for's thread pool (pool.go)
 }
@@ -125,6 +128,8 @@ func (e *runtimeEmitter) Func(name string) *lir.Func {
 		return e.cpuLevel
 	case "amx_mm32":
 		return e.amxMM
+	case "fp_daz":
+		return e.fpDAZ
 	}
 	return nil
 }
@@ -139,6 +144,9 @@ func (e *runtimeEmitter) Define(*llvmgen.Builder) []*lir.Func {
 		e.cpuLevel, e.levelName, e.detectLevel, e.pool.take, e.pool.run, e.pool.main, e.pool.fini}
 	if e.amxPermit != nil {
 		fs = append(fs, e.amxPermit, e.amxMM)
+	}
+	if e.fpDAZ != nil {
+		fs = append(fs, e.fpDAZ)
 	}
 	return fs
 }
@@ -197,6 +205,9 @@ func (e *runtimeEmitter) defineRuntime() {
 	e.defineWorker()
 	e.definePool()
 	e.defineLevelRuntime()
+	if e.fpDAZ != nil {
+		e.defineFPDAZ()
+	}
 }
 
 func llI32(v int64) *constant.Int { return constant.NewInt(types.I32, v) }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -195,6 +196,14 @@ func TestCodeWidenExhaustive(t *testing.T) {
 				wv, wf := strings.Count(text["wv"+l.Suffix], "select"), strings.Count(text["wf"+l.Suffix], "select")
 				if l.NativeF16 != (wf < wv) {
 					t.Fatalf("%s (native f16 %v): %d selects in the finite kernel, %d in wv", l.Name, l.NativeF16, wf, wv)
+				}
+				// At the AVX-512 levels the finite kernel widens e4m3
+				// through f32 bits (bitsWiden: the sign-extended code
+				// shifted, bits 30-27 cleared), elsewhere through the half
+				// bits.
+				bits := strings.Contains(text["wf"+l.Suffix], strconv.Itoa(-0x78000001))
+				if want := bitsWiden(ir.E4M3, l); bits != want {
+					t.Fatalf("%s: e4m3 widened through f32 bits in the finite kernel: %v, want %v", l.Name, bits, want)
 				}
 			}
 			for _, k := range m.Kernels {
