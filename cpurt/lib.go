@@ -131,6 +131,19 @@ func (l *Lib) Sym(name string) (unsafe.Pointer, error) {
 	return p, nil
 }
 
+// fnArgs is sym's address and args packed for call24 and its kin.
+func (l *Lib) fnArgs(sym string, args []int64) (unsafe.Pointer, *[MaxArgs]C.int64_t, error) {
+	f, err := l.Sym(sym)
+	if err != nil {
+		return nil, nil, err
+	}
+	a, err := packArgs(sym, args)
+	if err != nil {
+		return nil, nil, err
+	}
+	return f, a, nil
+}
+
 func packArgs(sym string, args []int64) (*[MaxArgs]C.int64_t, error) {
 	if len(args) > MaxArgs {
 		return nil, fmt.Errorf("cpurt: %s: %d arguments, at most %d", sym, len(args), MaxArgs)
@@ -145,11 +158,7 @@ func packArgs(sym string, args []int64) (*[MaxArgs]C.int64_t, error) {
 // Call calls the int32_t-returning function sym with args (pointers as
 // addresses, 32-bit integers as their values); unused arguments are 0.
 func (l *Lib) Call(sym string, args ...int64) (int32, error) {
-	f, err := l.Sym(sym)
-	if err != nil {
-		return 0, err
-	}
-	a, err := packArgs(sym, args)
+	f, a, err := l.fnArgs(sym, args)
 	if err != nil {
 		return 0, err
 	}
@@ -160,11 +169,7 @@ func (l *Lib) Call(sym string, args ...int64) (int32, error) {
 // pthread_attr_setstacksize: at least PTHREAD_STACK_MIN, 16 KiB on Linux),
 // so that a kernel needing more stack than it claims faults.
 func (l *Lib) CallOnStack(sym string, stack int, args ...int64) (int32, error) {
-	f, err := l.Sym(sym)
-	if err != nil {
-		return 0, err
-	}
-	a, err := packArgs(sym, args)
+	f, a, err := l.fnArgs(sym, args)
 	if err != nil {
 		return 0, err
 	}
@@ -188,11 +193,7 @@ const MXCSRFlushDenormals = 0x1f80 | 1<<6 | 1<<15
 // on the first call that needs them) inherit env. An error on other
 // architectures.
 func (l *Lib) CallFPEnv(sym string, env uint32, args ...int64) (int32, error) {
-	f, err := l.Sym(sym)
-	if err != nil {
-		return 0, err
-	}
-	a, err := packArgs(sym, args)
+	f, a, err := l.fnArgs(sym, args)
 	if err != nil {
 		return 0, err
 	}
@@ -206,11 +207,7 @@ func (l *Lib) CallFPEnv(sym string, env uint32, args ...int64) (int32, error) {
 
 // CallVoid calls the void function sym (such as <prefix>_set_num_threads).
 func (l *Lib) CallVoid(sym string, args ...int64) error {
-	f, err := l.Sym(sym)
-	if err != nil {
-		return err
-	}
-	a, err := packArgs(sym, args)
+	f, a, err := l.fnArgs(sym, args)
 	if err != nil {
 		return err
 	}
