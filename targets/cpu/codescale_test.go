@@ -69,6 +69,11 @@ func TestCodeScaleKeepsResults(t *testing.T) {
 				if got, want := strings.Contains(text, strconv.FormatFloat(0x1p120, 'g', -1, 64)), c.bits && v4; got != want {
 					t.Fatalf("%s %+v %s: 2^120 in the kernel: %v, want %v", name, c, k.Name, got, want)
 				}
+				// The f32-bits tiles only where the thread reads
+				// denormals (rt.fp_daz, finite-codes).
+				if got, want := strings.Contains(text, "rt.fp_daz"), c.bits && v4; got != want {
+					t.Fatalf("%s %+v %s: asks rt.fp_daz: %v, want %v", name, c, k.Name, got, want)
+				}
 				if got, want := strings.Contains(text, strconv.FormatFloat(dotFoldA, 'g', -1, 64)), c.bits && v4 && fold && dt == ir.DTF16; got != want {
 					t.Fatalf("%s %+v %s: Q·Kᵀ A scaled by 2^64: %v, want %v", name, c, k.Name, got, want)
 				}
