@@ -48,7 +48,8 @@ type DTypeInfo struct {
 	// operations and one f32 multiply by a power of two, no conversion
 	// (e4m3: the f32 bits of value / 2^120, times 2^120); a CPU level
 	// whose half conversion costs more than its shifts (bitsWiden) uses
-	// it where FiniteHalfWiden would go. nil for the other rows.
+	// it where FiniteHalfWiden would go, on a thread that does not read
+	// f32 subnormals as zero (rt.fp_daz). nil for the other rows.
 	FiniteBitsWiden func(Expr) Expr
 	// NaNMask says which codes are NaN for FiniteHalfWiden: those with
 	// every bit of the mask set.

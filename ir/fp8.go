@@ -149,7 +149,7 @@ func E4M3FiniteHalfWiden(c Expr) Expr {
 	return Bin(Mul, halfBitsToF32(bits), Float(pow2(e5m2Format.bias-e4m3Format.bias)))
 }
 
-// E4M3FiniteBitsWiden is E4M3Widen for codes that are not NaN through
+// E4M3FiniteBitsWiden is E4M3ToF32 for codes that are not NaN through
 // integer operations alone, no conversion: the code sign-extended to 32
 // bits and shifted left by 20 puts the exponent and mantissa in an f32's
 // low exponent bits and top mantissa bits and copies the sign into bits

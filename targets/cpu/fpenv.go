@@ -29,22 +29,16 @@ func (e *runtimeEmitter) defineFPDAZ() {
 	b.NewRet(bit)
 }
 
-// callsRoutine reports whether a kernel of m calls the runtime routine fn.
+// callsRoutine reports whether a kernel of m calls the runtime routine fn
+// (callsAny on each kernel's body).
 func callsRoutine(m *ir.Module, fn string) bool {
-	found := false
 	if m == nil {
 		return false
 	}
 	for _, k := range m.Kernels {
-		if k == nil {
-			continue
+		if k != nil && callsAny(k.Body, map[string]bool{fn: true}) {
+			return true
 		}
-		ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
-			if c, ok := s.(*ir.CallStmt); ok && c.Fn == fn {
-				found = true
-			}
-			return []ir.Stmt{s}
-		})
 	}
-	return found
+	return false
 }
