@@ -266,10 +266,21 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 	// A of the P·V products that fold theirs (named here, sized like
 	// packed's).
 	half := halfExact(body)
+	fin := finiteProducts(body)
+	bElemOf := func(mm *ir.MatMul) ir.Type {
+		if narrow[mm.B] {
+			return ir.BF16
+		}
+		return elems[mm.B]
+	}
 	scaledA := map[string]string{}
 	ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
-		if mm, ok := s.(*ir.MatMul); ok && !dotBlocks(mm, allocs, l.Lanes) && blocks(mm) &&
-			foldsPV(mm, codeScale(elems[mm.B], l), allocs, l.Lanes) {
+		mm, ok := s.(*ir.MatMul)
+		if !ok {
+			return []ir.Stmt{s}
+		}
+		fold, _ := productWidening(bElemOf(mm), fin[mm], l)
+		if !dotBlocks(mm, allocs, l.Lanes) && blocks(mm) && foldsPV(mm, fold, allocs, l.Lanes) {
 			if scaledA[mm.A] == "" {
 				name := mm.A + "_cs"
 				for i := 2; names[name]; i++ {
@@ -301,7 +312,6 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 		}
 		return []ir.Stmt{s}
 	})
-	fin := finiteProducts(body)
 	return ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
 		switch x := s.(type) {
 		case *ir.Alloc:
@@ -332,18 +342,8 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 		case *ir.Store:
 			return []ir.Stmt{narrowStmt(x, narrow)}
 		case *ir.MatMul:
-			bElem := elems[x.B]
-			if narrow[x.B] {
-				bElem = ir.BF16
-			}
-			// In a finite-codes branch native-widen may widen B's codes
-			// with FiniteBitsWiden (bitsWiden): its scale is folded, and
-			// its loads are single vectors.
-			fold, pair := codeScale(bElem, l), pairWiden(bElem, l)
-			if fin[x] {
-				fold = finiteCodeScale(bElem, l)
-				pair = pair && !bitsWiden(bElem, l)
-			}
+			bElem := bElemOf(x)
+			fold, pair := productWidening(bElem, fin[x], l)
 			if x.RotB != nil {
 				// Rows turned as read: dot-product blocks whose steps
 				// turn whole vectors (rotDotKernel), else lower-tiles'
@@ -1000,6 +1000,20 @@ func splitStep(zf string, plain, sel []ir.Stmt) []ir.Stmt {
 	return []ir.Stmt{&ir.Let{Name: "bm_zf", Value: ir.Ld(zf, ir.I32, ir.R("bm_k", ir.I32))},
 		&ir.If{Cond: ir.Bin(ir.Eq, f, i32c(0)), Then: &ir.Block{Stmts: plain},
 			Else: &ir.Block{Stmts: []ir.Stmt{&ir.If{Cond: ir.Bin(ir.Eq, f, i32c(1)), Then: &ir.Block{Stmts: sel}}}}}}
+}
+
+// productWidening is how level l's products read a B of element type
+// bElem: the code scale block-matmul may fold out of them (codeScale, 0
+// for none) and whether they widen two vectors at a time (pairWiden). In
+// a finite-codes branch (finite) native-widen may widen B's codes with
+// FiniteBitsWiden (bitsWiden): its scale is the one folded, and its
+// loads are single vectors. The scaled copies of A that block-matmul
+// declares and the products that read them both ask it.
+func productWidening(bElem ir.Type, finite bool, l Level) (fold float64, pair bool) {
+	if finite {
+		return finiteCodeScale(bElem, l), pairWiden(bElem, l) && !bitsWiden(bElem, l)
+	}
+	return codeScale(bElem, l), pairWiden(bElem, l)
 }
 
 // finiteProducts are the matmuls of body in the Then branch of an if
