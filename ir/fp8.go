@@ -33,21 +33,27 @@ func bitsF32(u Expr) Expr { return &Bitcast{To: F32, X: u} }
 func codeI32(c Expr) Expr { return Bin(And, Cvt(I32, c), c32(0xff)) }
 func pow2(e int) float64  { return math.Ldexp(1, e) }
 
-// widen converts fp8 bits c (u8) to f32 exactly: the exponent and
-// mantissa bits shifted into an f32's place are a float (denormal for the
-// format's subnormals) that 2^(127 - bias) rescales exactly; NaN (and
+// widen converts fp8 bits c (u8) to f32 exactly, with no f32 subnormal on
+// the way (as F16ToF32, so that DAZ and FTZ change nothing): the exponent
+// and mantissa bits shifted into an f32's place get the exponent rebiased
+// by an integer add (bias to 127), less 0 for a normal code; a subnormal
+// code's mantissa m (and zero) is rebiased one step further, to 2^(1-bias)
+// · (1 + m/2^mant), less 2^(1-bias): m · 2^(1-bias-mant), an exact f32
+// subtraction of normal values with a normal result (or +0). NaN (and
 // E5M2's inf) get the all-ones f32 exponent with the mantissa kept.
 func (f fp8Format) widen(c Expr) Expr {
 	ci := codeI32(c)
 	sign := Bin(Shl, Bin(And, ci, c32(0x80)), c32(24))
 	em := Bin(And, ci, c32(0x7f))
 	shifted := Bin(Shl, em, c32(int64(23-f.mant)))
-	scaled := f32Bits(Bin(Mul, bitsF32(shifted), Float(pow2(127-f.bias))))
+	small := Bin(Lt, em, c32(1<<f.mant))
+	rebiased := bitsF32(Bin(Add, shifted, Sel(small, c32(int64(128-f.bias)<<23), c32(int64(127-f.bias)<<23))))
+	finite := f32Bits(Bin(Sub, rebiased, Sel(small, Float(pow2(1-f.bias)), Float(0))))
 	var mag Expr
 	if f.ieee {
-		mag = Sel(Bin(Ge, em, c32(0x7f&^(1<<f.mant-1))), Bin(Or, shifted, c32(0x7f800000)), scaled)
+		mag = Sel(Bin(Ge, em, c32(0x7f&^(1<<f.mant-1))), Bin(Or, shifted, c32(0x7f800000)), finite)
 	} else {
-		mag = Sel(Bin(Eq, em, c32(0x7f)), c32(0x7fc00000), scaled)
+		mag = Sel(Bin(Eq, em, c32(0x7f)), c32(0x7fc00000), finite)
 	}
 	return bitsF32(Bin(Or, mag, sign))
 }

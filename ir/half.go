@@ -35,17 +35,25 @@ func halfBitsToF32(h Expr) Expr {
 }
 
 // F16ToF32 widens IEEE half bits (i16) to f32, denormals, inf and NaN
-// included: the exponent/mantissa bits shifted into place are a float that
-// 2^112 rescales exactly; inf/NaN get the all-ones exponent.
+// included, with no f32 subnormal on the way, so that a thread whose
+// MXCSR reads denormals as zero (DAZ) or flushes results to zero (FTZ)
+// gets the same bits: the exponent is rebiased by an integer add (15 to
+// 127), less 0 for a normal half; a subnormal's mantissa m (and zero) is
+// rebiased one step further, to 2^-14 · (1 + m/2^10), less 2^-14: m ·
+// 2^-24, an f32 subtraction of normal values that is exact (Sterbenz)
+// with a normal result (or +0); inf and NaN get the all-ones exponent,
+// the mantissa kept.
 func F16ToF32(h Expr) Expr {
 	hb := bitsI32(h)
 	sign := Bin(Shl, Bin(And, hb, c32(0x8000)), c32(16))
 	em := Bin(And, hb, c32(0x7fff))
 	shifted := Bin(Shl, em, c32(13))
-	scaled := &Bitcast{To: I32, X: Bin(Mul, &Bitcast{To: F32, X: shifted}, Float(0x1p112))}
+	small := Bin(Lt, em, c32(0x400))
+	rebiased := bitsF32(Bin(Add, shifted, Sel(small, c32(113<<23), c32(112<<23))))
+	finite := f32Bits(Bin(Sub, rebiased, Sel(small, Float(0x1p-14), Float(0))))
 	special := Bin(Or, shifted, c32(0x7f800000))
-	mag := Sel(Bin(Ge, em, c32(0x7c00)), special, scaled)
-	return &Bitcast{To: F32, X: Bin(Or, mag, sign)}
+	mag := Sel(Bin(Ge, em, c32(0x7c00)), special, finite)
+	return bitsF32(Bin(Or, mag, sign))
 }
 
 // F32ToF16 narrows f32 to IEEE half bits with round-to-nearest-even,

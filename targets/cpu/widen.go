@@ -91,7 +91,11 @@ var finiteBits = true
 // there in the same model): codescale.go folds the 2^120 out of the
 // products as it does the half path's 2^8, and finite-codes sends a tile
 // to the exact path when the thread reads denormals as zero (rt.fp_daz:
-// MXCSR's DAZ, which a caller may set), so the values stay exact.
+// MXCSR's DAZ, which a caller may set), so the values stay exact. e5m2
+// has no FiniteBitsWiden: its half path has no NaN select to drop (5
+// operations per 32 codes), and the same f32-bits path (<< 21, a check on
+// its infinity and NaN codes) took 7–16% more time in cache on Zen 5
+// (docs/benchmarks.md, Machine A session 31).
 func bitsWiden(t ir.Type, l Level) bool {
 	if !finiteBits || !l.NativeF16 || l.Lanes < 16 || !strings.HasPrefix(l.CPU, "x86-64") || !t.IsStorageOnly() {
 		return false

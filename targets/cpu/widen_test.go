@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -109,6 +110,7 @@ type localRunner struct {
 	t    *testing.T
 	lib  *cpurt.Lib
 	bufs map[int64]*cpurt.Buffer
+	env  uint32 // MXCSR for calls (cpurt.Lib.CallFPEnv); 0: the thread's own
 }
 
 func (r *localRunner) alloc(n int) int64 {
@@ -122,6 +124,9 @@ func (r *localRunner) read(addr int64, n int) []byte {
 	return append([]byte(nil), r.bufs[addr].U8()[:n]...)
 }
 func (r *localRunner) call(sym string, args ...int64) (int32, error) {
+	if r.env != 0 {
+		return r.lib.CallFPEnv(sym, r.env, args...)
+	}
 	return r.lib.Call(sym, args...)
 }
 func (r *localRunner) level() string { return r.lib.CallStr("w_cpu_level", 0) }
@@ -255,7 +260,7 @@ func TestCodeWidenExhaustive(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer lib.Close()
-				run = &localRunner{t, lib, map[int64]*cpurt.Buffer{}}
+				run = &localRunner{t: t, lib: lib, bufs: map[int64]*cpurt.Buffer{}}
 			}
 			in := run.alloc(256)
 			run.write(in, codes)
@@ -263,38 +268,59 @@ func TestCodeWidenExhaustive(t *testing.T) {
 			for i := range outs {
 				outs[i] = run.alloc(4 * 256)
 			}
+			// envs: each kernel runs in the default floating-point
+			// environment and, on an x86-64 host, with MXCSR's DAZ and FTZ
+			// set (cpurt.MXCSRFlushDenormals), where every widening must
+			// still be exact: none passes through an f32 subnormal (the
+			// integer Widen rebiases by integer adds) except
+			// FiniteBitsWiden's, which finite-codes runs only where
+			// rt.fp_daz says DAZ is off (wf at bitsWiden's levels: not run
+			// under DAZ here, as its if asks nothing).
+			envs := []uint32{0}
+			if local, ok := run.(*localRunner); ok && runtime.GOARCH == "amd64" {
+				envs = append(envs, cpurt.MXCSRFlushDenormals)
+				defer func() { local.env = 0 }()
+			}
 			best := run.level()
 			for _, l := range tg.Levels {
-				for _, sym := range []string{"w" + l.Suffix, "wv" + l.Suffix, "wf" + l.Suffix} {
-					widened := 0
-					for off := range 256 {
-						args := []int64{}
-						for range codeTypes {
-							args = append(args, in+int64(off)) // read only: one buffer serves every dtype
+				for _, env := range envs {
+					for _, sym := range []string{"w" + l.Suffix, "wv" + l.Suffix, "wf" + l.Suffix} {
+						if env != 0 && strings.HasPrefix(sym, "wf") && bitsWiden(ir.E4M3, l) {
+							continue
 						}
-						for _, o := range outs {
-							run.write(o, make([]byte, 4*256))
-							args = append(args, o+4*int64(off))
+						if local, ok := run.(*localRunner); ok {
+							local.env = env
 						}
-						args = append(args, int64(256-off))
-						if st, err := run.call(sym, args...); err != nil || st != 0 {
-							t.Fatalf("%s: status %d, %v", sym, st, err)
-						}
-						for i, dt := range codeTypes {
-							b := run.read(outs[i], 4*256)
-							for j := off; j < 256; j++ {
-								y := math.Float32frombits(uint32(b[4*j]) | uint32(b[4*j+1])<<8 | uint32(b[4*j+2])<<16 | uint32(b[4*j+3])<<24)
-								if finiteSkips(sym, dt, uint8(j)) {
-									continue
+						widened := 0
+						for off := range 256 {
+							args := []int64{}
+							for range codeTypes {
+								args = append(args, in+int64(off)) // read only: one buffer serves every dtype
+							}
+							for _, o := range outs {
+								run.write(o, make([]byte, 4*256))
+								args = append(args, o+4*int64(off))
+							}
+							args = append(args, int64(256-off))
+							if st, err := run.call(sym, args...); err != nil || st != 0 {
+								t.Fatalf("%s: status %d, %v", sym, st, err)
+							}
+							for i, dt := range codeTypes {
+								b := run.read(outs[i], 4*256)
+								for j := off; j < 256; j++ {
+									y := math.Float32frombits(uint32(b[4*j]) | uint32(b[4*j+1])<<8 | uint32(b[4*j+2])<<16 | uint32(b[4*j+3])<<24)
+									if finiteSkips(sym, dt, uint8(j)) {
+										continue
+									}
+									if err := checkCode(dt, uint8(j), y); err != nil {
+										t.Fatalf("%s %s (native f16 %v, MXCSR %#x), offset %d: %v", sym, l.Name, l.NativeF16, env, off, err)
+									}
+									widened++
 								}
-								if err := checkCode(dt, uint8(j), y); err != nil {
-									t.Fatalf("%s %s (native f16 %v), offset %d: %v", sym, l.Name, l.NativeF16, off, err)
-								}
-								widened++
 							}
 						}
+						t.Logf("%s %s (native f16 %v, MXCSR %#x): %d codes widened exactly (256 codes x %d dtypes at 256 offsets)", sym, l.Name, l.NativeF16, env, widened, len(codeTypes))
 					}
-					t.Logf("%s %s (native f16 %v): %d codes widened exactly (256 codes x %d dtypes at 256 offsets)", sym, l.Name, l.NativeF16, widened, len(codeTypes))
 				}
 				if l.Name == best {
 					break // the levels above would not run here
@@ -385,6 +411,33 @@ func BenchmarkCodeWiden(b *testing.B) {
 		}
 		if l.Name == best {
 			break
+		}
+	}
+}
+
+// TestF16ToF32Exhaustive evaluates ir.F16ToF32, the integer widening the
+// levels without F16C use (and the GPU sources), on every half bit
+// pattern in the interpreter: the f32 of its value (f16ValueOf, from the
+// format's definition; every half value is an f32), and for NaN the sign
+// and payload kept (payload in the top mantissa bits). That it passes no
+// f32 subnormal on the way, so that DAZ changes nothing, the conformance
+// test TestDecodeUnderFlushDenormals checks in compiled code.
+func TestF16ToF32Exhaustive(t *testing.T) {
+	for h := 0; h < 1<<16; h++ {
+		got, err := ir.EvalExpr(ir.F16ToF32(ir.IntT(ir.I16, int64(int16(uint16(h))))), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := math.Float32bits(got.(float32))
+		want := f16ValueOf(uint16(h))
+		if math.IsNaN(want) {
+			if w := uint32(h&0x8000)<<16 | 0x7f800000 | uint32(h&0x3ff)<<13; g != w {
+				t.Fatalf("half %#04x: got %#08x, want NaN %#08x", h, g, w)
+			}
+			continue
+		}
+		if w := math.Float32bits(float32(want)); g != w || float64(float32(want)) != want {
+			t.Fatalf("half %#04x: got %#08x (%v), want %#08x (%v)", h, g, got, w, want)
 		}
 	}
 }
