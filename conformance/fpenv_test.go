@@ -70,7 +70,7 @@ func TestDecodeUnderFlushDenormals(t *testing.T) {
 				c.KScale[i] = map[ir.DType]float32{ir.DTE4M3: 0x1p7, ir.DTE5M2: 0x1p14}[v.KVDType]
 				c.VScale[i] = c.KScale[i]
 			}
-			if o, _ := reference.Attention(v, c); !visible(o) {
+			if o, _ := reference.Attention(v, c); !outputsVisible(o) {
 				t.Fatalf("%s: most outputs of the case are under 4 · 2^-24: a kernel that reads the values as zero would pass", kv)
 			}
 			for _, s := range []*Suite{host, base} {
@@ -117,10 +117,10 @@ func subnormals(t *testing.T, v *ir.Variant) []float32 {
 	return out
 }
 
-// visible reports whether most outputs o are at least 4 · 2^-24 in
+// outputsVisible reports whether most outputs o are at least 4 · 2^-24 in
 // magnitude (four steps of f16's smallest subnormal), so that an f16 o of
 // zeros fails the comparison.
-func visible(o []float64) bool {
+func outputsVisible(o []float64) bool {
 	n := 0
 	for _, x := range o {
 		if math.Abs(x) >= 0x1p-22 {
