@@ -545,7 +545,9 @@ func (f *frame) call(s *CallStmt) int32 {
 	}
 	g := &frame{m: f.m, k: k, env: map[string]*binding{}, depth: f.depth + 1}
 	for i, p := range k.Params {
-		if p.Buffer {
+		if p.Buffer && IsNullArg(s.Args[i]) {
+			g.env[p.Name] = &binding{buf: &buffer{name: p.Name, t: p.Elem}}
+		} else if p.Buffer {
 			g.env[p.Name] = &binding{buf: f.buffer(s.Args[i].(*Ref).Name)}
 		} else {
 			g.env[p.Name] = &binding{v: f.eval(s.Args[i])}

@@ -75,11 +75,33 @@ type Handoff struct {
 
 // Launch runs a work kernel over Items work items. The kernel's arguments
 // are bound by name from the entry's parameters, the plan's scratch
-// buffers and PlanSplits. Items is the expression the kernel's own
-// parallel loop runs to.
+// buffers and PlanSplits, except those Bind names. Items is the
+// expression the kernel's own parallel loop runs to.
 type Launch struct {
 	Kernel string
 	Items  Expr
+	Bind   []Bind
+}
+
+// Bind gives one parameter of a launched kernel its argument: a scalar
+// parameter Value (an i32 expression over the plan's names), a buffer
+// parameter NULL when Value is nil (the kernel declares it Null and
+// stores to it only under `if NotNull(...)`: one work kernel serves
+// launches that write different buffers, decode's direct and split-KV
+// launches).
+type Bind struct {
+	Param string
+	Value Expr
+}
+
+// BindOf is l's Bind of the parameter name, if it has one.
+func (l Launch) BindOf(name string) (Bind, bool) {
+	for _, b := range l.Bind {
+		if b.Param == name {
+			return b, true
+		}
+	}
+	return Bind{}, false
 }
 
 // Split is the split-KV step: Splits (with PlanThreads bound; typically a

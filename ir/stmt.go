@@ -429,12 +429,23 @@ var RuntimeRoutines = map[string]int{"rt.num_threads": 0, "rt.cpu_level": 0, "rt
 var RuntimeBuffers = map[string][]int{"rt.amx_mm32": {0, 3, 6}}
 
 // CallStmt calls another kernel of the same module with Args matching its
-// params (buffers by name as Refs, scalars as i32 expressions). When Result is
+// params (buffers by name as Refs, or NULL — the constant 0, IsNullArg —
+// for a param declared null; scalars as i32 expressions). When Result is
 // not empty the returned i32 status is bound to it like a Let.
 type CallStmt struct {
 	Result string
 	Fn     string
 	Args   []Expr
+}
+
+// NullArg is the argument a CallStmt passes for a NULL buffer.
+func NullArg() Expr { return Int(0) }
+
+// IsNullArg says whether a, a CallStmt's argument for a buffer param, is
+// NULL (NullArg).
+func IsNullArg(a Expr) bool {
+	c, ok := a.(*Const)
+	return ok && c.T == I32 && c.Int == 0
 }
 
 // Malloc allocates Size elements of T on the heap (CPU) into buffer Name;

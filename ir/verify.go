@@ -74,7 +74,8 @@ func MustVerify(pass string, m *Module) {
 //     i32 extents;
 //   - CallStmt names a kernel of m with as many params as args, scalar args
 //     have the param's type and buffer args are Refs to buffers of the same
-//     element type (m == nil skips these call checks).
+//     element type, or NULL (IsNullArg) for a param declared null (m == nil
+//     skips these call checks).
 //
 // Range vars need no declaration; Range bounds are checked as expressions in
 // the scope of the loop body's header (the loop var included).
@@ -750,6 +751,12 @@ func (v *verifier) call(s *CallStmt) {
 		for i, p := range callee.Params {
 			a := s.Args[i]
 			if p.Buffer {
+				if IsNullArg(a) {
+					if !p.Null {
+						v.fail("call %s: arg %d is NULL for buffer param %s, which is not declared null", s.Fn, i, p.Name)
+					}
+					continue
+				}
 				r, ok := a.(*Ref)
 				if ok {
 					d, _ := v.lookup(r.Name)

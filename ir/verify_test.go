@@ -93,6 +93,7 @@ func TestVerifyBroken(t *testing.T) {
 		{"call callee: 1 args, kernel takes 2 params", []Stmt{&CallStmt{Fn: "callee", Args: []Expr{R("buf", F32)}}}},
 		{"call callee: arg 1 for param n is f32, want i32", []Stmt{&CallStmt{Fn: "callee", Args: []Expr{R("buf", F32), f1}}}},
 		{"call callee: arg 0 for buffer param buf is not a buffer name", []Stmt{&CallStmt{Fn: "callee", Args: []Expr{f1, n}}}},
+		{"call callee: arg 0 is NULL for buffer param buf, which is not declared null", []Stmt{&CallStmt{Fn: "callee", Args: []Expr{NullArg(), n}}}},
 		{"return value is f32, want i32", []Stmt{&Return{Value: f1}}},
 		{"bitcast from f32 to i16 changes width (32 to 16 bits)", []Stmt{let("x", &Bitcast{To: I16, X: f1})}},
 		{"alloc a: size 0, want > 0", []Stmt{&Alloc{Name: "a", T: F32}}},

@@ -3,6 +3,8 @@ package registry
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -114,9 +116,13 @@ type HandoffManifest struct {
 type LaunchManifest struct {
 	Kernel string `json:"kernel,omitempty"`
 	Items  string `json:"items,omitempty"`
-	Grid   string `json:"grid,omitempty"`
-	Block  int    `json:"block,omitempty"`
-	Smem   int    `json:"smem,omitempty"`
+	// Bind is the arguments the launch gives some of the kernel's
+	// parameters instead of the entry's or the plan's of the same name: a
+	// value (an expression), or null for a NULL buffer.
+	Bind  map[string]*string `json:"bind,omitempty"`
+	Grid  string             `json:"grid,omitempty"`
+	Block int                `json:"block,omitempty"`
+	Smem  int                `json:"smem,omitempty"`
 	// GPU: the kernel's __launch_bounds__(block, MinBlocksPerSM), the
 	// register budget per thread that bound gives the assembler, and the
 	// occupancy every architecture then guarantees at least (by name,
@@ -159,6 +165,24 @@ type PlanOptions struct {
 	Launch func(ir.Launch) LaunchManifest
 }
 
+// bindManifest renders a launch's Bind: each parameter's value, nil for
+// NULL; nil when there is none.
+func bindManifest(bs []ir.Bind) map[string]*string {
+	if len(bs) == 0 {
+		return nil
+	}
+	out := map[string]*string{}
+	for _, b := range bs {
+		var v *string
+		if b.Value != nil {
+			x := ir.ExprString(b.Value)
+			v = &x
+		}
+		out[b.Param] = v
+	}
+	return out
+}
+
 // PlanOf renders a plan as a target's entry runs it.
 func PlanOf(p *ir.Plan, o PlanOptions) *PlanManifest {
 	launch := o.Launch
@@ -166,6 +190,12 @@ func PlanOf(p *ir.Plan, o PlanOptions) *PlanManifest {
 		launch = func(l ir.Launch) LaunchManifest {
 			return LaunchManifest{Kernel: l.Kernel, Items: ir.ExprString(l.Items)}
 		}
+	}
+	base := launch
+	launch = func(l ir.Launch) LaunchManifest {
+		lm := base(l)
+		lm.Bind = bindManifest(l.Bind)
+		return lm
 	}
 	pm := &PlanManifest{Validate: p.Validate != nil && o.Lengths, Threads: o.Threads}
 	for _, c := range p.Checks {
@@ -448,6 +478,17 @@ func explainPlan(sb *strings.Builder, p *PlanManifest) {
 	}
 	launch := func(prefix string, l LaunchManifest) {
 		fmt.Fprintf(sb, "%s%srun %s over %s items", in, prefix, l.Kernel, l.Items)
+		if len(l.Bind) > 0 {
+			var bs []string
+			for _, name := range slices.Sorted(maps.Keys(l.Bind)) {
+				v := "NULL"
+				if x := l.Bind[name]; x != nil {
+					v = *x
+				}
+				bs = append(bs, name+" = "+v)
+			}
+			fmt.Fprintf(sb, " with %s", strings.Join(bs, ", "))
+		}
 		if l.Grid != "" {
 			fmt.Fprintf(sb, "; grid %s, block %d, dynamic shared memory %d bytes", l.Grid, l.Block, l.Smem)
 		}

@@ -825,6 +825,14 @@ func launcher(sb *strings.Builder, m *ir.Module, p *ir.Plan, d *Dialect, h Host)
 			}
 			var args []string
 			for _, pr := range k.Params {
+				if b, ok := l.BindOf(pr.Name); ok {
+					if b.Value == nil {
+						args = append(args, fmt.Sprintf("(%s *)0", d.ctype(pr.Elem)))
+					} else {
+						args = append(args, hp.expr(b.Value))
+					}
+					continue
+				}
 				if !scope[pr.Name] {
 					panic(fmt.Sprintf("launcher %s: no argument for %s's parameter %s", name, l.Kernel, pr.Name))
 				}

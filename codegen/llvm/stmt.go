@@ -515,6 +515,10 @@ func (f *fnState) call(s *ir.CallStmt) {
 	var args []value.Value
 	for i, p := range ps {
 		a := s.Args[i]
+		if p.Buffer && ir.IsNullArg(a) {
+			args = append(args, constant.NewNull(kf.fn.Params[i].Typ.(*types.PointerType)))
+			continue
+		}
 		if p.Buffer {
 			r, ok := a.(*ir.Ref)
 			if !ok {

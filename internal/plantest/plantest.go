@@ -77,6 +77,12 @@ func RunPlans(v *ir.Variant, m *ir.Module) []string {
 				if !ok {
 					x = args[pr.Name]
 				}
+				if b, ok := l.BindOf(pr.Name); ok {
+					x = nil // NULL
+					if b.Value != nil {
+						x = int32(b.Value.(*ir.Const).Int)
+					}
+				}
 				a[pr.Name] = x
 			}
 			if st, err := ir.Run(m, k.Name, a); err != nil || st != 0 {

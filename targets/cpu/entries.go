@@ -46,7 +46,7 @@ func entryKernel(m *ir.Module, p *ir.Plan) (*ir.Kernel, error) {
 		if to == nil {
 			return nil, fmt.Errorf("hands over to role %s, which has no plan", h.Role)
 		}
-		call, err := callByName(to.Entry, to.Params, p.Params, "st")
+		call, err := callByName(ir.Launch{Kernel: to.Entry}, to.Params, p.Params, "st")
 		if err != nil {
 			return nil, err
 		}
@@ -75,11 +75,11 @@ func entryKernel(m *ir.Module, p *ir.Plan) (*ir.Kernel, error) {
 			if k == nil {
 				return nil, fmt.Errorf("launches unknown kernel %s", l.Kernel)
 			}
-			if err := checkWrites(k, outputs, i == len(ls)-1); err != nil {
+			if err := checkWrites(withoutNull(k.Body, l), k.Name, outputs, i == len(ls)-1); err != nil {
 				return nil, err
 			}
 			res := fmt.Sprintf("%s%d", statusVar, i)
-			c, err := callByName(k.Name, k.Params, scope, res)
+			c, err := callByName(l, k.Params, scope, res)
 			if err != nil {
 				return nil, err
 			}
@@ -131,11 +131,31 @@ const (
 	splitStatus  = "split_status"
 )
 
-// checkWrites checks that work kernel k writes the entry's buffers (names)
-// only inside its last parallel loop, whose items run once the loop has
-// all its scratch, and, unless it is the last launch, not at all: a
-// failure after a write could not leave them untouched.
-func checkWrites(k *ir.Kernel, names map[string]bool, last bool) error {
+// withoutNull is the body of a kernel as launch l runs it: without the
+// statements under `if NotNull(buf)` of a buffer l passes NULL (their
+// else branches, if any, in their place).
+func withoutNull(body *ir.Block, l ir.Launch) *ir.Block {
+	return ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
+		if f, ok := s.(*ir.If); ok {
+			if nn, ok := f.Cond.(*ir.NotNull); ok {
+				if b, ok := l.BindOf(nn.Buf); ok && b.Value == nil {
+					if f.Else == nil {
+						return nil
+					}
+					return f.Else.Stmts
+				}
+			}
+		}
+		return []ir.Stmt{s}
+	})
+}
+
+// checkWrites checks that work kernel name, whose body as a launch runs
+// it is body, writes the entry's buffers (names) only inside its last
+// parallel loop, whose items run once the loop has all its scratch, and,
+// unless it is the last launch, not at all: a failure after a write could
+// not leave them untouched.
+func checkWrites(body *ir.Block, name string, names map[string]bool, last bool) error {
 	stores := func(b *ir.Block) (n int, buf string) {
 		ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
 			if st, ok := s.(*ir.Store); ok && names[st.Buf] {
@@ -149,36 +169,49 @@ func checkWrites(k *ir.Kernel, names map[string]bool, last bool) error {
 		return n, buf
 	}
 	var lastPar *ir.For
-	ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
+	ir.MapStmts(body, func(s ir.Stmt) []ir.Stmt {
 		if f, ok := s.(*ir.For); ok && f.Kind == ir.Parallel {
 			lastPar = f
 		}
 		return []ir.Stmt{s}
 	})
-	total, buf := stores(k.Body)
+	total, buf := stores(body)
 	switch {
 	case total == 0:
 		return nil
 	case !last:
-		return fmt.Errorf("launch %s writes buffer %s before the last launch: a later one failing would leave it written", k.Name, buf)
+		return fmt.Errorf("launch %s writes buffer %s before the last launch: a later one failing would leave it written", name, buf)
 	case lastPar == nil:
-		return fmt.Errorf("launch %s writes buffer %s outside a parallel loop", k.Name, buf)
+		return fmt.Errorf("launch %s writes buffer %s outside a parallel loop", name, buf)
 	}
 	if inside, _ := stores(lastPar.Body); inside != total {
-		return fmt.Errorf("launch %s writes buffer %s outside its last parallel loop: its scratch could still fail after the write", k.Name, buf)
+		return fmt.Errorf("launch %s writes buffer %s outside its last parallel loop: its scratch could still fail after the write", name, buf)
 	}
 	return nil
 }
 
-// callByName calls fn, binding each of its params to the name of the
-// same name in scope.
-func callByName(fn string, params, scope []*ir.Param, result string) (ir.Stmt, error) {
+// callByName calls launch l's kernel, binding each of its params as l's
+// Bind says (NULL or a value), else to the name of the same name in
+// scope.
+func callByName(l ir.Launch, params, scope []*ir.Param, result string) (ir.Stmt, error) {
+	fn := l.Kernel
 	byName := map[string]*ir.Param{}
 	for _, p := range scope {
 		byName[p.Name] = p
 	}
 	var args []ir.Expr
 	for _, p := range params {
+		if b, ok := l.BindOf(p.Name); ok {
+			switch {
+			case b.Value == nil && p.Buffer && p.Null:
+				args = append(args, ir.NullArg())
+			case b.Value != nil && !p.Buffer && b.Value.Type() == p.Elem:
+				args = append(args, b.Value)
+			default:
+				return nil, fmt.Errorf("%s: launch binds parameter %s to what it cannot take", fn, p.Name)
+			}
+			continue
+		}
 		s, ok := byName[p.Name]
 		if !ok || s.Buffer != p.Buffer || s.Elem != p.Elem {
 			return nil, fmt.Errorf("%s: no argument for parameter %s", fn, p.Name)
