@@ -150,13 +150,15 @@ func Compile(v *ir.Variant, t targets.Target, opt Options) (*Compiled, error) {
 	if err := passes.CheckModule(final); err != nil {
 		return nil, fmt.Errorf("%s: %s (%s): after the passes: %w", v.Pos, v.Name, t.Name(), err)
 	}
+	// A pass that changed an ABI is named for that before the verifier
+	// reports what follows from it (an entry's call that no longer fits).
+	if err := sameABI(a, final); err != nil {
+		return nil, fmt.Errorf("%s: %s (%s): %w", v.Pos, v.Name, t.Name(), err)
+	}
 	// Both targets print only verified IR: a name no declaration defines
 	// fails here on CUDA as it fails in the CPU emitter.
 	if err := ir.Verify(final); err != nil {
 		return nil, fmt.Errorf("%s: %s (%s): the kernel IR after the passes is invalid (VerifyEach names the pass that broke it): %w", v.Pos, v.Name, t.Name(), err)
-	}
-	if err := sameABI(a, final); err != nil {
-		return nil, fmt.Errorf("%s: %s (%s): %w", v.Pos, v.Name, t.Name(), err)
 	}
 	return &Compiled{V: v, Target: t, Table: table, Lowered: m, Final: final}, nil
 }

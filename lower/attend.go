@@ -17,6 +17,9 @@ import (
 type attnItem struct {
 	decode bool // one query token per sequence, at q[b]
 	split  bool // a KV chunk of a split item: the result is a partial state
+	// both: a split kernel that also stores the final o and lse, each
+	// result under `if NotNull(...)` of its buffer (Tiling.DecodeOneKernel).
+	both bool
 }
 
 // rowsPerItem is the static row extent R of a work item and its query
@@ -138,12 +141,37 @@ func (l *lowering) decodeParams() []*ir.Param {
 // with the merge_state update.
 func (l *lowering) decode(public bool) ([]*ir.Kernel, *ir.Plan) {
 	params := l.decodeParams()
-	direct := l.attentionKernel(l.name("decode_work"), ir.RoleDecode, params, attnItem{decode: true})
 	nIn := len(l.qParams("")) + len(l.maskParams("")) + len(l.ropeParams("")) + len(l.cacheParams())
 	partO := buf("part_o", ir.F32, true, "splits", "batch_size", itoa(l.H), itoa(l.DV))
 	partLSE := buf("part_lse", ir.F32, true, "splits", "batch_size", itoa(l.H))
 	splitParams := append(append([]*ir.Param(nil), params[:nIn]...), partO, partLSE, scalar(ir.PlanSplits))
-	split := l.attentionKernel(l.name("decode_split_work"), ir.RoleDecode, splitParams, attnItem{decode: true, split: true})
+	var direct, split *ir.Kernel
+	var directLaunch ir.Launch
+	var splitBind []ir.Bind
+	var kernels []*ir.Kernel
+	if l.t.DecodeOneKernel {
+		// One work kernel for both launches: the direct one passes splits
+		// = 1 and NULL partial buffers, the split one NULL o and lse.
+		oneParams := append([]*ir.Param(nil), params[:nIn]...)
+		for _, p := range append(params[nIn:len(params):len(params)], partO, partLSE) {
+			q := *p
+			q.Null = true
+			oneParams = append(oneParams, &q)
+		}
+		oneParams = append(oneParams, scalar(ir.PlanSplits))
+		direct = l.attentionKernel(l.name("decode_work"), ir.RoleDecode, oneParams, attnItem{decode: true, split: true, both: true})
+		split = direct
+		directLaunch.Bind = []ir.Bind{{Param: "part_o"}, {Param: "part_lse"}, {Param: ir.PlanSplits, Value: i32(1)}}
+		for _, p := range params[nIn:] {
+			splitBind = append(splitBind, ir.Bind{Param: p.Name})
+		}
+		kernels = []*ir.Kernel{direct}
+	} else {
+		direct = l.attentionKernel(l.name("decode_work"), ir.RoleDecode, params, attnItem{decode: true})
+		split = l.attentionKernel(l.name("decode_split_work"), ir.RoleDecode, splitParams, attnItem{decode: true, split: true})
+		kernels = []*ir.Kernel{direct, split}
+	}
+	directLaunch.Kernel = direct.Name
 	merge := l.mergeSplits()
 	maxTiles := l.seqMaxTiles()
 	bs := ir.R("batch_size", ir.I32)
@@ -151,6 +179,7 @@ func (l *lowering) decode(public bool) ([]*ir.Kernel, *ir.Plan) {
 	v.vr(maxTiles.Name, i32(0))
 	l.validateCache(&v, false, func(t *blk, env map[string]ir.Expr) { foldSeq(t, maxTiles, env) })
 	items := mul(bs, i32(l.itemsPerSeq()))
+	directLaunch.Items = items
 	units := items
 	if l.splitBySequence() {
 		units = bs
@@ -163,16 +192,16 @@ func (l *lowering) decode(public bool) ([]*ir.Kernel, *ir.Plan) {
 		Checks: l.tableChecks(), Validate: v.block(), Seq: []ir.SeqValue{maxTiles},
 		Limits: []ir.Check{tooLarge(mul(i64(bs), i64c(l.itemsPerSeq())))},
 		Skip:   eq(bs, i32(0)),
-		Direct: []ir.Launch{{Kernel: direct.Name, Items: items}},
+		Direct: []ir.Launch{directLaunch},
 		Split: &ir.Split{
 			Splits: &ir.Call{Fn: "plan_splits", Args: []ir.Expr{units, ir.R(ir.PlanThreads, ir.I32), ir.R(maxTiles.Name, ir.I32)}, T: ir.I32},
 			Scratch: []ir.Scratch{
 				{Name: "part_o", T: ir.F32, Size: mul(rows, ir.IntT(ir.I64, int64(l.DV)))},
 				{Name: "part_lse", T: ir.F32, Size: rows},
 			},
-			Launches: []ir.Launch{{Kernel: split.Name, Items: mul(items, splits)}, {Kernel: merge.Name, Items: mul(bs, i32(l.H))}},
+			Launches: []ir.Launch{{Kernel: split.Name, Items: mul(items, splits), Bind: splitBind}, {Kernel: merge.Name, Items: mul(bs, i32(l.H))}},
 		}}
-	return []*ir.Kernel{direct, split, merge}, p
+	return append(kernels, merge), p
 }
 
 // attentionKernel builds a work kernel: one parallel loop over items, each
@@ -208,7 +237,7 @@ func (l *lowering) attentionKernel(name string, role ir.Role, params []*ir.Param
 		}
 		l.storeItem(w, x)
 	})
-	if it.decode && (!it.split || l.splitBySequence()) && l.itemsPerSeq() > 1 {
+	if it.decode && (!it.split || it.both || l.splitBySequence()) && l.itemsPerSeq() > 1 {
 		// A sequence's items (of one chunk, split) read the same pages: a
 		// thread takes them together where every thread can have a run.
 		work.Run = l.itemsPerSeq()
@@ -494,27 +523,44 @@ func directOr(direct ir.Expr, on bool, mm *ir.MatMul, pool, rows string, rot *ir
 }
 
 // storeItem normalizes each row and stores it: o and lse, or a split
-// chunk's partial state.
+// chunk's partial state — both, each under `if NotNull(...)` of its
+// buffer, in a kernel that serves both launches (attnItem.both).
 func (l *lowering) storeItem(w *blk, x itemVars) {
+	switch {
+	case x.it.both:
+		w.when(&ir.NotNull{Buf: "part_o"}, func(u *blk) { l.storeRows(u, x, true) })
+		w.when(&ir.NotNull{Buf: "o"}, func(u *blk) { l.storeRows(u, x, false) })
+	default:
+		l.storeRows(w, x, x.it.split)
+	}
+}
+
+// storeRows normalizes each row and stores it: a split chunk's partial
+// state (part), or o and lse.
+func (l *lowering) storeRows(w *blk, x itemVars, part bool) {
 	DV := l.DV
 	bs := ir.R("batch_size", ir.I32)
 	w.spread("row", x.R, func(y *blk, row ir.Expr) {
 		y.guarded(lt(row, x.nRows), func(u *blk) {
 			r, g := l.rowParts(u, row)
 			head := u.let("head", add(x.head0, g))
-			inv, lse := l.finish(u, u.let("lv", ld("den", ir.F32, row)), ld("mx", ir.F32, row), head, !x.it.split)
+			inv, lse := l.finish(u, u.let("lv", ld("den", ir.F32, row)), ld("mx", ir.F32, row), head, !part)
 			if x.vScale != nil {
 				// A row with nothing visible (inv = 0) keeps o = 0 under a
 				// NaN or infinite v_scale (DESIGN §3).
 				inv = u.let("inv_v", sel(eq(inv, f32(0)), f32(0), mul(inv, x.vScale)))
 			}
 			acc := func(d ir.Expr) ir.Expr { return mul(ld("acc", ir.F32, add(mul(row, i32(DV)), d)), inv) }
-			if x.it.split {
+			if part {
 				flat := u.let("pflat", add(mul(add(mul(x.sp, bs), x.sb), i32(l.H)), head))
 				u.spread("d", DV, func(z *blk, d ir.Expr) {
 					z.store("part_o", add(mul(i64(flat), ir.IntT(ir.I64, int64(DV))), i64(d)), acc(d))
 				})
-				u.store("part_lse", flat, lse)
+				if x.it.both {
+					u.when(&ir.NotNull{Buf: "part_lse"}, func(z *blk) { z.store("part_lse", flat, lse) })
+				} else {
+					u.store("part_lse", flat, lse)
+				}
 				return
 			}
 			flat := u.let("oflat", rowHead(add(x.qRow0, r), l.H, head))

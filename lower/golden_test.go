@@ -79,6 +79,12 @@ func goldenCases() []goldenCase {
 		{feature: "split_by_sequence_decode", edit: func(v *ir.Variant) {
 			v.QOHeads, v.KVHeads, v.Kernels = 4, 2, roles(ir.RoleDecode)
 		}, tiling: &Tiling{KVTile: 16, Rows: 16, MaxHeads: 8, SplitBySequence: true}},
+		// The CPU's one decode work kernel for both launches: o, lse and
+		// the partial state each stored under NotNull, the launches
+		// binding NULL for the buffers they do not write.
+		{feature: "decode_one_kernel", edit: func(v *ir.Variant) {
+			v.QOHeads, v.KVHeads, v.Kernels = 4, 2, roles(ir.RoleDecode)
+		}, tiling: &Tiling{KVTile: 16, Rows: 16, MaxHeads: 8, SplitBySequence: true, DecodeOneKernel: true}},
 		{feature: "lse_base2", edit: func(v *ir.Variant) {
 			v.LSEBase, v.Kernels = ir.LSEBase2, roles(ir.RoleDecode, ir.RoleMergeState)
 		}},
@@ -336,7 +342,15 @@ func plansText(m *ir.Module) string {
 	ex := ir.ExprString
 	launches := func(indent int, ls []ir.Launch) {
 		for _, l := range ls {
-			w(indent, "launch %s items %s", l.Kernel, ex(l.Items))
+			bind := ""
+			for _, b := range l.Bind {
+				v := "NULL"
+				if b.Value != nil {
+					v = ex(b.Value)
+				}
+				bind += fmt.Sprintf(" %s=%s", b.Param, v)
+			}
+			w(indent, "launch %s items %s%s", l.Kernel, ex(l.Items), bind)
 		}
 	}
 	for _, p := range m.Plans {

@@ -138,6 +138,15 @@ type Tiling struct {
 	// more than one kv head: one kv head's items (head tiles) read the
 	// same rows.
 	SplitBySequence bool
+	// DecodeOneKernel makes decode's direct and split-KV launches run one
+	// work kernel, decode_work, where they ran two (decode_work and
+	// decode_split_work, the same item body but for its stores): the
+	// kernel takes o and lse and the partial buffers, all of them
+	// nullable, and the plan binds them per launch (ir.Launch.Bind) —
+	// the direct launch NULL partial buffers and splits = 1, the split
+	// one NULL o and lse —, each result stored under `if NotNull(...)`.
+	// Half the decode code to compile (a CPU module's largest part).
+	DecodeOneKernel bool
 	// RowQuantum, when not 0, makes a prefill item's rows (its heads ×
 	// query rows) a multiple of it where Rows is not one already: the
 	// fewest query rows at or above Rows/heads that make one, if that

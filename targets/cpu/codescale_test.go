@@ -104,7 +104,7 @@ func runSpecialDecodes(t *testing.T, what string, m *ir.Module, v *ir.Variant, o
 		}
 		args := stagedDecodeArgs(v, nil)
 		specialCodes(v, args)
-		if st, err := ir.Run(m, k.Name, args); err != nil || st != 0 {
+		if st, err := runDirect(m, k.Name, args); err != nil || st != 0 {
 			t.Fatalf("%s %s: status %d, %v", what, k.Name, st, err)
 		}
 		outs[k.Name] = args

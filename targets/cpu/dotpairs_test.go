@@ -228,7 +228,7 @@ func runDecodeClones(t *testing.T, v *ir.Variant, m *ir.Module) map[string]map[s
 			continue
 		}
 		args := decodeBF16Args(v)
-		if st, err := ir.Run(m, k.Name, args); err != nil || st != 0 {
+		if st, err := runDirect(m, k.Name, args); err != nil || st != 0 {
 			t.Fatalf("%s: status %d, %v", k.Name, st, err)
 		}
 		out[k.Level] = args

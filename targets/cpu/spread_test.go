@@ -120,7 +120,7 @@ func spreadCoversNextTile(t *testing.T, v *ir.Variant) {
 			t.Fatalf("%s %s: %d prefetches and %d product loads of the pools, want both", name, k.Name, prefetches, reads)
 		}
 		mm := &ir.Module{Kernels: []*ir.Kernel{&marked}}
-		if st, err := ir.Run(mm, marked.Name, args); err != nil || st != 0 {
+		if st, err := runDirect(mm, marked.Name, args); err != nil || st != 0 {
 			t.Fatalf("%s %s: status %d, %v", name, k.Name, st, err)
 		}
 		// The lines of each item's first tile: every kv head's rows of
@@ -391,7 +391,7 @@ func dotBlocksPrefetchNextBlock(t *testing.T, v *ir.Variant) {
 			t.Fatalf("%s %s: no prefetch into L1", name, k.Name)
 		}
 		mm := &ir.Module{Kernels: []*ir.Kernel{&marked}}
-		if st, err := ir.Run(mm, marked.Name, args); err != nil || st != 0 {
+		if st, err := runDirect(mm, marked.Name, args); err != nil || st != 0 {
 			t.Fatalf("%s %s: status %d, %v", name, k.Name, st, err)
 		}
 		l1, rd := args["l1_k_pages"].([]int32), args["rd_k_pages"].([]int32)
