@@ -80,7 +80,12 @@ func RunPlans(v *ir.Variant, m *ir.Module) []string {
 				if b, ok := l.BindOf(pr.Name); ok {
 					x = nil // NULL
 					if b.Value != nil {
-						x = int32(b.Value.(*ir.Const).Int)
+						c, ok := b.Value.(*ir.Const)
+						if !ok {
+							bad = append(bad, fmt.Sprintf("%s %s: binds %s to %s, not a constant", spec.Name, k.Name, pr.Name, ir.ExprString(b.Value)))
+							return false
+						}
+						x = int32(c.Int)
 					}
 				}
 				a[pr.Name] = x
