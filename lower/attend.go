@@ -146,9 +146,7 @@ func (l *lowering) decode(public bool) ([]*ir.Kernel, *ir.Plan) {
 	partLSE := buf("part_lse", ir.F32, true, "splits", "batch_size", itoa(l.H))
 	splitParams := append(append([]*ir.Param(nil), params[:nIn]...), partO, partLSE, scalar(ir.PlanSplits))
 	var direct, split *ir.Kernel
-	var directLaunch ir.Launch
-	var splitBind []ir.Bind
-	var kernels []*ir.Kernel
+	var directBind, splitBind []ir.Bind
 	if l.t.DecodeOneKernel {
 		// One work kernel for both launches: the direct one passes splits
 		// = 1 and NULL partial buffers, the split one NULL o and lse.
@@ -161,17 +159,14 @@ func (l *lowering) decode(public bool) ([]*ir.Kernel, *ir.Plan) {
 		oneParams = append(oneParams, scalar(ir.PlanSplits))
 		direct = l.attentionKernel(l.name("decode_work"), ir.RoleDecode, oneParams, attnItem{decode: true, split: true, both: true})
 		split = direct
-		directLaunch.Bind = []ir.Bind{{Param: "part_o"}, {Param: "part_lse"}, {Param: ir.PlanSplits, Value: i32(1)}}
+		directBind = []ir.Bind{{Param: "part_o"}, {Param: "part_lse"}, {Param: ir.PlanSplits, Value: i32(1)}}
 		for _, p := range params[nIn:] {
 			splitBind = append(splitBind, ir.Bind{Param: p.Name})
 		}
-		kernels = []*ir.Kernel{direct}
 	} else {
 		direct = l.attentionKernel(l.name("decode_work"), ir.RoleDecode, params, attnItem{decode: true})
 		split = l.attentionKernel(l.name("decode_split_work"), ir.RoleDecode, splitParams, attnItem{decode: true, split: true})
-		kernels = []*ir.Kernel{direct, split}
 	}
-	directLaunch.Kernel = direct.Name
 	merge := l.mergeSplits()
 	maxTiles := l.seqMaxTiles()
 	bs := ir.R("batch_size", ir.I32)
@@ -179,7 +174,6 @@ func (l *lowering) decode(public bool) ([]*ir.Kernel, *ir.Plan) {
 	v.vr(maxTiles.Name, i32(0))
 	l.validateCache(&v, false, func(t *blk, env map[string]ir.Expr) { foldSeq(t, maxTiles, env) })
 	items := mul(bs, i32(l.itemsPerSeq()))
-	directLaunch.Items = items
 	units := items
 	if l.splitBySequence() {
 		units = bs
@@ -192,7 +186,7 @@ func (l *lowering) decode(public bool) ([]*ir.Kernel, *ir.Plan) {
 		Checks: l.tableChecks(), Validate: v.block(), Seq: []ir.SeqValue{maxTiles},
 		Limits: []ir.Check{tooLarge(mul(i64(bs), i64c(l.itemsPerSeq())))},
 		Skip:   eq(bs, i32(0)),
-		Direct: []ir.Launch{directLaunch},
+		Direct: []ir.Launch{{Kernel: direct.Name, Items: items, Bind: directBind}},
 		Split: &ir.Split{
 			Splits: &ir.Call{Fn: "plan_splits", Args: []ir.Expr{units, ir.R(ir.PlanThreads, ir.I32), ir.R(maxTiles.Name, ir.I32)}, T: ir.I32},
 			Scratch: []ir.Scratch{
@@ -201,7 +195,10 @@ func (l *lowering) decode(public bool) ([]*ir.Kernel, *ir.Plan) {
 			},
 			Launches: []ir.Launch{{Kernel: split.Name, Items: mul(items, splits), Bind: splitBind}, {Kernel: merge.Name, Items: mul(bs, i32(l.H))}},
 		}}
-	return append(kernels, merge), p
+	if split == direct {
+		return []*ir.Kernel{direct, merge}, p
+	}
+	return []*ir.Kernel{direct, split, merge}, p
 }
 
 // attentionKernel builds a work kernel: one parallel loop over items, each
