@@ -37,6 +37,7 @@ var aarch64Short = []string{"ps16_mla", "ps16_e4m3_gqa4", "ps8_rope_factors_f16_
 // within its time budget; -aarch64.all (CI's second pass, .ci/run) runs
 // the whole matrix.
 func TestAArch64Matrix(t *testing.T) {
+	t.Parallel()
 	_, err := cpurt.ToolchainFor(aarch64)
 	needtool.Check(t, err)
 	var mu sync.Mutex

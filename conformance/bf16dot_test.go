@@ -22,6 +22,7 @@ import (
 // It runs at every level this CPU has; one it lacks is reported as not
 // run.
 func TestBF16DenormalOperands(t *testing.T) {
+	t.Parallel()
 	needTools(t)
 	v := spec(t, bf16Levels) // the library hostLevelTable builds too
 	s, err := Build(v, t.TempDir())

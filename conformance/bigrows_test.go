@@ -16,6 +16,7 @@ import (
 // offsets computed in i32 wrap there (before the buffer: a fault, or onto
 // other rows); the outputs must equal the reference.
 func TestRowsPast2To31(t *testing.T) {
+	t.Parallel()
 	needTools(t)
 	v := spec(t, `variant rows31 { heads qo = 32, kv = 32
 	  head_dim 16

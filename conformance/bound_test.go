@@ -16,6 +16,7 @@ import (
 // CompareOut passes, for f16, bf16 and f32 outputs with errors around
 // their bounds, so allowance_used reads as pass/fail.
 func TestAllowanceUsedMatchesCompare(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewSource(5))
 	for _, dt := range []ir.DType{ir.DTF16, ir.DTBF16, ir.DTF32} {
 		for trial := 0; trial < 2000; trial++ {
@@ -50,6 +51,7 @@ func TestAllowanceUsedMatchesCompare(t *testing.T) {
 // ulp off that passes (its error within the accumulation allowance) prints
 // the bound it passed, not "tol=0.5ulp" under a larger max_err.
 func TestResultPrintsAppliedBound(t *testing.T) {
+	t.Parallel()
 	dt := ir.DTF16
 	want := []float64{0.001}
 	u := reference.ULP(dt, want[0])

@@ -233,7 +233,10 @@ var cudaAll = flag.Bool("cuda.all", false, "run every variant of cudaMatrix on t
 // TestExamples runs every example on the emulator there too.
 var cudaShort = []string{"cu_ps1_f32", "cu_ps256_bf16", "cu_ps4_masked", "cu_mla_f32", "cu_ps16_f16_e4m3"}
 
-func TestCUDAEmulatedMatrix(t *testing.T) { emulatedMatrix(t, "cuda") }
+func TestCUDAEmulatedMatrix(t *testing.T) {
+	t.Parallel()
+	emulatedMatrix(t, "cuda")
+}
 
 // emulatedShort are the variants of cudaMatrix that TestEmulatedMatrices
 // runs by default on the other emulated targets (hip): f32 on the SIMT
@@ -252,6 +255,7 @@ var emulatedShort = []string{"cu_ps1_f32", "cu_ps256_bf16", "cu_mla_f32"}
 // kernels run on this machine on an emulator rather than on the CPU's
 // worker threads: a new GPU target gets its matrix by registering.
 func TestEmulatedMatrices(t *testing.T) {
+	t.Parallel()
 	ran := false
 	for _, name := range Harnessed() {
 		tg, _, err := harnessOf(name)
@@ -304,6 +308,7 @@ func emulatedMatrix(t *testing.T, target string) {
 // TestCUDAShortNamesExist: every cudaShort name is a variant of cudaMatrix,
 // so the default run does not silently skip a renamed variant.
 func TestCUDAShortNamesExist(t *testing.T) {
+	t.Parallel()
 	names := map[string]bool{}
 	for _, src := range cudaMatrix {
 		names[spec(t, src).Name] = true

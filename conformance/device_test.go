@@ -13,6 +13,7 @@ import (
 // download the outputs) gives the same results as calling the emulated
 // launchers on the host buffers directly.
 func TestDevicePathMatchesHost(t *testing.T) {
+	t.Parallel()
 	needEmu(t)
 	// A tensor-core variant, a SIMT one, and one with the page kernels
 	// (and an 8-bit cache's codes and scales): cudaShort variants, whose
@@ -72,6 +73,7 @@ func TestDevicePathMatchesHost(t *testing.T) {
 // A launcher that writes nothing fails through the device too: the outputs
 // are downloaded from the device copies, not read from the host buffers.
 func TestDevicePathDownloadsOutputs(t *testing.T) {
+	t.Parallel()
 	needEmu(t)
 	v := spec(t, cudaMatrix[0])
 	s, err := BuildCUDA(v, t.TempDir())
@@ -114,6 +116,7 @@ func (d *forgetfulDevice) Upload(dst int64, src *cpurt.Buffer) error {
 func (d *forgetfulDevice) Download(dst *cpurt.Buffer, src int64) error { return nil }
 
 func TestHostDevice(t *testing.T) {
+	t.Parallel()
 	d := NewHostDevice()
 	a, err := d.Alloc(16)
 	if err != nil {
@@ -160,6 +163,7 @@ func TestHostDevice(t *testing.T) {
 
 // Without a GPU, OpenCUDA fails with a message that says what is missing.
 func TestOpenCUDAError(t *testing.T) {
+	t.Parallel()
 	d, err := OpenCUDA()
 	if err == nil {
 		if _, ok := d.(DeviceCopier); !ok {

@@ -11,6 +11,7 @@ import (
 // registered target besides cuda (TestExamples) whose kernels run on an
 // emulator: examplesEmulatedShort by default, every example with -cuda.all.
 func TestEmulatedExamples(t *testing.T) {
+	t.Parallel()
 	vs := exampleVariants(t)
 	ran := false
 	for _, name := range Harnessed() {

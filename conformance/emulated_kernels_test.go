@@ -33,6 +33,7 @@ func otherEmulated(t *testing.T) []string {
 // qk_norm, every matrix variant's prefill_ragged). TestParamEmulated runs
 // the param variants there.
 func TestEmulatedKernels(t *testing.T) {
+	t.Parallel()
 	names := otherEmulated(t)
 	if len(names) == 0 {
 		t.Skip("no other emulated target is registered")

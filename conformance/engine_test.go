@@ -72,6 +72,7 @@ var engineSpecs = []string{
 // over the dense history of each sequence (never through the pages), and
 // every cached position that is still visible is checked byte for byte.
 func TestEngineSimulation(t *testing.T) {
+	t.Parallel()
 	needTools(t)
 	for i, src := range engineSpecs {
 		v := spec(t, src)

@@ -53,6 +53,7 @@ var examplesAll = flag.Bool("examples.all", false, "run every example's CPU matr
 // example with -cuda.all). build.TestCUDAToPTX compiles the same files to
 // PTX.
 func TestExamples(t *testing.T) {
+	t.Parallel()
 	for _, v := range exampleVariants(t) {
 		t.Run(v.Name, func(t *testing.T) {
 			t.Parallel()
@@ -117,6 +118,7 @@ func recordAll(t *testing.T, key string, rs []Result) {
 // examplesEmulatedShort, examplesLong) name is a
 // variant of an example, so the default run does not silently skip one.
 func TestExamplesCUDAShortNamesExist(t *testing.T) {
+	t.Parallel()
 	names := map[string]bool{}
 	for _, v := range exampleVariants(t) {
 		names[v.Name] = true

@@ -28,6 +28,7 @@ import (
 // baseline level's integer widenings before they rebiased with integer
 // adds).
 func TestDecodeUnderFlushDenormals(t *testing.T) {
+	t.Parallel()
 	needTools(t)
 	if runtime.GOARCH != "amd64" {
 		t.Skip("MXCSR is x86-64's")

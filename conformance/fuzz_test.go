@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -59,13 +61,28 @@ import (
 func FuzzKernels(f *testing.F) {
 	needtool.Check(f, cpurt.Tools())
 	dir := f.TempDir()
-	for i, v := range fuzzVariants() {
-		s, err := buildHostLevel(v, dir)
-		if err != nil {
-			f.Fatalf("%s: %v", v.Name, err)
-		}
-		s.Lib.Close()
-		fuzzSOs[i] = filepath.Join(dir, v.Name+".so")
+	// The variants build on every core: the seeds run after all of the
+	// package's tests, with nothing beside them.
+	vs := fuzzVariants()
+	errs := make([]error, len(vs))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	for i, v := range vs {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			s, err := buildHostLevel(v, dir)
+			if err != nil {
+				errs[i] = fmt.Errorf("%s: %v", v.Name, err)
+				return
+			}
+			s.Lib.Close()
+			fuzzSOs[i] = filepath.Join(dir, v.Name+".so")
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		f.Fatal(err)
 	}
 	// Fuzzing (CI's fuzz pass, .ci/run) runs the whole corpus as its
 	// baseline; the default run its every fuzzSeedStride-th mutation.

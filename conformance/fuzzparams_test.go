@@ -192,6 +192,7 @@ func fuzzStatus(v *ir.Variant, fc fuzzCase) (int32, bool) {
 // calls. A seed that no longer reaches a check leaves it to chance. The
 // default run's part of the corpus (fuzzSeedStride) reaches them too.
 func TestFuzzSeedsReachChecks(t *testing.T) {
+	t.Parallel()
 	t.Run("all", func(t *testing.T) { testFuzzSeedsReachChecks(t, fuzzSeedsFor(true)) })
 	t.Run("default", func(t *testing.T) { testFuzzSeedsReachChecks(t, fuzzSeedsFor(false)) })
 }

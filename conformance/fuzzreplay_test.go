@@ -16,6 +16,7 @@ var fuzzCaseFlag = flag.String("fuzz.case", "", "TestFuzzCase: run this case (th
 // corpus file stays on the CI machine) can be rerun and debugged from its
 // log alone. It does nothing without the flag.
 func TestFuzzCase(t *testing.T) {
+	t.Parallel()
 	if *fuzzCaseFlag == "" {
 		t.Skip("no -fuzz.case")
 	}

@@ -338,6 +338,7 @@ func record(key string, r Result) {
 }
 
 func TestKernelMatrix(t *testing.T) {
+	t.Parallel()
 	needTools(t)
 	for i, src := range matrixSpecs {
 		v := spec(t, src)
@@ -466,6 +467,7 @@ var hostLevelTable = sync.OnceValues(func() ([]passes.Pass, error) {
 // cache (TestMain) compiles them once. With -levels.all (CI's long pass)
 // also for ps256_gqa8, bf16 over pages of 256.
 func TestHostLevelBuild(t *testing.T) {
+	t.Parallel()
 	needTools(t)
 	names := []string{"ps16_gqa4"}
 	if *levelsAll {
@@ -604,6 +606,7 @@ var matrixLong = []string{}
 // matrixStride, which the default run would take otherwise), and TestAArch64Matrix's
 // aarch64Short too, so that no list silently names nothing.
 func TestMatrixListsNameVariants(t *testing.T) {
+	t.Parallel()
 	at := map[string]int{}
 	for i, src := range matrixSpecs {
 		at[spec(t, src).Name] = i
@@ -676,6 +679,7 @@ func hasClone(m *ir.Module, level string) bool {
 // runs the prefill entry on each half and merges the results with the
 // merge_state entry: the merge must equal one prefill over the whole cache.
 func TestMergeHalvesEqualsWhole(t *testing.T) {
+	t.Parallel()
 	needTools(t)
 	v := spec(t, `variant halves { heads qo = 4, kv = 2
 	  head_dim 64
@@ -739,6 +743,7 @@ func TestMergeHalvesEqualsWhole(t *testing.T) {
 // TestFullyMaskedRow checks o = 0 exactly and lse = -inf for rows that see
 // nothing, with NaN everywhere a kernel must not read.
 func TestFullyMaskedRow(t *testing.T) {
+	t.Parallel()
 	needTools(t)
 	v := spec(t, `variant hidden { heads qo = 2, kv = 1
 	  head_dim 64
@@ -776,6 +781,7 @@ func TestFullyMaskedRow(t *testing.T) {
 
 // TestNullLSE checks that lse may be NULL.
 func TestNullLSE(t *testing.T) {
+	t.Parallel()
 	needTools(t)
 	v := spec(t, `variant nolse { heads qo = 2, kv = 2
 	  head_dim 64
@@ -806,6 +812,7 @@ func TestNullLSE(t *testing.T) {
 // aarch64RaggedShort, the qkv_append and param lists) is a variant of the
 // specs or the list it picks from, so that no list silently names nothing.
 func TestDefaultListsNameVariants(t *testing.T) {
+	t.Parallel()
 	names := func(specs []string) []string {
 		var out []string
 		for _, src := range specs {

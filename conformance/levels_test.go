@@ -20,6 +20,7 @@ import (
 // the best level below, x86-64, runs) and x86-64. Built restricted to
 // x86-64-v4-bf16 alone, a level below it is refused.
 func TestCPULevelsBuild(t *testing.T) {
+	t.Parallel()
 	needTools(t)
 	vs, err := frontend.Parse("level.attn", []byte(bf16Levels))
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 // first's — other files or link arguments build anew, and only finished
 // libraries stay in the directory.
 func TestLibCacheShared(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	first := &LibCache{dir: dir, shared: true, libs: map[string]*cachedLib{}}
 	second := &LibCache{dir: dir, shared: true, libs: map[string]*cachedLib{}}

@@ -27,6 +27,7 @@ var limitSpecs = []string{
 // every other target with a harness (HIP's emulator): what check accepts,
 // the kernels serve.
 func TestLargestShapes(t *testing.T) {
+	t.Parallel()
 	needTools(t)
 	needEmu(t)
 	runs := []struct {

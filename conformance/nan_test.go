@@ -323,6 +323,7 @@ func checkNaNRule(t *testing.T, name string, got []float32, want []float64, comp
 var nanShort = []string{"nan_f32_gqa", "nan_f16_gqa", "nan_score_nan"}
 
 func TestNaNMatrix(t *testing.T) {
+	t.Parallel()
 	needTools(t)
 	for _, src := range nanSpecs {
 		v := spec(t, src)
@@ -366,6 +367,7 @@ func TestNaNMatrix(t *testing.T) {
 var nanCUDAShort = []string{"nan_f16_gqa"}
 
 func TestCUDAEmulatedNaNMatrix(t *testing.T) {
+	t.Parallel()
 	needEmu(t)
 	for _, src := range nanSpecs {
 		v := spec(t, src)
@@ -388,6 +390,7 @@ func TestCUDAEmulatedNaNMatrix(t *testing.T) {
 // emulator at 64 lanes (MFMA's wavefronts): the f16 variant that takes the
 // matrix cores by default, every variant with -cuda.all.
 func TestHIPEmulatedNaNMatrix(t *testing.T) {
+	t.Parallel()
 	needEmu(t)
 	for _, src := range nanSpecs {
 		v := spec(t, src)
@@ -422,6 +425,7 @@ var nanAArch64All = []string{"nan_f32_gqa", "nan_f16_gqa", "nan_e4m3"}
 // TestAArch64NaNMatrix runs the NaN matrix on aarch64 (NEON) under qemu:
 // nanAArch64Short, or nanAArch64All with -aarch64.all.
 func TestAArch64NaNMatrix(t *testing.T) {
+	t.Parallel()
 	_, err := cpurt.ToolchainFor(aarch64)
 	needtool.Check(t, err)
 	names := nanAArch64Short

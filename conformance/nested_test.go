@@ -31,6 +31,7 @@ func nestedMaskSpec() string {
 }
 
 func TestNestedMaskKernels(t *testing.T) {
+	t.Parallel()
 	peerSuites(t, nestedMaskSpec(), func(t *testing.T, s *Suite) {
 		threads := []int{1, 3}
 		if s.Target == "cuda" {

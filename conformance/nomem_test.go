@@ -112,6 +112,7 @@ var nomemShort = []string{"nomem_gqa_f16", "nomem_e4m3"}
 // everything, and leave every buffer it was given byte for byte as it was;
 // a clean run after the failures must match the reference again.
 func TestAllocationFailure(t *testing.T) {
+	t.Parallel()
 	needTools(t)
 	for _, src := range nomemSpecs {
 		v := spec(t, src)
@@ -327,6 +328,7 @@ func runFaults(t *testing.T, s *Suite, c nomemCall) {
 // with every buffer untouched, nothing leaked, and leave no runtime error
 // behind for the next call.
 func TestAllocationFailureCUDA(t *testing.T) {
+	t.Parallel()
 	needEmu(t)
 	v := spec(t, nomemSpecs[0])
 	dir := t.TempDir()

@@ -129,6 +129,7 @@ func runPageKernelSpecs(t *testing.T, only []string, build func(v *ir.Variant, d
 // TestPageKernelMatrix runs every page kernel of pageKernelSpecs on this
 // machine's CPU against the reference's byte models, bad inputs included.
 func TestPageKernelMatrix(t *testing.T) {
+	t.Parallel()
 	needTools(t)
 	runPageKernelSpecs(t, nil, buildHostLevel)
 }
@@ -136,6 +137,7 @@ func TestPageKernelMatrix(t *testing.T) {
 // TestPageKernelsAArch64 runs pageKernelShort's page kernels built for
 // aarch64 under qemu.
 func TestPageKernelsAArch64(t *testing.T) {
+	t.Parallel()
 	_, err := cpurt.ToolchainFor(aarch64)
 	needtool.Check(t, err)
 	runPageKernelSpecs(t, pageKernelShort, func(v *ir.Variant, dir string) (*Suite, error) {
@@ -148,6 +150,7 @@ func TestPageKernelsAArch64(t *testing.T) {
 // scalars (a launcher cannot see a bad slot or page id in device memory;
 // its kernels skip them).
 func TestPageKernelsCUDAEmulated(t *testing.T) {
+	t.Parallel()
 	needEmu(t)
 	runPageKernelSpecs(t, pageKernelShort, BuildCUDA)
 }

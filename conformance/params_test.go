@@ -66,6 +66,7 @@ var paramDimCases = []int{5, 0}
 // nothing written), then prefill and decode again with named dims that put
 // indices outside the param's shape.
 func TestParamMatrix(t *testing.T) {
+	t.Parallel()
 	needTools(t)
 	for _, src := range paramSpecs {
 		v := spec(t, src)
@@ -130,6 +131,7 @@ var paramEmulated = []string{"pm_docs", "pm_table", "pm_batch"}
 // every other registered target whose kernels run on an emulator (HIP),
 // and on aarch64 under qemu, named dims inside and outside the positions.
 func TestParamEmulated(t *testing.T) {
+	t.Parallel()
 	for _, target := range append([]string{"cuda", "aarch64"}, otherEmulated(t)...) {
 		t.Run(target, func(t *testing.T) {
 			if target != "aarch64" {

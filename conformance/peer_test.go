@@ -208,6 +208,7 @@ func maxAbsDiff(a, b []float64) float64 {
 // configs use the same number). FlashInfer's window_left = S - 1 is the
 // same window, attnc's window(left = S - 1).
 func TestPeerWindowSizeHF(t *testing.T) {
+	t.Parallel()
 	const S = 7
 	peerSuites(t, `variant hf_window { heads qo = 4, kv = 2
 	  head_dim 64
@@ -251,6 +252,7 @@ func seen(left, q int) int {
 // by 2^(s - max) and returns max + log2(sum of weights). Equivalently
 // lse_2 = lse_e / ln 2.
 func TestPeerLSEBase2FlashInfer(t *testing.T) {
+	t.Parallel()
 	peerSuites(t, `variant fi_lse2 { heads qo = 4, kv = 2
 	  head_dim 64
 	  dtype f32
@@ -466,6 +468,7 @@ func gptjRotateEveryTwo(x, inv []float64, pos int) []float64 {
 // attention factor on cos and sin), with q at q_rope_position and k at
 // kv_pos + k_rope_pos_offset.
 func TestPeerRopeStyles(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		src string
 		rot func(x []float64, pos int) []float64
@@ -549,6 +552,7 @@ func TestPeerRopeStyles(t *testing.T) {
 // rotate the key at cache position kv_len - q_len + j at q_rope_position[j].
 // The tree below is eagle_tree's RoPE (llama3, θ = 500000).
 func TestPeerTreeRopeEAGLE(t *testing.T) {
+	t.Parallel()
 	const src = `variant eagle_peer { heads qo = 4, kv = 2
 	  head_dim 64
 	  dtype f32
@@ -616,6 +620,7 @@ func TestPeerTreeRopeEAGLE(t *testing.T) {
 // tokens, attnc's kv_lens is the total (kv_len = past_seqlens + q_len): a
 // causal query i then sits at position past + i, as ORT places it.
 func TestPeerCrossAttentionORT(t *testing.T) {
+	t.Parallel()
 	peerSuites(t, `variant ort_cross { heads qo = 4, kv = 4
 	  head_dim 64
 	  dtype f32
@@ -659,6 +664,7 @@ func TestPeerCrossAttentionORT(t *testing.T) {
 // qk_rope_head_dim 64, times mscale² where mscale = yarn_get_mscale(factor
 // 40, mscale_all_dim 1) = 0.1·1·ln(40) + 1. The example must say it.
 func TestPeerMLAScaleDeepSeek(t *testing.T) {
+	t.Parallel()
 	vs, err := frontend.ParseFile(filepath.Join("..", "examples", "deepseek_v3_mla.attn"))
 	if err != nil {
 		t.Fatal(err)
@@ -681,6 +687,7 @@ func alibiSlope(h, n int) float64 { return math.Exp2(-8 * float64(h+1) / float64
 // alibi_slope(head) * (q_pos - kv_pos)` gives the same o, and lse differs
 // by slope·(kv_len - q_len) (FlashInfer) or slope·q_pos (BLOOM).
 func TestPeerALiBiOffsets(t *testing.T) {
+	t.Parallel()
 	peerSuites(t, `variant alibi_peer { heads qo = 8, kv = 8
 	  head_dim 64
 	  dtype f32
@@ -768,6 +775,7 @@ func TestPeerALiBiOffsets(t *testing.T) {
 // sequence with segment_packbits(bitorder="little") and its kernel reads
 // custom_mask + mask_indptr[b] as bytes, bit q_idx·kv_len + kv_idx.
 func TestPeerCustomMaskBytes(t *testing.T) {
+	t.Parallel()
 	peerSuites(t, `variant fi_custom { heads qo = 2, kv = 1
 	  head_dim 64
 	  dtype f32

@@ -205,6 +205,7 @@ func runQKVAppendSpecs(t *testing.T, only []string, build func(v *ir.Variant, di
 // included, and the composition qkv_append → prefill/decode with rope
 // at_append against the reference attention with inline RoPE.
 func TestQKVAppendMatrix(t *testing.T) {
+	t.Parallel()
 	needTools(t)
 	runQKVAppendSpecs(t, nil, buildHostLevel)
 }
@@ -212,6 +213,7 @@ func TestQKVAppendMatrix(t *testing.T) {
 // TestQKVAppendAArch64 runs qkvAppendShort built for aarch64 under qemu
 // (qkvAppendEmulatedShort without -aarch64.all).
 func TestQKVAppendAArch64(t *testing.T) {
+	t.Parallel()
 	_, err := cpurt.ToolchainFor(aarch64)
 	needtool.Check(t, err)
 	runQKVAppendSpecs(t, qkvAppendEmulated(*aarch64All), func(v *ir.Variant, dir string) (*Suite, error) {
@@ -224,6 +226,7 @@ func TestQKVAppendAArch64(t *testing.T) {
 // slot in device memory, its kernel skips it); qkvAppendEmulatedShort
 // without -cuda.all.
 func TestQKVAppendCUDAEmulated(t *testing.T) {
+	t.Parallel()
 	needEmu(t)
 	runQKVAppendSpecs(t, qkvAppendEmulated(*cudaAll), BuildCUDA)
 }
@@ -244,6 +247,7 @@ var qkvAppendOtherGPUsShort = []string{"qa_f32_factors_nhd"}
 // launchers of every emulated GPU target other than CUDA (its own test),
 // as TestEmulatedMatrices does for the attention matrix.
 func TestQKVAppendEmulatedTargets(t *testing.T) {
+	t.Parallel()
 	needEmu(t)
 	ran := false
 	for _, name := range Harnessed() {
@@ -280,6 +284,7 @@ var qkvAppendLevels = []string{"qa_f16_table_bt_gqa", "qa_bf16_factors_partial_p
 // below the one this machine's entries choose ($ATTNC_CPU_LEVEL), valid
 // and bad inputs, against the float64 reference.
 func TestQKVAppendLevels(t *testing.T) {
+	t.Parallel()
 	needTools(t)
 	for _, src := range qkvAppendSpecs {
 		v := spec(t, src)

@@ -28,6 +28,7 @@ func appendOnly(dt, code, kind string) string {
 // CPU kernels and, one code per input dtype, the CUDA launchers under the
 // emulator: the cache must hold reference.Quantize's codes, bit for bit.
 func TestAppendQuantizerEdges(t *testing.T) {
+	t.Parallel()
 	dts := []string{"f32", "f16", "bf16"}
 	codes := ir.DTypeNames(true)
 	for i, dt := range dts {

@@ -38,6 +38,7 @@ var raggedErr = struct {
 // rows are the dtype), GQA, head dims, every mask kind, sinks, score
 // transforms, RoPE styles, lse base 2.
 func TestRaggedMatrix(t *testing.T) {
+	t.Parallel()
 	needTools(t)
 	for i, src := range matrixSpecs {
 		v := spec(t, src)
@@ -92,6 +93,7 @@ func TestRaggedMatrix(t *testing.T) {
 // reference.HalfAllowance of mag, and within one more half ulp of the one
 // paged prefill's (rounded once).
 func TestChunkedPrefillComposes(t *testing.T) {
+	t.Parallel()
 	needTools(t)
 	for _, tc := range []struct{ name, body string }{
 		{"f32_gqa_rope", `heads qo = 8, kv = 2
@@ -202,7 +204,10 @@ var cudaRaggedShort = []string{"cu_ps1_f32", "cu_ps4_masked", "cu_ps16_f16_e4m3"
 // TestCUDAEmulatedRagged runs prefill_ragged of the emulated CUDA matrix's
 // variants on the emulator: RaggedMatrix against the reference, and the
 // bad inputs a launcher checks on the host.
-func TestCUDAEmulatedRagged(t *testing.T) { emulatedRagged(t, "cuda", cudaRaggedShort) }
+func TestCUDAEmulatedRagged(t *testing.T) {
+	t.Parallel()
+	emulatedRagged(t, "cuda", cudaRaggedShort)
+}
 
 // emulatedRagged is TestCUDAEmulatedRagged on the target's emulator, short
 // in place of cudaRaggedShort.
@@ -242,6 +247,7 @@ func emulatedRagged(t *testing.T, target string, short []string) {
 // TestCUDARaggedShortNamesExist: every cudaRaggedShort name is a variant
 // of cudaMatrix.
 func TestCUDARaggedShortNamesExist(t *testing.T) {
+	t.Parallel()
 	names := map[string]bool{}
 	for _, src := range cudaMatrix {
 		names[spec(t, src).Name] = true
@@ -264,6 +270,7 @@ var aarch64RaggedShort = []string{"ps4_window_sinks", "ps16_rope_f32"}
 // TestAArch64Ragged cross-compiles prefill_ragged of matrix variants for
 // aarch64 and runs RaggedMatrix and its bad inputs under qemu-aarch64.
 func TestAArch64Ragged(t *testing.T) {
+	t.Parallel()
 	_, err := cpurt.ToolchainFor(aarch64)
 	needtool.Check(t, err)
 	for _, src := range matrixSpecs {

@@ -15,6 +15,7 @@ import (
 // adds in i32 rotates them at negative positions and disagrees with the
 // reference, which adds in Go ints.
 func TestRopeOffsetPastInt32(t *testing.T) {
+	t.Parallel()
 	const src = `variant rope_far { heads qo = 4, kv = 2
 	  head_dim 32
 	  dtype f32

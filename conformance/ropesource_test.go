@@ -16,6 +16,7 @@ import (
 // (pos · f_i with 24 bits) is off by up to 2^20 · 2^-24 = 1/16 rad there
 // and fails the tolerance.
 func TestRopeFactorsNear2p20(t *testing.T) {
+	t.Parallel()
 	const src = `variant rope_factors_far { heads qo = 4, kv = 2
 	  head_dim 64
 	  dtype f32
@@ -42,6 +43,7 @@ func TestRopeFactorsNear2p20(t *testing.T) {
 // every row's o and lse, are NaN, as in the reference — not a wrapped
 // fixed-point angle from an undefined conversion.
 func TestRopeFactorZeroIsNaN(t *testing.T) {
+	t.Parallel()
 	const src = `variant rope_factors_zero { heads qo = 2, kv = 1
 	  head_dim 32
 	  dtype f32

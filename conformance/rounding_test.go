@@ -66,6 +66,7 @@ func withPass(base []passes.Pass, p passes.Pass) []passes.Pass {
 // the comparison is the subject, not the levels, and the conversion of o
 // is the same pass whatever the level.
 func TestHalfComparisonCatchesMisrounding(t *testing.T) {
+	t.Parallel()
 	needTools(t)
 	host, err := hostLevelTable()
 	if err != nil {

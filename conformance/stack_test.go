@@ -23,6 +23,7 @@ import (
 // TestExamples: the default run compiles the same examples for both tests
 // (the object cache compiles each once).
 func TestSmallStacks(t *testing.T) {
+	t.Parallel()
 	needTools(t)
 	files, err := filepath.Glob("../examples/*.attn")
 	if err != nil || len(files) == 0 {

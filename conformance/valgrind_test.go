@@ -21,6 +21,7 @@ import (
 // uninitialised memory or definite leak fails the test, and every call must
 // return its documented status.
 func TestValgrind(t *testing.T) {
+	t.Parallel()
 	needTools(t)
 	vg, err := exec.LookPath("valgrind")
 	if err != nil {
