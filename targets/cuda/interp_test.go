@@ -7,7 +7,10 @@ import (
 	"github.com/attnc/attnc/frontend"
 	"github.com/attnc/attnc/internal/plantest"
 	"github.com/attnc/attnc/ir"
+	"github.com/attnc/attnc/lower"
 	"github.com/attnc/attnc/passes"
+	"github.com/attnc/attnc/targets"
+	"github.com/attnc/attnc/targets/cuda"
 )
 
 // TestInterpretCUDASchedule runs small variants' CUDA-scheduled work
@@ -73,7 +76,10 @@ func TestInterpretCUDASchedule(t *testing.T) {
 // kept in per-thread registers for the whole work item (the shared
 // accumulator is gone: zeroed, rescaled, accumulated and stored from the
 // registers) and that the kernels still match the reference; without the
-// rescale of the registers by exp(m_old - m_new) they must not.
+// rescale of the registers by exp(m_old - m_new) they must not. It holds
+// for decode as one kernel serving the direct and the split launch too
+// (lower.Tiling.DecodeOneKernel, which the CPU uses), whose stores of o
+// and of the partial state each sit under `if nonnull(...)`.
 func TestAccInRegisters(t *testing.T) {
 	vs, err := frontend.Parse("interp.attn", []byte(`variant ci_acc { heads qo = 4, kv = 2
 	  head_dim 16
@@ -84,50 +90,75 @@ func TestAccInRegisters(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := vs[0]
-	c, err := driver.CompileFor(v, "cuda", driver.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range c.Final.Kernels {
-		if k.Role != ir.RolePrefill && k.Role != ir.RoleDecode {
-			continue
-		}
-		private, shared := false, false
-		ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
-			if x, ok := s.(*ir.Alloc); ok {
-				private = private || (x.Name == "acc_reg" && !x.Shared)
-				shared = shared || x.Name == "acc"
+	for _, tc := range []struct {
+		name    string
+		tgt     targets.Target
+		kernels int // decode's work kernels
+	}{{"two_decode_kernels", cuda.Target{}, 2}, {"one_decode_kernel", oneDecodeKernel{}, 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := driver.Compile(v, tc.tgt, driver.Options{})
+			if err != nil {
+				t.Fatal(err)
 			}
-			return []ir.Stmt{s}
-		})
-		if !private || shared {
-			t.Errorf("%s: per-thread acc_reg %v, shared acc %v", k.Name, private, shared)
-		}
-	}
-	for _, b := range plantest.RunPlans(v, c.Final) {
-		t.Error(b)
-	}
-	mutant := *c.Final
-	mutant.Kernels = nil
-	removed := 0
-	for _, k := range c.Final.Kernels {
-		nk := *k
-		nk.Body = ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
-			if st, ok := s.(*ir.Store); ok && st.Buf == "acc_reg" {
-				if b, ok := st.Value.(*ir.Binary); ok && b.Op == ir.Mul {
-					if l, ok := b.X.(*ir.Load); ok && l.Buf == "acc_reg" {
-						removed++
-						return nil
+			decode := 0
+			for _, k := range c.Final.Kernels {
+				if k.Role != ir.RolePrefill && k.Role != ir.RoleDecode {
+					continue
+				}
+				if k.Role == ir.RoleDecode {
+					decode++
+				}
+				private, shared := false, false
+				ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
+					if x, ok := s.(*ir.Alloc); ok {
+						private = private || (x.Name == "acc_reg" && !x.Shared)
+						shared = shared || x.Name == "acc"
 					}
+					return []ir.Stmt{s}
+				})
+				if !private || shared {
+					t.Errorf("%s: per-thread acc_reg %v, shared acc %v", k.Name, private, shared)
 				}
 			}
-			return []ir.Stmt{s}
+			if decode != tc.kernels {
+				t.Fatalf("%d decode work kernels, want %d", decode, tc.kernels)
+			}
+			for _, b := range plantest.RunPlans(v, c.Final) {
+				t.Error(b)
+			}
+			mutant := *c.Final
+			mutant.Kernels = nil
+			removed := 0
+			for _, k := range c.Final.Kernels {
+				nk := *k
+				nk.Body = ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
+					if st, ok := s.(*ir.Store); ok && st.Buf == "acc_reg" {
+						if b, ok := st.Value.(*ir.Binary); ok && b.Op == ir.Mul {
+							if l, ok := b.X.(*ir.Load); ok && l.Buf == "acc_reg" {
+								removed++
+								return nil
+							}
+						}
+					}
+					return []ir.Stmt{s}
+				})
+				mutant.Kernels = append(mutant.Kernels, &nk)
+			}
+			if removed == 0 || len(plantest.RunPlans(v, &mutant)) == 0 {
+				t.Errorf("the kernels without the %d rescales of the registers still match the reference", removed)
+			}
 		})
-		mutant.Kernels = append(mutant.Kernels, &nk)
 	}
-	if removed == 0 || len(plantest.RunPlans(v, &mutant)) == 0 {
-		t.Errorf("the kernels without the %d rescales of the registers still match the reference", removed)
-	}
+}
+
+// oneDecodeKernel is the CUDA target with decode's direct and split
+// launches served by one work kernel (lower.Tiling.DecodeOneKernel).
+type oneDecodeKernel struct{ cuda.Target }
+
+func (oneDecodeKernel) Tiling(v *ir.Variant) lower.Tiling {
+	t := cuda.Target{}.Tiling(v)
+	t.DecodeOneKernel = true
+	return t
 }
 
 // TestMMAPassesSkip runs the tensor-core passes one at a time: skipping

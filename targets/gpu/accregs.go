@@ -269,15 +269,11 @@ func (ctx *accCtx) accInItem(item *ir.For) ir.Stmt {
 			out = append(out, &ir.Alloc{Name: a.name, T: ir.F32, Size: a.l.BlockThreads * a.per, Private: true})
 			continue
 		}
-		if !touches(st, fl.c) {
-			out = append(out, st)
-			continue
-		}
-		rows, frag := a.splitRowNest(st, fl)
-		if frag == nil {
+		rest, ok := a.rowNests([]ir.Stmt{st}, fl)
+		if !ok {
 			return nil
 		}
-		out = append(out, rows, frag)
+		out = append(out, rest...)
 	}
 	// C must be gone: its alloc replaced, every access rewritten.
 	c := *item
@@ -286,6 +282,46 @@ func (ctx *accCtx) accInItem(item *ir.For) ir.Stmt {
 		return nil
 	}
 	return &c
+}
+
+// rowNests rewrites the statements of a work item outside its KV tile
+// loops onto a's registers: those that do not touch C stay, a row nest
+// that does becomes its row part and its fragment part (splitRowNest),
+// and an if whose condition does not read C — one kernel serving two
+// launches stores o or the partial state under `if nonnull(...)`
+// (lower.Tiling.DecodeOneKernel) — is rewritten branch by branch. It
+// reports false when some statement cannot run on the registers.
+func (a *accRegs) rowNests(stmts []ir.Stmt, fl *fragLoop) ([]ir.Stmt, bool) {
+	var out []ir.Stmt
+	for _, st := range stmts {
+		if !touches(st, fl.c) {
+			out = append(out, st)
+			continue
+		}
+		if x, ok := st.(*ir.If); ok && !exprTouches(x.Cond, fl.c) {
+			then, ok := a.rowNests(x.Then.Stmts, fl)
+			if !ok {
+				return nil, false
+			}
+			y := *x
+			y.Then = &ir.Block{Stmts: then}
+			if x.Else != nil {
+				els, ok := a.rowNests(x.Else.Stmts, fl)
+				if !ok {
+					return nil, false
+				}
+				y.Else = &ir.Block{Stmts: els}
+			}
+			out = append(out, &y)
+			continue
+		}
+		rows, frag := a.splitRowNest(st, fl)
+		if frag == nil {
+			return nil, false
+		}
+		out = append(out, rows, frag)
+	}
+	return out, true
 }
 
 // accInLoop rewrites one KV tile loop onto the register plan of its
