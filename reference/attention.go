@@ -425,6 +425,10 @@ func AttentionMag(v *ir.Variant, c *Case) (o, lse, mag []float64) {
 	params := c.paramEnv(v)
 	for b := range c.Batch {
 		qLen, kvLen := c.QLens[b], c.KVLens[b]
+		// keys[kv*KVHeads+kh] is K row kv of kv head kh as the scores
+		// read it (dequantized, rotated), made at its first read: every
+		// query and head of the group reads the same row.
+		keys := make([][]float64, kvLen*v.KVHeads)
 		for i := range qLen {
 			qPos := kvLen - qLen + i
 			for h := range qo {
@@ -444,12 +448,16 @@ func AttentionMag(v *ir.Variant, c *Case) (o, lse, mag []float64) {
 					if !visible(v, c, b, h, i, qPos, kv) || hidden { // -1: the table hides the page
 						continue
 					}
-					k := make([]float64, dqk)
-					for d := range dqk {
-						k[d] = float64(kd[at+d]) * ks
-					}
-					if v.InlineRope() != nil {
-						k = rotate(v.Rope, &c.RopeSource, k, keyRopePos(v, c, b, row, kv))
+					k := keys[kv*v.KVHeads+kh]
+					if k == nil {
+						k = make([]float64, dqk)
+						for d := range dqk {
+							k[d] = float64(kd[at+d]) * ks
+						}
+						if v.InlineRope() != nil {
+							k = rotate(v.Rope, &c.RopeSource, k, keyRopePos(v, c, b, row, kv))
+						}
+						keys[kv*v.KVHeads+kh] = k
 					}
 					dot := 0.0
 					for d := range dqk {
