@@ -12,12 +12,12 @@ import (
 // KV tiles of 32, then 16, then 8 positions, on items of 16 (head, query)
 // rows (padded: static shapes), then 8, then 4.
 var Tilings = []lower.Tiling{
-	{KVTile: 32, Rows: 16, PadRows: true, MaxHeads: 16},
-	{KVTile: 16, Rows: 16, PadRows: true, MaxHeads: 16},
-	{KVTile: 16, Rows: 8, PadRows: true, MaxHeads: 8},
-	{KVTile: 8, Rows: 8, PadRows: true, MaxHeads: 8},
-	{KVTile: 8, Rows: 4, PadRows: true, MaxHeads: 4},
-	{KVTile: 4, Rows: 4, PadRows: true, MaxHeads: 4},
+	{KVTile: 32, Rows: 16, PadRows: true, MaxHeads: 16, DecodeOneKernel: true},
+	{KVTile: 16, Rows: 16, PadRows: true, MaxHeads: 16, DecodeOneKernel: true},
+	{KVTile: 16, Rows: 8, PadRows: true, MaxHeads: 8, DecodeOneKernel: true},
+	{KVTile: 8, Rows: 8, PadRows: true, MaxHeads: 8, DecodeOneKernel: true},
+	{KVTile: 8, Rows: 4, PadRows: true, MaxHeads: 4, DecodeOneKernel: true},
+	{KVTile: 4, Rows: 4, PadRows: true, MaxHeads: 4, DecodeOneKernel: true},
 }
 
 // FitTiling picks from Tilings by LDS, measured on the schedule itself
