@@ -126,3 +126,16 @@ func RunPlans(v *ir.Variant, m *ir.Module) []string {
 	run(ir.RoleDecode, reference.CaseSpec{Name: "split", QLens: []int{1, 1}, KVLens: []int{33, 100}, NaNFill: true}, 3)
 	return bad
 }
+
+// Mutate is a copy of m whose kernel bodies f rewrites (ir.MapStmts): a
+// broken schedule that a test expects RunPlans to catch.
+func Mutate(m *ir.Module, f func(ir.Stmt) []ir.Stmt) *ir.Module {
+	out := *m
+	out.Kernels = nil
+	for _, k := range m.Kernels {
+		nk := *k
+		nk.Body = ir.MapStmts(k.Body, f)
+		out.Kernels = append(out.Kernels, &nk)
+	}
+	return &out
+}

@@ -51,21 +51,15 @@ func TestInterpretCUDASchedule(t *testing.T) {
 			for _, b := range plantest.RunPlans(v, c.Final) {
 				t.Error(b)
 			}
-			mutant := *c.Final
-			mutant.Kernels = nil
 			removed := 0
-			for _, k := range c.Final.Kernels {
-				nk := *k
-				nk.Body = ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
-					if _, ok := s.(*ir.Barrier); ok {
-						removed++
-						return nil
-					}
-					return []ir.Stmt{s}
-				})
-				mutant.Kernels = append(mutant.Kernels, &nk)
-			}
-			if removed == 0 || len(plantest.RunPlans(v, &mutant)) == 0 {
+			mutant := plantest.Mutate(c.Final, func(s ir.Stmt) []ir.Stmt {
+				if _, ok := s.(*ir.Barrier); ok {
+					removed++
+					return nil
+				}
+				return []ir.Stmt{s}
+			})
+			if removed == 0 || len(plantest.RunPlans(v, mutant)) == 0 {
 				t.Errorf("the schedule without its %d barriers still matches the reference", removed)
 			}
 		})
@@ -126,25 +120,19 @@ func TestAccInRegisters(t *testing.T) {
 			for _, b := range plantest.RunPlans(v, c.Final) {
 				t.Error(b)
 			}
-			mutant := *c.Final
-			mutant.Kernels = nil
 			removed := 0
-			for _, k := range c.Final.Kernels {
-				nk := *k
-				nk.Body = ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
-					if st, ok := s.(*ir.Store); ok && st.Buf == "acc_reg" {
-						if b, ok := st.Value.(*ir.Binary); ok && b.Op == ir.Mul {
-							if l, ok := b.X.(*ir.Load); ok && l.Buf == "acc_reg" {
-								removed++
-								return nil
-							}
+			mutant := plantest.Mutate(c.Final, func(s ir.Stmt) []ir.Stmt {
+				if st, ok := s.(*ir.Store); ok && st.Buf == "acc_reg" {
+					if b, ok := st.Value.(*ir.Binary); ok && b.Op == ir.Mul {
+						if l, ok := b.X.(*ir.Load); ok && l.Buf == "acc_reg" {
+							removed++
+							return nil
 						}
 					}
-					return []ir.Stmt{s}
-				})
-				mutant.Kernels = append(mutant.Kernels, &nk)
-			}
-			if removed == 0 || len(plantest.RunPlans(v, &mutant)) == 0 {
+				}
+				return []ir.Stmt{s}
+			})
+			if removed == 0 || len(plantest.RunPlans(v, mutant)) == 0 {
 				t.Errorf("the kernels without the %d rescales of the registers still match the reference", removed)
 			}
 		})

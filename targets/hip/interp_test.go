@@ -65,19 +65,13 @@ func TestInterpretHIPSchedule(t *testing.T) {
 			if !strings.Contains(text, "_reg: f32[") {
 				t.Errorf("the P·V accumulator is not in registers")
 			}
-			mutant := *c.Final
-			mutant.Kernels = nil
-			for _, k := range c.Final.Kernels {
-				nk := *k
-				nk.Body = ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
-					if m, ok := s.(*ir.MFMA); ok {
-						return []ir.Stmt{&ir.MFMA{D: m.D, A: m.B, B: m.A, In: m.In}}
-					}
-					return []ir.Stmt{s}
-				})
-				mutant.Kernels = append(mutant.Kernels, &nk)
-			}
-			if len(plantest.RunPlans(v, &mutant)) == 0 {
+			mutant := plantest.Mutate(c.Final, func(s ir.Stmt) []ir.Stmt {
+				if m, ok := s.(*ir.MFMA); ok {
+					return []ir.Stmt{&ir.MFMA{D: m.D, A: m.B, B: m.A, In: m.In}}
+				}
+				return []ir.Stmt{s}
+			})
+			if len(plantest.RunPlans(v, mutant)) == 0 {
 				t.Errorf("the schedule with A and B of every MFMA swapped still matches the reference")
 			}
 		})
