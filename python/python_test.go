@@ -22,8 +22,10 @@ import (
 	"testing"
 	"time"
 
+	cudagen "github.com/attnc/attnc/codegen/cuda"
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/internal/needtool"
+	_ "github.com/attnc/attnc/internal/testgc"
 )
 
 // pythonBin is the interpreter the tests run under: Debian's, whose
@@ -270,5 +272,32 @@ func TestPythonLongTestsListed(t *testing.T) {
 	}
 	for n := range marked {
 		t.Errorf("@ref.long marks %s, which pythonLongTests does not list", n)
+	}
+}
+
+// TestEmulatorFlagsMatchGo: the Python package's EMU_FLAGS (its
+// cuda-emu build) are codegen/cuda's EmulatedFlags, which the Go side's
+// emulated libraries are built and tested with.
+func TestEmulatorFlagsMatchGo(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("attnc", "_build.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const prefix = "EMU_FLAGS = ["
+	var line string
+	for _, l := range strings.Split(string(src), "\n") {
+		if strings.HasPrefix(l, prefix) {
+			line = l
+		}
+	}
+	if line == "" || !strings.HasSuffix(line, "]") {
+		t.Fatalf("_build.py: no one-line %q...] assignment", prefix)
+	}
+	var got []string
+	for _, f := range strings.Split(strings.TrimSuffix(strings.TrimPrefix(line, prefix), "]"), ",") {
+		got = append(got, strings.Trim(strings.TrimSpace(f), `"`))
+	}
+	if !slices.Equal(got, cudagen.EmulatedFlags) {
+		t.Errorf("_build.py EMU_FLAGS = %q, codegen/cuda EmulatedFlags = %q", got, cudagen.EmulatedFlags)
 	}
 }

@@ -200,7 +200,7 @@ TARGETS = ("cpu", "cuda", "cuda-emu")
 # and CompileEmulated give them (attnc has no command that links an emulated
 # library, so they are repeated here):
 #   g++ <EMU_FLAGS> -I<emu dir> -shared -fPIC k.cu -o k.so -lpthread
-EMU_FLAGS = ["-std=c++17", "-O2", "-fno-strict-aliasing", "-x", "c++", "-DATTNC_EMULATE"]
+EMU_FLAGS = ["-std=c++17", "-O1", "-fno-strict-aliasing", "-x", "c++", "-DATTNC_EMULATE"]
 EMU_HEADER = "attnc_cuda_emu.h"
 
 _tool_ids = {}  # (kind, path) -> identity string

@@ -3,7 +3,7 @@
 // The attnc prelude includes this header instead of the CUDA headers when
 // ATTNC_EMULATE is defined; the same <variant>.cu then compiles as C++17:
 //
-//   g++ -std=c++17 -O2 -x c++ -DATTNC_EMULATE -I<dir of this header>
+//   g++ -std=c++17 -O1 -fno-strict-aliasing -x c++ -DATTNC_EMULATE -I<dir of this header>
 //     -shared -fPIC k.cu -o k.so -lpthread
 //
 // It defines every name of the attnc prelude (codegen/cuda/prelude.go) for
