@@ -20,6 +20,7 @@ import (
 	"github.com/attnc/attnc/driver"
 	"github.com/attnc/attnc/frontend"
 	"github.com/attnc/attnc/internal/needtool"
+	_ "github.com/attnc/attnc/internal/testgc"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/passes"
 	"github.com/attnc/attnc/registry"

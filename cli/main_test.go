@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/attnc/attnc/cpurt"
+	_ "github.com/attnc/attnc/internal/testgc"
 	"github.com/attnc/attnc/internal/toolcache"
 )
 

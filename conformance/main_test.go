@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/attnc/attnc/cpurt"
+	_ "github.com/attnc/attnc/internal/testgc"
 )
 
 // TestMain compiles each distinct kernel IR once for the whole package:

@@ -2,6 +2,7 @@ package cpurt
 
 import (
 	"github.com/attnc/attnc/internal/needtool"
+	_ "github.com/attnc/attnc/internal/testgc"
 	"os"
 	"os/exec"
 	"path/filepath"

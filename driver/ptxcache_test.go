@@ -5,6 +5,7 @@ import (
 	"os"
 	"testing"
 
+	_ "github.com/attnc/attnc/internal/testgc"
 	"github.com/attnc/attnc/internal/toolcache"
 )
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/attnc/attnc/cpurt"
+	_ "github.com/attnc/attnc/internal/testgc"
 )
 
 // testKernels are hand-written kernels that use only the prelude names. The

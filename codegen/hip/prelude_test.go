@@ -15,6 +15,7 @@ import (
 
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/internal/needtool"
+	_ "github.com/attnc/attnc/internal/testgc"
 )
 
 // testKernels are hand-written kernels that use only the HIP prelude's

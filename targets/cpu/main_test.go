@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/attnc/attnc/cpurt"
+	_ "github.com/attnc/attnc/internal/testgc"
 )
 
 // TestMain compiles the kernel IR its tests build through the run's object

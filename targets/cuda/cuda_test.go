@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/attnc/attnc/internal/passtest"
+	_ "github.com/attnc/attnc/internal/testgc"
 	"github.com/attnc/attnc/passes"
 	"github.com/attnc/attnc/targets/cuda"
 	"github.com/attnc/attnc/targets/gpu"

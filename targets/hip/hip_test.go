@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/attnc/attnc/frontend"
+	_ "github.com/attnc/attnc/internal/testgc"
 	"github.com/attnc/attnc/ir"
 	"github.com/attnc/attnc/passes"
 )
