@@ -198,7 +198,8 @@ TARGETS = ("cpu", "cuda", "cuda-emu")
 
 # The g++ flags of the CUDA emulator build, as codegen/cuda's EmulatedFlags
 # and CompileEmulated give them (attnc has no command that links an emulated
-# library, so they are repeated here):
+# library, so they are repeated here; the Go test TestEmulatorFlagsMatchGo
+# holds the two lists equal):
 #   g++ <EMU_FLAGS> -I<emu dir> -shared -fPIC k.cu -o k.so -lpthread
 EMU_FLAGS = ["-std=c++17", "-O1", "-fno-strict-aliasing", "-x", "c++", "-DATTNC_EMULATE"]
 EMU_HEADER = "attnc_cuda_emu.h"
