@@ -814,8 +814,7 @@ func styleName(st ir.RopeStyle) string {
 }
 
 // roles lists the kernel names, in message order.
-var roles = []ir.Role{ir.RolePrefill, ir.RoleDecode, ir.RoleMergeState, ir.RoleAppend, ir.RoleCopyPage,
-	ir.RoleCompactCopy, ir.RoleReadKV, ir.RoleGatherPages, ir.RoleScatterPages, ir.RolePrefillRagged, ir.RoleQKVAppend}
+var roles = ir.Roles()
 
 // roleList is roles as the unknown-kernel message lists them.
 func roleList() string {

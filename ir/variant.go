@@ -240,6 +240,13 @@ const (
 	RoleQKVAppend Role = "qkv_append"
 )
 
+// Roles lists every kernel role, in the order the kernels line's messages
+// name them.
+func Roles() []Role {
+	return []Role{RolePrefill, RoleDecode, RoleMergeState, RoleAppend, RoleCopyPage,
+		RoleCompactCopy, RoleReadKV, RoleGatherPages, RoleScatterPages, RolePrefillRagged, RoleQKVAppend}
+}
+
 // KernelRef is one name on the `kernels` line.
 type KernelRef struct {
 	Role Role
