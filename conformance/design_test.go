@@ -16,6 +16,9 @@ import (
 // whose backquoted words are argument names.
 var designArgRow = regexp.MustCompile("(?m)^\\| ([^|]*`[^|]*) \\|")
 
+// quoted is a backquoted word.
+var quoted = regexp.MustCompile("`([^`]+)`")
+
 // designArgNames is every argument name DESIGN.md §4's table gives (the
 // backquoted words of each row's first cell, `NAME` for a param's).
 func designArgNames(t *testing.T) map[string]bool {
@@ -32,7 +35,7 @@ func designArgNames(t *testing.T) map[string]bool {
 	}
 	names := map[string]bool{}
 	for _, row := range designArgRow.FindAllStringSubmatch(s[start:end], -1) {
-		for _, w := range regexp.MustCompile("`([^`]+)`").FindAllStringSubmatch(row[1], -1) {
+		for _, w := range quoted.FindAllStringSubmatch(row[1], -1) {
 			names[w[1]] = true
 		}
 	}
@@ -48,8 +51,8 @@ func designArgNames(t *testing.T) map[string]bool {
 // feature between them), is a row of DESIGN.md §4's argument table — the
 // names the conformance suites bind by — apart from a variant's own param
 // tensors and their named dims (the table's `NAME` row). The repository's
-// DESIGN.md once missed a year of §3.1/§3.2's arguments; this keeps the
-// contract's table whole as kernels grow arguments.
+// copy of DESIGN.md once lacked the arguments of §3.1 and §3.2; this keeps
+// the contract's table whole as kernels grow arguments.
 func TestDesignNamesEveryArgument(t *testing.T) {
 	t.Parallel()
 	names := designArgNames(t)
