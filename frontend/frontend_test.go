@@ -567,3 +567,48 @@ func TestKVDType(t *testing.T) {
 		}
 	}
 }
+
+// TestExamplesIndexed: examples/README.md's table has a row for every spec
+// in examples/ (a link to the file in its first cell) and no row for a
+// file that is not there, and marks §3 on exactly the seven DESIGN.md §3
+// shows (exampleFiles' first seven).
+func TestExamplesIndexed(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "examples", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob(filepath.Join("..", "examples", "*.attn"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no examples: %v", err)
+	}
+	rows := map[string]string{} // file name -> the rest of its row
+	for _, line := range strings.Split(string(doc), "\n") {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "| ["), "](")
+		if !ok || !strings.HasPrefix(line, "| [") {
+			continue
+		}
+		if _, dup := rows[name]; dup {
+			t.Errorf("examples/README.md has two rows for %s", name)
+		}
+		rows[name] = rest
+	}
+	for _, f := range files {
+		name := filepath.Base(f)
+		rest, ok := rows[name]
+		if !ok {
+			t.Errorf("examples/README.md has no row for %s", name)
+			continue
+		}
+		delete(rows, name)
+		design := false
+		for _, d := range exampleFiles[:7] {
+			design = design || d+".attn" == name
+		}
+		if marked := strings.Contains(rest, "| §3."); marked != design {
+			t.Errorf("examples/README.md marks %s with §3: %v, want %v", name, marked, design)
+		}
+	}
+	for name := range rows {
+		t.Errorf("examples/README.md has a row for %s, which examples/ does not hold", name)
+	}
+}
