@@ -38,6 +38,12 @@
              time, the next tile's 4 rows prefetched in address order;
      fmak4l1 fmak4 with the next block's rows also prefetched into L1;
      fmaall  fmak4's K, then BURST (800) multiply-adds, then fmav2's V;
+     pageN   decode's least arithmetic a page at a time, prefetched as
+             scanN is (pageNl2: into L2) but spread evenly: each row of
+             the page, K's and V's, widened once and multiplied into the
+             group's 4 query rows (PAGEG: 1, 2, or 0 for none), beside it
+             the same row's lines N pages ahead (page_item) — a bound for
+             any decode that does the group's multiply-adds;
      A, B    LIB_A's and LIB_B's PREFIX_decode on the same pools (f16
              variant, 32/8 heads, head dim 128, page 16: `attnc bench`'s
              decode f16), each twice per round, each timed call after an
@@ -55,6 +61,12 @@
    gcc -O2 -march=x86-64-v4 -o decodemodel scripts/decodemodel.c -lpthread -ldl
    ./decodemodel THREADS ROUNDS [INCACHE [LIB_A LIB_B PREFIX]]
 
+   With -DCODES=1 the pools hold i8 codes (`attnc bench`'s decode f16/i8:
+   f16 queries, LIB_A and LIB_B's entries take k_scale and v_scale, passed
+   as 1/16), every mode widening them as the kernels do (vpmovsxbd,
+   vcvtdq2ps). The modes modelled on the f16 kernel's loops (rows, pv, qk,
+   none, fma*) keep their f16 shapes there and mean little.
+
    Measured on Zen 5 (2026-12-03, docs/benchmarks.md): at 2 threads qk
    took 4–15% less than pv; rows read at 0.78–0.95 of the scan, the
    generated kernel at 0.57–0.84 in the same runs. On Zen 4 (2026-12-05,
@@ -71,7 +83,13 @@
    (6–7% in cache) and fmaall 15–19%; fmak4l1 5–11% less than fmak4. The
    kernel with fmak4l1's L1 prefetches in address order (targets/cpu
    nextBlock) took 5–16% less time under load, the same in cache; row-
-   strided, 6–10% more than that (docs/benchmarks.md). */
+   strided, 6–10% more than that (docs/benchmarks.md). On Zen 5
+   (2026-12-06, 2 threads, docs/benchmarks.md session 35), i8: page1 and
+   page2 read at 0.71–0.75 of the best scan (21.9–22.5 ns a row a thread
+   against 15.8–16.7; 10.3–11.8 in cache), the generated i8 kernel at
+   0.61–0.80 (14.2–15.3 in cache); with PAGEG 2 at 0.82–0.85 (9.6 in
+   cache), 1 at 0.84–0.88 (7.8), 0 at 1.04–1.08; f16: page1 and page2 at
+   0.95–0.96, the f16 kernel at 0.94–0.95. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <immintrin.h>
@@ -84,17 +102,36 @@
 #include <sys/mman.h>
 #include <time.h>
 
+/* CODES=1 (-DCODES=1): i8 pages, the bench's decode f16/i8 (f16 queries,
+   per-tensor scales); the default, f16 pages. */
+#ifndef CODES
+#define CODES 0
+#endif
+#if CODES
+typedef uint8_t elem;
+enum { ESZ = 1 };
+/* widen16: 16 elements at p as f32 (the kernels' i8 widening). */
+static inline __m512 widen16(const void *p) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p))); }
+#else
+typedef uint16_t elem;
+enum { ESZ = 2 };
+static inline __m512 widen16(const void *p) { return _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)p)); }
+#endif
+enum { LPR = 128 * ESZ / 64 }; /* cache lines a row of head dim 128 */
+
 enum { BURST = 800 }; /* fmaall's multiply-adds between a tile's K and V passes */
 enum { KV = 8, D = 128, PS = 16, B = 8, L = 4096, PAGES = L / PS, SETS = 4, TILE = 64, G = 2, QO = 32 };
-enum { SCAN, ROWS, PV, QK, NONE, FMA, FMAX, FMAG, FMAV2, FMAK4, FMAK4L1, FMAALL, LIB };
+enum { SCAN, ROWS, PV, QK, NONE, FMA, FMAX, FMAG, FMAV2, FMAK4, FMAK4L1, FMAALL, PAGE, LIB };
 
 typedef int32_t (*dec_fn)(void *, void *, void *, int32_t, int32_t *, int32_t *, int32_t *, int32_t, void *, float *);
+typedef int32_t (*dec8_fn)(void *, void *, void *, float *, float *, int32_t, int32_t *, int32_t *, int32_t *, int32_t, void *, float *);
 typedef void (*thr_fn)(int32_t);
 
-static uint16_t *kp, *vp;
+static elem *kp, *vp;
 static int32_t *tbl; /* [SETS][B][PAGES] */
 static atomic_int next;
 static int mode, dist, l2, set;
+static int pageg = QO / KV; /* PAGEG: page_item's query rows */
 static int extra = 20; /* EXTRA: fmax's and fmag's multiply-adds beyond fma's, per K row */
 static double sink[64 * 8];
 static float qv[G * D] __attribute__((aligned(64)));
@@ -106,7 +143,7 @@ static double now(void) {
   clock_gettime(CLOCK_MONOTONIC, &t);
   return t.tv_sec + 1e-9 * t.tv_nsec;
 }
-static inline const uint16_t *row(const uint16_t *pool, const int32_t *t, int h, int pos) {
+static inline const elem *row(const elem *pool, const int32_t *t, int h, int pos) {
   return pool + (((size_t)t[pos / PS] * KV + h) * PS + pos % PS) * D;
 }
 static inline void pf4(const void *p) {
@@ -117,7 +154,7 @@ static double scan_item(const int32_t *t, int h) {
   __m512i acc = _mm512_setzero_si512();
   for (int p = 0; p < PAGES; p++) {
     if (dist && p + dist < PAGES)
-      for (int i = 0; i < PS * D * 2; i += 64) {
+      for (int i = 0; i < PS * D * ESZ; i += 64) {
         if (l2) {
           _mm_prefetch((const char *)row(kp, t, h, (p + dist) * PS) + i, _MM_HINT_T1);
           _mm_prefetch((const char *)row(vp, t, h, (p + dist) * PS) + i, _MM_HINT_T1);
@@ -127,8 +164,8 @@ static double scan_item(const int32_t *t, int h) {
         }
       }
     const __m512i *a = (const __m512i *)row(kp, t, h, p * PS), *b = (const __m512i *)row(vp, t, h, p * PS);
-    for (int i = 0; i < PS * D * 2 / 64; i++) acc = _mm512_add_epi64(acc, _mm512_load_si512(a + i));
-    for (int i = 0; i < PS * D * 2 / 64; i++) acc = _mm512_add_epi64(acc, _mm512_load_si512(b + i));
+    for (int i = 0; i < PS * D * ESZ / 64; i++) acc = _mm512_add_epi64(acc, _mm512_load_si512(a + i));
+    for (int i = 0; i < PS * D * ESZ / 64; i++) acc = _mm512_add_epi64(acc, _mm512_load_si512(b + i));
   }
   return (double)_mm512_reduce_add_epi64(acc);
 }
@@ -141,10 +178,10 @@ static double rows_item(const int32_t *t, int h) {
     int ahead = t0 + TILE < L;
     for (int r = 0; r < TILE; r++) {
       if (ahead) pf4(row(kp, t, h, t0 + r + TILE));
-      const uint16_t *k = row(kp, t, h, t0 + r);
+      const elem *k = row(kp, t, h, t0 + r);
       __m512 a0 = _mm512_setzero_ps(), a1 = a0;
       for (int c = 0; c < D; c += 16) {
-        __m512 x = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(k + c)));
+        __m512 x = widen16(k + c);
         a0 = _mm512_fmadd_ps(x, _mm512_load_ps(qv + c), a0);
         a1 = _mm512_fmadd_ps(x, _mm512_load_ps(qv + D + c), a1);
       }
@@ -152,10 +189,10 @@ static double rows_item(const int32_t *t, int h) {
     }
     for (int r = 0; r < TILE; r++) {
       if (ahead) pf4(row(vp, t, h, t0 + r + TILE));
-      const uint16_t *v = row(vp, t, h, t0 + r);
+      const elem *v = row(vp, t, h, t0 + r);
       __m512 p = _mm512_set1_ps(s[r]);
       for (int c = 0; c < D; c += 16) {
-        __m512 x = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(v + c)));
+        __m512 x = widen16(v + c);
         _mm512_store_ps(o[0] + c, _mm512_fmadd_ps(p, x, _mm512_load_ps(o[0] + c)));
         _mm512_store_ps(o[1] + c, _mm512_fmadd_ps(p, x, _mm512_load_ps(o[1] + c)));
       }
@@ -173,7 +210,7 @@ static double blocks_item(const int32_t *t, int h) {
   for (int t0 = 0; t0 < L; t0 += TILE) {
     int ahead = t0 + TILE < L && mode != NONE;
     for (int r0 = 0; r0 < TILE; r0 += 4) {
-      const uint16_t *k[4];
+      const elem *k[4];
       for (int i = 0; i < 4; i++) k[i] = row(kp, t, h, t0 + r0 + i);
       __m512 a[4][2];
       for (int i = 0; i < 4; i++) a[i][0] = a[i][1] = _mm512_setzero_ps();
@@ -185,7 +222,7 @@ static double blocks_item(const int32_t *t, int h) {
         }
         __m512 q0 = _mm512_load_ps(qv + c), q1 = _mm512_load_ps(qv + D + c);
         for (int i = 0; i < 4; i++) {
-          __m512 x = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(k[i] + c)));
+          __m512 x = widen16(k[i] + c);
           a[i][0] = _mm512_fmadd_ps(x, q0, a[i][0]);
           a[i][1] = _mm512_fmadd_ps(x, q1, a[i][1]);
         }
@@ -194,12 +231,12 @@ static double blocks_item(const int32_t *t, int h) {
     }
     for (int pass = 0; pass < 2; pass++)
       for (int r = 0; r < TILE; r++) {
-        const uint16_t *v = row(vp, t, h, t0 + r);
+        const elem *v = row(vp, t, h, t0 + r);
         const char *nv = ahead && mode == PV ? (const char *)row(vp, t, h, t0 + r + TILE) : 0;
         __m512 p = _mm512_set1_ps(s[r]);
         for (int c = pass * 64; c < pass * 64 + 64; c += 16) {
-          if (nv && c % 32 == 0) _mm_prefetch(nv + c * 2, _MM_HINT_T0);
-          __m512 x = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(v + c)));
+          if (nv && c % (64 / ESZ) == 0) _mm_prefetch(nv + c * ESZ, _MM_HINT_T0);
+          __m512 x = widen16(v + c);
           _mm512_store_ps(o[0] + c, _mm512_fmadd_ps(p, x, _mm512_load_ps(o[0] + c)));
           _mm512_store_ps(o[1] + c, _mm512_fmadd_ps(p, x, _mm512_load_ps(o[1] + c)));
         }
@@ -230,15 +267,15 @@ static inline __attribute__((always_inline)) void burn(__m512 *acc, int n) {
 /* fma_rows: fma_item's pass over one tile's rows of pool, each row's
    lines multiplied into acc, the same lines of the rows a tile ahead
    prefetched beside them (ahead). */
-static inline __attribute__((always_inline)) void fma_rows(const uint16_t *pool, const int32_t *t, int h, int t0, int ahead,
+static inline __attribute__((always_inline)) void fma_rows(const elem *pool, const int32_t *t, int h, int t0, int ahead,
                                                            __m512 acc[8], int ex) {
   for (int r = 0; r < TILE; r++) {
     if (ex) burn(acc, ex);
     const char *x0 = (const char *)row(pool, t, h, t0 + r), *nx = ahead ? (const char *)row(pool, t, h, t0 + r + TILE) : 0;
 #pragma GCC unroll 8
     for (int c = 0; c < D; c += 16) {
-      if (nx && c % 32 == 0) _mm_prefetch(nx + c * 2, _MM_HINT_T1);
-      __m512 x = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(x0 + c * 2)));
+      if (nx && c % (64 / ESZ) == 0) _mm_prefetch(nx + c * ESZ, _MM_HINT_T1);
+      __m512 x = widen16(x0 + c * ESZ);
 #pragma GCC unroll 4
       for (int g = 0; g < QO / KV; g++) acc[c / 16] = _mm512_fmadd_ps(x, _mm512_load_ps(qg + g * D + c), acc[c / 16]);
     }
@@ -247,15 +284,16 @@ static inline __attribute__((always_inline)) void fma_rows(const uint16_t *pool,
 
 /* fma_half: V's rows in two passes of half a row each, the same half of
    the rows a tile ahead prefetched beside its loads (the kernel's P·V). */
-static inline __attribute__((always_inline)) void fma_half(const uint16_t *pool, const int32_t *t, int h, int t0, int ahead,
+static inline __attribute__((always_inline)) void fma_half(const elem *pool, const int32_t *t, int h, int t0, int ahead,
                                                            __m512 acc[8]) {
   for (int half = 0; half < 2; half++)
     for (int r = 0; r < TILE; r++) {
-      const char *x0 = (const char *)row(pool, t, h, t0 + r) + half * D, *nx = ahead ? (const char *)row(pool, t, h, t0 + r + TILE) + half * D : 0;
+      const char *x0 = (const char *)row(pool, t, h, t0 + r) + half * D / 2 * ESZ,
+                 *nx = ahead ? (const char *)row(pool, t, h, t0 + r + TILE) + half * D / 2 * ESZ : 0;
 #pragma GCC unroll 4
       for (int c = 0; c < D / 2; c += 16) {
-        if (nx && c % 32 == 0) _mm_prefetch(nx + c * 2, _MM_HINT_T1);
-        __m512 x = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(x0 + c * 2)));
+        if (nx && c % (64 / ESZ) == 0) _mm_prefetch(nx + c * ESZ, _MM_HINT_T1);
+        __m512 x = widen16(x0 + c * ESZ);
 #pragma GCC unroll 4
         for (int g = 0; g < QO / KV; g++)
           acc[half * 4 + c / 16] = _mm512_fmadd_ps(x, _mm512_load_ps(qg + g * D + half * D / 2 + c), acc[half * 4 + c / 16]);
@@ -269,7 +307,7 @@ static inline __attribute__((always_inline)) void fma_half(const uint16_t *pool,
    (targets/cpu seqGroup); l1: with prefetches into L1 of the next
    block's 4 rows (of this tile, in L2 by then), also 2 lines a step in
    address order. */
-static inline __attribute__((always_inline)) void fma_k4(const uint16_t *pool, const int32_t *t, int h, int t0, int ahead,
+static inline __attribute__((always_inline)) void fma_k4(const elem *pool, const int32_t *t, int h, int t0, int ahead,
                                                          __m512 acc[8], int ex, int l1) {
   for (int r = 0; r < TILE; r += 4) {
     if (ex) burn(acc + 4, 4 * ex);
@@ -281,18 +319,14 @@ static inline __attribute__((always_inline)) void fma_k4(const uint16_t *pool, c
     }
 #pragma GCC unroll 8
     for (int c = 0; c < D; c += 16) {
-      int l = c / 16 * 2;
-      if (ahead) {
-        _mm_prefetch(nx[l / 4] + (l % 4) * 64, _MM_HINT_T1);
-        _mm_prefetch(nx[(l + 1) / 4] + ((l + 1) % 4) * 64, _MM_HINT_T1);
-      }
-      if (l1) {
-        _mm_prefetch(nb[l / 4] + (l % 4) * 64, _MM_HINT_T0);
-        _mm_prefetch(nb[(l + 1) / 4] + ((l + 1) % 4) * 64, _MM_HINT_T0);
+      for (int i = 0; i < LPR / 2; i++) { /* the block's 4 rows' lines, LPR/2 a step */
+        int l = c / 16 * (LPR / 2) + i;
+        if (ahead) _mm_prefetch(nx[l / LPR] + (l % LPR) * 64, _MM_HINT_T1);
+        if (l1) _mm_prefetch(nb[l / LPR] + (l % LPR) * 64, _MM_HINT_T0);
       }
 #pragma GCC unroll 4
       for (int j = 0; j < 4; j++) {
-        __m512 v = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(x[j] + c * 2)));
+        __m512 v = widen16(x[j] + c * ESZ);
 #pragma GCC unroll 4
         for (int g = 0; g < QO / KV; g++) acc[j] = _mm512_fmadd_ps(v, _mm512_load_ps(qg + g * D + c), acc[j]);
       }
@@ -333,6 +367,66 @@ static __attribute__((noinline)) double fma_k4x(const int32_t *t, int h) { retur
 static __attribute__((noinline)) double fma_k4l1(const int32_t *t, int h) { return fma_body(t, h, 2, extra, 0, 0); }
 static __attribute__((noinline)) double fma_all(const int32_t *t, int h) { return fma_body(t, h, 1, 0, BURST, 1); }
 
+/* page_item: decode's least arithmetic read a page at a time and
+   prefetched as the scan is: each row of the page, K's and V's, widened
+   once and multiplied into the group's 4 query rows (8 accumulators each
+   for K and V, so no chain waits on another), and beside each row its
+   lines in the page dist pages ahead, K's and V's, prefetched into L1 (l2:
+   L2) — the scan's prefetch spread evenly over the arithmetic. K and V
+   rows alternate, which no decode can do (P·V needs the tile's softmax):
+   a bound, not a kernel. */
+static inline __attribute__((always_inline)) double page_body(const int32_t *t, int h, int ng) {
+  __m512 ak[8], av[8];
+  for (int i = 0; i < 8; i++) ak[i] = av[i] = _mm512_setzero_ps();
+  for (int p = 0; p < PAGES; p++) {
+    int ahead = dist && p + dist < PAGES;
+    for (int r = 0; r < PS; r++) {
+      if (ahead) {
+        const char *nk = (const char *)row(kp, t, h, (p + dist) * PS + r), *nv = (const char *)row(vp, t, h, (p + dist) * PS + r);
+        for (int l = 0; l < LPR; l++) {
+          if (l2) {
+            _mm_prefetch(nk + 64 * l, _MM_HINT_T1);
+            _mm_prefetch(nv + 64 * l, _MM_HINT_T1);
+          } else {
+            _mm_prefetch(nk + 64 * l, _MM_HINT_T0);
+            _mm_prefetch(nv + 64 * l, _MM_HINT_T0);
+          }
+        }
+      }
+      const char *k = (const char *)row(kp, t, h, p * PS + r), *v = (const char *)row(vp, t, h, p * PS + r);
+#pragma GCC unroll 8
+      for (int c = 0; c < D; c += 16) {
+        __m512 x = widen16(k + c * ESZ), y = widen16(v + c * ESZ);
+#pragma GCC unroll 4
+        for (int g = 0; g < ng; g++) {
+          ak[(c / 16 + 2 * g) % 8] = _mm512_fmadd_ps(x, _mm512_load_ps(qg + g * D + c), ak[(c / 16 + 2 * g) % 8]);
+          av[(c / 16 + 2 * g) % 8] = _mm512_fmadd_ps(y, _mm512_set1_ps(qg[g * D + r]), av[(c / 16 + 2 * g) % 8]);
+        }
+      }
+    }
+  }
+  __m512 s = _mm512_setzero_ps();
+  for (int i = 0; i < 8; i++) s = _mm512_add_ps(s, _mm512_add_ps(ak[i], av[i]));
+  if (!ng) /* the widened rows still reach the result */
+    for (int c = 0; c < D; c += 16) s = _mm512_add_ps(s, widen16((const char *)row(kp, t, h, 0) + c * ESZ));
+  return _mm512_reduce_add_ps(s);
+}
+static __attribute__((noinline)) double page_g0(const int32_t *t, int h) { return page_body(t, h, 0); }
+static __attribute__((noinline)) double page_g1(const int32_t *t, int h) { return page_body(t, h, 1); }
+static __attribute__((noinline)) double page_g2(const int32_t *t, int h) { return page_body(t, h, 2); }
+static __attribute__((noinline)) double page_g4(const int32_t *t, int h) { return page_body(t, h, 4); }
+/* page_item: page_body with PAGEG query rows (1, 2 or 4; the bench's
+   group, 4, by default; 0: the rows widened and not multiplied): how
+   much arithmetic the scan's reads hide. */
+static double page_item(const int32_t *t, int h) {
+  switch (pageg) {
+  case 0: return page_g0(t, h);
+  case 1: return page_g1(t, h);
+  case 2: return page_g2(t, h);
+  default: return page_g4(t, h);
+  }
+}
+
 static double fma_item(const int32_t *t, int h) {
   switch (mode) {
   case FMAX: return fma_x(t, h);
@@ -355,12 +449,23 @@ static void *worker(void *arg) {
       const int32_t *t = tbl + ((size_t)set * B + it / KV) * PAGES;
       acc += mode == SCAN ? scan_item(t, it % KV)
              : mode == ROWS ? rows_item(t, it % KV)
+             : mode == PAGE ? page_item(t, it % KV)
              : mode >= FMA && mode < LIB ? fma_item(t, it % KV)
                             : blocks_item(t, it % KV);
     }
     sink[id * 8] += acc;
     pthread_barrier_wait(&bar_e);
   }
+}
+
+/* call_lib calls a library's decode over the pools (an 8-bit cache's entry
+   also takes k_scale and v_scale: 1/16 each). */
+static int32_t call_lib(void *fn, void *q, size_t np, int32_t *indptr, int32_t *ind, int32_t *last, void *o, float *lse) {
+  if (CODES) {
+    float scale = 1.0f / 16;
+    return ((dec8_fn)fn)(q, kp, vp, &scale, &scale, (int32_t)np, indptr, ind, last, B, o, lse);
+  }
+  return ((dec_fn)fn)(q, kp, vp, (int32_t)np, indptr, ind, last, B, o, lse);
 }
 
 static int cmpd(const void *a, const void *b) {
@@ -374,18 +479,19 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (getenv("EXTRA")) extra = atoi(getenv("EXTRA"));
+  if (getenv("PAGEG")) pageg = atoi(getenv("PAGEG"));
   int nthreads = atoi(argv[1]), R = atoi(argv[2]), incache = argc > 3 && atoi(argv[3]);
   if (nthreads < 1 || nthreads > 64 || R < 1) return 2;
-  size_t np = (size_t)SETS * B * PAGES, bytes = np * KV * PS * D * 2;
+  size_t np = (size_t)SETS * B * PAGES, bytes = np * KV * PS * D * ESZ;
   kp = mmap(0, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   vp = mmap(0, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (kp == MAP_FAILED || vp == MAP_FAILED) return 1;
   madvise(kp, bytes, MADV_HUGEPAGE);
   madvise(vp, bytes, MADV_HUGEPAGE);
   srand(1);
-  for (size_t i = 0; i < bytes / 2; i++) {
-    kp[i] = 0x3800 ^ (rand() & 0x83ff);
-    vp[i] = 0x3800 ^ (rand() & 0x83ff);
+  for (size_t i = 0; i < bytes / ESZ; i++) {
+    kp[i] = (elem)(CODES ? rand() % 255 - 127 : 0x3800 ^ (rand() & 0x83ff));
+    vp[i] = (elem)(CODES ? rand() % 255 - 127 : 0x3800 ^ (rand() & 0x83ff));
   }
   for (int i = 0; i < G * D; i++) qv[i] = (rand() % 2001 - 1000) / 1000.0f;
   for (int i = 0; i < QO / KV * D; i++) qg[i] = (rand() % 2001 - 1000) / 1000.0f;
@@ -406,9 +512,11 @@ int main(int argc, char **argv) {
       {"rows", ROWS, 0, 0}, {"pv", PV, 0, 0}, {"qk", QK, 0, 0}, {"none", NONE, 0, 0}, {"fma", FMA, 0, 0},
       {"fmax", FMAX, 0, 0}, {"fmag", FMAG, 0, 0}, {"fmav2", FMAV2, 0, 0}, {"fmak4", FMAK4, 0, 0},
       {"fmak4l1", FMAK4L1, 0, 0}, {"fmaall", FMAALL, 0, 0},
+      {"page0", PAGE, 0, 0}, {"page1", PAGE, 1, 0}, {"page2", PAGE, 2, 0}, {"page4", PAGE, 4, 0},
+      {"page1l2", PAGE, 1, 1}, {"page2l2", PAGE, 2, 1}, {"page4l2", PAGE, 4, 1},
       {"A", LIB, 0, 0}, {"B", LIB, 1, 0}, {"A2", LIB, 0, 0}, {"B2", LIB, 1, 0}};
   int nc = sizeof cfg / sizeof cfg[0];
-  dec_fn lib[2] = {0, 0};
+  void *lib[2] = {0, 0};
   uint16_t *q = 0, *o = 0;
   float *lse = 0;
   int32_t indptr[B + 1], last[B];
@@ -421,7 +529,7 @@ int main(int argc, char **argv) {
       }
       char s[256];
       snprintf(s, sizeof s, "%s_decode", argv[6]);
-      lib[i] = (dec_fn)dlsym(h, s);
+      lib[i] = dlsym(h, s);
       snprintf(s, sizeof s, "%s_set_num_threads", argv[6]);
       thr_fn tf = (thr_fn)dlsym(h, s);
       if (!lib[i] || !tf) {
@@ -453,13 +561,13 @@ int main(int argc, char **argv) {
       atomic_store(&next, 0);
       /* An untimed call first, on another page set: the timed one finds
          the library's workers awake, as back-to-back calls do. */
-      if (mode == LIB && lib[cfg[c].arg](q, kp, vp, (int32_t)np, indptr, tbl + (size_t)((set + SETS / 2) % SETS) * B * PAGES, last, B, o, lse)) {
+      if (mode == LIB && call_lib(lib[cfg[c].arg], q, np, indptr, tbl + (size_t)((set + SETS / 2) % SETS) * B * PAGES, last, o, lse)) {
         fprintf(stderr, "%s: status\n", cfg[c].name);
         return 1;
       }
       double t0 = now();
       if (mode == LIB) {
-        if (lib[cfg[c].arg](q, kp, vp, (int32_t)np, indptr, tbl + (size_t)set * B * PAGES, last, B, o, lse)) {
+        if (call_lib(lib[cfg[c].arg], q, np, indptr, tbl + (size_t)set * B * PAGES, last, o, lse)) {
           fprintf(stderr, "%s: status\n", cfg[c].name);
           return 1;
         }
@@ -469,7 +577,7 @@ int main(int argc, char **argv) {
       }
       if (r >= 0) t[c * R + r] = now() - t0;
     }
-  double gb = (double)B * L * KV * 2 * D * 2 / 1e9, scan = 1e9;
+  double gb = (double)B * L * KV * 2 * D * ESZ / 1e9, scan = 1e9;
   for (int c = 0; c < nc; c++) {
     qsort(t + c * R, R, sizeof(double), cmpd);
     if (cfg[c].mode == SCAN && t[c * R + R / 2] < scan) scan = t[c * R + R / 2];
