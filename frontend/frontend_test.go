@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -583,8 +584,9 @@ func TestExamplesIndexed(t *testing.T) {
 	}
 	rows := map[string]string{} // file name -> the rest of its row
 	for _, line := range strings.Split(string(doc), "\n") {
-		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "| ["), "](")
-		if !ok || !strings.HasPrefix(line, "| [") {
+		link, isRow := strings.CutPrefix(line, "| [")
+		name, rest, ok := strings.Cut(link, "](")
+		if !isRow || !ok {
 			continue
 		}
 		if _, dup := rows[name]; dup {
@@ -600,10 +602,7 @@ func TestExamplesIndexed(t *testing.T) {
 			continue
 		}
 		delete(rows, name)
-		design := false
-		for _, d := range exampleFiles[:7] {
-			design = design || d+".attn" == name
-		}
+		design := slices.Contains(exampleFiles[:7], strings.TrimSuffix(name, ".attn"))
 		if marked := strings.Contains(rest, "| §3."); marked != design {
 			t.Errorf("examples/README.md marks %s with §3: %v, want %v", name, marked, design)
 		}
