@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -136,7 +135,7 @@ func (c *LibCache) hostLibrary(key, dir string, build func() (targets.HostLibrar
 		return hl, l.err
 	}
 	out := filepath.Join(dir, "cached-"+key[:16]+".so")
-	if err := copyFile(l.path, out); err != nil {
+	if err := cpurt.CopyFile(l.path, out, 0o755); err != nil {
 		return targets.HostLibrary{}, err
 	}
 	return targets.HostLibrary{Path: out}, nil
@@ -145,34 +144,4 @@ func (c *LibCache) hostLibrary(key, dir string, build func() (targets.HostLibrar
 // store copies the library src into the cache as dst: under a temporary
 // name, renamed into place, so that another process never loads half a
 // library.
-func (c *LibCache) store(src, dst string) error {
-	f, err := os.CreateTemp(c.dir, filepath.Base(dst)+"-*.tmp")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	f.Close()
-	defer os.Remove(tmp)
-	if err := copyFile(src, tmp); err != nil {
-		return err
-	}
-	return os.Rename(tmp, dst)
-}
-
-// copyFile copies the file src to dst.
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
-}
+func (c *LibCache) store(src, dst string) error { return cpurt.StoreFile(src, dst, 0o755) }

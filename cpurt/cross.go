@@ -85,9 +85,11 @@ func ToolchainFor(triple string) (*Toolchain, error) {
 			return &Toolchain{Triple: triple, CC: "gcc", MCPU: CPUFlags()}, nil
 		}
 		var missing []string
-		for _, t := range []string{"opt", "llc"} {
-			if _, err := findLLVM(t); err != nil {
-				missing = append(missing, err.Error())
+		if replayDir() == "" {
+			for _, t := range []string{"opt", "llc"} {
+				if _, err := findLLVM(t); err != nil {
+					missing = append(missing, err.Error())
+				}
 			}
 		}
 		tc := &Toolchain{Triple: triple, Sysroot: c.sysroot}
@@ -120,7 +122,8 @@ func (tc *Toolchain) Foreign() bool { return len(tc.Emulator) > 0 }
 // -relocation-model=pic with -mtriple, then the target's gcc -shared (with
 // Link) -lm -lpthread. Errors carry the failing tool's output. With
 // Objects set, the object of IR compiled before with the same settings is
-// reused.
+// reused. The object is recorded or replayed as $ATTNC_RECORD_OBJECTS and
+// $ATTNC_REPLAY_OBJECTS say (replay.go); a replayed one bypasses Objects.
 func (tc *Toolchain) BuildShared(llPath, soPath string) error {
 	tmp, err := os.MkdirTemp("", "attnc-build-")
 	if err != nil {
@@ -128,9 +131,16 @@ func (tc *Toolchain) BuildShared(llPath, soPath string) error {
 	}
 	defer os.RemoveAll(tmp)
 	obj := filepath.Join(tmp, "k.o")
-	if Objects != nil {
-		obj, err = Objects.compile(tc, llPath)
-	} else {
+	switch {
+	case replayDir() != "":
+		err = produceObject(tc.mtriple(), tc.MCPU, llPath, obj)
+	case Objects != nil:
+		// An object another process compiled (a shared run cache) is
+		// recorded here too.
+		if obj, err = Objects.compile(tc, llPath); err == nil {
+			err = recordObject(tc.mtriple(), tc.MCPU, llPath, obj)
+		}
+	default:
 		err = tc.compileObject(llPath, obj)
 	}
 	if err != nil {
@@ -139,34 +149,20 @@ func (tc *Toolchain) BuildShared(llPath, soPath string) error {
 	return runSteps(llPath, [][]string{append(append([]string{tc.CC, "-shared", "-o", soPath, obj}, tc.Link...), "-lm", "-lpthread")})
 }
 
+// mtriple is the -mtriple flag of the toolchain's opt and llc.
+func (tc *Toolchain) mtriple() string { return "-mtriple=" + tc.Triple }
+
 // compileObject runs opt -O3 and llc -O3 on llPath into the object file
-// obj, for the toolchain's triple and MCPU.
+// obj, for the toolchain's triple and MCPU (produceObject: recorded or
+// replayed as the environment says).
 func (tc *Toolchain) compileObject(llPath, obj string) error {
-	steps, err := tc.objectSteps(llPath, obj)
-	if err != nil {
-		return err
-	}
-	defer os.Remove(obj + ".bc")
-	return runSteps(llPath, steps)
+	return produceObject(tc.mtriple(), tc.MCPU, llPath, obj)
 }
 
 // objectSteps are the opt and llc commands that compile llPath into obj
-// (through obj+".bc").
+// (through obj+".bc"), with the tools' paths.
 func (tc *Toolchain) objectSteps(llPath, obj string) ([][]string, error) {
-	opt, err := findLLVM("opt")
-	if err != nil {
-		return nil, err
-	}
-	llc, err := findLLVM("llc")
-	if err != nil {
-		return nil, err
-	}
-	bc := obj + ".bc"
-	mtriple := "-mtriple=" + tc.Triple
-	return [][]string{
-		append(append([]string{opt, "-O3", mtriple}, tc.MCPU...), llPath, "-o", bc),
-		append(append([]string{llc, "-O3", mtriple}, tc.MCPU...), "-relocation-model=pic", "-filetype=obj", bc, "-o", obj),
-	}, nil
+	return resolveTools(objectArgs(tc.mtriple(), tc.MCPU, llPath, obj))
 }
 
 // Objects, when set, is the cache Toolchain.BuildShared keeps its objects

@@ -79,13 +79,21 @@ func toolVersion(p string) (string, error) {
 	return string(out), err
 }
 
-// Tools checks that opt and llc (LLVM 14) and gcc are installed. The error
-// names every missing tool.
+// Tools checks that opt and llc (LLVM 14) and gcc are installed; with
+// $ATTNC_REPLAY_OBJECTS set (replay.go), that gcc is and the directory
+// exists, since opt and llc do not run. The error names every missing
+// tool.
 func Tools() error {
 	var missing []string
-	for _, t := range []string{"opt", "llc"} {
-		if _, err := findLLVM(t); err != nil {
-			missing = append(missing, err.Error())
+	if dir := replayDir(); dir != "" {
+		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+			missing = append(missing, fmt.Sprintf("%s=%s is not a directory of recorded objects", ReplayObjectsEnv, dir))
+		}
+	} else {
+		for _, t := range []string{"opt", "llc"} {
+			if _, err := findLLVM(t); err != nil {
+				missing = append(missing, err.Error())
+			}
 		}
 	}
 	if _, err := exec.LookPath("gcc"); err != nil {
@@ -119,16 +127,9 @@ func BuildShared(llPath, soPath string) error {
 
 // BuildSharedFor is BuildShared with the given -mcpu/-mattr flags for opt
 // and llc instead of CPUFlags (the bench's machine yardsticks are built for
-// the widest vector ISA the host has).
+// the widest vector ISA the host has). The object is recorded or replayed
+// as $ATTNC_RECORD_OBJECTS and $ATTNC_REPLAY_OBJECTS say (replay.go).
 func BuildSharedFor(llPath, soPath string, mcpu []string) error {
-	opt, err := findLLVM("opt")
-	if err != nil {
-		return err
-	}
-	llc, err := findLLVM("llc")
-	if err != nil {
-		return err
-	}
 	gcc, err := exec.LookPath("gcc")
 	if err != nil {
 		return fmt.Errorf("cpurt: gcc not found in PATH")
@@ -138,20 +139,9 @@ func BuildSharedFor(llPath, soPath string, mcpu []string) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	bc, obj := filepath.Join(tmp, "k.bc"), filepath.Join(tmp, "k.o")
-	steps := [][]string{
-		append(append([]string{opt, "-O3"}, mcpu...), llPath, "-o", bc),
-		append(append([]string{llc, "-O3"}, mcpu...), "-relocation-model=pic", "-filetype=obj", bc, "-o", obj),
-		{gcc, "-shared", "-o", soPath, obj, "-lm", "-lpthread"},
+	obj := filepath.Join(tmp, "k.o")
+	if err := produceObject("", mcpu, llPath, obj); err != nil {
+		return err
 	}
-	for _, s := range steps {
-		cmd := exec.Command(s[0], s[1:]...)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		cmd.Stdout = &stderr
-		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("cpurt: %s failed on %s: %v\n%s", filepath.Base(s[0]), llPath, err, strings.TrimSpace(stderr.String()))
-		}
-	}
-	return nil
+	return runSteps(llPath, [][]string{{gcc, "-shared", "-o", soPath, obj, "-lm", "-lpthread"}})
 }
