@@ -380,3 +380,104 @@ func TestAMXMicrobenchmarkChecks(t *testing.T) {
 		t.Errorf("amxmb check: %d variants agree, want 3 (one per shape):\n%s", n, out)
 	}
 }
+
+const amxCheck = "../scripts/amx-check.sh"
+
+// runFakeAMXCheck runs `scripts/amx-check.sh run` on a bundle whose attnc
+// and test binaries are shell scripts that log how they were called (the
+// working directory, the arguments, the replay and level variables) and
+// fail when $FAKE_FAIL names them.
+func runFakeAMXCheck(t *testing.T, env ...string) (out, calls string, code int) {
+	t.Helper()
+	bash, err := exec.LookPath("bash")
+	needtool.Check(t, err)
+	for _, tool := range []string{"tar", "gzip", "gcc", "timeout"} {
+		_, err := exec.LookPath(tool)
+		needtool.Check(t, err)
+	}
+	tmp := t.TempDir()
+	src := filepath.Join(tmp, "src")
+	log := filepath.Join(tmp, "calls.log")
+	fake := `#!/bin/sh
+echo "$(basename "$0") in $(basename "$PWD"): $* | replay=$(ls "$ATTNC_REPLAY_OBJECTS") ci=$CI level=${ATTNC_CPU_LEVEL:-}" >>"$FAKE_LOG"
+[ "$FAKE_FAIL" = "$(basename "$0")" ] && { echo "fake failure"; exit 1; }
+echo "ran $(basename "$0")"
+`
+	for _, p := range []string{"bin/attnc", "bin/cpu.test", "bin/conformance.test", "objects/0123.o"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(src, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(src, p), []byte(fake), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := filepath.Join(tmp, "check")
+	os.Mkdir(dir, 0o755)
+	if o, err := exec.Command("tar", "-C", src, "-czf", filepath.Join(dir, "bundle.tar.gz"), "bin", "objects").CombinedOutput(); err != nil {
+		t.Fatalf("tar: %v\n%s", err, o)
+	}
+	script, err := filepath.Abs(amxCheck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bash, script, "run", dir)
+	cmd.Env = append(append(os.Environ(), "FAKE_LOG="+log, "OUT=", "ATTNC_CPU_LEVEL=", "ATTNC_REPLAY_OBJECTS=", "CI="), env...)
+	b, err := cmd.CombinedOutput()
+	code = 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := os.ReadFile(log)
+	return string(b), string(c), code
+}
+
+// TestAMXCheckRunFlow: `run` unpacks the bundle and runs the AMX checks
+// in their packages' folders, replaying the bundle's objects with CI=true
+// (a missing tool fails), the bf16 matrix at every level, the bench at the
+// detected level and then bf16 at x86-64-v4; it passes when they pass.
+func TestAMXCheckRunFlow(t *testing.T) {
+	out, calls, code := runFakeAMXCheck(t)
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	for _, want := range []string{"amx-check: CPU:", "== summary", "cpu: pass", "matrix: pass", "bench: pass"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	levels := "--cpu-levels x86-64,x86-64-v3,x86-64-v4,x86-64-v4-bf16,x86-64-amx"
+	for _, want := range []string{
+		"cpu.test in cpu: -test.run ^TestAMXBlockInProcess$ -test.v -test.timeout 10m | replay=0123.o ci=true level=\n",
+		"conformance.test in conformance: -test.run ^(TestKernelMatrix|TestBF16DenormalOperands)$ -levels.all -matrix.dtypes bf16 -test.v -test.timeout 20m | replay=0123.o ci=true level=\n",
+		"attnc in ", ": bench --threads 2 " + levels + " --decode f32,f16,bf16,f16/i8 --prefill bf16,f16,f32 --seconds 1 | replay=0123.o ci=true level=\n",
+		": bench --threads 2 " + levels + " --decode  --prefill bf16 --seconds 1 | replay=0123.o ci=true level=x86-64-v4\n",
+	} {
+		if !strings.Contains(calls, want) {
+			t.Errorf("calls lack %q:\n%s", want, calls)
+		}
+	}
+}
+
+// TestAMXCheckRunFails: a failing step fails the run, after the others
+// ran; without a bundle, run says how to make one.
+func TestAMXCheckRunFails(t *testing.T) {
+	out, calls, code := runFakeAMXCheck(t, "FAKE_FAIL=conformance.test")
+	if code == 0 || !strings.Contains(out, "matrix: FAIL") || !strings.Contains(out, "cpu: pass") || !strings.Contains(calls, "attnc in") {
+		t.Errorf("exit %d with a failing matrix:\n%s\ncalls:\n%s", code, out, calls)
+	}
+	bash, err := exec.LookPath("bash")
+	needtool.Check(t, err)
+	script, err := filepath.Abs(amxCheck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := exec.Command(bash, script, "run", t.TempDir()).CombinedOutput()
+	if err == nil || !strings.Contains(string(b), "amx-check: FAIL: no ") || !strings.Contains(string(b), "scripts/amx-check.sh prepare") {
+		t.Errorf("run without a bundle: %v\n%s", err, b)
+	}
+	if b, err := exec.Command(bash, script).CombinedOutput(); err == nil || !strings.Contains(string(b), "usage: scripts/amx-check.sh prepare|run [DIR]") {
+		t.Errorf("no mode: %v\n%s", err, b)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -349,6 +350,9 @@ func TestKernelMatrix(t *testing.T) {
 			(i%matrixStride != 0 || slices.Contains(matrixLong, v.Name)) {
 			continue
 		}
+		if *matrixDTypes != "" && !slices.Contains(strings.Split(*matrixDTypes, ","), v.DType.String()) {
+			continue
+		}
 		t.Run(v.Name, func(t *testing.T) {
 			t.Parallel()
 			// Every level's clone only where the lower levels run below.
@@ -401,6 +405,11 @@ func TestKernelMatrix(t *testing.T) {
 }
 
 var levelsAll = flag.Bool("levels.all", false, "run every matrix variant at every lower CPU level too, not only levelShort")
+
+// matrixDTypes restricts TestKernelMatrix to the variants of some query
+// dtypes (scripts/amx-check.sh runs the bf16 ones at every level on a CPU
+// with AMX, where only bf16 kernels have an x86-64-amx clone).
+var matrixDTypes = flag.String("matrix.dtypes", "", "run only the matrix variants of these query dtypes (comma-separated: f32,f16,bf16); empty: every dtype")
 
 // buildHostLevel builds v for this machine's CPU like Build, with the
 // clone of the CPU level this machine runs only (cpu.LevelTable of

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# amx-check.sh: issue 25's checks on a CPU with AMX that has neither LLVM 14
+# nor Go (the Xeon of a lent GPU machine), from a bundle prepared here.
+#
+#   scripts/amx-check.sh prepare [DIR]   here: Go 1.26, LLVM 14, gcc
+#   scripts/amx-check.sh run [DIR]       there: gcc and a CPU with AMX
+#
+# DIR defaults to .amx-check (git-ignored; a device run names it in carry).
+#
+# prepare builds attnc and the test binaries of conformance and targets/cpu
+# (go test -c), then runs every command `run` runs, here, with
+# ATTNC_RECORD_OBJECTS=DIR/objects, so that every object those commands
+# compile is recorded (cpurt/replay.go: generated IR is deterministic, and
+# the commands build the same IR on any x86-64 machine — every level's
+# clones, never "host" — so the AMX machine asks for the same objects). It
+# packs the binaries and objects into DIR/bundle.tar.gz (a few tens of MiB:
+# a device run carries at most 64 MiB) and leaves nothing else in DIR.
+# The commands also pass here, at the levels this CPU has: a failure stops
+# prepare.
+#
+# run unpacks the bundle into a temporary directory and runs, with
+# ATTNC_REPLAY_OBJECTS (opt and llc never run; gcc links) and CI=true (a
+# missing tool fails, never skips), within AMX_CHECK_BUDGET seconds
+# (default 480):
+#
+#   1. targets/cpu's TestAMXBlockInProcess: the process asks Linux for the
+#      tile state, as detection does, and the tile routine runs in hardware
+#      (TestCPULevelAMX, the detection test, compiles through lltest, which
+#      runs opt itself: the bench's "kernels at x86-64-amx" shows detection
+#      instead);
+#   2. conformance's TestKernelMatrix over the bf16 variants at every level
+#      (-levels.all -matrix.dtypes bf16: x86-64-amx clones only bf16
+#      kernels) and TestBF16DenormalOperands (TDPBF16PS reads denormals as
+#      zero: the rule must still hold);
+#   3. attnc bench, 2 threads, prefill bf16, f16 and f32 at the detected
+#      level (x86-64-amx for bf16), then bf16 forced to x86-64-v4, the
+#      level such a CPU ran before: issue 25's table (prefill against the
+#      fp32 FMA peak; bf16 >= 2x and f16 >= 1.5x with AMX) and decode
+#      against its paged scan.
+#
+# It prints each step's tail and a summary; with $OUT set (a device run),
+# the logs go there too. Exit status 0 only if every step passed.
+set -euo pipefail
+
+die() {
+	echo "amx-check: FAIL: $*" >&2
+	exit 1
+}
+
+mode=${1:-}
+here=${BASH_SOURCE[0]%/*}
+[[ $here == "${BASH_SOURCE[0]}" ]] && here=.
+cd "$here/.." || die "cannot cd to the repository root"
+[[ -f go.mod && -d conformance ]] || die "$(pwd) is not the attnc repository root"
+root=$(pwd)
+dir=${2:-.amx-check}
+case $dir in /*) ;; *) dir=$root/$dir ;; esac
+
+# The commands of both modes. $1: the directory holding attnc and the test
+# binaries. Each runs in its package's folder (testdata), as go test does.
+levels=x86-64,x86-64-v3,x86-64-v4,x86-64-v4-bf16,x86-64-amx
+step_cpu() { (cd "$root/targets/cpu" && "$1/cpu.test" -test.run '^TestAMXBlockInProcess$' -test.v -test.timeout 10m); }
+step_matrix() {
+	(cd "$root/conformance" && "$1/conformance.test" -test.run '^(TestKernelMatrix|TestBF16DenormalOperands)$' \
+		-levels.all -matrix.dtypes bf16 -test.v -test.timeout 20m)
+}
+step_bench() {
+	"$1/attnc" bench --threads 2 --cpu-levels "$levels" --decode f32,f16,bf16,f16/i8 --prefill bf16,f16,f32 --seconds 1 &&
+		ATTNC_CPU_LEVEL=x86-64-v4 "$1/attnc" bench --threads 2 --cpu-levels "$levels" --decode "" --prefill bf16 --seconds 1
+}
+
+case $mode in
+prepare)
+	for t in go gcc; do command -v "$t" >/dev/null 2>&1 || die "$t not found (prepare runs where Go and LLVM 14 are)"; done
+	export PATH=/usr/lib/llvm-14/bin:$PATH
+	command -v opt >/dev/null 2>&1 && command -v llc >/dev/null 2>&1 || die "LLVM 14's opt and llc not found (apt-get install llvm-14)"
+	rm -rf "$dir"
+	mkdir -p "$dir/bin"
+	echo "amx-check: building attnc and the test binaries" >&2
+	go build -o "$dir/bin/attnc" ./cmd/attnc
+	go test -c -o "$dir/bin/conformance.test" ./conformance
+	go test -c -o "$dir/bin/cpu.test" ./targets/cpu
+	export ATTNC_RECORD_OBJECTS=$dir/objects ATTNC_REPLAY_OBJECTS= CI=true
+	for s in cpu matrix bench; do
+		echo "amx-check: recording step $s (it runs here too)" >&2
+		"step_$s" "$dir/bin" >"$dir/$s.log" 2>&1 || { tail -30 "$dir/$s.log" >&2; die "step $s failed here ($dir/$s.log)"; }
+	done
+	tar -C "$dir" -czf "$dir/bundle.tar.gz" bin objects
+	rm -rf "$dir/bin" "$dir/objects" "$dir"/*.log
+	echo "amx-check: $dir/bundle.tar.gz: $(du -h "$dir/bundle.tar.gz" | cut -f1), $(tar -tzf "$dir/bundle.tar.gz" | grep -c '\.o$') objects" >&2
+	;;
+run)
+	[[ -f $dir/bundle.tar.gz ]] || die "no $dir/bundle.tar.gz: run 'scripts/amx-check.sh prepare' where Go and LLVM 14 are, and carry $dir"
+	command -v gcc >/dev/null 2>&1 || die "gcc not found: replayed objects are linked with gcc -shared"
+	flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
+	model=$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- || true)
+	amx=no
+	[[ " $flags " == *" amx_tile "* && " $flags " == *" amx_bf16 "* ]] && amx=yes
+	echo "amx-check: CPU:$model; AMX-TILE and AMX-BF16: $amx; $(nproc) CPUs"
+	[[ $amx == yes ]] || echo "amx-check: this CPU has no AMX: the x86-64-amx level is reported as not run" >&2
+	work=$(mktemp -d)
+	trap 'rm -rf "$work"' EXIT
+	tar -C "$work" -xzf "$dir/bundle.tar.gz"
+	export ATTNC_REPLAY_OBJECTS=$work/objects ATTNC_RECORD_OBJECTS= CI=true
+	budget=${AMX_CHECK_BUDGET:-480}
+	start=$SECONDS
+	logs=${OUT:-$work}
+	status=()
+	for s in cpu matrix bench; do
+		left=$((budget - (SECONDS - start)))
+		if ((left < 20)); then
+			status+=("$s: not run (budget spent)")
+			continue
+		fi
+		t0=$SECONDS
+		if timeout "$left" bash -c "$(declare -f "step_$s"); root='$root' levels='$levels' step_$s '$work/bin'" >"$logs/$s.log" 2>&1; then
+			status+=("$s: pass ($((SECONDS - t0)) s)")
+		else
+			status+=("$s: FAIL ($((SECONDS - t0)) s)")
+		fi
+		echo "== $s: last lines"
+		tail -25 "$logs/$s.log"
+	done
+	echo "== summary"
+	printf '%s\n' "${status[@]}"
+	# What ran where: the tile routine (hardware or not), the levels the
+	# matrix did not run, the bench's prefill rows (the level they ran at).
+	grep -h 'TDPBF16PS' "$logs/cpu.log" 2>/dev/null | sed 's/^ */tiles: /' || true
+	grep -h 'not run: this CPU lacks it' "$logs/matrix.log" 2>/dev/null | sed 's/.*level \([^ ]*\) not run.*/\1/' | sort | uniq -c | awk '{print "matrix: " $1 " variants not run at " $2 " (this CPU lacks it)"}' || true
+	grep -h '^prefill\|^decode' "$logs/bench.log" 2>/dev/null || true
+	[[ " ${status[*]} " != *FAIL* && " ${status[*]} " != *"not run"* ]]
+	;;
+*)
+	die "usage: scripts/amx-check.sh prepare|run [DIR]"
+	;;
+esac
