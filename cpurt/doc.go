@@ -1,6 +1,8 @@
 // Package cpurt builds generated .ll files into shared libraries with the
 // LLVM 14 tools and loads them through a small cgo dlopen shim, for tests and
-// `attnc verify`. It imports ir only.
+// `attnc verify`. It imports ir only. With $ATTNC_RECORD_OBJECTS it keeps
+// every object it compiles; with $ATTNC_REPLAY_OBJECTS it links those
+// objects on a machine without LLVM (replay.go).
 //
 // For another architecture (ToolchainFor("aarch64-unknown-linux-gnu")) it
 // cross-compiles with opt/llc -mtriple and the target's gcc, and runs the
