@@ -341,6 +341,14 @@ func record(key string, r Result) {
 func TestKernelMatrix(t *testing.T) {
 	t.Parallel()
 	needTools(t)
+	if *matrixDTypes != "" {
+		// A dtype no variant has (a typo) would run nothing and pass.
+		for _, d := range strings.Split(*matrixDTypes, ",") {
+			if !slices.ContainsFunc(matrixSpecs, func(src string) bool { return spec(t, src).DType.String() == d }) {
+				t.Fatalf("-matrix.dtypes %s: no matrix variant has query dtype %q", *matrixDTypes, d)
+			}
+		}
+	}
 	for i, src := range matrixSpecs {
 		v := spec(t, src)
 		// The default run takes every matrixStride-th variant but
