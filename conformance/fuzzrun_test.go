@@ -606,7 +606,9 @@ func checkAttention(s *Suite, r rules, fc fuzzCase, a map[string][]int32, q, kp,
 				continue
 			}
 			if e, j, ok := CompareOut(v.DType, gotO[k*rowO:(k+1)*rowO], wantO[(row+i)*rowO:(row+i+1)*rowO], mag[(row+i)*rowO:(row+i+1)*rowO]); !ok {
-				return false, fmt.Sprintf("o row %d (sequence %d) [%d]: error %g", k, b, j, e)
+				at := (row+i)*rowO + j
+				return false, fmt.Sprintf("o row %d (sequence %d) [%d]: error %g (got %v, want %v, mag %g: %.3g units of 2^-24 mag beyond rounding)",
+					k, b, j, e, gotO[k*rowO+j], wantO[at], mag[at], reference.MagErr(v.DType, gotO[k*rowO+j:k*rowO+j+1], wantO[at:at+1], mag[at:at+1]))
 			}
 			if e, j, ok := reference.Compare(gotL[k*v.QOHeads:(k+1)*v.QOHeads], wantL[(row+i)*v.QOHeads:(row+i+1)*v.QOHeads], Tolerance); !ok {
 				return false, fmt.Sprintf("lse row %d (sequence %d) [%d]: error %g", k, b, j, e)
