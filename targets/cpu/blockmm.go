@@ -589,9 +589,10 @@ func rowBlocks(m, mr int) []rowSegment {
 }
 
 // microKernel is C[m0 .. m0+mr, n0 .. n0+nr·L] (+)= A·B over k < KExt with
-// mr·nr vector accumulators (C's rows scaled by scale[row] first, with a
-// scale array). With pair, B's vectors j and j+1 (even j) are read as
-// one (widenPair).
+// mr·nr vector accumulators that start at zero; an accumulating product
+// stores C + A·B (C's rows scaled by scale[row], with a scale array:
+// C·scale + A·B in one multiply-add). With pair, B's vectors j and j+1
+// (even j) are read as one (widenPair).
 func microKernel(mm *ir.MatMul, b string, bElem ir.Type, L int, m0, n0 ir.Expr, mr, nr int, scale string, fold float64, pair bool, zf string) []ir.Stmt {
 	vt := ir.Vec(ir.F32, L)
 	acc := func(i, j int) string { return fmt.Sprintf("bm_c%d_%d", i, j) }
@@ -607,18 +608,7 @@ func microKernel(mm *ir.MatMul, b string, bElem ir.Type, L int, m0, n0 ir.Expr, 
 	var out []ir.Stmt
 	for i := 0; i < mr; i++ {
 		for j := 0; j < nr; j++ {
-			var init ir.Expr = &ir.Const{T: vt}
-			if mm.Accumulate {
-				init = ir.Ld(mm.C, vt, cAt(i, j))
-				if evenOdd {
-					both := []ir.Expr{ir.Ld(mm.C, vt, cAt(i, j&^1)), ir.Ld(mm.C, vt, cAt(i, j|1))}
-					init = &ir.VShuffle{X: both[0], Y: both[1], Mask: strideMask(L, j&1)}
-				}
-				if scale != "" {
-					init = ir.Bin(ir.Mul, init, ir.Splat(ir.Ld(scale, ir.F32, addE(m0, i32c(i))), L))
-				}
-			}
-			out = append(out, &ir.Var{Name: acc(i, j), Init: init})
+			out = append(out, &ir.Var{Name: acc(i, j), Init: &ir.Const{T: vt}})
 		}
 	}
 	k := ir.R("bm_k", ir.I32)
@@ -688,6 +678,19 @@ func microKernel(mm *ir.MatMul, b string, bElem ir.Type, L int, m0, n0 ir.Expr, 
 			if evenOdd {
 				v = &ir.VShuffle{X: ir.R(acc(i, j&^1), vt), Y: ir.R(acc(i, j|1), vt), Mask: interleaveMask(L, j&1)}
 			}
+			if mm.Accumulate {
+				// C joins once, at the store: each FMA chain is this
+				// call's K steps (a KV tile), not every tile of the
+				// sequence, whose identical terms (a page a sequence
+				// names many times) would round alike and drift with its
+				// length.
+				c := ir.Ld(mm.C, vt, cAt(i, j))
+				if scale != "" {
+					v = &ir.MulAdd{X: c, Y: ir.Splat(ir.Ld(scale, ir.F32, addE(m0, i32c(i))), L), Z: v}
+				} else {
+					v = ir.Bin(ir.Add, c, v)
+				}
+			}
 			out = append(out, &ir.Store{Buf: mm.C, Index: cAt(i, j), Value: v})
 		}
 	}
@@ -698,19 +701,9 @@ func microKernel(mm *ir.MatMul, b string, bElem ir.Type, L int, m0, n0 ir.Expr, 
 // tests compare against it off.
 var evenOddBF16 = true
 
-// strideMask picks lanes from, from+2, from+4, ... of two L-lane vectors
-// (2L lanes): the even (from 0) or odd (from 1) ones.
-func strideMask(L, from int) []int {
-	m := make([]int, L)
-	for i := range m {
-		m[i] = from + 2*i
-	}
-	return m
-}
-
 // interleaveMask is the half (0: lanes 0 .. L-1, 1: L .. 2L-1) of the
 // interleaving of two L-lane vectors, even lanes from the first, odd from
-// the second: strideMask's inverse.
+// the second.
 func interleaveMask(L, half int) []int {
 	m := make([]int, L)
 	for i := range m {
