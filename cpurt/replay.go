@@ -143,8 +143,8 @@ func recordObject(mtriple string, mcpu []string, llPath, obj string) error {
 	return StoreFile(obj, final, 0o644)
 }
 
-// writeVersions writes dir/VERSIONS, the first line of opt's and llc's
-// --version output, when it does not exist yet.
+// writeVersions writes dir/VERSIONS, the LLVM version line of opt's and
+// llc's --version output, when it does not exist yet.
 func writeVersions(dir string) error {
 	p := filepath.Join(dir, "VERSIONS")
 	if _, err := os.Stat(p); err == nil {
@@ -161,31 +161,9 @@ func writeVersions(dir string) error {
 		if err != nil {
 			return err
 		}
-		line := strings.TrimSpace(v)
-		for _, l := range strings.Split(v, "\n") {
-			if strings.Contains(l, "LLVM version") {
-				line = strings.TrimSpace(l)
-			}
-		}
-		fmt.Fprintf(&b, "%s: %s\n", path, line)
+		fmt.Fprintf(&b, "%s: %s\n", path, versionLine(v))
 	}
-	f, err := os.CreateTemp(dir, "VERSIONS-*.tmp")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp)
-	if _, err := f.WriteString(b.String()); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Chmod(tmp, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, p)
+	return storeWith(p, 0o644, func(tmp string) error { return os.WriteFile(tmp, []byte(b.String()), 0o644) })
 }
 
 // CopyFile copies the file src to dst, created (or truncated) with mode.
@@ -210,6 +188,12 @@ func CopyFile(src, dst string, mode os.FileMode) error {
 // renames it into place with mode: a process that opens dst (a test binary
 // sharing a cache, a recording beside this one) never finds half a file.
 func StoreFile(src, dst string, mode os.FileMode) error {
+	return storeWith(dst, mode, func(tmp string) error { return CopyFile(src, tmp, mode) })
+}
+
+// storeWith has write fill a temporary file in dst's folder, then gives it
+// mode and renames it to dst.
+func storeWith(dst string, mode os.FileMode, write func(tmp string) error) error {
 	f, err := os.CreateTemp(filepath.Dir(dst), filepath.Base(dst)+"-*.tmp")
 	if err != nil {
 		return err
@@ -217,7 +201,7 @@ func StoreFile(src, dst string, mode os.FileMode) error {
 	tmp := f.Name()
 	f.Close()
 	defer os.Remove(tmp)
-	if err := CopyFile(src, tmp, mode); err != nil {
+	if err := write(tmp); err != nil {
 		return err
 	}
 	// CreateTemp made it 0600, and the umask may narrow mode.

@@ -56,6 +56,18 @@ func checkVersion(p string) error {
 	return err
 }
 
+// versionLine is the line of a tool's --version output that names the
+// LLVM version, else its first line.
+func versionLine(out string) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(out), "\n")
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "LLVM version") {
+			line = strings.TrimSpace(l)
+		}
+	}
+	return line
+}
+
 // toolVersion is the --version output of the LLVM 14 tool at p, run once
 // per path.
 func toolVersion(p string) (string, error) {
@@ -65,13 +77,7 @@ func toolVersion(p string) (string, error) {
 	}
 	out, err := exec.Command(p, "--version").CombinedOutput()
 	if err == nil && !bytes.Contains(out, []byte("LLVM version 14.")) {
-		first, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
-		for _, l := range strings.Split(string(out), "\n") {
-			if strings.Contains(l, "LLVM version") {
-				first = strings.TrimSpace(l)
-			}
-		}
-		err = fmt.Errorf("%s is not LLVM 14: %s", p, first)
+		err = fmt.Errorf("%s is not LLVM 14: %s", p, versionLine(string(out)))
 	} else if err != nil {
 		err = fmt.Errorf("%s --version: %v", p, err)
 	}
