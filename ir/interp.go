@@ -491,9 +491,6 @@ func (f *frame) matmul(s *MatMul) {
 				continue
 			}
 			var sum float32
-			if s.Accumulate {
-				sum = get(c, ci)
-			}
 			for k := int64(0); k < ke; k++ {
 				x := getA(a, m*int64(s.K)+k)
 				bi := k*int64(s.N) + n
@@ -519,6 +516,9 @@ func (f *frame) matmul(s *MatMul) {
 					y = r.Rotated(int(k), y, py, c, sn)
 				}
 				sum += float32(x * y) // rounded: no fused multiply-add
+			}
+			if s.Accumulate {
+				sum = get(c, ci) + sum // C once, after the product (MatMul)
 			}
 			f.store(c, ci, val(math.Float32bits(sum)))
 		}

@@ -201,7 +201,11 @@ type Reduce struct {
 // NaN or infinite B element (select, don't multiply), so hidden positions
 // whose values may hold any bits cannot reach C; a +0 element multiplies
 // as IEEE arithmetic does (0·NaN is NaN). The summation order is the
-// target's.
+// target's, but an accumulating matmul adds C once, to the product summed
+// from zero (the interpreter, lower-tiles, the CPU's micro-kernels, the GPU
+// targets' SIMT loops): over a KV sequence C's f32 error then grows with
+// its tiles, not its positions, which matters when a sequence repeats the
+// same terms (one page named many times), whose roundings do not cancel.
 //
 // With BRows, B is read through row offsets instead of as a dense array:
 // BRows names a local array of i64 element offsets into B (a buffer, the

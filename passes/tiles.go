@@ -58,31 +58,51 @@ func MatMulLoopsOf(mm *ir.MatMul, aElem, bElem ir.Type, order DotOrder, dotKind 
 		return &ir.For{Var: v, Lo: i32(0), Hi: hi, Kind: kind, Body: &ir.Block{Stmts: body}}
 	}
 	if order == RowsThenK && !mm.TransB {
+		// The row updates run on C itself, or, when the matmul
+		// accumulates, on a row mm_row started from zero and added to C
+		// once per row: as for the dot products below, C's sum over a KV
+		// sequence is then one addition per call, not one per product.
 		var out []ir.Stmt
-		if !mm.Accumulate {
+		dst, dstAt := mm.C, ir.Expr(cAt)
+		if mm.Accumulate {
+			dst, dstAt = "mm_row", n
+			out = append(out, &ir.Alloc{Name: dst, T: ir.F32, Size: mm.N})
+		} else {
 			out = append(out, loop("mm_m", mm.MExt, ir.Spread, loop("mm_n", mm.NExt, ir.Spread,
 				&ir.Store{Buf: mm.C, Index: cAt, Value: ir.Float(0)})))
 		}
 		a := ir.R("mm_a", ir.F32)
 		row := ir.Stmt(loop("mm_n", mm.NExt, ir.Spread,
-			&ir.Store{Buf: mm.C, Index: cAt, Value: ir.Bin(ir.Add, ir.Ld(mm.C, ir.F32, cAt), ir.Bin(ir.Mul, a, bAt(k)))}))
+			&ir.Store{Buf: dst, Index: dstAt, Value: ir.Bin(ir.Add, ir.Ld(dst, ir.F32, dstAt), ir.Bin(ir.Mul, a, bAt(k)))}))
 		if mm.ZeroSkip {
 			// Skip, don't multiply: a -0 A element (a hidden position's
 			// weight) adds nothing, even against NaN or infinite B elements.
 			row = &ir.If{Cond: ir.Un(ir.Not, ir.IsNegZero(a)), Then: &ir.Block{Stmts: []ir.Stmt{row}}}
 		}
+		updates := loop("mm_k", mm.KExt, ir.Serial, &ir.Let{Name: "mm_a", Value: aAt(k)}, row)
+		if !mm.Accumulate {
+			return append(out, loop("mm_m", mm.MExt, ir.Spread, updates))
+		}
 		return append(out, loop("mm_m", mm.MExt, ir.Spread,
-			loop("mm_k", mm.KExt, ir.Serial, &ir.Let{Name: "mm_a", Value: aAt(k)}, row)))
+			loop("mm_n", mm.NExt, ir.Spread, &ir.Store{Buf: dst, Index: dstAt, Value: ir.Float(0)}),
+			updates,
+			loop("mm_n", mm.NExt, ir.Spread, &ir.Store{Buf: mm.C, Index: cAt,
+				Value: ir.Bin(ir.Add, ir.Ld(mm.C, ir.F32, cAt), ir.Ld(dst, ir.F32, dstAt))})))
 	}
-	var init ir.Expr = ir.Float(0)
-	if mm.Accumulate {
-		init = ir.Ld(mm.C, ir.F32, cAt)
-	}
+	// The dot product starts from zero and an accumulating matmul adds C
+	// once, at the store: C's running sum is then one chain of additions
+	// per call (a KV tile), not one per product. Over a KV sequence that
+	// repeats the same terms (a page named many times) the per-product
+	// chain drifts with its length, each addition rounding alike.
 	dot := ir.R("mm_dot", ir.F32)
+	var sum ir.Expr = dot
+	if mm.Accumulate {
+		sum = ir.Bin(ir.Add, ir.Ld(mm.C, ir.F32, cAt), dot)
+	}
 	elem := []ir.Stmt{
-		&ir.Var{Name: "mm_dot", Init: init},
+		&ir.Var{Name: "mm_dot", Init: ir.Float(0)},
 		loop("mm_k", mm.KExt, dotKind, &ir.Assign{Name: "mm_dot", Value: ir.Bin(ir.Add, dot, prod(aAt(k), bAt(k)))}),
-		&ir.Store{Buf: mm.C, Index: cAt, Value: dot},
+		&ir.Store{Buf: mm.C, Index: cAt, Value: sum},
 	}
 	if order == DotPerElement {
 		guard := ir.Bin(ir.And, ir.Bin(ir.Lt, m, mm.MExt), ir.Bin(ir.Lt, n, mm.NExt))
