@@ -183,12 +183,11 @@ func (p *mmaPlan) lower() []ir.Stmt {
 	cAt := func(c int) ir.Expr {
 		return add(mul(add(gid, i32(8*(c/2))), i32(mm.N)), add(n0, add(mul(tig, i32(2)), i32(c%2))))
 	}
+	// fd starts from zero; an accumulating matmul adds it to C after the
+	// k steps (gpu.FragmentStore): C's sum over a KV sequence is then one
+	// f32 addition a tile, not a chain through every matrix instruction.
 	for c := 0; c < 4; c++ {
-		var v ir.Expr = ir.Float(0)
-		if mm.Accumulate {
-			v = ir.Ld(mm.C, ir.F32, cAt(c))
-		}
-		body = append(body, &ir.Store{Buf: "fd", Index: i32(c), Value: v})
+		body = append(body, &ir.Store{Buf: "fd", Index: i32(c), Value: ir.Float(0)})
 	}
 	ks := ir.R("ks", ir.I32)
 	c0 := ir.R("c0", ir.I32)
@@ -290,7 +289,7 @@ func (p *mmaPlan) lower() []ir.Stmt {
 		body = append(body, ksLoop)
 	}
 	for c := 0; c < 4; c++ {
-		body = append(body, &ir.Store{Buf: mm.C, Index: cAt(c), Value: ir.Ld("fd", ir.F32, i32(c))})
+		body = append(body, gpu.FragmentStore(mm, cAt(c), c))
 	}
 	lanes := &ir.For{Var: "lane", Lo: i32(0), Hi: i32(Layer.Lanes), Kind: ir.Lanes, Body: &ir.Block{Stmts: body}}
 	out = append(out, &ir.For{Var: "nt", Lo: i32(0), Hi: i32(mm.N / mmaN), Kind: ir.Spread, Body: &ir.Block{Stmts: []ir.Stmt{lanes}}})

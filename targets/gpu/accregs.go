@@ -11,7 +11,8 @@ import (
 // rescale by exp(m_old - m_new). AccRegisters keeps C in the mma
 // accumulator registers instead, as FlashAttention-2 does: a Private array
 // whose elements each thread owns in the fragment layout. Inside the loop
-// the mma reads and writes the registers, and every other statement that
+// each tile's fragment (fd, summed from zero by its matrix instructions)
+// is added to the registers (FragmentStore), and every other statement that
 // touches C must be a row nest (for row spread 0..16 { lets, ifs, for d
 // spread 0..N { C[row*N + d] and stores of element (row, d) } }), which is
 // rewritten onto the fragment layout. When the work item's other
@@ -56,13 +57,14 @@ type accCtx struct {
 }
 
 // fragLoop is a fragment loop a matrix rewrite wrote for a matmul: for nt
-// in 0 .. N/f.N spread { for lane lanes { ...; fd[c] = C[...] or 0; ks loop
-// of matrix instructions; C[...] = fd[c] } }, C of f.M rows.
+// in 0 .. N/f.N spread { for lane lanes { ...; fd[c] = 0; ks loop of
+// matrix instructions; C[...] = C[...] + fd[c], or C[...] = fd[c] when it
+// does not accumulate (FragmentStore) } }, C of f.M rows.
 type fragLoop struct {
 	loop       *ir.For
 	c          string // the matmul's C
 	n          int    // C's columns
-	accumulate bool   // fd starts from C (else from 0)
+	accumulate bool   // fd is added to C (else stored over it)
 }
 
 // fragmentOf returns the fragment loop s is, or nil.
@@ -81,6 +83,10 @@ func (ctx *accCtx) fragmentOf(s ir.Stmt) *fragLoop {
 	}
 	fl := &fragLoop{loop: f, n: int(hi.Int) * ctx.f.N}
 	for _, st := range lanes.Body.Stmts {
+		if x, _, ok := fragmentAdd(st); ok {
+			fl.c, fl.accumulate = x.Buf, true
+			continue
+		}
 		x, ok := st.(*ir.Store)
 		if !ok {
 			continue
@@ -92,35 +98,55 @@ func (ctx *accCtx) fragmentOf(s ir.Stmt) *fragLoop {
 	if fl.c == "" {
 		return nil
 	}
-	for _, st := range lanes.Body.Stmts {
-		if x, ok := st.(*ir.Store); ok && x.Buf == "fd" {
-			if l, ok := x.Value.(*ir.Load); ok && l.Buf == fl.c {
-				fl.accumulate = true
-			}
-		}
-	}
 	return fl
 }
 
+// FragmentStore is the store of the lane's accumulator register fd[c]
+// into C's element idx after a fragment loop's k steps: C[idx] = fd[c], or
+// C[idx] + fd[c] for an accumulating matmul, whose fd starts from zero.
+func FragmentStore(mm *ir.MatMul, idx ir.Expr, c int) ir.Stmt {
+	var v ir.Expr = ir.Ld("fd", ir.F32, i32(c))
+	if mm.Accumulate {
+		v = ir.Bin(ir.Add, ir.Ld(mm.C, ir.F32, idx), v)
+	}
+	return &ir.Store{Buf: mm.C, Index: idx, Value: v}
+}
+
+// fragmentAdd reports whether st is FragmentStore's accumulating store,
+// C[idx] = C[idx] + fd[c], and returns it and c.
+func fragmentAdd(st ir.Stmt) (x *ir.Store, c int, ok bool) {
+	x, isStore := st.(*ir.Store)
+	if !isStore || x.Buf == "fd" {
+		return nil, 0, false
+	}
+	b, isBin := x.Value.(*ir.Binary)
+	if !isBin || b.Op != ir.Add {
+		return nil, 0, false
+	}
+	cl, okC := b.X.(*ir.Load)
+	fl, okF := b.Y.(*ir.Load)
+	if !okC || !okF || cl.Buf != x.Buf || fl.Buf != "fd" || ir.ExprString(cl.Index) != ir.ExprString(x.Index) {
+		return nil, 0, false
+	}
+	k, isConst := fl.Index.(*ir.Const)
+	if !isConst {
+		return nil, 0, false
+	}
+	return x, int(k.Int), true
+}
+
 // onRegisters is fragment loop fl with its accumulator in the registers
-// of a: fd starts from the lane's registers and goes back to them, the
-// n-tiles run per warp (a.loop).
+// of a: fd is added to the lane's registers, the n-tiles run per warp
+// (a.loop).
 func (a *accRegs) onRegisters(fl *fragLoop) ir.Stmt {
 	lanes := fl.loop.Body.Stmts[0].(*ir.For)
 	var body []ir.Stmt
 	for _, st := range lanes.Body.Stmts {
-		if x, ok := st.(*ir.Store); ok {
-			c, isConstIdx := x.Index.(*ir.Const)
-			if l, ok := x.Value.(*ir.Load); ok && x.Buf == "fd" && l.Buf == fl.c && isConstIdx {
-				body = append(body, &ir.Store{Buf: x.Buf, Index: x.Index, Value: ir.Ld(a.name, ir.F32, a.at(i32(int(c.Int))))})
-				continue
-			}
-			if l, ok := x.Value.(*ir.Load); ok && x.Buf == fl.c && l.Buf == "fd" {
-				if lc, ok := l.Index.(*ir.Const); ok {
-					body = append(body, &ir.Store{Buf: a.name, Index: a.at(i32(int(lc.Int))), Value: x.Value})
-					continue
-				}
-			}
+		if x, c, ok := fragmentAdd(st); ok && x.Buf == fl.c {
+			reg := a.at(i32(c))
+			body = append(body, &ir.Store{Buf: a.name, Index: reg,
+				Value: ir.Bin(ir.Add, ir.Ld(a.name, ir.F32, reg), ir.Ld("fd", ir.F32, i32(c)))})
+			continue
 		}
 		body = append(body, st)
 	}

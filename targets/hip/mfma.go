@@ -109,12 +109,11 @@ func lowerMFMA(p *gpu.MatrixPlan) []ir.Stmt {
 		&ir.Alloc{Name: "fd", T: ir.F32, Size: 4},
 	}
 	cAt := func(r int) ir.Expr { return add(mul(add(mul(g, i32(4)), i32(r)), i32(mm.N)), add(n0, j)) }
+	// fd starts from zero; an accumulating matmul adds it to C after the
+	// k steps (gpu.FragmentStore): C's sum over a KV sequence is then one
+	// f32 addition a tile, not a chain through every matrix instruction.
 	for r := 0; r < 4; r++ {
-		var v ir.Expr = ir.Float(0)
-		if mm.Accumulate {
-			v = ir.Ld(mm.C, ir.F32, cAt(r))
-		}
-		body = append(body, &ir.Store{Buf: "fd", Index: i32(r), Value: v})
+		body = append(body, &ir.Store{Buf: "fd", Index: i32(r), Value: ir.Float(0)})
 	}
 	c0 := ir.R("c0", ir.I32)
 	kc := func(r int) ir.Expr { return add(c0, i32(r)) }
@@ -146,7 +145,7 @@ func lowerMFMA(p *gpu.MatrixPlan) []ir.Stmt {
 		body = append(body, ks)
 	}
 	for r := 0; r < 4; r++ {
-		body = append(body, &ir.Store{Buf: mm.C, Index: cAt(r), Value: ir.Ld("fd", ir.F32, i32(r))})
+		body = append(body, gpu.FragmentStore(mm, cAt(r), r))
 	}
 	lanes := &ir.For{Var: "lane", Lo: i32(0), Hi: i32(Layer.Lanes), Kind: ir.Lanes, Body: &ir.Block{Stmts: body}}
 	return append(out, &ir.For{Var: "nt", Lo: i32(0), Hi: i32(mm.N / mfmaN), Kind: ir.Spread, Body: &ir.Block{Stmts: []ir.Stmt{lanes}}})
