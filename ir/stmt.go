@@ -203,7 +203,8 @@ type Reduce struct {
 // as IEEE arithmetic does (0·NaN is NaN). The summation order is the
 // target's, but an accumulating matmul adds C once, to the product summed
 // from zero (the interpreter, lower-tiles, the CPU's micro-kernels, the GPU
-// targets' SIMT loops): over a KV sequence C's f32 error then grows with
+// targets' SIMT loops and matrix fragments; not yet the CPU's AMX tiles):
+// over a KV sequence C's f32 error then grows with
 // its tiles, not its positions, which matters when a sequence repeats the
 // same terms (one page named many times), whose roundings do not cancel.
 //
