@@ -82,6 +82,7 @@ func repeatedPage(t *testing.T, rc repeatCase) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				defer s.Close()
 				run(t, s)
 				return
 			}
@@ -95,7 +96,7 @@ func repeatedPage(t *testing.T, rc repeatCase) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer s.Lib.Close()
+			defer s.Close()
 			if !*levelsAll {
 				run(t, s)
 				return
@@ -111,7 +112,7 @@ func repeatedPage(t *testing.T, rc repeatCase) {
 					continue
 				}
 				t.Run(level, func(t *testing.T) { run(t, ls) })
-				ls.Lib.Close()
+				ls.Close()
 			}
 		})
 	}
