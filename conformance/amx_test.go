@@ -360,3 +360,40 @@ func TestAMXExamplesEmulated(t *testing.T) {
 		})
 	}
 }
+
+// TestAMXRepeatedPageEmulated is TestRepeatedPage's prefill at
+// x86-64-amx under the AMX emulator (64 query rows: two 32-row blocks
+// of the tiles): bf16 over 4096 positions of one 4-position page, and
+// f16 (cpu.AMXHalfProducts on: Q·Kᵀ and P·V as split products) over
+// 1024. While the tiles started from the running output (rt.amx_mm32's
+// acc loaded C's block), P·V chained every tile step of the sequence into
+// it: bf16 18.7–41.3 units of 2^-24 mag beyond rounding with these seeds,
+// f16 17.6–19 — past reference.HalfAllowance's 16, outputs rounded the
+// other way. Summed from zero and added once per call, the error is that
+// of the other levels (at most 11 and 5.5 units here). Emulated only: not
+// a run on AMX hardware.
+func TestAMXRepeatedPageEmulated(t *testing.T) {
+	needTools(t)
+	defer cpu.AMXHalfProducts(true)()
+	for _, c := range []repeatCase{
+		{d: 64, dtype: "bf16", n: 4096, seeds: []int64{2, 3, 4}},
+		{d: 64, dtype: "f16", n: 1024, seeds: []int64{1, 4}},
+	} {
+		t.Run(c.dtype, func(t *testing.T) {
+			v := repeatVariant(t, c)
+			ls := amxEmulated(t, v)
+			defer ls.Lib.Close()
+			for _, seed := range c.seeds {
+				r := ls.RunAttentionCase(ir.RolePrefill, repeatedPageCase(v, seed, 64, c.n), 2)
+				if !r.Pass {
+					t.Errorf("seed %d: %s (%.3g units of 2^-24 mag beyond rounding)", seed, r, r.MagErr)
+					continue
+				}
+				t.Logf("seed %d: %.3g units of 2^-24 mag beyond rounding", seed, r.MagErr)
+			}
+			if dps, err := ls.Lib.Call("amxemu_count_dp"); err != nil || dps == 0 {
+				t.Fatalf("no TDPBF16PS ran (%v): the x86-64-amx clone did not use the tiles", err)
+			}
+		})
+	}
+}

@@ -47,12 +47,28 @@ type repeatCase struct {
 	seeds []int64
 }
 
-func repeatedPage(t *testing.T, rc repeatCase) {
-	v := spec(t, fmt.Sprintf(`variant repeat_%s_d%d { heads qo = 4, kv = 2
+// repeatVariant is TestRepeatedPage's variant for rc: 4/2 heads, head
+// dim rc.d, rc.dtype, page size 4, no mask.
+func repeatVariant(t *testing.T, rc repeatCase) *ir.Variant {
+	return spec(t, fmt.Sprintf(`variant repeat_%s_d%d { heads qo = 4, kv = 2
 	  head_dim %d
 	  dtype %s
 	  cache paged(page_size = 4)
 	  mask none }`, rc.dtype, rc.d, rc.d, rc.dtype))
+}
+
+// repeatedPageCase is seed's case of v with q query rows over one
+// sequence of n positions, every entry of its page table the first.
+func repeatedPageCase(v *ir.Variant, seed int64, q, n int) *reference.Case {
+	c := reference.NewCase(v, rand.New(rand.NewSource(seed)), reference.CaseSpec{QLens: []int{q}, KVLens: []int{n}})
+	for i := range c.Pages[0] {
+		c.Pages[0][i] = c.Pages[0][0]
+	}
+	return c
+}
+
+func repeatedPage(t *testing.T, rc repeatCase) {
+	v := repeatVariant(t, rc)
 	n := rc.n
 	run := func(t *testing.T, s *Suite) {
 		for _, seed := range rc.seeds {
@@ -61,11 +77,7 @@ func repeatedPage(t *testing.T, rc repeatCase) {
 				if role == ir.RoleDecode {
 					q = 1
 				}
-				c := reference.NewCase(v, rand.New(rand.NewSource(seed)), reference.CaseSpec{QLens: []int{q}, KVLens: []int{n}})
-				for i := range c.Pages[0] {
-					c.Pages[0][i] = c.Pages[0][0]
-				}
-				r := s.RunAttentionCase(role, c, 2)
+				r := s.RunAttentionCase(role, repeatedPageCase(v, seed, q, n), 2)
 				if !r.Pass {
 					t.Errorf("%s, seed %d: %s (%.3g units of 2^-24 mag beyond rounding)", role, seed, r, r.MagErr)
 					continue

@@ -1064,8 +1064,8 @@ func valToAny(t Type, v val) any {
 }
 
 // amxMM32 is rt.amx_mm32: each block of the grid, steps of AMXBlockStep
-// into a 32×32 accumulator that starts at zero, or at C's block when acc
-// is nonzero.
+// into a 32×32 accumulator that starts at zero, stored to C's block, or
+// added to it (one f32 addition an element) when acc is nonzero.
 func (f *frame) amxMM32(s *CallStmt) {
 	a, b, c := f.buffer(s.Args[0].(*Ref).Name), f.buffer(s.Args[3].(*Ref).Name), f.buffer(s.Args[6].(*Ref).Name)
 	arg := func(i int) int64 { return int64(f.eval(s.Args[i])) }
@@ -1077,13 +1077,6 @@ func (f *frame) amxMM32(s *CallStmt) {
 			var ap [32][16]uint32
 			var bp [16][32]uint32
 			ao, bo, co := aoff+32*i*lda, boff+32*j, coff+32*i*ldc+32*j
-			if accumulate {
-				for m := range int64(32) {
-					for n := range int64(32) {
-						acc[m][n] = math.Float32frombits(uint32(f.load(c, co+m*ldc+n, F32)))
-					}
-				}
-			}
 			for st := int64(0); st < steps; st++ {
 				for m := range int64(32) {
 					for k := range int64(16) {
@@ -1099,7 +1092,11 @@ func (f *frame) amxMM32(s *CallStmt) {
 			}
 			for m := range int64(32) {
 				for n := range int64(32) {
-					f.store(c, co+m*ldc+n, val(math.Float32bits(acc[m][n])))
+					v := acc[m][n]
+					if accumulate {
+						v += math.Float32frombits(uint32(f.load(c, co+m*ldc+n, F32)))
+					}
+					f.store(c, co+m*ldc+n, val(math.Float32bits(v)))
 				}
 			}
 		}

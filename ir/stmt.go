@@ -202,8 +202,8 @@ type Reduce struct {
 // whose values may hold any bits cannot reach C; a +0 element multiplies
 // as IEEE arithmetic does (0·NaN is NaN). The summation order is the
 // target's, but an accumulating matmul adds C once, to the product summed
-// from zero (the interpreter, lower-tiles, the CPU's micro-kernels, the GPU
-// targets' SIMT loops and matrix fragments; not yet the CPU's AMX tiles):
+// from zero (the interpreter, lower-tiles, the CPU's micro-kernels and AMX
+// tiles, the GPU targets' SIMT loops and matrix fragments):
 // over a KV sequence C's f32 error then grows with
 // its tiles, not its positions, which matters when a sequence repeats the
 // same terms (one page named many times), whose roundings do not cancel.
@@ -411,7 +411,8 @@ type Continue struct{}
 //	rt.amx_mm32(a, aoff, lda, b, boff, ldb, c, coff, ldc, steps, mblocks, nblocks, acc)
 //	                  (CPU, x86-64-amx) an mblocks × nblocks grid of 32×32
 //	                  blocks of C = A·Bᵀ (acc 0) or C += A·Bᵀ (acc 1:
-//	                  the tiles start from C's values) on AMX tiles, under one tile
+//	                  each block's product, summed from zero on the
+//	                  tiles, added to C's once) on AMX tiles, under one tile
 //	                  configuration: a and b are i32 buffers of bf16 pairs
 //	                  (low half the even element), A's row m's pair k at
 //	                  a[aoff + m·lda + k], B's pair row k's column n at

@@ -12,8 +12,9 @@
 # and at x86-64-amx (.ll only). In the second .ll, detect_level says x86-64-amx,
 # amx_permit says yes (as conformance's AMX tests do) and every call of
 # rt.amx_mm32 goes to scripts/amxstub.c, which writes the blocks' bytes as
-# +0 (or adds +0 to them: an accumulating call reads them too, as
-# TILELOADD does; compiled for x86-64-v4, so in 64-byte vectors) and counts the TDPBF16PS the routine would
+# +0 (an accumulating call writes each tile's +0s to a stack block and
+# adds its rows to C's, as the routine does; compiled for x86-64-v4, so in
+# 64-byte vectors) and counts the TDPBF16PS the routine would
 # issue. scripts/prefillcpu.c then times both libraries on one sequence of L tokens, 1 thread, A B B A
 # (the stubbed library's output differs: its products are zeros). The
 # projection adds the counted TDPBF16PS at AMX_TDP_CYCLES cycles each (16:

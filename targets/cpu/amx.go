@@ -76,9 +76,16 @@ func amxTileConfig() [8]uint64 {
 //
 // offsets and strides in elements, steps = K/amxKStep ≥ 1; block (i, j)
 // of the mblocks × nblocks grid is rows 32i.., columns 32j.. (column
-// blocks outer); no block when either count is below 1; returns 0. With
-// acc nonzero the accumulators start from C's block (TILELOADD) instead
-// of zero (TILEZERO): C += A·Bᵀ.
+// blocks outer); no block when either count is below 1; returns 0. The
+// accumulators start from zero (TILEZERO); with acc nonzero each block's
+// product is then added to C's block (C += A·Bᵀ: the four tiles stored
+// to a 1 KiB stack block one at a time, their rows added with one f32
+// addition each) instead of stored over it. Started from C's block
+// (TILELOADD), as they were, the tiles chained every step of every call
+// into C: over a KV sequence that repeats the same terms (a page named
+// many times) that one chain drifted past the conformance bound (f16,
+// one 4-position page named 256 times: 17–19 units of 2^-24 mag,
+// emulated).
 func newAMXBlocks(name string, l Level) *lir.Func {
 	i32p, f32p := types.NewPointer(types.I32), types.NewPointer(types.Float)
 	pa, paoff, plda := lir.NewParam("a", i32p), lir.NewParam("aoff", types.I32), lir.NewParam("lda", types.I32)
@@ -110,7 +117,10 @@ func newAMXBlocks(name string, l Level) *lir.Func {
 	colBlock := f.NewBlock("col_block")
 	rowBlock := f.NewBlock("row_block")
 	loop := f.NewBlock("step")
+	stored := f.NewBlock("steps_done")
+	add := f.NewBlock("add")
 	store := f.NewBlock("store")
+	next := f.NewBlock("row_next")
 	colNext := f.NewBlock("col_next")
 	release := f.NewBlock("release")
 	done := f.NewBlock("done")
@@ -120,6 +130,25 @@ func newAMXBlocks(name string, l Level) *lir.Func {
 	cfg := entry.NewAlloca(types.NewArray(8, types.I64))
 	cfg.Align = 64
 	cfg.SetName("tilecfg")
+	// The block an accumulating call stores a tile to: 16 rows of 16 f32.
+	vec := types.NewVector(16, types.Float)
+	sum := entry.NewAlloca(types.NewArray(16, vec))
+	sum.Align = 64
+	sum.SetName("tilesum")
+	sum8 := entry.NewBitCast(sum, i8p)
+	// addRows adds the stack block's rows to the 16 rows of C at cq
+	// (bytes, rows ldc apart), each with one f32 addition.
+	var ldc value.Value
+	addRows := func(b *lir.Block, cq value.Value) {
+		for r := range int64(16) {
+			row := b.NewBitCast(b.NewGetElementPtr(types.I8, cq, b.NewMul(ldc, i64c(r))), types.NewPointer(vec))
+			c := b.NewLoad(vec, row)
+			c.Align = 4
+			t := b.NewLoad(vec, b.NewGetElementPtr(sum.ElemType, sum, i64c(0), i64c(r)))
+			t.Align = 64
+			b.NewStore(b.NewFAdd(c, t), row).Align = 4
+		}
+	}
 	mblocks, nblocks := entry.NewSExt(pmb, types.I64), entry.NewSExt(pnb, types.I64)
 	any := entry.NewAnd(entry.NewICmp(enum.IPredSGT, mblocks, i64c(0)), entry.NewICmp(enum.IPredSGT, nblocks, i64c(0)))
 	entry.NewCondBr(any, config, done)
@@ -135,7 +164,8 @@ func newAMXBlocks(name string, l Level) *lir.Func {
 	}
 	stride := func(b *lir.Block, ld value.Value) value.Value { return b.NewMul(b.NewSExt(ld, types.I64), i64c(4)) }
 	aBase, bBase, cBase := bytes(config, pa, paoff), bytes(config, pb, pboff), bytes(config, pc, pcoff)
-	lda, ldb, ldc := stride(config, plda), stride(config, pldb), stride(config, pldc)
+	lda, ldb := stride(config, plda), stride(config, pldb)
+	ldc = stride(config, pldc)
 	a16 := config.NewMul(lda, i64c(16)) // A's row 16
 	b16 := config.NewMul(ldb, i64c(16)) // B's pair row 16
 	c16 := config.NewMul(ldc, i64c(16)) // C's row 16
@@ -148,21 +178,14 @@ func newAMXBlocks(name string, l Level) *lir.Func {
 	cCol := colBlock.NewGetElementPtr(types.I8, cBase, colBlock.NewMul(j, i64c(128)))
 	colBlock.NewBr(rowBlock)
 
-	// Row block i: A's and C's rows 32i..; its accumulators start at 0,
-	// or at C's block with acc.
+	// Row block i: A's and C's rows 32i..; its accumulators start at 0.
 	i := phi(rowBlock, "i", colBlock)
 	aRow := rowBlock.NewGetElementPtr(types.I8, aBase, rowBlock.NewMul(i, rowBlock.NewMul(a16, i64c(2))))
 	cBlk := rowBlock.NewGetElementPtr(types.I8, cCol, rowBlock.NewMul(i, rowBlock.NewMul(c16, i64c(2))))
 	c01 := rowBlock.NewGetElementPtr(types.I8, cBlk, i64c(64))
 	c10 := rowBlock.NewGetElementPtr(types.I8, cBlk, c16)
 	c11 := rowBlock.NewGetElementPtr(types.I8, c10, i64c(64))
-	// One asm statement picks TILELOADD or TILEZERO (a branch in IR let
-	// LLVM duplicate the step loop for each way in).
-	rowBlock.NewCall(asm("test $5, $5\n\tjz 1f\n\t"+
-		"tileloadd ($0,$4,1), %tmm0\n\ttileloadd ($1,$4,1), %tmm1\n\t"+
-		"tileloadd ($2,$4,1), %tmm2\n\ttileloadd ($3,$4,1), %tmm3\n\tjmp 2f\n"+
-		"1:\n\ttilezero %tmm0\n\ttilezero %tmm1\n\ttilezero %tmm2\n\ttilezero %tmm3\n2:",
-		"r,r,r,r,r,r,", i8p, i8p, i8p, i8p, types.I64, types.I32), cBlk, c01, c10, c11, ldc, pacc)
+	rowBlock.NewCall(asm("tilezero %tmm0\n\ttilezero %tmm1\n\ttilezero %tmm2\n\ttilezero %tmm3", ""))
 	rowBlock.NewBr(loop)
 
 	// Step s reads A's pairs 16s..16s+15 (bytes 64s of each row) and B's
@@ -179,14 +202,32 @@ func newAMXBlocks(name string, l Level) *lir.Func {
 		"r,r,r,r,r,r,", i8p, types.I64, i8p, i8p, types.I64, i8p), a0, lda, a1, b0, ldb, b1)
 	sNext := loop.NewAdd(s, i64c(1))
 	s.Incs = append(s.Incs, lir.NewIncoming(sNext, loop))
-	loop.NewCondBr(loop.NewICmp(enum.IPredSLT, sNext, steps), loop, store)
+	loop.NewCondBr(loop.NewICmp(enum.IPredSLT, sNext, steps), loop, stored)
 
+	// Without acc the tiles are C's block; with it each tile goes to the
+	// stack block and its 16 rows are added to C's. acc passes through an
+	// empty asm statement here, so that LLVM does not see it as loop
+	// invariant and unswitch the loops on it (one step loop each way).
+	opaque := lir.NewInlineAsm(types.NewPointer(types.NewFunc(types.I32, types.I32)), "", "=r,0")
+	opaque.SideEffect = true
+	accHere := stored.NewCall(opaque, pacc)
+	stored.NewCondBr(stored.NewICmp(enum.IPredNE, accHere, constant.NewInt(types.I32, 0)), add, store)
+	add.NewCall(asm("tilestored %tmm0, ($0,$1,1)", "r,r,", i8p, types.I64), sum8, i64c(64))
+	addRows(add, cBlk)
+	add.NewCall(asm("tilestored %tmm1, ($0,$1,1)", "r,r,", i8p, types.I64), sum8, i64c(64))
+	addRows(add, c01)
+	add.NewCall(asm("tilestored %tmm2, ($0,$1,1)", "r,r,", i8p, types.I64), sum8, i64c(64))
+	addRows(add, c10)
+	add.NewCall(asm("tilestored %tmm3, ($0,$1,1)", "r,r,", i8p, types.I64), sum8, i64c(64))
+	addRows(add, c11)
+	add.NewBr(next)
 	store.NewCall(asm("tilestored %tmm0, ($0,$4,1)\n\ttilestored %tmm1, ($1,$4,1)\n\t"+
 		"tilestored %tmm2, ($2,$4,1)\n\ttilestored %tmm3, ($3,$4,1)",
 		"r,r,r,r,r,", i8p, i8p, i8p, i8p, types.I64), cBlk, c01, c10, c11, ldc)
-	iNext := store.NewAdd(i, i64c(1))
-	i.Incs = append(i.Incs, lir.NewIncoming(iNext, store))
-	store.NewCondBr(store.NewICmp(enum.IPredSLT, iNext, mblocks), rowBlock, colNext)
+	store.NewBr(next)
+	iNext := next.NewAdd(i, i64c(1))
+	i.Incs = append(i.Incs, lir.NewIncoming(iNext, next))
+	next.NewCondBr(next.NewICmp(enum.IPredSLT, iNext, mblocks), rowBlock, colNext)
 
 	jNext := colNext.NewAdd(j, i64c(1))
 	j.Incs = append(j.Incs, lir.NewIncoming(jNext, colNext))

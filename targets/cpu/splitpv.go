@@ -316,10 +316,11 @@ func splitProduct(mm *ir.MatMul, p splitPlan, nm splitNames, src string, srcElem
 	var pairs []ir.Stmt
 	switch {
 	case splitAccumulates(mm, p, l):
-		// The tiles start from C's rows, each first multiplied by
-		// scale[row] unless that is 1 (the softmax's rescale: 1 for the
-		// rows whose max the tile left alone, most of them once a row
-		// has seen a few tiles).
+		// C's rows, each first multiplied by scale[row] unless that is
+		// 1 (the softmax's rescale: 1 for the rows whose max the tile
+		// left alone, most of them once a row has seen a few tiles),
+		// then the tiles' product, summed from zero, added to them
+		// (rt.amx_mm32's acc).
 		prod.Accumulate = true
 		if scale != "" {
 			pairs = append(pairs, rescaleRows(mm, scale, L))
