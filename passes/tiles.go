@@ -62,11 +62,12 @@ func MatMulLoopsOf(mm *ir.MatMul, aElem, bElem ir.Type, order DotOrder, dotKind 
 		// accumulates, on a row mm_row started from zero and added to C
 		// once per row: as for the dot products below, C's sum over a KV
 		// sequence is then one addition per call, not one per product.
+		// mm_row is declared in the row loop's body, so two such
+		// matmuls in one block do not declare it twice.
 		var out []ir.Stmt
 		dst, dstAt := mm.C, ir.Expr(cAt)
 		if mm.Accumulate {
 			dst, dstAt = "mm_row", n
-			out = append(out, &ir.Alloc{Name: dst, T: ir.F32, Size: mm.N})
 		} else {
 			out = append(out, loop("mm_m", mm.MExt, ir.Spread, loop("mm_n", mm.NExt, ir.Spread,
 				&ir.Store{Buf: mm.C, Index: cAt, Value: ir.Float(0)})))
@@ -84,6 +85,7 @@ func MatMulLoopsOf(mm *ir.MatMul, aElem, bElem ir.Type, order DotOrder, dotKind 
 			return append(out, loop("mm_m", mm.MExt, ir.Spread, updates))
 		}
 		return append(out, loop("mm_m", mm.MExt, ir.Spread,
+			&ir.Alloc{Name: dst, T: ir.F32, Size: mm.N},
 			loop("mm_n", mm.NExt, ir.Spread, &ir.Store{Buf: dst, Index: dstAt, Value: ir.Float(0)}),
 			updates,
 			loop("mm_n", mm.NExt, ir.Spread, &ir.Store{Buf: mm.C, Index: cAt,
