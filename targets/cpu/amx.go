@@ -136,19 +136,6 @@ func newAMXBlocks(name string, l Level) *lir.Func {
 	sum.Align = 64
 	sum.SetName("tilesum")
 	sum8 := entry.NewBitCast(sum, i8p)
-	// addRows adds the stack block's rows to the 16 rows of C at cq
-	// (bytes, rows ldc apart), each with one f32 addition.
-	var ldc value.Value
-	addRows := func(b *lir.Block, cq value.Value) {
-		for r := range int64(16) {
-			row := b.NewBitCast(b.NewGetElementPtr(types.I8, cq, b.NewMul(ldc, i64c(r))), types.NewPointer(vec))
-			c := b.NewLoad(vec, row)
-			c.Align = 4
-			t := b.NewLoad(vec, b.NewGetElementPtr(sum.ElemType, sum, i64c(0), i64c(r)))
-			t.Align = 64
-			b.NewStore(b.NewFAdd(c, t), row).Align = 4
-		}
-	}
 	mblocks, nblocks := entry.NewSExt(pmb, types.I64), entry.NewSExt(pnb, types.I64)
 	any := entry.NewAnd(entry.NewICmp(enum.IPredSGT, mblocks, i64c(0)), entry.NewICmp(enum.IPredSGT, nblocks, i64c(0)))
 	entry.NewCondBr(any, config, done)
@@ -164,8 +151,7 @@ func newAMXBlocks(name string, l Level) *lir.Func {
 	}
 	stride := func(b *lir.Block, ld value.Value) value.Value { return b.NewMul(b.NewSExt(ld, types.I64), i64c(4)) }
 	aBase, bBase, cBase := bytes(config, pa, paoff), bytes(config, pb, pboff), bytes(config, pc, pcoff)
-	lda, ldb := stride(config, plda), stride(config, pldb)
-	ldc = stride(config, pldc)
+	lda, ldb, ldc := stride(config, plda), stride(config, pldb), stride(config, pldc)
 	a16 := config.NewMul(lda, i64c(16)) // A's row 16
 	b16 := config.NewMul(ldb, i64c(16)) // B's pair row 16
 	c16 := config.NewMul(ldc, i64c(16)) // C's row 16
@@ -204,6 +190,18 @@ func newAMXBlocks(name string, l Level) *lir.Func {
 	s.Incs = append(s.Incs, lir.NewIncoming(sNext, loop))
 	loop.NewCondBr(loop.NewICmp(enum.IPredSLT, sNext, steps), loop, stored)
 
+	// addRows adds the stack block's rows to the 16 rows of C at cq
+	// (bytes, rows ldc apart), each with one f32 addition.
+	addRows := func(b *lir.Block, cq value.Value) {
+		for r := range int64(16) {
+			row := b.NewBitCast(b.NewGetElementPtr(types.I8, cq, b.NewMul(ldc, i64c(r))), types.NewPointer(vec))
+			c := b.NewLoad(vec, row)
+			c.Align = 4
+			t := b.NewLoad(vec, b.NewGetElementPtr(sum.ElemType, sum, i64c(0), i64c(r)))
+			t.Align = 64
+			b.NewStore(b.NewFAdd(c, t), row).Align = 4
+		}
+	}
 	// Without acc the tiles are C's block; with it each tile goes to the
 	// stack block and its 16 rows are added to C's. acc passes through an
 	// empty asm statement here, so that LLVM does not see it as loop
