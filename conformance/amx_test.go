@@ -361,18 +361,20 @@ func TestAMXExamplesEmulated(t *testing.T) {
 	}
 }
 
-// TestAMXRepeatedPageEmulated is TestRepeatedPage's prefill at
-// x86-64-amx under the AMX emulator (64 query rows: two 32-row blocks
-// of the tiles): bf16 over 4096 positions of one 4-position page, and
-// f16 (cpu.AMXHalfProducts on: Q·Kᵀ and P·V as split products) over
-// 1024. While the tiles started from the running output (rt.amx_mm32's
-// acc loaded C's block), P·V chained every tile step of the sequence into
-// it: bf16 18.7–41.3 units of 2^-24 mag beyond rounding with these seeds,
-// f16 17.6–19 — past reference.HalfAllowance's 16, outputs rounded the
-// other way. Summed from zero and added once per call, the error is that
-// of the other levels (at most 11 and 5.5 units here). Emulated only: not
-// a run on AMX hardware.
-func TestAMXRepeatedPageEmulated(t *testing.T) {
+// TestAMXRepeatedPage is TestRepeatedPage's prefill at x86-64-amx (64
+// query rows: two 32-row blocks of the tiles): bf16 over 4096 positions
+// of one 4-position page, and f16 (cpu.AMXHalfProducts on: Q·Kᵀ and P·V
+// as split products) over 1024 — on the tiles in hardware where the CPU
+// has AMX (scripts/amx-check.sh runs it there), else under the AMX
+// emulator. While the tiles started from the running output
+// (rt.amx_mm32's acc loaded C's block), P·V chained every tile step of
+// the sequence into it: emulated, bf16 18.7–41.3 units of 2^-24 mag
+// beyond rounding with these seeds, f16 17.6–19 — past
+// reference.HalfAllowance's 16, outputs rounded the other way (with 4
+// query rows, as TestRepeatedPage has, the old chain still passed).
+// Summed from zero and added once per call, the error is that of the
+// other levels (at most 11 and 5.5 units here, emulated).
+func TestAMXRepeatedPage(t *testing.T) {
 	needTools(t)
 	defer cpu.AMXHalfProducts(true)()
 	for _, c := range []repeatCase{
@@ -381,19 +383,38 @@ func TestAMXRepeatedPageEmulated(t *testing.T) {
 	} {
 		t.Run(c.dtype, func(t *testing.T) {
 			v := repeatVariant(t, c)
-			ls := amxEmulated(t, v)
-			defer ls.Lib.Close()
-			for _, seed := range c.seeds {
-				r := ls.RunAttentionCase(ir.RolePrefill, repeatedPageCase(v, seed, 64, c.n), 2)
-				if !r.Pass {
-					t.Errorf("seed %d: %s (%.3g units of 2^-24 mag beyond rounding)", seed, r, r.MagErr)
-					continue
+			run := func(t *testing.T, ls *Suite) {
+				for _, seed := range c.seeds {
+					r := ls.RunAttentionCase(ir.RolePrefill, repeatedPageCase(v, seed, 64, c.n), 2)
+					if !r.Pass {
+						t.Errorf("seed %d: %s (%.3g units of 2^-24 mag beyond rounding)", seed, r, r.MagErr)
+						continue
+					}
+					t.Logf("seed %d: %.3g units of 2^-24 mag beyond rounding", seed, r.MagErr)
 				}
-				t.Logf("seed %d: %.3g units of 2^-24 mag beyond rounding", seed, r.MagErr)
 			}
-			if dps, err := ls.Lib.Call("amxemu_count_dp"); err != nil || dps == 0 {
-				t.Fatalf("no TDPBF16PS ran (%v): the x86-64-amx clone did not use the tiles", err)
-			}
+			t.Run("hardware", func(t *testing.T) {
+				s, err := Build(v, t.TempDir())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				ls, err := s.AtLevel("x86-64-amx")
+				if err != nil {
+					t.Logf("level x86-64-amx not run: %v", err)
+					return
+				}
+				defer ls.Close()
+				run(t, ls)
+			})
+			t.Run("emulated", func(t *testing.T) {
+				ls := amxEmulated(t, v)
+				defer ls.Lib.Close()
+				run(t, ls)
+				if dps, err := ls.Lib.Call("amxemu_count_dp"); err != nil || dps == 0 {
+					t.Fatalf("no TDPBF16PS ran (%v): the x86-64-amx clone did not use the tiles", err)
+				}
+			})
 		})
 	}
 }

@@ -22,11 +22,11 @@ var serialTests = map[string]string{
 	// last one installed takes every library's tile instructions (with
 	// its own per-thread tile state), so these load one library at a time
 	// and run while no other test does.
-	"TestAMXPrefillEmulated":      amxEmulatorSerial,
-	"TestAMXPrefillF16Emulated":   amxEmulatorSerial + "; it also turns cpu.AMXHalfProducts, a process-wide switch, on while it builds",
-	"TestAMXGroupsEmulated":       amxEmulatorSerial,
-	"TestAMXExamplesEmulated":     amxEmulatorSerial,
-	"TestAMXRepeatedPageEmulated": amxEmulatorSerial + "; it also turns cpu.AMXHalfProducts on",
+	"TestAMXPrefillEmulated":    amxEmulatorSerial,
+	"TestAMXPrefillF16Emulated": amxEmulatorSerial + "; it also turns cpu.AMXHalfProducts, a process-wide switch, on while it builds",
+	"TestAMXGroupsEmulated":     amxEmulatorSerial,
+	"TestAMXExamplesEmulated":   amxEmulatorSerial,
+	"TestAMXRepeatedPage":       amxEmulatorSerial + "; it also turns cpu.AMXHalfProducts on",
 }
 
 const amxEmulatorSerial = "loads libraries with the AMX emulator's SIGILL handler"

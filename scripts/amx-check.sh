@@ -30,8 +30,9 @@
 #      instead);
 #   2. conformance's TestKernelMatrix over the bf16 variants at every level
 #      (-levels.all -matrix.dtypes bf16: x86-64-amx clones only bf16
-#      kernels) and TestBF16DenormalOperands (TDPBF16PS reads denormals as
-#      zero: the rule must still hold);
+#      kernels), TestBF16DenormalOperands (TDPBF16PS reads denormals as
+#      zero: the rule must still hold) and TestAMXRepeatedPage (one page
+#      named hundreds of times: the tiles' sums must not drift);
 #   3. attnc bench, 2 threads, prefill bf16, f16 and f32 at the detected
 #      level (x86-64-amx for bf16), then bf16 forced to x86-64-v4, the
 #      level such a CPU ran before: issue 25's table (prefill against the
@@ -61,7 +62,7 @@ case $dir in /*) ;; *) dir=$root/$dir ;; esac
 levels=x86-64,x86-64-v3,x86-64-v4,x86-64-v4-bf16,x86-64-amx
 step_cpu() { (cd "$root/targets/cpu" && "$1/cpu.test" -test.run '^TestAMXBlockInProcess$' -test.v -test.timeout 10m); }
 step_matrix() {
-	(cd "$root/conformance" && "$1/conformance.test" -test.run '^(TestKernelMatrix|TestBF16DenormalOperands)$' \
+	(cd "$root/conformance" && "$1/conformance.test" -test.run '^(TestKernelMatrix|TestBF16DenormalOperands|TestAMXRepeatedPage)$' \
 		-levels.all -matrix.dtypes bf16 -test.v -test.timeout 20m)
 }
 step_bench() {
