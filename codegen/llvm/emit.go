@@ -108,6 +108,15 @@ func (b *Builder) Module() *lir.Module { return b.e.mod }
 // IR is the kernel-IR module being printed.
 func (b *Builder) IR() *ir.Module { return b.e.m }
 
+// KernelFunc is the function of kernel name (built before the runtime is
+// defined), or nil when the module has no such kernel.
+func (b *Builder) KernelFunc(name string) *lir.Func {
+	if kf := b.e.byName[name]; kf != nil {
+		return kf.fn
+	}
+	return nil
+}
+
 // Prefix is the module's symbol prefix (its name when it has none).
 func (b *Builder) Prefix() string { return b.e.prefix }
 

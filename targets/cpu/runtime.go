@@ -113,6 +113,9 @@ func (e *runtimeEmitter) Declare(b *llvmgen.Builder) {
 		e.reserve(n)
 	}
 	e.declareRuntime()
+	for _, k := range publicEntries(b.IR()) {
+		e.reserve(fpEnvInner(k.Name))
+	}
 }
 
 // runtimeDecls are the external functions the runtime calls besides the
@@ -148,7 +151,7 @@ func (e *runtimeEmitter) Define(*llvmgen.Builder) []*lir.Func {
 	if e.fpDAZ != nil {
 		fs = append(fs, e.fpDAZ)
 	}
-	return fs
+	return append(fs, e.wrapEntries()...)
 }
 
 func (e *runtimeEmitter) reserve(name string) { e.b.Reserve(name) }
