@@ -450,7 +450,7 @@ func TestAMXCheckRunFlow(t *testing.T) {
 	levels := "--cpu-levels x86-64,x86-64-v3,x86-64-v4,x86-64-v4-bf16,x86-64-amx"
 	for _, want := range []string{
 		"cpu.test in cpu: -test.run ^TestAMXBlockInProcess$ -test.v -test.timeout 10m | replay=0123.o ci=true level=\n",
-		"conformance.test in conformance: -test.run ^(TestKernelMatrix|TestBF16DenormalOperands)$ -levels.all -matrix.dtypes bf16 -test.v -test.timeout 20m | replay=0123.o ci=true level=\n",
+		"conformance.test in conformance: -test.run ^(TestKernelMatrix|TestBF16DenormalOperands|TestAMXRepeatedPage)$ -levels.all -matrix.dtypes bf16 -test.v -test.timeout 20m | replay=0123.o ci=true level=\n",
 		"attnc in ", ": bench --threads 2 " + levels + " --decode f32,f16,bf16,f16/i8 --prefill bf16,f16,f32 --seconds 1 | replay=0123.o ci=true level=\n",
 		": bench --threads 2 " + levels + " --decode  --prefill bf16 --seconds 1 | replay=0123.o ci=true level=x86-64-v4\n",
 	} {
