@@ -3,7 +3,8 @@ package cpu
 import "github.com/attnc/attnc/ir"
 
 // FrameAllowance is the stack a call needs beyond its local arrays: the
-// register spills and call frames of the kernel, of the runtime
+// register spills and call frames of the kernel (the entry's
+// floating-point wrapper, wrapEntries, included), of the runtime
 // (parallel_for, the worker) and of libc (malloc, pthread_create, sysconf).
 // The conformance tests run every example's entries on a thread with
 // exactly StackBytes of stack, so an allowance that is too small fails
