@@ -143,9 +143,11 @@ func outputsVisible(o []float64) bool {
 // and checks every output bit for bit against the same call in the default
 // environment (Result.Digest), and against the reference. The kernels set
 // the default themselves (targets/cpu's entry wrappers): before, DAZ read
-// those V values as zero (bf16's outputs then failed the reference), the
-// rounding modes changed the sums' bits, and an unmasked invalid operation
-// trapped (SIGFPE) on the softmax of hidden positions.
+// those V values as zero (bf16's outputs 127 ulp off), a later call in
+// the default environment came out 17 ulp off (the workers the first call
+// started kept its DAZ), the rounding modes changed the sums' bits, and an
+// unmasked invalid operation trapped (SIGFPE) on the softmax of hidden
+// positions.
 func TestCallerFPEnvironment(t *testing.T) {
 	t.Parallel()
 	needTools(t)
