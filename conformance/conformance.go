@@ -95,8 +95,9 @@ type Suite struct {
 	// this many bytes (the caller's stack a kernel may use).
 	Stack int
 	// FPEnv, when not 0, runs every entry call with the calling thread's
-	// floating-point control (x86-64: MXCSR) set to it
-	// (cpurt.Lib.CallFPEnv); the library's workers started in such a call
+	// floating-point control register set to it (x86-64: MXCSR, through
+	// cpurt.Lib.CallFPEnv; aarch64: FPCR, in the runner, through
+	// cpurt.Remote.CallFPEnv); threads the library starts in such a call
 	// inherit it.
 	FPEnv uint32
 	// Lowered and Final are the module before and after the passes.

@@ -134,94 +134,112 @@ func outputsVisible(o []float64) bool {
 }
 
 // TestCallerFPEnvironment runs prefill and decode of an f32 and a bf16
-// variant (GQA, causal, page 16) at the host's level and at x86-64, 2
-// threads, with the calling thread's MXCSR in environments other than the
-// default — DAZ and FTZ (the first call of each library, which starts its
-// workers), each rounding mode other than nearest, the invalid,
-// divide-by-zero and overflow exceptions unmasked — over V values below
-// f32's normal range (bf16's subnormals, and f32's: outputs made of them),
-// and checks every output bit for bit against the same call in the default
-// environment (Result.Digest), and against the reference. The kernels set
-// the default themselves (targets/cpu's entry wrappers): before, DAZ read
-// those V values as zero (bf16's outputs 127 ulp off), a later call in
-// the default environment came out 17 ulp off (the workers the first call
-// started kept its DAZ), the rounding modes changed the sums' bits, and an
-// unmasked invalid operation trapped (SIGFPE) on the softmax of hidden
-// positions.
+// variant (GQA, causal, page 16), 2 threads, with the calling thread's
+// floating-point control register in environments other than the default
+// — on x86-64 at the host's level and at x86-64, MXCSR at DAZ and FTZ (the
+// first call of each library, which starts its workers), each rounding
+// mode other than nearest, the invalid, divide-by-zero and overflow
+// exceptions unmasked; on aarch64 (under qemu, -aarch64.all) FPCR at FZ
+// (first), FZ with default NaNs, each other rounding mode — over V values
+// below f32's normal range (bf16's subnormals, and f32's: outputs made of
+// them), and checks every output bit for bit against the same call in the
+// default environment (Result.Digest), and against the reference. The
+// kernels set the default themselves (targets/cpu's entry wrappers):
+// before, on x86-64, DAZ read those V values as zero (bf16's outputs 127
+// ulp off), a later call in the default environment came out 17 ulp off
+// (the workers the first call started kept its DAZ), the rounding modes
+// changed the sums' bits, and an unmasked invalid operation trapped
+// (SIGFPE) on the softmax of hidden positions.
 func TestCallerFPEnvironment(t *testing.T) {
 	t.Parallel()
 	needTools(t)
-	if runtime.GOARCH != "amd64" {
-		t.Skip("MXCSR is x86-64's")
-	}
-	envs := []struct {
+	type fpEnv struct {
 		name string
 		csr  uint32
-	}{
+	}
+	x86Envs := []fpEnv{
 		{"DAZ and FTZ", cpurt.MXCSRFlushDenormals},
 		{"round down", 0x1f80 | 1<<13},
 		{"round up", 0x1f80 | 2<<13},
 		{"round toward zero", 0x1f80 | 3<<13},
 		{"invalid, divide-by-zero and overflow unmasked", 0x1f80 &^ (1<<7 | 1<<9 | 1<<10)},
 	}
+	armEnvs := []fpEnv{
+		{"FZ", 1 << 24},
+		{"FZ and default NaN", 1<<24 | 1<<25},
+		{"round up", 1 << 22},
+		{"round down", 2 << 22},
+		{"round toward zero", 3 << 22},
+	}
 	for _, dt := range []string{"f32", "bf16"} {
+		v := spec(t, fmt.Sprintf(`variant fpenv_%s { heads qo = 8, kv = 2
+		  head_dim 64
+		  dtype %s
+		  cache paged(page_size = 16)
+		  mask causal }`, dt, dt))
+		// V below 2^-126: bf16's subnormals (down to 2^-133), or f32's
+		// (down to 2^-149), with random signs and mantissas.
+		low := map[string]int{"f32": -149, "bf16": -133}[dt]
+		mk := func(seed int64, qlens []int) *reference.Case {
+			rng := rand.New(rand.NewSource(seed))
+			c := reference.NewCase(v, rng, reference.CaseSpec{QLens: qlens, KVLens: []int{150, 77, 64}})
+			for i := range c.VPages {
+				x := math.Ldexp(1+rng.Float64(), low+rng.Intn(-126-low))
+				if rng.Intn(2) == 0 {
+					x = -x
+				}
+				c.VPages[i] = reference.Round(v.DType, float32(x))
+			}
+			return c
+		}
+		check := func(t *testing.T, s *Suite, envs []fpEnv) {
+			for _, role := range []ir.Role{ir.RolePrefill, ir.RoleDecode} {
+				c := mk(11, []int{37, 1, 64})
+				if role == ir.RoleDecode {
+					c = mk(12, []int{1, 1, 1})
+				}
+				got := map[string]Result{}
+				for _, env := range envs {
+					s.FPEnv = env.csr
+					got[env.name] = s.RunAttentionCase(role, c, 2)
+				}
+				s.FPEnv = 0
+				want := s.RunAttentionCase(role, c, 2)
+				if !want.Pass {
+					t.Errorf("%s at %s, default environment: %s", role, s.Level, want)
+				}
+				for _, env := range envs {
+					r := got[env.name]
+					if !r.Pass || r.Digest != want.Digest {
+						t.Errorf("%s at %s, %s (%#x): digest %#x, default %#x: %s", role, s.Level, env.name, env.csr, r.Digest, want.Digest, r)
+					}
+				}
+			}
+		}
 		t.Run(dt, func(t *testing.T) {
 			t.Parallel()
-			v := spec(t, fmt.Sprintf(`variant fpenv_%s { heads qo = 8, kv = 2
-			  head_dim 64
-			  dtype %s
-			  cache paged(page_size = 16)
-			  mask causal }`, dt, dt))
+			if runtime.GOARCH != "amd64" {
+				t.Skip("MXCSR is x86-64's")
+			}
 			all, err := BuildWith(v, t.TempDir(), Options{CPULevels: []string{"x86-64", cpu.HostLevel}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer all.Lib.Close()
-			// V below 2^-126: bf16's subnormals (down to 2^-133), or
-			// f32's (down to 2^-149), with random signs and mantissas.
-			low := map[string]int{"f32": -149, "bf16": -133}[dt]
-			mk := func(seed int64, qlens []int) *reference.Case {
-				rng := rand.New(rand.NewSource(seed))
-				c := reference.NewCase(v, rng, reference.CaseSpec{QLens: qlens, KVLens: []int{150, 77, 64}})
-				for i := range c.VPages {
-					x := math.Ldexp(1+rng.Float64(), low+rng.Intn(-126-low))
-					if rng.Intn(2) == 0 {
-						x = -x
-					}
-					c.VPages[i] = reference.Round(v.DType, float32(x))
-				}
-				return c
-			}
 			base, err := all.AtLevel("x86-64")
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer base.Lib.Close()
-			for _, s := range []*Suite{all, base} {
-				level := s.Level
-				for _, role := range []ir.Role{ir.RolePrefill, ir.RoleDecode} {
-					dc := mk(11, []int{37, 1, 64})
-					if role == ir.RoleDecode {
-						dc = mk(12, []int{1, 1, 1})
-					}
-					got := map[string]Result{}
-					for _, env := range envs {
-						s.FPEnv = env.csr
-						got[env.name] = s.RunAttentionCase(role, dc, 2)
-					}
-					s.FPEnv = 0
-					want := s.RunAttentionCase(role, dc, 2)
-					if !want.Pass {
-						t.Errorf("%s at %s, default environment: %s", role, level, want)
-					}
-					for _, env := range envs {
-						r := got[env.name]
-						if !r.Pass || r.Digest != want.Digest {
-							t.Errorf("%s at %s, %s (MXCSR %#x): digest %#x, default %#x: %s", role, level, env.name, env.csr, r.Digest, want.Digest, r)
-						}
-					}
-				}
+			check(t, all, x86Envs)
+			check(t, base, x86Envs)
+		})
+		t.Run(dt+"_aarch64", func(t *testing.T) {
+			t.Parallel()
+			if !*aarch64All {
+				t.Skip("aarch64 under qemu runs with -aarch64.all (CI's long pass)")
 			}
+			check(t, buildAArch64(t, v), armEnvs)
 		})
 	}
 }

@@ -244,7 +244,8 @@ func (r *Remote) Free(addr int64) error {
 	return r.request(fmt.Sprintf("free(%#x)", addr), u64([]byte{'F'}, uint64(addr)))
 }
 
-// call sends a call request of kind 0 (int32_t), 1 (void) or 2 (const char *).
+// call sends a call request of kind 0 (int32_t), 1 (void), 2 (const char *)
+// or 3 (int32_t, args[0] the floating-point control register to call in).
 func (r *Remote) call(kind byte, sym string, args []int64) error {
 	if len(args) > MaxArgs {
 		return fmt.Errorf("cpurt: %s: %d arguments, at most %d", sym, len(args), MaxArgs)
@@ -267,7 +268,26 @@ func (r *Remote) call(kind byte, sym string, args []int64) error {
 func (r *Remote) Call(sym string, args ...int64) (int32, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := r.call(0, sym, args); err != nil {
+	return r.callInt(0, sym, args)
+}
+
+// CallFPEnv is Call with the runner thread's floating-point control
+// register (aarch64: FPCR) set to env for the call and restored after;
+// threads the library starts during the call inherit env. An error where
+// the runner is not aarch64's.
+func (r *Remote) CallFPEnv(sym string, env uint32, args ...int64) (int32, error) {
+	if len(args) >= MaxArgs {
+		return 0, fmt.Errorf("cpurt: %s: %d arguments, at most %d with an environment", sym, len(args), MaxArgs-1)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.callInt(3, sym, append([]int64{int64(env)}, args...))
+}
+
+// callInt sends an int32_t call request of kind 0 or 3 and reads its
+// result.
+func (r *Remote) callInt(kind byte, sym string, args []int64) (int32, error) {
+	if err := r.call(kind, sym, args); err != nil {
 		return 0, err
 	}
 	var v [4]byte

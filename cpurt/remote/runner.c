@@ -186,6 +186,24 @@ static void do_call(void *lib) {
                a[12], a[13], a[14], a[15], a[16], a[17], a[18], a[19], a[20], a[21], a[22], a[23]);
     ok();
     break;
+  case 3: {
+    /* An int32_t function called with the thread's floating-point control
+       register set to a[0] (aarch64: FPCR), its arguments a[1..], the
+       register restored after. */
+#if defined(__aarch64__)
+    uint64_t save, env = (uint64_t)a[0];
+    __asm__ volatile("mrs %0, fpcr" : "=r"(save));
+    __asm__ volatile("msr fpcr, %0" : : "r"(env));
+    int32_t r = ((fn24)f)(a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12],
+                          a[13], a[14], a[15], a[16], a[17], a[18], a[19], a[20], a[21], a[22], a[23], 0);
+    __asm__ volatile("msr fpcr, %0" : : "r"(save));
+    ok();
+    writen(&r, 4);
+#else
+    fail("a call in a chosen floating-point environment needs an aarch64 runner");
+#endif
+    break;
+  }
   case 2: {
     const char *s = ((strfn)f)((int32_t)a[0]);
     uint8_t nonnull = s != NULL;
