@@ -46,16 +46,7 @@ func TestDecodeUnderFlushDenormals(t *testing.T) {
 			  dtype f16
 			  cache %s
 			  kernels decode }`, cache))
-			host, err := BuildWith(v, t.TempDir(), Options{CPULevels: []string{"x86-64", cpu.HostLevel}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer host.Lib.Close()
-			base, err := host.AtLevel("x86-64")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer base.Lib.Close()
+			host, base := hostAndBaseline(t, v)
 			rng := rand.New(rand.NewSource(7))
 			c := reference.NewCase(v, rng, reference.CaseSpec{QLens: []int{1, 1, 1}, KVLens: []int{517, 64, 200}})
 			sub := subnormals(t, v)
@@ -88,6 +79,24 @@ func TestDecodeUnderFlushDenormals(t *testing.T) {
 			}
 		})
 	}
+}
+
+// hostAndBaseline builds v at the host's level and at x86-64 and returns
+// the suite at the host's level and the one forced to x86-64, both closed
+// when t ends.
+func hostAndBaseline(t *testing.T, v *ir.Variant) (host, base *Suite) {
+	t.Helper()
+	host, err := BuildWith(v, t.TempDir(), Options{CPULevels: []string{"x86-64", cpu.HostLevel}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { host.Lib.Close() })
+	base, err = host.AtLevel("x86-64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { base.Lib.Close() })
+	return host, base
 }
 
 // subnormals are the values of v's K/V storage type that are subnormal in
@@ -221,17 +230,8 @@ func TestCallerFPEnvironment(t *testing.T) {
 			if runtime.GOARCH != "amd64" {
 				t.Skip("MXCSR is x86-64's")
 			}
-			all, err := BuildWith(v, t.TempDir(), Options{CPULevels: []string{"x86-64", cpu.HostLevel}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer all.Lib.Close()
-			base, err := all.AtLevel("x86-64")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer base.Lib.Close()
-			check(t, all, x86Envs)
+			host, base := hostAndBaseline(t, v)
+			check(t, host, x86Envs)
 			check(t, base, x86Envs)
 		})
 		t.Run(dt+"_aarch64", func(t *testing.T) {
