@@ -318,8 +318,20 @@ func TestAMXStubScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// AMXSTUB_BUILD_ONLY: the stubbed object only, on any CPU (what
+	// scripts/amx-check.sh prepare carries to an AMX machine).
+	bo := filepath.Join(dir, "build-only")
+	cmd := exec.Command(bash, script, "128", "1")
+	cmd.Env = append(os.Environ(), "ATTNC="+attnc, "AMXSTUB_DIR="+bo, "AMXSTUB_BUILD_ONLY=1", "PATH=/usr/lib/llvm-14/bin:"+os.Getenv("PATH"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("amxstub.sh build-only: %v\n%s", err, out)
+	} else if fi, err := os.Stat(filepath.Join(bo, "b", "p_stub.o")); err != nil || fi.Size() == 0 {
+		t.Errorf("amxstub.sh build-only left no object: %v\n%s", err, out)
+	} else if _, err := os.Stat(filepath.Join(bo, "a")); err == nil {
+		t.Errorf("amxstub.sh build-only built the x86-64-v4-bf16 library too\n%s", out)
+	}
 	// f16 has no x86-64-amx clone (cpu.AMXHalfProducts is off): refused.
-	cmd := exec.Command(bash, script, "128", "1", "f16")
+	cmd = exec.Command(bash, script, "128", "1", "f16")
 	cmd.Env = append(os.Environ(), "ATTNC="+attnc, "AMXSTUB_DIR="+filepath.Join(dir, "f16"))
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "amxstub: FAIL: f16 prefill has no x86-64-amx clone") {
 		t.Errorf("amxstub.sh f16: %v, want the refusal\n%s", err, out)
@@ -436,13 +448,16 @@ echo "ran $(basename "$0")"
 // TestAMXCheckRunFlow: `run` unpacks the bundle and runs the AMX checks
 // in their packages' folders, replaying the bundle's objects with CI=true
 // (a missing tool fails), the bf16 matrix at every level, the bench at the
-// detected level and then bf16 at x86-64-v4; it passes when they pass.
+// detected level and then bf16 at x86-64-v4; it passes when they pass. A
+// bundle without the stubbed prefill object (an older one) reports the
+// tiles step as not in the bundle, and passes.
 func TestAMXCheckRunFlow(t *testing.T) {
 	out, calls, code := runFakeAMXCheck(t)
 	if code != 0 {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
-	for _, want := range []string{"amx-check: CPU:", "== summary", "cpu: pass", "matrix: pass", "bench: pass"} {
+	for _, want := range []string{"amx-check: CPU:", "== summary", "cpu: pass", "matrix: pass", "tiles: pass", "bench: pass",
+		"tiles: not in this bundle (no p_stub.o): not run"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

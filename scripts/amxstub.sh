@@ -25,6 +25,11 @@
 # the tiles would store (12-14% of the stubbed library's perf samples on a
 # Zen 4, half of it in libc's memset): read a profile with that in mind.
 #
+# With AMXSTUB_BUILD_ONLY=1 it stops once the stubbed object
+# DIR/b/p_stub.o is compiled (no x86-64-v4-bf16 build, no link, no timing,
+# no AVX512-BF16 needed): scripts/amx-check.sh carries that object to an
+# AMX machine without LLVM and links and times it there.
+#
 # Environment: QO and KVH (the variant's qo and kv heads, default 32 and
 # 8: QO=28 KVH=4 is a GQA group of 7, whose items hold 448 rows),
 # ATTNC (a prebuilt attnc; default: go build ./cmd/attnc),
@@ -49,8 +54,11 @@ f16) die "f16 prefill has no x86-64-amx clone: its split products ran 1.2-1.7x s
 esac
 ghz=${AMX_GHZ:-2.5}
 cycles=${AMX_TDP_CYCLES:-16}
-grep -qw avx512_bf16 /proc/cpuinfo || die "this CPU lacks AVX512-BF16 (x86-64-v4-bf16's code runs besides the tiles)"
-for t in opt llc gcc python3; do
+build_only=${AMXSTUB_BUILD_ONLY:-}
+[ -n "$build_only" ] || grep -qw avx512_bf16 /proc/cpuinfo || die "this CPU lacks AVX512-BF16 (x86-64-v4-bf16's code runs besides the tiles)"
+tools="opt llc python3"
+[ -n "$build_only" ] || tools="$tools gcc"
+for t in $tools; do
 	command -v "$t" >/dev/null 2>&1 || die "$t not found (LLVM 14: export PATH=/usr/lib/llvm-14/bin:\$PATH)"
 done
 dir=${AMXSTUB_DIR:-$(mktemp -d)}
@@ -73,7 +81,7 @@ EOF
 qo=${QO:-32}
 kvh=${KVH:-8}
 sed -i "s/DTYPE/$dtype/; s/= QO,/= $qo,/; s/= KVH$/= $kvh/" "$dir/p.attn"
-"$attnc" build "$dir/p.attn" -o "$dir/a" --cpu-levels "$base" --shared >/dev/null
+[ -n "$build_only" ] || "$attnc" build "$dir/p.attn" -o "$dir/a" --cpu-levels "$base" --shared >/dev/null
 "$attnc" build "$dir/p.attn" -o "$dir/b" --cpu-levels x86-64-amx >/dev/null
 python3 - "$dir/b/p.ll" "$dir/b/p_stub.ll" <<'EOF'
 import sys
@@ -95,6 +103,10 @@ open(sys.argv[2], 'w').write(s)
 EOF
 opt -O3 "$dir/b/p_stub.ll" -o "$dir/b/p_stub.bc"
 llc -O3 -filetype=obj -relocation-model=pic "$dir/b/p_stub.bc" -o "$dir/b/p_stub.o"
+if [ -n "$build_only" ]; then
+	echo "amxstub: built $dir/b/p_stub.o" >&2
+	exit 0
+fi
 gcc -O3 -march=x86-64-v4 -shared -fPIC -o "$dir/b/p.so" "$dir/b/p_stub.o" scripts/amxstub.c -lm -lpthread
 gcc -O2 -o "$dir/prefillcpu" scripts/prefillcpu.c -ldl
 QO=$qo KVH=$kvh ATTNC_CPU_LEVEL=x86-64-amx "$dir/prefillcpu" p "$dtype" "$L" "$rounds" "$dir/a/p.so" "$dir/b/p.so" >"$dir/run.txt" 2>&1 ||
