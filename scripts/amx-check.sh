@@ -85,7 +85,8 @@ step_tiles() {
 		echo "tiles: not in this bundle (no p_stub.o): not run"
 		return 0
 	}
-	t=$(mktemp -d)
+	t=${b%/*}/tiles # beside bin: removed with the run's work folder, or by prepare
+	rm -rf "$t" && mkdir -p "$t" || return 1
 	"$b/attnc" build "$b/p.attn" -o "$t/amx" --cpu-levels x86-64-amx --shared >/dev/null || return 1
 	if [[ -x $b/base-attnc ]]; then
 		"$b/base-attnc" build "$b/p.attn" -o "$t/base" --cpu-levels x86-64-amx --shared >/dev/null || return 1
@@ -130,7 +131,7 @@ prepare)
 		git worktree add --detach "$wt" "$rev" >/dev/null 2>&1 || die "git worktree add $rev failed"
 		(cd "$wt" && go build -o "$dir/bin/base-attnc" ./cmd/attnc) || { git worktree remove --force "$wt"; die "go build of $rev's attnc failed"; }
 		git worktree remove --force "$wt"
-		echo "$(git log -1 --format='%h %s' "$rev")" >"$dir/bin/base.rev"
+		git log -1 --format='%h %s' "$rev" >"$dir/bin/base.rev"
 	fi
 	export ATTNC_RECORD_OBJECTS=$dir/objects ATTNC_REPLAY_OBJECTS= CI=true
 	amx=no
@@ -139,7 +140,7 @@ prepare)
 		"step_$s" "$dir/bin" >"$dir/$s.log" 2>&1 || { tail -30 "$dir/$s.log" >&2; die "step $s failed here ($dir/$s.log)"; }
 	done
 	tar -C "$dir" -czf "$dir/bundle.tar.gz" bin objects
-	rm -rf "$dir/bin" "$dir/objects" "$dir"/*.log
+	rm -rf "$dir/bin" "$dir/objects" "$dir/tiles" "$dir"/*.log
 	echo "amx-check: $dir/bundle.tar.gz: $(du -h "$dir/bundle.tar.gz" | cut -f1), $(tar -tzf "$dir/bundle.tar.gz" | grep -c '\.o$') objects" >&2
 	;;
 run)
