@@ -234,9 +234,20 @@ func validateRules(v *ir.Variant, fc fuzzCase) (r rules) {
 			}
 		}
 	}
+	// Prefill whose every sequence is one query row laid out as decode's
+	// hands over to decode before its own limit (ir.Handoff), and decode
+	// items serve their own head tiles (Tiling.DecodeHeads).
+	handoff := fc.Role == ir.RolePrefill
+	for b := range r.qLen {
+		handoff = handoff && r.qLen[b] == 1 && r.qRow[b] == b
+	}
 	t := cputarget.Target{}.Tiling(v)
-	units := min(bs*int64(v.KVHeads*v.GroupSize()/t.Heads(v.GroupSize())), lower.MaxItems+1)
-	if prefill {
+	heads := t.DecodeHeads(v.GroupSize())
+	if prefill && !handoff {
+		heads = t.Heads(v.GroupSize())
+	}
+	units := min(bs*int64(v.KVHeads*v.GroupSize()/heads), lower.MaxItems+1)
+	if prefill && !handoff {
 		qt, maxQT := int64(t.QTile(v.GroupSize())), int64(0)
 		for _, q := range r.qLen {
 			maxQT = max(maxQT, (int64(q)+qt-1)/qt)

@@ -308,6 +308,15 @@ var matrixSpecs = []string{
 	  dtype f16
 	  cache paged(page_size = 2, table = block_table, kv_dtype = e5m2, kv_scale = per_tensor)
 	  scale 0.07 }`,
+	// MLA decode items of 64 heads (the CPU's MLADecodeHeads): Q·Kᵀ and
+	// P·V of 64 rows as prefill's micro-kernels, on bf16 pairs at
+	// x86-64-v4-bf16 and on the tiles at x86-64-amx; deepseek_v3_mla
+	// (TestExamples) and lim_mla (TestLargestShapes) at 512-wide latents.
+	`variant ps32_mla64_bf16 { mla(heads = 64, kv_lora_rank = 64, rope_dim = 32)
+	  dtype bf16
+	  cache paged(page_size = 32)
+	  mask causal
+	  scale 0.1 }`,
 }
 
 // maxErr records the largest errors per dtype for the closing report: o

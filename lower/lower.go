@@ -44,6 +44,11 @@ type Tiling struct {
 	PadRows bool
 	// MaxHeads caps the qo heads of a GQA group one item serves.
 	MaxHeads int
+	// DecodeMaxHeads, when not 0, is MaxHeads for the decode kernels
+	// (direct and split): a decode item's rows are its heads alone, so a
+	// wide group (MLA's 128 heads) can share each K/V tile among more of
+	// them than a prefill item, whose rows are heads × queries.
+	DecodeMaxHeads int
 	// DecodeStageStored makes the decode kernels stage K and V rows as the
 	// cache stores them (f16, bf16 bits or 8-bit codes, copied) where the
 	// staging would only widen them (no RoPE on K, no MLA segments): the
@@ -173,6 +178,15 @@ func HeadTile(g, max int) int {
 // Heads is the qo heads per work item for group size g.
 func (t Tiling) Heads(g int) int { return HeadTile(g, min(t.MaxHeads, t.Rows)) }
 
+// DecodeHeads is the qo heads per decode work item for group size g:
+// Heads, or up to DecodeMaxHeads where that is set.
+func (t Tiling) DecodeHeads(g int) int {
+	if t.DecodeMaxHeads > 0 {
+		return HeadTile(g, t.DecodeMaxHeads)
+	}
+	return t.Heads(g)
+}
+
 // QTile is the query rows per prefill work item for group size g.
 func (t Tiling) QTile(g int) int {
 	h := t.Heads(g)
@@ -234,7 +248,7 @@ func Lower(v *ir.Variant, t Tiling) (*ir.Module, error) {
 	if err := Unsupported(v); err != nil {
 		return nil, err
 	}
-	if t.KVTile < 1 || t.Rows < 1 || t.MaxHeads < 1 || t.DecodeKVTile < 0 {
+	if t.KVTile < 1 || t.Rows < 1 || t.MaxHeads < 1 || t.DecodeKVTile < 0 || t.DecodeMaxHeads < 0 {
 		return nil, fmt.Errorf("lower: tiling %+v has an empty size", t)
 	}
 	l := &lowering{v: v, dt: v.DType.Type(), kvt: v.KVDType.Type(), H: v.QOHeads, KVH: v.KVHeads, G: v.GroupSize(),
@@ -260,6 +274,7 @@ func Lower(v *ir.Variant, t Tiling) (*ir.Module, error) {
 		if t.DecodeKVTile > 0 {
 			ld.t.KVTile = t.DecodeKVTile
 		}
+		ld.GB = t.DecodeHeads(l.G)
 		ld.stageStored = t.DecodeStageStored && l.kvt.IsStorageOnly() && v.InlineRope() == nil && v.MLA == nil
 		ld.ropeRel = t.DecodeRopeRelative && v.InlineRope() != nil && v.Rope.Style != ir.RopeTable
 		ld.ropeInDot = ld.ropeRel && t.DecodeRopeInDot && v.Rope.Pairs == ir.RopeHalf

@@ -309,3 +309,49 @@ func TestQTileRowQuantum(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeMaxHeads: with DecodeMaxHeads a decode item serves up to that
+// many heads of the group (its Q·Kᵀ that many rows) while prefill's items
+// keep MaxHeads, and the plans count their items by their own head tiles.
+func TestDecodeMaxHeads(t *testing.T) {
+	v := testVariant()
+	v.QOHeads, v.KVHeads = 64, 1
+	wide := cpuLike
+	wide.DecodeMaxHeads = 32
+	for _, c := range []struct {
+		t                         Tiling
+		decode                    int // heads a decode work item serves
+		prefillItems, decodeItems string
+	}{
+		{cpuLike, 16, "(batch_size * 4)", "(batch_size * 4)"},
+		{wide, 32, "(batch_size * 4)", "(batch_size * 2)"},
+	} {
+		if got := c.t.DecodeHeads(64); got != c.decode {
+			t.Errorf("%+v: DecodeHeads(64) = %d, want %d", c.t, got, c.decode)
+		}
+		m, err := Lower(v, c.t)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range m.Kernels {
+			if k.Role != ir.RoleDecode {
+				continue
+			}
+			ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
+				if mm, ok := s.(*ir.MatMul); ok && mm.TransB && mm.M != c.decode {
+					t.Errorf("DecodeMaxHeads %d: %s's Q·Kᵀ has %d rows, want %d", c.t.DecodeMaxHeads, k.Name, mm.M, c.decode)
+				}
+				return []ir.Stmt{s}
+			})
+		}
+		for _, p := range m.Plans {
+			items := map[ir.Role]string{ir.RolePrefill: c.prefillItems, ir.RoleDecode: c.decodeItems}[p.Role]
+			if items == "" || len(p.Direct) == 0 {
+				continue
+			}
+			if got := ir.ExprString(p.Direct[0].Items); !strings.Contains(got, items) {
+				t.Errorf("DecodeMaxHeads %d: %s runs %s items, want %s in it", c.t.DecodeMaxHeads, p.Entry, got, items)
+			}
+		}
+	}
+}

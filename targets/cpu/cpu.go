@@ -36,7 +36,8 @@ func (Target) Files() string { return "<variant>.ll" }
 
 // Tiling is 64-position KV tiles and prefill work items of about 128
 // (head, query) rows (256 for GQA groups of 4 or more heads: PrefillRows),
-// at most 16 heads of a GQA group: a K/V tile staged (and packed for
+// at most 16 heads of a GQA group (an MLA variant's decode items up to 64:
+// MLADecodeHeads): a K/V tile staged (and packed for
 // block-matmul) once feeds many rows, while a work item's arrays (heap
 // scratch, about 256 KiB at head dim 128 and 128 rows) stay in L2. An
 // item's rows are a multiple of 32 where that takes at most twice those
@@ -69,8 +70,35 @@ func (Target) Files() string { return "<variant>.ll" }
 // besides the tiles).
 func (Target) Tiling(v *ir.Variant) lower.Tiling {
 	rowBytes := v.HeadDimQK * max(1, v.KVDType.Type().Bits()/8)
-	return lower.Tiling{KVTile: 64, DecodeKVTile: TileRows(rowBytes), Rows: PrefillRows(v), MaxHeads: 16, PageRuns: true, DecodeDirect: true, PrefillDirect: true, RopeInPlace: true, DecodeRopeRelative: true, DecodeRopeInDot: true, PrefillAlphaLoop: true, PrefillPhases: true, DecodePhases: true, SplitBySequence: true, DecodeOneKernel: true, RowQuantum: amxBlock}
+	t := lower.Tiling{KVTile: 64, DecodeKVTile: TileRows(rowBytes), Rows: PrefillRows(v), MaxHeads: 16, PageRuns: true, DecodeDirect: true, PrefillDirect: true, RopeInPlace: true, DecodeRopeRelative: true, DecodeRopeInDot: true, PrefillAlphaLoop: true, PrefillPhases: true, DecodePhases: true, SplitBySequence: true, DecodeOneKernel: true, RowQuantum: amxBlock}
+	if v.MLA != nil {
+		t.DecodeMaxHeads, t.DecodeKVTile = MLADecodeHeads, MLADecodeTile
+	}
+	return t
 }
+
+// MLADecodeHeads and MLADecodeTile shape an MLA variant's decode items: up
+// to 64 heads over 64-position tiles. MLA's decode stages each K tile
+// (its two segments, the latent and the RoPE part, into one f32 row) and
+// shares every K/V row among all the group's heads, so it is bound by its
+// multiply-adds, not its reads. Items of MaxHeads (16) heads over
+// TileRows' 16-position tiles staged each tile once per 16 heads and ran
+// the Q·Kᵀ of 16 rows in dot-product blocks; with 64 rows (at least
+// BlockMinRows) the products are prefill's: block-matmul's micro-kernels,
+// Q·Kᵀ on vdpbf16ps at x86-64-v4-bf16 over a bf16 cache. Measured on Zen
+// 5 (`attnc bench examples/deepseek_v3_mla.attn`: 128 heads, bf16;
+// docs/benchmarks.md, session 40), before → after: 8 × 4096 at 2 threads
+// 25.3-25.5 → 15.3-15.9 ms (its multiply-adds at the FMA peak take 18.0),
+// at 1 thread 48.0-49.9 → 29.3-31.4; one sequence of 16384 positions
+// (split-KV) 12.8 → 8.1; 16 × 512 6.4 → 4.1; 1 × 64 0.054-0.068 → 0.038-
+// 0.048; f16 25.8 → 21.3 and f32 28.1 → 23.8. 128 heads an item ran the
+// same at 2 threads and 2-7% faster at 1, but left a sequence of one tile
+// one item (1 × 64: 0.070 ms); 32 heads over 32-position tiles took 18.7
+// ms, 128 heads over 16, 32 and 128 positions 19.2, 15.2 and 15.7.
+const (
+	MLADecodeHeads = 64
+	MLADecodeTile  = 64
+)
 
 // PrefillRows is the (head, query) rows of a prefill work item: 256 for a
 // GQA group of at least 4 heads at head dims up to 128, else 128. Each K/V

@@ -54,7 +54,9 @@ func eachLevelClone(t *testing.T, last string, f func(v *ir.Variant, k *ir.Kerne
 // clone must have become micro-kernels or dot-product blocks (a shape
 // block-matmul leaves for lower-tiles would run at a fraction of the
 // speed, silently), every prefill work clone must have its contraction
-// loops and every decode work clone its dot-product blocks.
+// loops and every decode work clone its dot-product blocks — or, with
+// items of at least BlockMinRows heads (MLA's 128 heads, 64 an item:
+// cpu.MLADecodeHeads), the micro-kernels' contraction loops.
 func TestBlockMatMulFires(t *testing.T) {
 	eachLevelClone(t, "block-matmul", func(v *ir.Variant, k *ir.Kernel) {
 		loops, dots := 0, 0
@@ -75,8 +77,14 @@ func TestBlockMatMulFires(t *testing.T) {
 		if k.Role == ir.RolePrefill && loops == 0 {
 			t.Errorf("%s %s: no micro-kernel", v.Name, k.Name)
 		}
-		if k.Role == ir.RoleDecode && strings.Contains(k.Name, "_work") && dots == 0 {
-			t.Errorf("%s %s: no dot-product block", v.Name, k.Name)
+		if k.Role == ir.RoleDecode && strings.Contains(k.Name, "_work") {
+			wide := cpu.Target{}.Tiling(v).DecodeHeads(v.GroupSize()) >= cpu.BlockMinRows
+			if wide && loops == 0 {
+				t.Errorf("%s %s: no micro-kernel", v.Name, k.Name)
+			}
+			if !wide && dots == 0 {
+				t.Errorf("%s %s: no dot-product block", v.Name, k.Name)
+			}
 		}
 	})
 }
