@@ -71,14 +71,16 @@ func (Target) Files() string { return "<variant>.ll" }
 func (Target) Tiling(v *ir.Variant) lower.Tiling {
 	rowBytes := v.HeadDimQK * max(1, v.KVDType.Type().Bits()/8)
 	t := lower.Tiling{KVTile: 64, DecodeKVTile: TileRows(rowBytes), Rows: PrefillRows(v), MaxHeads: 16, PageRuns: true, DecodeDirect: true, PrefillDirect: true, RopeInPlace: true, DecodeRopeRelative: true, DecodeRopeInDot: true, PrefillAlphaLoop: true, PrefillPhases: true, DecodePhases: true, SplitBySequence: true, DecodeOneKernel: true, RowQuantum: amxBlock}
-	if v.MLA != nil {
+	if v.MLA != nil && lower.HeadTile(v.GroupSize(), MLADecodeHeads) >= BlockMinRows {
 		t.DecodeMaxHeads, t.DecodeKVTile = MLADecodeHeads, MLADecodeTile
 	}
 	return t
 }
 
-// MLADecodeHeads and MLADecodeTile shape an MLA variant's decode items: up
-// to 64 heads over 64-position tiles. MLA's decode stages each K tile
+// MLADecodeHeads and MLADecodeTile shape an MLA variant's decode items
+// where that gives them at least BlockMinRows heads: up to 64 heads over
+// 64-position tiles (narrower groups keep MaxHeads and TileRows, as
+// measured before: the dot-product blocks). MLA's decode stages each K tile
 // (its two segments, the latent and the RoPE part, into one f32 row) and
 // shares every K/V row among all the group's heads, so it is bound by its
 // multiply-adds, not its reads. Items of MaxHeads (16) heads over
