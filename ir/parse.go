@@ -801,9 +801,10 @@ func (p *parser) reduce() *Reduce {
 }
 
 // matmul reads `matmul C[M, N] (=|+=) A[M, K] * B[K, N] [rows(R)]
-// [rot(COS, SIN, HALF)] [zeroskip] extent(m, n, k) [@tag]`, or `* B^T[N,
-// K]` for a transposed B; rows(R) reads B through the row offsets in R
-// (MatMul.BRows), rot turns B's rows (MatMul.RotB).
+// [rot(COS, SIN, HALF[, interleaved])] [zeroskip] extent(m, n, k) [@tag]`,
+// or `* B^T[N, K]` for a transposed B; rows(R) reads B through the row
+// offsets in R (MatMul.BRows), rot turns B's rows (MatMul.RotB:
+// rotate-half pairs, or interleaved ones).
 func (p *parser) matmul() *MatMul {
 	s := &MatMul{}
 	shape := func() (name token, a, b int) {
@@ -861,6 +862,10 @@ func (p *parser) matmul() *MatMul {
 		p.bufferDecl(st)
 		p.expect(",")
 		s.RotB = &RotB{Cos: ct.text, Sin: st.text, Half: int(p.intLit(false))}
+		if p.accept(",") {
+			p.expect("interleaved")
+			s.RotB.Pairs = RopeInterleaved
+		}
 		p.expect(")")
 	}
 	s.ZeroSkip = p.accept("zeroskip")

@@ -248,7 +248,11 @@ func (p *printer) stmt(s Stmt) {
 			bshape += " rows(" + s.BRows + ")"
 		}
 		if s.RotB != nil {
-			bshape += fmt.Sprintf(" rot(%s, %s, %d)", s.RotB.Cos, s.RotB.Sin, s.RotB.Half)
+			bshape += fmt.Sprintf(" rot(%s, %s, %d", s.RotB.Cos, s.RotB.Sin, s.RotB.Half)
+			if s.RotB.Pairs != RopeHalf {
+				bshape += ", " + s.RotB.Pairs.String()
+			}
+			bshape += ")"
 		}
 		if s.ZeroSkip {
 			zs = " zeroskip"

@@ -2,6 +2,7 @@ package ir_test
 
 import (
 	"flag"
+	"strings"
 	"testing"
 
 	"github.com/attnc/attnc/ir"
@@ -23,6 +24,28 @@ func TestLoweredRoundTrip(t *testing.T) {
 		Kernels: []ir.KernelRef{{Role: ir.RolePrefill}, {Role: ir.RoleDecode}, {Role: ir.RoleMergeState}, {Role: ir.RolePrefillRagged}, {Role: ir.RoleQKVAppend}},
 		Rope:    &ir.Rope{Theta: 1e6, AtAppend: true},
 		QKNorm:  &ir.QKNorm{Eps: 1e-6, Offset: 1}}
+	roundTripAllPasses(t, v)
+}
+
+// TestLoweredRoundTripRotInterleaved is TestLoweredRoundTrip for decode
+// under inline RoPE of interleaved pairs, whose K rows the CPU's decode
+// turns as it reads them (a matmul's rot(..., interleaved)).
+func TestLoweredRoundTripRotInterleaved(t *testing.T) {
+	v := &ir.Variant{Name: "rti", QOHeads: 4, KVHeads: 2, HeadDimQK: 64, HeadDimV: 64, DType: ir.DTF16, KVDType: ir.DTF16,
+		PageSize: 16, Scale: 0.125, Masks: []ir.MaskClause{{Kind: ir.MaskCausal}},
+		Kernels: []ir.KernelRef{{Role: ir.RoleDecode}},
+		Rope:    &ir.Rope{Theta: 10000, Pairs: ir.RopeInterleaved, RotaryDim: 32}}
+	cpu, err := targets.Lookup("cpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := lower.Lower(v, cpu.Tiling(v))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(m.String(), ", 16, interleaved)") {
+		t.Fatalf("the cpu lowering turns no K rows by interleaved pairs in a matmul:\n%s", m)
+	}
 	roundTripAllPasses(t, v)
 }
 

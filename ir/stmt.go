@@ -231,42 +231,56 @@ type MatMul struct {
 	RotB             *RotB
 }
 
-// RotB turns each row n of a transposed B by rotate-half pairs (RoPE's
-// default pairing): for i < Half, with c = Cos[n·Half + i] and s =
-// Sin[n·Half + i] (f32 local arrays of at least N·Half elements),
+// RotB turns each row n of a transposed B by RoPE's pairs: for i < Half,
+// with c = Cos[n·Half + i] and s = Sin[n·Half + i] (f32 local arrays of at
+// least N·Half elements) and the pair (a, b) = (i, i + Half) (Pairs
+// RopeHalf, rotate-half: the default) or (2i, 2i + 1) (RopeInterleaved,
+// GPT-J's),
 //
-//	B'[n, i]        = B[n, i]·c - B[n, i+Half]·s
-//	B'[n, i + Half] = B[n, i+Half]·c + B[n, i]·s
+//	B'[n, a] = B[n, a]·c - B[n, b]·s
+//	B'[n, b] = B[n, b]·c + B[n, a]·s
 //
 // each product and sum rounded to f32; elements from 2·Half on are B's.
 type RotB struct {
 	Cos, Sin string
 	Half     int
+	Pairs    RopePairs
 }
 
 // Rotated is B'[n, k] from B's element x at k, y at its partner (Pair)
 // and the pair's cosine and sine, as RotB defines it.
 func (r *RotB) Rotated(k int, x, y, c, s float32) float32 {
 	switch {
-	case k < r.Half:
+	case k >= 2*r.Half:
+		return x
+	case r.first(k):
 		return float32(x*c) - float32(y*s)
-	case k < 2*r.Half:
-		return float32(x*c) + float32(y*s)
 	}
-	return x
+	return float32(x*c) + float32(y*s)
 }
 
-// Pair is the column k's rotation partner (k + Half, k - Half, or k
-// itself past the rotated dims) and the index of its angle in a row of
-// the tables (k mod Half; 0 past the rotated dims).
+// first reports whether the rotated column k is its pair's first element
+// (a in RotB's formula).
+func (r *RotB) first(k int) bool {
+	if r.Pairs == RopeInterleaved {
+		return k%2 == 0
+	}
+	return k < r.Half
+}
+
+// Pair is the column k's rotation partner (its pair's other element, or
+// k itself past the rotated dims) and the index of its angle in a row of
+// the tables (the pair's i; 0 past the rotated dims).
 func (r *RotB) Pair(k int) (partner, i int) {
 	switch {
+	case k >= 2*r.Half:
+		return k, 0
+	case r.Pairs == RopeInterleaved:
+		return k ^ 1, k / 2
 	case k < r.Half:
 		return k + r.Half, k
-	case k < 2*r.Half:
-		return k - r.Half, k - r.Half
 	}
-	return k, 0
+	return k - r.Half, k - r.Half
 }
 
 // BAt is the index of element (row r, column c) of B as stored (r < N

@@ -698,6 +698,9 @@ func (v *verifier) matmul(s *MatMul) {
 		}
 	}
 	if r := s.RotB; r != nil {
+		if r.Pairs != RopeHalf && r.Pairs != RopeInterleaved {
+			v.fail("matmul %s: rot pairs %d are neither half nor interleaved", s.C, int(r.Pairs))
+		}
 		if !s.TransB || r.Half <= 0 || 2*r.Half > s.K {
 			v.fail("matmul %s: rot needs B transposed and 0 < 2*half <= K, have half %d, K %d, transposed %v", s.C, r.Half, s.K, s.TransB)
 		}

@@ -90,7 +90,7 @@ type Tiling struct {
 	// queries' positions, evaluate them as before.
 	DecodeRopeRelative bool
 	// DecodeRopeInDot (with DecodeRopeRelative and DecodeDirect) makes
-	// decode read K rows under inline RoPE (rotate-half pairs) in place
+	// decode read K rows under inline RoPE (either pairing) in place
 	// too: Q·Kᵀ turns each row by its offset's angles from the item's
 	// table as it reads it (ir.RotB) instead of the staging copying and
 	// turning the tile first. A tile with a hidden or outside page, or
@@ -277,7 +277,7 @@ func Lower(v *ir.Variant, t Tiling) (*ir.Module, error) {
 		ld.GB = t.DecodeHeads(l.G)
 		ld.stageStored = t.DecodeStageStored && l.kvt.IsStorageOnly() && v.InlineRope() == nil && v.MLA == nil
 		ld.ropeRel = t.DecodeRopeRelative && v.InlineRope() != nil && v.Rope.Style != ir.RopeTable
-		ld.ropeInDot = ld.ropeRel && t.DecodeRopeInDot && v.Rope.Pairs == ir.RopeHalf
+		ld.ropeInDot = ld.ropeRel && t.DecodeRopeInDot
 		if t.DecodeDirect && t.PageRuns {
 			ld.directK = (v.InlineRope() == nil || ld.ropeInDot) && len(ld.kSegs()) == 1
 			ld.directV = len(ld.vSegs()) == 1

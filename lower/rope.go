@@ -418,7 +418,7 @@ func (l *lowering) rotK() *ir.RotB {
 	if !l.ropeInDot {
 		return nil
 	}
-	return &ir.RotB{Cos: "rope_jc", Sin: "rope_js", Half: l.rotDim() / 2}
+	return &ir.RotB{Cos: "rope_jc", Sin: "rope_js", Half: l.rotDim() / 2, Pairs: l.v.Rope.Pairs}
 }
 
 // ropeTileBase is p0 = kvLo + k_rope_pos_offset[sb], the rotation position

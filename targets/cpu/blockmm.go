@@ -348,7 +348,7 @@ func blockKernel(body *ir.Block, elems map[string]ir.Type, l Level) *ir.Block {
 				// Rows turned as read: dot-product blocks whose steps
 				// turn whole vectors (rotDotKernel), else lower-tiles'
 				// loops.
-				if dotBlocks(x, allocs, l.Lanes) && x.RotB.Half%l.Lanes == 0 {
+				if dotBlocks(x, allocs, l.Lanes) && rotBlocks(x.RotB, l.Lanes) {
 					return dotBlockedMatMul(x, bElem, l.Lanes, 0, false, "")
 				}
 				return []ir.Stmt{s}

@@ -219,6 +219,16 @@ func (db *dotBlock) store(fold float64) []ir.Stmt {
 	return transposeAddStore(db.mm, vecs, db.L, db.R, db.m0, db.n0, fold)
 }
 
+// rotBlocks reports whether rotDotKernel turns r's rows in vectors of
+// lanes elements: each half a whole number of them for rotate-half pairs,
+// the rotated dims for interleaved ones (whole pairs in each vector).
+func rotBlocks(r *ir.RotB, lanes int) bool {
+	if r.Pairs == ir.RopeInterleaved {
+		return lanes%2 == 0 && 2*r.Half%lanes == 0
+	}
+	return r.Half%lanes == 0
+}
+
 // rotDotKernel is dotKernel for a B whose rows turn as they are read
 // (ir.RotB): each step over the rotated dims takes a vector of each half
 // of a B row at once — columns h·L.. and Half + h·L.. —, the pair's
@@ -230,6 +240,9 @@ func (db *dotBlock) store(fold float64) []ir.Stmt {
 // h, Half + h, h + L, ... — not dotKernel's: the result may differ from a
 // staged, turned row's in the last bits.
 func rotDotKernel(mm *ir.MatMul, bElem ir.Type, L, R int, m0, n0 ir.Expr) []ir.Stmt {
+	if mm.RotB.Pairs == ir.RopeInterleaved {
+		return interleavedRotDotKernel(mm, bElem, L, R, m0, n0)
+	}
 	db := newDotBlock(mm, L, R, m0, n0)
 	vt, H := db.vt, mm.RotB.Half
 	out := db.accumulators()
@@ -266,6 +279,66 @@ func rotDotKernel(mm *ir.MatMul, bElem ir.Type, L, R int, m0, n0 ir.Expr) []ir.S
 	out = append(out, &ir.Block{Stmts: turnAt(i32c(0), true)})
 	if H > L {
 		out = append(out, &ir.For{Var: "db_k", Lo: i32c(1), Hi: i32c(H / L), Kind: ir.Serial, Body: &ir.Block{Stmts: turnAt(mulE(ir.R("db_k", ir.I32), L), false)}})
+	}
+	if mm.K > 2*H {
+		out = append(out, &ir.For{Var: "db_k", Lo: i32c(2 * H / L), Hi: i32c(mm.K / L), Kind: ir.Serial, Body: &ir.Block{Stmts: plainAt(mulE(ir.R("db_k", ir.I32), L))}})
+	}
+	return append(out, db.store(0)...)
+}
+
+// interleavedRotDotKernel is rotDotKernel for interleaved pairs (B's
+// elements 2i and 2i + 1 turn together): each step over the rotated dims
+// takes one vector x of a B row, whose lanes hold whole pairs, and turns
+// it as x·c + swap(x)·s, with swap(x) the vector of each lane's partner,
+// c the pairs' cosines, each repeated for both lanes, and s their sines
+// negated for each pair's first lane (x[2i]·c - x[2i+1]·s, x[2i+1]·c +
+// x[2i]·s, each product rounded as RotB's: a product with -s is the
+// negated product with s); the half vectors of the tables' cosines and
+// sines spread over the lanes by shuffles. The dims past 2·Half run as
+// dotKernel's steps. Each accumulator lane sums its products in the
+// order k, k + L, ..., dotKernel's, as a staged, turned row's would.
+func interleavedRotDotKernel(mm *ir.MatMul, bElem ir.Type, L, R int, m0, n0 ir.Expr) []ir.Stmt {
+	db := newDotBlock(mm, L, R, m0, n0)
+	vt, ht, H := db.vt, ir.Vec(ir.F32, L/2), mm.RotB.Half
+	dup, swap, sign := make([]int, L), make([]int, L), make([]int, L)
+	for l := range L {
+		dup[l], swap[l] = l/2, l^1
+		sign[l] = l / 2
+		if l%2 == 1 {
+			sign[l] += L / 2
+		}
+	}
+	a := func(r int) string { return fmt.Sprintf("db_a%d", r) }
+	b := func(c int) string { return fmt.Sprintf("db_b%d", c) }
+	out := db.accumulators()
+	// turnAt is the step over the rotated dims from column s·L.
+	turnAt := func(s ir.Expr, first bool) []ir.Stmt {
+		var step []ir.Stmt
+		k := mulE(s, L)
+		for c := 0; c < db.C; c++ {
+			x, cs, sn := fmt.Sprintf("db_x%d", c), fmt.Sprintf("db_cos%d", c), fmt.Sprintf("db_sin%d", c)
+			at := addE(mulE(db.row(c), H), mulE(s, L/2))
+			step = append(step,
+				&ir.Let{Name: x, Value: loadScaled(mm.B, bElem, L, bAt(mm, db.row(c), mm.K, k), 0)},
+				&ir.Let{Name: cs, Value: ir.Ld(mm.RotB.Cos, ht, at)},
+				&ir.Let{Name: sn, Value: ir.Ld(mm.RotB.Sin, ht, at)},
+				&ir.Let{Name: b(c), Value: ir.Bin(ir.Add,
+					ir.Bin(ir.Mul, ir.R(x, vt), &ir.VShuffle{X: ir.R(cs, ht), Y: ir.R(cs, ht), Mask: dup}),
+					ir.Bin(ir.Mul, &ir.VShuffle{X: ir.R(x, vt), Y: ir.R(x, vt), Mask: swap},
+						&ir.VShuffle{X: ir.Bin(ir.Mul, ir.R(sn, ht), ir.Splat(ir.Float(-1), L/2)), Y: ir.R(sn, ht), Mask: sign}))})
+		}
+		return db.feed(step, k, a, b, first, nil)
+	}
+	plainAt := func(k ir.Expr) []ir.Stmt {
+		var loads []ir.Stmt
+		for c := 0; c < db.C; c++ {
+			loads = append(loads, &ir.Let{Name: b(c), Value: loadScaled(mm.B, bElem, L, bAt(mm, db.row(c), mm.K, k), 0)})
+		}
+		return db.feed(nil, k, a, b, false, loads)
+	}
+	out = append(out, &ir.Block{Stmts: turnAt(i32c(0), true)})
+	if 2*H > L {
+		out = append(out, &ir.For{Var: "db_k", Lo: i32c(1), Hi: i32c(2 * H / L), Kind: ir.Serial, Body: &ir.Block{Stmts: turnAt(ir.R("db_k", ir.I32), false)}})
 	}
 	if mm.K > 2*H {
 		out = append(out, &ir.For{Var: "db_k", Lo: i32c(2 * H / L), Hi: i32c(mm.K / L), Kind: ir.Serial, Body: &ir.Block{Stmts: plainAt(mulE(ir.R("db_k", ir.I32), L))}})

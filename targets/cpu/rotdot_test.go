@@ -12,9 +12,9 @@ import (
 
 // rotDotText is decode's Q·Kᵀ under inline RoPE as the lowering writes it
 // with Tiling.DecodeRopeInDot: f16 K rows read in place at row offsets (a
-// scattered order) and turned as read by the tables' angles (rotate-half
-// pairs of HALF, the dims past 2·HALF as they are), a GQA group of 4 rows
-// at head dim 128 against up to 64 positions.
+// scattered order) and turned as read by the tables' angles (HALF pairs,
+// rotate-half or with PAIRS interleaved, the dims past 2·HALF as they
+// are), a GQA group of 4 rows at head dim 128 against up to 64 positions.
 const rotDotText = `module t prefix t
 
 kernel t_d_%s role decode level "%s" (q: f32* [512], k: f16* [8192], cs: f32* [4096], sn: f32* [4096], s: f32* [256] out, n: i32) {
@@ -35,7 +35,7 @@ kernel t_d_%s role decode level "%s" (q: f32* [512], k: f16* [8192], cs: f32* [4
       for j in 0 .. 64 spread {
         store koff[j] = (i64(((j * 37) %% 64)) * 128:i64)
       }
-      matmul sc[4, 64] = qs[4, 128] * k^T[64, 128] rows(koff) rot(jc, js, %d) extent(4, n, 128)
+      matmul sc[4, 64] = qs[4, 128] * k^T[64, 128] rows(koff) rot(jc, js, %d%s) extent(4, n, 128)
       for r in 0 .. 4 spread {
         for j in 0 .. 64 spread {
           if (j < n) {
@@ -51,9 +51,13 @@ kernel t_d_%s role decode level "%s" (q: f32* [512], k: f16* [8192], cs: f32* [4
 
 // rotDotTile is the tile scheduled at level, or as parsed (the
 // interpreter's own ir.RotB) for level "".
-func rotDotTile(t *testing.T, level string, half int) *ir.Module {
+func rotDotTile(t *testing.T, level string, half int, pairs ir.RopePairs) *ir.Module {
 	t.Helper()
-	m, err := ir.Parse(fmt.Sprintf(rotDotText, strings.ReplaceAll(level, "-", "_"), level, half))
+	opt := ""
+	if pairs != ir.RopeHalf {
+		opt = ", " + pairs.String()
+	}
+	m, err := ir.Parse(fmt.Sprintf(rotDotText, strings.ReplaceAll(level, "-", "_"), level, half, opt))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,8 +73,9 @@ func rotDotTile(t *testing.T, level string, half int) *ir.Module {
 }
 
 // TestRotDotKeepsResults schedules the tile at the x86-64 levels (4, 8
-// and 16 lanes) with halves that are whole vectors (rotDotKernel's dot
-// blocks) and one that is not (lower-tiles' loops), or leaves the matmul
+// and 16 lanes) with rotate-half and interleaved pairs whose rotated dims
+// are whole vectors (rotDotKernel's dot blocks) and some that are not
+// (lower-tiles' loops), or leaves the matmul
 // to the interpreter's ir.RotB, runs it in the interpreter and checks every score against the float64 dot product of
 // the query row with the key row turned in float64: within the rounding
 // of the f32 turn (3 roundings on each element) and the f32 sum. A block
@@ -78,16 +83,21 @@ func rotDotTile(t *testing.T, level string, half int) *ir.Module {
 // misses by far more; an unturned key fails too (the angles are large).
 func TestRotDotKeepsResults(t *testing.T) {
 	rng := rand.New(rand.NewSource(17))
+	const il = ir.RopeInterleaved
 	for _, tc := range []struct {
 		level  string
 		half   int
+		pairs  ir.RopePairs
 		blocks bool // rotDotKernel's dot blocks, not lower-tiles' loops
 	}{
-		{"x86-64", 64, true}, {"x86-64-v3", 64, true}, {"x86-64-v4", 64, true},
-		{"x86-64-v4", 32, true}, {"x86-64-v4", 8, false}, {"x86-64-v3", 12, false}, {"", 64, false},
+		{"x86-64", 64, 0, true}, {"x86-64-v3", 64, 0, true}, {"x86-64-v4", 64, 0, true},
+		{"x86-64-v4", 32, 0, true}, {"x86-64-v4", 8, 0, false}, {"x86-64-v3", 12, 0, false}, {"", 64, 0, false},
+		{"x86-64", 64, il, true}, {"x86-64-v3", 64, il, true}, {"x86-64-v4", 64, il, true},
+		{"x86-64-v4", 32, il, true}, {"x86-64-v4", 8, il, true}, {"x86-64-v4", 4, il, false},
+		{"x86-64-v3", 6, il, false}, {"x86-64", 2, il, true}, {"", 64, il, false}, {"", 24, il, false},
 	} {
-		name := fmt.Sprintf("%s half %d", tc.level, tc.half)
-		after := rotDotTile(t, tc.level, tc.half)
+		name := fmt.Sprintf("%s half %d %s", tc.level, tc.half, tc.pairs)
+		after := rotDotTile(t, tc.level, tc.half, tc.pairs)
 		text := after.String()
 		if got := strings.Contains(text, "db_cos0"); got != tc.blocks {
 			t.Errorf("%s: turned in dot blocks: %v, want %v", name, got, tc.blocks)
@@ -124,6 +134,12 @@ func TestRotDotKeepsResults(t *testing.T) {
 							i, sign, pair := d%tc.half, -1.0, d+tc.half
 							if d >= tc.half {
 								sign, pair = 1, d-tc.half
+							}
+							if tc.pairs == il {
+								i, sign, pair = d/2, -1.0, d+1
+								if d%2 == 1 {
+									sign, pair = 1, d-1
+								}
 							}
 							c, s := float64(cs[j*tc.half+i]), float64(sn[j*tc.half+i])
 							x = x*c + sign*kv(pair)*s
