@@ -296,7 +296,7 @@ func rotDotKernel(mm *ir.MatMul, bElem ir.Type, L, R int, m0, n0 ir.Expr) []ir.S
 // negated product with s); the half vectors of the tables' cosines and
 // sines spread over the lanes by shuffles. The dims past 2·Half run as
 // dotKernel's steps. Each accumulator lane sums its products in the
-// order k, k + L, ..., dotKernel's, as a staged, turned row's would.
+// order k, k + L, ..., one vector a step.
 func interleavedRotDotKernel(mm *ir.MatMul, bElem ir.Type, L, R int, m0, n0 ir.Expr) []ir.Stmt {
 	db := newDotBlock(mm, L, R, m0, n0)
 	vt, ht, H := db.vt, ir.Vec(ir.F32, L/2), mm.RotB.Half
