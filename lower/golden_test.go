@@ -281,6 +281,12 @@ func goldenCases() []goldenCase {
 			v.Masks = []ir.MaskClause{{Kind: ir.MaskTree}}
 			v.Kernels = roles(ir.RoleDecode)
 		}},
+		// GPT-J's interleaved pairs on part of the head dim, turned in
+		// place too (rot(rope_jc, rope_js, 4, interleaved)).
+		{feature: "rope_in_dot_decode_interleaved", tiling: &inDot, edit: func(v *ir.Variant) {
+			v.Rope = &ir.Rope{Theta: 10000, Pairs: ir.RopeInterleaved, RotaryDim: 8}
+			v.Kernels = roles(ir.RoleDecode)
+		}},
 	}
 }
 
