@@ -17,6 +17,8 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -117,7 +119,8 @@ func FuzzKernels(f *testing.F) {
 // division by zero in a mask, the page kernels, qkv_append (qk_norm, rope
 // at_append, from a schedule and from a table), prefill_ragged (with a
 // tree, a custom mask, over an 8-bit cache), 8-bit caches (e4m3, e5m2,
-// i8; per-tensor and per-head scales), a RoPE table and param tensors.
+// i8; per-tensor and per-head scales), a RoPE table, param tensors and
+// inline RoPE of interleaved pairs.
 var fuzzSpecs = []string{
 	`variant fz_csr { heads qo = 4, kv = 2
 	  head_dim 16
@@ -216,6 +219,66 @@ var fuzzSpecs = []string{
 	  mask expr(kv_pos <= q_pos && doc[batch, q_pos] == doc[batch, kv_pos])
 	  score score + bias[kv_pos - q_pos + 8, head / 2]
 	  kernels prefill, decode, prefill_ragged }`,
+	// Inline RoPE by angles, GPT-J's interleaved pairs on half the head
+	// dim: the CPU's decode turns K's rows as Q·Kᵀ reads them in place
+	// (rot(..., interleaved)), hidden and outside pages staged and turned.
+	// (A corpus entry's first byte modulo the variants' count picks its
+	// variant: a new one goes last, and the entries' first bytes are
+	// rewritten to their variants' indices — TestFuzzCorpusVariants.)
+	`variant fz_rope_interleaved { heads qo = 4, kv = 2
+	  head_dim 32
+	  dtype f16
+	  cache paged(page_size = 2)
+	  rope inline(theta = 10000, pairs = interleaved, rotary_dim = 16)
+	  kernels prefill, decode }`,
+}
+
+// fuzzCorpusVariants are the variant and role each entry of
+// testdata/fuzz/FuzzKernels was found with (its regression).
+var fuzzCorpusVariants = map[string][2]string{
+	"00749c840edaf9c9": {"fz_e4m3", "prefill"},
+	"4a9ccf0cc07dd4d6": {"fz_qkv_table", "qkv_append"},
+	"771007607d76def1": {"fz_csr", "append"},
+	"7f15e7b0c07d723a": {"fz_bt", "decode"},
+	"ba33a5c933c1c7bb": {"fz_qkv", "qkv_append"},
+}
+
+// TestFuzzCorpusVariants checks that each corpus entry still decodes to
+// the variant and role it was found with (genFuzzCase picks the variant
+// by its first byte modulo len(fuzzSpecs), so a variant added to the list
+// moves entries to others unless their first bytes are rewritten), and
+// that every entry is listed.
+func TestFuzzCorpusVariants(t *testing.T) {
+	files, err := filepath.Glob("testdata/fuzz/FuzzKernels/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != len(fuzzCorpusVariants) {
+		t.Errorf("%d corpus entries, fuzzCorpusVariants lists %d", len(files), len(fuzzCorpusVariants))
+	}
+	for _, f := range files {
+		want, ok := fuzzCorpusVariants[filepath.Base(f)]
+		if !ok {
+			t.Errorf("%s: not in fuzzCorpusVariants", f)
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(string(b), "\n")
+		if len(lines) < 2 || !strings.HasPrefix(lines[1], "[]byte(") {
+			t.Fatalf("%s: not a go test fuzz v1 []byte entry", f)
+		}
+		data, err := strconv.Unquote(strings.TrimSuffix(strings.TrimPrefix(lines[1], "[]byte("), ")"))
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		fc := genFuzzCase([]byte(data))
+		if got := [2]string{fuzzVariants()[fc.V].Name, string(fc.Role)}; got != want {
+			t.Errorf("%s decodes to %s %s, was found with %s %s", filepath.Base(f), got[0], got[1], want[0], want[1])
+		}
+	}
 }
 
 // fuzzSOs are the built libraries of fuzzSpecs.
