@@ -249,6 +249,7 @@ var fuzzCorpusVariants = map[string][2]string{
 // moves entries to others unless their first bytes are rewritten), and
 // that every entry is listed.
 func TestFuzzCorpusVariants(t *testing.T) {
+	t.Parallel()
 	files, err := filepath.Glob("testdata/fuzz/FuzzKernels/*")
 	if err != nil {
 		t.Fatal(err)
