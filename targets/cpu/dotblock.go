@@ -269,21 +269,29 @@ func rotDotKernel(mm *ir.MatMul, bElem ir.Type, L, R int, m0, n0 ir.Expr) []ir.S
 		}
 		return step
 	}
-	plainAt := func(k ir.Expr) []ir.Stmt {
-		var loads []ir.Stmt
-		for c := 0; c < db.C; c++ {
-			loads = append(loads, &ir.Let{Name: fmt.Sprintf("db_b%d", c), Value: loadScaled(mm.B, bElem, L, bAt(mm, db.row(c), mm.K, k), 0)})
-		}
-		return db.feed(nil, k, func(r int) string { return fmt.Sprintf("db_a%d", r) }, func(c int) string { return fmt.Sprintf("db_b%d", c) }, false, loads)
-	}
 	out = append(out, &ir.Block{Stmts: turnAt(i32c(0), true)})
 	if H > L {
 		out = append(out, &ir.For{Var: "db_k", Lo: i32c(1), Hi: i32c(H / L), Kind: ir.Serial, Body: &ir.Block{Stmts: turnAt(mulE(ir.R("db_k", ir.I32), L), false)}})
 	}
-	if mm.K > 2*H {
-		out = append(out, &ir.For{Var: "db_k", Lo: i32c(2 * H / L), Hi: i32c(mm.K / L), Kind: ir.Serial, Body: &ir.Block{Stmts: plainAt(mulE(ir.R("db_k", ir.I32), L))}})
-	}
+	out = append(out, db.unturned(bElem, 2*H)...)
 	return append(out, db.store(0)...)
+}
+
+// unturned is a RotB block's steps over B's dims from the rotated ones'
+// end on (none when they reach K), dotKernel's: one vector of each of
+// the block's B rows, widened as loaded, against A's.
+func (db *dotBlock) unturned(bElem ir.Type, from int) []ir.Stmt {
+	mm, L := db.mm, db.L
+	if mm.K <= from {
+		return nil
+	}
+	k := mulE(ir.R("db_k", ir.I32), L)
+	var loads []ir.Stmt
+	for c := 0; c < db.C; c++ {
+		loads = append(loads, &ir.Let{Name: fmt.Sprintf("db_b%d", c), Value: loadScaled(mm.B, bElem, L, bAt(mm, db.row(c), mm.K, k), 0)})
+	}
+	step := db.feed(nil, k, func(r int) string { return fmt.Sprintf("db_a%d", r) }, func(c int) string { return fmt.Sprintf("db_b%d", c) }, false, loads)
+	return []ir.Stmt{&ir.For{Var: "db_k", Lo: i32c(from / L), Hi: i32c(mm.K / L), Kind: ir.Serial, Body: &ir.Block{Stmts: step}}}
 }
 
 // interleavedRotDotKernel is rotDotKernel for interleaved pairs (B's
@@ -329,20 +337,11 @@ func interleavedRotDotKernel(mm *ir.MatMul, bElem ir.Type, L, R int, m0, n0 ir.E
 		}
 		return db.feed(step, k, a, b, first, nil)
 	}
-	plainAt := func(k ir.Expr) []ir.Stmt {
-		var loads []ir.Stmt
-		for c := 0; c < db.C; c++ {
-			loads = append(loads, &ir.Let{Name: b(c), Value: loadScaled(mm.B, bElem, L, bAt(mm, db.row(c), mm.K, k), 0)})
-		}
-		return db.feed(nil, k, a, b, false, loads)
-	}
 	out = append(out, &ir.Block{Stmts: turnAt(i32c(0), true)})
 	if 2*H > L {
 		out = append(out, &ir.For{Var: "db_k", Lo: i32c(1), Hi: i32c(2 * H / L), Kind: ir.Serial, Body: &ir.Block{Stmts: turnAt(ir.R("db_k", ir.I32), false)}})
 	}
-	if mm.K > 2*H {
-		out = append(out, &ir.For{Var: "db_k", Lo: i32c(2 * H / L), Hi: i32c(mm.K / L), Kind: ir.Serial, Body: &ir.Block{Stmts: plainAt(mulE(ir.R("db_k", ir.I32), L))}})
-	}
+	out = append(out, db.unturned(bElem, 2*H)...)
 	return append(out, db.store(0)...)
 }
 
