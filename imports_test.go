@@ -55,6 +55,7 @@ var allowedImports = map[string][]string{
 	"cmd/attnc":         {"cli"},
 	"internal/passtest": {"ir", "passes"},
 	"internal/lltest":   {"ir", "internal/needtool"},
+	"internal/emutest":  {"cpurt"},
 	// The tests' AMX emulator reads the CPU's flags as lltest does.
 	"internal/amxemu":   {"internal/lltest"},
 	"internal/plantest": {"conformance", "ir", "reference"},

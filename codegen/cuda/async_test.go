@@ -12,6 +12,7 @@ import (
 
 	"github.com/attnc/attnc/codegen/cuda/sass"
 	"github.com/attnc/attnc/cpurt"
+	"github.com/attnc/attnc/internal/emutest"
 	"github.com/attnc/attnc/internal/needtool"
 )
 
@@ -225,7 +226,7 @@ func TestEmuCpAsyncStage(t *testing.T) {
 		for i := range out.F32() {
 			out.F32()[i] = -1
 		}
-		if rc := call(t, l, "launch_stage", in.Ptr(), out.Ptr(), n, grid, c.mode, 0); rc != 0 {
+		if rc := emutest.Call(t, l, "launch_stage", in.Ptr(), out.Ptr(), n, grid, c.mode, 0); rc != 0 {
 			t.Fatalf("%s: launch_stage = %d: %s", c.name, rc, l.CallStr("emu_message", 0))
 		}
 		bad := 0
@@ -272,7 +273,7 @@ func TestEmuCpAsyncRing(t *testing.T) {
 		}
 	}
 	for _, pending := range []int64{1, 2, 3} {
-		if rc := call(t, l, "launch_ring", in.Ptr(), out.Ptr(), n, grid, tiles, pending, 0); rc != 0 {
+		if rc := emutest.Call(t, l, "launch_ring", in.Ptr(), out.Ptr(), n, grid, tiles, pending, 0); rc != 0 {
 			t.Fatalf("wait_group %d: launch_ring = %d: %s", pending, rc, l.CallStr("emu_message", 0))
 		}
 		bad := 0
@@ -309,7 +310,7 @@ func TestEmuCpAsyncZeroFill(t *testing.T) {
 		for i := range out.U8() {
 			out.U8()[i] = 0xAA
 		}
-		if rc := call(t, l, "launch_zfill", src.Ptr(), int64(nbytes), out.Ptr(), n, 0); rc != 0 {
+		if rc := emutest.Call(t, l, "launch_zfill", src.Ptr(), int64(nbytes), out.Ptr(), n, 0); rc != 0 {
 			t.Fatalf("nbytes %d: launch_zfill = %d: %s", nbytes, rc, l.CallStr("emu_message", 0))
 		}
 		for i, got := range out.U8() {
@@ -368,7 +369,7 @@ func TestEmuLdmatrixLaneByLane(t *testing.T) {
 			if bogus == 1 && num == 4 {
 				continue // every lane's address is used
 			}
-			if rc := call(t, l, "launch_ldsm", rb.Ptr(), sb.Ptr(), ob.Ptr(), int64(kind), bogus, warps, grid, 0); rc != 0 {
+			if rc := emutest.Call(t, l, "launch_ldsm", rb.Ptr(), sb.Ptr(), ob.Ptr(), int64(kind), bogus, warps, grid, 0); rc != 0 {
 				t.Fatalf("%s: launch_ldsm = %d: %s", name, rc, l.CallStr("emu_message", 0))
 			}
 			for wi := 0; wi < warps*grid; wi++ {
@@ -419,7 +420,7 @@ func runLdsmMMA(t *testing.T, l *cpurt.Lib, bf16 bool, mode int, seed int64) flo
 	if bf16 {
 		isBF, conv = 1, bf16ToF64
 	}
-	if rc := call(t, l, "launch_ldsm_mma", ab.Ptr(), bb.Ptr(), btb.Ptr(), cb.Ptr(), db.Ptr(), isBF, int64(mode), warps, grid, 0); rc != 0 {
+	if rc := emutest.Call(t, l, "launch_ldsm_mma", ab.Ptr(), bb.Ptr(), btb.Ptr(), cb.Ptr(), db.Ptr(), isBF, int64(mode), warps, grid, 0); rc != 0 {
 		t.Fatalf("launch_ldsm_mma(bf16 %v, mode %d) = %d: %s", bf16, mode, rc, l.CallStr("emu_message", 0))
 	}
 	worst := 0.0
@@ -474,7 +475,7 @@ func TestEmuAsyncMisuseFails(t *testing.T) {
 		{"attnc_ldmatrix_x2: lane", "outside the block's 128 bytes"},
 		{"deadlock", "attnc_ldmatrix_x1"},
 	} {
-		rc := call(t, l, "launch_async_bad", in.Ptr(), int64(which), 0)
+		rc := emutest.Call(t, l, "launch_async_bad", in.Ptr(), int64(which), 0)
 		msg := l.CallStr("emu_message", 0)
 		if rc == 0 {
 			t.Errorf("misuse %d: no failure, want one mentioning %q", which, want)
@@ -491,7 +492,7 @@ func TestEmuAsyncMisuseFails(t *testing.T) {
 	out := cpurt.NewBuffer(4 * 4 * 32)
 	in2 := cpurt.F32Buffer(seq(4 * 32))
 	defer func() { out.Free(); in2.Free() }()
-	if rc := call(t, l, "launch_stage", in2.Ptr(), out.Ptr(), 32, 1, 0, 0); rc != 0 {
+	if rc := emutest.Call(t, l, "launch_stage", in2.Ptr(), out.Ptr(), 32, 1, 0, 0); rc != 0 {
 		t.Errorf("launch after failures = %d: %s", rc, l.CallStr("emu_message", 0))
 	}
 }

@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"fmt"
-	"github.com/attnc/attnc/internal/needtool"
 	"math"
 	"math/rand"
 	"os"
@@ -12,6 +11,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/attnc/attnc/internal/emutest"
+	"github.com/attnc/attnc/internal/needtool"
 
 	"github.com/attnc/attnc/cpurt"
 	_ "github.com/attnc/attnc/internal/testgc"
@@ -285,22 +287,12 @@ func needTool(t testing.TB, what string, find func() (string, error)) string {
 	return p
 }
 
-var (
-	libMu    sync.Mutex
-	libCache = map[string]*cpurt.Lib{}
-	libDir   string
-)
+// libs are the emulator libraries of this test binary.
+var libs = emutest.Libs{Prefix: "attnc-emu-test-", Ext: ".cu", Compile: CompileEmulated}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	libMu.Lock()
-	for _, l := range libCache {
-		l.Close()
-	}
-	if libDir != "" {
-		os.RemoveAll(libDir)
-	}
-	libMu.Unlock()
+	libs.Close()
 	os.Exit(code)
 }
 
@@ -309,62 +301,7 @@ func TestMain(m *testing.M) {
 func emuLib(t testing.TB, src string, extra ...string) *cpurt.Lib {
 	t.Helper()
 	needTool(t, "g++", GXX)
-	key := src + "\x00" + strings.Join(extra, " ")
-	libMu.Lock()
-	defer libMu.Unlock()
-	if l, ok := libCache[key]; ok {
-		return l
-	}
-	if libDir == "" {
-		d, err := os.MkdirTemp("", "attnc-emu-test-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		libDir = d
-	}
-	sub, err := os.MkdirTemp(libDir, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cu := filepath.Join(sub, "k.cu")
-	so := filepath.Join(sub, "k.so")
-	if err := os.WriteFile(cu, []byte(Prelude+src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := CompileEmulated(cu, so, extra...); err != nil {
-		t.Fatal(err)
-	}
-	l, err := cpurt.Open(so)
-	if err != nil {
-		t.Fatal(err)
-	}
-	libCache[key] = l
-	return l
-}
-
-// call calls sym and fails the test if it does not return within a minute
-// (a hung emulator would otherwise hang the test binary).
-func call(t testing.TB, l *cpurt.Lib, sym string, args ...int64) int32 {
-	t.Helper()
-	type res struct {
-		rc  int32
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		rc, err := l.Call(sym, args...)
-		ch <- res{rc, err}
-	}()
-	select {
-	case r := <-ch:
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		return r.rc
-	case <-time.After(time.Minute):
-		t.Fatalf("%s did not return within a minute", sym)
-	}
-	return 0
+	return libs.Get(t, Prelude+src, extra...)
 }
 
 func seq(n int) []float32 {
@@ -382,7 +319,7 @@ func TestEmuBlockReverse(t *testing.T) {
 	defer in.Free()
 	for _, bar := range []int64{1, 0} {
 		out := cpurt.NewBuffer(4 * n * grid)
-		if rc := call(t, l, "launch_rev", in.Ptr(), out.Ptr(), n, grid, bar, 0); rc != 0 {
+		if rc := emutest.Call(t, l, "launch_rev", in.Ptr(), out.Ptr(), n, grid, bar, 0); rc != 0 {
 			t.Fatalf("bar=%d: launch_rev = %d: %s", bar, rc, l.CallStr("emu_message", 0))
 		}
 		wrong := 0
@@ -414,7 +351,7 @@ func TestEmuTreeReduction(t *testing.T) {
 	defer in.Free()
 	for _, bar := range []int64{1, 0} {
 		out := cpurt.NewBuffer(4 * grid)
-		if rc := call(t, l, "launch_tree", in.Ptr(), out.Ptr(), n, grid, bar, 0); rc != 0 {
+		if rc := emutest.Call(t, l, "launch_tree", in.Ptr(), out.Ptr(), n, grid, bar, 0); rc != 0 {
 			t.Fatalf("launch_tree = %d: %s", rc, l.CallStr("emu_message", 0))
 		}
 		wrong := 0
@@ -442,7 +379,7 @@ func TestEmuSharedMemoryStartsAsNaN(t *testing.T) {
 	const n, grid = 64, 2
 	out := cpurt.NewBuffer(4 * n * grid)
 	defer out.Free()
-	if rc := call(t, l, "launch_uninit", out.Ptr(), n, grid, 0); rc != 0 {
+	if rc := emutest.Call(t, l, "launch_uninit", out.Ptr(), n, grid, 0); rc != 0 {
 		t.Fatalf("launch_uninit = %d", rc)
 	}
 	for i, v := range out.F32() {
@@ -457,7 +394,7 @@ func TestEmuThreadAndBlockIDs(t *testing.T) {
 	const n, grid = 96, 7
 	out := cpurt.NewBuffer(4 * 4 * n * grid)
 	defer out.Free()
-	if rc := call(t, l, "launch_ids", out.Ptr(), n, grid, 0); rc != 0 {
+	if rc := emutest.Call(t, l, "launch_ids", out.Ptr(), n, grid, 0); rc != 0 {
 		t.Fatalf("launch_ids = %d", rc)
 	}
 	ids := out.I32()
@@ -482,7 +419,7 @@ func TestEmuWarpShuffle(t *testing.T) {
 	x := cpurt.F32Buffer(xs)
 	out, iout, bc := cpurt.NewBuffer(4*n*grid), cpurt.NewBuffer(4*n*grid), cpurt.NewBuffer(4*n*grid)
 	defer func() { x.Free(); out.Free(); iout.Free(); bc.Free() }()
-	if rc := call(t, l, "launch_warpsum", x.Ptr(), out.Ptr(), iout.Ptr(), bc.Ptr(), n, grid, 0); rc != 0 {
+	if rc := emutest.Call(t, l, "launch_warpsum", x.Ptr(), out.Ptr(), iout.Ptr(), bc.Ptr(), n, grid, 0); rc != 0 {
 		t.Fatalf("launch_warpsum = %d: %s", rc, l.CallStr("emu_message", 0))
 	}
 	for w := 0; w < n*grid/32; w++ {
@@ -607,7 +544,7 @@ func TestEmuConversions(t *testing.T) {
 			b.Free()
 		}
 	}()
-	if rc := call(t, l, "launch_cvt", hb.Ptr(), o16.Ptr(), obf.Ptr(), fb.Ptr(), to16.Ptr(), tobf.Ptr(), pk16.Ptr(),
+	if rc := emutest.Call(t, l, "launch_cvt", hb.Ptr(), o16.Ptr(), obf.Ptr(), fb.Ptr(), to16.Ptr(), tobf.Ptr(), pk16.Ptr(),
 		pkbf.Ptr(), n, 0); rc != 0 {
 		t.Fatalf("launch_cvt = %d", rc)
 	}
@@ -676,7 +613,7 @@ func runMMA(t *testing.T, l *cpurt.Lib, kind int, seed int64) float64 {
 	}
 	ab, bb, cb, db := cpurt.U16Buffer(A), cpurt.U16Buffer(B), cpurt.F32Buffer(C), cpurt.NewBuffer(4*tiles*128)
 	defer func() { ab.Free(); bb.Free(); cb.Free(); db.Free() }()
-	if rc := call(t, l, "launch_mma", ab.Ptr(), bb.Ptr(), cb.Ptr(), db.Ptr(), int64(kind), warps, grid, 0); rc != 0 {
+	if rc := emutest.Call(t, l, "launch_mma", ab.Ptr(), bb.Ptr(), cb.Ptr(), db.Ptr(), int64(kind), warps, grid, 0); rc != 0 {
 		t.Fatalf("launch_mma(%d) = %d: %s", kind, rc, l.CallStr("emu_message", 0))
 	}
 	conv := f16ToF64
@@ -731,7 +668,7 @@ func TestEmuDivergenceFails(t *testing.T) {
 		{"lanes in different shuffles", 2, 64, []string{"different warp operations"}},
 	}
 	for _, c := range cases {
-		rc := call(t, l, "launch_divergent", out.Ptr(), c.n, c.which, 0)
+		rc := emutest.Call(t, l, "launch_divergent", out.Ptr(), c.n, c.which, 0)
 		msg := l.CallStr("emu_message", 0)
 		if rc == 0 {
 			t.Errorf("%s: attnc_last_error() = 0, want a failure", c.name)
@@ -747,7 +684,7 @@ func TestEmuDivergenceFails(t *testing.T) {
 	// Partial warp: 48 threads shuffle.
 	x, o1, o2, o3 := cpurt.NewBuffer(4*48), cpurt.NewBuffer(4*48), cpurt.NewBuffer(4*48), cpurt.NewBuffer(4*48)
 	defer func() { x.Free(); o1.Free(); o2.Free(); o3.Free() }()
-	if rc := call(t, l, "launch_warpsum", x.Ptr(), o1.Ptr(), o2.Ptr(), o3.Ptr(), 48, 1, 0); rc == 0 {
+	if rc := emutest.Call(t, l, "launch_warpsum", x.Ptr(), o1.Ptr(), o2.Ptr(), o3.Ptr(), 48, 1, 0); rc == 0 {
 		t.Errorf("shuffle in a 48-thread block: no error")
 	} else if msg := l.CallStr("emu_message", 0); !strings.Contains(msg, "partial warp") {
 		t.Errorf("partial warp message: %q", msg)
@@ -755,7 +692,7 @@ func TestEmuDivergenceFails(t *testing.T) {
 	// The error was consumed and the library still works.
 	in := cpurt.F32Buffer(seq(64))
 	defer in.Free()
-	if rc := call(t, l, "launch_rev", in.Ptr(), out.Ptr(), 64, 1, 1, 0); rc != 0 {
+	if rc := emutest.Call(t, l, "launch_rev", in.Ptr(), out.Ptr(), 64, 1, 1, 0); rc != 0 {
 		t.Errorf("launch after failures = %d", rc)
 	}
 }
@@ -773,33 +710,33 @@ func TestEmuSharedMemoryLimit(t *testing.T) {
 	}
 	// The limit is a per-kernel attribute that outlives launches (the library
 	// is shared between tests): set it back to the default first.
-	if rc := call(t, l, "launch_fill", out.Ptr(), 48*1024, 1, 0); rc != 0 || out.F32()[0] != sum(48*1024) {
+	if rc := emutest.Call(t, l, "launch_fill", out.Ptr(), 48*1024, 1, 0); rc != 0 || out.F32()[0] != sum(48*1024) {
 		t.Errorf("48 KiB: rc %d, sum %v want %v", rc, out.F32()[0], sum(48*1024))
 	}
-	if rc := call(t, l, "launch_fill", out.Ptr(), 64*1024, 0, 0); rc == 0 {
+	if rc := emutest.Call(t, l, "launch_fill", out.Ptr(), 64*1024, 0, 0); rc == 0 {
 		t.Errorf("64 KiB without attnc_set_smem: no error")
 	}
-	if rc := call(t, l, "launch_fill", out.Ptr(), 100*1024, 1, 0); rc != 0 || out.F32()[0] != sum(100*1024) {
+	if rc := emutest.Call(t, l, "launch_fill", out.Ptr(), 100*1024, 1, 0); rc != 0 || out.F32()[0] != sum(100*1024) {
 		t.Errorf("100 KiB after attnc_set_smem: rc %d, sum %v want %v", rc, out.F32()[0], sum(100*1024))
 	}
-	if rc := call(t, l, "launch_fill", out.Ptr(), 300*1024, 1, 0); rc < 1000 {
+	if rc := emutest.Call(t, l, "launch_fill", out.Ptr(), 300*1024, 1, 0); rc < 1000 {
 		t.Errorf("attnc_set_smem(300 KiB): rc %d, want its error", rc)
 	}
-	if rc := call(t, l, "launch_fill", out.Ptr(), 100*1024, 0, 0); rc != 0 {
+	if rc := emutest.Call(t, l, "launch_fill", out.Ptr(), 100*1024, 0, 0); rc != 0 {
 		t.Errorf("100 KiB after an earlier opt-in: rc %d", rc)
 	}
 }
 
 func TestEmuHostAPI(t *testing.T) {
 	l := emuLib(t, testKernels)
-	if n := call(t, l, "num_sms"); n != 4 {
+	if n := emutest.Call(t, l, "num_sms"); n != 4 {
 		t.Errorf("attnc_num_sms() = %d, want 4", n)
 	}
 	const n = 256
 	in := cpurt.F32Buffer(seq(n))
 	out, raw := cpurt.NewBuffer(4*n), cpurt.NewBuffer(4*n)
 	defer func() { in.Free(); out.Free(); raw.Free() }()
-	if rc := call(t, l, "launch_scratch", in.Ptr(), out.Ptr(), raw.Ptr(), n, 0); rc != 0 {
+	if rc := emutest.Call(t, l, "launch_scratch", in.Ptr(), out.Ptr(), raw.Ptr(), n, 0); rc != 0 {
 		t.Fatalf("launch_scratch = %d", rc)
 	}
 	for i := 0; i < n; i++ {
@@ -820,7 +757,7 @@ func TestEmuMath(t *testing.T) {
 	x := cpurt.F32Buffer(xs)
 	out := cpurt.NewBuffer(4 * n * 12)
 	defer func() { x.Free(); out.Free() }()
-	if rc := call(t, l, "launch_math", x.Ptr(), out.Ptr(), int64(n), 0); rc != 0 {
+	if rc := emutest.Call(t, l, "launch_math", x.Ptr(), out.Ptr(), int64(n), 0); rc != 0 {
 		t.Fatalf("launch_math = %d", rc)
 	}
 	fns := []struct {
@@ -873,9 +810,9 @@ func TestEmuSpeed(t *testing.T) {
 	in := cpurt.F32Buffer(seq(n * grid))
 	out := cpurt.NewBuffer(4 * n * grid)
 	defer func() { in.Free(); out.Free() }()
-	call(t, l, "launch_work", in.Ptr(), out.Ptr(), n, grid, 1, 0) // warm up: threads, stacks
+	emutest.Call(t, l, "launch_work", in.Ptr(), out.Ptr(), n, grid, 1, 0) // warm up: threads, stacks
 	start := time.Now()
-	rc := call(t, l, "launch_work", in.Ptr(), out.Ptr(), n, grid, iters, 0)
+	rc := emutest.Call(t, l, "launch_work", in.Ptr(), out.Ptr(), n, grid, iters, 0)
 	el := time.Since(start)
 	if rc != 0 {
 		t.Fatalf("launch_work = %d: %s", rc, l.CallStr("emu_message", 0))
@@ -900,7 +837,7 @@ func TestEmuUcontextFallback(t *testing.T) {
 	in := cpurt.F32Buffer(seq(n * grid))
 	out := cpurt.NewBuffer(4 * n * grid)
 	defer func() { in.Free(); out.Free() }()
-	if rc := call(t, l, "launch_work", in.Ptr(), out.Ptr(), n, grid, 3, 0); rc != 0 {
+	if rc := emutest.Call(t, l, "launch_work", in.Ptr(), out.Ptr(), n, grid, 3, 0); rc != 0 {
 		t.Fatalf("launch_work = %d", rc)
 	}
 	for i := 0; i < n*grid; i++ {
@@ -912,7 +849,7 @@ func TestEmuUcontextFallback(t *testing.T) {
 	if e := runMMA(t, l, 1, 7); e > 1e-3 {
 		t.Errorf("bf16 mma error %g", e)
 	}
-	if rc := call(t, l, "launch_divergent", out.Ptr(), 64, 0, 0); rc == 0 {
+	if rc := emutest.Call(t, l, "launch_divergent", out.Ptr(), 64, 0, 0); rc == 0 {
 		t.Errorf("divergent barrier not reported")
 	}
 }

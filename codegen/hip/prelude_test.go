@@ -9,11 +9,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/attnc/attnc/cpurt"
+	"github.com/attnc/attnc/internal/emutest"
 	"github.com/attnc/attnc/internal/needtool"
 	_ "github.com/attnc/attnc/internal/testgc"
 )
@@ -296,82 +295,23 @@ func TestPreludeHostSide(t *testing.T) {
 
 // ---- the emulator with 64-lane warps ----
 
-var (
-	libMu    sync.Mutex
-	libCache = map[string]*cpurt.Lib{}
-	libDir   string
-)
+// libs are the emulator libraries of this test binary.
+var libs = emutest.Libs{Prefix: "attnc-hip-emu-test-", Ext: ".hip", Compile: CompileEmulated}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	libMu.Lock()
-	for _, l := range libCache {
-		l.Close()
-	}
-	if libDir != "" {
-		os.RemoveAll(libDir)
-	}
-	libMu.Unlock()
+	libs.Close()
 	os.Exit(code)
 }
 
+// emuLib compiles Prelude+src for the emulator once and returns the
+// loaded library.
 func emuLib(t testing.TB, src string) *cpurt.Lib {
 	t.Helper()
 	if _, err := exec.LookPath("g++"); err != nil {
 		needtool.Check(t, fmt.Errorf("g++ not found: %w", err))
 	}
-	libMu.Lock()
-	defer libMu.Unlock()
-	if l, ok := libCache[src]; ok {
-		return l
-	}
-	if libDir == "" {
-		d, err := os.MkdirTemp("", "attnc-hip-emu-test-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		libDir = d
-	}
-	sub, err := os.MkdirTemp(libDir, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	in, so := filepath.Join(sub, "k.hip"), filepath.Join(sub, "k.so")
-	if err := os.WriteFile(in, []byte(Prelude+src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := CompileEmulated(in, so); err != nil {
-		t.Fatal(err)
-	}
-	l, err := cpurt.Open(so)
-	if err != nil {
-		t.Fatal(err)
-	}
-	libCache[src] = l
-	return l
-}
-
-func call(t testing.TB, l *cpurt.Lib, sym string, args ...int64) int32 {
-	t.Helper()
-	type res struct {
-		rc  int32
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		rc, err := l.Call(sym, args...)
-		ch <- res{rc, err}
-	}()
-	select {
-	case r := <-ch:
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		return r.rc
-	case <-time.After(time.Minute):
-		t.Fatalf("%s did not return within a minute", sym)
-	}
-	return 0
+	return libs.Get(t, Prelude+src)
 }
 
 func TestEmuBarrier(t *testing.T) {
@@ -385,7 +325,7 @@ func TestEmuBarrier(t *testing.T) {
 	defer in.Free()
 	for _, bar := range []int64{1, 0} {
 		out := cpurt.NewBuffer(4 * n * grid)
-		if rc := call(t, l, "launch_rev", in.Ptr(), out.Ptr(), n, grid, bar, 0); rc != 0 {
+		if rc := emutest.Call(t, l, "launch_rev", in.Ptr(), out.Ptr(), n, grid, bar, 0); rc != 0 {
 			t.Fatalf("launch_rev = %d: %s", rc, l.CallStr("emu_message", 0))
 		}
 		wrong := 0
@@ -406,7 +346,7 @@ func TestEmuIDs(t *testing.T) {
 	const n, grid = 192, 5
 	out := cpurt.NewBuffer(4 * 4 * n * grid)
 	defer out.Free()
-	if rc := call(t, l, "launch_ids", out.Ptr(), n, grid, 0); rc != 0 {
+	if rc := emutest.Call(t, l, "launch_ids", out.Ptr(), n, grid, 0); rc != 0 {
 		t.Fatalf("launch_ids = %d", rc)
 	}
 	ids := out.I32()
@@ -431,7 +371,7 @@ func TestEmuWave64Shuffle(t *testing.T) {
 	x := cpurt.F32Buffer(xs)
 	out, iout, bc, half := cpurt.NewBuffer(4*n*grid), cpurt.NewBuffer(4*n*grid), cpurt.NewBuffer(4*n*grid), cpurt.NewBuffer(4*n)
 	defer func() { x.Free(); out.Free(); iout.Free(); bc.Free(); half.Free() }()
-	if rc := call(t, l, "launch_wavesum", x.Ptr(), out.Ptr(), iout.Ptr(), bc.Ptr(), n, grid, 0); rc != 0 {
+	if rc := emutest.Call(t, l, "launch_wavesum", x.Ptr(), out.Ptr(), iout.Ptr(), bc.Ptr(), n, grid, 0); rc != 0 {
 		t.Fatalf("launch_wavesum = %d: %s", rc, l.CallStr("emu_message", 0))
 	}
 	for w := 0; w < n*grid/64; w++ {
@@ -449,7 +389,7 @@ func TestEmuWave64Shuffle(t *testing.T) {
 			}
 		}
 	}
-	if rc := call(t, l, "launch_halfsum", x.Ptr(), half.Ptr(), n, 0); rc != 0 {
+	if rc := emutest.Call(t, l, "launch_halfsum", x.Ptr(), half.Ptr(), n, 0); rc != 0 {
 		t.Fatalf("launch_halfsum = %d: %s", rc, l.CallStr("emu_message", 0))
 	}
 	for i := 0; i < n; i++ {
@@ -471,7 +411,7 @@ func TestEmuPartialWavefrontFails(t *testing.T) {
 	defer func() { x.Free(); out.Free() }()
 	os.Setenv("ATTNC_EMU_QUIET", "1")
 	defer os.Unsetenv("ATTNC_EMU_QUIET")
-	if rc := call(t, l, "launch_halfsum", x.Ptr(), out.Ptr(), 32, 0); rc == 0 {
+	if rc := emutest.Call(t, l, "launch_halfsum", x.Ptr(), out.Ptr(), 32, 0); rc == 0 {
 		t.Fatalf("a shuffle in a 32-thread block ran")
 	}
 	if msg := l.CallStr("emu_message", 0); !strings.Contains(msg, "need all 64 lanes") {
@@ -514,7 +454,7 @@ func runMFMA(t *testing.T, l *cpurt.Lib, kind int, seed int64) float64 {
 	}
 	ab, bb, cb, db := cpurt.U16Buffer(A), cpurt.U16Buffer(B), cpurt.F32Buffer(C), cpurt.NewBuffer(4*tiles*256)
 	defer func() { ab.Free(); bb.Free(); cb.Free(); db.Free() }()
-	if rc := call(t, l, "launch_mfma", ab.Ptr(), bb.Ptr(), cb.Ptr(), db.Ptr(), int64(kind), waves, grid, 0); rc != 0 {
+	if rc := emutest.Call(t, l, "launch_mfma", ab.Ptr(), bb.Ptr(), cb.Ptr(), db.Ptr(), int64(kind), waves, grid, 0); rc != 0 {
 		t.Fatalf("launch_mfma(%d) = %d: %s", kind, rc, l.CallStr("emu_message", 0))
 	}
 	worst := 0.0
@@ -561,7 +501,7 @@ func TestEmuCopiesAndLDS(t *testing.T) {
 	defer in.Free()
 	for _, sb := range []int64{16, 8, 0} {
 		out := cpurt.NewBuffer(4 * 8 * n)
-		if rc := call(t, l, "launch_copy", in.Ptr(), out.Ptr(), n, sb, 0); rc != 0 {
+		if rc := emutest.Call(t, l, "launch_copy", in.Ptr(), out.Ptr(), n, sb, 0); rc != 0 {
 			t.Fatalf("launch_copy = %d: %s", rc, l.CallStr("emu_message", 0))
 		}
 		got := out.F32()
@@ -583,12 +523,12 @@ func TestEmuCopiesAndLDS(t *testing.T) {
 	}
 	out := cpurt.NewBuffer(4 * 64)
 	defer out.Free()
-	if rc := call(t, l, "launch_smem", in.Ptr(), out.Ptr(), 64, 64<<10, 0); rc != 0 {
+	if rc := emutest.Call(t, l, "launch_smem", in.Ptr(), out.Ptr(), 64, 64<<10, 0); rc != 0 {
 		t.Errorf("64 KiB of LDS: %d: %s", rc, l.CallStr("emu_message", 0))
 	}
 	os.Setenv("ATTNC_EMU_QUIET", "1")
 	defer os.Unsetenv("ATTNC_EMU_QUIET")
-	if rc := call(t, l, "launch_smem", in.Ptr(), out.Ptr(), 64, 64<<10+16, 0); rc == 0 {
+	if rc := emutest.Call(t, l, "launch_smem", in.Ptr(), out.Ptr(), 64, 64<<10+16, 0); rc == 0 {
 		t.Errorf("64 KiB + 16 bytes of LDS accepted")
 	}
 }
