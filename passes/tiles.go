@@ -121,14 +121,17 @@ func MatMulLoopsOf(mm *ir.MatMul, aElem, bElem ir.Type, order DotOrder, dotKind 
 func rotatedB(mm *ir.MatMul, r *ir.RotB, bElem ir.Type, n, k ir.Expr) ir.Expr {
 	i32 := func(v int) ir.Expr { return ir.Int(int64(v)) }
 	rotated := ir.Bin(ir.Lt, k, i32(2*r.Half))
-	// lo: k is its pair's first element (RotB's a).
-	lo := ir.Bin(ir.Lt, k, i32(r.Half))
-	partner := ir.Sel(lo, ir.Bin(ir.Add, k, i32(r.Half)), ir.Sel(rotated, ir.Bin(ir.Sub, k, i32(r.Half)), k))
-	i := ir.Sel(lo, k, ir.Sel(rotated, ir.Bin(ir.Sub, k, i32(r.Half)), i32(0)))
+	// lo: k is its pair's first element (RotB's a); partner: the pair's
+	// other; i: the pair's angle in the tables' row.
+	var lo, partner, i ir.Expr
 	if r.Pairs == ir.RopeInterleaved {
 		lo = ir.Bin(ir.Eq, ir.Bin(ir.And, k, i32(1)), i32(0))
 		partner = ir.Sel(rotated, ir.Bin(ir.Xor, k, i32(1)), k)
 		i = ir.Sel(rotated, ir.Bin(ir.Shr, k, i32(1)), i32(0))
+	} else {
+		lo = ir.Bin(ir.Lt, k, i32(r.Half))
+		partner = ir.Sel(lo, ir.Bin(ir.Add, k, i32(r.Half)), ir.Sel(rotated, ir.Bin(ir.Sub, k, i32(r.Half)), k))
+		i = ir.Sel(lo, k, ir.Sel(rotated, ir.Bin(ir.Sub, k, i32(r.Half)), i32(0)))
 	}
 	at := ir.Bin(ir.Add, ir.Bin(ir.Mul, n, i32(r.Half)), i)
 	x, y := LoadF32(mm.B, bElem, 1, mm.BAt(n, k)), LoadF32(mm.B, bElem, 1, mm.BAt(n, partner))
