@@ -207,6 +207,9 @@ func (l *lowering) decode(public bool) ([]*ir.Kernel, *ir.Plan) {
 func (l *lowering) attentionKernel(name string, role ir.Role, params []*ir.Param, it attnItem) *ir.Kernel {
 	var b blk
 	nItems := l.itemCount(&b, it)
+	if l.ropeRel {
+		l.ropeRelTable(&b)
+	}
 	work := b.loop("item", i32(0), nItems, ir.Parallel, ir.TagWork, func(w *blk) {
 		x := l.bindItem(w, it, ir.R("item", ir.I32))
 		l.allocItem(w, x)
@@ -238,6 +241,9 @@ func (l *lowering) attentionKernel(name string, role ir.Role, params []*ir.Param
 		// A sequence's items (of one chunk, split) read the same pages: a
 		// thread takes them together where every thread can have a run.
 		work.Run = l.itemsPerSeq()
+	}
+	if l.ropeRel {
+		b.add(&ir.Free{Name: "rope_jc"}, &ir.Free{Name: "rope_js"})
 	}
 	b.add(&ir.Return{Value: i32(0)})
 	return &ir.Kernel{Name: name, Role: role, Params: params, Body: b.block()}
@@ -374,13 +380,13 @@ func (l *lowering) allocItem(w *blk, x itemVars) {
 	if l.directV {
 		w.alloc("voff", ir.I64, KT)
 	}
-	if l.v.InlineRope() != nil {
+	if l.v.InlineRope() != nil && !l.ropeRel {
 		l.ropeTable(w)
 		l.fillRopeTable(w)
 	}
 	if l.ropeRel {
+		// The turns and the tile's table are the kernel's (ropeRelTable).
 		w.alloc("qs0", ir.F32, R*l.rotDim())
-		l.ropeRelTable(w)
 		if oneToken(x) {
 			// The tile's query turn, one for the item's rows (rotateQueriesRel).
 			w.alloc("rope_qc", ir.F32, l.rotDim()/2)

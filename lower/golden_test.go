@@ -267,7 +267,8 @@ func goldenCases() []goldenCase {
 		}},
 		// The CPU's decode under inline RoPE: queries turned once per
 		// tile relative to its first position, K rows by their offset in
-		// it from the item's table; the tree's own keys evaluate theirs.
+		// it from the kernel's table (filled once per call, before the
+		// parallel loop); the tree's own keys evaluate theirs.
 		{feature: "rope_relative_decode_tree", tiling: &relative, edit: func(v *ir.Variant) {
 			v.Rope = &ir.Rope{Theta: 10000, Style: ir.RopeLlama3, Params: map[string]float64{"factor": 8, "low_freq": 1, "high_freq": 4, "original_max": 8192}}
 			v.Masks = []ir.MaskClause{{Kind: ir.MaskTree}}

@@ -83,7 +83,8 @@ type Tiling struct {
 	// and factors styles) rotate by angles relative to each KV tile's
 	// first position p0: the queries by pos_q - p0 once per tile, each K
 	// row by its offset j in the tile, with cos and sin from a table of
-	// the tile's offsets computed once per item. The scores are the same
+	// the tile's offsets computed once per call (before the work
+	// kernel's parallel loop). The scores are the same
 	// rotations' (R(a)q · R(b)k depends on b - a only) while a K row,
 	// which each kv head's item rotates again, takes table loads instead
 	// of evaluating cos and sin. A tree's own keys, which rotate at their
@@ -91,7 +92,7 @@ type Tiling struct {
 	DecodeRopeRelative bool
 	// DecodeRopeInDot (with DecodeRopeRelative and DecodeDirect) makes
 	// decode read K rows under inline RoPE (either pairing) in place
-	// too: Q·Kᵀ turns each row by its offset's angles from the item's
+	// too: Q·Kᵀ turns each row by its offset's angles from the kernel's
 	// table as it reads it (ir.RotB) instead of the staging copying and
 	// turning the tile first. A tile with a hidden or outside page, or
 	// with a tree's own keys (which turn at their queries' positions), is

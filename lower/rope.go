@@ -381,7 +381,7 @@ func (l *lowering) stageRow(b *blk, dst string, w int, idx func(d ir.Expr) ir.Ex
 // (position pos = kvLo + j of sequence sb) into kb: rotated at its
 // position (stageRow), or, with ropeRel, copied and rotated by its angle
 // relative to the tile's first position, p0 = kvLo + k_rope_pos_offset[sb]:
-// j, from the item's table (ropeRelTable), or for a tree's own key (pos >=
+// j, from the kernel's table (ropeRelTable), or for a tree's own key (pos >=
 // qBase) its query's position - p0, evaluated.
 //
 // A tree's rows are copied once, before the branch on the key's kind, so
@@ -413,7 +413,7 @@ func (l *lowering) stageKRow(b *blk, sg segment, j, pos, kvLo, sb, qBase, qSeqRo
 }
 
 // rotK is how decode's Q·Kᵀ turns K's rows read in place (ropeInDot): by
-// the item's table of the tile's offsets (ropeRelTable), or nil.
+// the kernel's table of the tile's offsets (ropeRelTable), or nil.
 func (l *lowering) rotK() *ir.RotB {
 	if !l.ropeInDot {
 		return nil
@@ -427,12 +427,20 @@ func ropeTileBase(kvLo, sb ir.Expr) ir.Expr {
 	return add(i64(kvLo), i64(ldi("k_rope_pos_offset", sb)))
 }
 
-// ropeRelTable declares and fills (ropeRel) the item's tables rope_jc,
-// rope_js f32[KVTile, R/2]: cos and sin of pair i at offset j of a tile.
+// ropeRelTable declares and fills (ropeRel) a work kernel's turns and its
+// tables rope_jc, rope_js f32[KVTile, R/2] — cos and sin of pair i at
+// offset j of a tile — once per call, before its parallel loop, whose
+// items read them: every item's tiles have the same offsets, and filling
+// the tables per item (KVTile·R/2 cos and sin) took ~18% of a
+// sliding-window decode's work, whose items read two tiles. The tables
+// are malloc'd (8 KiB each at 64 × 32), not the caller's stack; the
+// kernel frees them before it returns.
 func (l *lowering) ropeRelTable(w *blk) {
 	KT, half := l.t.KVTile, l.rotDim()/2
-	w.alloc("rope_jc", ir.F32, KT*half)
-	w.alloc("rope_js", ir.F32, KT*half)
+	l.ropeTable(w)
+	l.fillRopeTable(w)
+	w.add(&ir.Malloc{Name: "rope_jc", T: ir.F32, Size: i64c(KT * half)},
+		&ir.Malloc{Name: "rope_js", T: ir.F32, Size: i64c(KT * half)})
 	w.loop("rope_j", i32(0), i32(KT), ir.Serial, ir.NoTag, func(x *blk) {
 		j := ir.R("rope_j", ir.I32)
 		x.spread("rope_i", half, func(y *blk, i ir.Expr) {
