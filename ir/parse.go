@@ -748,6 +748,21 @@ func (p *parser) forStmt() *For {
 			p.expect(",")
 		}
 	}
+	if p.accept("next") {
+		s.Next = &Next{}
+		p.expect("[")
+		for !p.accept("]") {
+			if len(s.Next.Subst) > 0 {
+				p.expect(",")
+			}
+			x := Rebind{Name: p.ident().text}
+			p.expect("=")
+			x.Value = p.expr()
+			s.Next.Subst = append(s.Next.Subst, x)
+		}
+		p.expect("if")
+		s.Next.When = p.expr()
+	}
 	s.Body = p.block()
 	p.pop()
 	return s

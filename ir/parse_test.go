@@ -142,11 +142,16 @@ error -1 bad_indptr "indptr must be non-decreasing"
 kernel ll_decode role decode entry (q: f16* [batch_size, 32, 128], kv_indptr: i32* [batch_size+1], o: f16* [batch_size, 32, 128] out, lse: f32* [batch_size, 32] out null, batch_size: i32) {
   for item in 0 .. (batch_size * 8) parallel @work run 8 {
     let b = (item / 8)
+    let kvh = (item % 8)
     let beg = kv_indptr[b]
     if (kv_indptr[(b + 1)] < beg) {
       continue
     }
     alloc acc: f32[128]
+    var first = -1
+    for pj in 0 .. 4 serial @stage [pj = 0 .. ((beg - first) - 1)] next [beg = first, kvh = (kvh + 1)] if ((kvh + 1) < 8) {
+      store acc[(pj + kvh)] = 0.0:f32
+    }
     var m = -inf:f32
     for t in 0 .. 4 serial @kv_tile [kv_pos = (t * 16) .. ((t * 16) + 15)] {
       let s = (f32(q[((item * 128) + t)]) * 0.088388346:f32)

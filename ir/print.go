@@ -292,6 +292,13 @@ func (p *printer) stmt(s Stmt) {
 			}
 			sb.WriteString(" [" + strings.Join(rs, ", ") + "]")
 		}
+		if s.Next != nil {
+			var ss []string
+			for _, x := range s.Next.Subst {
+				ss = append(ss, fmt.Sprintf("%s = %s", x.Name, p.ex(x.Value)))
+			}
+			fmt.Fprintf(&sb, " next [%s] if %s", strings.Join(ss, ", "), p.ex(s.Next.When))
+		}
 		p.line("%s {", sb.String())
 		p.block(s.Body)
 		p.line("}")

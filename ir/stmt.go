@@ -381,12 +381,31 @@ type Range struct {
 	Lo, Hi Expr
 }
 
+// Next names, for a staging loop (TagStage), the same loop in the work
+// item its thread runs next, where the lowering knows that item: this
+// item's loop with each of Subst's names standing for its value, when
+// When holds. It is a hint for passes that look ahead past an item's last
+// tile (prefetch-kv), which may read through it what the loop itself
+// reads (page tables, pool rows), guarded as the loop guards them: the
+// lowering names only a next item of the same sequence.
+type Next struct {
+	When  Expr
+	Subst []Rebind
+}
+
+// Rebind binds Name, a let, var or scalar parameter in scope, to Value.
+type Rebind struct {
+	Name  string
+	Value Expr
+}
+
 // For runs Body for Var in [Lo, Hi) (i32). Tag names the loop's role for
 // passes (TagKVTile, ...); Ranges describe position variables that the
 // body derives from the loop. Run, for a Parallel loop, is how many
 // consecutive items belong together — a decode's kv heads of one sequence,
 // which read the same pages —, so the CPU runtime hands a thread whole runs
-// where every thread can have one; 0 or 1 says nothing.
+// where every thread can have one; 0 or 1 says nothing. Next, where not
+// nil, is the loop of the thread's next work item.
 type For struct {
 	Var    string
 	Lo, Hi Expr
@@ -394,6 +413,7 @@ type For struct {
 	Tag    Tag
 	Run    int
 	Ranges []Range
+	Next   *Next
 	Body   *Block
 }
 

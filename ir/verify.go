@@ -55,7 +55,9 @@ func MustVerify(pass string, m *Module) {
 //     not bools or ints, the math functions floats; Select has a bool
 //     condition and equal arms; Bitcast keeps the width; Load indices are
 //     i32 or i64; integer constants fit their type;
-//   - For bounds are i32, If conditions bool, Return values i32;
+//   - For bounds are i32, If conditions bool, Return values i32; a For's
+//     Next has a bool condition and substitutes distinct scalars in scope
+//     (not its own variable) by values of their types;
 //   - Assign targets a Var; Free a Malloc; Alloc sizes are > 0;
 //   - a Parallel For body holds no Return and no Parallel For and assigns
 //     no var declared outside it; Continue appears only inside a For (it
@@ -585,6 +587,31 @@ func (v *verifier) stmt(s Stmt) {
 	}
 }
 
+// next checks a For's Next: a bool condition, and substitutions of
+// distinct scalar names in scope (lets, vars, scalar parameters) by values
+// of their types.
+func (v *verifier) next(s *For) {
+	v.expr(s.Next.When)
+	if t := s.Next.When.Type(); t != Bool {
+		v.fail("for %s: next condition is %s, want bool", s.Var, t)
+	}
+	seen := map[string]bool{}
+	for _, x := range s.Next.Subst {
+		d, ok := v.lookup(x.Name)
+		if !ok || d.isBuffer() || d.kind == dLoop && x.Name == s.Var {
+			v.fail("for %s: next substitutes %s, which is no scalar in scope", s.Var, x.Name)
+		}
+		if seen[x.Name] {
+			v.fail("for %s: next substitutes %s twice", s.Var, x.Name)
+		}
+		seen[x.Name] = true
+		v.expr(x.Value)
+		if t := x.Value.Type(); t != d.t {
+			v.fail("for %s: next substitutes %s (%s) by a %s", s.Var, x.Name, d.t, t)
+		}
+	}
+}
+
 func (v *verifier) forStmt(s *For) {
 	v.expr(s.Lo)
 	v.expr(s.Hi)
@@ -645,6 +672,9 @@ func (v *verifier) forStmt(s *For) {
 	for _, r := range s.Ranges {
 		v.expr(r.Lo)
 		v.expr(r.Hi)
+	}
+	if s.Next != nil {
+		v.next(s)
 	}
 	v.block(s.Body)
 	v.scopes = v.scopes[:len(v.scopes)-1]

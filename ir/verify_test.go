@@ -37,6 +37,9 @@ func TestVerifyValid(t *testing.T) {
 			&Store{Buf: "buf", Index: IntT(I64, 0), Value: Ld("buf", F32, Cvt(I64, n))}),
 		"bitcast f32 to i32":            vmod(&Let{Name: "b", Value: &Bitcast{To: I32, X: Float(1)}}),
 		"heap alloc in a parallel body": vmod(loop("i", Parallel, loop("j", Serial, &Alloc{Name: "a", T: F32, Size: 512, Heap: true}))),
+		"next substitutes a let, a var and a param": vmod(&Let{Name: "h", Value: Int(0)}, &Var{Name: "f", Init: Int(-1)},
+			&For{Var: "j", Lo: Int(0), Hi: n, Kind: Serial, Tag: TagStage, Next: &Next{When: Bin(Lt, R("h", I32), n),
+				Subst: []Rebind{{Name: "h", Value: Bin(Add, R("h", I32), Int(1))}, {Name: "f", Value: Int(0)}, {Name: "n", Value: R("f", I32)}}}, Body: blk()}),
 	} {
 		if err := Verify(m); err != nil {
 			t.Errorf("%s: %v", name, err)
@@ -101,12 +104,24 @@ func TestVerifyBroken(t *testing.T) {
 		{"constant 4294967296 out of range for i32", []Stmt{let("x", Int(1<<32))}},
 		{"missing expression", []Stmt{let("x", Bin(Add, one, nil))}},
 		{"malloc w: size is f32, want i32 or i64", []Stmt{&Malloc{Name: "w", T: F32, Size: f1}}},
+		{"for j: next condition is i32, want bool", []Stmt{nextLoop(one)}},
+		{"for j: next substitutes zz, which is no scalar in scope", []Stmt{nextLoop(BoolConst(true), Rebind{Name: "zz", Value: one})}},
+		{"for j: next substitutes buf, which is no scalar in scope", []Stmt{nextLoop(BoolConst(true), Rebind{Name: "buf", Value: one})}},
+		{"for j: next substitutes j, which is no scalar in scope", []Stmt{nextLoop(BoolConst(true), Rebind{Name: "j", Value: one})}},
+		{"for j: next substitutes n twice", []Stmt{nextLoop(BoolConst(true), Rebind{Name: "n", Value: one}, Rebind{Name: "n", Value: one})}},
+		{"for j: next substitutes n (i32) by a f32", []Stmt{nextLoop(BoolConst(true), Rebind{Name: "n", Value: f1})}},
+		{"unknown name y", []Stmt{nextLoop(Bin(Lt, R("y", I32), one))}},
 	} {
 		err := Verify(vmod(tc.body...))
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "kernel k: ") {
 			t.Errorf("want %q, got %v", tc.want, err)
 		}
 	}
+}
+
+// nextLoop is a staging loop j whose next item is when / subst.
+func nextLoop(when Expr, subst ...Rebind) *For {
+	return &For{Var: "j", Lo: Int(0), Hi: R("n", I32), Kind: Serial, Tag: TagStage, Next: &Next{When: when, Subst: subst}, Body: blk()}
 }
 
 func TestVerifyModuleRules(t *testing.T) {

@@ -179,6 +179,7 @@ func MapStmtExprs(b *Block, g func(Expr) Expr) *Block {
 			for _, r := range x.Ranges {
 				c.Ranges = append(c.Ranges, Range{Var: r.Var, Lo: g(r.Lo), Hi: g(r.Hi)})
 			}
+			c.Next = x.Next.Map(g)
 			return []Stmt{&c}
 		case *If:
 			c := *x
@@ -193,6 +194,18 @@ func MapStmtExprs(b *Block, g func(Expr) Expr) *Block {
 // the tree.
 func MapExprs(b *Block, f func(Expr) Expr) *Block {
 	return MapStmtExprs(b, func(e Expr) Expr { return MapExpr(e, f) })
+}
+
+// Map is n with f applied to its condition and values (nil for nil).
+func (n *Next) Map(f func(Expr) Expr) *Next {
+	if n == nil {
+		return nil
+	}
+	c := &Next{When: f(n.When)}
+	for _, x := range n.Subst {
+		c.Subst = append(c.Subst, Rebind{Name: x.Name, Value: f(x.Value)})
+	}
+	return c
 }
 
 // CloneBlock deep-copies b.

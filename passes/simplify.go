@@ -100,6 +100,15 @@ func simplifyBlock(b *ir.Block, consts map[string]ir.Expr) *ir.Block {
 			for _, r := range x.Ranges {
 				f.Ranges = append(f.Ranges, ir.Range{Var: r.Var, Lo: SimplifyExpr(ir.Subst(r.Lo, inner)), Hi: SimplifyExpr(ir.Subst(r.Hi, inner))})
 			}
+			if x.Next != nil {
+				// A name propagated as a constant is gone, and so are its uses.
+				f.Next = &ir.Next{When: SimplifyExpr(ir.Subst(x.Next.When, inner))}
+				for _, sb := range x.Next.Subst {
+					if _, gone := inner[sb.Name]; !gone {
+						f.Next.Subst = append(f.Next.Subst, ir.Rebind{Name: sb.Name, Value: SimplifyExpr(ir.Subst(sb.Value, inner))})
+					}
+				}
+			}
 			out.Stmts = append(out.Stmts, f)
 		case *ir.If:
 			c := ex(x.Cond)

@@ -238,6 +238,7 @@ func FoldGuard(f *ir.For) []ir.Stmt {
 		second := *f
 		second.Lo = ir.Bin(ir.Max, f.Lo, e)
 		second.Ranges = nil
+		second.Next = nil
 		second.Body = ir.CloneBlock(s.Else)
 		out = append(out, &second)
 	}
