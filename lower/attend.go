@@ -213,6 +213,9 @@ func (l *lowering) attentionKernel(name string, role ir.Role, params []*ir.Param
 	work := b.loop("item", i32(0), nItems, ir.Parallel, ir.TagWork, func(w *blk) {
 		x := l.bindItem(w, it, ir.R("item", ir.I32))
 		l.allocItem(w, x)
+		if l.nextKVHead(it) {
+			x.first = w.vr("kv_first", i32(-1))
+		}
 		l.stageQuery(w, x)
 		kt := ir.R("kt", ir.I32)
 		tile := w.loop("kt", x.tileLo, x.tileHi, ir.Serial, ir.TagKVTile, func(t *blk) { l.tileStep(t, x, kt) })
@@ -291,6 +294,20 @@ type itemVars struct {
 	// k_scale for a quantized cache); vScale, when not nil, each output
 	// (v_scale): the K and V tiles hold the codes' values.
 	scoreScale, vScale ir.Expr
+	// first, where not nil (nextKVHead), is the var that records the
+	// kv_lo of the item's first tile that runs, for its staging loops'
+	// ir.For.Next.
+	first ir.Expr
+}
+
+// nextKVHead reports whether the item a thread runs after a work item of
+// it is known to be the next kv head's of the same sequence and KV chunk
+// (Tiling.DecodeNextItem): decode items in runs of a sequence's kv heads
+// (ir.For.Run), one head tile each, so the next item walks the same pages
+// and tiles, a kv head further (the last kv head's next item is another
+// sequence's: ir.For.Next's condition leaves it out).
+func (l *lowering) nextKVHead(it attnItem) bool {
+	return l.t.DecodeNextItem && it.decode && l.KVH > 1 && l.headTiles() == 1 && (!it.split || l.splitBySequence())
 }
 
 // bindItem binds work item `item`: item = ((b*kv_heads + kvh)*head_tiles
@@ -447,7 +464,15 @@ func (l *lowering) tileStep(t *blk, x itemVars, kt ir.Expr) {
 	if l.ropeRel {
 		l.rotateQueriesRel(t, x, kvLo)
 	}
-	l.stageKV(t, x.kvBeg, kvLo, kvN, sub(x.kvLen, kvLo), x.kvh, x.sb, sub(x.kvLen, x.qLen), x.qBeg)
+	if x.first != nil {
+		t.when(lt(x.first, i32(0)), func(u *blk) { u.set(refName(x.first), kvLo) })
+	}
+	stage := l.stageKV(t, x.kvBeg, kvLo, kvN, sub(x.kvLen, kvLo), x.kvh, x.sb, sub(x.kvLen, x.qLen), x.qBeg)
+	if x.first != nil {
+		// The next kv head's item walks this item's pages from its first tile.
+		stage.Next = &ir.Next{When: lt(add(x.kvh, i32(1)), i32(l.KVH)),
+			Subst: []ir.Rebind{{Name: refName(kvLo), Value: x.first}, {Name: refName(x.kvh), Value: add(x.kvh, i32(1))}}}
+	}
 	// direct: every position of the tile is on a readable page, so the
 	// products read the rows where the staging found them.
 	var direct ir.Expr
@@ -599,10 +624,9 @@ func (l *lowering) stageLoad(buf string, idx ir.Expr) ir.Expr {
 // hidden by the table, are never read: their rows are zeros and (hidden
 // blocks) kvis[j] = 0 masks them. kvRest counts the item's positions
 // from the tile's first on, this tile's and the later ones'.
-func (l *lowering) stageKV(t *blk, kvBeg, kvLo, kvN, kvRest, kvh, sb, qBase, qSeqRow ir.Expr) {
+func (l *lowering) stageKV(t *blk, kvBeg, kvLo, kvN, kvRest, kvh, sb, qBase, qSeqRow ir.Expr) *ir.For {
 	if l.t.PageRuns {
-		l.stageKVRuns(t, kvBeg, kvLo, kvN, kvRest, kvh, sb, qBase, qSeqRow)
-		return
+		return l.stageKVRuns(t, kvBeg, kvLo, kvN, kvRest, kvh, sb, qBase, qSeqRow)
 	}
 	D, DV := l.D, l.DV
 	zero := func(x *blk, j ir.Expr) {
@@ -639,6 +663,7 @@ func (l *lowering) stageKV(t *blk, kvBeg, kvLo, kvN, kvRest, kvh, sb, qBase, qSe
 	// j up to kv_rest-1 stages a position of the item, in this tile or a
 	// later one: what a pass that looks ahead (prefetch-kv) may touch.
 	stage.Ranges = []ir.Range{{Var: "j", Lo: i32(0), Hi: sub(kvRest, i32(1))}}
+	return stage
 }
 
 // stageKVRuns is stageKV a page run at a time (Tiling.PageRuns): the
@@ -651,14 +676,16 @@ func (l *lowering) stageKV(t *blk, kvBeg, kvLo, kvN, kvRest, kvh, sb, qBase, qSe
 // staging loop (TagStage) is over runs; its range on the run index says
 // how many runs the item has left (this tile's and the later ones'), for
 // prefetch-kv.
-func (l *lowering) stageKVRuns(t *blk, kvBeg, kvLo, kvN, kvRest, kvh, sb, qBase, qSeqRow ir.Expr) {
+func (l *lowering) stageKVRuns(t *blk, kvBeg, kvLo, kvN, kvRest, kvh, sb, qBase, qSeqRow ir.Expr) *ir.For {
 	KT := l.t.KVTile
 	run := min(l.pt.pageRun(), KT)
 	stage := l.stageRunsBlock(kvBeg, kvLo, kvN, kvh, sb, qBase, qSeqRow, !l.directK, !l.directV, l.directK || l.directV, ir.TagStage)
 	t.add(stage.Stmts...)
 	// pj up to (kv_rest-1)/run stages a run of the item, in this tile or
 	// a later one: what prefetch-kv may touch.
-	stage.Stmts[0].(*ir.For).Ranges = []ir.Range{{Var: "pj", Lo: i32(0), Hi: div(sub(kvRest, i32(1)), i32(run))}}
+	loop := stage.Stmts[0].(*ir.For)
+	loop.Ranges = []ir.Range{{Var: "pj", Lo: i32(0), Hi: div(sub(kvRest, i32(1)), i32(run))}}
+	return loop
 }
 
 // stageRunsBlock is the loop over a tile's page runs (tagged tag) that

@@ -85,6 +85,12 @@ func goldenCases() []goldenCase {
 		{feature: "decode_one_kernel", edit: func(v *ir.Variant) {
 			v.QOHeads, v.KVHeads, v.Kernels = 4, 2, roles(ir.RoleDecode)
 		}, tiling: &Tiling{KVTile: 16, Rows: 16, MaxHeads: 8, SplitBySequence: true, DecodeOneKernel: true}},
+		// The CPU's look-ahead into the thread's next item: kv_first
+		// records the item's first tile, and the staging loop names the
+		// next kv head's (next [kv_lo = kv_first, kvh = (kvh + 1)]).
+		{feature: "decode_next_item", edit: func(v *ir.Variant) {
+			v.QOHeads, v.KVHeads, v.Kernels = 4, 2, roles(ir.RoleDecode)
+		}, tiling: &Tiling{KVTile: 16, Rows: 16, MaxHeads: 8, PageRuns: true, DecodeDirect: true, SplitBySequence: true, DecodeOneKernel: true, DecodeNextItem: true}},
 		{feature: "lse_base2", edit: func(v *ir.Variant) {
 			v.LSEBase, v.Kernels = ir.LSEBase2, roles(ir.RoleDecode, ir.RoleMergeState)
 		}},

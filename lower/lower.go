@@ -153,6 +153,14 @@ type Tiling struct {
 	// one NULL o and lse —, each result stored under `if NotNull(...)`.
 	// Half the decode code to compile (a CPU module's largest part).
 	DecodeOneKernel bool
+	// DecodeNextItem marks decode's staging loops with the item its
+	// thread runs next (ir.For.Next), where that is known: in a run of a
+	// sequence's kv heads (ir.For.Run) the next kv head's item, which
+	// walks the same pages and tiles; its first tile is this item's
+	// first (kv_first, recorded as the item's first tile runs). A
+	// look-ahead past an item's last tile (prefetch-kv) then has the next
+	// item's first tile to fetch instead of nothing.
+	DecodeNextItem bool
 	// RowQuantum, when not 0, makes a prefill item's rows (its heads ×
 	// query rows) a multiple of it where Rows is not one already: the
 	// fewest query rows at or above Rows/heads that make one, if that

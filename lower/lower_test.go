@@ -97,6 +97,62 @@ func TestGQAGrouping(t *testing.T) {
 	}
 }
 
+// TestNextItemOnlyForKVHeadRuns checks where the lowering names a staging
+// loop's next item (Tiling.DecodeNextItem): in decode, whose items come in
+// runs of a sequence's kv heads, the next kv head's item from the item's
+// first tile (kv_first); not in prefill, not over one kv head (MQA: the
+// next item is another sequence's), not over head tiles (the next item is
+// the same kv head's next group of heads), nor without the tiling's flag.
+func TestNextItemOnlyForKVHeadRuns(t *testing.T) {
+	on := Tiling{KVTile: 16, Rows: 16, MaxHeads: 8, PageRuns: true, DecodeDirect: true, SplitBySequence: true, DecodeOneKernel: true, DecodeNextItem: true}
+	off := on
+	off.DecodeNextItem = false
+	for _, c := range []struct {
+		name     string
+		qo, kv   int
+		tiling   Tiling
+		wantNext bool
+	}{
+		{"gqa 8/2", 8, 2, on, true},
+		{"mha 4/4", 4, 4, on, true},
+		{"mqa 8/1", 8, 1, on, false},
+		{"head tiles 24/2", 24, 2, on, false}, // groups of 12 over MaxHeads 8
+		{"flag off", 8, 2, off, false},
+	} {
+		v := testVariant()
+		v.QOHeads, v.KVHeads = c.qo, c.kv
+		v.Kernels = roles(ir.RolePrefill, ir.RoleDecode)
+		m, err := Lower(v, c.tiling)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		stages := 0
+		for _, k := range m.Kernels {
+			for _, f := range loops(k.Body) {
+				if f.Tag != ir.TagStage {
+					continue
+				}
+				stages++
+				want := c.wantNext && k.Role == ir.RoleDecode
+				if (f.Next != nil) != want {
+					t.Errorf("%s: %s: staging loop next %v, want one: %v", c.name, k.Name, f.Next != nil, want)
+					continue
+				}
+				if f.Next == nil {
+					continue
+				}
+				got := ir.StmtString(&ir.For{Var: f.Var, Lo: f.Lo, Hi: f.Hi, Kind: f.Kind, Next: f.Next, Body: &ir.Block{}})
+				if w := fmt.Sprintf("next [kv_lo = kv_first, kvh = (kvh + 1)] if ((kvh + 1) < %d)", c.kv); !strings.Contains(got, w) {
+					t.Errorf("%s: %s: %s, want %s", c.name, k.Name, got, w)
+				}
+			}
+		}
+		if stages < 2 {
+			t.Errorf("%s: %d staging loops, want prefill's and decode's", c.name, stages)
+		}
+	}
+}
+
 // TestOnlineSoftmaxShape checks the skeleton's state update: the tile's
 // max is a reduce, the running max is raised, the old accumulator rescaled
 // by exp(m_old - m_new), a row with everything masked so far adds nothing,

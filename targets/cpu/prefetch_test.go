@@ -15,10 +15,12 @@ import (
 // TestStagingLooksPagesUpOncePerRun compiles decode variants through the
 // CPU table up to prefetch-kv and checks every decode work clone's staging
 // loop: one iteration per page run (min(page size, decode tile)
-// positions), which reads the page table twice — once for the run it
-// records, once for the run a tile ahead — records the offsets of every
-// K and V row of that run ahead in the companion arrays (koff_pf, voff_pf),
-// over its own rows' offsets there, and prefetches nothing itself; the
+// positions), which reads the page table three times — once for the run
+// it records, once for the run a tile ahead, once for the same run of the
+// next kv head's first tile (ir.For.Next, where no run a tile ahead
+// exists) — records the offsets of every K and V row of the run ahead (or
+// the next kv head's) in the companion arrays (koff_pf, voff_pf), over
+// its own rows' offsets there, and prefetches nothing itself; the
 // products prefetch instead: every prefetch reads a companion array of a
 // row-offset array that a product load of the same pool reads (a
 // prefetch into L1, the row-offset array itself), K and V both. (Which
@@ -88,16 +90,17 @@ func TestStagingLooksPagesUpOncePerRun(t *testing.T) {
 					}
 					return e
 				})
-				if lookups != 2 {
-					t.Errorf("%s: %s: the staging iteration reads the page table %d times, want 2 (its run and the run a tile ahead)", name, k.Name, lookups)
+				if lookups != 3 {
+					t.Errorf("%s: %s: the staging iteration reads the page table %d times, want 3 (its run, the run a tile ahead, the next kv head's)", name, k.Name, lookups)
 				}
 				if prefetches != 0 {
 					t.Errorf("%s: %s: %d prefetches in the staging iteration, want none (the products prefetch)", name, k.Name, prefetches)
 				}
-				// The run ahead unrolled, and the iteration's own K and V
-				// row offsets (in its run loop) under them.
-				if want := 2*c.rowsPF + 2; records != want {
-					t.Errorf("%s: %s: the staging iteration records %d companion offsets, want %d (%d rows ahead of K and V, then its own K and V row)", name, k.Name, records, want, c.rowsPF)
+				// The run ahead and the next kv head's unrolled, and the
+				// iteration's own K and V row offsets (in its run loop)
+				// under them.
+				if want := 4*c.rowsPF + 2; records != want {
+					t.Errorf("%s: %s: the staging iteration records %d companion offsets, want %d (%d rows ahead of K and V, as many of the next kv head's, then its own K and V row)", name, k.Name, records, want, c.rowsPF)
 				}
 				return []ir.Stmt{s}
 			})

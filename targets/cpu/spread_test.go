@@ -19,9 +19,13 @@ import (
 // and each product load (a let reading a pool) or
 // finite-codes check load (an assign) also marking the 64-byte line it
 // touches, and checks that every line a product reads was prefetched,
-// except the lines of each item's first tile (no tile before it
-// prefetches them): a reordering of the spread prefetches that skipped a
-// line, or prefetched another row's, would leave a read line unmarked.
+// except the lines of a sequence's first item's first tile (no tile
+// before it prefetches them) and those of a later kv head's first tile
+// past the previous kv head's last tile's length (its look-ahead into the
+// next item, ir.For.Next, reaches as far as its own rows): a reordering
+// of the spread prefetches that skipped a line, or prefetched another
+// row's, or a next item's look-ahead at the wrong kv head or tile, would
+// leave a read line unmarked.
 // Pages of 4 and 16 positions (f32 tiles of 4 and 1 page runs, the
 // others' of 16 and 4), three sequences of 0, 5 or 17, and 93 or 369
 // positions over a shuffled page table; the interpreter fails a mark
@@ -123,20 +127,33 @@ func spreadCoversNextTile(t *testing.T, v *ir.Variant) {
 		if st, err := runDirect(mm, marked.Name, args); err != nil || st != 0 {
 			t.Fatalf("%s %s: status %d, %v", name, k.Name, st, err)
 		}
-		// The lines of each item's first tile: every kv head's rows of
-		// the pages that its first TileRows positions lie on.
+		// The lines no earlier tile prefetched: a sequence's first item's
+		// (kv head 0) first tile, the rows of the pages its first TileRows
+		// positions lie on; and of a later kv head's first tile the rows
+		// at or past the length of the previous kv head's last tile, which
+		// looks ahead into it (ir.For.Next) only as far as its own rows
+		// reach.
 		first := map[int64]bool{}
 		tile := tiling.DecodeKVTile
 		indptr := args["kv_indptr"].([]int32)
+		lastLen := args["kv_last_page_len"].([]int32)
 		rowElems := int64(v.HeadDimQK)
 		for b := 0; b+1 < len(indptr); b++ {
-			for p := indptr[b]; p < indptr[b+1] && int(p-indptr[b])*v.PageSize < tile; p++ {
+			np := int(indptr[b+1] - indptr[b])
+			if np == 0 {
+				continue
+			}
+			kvLen := (np-1)*v.PageSize + int(lastLen[b])
+			lastN := kvLen - (kvLen-1)/tile*tile
+			for pos := 0; pos < min(tile, np*v.PageSize); pos++ {
+				p := indptr[b] + int32(pos/v.PageSize)
 				for h := range v.KVHeads {
-					for r := range v.PageSize {
-						row := ((int64(indices[p])*int64(v.KVHeads)+int64(h))*int64(v.PageSize) + int64(r)) * rowElems
-						for c := int64(0); c < rowElems; c += lineElems {
-							first[(row+c)/lineElems] = true
-						}
+					if h > 0 && pos < lastN {
+						continue
+					}
+					row := ((int64(indices[p])*int64(v.KVHeads)+int64(h))*int64(v.PageSize) + int64(pos%v.PageSize)) * rowElems
+					for c := int64(0); c < rowElems; c += lineElems {
+						first[(row+c)/lineElems] = true
 					}
 				}
 			}
