@@ -366,13 +366,38 @@ func (l *lowering) bindItem(w *blk, it attnItem, item ir.Expr) itemVars {
 	x.head0 = w.let("head0", head0)
 	nTiles := w.let("n_tiles", ceilDiv(x.kvLen, KT))
 	x.tileLo, x.tileHi = i32(0), nTiles
+	var walked ir.Expr = nTiles // the tiles from the first to the last
+	if W, ok := l.windowLeft(); ok {
+		// No row of the item sees a position below q_pos0 - W: its walk
+		// starts at that position's tile, not at the sequence's first.
+		x.tileLo = w.let("t_first", minE(div(maxE(sub(x.qPos0, i32(W)), i32(0)), i32(KT)), nTiles))
+		walked = sub(nTiles, x.tileLo)
+	}
 	if it.split {
-		// Chunk sp covers tiles [sp*per, min((sp+1)*per, n_tiles)).
-		per := w.let("per", div(add(nTiles, sub(splits, i32(1))), splits))
-		x.tileLo = w.let("t_lo", minE(mul(x.sp, per), nTiles))
+		// Chunk sp covers tiles [first + sp*per, min(first + (sp+1)*per, n_tiles)).
+		first := x.tileLo
+		per := w.let("per", div(add(walked, sub(splits, i32(1))), splits))
+		x.tileLo = w.let("t_lo", minE(plusE(mul(x.sp, per), first), nTiles))
 		x.tileHi = w.let("t_hi", minE(add(x.tileLo, per), nTiles))
 	}
 	return x
+}
+
+// windowLeft is the W of the tightest window(left = W) clause when the
+// mask has one and no sink tokens: every clause must allow a position, so
+// a query at q_pos sees no position below q_pos - W. With sink tokens, or
+// without a window, it reports false.
+func (l *lowering) windowLeft() (int, bool) {
+	if l.v.Sinks != nil && l.v.Sinks.Kind == ir.SinkTokens && l.v.Sinks.Tokens > 0 {
+		return 0, false
+	}
+	W, ok := 0, false
+	for _, c := range l.v.Masks {
+		if c.Kind == ir.MaskWindow && (!ok || c.Left < W) {
+			W, ok = c.Left, true
+		}
+	}
+	return W, ok
 }
 
 // allocItem declares a work item's arrays: the query rows, a K and a V

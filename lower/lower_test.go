@@ -153,6 +153,74 @@ func TestNextItemOnlyForKVHeadRuns(t *testing.T) {
 	}
 }
 
+// TestWindowWalkStartsAtWindow checks where the KV tile walks of a
+// sliding window start: at the tile of q_pos0 - W (the tightest window's
+// W) in prefill, decode and split decode, whose chunks split the tiles
+// from there on; at 0 when sink tokens add the first positions back or
+// there is no window.
+func TestWindowWalkStartsAtWindow(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		masks []ir.MaskClause
+		sinks *ir.Sinks
+		first string // the t_first let, "" for none
+	}{
+		{"window 100", []ir.MaskClause{{Kind: ir.MaskWindow, Left: 100}}, nil, "min((max((q_pos0 - 100), 0) / 64), n_tiles)"},
+		{"two windows", []ir.MaskClause{{Kind: ir.MaskWindow, Left: 100}, {Kind: ir.MaskWindow, Left: 30}}, nil, "min((max((q_pos0 - 30), 0) / 64), n_tiles)"},
+		{"window, learned sinks", []ir.MaskClause{{Kind: ir.MaskWindow, Left: 100}}, &ir.Sinks{Kind: ir.SinkLearned}, "min((max((q_pos0 - 100), 0) / 64), n_tiles)"},
+		{"window, sink tokens", []ir.MaskClause{{Kind: ir.MaskWindow, Left: 100}}, &ir.Sinks{Kind: ir.SinkTokens, Tokens: 4}, ""},
+		{"causal", []ir.MaskClause{{Kind: ir.MaskCausal}}, nil, ""},
+	} {
+		v := testVariant()
+		v.Masks, v.Sinks = c.masks, c.sinks
+		m, err := Lower(v, cpuLike)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		walks := 0
+		for _, k := range m.Kernels {
+			text := k.String()
+			for _, f := range loops(k.Body) {
+				if f.Tag != ir.TagKVTile {
+					continue
+				}
+				walks++
+				lo := ir.ExprString(f.Lo)
+				switch {
+				case c.first == "" && lo != "0" && lo != "t_lo":
+					t.Errorf("%s: %s: tile walk from %s, want 0 (or t_lo)", c.name, k.Name, lo)
+				case c.first != "" && lo != "t_first" && lo != "t_lo":
+					t.Errorf("%s: %s: tile walk from %s, want t_first (or t_lo)", c.name, k.Name, lo)
+				}
+			}
+			if c.first == "" {
+				if strings.Contains(text, "t_first") {
+					t.Errorf("%s: %s declares t_first", c.name, k.Name)
+				}
+				continue
+			}
+			if k.Role != ir.RolePrefill && k.Role != ir.RoleDecode || !strings.Contains(text, "parallel") {
+				continue
+			}
+			for _, want := range []string{"let t_first = " + c.first} {
+				if !strings.Contains(text, want) {
+					t.Errorf("%s: %s lacks %q", c.name, k.Name, want)
+				}
+			}
+			if strings.Contains(text, "let t_lo") {
+				for _, want := range []string{"let per = (((n_tiles - t_first) + (splits - 1)) / splits)", "let t_lo = min(((sp * per) + t_first), n_tiles)"} {
+					if !strings.Contains(text, want) {
+						t.Errorf("%s: %s lacks %q", c.name, k.Name, want)
+					}
+				}
+			}
+		}
+		if walks != 3 {
+			t.Errorf("%s: %d tile walks, want 3 (prefill, decode, split decode)", c.name, walks)
+		}
+	}
+}
+
 // TestOnlineSoftmaxShape checks the skeleton's state update: the tile's
 // max is a reduce, the running max is raised, the old accumulator rescaled
 // by exp(m_old - m_new), a row with everything masked so far adds nothing,
