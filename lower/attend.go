@@ -367,10 +367,11 @@ func (l *lowering) bindItem(w *blk, it attnItem, item ir.Expr) itemVars {
 	nTiles := w.let("n_tiles", ceilDiv(x.kvLen, KT))
 	x.tileLo, x.tileHi = i32(0), nTiles
 	var walked ir.Expr = nTiles // the tiles from the first to the last
-	if W, ok := l.windowLeft(); ok {
-		// No row of the item sees a position below q_pos0 - W: its walk
-		// starts at that position's tile, not at the sequence's first.
-		x.tileLo = w.let("t_first", minE(div(maxE(sub(x.qPos0, i32(W)), i32(0)), i32(KT)), nTiles))
+	if floor := l.kvFloor(x.qPos0); floor != nil {
+		// No row of the item sees a position below the mask's floor for
+		// its first row: its walk starts at that position's tile, not at
+		// the sequence's first.
+		x.tileLo = w.let("t_first", minE(div(maxE(floor, i32(0)), i32(KT)), nTiles))
 		walked = sub(nTiles, x.tileLo)
 	}
 	if it.split {
@@ -383,21 +384,94 @@ func (l *lowering) bindItem(w *blk, it attnItem, item ir.Expr) itemVars {
 	return x
 }
 
-// windowLeft is the W of the tightest window(left = W) clause when the
-// mask has one and no sink tokens: every clause must allow a position, so
-// a query at q_pos sees no position below q_pos - W. With sink tokens, or
-// without a window, it reports false.
-func (l *lowering) windowLeft() (int, bool) {
+// kvFloor is a position below which a query at q (an i32 expression) sees
+// nothing, from the mask clauses that bound kv_pos from below — every
+// clause must allow a position, so the highest of their floors holds —,
+// or nil when none does or sink tokens add the first positions back:
+// window(left = W) gives q - W; an expr conjunct q_pos / C == kv_pos / C
+// (C > 0: chunked attention, Llama 4's) gives (q / C) * C, and
+// q_pos - kv_pos <= W (< W) gives q - W (q - W + 1). Each is
+// nondecreasing in q, so the floor of an item's first row holds for its
+// later rows.
+func (l *lowering) kvFloor(q ir.Expr) ir.Expr {
 	if l.v.Sinks != nil && l.v.Sinks.Kind == ir.SinkTokens && l.v.Sinks.Tokens > 0 {
-		return 0, false
+		return nil
 	}
-	W, ok := 0, false
-	for _, c := range l.v.Masks {
-		if c.Kind == ir.MaskWindow && (!ok || c.Left < W) {
-			W, ok = c.Left, true
+	var floor ir.Expr
+	raise := func(f ir.Expr) {
+		if floor == nil {
+			floor = f
+		} else {
+			floor = maxE(floor, f)
 		}
 	}
-	return W, ok
+	for _, c := range l.v.Masks {
+		switch c.Kind {
+		case ir.MaskWindow:
+			raise(sub(q, i32(c.Left)))
+		case ir.MaskExpr:
+			for _, e := range conjuncts(c.Expr) {
+				if f := exprFloor(e, q); f != nil {
+					raise(f)
+				}
+			}
+		}
+	}
+	return floor
+}
+
+// conjuncts are the operands of e's top-level ands (e itself when it is
+// none).
+func conjuncts(e ir.Expr) []ir.Expr {
+	if b, ok := e.(*ir.Binary); ok && b.Op == ir.And && b.X.Type() == ir.Bool {
+		return append(conjuncts(b.X), conjuncts(b.Y)...)
+	}
+	return []ir.Expr{e}
+}
+
+// exprFloor is the floor (kvFloor) that mask conjunct e puts on kv_pos
+// for a query at q, or nil for a conjunct of another form.
+func exprFloor(e, q ir.Expr) ir.Expr {
+	b, ok := e.(*ir.Binary)
+	if !ok {
+		return nil
+	}
+	isRef := func(x ir.Expr, name string) bool {
+		r, ok := x.(*ir.Ref)
+		return ok && r.Name == name
+	}
+	posConst := func(x ir.Expr) (int64, bool) {
+		c, ok := x.(*ir.Const)
+		return c.Int, ok && c.T == ir.I32 && c.Int > 0
+	}
+	switch b.Op {
+	case ir.Eq:
+		// q_pos / C == kv_pos / C, either way round.
+		for _, xy := range [][2]ir.Expr{{b.X, b.Y}, {b.Y, b.X}} {
+			dq, ok1 := xy[0].(*ir.Binary)
+			dk, ok2 := xy[1].(*ir.Binary)
+			if !ok1 || !ok2 || dq.Op != ir.Div || dk.Op != ir.Div || !isRef(dq.X, "q_pos") || !isRef(dk.X, "kv_pos") {
+				continue
+			}
+			cq, okq := posConst(dq.Y)
+			ck, okk := posConst(dk.Y)
+			if okq && okk && cq == ck {
+				return mul(div(q, i32(int(cq))), i32(int(cq)))
+			}
+		}
+	case ir.Le, ir.Lt:
+		// q_pos - kv_pos <= W (or < W).
+		d, ok := b.X.(*ir.Binary)
+		w, okw := b.Y.(*ir.Const)
+		if !ok || d.Op != ir.Sub || !isRef(d.X, "q_pos") || !isRef(d.Y, "kv_pos") || !okw || w.T != ir.I32 || w.Int < 0 || w.Int >= 1<<30 {
+			return nil
+		}
+		if b.Op == ir.Lt {
+			return sub(q, i32(int(w.Int)-1))
+		}
+		return sub(q, i32(int(w.Int)))
+	}
+	return nil
 }
 
 // allocItem declares a work item's arrays: the query rows, a K and a V

@@ -154,11 +154,15 @@ func TestNextItemOnlyForKVHeadRuns(t *testing.T) {
 }
 
 // TestWindowWalkStartsAtWindow checks where the KV tile walks of a
-// sliding window start: at the tile of q_pos0 - W (the tightest window's
-// W) in prefill, decode and split decode, whose chunks split the tiles
-// from there on; at 0 when sink tokens add the first positions back or
-// there is no window.
+// sliding window or a chunked expr mask start: at the tile of the mask's
+// floor for q_pos0 (q_pos0 - W for the tightest window, the chunk's first
+// position for q_pos / C == kv_pos / C, the highest of several) in
+// prefill, decode and split decode, whose chunks split the tiles from
+// there on; at 0 when sink tokens add the first positions back, or no
+// clause bounds kv_pos from below.
 func TestWindowWalkStartsAtWindow(t *testing.T) {
+	qp, kp := ir.R("q_pos", ir.I32), ir.R("kv_pos", ir.I32)
+	chunk := ir.Bin(ir.And, ir.Bin(ir.Le, kp, qp), ir.Bin(ir.Eq, ir.Bin(ir.Div, qp, ir.Int(1024)), ir.Bin(ir.Div, kp, ir.Int(1024))))
 	for _, c := range []struct {
 		name  string
 		masks []ir.MaskClause
@@ -166,10 +170,18 @@ func TestWindowWalkStartsAtWindow(t *testing.T) {
 		first string // the t_first let, "" for none
 	}{
 		{"window 100", []ir.MaskClause{{Kind: ir.MaskWindow, Left: 100}}, nil, "min((max((q_pos0 - 100), 0) / 64), n_tiles)"},
-		{"two windows", []ir.MaskClause{{Kind: ir.MaskWindow, Left: 100}, {Kind: ir.MaskWindow, Left: 30}}, nil, "min((max((q_pos0 - 30), 0) / 64), n_tiles)"},
+		{"two windows", []ir.MaskClause{{Kind: ir.MaskWindow, Left: 100}, {Kind: ir.MaskWindow, Left: 30}}, nil, "min((max(max((q_pos0 - 100), (q_pos0 - 30)), 0) / 64), n_tiles)"},
 		{"window, learned sinks", []ir.MaskClause{{Kind: ir.MaskWindow, Left: 100}}, &ir.Sinks{Kind: ir.SinkLearned}, "min((max((q_pos0 - 100), 0) / 64), n_tiles)"},
 		{"window, sink tokens", []ir.MaskClause{{Kind: ir.MaskWindow, Left: 100}}, &ir.Sinks{Kind: ir.SinkTokens, Tokens: 4}, ""},
 		{"causal", []ir.MaskClause{{Kind: ir.MaskCausal}}, nil, ""},
+		{"chunked expr", []ir.MaskClause{{Kind: ir.MaskExpr, Expr: chunk}}, nil, "min((max(((q_pos0 / 1024) * 1024), 0) / 64), n_tiles)"},
+		{"chunked expr and window", []ir.MaskClause{{Kind: ir.MaskExpr, Expr: chunk}, {Kind: ir.MaskWindow, Left: 100}}, nil,
+			"min((max(max(((q_pos0 / 1024) * 1024), (q_pos0 - 100)), 0) / 64), n_tiles)"},
+		{"expr window, strict", []ir.MaskClause{{Kind: ir.MaskExpr, Expr: ir.Bin(ir.And, ir.Bin(ir.Le, kp, qp), ir.Bin(ir.Lt, ir.Bin(ir.Sub, qp, kp), ir.Int(10)))}}, nil,
+			"min((max((q_pos0 - 9), 0) / 64), n_tiles)"},
+		{"chunks of two sizes", []ir.MaskClause{{Kind: ir.MaskExpr, Expr: ir.Bin(ir.Eq, ir.Bin(ir.Div, qp, ir.Int(1024)), ir.Bin(ir.Div, kp, ir.Int(512)))}}, nil, ""},
+		{"even positions", []ir.MaskClause{{Kind: ir.MaskExpr, Expr: ir.Bin(ir.Eq, ir.Bin(ir.Rem, kp, ir.Int(2)), ir.Int(0))}}, nil, ""},
+		{"chunked expr, sink tokens", []ir.MaskClause{{Kind: ir.MaskExpr, Expr: chunk}}, &ir.Sinks{Kind: ir.SinkTokens, Tokens: 4}, ""},
 	} {
 		v := testVariant()
 		v.Masks, v.Sinks = c.masks, c.sinks
