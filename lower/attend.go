@@ -442,7 +442,10 @@ func exprFloor(e, q ir.Expr) ir.Expr {
 	}
 	posConst := func(x ir.Expr) (int64, bool) {
 		c, ok := x.(*ir.Const)
-		return c.Int, ok && c.T == ir.I32 && c.Int > 0
+		if !ok || c.T != ir.I32 || c.Int <= 0 {
+			return 0, false
+		}
+		return c.Int, true
 	}
 	switch b.Op {
 	case ir.Eq:

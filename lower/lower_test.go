@@ -180,6 +180,9 @@ func TestWindowWalkStartsAtWindow(t *testing.T) {
 		{"expr window, strict", []ir.MaskClause{{Kind: ir.MaskExpr, Expr: ir.Bin(ir.And, ir.Bin(ir.Le, kp, qp), ir.Bin(ir.Lt, ir.Bin(ir.Sub, qp, kp), ir.Int(10)))}}, nil,
 			"min((max((q_pos0 - 9), 0) / 64), n_tiles)"},
 		{"chunks of two sizes", []ir.MaskClause{{Kind: ir.MaskExpr, Expr: ir.Bin(ir.Eq, ir.Bin(ir.Div, qp, ir.Int(1024)), ir.Bin(ir.Div, kp, ir.Int(512)))}}, nil, ""},
+		{"chunks per head", []ir.MaskClause{{Kind: ir.MaskExpr, Expr: ir.Bin(ir.Eq, ir.Bin(ir.Div, qp, ir.Bin(ir.Add, ir.R("head", ir.I32), ir.Int(1))),
+			ir.Bin(ir.Div, kp, ir.Bin(ir.Add, ir.R("head", ir.I32), ir.Int(1))))}}, nil, ""},
+		{"window of a variable", []ir.MaskClause{{Kind: ir.MaskExpr, Expr: ir.Bin(ir.Le, ir.Bin(ir.Sub, qp, kp), ir.R("head", ir.I32))}}, nil, ""},
 		{"even positions", []ir.MaskClause{{Kind: ir.MaskExpr, Expr: ir.Bin(ir.Eq, ir.Bin(ir.Rem, kp, ir.Int(2)), ir.Int(0))}}, nil, ""},
 		{"chunked expr, sink tokens", []ir.MaskClause{{Kind: ir.MaskExpr, Expr: chunk}}, &ir.Sinks{Kind: ir.SinkTokens, Tokens: 4}, ""},
 	} {
