@@ -393,7 +393,8 @@ type Next struct {
 	Subst []Rebind
 }
 
-// Rebind binds Name, a let, var or scalar parameter in scope, to Value.
+// Rebind binds Name, a scalar in scope (a let, var, scalar parameter or
+// outer loop variable; not the loop's own), to Value.
 type Rebind struct {
 	Name  string
 	Value Expr
