@@ -588,8 +588,8 @@ func (v *verifier) stmt(s Stmt) {
 }
 
 // next checks a For's Next: a bool condition, and substitutions of
-// distinct scalar names in scope (lets, vars, scalar parameters) by values
-// of their types.
+// distinct scalar names in scope (lets, vars, scalar parameters, outer
+// loop variables; not s's own) by values of their types.
 func (v *verifier) next(s *For) {
 	v.expr(s.Next.When)
 	if t := s.Next.When.Type(); t != Bool {
