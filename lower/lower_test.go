@@ -217,10 +217,8 @@ func TestWindowWalkStartsAtWindow(t *testing.T) {
 			if k.Role != ir.RolePrefill && k.Role != ir.RoleDecode || !strings.Contains(text, "parallel") {
 				continue
 			}
-			for _, want := range []string{"let t_first = " + c.first} {
-				if !strings.Contains(text, want) {
-					t.Errorf("%s: %s lacks %q", c.name, k.Name, want)
-				}
+			if want := "let t_first = " + c.first; !strings.Contains(text, want) {
+				t.Errorf("%s: %s lacks %q", c.name, k.Name, want)
 			}
 			if strings.Contains(text, "let t_lo") {
 				for _, want := range []string{"let per = (((n_tiles - t_first) + (splits - 1)) / splits)", "let t_lo = min(((sp * per) + t_first), n_tiles)"} {

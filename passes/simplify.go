@@ -1,6 +1,8 @@
 package passes
 
 import (
+	"slices"
+
 	"github.com/attnc/attnc/ir"
 )
 
@@ -100,14 +102,10 @@ func simplifyBlock(b *ir.Block, consts map[string]ir.Expr) *ir.Block {
 			for _, r := range x.Ranges {
 				f.Ranges = append(f.Ranges, ir.Range{Var: r.Var, Lo: SimplifyExpr(ir.Subst(r.Lo, inner)), Hi: SimplifyExpr(ir.Subst(r.Hi, inner))})
 			}
-			if x.Next != nil {
+			f.Next = x.Next.Map(func(e ir.Expr) ir.Expr { return SimplifyExpr(ir.Subst(e, inner)) })
+			if f.Next != nil {
 				// A name propagated as a constant is gone, and so are its uses.
-				f.Next = &ir.Next{When: SimplifyExpr(ir.Subst(x.Next.When, inner))}
-				for _, sb := range x.Next.Subst {
-					if _, gone := inner[sb.Name]; !gone {
-						f.Next.Subst = append(f.Next.Subst, ir.Rebind{Name: sb.Name, Value: SimplifyExpr(ir.Subst(sb.Value, inner))})
-					}
-				}
+				f.Next.Subst = slices.DeleteFunc(f.Next.Subst, func(b ir.Rebind) bool { _, gone := inner[b.Name]; return gone })
 			}
 			out.Stmts = append(out.Stmts, f)
 		case *ir.If:
