@@ -131,6 +131,91 @@ int main(int argc, char **argv) {
 	}
 }
 
+// TestPoolCallerSkipsStalledWorker stalls the pool's worker before it
+// can take a place in a call (the driver's pthread_mutex_lock holds a
+// worker thread back while told to): the caller runs every item itself and
+// returns, closing the place the worker did not take, instead of waiting
+// for the worker (a pool that waits for every worker it published to hangs
+// here until the alarm). Released, the worker finds the place closed and
+// the calls after are right. Spinning threads yield the CPU (sched_yield is
+// counted) when the machine has more than one.
+func TestPoolCallerSkipsStalledWorker(t *testing.T) {
+	t.Parallel()
+	tc := lltest.NeedToolchain(t)
+	driver := poolCheck + `
+#include <dlfcn.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <unistd.h>
+int32_t fill(float*, int32_t, float, int32_t*);
+void par_set_num_threads(int32_t);
+static __thread int is_worker;
+static volatile int stall, stalled, yields;
+typedef struct { void *(*f)(void *); void *arg; } start_t;
+static void *start(void *p) {
+	start_t s = *(start_t *)p;
+	free(p);
+	is_worker = 1;
+	return s.f(s.arg);
+}
+int pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*f)(void *), void *arg) {
+	static int (*real)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+	if (!real) real = dlsym(RTLD_NEXT, "pthread_create");
+	start_t *s = malloc(sizeof *s);
+	s->f = f; s->arg = arg;
+	return real(t, a, start, s);
+}
+int pthread_mutex_lock(pthread_mutex_t *m) {
+	static int (*real)(pthread_mutex_t *);
+	if (!real) real = dlsym(RTLD_NEXT, "pthread_mutex_lock");
+	if (is_worker && __atomic_load_n(&stall, __ATOMIC_ACQUIRE)) {
+		__atomic_add_fetch(&stalled, 1, __ATOMIC_RELEASE);
+		while (__atomic_load_n(&stall, __ATOMIC_ACQUIRE)) usleep(100);
+	}
+	return real(m);
+}
+int sched_yield(void) {
+	static int (*real)(void);
+	if (!real) real = dlsym(RTLD_NEXT, "sched_yield");
+	__atomic_add_fetch(&yields, 1, __ATOMIC_RELAXED);
+	return real();
+}
+static void hung(int sig) {
+	(void)sig;
+	static const char msg[] = "hung: the call waits for a worker that has not started\n";
+	write(1, msg, sizeof msg - 1);
+	_exit(3);
+}
+int main(void) {
+	par_set_num_threads(2);
+	int ok = fill_ok(fill, 997);
+	__atomic_store_n(&stall, 1, __ATOMIC_RELEASE);
+	for (int i = 0; i < 50000 && !__atomic_load_n(&stalled, __ATOMIC_ACQUIRE); i++) usleep(100);
+	printf("stalled %d\n", __atomic_load_n(&stalled, __ATOMIC_ACQUIRE) > 0);
+	fflush(stdout);
+	signal(SIGALRM, hung);
+	alarm(20);
+	int alone = fill_ok(fill, 997);
+	alarm(0);
+	printf("alone %d\n", alone);
+	__atomic_store_n(&stall, 0, __ATOMIC_RELEASE);
+	for (int r = 0; r < 50; r++) ok &= fill_ok(fill, 31 + r);
+	printf("after %d\n", ok);
+	// The worker spins after the last call (16384 pauses): it yields.
+	for (int i = 0; i < 50000 && !__atomic_load_n(&yields, __ATOMIC_RELAXED); i++) usleep(100);
+	printf("yields %d\n", sysconf(_SC_NPROCESSORS_ONLN) < 2 || yields > 0);
+	return 0;
+}
+`
+	bl := build(t, tc, parallelModule(), driver)
+	r := lltest.Results(t, bl.Run(t))
+	lltest.CheckInt(t, r, "stalled", 1)
+	lltest.CheckInt(t, r, "alone", 1)
+	lltest.CheckInt(t, r, "after", 1)
+	lltest.CheckInt(t, r, "yields", 1)
+}
+
 // TestGrab runs the runtime's grab rule (@par.grab, made external for the
 // driver) over the hand-worked table testdata/grabs.table.
 func TestGrab(t *testing.T) {
