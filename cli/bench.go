@@ -137,7 +137,8 @@ has (x86-64-v4 with AVX-512, x86-64-v3, ...), each printed with its level:
                  dependent adds: GHz per thread and the peak's
                  flop/cycle/thread, or neither where the two disagree
 
-Cases, each call timed once per repetition (median, quartiles, extremes):
+Cases, each call timed once per repetition (median, quartiles, extremes;
+CPU decode calls by the clock read in C just before and after the entry):
 
   decode   --batch sequences of --kv-len cached tokens (default 8 x 4096):
            K+V bytes the queries see, as stored, per second (GB/s); the

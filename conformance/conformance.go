@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/attnc/attnc/cpurt"
 	"github.com/attnc/attnc/driver"
@@ -401,22 +402,53 @@ func (d *remoteDevice) Download(dst *cpurt.Buffer, src int64) error {
 func (d *remoteDevice) Free(p int64) { d.r.Free(p) } //nolint:errcheck // a dead runner reports at the next call
 func (d *remoteDevice) Sync() error  { return nil }
 
-// callEntry binds an entry's parameters by name, in the entry's order.
-func (s *Suite) callEntry(role ir.Role, vals map[string]int64) (int32, error) {
+// entryArgs is role's entry and its arguments: the parameters bound by
+// name, in the entry's order.
+func (s *Suite) entryArgs(role ir.Role, vals map[string]int64) (Entry, []int64, error) {
 	e, ok := s.Entries[role]
 	if !ok {
-		return 0, fmt.Errorf("%s: no %s entry", s.V.Name, role)
+		return Entry{}, nil, fmt.Errorf("%s: no %s entry", s.V.Name, role)
 	}
 	args := make([]int64, 0, len(e.Params)+1)
 	for _, p := range e.Params {
 		v, ok := vals[p.Name]
 		if !ok {
-			return 0, fmt.Errorf("%s: no value for argument %s", e.Symbol, p.Name)
+			return Entry{}, nil, fmt.Errorf("%s: no value for argument %s", e.Symbol, p.Name)
 		}
 		args = append(args, v)
 	}
 	if e.Stream {
 		args = append(args, 0)
+	}
+	return e, args, nil
+}
+
+// CallTimed is Call, also returning the call's wall time in seconds as the
+// library measures it around the entry (a CPU library's CallTimed: without
+// the Go runtime's entry into and exit from C), or timed from Go where the
+// library cannot, or where the suite calls in a chosen floating-point
+// environment or on a chosen stack.
+func (s *Suite) CallTimed(role ir.Role, vals map[string]int64) (int32, float64, error) {
+	l, ok := s.Lib.(interface {
+		CallTimed(sym string, args ...int64) (int32, float64, error)
+	})
+	if !ok || s.FPEnv != 0 || s.Stack > 0 || s.Dev != nil {
+		t0 := time.Now()
+		st, err := s.Call(role, vals)
+		return st, time.Since(t0).Seconds(), err
+	}
+	e, args, err := s.entryArgs(role, vals)
+	if err != nil {
+		return 0, 0, err
+	}
+	return l.CallTimed(e.Symbol, args...)
+}
+
+// callEntry binds an entry's parameters by name, in the entry's order.
+func (s *Suite) callEntry(role ir.Role, vals map[string]int64) (int32, error) {
+	e, args, err := s.entryArgs(role, vals)
+	if err != nil {
+		return 0, err
 	}
 	if s.FPEnv != 0 {
 		l, ok := s.Lib.(interface {

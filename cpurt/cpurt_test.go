@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 	"unsafe"
 )
 
@@ -72,6 +73,38 @@ func TestCallAdd(t *testing.T) {
 	}
 	if got, _ := l.Call("add", 0, 0); got != 0 {
 		t.Fatalf("add(NULL, 0) = %d, want 0", got)
+	}
+}
+
+// TestCallTimed: CallTimed returns Call's status and a time within the
+// wall time Go measures around it (the C clock reads sit inside the call).
+func TestCallTimed(t *testing.T) {
+	t.Parallel()
+	l := testLib(t)
+	xs := make([]int32, 1<<20)
+	for i := range xs {
+		xs[i] = int32(i % 7)
+	}
+	b := I32Buffer(xs)
+	defer b.Free()
+	want, err := l.Call("add", b.Ptr(), int64(len(xs)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	got, sec, err := l.CallTimed("add", b.Ptr(), int64(len(xs)))
+	wall := time.Since(t0).Seconds()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Errorf("CallTimed status %d, Call's %d", got, want)
+	}
+	if sec <= 0 || sec > wall {
+		t.Errorf("CallTimed time %g s, want in (0, %g] (Go's wall time around it)", sec, wall)
+	}
+	if _, _, err := l.CallTimed("no_such_symbol"); err == nil {
+		t.Error("CallTimed of a missing symbol: no error")
 	}
 }
 

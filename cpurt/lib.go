@@ -72,6 +72,15 @@ static int32_t callfpenv(void *f, const int64_t *a, unsigned env, int *ok) {
 	return 0;
 }
 #endif
+#include <time.h>
+static int32_t calltimed(void *f, const int64_t *a, int64_t *ns) {
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	int32_t r = call24(f, a);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	*ns = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
+	return r;
+}
 static const char *callstr(void *f, int32_t code) {
 	return ((const char *(*)(int32_t))f)(code);
 }
@@ -163,6 +172,19 @@ func (l *Lib) Call(sym string, args ...int64) (int32, error) {
 		return 0, err
 	}
 	return int32(C.call24(f, &a[0])), nil
+}
+
+// CallTimed is Call, also returning the call's wall time in seconds,
+// read with CLOCK_MONOTONIC in C just before and after it: the time
+// excludes the Go runtime's entry into and exit from C.
+func (l *Lib) CallTimed(sym string, args ...int64) (int32, float64, error) {
+	f, a, err := l.fnArgs(sym, args)
+	if err != nil {
+		return 0, 0, err
+	}
+	var ns C.int64_t
+	r := C.calltimed(f, &a[0], &ns)
+	return int32(r), float64(ns) * 1e-9, nil
 }
 
 // CallOnStack is Call on a new thread whose stack is stack bytes (see
