@@ -222,7 +222,7 @@ func (l *lowering) attentionKernel(name string, role ir.Role, params []*ir.Param
 		// The position ranges of a tile, for classify-tiles.
 		KT := l.t.KVTile
 		tile.Ranges = []ir.Range{
-			{Var: "kv_pos", Lo: mul(kt, i32(KT)), Hi: sub(minE(add(mul(kt, i32(KT)), i32(KT)), x.kvLen), i32(1))},
+			{Var: "kv_pos", Lo: x.tileStart(kt, KT), Hi: sub(minE(add(x.tileStart(kt, KT), i32(KT)), x.kvLen), i32(1))},
 			{Var: "q_pos", Lo: x.qPos0, Hi: sub(add(x.qPos0, x.rows), i32(1))},
 			{Var: "head", Lo: x.head0, Hi: add(x.head0, i32(l.GB-1))},
 			{Var: refName(x.sb), Lo: x.sb, Hi: x.sb},
@@ -290,6 +290,9 @@ type itemVars struct {
 	qRow0, qPos0, head0     ir.Expr
 	kvBeg, kvLen            ir.Expr
 	tileLo, tileHi          ir.Expr
+	// kvBase, where not nil (Tiling.DecodeWindowTiles), is the position
+	// of tile 0: tile kt holds kv_base + kt·KVTile onwards.
+	kvBase ir.Expr
 	// scoreScale multiplies each dot product (the variant's scale, times
 	// k_scale for a quantized cache); vScale, when not nil, each output
 	// (v_scale): the K and V tiles hold the codes' values.
@@ -298,6 +301,15 @@ type itemVars struct {
 	// kv_lo of the item's first tile that runs, for its staging loops'
 	// ir.For.Next.
 	first ir.Expr
+}
+
+// tileStart is the first position of the item's tile kt (KT positions each):
+// kt·KT, from kv_base where the walk has one.
+func (x itemVars) tileStart(kt ir.Expr, KT int) ir.Expr {
+	if x.kvBase == nil {
+		return mul(kt, i32(KT))
+	}
+	return add(x.kvBase, mul(kt, i32(KT)))
 }
 
 // nextKVHead reports whether the item a thread runs after a work item of
@@ -367,7 +379,14 @@ func (l *lowering) bindItem(w *blk, it attnItem, item ir.Expr) itemVars {
 	nTiles := w.let("n_tiles", ceilDiv(x.kvLen, KT))
 	x.tileLo, x.tileHi = i32(0), nTiles
 	var walked ir.Expr = nTiles // the tiles from the first to the last
-	if floor := l.kvFloor(x.qPos0); floor != nil {
+	if floor := l.kvFloor(x.qPos0); floor != nil && it.decode && l.t.DecodeWindowTiles {
+		// The tiles start at the floor's page run (the staging's runs
+		// stay on one page each).
+		run := min(l.PS, KT)
+		x.kvBase = w.let("kv_base", mul(div(minE(maxE(floor, i32(0)), x.kvLen), i32(run)), i32(run)))
+		nTiles = w.let("n_tiles_w", ceilDiv(sub(x.kvLen, x.kvBase), KT))
+		x.tileHi, walked = nTiles, nTiles
+	} else if floor != nil {
 		// No row of the item sees a position below the mask's floor for
 		// its first row: its walk starts at that position's tile, not at
 		// the sequence's first.
@@ -561,7 +580,7 @@ func (l *lowering) stageQuery(w *blk, x itemVars) {
 // online-softmax update, then acc += P·V.
 func (l *lowering) tileStep(t *blk, x itemVars, kt ir.Expr) {
 	R, D, DV, KT := x.R, l.D, l.DV, l.t.KVTile
-	kvLo := t.let("kv_lo", mul(kt, i32(KT)))
+	kvLo := t.let("kv_lo", x.tileStart(kt, KT))
 	kvN := t.let("kv_n", minE(i32(KT), sub(x.kvLen, kvLo)))
 	if l.ropeRel {
 		l.rotateQueriesRel(t, x, kvLo)

@@ -161,6 +161,16 @@ type Tiling struct {
 	// look-ahead past an item's last tile (prefetch-kv) then has the next
 	// item's first tile to fetch instead of nothing.
 	DecodeNextItem bool
+	// DecodeWindowTiles starts a decode item's tile walk, where its mask
+	// puts a floor under the positions it sees (kvFloor: a window, a
+	// chunk), at the floor's page run — the floor rounded down to
+	// min(page size, KVTile) — rather than at the multiple of KVTile
+	// below it: the tiles are kv_base + kt·KVTile. A window of 128
+	// positions then reads two whole tiles wherever it lies, not three
+	// (two of them partial, through the masked body) unless it starts on
+	// a multiple of 64. Page runs (PageRuns) start on a run boundary
+	// still, so a run stays on one page.
+	DecodeWindowTiles bool
 	// RowQuantum, when not 0, makes a prefill item's rows (its heads ×
 	// query rows) a multiple of it where Rows is not one already: the
 	// fewest query rows at or above Rows/heads that make one, if that

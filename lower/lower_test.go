@@ -234,6 +234,69 @@ func TestWindowWalkStartsAtWindow(t *testing.T) {
 	}
 }
 
+// TestDecodeWindowTilesStartAtPageRun: with Tiling.DecodeWindowTiles a
+// decode item's tiles start at its mask floor's page run (the floor
+// rounded down to min(page size, KVTile)), kv_lo = kv_base + kt·64, in the
+// direct and the split walk (whose chunks divide the tiles from
+// kv_base), and the tile's position range for classify-tiles starts
+// there too; prefill keeps t_first, and a mask without a floor has no
+// kv_base.
+func TestDecodeWindowTilesStartAtPageRun(t *testing.T) {
+	tiling := cpuLike
+	tiling.DecodeWindowTiles = true
+	for _, c := range []struct {
+		page  int
+		masks []ir.MaskClause
+		run   int // 0: no floor
+	}{
+		{4, []ir.MaskClause{{Kind: ir.MaskWindow, Left: 100}}, 4},
+		{16, []ir.MaskClause{{Kind: ir.MaskWindow, Left: 100}}, 16},
+		{1, []ir.MaskClause{{Kind: ir.MaskWindow, Left: 100}}, 1},
+		{256, []ir.MaskClause{{Kind: ir.MaskWindow, Left: 100}}, 64},
+		{16, []ir.MaskClause{{Kind: ir.MaskCausal}}, 0},
+	} {
+		v := testVariant()
+		v.PageSize, v.Masks = c.page, c.masks
+		m, err := Lower(v, tiling)
+		if err != nil {
+			t.Fatalf("page %d: %v", c.page, err)
+		}
+		decodes := 0
+		for _, k := range m.Kernels {
+			text := k.String()
+			if k.Role != ir.RoleDecode || !strings.Contains(text, "parallel") {
+				if c.run > 0 && k.Role == ir.RolePrefill && strings.Contains(text, "parallel") && !strings.Contains(text, "let t_first = ") {
+					t.Errorf("page %d: %s lacks t_first", c.page, k.Name)
+				}
+				continue
+			}
+			decodes++
+			if c.run == 0 {
+				if strings.Contains(text, "kv_base") {
+					t.Errorf("page %d, %s: %s declares kv_base", c.page, c.masks[0].Kind, k.Name)
+				}
+				continue
+			}
+			for _, want := range []string{
+				fmt.Sprintf("let kv_base = ((min(max((q_pos0 - 100), 0), kv_len) / %d) * %d)", c.run, c.run),
+				"let n_tiles_w = (((kv_len - kv_base) + 63) / 64)",
+				"let kv_lo = (kv_base + (kt * 64))",
+				"[kv_pos = (kv_base + (kt * 64)) .. (min(((kv_base + (kt * 64)) + 64), kv_len) - 1)",
+			} {
+				if !strings.Contains(text, want) {
+					t.Errorf("page %d: %s lacks %q", c.page, k.Name, want)
+				}
+			}
+			if strings.Contains(text, "let t_lo") && !strings.Contains(text, "let per = ((n_tiles_w + (splits - 1)) / splits)") {
+				t.Errorf("page %d: %s: the split's chunks do not divide the tiles from kv_base", c.page, k.Name)
+			}
+		}
+		if decodes != 2 {
+			t.Errorf("page %d: %d decode work kernels, want 2 (direct, split)", c.page, decodes)
+		}
+	}
+}
+
 // TestOnlineSoftmaxShape checks the skeleton's state update: the tile's
 // max is a reduce, the running max is raised, the old accumulator rescaled
 // by exp(m_old - m_new), a row with everything masked so far adds nothing,

@@ -70,7 +70,7 @@ func (Target) Files() string { return "<variant>.ll" }
 // besides the tiles).
 func (Target) Tiling(v *ir.Variant) lower.Tiling {
 	rowBytes := v.HeadDimQK * max(1, v.KVDType.Type().Bits()/8)
-	t := lower.Tiling{KVTile: 64, DecodeKVTile: TileRows(rowBytes), Rows: PrefillRows(v), MaxHeads: 16, PageRuns: true, DecodeDirect: true, PrefillDirect: true, RopeInPlace: true, DecodeRopeRelative: true, DecodeRopeInDot: true, PrefillAlphaLoop: true, PrefillPhases: true, DecodePhases: true, SplitBySequence: true, DecodeOneKernel: true, DecodeNextItem: true, RowQuantum: amxBlock}
+	t := lower.Tiling{KVTile: 64, DecodeKVTile: TileRows(rowBytes), Rows: PrefillRows(v), MaxHeads: 16, PageRuns: true, DecodeDirect: true, PrefillDirect: true, RopeInPlace: true, DecodeRopeRelative: true, DecodeRopeInDot: true, PrefillAlphaLoop: true, PrefillPhases: true, DecodePhases: true, SplitBySequence: true, DecodeOneKernel: true, DecodeNextItem: true, DecodeWindowTiles: true, RowQuantum: amxBlock}
 	if v.MLA != nil && lower.HeadTile(v.GroupSize(), MLADecodeHeads) >= BlockMinRows {
 		t.DecodeMaxHeads, t.DecodeKVTile = MLADecodeHeads, MLADecodeTile
 	}
