@@ -166,10 +166,10 @@ type Tiling struct {
 	// chunk), at the floor's page run — the floor rounded down to
 	// min(page size, KVTile) — rather than at the multiple of KVTile
 	// below it: the tiles are kv_base + kt·KVTile. A window of 128
-	// positions then reads two whole tiles wherever it lies, not three
-	// (two of them partial, through the masked body) unless it starts on
-	// a multiple of 64. Page runs (PageRuns) start on a run boundary
-	// still, so a run stays on one page.
+	// positions that starts on a page run reads two whole tiles, where a
+	// walk from a multiple of 64 read three (two partial, through the
+	// masked body) unless the window started on one. Page runs (PageRuns)
+	// start on a run boundary still, so a run stays on one page.
 	DecodeWindowTiles bool
 	// RowQuantum, when not 0, makes a prefill item's rows (its heads ×
 	// query rows) a multiple of it where Rows is not one already: the

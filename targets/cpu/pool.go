@@ -34,11 +34,11 @@ import (
 // (under the mutex) runs parallel_for's worker loop on it and counts
 // pending down. The caller works too; when its worker loop returns every
 // item has been taken, so it closes the places no worker took yet and
-// counts them off pending: it waits only for workers still running items,
-// never for one that has yet to wake (a sleeping worker, or one whose CPU
-// runs another thread, made a 0.12 ms decode take 0.6 ms in a quarter of
-// the calls). Then it waits for pending to reach 0. Waiting workers and the waiting caller spin for poolSpins
-// pauses before they sleep on a condition variable (not at all when the
+// counts them off pending, then waits for pending to reach 0: only for
+// workers running items, never for one that has yet to wake (a sleeping
+// worker, or one whose CPU runs another thread, made a 0.12 ms decode
+// take 0.6 ms in a quarter of the calls). Waiting workers and the waiting
+// caller spin for poolSpins pauses before they sleep on a condition variable (not at all when the
 // call has more threads than online CPUs), so calls in quick succession —
 // a decode per layer — find them awake. dlclose and exit run pool_fini,
 // which stops and joins the workers while no call holds the pool.
@@ -54,7 +54,7 @@ var poolFields = []types.Type{
 	types.I32,                             // 3 workers started
 	types.I32,                             // 4 gen: generation of the published call
 	types.I32,                             // 5 open: places of the published call no worker took yet
-	types.I32,                             // 6 pending: of those, the ones not done yet
+	types.I32,                             // 6 pending: places open or taken by a worker not done yet
 	types.I32,                             // 7 stop: pool_fini's request to exit
 	types.I32,                             // 8 spin: pauses a waiting worker spins before it sleeps
 	i8p,                                   // 9 job: the published call's parallel_for state
