@@ -376,17 +376,20 @@ func (l *lowering) bindItem(w *blk, it attnItem, item ir.Expr) itemVars {
 		head0 = add(head0, mul(ht, i32(GB)))
 	}
 	x.head0 = w.let("head0", head0)
-	nTiles := w.let("n_tiles", ceilDiv(x.kvLen, KT))
-	x.tileLo, x.tileHi = i32(0), nTiles
-	var walked ir.Expr = nTiles // the tiles from the first to the last
-	if floor := l.kvFloor(x.qPos0); floor != nil && it.decode && l.t.DecodeWindowTiles {
+	floor := l.kvFloor(x.qPos0)
+	var nTiles ir.Expr
+	if floor != nil && it.decode && l.t.DecodeWindowTiles {
 		// The tiles start at the floor's page run (the staging's runs
 		// stay on one page each).
 		run := min(l.PS, KT)
 		x.kvBase = w.let("kv_base", mul(div(minE(maxE(floor, i32(0)), x.kvLen), i32(run)), i32(run)))
 		nTiles = w.let("n_tiles_w", ceilDiv(sub(x.kvLen, x.kvBase), KT))
-		x.tileHi, walked = nTiles, nTiles
-	} else if floor != nil {
+	} else {
+		nTiles = w.let("n_tiles", ceilDiv(x.kvLen, KT))
+	}
+	x.tileLo, x.tileHi = i32(0), nTiles
+	var walked ir.Expr = nTiles // the tiles from the first to the last
+	if floor != nil && x.kvBase == nil {
 		// No row of the item sees a position below the mask's floor for
 		// its first row: its walk starts at that position's tile, not at
 		// the sequence's first.
