@@ -72,7 +72,7 @@ func ExampleInsertion() {
 	fmt.Println(strings.Join(r.Manifest.Targets["cpu"].Passes, " "))
 	fmt.Println(r.Manifest.Variants[0].Rules["def mask"])
 	// Output:
-	// window-64 inline-defs simplify classify-tiles expand-calls full-tiles multiversion exp-bound vector-reduce finite-codes block-matmul lower-tiles vectorize prefetch-kv merge-twins vector-exp native-widen legalize-dtype late-simplify heap-scratch
+	// window-64 inline-defs simplify classify-tiles expand-calls full-tiles multiversion exp-bound vector-reduce finite-codes block-matmul lower-tiles vectorize prefetch-kv merge-twins vector-exp native-widen legalize-dtype late-simplify vector-loops heap-scratch
 	// ((kv_pos <= q_pos) & ((q_pos - kv_pos) <= 63))
 }
 
@@ -109,6 +109,6 @@ func ExamplePassTable() {
 	fmt.Println(strings.Join(names, " "))
 	fmt.Println(len(passes.Neutral), "target-neutral passes")
 	// Output:
-	// inline-defs simplify classify-tiles stats expand-calls full-tiles multiversion exp-bound vector-reduce finite-codes block-matmul lower-tiles vectorize prefetch-kv merge-twins vector-exp native-widen legalize-dtype late-simplify heap-scratch
+	// inline-defs simplify classify-tiles stats expand-calls full-tiles multiversion exp-bound vector-reduce finite-codes block-matmul lower-tiles vectorize prefetch-kv merge-twins vector-exp native-widen legalize-dtype late-simplify vector-loops heap-scratch
 	// 6 target-neutral passes
 }

@@ -155,6 +155,9 @@ var Constraints = append(append([]passes.Constraint(nil), passes.NeutralConstrai
 	passes.Constraint{Before: "exp-bound", After: "vector-exp", Why: "vector-exp computes the bounded exp(min(x, 0)) without the overflow half of its polynomial"},
 	passes.Constraint{Before: "vector-reduce", After: "block-matmul", Why: "vector-reduce finds the KV tiles by their matmuls, which block-matmul replaces"},
 	passes.Constraint{Before: "vector-reduce", After: "lower-tiles", Why: "lower-tiles writes the reduces vector-reduce left as loops"},
+	passes.Constraint{Before: "late-simplify", After: "vector-loops", Why: "vector-loops needs constant trip counts, which late-simplify folds from the full tiles' extents"},
+	passes.Constraint{Before: "vector-exp", After: "vector-loops", Why: "an exp is written lane by lane only as vector-exp's polynomial"},
+	passes.Constraint{Before: "multiversion", After: "vector-loops", Why: "vector-loops uses each clone's vector width"},
 	passes.Constraint{Before: "lower-tiles", After: "heap-scratch", Why: "heap-scratch moves the work items' arrays as the schedule leaves them; one a schedule pass added later would stay on the stack"},
 )
 

@@ -190,6 +190,8 @@ func (mc *Machine) table(multiversion passes.Pass) []passes.Pass {
 			Desc: "f16 and fp8 (e4m3, e5m2) K/V/Q loads of the clones whose level converts half natively (F16C, NEON) through the dtype table's hardware conversion (fp8 codes rearranged into half bits first; e4m3's 2^8 left out where block-matmul folded it); at the AVX-512 levels e4m3 codes in finite-codes' tiles as f32 bits instead (sign-extended, shifted, masked: value / 2^120, its 2^120 left out where folded)"},
 		passes.LegalizeDTypePass,
 		passes.LateSimplifyPass,
+		{Name: "vector-loops", Required: false, Run: mc.VectorLoops,
+			Desc: "elementwise vector loops of a constant trip count that is a multiple of the clone's width (unit-stride loads and stores at the loop variable, values that do not change with it, ifs that only assign) as explicit vector code, which LLVM's loop vectorizer misses when GVN moves a loop's first load into its backedge (decode's softmax exp over one row)"},
 		passes.HeapScratchPass,
 	}
 }
