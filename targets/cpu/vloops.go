@@ -49,7 +49,7 @@ func vectorLoop(f *ir.For, L int) *ir.For {
 		return nil
 	}
 	n := hi.Int - lo.Int
-	if n < int64(L) || n%int64(L) != 0 || n/int64(L) > 1<<20 {
+	if n < int64(L) || n%int64(L) != 0 {
 		return nil
 	}
 	j0 := ir.R(f.Var+"_v0", ir.I32)
@@ -81,7 +81,7 @@ type lanes struct {
 // reads, as every store to it writes, base + j with one base: then each
 // lane reads only what its own element's statements wrote.
 func (v *lanes) sameElements(b *ir.Block) bool {
-	bases := map[string]string{}
+	bases := map[string]ir.Expr{}
 	ok := true
 	ir.MapStmts(b, func(s ir.Stmt) []ir.Stmt {
 		if st, isStore := s.(*ir.Store); isStore {
@@ -90,11 +90,10 @@ func (v *lanes) sameElements(b *ir.Block) bool {
 				ok = false
 				return []ir.Stmt{s}
 			}
-			key := ir.ExprString(base)
-			if prev, seen := bases[st.Buf]; seen && prev != key {
+			if prev, seen := bases[st.Buf]; seen && !sameExpr(prev, base) {
 				ok = false
 			}
-			bases[st.Buf] = key
+			bases[st.Buf] = base
 		}
 		return []ir.Stmt{s}
 	})
@@ -105,7 +104,7 @@ func (v *lanes) sameElements(b *ir.Block) bool {
 		if ld, isLoad := e.(*ir.Load); isLoad {
 			if want, stored := bases[ld.Buf]; stored {
 				base, unit := unitStride(ld.Index, v.j)
-				if !unit || ir.ExprString(base) != want {
+				if !unit || !sameExpr(base, want) {
 					ok = false
 				}
 			}
