@@ -5,7 +5,8 @@
 // machine: the architectures (triple, data layout) and their CPU levels,
 // the CPUID dispatch among the levels' clones, the runtime every .ll
 // defines (thread pool, strerror, set/get_num_threads) and the stack a
-// call needs; codegen/llvm knows none of them.
+// call needs; codegen/llvm knows none of them. docs/cpu.md describes its
+// tiling and each schedule pass.
 //
 // cpu imports ir, lower (Tiling), passes, registry, targets, codegen/llvm
 // and cpurt (its harness links the .ll); it must not import another target,
