@@ -623,7 +623,7 @@ const seqLines = 4
 // of one buffer at one column, with a multiple of n lines per row.
 func (sp *spread) seqGroup(g []pfLine) []ir.Stmt {
 	n := int64(len(g))
-	if n >= 2 && g[0].eb == 1 && g[0].lines >= 1 && g[0].lines < n && n%g[0].lines == 0 {
+	if n >= 2 && g[0].lines >= 1 && g[0].lines < n && n%g[0].lines == 0 {
 		return sp.seqGroupShort(g)
 	}
 	if n < 2 || g[0].lines < n || g[0].lines > seqLines || g[0].lines%n != 0 {
@@ -705,15 +705,20 @@ func nextBlock(g []pfLine) []ir.Stmt {
 	return addressOrder(next, g[0].off.Buf, true)
 }
 
-// seqGroupShort is seqGroup for rows of 8-bit codes with fewer lines
-// than the group has rows (head dim 128: 2 lines, groups of 4 rows; rows
-// of wider types in such groups — MHA's 16-key blocks, head dim 64 — keep
-// the row-strided order: not measured, and their code stays as it was):
-// the group's n rows hold n·lines lines, and the step at line L of its rows
+// seqGroupShort is seqGroup for rows with fewer lines than the group has
+// rows: 8-bit codes at head dim 128 (2 lines, groups of 4 rows), and the
+// dot blocks of one or two query rows, whose 16 or 8 keys a step outnumber
+// the lines of f16, bf16 and f32 rows (MHA and GQA groups of 2). The
+// group's n rows hold n·lines lines, and the step at line L of its rows
 // prefetches lines L·n .. L·n + n-1 of them in address order, line f
 // being line f mod lines of the group's row f/lines (rows 2L and 2L+1,
-// both lines, at 2 lines and 4 rows); over the group's lines steps they
-// still cover every line of the n rows once. nil unless the n loads are
+// both lines, at 2 lines and 4 rows; rows 4L .. 4L+3 at 4 lines and 16
+// rows); over the group's lines steps they still cover every line of the
+// n rows once, reading n/lines companion offsets a step. Row-strided, a
+// 16-key block's steps prefetched line L of each of 16 rows, whose 16
+// addresses LLVM kept live across the block's loop and spilled (MHA f16
+// decode 2 × 4096 from memory on Zen 5, 1 thread: 7.8–8.2 → 7.2–7.5 ms,
+// 0.86–0.88 → 0.93–0.97 of the paged scan). nil unless the n loads are
 // of one buffer at one column, of n rows.
 func (sp *spread) seqGroupShort(g []pfLine) []ir.Stmt {
 	n, lines := int64(len(g)), g[0].lines
@@ -752,15 +757,53 @@ func oneColumn(g []pfLine) bool {
 	return len(rows) == len(g)
 }
 
-// groupRow is the row offset index of the group's load pick (0 … n-1) as
-// a chain of selects, the last load's where pick is none of the others.
+// groupRow is the row offset index of the group's load pick (0 … n-1):
+// min(x + pick, y) when the group's loads read rows min(x + i, y) in
+// order (a dot block's keys: rowProgression), else a chain of selects,
+// the last load's where pick is none of the others.
 func groupRow(g []pfLine, pick ir.Expr) ir.Expr {
+	if x, y, ok := rowProgression(g); ok {
+		if pick.Type() != x.Type() {
+			pick = ir.Cvt(x.Type(), pick)
+		}
+		return ir.Bin(ir.Min, ir.Bin(ir.Add, x, pick), y)
+	}
 	t := pick.Type()
 	var row ir.Expr = g[len(g)-1].off.Index
 	for i := len(g) - 2; i >= 0; i-- {
 		row = ir.Sel(ir.Bin(ir.Eq, pick, ir.IntT(t, int64(i))), g[i].off.Index, row)
 	}
 	return row
+}
+
+// rowProgression reports whether load i of group g reads row min(x + i,
+// y) for every i (row min(x, y) first), as a dot block's keys do
+// (dotBlock.row), and returns x and y: then the row of a pick is
+// arithmetic, where a chain of n-1 selects would pick it.
+func rowProgression(g []pfLine) (x, y ir.Expr, ok bool) {
+	for i, l := range g {
+		mn, isMin := l.off.Index.(*ir.Binary)
+		if !isMin || mn.Op != ir.Min {
+			return nil, nil, false
+		}
+		base := mn.X
+		if i > 0 {
+			add, isAdd := mn.X.(*ir.Binary)
+			if !isAdd || add.Op != ir.Add {
+				return nil, nil, false
+			}
+			if c, isConst := ir.IsConst(add.Y); !isConst || c.Int != int64(i) {
+				return nil, nil, false
+			}
+			base = add.X
+		}
+		if i == 0 {
+			x, y = base, mn.Y
+		} else if ir.ExprString(base) != ir.ExprString(x) || ir.ExprString(mn.Y) != ir.ExprString(y) {
+			return nil, nil, false
+		}
+	}
+	return x, y, x != nil
 }
 
 // rowPass is a loop over a tile's rows whose iteration reads whole

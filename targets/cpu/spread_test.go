@@ -29,7 +29,9 @@ import (
 // Pages of 4 and 16 positions (f32 tiles of 4 and 1 page runs, the
 // others' of 16 and 4), three sequences of 0, 5 or 17, and 93 or 369
 // positions over a shuffled page table; the interpreter fails a mark
-// outside the pool.
+// outside the pool. GQA groups of 4; f32, f16 and bf16 also as MHA and
+// groups of 2, whose dot blocks of 16 and 8 keys prefetch several rows a
+// step (seqGroupShort).
 func TestSpreadPrefetchesCoverNextTile(t *testing.T) {
 	for _, c := range []decodeCase{
 		{ir.DTF32, ir.DTF32, ir.KVScaleNone}, {ir.DTF16, ir.DTF16, ir.KVScaleNone}, {ir.DTBF16, ir.DTBF16, ir.KVScaleNone},
@@ -39,17 +41,23 @@ func TestSpreadPrefetchesCoverNextTile(t *testing.T) {
 		{ir.DTF16, ir.DTE4M3, ir.KVScalePerTensor}, {ir.DTF16, ir.DTE5M2, ir.KVScalePerTensor},
 		{ir.DTF16, ir.DTI8, ir.KVScalePerTensor},
 	} {
-		for _, ps := range []int{4, 16} {
-			v := &ir.Variant{Name: "t", QOHeads: 8, KVHeads: 2, HeadDimQK: 128, HeadDimV: 128, DType: c.dt, KVDType: c.kv, KVScale: c.scale,
-				PageSize: ps, Scale: 0.25, Masks: []ir.MaskClause{{Kind: ir.MaskCausal}}, Kernels: []ir.KernelRef{{Role: ir.RoleDecode}}}
-			spreadCoversNextTile(t, v)
+		groups := []int{4}
+		if c.kv == c.dt {
+			groups = []int{4, 1, 2}
+		}
+		for _, g := range groups {
+			for _, ps := range []int{4, 16} {
+				v := &ir.Variant{Name: "t", QOHeads: 2 * g, KVHeads: 2, HeadDimQK: 128, HeadDimV: 128, DType: c.dt, KVDType: c.kv, KVScale: c.scale,
+					PageSize: ps, Scale: 0.25, Masks: []ir.MaskClause{{Kind: ir.MaskCausal}}, Kernels: []ir.KernelRef{{Role: ir.RoleDecode}}}
+				spreadCoversNextTile(t, v)
+			}
 		}
 	}
 }
 
 func spreadCoversNextTile(t *testing.T, v *ir.Variant) {
 	t.Helper()
-	name := fmt.Sprintf("%s/%s page %d", v.DType, v.KVDType, v.PageSize)
+	name := fmt.Sprintf("%s/%s %d/%d heads page %d", v.DType, v.KVDType, v.QOHeads, v.KVHeads, v.PageSize)
 	m, tiling := compiled(t, v, name)
 	indices := validIndices
 	eb := max(1, v.KVDType.Type().Bits()/8)
@@ -185,6 +193,115 @@ func spreadCoversNextTile(t *testing.T, v *ir.Variant) {
 	}
 	if runs != want {
 		t.Fatalf("%s: ran %d decode work clones, want %d", name, runs, want)
+	}
+}
+
+// TestDotBlocksPrefetchInAddressOrder runs decode's work clones at head
+// dim 128 with each prefetch a tile ahead (into L2) marking the tick of
+// its line's first prefetch, and checks that within each page's rows of a
+// kv head (consecutive in the pool) the lines were first prefetched in
+// address order: a row's lines one after another, then the next row's.
+// That is seqGroup's order (addressOrder: GQA groups of 4 over f16 and
+// bf16 rows of 4 lines) and seqGroupShort's (dot blocks of more keys than
+// a row has lines: MHA's 16 keys and a group of 2's 8 over f16 and bf16
+// rows, MHA's 16 over f32 rows of 8 lines at x86-64-v4), where the
+// row-strided order (line L of each of the block's rows, then line L+1)
+// fetched a step's lines from as many rows as the block has keys. Blocks
+// of 4 or 8 keys over f32 rows of 8 lines keep the row-strided order
+// (seqLines: GQA groups of 4 and 2 at x86-64-v4, x86-64-v3's and x86-64's
+// blocks) and are not checked.
+func TestDotBlocksPrefetchInAddressOrder(t *testing.T) {
+	for _, c := range []struct {
+		dt    ir.DType
+		group int
+	}{{ir.DTF16, 1}, {ir.DTF16, 2}, {ir.DTF16, 4}, {ir.DTBF16, 1}, {ir.DTBF16, 4}, {ir.DTF32, 1}} {
+		for _, ps := range []int{4, 16} {
+			v := &ir.Variant{Name: "t", QOHeads: 2 * c.group, KVHeads: 2, HeadDimQK: 128, HeadDimV: 128, DType: c.dt, KVDType: c.dt,
+				PageSize: ps, Scale: 0.25, Masks: []ir.MaskClause{{Kind: ir.MaskCausal}}, Kernels: []ir.KernelRef{{Role: ir.RoleDecode}}}
+			dotBlocksPrefetchInOrder(t, v)
+		}
+	}
+}
+
+func dotBlocksPrefetchInOrder(t *testing.T, v *ir.Variant) {
+	t.Helper()
+	name := fmt.Sprintf("%s %d/%d heads page %d", v.DType, v.QOHeads, v.KVHeads, v.PageSize)
+	m, _ := compiled(t, v, name)
+	eb := int64(max(1, v.KVDType.Type().Bits()/8))
+	lineElems := 64 / eb
+	spanLines := int64(v.PageSize) * int64(v.HeadDimQK) / lineElems // one page's rows of a kv head
+	rowLines := int64(v.HeadDimQK) / lineElems
+	runs := 0
+	for _, k := range m.Kernels {
+		if k.Role != ir.RoleDecode || !strings.HasPrefix(k.Name, "t_decode_work") || k.Level == "" {
+			continue
+		}
+		// The level's dot blocks: n keys of R query rows a step.
+		lanes := 0
+		for _, l := range x86Levels {
+			if l.Name == k.Level {
+				lanes = l.Lanes
+			}
+		}
+		if lanes == 0 {
+			t.Fatalf("%s %s: level %q is not an x86-64 level", name, k.Name, k.Level)
+		}
+		n := int64(lanes / dotBlockRows(v.QOHeads/v.KVHeads, lanes, false))
+		if !(rowLines < n && n%rowLines == 0) && !(rowLines >= n && rowLines <= seqLines && rowLines%n == 0) {
+			continue // row-strided: f32's 8 lines against 4 or 8 keys
+		}
+		args := stagedDecodeArgs(v, validIndices)
+		poolLines := int64(lenOf(args["k_pages"])) / lineElems
+		marked := *k
+		marked.Params = append(append([]*ir.Param{}, k.Params...),
+			&ir.Param{Name: "clock", Buffer: true, Elem: ir.I32, Shape: []string{"1"}, Output: true},
+			&ir.Param{Name: "pf_k", Buffer: true, Elem: ir.I32, Shape: []string{fmt.Sprint(poolLines)}, Output: true})
+		args["clock"], args["pf_k"] = make([]int32, 1), make([]int32, poolLines)
+		prefetches := 0
+		marked.Body = ir.MapStmts(k.Body, func(s ir.Stmt) []ir.Stmt {
+			x, ok := s.(*ir.Prefetch)
+			if !ok || x.L1 || x.Buf != "k_pages" {
+				return []ir.Stmt{s}
+			}
+			prefetches++
+			line := ir.Bin(ir.Div, x.Index, ir.IntT(x.Index.Type(), lineElems))
+			now := ir.Bin(ir.Add, ir.Ld("clock", ir.I32, ir.Int(0)), ir.IntT(ir.I32, 1))
+			was := ir.Ld("pf_k", ir.I32, line)
+			return []ir.Stmt{s,
+				&ir.Store{Buf: "clock", Index: ir.Int(0), Value: now},
+				&ir.Store{Buf: "pf_k", Index: line, Value: ir.Sel(ir.Bin(ir.Eq, was, ir.IntT(ir.I32, 0)), ir.Ld("clock", ir.I32, ir.Int(0)), was)},
+			}
+		})
+		if prefetches == 0 {
+			t.Fatalf("%s %s: no prefetch of K into L2", name, k.Name)
+		}
+		if st, err := runDirect(&ir.Module{Kernels: []*ir.Kernel{&marked}}, marked.Name, args); err != nil || st != 0 {
+			t.Fatalf("%s %s: status %d, %v", name, k.Name, st, err)
+		}
+		tick := args["pf_k"].([]int32)
+		checked := 0
+		for span := int64(0); span+spanLines <= int64(len(tick)); span += spanLines {
+			last := int64(-1) // the span's last line prefetched so far, in address order
+			for line := span; line < span+spanLines; line++ {
+				if tick[line] == 0 {
+					continue
+				}
+				if last >= 0 && tick[line] < tick[last] {
+					t.Errorf("%s %s: K line %d (row %d, line %d of it) first prefetched at tick %d, before line %d at %d",
+						name, k.Name, line, line*lineElems/int64(v.HeadDimQK), line%(int64(v.HeadDimQK)/lineElems), tick[line], last, tick[last])
+					break
+				}
+				last = line
+				checked++
+			}
+		}
+		if checked == 0 {
+			t.Fatalf("%s %s: no K line prefetched", name, k.Name)
+		}
+		runs++
+	}
+	if runs == 0 {
+		t.Fatalf("%s: no decode work clone prefetches in address order", name)
 	}
 }
 
